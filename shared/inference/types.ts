@@ -1,0 +1,34 @@
+import type { SamplingParams, TokenOutput } from "../schema/index.ts";
+
+/**
+ * One token-in/token-out request (DESIGN §4.2).
+ *
+ * `request_id` is fresh for every call; `routing_key` is the same for every
+ * turn of one trajectory (the trajectory key) so that a sticky router sends
+ * it back to the replica holding its KV-cache prefix. `max_tokens` is always
+ * set explicitly by the caller (from the trajectory's remaining budget) and is
+ * ≥ 1.
+ */
+export interface GenerateRequest {
+  request_id: string;
+  routing_key: string;
+  /** The whole running token stream: prompt ‖ response so far. */
+  prompt_ids: ArrayLike<number>;
+  sampling_params: SamplingParams;
+  /** Generated tokens at most; ≥ 1. */
+  max_tokens: number;
+  /** Aborts the HTTP call (deadline, shutdown). */
+  signal?: AbortSignal;
+}
+
+/**
+ * Anything that can generate tokens: an engine adapter (vLLM, SGLang), the
+ * gateway client, or the in-process simulated engine.
+ * Errors are typed (`shared/errors.ts`): `ContextOverflowError`,
+ * `EngineUnavailableError`, `EngineAbortedError`, `BadEngineResponseError`.
+ */
+export interface InferenceClient {
+  generate(req: GenerateRequest): Promise<TokenOutput>;
+  /** The engine's `max_model_len` (context size in tokens), when it can tell. */
+  maxModelLen?(): Promise<number | undefined>;
+}

@@ -1,0 +1,37 @@
+import { z } from "zod";
+
+/**
+ * Per-trajectory timing metrics, as verl's `AgentLoopMetrics`: seconds,
+ * accumulated over turns; `num_preempted` summed over turns, −1 when unknown.
+ */
+export const AgentLoopMetrics = z.object({
+  generate_sequences: z.number().min(0).default(0),
+  tool_calls: z.number().min(0).default(0),
+  compute_score: z.number().min(0).default(0),
+  num_preempted: z.number().int().min(-1).default(-1),
+});
+export type AgentLoopMetrics = z.infer<typeof AgentLoopMetrics>;
+
+/** How a trajectory ended. `stop`: the loop ended normally; `length`: a budget was hit; `abort`; `error`. */
+export const FinishReason = z.enum(["stop", "length", "abort", "error"]);
+export type FinishReason = z.infer<typeof FinishReason>;
+
+/**
+ * One finished trajectory, unpadded (verl's `AgentLoopOutput`). Invariants
+ * (DESIGN §2) are checked by `validateTrajectory`: `response_ids`,
+ * `response_mask` and `response_logprobs` (when present) have equal length,
+ * at most `response_length`.
+ */
+export const AgentLoopOutput = z.object({
+  prompt_ids: z.array(z.number().int().min(0)),
+  response_ids: z.array(z.number().int().min(0)),
+  response_mask: z.array(z.union([z.literal(0), z.literal(1)])),
+  response_logprobs: z.array(z.number()).nullable(),
+  reward_score: z.number().nullable().default(null),
+  num_turns: z.number().int().min(0),
+  truncated: z.boolean().default(false),
+  finish_reason: FinishReason.default("stop"),
+  metrics: AgentLoopMetrics,
+  extra_fields: z.record(z.string(), z.unknown()).default({}),
+});
+export type AgentLoopOutput = z.infer<typeof AgentLoopOutput>;

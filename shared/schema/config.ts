@@ -1,0 +1,63 @@
+import { z } from "zod";
+
+/** `rollout.val_kwargs`: sampling used for validation batches (verl defaults: greedy, n = 1). */
+export const ValKwargs = z.object({
+  temperature: z.number().min(0).default(0),
+  top_p: z.number().gt(0).max(1).default(1.0),
+  top_k: z.number().int().min(-1).default(-1),
+  n: z.number().int().min(1, "rollout.val_kwargs.n must be >= 1").default(1),
+  do_sample: z.boolean().default(false),
+});
+
+/** `rollout.multi_turn` limits of the tool agent (verl's names and defaults). */
+export const MultiTurnConfig = z.object({
+  enable: z.boolean().default(true),
+  max_assistant_turns: z.number().int().min(1).nullable().default(null),
+  max_user_turns: z.number().int().min(1).nullable().default(null),
+  max_parallel_calls: z.number().int().min(1).default(1),
+  /** Characters (code points), not tokens, as in verl. */
+  max_tool_response_length: z.number().int().min(1).default(256),
+  /** `left` keeps the tail, `right` keeps the head, `middle` keeps head and tail. */
+  tool_response_truncate_side: z.enum(["left", "right", "middle"]).default("middle"),
+  /** Tool-call parser name (`hermes`, `qwen3_coder`). */
+  format: z.string().default("hermes"),
+  /** What a turn that ended with `finish_reason: "length"` does with complete calls: verl-compatible default is none. */
+  execute_calls_on_length: z.boolean().default(false),
+});
+
+/** `rollout.agent`: loop routing. */
+export const AgentConfig = z.object({
+  default_agent_loop: z.string().default("single_turn_agent"),
+  agent_loop_config_path: z.string().nullable().default(null),
+});
+
+/**
+ * The rollout section, with verl's names, nesting and defaults
+ * (`verl/trainer/config/rollout/rollout.yaml`): a config file reads
+ * `{"rollout": {"n": 4, "multi_turn": {…}, "agent": {…}}}`.
+ * `max_model_len` null means "the engine's" (asked at start) and falls back
+ * to `prompt_length + response_length`.
+ */
+export const RolloutConfig = z
+  .object({
+    n: z.number().int().min(1, "rollout.n must be >= 1").default(1),
+    prompt_length: z.number().int().min(1).default(512),
+    response_length: z.number().int().min(1).default(512),
+    max_model_len: z.number().int().min(2).nullable().default(null),
+    calculate_log_probs: z.boolean().default(true),
+    temperature: z.number().min(0).default(1.0),
+    top_p: z.number().gt(0).max(1).default(1.0),
+    top_k: z.number().int().min(-1).default(-1),
+    seed: z.number().int().optional(),
+    val_kwargs: ValKwargs.default(ValKwargs.parse({})),
+    multi_turn: MultiTurnConfig.default(MultiTurnConfig.parse({})),
+    agent: AgentConfig.default(AgentConfig.parse({})),
+    /** Extra kwargs for the chat template, e.g. `{enable_thinking: false}` (verl's `apply_chat_template_kwargs`). */
+    chat_template_kwargs: z.record(z.string(), z.unknown()).default({}),
+  })
+  .refine((c) => c.max_model_len == null || c.max_model_len > c.prompt_length, {
+    message: "rollout.max_model_len must be greater than rollout.prompt_length",
+    path: ["max_model_len"],
+  });
+export type RolloutConfig = z.infer<typeof RolloutConfig>;
+export type RolloutConfigInput = z.input<typeof RolloutConfig>;

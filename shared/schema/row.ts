@@ -1,0 +1,31 @@
+import { z } from "zod";
+import { ChatMessage } from "./message.ts";
+
+/** `reward_model` of a verl dataset row: how to score it. */
+export const RewardModelSpec = z.looseObject({
+  style: z.string().default("rule"),
+  ground_truth: z.unknown().optional(),
+});
+
+/** `extra_info` of a verl dataset row. */
+export const ExtraInfo = z.looseObject({
+  index: z.number().int().optional(),
+  tools_kwargs: z.record(z.string(), z.looseObject({ create_kwargs: z.record(z.string(), z.unknown()).optional() })).optional(),
+  interaction_kwargs: z.record(z.string(), z.unknown()).optional(),
+  tool_selection: z.array(z.string()).optional(),
+});
+
+/**
+ * One dataset record in verl's format. `agent_name` absent or `null` routes
+ * to `default_agent_loop` (DESIGN §4.3). `__rollout_n__` overrides
+ * `rollout.n` for this row. Unknown fields are kept and passed to loops.
+ */
+export const DatasetRow = z.looseObject({
+  data_source: z.string().default("unknown"),
+  agent_name: z.string().nullish(),
+  prompt: z.array(ChatMessage).min(1, "prompt must hold at least one message"),
+  reward_model: RewardModelSpec.optional(),
+  extra_info: ExtraInfo.optional(),
+  __rollout_n__: z.number().int().min(1).optional(),
+});
+export type DatasetRow = z.infer<typeof DatasetRow>;

@@ -1,0 +1,34 @@
+import { z } from "zod";
+
+/**
+ * A tool's schema in OpenAI function format, passed to the chat template as
+ * `tools`. Unlike verl (which drops unknown JSON-Schema keys through pydantic),
+ * every key of `parameters` is kept as given.
+ */
+export const ToolSchema = z.object({
+  type: z.literal("function").default("function"),
+  function: z.object({
+    name: z.string().min(1),
+    description: z.string().default(""),
+    parameters: z
+      .looseObject({ type: z.literal("object").default("object"), properties: z.record(z.string(), z.unknown()).default({}) })
+      .default({ type: "object", properties: {} }),
+  }),
+});
+export type ToolSchema = z.infer<typeof ToolSchema>;
+
+/** One webhook tool from the tools file: `{name, url, schema, timeout_ms, max_retries}`. */
+export const ToolSpec = z.object({
+  name: z.string().min(1),
+  url: z.string().url(),
+  schema: ToolSchema,
+  timeout_ms: z.number().int().positive().default(30_000),
+  max_retries: z.number().int().min(0).default(2),
+});
+export type ToolSpec = z.infer<typeof ToolSpec>;
+
+/** A tools file (YAML or JSON): `{tools: [...]}`. Tool names must be unique. */
+export const ToolsFile = z.object({
+  tools: z.array(ToolSpec).refine((ts) => new Set(ts.map((t) => t.name)).size === ts.length, "tool names must be unique"),
+});
+export type ToolsFile = z.infer<typeof ToolsFile>;

