@@ -1,0 +1,142 @@
+import { TemplateError } from "../errors.ts";
+import type { ChatMessage, ToolSchema } from "../schema/index.ts";
+import type { ChatTokenizer } from "./tokenizer.ts";
+
+/** Options for {@link ObservationEncoder}. */
+export interface ObservationOptions {
+  /** The tool schemas the prompt was rendered with (so the template's tools preamble matches and is diffed away). */
+  tools?: readonly ToolSchema[];
+  /** Extra chat-template variables, e.g. `{enable_thinking: false}`; also shape the generation prompt. */
+  chatTemplateKwargs?: Record<string, unknown>;
+}
+
+const SYNTHETIC_SYSTEM: ChatMessage = { role: "system", content: "continuous token synthetic system" };
+const SYNTHETIC_USER: ChatMessage = { role: "user", content: "continuous token synthetic user" };
+
+/**
+ * Encodes observations — the messages that follow an assistant turn (a run of
+ * `tool` results, or one `user` turn from a simulated user) — incrementally,
+ * without re-rendering or touching earlier tokens (DESIGN §2 invariant 1, §4.1).
+ *
+ * The result, appended after the model's sampled ids, is:
+ * 1. the template's turn separator after the end-of-turn token (Qwen: the `\n`
+ *    after `<|im_end|>`), only when the stream ends with that token;
+ * 2. the tokens the template renders for the new messages *in context*, found
+ *    as the difference between two renders of a short synthetic conversation
+ *    (with and without the new messages), so that whatever the template
+ *    prepends for a fresh conversation (Qwen's `# Tools` system block) is
+ *    removed exactly and history rewriting (Qwen3 dropping earlier `<think>`
+ *    blocks) never affects the result;
+ * 3. the generation prompt of the next assistant turn.
+ *
+ * All of it is observation (mask 0). With an append-only template, prompt ‖
+ * response then equals the template's own render of the whole conversation.
+ *
+ * @see verl's Continuous Token builder (`verl/utils/tokenizer/continuous_token.py`),
+ *   whose synthetic-prefix diff this follows.
+ */
+export class ObservationEncoder {
+  private readonly tok: ChatTokenizer;
+  private readonly opts: ObservationOptions;
+  private separator: number[] | undefined;
+  private readonly prefixCache = new Map<string, number[]>();
+
+  constructor(tok: ChatTokenizer, opts: ObservationOptions = {}) {
+    this.tok = tok;
+    this.opts = opts;
+  }
+
+  /**
+   * Observation ids for `newMessages` appended after a turn whose last sampled
+   * id is `lastTokenId` (undefined when nothing was sampled yet).
+   *
+   * @param newMessages one or more consecutive `tool` messages, or exactly one
+   *   `user` (or `system`) message.
+   * @throws TemplateError when the messages are not such a group, or when the
+   *   template is not append-only for them (a render of the shorter
+   *   conversation is not a token prefix of the longer one) — never silently
+   *   wrong tokens.
+   */
+  encode(newMessages: readonly ChatMessage[], lastTokenId: number | undefined): number[] {
+    if (newMessages.length === 0) throw new TemplateError("observation: no new messages to encode");
+    const allTools = newMessages.every((m) => m.role === "tool");
+    const oneTurn = newMessages.length === 1 && (newMessages[0]!.role === "user" || newMessages[0]!.role === "system");
+    if (!allTools && !oneTurn) {
+      throw new TemplateError(
+        `observation: expected a run of tool messages or one user/system message, got roles [${newMessages.map((m) => m.role).join(", ")}]`,
+      );
+    }
+    const prefix = allTools ? this.toolPrefix(newMessages.length) : [SYNTHETIC_SYSTEM, SYNTHETIC_USER];
+    const full = [...prefix, ...newMessages];
+    const prefixIds = this.prefixIds(prefix, allTools ? `tool:${newMessages.length}` : "user");
+    const fullIds = this.render(full, false);
+    const body = this.suffix(prefixIds, fullIds, "new messages");
+    const genPrompt = this.suffix(fullIds, this.render(full, true), "generation prompt");
+    const sep = lastTokenId === this.tok.eosTokenId ? this.turnSeparator() : [];
+    return [...sep, ...body, ...genPrompt];
+  }
+
+  /**
+   * The ids the template puts after an assistant's end-of-turn token before
+   * the next message (`[198]` for Qwen), found from a render; empty for
+   * templates that put nothing there.
+   */
+  turnSeparator(): number[] {
+    if (this.separator) return this.separator;
+    const ids = this.render([SYNTHETIC_SYSTEM, SYNTHETIC_USER, { role: "assistant", content: "synthetic answer" }], false);
+    const eos = ids.lastIndexOf(this.tok.eosTokenId);
+    if (eos < 0) {
+      throw new TemplateError(`template of ${this.tok.name}: an assistant turn does not end with the eos token ${this.tok.eosTokenId}`);
+    }
+    this.separator = ids.slice(eos + 1);
+    return this.separator;
+  }
+
+  /** Synthetic history for a tool group: an assistant turn with one call per tool message. */
+  private toolPrefix(calls: number): ChatMessage[] {
+    return [
+      SYNTHETIC_SYSTEM,
+      SYNTHETIC_USER,
+      {
+        role: "assistant",
+        content: "",
+        reasoning_content: "reasoning",
+        tool_calls: Array.from({ length: calls }, (_, i) => ({
+          id: `continuous_token_call_${i}`,
+          type: "function" as const,
+          function: { name: "continuous_token_tool", arguments: {} },
+        })),
+      },
+    ];
+  }
+
+  private prefixIds(prefix: ChatMessage[], cacheKey: string): number[] {
+    let ids = this.prefixCache.get(cacheKey);
+    if (!ids) {
+      ids = this.render(prefix, false);
+      this.prefixCache.set(cacheKey, ids);
+    }
+    return ids;
+  }
+
+  private render(messages: ChatMessage[], addGenerationPrompt: boolean): number[] {
+    return this.tok.renderIds(messages, {
+      tools: this.opts.tools,
+      addGenerationPrompt,
+      chatTemplateKwargs: this.opts.chatTemplateKwargs,
+    });
+  }
+
+  /** `longer` minus its prefix `shorter`; throws when `shorter` is not a token prefix of `longer`. */
+  private suffix(shorter: number[], longer: number[], what: string): number[] {
+    const n = shorter.length;
+    let ok = longer.length >= n;
+    for (let i = 0; ok && i < n; i++) if (shorter[i] !== longer[i]) ok = false;
+    if (!ok) {
+      throw new TemplateError(
+        `chat template of ${this.tok.name} is not append-only for the ${what}: the shorter render is not a token prefix of the longer one`,
+      );
+    }
+    return longer.slice(n);
+  }
+}

@@ -1,0 +1,44 @@
+import { InputError } from "../errors.ts";
+import { hasMultimodalContent, type ChatMessage, type ToolSchema } from "../schema/index.ts";
+import type { ChatTokenizer } from "./tokenizer.ts";
+
+/** Options for {@link buildPromptIds}. */
+export interface PromptOptions {
+  /** Tool schemas to render into the prompt (tool agents), in the tools file's order. */
+  tools?: readonly ToolSchema[];
+  /** `rollout.prompt_length`: the most tokens the initial prompt may hold. */
+  promptLength: number;
+  /** Extra chat-template variables, e.g. `{enable_thinking: false}`. */
+  chatTemplateKwargs?: Record<string, unknown>;
+}
+
+/**
+ * The initial prompt of a trajectory (DESIGN §2 invariant 5, §4.1):
+ * `applyChatTemplate(messages, {tools, add_generation_prompt: true})`.
+ *
+ * A text prompt longer than `promptLength` tokens is left-truncated — the
+ * rightmost `promptLength` ids are kept, so the generation prompt survives —
+ * and `truncated` is true (verl's `truncation: "left"`).
+ * @throws InputError (field `prompt`) when a message holds an image, video or
+ *   audio part: cutting placeholders would corrupt features, so such prompts
+ *   are rejected rather than truncated.
+ */
+export function buildPromptIds(
+  tok: ChatTokenizer,
+  messages: readonly ChatMessage[],
+  opts: PromptOptions,
+): { promptIds: number[]; truncated: boolean } {
+  if (hasMultimodalContent(messages)) {
+    throw new InputError("prompt", "holds image/video/audio parts; edgeloop's token core is text-only and never truncates multimodal prompts");
+  }
+  if (!Number.isInteger(opts.promptLength) || opts.promptLength < 1) {
+    throw new InputError("rollout.prompt_length", "must be an integer >= 1");
+  }
+  const ids = tok.renderIds(messages, {
+    tools: opts.tools,
+    addGenerationPrompt: true,
+    chatTemplateKwargs: opts.chatTemplateKwargs,
+  });
+  if (ids.length <= opts.promptLength) return { promptIds: ids, truncated: false };
+  return { promptIds: ids.slice(ids.length - opts.promptLength), truncated: true };
+}

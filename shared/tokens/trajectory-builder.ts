@@ -1,0 +1,273 @@
+import { InputError, TrajectoryInvariantError } from "../errors.ts";
+import type { AgentLoopMetrics, AgentLoopOutput, FinishReason } from "../schema/index.ts";
+import { validateTrajectory } from "./validate.ts";
+
+/** Options for {@link TrajectoryBuilder}. */
+export interface BuilderOptions {
+  /** The initial prompt ids (already capped at `prompt_length`). */
+  promptIds: ArrayLike<number>;
+  /** `rollout.response_length`: tokens the whole response (actions + observations) may hold. */
+  responseLength: number;
+  /** The engine's context size in tokens (`max_model_len`). */
+  maxModelLen: number;
+  /** Whether log-probs are requested and kept (`rollout.calculate_log_probs`). */
+  trackLogProbs: boolean;
+  /** `rollout.prompt_length`, checked by the validator when given. */
+  promptLength?: number;
+  /** The prompt was left-truncated (recorded in `extra_fields.prompt_truncated`). */
+  promptTruncated?: boolean;
+}
+
+/** What an append did: how many ids were kept, and whether the budget cut it. */
+export interface AppendResult {
+  appended: number;
+  truncated: boolean;
+}
+
+/** The builder's state as plain JSON (for durable-session checkpoints). */
+export interface BuilderSnapshot {
+  prompt_ids: number[];
+  response_ids: number[];
+  response_mask: (0 | 1)[];
+  response_logprobs: number[] | null;
+  truncated: boolean;
+  prompt_truncated: boolean;
+  response_length: number;
+  max_model_len: number;
+  prompt_length?: number;
+}
+
+const INITIAL_CAPACITY = 256;
+
+/**
+ * Builds one token trajectory: the prompt ids plus a response stream held in
+ * typed arrays — ids `Int32Array`, mask `Uint8Array`, log-probs
+ * `Float32Array` — that grow geometrically up to `response_length`.
+ *
+ * Sampled ids are appended exactly as the engine returned them (mask 1, their
+ * log-probs); observation ids get mask 0 and log-prob 0.0. `response_length`
+ * budgets the whole response: an append that would exceed it is cut, every
+ * per-token array together, and the trajectory is marked truncated (DESIGN §2
+ * invariants 2 and 4; cases C8, C11, C12). Log-probs are stored as float32,
+ * as trainers hold them.
+ */
+export class TrajectoryBuilder {
+  readonly promptIds: Int32Array;
+  readonly responseBudget: number;
+  readonly maxModelLen: number;
+  readonly trackLogProbs: boolean;
+  readonly promptLength?: number;
+  readonly promptTruncated: boolean;
+  private ids: Int32Array;
+  private mask: Uint8Array;
+  private lps: Float32Array | null;
+  private len = 0;
+  private cut = false;
+
+  constructor(opts: BuilderOptions) {
+    if (!Number.isInteger(opts.responseLength) || opts.responseLength < 1) {
+      throw new InputError("rollout.response_length", "must be an integer >= 1");
+    }
+    if (!Number.isInteger(opts.maxModelLen) || opts.maxModelLen < 1) {
+      throw new InputError("rollout.max_model_len", "must be an integer >= 1");
+    }
+    this.promptIds = Int32Array.from(opts.promptIds);
+    this.responseBudget = opts.responseLength;
+    this.maxModelLen = opts.maxModelLen;
+    this.trackLogProbs = opts.trackLogProbs;
+    this.promptLength = opts.promptLength;
+    this.promptTruncated = opts.promptTruncated ?? false;
+    const cap = Math.min(INITIAL_CAPACITY, this.responseBudget);
+    this.ids = new Int32Array(cap);
+    this.mask = new Uint8Array(cap);
+    this.lps = this.trackLogProbs ? new Float32Array(cap) : null;
+  }
+
+  /** Restores a builder from {@link snapshot} output. */
+  static fromSnapshot(s: BuilderSnapshot, trackLogProbs: boolean): TrajectoryBuilder {
+    const b = new TrajectoryBuilder({
+      promptIds: s.prompt_ids,
+      responseLength: s.response_length,
+      maxModelLen: s.max_model_len,
+      trackLogProbs,
+      promptLength: s.prompt_length,
+      promptTruncated: s.prompt_truncated,
+    });
+    b.ensure(s.response_ids.length);
+    b.ids.set(s.response_ids);
+    b.mask.set(s.response_mask);
+    if (b.lps && s.response_logprobs) b.lps.set(s.response_logprobs);
+    b.len = s.response_ids.length;
+    b.cut = s.truncated;
+    return b;
+  }
+
+  /** Tokens in the response so far (actions and observations). */
+  get responseLength(): number {
+    return this.len;
+  }
+
+  /** True once any append was cut by the budget, or {@link markTruncated} was called. */
+  get truncated(): boolean {
+    return this.cut;
+  }
+
+  /** The last id of the running stream (response, else prompt), or undefined when both are empty. */
+  get lastTokenId(): number | undefined {
+    if (this.len > 0) return this.ids[this.len - 1];
+    return this.promptIds.length > 0 ? this.promptIds[this.promptIds.length - 1] : undefined;
+  }
+
+  /** Response tokens still allowed: `response_length − response so far`. */
+  get remainingBudget(): number {
+    return this.responseBudget - this.len;
+  }
+
+  /** Length of the engine input: prompt + response so far. */
+  get contextLength(): number {
+    return this.promptIds.length + this.len;
+  }
+
+  /** The engine input: prompt ‖ response so far, as a plain array for the JSON boundary. */
+  contextIds(): number[] {
+    const out = new Array<number>(this.promptIds.length + this.len);
+    for (let i = 0; i < this.promptIds.length; i++) out[i] = this.promptIds[i]!;
+    for (let i = 0; i < this.len; i++) out[this.promptIds.length + i] = this.ids[i]!;
+    return out;
+  }
+
+  /**
+   * `max_tokens` for the next engine request:
+   * `min(response_length − response so far, max_model_len − input length)`,
+   * or 0 when that is ≤ 0 — then no request may be sent and the trajectory
+   * ends truncated (cases C11, C12).
+   */
+  nextMaxTokens(): number {
+    return Math.max(0, Math.min(this.remainingBudget, this.maxModelLen - this.contextLength));
+  }
+
+  /**
+   * Appends ids the policy sampled, exactly as returned (mask 1).
+   * @param logprobs one per id; required when log-probs are tracked, ignored otherwise.
+   * @throws TrajectoryInvariantError when log-probs are tracked but missing or misaligned.
+   */
+  appendAction(ids: ArrayLike<number>, logprobs?: ArrayLike<number> | null): AppendResult {
+    if (this.lps) {
+      if (logprobs == null) throw new TrajectoryInvariantError("aligned_lengths", "log-probs are tracked but the action has none");
+      if (logprobs.length !== ids.length) {
+        throw new TrajectoryInvariantError("aligned_lengths", `action has ${ids.length} ids but ${logprobs.length} log-probs`);
+      }
+    }
+    return this.append(ids, 1, logprobs ?? null);
+  }
+
+  /** Appends observation ids (tool results, user turns, template boundaries): mask 0, log-prob 0.0. */
+  appendObservation(ids: ArrayLike<number>): AppendResult {
+    return this.append(ids, 0, null);
+  }
+
+  /** Records that the trajectory ended because a budget was reached (e.g. `nextMaxTokens()` is 0). */
+  markTruncated(): void {
+    this.cut = true;
+  }
+
+  /** The response ids so far, as a plain array. */
+  responseIds(): number[] {
+    return Array.from(this.ids.subarray(0, this.len));
+  }
+
+  /** The response mask so far (1 = sampled by the policy). */
+  responseMask(): (0 | 1)[] {
+    return Array.from(this.mask.subarray(0, this.len)) as (0 | 1)[];
+  }
+
+  /** The response log-probs so far (float32 values), or null when not tracked. */
+  responseLogprobs(): number[] | null {
+    return this.lps ? Array.from(this.lps.subarray(0, this.len)) : null;
+  }
+
+  /** Bytes held by the typed arrays (capacity, not length). */
+  get byteSize(): number {
+    return this.promptIds.byteLength + this.ids.byteLength + this.mask.byteLength + (this.lps?.byteLength ?? 0);
+  }
+
+  /** The state as plain JSON, for checkpoints. */
+  snapshot(): BuilderSnapshot {
+    return {
+      prompt_ids: Array.from(this.promptIds),
+      response_ids: this.responseIds(),
+      response_mask: this.responseMask(),
+      response_logprobs: this.responseLogprobs(),
+      truncated: this.cut,
+      prompt_truncated: this.promptTruncated,
+      response_length: this.responseBudget,
+      max_model_len: this.maxModelLen,
+      ...(this.promptLength !== undefined ? { prompt_length: this.promptLength } : {}),
+    };
+  }
+
+  /**
+   * The finished trajectory, validated (`validateTrajectory`). `truncated` is
+   * the builder's; `extra_fields.prompt_truncated` is set when the prompt was cut.
+   * @throws TrajectoryInvariantError when an invariant is broken.
+   */
+  finish(o: {
+    numTurns: number;
+    rewardScore: number | null;
+    metrics: AgentLoopMetrics;
+    extraFields: Record<string, unknown>;
+    finishReason: FinishReason;
+  }): AgentLoopOutput {
+    const out: AgentLoopOutput = {
+      prompt_ids: Array.from(this.promptIds),
+      response_ids: this.responseIds(),
+      response_mask: this.responseMask(),
+      response_logprobs: this.responseLogprobs(),
+      reward_score: o.rewardScore,
+      num_turns: o.numTurns,
+      truncated: this.cut,
+      finish_reason: o.finishReason,
+      metrics: { ...o.metrics },
+      extra_fields: { ...o.extraFields, ...(this.promptTruncated ? { prompt_truncated: true } : {}) },
+    };
+    validateTrajectory(
+      { ...out, logprobs: out.response_logprobs },
+      { responseLength: this.responseBudget, promptLength: this.promptLength, trackLogProbs: this.trackLogProbs },
+    );
+    return out;
+  }
+
+  private append(ids: ArrayLike<number>, maskValue: 0 | 1, logprobs: ArrayLike<number> | null): AppendResult {
+    const take = Math.min(ids.length, this.remainingBudget);
+    this.ensure(this.len + take);
+    for (let i = 0; i < take; i++) {
+      const id = ids[i]!;
+      if (!Number.isInteger(id) || id < 0 || id > 0x7fffffff) {
+        throw new TrajectoryInvariantError("token_ids", `id ${id} is not a token id`, this.len + i);
+      }
+      this.ids[this.len + i] = id;
+      this.mask[this.len + i] = maskValue;
+      if (this.lps) this.lps[this.len + i] = maskValue === 1 && logprobs ? logprobs[i]! : 0;
+    }
+    this.len += take;
+    const truncated = take < ids.length;
+    if (truncated) this.cut = true;
+    return { appended: take, truncated };
+  }
+
+  private ensure(capacity: number): void {
+    if (capacity <= this.ids.length) return;
+    const cap = Math.min(this.responseBudget, Math.max(capacity, this.ids.length * 2));
+    const ids = new Int32Array(cap);
+    ids.set(this.ids.subarray(0, this.len));
+    const mask = new Uint8Array(cap);
+    mask.set(this.mask.subarray(0, this.len));
+    this.ids = ids;
+    this.mask = mask;
+    if (this.lps) {
+      const lps = new Float32Array(cap);
+      lps.set(this.lps.subarray(0, this.len));
+      this.lps = lps;
+    }
+  }
+}
