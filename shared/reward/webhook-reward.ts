@@ -1,0 +1,37 @@
+import { z } from "zod";
+import { ToolError } from "../errors.ts";
+import { postWebhook, type WebhookOptions } from "../tools/webhook-post.ts";
+
+/** The reward webhook: where to POST, per-attempt timeout and retries. */
+export const RewardWebhookSpec = z.object({
+  url: z.string().url(),
+  timeout_ms: z.number().int().positive().default(30_000),
+  max_retries: z.number().int().min(0).default(2),
+});
+export type RewardWebhookSpec = z.infer<typeof RewardWebhookSpec>;
+
+/** The body a reward webhook receives. `final_answer` is the decoded text of the last assistant turn. */
+export interface RewardWebhookRequest {
+  key: string;
+  data_source: string;
+  final_answer: string;
+  ground_truth: unknown;
+}
+
+const RewardReply = z.object({ score: z.number() });
+
+/**
+ * The `webhook` reward: `POST url {key, data_source, final_answer, ground_truth}`
+ * (signed like tool calls when a secret is set) → `200 {"score": number}`.
+ * @throws ToolError when the webhook fails after its retries or the reply has no numeric `score`.
+ */
+export async function webhookReward(
+  spec: RewardWebhookSpec,
+  req: RewardWebhookRequest,
+  opts: WebhookOptions & { secret?: string } = {},
+): Promise<number> {
+  const reply = await postWebhook({ url: spec.url, secret: opts.secret, timeout_ms: spec.timeout_ms, max_retries: spec.max_retries }, req, opts);
+  const r = RewardReply.safeParse(reply.body);
+  if (reply.status !== 200 || !r.success) throw new ToolError(`reward webhook ${spec.url}: expected 200 {"score": number}`, { status: 502 });
+  return r.data.score;
+}

@@ -1,0 +1,114 @@
+import { scanBlocks, type BlockBody, type ExtractResult, type ParseError, type ParsedCall, type ToolCallParser } from "./tool-call-parser.ts";
+
+const OPEN = "<tool_call>";
+const CLOSE = "</tool_call>";
+
+/**
+ * Reads a Hermes block body starting right after `<tool_call>`. The end tag
+ * is looked for outside JSON strings, so a `</tool_call>` inside an argument
+ * value does not end the call. When quotes do not balance (the body is not
+ * JSON), the first plain end tag is used; when there is none, the block runs
+ * to the end of the text and is reported unclosed.
+ */
+export function readHermesBody(text: string, start: number): BlockBody {
+  let inString = false;
+  for (let i = start; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c) i++;
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) {
+      inString = true;
+    } else if (c === 0x3c && text.startsWith(CLOSE, i)) {
+      return { body: text.slice(start, i), end: i + CLOSE.length, closed: true };
+    }
+  }
+  const plain = text.indexOf(CLOSE, start);
+  if (plain >= 0) return { body: text.slice(start, plain), end: plain + CLOSE.length, closed: true };
+  return { body: text.slice(start), end: text.length, closed: false };
+}
+
+const NAME_RE = /"name"\s*:\s*"((?:[^"\\]|\\.)*)"/;
+
+/** Best-effort tool name of a malformed body, for error messages. */
+function recoverName(body: string): string | undefined {
+  const m = NAME_RE.exec(body);
+  if (!m) return undefined;
+  try {
+    return JSON.parse(`"${m[1]}"`) as string;
+  } catch {
+    return m[1];
+  }
+}
+
+function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return v !== null && typeof v === "object" && !Array.isArray(v);
+}
+
+/** Turns one block body into a call or an error; never throws. */
+export function parseHermesBody(index: number, b: BlockBody): ParsedCall | ParseError {
+  const raw = b.body;
+  const callShape = `a tool call must be <tool_call>{"name": <tool name>, "arguments": <JSON object>}</tool_call>`;
+  if (!b.closed) {
+    const name = recoverName(raw);
+    return { index, name, raw, message: `The tool call${name ? ` to '${name}'` : ""} was not closed with </tool_call>; ${callShape}.` };
+  }
+  let v: unknown;
+  try {
+    v = JSON.parse(raw);
+  } catch {
+    const name = recoverName(raw);
+    return { index, name, raw, message: `Invalid JSON in tool call${name ? ` for '${name}'` : ""}; ${callShape}.` };
+  }
+  if (!isPlainObject(v)) return { index, raw, message: `Invalid tool call: ${callShape}.` };
+  const name = v.name;
+  if (typeof name !== "string" || name.length === 0) {
+    return { index, raw, message: `Invalid tool call: "name" is missing or not a non-empty string; ${callShape}.` };
+  }
+  let args = v.arguments;
+  if (args === undefined || args === null) args = {};
+  if (typeof args === "string") {
+    try {
+      args = JSON.parse(args);
+    } catch {
+      return { index, name, raw, message: `Invalid JSON in arguments for '${name}': the arguments string is not a JSON object.` };
+    }
+  }
+  if (!isPlainObject(args)) {
+    return { index, name, raw, message: `Invalid arguments for '${name}': arguments must be a JSON object.` };
+  }
+  return { index, name, arguments: args, raw };
+}
+
+/**
+ * The Hermes/Qwen parser: `<tool_call>{"name": …, "arguments": {…}}</tool_call>`,
+ * any number per turn. Calls inside `<think>` do not count (case C9); the end
+ * tag is found outside JSON strings; `arguments` given as a JSON string holding
+ * an object is parsed; a missing or null `arguments` is `{}`. A block that is
+ * not valid JSON, has no name, has non-object arguments or never closes is a
+ * {@link ParseError} (case C10).
+ *
+ * Differences from verl: verl drops bad blocks silently (logging them) and
+ * ignores a turn without both tags; here they surface as errors the loop
+ * shows to the model. `content` drops only the blocks that were parsed.
+ * @see verl `HermesToolParser` (`verl/experimental/agent_loop/tool_parser.py`)
+ */
+export class HermesToolCallParser implements ToolCallParser {
+  readonly name = "hermes";
+
+  extract(text: string): ExtractResult {
+    const calls: ParsedCall[] = [];
+    const errors: ParseError[] = [];
+    try {
+      const { blocks, content } = scanBlocks(text, OPEN, (start) => readHermesBody(text, start));
+      blocks.forEach((b, i) => {
+        const r = parseHermesBody(i, b);
+        if ("arguments" in r) calls.push(r);
+        else errors.push(r);
+      });
+      return { content, calls, errors };
+    } catch {
+      return { content: text, calls: [], errors: [] };
+    }
+  }
+}

@@ -1,0 +1,153 @@
+import { z } from "zod";
+import { ToolError } from "../errors.ts";
+import type { ToolSchema, ToolSpec } from "../schema/index.ts";
+import { postWebhook, WebhookError, type WebhookOptions } from "./webhook-post.ts";
+
+/** One tool call to execute. `turn` is the assistant turn (1-based) that made it, `index` its position in that turn (0-based). */
+export interface ToolCallRequest {
+  name: string;
+  /** Parsed arguments; must be a JSON object holding the schema's required parameters. */
+  arguments: unknown;
+  /** Trajectory key `{uid}_{session_id}_{output_index}`. */
+  key: string;
+  turn: number;
+  index: number;
+  /** `extra_info.tools_kwargs.<name>.create_kwargs` of the row. */
+  create_kwargs?: Record<string, unknown>;
+  signal?: AbortSignal;
+}
+
+/**
+ * A tool's answer as the loop uses it. Failures are results too (`ok: false`)
+ * whose `content` is text the model can read, naming the tool — never exceptions.
+ */
+export interface ToolResult {
+  ok: boolean;
+  content: string;
+  reward?: number;
+  metrics?: Record<string, unknown>;
+  /** The idempotency key sent: `{key}:{turn}:{index}`; empty when no request was sent. */
+  call_id: string;
+  /** HTTP attempts made (0 when the call was refused before sending). */
+  attempts: number;
+}
+
+/** What a loop needs from its tools: their schemas (prompt order) and a way to call them. */
+export interface ToolExecutor {
+  /** Tool schemas in the tools file's order, as rendered into the prompt. */
+  readonly schemas: readonly ToolSchema[];
+  readonly names: readonly string[];
+  /** Executes one call; resolves to a result for every failure (unknown tool, bad arguments, HTTP failure). */
+  call(req: ToolCallRequest): Promise<ToolResult>;
+  /** The same executor restricted to `names` (unknown names ignored), for `extra_info.tool_selection`. */
+  select?(names: readonly string[]): ToolExecutor;
+}
+
+/** The body a tool webhook must answer with `200`. */
+export const ToolReply = z.object({
+  content: z.string(),
+  reward: z.number().nullish(),
+  metrics: z.record(z.string(), z.unknown()).nullish(),
+});
+export type ToolReply = z.infer<typeof ToolReply>;
+
+/** The idempotency key of a call: `{key}:{turn}:{index}`, reused on every retry. */
+export function toolCallId(key: string, turn: number, index: number): string {
+  return `${key}:${turn}:${index}`;
+}
+
+/** `['a', 'b']` — the list format verl's messages use (`Available tools: [...]`). */
+export function pyList(names: readonly string[]): string {
+  return `[${names.map((n) => `'${n}'`).join(", ")}]`;
+}
+
+/**
+ * Calls webhook tools (DESIGN §4.3, issue 4 §5): `POST url` with
+ * `content-type: application/json` and body
+ * `{"call_id", "name", "arguments", "key", "turn", "create_kwargs"}`, signed
+ * with `x-edgeloop-signature` when a secret is set, per-tool `timeout_ms` and
+ * `max_retries` (backoff on 5xx/timeouts/connection errors, same `call_id`).
+ * The reply must be `200 {"content": string, "reward"?: number, "metrics"?: object}`.
+ * `202 Accepted` (a later callback) needs durable sessions and is refused here
+ * with an error result.
+ *
+ * Arguments are checked lightly before sending: a JSON object with every
+ * `required` parameter of the schema (full JSON-Schema validation is the
+ * tool's job).
+ * @see verl `ToolAgentLoop._call_tool` for the error texts (`Unknown function …`, `Error executing tool …`)
+ */
+export class WebhookToolClient implements ToolExecutor {
+  readonly schemas: readonly ToolSchema[];
+  readonly names: readonly string[];
+  private readonly specs: Map<string, ToolSpec>;
+
+  constructor(
+    tools: readonly ToolSpec[],
+    private readonly opts: WebhookOptions & { secret?: string } = {},
+  ) {
+    this.specs = new Map(tools.map((t) => [t.name, t]));
+    this.schemas = tools.map((t) => t.schema);
+    this.names = tools.map((t) => t.name);
+  }
+
+  select(names: readonly string[]): WebhookToolClient {
+    const keep = new Set(names);
+    return new WebhookToolClient([...this.specs.values()].filter((t) => keep.has(t.name)), this.opts);
+  }
+
+  async call(req: ToolCallRequest): Promise<ToolResult> {
+    const spec = this.specs.get(req.name);
+    if (!spec) {
+      return { ok: false, call_id: "", attempts: 0, content: `Unknown function '${req.name}'. Available tools: ${pyList(this.names)}` };
+    }
+    const argError = checkArguments(spec, req.arguments);
+    if (argError) return { ok: false, call_id: "", attempts: 0, content: `Invalid arguments for '${req.name}': ${argError}` };
+    const call_id = toolCallId(req.key, req.turn, req.index);
+    const body = { call_id, name: req.name, arguments: req.arguments, key: req.key, turn: req.turn, create_kwargs: req.create_kwargs ?? {} };
+    const fail = (reason: string, attempts: number): ToolResult => ({ ok: false, call_id, attempts, content: `Error executing tool '${req.name}': ${reason}` });
+    let reply;
+    try {
+      reply = await postWebhook(
+        { url: spec.url, secret: this.opts.secret, timeout_ms: spec.timeout_ms, max_retries: spec.max_retries },
+        body,
+        { ...this.opts, signal: req.signal ?? this.opts.signal },
+      );
+    } catch (e) {
+      const attempts = e instanceof WebhookError ? e.attempts : 1;
+      return fail(e instanceof ToolError ? describeFailure(e, spec, attempts) : String(e), attempts);
+    }
+    if (reply.status === 202) return fail("the tool answered 202 Accepted (asynchronous result), which needs durable sessions; this loop only takes synchronous 200 replies", reply.attempts);
+    if (reply.status !== 200) return fail(`unexpected HTTP ${reply.status}`, reply.attempts);
+    const r = ToolReply.safeParse(reply.body);
+    if (!r.success) return fail(`the tool's reply is not {"content": string, "reward"?: number, "metrics"?: object} (${r.error.issues[0]?.path.join(".") || "body"}: ${r.error.issues[0]?.message})`, reply.attempts);
+    return {
+      ok: true,
+      call_id,
+      attempts: reply.attempts,
+      content: r.data.content,
+      ...(r.data.reward != null ? { reward: r.data.reward } : {}),
+      ...(r.data.metrics != null ? { metrics: r.data.metrics } : {}),
+    };
+  }
+}
+
+function describeFailure(e: ToolError, spec: ToolSpec, tries: number): string {
+  const n = `${tries} attempt${tries > 1 ? "s" : ""}`;
+  if (e.status === 499) return "aborted";
+  if (e.status === 504) return `timed out after ${spec.timeout_ms} ms (${n})`;
+  if (e.status === 502 && e.retryable) return `could not connect (${n})`;
+  if (e.retryable) return `HTTP ${e.status} (${n})`;
+  if (e.status === 502) return "the reply is not JSON";
+  return `HTTP ${e.status}`;
+}
+
+/** A reason the arguments cannot be sent, or undefined when they look right. */
+function checkArguments(spec: ToolSpec, args: unknown): string | undefined {
+  if (args === null || typeof args !== "object" || Array.isArray(args)) return "arguments must be a JSON object";
+  const required = (spec.schema.function.parameters as { required?: unknown }).required;
+  if (Array.isArray(required)) {
+    const missing = required.filter((k): k is string => typeof k === "string" && !(k in (args as object)));
+    if (missing.length > 0) return `missing required parameter${missing.length > 1 ? "s" : ""} ${missing.map((m) => `'${m}'`).join(", ")}`;
+  }
+  return undefined;
+}
