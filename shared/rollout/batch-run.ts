@@ -1,0 +1,193 @@
+import pRetry from "p-retry";
+import type { AgentLoopOutput, RolloutConfig, TrajectoryRecord } from "../schema/index.ts";
+import type { TransferQueue } from "../store/types.ts";
+import { failedRecord, toTrajectoryRecord, type BatchPlan, type PlannedTrajectory } from "./batch.ts";
+
+/** Runs one planned trajectory through its agent loop. */
+export interface TrajectoryExecutor {
+  /**
+   * Resolves the row's loop and runs it; returns the loop's outputs (usually
+   * one) and the resolved `agent_name`. Throws for a failure of this
+   * trajectory only (unknown agent, engine down after retries, broken
+   * invariant); the batch goes on.
+   */
+  run(t: PlannedTrajectory, plan: BatchPlan): Promise<{ agentName: string; outputs: AgentLoopOutput[] }>;
+  /** The agent name a row routes to, for failure records (`default_agent_loop` when absent/null). */
+  agentNameFor(t: PlannedTrajectory): string;
+}
+
+/** Progress and totals of a batch, as `GET /v1/rollouts/{batch_id}` reports them. */
+export interface BatchStats {
+  batch_id: string;
+  validate: boolean;
+  done: boolean;
+  counts: { total: number; pending: number; running: number; ok: number; failed: number; truncated: number };
+  /** Token counts over finished trajectories: prompt, sampled (mask 1) and observation (mask 0). */
+  tokens: { prompt: number; sampled: number; observation: number };
+  turns: number;
+  tool_calls: number;
+  tool_errors: number;
+  reward: { count: number; mean: number | null };
+  /** The first errors (at most 50): key and reason. */
+  errors: { key: string; error: string }[];
+  started_at: number;
+  finished_at: number | null;
+}
+
+/** Options of a {@link BatchRun}. */
+export interface BatchRunOptions {
+  executor: TrajectoryExecutor;
+  store: TransferQueue;
+  rollout: RolloutConfig;
+  /** Trajectories run at once. */
+  concurrency: number;
+  /** Called with every record once it is stored. */
+  onRecord?: (r: TrajectoryRecord) => void;
+  /** Clock in milliseconds (tests). */
+  now?: () => number;
+}
+
+/**
+ * Runs a planned batch: declares its groups in the transfer queue, runs every
+ * trajectory with at most `concurrency` at once, stores each record exactly
+ * once (failed ones via `markFailed`, so their group still completes,
+ * flagged), and keeps progress figures. A store write is retried with
+ * backoff; a failure of one trajectory never stops the batch.
+ */
+export class BatchRun {
+  readonly plan: BatchPlan;
+  private readonly opts: BatchRunOptions;
+  private readonly finished: TrajectoryRecord[] = [];
+  private readonly waiters = new Set<() => void>();
+  private readonly s: BatchStats;
+  private rewardSum = 0;
+  private donePromise: Promise<void> | null = null;
+
+  constructor(plan: BatchPlan, opts: BatchRunOptions) {
+    this.plan = plan;
+    this.opts = opts;
+    const total = plan.trajectories.length;
+    this.s = {
+      batch_id: plan.batch_id,
+      validate: plan.validate,
+      done: false,
+      counts: { total, pending: total, running: 0, ok: 0, failed: 0, truncated: 0 },
+      tokens: { prompt: 0, sampled: 0, observation: 0 },
+      turns: 0,
+      tool_calls: 0,
+      tool_errors: 0,
+      reward: { count: 0, mean: null },
+      errors: [],
+      started_at: (opts.now ?? Date.now)(),
+      finished_at: null,
+    };
+  }
+
+  /** Starts the batch (once) and resolves when every trajectory is stored. */
+  run(): Promise<void> {
+    this.donePromise ??= this.execute();
+    return this.donePromise;
+  }
+
+  /** A snapshot of the progress figures. */
+  stats(): BatchStats {
+    return structuredClone(this.s);
+  }
+
+  /** Records stored so far, in completion order. */
+  records(): readonly TrajectoryRecord[] {
+    return this.finished;
+  }
+
+  /** Every record of the batch as it finishes: first those already stored, then live ones, until the batch is done. */
+  async *stream(): AsyncGenerator<TrajectoryRecord> {
+    let i = 0;
+    for (;;) {
+      while (i < this.finished.length) yield this.finished[i++]!;
+      if (this.s.done) return;
+      await new Promise<void>((resolve) => this.waiters.add(resolve));
+    }
+  }
+
+  private async execute(): Promise<void> {
+    const mode = this.plan.validate ? "val" : "train";
+    for (const [uid, n] of this.plan.groups) await this.opts.store.expectGroup(uid, n, mode);
+    const queue = [...this.plan.trajectories];
+    const worker = async () => {
+      for (let t = queue.shift(); t; t = queue.shift()) await this.runOne(t);
+    };
+    await Promise.all(Array.from({ length: Math.min(this.opts.concurrency, queue.length) }, worker));
+    this.s.done = true;
+    this.s.finished_at = (this.opts.now ?? Date.now)();
+    this.wake();
+  }
+
+  private async runOne(t: PlannedTrajectory): Promise<void> {
+    this.s.counts.pending--;
+    this.s.counts.running++;
+    let records: TrajectoryRecord[];
+    let agentName = t.row ? this.opts.executor.agentNameFor(t) : "unknown";
+    try {
+      if (t.row_error) throw new Error(t.row_error);
+      const res = await this.opts.executor.run(t, this.plan);
+      agentName = res.agentName;
+      if (res.outputs.length === 0) throw new Error(`agent loop '${agentName}' returned no output`);
+      records = res.outputs.map((o, i) => toTrajectoryRecord(t, agentName, o, this.opts.rollout, i));
+    } catch (e) {
+      records = [failedRecord(t, agentName, errorText(e))];
+    }
+    for (const r of records) await this.store(r);
+    this.s.counts.running--;
+  }
+
+  private async store(r: TrajectoryRecord): Promise<void> {
+    const write = () =>
+      r.error === null
+        ? this.opts.store.put(r)
+        : this.opts.store.markFailed(r.key, r.error, { agent_name: r.agent_name, data_source: r.data_source, extra_fields: r.extra_fields });
+    try {
+      await pRetry(write, { retries: 4, minTimeout: 50, factor: 3, shouldRetry: ({ error }) => (error as { retryable?: boolean }).retryable !== false });
+    } catch (e) {
+      r = { ...r, error: `transfer queue write failed: ${errorText(e)}`, finish_reason: "error" };
+    }
+    this.count(r);
+    this.finished.push(r);
+    this.opts.onRecord?.(r);
+    this.wake();
+  }
+
+  private count(r: TrajectoryRecord): void {
+    const c = this.s.counts;
+    if (r.error !== null) {
+      c.failed++;
+      if (this.s.errors.length < 50) this.s.errors.push({ key: r.key, error: r.error });
+      return;
+    }
+    c.ok++;
+    if (r.truncated) c.truncated++;
+    const sampled = r.response_mask.reduce<number>((n, m) => n + m, 0);
+    this.s.tokens.prompt += r.prompt_ids.length;
+    this.s.tokens.sampled += sampled;
+    this.s.tokens.observation += r.response_ids.length - sampled;
+    this.s.turns += r.num_turns;
+    const ef = r.extra_fields as { tool_calls?: unknown; tool_errors?: unknown };
+    if (typeof ef.tool_calls === "number") this.s.tool_calls += ef.tool_calls;
+    if (typeof ef.tool_errors === "number") this.s.tool_errors += ef.tool_errors;
+    if (r.reward_score !== null) {
+      this.rewardSum += r.reward_score;
+      this.s.reward.count++;
+      this.s.reward.mean = this.rewardSum / this.s.reward.count;
+    }
+  }
+
+  private wake(): void {
+    const ws = [...this.waiters];
+    this.waiters.clear();
+    for (const w of ws) w();
+  }
+}
+
+function errorText(e: unknown): string {
+  if (e instanceof Error) return e.name && e.name !== "Error" ? `${e.name}: ${e.message}` : e.message;
+  return String(e);
+}

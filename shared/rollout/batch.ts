@@ -1,0 +1,151 @@
+import { z } from "zod";
+import { formatPath } from "../errors.ts";
+import { DatasetRow, trajectoryKey, type AgentLoopOutput, type RolloutConfig, type TrajectoryRecord } from "../schema/index.ts";
+import { validateTrajectory } from "../tokens/validate.ts";
+
+/**
+ * Body of `POST /v1/rollouts` (and what the CLI builds from a data file).
+ * `rows` are validated one by one later, so one bad row fails only its own
+ * trajectories. `config` is a partial `AppConfig` (usually `{rollout: {...}}`)
+ * merged over the server's. `validate: true` uses `rollout.val_kwargs` and
+ * the `val` queue partition (as verl's validation batches).
+ */
+export const RolloutRequest = z.object({
+  rows: z.array(z.unknown()).min(1, "rows must hold at least one row").max(100_000, "rows may hold at most 100000 rows"),
+  config: z.record(z.string(), z.unknown()).optional(),
+  global_steps: z.number().int().min(-1).default(-1),
+  model_version: z.union([z.string().max(200), z.number()]).nullable().default(null),
+  validate: z.boolean().default(false),
+});
+export type RolloutRequest = z.infer<typeof RolloutRequest>;
+
+/** One trajectory to run: the key parts, the row it comes from, and verl's trajectory info. */
+export interface PlannedTrajectory {
+  key: string;
+  uid: string;
+  session_id: number;
+  row_index: number;
+  /** The parsed row, or null when the row was invalid (then `row_error` says why). */
+  row: DatasetRow | null;
+  row_error: string | null;
+  /** Sessions in this trajectory's group (`rollout.n`, `val_kwargs.n` or the row's `__rollout_n__`). */
+  group_size: number;
+  /** verl's `trajectory_info`: `{step, sample_index, rollout_n, validate}`. */
+  trajectory_info: { step: number; sample_index: number; rollout_n: number; validate: boolean };
+}
+
+/** A planned batch: one uid per row, `group_size` sessions per uid. */
+export interface BatchPlan {
+  batch_id: string;
+  validate: boolean;
+  global_steps: number;
+  model_version: string | number | null;
+  trajectories: PlannedTrajectory[];
+  /** uid → group size, for `TransferQueue.expectGroup`. */
+  groups: Map<string, number>;
+}
+
+/** A fresh id that cannot be guessed from outside and holds no `_` (safe as a uid). */
+export function newId(): string {
+  return crypto.randomUUID();
+}
+
+/**
+ * Expands a request into trajectories: for row `i`, a server-chosen `uid`
+ * and `n` sessions with keys `{uid}_{s}_0`. An invalid row still gets its
+ * keys (with `row_error` naming the field, e.g. `rows[3].prompt`), so that
+ * it fails on its own and its group completes, flagged.
+ */
+export function planBatch(req: RolloutRequest, rollout: RolloutConfig): BatchPlan {
+  const trajectories: PlannedTrajectory[] = [];
+  const groups = new Map<string, number>();
+  const defaultN = req.validate ? rollout.val_kwargs.n : rollout.n;
+  req.rows.forEach((raw, i) => {
+    const parsed = DatasetRow.safeParse(raw);
+    let row: DatasetRow | null = null;
+    let rowError: string | null = null;
+    if (parsed.success) row = parsed.data;
+    else {
+      const issue = parsed.error.issues[0]!;
+      rowError = `${formatPath(`rows[${i}]`, issue.path)}: ${issue.message}`;
+    }
+    const n = row?.__rollout_n__ ?? defaultN;
+    const uid = newId();
+    groups.set(uid, n);
+    const sampleIndex = row?.extra_info?.index ?? i;
+    for (let s = 0; s < n; s++) {
+      trajectories.push({
+        key: trajectoryKey(uid, s, 0),
+        uid,
+        session_id: s,
+        row_index: i,
+        row,
+        row_error: rowError,
+        group_size: n,
+        trajectory_info: { step: req.global_steps, sample_index: sampleIndex, rollout_n: s, validate: req.validate },
+      });
+    }
+  });
+  return { batch_id: newId(), validate: req.validate, global_steps: req.global_steps, model_version: req.model_version, trajectories, groups };
+}
+
+/**
+ * The queue record of a finished trajectory. Runs `validateTrajectory` on the
+ * loop's output first — the one validator every output passes through, also
+ * for custom loops that did not use the TrajectoryBuilder.
+ * @throws TrajectoryInvariantError when the output breaks an invariant.
+ */
+export function toTrajectoryRecord(
+  t: PlannedTrajectory,
+  agentName: string,
+  out: AgentLoopOutput,
+  rollout: RolloutConfig,
+  outputIndex = 0,
+): TrajectoryRecord {
+  validateTrajectory(
+    { ...out, logprobs: out.response_logprobs },
+    { responseLength: rollout.response_length, promptLength: rollout.prompt_length, trackLogProbs: rollout.calculate_log_probs },
+  );
+  return {
+    key: trajectoryKey(t.uid, t.session_id, outputIndex),
+    uid: t.uid,
+    session_id: t.session_id,
+    output_index: outputIndex,
+    agent_name: agentName,
+    data_source: t.row?.data_source ?? "unknown",
+    prompt_ids: out.prompt_ids,
+    response_ids: out.response_ids,
+    response_mask: out.response_mask,
+    rollout_log_probs: out.response_logprobs,
+    reward_score: out.reward_score,
+    num_turns: out.num_turns,
+    truncated: out.truncated,
+    finish_reason: out.finish_reason,
+    error: null,
+    metrics: out.metrics,
+    extra_fields: { ...out.extra_fields, trajectory_info: t.trajectory_info },
+  };
+}
+
+/** The record of a trajectory that failed before or during its loop: empty arrays, `error` set, `finish_reason: "error"`. */
+export function failedRecord(t: PlannedTrajectory, agentName: string, error: string): TrajectoryRecord {
+  return {
+    key: t.key,
+    uid: t.uid,
+    session_id: t.session_id,
+    output_index: 0,
+    agent_name: agentName,
+    data_source: t.row?.data_source ?? "unknown",
+    prompt_ids: [],
+    response_ids: [],
+    response_mask: [],
+    rollout_log_probs: null,
+    reward_score: null,
+    num_turns: 0,
+    truncated: false,
+    finish_reason: "error",
+    error,
+    metrics: { generate_sequences: 0, tool_calls: 0, compute_score: 0, num_preempted: -1 },
+    extra_fields: { trajectory_info: t.trajectory_info },
+  };
+}
