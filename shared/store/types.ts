@@ -63,3 +63,17 @@ export interface TransferQueue {
   ack(deliveryIds: readonly string[], partition?: Partition): Promise<number>;
   close(): Promise<void>;
 }
+
+/** Constructor options shared by every {@link TransferQueue} adapter. */
+export interface TransferQueueOptions {
+  /** Prefix of every Redis key (default `edgeloop:`); tests use a random one per file. */
+  prefix?: string;
+  /** Consumer-group name trainers read with (default `trainers`). */
+  group?: string;
+  /**
+   * Milliseconds a delivered group may stay unacked before another consumer may
+   * claim it (Redis `XAUTOCLAIM` min-idle; default 300 000 = 5 min).
+   * @see https://redis.io/docs/latest/commands/xautoclaim/
+   */
+  visibilityTimeoutMs?: number;
+}

@@ -1,0 +1,19 @@
+import { RedisTransferQueue, type RedisTransferQueueOptions } from "../../shared/store/redis-transfer-queue.ts";
+import { IoRedisCommander } from "./ioredis-commander.ts";
+
+/** Options of {@link createRedisTransferQueue}: a `redis://` URL plus the queue options. */
+export interface TcpTransferQueueOptions extends RedisTransferQueueOptions {
+  /** `redis://[user:pass@]host:port[/db]`, default `redis://127.0.0.1:6379`. */
+  url?: string;
+}
+
+/**
+ * The transfer queue over Redis TCP with ioredis (chosen over Bun's
+ * `RedisClient` in bench/queue.ts: equal put throughput on this workload,
+ * and it also runs on Node and Deno).
+ */
+export function createRedisTransferQueue(opts: TcpTransferQueueOptions = {}): RedisTransferQueue {
+  return new RedisTransferQueue(new IoRedisCommander(opts.url ?? "redis://127.0.0.1:6379"), opts);
+}
+
+export { IoRedisCommander };

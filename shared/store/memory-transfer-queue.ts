@@ -1,0 +1,219 @@
+import { ConflictError, StoreError } from "../errors.ts";
+import type { TrajectoryRecord } from "../schema/index.ts";
+import { decodeRecord, encodeRecord, failedRecord, validateRecord, type EncodedRecord } from "./record-codec.ts";
+import {
+  checkGroupSize,
+  checkKey,
+  checkPartition,
+  checkReadOptions,
+  checkUid,
+  compareKeys,
+  DEFAULT_VISIBILITY_TIMEOUT_MS,
+} from "./queue-args.ts";
+import type {
+  CompleteGroup,
+  GroupStatus,
+  Partition,
+  PutResult,
+  ReadGroupsOptions,
+  TransferQueue,
+  TransferQueueOptions,
+} from "./types.ts";
+
+interface Group {
+  expected: number | null;
+  partition: Partition;
+  done: number;
+  failed: number;
+  members: Set<string>;
+  enqueued: boolean;
+}
+
+interface Pending {
+  consumer: string;
+  delivered_at: number;
+}
+
+/** Options of {@link MemoryTransferQueue}: the shared ones plus an injectable clock (ms) for tests. */
+export interface MemoryTransferQueueOptions extends TransferQueueOptions {
+  now?: () => number;
+}
+
+/**
+ * The in-process transfer queue (the embedded default): the same semantics as
+ * the Redis layout — put-once per key, group completion, one consumer group
+ * per partition with a pending list, redelivery after the visibility timeout —
+ * held in maps. Records are stored encoded (as in Redis) so callers never
+ * share arrays with the queue and log-probs come back as float32 everywhere.
+ * Nothing survives the process.
+ */
+export class MemoryTransferQueue implements TransferQueue {
+  private readonly records = new Map<string, EncodedRecord>();
+  private readonly groups = new Map<string, Group>();
+  private readonly streams: Record<Partition, { id: string; uid: string; keys: string[] }[]> = { train: [], val: [] };
+  private readonly cursor: Record<Partition, number> = { train: 0, val: 0 };
+  private readonly pending: Record<Partition, Map<string, Pending>> = { train: new Map(), val: new Map() };
+  private readonly waiters = new Set<() => void>();
+  private readonly visibilityMs: number;
+  private readonly now: () => number;
+  private lastMs = 0;
+  private seq = 0;
+  private closed = false;
+
+  constructor(opts: MemoryTransferQueueOptions = {}) {
+    this.visibilityMs = opts.visibilityTimeoutMs ?? DEFAULT_VISIBILITY_TIMEOUT_MS;
+    this.now = opts.now ?? Date.now;
+  }
+
+  async expectGroup(uid: string, n: number, partition?: Partition): Promise<void> {
+    this.assertOpen();
+    checkUid(uid);
+    checkGroupSize(n);
+    const part = checkPartition(partition);
+    const g = this.group(uid);
+    if (g.expected !== null) {
+      if (g.expected !== n || g.partition !== part) {
+        throw new ConflictError(`group ${uid} is registered with n=${g.expected} in ${g.partition}, not n=${n} in ${part}`);
+      }
+      return;
+    }
+    g.expected = n;
+    g.partition = part;
+    this.maybeComplete(uid, g);
+  }
+
+  async put(record: TrajectoryRecord): Promise<PutResult> {
+    this.assertOpen();
+    return this.store(validateRecord(record));
+  }
+
+  async markFailed(key: string, reason: string, fields?: Partial<TrajectoryRecord>): Promise<PutResult> {
+    this.assertOpen();
+    checkKey(key);
+    if (this.records.has(key)) return { key, stored: false };
+    return this.store(failedRecord(key, reason, fields));
+  }
+
+  async get(key: string): Promise<TrajectoryRecord | null> {
+    checkKey(key);
+    const enc = this.records.get(key);
+    return enc ? decodeRecord({ ...enc }) : null;
+  }
+
+  async groupStatus(uid: string): Promise<GroupStatus> {
+    checkUid(uid);
+    const g = this.groups.get(uid);
+    if (!g) return { uid, partition: "train", expected: null, done: 0, failed: 0, complete: false };
+    return {
+      uid,
+      partition: g.partition,
+      expected: g.expected,
+      done: g.done,
+      failed: g.failed,
+      complete: g.expected !== null && g.done >= g.expected,
+    };
+  }
+
+  async readCompleteGroups(opts: ReadGroupsOptions): Promise<CompleteGroup[]> {
+    const o = checkReadOptions(opts);
+    const deadline = this.now() + o.block_ms;
+    for (;;) {
+      this.assertOpen();
+      const ids = this.claim(o.partition, o.consumer, o.max);
+      if (ids.length > 0 || o.block_ms === 0) return ids.map((e) => this.deliver(o.partition, e));
+      const left = deadline - this.now();
+      if (left <= 0) return [];
+      await new Promise<void>((resolve) => {
+        const wake = () => {
+          clearTimeout(timer);
+          this.waiters.delete(wake);
+          resolve();
+        };
+        const timer = setTimeout(wake, left);
+        this.waiters.add(wake);
+      });
+    }
+  }
+
+  async ack(deliveryIds: readonly string[], partition?: Partition): Promise<number> {
+    const pend = this.pending[checkPartition(partition)];
+    let n = 0;
+    for (const id of deliveryIds) if (pend.delete(id)) n++;
+    return n;
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const w of [...this.waiters]) w();
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new StoreError("transfer queue is closed", { retryable: false });
+  }
+
+  private group(uid: string): Group {
+    let g = this.groups.get(uid);
+    if (!g) {
+      g = { expected: null, partition: "train", done: 0, failed: 0, members: new Set(), enqueued: false };
+      this.groups.set(uid, g);
+    }
+    return g;
+  }
+
+  private store(rec: TrajectoryRecord): PutResult {
+    if (this.records.has(rec.key)) return { key: rec.key, stored: false };
+    this.records.set(rec.key, encodeRecord(rec));
+    const g = this.group(rec.uid);
+    g.members.add(rec.key);
+    g.done++;
+    if (rec.error !== null) g.failed++;
+    this.maybeComplete(rec.uid, g);
+    return { key: rec.key, stored: true };
+  }
+
+  private maybeComplete(uid: string, g: Group): void {
+    if (g.enqueued || g.expected === null || g.done < g.expected) return;
+    g.enqueued = true;
+    this.streams[g.partition].push({ id: this.nextId(), uid, keys: [...g.members].sort(compareKeys) });
+    for (const w of [...this.waiters]) w();
+  }
+
+  /** Stream-style ids (`ms-seq`), as Redis XADD `*` makes them. */
+  private nextId(): string {
+    const ms = Math.max(this.now(), this.lastMs);
+    this.seq = ms === this.lastMs ? this.seq + 1 : 0;
+    this.lastMs = ms;
+    return `${ms}-${this.seq}`;
+  }
+
+  /** Timed-out pending entries first (as XAUTOCLAIM), then new ones (as XREADGROUP `>`). */
+  private claim(part: Partition, consumer: string, max: number): { id: string; uid: string; keys: string[] }[] {
+    const now = this.now();
+    const stream = this.streams[part];
+    const pend = this.pending[part];
+    const out: { id: string; uid: string; keys: string[] }[] = [];
+    for (const [id, p] of pend) {
+      if (out.length >= max) break;
+      if (now - p.delivered_at < this.visibilityMs) continue;
+      p.consumer = consumer;
+      p.delivered_at = now;
+      const e = stream.find((s) => s.id === id);
+      if (e) out.push(e);
+    }
+    while (out.length < max && this.cursor[part] < stream.length) {
+      const e = stream[this.cursor[part]++]!;
+      pend.set(e.id, { consumer, delivered_at: now });
+      out.push(e);
+    }
+    return out;
+  }
+
+  private deliver(part: Partition, e: { id: string; uid: string; keys: string[] }): CompleteGroup {
+    const records: TrajectoryRecord[] = [];
+    for (const k of e.keys) {
+      const enc = this.records.get(k);
+      if (enc) records.push(decodeRecord({ ...enc }));
+    }
+    return { uid: e.uid, partition: part, delivery_id: e.id, records };
+  }
+}

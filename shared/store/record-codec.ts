@@ -1,0 +1,214 @@
+import { InputError, inputErrorFromZod, StoreError } from "../errors.ts";
+import { parseTrajectoryKey, TrajectoryRecord } from "../schema/index.ts";
+
+/**
+ * Record hash fields as stored in Redis (docs/queue-layout.md): `meta` is the
+ * JSON of every scalar/object field, token arrays are base64 text of
+ * little-endian bytes (`prompt_ids`/`response_ids` Int32, `response_mask`
+ * Uint8, `rollout_log_probs` Float32, absent when null). Base64 text keeps the
+ * layout identical over TCP and Upstash REST (JSON bodies cannot carry raw bytes).
+ */
+export interface EncodedRecord {
+  meta: string;
+  prompt_ids: string;
+  response_ids: string;
+  response_mask: string;
+  rollout_log_probs?: string;
+}
+
+const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
+const INT32_MAX = 2 ** 31 - 1;
+
+type B64Uint8 = { toBase64?: () => string };
+type B64Ctor = { fromBase64?: (s: string) => Uint8Array };
+
+/** Standard base64 (with padding) of `bytes`; uses `Uint8Array#toBase64` where the runtime has it. */
+export function bytesToBase64(bytes: Uint8Array): string {
+  const native = (bytes as unknown as B64Uint8).toBase64;
+  if (typeof native === "function") return native.call(bytes);
+  let bin = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) {
+    bin += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000) as unknown as number[]);
+  }
+  return btoa(bin);
+}
+
+/** Bytes of standard base64 text. Throws {@link StoreError} on text that is not base64. */
+export function base64ToBytes(text: string): Uint8Array {
+  const native = (Uint8Array as unknown as B64Ctor).fromBase64;
+  try {
+    if (typeof native === "function") return native(text);
+    const bin = atob(text);
+    const out = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+    return out;
+  } catch (cause) {
+    throw new StoreError("stored token array is not valid base64", { cause, retryable: false });
+  }
+}
+
+function leBytes(view: Int32Array | Float32Array): Uint8Array {
+  if (LITTLE_ENDIAN) return new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
+  const out = new Uint8Array(view.byteLength);
+  const dv = new DataView(out.buffer);
+  for (let i = 0; i < view.length; i++) {
+    if (view instanceof Int32Array) dv.setInt32(i * 4, view[i]!, true);
+    else dv.setFloat32(i * 4, view[i]!, true);
+  }
+  return out;
+}
+
+/** Base64 of the little-endian Int32 bytes of `ids`. Throws {@link InputError} for ids above 2^31−1. */
+export function encodeInt32(field: string, ids: readonly number[]): string {
+  const arr = new Int32Array(ids.length);
+  for (let i = 0; i < ids.length; i++) {
+    const v = ids[i]!;
+    if (v > INT32_MAX) throw new InputError(`${field}[${i}]`, `token id ${v} does not fit in int32`);
+    arr[i] = v;
+  }
+  return bytesToBase64(leBytes(arr));
+}
+
+/** Base64 of the little-endian Float32 bytes of `values` (rounded to float32; −0 keeps its sign). */
+export function encodeFloat32(values: readonly number[]): string {
+  return bytesToBase64(leBytes(Float32Array.from(values)));
+}
+
+/** Base64 of one byte per mask entry (0 or 1). */
+export function encodeUint8(values: readonly number[]): string {
+  return bytesToBase64(Uint8Array.from(values));
+}
+
+function decodeWords(field: string, text: string, float: boolean): number[] {
+  const bytes = base64ToBytes(text);
+  if (bytes.byteLength % 4 !== 0) {
+    throw new StoreError(`stored ${field} has ${bytes.byteLength} bytes, not a multiple of 4`, { retryable: false });
+  }
+  const n = bytes.byteLength / 4;
+  if (LITTLE_ENDIAN) {
+    const aligned = bytes.byteOffset % 4 === 0 ? bytes : bytes.slice();
+    const view = float
+      ? new Float32Array(aligned.buffer, aligned.byteOffset, n)
+      : new Int32Array(aligned.buffer, aligned.byteOffset, n);
+    return Array.from(view);
+  }
+  const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const out = new Array<number>(n);
+  for (let i = 0; i < n; i++) out[i] = float ? dv.getFloat32(i * 4, true) : dv.getInt32(i * 4, true);
+  return out;
+}
+
+/** Token ids from base64 little-endian Int32 text. */
+export function decodeInt32(field: string, text: string): number[] {
+  return decodeWords(field, text, false);
+}
+
+/** Float32 values (as JS numbers, exactly the stored float32) from base64 little-endian Float32 text. */
+export function decodeFloat32(field: string, text: string): number[] {
+  return decodeWords(field, text, true);
+}
+
+/** Mask values from base64 Uint8 text. */
+export function decodeUint8(text: string): number[] {
+  return Array.from(base64ToBytes(text));
+}
+
+/**
+ * Parses and checks a record at the queue boundary: the zod schema, the key
+ * equal to `{uid}_{session_id}_{output_index}`, equal lengths of
+ * `response_ids`/`response_mask`/`rollout_log_probs`. Log-probs are rounded
+ * to float32 here so every adapter stores and returns the same values.
+ * Throws {@link InputError} naming the field.
+ */
+export function validateRecord(input: unknown): TrajectoryRecord {
+  const r = TrajectoryRecord.safeParse(input);
+  if (!r.success) throw inputErrorFromZod("record", r.error.issues);
+  const rec = r.data;
+  const parsed = parseTrajectoryKey(rec.key);
+  if (parsed.uid !== rec.uid || parsed.session_id !== rec.session_id || parsed.output_index !== rec.output_index) {
+    throw new InputError(
+      "record.key",
+      `'${rec.key}' must equal {uid}_{session_id}_{output_index} = '${rec.uid}_${rec.session_id}_${rec.output_index}'`,
+      { key: rec.key },
+    );
+  }
+  const n = rec.response_ids.length;
+  if (rec.response_mask.length !== n) {
+    throw new InputError("record.response_mask", `has ${rec.response_mask.length} entries, response_ids has ${n}`, { key: rec.key });
+  }
+  if (rec.rollout_log_probs && rec.rollout_log_probs.length !== n) {
+    throw new InputError("record.rollout_log_probs", `has ${rec.rollout_log_probs.length} entries, response_ids has ${n}`, {
+      key: rec.key,
+    });
+  }
+  for (const [field, ids] of [["prompt_ids", rec.prompt_ids], ["response_ids", rec.response_ids]] as const) {
+    for (let i = 0; i < ids.length; i++) {
+      if (ids[i]! > INT32_MAX) throw new InputError(`record.${field}[${i}]`, `token id ${ids[i]} does not fit in int32`, { key: rec.key });
+    }
+  }
+  if (rec.rollout_log_probs) rec.rollout_log_probs = Array.from(Float32Array.from(rec.rollout_log_probs));
+  return rec;
+}
+
+/** The stored hash fields of a validated record. */
+export function encodeRecord(rec: TrajectoryRecord): EncodedRecord {
+  const { prompt_ids, response_ids, response_mask, rollout_log_probs, ...meta } = rec;
+  const out: EncodedRecord = {
+    meta: JSON.stringify(meta),
+    prompt_ids: encodeInt32("prompt_ids", prompt_ids),
+    response_ids: encodeInt32("response_ids", response_ids),
+    response_mask: encodeUint8(response_mask),
+  };
+  if (rollout_log_probs) out.rollout_log_probs = encodeFloat32(rollout_log_probs);
+  return out;
+}
+
+/** Flattened `field, value, …` arguments for HSET. */
+export function encodedFields(enc: EncodedRecord): string[] {
+  const out = ["meta", enc.meta, "prompt_ids", enc.prompt_ids, "response_ids", enc.response_ids, "response_mask", enc.response_mask];
+  if (enc.rollout_log_probs !== undefined) out.push("rollout_log_probs", enc.rollout_log_probs);
+  return out;
+}
+
+/** A record from its stored hash fields. Throws {@link StoreError} when the stored data is corrupt. */
+export function decodeRecord(fields: Record<string, string>): TrajectoryRecord {
+  if (fields.meta === undefined) throw new StoreError("stored record has no meta field", { retryable: false });
+  let meta: Record<string, unknown>;
+  try {
+    meta = JSON.parse(fields.meta);
+  } catch (cause) {
+    throw new StoreError("stored record meta is not JSON", { cause, retryable: false });
+  }
+  return {
+    ...(meta as Omit<TrajectoryRecord, "prompt_ids" | "response_ids" | "response_mask" | "rollout_log_probs">),
+    prompt_ids: decodeInt32("prompt_ids", fields.prompt_ids ?? ""),
+    response_ids: decodeInt32("response_ids", fields.response_ids ?? ""),
+    response_mask: decodeUint8(fields.response_mask ?? "") as (0 | 1)[],
+    rollout_log_probs: fields.rollout_log_probs === undefined ? null : decodeFloat32("rollout_log_probs", fields.rollout_log_probs),
+  };
+}
+
+/** The empty record `markFailed` stores for `key`, with `error = reason` and `finish_reason = "error"`. */
+export function failedRecord(key: string, reason: string, fields: Partial<TrajectoryRecord> = {}): TrajectoryRecord {
+  const { uid, session_id, output_index } = parseTrajectoryKey(key);
+  return validateRecord({
+    agent_name: "",
+    data_source: "",
+    prompt_ids: [],
+    response_ids: [],
+    response_mask: [],
+    rollout_log_probs: null,
+    reward_score: null,
+    num_turns: 0,
+    truncated: false,
+    finish_reason: "error",
+    metrics: {},
+    extra_fields: {},
+    ...fields,
+    key,
+    uid,
+    session_id,
+    output_index,
+    error: reason,
+  });
+}

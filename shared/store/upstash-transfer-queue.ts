@@ -1,0 +1,87 @@
+import { Redis } from "@upstash/redis";
+import { ConfigError, InputError } from "../errors.ts";
+import type { RedisArg, RedisCommander, RedisReply } from "./redis-commander.ts";
+import { RedisTransferQueue, type RedisTransferQueueOptions } from "./redis-transfer-queue.ts";
+
+/** The slice of `@upstash/redis`'s HTTP client used here: one request, `{result, error}` (an array for pipelines). */
+interface UpstashRequester {
+  request(req: { body: unknown; path?: string[] }): Promise<unknown>;
+}
+
+/** Exposes the protected HTTP client of `@upstash/redis` so raw pipelines (`/pipeline`) can be sent. */
+class RawUpstash extends Redis {
+  get requester(): UpstashRequester {
+    return this.client as unknown as UpstashRequester;
+  }
+}
+
+/** Options of {@link UpstashCommander}. */
+export interface UpstashCommanderOptions {
+  /** REST URL (`UPSTASH_REDIS_REST_URL`), e.g. `https://….upstash.io` or a local bridge `http://127.0.0.1:8079`. */
+  url: string;
+  /** REST token (`UPSTASH_REDIS_REST_TOKEN`), sent as `Authorization: Bearer`. */
+  token: string;
+  /** Retries on network errors (the SDK's default is 5 with exponential backoff); 0 disables. */
+  retries?: number;
+}
+
+function toWire(arg: RedisArg): string {
+  if (typeof arg === "string") return arg;
+  throw new InputError("command", "Upstash REST bodies are JSON: byte arguments must be encoded as text first");
+}
+
+/**
+ * A {@link RedisCommander} over the Upstash REST API through `@upstash/redis`
+ * with `automaticDeserialization: false` (payloads are never re-parsed) and
+ * the SDK's default `Upstash-Encoding: base64` responses. Strings only: the
+ * queue layout stores text, so nothing depends on raw bytes surviving JSON.
+ * Runtime-free (fetch only).
+ * @see https://upstash.com/docs/redis/features/restapi
+ */
+export class UpstashCommander implements RedisCommander {
+  readonly redis: Redis;
+  private readonly http: UpstashRequester;
+
+  constructor(opts: UpstashCommanderOptions) {
+    if (!/^https?:\/\//.test(opts.url ?? "")) throw new ConfigError("url", "set UPSTASH_REDIS_REST_URL to an http(s) URL");
+    if (!opts.token) throw new ConfigError("token", "set UPSTASH_REDIS_REST_TOKEN");
+    const raw = new RawUpstash({
+      url: opts.url,
+      token: opts.token,
+      responseEncoding: "base64",
+      retry: opts.retries === 0 ? false : { retries: opts.retries ?? 5 },
+      automaticDeserialization: false,
+      enableTelemetry: false,
+      enableAutoPipelining: false,
+    });
+    this.redis = raw;
+    this.http = raw.requester;
+  }
+
+  async exec(cmd: RedisArg[]): Promise<RedisReply> {
+    const res = (await this.http.request({ body: cmd.map(toWire) })) as { result?: RedisReply; error?: string };
+    if (res.error) throw new Error(res.error);
+    return res.result ?? null;
+  }
+
+  async pipeline(cmds: RedisArg[][]): Promise<(RedisReply | Error)[]> {
+    const res = (await this.http.request({ body: cmds.map((c) => c.map(toWire)), path: ["pipeline"] })) as {
+      result?: RedisReply;
+      error?: string;
+    }[];
+    return res.map((r) => (r.error ? new Error(r.error) : (r.result ?? null)));
+  }
+
+  async close(): Promise<void> {}
+}
+
+/** Options of {@link createUpstashTransferQueue}: REST credentials plus the queue options. */
+export interface UpstashTransferQueueOptions extends UpstashCommanderOptions, RedisTransferQueueOptions {}
+
+/**
+ * The transfer queue over Upstash REST (Workers, Deno Deploy, anywhere with fetch).
+ * Same layout as the TCP adapter, so one Redis can be written over REST and read by redis-py.
+ */
+export function createUpstashTransferQueue(opts: UpstashTransferQueueOptions): RedisTransferQueue {
+  return new RedisTransferQueue(new UpstashCommander(opts), opts);
+}

@@ -1,0 +1,257 @@
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { ConflictError, InputError } from "../../shared/errors.ts";
+import type { TrajectoryRecord } from "../../shared/schema/index.ts";
+import type { CompleteGroup, TransferQueue, TransferQueueOptions } from "../../shared/store/types.ts";
+
+/** One adapter under the contract. */
+export interface ContractTarget {
+  /** Opens a queue on the test's storage (`opts.prefix` is fresh per test). */
+  open(opts: TransferQueueOptions): TransferQueue;
+  /** True when two queues opened with one prefix see the same data (Redis); false for memory. */
+  sharesState: boolean;
+  /** The raw stored hash of `key` under `prefix` (Redis adapters), for byte-level checks. */
+  rawRecord?(prefix: string, key: string): Promise<Record<string, string>>;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A valid record for `uid`/`session_id` with small distinctive arrays. */
+export function makeRecord(uid: string, session_id: number, over: Partial<TrajectoryRecord> = {}): TrajectoryRecord {
+  return {
+    key: `${uid}_${session_id}_0`,
+    uid,
+    session_id,
+    output_index: 0,
+    agent_name: "tool_agent",
+    data_source: "gsm8k",
+    prompt_ids: [151644, 872, 198, session_id],
+    response_ids: [9707, 11, 151645],
+    response_mask: [1, 1, 1],
+    rollout_log_probs: [-0.5, -0.25, -0.125],
+    reward_score: 1,
+    num_turns: 2,
+    truncated: false,
+    finish_reason: "stop",
+    error: null,
+    metrics: { generate_sequences: 0.5, tool_calls: 0, compute_score: 0.01, num_preempted: -1 },
+    extra_fields: { model_versions: [3], tool_rewards: [], turn_scores: [] },
+    ...over,
+  };
+}
+
+async function rejects(p: Promise<unknown>): Promise<unknown> {
+  try {
+    await p;
+  } catch (e) {
+    return e;
+  }
+  throw new Error("expected a rejection");
+}
+
+/** Runs the transfer-queue contract against one adapter. */
+export function transferQueueContract(name: string, target: ContractTarget, prefixBase: string): void {
+  describe(`TransferQueue contract: ${name}`, () => {
+    let n = 0;
+    let prefix = "";
+    const opened: TransferQueue[] = [];
+    const open = (opts: TransferQueueOptions = {}) => {
+      const q = target.open({ prefix, ...opts });
+      opened.push(q);
+      return q;
+    };
+    beforeEach(() => {
+      prefix = `${prefixBase}${++n}:`;
+    });
+    afterEach(async () => {
+      await Promise.all(opened.splice(0).map((q) => q.close()));
+    });
+
+    test("put is idempotent per key: the second write stores nothing and says so", async () => {
+      const q = open();
+      const r = makeRecord("u1", 0);
+      expect(await q.put(r)).toEqual({ key: "u1_0_0", stored: true });
+      expect(await q.put({ ...r, response_ids: [1, 2, 3], reward_score: 0 })).toEqual({ key: "u1_0_0", stored: false });
+      expect(await q.get("u1_0_0")).toEqual(r);
+      expect(await q.get("u1_1_0")).toBeNull();
+      expect(await q.groupStatus("u1")).toEqual({ uid: "u1", partition: "train", expected: null, done: 1, failed: 0, complete: false });
+    });
+
+    test("a group with a failed member completes, flagged, and is delivered with every record", async () => {
+      const q = open();
+      await q.expectGroup("g1", 3);
+      await q.expectGroup("g1", 3);
+      await q.put(makeRecord("g1", 1));
+      await q.put(makeRecord("g1", 0));
+      expect(await q.groupStatus("g1")).toEqual({ uid: "g1", partition: "train", expected: 3, done: 2, failed: 0, complete: false });
+      expect(await q.readCompleteGroups({ consumer: "c1", max: 10 })).toEqual([]);
+      expect(await q.markFailed("g1_2_0", "engine unavailable", { agent_name: "tool_agent" })).toEqual({ key: "g1_2_0", stored: true });
+      expect(await q.markFailed("g1_2_0", "again")).toEqual({ key: "g1_2_0", stored: false });
+      expect(await q.markFailed("g1_0_0", "late")).toEqual({ key: "g1_0_0", stored: false });
+      expect(await q.groupStatus("g1")).toEqual({ uid: "g1", partition: "train", expected: 3, done: 3, failed: 1, complete: true });
+      const got = await q.readCompleteGroups({ consumer: "c1", max: 10 });
+      expect(got.length).toBe(1);
+      expect(got[0]!.uid).toBe("g1");
+      expect(got[0]!.partition).toBe("train");
+      expect(got[0]!.records.map((r) => r.key)).toEqual(["g1_0_0", "g1_1_0", "g1_2_0"]);
+      expect(got[0]!.records[0]).toEqual(makeRecord("g1", 0));
+      const failed = got[0]!.records[2]!;
+      expect(failed.error).toBe("engine unavailable");
+      expect(failed.finish_reason).toBe("error");
+      expect(failed.agent_name).toBe("tool_agent");
+      expect(failed.response_ids).toEqual([]);
+      expect(failed.rollout_log_probs).toBeNull();
+      expect(await q.ack([got[0]!.delivery_id])).toBe(1);
+    });
+
+    test("registering after the puts completes the group; another n or partition conflicts", async () => {
+      const q = open();
+      await q.put(makeRecord("late", 0));
+      await q.put(makeRecord("late", 1));
+      expect((await q.groupStatus("late")).complete).toBe(false);
+      await q.expectGroup("late", 2);
+      expect((await q.groupStatus("late")).complete).toBe(true);
+      expect(await rejects(q.expectGroup("late", 3))).toBeInstanceOf(ConflictError);
+      expect(await rejects(q.expectGroup("late", 2, "val"))).toBeInstanceOf(ConflictError);
+      const got = await q.readCompleteGroups({ consumer: "c", max: 5 });
+      expect(got.map((g) => [g.uid, g.records.length])).toEqual([["late", 2]]);
+    });
+
+    test("two concurrent consumers receive each group exactly once; acked groups never come back", async () => {
+      const a = open();
+      const b = target.sharesState ? open() : a;
+      const uids = ["p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7"];
+      for (const uid of uids) {
+        await a.expectGroup(uid, 2);
+        await Promise.all([a.put(makeRecord(uid, 0)), b.put(makeRecord(uid, 1))]);
+      }
+      const seen: Record<string, string[]> = { A: [], B: [] };
+      const ids: Record<string, string[]> = { A: [], B: [] };
+      const consume = async (q: TransferQueue, who: "A" | "B") => {
+        for (;;) {
+          const got: CompleteGroup[] = await q.readCompleteGroups({ consumer: who, max: 3 });
+          if (got.length === 0) return;
+          for (const g of got) {
+            seen[who]!.push(g.uid);
+            ids[who]!.push(g.delivery_id);
+            expect(g.records.map((r) => r.key)).toEqual([`${g.uid}_0_0`, `${g.uid}_1_0`]);
+          }
+        }
+      };
+      await Promise.all([consume(a, "A"), consume(b, "B")]);
+      expect([...seen.A!, ...seen.B!].sort()).toEqual(uids);
+      expect(await a.ack(ids.A!)).toBe(ids.A!.length);
+      expect(await b.ack(ids.B!)).toBe(ids.B!.length);
+      expect(await a.ack(ids.A!)).toBe(0);
+      expect(await a.readCompleteGroups({ consumer: "A", max: 10 })).toEqual([]);
+      expect(await b.readCompleteGroups({ consumer: "B", max: 10 })).toEqual([]);
+    });
+
+    test("an unacked group is redelivered to another consumer after the visibility timeout", async () => {
+      const q = open({ visibilityTimeoutMs: 150 });
+      const q2 = target.sharesState ? open({ visibilityTimeoutMs: 150 }) : q;
+      await q.expectGroup("r1", 1);
+      await q.put(makeRecord("r1", 0));
+      const first = await q.readCompleteGroups({ consumer: "dies", max: 5 });
+      expect(first.map((g) => g.uid)).toEqual(["r1"]);
+      expect(await q2.readCompleteGroups({ consumer: "survivor", max: 5 })).toEqual([]);
+      await sleep(250);
+      const again = await q2.readCompleteGroups({ consumer: "survivor", max: 5 });
+      expect(again.map((g) => [g.uid, g.delivery_id])).toEqual([["r1", first[0]!.delivery_id]]);
+      expect(again[0]!.records).toEqual([makeRecord("r1", 0)]);
+      expect(await q2.ack([again[0]!.delivery_id])).toBe(1);
+      await sleep(250);
+      expect(await q.readCompleteGroups({ consumer: "dies", max: 5 })).toEqual([]);
+    });
+
+    test("a blocked read returns the group completed while it waits", async () => {
+      const q = open();
+      const w = target.sharesState ? open() : q;
+      await q.expectGroup("b1", 1);
+      const reading = q.readCompleteGroups({ consumer: "c", max: 1, block_ms: 5000 });
+      await sleep(50);
+      await w.put(makeRecord("b1", 0));
+      const got = await reading;
+      expect(got.map((g) => g.uid)).toEqual(["b1"]);
+      expect(await q.readCompleteGroups({ consumer: "c", max: 1, block_ms: 100 })).toEqual([]);
+    });
+
+    test("ids, masks and log-probs round-trip exactly (log-probs as float32)", async () => {
+      const q = open();
+      const logprobs = [-0, -9999, 0.1, -1e-8, -3.4028234663852886e38, -1.401298464324817e-45, -0.6931471805599453];
+      const rec = makeRecord("bytes", 0, {
+        prompt_ids: [0, 1, 255, 256, 65535, 151643, 2147483647],
+        response_ids: [0, 128, 32768, 8388608, 151645, 2 ** 31 - 2, 7],
+        response_mask: [0, 1, 1, 0, 1, 0, 1],
+        rollout_log_probs: logprobs,
+        extra_fields: { model_versions: [1, 2], tool_rewards: [0.5], turn_scores: [0, 1], note: "héllo ✓" },
+      });
+      await q.expectGroup("bytes", 1);
+      expect((await q.put(rec)).stored).toBe(true);
+      const expected = { ...rec, rollout_log_probs: logprobs.map(Math.fround) };
+      const got = (await q.get("bytes_0_0"))!;
+      expect(got).toEqual(expected);
+      expect(Object.is(got.rollout_log_probs![0], -0)).toBe(true);
+      expect(got.rollout_log_probs![1]).toBe(-9999);
+      expect(got.rollout_log_probs![2]).toBe(Math.fround(0.1));
+      const [g] = await q.readCompleteGroups({ consumer: "c", max: 1 });
+      expect(g!.records).toEqual([expected]);
+      expect(Object.is(g!.records[0]!.rollout_log_probs![0], -0)).toBe(true);
+      const empty = makeRecord("bytes", 1, { prompt_ids: [], response_ids: [], response_mask: [], rollout_log_probs: null });
+      await q.put(empty);
+      expect(await q.get("bytes_1_0")).toEqual(empty);
+      if (target.rawRecord) {
+        const raw = await target.rawRecord(prefix, "bytes_0_0");
+        const le = (arr: Int32Array | Float32Array | Uint8Array) => Buffer.from(arr.buffer).toString("base64");
+        expect(raw.prompt_ids).toBe(le(Int32Array.from(rec.prompt_ids)));
+        expect(raw.response_ids).toBe(le(Int32Array.from(rec.response_ids)));
+        expect(raw.response_mask).toBe(le(Uint8Array.from(rec.response_mask)));
+        expect(raw.rollout_log_probs).toBe(le(Float32Array.from(logprobs)));
+        expect(raw.rollout_log_probs!.slice(0, 8)).toBe("AAAAgAA8");
+        expect(Object.keys(raw).sort()).toEqual(["meta", "prompt_ids", "response_ids", "response_mask", "rollout_log_probs"]);
+        expect(JSON.parse(raw.meta!).extra_fields.note).toBe("héllo ✓");
+        expect("rollout_log_probs" in (await target.rawRecord(prefix, "bytes_1_0"))).toBe(false);
+      }
+    });
+
+    test("bad keys and records are rejected with an InputError naming the field", async () => {
+      const q = open();
+      const check = async (p: Promise<unknown>, field: string, msg: RegExp) => {
+        const e = await rejects(p);
+        expect(e).toBeInstanceOf(InputError);
+        expect((e as InputError).field).toBe(field);
+        expect((e as InputError).message).toMatch(msg);
+      };
+      await check(q.expectGroup("a_b", 2), "uid", /'_' separates key parts/);
+      await check(q.expectGroup("ok", 0), "n", /integer in 1\.\.1000000/);
+      await check(q.expectGroup("ok", 2, "test" as "val"), "partition", /"train" or "val"/);
+      await check(q.get("no-separators"), "key", /is not a trajectory key/);
+      await check(q.markFailed("a_b_1_0", "x"), "key", /is not a trajectory key/);
+      await check(q.put(makeRecord("u", 0, { key: "u_1_0" })), "record.key", /must equal \{uid\}_\{session_id\}_\{output_index\} = 'u_0_0'/);
+      await check(q.put(makeRecord("u", 0, { uid: "u_x", key: "u_x_0_0" })), "record.uid", /'_' separates key parts/);
+      await check(q.put(makeRecord("u", 0, { prompt_ids: [1, -2] })), "record.prompt_ids[1]", /./);
+      await check(q.put(makeRecord("u", 0, { response_mask: [1, 1] })), "record.response_mask", /has 2 entries, response_ids has 3/);
+      await check(q.put(makeRecord("u", 0, { rollout_log_probs: [0] })), "record.rollout_log_probs", /has 1 entries/);
+      await check(q.put(makeRecord("u", 0, { response_ids: [1, 2, 2 ** 31] })), "record.response_ids[2]", /does not fit in int32/);
+      await check(q.put({ ...makeRecord("u", 0), finish_reason: "done" } as unknown as TrajectoryRecord), "record.finish_reason", /./);
+      await check(q.readCompleteGroups({ consumer: "", max: 1 }), "consumer", /non-empty/);
+      await check(q.readCompleteGroups({ consumer: "c", max: 0 }), "max", /1\.\.10000/);
+      expect(await q.get("u_0_0")).toBeNull();
+    });
+
+    test("train and val partitions never mix", async () => {
+      const q = open();
+      await q.expectGroup("v1", 1, "val");
+      await q.expectGroup("t1", 1, "train");
+      await q.put(makeRecord("v1", 0));
+      await q.put(makeRecord("t1", 0));
+      expect((await q.groupStatus("v1")).partition).toBe("val");
+      const train = await q.readCompleteGroups({ consumer: "c", max: 10 });
+      expect(train.map((g) => [g.uid, g.partition])).toEqual([["t1", "train"]]);
+      const val = await q.readCompleteGroups({ consumer: "c", max: 10, partition: "val" });
+      expect(val.map((g) => [g.uid, g.partition])).toEqual([["v1", "val"]]);
+      expect(await q.ack([train[0]!.delivery_id])).toBe(1);
+      expect(await q.ack([val[0]!.delivery_id], "train")).toBe(0);
+      expect(await q.ack([val[0]!.delivery_id], "val")).toBe(1);
+    });
+  });
+}

@@ -1,0 +1,4 @@
+import { MemoryTransferQueue } from "../../shared/store/memory-transfer-queue.ts";
+import { transferQueueContract } from "./contract.ts";
+
+transferQueueContract("memory", { open: (opts) => new MemoryTransferQueue(opts), sharesState: false }, "mem:");
