@@ -1,0 +1,118 @@
+import { describe, expect, test } from "bun:test";
+import fc from "fast-check";
+import { HermesToolCallParser } from "../../shared/tools/hermes-parser.ts";
+
+const p = new HermesToolCallParser();
+
+describe("hermes parser", () => {
+  test("one call, content keeps the prose", () => {
+    const r = p.extract('Let me compute.\n<tool_call>\n{"name": "calc", "arguments": {"expression": "2+2"}}\n</tool_call><|im_end|>');
+    expect(r.calls).toEqual([{ index: 0, name: "calc", arguments: { expression: "2+2" }, raw: '\n{"name": "calc", "arguments": {"expression": "2+2"}}\n' }]);
+    expect(r.errors).toEqual([]);
+    expect(r.content).toBe("Let me compute.\n<|im_end|>");
+  });
+
+  test("C9: a call drafted inside <think> is not executed; the one after </think> is", () => {
+    const text = '<think>\nplan: <tool_call>{"name": "A", "arguments": {}}</tool_call>\n</think>\n\n<tool_call>\n{"name": "A", "arguments": {}}\n</tool_call>';
+    const r = p.extract(text);
+    expect(r.calls.length).toBe(1);
+    expect(r.calls[0]!.name).toBe("A");
+    expect(r.calls[0]!.arguments).toEqual({});
+    expect(r.calls[0]!.raw).toBe('\n{"name": "A", "arguments": {}}\n');
+    expect(r.errors).toEqual([]);
+    expect(r.content).toBe('<think>\nplan: <tool_call>{"name": "A", "arguments": {}}</tool_call>\n</think>\n\n');
+  });
+
+  test("C9: an unclosed think block yields no call from inside it", () => {
+    const r = p.extract('<think>\nI will call <tool_call>{"name": "A", "arguments": {}}</tool_call> maybe');
+    expect(r.calls).toEqual([]);
+    expect(r.errors).toEqual([]);
+  });
+
+  test("an orphan </think> (template opened the think block) hides the calls before it", () => {
+    const r = p.extract('draft <tool_call>{"name": "A", "arguments": {}}</tool_call></think>\n\n<tool_call>{"name": "B", "arguments": {"q": 1}}</tool_call>');
+    expect(r.calls.map((c) => [c.index, c.name])).toEqual([[0, "B"]]);
+  });
+
+  test("a call before a think block counts, with the think block skipped", () => {
+    const r = p.extract('<tool_call>{"name": "A", "arguments": {}}</tool_call><think>x<tool_call>{"name": "Z", "arguments": {}}</tool_call></think><tool_call>{"name": "B", "arguments": {}}</tool_call>');
+    expect(r.calls.map((c) => [c.index, c.name])).toEqual([[0, "A"], [1, "B"]]);
+  });
+
+  test("</tool_call> inside a JSON string does not end the call", () => {
+    const r = p.extract('<tool_call>{"name": "echo", "arguments": {"text": "say </tool_call> and \\"<think>\\" please"}}</tool_call>');
+    expect(r.errors).toEqual([]);
+    expect(r.calls).toHaveLength(1);
+    expect(r.calls[0]!.arguments).toEqual({ text: 'say </tool_call> and "<think>" please' });
+  });
+
+  test("several calls per turn keep their order and indexes", () => {
+    const r = p.extract(
+      '<tool_call>\n{"name": "a", "arguments": {"x": 1}}\n</tool_call>\n<tool_call>\n{"name": "b", "arguments": {"y": [1, 2]}}\n</tool_call>\n<tool_call>\n{"name": "c", "arguments": {}}\n</tool_call>',
+    );
+    expect(r.calls.map((c) => [c.index, c.name, c.arguments])).toEqual([
+      [0, "a", { x: 1 }],
+      [1, "b", { y: [1, 2] }],
+      [2, "c", {}],
+    ]);
+    expect(r.content).toBe("\n\n");
+  });
+
+  test("C10: bad JSON is a ParseError naming the tool", () => {
+    const r = p.extract('<tool_call>\n{"name": "calc", "arguments": {"x": 1,}}\n</tool_call>');
+    expect(r.calls).toEqual([]);
+    expect(r.errors).toEqual([
+      {
+        index: 0,
+        name: "calc",
+        raw: '\n{"name": "calc", "arguments": {"x": 1,}}\n',
+        message: `Invalid JSON in tool call for 'calc'; a tool call must be <tool_call>{"name": <tool name>, "arguments": <JSON object>}</tool_call>.`,
+      },
+    ]);
+  });
+
+  test("arguments given as a JSON string holding an object are parsed", () => {
+    const r = p.extract('<tool_call>{"name": "calc", "arguments": "{\\"expression\\": \\"1+1\\"}"}</tool_call>');
+    expect(r.calls[0]!.arguments).toEqual({ expression: "1+1" });
+  });
+
+  test("arguments string that is not an object JSON, arrays, missing name", () => {
+    const r = p.extract(
+      '<tool_call>{"name": "a", "arguments": "not json"}</tool_call><tool_call>{"name": "b", "arguments": [1]}</tool_call><tool_call>{"arguments": {}}</tool_call><tool_call>{"name": "d"}</tool_call>',
+    );
+    expect(r.errors.map((e) => [e.index, e.name, e.message])).toEqual([
+      [0, "a", "Invalid JSON in arguments for 'a': the arguments string is not a JSON object."],
+      [1, "b", "Invalid arguments for 'b': arguments must be a JSON object."],
+      [2, undefined, 'Invalid tool call: "name" is missing or not a non-empty string; a tool call must be <tool_call>{"name": <tool name>, "arguments": <JSON object>}</tool_call>.'],
+    ]);
+    expect(r.calls).toEqual([{ index: 3, name: "d", arguments: {}, raw: '{"name": "d"}' }]);
+  });
+
+  test("an unclosed call is an error (e.g. a length stop mid-call)", () => {
+    const r = p.extract('<tool_call>{"name": "a", "arguments": {}}</tool_call><tool_call>{"name": "calc", "argu');
+    expect(r.calls.map((c) => c.name)).toEqual(["a"]);
+    expect(r.errors.map((e) => [e.index, e.name, e.message.startsWith("The tool call to 'calc' was not closed")])).toEqual([[1, "calc", true]]);
+  });
+
+  test("unbalanced quotes fall back to the first plain end tag", () => {
+    const r = p.extract('<tool_call>{"name": "a", "arguments": {"x": "oops}}</tool_call> then <tool_call>{"name": "b", "arguments": {}}</tool_call>');
+    expect(r.errors.map((e) => e.index)).toEqual([0]);
+    expect(r.calls.map((c) => [c.index, c.name])).toEqual([[1, "b"]]);
+  });
+
+  test("text without calls", () => {
+    expect(p.extract("The answer is 42.<|im_end|>")).toEqual({ content: "The answer is 42.<|im_end|>", calls: [], errors: [] });
+  });
+
+  test("random strings never throw (property)", () => {
+    const pieces = fc.constantFrom("<tool_call>", "</tool_call>", "<think>", "</think>", "{", "}", '"', "\\", ":", ",", '"name"', '"arguments"', "[", "]", " ", "\n", "a", "1");
+    fc.assert(
+      fc.property(fc.oneof(fc.string(), fc.array(pieces, { maxLength: 40 }).map((a) => a.join(""))), (s) => {
+        const r = p.extract(s);
+        expect(Array.isArray(r.calls) && Array.isArray(r.errors) && typeof r.content === "string").toBe(true);
+        for (const c of r.calls) expect(typeof c.arguments === "object" && !Array.isArray(c.arguments)).toBe(true);
+      }),
+      { numRuns: 2000 },
+    );
+  });
+});

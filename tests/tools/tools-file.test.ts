@@ -1,0 +1,62 @@
+import { describe, expect, test } from "bun:test";
+import { ConfigError } from "../../shared/errors.ts";
+import { parseToolsFile } from "../../shared/tools/tools-file.ts";
+
+const yamlText = `
+tools:
+  - name: calc
+    url: http://127.0.0.1:{port}/tools/calc
+    schema:
+      type: function
+      function:
+        name: calc
+        description: evaluate
+        parameters:
+          type: object
+          properties:
+            expression: {type: string}
+          required: [expression]
+  - name: lookup
+    url: http://127.0.0.1:{port}/tools/lookup
+    timeout_ms: 500
+    max_retries: 0
+    schema: {function: {name: lookup}}
+`;
+
+function configError(f: () => unknown): ConfigError {
+  try {
+    f();
+  } catch (e) {
+    if (e instanceof ConfigError) return e;
+    throw e;
+  }
+  throw new Error("expected a ConfigError");
+}
+
+describe("parseToolsFile", () => {
+  test("YAML with placeholders and defaults", () => {
+    const f = parseToolsFile(yamlText, { vars: { port: 8123 } });
+    expect(f.tools.map((t) => [t.name, t.url, t.timeout_ms, t.max_retries])).toEqual([
+      ["calc", "http://127.0.0.1:8123/tools/calc", 30000, 2],
+      ["lookup", "http://127.0.0.1:8123/tools/lookup", 500, 0],
+    ]);
+    expect(f.tools[1]!.schema).toEqual({ type: "function", function: { name: "lookup", description: "", parameters: { type: "object", properties: {} } } });
+    expect(f.tools[0]!.schema.function.parameters).toEqual({ type: "object", properties: { expression: { type: "string" } }, required: ["expression"] });
+  });
+
+  test("the shipped example (JSON) parses", async () => {
+    const text = await Bun.file(new URL("../../infra/tools/tools.example.json", import.meta.url)).text();
+    const f = parseToolsFile(text, { source: "tools.example.json", vars: { port: 9000 } });
+    expect(f.tools.map((t) => t.url)).toEqual(["http://127.0.0.1:9000/tools/calc", "http://127.0.0.1:9000/tools/lookup"]);
+  });
+
+  test("an unfilled placeholder, a bad field, duplicates, bad syntax: ConfigErrors naming the path", () => {
+    expect(configError(() => parseToolsFile(yamlText, { source: "t.yaml" })).message).toBe("config t.yaml: tools[0].url: Invalid URL");
+    expect(configError(() => parseToolsFile('{"tools": [{"name": "a", "url": "http://x/", "schema": {"function": {"name": "a"}}, "timeout_ms": -1}]}')).message).toBe(
+      "config tools file: tools[0].timeout_ms: Too small: expected number to be >0",
+    );
+    const dup = '{"tools": [{"name": "a", "url": "http://x/", "schema": {"function": {"name": "a"}}}, {"name": "a", "url": "http://x/", "schema": {"function": {"name": "a"}}}]}';
+    expect(configError(() => parseToolsFile(dup)).message).toBe("config tools file: tools: tool names must be unique");
+    expect(configError(() => parseToolsFile("tools: [")).message.startsWith("config tools file: not valid YAML or JSON:")).toBe(true);
+  });
+});
