@@ -228,10 +228,12 @@ export function transferQueueContract(name: string, target: ContractTarget, pref
       await check(q.markFailed("a_b_1_0", "x"), "key", /is not a trajectory key/);
       await check(q.put(makeRecord("u", 0, { key: "u_1_0" })), "record.key", /must equal \{uid\}_\{session_id\}_\{output_index\} = 'u_0_0'/);
       await check(q.put(makeRecord("u", 0, { uid: "u_x", key: "u_x_0_0" })), "record.uid", /'_' separates key parts/);
-      await check(q.put(makeRecord("u", 0, { prompt_ids: [1, -2] })), "record.prompt_ids[1]", /./);
+      await check(q.put(makeRecord("u", 0, { prompt_ids: [1, -2] })), "record.prompt_ids[1]", /^record\.prompt_ids\[1\]: token id must be an integer in 0\.\.2147483647, got -2$/);
+      await check(q.put(makeRecord("u", 0, { response_mask: [1, 2, 1] as (0 | 1)[] })), "record.response_mask[1]", /must be 0 or 1, got 2/);
+      await check(q.put(makeRecord("u", 0, { rollout_log_probs: [0, Number.NaN, 0] })), "record.rollout_log_probs[1]", /must be a finite number, got NaN/);
       await check(q.put(makeRecord("u", 0, { response_mask: [1, 1] })), "record.response_mask", /has 2 entries, response_ids has 3/);
       await check(q.put(makeRecord("u", 0, { rollout_log_probs: [0] })), "record.rollout_log_probs", /has 1 entries/);
-      await check(q.put(makeRecord("u", 0, { response_ids: [1, 2, 2 ** 31] })), "record.response_ids[2]", /does not fit in int32/);
+      await check(q.put(makeRecord("u", 0, { response_ids: [1, 2, 2 ** 31] })), "record.response_ids[2]", /got 2147483648$/);
       await check(q.put({ ...makeRecord("u", 0), finish_reason: "done" } as unknown as TrajectoryRecord), "record.finish_reason", /./);
       await check(q.readCompleteGroups({ consumer: "", max: 1 }), "consumer", /non-empty/);
       await check(q.readCompleteGroups({ consumer: "c", max: 0 }), "max", /1\.\.10000/);
