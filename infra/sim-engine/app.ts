@@ -1,0 +1,199 @@
+import { Hono, type Context } from "hono";
+import type { z } from "zod";
+import { SimEngine, SimEngineFault, type SimGenerateRequest, type SimGenerateResult } from "./sim-engine.ts";
+import {
+  SglangGenerateRequest,
+  sglangError,
+  sglangFault,
+  sglangReply,
+  TokenizeRequest,
+  VllmCompletionRequest,
+  vllmCompletionReply,
+  vllmError,
+  vllmFault,
+  VllmGenerateRequest,
+  vllmGenerateReply,
+} from "./wire.ts";
+
+type Rendered = { status: number; body: unknown };
+type Format = { error: (status: number, message: string) => Rendered; fault: (f: SimEngineFault) => Rendered };
+const VLLM: Format = { error: (s, m) => vllmError(s, m), fault: vllmFault };
+const SGLANG: Format = { error: sglangError, fault: sglangFault };
+
+/**
+ * The simulated engine's HTTP API as a runtime-neutral Hono app (serve it
+ * with `startSimEngine`, `Deno.serve(app.fetch)`, or call `app.fetch`
+ * in-process). Endpoints: vLLM `POST /v1/completions` (token-id or text
+ * prompt), `POST /inference/v1/generate`; SGLang `POST /generate`;
+ * `GET /health` (200 empty, 503 when `engine.healthy` is false);
+ * `GET /v1/models` (with `max_model_len`); `POST /tokenize` / `/v1/tokenize`,
+ * `POST /detokenize` / `/v1/detokenize`; `POST /reset_prefix_cache`, `/flush_cache`.
+ * The routing key (`X-Session-ID`, else `X-SMG-Routing-Key`) goes to the request log.
+ * Any model name is accepted.
+ * @see infra/sim-engine/README.md
+ */
+export function createSimEngineApp(engine: SimEngine): Hono {
+  const app = new Hono();
+
+  app.get("/health", (c) => (engine.healthy ? c.body(null, 200) : c.body(null, 503)));
+
+  app.get("/v1/models", (c) =>
+    c.json({
+      object: "list",
+      data: [
+        {
+          id: engine.model,
+          object: "model",
+          created: 0,
+          owned_by: "edgeloop-sim",
+          root: engine.model,
+          parent: null,
+          max_model_len: engine.maxModelLen,
+          permission: [],
+        },
+      ],
+    }),
+  );
+
+  app.post("/v1/completions", async (c) => {
+    const body = await parse(c, VllmCompletionRequest, VLLM);
+    if (body instanceof Response) return body;
+    const prompt = typeof body.prompt === "string" ? engine.tokenizer.encode(body.prompt) : body.prompt;
+    const requestId = body.request_id ?? c.req.header("x-request-id") ?? crypto.randomUUID();
+    const out = await run(c, engine, VLLM, {
+      request_id: requestId,
+      prompt_ids: prompt,
+      max_tokens: body.max_tokens ?? 16,
+      stop_token_ids: body.stop_token_ids ?? undefined,
+      endpoint: "/v1/completions",
+    });
+    if (out instanceof Response) return out;
+    return c.json(
+      vllmCompletionReply(engine, out, {
+        requestId,
+        promptIds: prompt,
+        logprobs: body.logprobs != null,
+        returnTokenIds: body.return_token_ids === true,
+        asTokenIds: body.return_tokens_as_token_ids === true,
+        skipSpecial: body.skip_special_tokens ?? true,
+      }),
+    );
+  });
+
+  app.post("/inference/v1/generate", async (c) => {
+    const body = await parse(c, VllmGenerateRequest, VLLM);
+    if (body instanceof Response) return body;
+    const requestId = body.request_id ?? c.req.header("x-request-id") ?? crypto.randomUUID();
+    const sp = body.sampling_params;
+    const out = await run(c, engine, VLLM, {
+      request_id: requestId,
+      prompt_ids: body.token_ids,
+      max_tokens: sp.max_tokens ?? 16,
+      stop_token_ids: sp.stop_token_ids ?? undefined,
+      endpoint: "/inference/v1/generate",
+    });
+    if (out instanceof Response) return out;
+    return c.json(vllmGenerateReply(out, { requestId, logprobs: sp.logprobs != null }));
+  });
+
+  app.post("/generate", async (c) => {
+    const body = await parse(c, SglangGenerateRequest, SGLANG);
+    if (body instanceof Response) return body;
+    if ((body.input_ids == null) === (body.text == null)) {
+      return send(c, sglangError(400, "Either text or input_ids should be provided (exactly one)."));
+    }
+    const prompt = body.input_ids ?? engine.tokenizer.encode(body.text!);
+    const rid = body.rid ?? crypto.randomUUID().replaceAll("-", "");
+    const sp = body.sampling_params;
+    const started = performance.now();
+    const out = await run(c, engine, SGLANG, {
+      request_id: rid,
+      prompt_ids: prompt,
+      max_tokens: sp.max_new_tokens ?? 128,
+      stop_token_ids: sp.stop_token_ids ?? undefined,
+      endpoint: "/generate",
+    });
+    if (out instanceof Response) return out;
+    return c.json(
+      sglangReply(engine, out, {
+        rid,
+        logprob: body.return_logprob === true,
+        skipSpecial: sp.skip_special_tokens ?? true,
+        latencyS: Math.round(performance.now() - started) / 1000,
+      }),
+    );
+  });
+
+  const tokenize = (shape: "vllm" | "sglang") => async (c: Context) => {
+    const body = await parse(c, TokenizeRequest, shape === "vllm" ? VLLM : SGLANG);
+    if (body instanceof Response) return body;
+    let tokens: number[];
+    if (body.messages) {
+      tokens = engine.tokenizer.renderIds(body.messages as never, { addGenerationPrompt: body.add_generation_prompt ?? true });
+    } else if (typeof body.prompt === "string") tokens = engine.tokenizer.encode(body.prompt);
+    else return send(c, (shape === "vllm" ? VLLM : SGLANG).error(400, "prompt or messages is required"));
+    return c.json({
+      count: tokens.length,
+      max_model_len: engine.maxModelLen,
+      tokens,
+      ...(body.return_token_strs ? { token_strs: tokens.map((t) => engine.tokenizer.idToToken(t) ?? null) } : {}),
+    });
+  };
+  app.post("/tokenize", tokenize("vllm"));
+  app.post("/v1/tokenize", tokenize("sglang"));
+
+  const detokenize = (key: "prompt" | "text") => async (c: Context) => {
+    const body = (await c.req.json().catch(() => undefined)) as { tokens?: unknown } | undefined;
+    if (!body || !Array.isArray(body.tokens) || !body.tokens.every((t) => Number.isInteger(t) && t >= 0)) {
+      return send(c, key === "prompt" ? vllmError(400, "tokens: expected a list of token ids") : sglangError(400, "tokens: expected a list of token ids"));
+    }
+    return c.json({ [key]: engine.tokenizer.decode(body.tokens as number[]) });
+  };
+  app.post("/detokenize", detokenize("prompt"));
+  app.post("/v1/detokenize", detokenize("text"));
+
+  const flush = (c: Context) => {
+    engine.cache.clear();
+    return c.text("Cache flushed.");
+  };
+  app.post("/reset_prefix_cache", flush);
+  app.on(["GET", "POST"], "/flush_cache", flush);
+
+  app.notFound((c) => c.json({ detail: "Not Found" }, 404));
+  app.onError((e, c) => send(c, vllmError(500, `simulated engine error: ${e.message}`)));
+  return app;
+}
+
+function send(c: Context, r: Rendered): Response {
+  return c.json(r.body as object, r.status as 400);
+}
+
+/** Parses a JSON body with `schema`; a 400 in the engine's error shape naming the field on failure. */
+async function parse<S extends z.ZodType>(c: Context, schema: S, fmt: Format): Promise<z.infer<S> | Response> {
+  let raw: unknown;
+  try {
+    raw = await c.req.json();
+  } catch {
+    return send(c, fmt.error(400, "request body is not valid JSON"));
+  }
+  const r = schema.safeParse(raw);
+  if (!r.success) {
+    const first = r.error.issues[0];
+    return send(c, fmt.error(400, `${first?.path.join(".") || "body"}: ${first?.message}`));
+  }
+  return r.data;
+}
+
+/** Runs the core, rendering a {@link SimEngineFault} in the endpoint's wire format. */
+async function run(c: Context, engine: SimEngine, fmt: Format, req: Omit<SimGenerateRequest, "signal" | "routing_key">): Promise<SimGenerateResult | Response> {
+  try {
+    return await engine.generate({
+      ...req,
+      routing_key: c.req.header("x-session-id") ?? c.req.header("x-smg-routing-key"),
+      signal: c.req.raw.signal,
+    });
+  } catch (e) {
+    if (e instanceof SimEngineFault) return send(c, fmt.fault(e));
+    throw e;
+  }
+}

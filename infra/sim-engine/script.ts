@@ -1,0 +1,94 @@
+import { z } from "zod";
+import { ConfigError, formatPath } from "../../shared/errors.ts";
+
+/**
+ * A fault the simulated engine injects instead of (or while) answering.
+ *
+ * - `http_500` / `http_503`: the engine answers that status with its error body.
+ * - `hang`: holds the request for `ms` milliseconds, then answers normally;
+ *   without `ms`, until the client gives up (disconnects / aborts).
+ * - `abort_after`: generates `tokens` tokens (default 0), then finishes with
+ *   `finish_reason: "abort"` (partial tokens are returned, as a preempted engine does).
+ * - `context_overflow`: answers the engine's context-length 400.
+ *
+ * `times` limits the fault to the first n requests it applies to (default: all);
+ * `turn` limits it to requests at that assistant-turn index (0-based).
+ */
+export const SimFault = z.strictObject({
+  kind: z.enum(["http_500", "http_503", "hang", "abort_after", "context_overflow"]),
+  tokens: z.number().int().min(0).optional(),
+  ms: z.number().int().min(0).optional(),
+  times: z.number().int().min(1).optional(),
+  turn: z.number().int().min(0).optional(),
+});
+export type SimFault = z.infer<typeof SimFault>;
+
+const Finish = z.enum(["stop", "length", "abort"]);
+
+/**
+ * One scripted assistant turn:
+ * - a string: encoded with special tokens recognised, then `<|im_end|>`, `finish_reason: "stop"`;
+ * - `{text, finish_reason?}`: as a string when `stop` (default); with `length` or
+ *   `abort` the text is emitted without the end token and that finish reason;
+ * - `{token_ids, finish_reason?}`: exactly these ids; the finish reason defaults
+ *   to `stop` when the last id is the end-of-turn token or a requested stop id, else `length`.
+ */
+export const SimTurn = z.union([
+  z.string(),
+  z.strictObject({ text: z.string(), finish_reason: Finish.optional() }),
+  z.strictObject({ token_ids: z.array(z.number().int().min(0)), finish_reason: Finish.optional() }),
+]);
+export type SimTurn = z.infer<typeof SimTurn>;
+
+/** A rule: applies when `when` occurs in the decoded prompt; its turns are indexed by assistant turn. */
+export const SimRule = z.strictObject({
+  when: z.string().min(1, "must be a non-empty substring of the decoded prompt"),
+  turns: z.array(SimTurn),
+  fault: SimFault.optional(),
+});
+export type SimRule = z.infer<typeof SimRule>;
+
+/**
+ * A scripted policy (the `--script FILE` JSON). The first rule whose `when`
+ * occurs in the decoded prompt applies; turn index = number of assistant turns
+ * already in the prompt; past the rule's last turn, and when no rule matches,
+ * `default` applies (indexed from the first unscripted turn, the last entry repeating).
+ * `seed` makes log-probs differ between scripts; `fault` applies to every request.
+ */
+export const SimScript = z.strictObject({
+  seed: z.number().int().default(0),
+  rules: z.array(SimRule).default([]),
+  default: z.array(SimTurn).min(1, "needs at least one turn").default(["I cannot help with that."]),
+  fault: SimFault.optional(),
+});
+export type SimScript = z.infer<typeof SimScript>;
+/** The script as written in a file (defaults not yet applied). */
+export type SimScriptInput = z.input<typeof SimScript>;
+
+/** The built-in policy when no script is given: answers every turn "I cannot help with that.". */
+export const DEFAULT_POLICY: SimScript = Object.freeze({
+  seed: 1,
+  rules: [],
+  default: ["I cannot help with that."],
+}) as SimScript;
+
+/**
+ * Validates a script (a parsed JSON value or JSON text).
+ * @throws ConfigError naming the failing path, e.g. `config script.rules[0].turns[1]: ...`
+ */
+export function parseSimScript(input: unknown, source = "script"): SimScript {
+  let value = input;
+  if (typeof input === "string") {
+    try {
+      value = JSON.parse(input);
+    } catch (e) {
+      throw new ConfigError(source, `is not valid JSON: ${(e as Error).message}`, { cause: e });
+    }
+  }
+  const r = SimScript.safeParse(value);
+  if (!r.success) {
+    const first = r.error.issues[0];
+    throw new ConfigError(formatPath(source, first?.path ?? []), first?.message ?? "invalid script", { cause: r.error });
+  }
+  return r.data;
+}

@@ -1,0 +1,394 @@
+import { ConfigError, formatPath } from "../../shared/errors.ts";
+import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
+import { hashInt, unitFloat } from "../../shared/inference/hash.ts";
+import { DEFAULT_BLOCK_SIZE, DEFAULT_KV_CACHE_BLOCKS, PrefixKvCache } from "./kv-cache.ts";
+import { DEFAULT_POLICY, parseSimScript, SimFault, type SimRule, type SimScript, type SimTurn } from "./script.ts";
+
+/** Default context size of the simulated model, in tokens (Qwen3-8B's native 40,960). */
+export const DEFAULT_MAX_MODEL_LEN = 40_960;
+/** Model name the simulated engine reports. */
+export const DEFAULT_SIM_MODEL = "edgeloop/sim-qwen3";
+
+/** Latency model; both default to 0 (answers as fast as the tokenizer allows). */
+export interface SimLatency {
+  /** Milliseconds per prompt token not found in the prefix cache. */
+  prefill_ms_per_token?: number;
+  /** Milliseconds per generated token. */
+  decode_ms_per_token?: number;
+}
+
+/** Options of {@link SimEngine}. */
+export interface SimEngineOptions {
+  /** The real tokenizer (Qwen3's from `defaultTokenizer()` unless another model is simulated). */
+  tokenizer: ChatTokenizer;
+  /** Scripted policy (parsed or raw JSON value); default {@link DEFAULT_POLICY}. */
+  script?: SimScript | unknown;
+  /** Replica name, for logs (`replica-0`, a URL...). */
+  name?: string;
+  model?: string;
+  /** Context size in tokens (default {@link DEFAULT_MAX_MODEL_LEN}); prompt + max_tokens beyond it is a 400. */
+  maxModelLen?: number;
+  /** Prefix-cache capacity in blocks (default {@link DEFAULT_KV_CACHE_BLOCKS}). */
+  kvCacheBlocks?: number;
+  /** Tokens per cache block (default 16). */
+  blockSize?: number;
+  latency?: SimLatency;
+  /** Replica-level fault, checked before the script's. */
+  fault?: SimFault;
+}
+
+/** One generation request as the core sees it (after an HTTP layer has parsed its wire format). */
+export interface SimGenerateRequest {
+  request_id: string;
+  prompt_ids: readonly number[];
+  /** Generated tokens at most (≥ 1). */
+  max_tokens: number;
+  stop_token_ids?: readonly number[];
+  /** The routing key the call carried (`X-Session-ID`), for the request log. */
+  routing_key?: string;
+  /** Which endpoint served it (`/v1/completions`, `/generate`, `in-process`...). */
+  endpoint?: string;
+  /** Client gone / deadline: ends a `hang`. */
+  signal?: AbortSignal;
+}
+
+/** What the core generated. `stop_token` is the id that ended a `stop` turn, if one did. */
+export interface SimGenerateResult {
+  token_ids: number[];
+  /** One per token, in [−5, 0], deterministic in (seed, prompt, position). */
+  log_probs: number[];
+  finish_reason: "stop" | "length" | "abort";
+  stop_token: number | null;
+  /** Whether `stop_token` was among the request's `stop_token_ids` (vLLM's `stop_reason` then names it). */
+  stop_token_requested: boolean;
+  prompt_tokens: number;
+  /** Prompt tokens served from this replica's prefix cache. */
+  cached_tokens: number;
+  /** Which assistant turn of the script this was (0-based). */
+  turn_index: number;
+  /** Index of the rule that applied, −1 for `default`. */
+  rule_index: number;
+}
+
+/**
+ * A failure the engine answers instead of tokens. The HTTP layer renders it
+ * in each engine's wire format; {@link SimEngineClient} turns it into the typed error.
+ * `kind`: `http_500`, `http_503`, `context_overflow`, `client_gone` (a hang ended by the client).
+ */
+export class SimEngineFault extends Error {
+  override name = "SimEngineFault";
+  constructor(
+    readonly kind: "http_500" | "http_503" | "context_overflow" | "client_gone",
+    message: string,
+    readonly detail: { prompt_tokens?: number; max_tokens?: number; max_model_len?: number } = {},
+  ) {
+    super(message);
+  }
+}
+
+/** One line of a replica's request log (last 10,000 kept). */
+export interface SimRequestLog {
+  request_id: string;
+  routing_key?: string;
+  endpoint?: string;
+  prompt_tokens: number;
+  cached_tokens?: number;
+  completion_tokens?: number;
+  finish_reason?: string;
+  fault?: string;
+}
+
+/** Counters of one replica. */
+export interface SimEngineStats {
+  requests: number;
+  prompt_tokens: number;
+  cached_tokens: number;
+  completion_tokens: number;
+  inflight: number;
+  max_inflight: number;
+}
+
+const LOG_LIMIT = 10_000;
+
+/**
+ * The simulated engine of one replica, runtime-free (Web APIs and `shared/`
+ * only): scripted generation on the real tokenizer, a prefix KV cache, a
+ * latency model and fault injection. HTTP wire formats live in `app.ts`.
+ */
+export class SimEngine {
+  readonly tokenizer: ChatTokenizer;
+  readonly name: string;
+  readonly model: string;
+  readonly maxModelLen: number;
+  readonly cache: PrefixKvCache;
+  readonly latency: Required<SimLatency>;
+  /** `/health` answers 503 when false. */
+  healthy = true;
+  /** Recent requests, oldest first. */
+  readonly requests: SimRequestLog[] = [];
+  readonly stats: SimEngineStats = { requests: 0, prompt_tokens: 0, cached_tokens: 0, completion_tokens: 0, inflight: 0, max_inflight: 0 };
+  private script: SimScript;
+  private fault?: { spec: SimFault; left: number };
+  private readonly ruleFaultsLeft = new Map<number, number>();
+  private scriptFaultLeft = Infinity;
+  private readonly header: number[];
+  private readonly newline: number[];
+  private readonly imStart?: number;
+
+  constructor(opts: SimEngineOptions) {
+    this.tokenizer = opts.tokenizer;
+    this.name = opts.name ?? "sim";
+    this.model = opts.model ?? DEFAULT_SIM_MODEL;
+    this.maxModelLen = opts.maxModelLen ?? DEFAULT_MAX_MODEL_LEN;
+    this.cache = new PrefixKvCache({ capacityBlocks: opts.kvCacheBlocks ?? DEFAULT_KV_CACHE_BLOCKS, blockSize: opts.blockSize ?? DEFAULT_BLOCK_SIZE });
+    this.latency = { prefill_ms_per_token: opts.latency?.prefill_ms_per_token ?? 0, decode_ms_per_token: opts.latency?.decode_ms_per_token ?? 0 };
+    this.script = DEFAULT_POLICY;
+    this.setScript(opts.script ?? DEFAULT_POLICY);
+    if (opts.fault) this.setFault(opts.fault);
+    this.imStart = this.tokenizer.tokenId("<|im_start|>");
+    this.header = this.imStart === undefined ? [] : this.tokenizer.encode("<|im_start|>assistant");
+    this.newline = this.tokenizer.encode("\n");
+  }
+
+  /** Replaces the scripted policy (validated; fault counters restart). @throws ConfigError */
+  setScript(script: SimScript | unknown): void {
+    this.script = parseSimScript(script);
+    this.ruleFaultsLeft.clear();
+    this.script.rules.forEach((r, i) => r.fault && this.ruleFaultsLeft.set(i, r.fault.times ?? Infinity));
+    this.scriptFaultLeft = this.script.fault?.times ?? Infinity;
+  }
+
+  /** The current script. */
+  get policy(): SimScript {
+    return this.script;
+  }
+
+  /** Sets (or clears, with null) this replica's fault. @throws ConfigError on a bad shape */
+  setFault(fault: SimFault | null): void {
+    if (fault === null) {
+      this.fault = undefined;
+      return;
+    }
+    const r = SimFault.safeParse(fault);
+    if (!r.success) {
+      const first = r.error.issues[0];
+      throw new ConfigError(formatPath("fault", first?.path ?? []), first?.message ?? "invalid fault", { cause: r.error });
+    }
+    this.fault = { spec: r.data, left: r.data.times ?? Infinity };
+  }
+
+  /**
+   * Number of assistant turns already in the prompt: occurrences of
+   * `<|im_start|>assistant`, not counting the last one while it is still open
+   * (no `<|im_end|>` or `<|im_start|>` after it: the generation prompt, or a
+   * turn being resumed after an abort). Also returns the open turn's tokens
+   * after `assistant\n` (what was generated of it so far).
+   */
+  assistantTurns(ids: readonly number[]): { count: number; open: number[] | undefined } {
+    const h = this.header;
+    if (h.length === 0) return { count: 0, open: undefined };
+    let count = 0;
+    let last = -1;
+    for (let i = 0; i + h.length <= ids.length; i++) {
+      let ok = true;
+      for (let j = 0; j < h.length; j++) if (ids[i + j] !== h[j]) { ok = false; break; }
+      if (ok) {
+        count++;
+        last = i;
+      }
+    }
+    if (last < 0) return { count: 0, open: undefined };
+    let start = last + h.length;
+    for (let i = start; i < ids.length; i++) {
+      if (ids[i] === this.tokenizer.eosTokenId || ids[i] === this.imStart) return { count, open: undefined };
+    }
+    if (this.newline.length === 1 && ids[start] === this.newline[0]) start++;
+    return { count: count - 1, open: ids.slice(start) as number[] };
+  }
+
+  /** The rule index that applies to a prompt (−1: none) and the turn to play. */
+  resolve(ids: readonly number[]): { rule_index: number; turn_index: number; turn: SimTurn; open: number[] | undefined } {
+    const { count, open } = this.assistantTurns(ids);
+    let ruleIndex = -1;
+    let rule: SimRule | undefined;
+    if (this.script.rules.length > 0) {
+      const text = this.tokenizer.decode(ids);
+      ruleIndex = this.script.rules.findIndex((r) => text.includes(r.when));
+      rule = ruleIndex >= 0 ? this.script.rules[ruleIndex] : undefined;
+    }
+    let turn: SimTurn;
+    if (rule && count < rule.turns.length) turn = rule.turns[count];
+    else {
+      const d = this.script.default;
+      turn = d[Math.min(count - (rule?.turns.length ?? 0), d.length - 1)];
+    }
+    return { rule_index: ruleIndex, turn_index: count, turn, open };
+  }
+
+  /**
+   * Generates one reply. Order: context check, fault, prefix-cache lookup,
+   * prefill latency, scripted tokens (resuming an open turn whose partial
+   * tokens prefix the script's), stop ids, `max_tokens`, log-probs, decode
+   * latency, cache insert of prompt ‖ output.
+   * @throws SimEngineFault for 5xx/overflow faults, natural context overflow, and a hang ended by the client
+   */
+  async generate(req: SimGenerateRequest): Promise<SimGenerateResult> {
+    const log: SimRequestLog = { request_id: req.request_id, routing_key: req.routing_key, endpoint: req.endpoint, prompt_tokens: req.prompt_ids.length };
+    this.requests.push(log);
+    if (this.requests.length > LOG_LIMIT) this.requests.splice(0, this.requests.length - LOG_LIMIT);
+    this.stats.requests++;
+    this.stats.inflight++;
+    this.stats.max_inflight = Math.max(this.stats.max_inflight, this.stats.inflight);
+    try {
+      const out = await this.run(req, log);
+      log.cached_tokens = out.cached_tokens;
+      log.completion_tokens = out.token_ids.length;
+      log.finish_reason = out.finish_reason;
+      this.stats.prompt_tokens += out.prompt_tokens;
+      this.stats.cached_tokens += out.cached_tokens;
+      this.stats.completion_tokens += out.token_ids.length;
+      return out;
+    } catch (e) {
+      log.fault = e instanceof SimEngineFault ? e.kind : String(e);
+      throw e;
+    } finally {
+      this.stats.inflight--;
+    }
+  }
+
+  private async run(req: SimGenerateRequest, log: SimRequestLog): Promise<SimGenerateResult> {
+    const prompt = req.prompt_ids;
+    const P = prompt.length;
+    const overflow = () =>
+      new SimEngineFault("context_overflow", `prompt (${P}) + max_tokens (${req.max_tokens}) exceeds max_model_len (${this.maxModelLen})`, {
+        prompt_tokens: P,
+        max_tokens: req.max_tokens,
+        max_model_len: this.maxModelLen,
+      });
+    if (P + req.max_tokens > this.maxModelLen) throw overflow();
+
+    const r = this.resolve(prompt);
+    const fault = this.takeFault(r.rule_index, r.turn_index);
+    if (fault) log.fault = fault.kind;
+    if (fault?.kind === "http_500") throw new SimEngineFault("http_500", `simulated fault on ${this.name}: internal error`);
+    if (fault?.kind === "http_503") throw new SimEngineFault("http_503", `simulated fault on ${this.name}: service unavailable`);
+    if (fault?.kind === "context_overflow") throw overflow();
+    if (fault?.kind === "hang") {
+      const finished = await sleep(fault.ms, req.signal);
+      if (!finished) throw new SimEngineFault("client_gone", `client gave up on ${req.request_id}`);
+    }
+
+    const cached = this.cache.lookup(prompt);
+    const gone = () => new SimEngineFault("client_gone", `client gave up on ${req.request_id}`);
+    if (this.latency.prefill_ms_per_token > 0 && !(await sleep((P - cached) * this.latency.prefill_ms_per_token, req.signal))) throw gone();
+
+    const stopIds = req.stop_token_ids ?? [];
+    let { ids, finish } = this.turnTokens(r.turn, stopIds);
+    if (r.open && r.open.length > 0 && r.open.length <= ids.length && r.open.every((v, i) => v === ids[i])) {
+      ids = ids.slice(r.open.length);
+    }
+    // Like a real engine, generation ends at the first end-of-turn or requested stop id (kept in the output).
+    let stopToken: number | null = null;
+    const eos = this.tokenizer.eosTokenId;
+    const stopAt = ids.findIndex((t) => t === eos || stopIds.includes(t));
+    if (stopAt >= 0) {
+      ids = ids.slice(0, stopAt + 1);
+      finish = "stop";
+      stopToken = ids[stopAt];
+    }
+    if (ids.length > req.max_tokens) {
+      ids = ids.slice(0, req.max_tokens);
+      finish = "length";
+      stopToken = null;
+    }
+    if (fault?.kind === "abort_after") {
+      const k = fault.tokens ?? 0;
+      // When the turn ends before k tokens the engine finishes normally: the abort comes too late.
+      if (k < ids.length) {
+        ids = ids.slice(0, k);
+        finish = "abort";
+        stopToken = null;
+      }
+    }
+    const logProbs = this.logProbs(prompt, ids.length);
+    if (this.latency.decode_ms_per_token > 0 && !(await sleep(ids.length * this.latency.decode_ms_per_token, req.signal))) throw gone();
+    this.cache.insert(ids.length > 0 ? [...prompt, ...ids] : prompt);
+    return {
+      token_ids: ids,
+      log_probs: logProbs,
+      finish_reason: finish,
+      stop_token: stopToken,
+      stop_token_requested: stopToken !== null && stopIds.includes(stopToken),
+      prompt_tokens: P,
+      cached_tokens: cached,
+      turn_index: r.turn_index,
+      rule_index: r.rule_index,
+    };
+  }
+
+  /** A scripted turn's ids and nominal finish reason. */
+  turnTokens(turn: SimTurn, stopIds: readonly number[] = []): { ids: number[]; finish: "stop" | "length" | "abort" } {
+    const eos = this.tokenizer.eosTokenId;
+    if (typeof turn === "string") return { ids: [...this.tokenizer.encode(turn), eos], finish: "stop" };
+    if ("text" in turn) {
+      const finish = turn.finish_reason ?? "stop";
+      const ids = this.tokenizer.encode(turn.text);
+      return { ids: finish === "stop" ? [...ids, eos] : ids, finish };
+    }
+    const last = turn.token_ids[turn.token_ids.length - 1];
+    const ends = last !== undefined && (last === eos || stopIds.includes(last));
+    return { ids: [...turn.token_ids], finish: turn.finish_reason ?? (ends ? "stop" : "length") };
+  }
+
+  /** Deterministic log-probs in [−5, 0] for `n` tokens after `prompt` (4 decimals). */
+  logProbs(prompt: readonly number[], n: number): number[] {
+    let h = hashInt(0x3c6ef372, this.script.seed);
+    for (let i = 0; i < prompt.length; i++) h = hashInt(h, prompt[i]);
+    const out: number[] = new Array(n);
+    for (let i = 0; i < n; i++) {
+      const u = unitFloat(hashInt(h, prompt.length + i));
+      out[i] = Math.round(-5 * u * u * 1e4) / 1e4 + 0;
+    }
+    return out;
+  }
+
+  /** The fault that fires for this request, consuming one of its `times`. */
+  private takeFault(ruleIndex: number, turnIndex: number): SimFault | undefined {
+    const applies = (f: SimFault | undefined) => f !== undefined && (f.turn === undefined || f.turn === turnIndex);
+    if (this.fault && this.fault.left > 0 && applies(this.fault.spec)) {
+      this.fault.left--;
+      return this.fault.spec;
+    }
+    const rf = ruleIndex >= 0 ? this.script.rules[ruleIndex].fault : undefined;
+    if (rf && applies(rf) && (this.ruleFaultsLeft.get(ruleIndex) ?? 0) > 0) {
+      this.ruleFaultsLeft.set(ruleIndex, this.ruleFaultsLeft.get(ruleIndex)! - 1);
+      return rf;
+    }
+    const sf = this.script.fault;
+    if (sf && applies(sf) && this.scriptFaultLeft > 0) {
+      this.scriptFaultLeft--;
+      return sf;
+    }
+    return undefined;
+  }
+}
+
+/**
+ * Waits `ms` (forever when undefined) unless `signal` aborts first.
+ * Resolves true when the time passed, false when aborted.
+ */
+export function sleep(ms: number | undefined, signal?: AbortSignal): Promise<boolean> {
+  if (signal?.aborted) return Promise.resolve(false);
+  if (ms !== undefined && ms <= 0) return Promise.resolve(true);
+  return new Promise((resolve) => {
+    const timer = ms === undefined ? undefined : setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve(true);
+    }, ms);
+    const onAbort = () => {
+      if (timer !== undefined) clearTimeout(timer);
+      resolve(false);
+    };
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}

@@ -1,0 +1,135 @@
+import {
+  BadEngineResponseError,
+  ContextOverflowError,
+  EngineAbortedError,
+  EngineError,
+  EngineUnavailableError,
+} from "../errors.ts";
+
+/** A Web-standard `fetch`, injectable so the clients run on Bun, Deno, Node and workerd alike. */
+export type FetchLike = (input: Request | string | URL, init?: RequestInit) => Promise<Response>;
+
+/** Default per-request deadline of an engine call, in milliseconds (10 minutes: long generations are slow). */
+export const DEFAULT_ENGINE_TIMEOUT_MS = 600_000;
+
+/**
+ * Wording of the engines' context-overflow 400s (vLLM's three phrasings, SGLang's two).
+ * @see ../shared/fixtures/wire-contracts.md §1.9 and §2.4
+ */
+export const CONTEXT_OVERFLOW_PATTERN =
+  /maximum context length|longer than the maximum model length|longer than the model's context length/i;
+
+/**
+ * Translates verl's `top_k` convention (−1 or 0 = disabled) to an engine's.
+ * vLLM wants 0 for disabled (some OpenAI-compatible servers reject −1); SGLang wants −1 (0 is invalid).
+ * @see ../shared/fixtures/wire-contracts.md §1.2
+ */
+export function engineTopK(topK: number, engine: "vllm" | "sglang"): number {
+  if (topK > 0) return topK;
+  return engine === "vllm" ? 0 : -1;
+}
+
+/** Headers sent on every engine call: the routing key twice (vllm-router and SGLang's gateway) and the request id. */
+export function engineHeaders(routingKey: string, requestId: string): Record<string, string> {
+  return {
+    "content-type": "application/json",
+    accept: "application/json",
+    "x-session-id": routingKey,
+    "x-smg-routing-key": routingKey,
+    // Lower priority than x-session-id in vllm-router, never a key in SMG: safe to carry the per-call id.
+    "x-request-id": requestId,
+  };
+}
+
+/** What {@link postEngineJson} hands back: the status and the parsed JSON body (`undefined` when not JSON). */
+export interface EngineHttpReply {
+  status: number;
+  body: unknown;
+  /** Raw text of the body, for error messages. */
+  text: string;
+}
+
+/**
+ * POSTs `body` as JSON with a per-request deadline and returns status + parsed body.
+ * Transport failures become typed errors: connection refused and the deadline →
+ * {@link EngineUnavailableError}; the caller's own `signal` → {@link EngineAbortedError}.
+ * Non-2xx statuses are *not* thrown here (the caller decides with {@link engineErrorFromReply}).
+ */
+export async function postEngineJson(
+  fetchFn: FetchLike,
+  url: string,
+  body: unknown,
+  headers: Record<string, string>,
+  opts: { timeoutMs: number; signal?: AbortSignal },
+): Promise<EngineHttpReply> {
+  const deadline = AbortSignal.timeout(opts.timeoutMs);
+  const signal = opts.signal ? AbortSignal.any([opts.signal, deadline]) : deadline;
+  let res: Response;
+  let text: string;
+  try {
+    res = await fetchFn(url, { method: "POST", headers, body: JSON.stringify(body), signal });
+    text = await res.text();
+  } catch (e) {
+    if (opts.signal?.aborted) throw new EngineAbortedError(`request to ${url} aborted by the caller`, { cause: e });
+    if (deadline.aborted) {
+      throw new EngineUnavailableError(`engine at ${url} did not answer within ${opts.timeoutMs} ms`, { cause: e });
+    }
+    throw new EngineUnavailableError(`engine at ${url} unreachable: ${(e as Error)?.message ?? String(e)}`, { cause: e });
+  }
+  let parsed: unknown;
+  try {
+    parsed = text.length > 0 ? JSON.parse(text) : undefined;
+  } catch {
+    parsed = undefined;
+  }
+  return { status: res.status, body: parsed, text };
+}
+
+/**
+ * The human message inside any of the engines' error bodies: vLLM nested
+ * `{error:{message}}`, old flat `{object:"error",message}`, FastAPI `{detail}`
+ * (string or validation list), SMG `{error:{code,message}}`, `{error:"..."}`.
+ * @see ../shared/fixtures/wire-contracts.md §7 item 7
+ */
+export function engineErrorMessage(body: unknown, text: string): string {
+  if (body && typeof body === "object") {
+    const b = body as Record<string, unknown>;
+    const err = b.error;
+    if (typeof err === "string") return err;
+    if (err && typeof err === "object") {
+      const e = err as Record<string, unknown>;
+      if (typeof e.message === "string") return e.message;
+      if (typeof e.code === "string") return e.code;
+    }
+    if (typeof b.message === "string") return b.message;
+    if (typeof b.detail === "string") return b.detail;
+    if (Array.isArray(b.detail)) return JSON.stringify(b.detail);
+  }
+  return text.slice(0, 500) || "(empty body)";
+}
+
+/**
+ * Maps a non-2xx engine reply to a typed error, deciding by status first:
+ * 400 with context-length wording → {@link ContextOverflowError}; 408/429/5xx →
+ * {@link EngineUnavailableError} (vLLM answers 500 when the engine is dead, SGLang
+ * 503 while starting); 499 → {@link EngineAbortedError} (SGLang/SMG client abort);
+ * anything else → {@link BadEngineResponseError}.
+ */
+export function engineErrorFromReply(url: string, reply: EngineHttpReply): EngineError {
+  const message = engineErrorMessage(reply.body, reply.text);
+  const what = `engine at ${url} answered HTTP ${reply.status}: ${message}`;
+  if (reply.status === 400 && CONTEXT_OVERFLOW_PATTERN.test(message)) return new ContextOverflowError(what, { status: 400 });
+  if (reply.status === 499) return new EngineAbortedError(what);
+  if (reply.status === 408 || reply.status === 429 || reply.status >= 500) return new EngineUnavailableError(what);
+  return new BadEngineResponseError(what);
+}
+
+/** A {@link BadEngineResponseError} naming the URL and what was wrong with a 2xx body. */
+export function badReply(url: string, problem: string, cause?: unknown): BadEngineResponseError {
+  return new BadEngineResponseError(`engine at ${url} sent an unusable reply: ${problem}`, cause === undefined ? {} : { cause });
+}
+
+/** Joins a base URL and a path without doubling slashes. */
+export function joinUrl(base: string, path: string): string {
+  return base.replace(/\/+$/, "") + path;
+}

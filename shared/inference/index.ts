@@ -1,0 +1,14 @@
+/** Public surface of the inference layer: engine adapters, routing policies, the replica pool. */
+export * from "./types.ts";
+export * from "./engine-http.ts";
+export * from "./finish-output.ts";
+export * from "./vllm-wire.ts";
+export * from "./vllm-client.ts";
+export * from "./sglang-client.ts";
+export * from "./create-engine-client.ts";
+export * from "./routing-policy.ts";
+export * from "./round-robin-router.ts";
+export * from "./sticky-router.ts";
+export * from "./bounded-load-hash.ts";
+export * from "./replica-pool.ts";
+export * from "./hash.ts";

@@ -1,0 +1,199 @@
+import { TokenOutput } from "../schema/index.ts";
+import {
+  badReply,
+  DEFAULT_ENGINE_TIMEOUT_MS,
+  engineErrorFromReply,
+  engineHeaders,
+  engineTopK,
+  joinUrl,
+  postEngineJson,
+  type FetchLike,
+} from "./engine-http.ts";
+import { finishOutput, modelMaxLen } from "./finish-output.ts";
+import type { GenerateRequest, InferenceClient } from "./types.ts";
+import { idsFromTokenIdStrings, VllmCompletionReply, VllmGenerateReply } from "./vllm-wire.ts";
+
+/** Options of {@link VllmClient}. */
+export interface VllmClientOptions {
+  /** Base URL of the server (or of a gateway in front of it), e.g. `http://127.0.0.1:8000`. */
+  url: string;
+  /** `model` field of the body; omitted when unset (the server then uses its only model). */
+  model?: string;
+  /** Per-request deadline in ms (default {@link DEFAULT_ENGINE_TIMEOUT_MS}). */
+  timeoutMs?: number;
+  /** Web-standard fetch (default `globalThis.fetch`). */
+  fetch?: FetchLike;
+  /**
+   * `completions` (default): `POST /v1/completions` with a token-id prompt.
+   * `generate`: `POST /inference/v1/generate`, the tokens-only endpoint, which the
+   * server must enable (`--enable-scale-out`; a 404 means it is off).
+   */
+  endpoint?: "completions" | "generate";
+}
+
+/**
+ * Token-in/token-out client for a vLLM OpenAI-compatible server.
+ *
+ * Sends the prompt as token ids with `max_tokens` always set, `logprobs: 0`,
+ * `return_token_ids: true` and `return_tokens_as_token_ids: true`, so that a
+ * server too old for `token_ids` still names each sampled id in
+ * `logprobs.tokens` (`"token_id:<id>"`). A reply from which the ids cannot be
+ * recovered is a {@link BadEngineResponseError}: text is never re-encoded and
+ * log-probs are never padded. A `finish_reason: "abort"` reply with partial
+ * tokens is returned as such (the caller keeps them and resumes); without
+ * tokens it is an {@link EngineAbortedError}.
+ *
+ * @throws ContextOverflowError, EngineUnavailableError, EngineAbortedError, BadEngineResponseError
+ * @see https://github.com/vllm-project/vllm `CompletionRequest` (wire-contracts.md §1.2–1.6)
+ */
+export class VllmClient implements InferenceClient {
+  readonly url: string;
+  private readonly model?: string;
+  private readonly timeoutMs: number;
+  private readonly fetchFn: FetchLike;
+  private readonly endpoint: "completions" | "generate";
+  private maxLen?: Promise<number | undefined>;
+
+  constructor(opts: VllmClientOptions) {
+    this.url = opts.url;
+    this.model = opts.model;
+    this.timeoutMs = opts.timeoutMs ?? DEFAULT_ENGINE_TIMEOUT_MS;
+    this.fetchFn = opts.fetch ?? ((input, init) => fetch(input, init));
+    this.endpoint = opts.endpoint ?? "completions";
+  }
+
+  /** The body sent to `POST /v1/completions` for `req` (exported for tests and docs). */
+  completionsBody(req: GenerateRequest): Record<string, unknown> {
+    const sp = req.sampling_params;
+    return {
+      ...(this.model ? { model: this.model } : {}),
+      prompt: Array.from(req.prompt_ids),
+      max_tokens: req.max_tokens,
+      temperature: sp.temperature,
+      top_p: sp.top_p,
+      top_k: engineTopK(sp.top_k, "vllm"),
+      n: 1,
+      ...(sp.seed !== undefined ? { seed: sp.seed } : {}),
+      ...(sp.stop_token_ids ? { stop_token_ids: sp.stop_token_ids } : {}),
+      logprobs: 0,
+      return_token_ids: true,
+      return_tokens_as_token_ids: true,
+      skip_special_tokens: false,
+      include_stop_str_in_output: false,
+      stream: false,
+      request_id: req.request_id,
+    };
+  }
+
+  /** The body sent to `POST /inference/v1/generate` for `req`. */
+  generateBody(req: GenerateRequest): Record<string, unknown> {
+    const sp = req.sampling_params;
+    return {
+      ...(this.model ? { model: this.model } : {}),
+      request_id: req.request_id,
+      token_ids: Array.from(req.prompt_ids),
+      sampling_params: {
+        max_tokens: req.max_tokens,
+        temperature: sp.temperature,
+        top_p: sp.top_p,
+        top_k: engineTopK(sp.top_k, "vllm"),
+        ...(sp.seed !== undefined ? { seed: sp.seed } : {}),
+        ...(sp.stop_token_ids ? { stop_token_ids: sp.stop_token_ids } : {}),
+        logprobs: 0,
+        skip_special_tokens: false,
+        include_stop_str_in_output: false,
+        detokenize: false,
+      },
+      stream: false,
+    };
+  }
+
+  /** One generation call; see the class docs for the error mapping. */
+  async generate(req: GenerateRequest): Promise<TokenOutput> {
+    const path = this.endpoint === "generate" ? "/inference/v1/generate" : "/v1/completions";
+    const url = joinUrl(this.url, path);
+    const body = this.endpoint === "generate" ? this.generateBody(req) : this.completionsBody(req);
+    const reply = await postEngineJson(this.fetchFn, url, body, engineHeaders(req.routing_key, req.request_id), {
+      timeoutMs: this.timeoutMs,
+      signal: req.signal,
+    });
+    if (reply.status < 200 || reply.status >= 300) throw engineErrorFromReply(url, reply);
+    if (reply.body === undefined) throw badReply(url, "body is not JSON");
+    return this.endpoint === "generate"
+      ? parseGenerateReply(url, reply.body, req.sampling_params.logprobs)
+      : parseCompletionReply(url, reply.body, req.sampling_params.logprobs);
+  }
+
+  /** `max_model_len` from `GET /v1/models` (cached after the first success); undefined when absent. */
+  maxModelLen(): Promise<number | undefined> {
+    if (!this.maxLen) {
+      this.maxLen = modelMaxLen(this.fetchFn, this.url, this.timeoutMs);
+      this.maxLen.then((v) => v === undefined && (this.maxLen = undefined), () => (this.maxLen = undefined));
+    }
+    return this.maxLen;
+  }
+}
+
+/**
+ * A vLLM `/v1/completions` reply → {@link TokenOutput}. Ids come from
+ * `choices[0].token_ids`, else from `"token_id:<id>"` strings in
+ * `logprobs.tokens`; when both are present they must agree.
+ * @throws BadEngineResponseError, EngineAbortedError (abort without tokens)
+ */
+export function parseCompletionReply(url: string, body: unknown, wantLogprobs: boolean): TokenOutput {
+  const parsed = VllmCompletionReply.safeParse(body);
+  if (!parsed.success) throw badReply(url, `not a completion reply (${parsed.error.issues[0]?.path.join(".")}: ${parsed.error.issues[0]?.message})`);
+  const choice = parsed.data.choices[0];
+  const fromStrings = choice.logprobs?.tokens ? idsFromTokenIdStrings(choice.logprobs.tokens) : undefined;
+  const ids = choice.token_ids ?? fromStrings;
+  if (!ids) {
+    throw badReply(
+      url,
+      "no token ids: choices[0].token_ids is missing and logprobs.tokens are not 'token_id:<id>' strings (needs vLLM ≥ 0.10.2 or return_tokens_as_token_ids)",
+    );
+  }
+  if (choice.token_ids && fromStrings && !sameIds(choice.token_ids, fromStrings)) {
+    throw badReply(url, "choices[0].token_ids disagree with the ids in logprobs.tokens");
+  }
+  const lps = choice.logprobs?.token_logprobs ?? undefined;
+  return finishOutput(url, {
+    ids,
+    logProbs: lps,
+    wantLogprobs,
+    finishReason: choice.finish_reason,
+    stopReason: choice.stop_reason,
+    cachedTokens: parsed.data.usage?.prompt_tokens_details?.cached_tokens ?? undefined,
+    defaultFinish: undefined,
+  });
+}
+
+/**
+ * A vLLM `/inference/v1/generate` reply → {@link TokenOutput}. `finish_reason`
+ * defaults to `"stop"` when missing, as the server does.
+ * @throws BadEngineResponseError, EngineAbortedError (abort without tokens)
+ */
+export function parseGenerateReply(url: string, body: unknown, wantLogprobs: boolean): TokenOutput {
+  const parsed = VllmGenerateReply.safeParse(body);
+  if (!parsed.success) throw badReply(url, `not a generate reply (${parsed.error.issues[0]?.path.join(".")}: ${parsed.error.issues[0]?.message})`);
+  const choice = parsed.data.choices[0];
+  const content = choice.logprobs?.content ?? undefined;
+  const fromStrings = content ? idsFromTokenIdStrings(content.map((c) => c.token)) : undefined;
+  const ids = choice.token_ids ?? fromStrings;
+  if (!ids) throw badReply(url, "no token ids: choices[0].token_ids is missing and logprobs.content tokens are not 'token_id:<id>' strings");
+  if (choice.token_ids && fromStrings && !sameIds(choice.token_ids, fromStrings)) {
+    throw badReply(url, "choices[0].token_ids disagree with the ids in logprobs.content");
+  }
+  return finishOutput(url, {
+    ids,
+    logProbs: content?.map((c) => c.logprob),
+    wantLogprobs,
+    finishReason: choice.finish_reason,
+    stopReason: choice.stop_reason,
+    cachedTokens: parsed.data.usage?.prompt_tokens_details?.cached_tokens ?? undefined,
+    defaultFinish: "stop",
+  });
+}
+
+function sameIds(a: readonly number[], b: readonly number[]): boolean {
+  return a.length === b.length && a.every((v, i) => v === b[i]);
+}
