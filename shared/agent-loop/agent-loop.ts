@@ -1,0 +1,173 @@
+import { ContextOverflowError, EngineAbortedError, InputError } from "../errors.ts";
+import type { InferenceClient } from "../inference/types.ts";
+import { computeReward, type RewardOptions, type RewardResult } from "../reward/compute-reward.ts";
+import { ChatMessage, trajectoryKey, type AgentLoopMetrics, type AgentLoopOutput, type RolloutConfig, type SamplingParams, type TokenOutput } from "../schema/index.ts";
+import type { ChatTokenizer } from "../tokens/tokenizer.ts";
+import type { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
+import type { InteractionClient } from "../tools/interaction-client.ts";
+import type { ToolCallParser } from "../tools/tool-call-parser.ts";
+import type { ToolExecutor } from "../tools/webhook-tool-client.ts";
+
+/**
+ * What every loop is built with (once per trajectory, cheap to construct).
+ * Loops read what they need and ignore the rest.
+ */
+export interface AgentLoopContext {
+  tokenizer: ChatTokenizer;
+  client: InferenceClient;
+  /** The parsed rollout config (limits, lengths, parser name, default loop). */
+  config: RolloutConfig;
+  /** Engine context size; defaults to `config.max_model_len`, else the engine's, else `prompt_length + response_length`. */
+  maxModelLen?: number;
+  /** The configured tools (webhook tools, in the tools file's order). */
+  tools?: ToolExecutor;
+  /** Overrides the parser named by `config.multi_turn.format`. */
+  parser?: ToolCallParser;
+  /** Simulated users by name; a row opts in with `extra_info.interaction_kwargs` (`name` picks one). */
+  interactions?: Record<string, InteractionClient>;
+  /** Reward settings; `false` leaves `reward_score` null for the trainer to fill. */
+  reward?: RewardOptions | false;
+  /** Monotonic milliseconds for metrics (default `performance.now()`). */
+  nowMs?: () => number;
+  /** Fresh engine request ids (default `crypto.randomUUID()`). */
+  newRequestId?: () => string;
+  /** Aborts engine and webhook calls of this trajectory. */
+  signal?: AbortSignal;
+}
+
+/**
+ * The keyword arguments of `run`: the dataset row's fields (`prompt`,
+ * `data_source`, `reward_model`, `extra_info`, `agent_name`, …) plus the
+ * framework's (`uid`, `session_id`, `global_steps`, optional `output_index`
+ * and `key`). A loop reads what it needs and ignores the rest.
+ */
+export interface AgentLoopKwargs {
+  uid: string;
+  session_id: number;
+  global_steps?: number;
+  output_index?: number;
+  /** The trajectory key; defaults to `{uid}_{session_id}_{output_index}`. */
+  key?: string;
+  prompt?: unknown;
+  /** verl's name for `prompt`; read when `prompt` is absent. */
+  raw_prompt?: unknown;
+  data_source?: string;
+  reward_model?: { style?: string; ground_truth?: unknown } | null;
+  extra_info?: Record<string, unknown> | null;
+  agent_name?: string | null;
+  [field: string]: unknown;
+}
+
+/**
+ * Base class of agent loops: `run(sampling_params, kwargs)` turns one row into
+ * one trajectory (or several, for loops that branch), each an
+ * {@link AgentLoopOutput} that passed the trajectory validator. A new instance
+ * is made per trajectory, so instance fields may hold per-trajectory state.
+ * @see verl `AgentLoopBase` (`verl/experimental/agent_loop/agent_loop.py`)
+ */
+export abstract class AgentLoop {
+  constructor(protected readonly ctx: AgentLoopContext) {}
+
+  /** Runs the loop. Errors thrown are the row's failure (bad prompt, engine failure); tool failures never throw. */
+  abstract run(samplingParams: SamplingParams, kwargs: AgentLoopKwargs): Promise<AgentLoopOutput | AgentLoopOutput[]>;
+
+  /** Monotonic milliseconds. */
+  protected now(): number {
+    return (this.ctx.nowMs ?? (() => performance.now()))();
+  }
+
+  /** The trajectory key: `kwargs.key`, else `{uid}_{session_id}_{output_index ?? 0}`. */
+  protected key(kwargs: AgentLoopKwargs): string {
+    if (typeof kwargs.key === "string" && kwargs.key) return kwargs.key;
+    return trajectoryKey(kwargs.uid, kwargs.session_id, kwargs.output_index ?? 0);
+  }
+
+  /**
+   * The row's initial messages (`prompt`, or verl's `raw_prompt`), validated.
+   * @throws InputError naming `prompt[i].field`.
+   */
+  protected messages(kwargs: AgentLoopKwargs): ChatMessage[] {
+    const raw = kwargs.prompt ?? kwargs.raw_prompt;
+    const r = ChatMessage.array().min(1).safeParse(raw);
+    if (!r.success) {
+      const i = r.error.issues[0];
+      const path = ["prompt", ...(i?.path ?? [])].map((p, k) => (typeof p === "number" ? `[${p}]` : k === 0 ? String(p) : `.${String(p)}`)).join("");
+      throw new InputError(path, i?.message ?? "invalid prompt");
+    }
+    return r.data;
+  }
+
+  /** The context size to budget against (see {@link AgentLoopContext.maxModelLen}). */
+  protected async maxModelLen(): Promise<number> {
+    const c = this.ctx.config;
+    if (this.ctx.maxModelLen) return this.ctx.maxModelLen;
+    if (c.max_model_len) return c.max_model_len;
+    const engine = await this.ctx.client.maxModelLen?.();
+    return engine ?? c.prompt_length + c.response_length;
+  }
+
+  /**
+   * One engine call for the builder's current context, with a fresh request id,
+   * the trajectory key as routing key and `max_tokens = builder.nextMaxTokens()`.
+   * Returns `undefined` without sending anything when that budget is 0 (the
+   * caller ends the trajectory truncated). An engine `ContextOverflowError` is
+   * returned as `"overflow"` and an `EngineAbortedError` as `"aborted"`; other
+   * engine errors propagate. Adds the call's seconds to `metrics.generate_sequences`.
+   */
+  protected async generate(
+    builder: TrajectoryBuilder,
+    samplingParams: SamplingParams,
+    key: string,
+    metrics: AgentLoopMetrics,
+  ): Promise<TokenOutput | "overflow" | "aborted" | undefined> {
+    const maxTokens = builder.nextMaxTokens();
+    if (maxTokens <= 0) return undefined;
+    const t0 = this.now();
+    try {
+      return await this.ctx.client.generate({
+        request_id: (this.ctx.newRequestId ?? (() => crypto.randomUUID()))(),
+        routing_key: key,
+        prompt_ids: builder.contextIds(),
+        sampling_params: samplingParams,
+        max_tokens: maxTokens,
+        signal: this.ctx.signal,
+      });
+    } catch (e) {
+      if (e instanceof ContextOverflowError) return "overflow";
+      if (e instanceof EngineAbortedError) return "aborted";
+      throw e;
+    } finally {
+      metrics.generate_sequences += Math.max(0, (this.now() - t0) / 1000);
+    }
+  }
+
+  /** Scores the trajectory from the last assistant turn's text (see `computeReward`); null when rewards are off or the row has no `reward_model`. */
+  protected async reward(kwargs: AgentLoopKwargs, key: string, finalAnswer: string): Promise<RewardResult> {
+    if (this.ctx.reward === false || !kwargs.reward_model) return { score: null, seconds: 0 };
+    return computeReward(
+      { key, data_source: kwargs.data_source ?? "unknown", reward_model: kwargs.reward_model, final_answer: finalAnswer },
+      { nowMs: this.ctx.nowMs, signal: this.ctx.signal, ...(this.ctx.reward ?? {}) },
+    );
+  }
+}
+
+/** Fresh metrics: zero seconds, `num_preempted` −1 (unknown). */
+export function emptyMetrics(): AgentLoopMetrics {
+  return { generate_sequences: 0, tool_calls: 0, compute_score: 0, num_preempted: -1 };
+}
+
+/**
+ * Adds one engine call's `num_preempted` to the trajectory's: unknown (−1)
+ * values are skipped, so the sum is of the known values and stays −1 only when
+ * no call reported one. (verl keeps a first-turn −1 as an offset; we don't.)
+ */
+export function addPreempted(metrics: AgentLoopMetrics, value: number | null | undefined): void {
+  if (value == null || value < 0) return;
+  metrics.num_preempted = (metrics.num_preempted < 0 ? 0 : metrics.num_preempted) + value;
+}
+
+/** The model version an engine reply carries in `extra_fields.model_version`, or null. */
+export function modelVersionOf(out: TokenOutput): unknown {
+  const v = out.extra_fields?.model_version;
+  return v === undefined ? null : v;
+}

@@ -1,0 +1,143 @@
+import { parse as parseYaml } from "yaml";
+import { z } from "zod";
+import { ConfigError, formatPath, InputError } from "../errors.ts";
+import type { AgentLoopOutput, SamplingParams } from "../schema/index.ts";
+import type { AgentLoop, AgentLoopContext, AgentLoopKwargs } from "./agent-loop.ts";
+import { SingleTurnAgentLoop } from "./single-turn-agent.ts";
+import { ToolAgentLoop } from "./tool-agent.ts";
+
+/** Makes a loop for one trajectory. */
+export type AgentLoopFactory = (ctx: AgentLoopContext) => AgentLoop;
+
+/** A class extending {@link AgentLoop}, or a factory function. */
+export type AgentLoopExport = (new (ctx: AgentLoopContext) => AgentLoop) | AgentLoopFactory;
+
+/** One entry of `agent.agent_loop_config_path`: a loop `name`, the `module` to import, and the `export` holding the loop. */
+export const AgentLoopConfigEntry = z.object({
+  name: z.string().min(1),
+  module: z.string().min(1),
+  export: z.string().min(1).default("default"),
+});
+export type AgentLoopConfigEntry = z.infer<typeof AgentLoopConfigEntry>;
+
+/**
+ * Parses an agent-loop config file (YAML or JSON): a list of
+ * `{name, module, export}` (or `{agent_loops: [...]}`).
+ * @throws ConfigError naming the file and the entry's field.
+ */
+export function parseAgentLoopConfig(text: string, source = "agent.agent_loop_config_path"): AgentLoopConfigEntry[] {
+  let doc: unknown;
+  try {
+    doc = parseYaml(text);
+  } catch (e) {
+    throw new ConfigError(source, `not valid YAML or JSON: ${(e as Error).message}`, { cause: e });
+  }
+  const list = doc && typeof doc === "object" && !Array.isArray(doc) && "agent_loops" in doc ? (doc as { agent_loops: unknown }).agent_loops : doc;
+  const r = z.array(AgentLoopConfigEntry).safeParse(list);
+  if (!r.success) {
+    const i = r.error.issues[0]!;
+    throw new ConfigError(`${source}: ${formatPath("", i.path) || "(root)"}`, i.message);
+  }
+  return r.data;
+}
+
+function isClass(x: AgentLoopExport): x is new (ctx: AgentLoopContext) => AgentLoop {
+  return typeof x === "function" && typeof (x as { prototype?: { run?: unknown } }).prototype?.run === "function";
+}
+
+/**
+ * Maps `agent_name` → loop. Built with the built-ins `single_turn_agent` and
+ * `tool_agent` (see {@link defaultAgentLoopRegistry}); custom loops come from
+ * {@link AgentLoopRegistry.loadConfig} at start-up, overriding built-ins of the
+ * same name (as verl does).
+ * @see verl `register` / `agent_loop_config_path` (verl spec §3.7)
+ */
+export class AgentLoopRegistry {
+  private readonly loops = new Map<string, AgentLoopFactory>();
+
+  /** Registers a loop class or factory under `name` (replacing one of the same name). */
+  register(name: string, loop: AgentLoopExport): this {
+    this.loops.set(name, isClass(loop) ? (ctx) => new loop(ctx) : (loop as AgentLoopFactory));
+    return this;
+  }
+
+  /** Registered names, sorted. */
+  names(): string[] {
+    return [...this.loops.keys()].sort();
+  }
+
+  has(name: string): boolean {
+    return this.loops.has(name);
+  }
+
+  /**
+   * The loop name a row routes to (case C14): `agent_name` absent or null →
+   * `defaultName`; a registered name → itself.
+   * @throws InputError (field `agent_name`) for an unknown name, listing the registered ones.
+   */
+  resolve(agentName: string | null | undefined, defaultName: string): string {
+    const name = agentName ?? defaultName;
+    if (!this.loops.has(name)) {
+      throw new InputError("agent_name", `unknown agent loop '${name}'; registered agent loops: ${this.names().join(", ")}`);
+    }
+    return name;
+  }
+
+  /** A new loop instance for `name` (already resolved). */
+  create(name: string, ctx: AgentLoopContext): AgentLoop {
+    const f = this.loops.get(name);
+    if (!f) throw new InputError("agent_name", `unknown agent loop '${name}'; registered agent loops: ${this.names().join(", ")}`);
+    return f(ctx);
+  }
+
+  /**
+   * Registers custom loops from config entries, importing each module once
+   * (`importModule` defaults to dynamic `import()`; relative `module` paths
+   * resolve against `baseUrl`, e.g. the config file's `file://` URL).
+   * @throws ConfigError when a module cannot be imported or its export is not a loop class or factory.
+   */
+  async loadConfig(
+    entries: readonly AgentLoopConfigEntry[],
+    opts: { baseUrl?: string; importModule?: (specifier: string) => Promise<Record<string, unknown>> } = {},
+  ): Promise<this> {
+    const importModule = opts.importModule ?? ((s: string) => import(/* @vite-ignore */ s) as Promise<Record<string, unknown>>);
+    for (const [i, e] of entries.entries()) {
+      const spec = opts.baseUrl && (e.module.startsWith("./") || e.module.startsWith("../")) ? new URL(e.module, opts.baseUrl).href : e.module;
+      let mod: Record<string, unknown>;
+      try {
+        mod = await importModule(spec);
+      } catch (err) {
+        throw new ConfigError(`agent.agent_loop_config_path[${i}].module`, `cannot import '${e.module}' for agent loop '${e.name}': ${(err as Error).message}`, { cause: err });
+      }
+      const exp = mod[e.export];
+      if (typeof exp !== "function") {
+        throw new ConfigError(`agent.agent_loop_config_path[${i}].export`, `'${e.module}' has no function or class export '${e.export}' for agent loop '${e.name}'`);
+      }
+      this.register(e.name, exp as AgentLoopExport);
+    }
+    return this;
+  }
+}
+
+/** A registry holding the built-ins `single_turn_agent` and `tool_agent`. */
+export function defaultAgentLoopRegistry(): AgentLoopRegistry {
+  return new AgentLoopRegistry().register("single_turn_agent", SingleTurnAgentLoop).register("tool_agent", ToolAgentLoop);
+}
+
+/**
+ * Routes one row to its loop and runs it: `kwargs.agent_name` (absent/null →
+ * `config.agent.default_agent_loop`) is resolved first, so an unknown name
+ * fails the row before any request is sent (C14); then a fresh loop instance
+ * runs. Always returns a list (one output per trajectory the loop produced).
+ * @throws InputError for an unknown `agent_name` or a bad row; whatever the loop throws.
+ */
+export async function runAgentLoop(
+  registry: AgentLoopRegistry,
+  ctx: AgentLoopContext,
+  samplingParams: SamplingParams,
+  kwargs: AgentLoopKwargs,
+): Promise<AgentLoopOutput[]> {
+  const name = registry.resolve(kwargs.agent_name, ctx.config.agent.default_agent_loop);
+  const out = await registry.create(name, ctx).run(samplingParams, kwargs);
+  return Array.isArray(out) ? out : [out];
+}

@@ -1,0 +1,59 @@
+import type { AgentLoopOutput, FinishReason, SamplingParams } from "../schema/index.ts";
+import { buildPromptIds } from "../tokens/prompt.ts";
+import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
+import { addPreempted, AgentLoop, emptyMetrics, modelVersionOf, type AgentLoopKwargs } from "./agent-loop.ts";
+
+/**
+ * `single_turn_agent`: the prompt rendered without tools, one generation,
+ * response = the sampled ids (mask all ones, the engine's log-probs),
+ * `num_turns = 2`. No request is sent when the prompt leaves no room
+ * (`max_tokens` would be 0); the trajectory is then empty and truncated.
+ * A `finish_reason: "length"` reply ends it truncated.
+ * @see verl `SingleTurnAgentLoop` (`verl/experimental/agent_loop/single_turn_agent_loop.py`)
+ */
+export class SingleTurnAgentLoop extends AgentLoop {
+  async run(samplingParams: SamplingParams, kwargs: AgentLoopKwargs): Promise<AgentLoopOutput> {
+    const { config, tokenizer } = this.ctx;
+    const key = this.key(kwargs);
+    const messages = this.messages(kwargs);
+    const { promptIds, truncated } = buildPromptIds(tokenizer, messages, {
+      promptLength: config.prompt_length,
+      chatTemplateKwargs: config.chat_template_kwargs,
+    });
+    const builder = new TrajectoryBuilder({
+      promptIds,
+      responseLength: config.response_length,
+      maxModelLen: await this.maxModelLen(),
+      trackLogProbs: samplingParams.logprobs,
+      promptLength: config.prompt_length,
+      promptTruncated: truncated,
+    });
+    const metrics = emptyMetrics();
+    const extra: Record<string, unknown> = { turn_scores: [], tool_rewards: [] };
+    let finishReason: FinishReason = "stop";
+    let text = "";
+    const out = await this.generate(builder, samplingParams, key, metrics);
+    if (out === undefined || out === "overflow") {
+      builder.markTruncated();
+      finishReason = "length";
+    } else if (out === "aborted") {
+      finishReason = "abort";
+    } else {
+      addPreempted(metrics, out.num_preempted);
+      const version = modelVersionOf(out);
+      if (version !== null) extra.model_versions = [version];
+      const r = builder.appendAction(out.token_ids, samplingParams.logprobs ? out.log_probs : null);
+      if (out.finish_reason === "length" || r.truncated) {
+        builder.markTruncated();
+        finishReason = "length";
+      } else if (out.finish_reason === "abort") {
+        finishReason = "abort";
+      }
+      text = tokenizer.decode(out.token_ids, { skipSpecialTokens: true });
+    }
+    const reward = await this.reward(kwargs, key, text);
+    metrics.compute_score += reward.seconds;
+    if (reward.error) extra.reward_error = reward.error;
+    return builder.finish({ numTurns: 2, rewardScore: reward.score, metrics, extraFields: extra, finishReason });
+  }
+}

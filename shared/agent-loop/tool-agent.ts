@@ -1,0 +1,348 @@
+import { InputError, ToolError } from "../errors.ts";
+import type { AgentLoopMetrics, AgentLoopOutput, ChatMessage, FinishReason, SamplingParams, ToolSchema } from "../schema/index.ts";
+import { ObservationEncoder } from "../tokens/observation.ts";
+import { buildPromptIds } from "../tokens/prompt.ts";
+import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
+import type { InteractionClient } from "../tools/interaction-client.ts";
+import { createToolCallParser } from "../tools/parser-registry.ts";
+import type { ParsedCall, ParseError, ToolCallParser } from "../tools/tool-call-parser.ts";
+import { truncateToolResponse } from "../tools/truncate.ts";
+import { pyList, type ToolExecutor, type ToolResult } from "../tools/webhook-tool-client.ts";
+import { addPreempted, AgentLoop, emptyMetrics, modelVersionOf, type AgentLoopContext, type AgentLoopKwargs } from "./agent-loop.ts";
+
+/** The states of {@link ToolAgentLoop}. */
+export type ToolAgentState = "pending" | "generating" | "processing_tools" | "interacting" | "terminated";
+
+/**
+ * Why a tool-agent trajectory ended (`extra_fields.terminated_by`):
+ * `model` (a turn without calls and no simulated user), `interaction` (the
+ * simulated user said terminate), `max_assistant_turns`, `max_user_turns`,
+ * `response_length` (the response budget is used up or an observation
+ * overflowed it), `max_model_len` (no room left in the context), `length_stop`
+ * (the engine stopped a turn on its length limit), `abort`, `error`.
+ */
+export type TerminatedBy =
+  | "model"
+  | "interaction"
+  | "max_assistant_turns"
+  | "max_user_turns"
+  | "response_length"
+  | "max_model_len"
+  | "length_stop"
+  | "abort"
+  | "error";
+
+/** Mutable state of one tool-agent run (what a durable session would checkpoint). */
+export interface ToolAgentData {
+  key: string;
+  kwargs: AgentLoopKwargs;
+  samplingParams: SamplingParams;
+  messages: ChatMessage[];
+  builder?: TrajectoryBuilder;
+  encoder?: ObservationEncoder;
+  tools?: ToolExecutor;
+  interaction?: InteractionClient;
+  interactionKwargs?: Record<string, unknown>;
+  assistantTurns: number;
+  userTurns: number;
+  /** Calls and parse errors of the last assistant turn still to process, in the model's order. */
+  pending: Array<ParsedCall | ParseError>;
+  /** Decoded text (special tokens skipped) of the last assistant turn, for the reward. */
+  lastAssistantText: string;
+  metrics: AgentLoopMetrics;
+  toolRewards: number[];
+  turnScores: number[];
+  modelVersions: unknown[];
+  droppedToolCalls: number;
+  toolErrors: number;
+  finishReason: FinishReason;
+  terminatedBy: TerminatedBy;
+  error?: string;
+}
+
+/**
+ * `tool_agent`: multi-turn generation with webhook tools and, optionally, a
+ * simulated user — an explicit state machine:
+ *
+ * ```
+ * pending ─► generating ─┬─► processing_tools ─► generating …
+ *                        ├─► interacting ───────► generating …
+ *                        └─► terminated
+ * ```
+ *
+ * - pending: render the prompt with the active tools' schemas (tools file
+ *   order; `extra_info.tool_selection` narrows them) → generating.
+ * - generating: `max_tokens = builder.nextMaxTokens()`; 0 → terminated
+ *   truncated, nothing sent. One engine call (fresh request id, trajectory
+ *   key as routing key); sampled ids appended exactly (mask 1). A
+ *   `finish_reason: "length"` turn executes no call and ends truncated (C13)
+ *   unless `multi_turn.execute_calls_on_length`. Then, in verl's order: the
+ *   response budget used up, `max_assistant_turns`, `max_user_turns` →
+ *   terminated. Otherwise parse the turn (calls inside `<think>` do not count);
+ *   calls or parse errors → processing_tools; none → interacting when the row
+ *   has `extra_info.interaction_kwargs`, else terminated.
+ * - processing_tools: the first `max_parallel_calls` attempts run concurrently
+ *   (extra ones are not executed and are counted in
+ *   `extra_fields.dropped_tool_calls`); parse errors, unknown tools and failed
+ *   webhooks become error observations (C10), counted in
+ *   `extra_fields.tool_errors`. Each text is cut to `max_tool_response_length`
+ *   characters (`tool_response_truncate_side`). The tool messages are encoded
+ *   incrementally as one observation (mask 0, C4); an observation that
+ *   overflows the budget is cut by the builder and ends the trajectory
+ *   truncated → generating or terminated.
+ * - interacting: the simulated user's reply; `terminate` → terminated, else
+ *   its content is encoded as a `user` observation (C3) → generating.
+ * - terminated: reward, then `builder.finish` (validated).
+ *
+ * `num_turns = user turns + assistant turns + 1`. Metrics: seconds
+ * accumulated over turns (`generate_sequences`; `tool_calls` includes
+ * interaction calls; `compute_score`), `num_preempted` summed (−1 when no call
+ * reported one). `extra_fields`: `turn_scores`, `tool_rewards`,
+ * `model_versions` (per assistant turn, when the engine reports
+ * `extra_fields.model_version`), `dropped_tool_calls`, `tool_errors`,
+ * `terminated_by`, and `error`/`reward_error` when something failed.
+ * @see verl `ToolAgentLoop` (`verl/experimental/agent_loop/tool_agent_loop.py`) and §5 of the verl spec
+ */
+export class ToolAgentLoop extends AgentLoop {
+  /** The states visited by the last `run`, in order (for tests and traces). */
+  readonly trace: ToolAgentState[] = [];
+  private readonly parser: ToolCallParser;
+
+  /** @throws ConfigError when `multi_turn.format` names no registered parser. */
+  constructor(ctx: AgentLoopContext) {
+    super(ctx);
+    this.parser = ctx.parser ?? createToolCallParser(ctx.config.multi_turn.format, { tools: ctx.tools?.schemas });
+  }
+
+  async run(samplingParams: SamplingParams, kwargs: AgentLoopKwargs): Promise<AgentLoopOutput> {
+    const d: ToolAgentData = {
+      key: this.key(kwargs),
+      kwargs,
+      samplingParams,
+      messages: this.messages(kwargs),
+      assistantTurns: 0,
+      userTurns: 0,
+      pending: [],
+      lastAssistantText: "",
+      metrics: emptyMetrics(),
+      toolRewards: [],
+      turnScores: [],
+      modelVersions: [],
+      droppedToolCalls: 0,
+      toolErrors: 0,
+      finishReason: "stop",
+      terminatedBy: "model",
+    };
+    let state: ToolAgentState = "pending";
+    this.trace.length = 0;
+    while (state !== "terminated") {
+      this.trace.push(state);
+      switch (state) {
+        case "pending":
+          state = await this.onPending(d);
+          break;
+        case "generating":
+          state = await this.onGenerating(d);
+          break;
+        case "processing_tools":
+          state = await this.onProcessingTools(d);
+          break;
+        case "interacting":
+          state = await this.onInteracting(d);
+          break;
+      }
+    }
+    this.trace.push("terminated");
+    return this.onTerminated(d);
+  }
+
+  /** Renders the prompt with the active tools and picks the simulated user; fails the row before any request on bad input. */
+  protected async onPending(d: ToolAgentData): Promise<ToolAgentState> {
+    const { config, tokenizer } = this.ctx;
+    const extra = (d.kwargs.extra_info ?? {}) as Record<string, unknown>;
+    d.tools = this.activeTools(extra.tool_selection);
+    d.interaction = this.pickInteraction(extra.interaction_kwargs, d);
+    const schemas: ToolSchema[] | undefined = d.tools && d.tools.schemas.length > 0 ? [...d.tools.schemas] : undefined;
+    const { promptIds, truncated } = buildPromptIds(tokenizer, d.messages, {
+      tools: schemas,
+      promptLength: config.prompt_length,
+      chatTemplateKwargs: config.chat_template_kwargs,
+    });
+    d.builder = new TrajectoryBuilder({
+      promptIds,
+      responseLength: config.response_length,
+      maxModelLen: await this.maxModelLen(),
+      trackLogProbs: d.samplingParams.logprobs,
+      promptLength: config.prompt_length,
+      promptTruncated: truncated,
+    });
+    d.encoder = new ObservationEncoder(tokenizer, { tools: schemas, chatTemplateKwargs: config.chat_template_kwargs });
+    return "generating";
+  }
+
+  protected async onGenerating(d: ToolAgentData): Promise<ToolAgentState> {
+    const b = d.builder!;
+    const mt = this.ctx.config.multi_turn;
+    const out = await this.generate(b, d.samplingParams, d.key, d.metrics);
+    if (out === undefined || out === "overflow") {
+      return this.end(d, "length", b.remainingBudget <= 0 ? "response_length" : "max_model_len", true);
+    }
+    if (out === "aborted") return this.end(d, "abort", "abort");
+    addPreempted(d.metrics, out.num_preempted);
+    d.modelVersions.push(modelVersionOf(out));
+    d.assistantTurns++;
+    const appended = b.appendAction(out.token_ids, d.samplingParams.logprobs ? out.log_probs : null);
+    const tok = this.ctx.tokenizer;
+    d.lastAssistantText = tok.decode(out.token_ids, { skipSpecialTokens: true });
+    if (out.finish_reason === "abort") return this.end(d, "abort", "abort");
+    const lengthStop = out.finish_reason === "length";
+    if (appended.truncated) return this.end(d, "length", "response_length", true);
+    if (lengthStop && !mt.execute_calls_on_length) return this.end(d, "length", "length_stop", true);
+
+    const ids = out.token_ids;
+    const body = ids.length > 0 && ids[ids.length - 1] === tok.eosTokenId ? ids.slice(0, -1) : ids;
+    const parsed = this.parser.extract(tok.decode(body));
+    const attempts: Array<ParsedCall | ParseError> = lengthStop
+      ? parsed.calls
+      : [...parsed.calls, ...parsed.errors].sort((x, y) => x.index - y.index);
+    const executed = attempts.slice(0, mt.max_parallel_calls);
+    d.messages.push({
+      role: "assistant",
+      content: parsed.content,
+      ...(executed.some((a) => "arguments" in a)
+        ? { tool_calls: executed.filter((a): a is ParsedCall => "arguments" in a).map((c) => ({ type: "function" as const, function: { name: c.name, arguments: c.arguments } })) }
+        : {}),
+    });
+
+    const wantsMore = attempts.length > 0 || d.interaction !== undefined;
+    if (b.remainingBudget <= 0) return wantsMore ? this.end(d, "length", "response_length", true) : this.end(d, "stop", "model");
+    if (mt.max_assistant_turns != null && d.assistantTurns >= mt.max_assistant_turns) return this.end(d, "stop", "max_assistant_turns");
+    if (mt.max_user_turns != null && d.userTurns >= mt.max_user_turns) return this.end(d, "stop", "max_user_turns");
+    if (lengthStop && attempts.length === 0) return this.end(d, "length", "length_stop", true);
+
+    if (attempts.length > 0) {
+      d.droppedToolCalls += attempts.length - executed.length;
+      d.pending = executed;
+      return "processing_tools";
+    }
+    if (d.interaction) return "interacting";
+    return this.end(d, "stop", "model");
+  }
+
+  protected async onProcessingTools(d: ToolAgentData): Promise<ToolAgentState> {
+    const mt = this.ctx.config.multi_turn;
+    const toolsKwargs = (((d.kwargs.extra_info ?? {}) as Record<string, unknown>).tools_kwargs ?? d.kwargs.tools_kwargs ?? {}) as Record<
+      string,
+      { create_kwargs?: Record<string, unknown> } | undefined
+    >;
+    const t0 = this.now();
+    const results = await Promise.all(
+      d.pending.map(async (a, i): Promise<ToolResult> => {
+        if (!("arguments" in a)) return { ok: false, content: a.message, call_id: "", attempts: 0 };
+        if (!d.tools) return { ok: false, content: `Unknown function '${a.name}'. Available tools: []`, call_id: "", attempts: 0 };
+        return d.tools.call({
+          name: a.name,
+          arguments: a.arguments,
+          key: d.key,
+          turn: d.assistantTurns,
+          index: i,
+          create_kwargs: toolsKwargs[a.name]?.create_kwargs ?? {},
+          signal: this.ctx.signal,
+        });
+      }),
+    );
+    d.metrics.tool_calls += Math.max(0, (this.now() - t0) / 1000);
+    d.pending = [];
+    const toolMessages: ChatMessage[] = results.map((r) => {
+      if (!r.ok) d.toolErrors++;
+      if (r.reward != null) d.toolRewards.push(r.reward);
+      return { role: "tool", content: truncateToolResponse(r.content, mt.max_tool_response_length, mt.tool_response_truncate_side) };
+    });
+    return this.appendObservation(d, toolMessages);
+  }
+
+  protected async onInteracting(d: ToolAgentData): Promise<ToolAgentState> {
+    const t0 = this.now();
+    let reply;
+    try {
+      reply = await d.interaction!.respond({ key: d.key, turn: d.assistantTurns, messages: d.messages, interaction_kwargs: d.interactionKwargs, signal: this.ctx.signal });
+    } catch (e) {
+      d.error = e instanceof ToolError ? e.message : String(e);
+      return this.end(d, "error", "error");
+    } finally {
+      d.metrics.tool_calls += Math.max(0, (this.now() - t0) / 1000);
+    }
+    if (reply.score != null) d.turnScores.push(reply.score);
+    if (reply.terminate) {
+      // Counted like verl (its user turn is in the conversation) but not appended: no trailing mask-0 tokens.
+      d.userTurns++;
+      d.messages.push({ role: "user", content: reply.content });
+      return this.end(d, "stop", "interaction");
+    }
+    return this.appendObservation(d, [{ role: "user", content: reply.content }]);
+  }
+
+  protected async onTerminated(d: ToolAgentData): Promise<AgentLoopOutput> {
+    const reward = await this.reward(d.kwargs, d.key, d.lastAssistantText);
+    d.metrics.compute_score += reward.seconds;
+    const extra: Record<string, unknown> = {
+      turn_scores: d.turnScores,
+      tool_rewards: d.toolRewards,
+      dropped_tool_calls: d.droppedToolCalls,
+      tool_errors: d.toolErrors,
+      terminated_by: d.terminatedBy,
+    };
+    if (d.modelVersions.some((v) => v !== null)) extra.model_versions = d.modelVersions;
+    if (d.error) extra.error = d.error;
+    if (reward.error) extra.reward_error = reward.error;
+    return d.builder!.finish({
+      numTurns: d.userTurns + d.assistantTurns + 1,
+      rewardScore: reward.score,
+      metrics: d.metrics,
+      extraFields: extra,
+      finishReason: d.finishReason,
+    });
+  }
+
+  /** Encodes and appends an observation (a run of tool messages or one user message); an overflow ends the trajectory truncated. */
+  private appendObservation(d: ToolAgentData, newMessages: ChatMessage[]): ToolAgentState {
+    const b = d.builder!;
+    const ids = d.encoder!.encode(newMessages, b.lastTokenId);
+    d.messages.push(...newMessages);
+    d.userTurns++;
+    const r = b.appendObservation(ids);
+    if (r.truncated) return this.end(d, "length", "response_length", true);
+    return "generating";
+  }
+
+  private end(d: ToolAgentData, finishReason: FinishReason, by: TerminatedBy, truncated = false): ToolAgentState {
+    if (truncated) d.builder!.markTruncated();
+    d.finishReason = finishReason;
+    d.terminatedBy = by;
+    return "terminated";
+  }
+
+  private activeTools(selection: unknown): ToolExecutor | undefined {
+    const tools = this.ctx.tools;
+    if (!tools || !Array.isArray(selection) || selection.length === 0) return tools;
+    const names = selection.filter((s): s is string => typeof s === "string");
+    if (tools.select) return tools.select(names);
+    return tools;
+  }
+
+  /** The simulated user for this row (`extra_info.interaction_kwargs.name`, or the only one configured). */
+  private pickInteraction(ik: unknown, d: ToolAgentData): InteractionClient | undefined {
+    if (!ik || typeof ik !== "object") return undefined;
+    d.interactionKwargs = ik as Record<string, unknown>;
+    const all = this.ctx.interactions ?? {};
+    const names = Object.keys(all);
+    const name = (ik as { name?: unknown }).name;
+    if (typeof name === "string") {
+      const it = all[name];
+      if (!it) throw new InputError("extra_info.interaction_kwargs.name", `unknown interaction '${name}'; configured interactions: ${pyList(names)}`);
+      return it;
+    }
+    if (names.length === 1) return all[names[0]!];
+    throw new InputError("extra_info.interaction_kwargs.name", `must name one of the configured interactions ${pyList(names)}`);
+  }
+}
