@@ -90,7 +90,9 @@ function decodeWords(field: string, text: string, float: boolean): number[] {
     const view = float
       ? new Float32Array(aligned.buffer, aligned.byteOffset, n)
       : new Int32Array(aligned.buffer, aligned.byteOffset, n);
-    return Array.from(view);
+    const out = new Array<number>(n);
+    for (let i = 0; i < n; i++) out[i] = view[i]!;
+    return out;
   }
   const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const out = new Array<number>(n);
@@ -110,7 +112,10 @@ export function decodeFloat32(field: string, text: string): number[] {
 
 /** Mask values from base64 Uint8 text. */
 export function decodeUint8(text: string): number[] {
-  return Array.from(base64ToBytes(text));
+  const bytes = base64ToBytes(text);
+  const out = new Array<number>(bytes.length);
+  for (let i = 0; i < bytes.length; i++) out[i] = bytes[i]!;
+  return out;
 }
 
 /** The record schema without its token arrays, which {@link validateRecord} checks with plain loops. */
