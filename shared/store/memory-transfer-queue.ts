@@ -45,7 +45,7 @@ export interface MemoryTransferQueueOptions extends TransferQueueOptions {
  * per partition with a pending list, redelivery after the visibility timeout —
  * held in maps. Records are stored encoded (as in Redis) so callers never
  * share arrays with the queue and log-probs come back as float32 everywhere.
- * Nothing survives the process.
+ * Nothing survives a restart.
  */
 export class MemoryTransferQueue implements TransferQueue {
   private readonly records = new Map<string, EncodedRecord>();
