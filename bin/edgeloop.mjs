@@ -1,0 +1,26 @@
+#!/usr/bin/env node
+// Launcher for `npx edgeloop …`: runs the CLI on the Bun binary that `npm install` put in node_modules
+// (the npm package `bun`), so a machine with only Node and npm needs nothing else.
+import { spawnSync } from "node:child_process";
+import { existsSync } from "node:fs";
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const require = createRequire(import.meta.url);
+let bun = process.versions.bun ? process.execPath : null;
+if (!bun) {
+  try {
+    bun = join(dirname(require.resolve("bun/package.json")), "bin", process.platform === "win32" ? "bun.exe" : "bun.exe");
+  } catch {
+    bun = "bun";
+  }
+  if (bun !== "bun" && !existsSync(bun)) bun = "bun";
+}
+const r = spawnSync(bun, [join(root, "infra", "cli", "main.ts"), ...process.argv.slice(2)], { stdio: "inherit" });
+if (r.error) {
+  console.error(`edgeloop: cannot start bun (${r.error.message}); run npm install first`);
+  process.exit(127);
+}
+process.exit(r.status ?? (r.signal ? 1 : 0));

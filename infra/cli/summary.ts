@@ -1,0 +1,33 @@
+import type { BatchStats } from "../../shared/rollout/batch-run.ts";
+
+/**
+ * The end-of-run summary table of `edgeloop rollout`: trajectories
+ * ok/failed/truncated, turns, tokens by kind, tool calls and errors, mean
+ * reward, throughput. Plain text, one figure a line, so tests can read it.
+ */
+export function formatSummary(s: BatchStats, wallSeconds: number): string {
+  const c = s.counts;
+  const rows: [string, string][] = [
+    ["trajectories", String(c.total)],
+    ["  ok", String(c.ok)],
+    ["  failed", String(c.failed)],
+    ["  truncated", String(c.truncated)],
+    ["turns", String(s.turns)],
+    ["tokens prompt", String(s.tokens.prompt)],
+    ["tokens sampled", String(s.tokens.sampled)],
+    ["tokens observation", String(s.tokens.observation)],
+    ["tool calls", String(s.tool_calls)],
+    ["tool errors", String(s.tool_errors)],
+    ["mean reward", s.reward.mean === null ? "n/a" : s.reward.mean.toFixed(4)],
+    ["wall time (s)", wallSeconds.toFixed(2)],
+    ["trajectories/s", (c.total / Math.max(wallSeconds, 1e-9)).toFixed(1)],
+    ["turns/s", (s.turns / Math.max(wallSeconds, 1e-9)).toFixed(1)],
+  ];
+  const w = Math.max(...rows.map(([k]) => k.length));
+  const lines = rows.map(([k, v]) => `${k.padEnd(w)}  ${v}`);
+  if (s.errors.length) {
+    lines.push("", `first errors (${Math.min(s.errors.length, 5)} of ${c.failed}):`);
+    for (const e of s.errors.slice(0, 5)) lines.push(`  ${e.key}: ${e.error.slice(0, 200)}`);
+  }
+  return lines.join("\n");
+}
