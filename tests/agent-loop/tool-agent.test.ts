@@ -220,7 +220,7 @@ describe("limits", () => {
     expect(client.requests.length).toBe(1);
     expect(o.response_ids.length).toBe(a1ids.length + 5);
     expect(o.response_ids.slice(a1ids.length)).toEqual([198, 151644, 872, 198, 151665]);
-    expect(o.response_mask).toEqual([...a1ids.map(() => 1), 0, 0, 0, 0, 0]);
+    expect(o.response_mask).toEqual([...a1ids.map((): 0 | 1 => 1), 0, 0, 0, 0, 0]);
     expect([o.truncated, o.finish_reason, o.extra_fields.terminated_by, o.num_turns]).toEqual([true, "length", "response_length", 3]);
   });
 
