@@ -2,6 +2,7 @@ import { Hono, type Context } from "hono";
 import type { z } from "zod";
 import { SimEngine, SimEngineFault, type SimGenerateRequest, type SimGenerateResult } from "./sim-engine.ts";
 import {
+  decodeText,
   SglangGenerateRequest,
   sglangError,
   sglangFault,
@@ -147,7 +148,7 @@ export function createSimEngineApp(engine: SimEngine): Hono {
     if (!body || !Array.isArray(body.tokens) || !body.tokens.every((t) => Number.isInteger(t) && t >= 0)) {
       return send(c, key === "prompt" ? vllmError(400, "tokens: expected a list of token ids") : sglangError(400, "tokens: expected a list of token ids"));
     }
-    return c.json({ [key]: engine.tokenizer.decode(body.tokens as number[]) });
+    return c.json({ [key]: decodeText(engine, body.tokens as number[]) });
   };
   app.post("/detokenize", detokenize("prompt"));
   app.post("/v1/detokenize", detokenize("text"));

@@ -212,7 +212,7 @@ export class SimEngine {
     let ruleIndex = -1;
     let rule: SimRule | undefined;
     if (this.script.rules.length > 0) {
-      const text = this.tokenizer.decode(ids);
+      const text = ids.length === 0 ? "" : this.tokenizer.decode(ids);
       ruleIndex = this.script.rules.findIndex((r) => text.includes(r.when));
       rule = ruleIndex >= 0 ? this.script.rules[ruleIndex] : undefined;
     }

@@ -65,6 +65,11 @@ export const TokenizeRequest = z.looseObject({
   return_token_strs: z.boolean().nullish(),
 });
 
+/** Text of ids; "" for none (the tokenizer library rejects an empty list). */
+export function decodeText(engine: SimEngine, ids: readonly number[], skipSpecial = false): string {
+  return ids.length === 0 ? "" : engine.tokenizer.decode(ids, { skipSpecialTokens: skipSpecial });
+}
+
 /** The `token_id:<id>` form of `return_tokens_as_token_ids`. */
 export function tokenIdString(id: number): string {
   return `token_id:${id}`;
@@ -101,7 +106,7 @@ export function vllmCompletionReply(
     choices: [
       {
         index: 0,
-        text: engine.tokenizer.decode(out.token_ids, { skipSpecialTokens: opts.skipSpecial }),
+        text: decodeText(engine, out.token_ids, opts.skipSpecial),
         logprobs,
         finish_reason: out.finish_reason,
         stop_reason: out.stop_token_requested ? out.stop_token : null,
@@ -165,7 +170,7 @@ export function sglangReply(
         ? { type: "length", length: out.token_ids.length }
         : { type: "abort", message: "Abort before or during generation (simulated preemption)", status_code: null, err_type: null };
   return {
-    text: engine.tokenizer.decode(out.token_ids, { skipSpecialTokens: opts.skipSpecial }),
+    text: decodeText(engine, out.token_ids, opts.skipSpecial),
     output_ids: out.token_ids,
     meta_info: {
       id: opts.rid,

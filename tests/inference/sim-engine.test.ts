@@ -1,0 +1,298 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { ConfigError, ContextOverflowError, EngineAbortedError, EngineUnavailableError } from "../../shared/errors.ts";
+import type { GenerateRequest } from "../../shared/inference/types.ts";
+import { SamplingParams } from "../../shared/schema/index.ts";
+import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
+import { DEFAULT_POLICY, parseSimScript, PrefixKvCache, SimEngine, SimEngineClient, type SimScriptInput } from "../../infra/sim-engine/index.ts";
+import { startSimEngine, type RunningSimEngine } from "../../infra/sim-engine/server.ts";
+
+const EOS = 151645;
+const SCRIPT: SimScriptInput = {
+  seed: 1,
+  rules: [
+    {
+      when: "capital of France",
+      turns: ["Paris", { token_ids: [4272, 285, EOS] }, { text: "partial", finish_reason: "length" }],
+    },
+    { when: "use a tool", turns: ['<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>'] },
+  ],
+  default: ["I cannot help with that."],
+};
+
+let tok: ChatTokenizer;
+beforeAll(async () => {
+  tok = await defaultTokenizer();
+});
+
+const sp = SamplingParams.parse({});
+function req(prompt_ids: number[], over: Partial<GenerateRequest> = {}): GenerateRequest {
+  return { request_id: crypto.randomUUID(), routing_key: "k", prompt_ids, sampling_params: sp, max_tokens: 64, ...over };
+}
+function user(text: string): number[] {
+  return tok.encode(`<|im_start|>user\n${text}<|im_end|>\n<|im_start|>assistant\n`);
+}
+/** Appends what the agent loop appends after an assistant turn: a tool/user message and the generation prompt. */
+function next(prompt: number[], out: number[], text = "ok"): number[] {
+  return [...prompt, ...out, ...tok.encode(`\n<|im_start|>user\n${text}<|im_end|>\n<|im_start|>assistant\n`)];
+}
+
+describe("script semantics", () => {
+  test("text turns end with <|im_end|>; turn index = assistant turns already in the prompt; default past the last turn", async () => {
+    const c = new SimEngineClient(new SimEngine({ tokenizer: tok, script: SCRIPT }));
+    let p = user("What is the capital of France?");
+    const t0 = await c.generate(req(p));
+    expect(t0.token_ids).toEqual([59604, EOS]);
+    expect(t0.finish_reason).toBe("stop");
+    p = next(p, t0.token_ids);
+    const t1 = await c.generate(req(p));
+    expect(t1.token_ids).toEqual([4272, 285, EOS]);
+    expect(t1.finish_reason).toBe("stop");
+    p = next(p, t1.token_ids);
+    const t2 = await c.generate(req(p));
+    expect(t2.token_ids).toEqual(tok.encode("partial"));
+    expect(t2.finish_reason).toBe("length");
+    p = next(p, t2.token_ids);
+    const t3 = await c.generate(req(p));
+    expect(t3.token_ids).toEqual([40, 4157, 1492, 448, 429, 13, EOS]);
+    expect(tok.decode(t3.token_ids)).toBe("I cannot help with that.<|im_end|>");
+  });
+
+  test("assistantTurns: the trailing generation prompt is not a turn; closed turns are", () => {
+    const e = new SimEngine({ tokenizer: tok, script: SCRIPT });
+    const p0 = user("hi");
+    expect(e.assistantTurns(p0)).toEqual({ count: 0, open: [] });
+    const closed = [...p0, 59604, EOS];
+    expect(e.assistantTurns(closed)).toEqual({ count: 1, open: undefined });
+    const p1 = next(p0, [59604, EOS]);
+    expect(e.assistantTurns(p1)).toEqual({ count: 1, open: [] });
+    // A turn cut by length (no <|im_end|>) is still closed by the next message.
+    expect(e.assistantTurns(next(p0, [37420])).count).toBe(1);
+    // Rendered by the chat template, with a system message and a thinking block in the generation prompt.
+    const rendered = tok.renderIds(
+      [
+        { role: "system", content: "be brief" },
+        { role: "user", content: "q1" },
+        { role: "assistant", content: "a1" },
+        { role: "user", content: "q2" },
+      ] as never,
+      { addGenerationPrompt: true, chatTemplateKwargs: { enable_thinking: false } },
+    );
+    const r = e.assistantTurns(rendered);
+    expect(r.count).toBe(1);
+    expect(tok.decode(r.open!)).toBe("<think>\n\n</think>\n\n");
+    expect(e.assistantTurns(tok.encode("no chat markup at all"))).toEqual({ count: 0, open: undefined });
+  });
+
+  test("an open turn with partial tokens (resume after abort) continues the same scripted turn", async () => {
+    const c = new SimEngineClient(new SimEngine({ tokenizer: tok, script: SCRIPT }));
+    const p = user("please use a tool");
+    const full = await c.generate(req(p));
+    const resumed = await c.generate(req([...p, ...full.token_ids.slice(0, 3)]));
+    expect(resumed.token_ids).toEqual(full.token_ids.slice(3));
+  });
+
+  test("special tokens in text turns are single ids; max_tokens cuts with length and no end token", async () => {
+    const c = new SimEngineClient(new SimEngine({ tokenizer: tok, script: SCRIPT }));
+    const out = await c.generate(req(user("please use a tool")));
+    expect(out.token_ids[0]).toBe(151657);
+    expect(out.token_ids.slice(-2)).toEqual([151658, EOS]);
+    expect(tok.decode(out.token_ids)).toBe('<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call><|im_end|>');
+    const cut = await c.generate(req(user("hello"), { max_tokens: 3 }));
+    expect(cut).toEqual({ token_ids: [40, 4157, 1492], log_probs: cut.log_probs, finish_reason: "length", stop_reason: null, num_preempted: -1, cached_tokens: 0, extra_fields: {} });
+    // Exactly enough room for the end token: still a stop.
+    const fits = await c.generate(req(user("hello"), { max_tokens: 7 }));
+    expect(fits.finish_reason).toBe("stop");
+    expect(fits.token_ids.length).toBe(7);
+  });
+
+  test("stop_reason names the end token only when it was a requested stop id (vLLM semantics)", async () => {
+    const c = new SimEngineClient(new SimEngine({ tokenizer: tok, script: SCRIPT }));
+    const p = user("capital of France");
+    expect((await c.generate(req(p))).stop_reason).toBe(null);
+    const withStop = await c.generate(req(p, { sampling_params: SamplingParams.parse({ stop_token_ids: [EOS] }) }));
+    expect(withStop.stop_reason).toBe(EOS);
+    // A requested stop id inside the turn ends it early, kept in the output.
+    const early = await c.generate(req(user("hello"), { sampling_params: SamplingParams.parse({ stop_token_ids: [1492] }) }));
+    expect(early.token_ids).toEqual([40, 4157, 1492]);
+    expect(early.stop_reason).toBe(1492);
+  });
+
+  test("token_ids turns without an end token default to length", async () => {
+    const e = new SimEngine({ tokenizer: tok, script: { rules: [{ when: "x", turns: [{ token_ids: [1, 2, 3] }] }] } });
+    const out = await new SimEngineClient(e).generate(req(user("x")));
+    expect(out.token_ids).toEqual([1, 2, 3]);
+    expect(out.finish_reason).toBe("length");
+  });
+
+  test("DEFAULT_POLICY answers every turn 'I cannot help with that.'", async () => {
+    const c = new SimEngineClient(new SimEngine({ tokenizer: tok }));
+    expect(DEFAULT_POLICY.default).toEqual(["I cannot help with that."]);
+    const p = user("capital of France");
+    const t0 = await c.generate(req(p));
+    const t1 = await c.generate(req(next(p, t0.token_ids)));
+    expect(t0.token_ids).toEqual([40, 4157, 1492, 448, 429, 13, EOS]);
+    expect(t1.token_ids).toEqual(t0.token_ids);
+  });
+});
+
+describe("determinism", () => {
+  test("log-probs depend on (seed, prompt, position) only and lie in [−5, 0]", async () => {
+    const a = new SimEngineClient(new SimEngine({ tokenizer: tok, script: SCRIPT }));
+    const b = new SimEngineClient(new SimEngine({ tokenizer: tok, script: SCRIPT }));
+    const other = new SimEngineClient(new SimEngine({ tokenizer: tok, script: { ...SCRIPT, seed: 2 } }));
+    const p = user("hello there");
+    const [x, y, z] = await Promise.all([a.generate(req(p)), b.generate(req(p)), other.generate(req(p))]);
+    expect(x).toEqual(y);
+    expect(z.token_ids).toEqual(x.token_ids);
+    expect(z.log_probs).not.toEqual(x.log_probs);
+    const w = await a.generate(req(user("hello there!")));
+    expect(w.log_probs).not.toEqual(x.log_probs);
+    for (const lp of [...x.log_probs!, ...z.log_probs!, ...w.log_probs!]) {
+      expect(lp).toBeGreaterThanOrEqual(-5);
+      expect(lp).toBeLessThanOrEqual(0);
+      expect(Object.is(lp, -0)).toBe(false);
+    }
+  });
+});
+
+describe("faults", () => {
+  test("http_500 with times: 1 fails once, then answers", async () => {
+    const c = new SimEngineClient(new SimEngine({ tokenizer: tok, fault: { kind: "http_500", times: 1 } }));
+    expect(c.generate(req(user("a")))).rejects.toBeInstanceOf(EngineUnavailableError);
+    expect((await c.generate(req(user("a")))).finish_reason).toBe("stop");
+  });
+
+  test("rule faults: abort_after k returns k partial tokens; abort_after 0 is an EngineAbortedError; turn filter", async () => {
+    const e = new SimEngine({
+      tokenizer: tok,
+      script: {
+        rules: [
+          { when: "abort two", turns: ["one two three four"], fault: { kind: "abort_after", tokens: 2 } },
+          { when: "abort none", turns: ["x"], fault: { kind: "abort_after" } },
+          { when: "second turn", turns: ["a", "b"], fault: { kind: "context_overflow", turn: 1 } },
+        ],
+      },
+    });
+    const c = new SimEngineClient(e);
+    const partial = await c.generate(req(user("abort two")));
+    expect(partial.token_ids).toEqual(tok.encode("one two"));
+    expect(partial.finish_reason).toBe("abort");
+    expect(c.generate(req(user("abort none")))).rejects.toBeInstanceOf(EngineAbortedError);
+    const p = user("second turn");
+    const t0 = await c.generate(req(p));
+    expect(t0.token_ids).toEqual([64, EOS]);
+    expect(c.generate(req(next(p, t0.token_ids)))).rejects.toBeInstanceOf(ContextOverflowError);
+  });
+
+  test("hang lasts until the caller gives up (or for ms, then answers)", async () => {
+    const e = new SimEngine({ tokenizer: tok, fault: { kind: "hang" } });
+    const ac = new AbortController();
+    const pending = new SimEngineClient(e).generate(req(user("a"), { signal: ac.signal }));
+    setTimeout(() => ac.abort(), 10);
+    expect(pending).rejects.toBeInstanceOf(EngineAbortedError);
+    await pending.catch(() => undefined);
+    e.setFault({ kind: "hang", ms: 5 });
+    expect((await new SimEngineClient(e).generate(req(user("a")))).token_ids.at(-1)).toBe(EOS);
+  });
+
+  test("max_model_len is enforced with the engine's context-overflow error", async () => {
+    const c = new SimEngineClient(new SimEngine({ tokenizer: tok, maxModelLen: 20 }));
+    const p = user("hello");
+    expect(p.length).toBe(9);
+    expect((await c.generate(req(p, { max_tokens: 11 }))).token_ids.length).toBe(7);
+    const e = await c.generate(req(p, { max_tokens: 12 })).catch((x) => x);
+    expect(e).toBeInstanceOf(ContextOverflowError);
+    expect(e.message).toBe(
+      "engine at sim:sim failed: This model's maximum context length is 20 tokens. However, you requested 12 output tokens and your prompt contains at least 9 input tokens, for a total of at least 21 tokens. Please reduce the length of the input prompt or the number of requested output tokens. (parameter=input_tokens, value=9)",
+    );
+  });
+
+  test("bad scripts and faults are ConfigErrors naming the path", () => {
+    expect(() => parseSimScript({ rules: [{ when: "x", turns: ["a", { txt: "b" }] }] })).toThrow(ConfigError);
+    try {
+      parseSimScript({ rules: [{ when: "x", turns: ["a", { text: "b", finish_reason: "done" }] }] });
+    } catch (e) {
+      expect((e as ConfigError).field).toBe("script.rules[0].turns[1]");
+    }
+    expect(() => parseSimScript("{not json", "policy.json")).toThrow("config policy.json: is not valid JSON");
+    expect(() => parseSimScript({ default: [] })).toThrow("config script.default: needs at least one turn");
+    expect(() => new SimEngine({ tokenizer: tok, fault: { kind: "explode" } as never })).toThrow("config fault.kind");
+  });
+});
+
+describe("prefix KV cache", () => {
+  test("cached_tokens counts full 16-token blocks of a previously seen prefix, never the last prompt token", async () => {
+    const e = new SimEngine({ tokenizer: tok });
+    const c = new SimEngineClient(e);
+    const p = user("a question long enough to fill more than one block of sixteen tokens, surely");
+    const t0 = await c.generate(req(p));
+    expect(t0.cached_tokens).toBe(0);
+    const p1 = next(p, t0.token_ids);
+    const t1 = await c.generate(req(p1));
+    expect(t1.cached_tokens).toBe(Math.floor((p.length + t0.token_ids.length) / 16) * 16);
+    expect((await c.generate(req(p1))).cached_tokens).toBe(Math.floor((p1.length - 1) / 16) * 16);
+    expect(e.stats.cached_tokens).toBe(t1.cached_tokens + Math.floor((p1.length - 1) / 16) * 16);
+  });
+
+  test("LRU eviction over blocks; a prefix hit needs every earlier block", () => {
+    const cache = new PrefixKvCache({ capacityBlocks: 2, blockSize: 4 });
+    const a = [1, 2, 3, 4, 5, 6, 7, 8, 9];
+    cache.insert(a);
+    expect(cache.lookup(a)).toBe(8);
+    expect(cache.lookup([1, 2, 3, 4, 9, 9, 9, 9, 9])).toBe(4);
+    expect(cache.lookup([0, 2, 3, 4, 5, 6, 7, 8, 9])).toBe(0);
+    cache.insert([7, 7, 7, 7, 7]);
+    expect(cache.size).toBe(2);
+    expect(cache.lookup(a)).toBe(4);
+  });
+});
+
+describe("HTTP endpoints", () => {
+  let sim: RunningSimEngine;
+  beforeAll(async () => {
+    sim = await startSimEngine({ replicas: 2, script: SCRIPT, tokenizer: tok, maxModelLen: 4096 });
+  });
+  afterAll(() => sim.stop());
+
+  test("/health, /v1/models, /tokenize, /detokenize", async () => {
+    const base = sim.urls[0];
+    const h = await fetch(`${base}/health`);
+    expect([h.status, await h.text()]).toEqual([200, ""]);
+    const models = await (await fetch(`${base}/v1/models`)).json();
+    expect(models.data[0].max_model_len).toBe(4096);
+    const t = await fetch(`${base}/tokenize`, { method: "POST", body: JSON.stringify({ prompt: "Paris", return_token_strs: true }) });
+    expect(await t.json()).toEqual({ count: 1, max_model_len: 4096, tokens: [59604], token_strs: ["Paris"] });
+    const m = await fetch(`${base}/tokenize`, { method: "POST", body: JSON.stringify({ messages: [{ role: "user", content: "hi" }] }) });
+    expect((await m.json()).tokens).toEqual(user("hi"));
+    const d = await fetch(`${base}/detokenize`, { method: "POST", body: JSON.stringify({ tokens: [59604, EOS] }) });
+    expect(await d.json()).toEqual({ prompt: "Paris<|im_end|>" });
+    sim.replicas[0].engine.healthy = false;
+    expect((await fetch(`${base}/health`)).status).toBe(503);
+    sim.replicas[0].engine.healthy = true;
+  });
+
+  test("bad requests are 400s in each engine's error shape", async () => {
+    const base = sim.urls[0];
+    const v = await fetch(`${base}/v1/completions`, { method: "POST", body: JSON.stringify({ prompt: [], max_tokens: 4 }) });
+    expect(v.status).toBe(400);
+    expect((await v.json()).error).toMatchObject({ type: "BadRequestError", code: 400 });
+    const s = await fetch(`${base}/generate`, { method: "POST", body: JSON.stringify({ sampling_params: { max_new_tokens: 4 } }) });
+    expect([s.status, await s.json()]).toEqual([400, { error: { message: "Either text or input_ids should be provided (exactly one)." } }]);
+    const k = await fetch(`${base}/generate`, { method: "POST", body: JSON.stringify({ input_ids: [1], sampling_params: { top_k: 0 } }) });
+    expect((await k.json()).error.message).toBe("sampling_params.top_k: top_k 0 is invalid in SGLang; use -1 to disable");
+  });
+
+  test("each replica has its own cache and can be killed and revived", async () => {
+    const [r0, r1] = sim.replicas;
+    const p = user("a question long enough to fill more than one block of sixteen tokens, surely");
+    const body = JSON.stringify({ prompt: p, max_tokens: 8, return_token_ids: true });
+    const post = (u: string) => fetch(`${u}/v1/completions`, { method: "POST", body }).then((r) => r.json());
+    await post(r0.url);
+    expect((await post(r0.url)).usage.prompt_tokens_details.cached_tokens).toBe(16);
+    expect((await post(r1.url)).usage.prompt_tokens_details.cached_tokens).toBe(0);
+    await r1.kill();
+    expect(fetch(`${r1.url}/health`)).rejects.toThrow();
+    r1.revive();
+    expect((await fetch(`${r1.url}/health`)).status).toBe(200);
+  });
+});
