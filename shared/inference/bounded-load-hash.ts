@@ -7,8 +7,10 @@ export const DEFAULT_EPSILON = 0.25;
 /**
  * Rendezvous (highest-random-weight) hashing with bounded load: a key's
  * replicas are ordered by `hash(key, url)`; the call goes to the first one
- * whose in-flight count is below `ceil((1+ε) · (total+1) / n)` (the load
- * including this call), else spills to the next in that order. Needs no
+ * whose in-flight count is below the cap `max(⌈t/n⌉, ⌊(1+ε)·t/n⌋)`, where
+ * `t` = total in-flight including this call, else spills to the next in that
+ * order. (Flooring keeps max/mean ≤ 1+ε once loads are large enough; the
+ * `⌈t/n⌉` floor keeps the cap feasible at small loads.) Needs no
  * shared state, so many gateway instances agree on a key's replica whenever
  * nobody is overloaded; adding or removing a replica moves only ~1/n keys.
  * Calls without a key go to the least in-flight candidate.
@@ -31,7 +33,7 @@ export class BoundedLoadHashRouter implements RoutingPolicy {
     const order = rendezvousOrder(key, candidates);
     let total = 0;
     for (const c of candidates) total += c.inflight;
-    const cap = Math.ceil(((1 + this.epsilon) * (total + 1)) / candidates.length);
+    const cap = boundedLoadCap(total + 1, candidates.length, this.epsilon);
     for (const c of order) if (c.inflight < cap) return c.url;
     return order[0].url;
   }
@@ -44,4 +46,9 @@ export function rendezvousOrder<T extends { url: string }>(key: string, candidat
     .map((c) => ({ c, w: mix32(fnv1a32(c.url, k) ^ k) }))
     .sort((a, b) => b.w - a.w || (a.c.url < b.c.url ? -1 : a.c.url > b.c.url ? 1 : 0))
     .map((x) => x.c);
+}
+
+/** The most in-flight calls one of `n` replicas may hold when `t` are in flight in all: `max(⌈t/n⌉, ⌊(1+ε)·t/n⌋)`. */
+export function boundedLoadCap(t: number, n: number, epsilon: number): number {
+  return Math.max(Math.ceil(t / n), Math.floor(((1 + epsilon) * t) / n));
 }
