@@ -54,6 +54,8 @@ export interface ToolAgentData {
   turnScores: number[];
   modelVersions: unknown[];
   droppedToolCalls: number;
+  /** Tool calls processed (executed or answered with an error observation). */
+  toolCalls: number;
   toolErrors: number;
   finishReason: FinishReason;
   terminatedBy: TerminatedBy;
@@ -129,6 +131,7 @@ export class ToolAgentLoop extends AgentLoop {
       turnScores: [],
       modelVersions: [],
       droppedToolCalls: 0,
+      toolCalls: 0,
       toolErrors: 0,
       finishReason: "stop",
       terminatedBy: "model",
@@ -253,6 +256,7 @@ export class ToolAgentLoop extends AgentLoop {
     );
     d.metrics.tool_calls += Math.max(0, (this.now() - t0) / 1000);
     d.pending = [];
+    d.toolCalls += results.length;
     const toolMessages: ChatMessage[] = results.map((r) => {
       if (!r.ok) d.toolErrors++;
       if (r.reward != null) d.toolRewards.push(r.reward);
@@ -289,6 +293,7 @@ export class ToolAgentLoop extends AgentLoop {
       turn_scores: d.turnScores,
       tool_rewards: d.toolRewards,
       dropped_tool_calls: d.droppedToolCalls,
+      tool_calls: d.toolCalls,
       tool_errors: d.toolErrors,
       terminated_by: d.terminatedBy,
     };

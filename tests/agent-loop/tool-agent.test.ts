@@ -44,7 +44,7 @@ describe("tool_agent: turn counts and the exact token stream", () => {
     expect(o.finish_reason).toBe("stop");
     expect(o.truncated).toBe(false);
     expect(loop.trace).toEqual(["pending", "generating", "terminated"]);
-    expect(o.extra_fields).toEqual({ turn_scores: [], tool_rewards: [], dropped_tool_calls: 0, tool_errors: 0, terminated_by: "model" });
+    expect(o.extra_fields).toEqual({ turn_scores: [], tool_rewards: [], dropped_tool_calls: 0, tool_calls: 0, tool_errors: 0, terminated_by: "model" });
     // The prompt carries the tool schemas.
     const user: ChatMessage = { role: "user", content: "What is 2+2?" };
     expect(o.prompt_ids).toEqual(tok.renderIds([user], { tools: tools.schemas, addGenerationPrompt: true }));
