@@ -31,7 +31,7 @@ export const StoreConfig = z.object({
     .default("memory")
     .refine((s) => s === "memory" || s === "upstash" || /^rediss?:\/\//.test(s), "store.url must be memory, upstash or a redis:// URL"),
   /** Key prefix of every Redis key edgeloop writes. */
-  prefix: z.string().default("edgeloop"),
+  prefix: z.string().default("edgeloop:"),
 });
 
 /** A webhook reward used for rows whose `reward_model.style` is `webhook`. */

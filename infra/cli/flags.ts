@@ -1,0 +1,40 @@
+/** CLI flags as commander parses them (camelCase), for `rollout` and `serve`. */
+export interface ConfigFlags {
+  config?: string;
+  n?: number;
+  engine?: string;
+  engineFormat?: "vllm" | "sglang";
+  script?: string;
+  replicas?: number;
+  tools?: string;
+  toolsSecret?: string;
+  store?: string;
+  promptLength?: number;
+  responseLength?: number;
+  maxModelLen?: number;
+  maxAssistantTurns?: number;
+  defaultAgent?: string;
+  seed?: number;
+  concurrency?: number;
+  model?: string;
+}
+
+/** The config overrides the flags stand for, in `AppConfig`'s shape (undefined leaves the file's value). */
+export function overridesFromFlags(f: ConfigFlags): Record<string, unknown> {
+  return {
+    rollout: {
+      n: f.n,
+      prompt_length: f.promptLength,
+      response_length: f.responseLength,
+      max_model_len: f.maxModelLen,
+      seed: f.seed,
+      multi_turn: { max_assistant_turns: f.maxAssistantTurns },
+      agent: { default_agent_loop: f.defaultAgent },
+    },
+    engine: { url: f.engine, format: f.engineFormat, script: f.script, replicas: f.replicas },
+    tools: { file: f.tools, secret: f.toolsSecret },
+    store: { url: f.store },
+    concurrency: f.concurrency,
+    model: f.model,
+  };
+}

@@ -1,0 +1,104 @@
+/**
+ * The `edgeloop` command line (run as `npx edgeloop …` after `npm install`).
+ * Subcommands: rollout, serve, sim-engine, gateway, tools, upstash-bridge.
+ * Every subcommand's flags are listed by `edgeloop <cmd> --help`.
+ */
+import { Command, InvalidArgumentError, Option } from "commander";
+import { EdgeloopError } from "../../shared/errors.ts";
+
+const int = (name: string) => (v: string) => {
+  const n = Number(v);
+  if (!Number.isInteger(n)) throw new InvalidArgumentError(`${name} must be an integer, got '${v}'`);
+  return n;
+};
+
+/** Flags shared by `rollout` and `serve`: each overrides one config value. */
+function configFlags(cmd: Command): Command {
+  return cmd
+    .option("--config <file>", "YAML/JSON config file (verl-style rollout section plus engine, tools, store, reward)")
+    .option("--n <n>", "rollout.n: sessions per prompt", int("--n"))
+    .option("--engine <sim|url>", "engine.url: 'sim' (embedded simulated engine) or an engine/gateway URL")
+    .addOption(new Option("--engine-format <format>", "engine.format").choices(["vllm", "sglang"]))
+    .option("--script <file>", "engine.script: scripted policy for the simulated engine")
+    .option("--replicas <k>", "engine.replicas: simulated replicas behind the embedded gateway", int("--replicas"))
+    .option("--tools <file>", "tools.file: tools file (default: the example tool server, started in-process)")
+    .option("--tools-secret <secret>", "tools.secret: HMAC secret for tool webhooks")
+    .option("--store <store>", "store.url: memory | redis://host:port | upstash")
+    .option("--prompt-length <n>", "rollout.prompt_length", int("--prompt-length"))
+    .option("--response-length <n>", "rollout.response_length", int("--response-length"))
+    .option("--max-model-len <n>", "rollout.max_model_len", int("--max-model-len"))
+    .option("--max-assistant-turns <n>", "rollout.multi_turn.max_assistant_turns", int("--max-assistant-turns"))
+    .option("--default-agent <name>", "rollout.agent.default_agent_loop")
+    .option("--seed <n>", "rollout.seed (and the simulated engine's seed)", int("--seed"))
+    .option("--concurrency <n>", "trajectories run at once", int("--concurrency"))
+    .option("--model <dir>", "model directory with tokenizer.json and tokenizer_config.json (default: Qwen3)");
+}
+
+const program = new Command("edgeloop")
+  .description("The agent loop of agentic RL as edge-style functions: prompts in, token-exact trajectories out.")
+  .showHelpAfterError();
+
+configFlags(
+  program
+    .command("rollout")
+    .description("run a batch of dataset rows and write every trajectory record")
+    .requiredOption("--data <file>", "dataset rows: .jsonl, .json or verl-style .parquet")
+    .option("--out <file>", "write every TrajectoryRecord to this JSONL file")
+    .option("--validate", "validation batch: rollout.val_kwargs sampling, val partition")
+    .option("--global-steps <n>", "global_steps recorded in trajectory_info", int("--global-steps"))
+    .option("--model-version <v>", "policy version recorded for every turn")
+    .option("--no-progress", "plain lines instead of a progress bar"),
+).action(async (opts) => (await import("./rollout-command.ts")).rolloutCommand(opts));
+
+configFlags(
+  program
+    .command("serve")
+    .description("serve the HTTP API (rollouts, groups, gateway, openapi) on one port")
+    .option("--port <port>", "port", int("--port"), 8787)
+    .option("--host <host>", "address to bind", "127.0.0.1"),
+).action(async (opts) => (await import("./serve-command.ts")).serveCommand(opts));
+
+program
+  .command("sim-engine")
+  .description("serve the simulated inference engine (vLLM and SGLang wire formats)")
+  .option("--port <port>", "first port (replica i listens on port+i)", int("--port"), 8000)
+  .option("--replicas <k>", "replicas", int("--replicas"), 1)
+  .option("--script <file>", "scripted policy file")
+  .option("--host <host>", "address to bind", "127.0.0.1")
+  .action(async (opts) => (await import("./engine-commands.ts")).simEngineCommand(opts));
+
+program
+  .command("gateway")
+  .description("serve the sticky-routing inference gateway in front of engine replicas")
+  .requiredOption("--replicas <urls>", "comma-separated replica base URLs")
+  .option("--port <port>", "port", int("--port"), 8080)
+  .addOption(new Option("--policy <policy>", "routing policy").choices(["least_inflight_sticky", "bounded_load_hash", "round_robin"]).default("least_inflight_sticky"))
+  .option("--host <host>", "address to bind", "127.0.0.1")
+  .action(async (opts) => (await import("./engine-commands.ts")).gatewayCommand(opts));
+
+program
+  .command("tools")
+  .description("serve the example tool webhooks (calc, lookup)")
+  .allowUnknownOption()
+  .helpOption(false)
+  .argument("[args...]")
+  .action(async (args: string[]) => (await import("../tools/main.ts")).runToolsCommand(args ?? []));
+
+program
+  .command("upstash-bridge")
+  .description("serve the Upstash REST protocol over a local Redis")
+  .option("--port <port>", "port", int("--port"), 8079)
+  .option("--redis <url>", "Redis URL", "redis://127.0.0.1:6379")
+  .requiredOption("--token <token>", "bearer token clients must send")
+  .option("--host <host>", "address to bind", "127.0.0.1")
+  .action(async (opts) => (await import("./engine-commands.ts")).upstashBridgeCommand(opts));
+
+try {
+  await program.parseAsync(process.argv);
+} catch (e) {
+  if (e instanceof EdgeloopError) {
+    console.error(`edgeloop: ${e.message}`);
+    process.exit(2);
+  }
+  throw e;
+}
