@@ -1,0 +1,188 @@
+/**
+ * Routing quality and gateway overhead on the simulated engine.
+ *
+ * Part 1 (in-process, apps called through `app.fetch`, with a latency model so
+ * calls overlap): 4 sim replicas behind the gateway, 1,000 trajectories × 4
+ * turns, 64 trajectories in flight; each turn's prompt extends the previous
+ * one (prompt ‖ output ‖ tool response). For each policy: prefix-cache hit rate
+ * (Σ cached / Σ prompt tokens), max/mean requests per replica, max/mean
+ * prefill tokens computed per replica, and the run's wall time. Medians of 3 runs.
+ *
+ * Part 2 (real HTTP over loopback, Bun.serve, latency model off): the same call
+ * to one replica directly and through the gateway; median latency of each and
+ * their ratio. The same measurement in-process (app.fetch) is shown too.
+ *
+ * Run: ./node_modules/.bin/bun bench/routing.ts
+ */
+import { createGatewayApp } from "../functions/gateway.ts";
+import { createSimEngineApp, SimEngine, type SimLatency } from "../infra/sim-engine/index.ts";
+import { VllmClient, type FetchLike, type RoutingPolicyName } from "../shared/inference/index.ts";
+import { SamplingParams } from "../shared/schema/index.ts";
+import { defaultTokenizer, type ChatTokenizer } from "../shared/tokens/tokenizer.ts";
+
+const REPLICAS = 4;
+const TRAJECTORIES = 1_000;
+const TURNS = 4;
+const CONCURRENCY = 64;
+const RUNS = 3;
+const LATENCY: SimLatency = { prefill_ms_per_token: 0.01, decode_ms_per_token: 0.1 };
+const POLICIES: RoutingPolicyName[] = ["round_robin", "least_inflight_sticky", "bounded_load_hash"];
+
+const SCRIPT = {
+  seed: 1,
+  rules: [
+    {
+      when: "weather",
+      turns: [
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "the city"}}\n</tool_call>',
+        '<tool_call>\n{"name": "get_forecast", "arguments": {"city": "the city", "days": 3}}\n</tool_call>',
+        '<tool_call>\n{"name": "get_alerts", "arguments": {"city": "the city"}}\n</tool_call>',
+        "It is sunny today, with light rain expected on the third day and no weather alerts in effect.",
+      ],
+    },
+  ],
+  default: ["I cannot help with that."],
+};
+
+const SYSTEM =
+  "You are a helpful assistant with access to weather tools. Always call a tool before answering. " +
+  "Tools: get_weather(city) returns current conditions; get_forecast(city, days) returns a forecast; " +
+  "get_alerts(city) returns active alerts. Answer briefly and cite the tool results. ".repeat(4);
+
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+};
+
+function firstPrompt(tok: ChatTokenizer, i: number): number[] {
+  return tok.renderIds(
+    [
+      { role: "system", content: SYSTEM },
+      { role: "user", content: `Trajectory ${i}: what is the weather like in city number ${i} this week?` },
+    ] as never,
+    { addGenerationPrompt: true },
+  );
+}
+
+/** A tool response of varying length (0–79 filler words), so calls do not run in lockstep. */
+function toolResponse(tok: ChatTokenizer, i: number, turn: number): number[] {
+  const notes = Array.from({ length: (i * 31 + turn * 17) % 80 }, (_, w) => `note${(i + w) % 97}`).join(" ");
+  return tok.encode(
+    `\n<|im_start|>user\n<tool_response>\n{"city": ${i}, "turn": ${turn}, "temperature_c": ${(i * 7 + turn) % 35}, "conditions": "clear with a light breeze", "notes": "${notes}"}\n</tool_response><|im_end|>\n<|im_start|>assistant\n`,
+  );
+}
+
+/** Routes `http://<host>/...` to in-process apps (no sockets). */
+function inProcessFetch(apps: Map<string, { fetch: (r: Request) => Response | Promise<Response> }>): FetchLike {
+  return async (input, init) => {
+    const req = input instanceof Request ? input : new Request(String(input), init);
+    const app = apps.get(new URL(req.url).host);
+    if (!app) throw new TypeError(`connection refused: ${req.url}`);
+    return app.fetch(req);
+  };
+}
+
+interface RoutingResult {
+  hitRate: number;
+  reqMaxMean: number;
+  prefillMaxMean: number;
+  wallS: number;
+  callMs: number;
+}
+
+async function routingRun(tok: ChatTokenizer, policy: RoutingPolicyName): Promise<RoutingResult> {
+  const engines = Array.from({ length: REPLICAS }, (_, i) => new SimEngine({ tokenizer: tok, script: SCRIPT, name: `replica-${i}`, latency: LATENCY }));
+  const apps = new Map<string, { fetch: (r: Request) => Response | Promise<Response> }>();
+  engines.forEach((e, i) => apps.set(`replica-${i}.sim`, createSimEngineApp(e)));
+  const fetchReplica = inProcessFetch(apps);
+  const gw = createGatewayApp({ replicas: engines.map((_, i) => `http://replica-${i}.sim`), policy, healthIntervalMs: 0, fetch: fetchReplica });
+  const client = new VllmClient({ url: "http://gateway.sim", fetch: inProcessFetch(new Map([["gateway.sim", gw]])) });
+  const sp = SamplingParams.parse({ stop_token_ids: [tok.eosTokenId] });
+  const callMs: number[] = [];
+
+  let next = 0;
+  const started = performance.now();
+  const worker = async () => {
+    while (next < TRAJECTORIES) {
+      const i = next++;
+      let prompt = firstPrompt(tok, i);
+      for (let t = 0; t < TURNS; t++) {
+        const t0 = performance.now();
+        const out = await client.generate({ request_id: crypto.randomUUID(), routing_key: `traj-${i}`, prompt_ids: prompt, sampling_params: sp, max_tokens: 512 });
+        callMs.push(performance.now() - t0);
+        prompt = [...prompt, ...out.token_ids, ...toolResponse(tok, i, t)];
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: CONCURRENCY }, worker));
+  const wallS = (performance.now() - started) / 1000;
+
+  const reqs = engines.map((e) => e.stats.requests);
+  const prefill = engines.map((e) => e.stats.prompt_tokens - e.stats.cached_tokens);
+  const prompt = engines.reduce((a, e) => a + e.stats.prompt_tokens, 0);
+  const cached = engines.reduce((a, e) => a + e.stats.cached_tokens, 0);
+  const maxMean = (xs: number[]) => Math.max(...xs) / (xs.reduce((a, b) => a + b, 0) / xs.length);
+  if (reqs.reduce((a, b) => a + b, 0) !== TRAJECTORIES * TURNS) throw new Error("lost calls");
+  return { hitRate: cached / prompt, reqMaxMean: maxMean(reqs), prefillMaxMean: maxMean(prefill), wallS, callMs: median(callMs) };
+}
+
+async function overhead(tok: ChatTokenizer): Promise<{ directMs: number; gatewayMs: number; inDirectMs: number; inGatewayMs: number }> {
+  const engine = new SimEngine({ tokenizer: tok, script: SCRIPT });
+  const app = createSimEngineApp(engine);
+  const replica = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: app.fetch });
+  const replicaUrl = `http://127.0.0.1:${replica.port}`;
+  const gw = createGatewayApp({ replicas: [replicaUrl], policy: "least_inflight_sticky", healthIntervalMs: 0 });
+  const gateway = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: gw.fetch });
+  const gwInProc = createGatewayApp({ replicas: ["http://replica.sim"], healthIntervalMs: 0, fetch: inProcessFetch(new Map([["replica.sim", app]])) });
+  const clients = {
+    direct: new VllmClient({ url: replicaUrl }),
+    gateway: new VllmClient({ url: `http://127.0.0.1:${gateway.port}` }),
+    inDirect: new VllmClient({ url: "http://replica.sim", fetch: inProcessFetch(new Map([["replica.sim", app]])) }),
+    inGateway: new VllmClient({ url: "http://gw.sim", fetch: inProcessFetch(new Map([["gw.sim", gwInProc]])) }),
+  };
+  const sp = SamplingParams.parse({});
+  const prompt = firstPrompt(tok, 7);
+  const times: Record<keyof typeof clients, number[]> = { direct: [], gateway: [], inDirect: [], inGateway: [] };
+  for (let i = 0; i < 1_200; i++) {
+    // Interleaved so both paths see the same machine state.
+    for (const k of Object.keys(clients) as (keyof typeof clients)[]) {
+      const t0 = performance.now();
+      await clients[k].generate({ request_id: `o-${i}-${k}`, routing_key: "overhead", prompt_ids: prompt, sampling_params: sp, max_tokens: 16 });
+      if (i >= 200) times[k].push(performance.now() - t0);
+    }
+  }
+  await gateway.stop(true);
+  await replica.stop(true);
+  return { directMs: median(times.direct), gatewayMs: median(times.gateway), inDirectMs: median(times.inDirect), inGatewayMs: median(times.inGateway) };
+}
+
+const tok = await defaultTokenizer();
+const f = (x: number, d = 3) => x.toFixed(d);
+
+console.log(`routing quality: ${REPLICAS} sim replicas (in-process app.fetch), ${TRAJECTORIES} trajectories × ${TURNS} turns, ${CONCURRENCY} in flight,`);
+console.log(`latency model prefill ${LATENCY.prefill_ms_per_token} ms/uncached token, decode ${LATENCY.decode_ms_per_token} ms/token; KV cache 16,384 blocks × 16 tokens per replica; medians of ${RUNS} runs\n`);
+const rows: string[][] = [["policy", "prefix hit rate", "max/mean requests", "max/mean prefill tokens", "wall s", "median call ms"]];
+for (const policy of POLICIES) {
+  const runs: RoutingResult[] = [];
+  for (let r = 0; r < RUNS; r++) runs.push(await routingRun(tok, policy));
+  const m = (k: keyof RoutingResult) => median(runs.map((x) => x[k]));
+  rows.push([policy, f(m("hitRate")), f(m("reqMaxMean")), f(m("prefillMaxMean")), f(m("wallS"), 2), f(m("callMs"), 2)]);
+}
+printTable(rows);
+
+const o = await overhead(tok);
+console.log(`\ngateway overhead per call (1,000 calls each, interleaved, median; sim latency model off; 16 generated tokens):\n`);
+printTable([
+  ["path", "direct ms", "via gateway ms", "ratio gateway/direct", "added ms"],
+  ["loopback HTTP (Bun.serve)", f(o.directMs), f(o.gatewayMs), f(o.gatewayMs / o.directMs, 2), f(o.gatewayMs - o.directMs)],
+  ["in-process (app.fetch)", f(o.inDirectMs), f(o.inGatewayMs), f(o.inGatewayMs / o.inDirectMs, 2), f(o.inGatewayMs - o.inDirectMs)],
+]);
+
+function printTable(t: string[][]): void {
+  const w = t[0].map((_, c) => Math.max(...t.map((r) => r[c].length)));
+  for (const [i, r] of t.entries()) {
+    console.log(r.map((v, c) => (c === 0 ? v.padEnd(w[c]) : v.padStart(w[c]))).join("  "));
+    if (i === 0) console.log(w.map((n) => "-".repeat(n)).join("  "));
+  }
+}
