@@ -1,6 +1,6 @@
 import { Hono, type Context } from "hono";
 import type { z } from "zod";
-import { SimEngine, SimEngineFault, type SimGenerateRequest, type SimGenerateResult } from "./sim-engine.ts";
+import { SimEngine, SimEngineFault, type SimEngineOptions, type SimGenerateRequest, type SimGenerateResult } from "./sim-engine.ts";
 import {
   decodeText,
   SglangGenerateRequest,
@@ -30,10 +30,12 @@ const SGLANG: Format = { error: sglangError, fault: sglangFault };
  * `GET /v1/models` (with `max_model_len`); `POST /tokenize` / `/v1/tokenize`,
  * `POST /detokenize` / `/v1/detokenize`; `POST /reset_prefix_cache`, `/flush_cache`.
  * The routing key (`X-Session-ID`, else `X-SMG-Routing-Key`) goes to the request log.
- * Any model name is accepted.
+ * Any model name is accepted. Pass a {@link SimEngine} (to keep a handle on
+ * its cache, faults and request log) or the options to build one.
  * @see infra/sim-engine/README.md
  */
-export function createSimEngineApp(engine: SimEngine): Hono {
+export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions): Hono {
+  const engine = engineOrOptions instanceof SimEngine ? engineOrOptions : new SimEngine(engineOrOptions);
   const app = new Hono();
 
   app.get("/health", (c) => (engine.healthy ? c.body(null, 200) : c.body(null, 503)));

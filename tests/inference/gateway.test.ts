@@ -149,6 +149,24 @@ describe("gateway routing", () => {
     expect((await b.json()).choices[0].finish_reason).toBe("length");
   });
 
+  test("a replica that hangs past the attempt deadline is abandoned for another; the hung request ends on the replica", async () => {
+    const { url } = serveGateway({ policy: "least_inflight_sticky", attemptTimeoutMs: 300 });
+    const body = JSON.stringify({ prompt: tok.encode("hang test"), max_tokens: 2 });
+    const headers = { "x-session-id": "hang-key" };
+    const a = await fetch(`${url}/v1/completions`, { method: "POST", body, headers });
+    const pinned = a.headers.get(REPLICA_HEADER)!;
+    await a.arrayBuffer();
+    const stuck = sim.replicas.find((r) => r.url === pinned)!;
+    stuck.engine.setFault({ kind: "hang", times: 1 });
+    const b = await fetch(`${url}/v1/completions`, { method: "POST", body, headers });
+    expect([b.status, b.headers.get(REPLICA_HEADER)]).toEqual([200, sim.urls.find((u) => u !== pinned)!]);
+    await b.arrayBuffer();
+    // The abandoned call is cancelled on the replica (client_gone), not left running.
+    for (let i = 0; i < 50 && stuck.engine.stats.inflight > 0; i++) await Bun.sleep(10);
+    expect(stuck.engine.stats.inflight).toBe(0);
+    expect(stuck.engine.requests.at(-1)!.fault).toBe("client_gone");
+  });
+
   test("no replica left: 503 no_available_workers, which the client reads as EngineUnavailableError", async () => {
     const { url } = serveGateway();
     await Promise.all(sim.replicas.map((r) => r.kill()));
