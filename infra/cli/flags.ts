@@ -9,6 +9,7 @@ export interface ConfigFlags {
   tools?: string;
   toolsSecret?: string;
   store?: string;
+  storePrefix?: string;
   promptLength?: number;
   responseLength?: number;
   maxModelLen?: number;
@@ -33,7 +34,7 @@ export function overridesFromFlags(f: ConfigFlags): Record<string, unknown> {
     },
     engine: { url: f.engine, format: f.engineFormat, script: f.script, replicas: f.replicas },
     tools: { file: f.tools, secret: f.toolsSecret },
-    store: { url: f.store },
+    store: { url: f.store, prefix: f.storePrefix },
     concurrency: f.concurrency,
     model: f.model,
   };

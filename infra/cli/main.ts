@@ -24,6 +24,7 @@ function configFlags(cmd: Command): Command {
     .option("--tools <file>", "tools.file: tools file (default: the example tool server, started in-process)")
     .option("--tools-secret <secret>", "tools.secret: HMAC secret for tool webhooks")
     .option("--store <store>", "store.url: memory | redis://host:port | upstash")
+    .option("--store-prefix <prefix>", "store.prefix: prefix of every Redis key (default edgeloop:)")
     .option("--prompt-length <n>", "rollout.prompt_length", int("--prompt-length"))
     .option("--response-length <n>", "rollout.response_length", int("--response-length"))
     .option("--max-model-len <n>", "rollout.max_model_len", int("--max-model-len"))

@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { formatPath } from "../errors.ts";
-import { DatasetRow, trajectoryKey, type AgentLoopOutput, type RolloutConfig, type TrajectoryRecord } from "../schema/index.ts";
+import { DatasetRow, Uid, trajectoryKey, type AgentLoopOutput, type RolloutConfig, type TrajectoryRecord } from "../schema/index.ts";
 import { validateTrajectory } from "../tokens/validate.ts";
 
 /**
@@ -51,8 +51,11 @@ export function newId(): string {
 }
 
 /**
- * Expands a request into trajectories: for row `i`, a server-chosen `uid`
- * and `n` sessions with keys `{uid}_{s}_0`. An invalid row still gets its
+ * Expands a request into trajectories: for row `i`, its `uid` (the row's own
+ * `uid` field when it has one, as trainers that assign uids per prompt do;
+ * otherwise a server-chosen random one) and `n` sessions with keys
+ * `{uid}_{s}_0`. A row whose `uid` is malformed or repeats an earlier row's
+ * fails on its own. An invalid row still gets its
  * keys (with `row_error` naming the field, e.g. `rows[3].prompt`), so that
  * it fails on its own and its group completes, flagged.
  */
@@ -70,7 +73,14 @@ export function planBatch(req: RolloutRequest, rollout: RolloutConfig): BatchPla
       rowError = `${formatPath(`rows[${i}]`, issue.path)}: ${issue.message}`;
     }
     const n = row?.__rollout_n__ ?? defaultN;
-    const uid = newId();
+    let uid = newId();
+    const given = (raw as { uid?: unknown } | null)?.uid;
+    if (row && given !== undefined) {
+      const u = Uid.safeParse(given);
+      if (!u.success) rowError = `rows[${i}].uid: ${u.error.issues[0]!.message}`;
+      else if (groups.has(u.data)) rowError = `rows[${i}].uid: '${u.data}' repeats the uid of an earlier row`;
+      else uid = u.data;
+    }
     groups.set(uid, n);
     const sampleIndex = row?.extra_info?.index ?? i;
     for (let s = 0; s < n; s++) {

@@ -207,7 +207,7 @@ export function validateRecord(input: unknown): TrajectoryRecord {
       key: rec.key,
     });
   }
-  return rec;
+  return inSchemaOrder(rec);
 }
 
 /** The stored hash fields of a validated record. */
@@ -239,13 +239,26 @@ export function decodeRecord(fields: Record<string, string>): TrajectoryRecord {
   } catch (cause) {
     throw new StoreError("stored record meta is not JSON", { cause, retryable: false });
   }
-  return {
+  return inSchemaOrder({
     ...(meta as Omit<TrajectoryRecord, "prompt_ids" | "response_ids" | "response_mask" | "rollout_log_probs">),
     prompt_ids: decodeInt32("prompt_ids", fields.prompt_ids ?? ""),
     response_ids: decodeInt32("response_ids", fields.response_ids ?? ""),
     response_mask: decodeUint8(fields.response_mask ?? "") as (0 | 1)[],
     rollout_log_probs: fields.rollout_log_probs === undefined ? null : decodeFloat32("rollout_log_probs", fields.rollout_log_probs),
-  };
+  });
+}
+
+const FIELD_ORDER = Object.keys(TrajectoryRecord.shape) as (keyof TrajectoryRecord)[];
+
+/**
+ * The record with its fields in the `TrajectoryRecord` schema's order, so that
+ * `JSON.stringify` of a record read back from any adapter is byte-identical to
+ * that of the record written (and to the CLI's JSONL output).
+ */
+export function inSchemaOrder(rec: TrajectoryRecord): TrajectoryRecord {
+  const out = {} as Record<string, unknown>;
+  for (const k of FIELD_ORDER) out[k] = rec[k];
+  return out as TrajectoryRecord;
 }
 
 /** The empty record `markFailed` stores for `key`, with `error = reason` and `finish_reason = "error"`. */

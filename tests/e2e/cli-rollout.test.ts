@@ -1,0 +1,157 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { cpSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { validateTrajectory } from "../../shared/tokens/validate.ts";
+import { TrajectoryRecord, type TrajectoryRecord as Rec } from "../../shared/schema/index.ts";
+import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue.ts";
+import { deleteByPrefix, randomPrefix, requireRedis } from "../helpers/redis.ts";
+
+// The README's first command, run for real: `npx edgeloop rollout --data examples/gsm8k-tool.jsonl --n 4 --out rollouts.jsonl`
+// (npx resolves to bin/edgeloop.mjs; we call it with node directly, in a temporary directory).
+const ROOT = join(import.meta.dir, "..", "..");
+const BIN = join(ROOT, "bin", "edgeloop.mjs");
+let dir: string;
+
+function edgeloop(args: string[]): { code: number; stdout: string; stderr: string } {
+  const p = Bun.spawnSync(["node", BIN, ...args], { cwd: dir, stdout: "pipe", stderr: "pipe", env: { ...process.env, NO_COLOR: "1" } });
+  return { code: p.exitCode ?? -1, stdout: p.stdout.toString(), stderr: p.stderr.toString() };
+}
+
+function readRecords(file: string): { lines: string[]; records: Rec[] } {
+  const lines = readFileSync(join(dir, file), "utf8").trim().split("\n");
+  return { lines, records: lines.map((l) => TrajectoryRecord.parse(JSON.parse(l))) };
+}
+
+function summary(stdout: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const line of stdout.split("\n")) {
+    const m = /^\s*([a-z/ ()]+?)\s{2,}(\S+)$/.exec(line);
+    if (m) out[m[1]!.trim()] = m[2]!;
+  }
+  return out;
+}
+
+/** A record without what legitimately differs between two runs: random uids and wall-clock timings. */
+function comparable(r: Rec) {
+  const { key: _k, uid: _u, metrics, ...rest } = r;
+  return { ...rest, num_preempted: metrics.num_preempted };
+}
+const order = (a: Rec, b: Rec) =>
+  (a.extra_fields.trajectory_info as { sample_index: number }).sample_index - (b.extra_fields.trajectory_info as { sample_index: number }).sample_index ||
+  a.session_id - b.session_id;
+
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), "edgeloop-e2e-"));
+  cpSync(join(ROOT, "examples"), join(dir, "examples"), { recursive: true });
+});
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+describe("edgeloop rollout (the README's first command)", () => {
+  let first: { code: number; stdout: string; stderr: string };
+
+  test("runs the example batch, every record passes the validator, the summary matches the records", () => {
+    first = edgeloop(["rollout", "--data", "examples/gsm8k-tool.jsonl", "--n", "4", "--out", "rollouts.jsonl", "--seed", "7"]);
+    expect(first.stderr).toContain("wrote 240 records to rollouts.jsonl");
+    expect(first.code).toBe(0);
+    const { records } = readRecords("rollouts.jsonl");
+    expect(records.length).toBe(240);
+    for (const r of records) {
+      expect(r.error).toBeNull();
+      validateTrajectory({ ...r, logprobs: r.rollout_log_probs }, { responseLength: 512, promptLength: 512, trackLogProbs: true });
+    }
+    // 60 groups of 4 sessions each.
+    const groups = new Map<string, number[]>();
+    for (const r of records) groups.set(r.uid, [...(groups.get(r.uid) ?? []), r.session_id]);
+    expect(groups.size).toBe(60);
+    for (const s of groups.values()) expect(s.sort()).toEqual([0, 1, 2, 3]);
+
+    const s = summary(first.stdout);
+    const sampled = records.reduce((n, r) => n + r.response_mask.filter((m) => m === 1).length, 0);
+    const response = records.reduce((n, r) => n + r.response_ids.length, 0);
+    expect(s["trajectories"]).toBe("240");
+    expect(s["ok"]).toBe(String(records.filter((r) => !r.error).length));
+    expect(s["failed"]).toBe("0");
+    expect(s["truncated"]).toBe(String(records.filter((r) => r.truncated).length));
+    expect(s["turns"]).toBe(String(records.reduce((n, r) => n + r.num_turns, 0)));
+    expect(s["tokens prompt"]).toBe(String(records.reduce((n, r) => n + r.prompt_ids.length, 0)));
+    expect(s["tokens sampled"]).toBe(String(sampled));
+    expect(s["tokens observation"]).toBe(String(response - sampled));
+    expect(s["tool calls"]).toBe(String(records.reduce((n, r) => n + (r.extra_fields.tool_calls as number), 0)));
+    expect(s["tool errors"]).toBe(String(records.reduce((n, r) => n + (r.extra_fields.tool_errors as number), 0)));
+    const mean = records.reduce((n, r) => n + r.reward_score!, 0) / records.length;
+    expect(s["mean reward"]).toBe(mean.toFixed(4));
+    // The scripted policy answers some rows wrongly and sends a few malformed calls.
+    expect(mean).toBeGreaterThan(0.5);
+    expect(mean).toBeLessThan(1);
+    expect(Number(s["tool errors"])).toBeGreaterThan(0);
+  }, 60_000);
+
+  test("a second run with the same seed produces identical records", () => {
+    const second = edgeloop(["rollout", "--data", "examples/gsm8k-tool.jsonl", "--n", "4", "--out", "again.jsonl", "--seed", "7", "--no-progress"]);
+    expect(second.code).toBe(0);
+    const a = readRecords("rollouts.jsonl").records.sort(order).map(comparable);
+    const b = readRecords("again.jsonl").records.sort(order).map(comparable);
+    expect(b).toEqual(a);
+    // A different seed gives different log-probs (the simulated engine's are seeded).
+    const third = edgeloop(["rollout", "--data", "examples/gsm8k-tool.jsonl", "--n", "1", "--out", "seed8.jsonl", "--seed", "8"]);
+    expect(third.code).toBe(0);
+    const c = readRecords("seed8.jsonl").records.sort(order);
+    const a0 = readRecords("rollouts.jsonl").records.sort(order).filter((r) => r.session_id === 0);
+    expect(c[0]!.response_ids).toEqual(a0[0]!.response_ids);
+    expect(c[0]!.rollout_log_probs).not.toEqual(a0[0]!.rollout_log_probs);
+  }, 60_000);
+
+  test("with --store redis://, records in Redis are byte-identical to the JSONL", async () => {
+    if (!(await requireRedis())) return;
+    const prefix = randomPrefix("e2e-cli");
+    try {
+      const run = edgeloop(["rollout", "--data", "examples/gsm8k-tool.jsonl", "--n", "2", "--out", "redis.jsonl", "--store", "redis://127.0.0.1:6379", "--store-prefix", prefix]);
+      expect(run.code).toBe(0);
+      const { lines, records } = readRecords("redis.jsonl");
+      expect(records.length).toBe(120);
+      const q = createRedisTransferQueue({ url: "redis://127.0.0.1:6379", prefix });
+      try {
+        for (const [i, r] of records.entries()) {
+          const stored = await q.get(r.key);
+          expect(JSON.stringify(stored)).toBe(lines[i]!);
+        }
+        const st = await q.groupStatus(records[0]!.uid);
+        expect(st).toMatchObject({ expected: 2, done: 2, failed: 0, complete: true });
+      } finally {
+        await q.close();
+      }
+    } finally {
+      await deleteByPrefix(prefix);
+    }
+  }, 60_000);
+
+  test("bad rows fail alone; a bad flag fails at start naming it", () => {
+    const rows = readFileSync(join(dir, "examples", "gsm8k-tool.jsonl"), "utf8").trim().split("\n").slice(0, 3);
+    rows.splice(1, 0, "{not json", JSON.stringify({ prompt: [] }), JSON.stringify({ ...JSON.parse(rows[0]!), agent_name: "no_such_agent" }));
+    Bun.write(join(dir, "mixed.jsonl"), rows.join("\n") + "\n");
+    const run = edgeloop(["rollout", "--data", "mixed.jsonl", "--n", "2", "--out", "mixed-out.jsonl"]);
+    expect(run.code).toBe(0);
+    const { records } = readRecords("mixed-out.jsonl");
+    expect(records.length).toBe(12);
+    const failed = records.filter((r) => r.error);
+    expect(failed.length).toBe(6);
+    const errors = failed.map((r) => r.error).sort();
+    expect(errors.slice(2, 6)).toEqual([
+      "rows[1]: Invalid input: expected object, received string",
+      "rows[1]: Invalid input: expected object, received string",
+      "rows[2].prompt: prompt must hold at least one message",
+      "rows[2].prompt: prompt must hold at least one message",
+    ]);
+    // The good rows' trajectories all succeeded.
+    expect(records.filter((r) => !r.error).length).toBe(6);
+    const unknown = failed.find((r) => r.error!.includes("no_such_agent"))!;
+    expect(unknown.error).toBe("InputError: agent_name: unknown agent loop 'no_such_agent'; registered agent loops: single_turn_agent, tool_agent");
+    expect(unknown.prompt_ids).toEqual([]);
+    expect(summary(run.stdout)["failed"]).toBe("6");
+
+    const bad = edgeloop(["rollout", "--data", "mixed.jsonl", "--n", "0"]);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain("config rollout.n: rollout.n must be >= 1");
+  }, 60_000);
+});
