@@ -67,6 +67,8 @@ export class ChatTokenizer {
 
   /** Text of `ids`. Special tokens are kept unless `skipSpecialTokens`. */
   decode(ids: ArrayLike<number>, opts: { skipSpecialTokens?: boolean } = {}): string {
+    // The library rejects an empty list; the text of no tokens is "".
+    if (ids.length === 0) return "";
     return this.tok.decode(Array.from(ids), { skip_special_tokens: opts.skipSpecialTokens ?? false });
   }
 

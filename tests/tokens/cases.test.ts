@@ -41,7 +41,7 @@ describe("C1 sampled tokens survive untouched", () => {
     b.appendObservation(obs);
     // The next turn's prompt is previous prompt ‖ sampled ids ‖ observation ids.
     expect(b.contextIds()).toEqual([...promptIds, 4272, 285, IM_END, ...obs]);
-    expect(b.responseMask()).toEqual([1, 1, 1, ...obs.map(() => 0)]);
+    expect(b.responseMask()).toEqual([1, 1, 1, ...obs.map(() => 0 as const)]);
   });
 
   test("[198, 198] stays two ids although '\\n\\n' encodes to [271]", () => {
@@ -190,7 +190,7 @@ describe("C7 mask only what was sampled", () => {
     const obs = new ObservationEncoder(tok).encode([{ role: "tool", content: "r" }], b.lastTokenId);
     b.appendObservation(obs);
     expect(b.responseIds().slice(0, 4)).toEqual([32, 16, IM_END, 198]);
-    expect(b.responseMask()).toEqual([1, 1, 1, ...obs.map(() => 0)]);
+    expect(b.responseMask()).toEqual([1, 1, 1, ...obs.map(() => 0 as const)]);
   });
 });
 
@@ -289,5 +289,12 @@ describe("chat template rendering", () => {
 
   test("the tokenizer is cached per model", async () => {
     expect(await defaultTokenizer()).toBe(tok);
+  });
+});
+
+describe("tokenizer edges", () => {
+  test("decode of no ids is the empty string", () => {
+    expect(tok.decode([])).toBe("");
+    expect(tok.decode(new Int32Array(0))).toBe("");
   });
 });
