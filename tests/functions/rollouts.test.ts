@@ -1,0 +1,173 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { createRolloutsApp } from "../../functions/rollouts.ts";
+import { buildRuntime, type Runtime } from "../../infra/cli/runtime.ts";
+import type { TrajectoryRecord } from "../../shared/schema/index.ts";
+
+// The HTTP API over a real runtime: in-process simulated engine with the example policy,
+// the example tool server on loopback, the in-memory transfer queue.
+const TOKEN = "test-token-123";
+const rows = readFileSync(join(import.meta.dir, "..", "..", "examples", "gsm8k-tool.jsonl"), "utf8")
+  .trim()
+  .split("\n")
+  .map((l) => JSON.parse(l));
+
+let runtime: Runtime;
+let app: ReturnType<typeof createRolloutsApp>;
+const auth = { authorization: `Bearer ${TOKEN}` };
+
+beforeAll(async () => {
+  runtime = await buildRuntime({ n: 2 });
+  app = createRolloutsApp({ service: runtime.service, apiToken: TOKEN, maxBodyBytes: 64 * 1024 });
+});
+afterAll(() => runtime.close());
+
+const post = (path: string, body: unknown, headers: Record<string, string> = auth) =>
+  app.request(path, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: typeof body === "string" ? body : JSON.stringify(body) });
+
+async function waitDone(batchId: string): Promise<Record<string, any>> {
+  for (let i = 0; i < 200; i++) {
+    const s = await (await app.request(`/v1/rollouts/${batchId}`, { headers: auth })).json();
+    if (s.done) return s;
+    await Bun.sleep(25);
+  }
+  throw new Error("batch did not finish");
+}
+
+describe("auth", () => {
+  test("every /v1 route needs the bearer token; health and openapi do not", async () => {
+    const none = await post("/v1/rollouts", { rows: rows.slice(0, 1) }, {});
+    expect(none.status).toBe(401);
+    expect(await none.json()).toEqual({ error: { code: "unauthorized", message: "missing or wrong bearer token" } });
+    expect(none.headers.get("www-authenticate")).toBe('Bearer realm="edgeloop"');
+    expect((await post("/v1/rollouts", { rows: rows.slice(0, 1) }, { authorization: "Bearer wrong" })).status).toBe(401);
+    expect((await app.request("/v1/groups")).status).toBe(401);
+    expect((await app.request("/health")).status).toBe(200);
+    expect((await app.request("/openapi.json")).status).toBe(200);
+  });
+});
+
+describe("POST /v1/rollouts", () => {
+  test("202 with batch id and keys; progress; NDJSON stream; complete groups and ack", async () => {
+    const res = await post("/v1/rollouts", { rows: rows.slice(0, 3), global_steps: 5, model_version: "v5" });
+    expect(res.status).toBe(202);
+    const { batch_id, keys } = await res.json();
+    expect(keys.length).toBe(6);
+    for (const k of keys) expect(k).toMatch(/^[0-9a-f-]{36}_[01]_0$/);
+
+    const stats = await waitDone(batch_id);
+    expect(stats.counts).toEqual({ total: 6, pending: 0, running: 0, ok: 6, failed: 0, truncated: 0 });
+    expect(stats.tokens.sampled).toBeGreaterThan(0);
+
+    const nd = await app.request(`/v1/rollouts/${batch_id}/trajectories`, { headers: auth });
+    expect(nd.headers.get("content-type")).toBe("application/x-ndjson");
+    const recs: TrajectoryRecord[] = (await nd.text()).trim().split("\n").map((l) => JSON.parse(l));
+    expect(recs.map((r) => r.key).sort()).toEqual([...keys].sort());
+    for (const r of recs) {
+      // keys come in row order, 2 sessions per row; rows 0..2 carry extra_info.index 0..2.
+      const rowIndex = Math.floor(keys.indexOf(r.key) / 2);
+      expect(r.extra_fields.trajectory_info).toEqual({ step: 5, sample_index: rowIndex, rollout_n: r.session_id, validate: false });
+      expect(r.extra_fields.model_versions).toEqual(Array(r.extra_fields.tool_calls as number + 1).fill("v5"));
+    }
+
+    const g = await app.request("/v1/groups?max=10&consumer=t1", { headers: auth });
+    const { groups } = await g.json();
+    expect(groups.length).toBe(3);
+    for (const grp of groups) expect(grp.records.map((r: TrajectoryRecord) => r.session_id)).toEqual([0, 1]);
+    const ack = await post("/v1/groups/ack", { delivery_ids: groups.map((x: any) => x.delivery_id) });
+    expect(await ack.json()).toEqual({ acked: 3 });
+    const again = await (await app.request("/v1/groups?max=10&consumer=t1", { headers: auth })).json();
+    expect(again.groups).toEqual([]);
+  });
+
+  test("a batch mixing good and bad rows: bad rows fail alone with a recorded reason", async () => {
+    const bad = [rows[0], { prompt: "not a list" }, { ...rows[1], agent_name: "no_such_agent" }, { ...rows[2], uid: "has_underscore" }];
+    const res = await post("/v1/rollouts", { rows: bad });
+    expect(res.status).toBe(202);
+    const { batch_id } = await res.json();
+    const stats = await waitDone(batch_id);
+    expect(stats.counts.ok).toBe(2);
+    expect(stats.counts.failed).toBe(6);
+    const errs = stats.errors.map((e: any) => e.error).sort();
+    expect(errs).toEqual([
+      "InputError: agent_name: unknown agent loop 'no_such_agent'; registered agent loops: single_turn_agent, tool_agent",
+      "InputError: agent_name: unknown agent loop 'no_such_agent'; registered agent loops: single_turn_agent, tool_agent",
+      "rows[1].prompt: Invalid input: expected array, received string",
+      "rows[1].prompt: Invalid input: expected array, received string",
+      "rows[3].uid: uid may only hold letters, digits, '.', ':' and '-' ('_' separates key parts)",
+      "rows[3].uid: uid may only hold letters, digits, '.', ':' and '-' ('_' separates key parts)",
+    ]);
+  });
+
+  test("validation batches use val_kwargs (n = 1) and the val partition", async () => {
+    const res = await post("/v1/rollouts", { rows: rows.slice(0, 2), validate: true });
+    const { batch_id, keys } = await res.json();
+    expect(keys.length).toBe(2);
+    await waitDone(batch_id);
+    const valUids = keys.map((k: string) => k.split("_")[0]);
+    const train = await (await app.request("/v1/groups?max=100&consumer=v", { headers: auth })).json();
+    expect(train.groups.filter((g: any) => valUids.includes(g.uid))).toEqual([]);
+    const val = await (await app.request("/v1/groups?max=10&consumer=v&partition=val", { headers: auth })).json();
+    expect(val.groups.map((g: any) => g.uid).sort()).toEqual([...valUids].sort());
+    expect(val.groups[0].records[0].extra_fields.trajectory_info.validate).toBe(true);
+  });
+
+  test("__rollout_n__ overrides n for its row", async () => {
+    const res = await post("/v1/rollouts", { rows: [{ ...rows[0], __rollout_n__: 3 }, rows[1]] });
+    const { keys } = await res.json();
+    expect(keys.length).toBe(5);
+  });
+});
+
+describe("bad requests are 400s naming the field", () => {
+  const cases: [string, unknown, number, Record<string, unknown>][] = [
+    ["malformed JSON", "{rows:", 400, { code: "invalid_input", message: "body: malformed JSON", field: "body" }],
+    ["no rows", {}, 400, { code: "invalid_input", field: "rows" }],
+    ["empty rows", { rows: [] }, 400, { code: "invalid_input", message: "rows: rows must hold at least one row", field: "rows" }],
+    ["global_steps not an int", { rows: [rows[0]], global_steps: 1.5 }, 400, { field: "global_steps" }],
+    ["config outside rollout", { rows: [rows[0]], config: { engine: { url: "http://evil" } } }, 400, { code: "invalid_config", field: "engine" }],
+    ["bad rollout value", { rows: [rows[0]], config: { rollout: { n: 0 } } }, 400, { code: "invalid_config", message: "config rollout.n: rollout.n must be >= 1 (in request config)" }],
+  ];
+  for (const [name, body, status, err] of cases) {
+    test(name, async () => {
+      const res = await post("/v1/rollouts", body);
+      expect(res.status).toBe(status);
+      expect((await res.json()).error).toMatchObject(err);
+    });
+  }
+
+  test("oversized body is a 413", async () => {
+    const res = await post("/v1/rollouts", { rows: Array(2000).fill(rows[0]) });
+    expect(res.status).toBe(413);
+  });
+
+  test("unknown batch is a 404; bad group queries and acks are 400s", async () => {
+    const r = await app.request("/v1/rollouts/nope", { headers: auth });
+    expect(r.status).toBe(404);
+    expect((await r.json()).error.code).toBe("not_found");
+    expect((await app.request("/v1/groups?max=0", { headers: auth })).status).toBe(400);
+    expect((await app.request("/v1/groups?partition=test", { headers: auth })).status).toBe(400);
+    const ack = await post("/v1/groups/ack", { delivery_ids: [] });
+    expect(ack.status).toBe(400);
+    expect((await ack.json()).error.field).toBe("delivery_ids");
+  });
+
+  test("a rejected request changes no state", async () => {
+    const before = runtime.service.batchIds().length;
+    await post("/v1/rollouts", { rows: [] });
+    await post("/v1/rollouts", "{");
+    expect(runtime.service.batchIds().length).toBe(before);
+  });
+});
+
+describe("openapi", () => {
+  test("documents every endpoint with schemas generated from zod", async () => {
+    const doc = await (await app.request("/openapi.json")).json();
+    expect(doc.openapi).toBe("3.1.0");
+    expect(Object.keys(doc.paths).sort()).toEqual(["/v1/groups", "/v1/groups/ack", "/v1/rollouts", "/v1/rollouts/{batch_id}", "/v1/rollouts/{batch_id}/trajectories"]);
+    const req = doc.paths["/v1/rollouts"].post.requestBody.content["application/json"].schema;
+    expect(req.required).toEqual(["rows"]);
+    expect(doc.components.schemas.TrajectoryRecord.properties.response_mask.type).toBe("array");
+  });
+});
