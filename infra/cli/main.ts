@@ -54,7 +54,7 @@ configFlags(
 configFlags(
   program
     .command("serve")
-    .description("serve the HTTP API (rollouts, groups, gateway, openapi) on one port")
+    .description("serve the HTTP API (rollouts, groups, openapi) on one port")
     .option("--port <port>", "port", int("--port"), 8787)
     .option("--host <host>", "address to bind", "127.0.0.1"),
 ).action(async (opts) => (await import("./serve-command.ts")).serveCommand(opts));
