@@ -2,6 +2,7 @@ import { z } from "zod";
 import { formatPath } from "../errors.ts";
 import { DatasetRow, Uid, trajectoryKey, type AgentLoopOutput, type RolloutConfig, type TrajectoryRecord } from "../schema/index.ts";
 import { validateTrajectory } from "../tokens/validate.ts";
+import { failedRecord as storeFailedRecord } from "../store/record-codec.ts";
 
 /**
  * Body of `POST /v1/rollouts` (and what the CLI builds from a data file).
@@ -137,25 +138,15 @@ export function toTrajectoryRecord(
   };
 }
 
-/** The record of a trajectory that failed before or during its loop: empty arrays, `error` set, `finish_reason: "error"`. */
+/**
+ * The record of a trajectory that failed before or during its loop: empty
+ * arrays, `error` set, `finish_reason: "error"` — the same record the
+ * transfer queue's `markFailed` stores for it.
+ */
 export function failedRecord(t: PlannedTrajectory, agentName: string, error: string): TrajectoryRecord {
-  return {
-    key: t.key,
-    uid: t.uid,
-    session_id: t.session_id,
-    output_index: 0,
+  return storeFailedRecord(t.key, error, {
     agent_name: agentName,
     data_source: t.row?.data_source ?? "unknown",
-    prompt_ids: [],
-    response_ids: [],
-    response_mask: [],
-    rollout_log_probs: null,
-    reward_score: null,
-    num_turns: 0,
-    truncated: false,
-    finish_reason: "error",
-    error,
-    metrics: { generate_sequences: 0, tool_calls: 0, compute_score: 0, num_preempted: -1 },
     extra_fields: { trajectory_info: t.trajectory_info },
-  };
+  });
 }
