@@ -3,7 +3,7 @@ import { ConfigError, formatPath } from "../errors.ts";
 import { RolloutConfig } from "../schema/config.ts";
 
 /** Where generation happens: `"sim"` (the embedded simulated engine) or an engine/gateway base URL. */
-export const EngineConfig = z.object({
+export const EngineConfig = z.strictObject({
   url: z.union([z.literal("sim"), z.string().url("engine.url must be \"sim\" or an http(s) URL")]).default("sim"),
   /** Wire format of the engine behind `url`: vLLM's OpenAI completions or SGLang's native /generate. */
   format: z.enum(["vllm", "sglang"]).default("vllm"),
@@ -18,14 +18,14 @@ export const EngineConfig = z.object({
 });
 
 /** Tool webhooks: a tools file, or (none given) the example tool server started in-process. */
-export const ToolsConfig = z.object({
+export const ToolsConfig = z.strictObject({
   file: z.string().nullable().default(null),
   /** HMAC secret for webhook signatures (`x-edgeloop-signature`). */
   secret: z.string().nullable().default(null),
 });
 
 /** The transfer queue: `memory` (embedded default), a `redis://` URL, or `upstash` (reads UPSTASH_REDIS_REST_URL/TOKEN). */
-export const StoreConfig = z.object({
+export const StoreConfig = z.strictObject({
   url: z
     .string()
     .default("memory")
@@ -35,14 +35,14 @@ export const StoreConfig = z.object({
 });
 
 /** A webhook reward used for rows whose `reward_model.style` is `webhook`. */
-export const RewardConfig = z.object({ url: z.string().url().nullable().default(null) });
+export const RewardConfig = z.strictObject({ url: z.string().url().nullable().default(null) });
 
 /**
  * The whole edgeloop configuration: verl's `rollout` section plus where the
  * engine, tools, store and reward live. One YAML/JSON file; every value can
  * be overridden by a CLI flag.
  */
-export const AppConfig = z.object({
+export const AppConfig = z.strictObject({
   rollout: RolloutConfig.default(RolloutConfig.parse({})),
   engine: EngineConfig.default(EngineConfig.parse({})),
   tools: ToolsConfig.default(ToolsConfig.parse({})),

@@ -11,7 +11,7 @@ import { failedRecord as storeFailedRecord } from "../store/record-codec.ts";
  * merged over the server's. `validate: true` uses `rollout.val_kwargs` and
  * the `val` queue partition (as verl's validation batches).
  */
-export const RolloutRequest = z.object({
+export const RolloutRequest = z.strictObject({
   rows: z.array(z.unknown()).min(1, "rows must hold at least one row").max(100_000, "rows may hold at most 100000 rows"),
   config: z.record(z.string(), z.unknown()).optional(),
   global_steps: z.number().int().min(-1).default(-1),

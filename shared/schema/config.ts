@@ -1,7 +1,7 @@
 import { z } from "zod";
 
 /** `rollout.val_kwargs`: sampling used for validation batches (verl defaults: greedy, n = 1). */
-export const ValKwargs = z.object({
+export const ValKwargs = z.strictObject({
   temperature: z.number().min(0).default(0),
   top_p: z.number().gt(0).max(1).default(1.0),
   top_k: z.number().int().min(-1).default(-1),
@@ -10,7 +10,7 @@ export const ValKwargs = z.object({
 });
 
 /** `rollout.multi_turn` limits of the tool agent (verl's names and defaults). */
-export const MultiTurnConfig = z.object({
+export const MultiTurnConfig = z.strictObject({
   enable: z.boolean().default(true),
   max_assistant_turns: z.number().int().min(1).nullable().default(null),
   max_user_turns: z.number().int().min(1).nullable().default(null),
@@ -26,7 +26,7 @@ export const MultiTurnConfig = z.object({
 });
 
 /** `rollout.agent`: loop routing. */
-export const AgentConfig = z.object({
+export const AgentConfig = z.strictObject({
   default_agent_loop: z.string().default("single_turn_agent"),
   agent_loop_config_path: z.string().nullable().default(null),
 });
@@ -39,7 +39,7 @@ export const AgentConfig = z.object({
  * to `prompt_length + response_length`.
  */
 export const RolloutConfig = z
-  .object({
+  .strictObject({
     n: z.number().int().min(1, "rollout.n must be >= 1").default(1),
     prompt_length: z.number().int().min(1).default(512),
     response_length: z.number().int().min(1).default(512),
