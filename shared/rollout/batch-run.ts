@@ -1,6 +1,10 @@
+import { SpanStatusCode } from "@opentelemetry/api";
 import pRetry from "p-retry";
 import type { AgentLoopOutput, RolloutConfig, TrajectoryRecord } from "../schema/index.ts";
 import type { TransferQueue } from "../store/types.ts";
+import { BatchMetricsAccumulator, type BatchMetrics } from "../telemetry/batch-metrics.ts";
+import { SpanAttr, withSpan } from "../telemetry/tracer.ts";
+import { TracingTransferQueue } from "../telemetry/tracing-transfer-queue.ts";
 import { failedRecord, toTrajectoryRecord, type BatchPlan, type PlannedTrajectory } from "./batch.ts";
 
 /** Runs one planned trajectory through its agent loop. */
@@ -9,15 +13,20 @@ export interface TrajectoryExecutor {
    * Resolves the row's loop and runs it; returns the loop's outputs (usually
    * one) and the resolved `agent_name`. Throws for a failure of this
    * trajectory only (unknown agent, engine down after retries, broken
-   * invariant); the batch goes on.
+   * invariant); the batch goes on. `toolLatenciesMs`: each tool call's
+   * latency in milliseconds, for the batch's latency percentiles.
    */
-  run(t: PlannedTrajectory, plan: BatchPlan): Promise<{ agentName: string; outputs: AgentLoopOutput[] }>;
+  run(t: PlannedTrajectory, plan: BatchPlan): Promise<{ agentName: string; outputs: AgentLoopOutput[]; toolLatenciesMs?: number[] }>;
   /** The agent name a row routes to, for failure records (`default_agent_loop` when absent/null). */
   agentNameFor(t: PlannedTrajectory): string;
 }
 
-/** Progress and totals of a batch, as `GET /v1/rollouts/{batch_id}` reports them. */
-export interface BatchStats {
+/**
+ * Progress and totals of a batch, as `GET /v1/rollouts/{batch_id}` reports
+ * them, with the {@link BatchMetrics} (verl's `agent_loop/*` figures, finish
+ * reasons, tool-call latency percentiles) computed over the records so far.
+ */
+export interface BatchStats extends BatchMetrics {
   batch_id: string;
   validate: boolean;
   done: boolean;
@@ -27,7 +36,7 @@ export interface BatchStats {
   turns: number;
   tool_calls: number;
   tool_errors: number;
-  reward: { count: number; mean: number | null };
+  reward: { count: number; mean: number | null; min: number | null; max: number | null };
   /** The first errors (at most 50): key and reason. */
   errors: { key: string; error: string }[];
   started_at: number;
@@ -59,13 +68,16 @@ export class BatchRun {
   private readonly opts: BatchRunOptions;
   private readonly finished: TrajectoryRecord[] = [];
   private readonly waiters = new Set<() => void>();
-  private readonly s: BatchStats;
+  private readonly s: Omit<BatchStats, keyof BatchMetrics>;
+  private readonly metrics = new BatchMetricsAccumulator();
+  private readonly queue: TransferQueue;
   private rewardSum = 0;
   private donePromise: Promise<void> | null = null;
 
   constructor(plan: BatchPlan, opts: BatchRunOptions) {
     this.plan = plan;
     this.opts = opts;
+    this.queue = new TracingTransferQueue(opts.store);
     const total = plan.trajectories.length;
     this.s = {
       batch_id: plan.batch_id,
@@ -76,7 +88,7 @@ export class BatchRun {
       turns: 0,
       tool_calls: 0,
       tool_errors: 0,
-      reward: { count: 0, mean: null },
+      reward: { count: 0, mean: null, min: null, max: null },
       errors: [],
       started_at: (opts.now ?? Date.now)(),
       finished_at: null,
@@ -89,9 +101,9 @@ export class BatchRun {
     return this.donePromise;
   }
 
-  /** A snapshot of the progress figures. */
+  /** A snapshot of the progress figures and metrics. */
   stats(): BatchStats {
-    return structuredClone(this.s);
+    return { ...structuredClone(this.s), ...this.metrics.snapshot() };
   }
 
   /** Records stored so far, in completion order. */
@@ -111,7 +123,7 @@ export class BatchRun {
 
   private async execute(): Promise<void> {
     const mode = this.plan.validate ? "val" : "train";
-    for (const [uid, n] of this.plan.groups) await this.opts.store.expectGroup(uid, n, mode);
+    for (const [uid, n] of this.plan.groups) await this.queue.expectGroup(uid, n, mode);
     const queue = [...this.plan.trajectories];
     const worker = async () => {
       for (let t = queue.shift(); t; t = queue.shift()) await this.runOne(t);
@@ -122,29 +134,44 @@ export class BatchRun {
     this.wake();
   }
 
+  /** Runs one trajectory inside its `agent_loop.run` span (the parent of its turns, reward and `queue.put`). */
   private async runOne(t: PlannedTrajectory): Promise<void> {
     this.s.counts.pending--;
     this.s.counts.running++;
-    let records: TrajectoryRecord[];
-    let agentName = t.row ? this.opts.executor.agentNameFor(t) : "unknown";
-    try {
-      if (t.row_error) throw new Error(t.row_error);
-      const res = await this.opts.executor.run(t, this.plan);
-      agentName = res.agentName;
-      if (res.outputs.length === 0) throw new Error(`agent loop '${agentName}' returned no output`);
-      records = res.outputs.map((o, i) => toTrajectoryRecord(t, agentName, o, this.opts.rollout, i));
-    } catch (e) {
-      records = [failedRecord(t, agentName, errorText(e))];
-    }
-    for (const r of records) await this.store(r);
+    const attrs = { [SpanAttr.key]: t.key, [SpanAttr.uid]: t.uid, [SpanAttr.sessionId]: t.session_id, [SpanAttr.batchId]: this.plan.batch_id };
+    await withSpan("agent_loop.run", attrs, async (span) => {
+      let records: TrajectoryRecord[];
+      let agentName = t.row ? this.opts.executor.agentNameFor(t) : "unknown";
+      try {
+        if (t.row_error) throw new Error(t.row_error);
+        const res = await this.opts.executor.run(t, this.plan);
+        agentName = res.agentName;
+        if (res.toolLatenciesMs?.length) this.metrics.addToolLatencies(res.toolLatenciesMs.map((ms) => ms / 1000));
+        if (res.outputs.length === 0) throw new Error(`agent loop '${agentName}' returned no output`);
+        records = res.outputs.map((o, i) => toTrajectoryRecord(t, agentName, o, this.opts.rollout, i));
+      } catch (e) {
+        records = [failedRecord(t, agentName, errorText(e))];
+      }
+      span.setAttribute(SpanAttr.agentName, agentName);
+      const r0 = records[0]!;
+      if (span.isRecording()) {
+        span.setAttribute(SpanAttr.numTurns, r0.num_turns);
+        span.setAttribute(SpanAttr.truncated, r0.truncated);
+        span.setAttribute(SpanAttr.finishReason, r0.finish_reason);
+        span.setAttribute(SpanAttr.responseTokens, r0.response_ids.length);
+        if (r0.reward_score !== null) span.setAttribute(SpanAttr.reward, r0.reward_score);
+        if (r0.error !== null) span.setStatus({ code: SpanStatusCode.ERROR, message: r0.error.slice(0, 500) });
+      }
+      for (const r of records) await this.store(r);
+    });
     this.s.counts.running--;
   }
 
   private async store(r: TrajectoryRecord): Promise<void> {
     const write = () =>
       r.error === null
-        ? this.opts.store.put(r)
-        : this.opts.store.markFailed(r.key, r.error, { agent_name: r.agent_name, data_source: r.data_source, extra_fields: r.extra_fields });
+        ? this.queue.put(r)
+        : this.queue.markFailed(r.key, r.error, { agent_name: r.agent_name, data_source: r.data_source, extra_fields: r.extra_fields });
     try {
       await pRetry(write, { retries: 4, minTimeout: 50, factor: 3, shouldRetry: ({ error }) => (error as { retryable?: boolean }).retryable !== false });
     } catch (e) {
@@ -157,6 +184,7 @@ export class BatchRun {
   }
 
   private count(r: TrajectoryRecord): void {
+    this.metrics.addRecord(r);
     const c = this.s.counts;
     if (r.error !== null) {
       c.failed++;
@@ -177,6 +205,8 @@ export class BatchRun {
       this.rewardSum += r.reward_score;
       this.s.reward.count++;
       this.s.reward.mean = this.rewardSum / this.s.reward.count;
+      this.s.reward.min = Math.min(this.s.reward.min ?? Infinity, r.reward_score);
+      this.s.reward.max = Math.max(this.s.reward.max ?? -Infinity, r.reward_score);
     }
   }
 

@@ -2,6 +2,7 @@ import { runAgentLoop, type AgentLoopRegistry } from "../agent-loop/index.ts";
 import type { AgentLoopContext } from "../agent-loop/agent-loop.ts";
 import type { GenerateRequest, InferenceClient } from "../inference/types.ts";
 import type { RolloutConfig, SamplingParams, TokenOutput } from "../schema/index.ts";
+import { TrajectoryTracer } from "../telemetry/trajectory-tracer.ts";
 import type { BatchPlan, PlannedTrajectory } from "./batch.ts";
 import type { TrajectoryExecutor } from "./batch-run.ts";
 
@@ -50,6 +51,9 @@ class VersionStampingClient implements InferenceClient {
  * A {@link TrajectoryExecutor} that routes each row to its agent loop
  * (`agent_name`, absent/null → `default_agent_loop`) and runs it with the
  * row's fields plus `uid`, `session_id`, `global_steps` and the key.
+ * Each run's engine client and tools are wrapped by a {@link TrajectoryTracer}
+ * (turn, `inference.generate` and `tool.call` spans under the active
+ * `agent_loop.run`; tool-call latencies returned as `toolLatenciesMs`).
  */
 export function createAgentExecutor(
   deps: ExecutorDeps,
@@ -63,15 +67,20 @@ export function createAgentExecutor(
     async run(t: PlannedTrajectory, plan: BatchPlan) {
       const row = t.row!;
       const agentName = registry.resolve(row.agent_name, rollout.agent.default_agent_loop);
-      const ctx: AgentLoopContext = { ...shared, client, config: rollout };
-      const outputs = await runAgentLoop(registry, ctx, samplingParamsFor(rollout, plan.validate, t), {
-        ...row,
-        uid: t.uid,
-        session_id: t.session_id,
-        global_steps: plan.global_steps,
-        key: t.key,
-      });
-      return { agentName, outputs };
+      const tracer = new TrajectoryTracer(t.key);
+      const ctx: AgentLoopContext = { ...shared, client: tracer.client(client), ...(shared.tools ? { tools: tracer.tools(shared.tools) } : {}), config: rollout };
+      try {
+        const outputs = await runAgentLoop(registry, ctx, samplingParamsFor(rollout, plan.validate, t), {
+          ...row,
+          uid: t.uid,
+          session_id: t.session_id,
+          global_steps: plan.global_steps,
+          key: t.key,
+        });
+        return { agentName, outputs, toolLatenciesMs: tracer.toolLatenciesMs };
+      } finally {
+        tracer.end();
+      }
     },
   };
 }

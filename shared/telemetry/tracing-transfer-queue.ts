@@ -1,0 +1,47 @@
+import type { TrajectoryRecord } from "../schema/index.ts";
+import type { CompleteGroup, GroupStatus, Partition, PutResult, ReadGroupsOptions, TransferQueue } from "../store/types.ts";
+import { SpanAttr, withSpan } from "./tracer.ts";
+
+/**
+ * A {@link TransferQueue} whose writes are traced as `queue.put` spans
+ * (`edgeloop.queue.op` = `put` or `mark_failed`, the trajectory key, and
+ * whether the write stored anything); every other call passes through.
+ */
+export class TracingTransferQueue implements TransferQueue {
+  constructor(readonly inner: TransferQueue) {}
+
+  put(record: TrajectoryRecord): Promise<PutResult> {
+    return withSpan("queue.put", { [SpanAttr.key]: record.key, [SpanAttr.queueOp]: "put" }, async (span) => {
+      const r = await this.inner.put(record);
+      span.setAttribute(SpanAttr.stored, r.stored);
+      return r;
+    });
+  }
+
+  markFailed(key: string, reason: string, fields?: Partial<TrajectoryRecord>): Promise<PutResult> {
+    return withSpan("queue.put", { [SpanAttr.key]: key, [SpanAttr.queueOp]: "mark_failed" }, async (span) => {
+      const r = await this.inner.markFailed(key, reason, fields);
+      span.setAttribute(SpanAttr.stored, r.stored);
+      return r;
+    });
+  }
+
+  expectGroup(uid: string, n: number, partition?: Partition): Promise<void> {
+    return this.inner.expectGroup(uid, n, partition);
+  }
+  get(key: string): Promise<TrajectoryRecord | null> {
+    return this.inner.get(key);
+  }
+  groupStatus(uid: string): Promise<GroupStatus> {
+    return this.inner.groupStatus(uid);
+  }
+  readCompleteGroups(opts: ReadGroupsOptions): Promise<CompleteGroup[]> {
+    return this.inner.readCompleteGroups(opts);
+  }
+  ack(deliveryIds: readonly string[], partition?: Partition): Promise<number> {
+    return this.inner.ack(deliveryIds, partition);
+  }
+  close(): Promise<void> {
+    return this.inner.close();
+  }
+}
