@@ -33,6 +33,13 @@ export interface AgentLoopContext {
   newRequestId?: () => string;
   /** Aborts engine and webhook calls of this trajectory. */
   signal?: AbortSignal;
+  /**
+   * Set by a durable session host: a tool that answers `202 Accepted` is
+   * awaited (state `awaiting_tools`, result by callback or an error at the
+   * tool's `timeout_ms`) instead of failing at once. `wallClockMs` gives the
+   * epoch milliseconds deadlines are set in (default `Date.now()`).
+   */
+  asyncTools?: { wallClockMs?: () => number };
 }
 
 /**

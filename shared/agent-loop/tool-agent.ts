@@ -10,8 +10,30 @@ import { truncateToolResponse } from "../tools/truncate.ts";
 import { pyList, type ToolExecutor, type ToolResult } from "../tools/webhook-tool-client.ts";
 import { addPreempted, AgentLoop, emptyMetrics, modelVersionOf, type AgentLoopContext, type AgentLoopKwargs } from "./agent-loop.ts";
 
-/** The states of {@link ToolAgentLoop}. */
-export type ToolAgentState = "pending" | "generating" | "processing_tools" | "interacting" | "terminated";
+/**
+ * The states of {@link ToolAgentLoop}. `awaiting_tools` is reached only when
+ * the context accepts asynchronous tool results (`asyncTools`, set by a
+ * durable session host): some call answered `202` and its result comes later.
+ */
+export type ToolAgentState = "pending" | "generating" | "processing_tools" | "awaiting_tools" | "interacting" | "terminated";
+
+/**
+ * A tool call whose webhook answered `202 Accepted`: its result is delivered
+ * later (`POST /v1/sessions/{key}/tool-results`) or, past `deadline_ms`
+ * (wall-clock epoch milliseconds = accepted + the tool's `timeout_ms`),
+ * becomes an error observation.
+ */
+export interface AwaitedToolCall {
+  awaiting: true;
+  call_id: string;
+  name: string;
+  accepted_ms: number;
+  deadline_ms: number;
+  timeout_ms: number;
+}
+
+/** What one call of the current tool round has produced so far: a result, or a call awaiting its callback. */
+export type ToolCallOutcome = ToolResult | AwaitedToolCall;
 
 /**
  * Why a tool-agent trajectory ended (`extra_fields.terminated_by`):
@@ -47,6 +69,12 @@ export interface ToolAgentData {
   userTurns: number;
   /** Calls and parse errors of the last assistant turn still to process, in the model's order. */
   pending: Array<ParsedCall | ParseError>;
+  /**
+   * Per entry of `pending`, what its call produced so far (null: not answered
+   * yet). Kept across checkpoints so that a resumed session re-sends only
+   * unanswered calls (with the same `call_id`) and waits for awaited ones.
+   */
+  toolResults?: Array<ToolCallOutcome | null>;
   /** Decoded text (special tokens skipped) of the last assistant turn, for the reward. */
   lastAssistantText: string;
   metrics: AgentLoopMetrics;
@@ -117,7 +145,25 @@ export class ToolAgentLoop extends AgentLoop {
   }
 
   async run(samplingParams: SamplingParams, kwargs: AgentLoopKwargs): Promise<AgentLoopOutput> {
-    const d: ToolAgentData = {
+    const d = this.initData(samplingParams, kwargs);
+    let state: ToolAgentState = "pending";
+    this.trace.length = 0;
+    while (state !== "terminated") {
+      this.trace.push(state);
+      state = await this.advance(state, d);
+    }
+    this.trace.push("terminated");
+    return this.onTerminated(d);
+  }
+
+  /**
+   * The fresh state of a run (state `pending`). With {@link advance} and
+   * {@link finishData} it lets a durable session drive the loop one committed
+   * transition at a time; `run` is exactly these three.
+   * @throws InputError when the row's prompt is invalid.
+   */
+  initData(samplingParams: SamplingParams, kwargs: AgentLoopKwargs): ToolAgentData {
+    return {
       key: this.key(kwargs),
       kwargs,
       samplingParams,
@@ -136,35 +182,87 @@ export class ToolAgentLoop extends AgentLoop {
       finishReason: "stop",
       terminatedBy: "model",
     };
-    let state: ToolAgentState = "pending";
-    this.trace.length = 0;
-    while (state !== "terminated") {
-      this.trace.push(state);
-      switch (state) {
-        case "pending":
-          state = await this.onPending(d);
-          break;
-        case "generating":
-          state = await this.onGenerating(d);
-          break;
-        case "processing_tools":
-          state = await this.onProcessingTools(d);
-          break;
-        case "interacting":
-          state = await this.onInteracting(d);
-          break;
-      }
+  }
+
+  /**
+   * Runs the handler of `state` once and returns the next state. In
+   * `awaiting_tools` it returns `awaiting_tools` until every awaited call has
+   * a result (see {@link deliverToolResult}, {@link expireToolCalls}).
+   */
+  async advance(state: ToolAgentState, d: ToolAgentData): Promise<ToolAgentState> {
+    switch (state) {
+      case "pending":
+        return this.onPending(d);
+      case "generating":
+        return this.onGenerating(d);
+      case "processing_tools":
+        return this.onProcessingTools(d);
+      case "awaiting_tools":
+        return (d.toolResults ?? []).some((r) => r === null || "awaiting" in r) ? "awaiting_tools" : this.onProcessingTools(d);
+      case "interacting":
+        return this.onInteracting(d);
+      case "terminated":
+        return "terminated";
     }
-    this.trace.push("terminated");
+  }
+
+  /** Scores the finished run and returns its validated output (the `terminated` state's work). */
+  finishData(d: ToolAgentData): Promise<AgentLoopOutput> {
     return this.onTerminated(d);
+  }
+
+  /**
+   * Re-creates what a checkpoint does not hold (active tools, simulated user,
+   * observation encoder) for data restored after `pending` ran; the builder
+   * must already be restored.
+   */
+  reattach(d: ToolAgentData): void {
+    const extra = (d.kwargs.extra_info ?? {}) as Record<string, unknown>;
+    d.tools = this.activeTools(extra.tool_selection);
+    d.interaction = this.pickInteraction(extra.interaction_kwargs, d);
+    const schemas: ToolSchema[] | undefined = d.tools && d.tools.schemas.length > 0 ? [...d.tools.schemas] : undefined;
+    d.encoder = new ObservationEncoder(this.ctx.tokenizer, { tools: schemas, chatTemplateKwargs: this.ctx.config.chat_template_kwargs });
+  }
+
+  /**
+   * Records the asynchronous result of an awaited call.
+   * @returns `unknown` when no call of the current round has this id, `answered` when it already has a result.
+   */
+  deliverToolResult(d: ToolAgentData, callId: string, result: { content: string; reward?: number | null; ok?: boolean }, nowMs: number): "ok" | "unknown" | "answered" {
+    const rs = d.toolResults ?? [];
+    const i = rs.findIndex((r) => r !== null && r.call_id === callId);
+    if (i < 0) return "unknown";
+    const r = rs[i]!;
+    if (!("awaiting" in r)) return "answered";
+    d.metrics.tool_calls += Math.max(0, (nowMs - r.accepted_ms) / 1000);
+    rs[i] = { ok: result.ok ?? true, call_id: callId, attempts: 1, content: result.content, ...(result.reward != null ? { reward: result.reward } : {}) };
+    return "ok";
+  }
+
+  /** Turns awaited calls past their deadline into error results; returns how many expired. */
+  expireToolCalls(d: ToolAgentData, nowMs: number): number {
+    const rs = d.toolResults ?? [];
+    let n = 0;
+    rs.forEach((r, i) => {
+      if (r === null || !("awaiting" in r) || r.deadline_ms > nowMs) return;
+      d.metrics.tool_calls += Math.max(0, (nowMs - r.accepted_ms) / 1000);
+      rs[i] = { ok: false, call_id: r.call_id, attempts: 1, content: `Error executing tool '${r.name}': no asynchronous result within ${r.timeout_ms} ms` };
+      n++;
+    });
+    return n;
+  }
+
+  /** The earliest deadline (epoch ms) of the calls still awaited, or null. */
+  nextToolDeadline(d: ToolAgentData): number | null {
+    let min: number | null = null;
+    for (const r of d.toolResults ?? []) if (r !== null && "awaiting" in r && (min === null || r.deadline_ms < min)) min = r.deadline_ms;
+    return min;
   }
 
   /** Renders the prompt with the active tools and picks the simulated user; fails the row before any request on bad input. */
   protected async onPending(d: ToolAgentData): Promise<ToolAgentState> {
     const { config, tokenizer } = this.ctx;
-    const extra = (d.kwargs.extra_info ?? {}) as Record<string, unknown>;
-    d.tools = this.activeTools(extra.tool_selection);
-    d.interaction = this.pickInteraction(extra.interaction_kwargs, d);
+    this.reattach(d);
     const schemas: ToolSchema[] | undefined = d.tools && d.tools.schemas.length > 0 ? [...d.tools.schemas] : undefined;
     const { promptIds, truncated } = buildPromptIds(tokenizer, d.messages, {
       tools: schemas,
@@ -179,7 +277,6 @@ export class ToolAgentLoop extends AgentLoop {
       promptLength: config.prompt_length,
       promptTruncated: truncated,
     });
-    d.encoder = new ObservationEncoder(tokenizer, { tools: schemas, chatTemplateKwargs: config.chat_template_kwargs });
     return "generating";
   }
 
@@ -238,24 +335,38 @@ export class ToolAgentLoop extends AgentLoop {
       string,
       { create_kwargs?: Record<string, unknown> } | undefined
     >;
+    const outcomes = (d.toolResults ??= d.pending.map(() => null));
     const t0 = this.now();
-    const results = await Promise.all(
-      d.pending.map(async (a, i): Promise<ToolResult> => {
-        if (!("arguments" in a)) return { ok: false, content: a.message, call_id: "", attempts: 0 };
-        if (!d.tools) return { ok: false, content: `Unknown function '${a.name}'. Available tools: []`, call_id: "", attempts: 0 };
-        return d.tools.call({
-          name: a.name,
-          arguments: a.arguments,
-          key: d.key,
-          turn: d.assistantTurns,
-          index: i,
-          create_kwargs: toolsKwargs[a.name]?.create_kwargs ?? {},
-          signal: this.ctx.signal,
-        });
+    const wall = this.ctx.asyncTools?.wallClockMs ?? (() => Date.now());
+    await Promise.all(
+      d.pending.map(async (a, i): Promise<void> => {
+        if (outcomes[i] != null) return;
+        let r: ToolResult;
+        if (!("arguments" in a)) r = { ok: false, content: a.message, call_id: "", attempts: 0 };
+        else if (!d.tools) r = { ok: false, content: `Unknown function '${a.name}'. Available tools: []`, call_id: "", attempts: 0 };
+        else {
+          r = await d.tools.call({
+            name: a.name,
+            arguments: a.arguments,
+            key: d.key,
+            turn: d.assistantTurns,
+            index: i,
+            create_kwargs: toolsKwargs[a.name]?.create_kwargs ?? {},
+            signal: this.ctx.signal,
+          });
+        }
+        if (r.pending && this.ctx.asyncTools) {
+          const now = wall();
+          const timeout = r.timeout_ms ?? 30_000;
+          outcomes[i] = { awaiting: true, call_id: r.call_id, name: "arguments" in a ? a.name : "", accepted_ms: now, deadline_ms: now + timeout, timeout_ms: timeout };
+        } else outcomes[i] = r;
       }),
     );
     d.metrics.tool_calls += Math.max(0, (this.now() - t0) / 1000);
+    if (outcomes.some((r) => r === null || "awaiting" in r)) return "awaiting_tools";
+    const results = outcomes as ToolResult[];
     d.pending = [];
+    d.toolResults = undefined;
     d.toolCalls += results.length;
     const toolMessages: ChatMessage[] = results.map((r) => {
       if (!r.ok) d.toolErrors++;

@@ -1,7 +1,10 @@
 import { runAgentLoop, type AgentLoopRegistry } from "../agent-loop/index.ts";
-import type { AgentLoopContext } from "../agent-loop/agent-loop.ts";
+import type { AgentLoop, AgentLoopContext } from "../agent-loop/agent-loop.ts";
 import type { GenerateRequest, InferenceClient } from "../inference/types.ts";
-import type { RolloutConfig, SamplingParams, TokenOutput } from "../schema/index.ts";
+import type { AgentLoopOutput, RolloutConfig, SamplingParams, TokenOutput, TrajectoryRecord } from "../schema/index.ts";
+import type { SessionInput } from "../session/checkpoint.ts";
+import type { SessionHost } from "../session/session-host.ts";
+import type { TransferQueue } from "../store/types.ts";
 import { TrajectoryTracer } from "../telemetry/trajectory-tracer.ts";
 import type { BatchPlan, PlannedTrajectory } from "./batch.ts";
 import type { TrajectoryExecutor } from "./batch-run.ts";
@@ -82,5 +85,81 @@ export function createAgentExecutor(
         tracer.end();
       }
     },
+  };
+}
+
+/**
+ * Builds the loop of a durable session from its stored input alone (the
+ * batch's rollout config and policy version travel in the input), with
+ * asynchronous tools enabled: what {@link SessionHost} needs as `createLoop`.
+ */
+export function sessionLoopFactory(deps: ExecutorDeps): (input: SessionInput) => AgentLoop {
+  const { registry, ...shared } = deps;
+  const stamped = new Map<string | number, InferenceClient>();
+  return (input) => {
+    let client = deps.client;
+    if (input.model_version != null) {
+      client = stamped.get(input.model_version) ?? new VersionStampingClient(deps.client, input.model_version);
+      stamped.set(input.model_version, client);
+    }
+    const name = registry.resolve(input.agent_name, input.rollout.agent.default_agent_loop);
+    return registry.create(name, { ...shared, client, config: input.rollout, asyncTools: shared.asyncTools ?? {} });
+  };
+}
+
+/**
+ * A {@link TrajectoryExecutor} that runs each trajectory as a durable session
+ * on `host` (DESIGN §4.4): its checkpoints survive the process, so rerunning
+ * the same batch (same row `uid`s, hence keys) after a crash resumes every
+ * unfinished trajectory where it stopped. A trajectory whose record was
+ * already written (session `done`) is not run again: its record is read back
+ * from `store` and handed to the batch, whose write is then skipped by
+ * {@link sessionCompletingQueue}.
+ */
+export function createSessionExecutor(
+  deps: ExecutorDeps,
+  host: SessionHost,
+  store: TransferQueue,
+  rollout: RolloutConfig,
+  batch: { model_version: string | number | null; validate: boolean },
+): TrajectoryExecutor {
+  const { registry } = deps;
+  return {
+    agentNameFor: (t) => t.row?.agent_name ?? rollout.agent.default_agent_loop,
+    async run(t: PlannedTrajectory, plan: BatchPlan) {
+      const row = t.row!;
+      const agentName = registry.resolve(row.agent_name, rollout.agent.default_agent_loop);
+      const r = await host.run({
+        key: t.key,
+        agent_name: agentName,
+        sampling_params: samplingParamsFor(rollout, plan.validate, t),
+        kwargs: { ...row, uid: t.uid, session_id: t.session_id, global_steps: plan.global_steps, key: t.key },
+        rollout,
+        model_version: batch.model_version,
+      });
+      if (r.status === "finished") return { agentName, outputs: r.outputs };
+      if (r.status === "failed") throw new Error(r.error);
+      const rec = await store.get(t.key);
+      if (!rec) throw new Error(`session '${t.key}' is done but its record is not in the transfer queue`);
+      if (rec.error !== null) throw new Error(rec.error);
+      return { agentName: rec.agent_name, outputs: [outputOfRecord(rec)] };
+    },
+  };
+}
+
+/** The loop output a stored record was made from (`trajectory_info` removed; the batch adds it back). */
+export function outputOfRecord(r: TrajectoryRecord): AgentLoopOutput {
+  const { trajectory_info: _info, ...extra } = r.extra_fields as Record<string, unknown>;
+  return {
+    prompt_ids: r.prompt_ids,
+    response_ids: r.response_ids,
+    response_mask: r.response_mask,
+    response_logprobs: r.rollout_log_probs,
+    reward_score: r.reward_score,
+    num_turns: r.num_turns,
+    truncated: r.truncated,
+    finish_reason: r.finish_reason,
+    metrics: r.metrics,
+    extra_fields: extra,
   };
 }

@@ -30,6 +30,14 @@ export interface ToolResult {
   call_id: string;
   /** HTTP attempts made (0 when the call was refused before sending). */
   attempts: number;
+  /**
+   * The tool answered `202 Accepted`: its result comes later by callback
+   * (`POST /v1/sessions/{key}/tool-results`). `content` still holds an error
+   * text, for loops run without a durable session (which cannot wait).
+   */
+  pending?: boolean;
+  /** With `pending`: how long the result may take (the tool's `timeout_ms`). */
+  timeout_ms?: number;
 }
 
 /** What a loop needs from its tools: their schemas (prompt order) and a way to call them. */
@@ -68,8 +76,8 @@ export function pyList(names: readonly string[]): string {
  * with `x-edgeloop-signature` when a secret is set, per-tool `timeout_ms` and
  * `max_retries` (backoff on 5xx/timeouts/connection errors, same `call_id`).
  * The reply must be `200 {"content": string, "reward"?: number, "metrics"?: object}`.
- * `202 Accepted` (a later callback) needs durable sessions and is refused here
- * with an error result.
+ * `202 Accepted` (a later callback) comes back as a `pending` result that a
+ * durable session awaits; a loop without one reads its error `content`.
  *
  * Arguments are checked lightly before sending: a JSON object with every
  * `required` parameter of the schema (full JSON-Schema validation is the
@@ -116,7 +124,13 @@ export class WebhookToolClient implements ToolExecutor {
       const attempts = e instanceof WebhookError ? e.attempts : 1;
       return fail(e instanceof ToolError ? describeFailure(e, spec, attempts) : String(e), attempts);
     }
-    if (reply.status === 202) return fail("the tool answered 202 Accepted (asynchronous result), which needs durable sessions; this loop only takes synchronous 200 replies", reply.attempts);
+    if (reply.status === 202) {
+      return {
+        ...fail("the tool answered 202 Accepted (asynchronous result), which needs durable sessions; this loop only takes synchronous 200 replies", reply.attempts),
+        pending: true,
+        timeout_ms: spec.timeout_ms,
+      };
+    }
     if (reply.status !== 200) return fail(`unexpected HTTP ${reply.status}`, reply.attempts);
     const r = ToolReply.safeParse(reply.body);
     if (!r.success) return fail(`the tool's reply is not {"content": string, "reward"?: number, "metrics"?: object} (${r.error.issues[0]?.path.join(".") || "body"}: ${r.error.issues[0]?.message})`, reply.attempts);

@@ -1,0 +1,237 @@
+import { z } from "zod";
+import type { ToolAgentData, ToolAgentLoop, ToolCallOutcome } from "../agent-loop/tool-agent.ts";
+import type { AgentLoopKwargs } from "../agent-loop/agent-loop.ts";
+import { StoreError } from "../errors.ts";
+import { AgentLoopMetrics, AgentLoopOutput, ChatMessage, FinishReason, RolloutConfig, SamplingParams } from "../schema/index.ts";
+import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
+import type { ParsedCall, ParseError } from "../tools/tool-call-parser.ts";
+import { decodeFloat32, decodeInt32, decodeUint8, encodeFloat32, encodeInt32, encodeUint8 } from "./typed-base64.ts";
+
+/** Version of the checkpoint layout; a stored checkpoint of another version is refused, never guessed at. */
+export const CHECKPOINT_VERSION = 1;
+
+/** A trajectory builder's state: token arrays as base64 (ids int32, mask bytes, log-probs float32 — bit-exact). */
+export const BuilderState = z.object({
+  prompt_ids: z.string(),
+  response_ids: z.string(),
+  response_mask: z.string(),
+  response_logprobs: z.string().nullable(),
+  truncated: z.boolean(),
+  prompt_truncated: z.boolean(),
+  response_length: z.number().int().min(1),
+  max_model_len: z.number().int().min(1),
+  prompt_length: z.number().int().min(1).optional(),
+});
+export type BuilderState = z.infer<typeof BuilderState>;
+
+const AwaitedCall = z.object({
+  awaiting: z.literal(true),
+  call_id: z.string(),
+  name: z.string(),
+  accepted_ms: z.number(),
+  deadline_ms: z.number(),
+  timeout_ms: z.number(),
+});
+
+const ToolResultState = z.object({
+  ok: z.boolean(),
+  content: z.string(),
+  reward: z.number().optional(),
+  metrics: z.record(z.string(), z.unknown()).optional(),
+  call_id: z.string(),
+  attempts: z.number().int(),
+  pending: z.boolean().optional(),
+  timeout_ms: z.number().optional(),
+});
+
+const PendingCall = z.union([
+  z.object({ index: z.number().int(), name: z.string(), arguments: z.record(z.string(), z.unknown()), raw: z.string() }),
+  z.object({ index: z.number().int(), name: z.string().optional(), message: z.string(), raw: z.string() }),
+]);
+
+/** `tool_agent`'s run state ({@link ToolAgentData} without what is rebuilt on resume: tools, encoder, simulated user). */
+export const ToolAgentState = z.object({
+  messages: z.array(ChatMessage),
+  builder: BuilderState.nullable(),
+  assistant_turns: z.number().int().min(0),
+  user_turns: z.number().int().min(0),
+  pending: z.array(PendingCall),
+  tool_results: z.array(z.union([AwaitedCall, ToolResultState]).nullable()).nullable(),
+  last_assistant_text: z.string(),
+  metrics: AgentLoopMetrics,
+  tool_rewards: z.array(z.number()),
+  turn_scores: z.array(z.number()),
+  model_versions: z.array(z.unknown()),
+  dropped_tool_calls: z.number().int().min(0),
+  tool_calls: z.number().int().min(0),
+  tool_errors: z.number().int().min(0),
+  finish_reason: FinishReason,
+  terminated_by: z.string(),
+  error: z.string().nullable(),
+});
+export type ToolAgentState = z.infer<typeof ToolAgentState>;
+
+/**
+ * Where a session is: `running` (a step is due), `waiting` (tool calls
+ * await callbacks; nothing runs), `finished` (outputs computed, record not
+ * yet confirmed written), `done` (record written; terminal), `failed` (the
+ * trajectory failed; `error` says why; terminal).
+ */
+export const SessionPhase = z.enum(["running", "waiting", "finished", "done", "failed"]);
+export type SessionPhase = z.infer<typeof SessionPhase>;
+
+/**
+ * One committed step of a durable trajectory session, as stored (JSON).
+ * `step` grows by one per commit; storage refuses a commit whose step is
+ * not newer than the stored one (a stale owner cannot overwrite progress).
+ * `loop_state`/`loop` hold the agent loop's state machine (`tool_agent`);
+ * loops that cannot resume mid-way run whole (`loop_state: "whole"`).
+ */
+export const SessionCheckpoint = z.object({
+  v: z.literal(CHECKPOINT_VERSION),
+  key: z.string().min(1),
+  step: z.number().int().min(0),
+  phase: SessionPhase,
+  agent_name: z.string(),
+  loop_state: z.string(),
+  loop: ToolAgentState.nullable(),
+  outputs: z.array(AgentLoopOutput).nullable(),
+  error: z.string().nullable(),
+  /** Earliest deadline (epoch ms) of the tool calls awaited, or null. */
+  deadline_ms: z.number().nullable(),
+  /** Wall-clock epoch ms of the commit. */
+  updated_ms: z.number(),
+});
+export type SessionCheckpoint = z.infer<typeof SessionCheckpoint>;
+
+/**
+ * What a session is started with (stored once, at creation): the key, the
+ * loop to run, the sampling parameters, the loop's kwargs (the row's fields
+ * plus `uid`, `session_id`, `global_steps`, `key`), the rollout config and
+ * the policy version. A resumed session needs nothing else.
+ */
+export const SessionInput = z.object({
+  key: z.string().min(1),
+  agent_name: z.string().min(1),
+  sampling_params: SamplingParams,
+  kwargs: z.looseObject({ uid: z.string(), session_id: z.number().int() }),
+  /** The batch's effective rollout config (per-batch overrides applied), so a session resumes without its batch. */
+  rollout: RolloutConfig,
+  /** The batch's policy version, stamped on turns whose engine reports none. */
+  model_version: z.union([z.string(), z.number()]).nullable().default(null),
+});
+export type SessionInput = z.infer<typeof SessionInput>;
+export type SessionInputArg = z.input<typeof SessionInput>;
+
+/**
+ * Parses a stored checkpoint.
+ * @throws StoreError (not retryable) naming the field when it is not a version-1 checkpoint.
+ */
+export function parseCheckpoint(json: unknown, key: string): SessionCheckpoint {
+  const r = SessionCheckpoint.safeParse(json);
+  if (!r.success) {
+    const i = r.error.issues[0];
+    throw new StoreError(`session '${key}': stored checkpoint is invalid at ${i?.path.join(".") || "(root)"}: ${i?.message}`, { retryable: false });
+  }
+  return r.data;
+}
+
+/** Parses a stored session input. @throws StoreError (not retryable) when it is malformed. */
+export function parseSessionInput(json: unknown, key: string): SessionInput {
+  const r = SessionInput.safeParse(json);
+  if (!r.success) {
+    const i = r.error.issues[0];
+    throw new StoreError(`session '${key}': stored input is invalid at ${i?.path.join(".") || "(root)"}: ${i?.message}`, { retryable: false });
+  }
+  return r.data;
+}
+
+/** The builder's state for a checkpoint (base64 token arrays). */
+export function saveBuilder(b: TrajectoryBuilder): BuilderState {
+  const s = b.snapshot();
+  return {
+    prompt_ids: encodeInt32(b.promptIds),
+    response_ids: encodeInt32(s.response_ids),
+    response_mask: encodeUint8(s.response_mask),
+    response_logprobs: s.response_logprobs ? encodeFloat32(s.response_logprobs) : null,
+    truncated: s.truncated,
+    prompt_truncated: s.prompt_truncated,
+    response_length: s.response_length,
+    max_model_len: s.max_model_len,
+    ...(s.prompt_length !== undefined ? { prompt_length: s.prompt_length } : {}),
+  };
+}
+
+/** A builder from {@link saveBuilder} output: the same ids, mask and float32 log-probs. */
+export function restoreBuilder(s: BuilderState, trackLogProbs: boolean): TrajectoryBuilder {
+  const ids = Array.from(decodeInt32(s.response_ids));
+  return TrajectoryBuilder.fromSnapshot(
+    {
+      prompt_ids: Array.from(decodeInt32(s.prompt_ids)),
+      response_ids: ids,
+      response_mask: Array.from(decodeUint8(s.response_mask)) as (0 | 1)[],
+      response_logprobs: s.response_logprobs ? Array.from(decodeFloat32(s.response_logprobs)) : null,
+      truncated: s.truncated,
+      prompt_truncated: s.prompt_truncated,
+      response_length: s.response_length,
+      max_model_len: s.max_model_len,
+      ...(s.prompt_length !== undefined ? { prompt_length: s.prompt_length } : {}),
+    },
+    trackLogProbs,
+  );
+}
+
+/** `tool_agent`'s run state as checkpoint JSON. */
+export function saveToolAgent(d: ToolAgentData): ToolAgentState {
+  return {
+    messages: d.messages,
+    builder: d.builder ? saveBuilder(d.builder) : null,
+    assistant_turns: d.assistantTurns,
+    user_turns: d.userTurns,
+    pending: d.pending,
+    tool_results: d.toolResults ?? null,
+    last_assistant_text: d.lastAssistantText,
+    metrics: { ...d.metrics },
+    tool_rewards: d.toolRewards,
+    turn_scores: d.turnScores,
+    model_versions: d.modelVersions,
+    dropped_tool_calls: d.droppedToolCalls,
+    tool_calls: d.toolCalls,
+    tool_errors: d.toolErrors,
+    finish_reason: d.finishReason,
+    terminated_by: d.terminatedBy,
+    error: d.error ?? null,
+  };
+}
+
+/**
+ * Rebuilds `tool_agent`'s run state from a checkpoint: the builder from its
+ * token arrays, then what the loop derives from the row (tools, encoder,
+ * simulated user) via `loop.reattach` — unless the prompt was never built
+ * (state `pending`), in which case the loop builds everything itself.
+ */
+export function restoreToolAgent(loop: ToolAgentLoop, s: ToolAgentState, input: SessionInput): ToolAgentData {
+  const kwargs = input.kwargs as AgentLoopKwargs;
+  const d = loop.initData(input.sampling_params, kwargs);
+  d.messages = s.messages;
+  d.assistantTurns = s.assistant_turns;
+  d.userTurns = s.user_turns;
+  d.pending = s.pending as Array<ParsedCall | ParseError>;
+  d.toolResults = s.tool_results ? (s.tool_results as Array<ToolCallOutcome | null>) : undefined;
+  d.lastAssistantText = s.last_assistant_text;
+  d.metrics = { ...s.metrics };
+  d.toolRewards = s.tool_rewards;
+  d.turnScores = s.turn_scores;
+  d.modelVersions = s.model_versions;
+  d.droppedToolCalls = s.dropped_tool_calls;
+  d.toolCalls = s.tool_calls;
+  d.toolErrors = s.tool_errors;
+  d.finishReason = s.finish_reason;
+  d.terminatedBy = s.terminated_by as ToolAgentData["terminatedBy"];
+  if (s.error !== null) d.error = s.error;
+  if (s.builder) {
+    d.builder = restoreBuilder(s.builder, input.sampling_params.logprobs);
+    loop.reattach(d);
+  }
+  return d;
+}

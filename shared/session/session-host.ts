@@ -1,0 +1,184 @@
+import { NotFoundError } from "../errors.ts";
+import type { AgentLoopOutput } from "../schema/index.ts";
+import type { SessionInputArg } from "./checkpoint.ts";
+import { TrajectorySession, type SessionDeps, type SessionOutcome, type ToolResultDelivery } from "./trajectory-session.ts";
+
+/** How a hosted session ended: its outputs (owner writes them), already written (`done`), or failed. */
+export type SessionResult = Exclude<SessionOutcome, { status: "waiting" }>;
+
+/** Timers as the host uses them (defaults: the global `setTimeout`/`clearTimeout`). */
+export interface HostTimers {
+  set(fn: () => void, ms: number): unknown;
+  clear(handle: unknown): void;
+}
+
+/** Options of {@link SessionHost}: the session deps plus timers and retry tuning. */
+export interface SessionHostOptions extends SessionDeps {
+  timers?: HostTimers;
+  /** Retries of a session step that failed with a retryable storage error (default 3; backoff 100 ms × 4ⁱ). */
+  storageRetries?: number;
+}
+
+interface Waiter {
+  resolve(r: SessionResult): void;
+  reject(e: unknown): void;
+}
+
+/**
+ * The in-process session host (Bun, Node, Deno — Web-standard timers only):
+ * at most one live {@link TrajectorySession} per key in this process, every
+ * operation on a key serialised, a timer per waiting session for its earliest
+ * tool deadline. A session that waits for callbacks is dropped from memory
+ * (its state is in storage): only a resolver and a timer remain, and a
+ * callback or the timer re-opens it from its checkpoint.
+ */
+export class SessionHost {
+  private readonly opts: SessionHostOptions;
+  private readonly timers: HostTimers;
+  private readonly chains = new Map<string, Promise<unknown>>();
+  private readonly waiters = new Map<string, Waiter[]>();
+  private readonly timeouts = new Map<string, unknown>();
+  private closed = false;
+
+  constructor(opts: SessionHostOptions) {
+    this.opts = opts;
+    this.timers = opts.timers ?? { set: (fn, ms) => setTimeout(fn, ms), clear: (h) => clearTimeout(h as ReturnType<typeof setTimeout>) };
+  }
+
+  /**
+   * Starts the session of `input.key` — or resumes it from its checkpoint
+   * when one is stored (then `input` is ignored) — and resolves when it has
+   * finished, failed or was already done, however many callbacks it waits
+   * for in between.
+   */
+  run(input: SessionInputArg): Promise<SessionResult> {
+    const key = input.key;
+    const p = new Promise<SessionResult>((resolve, reject) => {
+      const ws = this.waiters.get(key) ?? [];
+      ws.push({ resolve, reject });
+      this.waiters.set(key, ws);
+    });
+    void this.drive(key, input);
+    return p;
+  }
+
+  /**
+   * Delivers an asynchronous tool result and lets the session go on (in the
+   * background; the call returns once the result is committed).
+   * @throws NotFoundError (404) for a key without a session; ConflictError (409) for an
+   *   unknown or already-answered `call_id`.
+   */
+  async deliver(key: string, r: ToolResultDelivery): Promise<void> {
+    await this.serial(key, async () => {
+      const s = await TrajectorySession.open(key, this.opts);
+      if (!s) throw new NotFoundError(`no session '${key.slice(0, 200)}'`, { field: "key" });
+      await s.deliverToolResult(r);
+    });
+    void this.drive(key);
+  }
+
+  /** The stored state of a session (phase, step, awaited calls), or null. */
+  async status(key: string): Promise<{ phase: string; step: number; loop_state: string; deadline_ms: number | null; awaited: { call_id: string; name: string; deadline_ms: number }[] } | null> {
+    return this.serial(key, async () => {
+      const s = await TrajectorySession.open(key, this.opts);
+      if (!s) return null;
+      const cp = s.checkpoint;
+      return { phase: cp.phase, step: cp.step, loop_state: cp.loop_state, deadline_ms: cp.deadline_ms, awaited: s.awaitedCalls() };
+    });
+  }
+
+  /** Commits `done` for a finished session whose records its owner has written. */
+  async markDone(key: string): Promise<void> {
+    await this.serial(key, async () => {
+      const s = await TrajectorySession.open(key, this.opts);
+      if (s && s.phase === "finished") await s.markDone();
+      else if (s && s.phase === "failed") await s.markDone();
+    });
+  }
+
+  /** Keys with a caller waiting on {@link run} (live or waiting for callbacks). */
+  get pending(): number {
+    return this.waiters.size;
+  }
+
+  /** Keys with an armed deadline timer. */
+  get timed(): number {
+    return this.timeouts.size;
+  }
+
+  /** Clears every timer; callers still waiting are rejected. */
+  close(): void {
+    this.closed = true;
+    for (const h of this.timeouts.values()) this.timers.clear(h);
+    this.timeouts.clear();
+    for (const [key, ws] of this.waiters) for (const w of ws) w.reject(new Error(`session host closed while '${key}' was running`));
+    this.waiters.clear();
+  }
+
+  private async drive(key: string, input?: SessionInputArg): Promise<void> {
+    const retries = this.opts.storageRetries ?? 3;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const outcome = await this.serial(key, async () => {
+          const s = await TrajectorySession.open(key, this.opts, input);
+          if (!s) throw new NotFoundError(`no session '${key.slice(0, 200)}'`, { field: "key" });
+          return s.run();
+        });
+        this.settle(key, outcome);
+        return;
+      } catch (e) {
+        const retryable = (e as { retryable?: unknown }).retryable === true;
+        if (!retryable || attempt >= retries || this.closed) {
+          this.fail(key, e);
+          return;
+        }
+        await new Promise((r) => setTimeout(r, 100 * 4 ** attempt));
+      }
+    }
+  }
+
+  private settle(key: string, outcome: SessionOutcome): void {
+    const old = this.timeouts.get(key);
+    if (old !== undefined) {
+      this.timers.clear(old);
+      this.timeouts.delete(key);
+    }
+    if (outcome.status === "waiting") {
+      if (outcome.deadline_ms !== null && !this.closed) {
+        const wall = this.opts.wallClockMs ?? Date.now;
+        const h = this.timers.set(() => {
+          this.timeouts.delete(key);
+          void this.drive(key);
+        }, Math.max(0, outcome.deadline_ms - wall()));
+        this.timeouts.set(key, h);
+      }
+      return;
+    }
+    const ws = this.waiters.get(key) ?? [];
+    this.waiters.delete(key);
+    for (const w of ws) w.resolve(outcome);
+  }
+
+  private fail(key: string, e: unknown): void {
+    const ws = this.waiters.get(key) ?? [];
+    this.waiters.delete(key);
+    for (const w of ws) w.reject(e);
+  }
+
+  /** Runs `fn` after every earlier operation on `key` (one at a time per key). */
+  private serial<T>(key: string, fn: () => Promise<T>): Promise<T> {
+    const prev = this.chains.get(key) ?? Promise.resolve();
+    const next = prev.then(fn, fn);
+    const tail = next.catch(() => {});
+    this.chains.set(key, tail);
+    void tail.then(() => {
+      if (this.chains.get(key) === tail) this.chains.delete(key);
+    });
+    return next;
+  }
+}
+
+/** Outputs of a finished {@link SessionResult}, for callers that only accept success. */
+export function outputsOf(r: SessionResult): AgentLoopOutput[] | null {
+  return r.status === "finished" ? r.outputs : null;
+}

@@ -1,0 +1,39 @@
+import { z } from "zod";
+import { AuthError, inputErrorFromZod, InputError } from "../errors.ts";
+import { SIGNATURE_HEADER, verifySignature } from "../tools/signature.ts";
+import type { ToolResultDelivery } from "./trajectory-session.ts";
+
+/** Body of `POST /v1/sessions/{key}/tool-results`: the awaited call's id, its result text and an optional reward. */
+export const ToolResultCallback = z.object({
+  call_id: z.string().min(1).max(1000),
+  content: z.string(),
+  reward: z.number().nullish(),
+});
+export type ToolResultCallback = z.infer<typeof ToolResultCallback>;
+
+/**
+ * Checks and parses a tool-result callback: with a secret, the raw body must
+ * carry a valid, fresh `x-edgeloop-signature` (the scheme tool calls are
+ * signed with: `t=<unix s>,v1=<hex HMAC-SHA256 of "<t>.<body>">`), checked
+ * before the body is read; then the body must be JSON of
+ * {@link ToolResultCallback}.
+ * @throws AuthError (401) for a missing, bad or stale signature; InputError (400) naming the field.
+ */
+export async function parseToolResultCallback(
+  raw: string,
+  signature: string | null | undefined,
+  opts: { secret?: string | null; nowSeconds?: number; windowSeconds?: number } = {},
+): Promise<ToolResultDelivery> {
+  if (opts.secret && !(await verifySignature(opts.secret, signature, raw, opts.nowSeconds ?? Date.now() / 1000, opts.windowSeconds))) {
+    throw new AuthError(`missing, bad or stale ${SIGNATURE_HEADER}`);
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(raw);
+  } catch {
+    throw new InputError("body", "malformed JSON");
+  }
+  const r = ToolResultCallback.safeParse(json);
+  if (!r.success) throw inputErrorFromZod("", r.error.issues);
+  return { call_id: r.data.call_id, content: r.data.content, ...(r.data.reward != null ? { reward: r.data.reward } : {}) };
+}

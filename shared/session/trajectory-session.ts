@@ -1,0 +1,294 @@
+import type { AgentLoop, AgentLoopKwargs } from "../agent-loop/agent-loop.ts";
+import { ToolAgentLoop, type ToolAgentData, type ToolAgentState as LoopState } from "../agent-loop/tool-agent.ts";
+import { ConflictError } from "../errors.ts";
+import type { AgentLoopOutput } from "../schema/index.ts";
+import {
+  CHECKPOINT_VERSION,
+  parseCheckpoint,
+  parseSessionInput,
+  restoreToolAgent,
+  saveToolAgent,
+  SessionInput,
+  type SessionCheckpoint,
+  type SessionInputArg,
+  type SessionPhase,
+} from "./checkpoint.ts";
+import type { SessionStorage } from "./session-storage.ts";
+
+/** What a session needs from its host. */
+export interface SessionDeps {
+  storage: SessionStorage;
+  /**
+   * Builds the agent loop for a session's input (the registry's loop for
+   * `input.agent_name`, with a context built from `input.rollout` and
+   * `input.model_version`, and `asyncTools` set so 202 tools are awaited).
+   */
+  createLoop(input: SessionInput): AgentLoop;
+  /**
+   * Writes the finished outputs (the transfer-queue records; must be
+   * idempotent per key). When given, the session writes them itself and
+   * commits `done`; when absent it stops at `finished` and its owner writes
+   * them, then calls {@link TrajectorySession.markDone}.
+   */
+  writeOutputs?(input: SessionInput, outputs: AgentLoopOutput[]): Promise<void>;
+  /** Epoch milliseconds (deadlines, `updated_ms`); default `Date.now()`. */
+  wallClockMs?(): number;
+  /** TTL of terminal (`done`/`failed`) entries, seconds (default 604 800 = 7 days). */
+  terminalTtlSeconds?: number;
+  /** Called after every commit with the checkpoint's size in bytes (benchmarks, metrics). */
+  onCommit?(cp: SessionCheckpoint, bytes: number): void;
+}
+
+/** Where a {@link TrajectorySession.run} stopped. */
+export type SessionOutcome =
+  | { status: "waiting"; deadline_ms: number | null }
+  | { status: "finished"; outputs: AgentLoopOutput[] }
+  | { status: "done" }
+  | { status: "failed"; error: string };
+
+/** A tool result delivered by callback (`POST /v1/sessions/{key}/tool-results`). */
+export interface ToolResultDelivery {
+  call_id: string;
+  content: string;
+  reward?: number | null;
+}
+
+const DEFAULT_TERMINAL_TTL = 7 * 24 * 3600;
+
+/**
+ * One trajectory's agent loop as a sequence of committed steps (DESIGN §4.4).
+ *
+ * After every state transition — the prompt built, a generation returned and
+ * appended, the tool calls of a turn issued (their `call_id`s are
+ * `{key}:{turn}:{index}`, fixed by the committed turn counter), a callback
+ * received, an observation appended — the full run state (token arrays, mask,
+ * log-probs, messages, counters, pending calls, metrics, model versions) is
+ * committed to {@link SessionStorage} before anything else happens. A session
+ * opened on a key with a checkpoint resumes from its last committed step: a
+ * generation that was in flight is re-issued with the same prompt ids, issued
+ * tool calls are re-sent with the same `call_id`s (tools dedupe on them),
+ * calls awaiting a callback keep waiting (their deadlines are stored), and a
+ * step is never appended twice because the appended state and the next state
+ * are one commit. Loops other than `tool_agent` (and its subclasses) cannot
+ * stop mid-way: they run whole, and a resumed one runs again from the start.
+ *
+ * Not safe for concurrent use: a host keeps one instance per key and
+ * serialises calls (the storage's step fence refuses a second owner's commit).
+ */
+export class TrajectorySession {
+  readonly key: string;
+  readonly input: SessionInput;
+  private cp: SessionCheckpoint;
+  private readonly deps: SessionDeps;
+  private readonly loop: AgentLoop;
+  private data: ToolAgentData | undefined;
+  private readonly inputJson: string | undefined;
+
+  private constructor(deps: SessionDeps, input: SessionInput, cp: SessionCheckpoint, inputJson: string | undefined) {
+    this.deps = deps;
+    this.key = input.key;
+    this.input = input;
+    this.cp = cp;
+    this.inputJson = inputJson;
+    this.loop = deps.createLoop(input);
+  }
+
+  /**
+   * Opens the session of `key`: resumes its stored checkpoint, or — when none
+   * is stored and `input` is given — creates it (nothing is stored until the
+   * first commit). Returns null for an unknown key without `input`.
+   * @throws StoreError when the stored checkpoint or input is malformed or of another version.
+   */
+  static async open(key: string, deps: SessionDeps, input?: SessionInputArg): Promise<TrajectorySession | null> {
+    const stored = await deps.storage.get(key);
+    if (stored?.checkpoint && stored.input) {
+      const inp = parseSessionInput(JSON.parse(stored.input), key);
+      const s = new TrajectorySession(deps, inp, parseCheckpoint(JSON.parse(stored.checkpoint), key), undefined);
+      s.restore();
+      return s;
+    }
+    if (!input) return null;
+    const inp = SessionInput.parse(input);
+    if (inp.key !== key) throw new ConflictError(`session input key '${inp.key}' does not match '${key}'`);
+    const cp: SessionCheckpoint = {
+      v: CHECKPOINT_VERSION,
+      key,
+      step: stored?.step ?? -1,
+      phase: "running",
+      agent_name: inp.agent_name,
+      loop_state: "pending",
+      loop: null,
+      outputs: null,
+      error: null,
+      deadline_ms: null,
+      updated_ms: 0,
+    };
+    const s = new TrajectorySession(deps, inp, cp, JSON.stringify(inp));
+    if (!(s.loop instanceof ToolAgentLoop)) s.cp.loop_state = "whole";
+    else {
+      try {
+        s.data = s.loop.initData(inp.sampling_params, inp.kwargs as AgentLoopKwargs);
+      } catch (e) {
+        s.cp.phase = "failed";
+        s.cp.error = errorText(e);
+      }
+    }
+    return s;
+  }
+
+  /** The last committed (or, before the first commit, initial) checkpoint. */
+  get checkpoint(): Readonly<SessionCheckpoint> {
+    return this.cp;
+  }
+
+  get phase(): SessionPhase {
+    return this.cp.phase;
+  }
+
+  /** Call ids awaiting a callback, with their deadlines (epoch ms). */
+  awaitedCalls(): { call_id: string; name: string; deadline_ms: number }[] {
+    const out: { call_id: string; name: string; deadline_ms: number }[] = [];
+    for (const r of this.data?.toolResults ?? []) if (r && "awaiting" in r) out.push({ call_id: r.call_id, name: r.name, deadline_ms: r.deadline_ms });
+    return out;
+  }
+
+  /**
+   * Advances the session until it waits for callbacks, finishes or fails,
+   * committing after every transition. In `waiting`, calls past their
+   * deadline are first turned into error results. With `writeOutputs`, a
+   * finished session writes its records and commits `done`.
+   * @throws ConflictError when another owner committed a newer step; StoreError when storage fails.
+   */
+  async run(): Promise<SessionOutcome> {
+    for (;;) {
+      switch (this.cp.phase) {
+        case "done":
+          return { status: "done" };
+        case "failed":
+          // A row that failed before its first step (bad prompt) is committed once, so a rerun sees it.
+          if (this.cp.step < 0) await this.commit("failed", this.cp.loop_state);
+          return { status: "failed", error: this.cp.error ?? "failed" };
+        case "finished": {
+          const outputs = this.cp.outputs ?? [];
+          if (!this.deps.writeOutputs) return { status: "finished", outputs };
+          await this.deps.writeOutputs(this.input, outputs);
+          await this.markDone();
+          return { status: "done" };
+        }
+        case "waiting": {
+          const d = this.data!;
+          const loop = this.loop as ToolAgentLoop;
+          if (loop.expireToolCalls(d, this.wall()) > 0) {
+            await this.commit("running", "awaiting_tools");
+            continue;
+          }
+          if (loop.nextToolDeadline(d) !== null) return { status: "waiting", deadline_ms: loop.nextToolDeadline(d) };
+          this.cp.phase = "running";
+          continue;
+        }
+        case "running":
+          await this.step();
+      }
+    }
+  }
+
+  /**
+   * Records a callback's result for an awaited call and commits it (the
+   * caller then calls {@link run}).
+   * @throws ConflictError (409) when the session waits for no tools, no call of its
+   *   current round has `call_id`, or that call was already answered (or timed out).
+   */
+  async deliverToolResult(r: ToolResultDelivery): Promise<void> {
+    if (!(this.loop instanceof ToolAgentLoop) || !this.data || this.cp.loop_state !== "awaiting_tools") {
+      throw new ConflictError(`session '${this.key}' is not waiting for tool results (state ${this.cp.phase}/${this.cp.loop_state})`, { field: "call_id" });
+    }
+    const res = this.loop.deliverToolResult(this.data, r.call_id, { content: r.content, reward: r.reward }, this.wall());
+    if (res === "unknown") throw new ConflictError(`session '${this.key}' has no tool call '${r.call_id}'`, { field: "call_id" });
+    if (res === "answered") throw new ConflictError(`tool call '${r.call_id}' was already answered`, { field: "call_id" });
+    await this.commit("running", "awaiting_tools");
+  }
+
+  /** Commits `done` once the finished outputs' records are written (owner-written mode); a no-op when already done. */
+  async markDone(): Promise<void> {
+    if (this.cp.phase === "done") return;
+    this.data = undefined;
+    await this.commit("done", this.cp.loop_state, { outputs: null });
+  }
+
+  private async step(): Promise<void> {
+    const loop = this.loop;
+    if (!(loop instanceof ToolAgentLoop)) {
+      let outputs: AgentLoopOutput[];
+      try {
+        const out = await loop.run(this.input.sampling_params, this.input.kwargs as AgentLoopKwargs);
+        outputs = Array.isArray(out) ? out : [out];
+      } catch (e) {
+        await this.commit("failed", "whole", { error: errorText(e) });
+        return;
+      }
+      await this.commit("finished", "whole", { outputs });
+      return;
+    }
+    const d = this.data!;
+    const state = this.cp.loop_state as LoopState;
+    let next: LoopState;
+    let output: AgentLoopOutput | undefined;
+    try {
+      if (state === "terminated") output = await loop.finishData(d);
+      else next = await loop.advance(state, d);
+    } catch (e) {
+      await this.commit("failed", state, { error: errorText(e) });
+      return;
+    }
+    if (output) {
+      await this.commit("finished", "terminated", { outputs: [output] });
+      return;
+    }
+    const waiting = next! === "awaiting_tools" && loop.nextToolDeadline(d) !== null;
+    await this.commit(waiting ? "waiting" : "running", next!);
+  }
+
+  private async commit(phase: SessionPhase, loopState: string, extra: Partial<Pick<SessionCheckpoint, "outputs" | "error">> = {}): Promise<void> {
+    const terminal = phase === "done" || phase === "failed";
+    const d = this.data;
+    const next: SessionCheckpoint = {
+      ...this.cp,
+      step: this.cp.step + 1,
+      phase,
+      loop_state: loopState,
+      loop: terminal || phase === "finished" || !d ? null : saveToolAgent(d),
+      outputs: extra.outputs !== undefined ? extra.outputs : this.cp.outputs,
+      error: extra.error !== undefined ? extra.error : this.cp.error,
+      deadline_ms: d && this.loop instanceof ToolAgentLoop ? this.loop.nextToolDeadline(d) : null,
+      updated_ms: this.wall(),
+    };
+    const json = JSON.stringify(next);
+    await this.deps.storage.put(this.key, next.step, json, {
+      // The input is stored with the first commit only; storage keeps the first one it got.
+      ...(this.inputJson !== undefined && this.cp.step < 0 ? { input: this.inputJson } : {}),
+      ...(terminal ? { ttlSeconds: this.deps.terminalTtlSeconds ?? DEFAULT_TERMINAL_TTL } : {}),
+    });
+    this.cp = next;
+    if (terminal || phase === "finished") this.data = undefined;
+    this.deps.onCommit?.(next, json.length);
+  }
+
+  private restore(): void {
+    const loop = this.loop;
+    if (this.cp.phase === "done" || this.cp.phase === "failed" || this.cp.phase === "finished") return;
+    if (!(loop instanceof ToolAgentLoop)) {
+      this.cp.loop_state = "whole";
+      return;
+    }
+    this.data = this.cp.loop ? restoreToolAgent(loop, this.cp.loop, this.input) : loop.initData(this.input.sampling_params, this.input.kwargs as AgentLoopKwargs);
+  }
+
+  private wall(): number {
+    return (this.deps.wallClockMs ?? Date.now)();
+  }
+}
+
+function errorText(e: unknown): string {
+  if (e instanceof Error) return e.name && e.name !== "Error" ? `${e.name}: ${e.message}` : e.message;
+  return String(e);
+}
