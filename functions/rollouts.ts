@@ -1,10 +1,15 @@
 import { Hono, type Context } from "hono";
 import { z } from "zod";
-import { AuthError, EdgeloopError, inputErrorFromZod } from "../shared/errors.ts";
+import { AuthError, EdgeloopError, inputErrorFromZod, NotFoundError } from "../shared/errors.ts";
 import { RolloutRequest } from "../shared/rollout/batch.ts";
 import type { RolloutService } from "../shared/rollout/service.ts";
-import { TrajectoryRecord } from "../shared/schema/index.ts";
+import { parseTrajectoryKey, TrajectoryRecord } from "../shared/schema/index.ts";
+import { formatPrometheus, PROMETHEUS_CONTENT_TYPE } from "../shared/telemetry/prometheus.ts";
+import { RolloutMetricsCollector } from "../shared/telemetry/rollout-metrics.ts";
+import { tokenPieces } from "../shared/telemetry/token-pieces.ts";
+import { defaultTokenizer, type ChatTokenizer } from "../shared/tokens/tokenizer.ts";
 import { bearerAuth, readJson } from "./http-util.ts";
+import { mountViewer } from "./viewer/viewer-app.ts";
 
 /** Query of `GET /v1/groups`. */
 export const GroupsQuery = z.object({
@@ -27,13 +32,35 @@ export interface RolloutsAppOptions {
   apiToken?: string | null;
   /** Largest accepted request body in bytes (default 32 MiB). */
   maxBodyBytes?: number;
+  /**
+   * The model's tokenizer, for `GET /v1/trajectories/{key}?decode=1`; default
+   * Qwen3 when the config names no model. With `config.model` set and no
+   * tokenizer given, decoding answers 501.
+   */
+  tokenizer?: ChatTokenizer | (() => Promise<ChatTokenizer>);
+}
+
+/** A batch as `GET /v1/rollouts` lists it. */
+export interface BatchSummary {
+  batch_id: string;
+  validate: boolean;
+  done: boolean;
+  counts: { total: number; pending: number; running: number; ok: number; failed: number; truncated: number };
+  reward: { count: number; mean: number | null; min: number | null; max: number | null };
+  started_at: number;
+  finished_at: number | null;
 }
 
 /**
  * The rollouts function (Hono, runtime-neutral):
  * - `POST /v1/rollouts` `{rows, config?, global_steps?, model_version?, validate?}` → `202 {batch_id, keys}`
- * - `GET /v1/rollouts/{batch_id}` → progress (`BatchStats`)
+ * - `GET /v1/rollouts` → `{batches: BatchSummary[]}`, newest first (the batches held in memory)
+ * - `GET /v1/rollouts/{batch_id}` → progress and metrics (`BatchStats`: verl's `agent_loop/*`, latency percentiles)
  * - `GET /v1/rollouts/{batch_id}/trajectories` → NDJSON of `TrajectoryRecord`s as they finish
+ * - `GET /v1/trajectories/{key}` → the stored `TrajectoryRecord`; `?decode=1` adds
+ *   `decoded: {prompt: string[], response: string[]}`, the text of every token
+ * - `GET /metrics` → Prometheus text (no auth, like `/health`)
+ * - `GET /viewer` → the trajectory viewer page (reads the API above)
  * - `GET /v1/groups?max=K&block_ms=&consumer=&partition=` → complete groups for a trainer
  * - `POST /v1/groups/ack` `{delivery_ids, partition?}` → `{acked}`
  * - `GET /openapi.json`, `GET /health`
@@ -48,7 +75,39 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
   app.notFound((c) => c.json({ error: { code: "not_found", message: `no route ${c.req.method} ${c.req.path}` } }, 404));
   app.get("/health", (c) => c.json({ ok: true }));
   app.get("/openapi.json", (c) => c.json(openApiDocument()));
+  const collector = new RolloutMetricsCollector(service);
+  app.get("/metrics", () => new Response(formatPrometheus(collector.families()), { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } }));
+  mountViewer(app);
   app.use("/v1/*", bearerAuth(opts.apiToken ?? null));
+
+  app.get("/v1/rollouts", (c) => {
+    const batches: BatchSummary[] = service
+      .batchIds()
+      .reverse()
+      .map((id) => {
+        const s = service.batch(id).stats();
+        return { batch_id: s.batch_id, validate: s.validate, done: s.done, counts: s.counts, reward: s.reward, started_at: s.started_at, finished_at: s.finished_at };
+      });
+    return c.json({ batches });
+  });
+
+  let tokenizer: Promise<ChatTokenizer> | null = null;
+  const getTokenizer = (): Promise<ChatTokenizer> => {
+    const t = opts.tokenizer;
+    tokenizer ??= t === undefined ? (service.config.model == null ? defaultTokenizer() : Promise.reject(noTokenizer())) : typeof t === "function" ? t() : Promise.resolve(t);
+    return tokenizer;
+  };
+
+  app.get("/v1/trajectories/:key", async (c) => {
+    const key = c.req.param("key");
+    parseTrajectoryKey(key);
+    const record = await service.store.get(key);
+    if (!record) throw new NotFoundError(`no trajectory '${key}'`, { field: "key" });
+    const decode = c.req.query("decode");
+    if (decode !== "1" && decode !== "true") return c.json(record);
+    const tok = await getTokenizer();
+    return c.json({ ...record, decoded: { prompt: tokenPieces(tok, record.prompt_ids), response: tokenPieces(tok, record.response_ids) } });
+  });
 
   app.post("/v1/rollouts", async (c) => {
     const body = await readJson(c, maxBody);
@@ -94,6 +153,10 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
   return app;
 }
 
+function noTokenizer(): EdgeloopError {
+  return new EdgeloopError("decoding needs the model's tokenizer: pass `tokenizer` to createRolloutsApp", { status: 501, code: "not_implemented" });
+}
+
 /** Maps any thrown value to the JSON error response; 5xx bodies never carry stack traces. */
 export function errorResponse(err: unknown, c: Context): Response {
   if (err instanceof EdgeloopError) {
@@ -130,9 +193,17 @@ export function openApiDocument(): Record<string, unknown> {
     security: [{ bearer: [] }],
     paths: {
       "/v1/rollouts": {
+        get: { summary: "Batches held in memory, newest first", responses: { "200": { description: "{batches: BatchSummary[]}" } } },
         post: { summary: "Submit a batch of dataset rows", requestBody: json(RolloutRequest), responses: { "202": { description: "accepted: {batch_id, keys}" }, "400": err, "401": err } },
       },
-      "/v1/rollouts/{batch_id}": { get: { summary: "Batch progress", responses: { "200": { description: "BatchStats" }, "404": err } } },
+      "/v1/rollouts/{batch_id}": { get: { summary: "Batch progress and metrics", responses: { "200": { description: "BatchStats" }, "404": err } } },
+      "/v1/trajectories/{key}": {
+        get: {
+          summary: "One stored trajectory; decode=1 adds the text of every token",
+          parameters: [{ name: "decode", in: "query", required: false, schema: { type: "string", enum: ["0", "1"] } }],
+          responses: { "200": { description: "TrajectoryRecord (plus decoded: {prompt, response} per-token strings)" }, "400": err, "404": err },
+        },
+      },
       "/v1/rollouts/{batch_id}/trajectories": {
         get: { summary: "NDJSON stream of TrajectoryRecords as they finish", responses: { "200": { description: "application/x-ndjson" }, "404": err } },
       },

@@ -1,0 +1,68 @@
+/** A run of response tokens with the same mask: an assistant turn (sampled) or an observation. */
+export interface Segment {
+  kind: "sampled" | "observation";
+  /** First token index (inclusive) and last (exclusive), in `response_ids`. */
+  start: number;
+  end: number;
+  /** 1-based count of this kind so far: assistant turn n, observation n. */
+  n: number;
+  /** What an observation holds, from its text: a tool result, a user turn, or other template tokens. */
+  label: string;
+}
+
+/**
+ * Splits a response into its mask runs. Observations are labelled by their
+ * text: `tool result` (holds `<tool_response>`), `user` (a user turn), else
+ * `observation`.
+ */
+export function segments(mask: readonly number[], pieces: readonly string[]): Segment[] {
+  const out: Segment[] = [];
+  let turns = 0;
+  let obs = 0;
+  for (let i = 0; i < mask.length; ) {
+    const m = mask[i];
+    let j = i;
+    while (j < mask.length && mask[j] === m) j++;
+    if (m === 1) out.push({ kind: "sampled", start: i, end: j, n: ++turns, label: `assistant turn ${turns}` });
+    else {
+      const text = pieces.slice(i, j).join("");
+      const what = text.includes("<tool_response>") ? "tool result" : /<\|im_start\|>user/.test(text) ? "user" : "observation";
+      out.push({ kind: "observation", start: i, end: j, n: ++obs, label: what });
+    }
+    i = j;
+  }
+  return out;
+}
+
+/**
+ * Indices of the tokens inside `<tool_call>…</tool_call>` (tags included)
+ * within `[start, end)`, found on the decoded text of the tokens.
+ */
+export function toolCallTokens(pieces: readonly string[], start: number, end: number): Set<number> {
+  const inCall = new Set<number>();
+  let text = "";
+  const ends: number[] = [];
+  for (let i = start; i < end; i++) {
+    text += pieces[i] ?? "";
+    ends.push(text.length);
+  }
+  const re = /<tool_call>[\s\S]*?(<\/tool_call>|$)/g;
+  for (let m = re.exec(text); m; m = re.exec(text)) {
+    if (m[0].length === 0) break;
+    const a = m.index;
+    const b = m.index + m[0].length;
+    let from = 0;
+    for (let k = 0; k < ends.length; k++) {
+      const to = ends[k]!;
+      if (to > a && from < b) inCall.add(start + k);
+      from = to;
+    }
+  }
+  return inCall;
+}
+
+/** Heat of a log-prob for the hover shade: 0 (certain, lp = 0) to 1 (lp ≤ −4). */
+export function heat(logprob: number | null | undefined): number {
+  if (logprob == null || !Number.isFinite(logprob)) return 0;
+  return Math.min(1, Math.max(0, -logprob / 4));
+}
