@@ -6,7 +6,12 @@ import { mergeConfig, parseAppConfig, type AppConfig } from "../../shared/config
 import { ConfigError } from "../../shared/errors.ts";
 import { createEngineClient } from "../../shared/inference/create-engine-client.ts";
 import type { InferenceClient } from "../../shared/inference/types.ts";
-import { createAgentExecutor, type ExecutorDeps } from "../../shared/rollout/executor.ts";
+import { createAgentExecutor, createSessionExecutor, sessionLoopFactory, type ExecutorDeps } from "../../shared/rollout/executor.ts";
+import { RedisSessionStorage } from "../../shared/session/redis-session-storage.ts";
+import { SessionHost } from "../../shared/session/session-host.ts";
+import { sessionCompletingQueue } from "../../shared/session/session-queue.ts";
+import { UpstashCommander } from "../../shared/store/upstash-transfer-queue.ts";
+import { IoRedisCommander } from "../redis/ioredis-commander.ts";
 import { RolloutService } from "../../shared/rollout/service.ts";
 import { MemoryTransferQueue } from "../../shared/store/memory-transfer-queue.ts";
 import type { TransferQueue } from "../../shared/store/types.ts";
@@ -35,10 +40,22 @@ export interface Runtime {
   service: RolloutService;
   store: TransferQueue;
   client: InferenceClient;
+  /**
+   * The durable-session host, when trajectories run as sessions (a Redis or
+   * Upstash store: checkpoints live in the same Redis); its callbacks are
+   * served by `functions/sessions.ts`.
+   */
+  sessions: SessionHost | null;
   /** One line per component, for the start-up banner. */
   describe: string[];
   /** Stops what the runtime started (tool server, sim replicas, store connections). */
   close(): Promise<void>;
+}
+
+/** Instrumentation points of {@link buildRuntime} (tests, embedding). */
+export interface RuntimeHooks {
+  /** Wraps the transfer queue batches write to (e.g. to log writes). */
+  wrapStore?: (q: TransferQueue) => TransferQueue;
 }
 
 /**
@@ -49,7 +66,7 @@ export interface Runtime {
  * file the example tool server is started on a free loopback port.
  * @throws ConfigError naming the config path and the fix.
  */
-export async function buildRuntime(flags: ConfigFlags): Promise<Runtime> {
+export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {}): Promise<Runtime> {
   const fileCfg = flags.config ? await readConfigFile(flags.config) : {};
   const config = parseAppConfig(mergeConfig(fileCfg, overridesFromFlags(flags)), flags.config ?? "flags");
   const closers: (() => Promise<void>)[] = [];
@@ -86,12 +103,26 @@ export async function buildRuntime(flags: ConfigFlags): Promise<Runtime> {
       tools,
       reward: { ...(config.reward.url ? { webhook: { url: config.reward.url, timeout_ms: 30_000, max_retries: 2 } } : {}), ...(config.tools.secret ? { secret: config.tools.secret } : {}) },
     };
-    const service = new RolloutService({ config, store, executorFor: (rollout, batch) => createAgentExecutor(deps, rollout, batch) });
+    const storage = buildSessionStorage(config, closers);
+    let service: RolloutService;
+    let sessions: SessionHost | null = null;
+    if (storage) {
+      const host = new SessionHost({ storage, createLoop: sessionLoopFactory(deps) });
+      closers.push(async () => host.close());
+      sessions = host;
+      const batchStore = sessionCompletingQueue(hooks.wrapStore ? hooks.wrapStore(store) : store, storage, host);
+      service = new RolloutService({ config, store: batchStore, executorFor: (rollout, batch) => createSessionExecutor(deps, host, store, rollout, batch) });
+      describe.push(`sessions   durable, checkpoints in ${config.store.url === "upstash" ? "Upstash" : "Redis"} (${config.store.prefix ?? "edgeloop:"}session:<key>)`);
+    } else {
+      const batchStore = hooks.wrapStore ? hooks.wrapStore(store) : store;
+      service = new RolloutService({ config, store: batchStore, executorFor: (rollout, batch) => createAgentExecutor(deps, rollout, batch) });
+    }
     return {
       config,
       service,
       store,
       client,
+      sessions,
       describe,
       async close() {
         for (const c of closers.reverse()) await c().catch(() => {});
@@ -149,6 +180,18 @@ async function buildTools(config: AppConfig, closers: (() => Promise<void>)[], d
   const file = parseToolsFile(text, { source: "infra/tools/tools.example.json", vars: { port: server.port } });
   describe.push(`tools      ${file.tools.map((t) => t.name).join(", ")} (example tool server on ${server.url})`);
   return new WebhookToolClient(file.tools, { secret });
+}
+
+/** Session storage in the store's Redis (its own connection), or null for the memory store (no durable sessions). */
+function buildSessionStorage(config: AppConfig, closers: (() => Promise<void>)[]): RedisSessionStorage | null {
+  const url = config.store.url;
+  if (url === "memory") return null;
+  const commander =
+    url === "upstash"
+      ? new UpstashCommander({ url: process.env.UPSTASH_REDIS_REST_URL!, token: process.env.UPSTASH_REDIS_REST_TOKEN! })
+      : new IoRedisCommander(url);
+  closers.push(() => commander.close());
+  return new RedisSessionStorage(commander, { prefix: config.store.prefix });
 }
 
 function buildStore(config: AppConfig): TransferQueue {

@@ -1,4 +1,6 @@
+import { Hono } from "hono";
 import { createRolloutsApp } from "../../functions/rollouts.ts";
+import { createSessionsApp } from "../../functions/sessions.ts";
 import type { ConfigFlags } from "./flags.ts";
 import { buildRuntime } from "./runtime.ts";
 import { untilSignal } from "./engine-commands.ts";
@@ -9,7 +11,15 @@ import { untilSignal } from "./engine-commands.ts";
  */
 export async function serveCommand(flags: ConfigFlags & { port: number; host: string }): Promise<void> {
   const runtime = await buildRuntime(flags);
-  const app = createRolloutsApp({ service: runtime.service, apiToken: process.env.EDGELOOP_API_TOKEN || null });
+  const rollouts = createRolloutsApp({ service: runtime.service, apiToken: process.env.EDGELOOP_API_TOKEN || null });
+  let app: Hono = rollouts;
+  if (runtime.sessions) {
+    // Tool callbacks of durable sessions (POST /v1/sessions/{key}/tool-results) are mounted first:
+    // they authenticate by webhook signature, not by the API's bearer token.
+    app = new Hono();
+    app.route("/", createSessionsApp({ backend: runtime.sessions, secret: runtime.config.tools.secret ?? null, apiToken: process.env.EDGELOOP_API_TOKEN || null }));
+    app.route("/", rollouts);
+  }
   const server = Bun.serve({ port: flags.port, hostname: flags.host, fetch: app.fetch, idleTimeout: 0 });
   for (const line of runtime.describe) console.error(line);
   console.error(`auth       ${process.env.EDGELOOP_API_TOKEN ? "bearer token required" : "none (set EDGELOOP_API_TOKEN to require one)"}`);

@@ -112,8 +112,9 @@ export function sessionLoopFactory(deps: ExecutorDeps): (input: SessionInput) =>
  * on `host` (DESIGN §4.4): its checkpoints survive the process, so rerunning
  * the same batch (same row `uid`s, hence keys) after a crash resumes every
  * unfinished trajectory where it stopped. A trajectory whose record was
- * already written (session `done`) is not run again: its record is read back
- * from `store` and handed to the batch, whose write is then skipped by
+ * already written (session `done`, or `finished` by an owner that died right
+ * after writing) is not run again: its record is read back from `store` and
+ * handed to the batch, whose write is then skipped by
  * {@link sessionCompletingQueue}.
  */
 export function createSessionExecutor(
@@ -137,9 +138,12 @@ export function createSessionExecutor(
         rollout,
         model_version: batch.model_version,
       });
-      if (r.status === "finished") return { agentName, outputs: r.outputs };
+      if (r.status === "finished" && !r.resumed) return { agentName, outputs: r.outputs };
       if (r.status === "failed") throw new Error(r.error);
+      // Done, or finished by an owner that died around its write: the record may already be stored.
       const rec = await store.get(t.key);
+      if (!rec && r.status === "finished") return { agentName, outputs: r.outputs };
+      if (rec && r.status === "finished") await host.markDone(t.key);
       if (!rec) throw new Error(`session '${t.key}' is done but its record is not in the transfer queue`);
       if (rec.error !== null) throw new Error(rec.error);
       return { agentName: rec.agent_name, outputs: [outputOfRecord(rec)] };

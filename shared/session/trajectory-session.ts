@@ -42,7 +42,12 @@ export interface SessionDeps {
 /** Where a {@link TrajectorySession.run} stopped. */
 export type SessionOutcome =
   | { status: "waiting"; deadline_ms: number | null }
-  | { status: "finished"; outputs: AgentLoopOutput[] }
+  | {
+      status: "finished";
+      outputs: AgentLoopOutput[];
+      /** The session was already `finished` when opened: an earlier owner may have written the records before it died. */
+      resumed: boolean;
+    }
   | { status: "done" }
   | { status: "failed"; error: string };
 
@@ -83,6 +88,7 @@ export class TrajectorySession {
   private readonly loop: AgentLoop;
   private data: ToolAgentData | undefined;
   private readonly inputJson: string | undefined;
+  private readonly openedFinished: boolean;
 
   private constructor(deps: SessionDeps, input: SessionInput, cp: SessionCheckpoint, inputJson: string | undefined) {
     this.deps = deps;
@@ -90,6 +96,7 @@ export class TrajectorySession {
     this.input = input;
     this.cp = cp;
     this.inputJson = inputJson;
+    this.openedFinished = cp.phase === "finished";
     this.loop = deps.createLoop(input);
   }
 
@@ -170,7 +177,7 @@ export class TrajectorySession {
           return { status: "failed", error: this.cp.error ?? "failed" };
         case "finished": {
           const outputs = this.cp.outputs ?? [];
-          if (!this.deps.writeOutputs) return { status: "finished", outputs };
+          if (!this.deps.writeOutputs) return { status: "finished", outputs, resumed: this.openedFinished };
           await this.deps.writeOutputs(this.input, outputs);
           await this.markDone();
           return { status: "done" };
