@@ -1,10 +1,13 @@
 /**
  * The `edgeloop` command line (run as `npx edgeloop …` after `npm install`).
- * Subcommands: rollout, serve, sim-engine, gateway, tools, upstash-bridge.
+ * Subcommands: rollout, serve, inspect, sim-engine, gateway, tools, upstash-bridge.
  * Every subcommand's flags are listed by `edgeloop <cmd> --help`.
+ * With `OTEL_EXPORTER_OTLP_ENDPOINT` set, spans go to that OTLP/HTTP collector
+ * (flushed when the command ends).
  */
 import { Command, InvalidArgumentError, Option } from "commander";
 import { EdgeloopError } from "../../shared/errors.ts";
+import { setupTelemetryFromEnv, type Telemetry } from "../telemetry/setup.ts";
 
 const int = (name: string) => (v: string) => {
   const n = Number(v);
@@ -35,9 +38,16 @@ function configFlags(cmd: Command): Command {
     .option("--model <dir>", "model directory with tokenizer.json and tokenizer_config.json (default: Qwen3)");
 }
 
+let telemetry: Telemetry | null = null;
 const program = new Command("edgeloop")
   .description("The agent loop of agentic RL as edge-style functions: prompts in, token-exact trajectories out.")
-  .showHelpAfterError();
+  .showHelpAfterError()
+  .hook("preAction", () => {
+    telemetry ??= setupTelemetryFromEnv();
+  })
+  .hook("postAction", async () => {
+    await telemetry?.shutdown();
+  });
 
 configFlags(
   program
@@ -58,6 +68,20 @@ configFlags(
     .option("--port <port>", "port", int("--port"), 8787)
     .option("--host <host>", "address to bind", "127.0.0.1"),
 ).action(async (opts) => (await import("./serve-command.ts")).serveCommand(opts));
+
+program
+  .command("inspect")
+  .description("print one trajectory decoded, sampled tokens (mask 1) and observations (mask 0) in colour, with a one-line summary")
+  .argument("<key>", "trajectory key {uid}_{session_id}_{output_index}")
+  .option("--file <file>", "read the record from a JSONL file of records (what rollout --out writes)")
+  .option("--store <store>", "read it from a transfer queue: redis://host:port | upstash (memory holds nothing across processes)", "memory")
+  .option("--store-prefix <prefix>", "prefix of every Redis key (default edgeloop:)")
+  .option("--json", "print the record as JSON instead")
+  .option("--model <dir>", "model directory with tokenizer.json and tokenizer_config.json (default: Qwen3)")
+  .option("--color", "colour even when stdout is not a terminal")
+  .option("--no-color", "no colours (also: NO_COLOR=1)")
+  .option("--no-prompt", "leave out the prompt")
+  .action(async (key: string, opts) => (await import("./inspect-command.ts")).inspectCommand(key, opts));
 
 program
   .command("sim-engine")
