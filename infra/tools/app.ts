@@ -29,6 +29,12 @@ export interface ToolsAppOptions {
   windowSeconds?: number;
   /** How many call ids to remember for deduplication (default 10 000). */
   dedupeSize?: number;
+  /**
+   * Milliseconds every tool call is held before it is answered (default 0),
+   * to model slow tools (sandboxes, search APIs) in benchmarks. Applied after
+   * the signature and body checks, to fresh calls and repeated call ids alike.
+   */
+  delayMs?: number;
 }
 
 type Reply = { content: string };
@@ -99,6 +105,7 @@ export function createToolsApp(opts: ToolsAppOptions = {}): Hono {
     if (!r.success) throw inputErrorFromZod("body", r.error.issues);
     const call = r.data;
     if (call.name !== name) throw inputErrorFromZod("body", [{ path: ["name"], message: `'${call.name}' does not match the URL's tool '${name}'` }]);
+    if (opts.delayMs && opts.delayMs > 0) await new Promise((resolve) => setTimeout(resolve, opts.delayMs));
     const fingerprint = JSON.stringify([call.name, call.arguments]);
     const prior = seen.get(call.call_id);
     if (prior) {
