@@ -59,6 +59,7 @@ export function setupTelemetry(opts: TelemetryOptions = {}): Telemetry {
  */
 export function setupTelemetryFromEnv(env: Record<string, string | undefined> = process.env): Telemetry | null {
   if (env.OTEL_SDK_DISABLED?.toLowerCase() === "true") return null;
-  if (!env.OTEL_EXPORTER_OTLP_ENDPOINT && !env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) return null;
-  return setupTelemetry();
+  const url = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || (env.OTEL_EXPORTER_OTLP_ENDPOINT ? `${env.OTEL_EXPORTER_OTLP_ENDPOINT.replace(/\/+$/, "")}/v1/traces` : "");
+  if (!url) return null;
+  return setupTelemetry({ exporter: new OTLPTraceExporter({ url }), serviceName: env.OTEL_SERVICE_NAME });
 }
