@@ -46,6 +46,7 @@ import { createEngineClient } from "../shared/inference/create-engine-client.ts"
 import type { GenerateRequest, InferenceClient } from "../shared/inference/types.ts";
 import { RolloutRequest } from "../shared/rollout/batch.ts";
 import type { TrajectoryRecord } from "../shared/schema/index.ts";
+import { ObservationEncoder } from "../shared/tokens/observation.ts";
 import { defaultTokenizer } from "../shared/tokens/tokenizer.ts";
 import { parseToolsFile } from "../shared/tools/tools-file.ts";
 import { WebhookToolClient, type ToolCallRequest } from "../shared/tools/webhook-tool-client.ts";
@@ -349,6 +350,7 @@ console.log(`edgeloop end-to-end benchmark: ${rows.length} rows × n=${N} = ${ro
 
 try {
   if (ONLY.includes("throughput") || ONLY.includes("cost")) await throughputAndCost();
+  if (ONLY.includes("cost")) await tokenWork();
   if (ONLY.includes("scale")) await scale();
 } finally {
   rmSync(dir, { recursive: true, force: true });
@@ -447,6 +449,36 @@ async function throughputAndCost(): Promise<void> {
         "the sim engine's own work; HTTP: client side only); tools direct = the run's tool calls replayed on a WebhookToolClient, per engine call.",
     );
   }
+}
+
+/**
+ * Where a trajectory's CPU goes outside the engine: the tokenizer work the
+ * tool agent does per trajectory (first prompt) and per tool round (the
+ * observation), against encoding just the observation's own text.
+ */
+async function tokenWork(): Promise<void> {
+  const tok = await defaultTokenizer();
+  const schemas = parseToolsFile(readFileSync(join(PACKAGE_ROOT, "infra", "tools", "tools.example.json"), "utf8"), { vars: { port: 1 } }).tools.map((t) => t.schema);
+  const enc = new ObservationEncoder(tok, { tools: schemas });
+  const obs = [{ role: "tool" as const, content: "31" }];
+  const prompt = (rows[0] as { prompt: Parameters<typeof tok.renderIds>[0] }).prompt;
+  const obsText = tok.decode(enc.encode(obs, tok.eosTokenId));
+  const micro = (iters: number, f: () => unknown) => {
+    f();
+    const samples: number[] = [];
+    for (let r = 0; r < Math.max(RUNS, 3); r++) {
+      const c0 = process.cpuUsage();
+      for (let i = 0; i < iters; i++) f();
+      const c = process.cpuUsage(c0);
+      samples.push((c.user + c.system) / iters);
+    }
+    return median(samples);
+  };
+  const t: string[][] = [["tokenizer work", "CPU µs", "when"]];
+  t.push(["first prompt: renderIds(prompt, tools, generation prompt)", f0(micro(300, () => tok.renderIds(prompt, { tools: schemas, addGenerationPrompt: true }))), "once per trajectory (same for the n sessions of a row)"]);
+  t.push(["observation: ObservationEncoder.encode(1 tool message)", f0(micro(300, () => enc.encode(obs, tok.eosTokenId))), "once per tool round"]);
+  t.push([`  encode() of the observation's own text (${JSON.stringify(obsText).length} chars)`, f0(micro(3000, () => tok.encode(obsText))), "what the tokens alone cost"]);
+  printTable("Tokenizer work inside the tool agent (Qwen3 tokenizer, the example tools' schemas)", t);
 }
 
 async function scale(): Promise<void> {
