@@ -1,0 +1,85 @@
+import { defaultAgentLoopRegistry } from "../../shared/agent-loop/index.ts";
+import { parseAppConfig, type AppConfig } from "../../shared/config/app-config.ts";
+import { ConfigError } from "../../shared/errors.ts";
+import { createEngineClient } from "../../shared/inference/create-engine-client.ts";
+import type { ExecutorDeps } from "../../shared/rollout/executor.ts";
+import type { TransferQueue } from "../../shared/store/types.ts";
+import { createUpstashTransferQueue } from "../../shared/store/upstash-transfer-queue.ts";
+import { defaultTokenizer } from "../../shared/tokens/tokenizer.ts";
+import { parseToolsFile } from "../../shared/tools/tools-file.ts";
+import { WebhookToolClient } from "../../shared/tools/webhook-tool-client.ts";
+import type { DurableObjectNamespace } from "./cf-types.ts";
+
+/** The worker's bindings and variables (wrangler.toml `[vars]`, secrets, the Durable Object binding). */
+export interface Env {
+  /** Durable Object namespace of {@link TrajectorySessionObject} (wrangler.toml `durable_objects.bindings`). */
+  SESSIONS: DurableObjectNamespace;
+  /** The inference engine or gateway base URL. */
+  EDGELOOP_ENGINE_URL: string;
+  /** `vllm` (default), `vllm-generate` or `sglang`. */
+  EDGELOOP_ENGINE_FORMAT?: string;
+  /** The tools file as JSON text (tool URLs inside). */
+  EDGELOOP_TOOLS?: string;
+  /** HMAC secret for tool webhooks and their callbacks. */
+  EDGELOOP_TOOLS_SECRET?: string;
+  /** App config as JSON text (`{rollout: {...}}`), merged over the defaults. */
+  EDGELOOP_CONFIG?: string;
+  /** Bearer token for the API (`/v1/rollouts`, `/v1/groups`). */
+  EDGELOOP_API_TOKEN?: string;
+  UPSTASH_REDIS_REST_URL: string;
+  UPSTASH_REDIS_REST_TOKEN: string;
+  /** Prefix of every Redis key (default `edgeloop:`). */
+  EDGELOOP_STORE_PREFIX?: string;
+}
+
+/** What the worker and its Durable Objects share per isolate, built once from the env. */
+export interface WorkerRuntime {
+  config: AppConfig;
+  deps: ExecutorDeps;
+  queue: TransferQueue;
+  secret: string | null;
+}
+
+let cached: { env: Env; rt: Promise<WorkerRuntime> } | undefined;
+
+/**
+ * The isolate's runtime for `env` (built on first use, then cached): the
+ * Qwen3 tokenizer (bundled JSON), the engine client over fetch, the webhook
+ * tools from `EDGELOOP_TOOLS`, and the transfer queue over Upstash REST.
+ * @throws ConfigError naming the variable to set.
+ */
+export function workerRuntime(env: Env): Promise<WorkerRuntime> {
+  if (cached && cached.env === env) return cached.rt;
+  const rt = build(env);
+  cached = { env, rt };
+  rt.catch(() => {
+    if (cached?.rt === rt) cached = undefined;
+  });
+  return rt;
+}
+
+async function build(env: Env): Promise<WorkerRuntime> {
+  if (!env.UPSTASH_REDIS_REST_URL || !env.UPSTASH_REDIS_REST_TOKEN) {
+    throw new ConfigError("UPSTASH_REDIS_REST_URL", "set UPSTASH_REDIS_REST_URL and UPSTASH_REDIS_REST_TOKEN (the transfer queue)");
+  }
+  if (!env.EDGELOOP_ENGINE_URL) throw new ConfigError("EDGELOOP_ENGINE_URL", "set EDGELOOP_ENGINE_URL to the engine or gateway URL");
+  const config = parseAppConfig(env.EDGELOOP_CONFIG ? JSON.parse(env.EDGELOOP_CONFIG) : {}, "EDGELOOP_CONFIG");
+  const secret = env.EDGELOOP_TOOLS_SECRET || null;
+  const tokenizer = await defaultTokenizer();
+  const client = createEngineClient({
+    url: env.EDGELOOP_ENGINE_URL,
+    format: (env.EDGELOOP_ENGINE_FORMAT ?? "vllm") as "vllm",
+    timeoutMs: config.engine.timeout_ms,
+  });
+  const tools = env.EDGELOOP_TOOLS ? new WebhookToolClient(parseToolsFile(env.EDGELOOP_TOOLS, { source: "EDGELOOP_TOOLS" }).tools, { secret: secret ?? undefined }) : undefined;
+  const queue = createUpstashTransferQueue({ url: env.UPSTASH_REDIS_REST_URL, token: env.UPSTASH_REDIS_REST_TOKEN, prefix: env.EDGELOOP_STORE_PREFIX ?? config.store.prefix });
+  const deps: ExecutorDeps = {
+    registry: defaultAgentLoopRegistry(),
+    tokenizer,
+    client,
+    ...(config.rollout.max_model_len ? { maxModelLen: config.rollout.max_model_len } : {}),
+    ...(tools ? { tools } : {}),
+    reward: secret ? { secret } : {},
+  };
+  return { config, deps, queue, secret };
+}

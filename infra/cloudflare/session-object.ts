@@ -1,0 +1,113 @@
+import { createSessionsApp } from "../../functions/sessions.ts";
+import { NotFoundError } from "../../shared/errors.ts";
+import { sessionLoopFactory } from "../../shared/rollout/executor.ts";
+import { SessionInput } from "../../shared/session/checkpoint.ts";
+import { queueWriter } from "../../shared/session/session-records.ts";
+import { TrajectorySession, type SessionDeps } from "../../shared/session/trajectory-session.ts";
+import type { DurableObjectState } from "./cf-types.ts";
+import { DurableObjectSessionStorage } from "./do-session-storage.ts";
+import { workerRuntime, type Env } from "./env.ts";
+
+/**
+ * A durable trajectory session as a Cloudflare Durable Object (one object per
+ * trajectory key, `idFromName(key)`), on SQLite-backed storage:
+ * - `POST /start` with a {@link SessionInput}: stores it and sets an alarm
+ *   for now; returns `202` at once (the worker does not wait for trajectories).
+ * - `alarm()`: runs the session's committed steps (checkpoints in the
+ *   object's storage); a session waiting for tool callbacks re-arms the alarm
+ *   for its earliest deadline and returns — it holds no CPU and may be
+ *   evicted; a finished session writes its record to the transfer queue
+ *   (Upstash) and commits `done`; a failed one writes a failed record.
+ * - `POST /v1/sessions/{key}/tool-results`, `GET /v1/sessions/{key}`: the
+ *   sessions function, answered by the object that owns the session.
+ *
+ * An outgoing fetch (engine, tools) does not hold the input gate, so every
+ * operation is serialised on an in-memory chain as well: one at a time, as in
+ * the in-process host.
+ * @see wire-contracts §5: Durable Objects (storage, alarms, input gates)
+ */
+export class TrajectorySessionObject {
+  private chain: Promise<unknown> = Promise.resolve();
+  private readonly storage: DurableObjectSessionStorage;
+
+  constructor(
+    private readonly ctx: DurableObjectState,
+    private readonly env: Env,
+  ) {
+    this.storage = new DurableObjectSessionStorage(ctx.storage);
+  }
+
+  async fetch(req: Request): Promise<Response> {
+    const url = new URL(req.url);
+    if (req.method === "POST" && url.pathname === "/start") {
+      const input = SessionInput.parse(await req.json());
+      await this.serial(async () => {
+        if (!(await this.ctx.storage.get("start"))) {
+          await this.ctx.storage.put("start", JSON.stringify(input));
+          await this.ctx.storage.setAlarm(Date.now());
+        }
+      });
+      return Response.json({ key: input.key }, { status: 202 });
+    }
+    const rt = await workerRuntime(this.env);
+    const app = createSessionsApp({
+      secret: rt.secret,
+      apiToken: this.env.EDGELOOP_API_TOKEN || null,
+      backend: {
+        deliver: (key, result) =>
+          this.serial(async () => {
+            const s = await this.open(key);
+            if (!s) throw new NotFoundError(`no session '${key.slice(0, 200)}'`, { field: "key" });
+            await s.deliverToolResult(result);
+            await this.ctx.storage.setAlarm(Date.now());
+          }),
+        status: (key) =>
+          this.serial(async () => {
+            const s = await this.open(key);
+            if (!s) return null;
+            const cp = s.checkpoint;
+            return { phase: cp.phase, step: cp.step, loop_state: cp.loop_state, deadline_ms: cp.deadline_ms, awaited: s.awaitedCalls() };
+          }),
+      },
+    });
+    return app.fetch(req);
+  }
+
+  /** Runs the session until it waits, finishes or fails. A throw makes the runtime retry the alarm (at-least-once). */
+  async alarm(): Promise<void> {
+    await this.serial(async () => {
+      const startJson = (await this.ctx.storage.get<string>("start")) ?? null;
+      if (!startJson) return;
+      const input = SessionInput.parse(JSON.parse(startJson));
+      const s = await this.open(input.key, input);
+      if (!s) return;
+      const outcome = await s.run();
+      if (outcome.status === "waiting") {
+        if (outcome.deadline_ms !== null) await this.ctx.storage.setAlarm(outcome.deadline_ms);
+        return;
+      }
+      if (outcome.status === "failed") {
+        const rt = await workerRuntime(this.env);
+        const info = (input.kwargs as Record<string, unknown>).trajectory_info;
+        await rt.queue.markFailed(input.key, outcome.error, {
+          agent_name: input.agent_name,
+          data_source: String((input.kwargs as Record<string, unknown>).data_source ?? "unknown"),
+          extra_fields: info ? { trajectory_info: info } : {},
+        });
+        await s.markDone();
+      }
+    });
+  }
+
+  private async open(key: string, input?: SessionInput): Promise<TrajectorySession | null> {
+    const rt = await workerRuntime(this.env);
+    const deps: SessionDeps = { storage: this.storage, createLoop: sessionLoopFactory(rt.deps), writeOutputs: queueWriter(rt.queue) };
+    return TrajectorySession.open(key, deps, input);
+  }
+
+  private serial<T>(fn: () => Promise<T>): Promise<T> {
+    const next = this.chain.then(fn, fn);
+    this.chain = next.catch(() => {});
+    return next;
+  }
+}

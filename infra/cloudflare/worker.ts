@@ -1,0 +1,84 @@
+/**
+ * The Cloudflare Workers entry (workerd): the rollouts function for a batch
+ * of rows, each trajectory handed to its own Durable Object
+ * ({@link TrajectorySessionObject}, `idFromName(key)`), the transfer queue
+ * over Upstash REST, engine and tools over fetch. Local run: `npx wrangler dev`.
+ * - `POST /v1/rollouts` `{rows, config?, global_steps?, model_version?, validate?}` → `202 {batch_id, keys}`
+ * - `GET /v1/groups/{uid}` → the group's progress in the queue
+ * - `POST /v1/sessions/{key}/tool-results`, `GET /v1/sessions/{key}` → forwarded to the key's object
+ * - `GET /health`
+ */
+import { Hono } from "hono";
+import { bearerAuth, readJson } from "../../functions/http-util.ts";
+import { errorResponse } from "../../functions/rollouts.ts";
+import { mergeConfig, parseAppConfig } from "../../shared/config/app-config.ts";
+import { ConfigError, inputErrorFromZod } from "../../shared/errors.ts";
+import { planBatch, RolloutRequest } from "../../shared/rollout/batch.ts";
+import { samplingParamsFor } from "../../shared/rollout/executor.ts";
+import type { SessionInputArg } from "../../shared/session/checkpoint.ts";
+import type { ExecutionContext } from "./cf-types.ts";
+import { workerRuntime, type Env } from "./env.ts";
+
+export { TrajectorySessionObject } from "./session-object.ts";
+
+const app = new Hono<{ Bindings: Env }>();
+app.onError((err, c) => errorResponse(err, c));
+app.get("/health", (c) => c.json({ ok: true, runtime: "workerd" }));
+
+// Callbacks authenticate by signature inside the object, so they are routed before the bearer check.
+app.all("/v1/sessions/:key/*", (c) => c.env.SESSIONS.get(c.env.SESSIONS.idFromName(c.req.param("key"))).fetch(c.req.raw));
+app.get("/v1/sessions/:key", (c) => c.env.SESSIONS.get(c.env.SESSIONS.idFromName(c.req.param("key"))).fetch(c.req.raw));
+app.use("/v1/*", async (c, next) => bearerAuth(c.env.EDGELOOP_API_TOKEN || null)(c, next));
+
+app.post("/v1/rollouts", async (c) => {
+  const rt = await workerRuntime(c.env);
+  const r = RolloutRequest.safeParse(await readJson(c, 32 * 1024 * 1024));
+  if (!r.success) throw inputErrorFromZod("", r.error.issues);
+  const req = r.data;
+  if (req.config && Object.keys(req.config).some((k) => k !== "rollout")) throw new ConfigError("config", "only the rollout section can be set per batch");
+  const cfg = req.config ? parseAppConfig(mergeConfig(rt.config, req.config), "request config") : rt.config;
+  const plan = planBatch(req, cfg.rollout);
+  const mode = plan.validate ? "val" : "train";
+  for (const [uid, n] of plan.groups) await rt.queue.expectGroup(uid, n, mode);
+  const start = async (i: number) => {
+    const t = plan.trajectories[i]!;
+    if (t.row_error || !t.row) {
+      await rt.queue.markFailed(t.key, t.row_error ?? "invalid row", { data_source: "unknown", extra_fields: { trajectory_info: t.trajectory_info } });
+      return;
+    }
+    let agentName: string;
+    try {
+      agentName = rt.deps.registry.resolve(t.row.agent_name, cfg.rollout.agent.default_agent_loop);
+    } catch (e) {
+      await rt.queue.markFailed(t.key, `${(e as Error).name}: ${(e as Error).message}`, { data_source: t.row.data_source, extra_fields: { trajectory_info: t.trajectory_info } });
+      return;
+    }
+    const input: SessionInputArg = {
+      key: t.key,
+      agent_name: agentName,
+      sampling_params: samplingParamsFor(cfg.rollout, plan.validate, t),
+      kwargs: { ...t.row, uid: t.uid, session_id: t.session_id, global_steps: plan.global_steps, key: t.key, trajectory_info: t.trajectory_info },
+      rollout: cfg.rollout,
+      model_version: plan.model_version,
+    };
+    const res = await c.env.SESSIONS.get(c.env.SESSIONS.idFromName(t.key)).fetch("https://session/start", { method: "POST", body: JSON.stringify(input) });
+    if (res.status !== 202) throw new Error(`session ${t.key} did not start: HTTP ${res.status} ${await res.text()}`);
+  };
+  // At most 6 simultaneous subrequests per invocation.
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(6, plan.trajectories.length) }, async () => {
+      for (let i = next++; i < plan.trajectories.length; i = next++) await start(i);
+    }),
+  );
+  return c.json({ batch_id: plan.batch_id, keys: plan.trajectories.map((t) => t.key) }, 202);
+});
+
+app.get("/v1/groups/:uid", async (c) => {
+  const rt = await workerRuntime(c.env);
+  return c.json(await rt.queue.groupStatus(c.req.param("uid")));
+});
+
+export default {
+  fetch: (req: Request, env: Env, ctx: ExecutionContext) => app.fetch(req, env, ctx as never),
+};

@@ -1,0 +1,34 @@
+import type { PlannedTrajectory } from "../rollout/batch.ts";
+import { toTrajectoryRecord } from "../rollout/batch.ts";
+import type { AgentLoopOutput, TrajectoryRecord } from "../schema/index.ts";
+import type { TransferQueue } from "../store/types.ts";
+import type { SessionInput } from "./checkpoint.ts";
+
+/**
+ * The transfer-queue records of a finished session's outputs, for hosts
+ * where the session writes its own records (Durable Objects, the Deno and
+ * worker entries): the same records a batch would write. `trajectory_info`
+ * comes from `input.kwargs.trajectory_info` when the planner put it there.
+ */
+export function sessionRecords(input: SessionInput, outputs: AgentLoopOutput[]): TrajectoryRecord[] {
+  const k = input.kwargs as Record<string, unknown>;
+  const info = (k.trajectory_info ?? { step: k.global_steps ?? -1, sample_index: 0, rollout_n: input.kwargs.session_id, validate: false }) as PlannedTrajectory["trajectory_info"];
+  const t: PlannedTrajectory = {
+    key: input.key,
+    uid: input.kwargs.uid,
+    session_id: input.kwargs.session_id,
+    row_index: 0,
+    row: { data_source: typeof k.data_source === "string" ? k.data_source : "unknown" } as PlannedTrajectory["row"],
+    row_error: null,
+    group_size: 1,
+    trajectory_info: info,
+  };
+  return outputs.map((o, i) => toTrajectoryRecord(t, input.agent_name, o, input.rollout, i));
+}
+
+/** A `writeOutputs` for {@link SessionDeps} that puts the records into `queue` (idempotent per key). */
+export function queueWriter(queue: TransferQueue): (input: SessionInput, outputs: AgentLoopOutput[]) => Promise<void> {
+  return async (input, outputs) => {
+    for (const r of sessionRecords(input, outputs)) await queue.put(r);
+  };
+}

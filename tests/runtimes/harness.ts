@@ -1,0 +1,93 @@
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { startSimEngine, type RunningSimEngine } from "../../infra/sim-engine/server.ts";
+import { startToolServer, type ToolServer } from "../../infra/tools/server.ts";
+import { startUpstashBridge, type UpstashBridge } from "../../infra/upstash-bridge/upstash-bridge.ts";
+import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue.ts";
+import type { TrajectoryRecord } from "../../shared/schema/index.ts";
+import { validateTrajectory } from "../../shared/tokens/validate.ts";
+import { deleteByPrefix, randomPrefix, REDIS_URL } from "../helpers/redis.ts";
+
+export const ROOT = join(import.meta.dir, "..", "..");
+const POLICY = JSON.parse(readFileSync(join(ROOT, "examples", "policy.json"), "utf8"));
+
+/** The loopback services a runtime test runs against: simulated engine, example tools, Upstash bridge over the test Redis. */
+export interface Services {
+  engine: RunningSimEngine;
+  tools: ToolServer;
+  bridge: UpstashBridge;
+  token: string;
+  prefix: string;
+  toolsJson: string;
+  stop(): Promise<void>;
+}
+
+export async function startServices(name: string): Promise<Services> {
+  const engine = await startSimEngine({ script: { ...POLICY, seed: 7 }, maxModelLen: 4096 });
+  const tools = startToolServer({ port: 0, secret: "runtime-secret" });
+  const token = crypto.randomUUID();
+  const bridge = await startUpstashBridge({ port: 0, redisUrl: REDIS_URL, token });
+  const prefix = randomPrefix(name);
+  const toolsJson = readFileSync(join(ROOT, "infra", "tools", "tools.example.json"), "utf8").replaceAll("{port}", String(tools.port));
+  return {
+    engine,
+    tools,
+    bridge,
+    token,
+    prefix,
+    toolsJson,
+    async stop() {
+      await engine.stop();
+      await tools.stop();
+      await bridge.stop();
+      await deleteByPrefix(prefix);
+    },
+  };
+}
+
+/** The batch the runtime tests post: 4 example rows with fixed uids, n = 2. */
+export function batchRows(tag: string): Record<string, unknown>[] {
+  return readFileSync(join(ROOT, "examples", "gsm8k-tool.jsonl"), "utf8")
+    .trim()
+    .split("\n")
+    .slice(0, 4)
+    .map((l, i) => ({ ...JSON.parse(l), uid: `${tag}${i}` }));
+}
+
+export const RUNTIME_CONFIG = { rollout: { n: 2, prompt_length: 512, response_length: 512, max_model_len: 4096, seed: 7 } };
+
+/** Polls the queue (Redis over TCP) until every group is complete, then returns every record by key. */
+export async function awaitRecords(prefix: string, uids: string[], n: number, timeoutMs = 40_000): Promise<Map<string, TrajectoryRecord>> {
+  const q = createRedisTransferQueue({ url: REDIS_URL, prefix });
+  try {
+    const end = Date.now() + timeoutMs;
+    for (;;) {
+      const st = await Promise.all(uids.map((u) => q.groupStatus(u)));
+      if (st.every((s) => s.complete)) break;
+      if (Date.now() > end) throw new Error(`groups incomplete after ${timeoutMs} ms: ${JSON.stringify(st.map((s) => [s.uid, s.done]))}`);
+      await Bun.sleep(100);
+    }
+    const out = new Map<string, TrajectoryRecord>();
+    for (const u of uids) for (let s = 0; s < n; s++) out.set(`${u}_${s}_0`, (await q.get(`${u}_${s}_0`))!);
+    return out;
+  } finally {
+    await q.close();
+  }
+}
+
+/** Checks every record passes the validator and ran its tools; returns the decoded tool-call count. */
+export function checkRecords(records: Map<string, TrajectoryRecord>): number {
+  let calls = 0;
+  for (const r of records.values()) {
+    if (r.error !== null) throw new Error(`${r.key}: ${r.error}`);
+    validateTrajectory({ ...r, logprobs: r.rollout_log_probs }, { responseLength: 512, promptLength: 512, trackLogProbs: true });
+    calls += r.extra_fields.tool_calls as number;
+  }
+  return calls;
+}
+
+/** A record without wall-clock metrics. */
+export function comparableRecord(r: TrajectoryRecord) {
+  const { metrics, ...rest } = r;
+  return { ...rest, num_preempted: metrics.num_preempted };
+}
