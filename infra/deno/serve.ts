@@ -1,0 +1,39 @@
+/**
+ * The Deno entry: `deno task serve` (deno.json) serves the same HTTP API as
+ * `edgeloop serve` — rollouts, groups, and the durable sessions' tool
+ * callbacks — with the runtime built by the CLI's `buildRuntime` (npm
+ * packages from node_modules). Configuration from the environment:
+ * `EDGELOOP_CONFIG` (config file), `EDGELOOP_ENGINE` (engine URL),
+ * `EDGELOOP_TOOLS` (tools file), `EDGELOOP_TOOLS_SECRET`, `EDGELOOP_STORE`
+ * (`upstash` with `UPSTASH_REDIS_REST_URL`/`_TOKEN`, or `redis://…`; a Redis
+ * store runs trajectories as durable sessions), `EDGELOOP_STORE_PREFIX`,
+ * `EDGELOOP_API_TOKEN`, `PORT` (default 8787; 0 picks one), `HOST`.
+ * Prints `edgeloop (deno) serving on http://host:port` once listening.
+ */
+import { Hono } from "hono";
+import { createRolloutsApp } from "../../functions/rollouts.ts";
+import { createSessionsApp } from "../../functions/sessions.ts";
+import { buildRuntime } from "../cli/runtime.ts";
+
+declare const Deno: {
+  env: { get(name: string): string | undefined };
+  serve(opts: { port: number; hostname: string; onListen?: (a: { hostname: string; port: number }) => void }, handler: (req: Request) => Response | Promise<Response>): { finished: Promise<void> };
+};
+
+const env = (name: string) => Deno.env.get(name) || undefined;
+const runtime = await buildRuntime({
+  config: env("EDGELOOP_CONFIG"),
+  engine: env("EDGELOOP_ENGINE"),
+  tools: env("EDGELOOP_TOOLS"),
+  toolsSecret: env("EDGELOOP_TOOLS_SECRET"),
+  store: env("EDGELOOP_STORE"),
+  storePrefix: env("EDGELOOP_STORE_PREFIX"),
+});
+const apiToken = env("EDGELOOP_API_TOKEN") ?? null;
+const app = new Hono();
+app.get("/health", (c) => c.json({ ok: true, runtime: "deno" }));
+if (runtime.sessions) app.route("/", createSessionsApp({ backend: runtime.sessions, secret: runtime.config.tools.secret ?? null, apiToken }));
+app.route("/", createRolloutsApp({ service: runtime.service, apiToken }));
+for (const line of runtime.describe) console.error(line);
+const server = Deno.serve({ port: Number(env("PORT") ?? 8787), hostname: env("HOST") ?? "127.0.0.1", onListen: (a) => console.log(`edgeloop (deno) serving on http://${a.hostname}:${a.port}`) }, app.fetch);
+await server.finished;

@@ -1,0 +1,83 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { requireRedis } from "../helpers/redis.ts";
+import { awaitRecords, batchRows, checkRecords, comparableRecord, ROOT, RUNTIME_CONFIG, startServices, type Services } from "./harness.ts";
+import { bunReference } from "./reference.ts";
+
+// The Deno entry started as `deno task serve` (deno.json), with the deno binary from the npm package,
+// against the loopback services; its store is Upstash REST (the bridge), so sessions checkpoint there too.
+const redis = await requireRedis();
+let s: Services;
+let proc: ReturnType<typeof Bun.spawn> | undefined;
+let url = "";
+let dir = "";
+let startMs = 0;
+
+beforeAll(async () => {
+  if (!redis) return;
+  s = await startServices("deno");
+  dir = mkdtempSync(join(tmpdir(), "edgeloop-deno-"));
+  writeFileSync(join(dir, "tools.json"), s.toolsJson);
+  writeFileSync(join(dir, "config.json"), JSON.stringify(RUNTIME_CONFIG));
+  const t0 = performance.now();
+  proc = Bun.spawn([join(ROOT, "node_modules", ".bin", "deno"), "task", "serve"], {
+    cwd: ROOT,
+    env: {
+      ...process.env,
+      NO_COLOR: "1",
+      PORT: "0",
+      EDGELOOP_CONFIG: join(dir, "config.json"),
+      EDGELOOP_ENGINE: s.engine.urls[0]!,
+      EDGELOOP_TOOLS: join(dir, "tools.json"),
+      EDGELOOP_TOOLS_SECRET: "runtime-secret",
+      EDGELOOP_STORE: "upstash",
+      EDGELOOP_STORE_PREFIX: s.prefix,
+      UPSTASH_REDIS_REST_URL: s.bridge.url,
+      UPSTASH_REDIS_REST_TOKEN: s.token,
+    },
+    stdout: "pipe",
+    stderr: "pipe",
+  });
+  const reader = proc.stdout.getReader();
+  let out = "";
+  const deadline = Date.now() + 45_000;
+  while (!/serving on (http:\/\/\S+)/.test(out)) {
+    if (Date.now() > deadline) throw new Error(`deno did not start: ${out}${await new Response(proc.stderr).text()}`);
+    const { value, done } = await reader.read();
+    if (done) throw new Error(`deno exited: ${out}${await new Response(proc.stderr).text()}`);
+    out += new TextDecoder().decode(value);
+  }
+  reader.releaseLock();
+  url = /serving on (http:\/\/\S+)/.exec(out)![1]!;
+  startMs = performance.now() - t0;
+}, 60_000);
+
+afterAll(async () => {
+  if (proc) {
+    proc.kill("SIGTERM");
+    await proc.exited;
+  }
+  await s?.stop();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+describe.skipIf(!redis)("Deno entry (deno task serve)", () => {
+  test("POST /v1/rollouts runs the batch as durable sessions; records land in Redis through Upstash REST, identical to Bun's", async () => {
+    expect(await (await fetch(`${url}/health`)).json()).toEqual({ ok: true, runtime: "deno" });
+    const rows = batchRows("dn");
+    const t0 = performance.now();
+    const res = await fetch(`${url}/v1/rollouts`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows }) });
+    expect(res.status).toBe(202);
+    expect(((await res.json()) as { keys: string[] }).keys).toEqual(["dn0_0_0", "dn0_1_0", "dn1_0_0", "dn1_1_0", "dn2_0_0", "dn2_1_0", "dn3_0_0", "dn3_1_0"]);
+    const records = await awaitRecords(s.prefix, ["dn0", "dn1", "dn2", "dn3"], 2);
+    const batchMs = performance.now() - t0;
+    expect(checkRecords(records)).toBe(10);
+    // Checkpoints were in the same Redis: every session is done, and the session endpoint says so.
+    expect(await (await fetch(`${url}/v1/sessions/dn0_0_0`)).json()).toMatchObject({ phase: "done", loop_state: "terminated" });
+    const reference = await bunReference(s, rows);
+    for (const [key, r] of records) expect(comparableRecord(r)).toEqual(comparableRecord(reference.get(key)!));
+    console.log(`deno: started in ${Math.round(startMs)} ms, 8 trajectories in ${Math.round(batchMs)} ms`);
+  }, 60_000);
+});
