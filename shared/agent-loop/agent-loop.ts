@@ -1,6 +1,7 @@
 import { ContextOverflowError, EngineAbortedError, InputError } from "../errors.ts";
 import type { InferenceClient } from "../inference/types.ts";
 import { computeReward, type RewardOptions, type RewardResult } from "../reward/compute-reward.ts";
+import { traceReward } from "../telemetry/reward-span.ts";
 import { ChatMessage, trajectoryKey, type AgentLoopMetrics, type AgentLoopOutput, type RolloutConfig, type SamplingParams, type TokenOutput } from "../schema/index.ts";
 import type { ChatTokenizer } from "../tokens/tokenizer.ts";
 import type { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
@@ -151,9 +152,12 @@ export abstract class AgentLoop {
   /** Scores the trajectory from the last assistant turn's text (see `computeReward`); null when rewards are off or the row has no `reward_model`. */
   protected async reward(kwargs: AgentLoopKwargs, key: string, finalAnswer: string): Promise<RewardResult> {
     if (this.ctx.reward === false || !kwargs.reward_model) return { score: null, seconds: 0 };
-    return computeReward(
-      { key, data_source: kwargs.data_source ?? "unknown", reward_model: kwargs.reward_model, final_answer: finalAnswer },
-      { nowMs: this.ctx.nowMs, signal: this.ctx.signal, ...(this.ctx.reward ?? {}) },
+    const rm = kwargs.reward_model;
+    return traceReward(key, () =>
+      computeReward(
+        { key, data_source: kwargs.data_source ?? "unknown", reward_model: rm, final_answer: finalAnswer },
+        { nowMs: this.ctx.nowMs, signal: this.ctx.signal, ...(this.ctx.reward ?? {}) },
+      ),
     );
   }
 }
