@@ -10,7 +10,7 @@ import { bunReference } from "./reference.ts";
 // against the loopback services; its store is Upstash REST (the bridge), so sessions checkpoint there too.
 const redis = await requireRedis();
 let s: Services;
-let proc: ReturnType<typeof Bun.spawn> | undefined;
+let proc: Bun.Subprocess<"ignore", "pipe", "pipe"> | undefined;
 let url = "";
 let dir = "";
 let startMs = 0;
@@ -22,7 +22,7 @@ beforeAll(async () => {
   writeFileSync(join(dir, "tools.json"), s.toolsJson);
   writeFileSync(join(dir, "config.json"), JSON.stringify(RUNTIME_CONFIG));
   const t0 = performance.now();
-  proc = Bun.spawn([join(ROOT, "node_modules", ".bin", "deno"), "task", "serve"], {
+  const p = Bun.spawn([join(ROOT, "node_modules", ".bin", "deno"), "task", "serve"], {
     cwd: ROOT,
     env: {
       ...process.env,
@@ -37,16 +37,18 @@ beforeAll(async () => {
       UPSTASH_REDIS_REST_URL: s.bridge.url,
       UPSTASH_REDIS_REST_TOKEN: s.token,
     },
+    stdin: "ignore",
     stdout: "pipe",
     stderr: "pipe",
   });
-  const reader = proc.stdout.getReader();
+  proc = p;
+  const reader = p.stdout.getReader();
   let out = "";
   const deadline = Date.now() + 45_000;
   while (!/serving on (http:\/\/\S+)/.test(out)) {
-    if (Date.now() > deadline) throw new Error(`deno did not start: ${out}${await new Response(proc.stderr).text()}`);
+    if (Date.now() > deadline) throw new Error(`deno did not start: ${out}${await new Response(p.stderr).text()}`);
     const { value, done } = await reader.read();
-    if (done) throw new Error(`deno exited: ${out}${await new Response(proc.stderr).text()}`);
+    if (done) throw new Error(`deno exited: ${out}${await new Response(p.stderr).text()}`);
     out += new TextDecoder().decode(value);
   }
   reader.releaseLock();
