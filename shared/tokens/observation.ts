@@ -39,7 +39,7 @@ export class ObservationEncoder {
   private readonly tok: ChatTokenizer;
   private readonly opts: ObservationOptions;
   private separator: number[] | undefined;
-  private readonly prefixCache = new Map<string, number[]>();
+  private readonly prefixCache = new Map<string, Render>();
 
   constructor(tok: ChatTokenizer, opts: ObservationOptions = {}) {
     this.tok = tok;
@@ -68,10 +68,10 @@ export class ObservationEncoder {
     }
     const prefix = allTools ? this.toolPrefix(newMessages.length) : [SYNTHETIC_SYSTEM, SYNTHETIC_USER];
     const full = [...prefix, ...newMessages];
-    const prefixIds = this.prefixIds(prefix, allTools ? `tool:${newMessages.length}` : "user");
-    const fullIds = this.render(full, false);
-    const body = this.suffix(prefixIds, fullIds, "new messages");
-    const genPrompt = this.suffix(fullIds, this.render(full, true), "generation prompt");
+    const prefixRender = this.prefixRender(prefix, allTools ? `tool:${newMessages.length}` : "user");
+    const fullText = this.renderText(full, false);
+    const body = this.suffix(prefixRender, { text: fullText }, "new messages");
+    const genPrompt = this.suffix({ text: fullText }, { text: this.renderText(full, true) }, "generation prompt");
     const sep = lastTokenId === this.tok.eosTokenId ? this.turnSeparator() : [];
     return [...sep, ...body, ...genPrompt];
   }
@@ -110,33 +110,58 @@ export class ObservationEncoder {
     ];
   }
 
-  private prefixIds(prefix: ChatMessage[], cacheKey: string): number[] {
-    let ids = this.prefixCache.get(cacheKey);
-    if (!ids) {
-      ids = this.render(prefix, false);
-      this.prefixCache.set(cacheKey, ids);
+  private prefixRender(prefix: ChatMessage[], cacheKey: string): Render {
+    let r = this.prefixCache.get(cacheKey);
+    if (!r) {
+      const text = this.renderText(prefix, false);
+      r = { text, ids: this.tok.encode(text) };
+      this.prefixCache.set(cacheKey, r);
     }
-    return ids;
+    return r;
   }
 
-  private render(messages: ChatMessage[], addGenerationPrompt: boolean): number[] {
-    return this.tok.renderIds(messages, {
+  private renderText(messages: ChatMessage[], addGenerationPrompt: boolean): string {
+    return this.tok.renderText(messages, {
       tools: this.opts.tools,
       addGenerationPrompt,
       chatTemplateKwargs: this.opts.chatTemplateKwargs,
     });
   }
 
-  /** `longer` minus its prefix `shorter`; throws when `shorter` is not a token prefix of `longer`. */
-  private suffix(shorter: number[], longer: number[], what: string): number[] {
-    const n = shorter.length;
-    let ok = longer.length >= n;
-    for (let i = 0; ok && i < n; i++) if (shorter[i] !== longer[i]) ok = false;
+  private render(messages: ChatMessage[], addGenerationPrompt: boolean): number[] {
+    return this.tok.encode(this.renderText(messages, addGenerationPrompt));
+  }
+
+  /**
+   * The ids of `longer` past its prefix `shorter`. When the new text starts
+   * with a boundary token (Qwen: `<|im_start|>`), only the new text is
+   * encoded — the tokenizer splits there anyway, so this equals the token
+   * diff of the two full encodings, at a fraction of the cost. Otherwise both
+   * renders are encoded and diffed; throws when `shorter` is not a token
+   * prefix of `longer`.
+   */
+  private suffix(shorter: Render, longer: Render, what: string): number[] {
+    if (longer.text.startsWith(shorter.text)) {
+      const rest = longer.text.slice(shorter.text.length);
+      if (rest === "") return [];
+      if (this.tok.startsWithBoundaryToken(rest)) return this.tok.encode(rest);
+    }
+    const a = shorter.ids ?? this.tok.encode(shorter.text);
+    const b = longer.ids ?? this.tok.encode(longer.text);
+    const n = a.length;
+    let ok = b.length >= n;
+    for (let i = 0; ok && i < n; i++) if (a[i] !== b[i]) ok = false;
     if (!ok) {
       throw new TemplateError(
         `chat template of ${this.tok.name} is not append-only for the ${what}: the shorter render is not a token prefix of the longer one`,
       );
     }
-    return longer.slice(n);
+    return b.slice(n);
   }
+}
+
+/** A render: its text, and its ids when already encoded. */
+interface Render {
+  text: string;
+  ids?: number[];
 }

@@ -38,6 +38,8 @@ export class ChatTokenizer {
   private readonly tok: Tokenizer;
   private readonly template: Template;
   private readonly templateVars: Record<string, unknown>;
+  /** Added tokens that cut text into independent pieces (no lstrip, single_word or normalisation), longest first. */
+  private readonly boundaryTokens: string[];
 
   constructor(files: ModelFiles) {
     this.name = files.name;
@@ -58,6 +60,20 @@ export class ChatTokenizer {
     if (eosId === undefined) throw new ConfigError(`${files.name}/tokenizer_config.json`, "eos_token is missing or not in the vocabulary");
     this.eosTokenId = eosId;
     this.templateVars = { bos_token: tokenText(cfg.bos_token) ?? "", eos_token: eos };
+    this.boundaryTokens = [...this.tok.get_added_tokens_decoder().values()]
+      .filter((t) => !t.lstrip && !t.single_word && !t.normalized)
+      .map((t) => t.content)
+      .sort((a, b) => b.length - a.length);
+  }
+
+  /**
+   * True when `text` starts with an added token that the tokenizer splits out
+   * before its model runs and that takes no whitespace from its left. Then
+   * `encode(a + text)` equals `encode(a) ‖ encode(text)` for any `a`, which
+   * lets callers encode only the new part of a longer render.
+   */
+  startsWithBoundaryToken(text: string): boolean {
+    return this.boundaryTokens.some((t) => text.startsWith(t));
   }
 
   /** Token ids of `text`; special tokens written in the text map to their ids; no BOS/EOS added. */
