@@ -298,3 +298,35 @@ describe("tokenizer edges", () => {
     expect(tok.decode(new Int32Array(0))).toBe("");
   });
 });
+
+describe("observation encoder on a template without boundary tokens", () => {
+  test("falls back to the token diff of full renders and still strips the preamble", async () => {
+    const { loadDefaultModelFiles, ChatTokenizer } = await import("../../shared/tokens/tokenizer.ts");
+    const files = await loadDefaultModelFiles();
+    const toy = new ChatTokenizer({
+      ...files,
+      name: "toy",
+      tokenizerConfig: {
+        ...files.tokenizerConfig,
+        chat_template:
+          "{% if tools %}TOOLS {{ tools | length }}\n{% endif %}{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}",
+      },
+    });
+    const enc = new ObservationEncoder(toy, { tools: [weatherTool] });
+    const obs = enc.encode([{ role: "tool", content: "42" }], 4272);
+    expect(toy.decode(obs)).toBe("tool: 42\nassistant:");
+    expect(obs).toEqual([...toy.encode("tool: 42\n"), ...toy.encode("assistant:")]);
+    // The full render of the conversation equals prompt ‖ sampled ‖ observation here too.
+    const prompt = toy.renderIds([{ role: "user", content: "q" }], { tools: [weatherTool], addGenerationPrompt: true });
+    const sampled = toy.encode(" call\n");
+    const full = toy.renderIds(
+      [
+        { role: "user", content: "q" },
+        { role: "assistant", content: "call" },
+        { role: "tool", content: "42" },
+      ],
+      { tools: [weatherTool], addGenerationPrompt: true },
+    );
+    expect([...prompt, ...sampled, ...obs]).toEqual(full);
+  });
+});
