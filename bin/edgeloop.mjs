@@ -18,7 +18,10 @@ if (!bun) {
   }
   if (bun !== "bun" && !existsSync(bun)) bun = "bun";
 }
-const r = spawnSync(bun, [join(root, "infra", "cli", "main.ts"), ...process.argv.slice(2)], { stdio: "inherit" });
+// Bun caps simultaneous outgoing fetches at 256 by default; thousands of concurrent trajectories
+// waiting on tools would queue behind that cap and time out while never sent (bench/e2e.ts).
+const env = { BUN_CONFIG_MAX_HTTP_REQUESTS: "4096", ...process.env };
+const r = spawnSync(bun, [join(root, "infra", "cli", "main.ts"), ...process.argv.slice(2)], { stdio: "inherit", env });
 if (r.error) {
   console.error(`edgeloop: cannot start bun (${r.error.message}); run npm install first`);
   process.exit(127);
