@@ -3,15 +3,21 @@ import { createRolloutsApp } from "../../functions/rollouts.ts";
 import { createSessionsApp } from "../../functions/sessions.ts";
 import type { ConfigFlags } from "./flags.ts";
 import { buildRuntime } from "./runtime.ts";
+import { loadTokenizer } from "../node/model-dir.ts";
 import { untilSignal } from "./engine-commands.ts";
 
 /**
  * `edgeloop serve --port P …`: the HTTP API on one port (rollouts, groups,
- * openapi). Bearer auth when `EDGELOOP_API_TOKEN` is set.
+ * trajectories, session callbacks, /metrics, /viewer, openapi). Bearer auth
+ * on `/v1/*` when `EDGELOOP_API_TOKEN` is set.
  */
 export async function serveCommand(flags: ConfigFlags & { port: number; host: string }): Promise<void> {
   const runtime = await buildRuntime(flags);
-  const rollouts = createRolloutsApp({ service: runtime.service, apiToken: process.env.EDGELOOP_API_TOKEN || null });
+  const rollouts = createRolloutsApp({
+    service: runtime.service,
+    apiToken: process.env.EDGELOOP_API_TOKEN || null,
+    tokenizer: () => loadTokenizer(runtime.config.model ?? undefined),
+  });
   let app: Hono = rollouts;
   if (runtime.sessions) {
     // Tool callbacks of durable sessions (POST /v1/sessions/{key}/tool-results) are mounted first:
@@ -23,7 +29,7 @@ export async function serveCommand(flags: ConfigFlags & { port: number; host: st
   const server = Bun.serve({ port: flags.port, hostname: flags.host, fetch: app.fetch, idleTimeout: 0 });
   for (const line of runtime.describe) console.error(line);
   console.error(`auth       ${process.env.EDGELOOP_API_TOKEN ? "bearer token required" : "none (set EDGELOOP_API_TOKEN to require one)"}`);
-  console.log(`edgeloop serving on http://${flags.host}:${server.port} (POST /v1/rollouts, GET /openapi.json)`);
+  console.log(`edgeloop serving on http://${flags.host}:${server.port} (POST /v1/rollouts, GET /viewer, GET /metrics, GET /openapi.json)`);
   await untilSignal();
   server.stop(true);
   await runtime.close();
