@@ -1,9 +1,10 @@
 import { Hono, type Context } from "hono";
 import { z } from "zod";
-import { ConfigError } from "../shared/errors.ts";
+import { AuthError, ConfigError, EdgeloopError } from "../shared/errors.ts";
 import { joinUrl, type FetchLike } from "../shared/inference/engine-http.ts";
 import { createRoutingPolicy, normaliseUrl, ReplicaPool, type ReplicaStatus } from "../shared/inference/replica-pool.ts";
 import type { RoutingPolicyName } from "../shared/inference/routing-policy.ts";
+import { bearerAuth, limitBody } from "./http-util.ts";
 
 /** Response header naming the replica that served a call. */
 export const REPLICA_HEADER = "x-edgeloop-replica";
@@ -26,6 +27,13 @@ export interface GatewayOptions {
   attemptTimeoutMs?: number;
   /** Web-standard fetch used to reach replicas (default `globalThis.fetch`). */
   fetch?: FetchLike;
+  /**
+   * When set, `/admin/*` needs `Authorization: Bearer <adminToken>` (compared
+   * in constant time; 401 otherwise). Proxied engine calls are not affected.
+   */
+  adminToken?: string | null;
+  /** Largest proxied request body in bytes (default 64 MiB; 413 above it). Admin bodies are capped at 64 KiB. */
+  maxBodyBytes?: number;
 }
 
 /** A gateway: its Hono app plus the controls the CLI and tests use. */
@@ -52,6 +60,7 @@ const GatewayOptionsSchema = z.object({
   healthIntervalMs: z.number().int().min(0).default(5_000),
   maxAttempts: z.number().int().min(1).default(3),
   attemptTimeoutMs: z.number().int().positive().optional(),
+  maxBodyBytes: z.number().int().positive().default(64 * 1024 * 1024),
 });
 
 const ReplicaBody = z.object({ url: z.url({ protocol: /^https?$/ }) });
@@ -72,7 +81,7 @@ const DROP_RESPONSE_HEADERS = ["connection", "content-length", "content-encoding
  * replica left it answers 503 `{"error":{"code":"no_available_workers",...}}`
  * (SMG's code, vLLM's nested shape, so the engine clients read it as unavailable).
  *
- * Admin API (unauthenticated; put it behind the deployment's auth):
+ * Admin API (bearer `adminToken` when one is set; otherwise put it behind the deployment's auth):
  * `GET /admin/replicas`, `POST /admin/replicas {"url"}`, `DELETE /admin/replicas {"url"}`.
  * `GET /health` is 200 while at least one replica is healthy, else 503.
  *
@@ -112,6 +121,14 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
   };
 
   const app = new Hono();
+  app.onError((err) => {
+    if (err instanceof EdgeloopError) {
+      return err.toResponse(err instanceof AuthError ? { "www-authenticate": 'Bearer realm="edgeloop-gateway"' } : {});
+    }
+    return Response.json({ error: { code: "internal", message: "internal error" } }, { status: 500 });
+  });
+  app.use("/admin/*", bearerAuth(options.adminToken ?? null), limitBody(64 * 1024));
+  app.use("*", limitBody(opts.maxBodyBytes));
 
   app.get("/health", (c) => {
     const healthy = pool.status().filter((r) => r.healthy).length;
@@ -131,6 +148,8 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
     const removed = pool.remove(body.data.url);
     return removed ? c.json({ replicas: pool.status() }) : c.json({ error: { code: "not_found", message: `no replica ${body.data.url}` } }, 404);
   });
+
+  app.all("/admin/*", (c) => c.json({ error: { code: "not_found", message: `no admin route ${c.req.method} ${c.req.path.slice(0, 200)}` } }, 404));
 
   app.all("*", async (c) => {
     if (opts.healthIntervalMs > 0 && Date.now() - lastHealthCheck >= opts.healthIntervalMs && !healthRun) {

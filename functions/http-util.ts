@@ -1,5 +1,21 @@
 import type { Context, MiddlewareHandler } from "hono";
+import { bodyLimit } from "hono/body-limit";
 import { AuthError, InputError } from "../shared/errors.ts";
+
+/**
+ * Middleware refusing request bodies over `maxBytes` with 413
+ * `{error: {code: "invalid_input", field: "body"}}` — by `content-length`
+ * when declared, else while the body streams in (never buffering more than
+ * the limit), so no endpoint reads an unbounded body.
+ */
+export function limitBody(maxBytes: number): MiddlewareHandler {
+  return bodyLimit({
+    maxSize: maxBytes,
+    onError: () => {
+      throw new InputError("body", `larger than ${maxBytes} bytes`, { status: 413 });
+    },
+  });
+}
 
 /**
  * Reads a JSON body of at most `maxBytes` bytes.

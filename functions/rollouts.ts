@@ -8,7 +8,7 @@ import { formatPrometheus, PROMETHEUS_CONTENT_TYPE } from "../shared/telemetry/p
 import { RolloutMetricsCollector } from "../shared/telemetry/rollout-metrics.ts";
 import { tokenPieces } from "../shared/telemetry/token-pieces.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../shared/tokens/tokenizer.ts";
-import { bearerAuth, readJson } from "./http-util.ts";
+import { bearerAuth, limitBody, readJson } from "./http-util.ts";
 import { mountViewer } from "./viewer/viewer-app.ts";
 
 /** Query of `GET /v1/groups`. */
@@ -73,6 +73,7 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
 
   app.onError((err, c) => errorResponse(err, c));
   app.notFound((c) => c.json({ error: { code: "not_found", message: `no route ${c.req.method} ${c.req.path}` } }, 404));
+  app.use("*", limitBody(maxBody));
   app.get("/health", (c) => c.json({ ok: true }));
   app.get("/openapi.json", (c) => c.json(openApiDocument()));
   const collector = new RolloutMetricsCollector(service);

@@ -4,7 +4,7 @@ import { parseToolResultCallback } from "../shared/session/tool-result-callback.
 import type { ToolResultDelivery } from "../shared/session/trajectory-session.ts";
 import { SIGNATURE_HEADER } from "../shared/tools/signature.ts";
 import { errorResponse } from "./rollouts.ts";
-import { bearerAuth } from "./http-util.ts";
+import { bearerAuth, limitBody } from "./http-util.ts";
 
 /** What the sessions function needs from a session host (in-process {@link SessionHost}, or a Durable Object namespace). */
 export interface SessionsBackend {
@@ -43,6 +43,8 @@ export function createSessionsApp(opts: SessionsAppOptions): Hono {
   const app = new Hono();
   const maxBody = opts.maxBodyBytes ?? 4 * 1024 * 1024;
   app.onError((err, c) => errorResponse(err, c));
+  app.notFound((c) => c.json({ error: { code: "not_found", message: `no route ${c.req.method} ${c.req.path.slice(0, 200)}` } }, 404));
+  app.use("/v1/sessions/*", limitBody(maxBody));
 
   app.post("/v1/sessions/:key/tool-results", async (c) => {
     const key = c.req.param("key");
