@@ -61,6 +61,8 @@ export interface BatchSummary {
  *   `decoded: {prompt: string[], response: string[]}`, the text of every token
  * - `GET /metrics` → Prometheus text (no auth, like `/health`)
  * - `GET /viewer` → the trajectory viewer page (reads the API above)
+ * - `GET /v1/queue` → `{mode, depth, in_flight, oldest_age_ms, workers?}`: jobs waiting, claimed
+ *   and the oldest one's age (queue mode), or this process's waiting and running trajectories (inline)
  * - `GET /v1/groups?max=K&block_ms=&consumer=&partition=` → complete groups for a trainer
  * - `POST /v1/groups/ack` `{delivery_ids, partition?}` → `{acked}`
  * - `GET /openapi.json`, `GET /health`
@@ -114,14 +116,16 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
     const body = await readJson(c, maxBody);
     const r = RolloutRequest.safeParse(body);
     if (!r.success) throw inputErrorFromZod("", r.error.issues);
-    const { batch_id, keys } = service.submit(r.data);
+    const { batch_id, keys } = await service.accept(r.data);
     return c.json({ batch_id, keys }, 202);
   });
 
-  app.get("/v1/rollouts/:batch_id", (c) => c.json(service.batch(c.req.param("batch_id")).stats()));
+  app.get("/v1/rollouts/:batch_id", async (c) => c.json((await service.lookup(c.req.param("batch_id"))).stats()));
 
-  app.get("/v1/rollouts/:batch_id/trajectories", (c) => {
-    const run = service.batch(c.req.param("batch_id"));
+  app.get("/v1/queue", async (c) => c.json(await service.queueStats()));
+
+  app.get("/v1/rollouts/:batch_id/trajectories", async (c) => {
+    const run = await service.lookup(c.req.param("batch_id"));
     const enc = new TextEncoder();
     const it = run.stream();
     const body = new ReadableStream<Uint8Array>({
@@ -196,6 +200,9 @@ export function openApiDocument(): Record<string, unknown> {
       "/v1/rollouts": {
         get: { summary: "Batches held in memory, newest first", responses: { "200": { description: "{batches: BatchSummary[]}" } } },
         post: { summary: "Submit a batch of dataset rows", requestBody: json(RolloutRequest), responses: { "202": { description: "accepted: {batch_id, keys}" }, "400": err, "401": err } },
+      },
+      "/v1/queue": {
+        get: { summary: "Job-queue depth, in-flight jobs and the oldest job's age (the autoscaler's signal)", responses: { "200": { description: "{mode, depth, in_flight, oldest_age_ms, workers?}" } } },
       },
       "/v1/rollouts/{batch_id}": { get: { summary: "Batch progress and metrics", responses: { "200": { description: "BatchStats" }, "404": err } } },
       "/v1/trajectories/{key}": {

@@ -1,6 +1,6 @@
 /**
  * The `edgeloop` command line (run as `npx edgeloop …` after `npm install`).
- * Subcommands: rollout, serve, inspect, sim-engine, gateway, tools, upstash-bridge.
+ * Subcommands: rollout, serve, worker, inspect, sim-engine, gateway, tools, upstash-bridge.
  * Every subcommand's flags are listed by `edgeloop <cmd> --help`.
  * With `OTEL_EXPORTER_OTLP_ENDPOINT` set, spans go to that OTLP/HTTP collector
  * (flushed when the command ends).
@@ -66,8 +66,24 @@ configFlags(
     .command("serve")
     .description("serve the HTTP API (rollouts, groups, openapi) on one port")
     .option("--port <port>", "port", int("--port"), 8787)
-    .option("--host <host>", "address to bind", "127.0.0.1"),
+    .option("--host <host>", "address to bind", "127.0.0.1")
+    .addOption(
+      new Option("--jobs <mode>", "queue: POST /v1/rollouts enqueues jobs for `edgeloop worker` (default with a Redis/Upstash store); inline: run batches in this process").choices([
+        "inline",
+        "queue",
+      ]),
+    )
+    .option("--max-pending <n>", "queue mode: answer 503 + Retry-After when more jobs than this would be waiting", int("--max-pending")),
 ).action(async (opts) => (await import("./serve-command.ts")).serveCommand(opts));
+
+configFlags(
+  program
+    .command("worker")
+    .description("claim trajectory jobs from the store's Redis (enqueued by `serve` in queue mode), run them, exit when idle")
+    .option("--idle-exit <seconds>", "exit after this many seconds without a job (scale to zero)", Number)
+    .option("--lease <seconds>", "seconds without a heartbeat before another worker reclaims a job (default 30)", Number)
+    .option("--consumer <name>", "consumer name in the workers group (default <host>-<pid>-<random>)"),
+).action(async (opts) => (await import("./worker-command.ts")).workerCommand(opts));
 
 program
   .command("inspect")

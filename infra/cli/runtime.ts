@@ -12,7 +12,9 @@ import { SessionHost } from "../../shared/session/session-host.ts";
 import { sessionCompletingQueue } from "../../shared/session/session-queue.ts";
 import { UpstashCommander } from "../../shared/store/upstash-transfer-queue.ts";
 import { IoRedisCommander } from "../redis/ioredis-commander.ts";
-import { RolloutService } from "../../shared/rollout/service.ts";
+import { RolloutService, type ExecutorFactory } from "../../shared/rollout/service.ts";
+import { JobQueue, type JobQueueOptions } from "../../shared/jobs/job-queue.ts";
+import type { RedisCommander } from "../../shared/store/redis-commander.ts";
 import { MemoryTransferQueue } from "../../shared/store/memory-transfer-queue.ts";
 import type { TransferQueue } from "../../shared/store/types.ts";
 import { createUpstashTransferQueue } from "../../shared/store/upstash-transfer-queue.ts";
@@ -46,6 +48,12 @@ export interface Runtime {
    * served by `functions/sessions.ts`.
    */
   sessions: SessionHost | null;
+  /** The job queue (a Redis or Upstash store), or null for the memory store. */
+  jobs: JobQueue | null;
+  /** The transfer queue batches write through (for sessions: records written once, then the session marked done). */
+  batchStore: TransferQueue;
+  /** Builds a batch's executor (durable sessions with a Redis store): what workers run jobs with. */
+  executorFor: ExecutorFactory;
   /** One line per component, for the start-up banner. */
   describe: string[];
   /** Stops what the runtime started (tool server, sim replicas, store connections). */
@@ -56,6 +64,14 @@ export interface Runtime {
 export interface RuntimeHooks {
   /** Wraps the transfer queue batches write to (e.g. to log writes). */
   wrapStore?: (q: TransferQueue) => TransferQueue;
+  /**
+   * `queue`: `POST /v1/rollouts` enqueues jobs for `edgeloop worker`
+   * processes instead of running them here (needs a Redis or Upstash store);
+   * `auto`: queue with such a store, inline with the memory store. Default `inline`.
+   */
+  jobs?: "inline" | "queue" | "auto";
+  /** Options of the job queue (lease, max pending). */
+  jobQueue?: Omit<JobQueueOptions, "prefix">;
 }
 
 /**
@@ -103,19 +119,30 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       tools,
       reward: { ...(config.reward.url ? { webhook: { url: config.reward.url, timeout_ms: 30_000, max_retries: 2 } } : {}), ...(config.tools.secret ? { secret: config.tools.secret } : {}) },
     };
-    const storage = buildSessionStorage(config, closers);
+    const built = buildSessionStorage(config, closers);
+    const storage = built?.storage ?? null;
     let service: RolloutService;
     let sessions: SessionHost | null = null;
-    if (storage) {
+    let batchStore: TransferQueue;
+    let executorFor: ExecutorFactory;
+    let jobs: JobQueue | null = null;
+    if (storage && built) {
       const host = new SessionHost({ storage, createLoop: sessionLoopFactory(deps) });
       closers.push(async () => host.close());
       sessions = host;
-      const batchStore = sessionCompletingQueue(hooks.wrapStore ? hooks.wrapStore(store) : store, storage, host);
-      service = new RolloutService({ config, store: batchStore, executorFor: (rollout, batch) => createSessionExecutor(deps, host, store, rollout, batch) });
+      batchStore = sessionCompletingQueue(hooks.wrapStore ? hooks.wrapStore(store) : store, storage, host);
+      executorFor = (rollout, batch) => createSessionExecutor(deps, host, store, rollout, batch);
+      jobs = new JobQueue(built.commander, { prefix: config.store.prefix, ...hooks.jobQueue });
+      const queued = hooks.jobs === "queue" || hooks.jobs === "auto";
+      service = new RolloutService({ config, store: batchStore, executorFor, ...(queued ? { jobs } : {}) });
+      closers.push(async () => service.close());
       describe.push(`sessions   durable, checkpoints in ${config.store.url === "upstash" ? "Upstash" : "Redis"} (${config.store.prefix ?? "edgeloop:"}session:<key>)`);
+      if (queued) describe.push(`jobs       queue: batches become jobs in ${jobs.stream}; run \`edgeloop worker\` with the same --store to process them`);
     } else {
-      const batchStore = hooks.wrapStore ? hooks.wrapStore(store) : store;
-      service = new RolloutService({ config, store: batchStore, executorFor: (rollout, batch) => createAgentExecutor(deps, rollout, batch) });
+      if (hooks.jobs === "queue") throw new ConfigError("store.url", "the job queue needs a Redis or Upstash store (--store redis://host:port); the memory store runs batches in-process");
+      batchStore = hooks.wrapStore ? hooks.wrapStore(store) : store;
+      executorFor = (rollout, batch) => createAgentExecutor(deps, rollout, batch);
+      service = new RolloutService({ config, store: batchStore, executorFor });
     }
     return {
       config,
@@ -123,6 +150,9 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       store,
       client,
       sessions,
+      jobs,
+      batchStore,
+      executorFor,
       describe,
       async close() {
         for (const c of closers.reverse()) await c().catch(() => {});
@@ -182,8 +212,8 @@ async function buildTools(config: AppConfig, closers: (() => Promise<void>)[], d
   return new WebhookToolClient(file.tools, { secret });
 }
 
-/** Session storage in the store's Redis (its own connection), or null for the memory store (no durable sessions). */
-function buildSessionStorage(config: AppConfig, closers: (() => Promise<void>)[]): RedisSessionStorage | null {
+/** Session storage in the store's Redis (its own connection, shared with the job queue), or null for the memory store (no durable sessions). */
+function buildSessionStorage(config: AppConfig, closers: (() => Promise<void>)[]): { storage: RedisSessionStorage; commander: RedisCommander } | null {
   const url = config.store.url;
   if (url === "memory") return null;
   const commander =
@@ -191,7 +221,7 @@ function buildSessionStorage(config: AppConfig, closers: (() => Promise<void>)[]
       ? new UpstashCommander({ url: process.env.UPSTASH_REDIS_REST_URL!, token: process.env.UPSTASH_REDIS_REST_TOKEN! })
       : new IoRedisCommander(url);
   closers.push(() => commander.close());
-  return new RedisSessionStorage(commander, { prefix: config.store.prefix });
+  return { storage: new RedisSessionStorage(commander, { prefix: config.store.prefix }), commander };
 }
 
 function buildStore(config: AppConfig): TransferQueue {

@@ -9,10 +9,12 @@ import { untilSignal } from "./engine-commands.ts";
 /**
  * `edgeloop serve --port P …`: the HTTP API on one port (rollouts, groups,
  * trajectories, session callbacks, /metrics, /viewer, openapi). Bearer auth
- * on `/v1/*` when `EDGELOOP_API_TOKEN` is set.
+ * on `/v1/*` when `EDGELOOP_API_TOKEN` is set. With a Redis or Upstash store
+ * batches are enqueued for `edgeloop worker` processes (`--jobs inline` runs
+ * them here instead).
  */
-export async function serveCommand(flags: ConfigFlags & { port: number; host: string }): Promise<void> {
-  const runtime = await buildRuntime(flags);
+export async function serveCommand(flags: ConfigFlags & { port: number; host: string; jobs?: "inline" | "queue"; maxPending?: number }): Promise<void> {
+  const runtime = await buildRuntime(flags, { jobs: flags.jobs ?? "auto", ...(flags.maxPending ? { jobQueue: { maxPending: flags.maxPending } } : {}) });
   const rollouts = createRolloutsApp({
     service: runtime.service,
     apiToken: process.env.EDGELOOP_API_TOKEN || null,
@@ -32,5 +34,6 @@ export async function serveCommand(flags: ConfigFlags & { port: number; host: st
   console.log(`edgeloop serving on http://${flags.host}:${server.port} (POST /v1/rollouts, GET /viewer, GET /metrics, GET /openapi.json)`);
   await untilSignal();
   server.stop(true);
+  runtime.service.close();
   await runtime.close();
 }

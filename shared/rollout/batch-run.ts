@@ -43,6 +43,16 @@ export interface BatchStats extends BatchMetrics {
   finished_at: number | null;
 }
 
+/**
+ * Thrown by an executor when the trajectory is no longer this run's to
+ * finish (another worker took its session over: the session's step fence
+ * refused a commit). The batch stores nothing for it and counts it in
+ * {@link BatchRun.abandoned}; the new owner writes the record.
+ */
+export class TrajectoryAbandonedError extends Error {
+  override name = "TrajectoryAbandonedError";
+}
+
 /** Options of a {@link BatchRun}. */
 export interface BatchRunOptions {
   executor: TrajectoryExecutor;
@@ -54,6 +64,14 @@ export interface BatchRunOptions {
   onRecord?: (r: TrajectoryRecord) => void;
   /** Clock in milliseconds (tests). */
   now?: () => number;
+  /**
+   * The trajectories run elsewhere (job-queue workers): `run()` executes
+   * nothing and resolves once {@link BatchRun.observe} has counted a record
+   * for every key.
+   */
+  external?: boolean;
+  /** Start time (epoch ms) to report instead of now (a batch rebuilt from the store). */
+  startedAt?: number;
 }
 
 /**
@@ -73,6 +91,10 @@ export class BatchRun {
   private readonly queue: TransferQueue;
   private rewardSum = 0;
   private donePromise: Promise<void> | null = null;
+  private readonly seen = new Set<string>();
+  private allObserved: (() => void) | null = null;
+  /** Trajectories given up because another owner took them over (nothing stored for them here). */
+  abandoned = 0;
 
   constructor(plan: BatchPlan, opts: BatchRunOptions) {
     this.plan = plan;
@@ -90,15 +112,56 @@ export class BatchRun {
       tool_errors: 0,
       reward: { count: 0, mean: null, min: null, max: null },
       errors: [],
-      started_at: (opts.now ?? Date.now)(),
+      started_at: opts.startedAt ?? (opts.now ?? Date.now)(),
       finished_at: null,
     };
   }
 
   /** Starts the batch (once) and resolves when every trajectory is stored. */
   run(): Promise<void> {
+    if (this.opts.external) {
+      this.donePromise ??= this.s.done ? Promise.resolve() : new Promise<void>((resolve) => (this.allObserved = resolve));
+      return this.donePromise;
+    }
     this.donePromise ??= this.execute();
     return this.donePromise;
+  }
+
+  /**
+   * Counts a record stored by another process (external batches): progress,
+   * metrics and the NDJSON stream see it as if this run had produced it.
+   * Returns false for a key already counted (completion events are
+   * at-least-once). The batch is done once every key is counted.
+   */
+  observe(r: TrajectoryRecord): boolean {
+    if (this.seen.has(r.key) || this.s.done) return false;
+    this.seen.add(r.key);
+    if (this.s.counts.pending > 0) this.s.counts.pending--;
+    this.count(r);
+    this.finished.push(r);
+    this.opts.onRecord?.(r);
+    if (this.finished.length >= this.s.counts.total) {
+      this.s.counts.running = 0;
+      this.s.done = true;
+      this.s.finished_at = (this.opts.now ?? Date.now)();
+      this.allObserved?.();
+      this.donePromise ??= Promise.resolve();
+    }
+    this.wake();
+    return true;
+  }
+
+  /** Sets how many of the uncounted trajectories are running elsewhere (external batches; the rest are pending). */
+  setRunning(n: number): void {
+    if (this.s.done) return;
+    const open = this.s.counts.total - this.finished.length;
+    this.s.counts.running = Math.max(0, Math.min(n, open));
+    this.s.counts.pending = open - this.s.counts.running;
+  }
+
+  /** Keys counted so far (external batches). */
+  observedKeys(): ReadonlySet<string> {
+    return this.seen;
   }
 
   /** A snapshot of the progress figures and metrics. */
@@ -141,16 +204,24 @@ export class BatchRun {
     const attrs = { [SpanAttr.key]: t.key, [SpanAttr.uid]: t.uid, [SpanAttr.sessionId]: t.session_id, [SpanAttr.batchId]: this.plan.batch_id };
     await withSpan("agent_loop.run", attrs, async (span) => {
       let records: TrajectoryRecord[];
+      let abandoned = false;
       let agentName = t.row ? this.opts.executor.agentNameFor(t) : "unknown";
       try {
         if (t.row_error) throw new Error(t.row_error);
-        const res = await this.opts.executor.run(t, this.plan);
+        const res = await this.opts.executor.run(t, this.plan).catch((e: unknown) => {
+          if (e instanceof TrajectoryAbandonedError) abandoned = true;
+          throw e;
+        });
         agentName = res.agentName;
         if (res.toolLatenciesMs?.length) this.metrics.addToolLatencies(res.toolLatenciesMs.map((ms) => ms / 1000));
         if (res.outputs.length === 0) throw new Error(`agent loop '${agentName}' returned no output`);
         records = res.outputs.map((o, i) => toTrajectoryRecord(t, agentName, o, this.opts.rollout, i));
       } catch (e) {
         records = [failedRecord(t, agentName, errorText(e))];
+      }
+      if (abandoned) {
+        this.abandoned++;
+        return;
       }
       span.setAttribute(SpanAttr.agentName, agentName);
       const r0 = records[0]!;

@@ -2,11 +2,18 @@ import { ConfigError, NotFoundError } from "../errors.ts";
 import { AppConfig, mergeConfig, parseAppConfig } from "../config/app-config.ts";
 import type { RolloutConfig, TrajectoryRecord } from "../schema/index.ts";
 import type { TransferQueue } from "../store/types.ts";
-import { planBatch, type RolloutRequest } from "./batch.ts";
+import { followBatch } from "../jobs/batch-follower.ts";
+import type { BatchSpec, JobQueue, QueueStats } from "../jobs/job-queue.ts";
+import { failedRecord, planBatch, type BatchPlan, type PlannedTrajectory, type RolloutRequest } from "./batch.ts";
 import { BatchRun, type TrajectoryExecutor } from "./batch-run.ts";
 
 /** Builds the executor for a batch's effective rollout config (per-batch overrides applied). */
 export type ExecutorFactory = (rollout: RolloutConfig, batch: { model_version: string | number | null; validate: boolean }) => TrajectoryExecutor;
+
+const NO_EXECUTOR: TrajectoryExecutor = {
+  agentNameFor: () => "unknown",
+  run: () => Promise.reject(new Error("this batch runs in worker processes")),
+};
 
 /** Options of a {@link RolloutService}. */
 export interface RolloutServiceOptions {
@@ -16,6 +23,14 @@ export interface RolloutServiceOptions {
   /** Batches kept in memory for progress queries (oldest finished ones are dropped first). */
   maxBatches?: number;
   onRecord?: (r: TrajectoryRecord) => void;
+  /**
+   * Queue mode: batches are enqueued as jobs (one per trajectory) for
+   * `edgeloop worker` processes instead of run here; progress is derived
+   * from the batch's completion stream and the transfer queue.
+   */
+  jobs?: JobQueue;
+  /** Milliseconds between progress polls of a queued batch (default 200). */
+  followPollMs?: number;
 }
 
 /**
@@ -28,11 +43,124 @@ export class RolloutService {
   readonly store: TransferQueue;
   private readonly opts: RolloutServiceOptions;
   private readonly batches = new Map<string, BatchRun>();
+  private readonly followers = new Map<string, () => void>();
+  /** Set in queue mode: where batches go. */
+  readonly jobs: JobQueue | null;
 
   constructor(opts: RolloutServiceOptions) {
     this.opts = opts;
     this.config = opts.config;
     this.store = opts.store;
+    this.jobs = opts.jobs ?? null;
+  }
+
+  /**
+   * Accepts a batch: {@link submit} (run here) in inline mode, {@link enqueue} in queue mode.
+   * @throws ConfigError (400); StoreError (503) when the job queue is full or Redis refuses.
+   */
+  async accept(req: RolloutRequest): Promise<{ batch_id: string; keys: string[]; run: BatchRun }> {
+    return this.jobs ? this.enqueue(req) : this.submit(req);
+  }
+
+  /**
+   * Queue mode: plans the batch, registers its groups, records rows that
+   * failed validation, and enqueues one job per other trajectory; resolves
+   * once everything is written (not run). The returned run counts records
+   * as workers store them.
+   * @throws ConfigError (400); StoreError (503, nothing enqueued) when the queue is full or Redis refuses.
+   */
+  async enqueue(req: RolloutRequest): Promise<{ batch_id: string; keys: string[]; run: BatchRun }> {
+    const jobs = this.jobs;
+    if (!jobs) throw new ConfigError("jobs", "queue mode needs a job queue (a Redis or Upstash store)");
+    const cfg = this.effectiveConfig(req);
+    const plan = planBatch(req, cfg.rollout);
+    const runnable = plan.trajectories.filter((t) => !t.row_error);
+    await jobs.reserve(runnable.length);
+    const mode = plan.validate ? "val" : "train";
+    for (const [uid, n] of plan.groups) await this.store.expectGroup(uid, n, mode);
+    const spec: BatchSpec = {
+      batch_id: plan.batch_id,
+      validate: plan.validate,
+      global_steps: plan.global_steps,
+      model_version: plan.model_version,
+      rollout: cfg.rollout,
+      total: plan.trajectories.length,
+      started_at: Date.now(),
+    };
+    const keys = plan.trajectories.map((t) => t.key);
+    await jobs.submit(spec, keys, runnable);
+    const run = this.follow(plan, spec.started_at);
+    for (const t of plan.trajectories.filter((x) => x.row_error)) {
+      const rec = failedRecord(t, t.row ? (t.row.agent_name ?? cfg.rollout.agent.default_agent_loop) : "unknown", t.row_error!);
+      await this.store.markFailed(rec.key, rec.error!, { agent_name: rec.agent_name, data_source: rec.data_source, extra_fields: rec.extra_fields });
+      await jobs.completed(plan.batch_id, t.key);
+    }
+    return { batch_id: plan.batch_id, keys, run };
+  }
+
+  /**
+   * A batch by id: the one held in memory, or — in queue mode — one rebuilt
+   * from its stored spec and completion stream (a batch submitted to another
+   * API process, or before a restart).
+   * @throws NotFoundError (404) for an unknown batch id.
+   */
+  async lookup(id: string): Promise<BatchRun> {
+    const b = this.batches.get(id);
+    if (b || !this.jobs) return this.batch(id);
+    if (!/^[0-9a-f-]{36}$/.test(id)) return this.batch(id);
+    const stored = await this.jobs.batch(id);
+    if (!stored) return this.batch(id);
+    const again = this.batches.get(id);
+    if (again) return again;
+    const { spec, keys } = stored;
+    const trajectories = keys.map((key) => {
+      const m = /^(.*)_(\d+)_\d+$/.exec(key)!;
+      return { key, uid: m[1]!, session_id: Number(m[2]), row_index: -1, row: null, row_error: null, group_size: 0, trajectory_info: { step: spec.global_steps, sample_index: -1, rollout_n: Number(m[2]), validate: spec.validate } } satisfies PlannedTrajectory;
+    });
+    return this.follow({ batch_id: id, validate: spec.validate, global_steps: spec.global_steps, model_version: spec.model_version, trajectories, groups: new Map() }, spec.started_at);
+  }
+
+  /** `GET /v1/queue`: the job queue's figures, or (inline mode) the trajectories waiting and running in this process. */
+  async queueStats(): Promise<QueueStats> {
+    if (this.jobs) return this.jobs.stats();
+    let depth = 0;
+    let inFlight = 0;
+    let oldest = Infinity;
+    for (const b of this.batches.values()) {
+      const s = b.stats();
+      if (s.done) continue;
+      depth += s.counts.pending;
+      inFlight += s.counts.running;
+      oldest = Math.min(oldest, s.started_at);
+    }
+    return { mode: "inline", depth, in_flight: inFlight, oldest_age_ms: oldest === Infinity ? 0 : Math.max(0, Date.now() - oldest) };
+  }
+
+  /** Stops following queued batches (the API process is shutting down). */
+  close(): void {
+    for (const stop of this.followers.values()) stop();
+    this.followers.clear();
+  }
+
+  private follow(plan: BatchPlan, startedAt: number): BatchRun {
+    const jobs = this.jobs!;
+    const run = new BatchRun(plan, { executor: NO_EXECUTOR, store: this.store, rollout: this.config.rollout, concurrency: 1, external: true, startedAt, onRecord: this.opts.onRecord });
+    this.remember(plan.batch_id, run);
+    const stop = followBatch(run, jobs, this.store, { pollMs: this.opts.followPollMs, started: (keys) => jobs.sessionsStarted(keys) });
+    this.followers.set(plan.batch_id, stop);
+    void run.run().then(() => {
+      stop();
+      this.followers.delete(plan.batch_id);
+    });
+    return run;
+  }
+
+  private effectiveConfig(req: RolloutRequest): AppConfig {
+    if (req.config) {
+      const extra = Object.keys(req.config).filter((k) => k !== "rollout");
+      if (extra.length) throw new ConfigError(extra[0]!, "only the rollout section can be set per batch");
+    }
+    return req.config ? parseAppConfig(mergeConfig(this.config, req.config), "request config") : this.config;
   }
 
   /**
@@ -40,11 +168,7 @@ export class RolloutService {
    * @throws ConfigError (400) when `config` overrides anything but `rollout`, or an invalid value.
    */
   submit(req: RolloutRequest): { batch_id: string; keys: string[]; run: BatchRun } {
-    if (req.config) {
-      const extra = Object.keys(req.config).filter((k) => k !== "rollout");
-      if (extra.length) throw new ConfigError(extra[0]!, "only the rollout section can be set per batch");
-    }
-    const cfg = req.config ? parseAppConfig(mergeConfig(this.config, req.config), "request config") : this.config;
+    const cfg = this.effectiveConfig(req);
     const plan = planBatch(req, cfg.rollout);
     const executor = this.opts.executorFor(cfg.rollout, { model_version: req.model_version, validate: req.validate });
     const run = new BatchRun(plan, {
@@ -76,7 +200,11 @@ export class RolloutService {
     const max = this.opts.maxBatches ?? 1000;
     for (const [k, b] of this.batches) {
       if (this.batches.size <= max) break;
-      if (b.stats().done) this.batches.delete(k);
+      if (b.stats().done) {
+        this.batches.delete(k);
+        this.followers.get(k)?.();
+        this.followers.delete(k);
+      }
     }
   }
 }

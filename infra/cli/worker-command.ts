@@ -1,0 +1,57 @@
+import { hostname } from "node:os";
+import { ConfigError } from "../../shared/errors.ts";
+import { JobWorker } from "../../shared/jobs/job-worker.ts";
+import type { ConfigFlags } from "./flags.ts";
+import { buildRuntime } from "./runtime.ts";
+
+/** Flags of `edgeloop worker`: the config flags plus the worker's own. */
+export interface WorkerFlags extends ConfigFlags {
+  /** Exit after this many seconds with no job (scale to zero); absent: run until SIGINT/SIGTERM. */
+  idleExit?: number;
+  /** Seconds a claimed job may go without a heartbeat before another worker reclaims it (default 30). */
+  lease?: number;
+  /** Consumer name in the `workers` group (default `<host>-<pid>-<random>`). */
+  consumer?: string;
+}
+
+/**
+ * `edgeloop worker [--concurrency C] [--idle-exit S] …`: claims trajectory
+ * jobs that `edgeloop serve` (queue mode) enqueued in the store's Redis,
+ * runs their durable sessions (resuming from checkpoints), stores the
+ * records, acknowledges the jobs, and exits when idle for `--idle-exit`
+ * seconds. SIGINT/SIGTERM stop claiming and let running jobs finish. Prints
+ * a JSON summary line on exit.
+ * @throws ConfigError with the memory store (workers need a shared Redis).
+ */
+export async function workerCommand(flags: WorkerFlags): Promise<void> {
+  if (!flags.store && !flags.config) throw new ConfigError("store.url", "edgeloop worker needs a shared store: pass --store redis://host:port (or upstash), the same as edgeloop serve");
+  const runtime = await buildRuntime(flags, flags.lease ? { jobQueue: { leaseMs: Math.round(flags.lease * 1000) } } : {});
+  try {
+    if (!runtime.jobs) throw new ConfigError("store.url", "edgeloop worker needs a Redis or Upstash store (--store redis://host:port), the same as edgeloop serve");
+    const consumer = flags.consumer ?? `${hostname()}-${process.pid}-${crypto.randomUUID().slice(0, 6)}`;
+    const worker = new JobWorker({
+      jobs: runtime.jobs,
+      store: runtime.batchStore,
+      executorFor: runtime.executorFor,
+      consumer,
+      concurrency: runtime.config.concurrency,
+      idleExitMs: flags.idleExit === undefined ? null : Math.round(flags.idleExit * 1000),
+      log: (line) => console.error(line),
+    });
+    for (const line of runtime.describe) console.error(line);
+    console.error(
+      `worker     ${consumer}: ${runtime.config.concurrency} jobs at once from ${runtime.jobs.stream}, lease ${runtime.jobs.leaseMs} ms` +
+        (flags.idleExit === undefined ? "" : `, exits after ${flags.idleExit} s idle`),
+    );
+    const onSignal = () => worker.stop();
+    process.once("SIGINT", onSignal);
+    process.once("SIGTERM", onSignal);
+    const summary = await worker.run();
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
+    await runtime.jobs.forgetConsumer(consumer).catch(() => {});
+    console.log(JSON.stringify({ consumer, ...summary }));
+  } finally {
+    await runtime.close();
+  }
+}

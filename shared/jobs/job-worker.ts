@@ -1,0 +1,224 @@
+import { ConflictError } from "../errors.ts";
+import type { BatchPlan } from "../rollout/batch.ts";
+import { BatchRun, TrajectoryAbandonedError, type TrajectoryExecutor } from "../rollout/batch-run.ts";
+import type { ExecutorFactory } from "../rollout/service.ts";
+import type { TransferQueue } from "../store/types.ts";
+import type { BatchSpec, Job, JobQueue } from "./job-queue.ts";
+
+/** Options of a {@link JobWorker}. */
+export interface JobWorkerOptions {
+  jobs: JobQueue;
+  /** Where records go: the session-completing transfer queue (records written once, sessions then marked done). */
+  store: TransferQueue;
+  /** The executor of a batch (durable sessions: `createSessionExecutor`, which resumes from checkpoints). */
+  executorFor: ExecutorFactory;
+  /** This worker's consumer name in the group (unique per process). */
+  consumer: string;
+  /** Jobs run at once. */
+  concurrency: number;
+  /** Exit after this many milliseconds with nothing claimed and nothing running (null: run until stopped). */
+  idleExitMs?: number | null;
+  /** Longest XREADGROUP block, milliseconds (default 1000). */
+  blockMs?: number;
+  /** A job delivered more often than this is failed with a recorded reason instead of run again (default 5). */
+  maxDeliveries?: number;
+  /** One line per notable event (claims after a reclaim, retries, exits). */
+  log?: (line: string) => void;
+}
+
+/** What a worker did, when {@link JobWorker.run} returns. */
+export interface WorkerSummary {
+  claimed: number;
+  /** Jobs whose record was stored (or found stored) and that were acknowledged. */
+  completed: number;
+  /** Of those, records with an error. */
+  failed: number;
+  /** Jobs claimed from a dead worker (delivered more than once). */
+  reclaimed: number;
+  /** Jobs given up because another worker took their session over (not acknowledged here). */
+  abandoned: number;
+  /** Why the loop ended: `idle` (scale to zero) or `stopped`. */
+  exit: "idle" | "stopped";
+}
+
+/**
+ * A job-queue worker (DESIGN §4.6): claims jobs (its own consumer in the
+ * `workers` group; a dead worker's jobs come back by XAUTOCLAIM after the
+ * lease), runs each trajectory's durable session through a one-trajectory
+ * {@link BatchRun} (record conversion, validation, store write with retries,
+ * spans — exactly what the inline path does), emits the completion event and
+ * acknowledges. Heartbeats keep running jobs from being reclaimed. A job is
+ * acknowledged only after its record is stored, so a crash at any point
+ * leaves it to be reclaimed and resumed from its checkpoint; the session's
+ * step fence and the queue's put-once make a record appear exactly once.
+ * Redis trouble (connection loss) is retried with backoff. Runtime-free.
+ */
+export class JobWorker {
+  private readonly opts: JobWorkerOptions;
+  private readonly inflight = new Map<string, Promise<void>>();
+  private readonly specs = new Map<string, Promise<BatchSpec | null>>();
+  private stopped = false;
+  private readonly summary: WorkerSummary = { claimed: 0, completed: 0, failed: 0, reclaimed: 0, abandoned: 0, exit: "stopped" };
+
+  constructor(opts: JobWorkerOptions) {
+    this.opts = opts;
+  }
+
+  /** Jobs running now. */
+  get running(): number {
+    return this.inflight.size;
+  }
+
+  /** Claims and runs jobs until idle for `idleExitMs` or {@link stop}; waits for running jobs before resolving. */
+  async run(): Promise<WorkerSummary> {
+    const { jobs, consumer, concurrency } = this.opts;
+    const blockMs = this.opts.blockMs ?? 1000;
+    const beat = setInterval(() => {
+      if (this.inflight.size) jobs.heartbeat(consumer, [...this.inflight.keys()]).catch((e) => this.log(`heartbeat failed: ${message(e)}`));
+    }, Math.max(50, Math.floor(jobs.leaseMs / 3)));
+    let lastBusy = Date.now();
+    let backoff = 100;
+    try {
+      while (!this.stopped) {
+        if (this.inflight.size >= concurrency) {
+          await Promise.race(this.inflight.values());
+          continue;
+        }
+        if (this.inflight.size > 0) lastBusy = Date.now();
+        const idleMs = this.opts.idleExitMs;
+        if (idleMs != null && this.inflight.size === 0 && Date.now() - lastBusy >= idleMs) {
+          this.summary.exit = "idle";
+          break;
+        }
+        let claimed: Job[];
+        try {
+          const wait = idleMs != null && this.inflight.size === 0 ? Math.min(blockMs, Math.max(1, idleMs - (Date.now() - lastBusy))) : blockMs;
+          claimed = await jobs.claim(consumer, concurrency - this.inflight.size, this.inflight.size ? Math.min(wait, 200) : wait);
+          backoff = 100;
+        } catch (e) {
+          this.log(`claim failed (${message(e)}); retrying in ${backoff} ms`);
+          await sleep(backoff);
+          backoff = Math.min(backoff * 2, 5_000);
+          continue;
+        }
+        for (const job of claimed) {
+          if (this.inflight.has(job.id)) continue;
+          lastBusy = Date.now();
+          this.summary.claimed++;
+          if (job.deliveries > 1) {
+            this.summary.reclaimed++;
+            this.log(`reclaimed ${job.trajectory.key} (delivery ${job.deliveries})`);
+          }
+          const p = this.runJob(job)
+            .catch((e) => this.log(`job ${job.trajectory.key} left for a retry: ${message(e)}`))
+            .finally(() => this.inflight.delete(job.id));
+          this.inflight.set(job.id, p);
+        }
+      }
+      await Promise.all(this.inflight.values());
+    } finally {
+      clearInterval(beat);
+    }
+    return { ...this.summary };
+  }
+
+  /** Stops claiming; {@link run} resolves once the running jobs are done. */
+  stop(): void {
+    this.stopped = true;
+  }
+
+  private async runJob(job: Job): Promise<void> {
+    const { jobs, store } = this.opts;
+    const t = job.trajectory;
+    const spec = await this.spec(job.batch_id);
+    if (!spec) {
+      // The batch expired or was never stored: nothing can run it.
+      await jobs.ack([job.id]);
+      return;
+    }
+    const max = this.opts.maxDeliveries ?? 5;
+    if (job.deliveries > max) {
+      await store.markFailed(t.key, `job failed: delivered ${job.deliveries} times without completing (worker crashes?)`, {
+        agent_name: t.row?.agent_name ?? spec.rollout.agent.default_agent_loop,
+        data_source: t.row?.data_source ?? "unknown",
+        extra_fields: { trajectory_info: t.trajectory_info },
+      });
+      await this.finish(job, true);
+      return;
+    }
+    const plan: BatchPlan = {
+      batch_id: spec.batch_id,
+      validate: spec.validate,
+      global_steps: spec.global_steps,
+      model_version: spec.model_version,
+      trajectories: [t],
+      groups: new Map([[t.uid, t.group_size]]),
+    };
+    const executor = abandonOnConflict(this.opts.executorFor(spec.rollout, { model_version: spec.model_version, validate: spec.validate }));
+    const run = new BatchRun(plan, { executor, store, rollout: spec.rollout, concurrency: 1 });
+    await run.run();
+    if (run.abandoned) {
+      this.summary.abandoned++;
+      this.log(`${t.key} was taken over by another worker`);
+      return;
+    }
+    const rec = run.records()[0];
+    if (!rec) return;
+    if (rec.error?.startsWith("transfer queue write failed")) throw new Error(rec.error);
+    await this.finish(job, rec.error !== null);
+  }
+
+  private async finish(job: Job, failed: boolean): Promise<void> {
+    await retry(() => this.opts.jobs.completed(job.batch_id, job.trajectory.key));
+    await retry(() => this.opts.jobs.ack([job.id]));
+    this.summary.completed++;
+    if (failed) this.summary.failed++;
+  }
+
+  private spec(batchId: string): Promise<BatchSpec | null> {
+    let p = this.specs.get(batchId);
+    if (!p) {
+      p = retry(() => this.opts.jobs.batch(batchId)).then((b) => b?.spec ?? null);
+      p.catch(() => this.specs.delete(batchId));
+      if (this.specs.size > 256) this.specs.clear();
+      this.specs.set(batchId, p);
+    }
+    return p;
+  }
+
+  private log(line: string): void {
+    this.opts.log?.(`[${this.opts.consumer}] ${line}`);
+  }
+}
+
+/** Maps the session fence's ConflictError (another owner committed a newer step) to {@link TrajectoryAbandonedError}. */
+function abandonOnConflict(ex: TrajectoryExecutor): TrajectoryExecutor {
+  return {
+    agentNameFor: (t) => ex.agentNameFor(t),
+    run: (t, plan) =>
+      ex.run(t, plan).catch((e: unknown) => {
+        if (e instanceof ConflictError) throw new TrajectoryAbandonedError(e.message);
+        throw e;
+      }),
+  };
+}
+
+/** Retries a Redis operation on retryable failures (connection loss): 5 attempts, 100 ms × 3ⁱ backoff. */
+async function retry<T>(fn: () => Promise<T>): Promise<T> {
+  for (let i = 0; ; i++) {
+    try {
+      return await fn();
+    } catch (e) {
+      if (i >= 4 || (e as { retryable?: boolean }).retryable === false) throw e;
+      await sleep(100 * 3 ** i);
+    }
+  }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+function message(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
+}

@@ -1,0 +1,170 @@
+import { afterAll, describe, expect, test } from "bun:test";
+import { IoRedisCommander } from "../../infra/redis/ioredis-commander.ts";
+import { parseAppConfig } from "../../shared/config/app-config.ts";
+import { ConflictError, StoreError } from "../../shared/errors.ts";
+import { JobQueue, type BatchSpec } from "../../shared/jobs/job-queue.ts";
+import { JobWorker } from "../../shared/jobs/job-worker.ts";
+import { planBatch, RolloutRequest, type PlannedTrajectory } from "../../shared/rollout/batch.ts";
+import type { TrajectoryExecutor } from "../../shared/rollout/batch-run.ts";
+import { RolloutService } from "../../shared/rollout/service.ts";
+import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue.ts";
+import type { AgentLoopOutput } from "../../shared/schema/index.ts";
+import { deleteByPrefix, randomPrefix, rawRedis, requireRedis } from "../helpers/redis.ts";
+
+const redis = await requireRedis();
+const prefixes: string[] = [];
+const closers: (() => Promise<unknown>)[] = [];
+afterAll(async () => {
+  for (const c of closers) await c().catch(() => {});
+  for (const p of prefixes) await deleteByPrefix(p);
+});
+
+function setup(leaseMs = 400, maxPending?: number) {
+  const prefix = randomPrefix("jobs");
+  prefixes.push(prefix);
+  const commander = new IoRedisCommander(process.env.REDIS_URL ?? "redis://127.0.0.1:6379");
+  closers.push(() => commander.close());
+  const jobs = new JobQueue(commander, { prefix, leaseMs, ...(maxPending ? { maxPending } : {}) });
+  const store = createRedisTransferQueue({ prefix });
+  closers.push(() => store.close());
+  return { prefix, jobs, store, commander };
+}
+
+const cfg = parseAppConfig({ rollout: { n: 2 } });
+function plan(rows = 2) {
+  const req = RolloutRequest.parse({ rows: Array.from({ length: rows }, (_, i) => ({ prompt: [{ role: "user", content: `q${i}` }], uid: `row${i}` })) });
+  const p = planBatch(req, cfg.rollout);
+  const spec: BatchSpec = { batch_id: p.batch_id, validate: false, global_steps: -1, model_version: null, rollout: cfg.rollout, total: p.trajectories.length, started_at: Date.now() };
+  return { p, spec };
+}
+
+/** One fixed output per trajectory: a two-token response. */
+function output(t: PlannedTrajectory): AgentLoopOutput {
+  return {
+    prompt_ids: [1, 2, t.session_id],
+    response_ids: [5, 6],
+    response_mask: [1, 1],
+    response_logprobs: [-0.5, -0.25],
+    reward_score: 1,
+    num_turns: 2,
+    truncated: false,
+    finish_reason: "stop",
+    metrics: { generate_sequences: 0, tool_calls: 0, compute_score: 0, num_preempted: -1 },
+    extra_fields: {},
+  };
+}
+
+const fakeExecutor = (hook?: (t: PlannedTrajectory) => Promise<void>): TrajectoryExecutor => ({
+  agentNameFor: () => "fake",
+  async run(t) {
+    await hook?.(t);
+    return { agentName: "fake", outputs: [output(t)] };
+  },
+});
+
+describe.skipIf(!redis)("job queue", () => {
+  test("submit → claim (each job to one consumer) → heartbeat → ack; stats follow", async () => {
+    const { jobs, prefix } = setup(10_000);
+    const { p, spec } = plan(2);
+    await jobs.submit(spec, p.trajectories.map((t) => t.key), p.trajectories);
+    expect(await jobs.batch(p.batch_id)).toEqual({ spec, keys: p.trajectories.map((t) => t.key) });
+    let s = await jobs.stats();
+    expect([s.mode, s.depth, s.in_flight]).toEqual(["queue", 4, 0]);
+    expect(s.oldest_age_ms).toBeGreaterThanOrEqual(0);
+
+    const a = await jobs.claim("a", 3);
+    const b = await jobs.claim("b", 3);
+    expect(a.map((j) => j.trajectory.key)).toEqual(p.trajectories.slice(0, 3).map((t) => t.key));
+    expect(b.map((j) => j.trajectory.key)).toEqual([p.trajectories[3]!.key]);
+    expect(a.every((j) => j.deliveries === 1 && j.batch_id === p.batch_id)).toBe(true);
+    expect(a[0]!.trajectory).toEqual(p.trajectories[0]!);
+    s = await jobs.stats();
+    expect([s.depth, s.in_flight, s.workers]).toEqual([0, 4, { known: 2, busy: 2 }]);
+
+    await jobs.heartbeat("a", a.map((j) => j.id));
+    expect(await jobs.ack(a.map((j) => j.id))).toBe(3);
+    expect(await jobs.ack(a.map((j) => j.id))).toBe(0);
+    s = await jobs.stats();
+    expect([s.depth, s.in_flight]).toEqual([0, 1]);
+    const r = rawRedis();
+    expect(await r.xlen(`${prefix}jobs`)).toBe(1);
+    await r.quit();
+    await jobs.ack(b.map((j) => j.id));
+    s = await jobs.stats();
+    expect([s.depth, s.in_flight, s.oldest_age_ms]).toEqual([0, 0, 0]);
+  });
+
+  test("a dead consumer's job is reclaimed after the lease, with its delivery count; a heart-beaten one is not", async () => {
+    const { jobs } = setup(300);
+    const { p, spec } = plan(1);
+    await jobs.submit(spec, p.trajectories.map((t) => t.key), p.trajectories);
+    const [dead, alive] = await jobs.claim("dead", 2);
+    for (let i = 0; i < 4; i++) {
+      await Bun.sleep(100);
+      await jobs.heartbeat("alive-owner", []);
+      await jobs.heartbeat("dead", [alive!.id]);
+    }
+    const got = await jobs.claim("rescuer", 5);
+    expect(got.map((j) => [j.trajectory.key, j.deliveries])).toEqual([[dead!.trajectory.key, 2]]);
+    // The heart-beaten job stays with its owner.
+    expect((await jobs.claim("rescuer", 5)).length).toBe(0);
+  });
+
+  test("max pending: a batch that would overflow the queue is refused with 503 before anything is written", async () => {
+    const { jobs, store } = setup(1000, 3);
+    const service = new RolloutService({ config: cfg, store, executorFor: () => fakeExecutor(), jobs, followPollMs: 20 });
+    closers.push(async () => service.close());
+    const req = RolloutRequest.parse({ rows: [{ prompt: [{ role: "user", content: "a" }], uid: "full0" }, { prompt: [{ role: "user", content: "b" }], uid: "full1" }] });
+    const err = await service.accept(req).catch((e) => e);
+    expect(err).toBeInstanceOf(StoreError);
+    expect([err.status, err.code]).toEqual([503, "queue_full"]);
+    expect((await store.groupStatus("full0")).expected).toBeNull();
+    expect((await jobs.stats()).depth).toBe(0);
+    const one = RolloutRequest.parse({ rows: [{ prompt: [{ role: "user", content: "a" }], uid: "fits0" }] });
+    expect((await service.accept(one)).keys).toEqual(["fits0_0_0", "fits0_1_0"]);
+  });
+
+  test("worker: runs every job once, writes records and completion events, acks, exits when idle; progress comes from the store", async () => {
+    const { jobs, store } = setup(5_000);
+    const service = new RolloutService({ config: cfg, store, executorFor: () => fakeExecutor(), jobs, followPollMs: 20 });
+    closers.push(async () => service.close());
+    const req = RolloutRequest.parse({
+      rows: [{ prompt: [{ role: "user", content: "a" }], uid: "w0" }, { prompt: "not messages", uid: "w1" }, { prompt: [{ role: "user", content: "c" }], uid: "w2" }],
+    });
+    const { batch_id, keys, run } = await service.accept(req);
+    expect(keys.length).toBe(6);
+    const ran: string[] = [];
+    const worker = new JobWorker({ jobs, store, executorFor: () => fakeExecutor(async (t) => void ran.push(t.key)), consumer: "w", concurrency: 3, idleExitMs: 300, blockMs: 100 });
+    const summary = await worker.run();
+    expect(summary).toEqual({ claimed: 4, completed: 4, failed: 0, reclaimed: 0, abandoned: 0, exit: "idle" });
+    expect(ran.sort()).toEqual(["w0_0_0", "w0_1_0", "w2_0_0", "w2_1_0"]);
+    await run.run();
+    const s = run.stats();
+    expect([s.done, s.counts]).toEqual([true, { total: 6, pending: 0, running: 0, ok: 4, failed: 2, truncated: 0 }]);
+    // The invalid row fails on its own (its uid is server-chosen: a row that does not parse keeps none of its fields).
+    expect(s.errors.map((e) => e.error)).toEqual(Array(2).fill("rows[1].prompt: Invalid input: expected array, received string"));
+    expect((await store.get("w0_1_0"))!.response_ids).toEqual([5, 6]);
+    for (const uid of ["w0", "w2", s.errors[0]!.key.split("_")[0]!]) expect(await store.groupStatus(uid)).toMatchObject({ expected: 2, done: 2, complete: true });
+    expect(await jobs.stats()).toMatchObject({ depth: 0, in_flight: 0 });
+
+    // Another API process (or this one after a restart) rebuilds the batch's progress from Redis.
+    const other = new RolloutService({ config: cfg, store, executorFor: () => fakeExecutor(), jobs, followPollMs: 20 });
+    closers.push(async () => other.close());
+    const rebuilt = await other.lookup(batch_id);
+    await rebuilt.run();
+    expect(rebuilt.stats().counts).toEqual(s.counts);
+    expect(rebuilt.stats().reward).toEqual(s.reward);
+    await expect(other.lookup("00000000-0000-4000-8000-000000000000")).rejects.toThrow("no batch");
+  });
+
+  test("a session taken over by another worker (step fence conflict) is abandoned: nothing written, not acked", async () => {
+    const { jobs, store } = setup(5_000);
+    const { p, spec } = plan(1);
+    await jobs.submit(spec, p.trajectories.map((t) => t.key), p.trajectories.slice(0, 1));
+    const conflicted: TrajectoryExecutor = { agentNameFor: () => "fake", run: () => Promise.reject(new ConflictError("session 'x': commit of step 3 refused")) };
+    const worker = new JobWorker({ jobs, store, executorFor: () => conflicted, consumer: "loser", concurrency: 1, idleExitMs: 200, blockMs: 50 });
+    expect(await worker.run()).toMatchObject({ claimed: 1, completed: 0, abandoned: 1 });
+    expect(await store.get(p.trajectories[0]!.key)).toBeNull();
+    expect(await jobs.stats()).toMatchObject({ depth: 0, in_flight: 1 });
+  });
+});
