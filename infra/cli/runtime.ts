@@ -173,7 +173,7 @@ async function buildEngine(
   const e = config.engine;
   if (e.url !== "sim") {
     describe.push(`engine     ${e.url} (${e.format})`);
-    return createEngineClient({ url: e.url, format: e.format, model: e.model ?? undefined, timeoutMs: e.timeout_ms });
+    return createEngineClient({ url: e.url, format: e.format, model: e.model ?? undefined, timeoutMs: e.timeout_ms, retry: { retries: 3 } });
   }
   const scriptPath = e.script ?? DEFAULT_SCRIPT;
   let script: Record<string, unknown>;
@@ -191,7 +191,7 @@ async function buildEngine(
   closers.push(() => sim.stop());
   const gateway = createGatewayApp({ replicas: sim.urls, policy: "least_inflight_sticky" });
   describe.push(`engine     simulated, ${e.replicas} replicas on loopback behind the gateway (script ${scriptPath})`);
-  return createEngineClient({ url: "http://gateway.local", format: e.format, timeoutMs: e.timeout_ms, fetch: (input, init) => gateway.fetch(new Request(input, init)) });
+  return createEngineClient({ url: "http://gateway.local", format: e.format, timeoutMs: e.timeout_ms, retry: { retries: 3 }, fetch: (input, init) => gateway.fetch(new Request(input, init)) });
 }
 
 async function buildTools(config: AppConfig, closers: (() => Promise<void>)[], describe: string[]): Promise<WebhookToolClient> {

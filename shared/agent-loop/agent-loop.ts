@@ -115,12 +115,24 @@ export abstract class AgentLoop {
   }
 
   /**
-   * One engine call for the builder's current context, with a fresh request id,
-   * the trajectory key as routing key and `max_tokens = builder.nextMaxTokens()`.
-   * Returns `undefined` without sending anything when that budget is 0 (the
-   * caller ends the trajectory truncated). An engine `ContextOverflowError` is
-   * returned as `"overflow"` and an `EngineAbortedError` as `"aborted"`; other
-   * engine errors propagate. Adds the call's seconds to `metrics.generate_sequences`.
+   * One assistant turn for the builder's current context: an engine call with
+   * a fresh request id, the trajectory key as routing key and
+   * `max_tokens = builder.nextMaxTokens()`. Returns `undefined` without
+   * sending anything when that budget is 0 (the caller ends the trajectory
+   * truncated). An engine `ContextOverflowError` is returned as `"overflow"`.
+   *
+   * Preemption (DESIGN §4.2, case C11): a reply with `finish_reason: "abort"`
+   * (the engine preempted the request or is updating weights) keeps its
+   * partial tokens and log-probs, and the turn is resumed with a new request
+   * whose prompt is the running stream plus those tokens and whose
+   * `max_tokens` is reduced by what was generated; an `EngineAbortedError`
+   * (abort before any token, HTTP 499) is resent as it was. At most
+   * {@link MAX_RESUMES} resumes per turn, then the turn ends `abort` with
+   * what it has (`"aborted"` when that is nothing). The turn's output holds
+   * every token and log-prob in order and `num_preempted` = the resumes plus
+   * what the engine reported. A cancellation by the loop's own `signal` is
+   * never resumed. Other engine errors propagate. Adds the call's seconds to
+   * `metrics.generate_sequences`.
    */
   protected async generate(
     builder: TrajectoryBuilder,
@@ -131,22 +143,62 @@ export abstract class AgentLoop {
     const maxTokens = builder.nextMaxTokens();
     if (maxTokens <= 0) return undefined;
     const t0 = this.now();
+    const base = builder.contextIds();
+    const ids: number[] = [];
+    let lps: number[] | null = [];
+    let preempted = 0;
+    let reported = -1;
+    let last: TokenOutput | undefined;
+    const signal = this.ctx.signal;
     try {
-      return await this.ctx.client.generate({
-        request_id: (this.ctx.newRequestId ?? (() => crypto.randomUUID()))(),
-        routing_key: key,
-        prompt_ids: builder.contextIds(),
-        sampling_params: samplingParams,
-        max_tokens: maxTokens,
-        signal: this.ctx.signal,
-      });
-    } catch (e) {
-      if (e instanceof ContextOverflowError) return "overflow";
-      if (e instanceof EngineAbortedError) return "aborted";
-      throw e;
+      for (let attempt = 0; ; attempt++) {
+        const canResume = attempt < MAX_RESUMES && !signal?.aborted;
+        let out: TokenOutput;
+        try {
+          out = await this.ctx.client.generate({
+            request_id: (this.ctx.newRequestId ?? (() => crypto.randomUUID()))(),
+            routing_key: key,
+            prompt_ids: ids.length ? base.concat(ids) : base,
+            sampling_params: samplingParams,
+            max_tokens: maxTokens - ids.length,
+            signal,
+          });
+        } catch (e) {
+          if (e instanceof EngineAbortedError && canResume) {
+            preempted++;
+            continue;
+          }
+          if (ids.length === 0 || !(e instanceof EngineAbortedError || e instanceof ContextOverflowError)) {
+            if (e instanceof ContextOverflowError) return "overflow";
+            if (e instanceof EngineAbortedError) return "aborted";
+            throw e;
+          }
+          break;
+        }
+        last = out;
+        ids.push(...out.token_ids);
+        lps = lps && out.log_probs ? lps.concat(out.log_probs) : null;
+        if (out.num_preempted >= 0) reported = Math.max(0, reported) + out.num_preempted;
+        if (out.finish_reason === "abort" && canResume && ids.length < maxTokens) {
+          preempted++;
+          continue;
+        }
+        break;
+      }
     } finally {
       metrics.generate_sequences += Math.max(0, (this.now() - t0) / 1000);
     }
+    if (preempted === 0 && last) return last;
+    const tail = last ?? { finish_reason: "abort" as const, num_preempted: -1, extra_fields: {} };
+    const finish = tail.finish_reason === "abort" && ids.length >= maxTokens ? "length" : ids.length && last ? tail.finish_reason : "abort";
+    return {
+      ...tail,
+      token_ids: ids,
+      log_probs: lps && lps.length === ids.length ? lps : null,
+      finish_reason: finish,
+      num_preempted: preempted + Math.max(0, reported),
+      extra_fields: tail.extra_fields ?? {},
+    };
   }
 
   /** Scores the trajectory from the last assistant turn's text (see `computeReward`); null when rewards are off or the row has no `reward_model`. */
@@ -161,6 +213,9 @@ export abstract class AgentLoop {
     );
   }
 }
+
+/** Resumes of one turn after preemption before it ends `abort` with what it has. */
+export const MAX_RESUMES = 8;
 
 /** Fresh metrics: zero seconds, `num_preempted` −1 (unknown). */
 export function emptyMetrics(): AgentLoopMetrics {

@@ -3,6 +3,7 @@ import type { FetchLike } from "./engine-http.ts";
 import { SglangClient } from "./sglang-client.ts";
 import type { InferenceClient } from "./types.ts";
 import { VllmClient } from "./vllm-client.ts";
+import { RetryingClient, type RetryOptions } from "./retrying-client.ts";
 
 /** Options of {@link createEngineClient}. */
 export interface EngineClientOptions {
@@ -16,6 +17,8 @@ export interface EngineClientOptions {
   timeoutMs?: number;
   /** Web-standard fetch (default `globalThis.fetch`). */
   fetch?: FetchLike;
+  /** Retry failed calls (5xx, refused, attempt deadline) with backoff: a {@link RetryingClient} around the adapter. Default: no retries. */
+  retry?: RetryOptions;
 }
 
 /**
@@ -25,6 +28,11 @@ export interface EngineClientOptions {
  * @throws ConfigError for an unknown format or a URL that does not parse
  */
 export function createEngineClient(opts: EngineClientOptions): InferenceClient {
+  const client = createAdapter(opts);
+  return opts.retry ? new RetryingClient(client, opts.retry) : client;
+}
+
+function createAdapter(opts: EngineClientOptions): InferenceClient {
   try {
     new URL(opts.url);
   } catch {

@@ -12,3 +12,4 @@ export * from "./sticky-router.ts";
 export * from "./bounded-load-hash.ts";
 export * from "./replica-pool.ts";
 export * from "./hash.ts";
+export { RetryingClient, type RetryOptions } from "./retrying-client.ts";
