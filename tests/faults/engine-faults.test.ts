@@ -60,7 +60,7 @@ describe("preemption: an abort keeps its partial tokens and resumes the turn (C1
     expect(first!.out!.finish_reason).toBe("abort");
     expect(first!.out!.token_ids.length).toBe(3);
     expect(first!.req.max_tokens).toBe(64);
-    expect(second!.req.prompt_ids).toEqual([...first!.req.prompt_ids, ...first!.out!.token_ids]);
+    expect(second!.req.prompt_ids).toEqual([...Array.from(first!.req.prompt_ids), ...first!.out!.token_ids]);
     expect(second!.req.max_tokens).toBe(64 - 3);
     expect(second!.req.request_id).not.toBe(first!.req.request_id);
     expect(second!.req.routing_key).toBe(first!.req.routing_key);
