@@ -19,6 +19,11 @@ export const GroupsQuery = z.object({
   partition: z.enum(["train", "val"]).default("train"),
 });
 
+/** Body of `POST /v1/model-version`: the policy version now being served (after a weight update). */
+export const ModelVersionRequest = z.strictObject({
+  version: z.union([z.string().min(1).max(200), z.number().finite()]),
+});
+
 /** Body of `POST /v1/groups/ack`. */
 export const AckRequest = z.object({
   delivery_ids: z.array(z.string().min(1).max(200)).min(1).max(1000),
@@ -63,6 +68,9 @@ export interface BatchSummary {
  * - `GET /viewer` → the trajectory viewer page (reads the API above)
  * - `GET /v1/queue` → `{mode, depth, in_flight, oldest_age_ms, workers?}`: jobs waiting, claimed
  *   and the oldest one's age (queue mode), or this process's waiting and running trajectories (inline)
+ * - `POST /v1/model-version` `{version}` → `{version, seq}`: the policy version turns are now
+ *   recorded with (`extra_fields.model_versions`); `GET` reads it. `rollout.max_staleness` fails
+ *   trajectories more than that many versions behind.
  * - `GET /v1/groups?max=K&block_ms=&consumer=&partition=` → complete groups for a trainer
  * - `POST /v1/groups/ack` `{delivery_ids, partition?}` → `{acked}`
  * - `GET /openapi.json`, `GET /health`
@@ -123,6 +131,13 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
   app.get("/v1/rollouts/:batch_id", async (c) => c.json((await service.lookup(c.req.param("batch_id"))).stats()));
 
   app.get("/v1/queue", async (c) => c.json(await service.queueStats()));
+
+  app.get("/v1/model-version", async (c) => c.json((await service.policy.current()) ?? { version: null, seq: 0 }));
+  app.post("/v1/model-version", async (c) => {
+    const r = ModelVersionRequest.safeParse(await readJson(c, 64 * 1024));
+    if (!r.success) throw inputErrorFromZod("", r.error.issues);
+    return c.json(await service.policy.set(r.data.version));
+  });
 
   app.get("/v1/rollouts/:batch_id/trajectories", async (c) => {
     const run = await service.lookup(c.req.param("batch_id"));
@@ -203,6 +218,10 @@ export function openApiDocument(): Record<string, unknown> {
       },
       "/v1/queue": {
         get: { summary: "Job-queue depth, in-flight jobs and the oldest job's age (the autoscaler's signal)", responses: { "200": { description: "{mode, depth, in_flight, oldest_age_ms, workers?}" } } },
+      },
+      "/v1/model-version": {
+        get: { summary: "The current policy version", responses: { "200": { description: "{version, seq}" } } },
+        post: { summary: "Set the policy version (after a weight update)", requestBody: json(ModelVersionRequest), responses: { "200": { description: "{version, seq}" }, "400": err } },
       },
       "/v1/rollouts/{batch_id}": { get: { summary: "Batch progress and metrics", responses: { "200": { description: "BatchStats" }, "404": err } } },
       "/v1/trajectories/{key}": {

@@ -14,6 +14,7 @@ import { UpstashCommander } from "../../shared/store/upstash-transfer-queue.ts";
 import { IoRedisCommander } from "../redis/ioredis-commander.ts";
 import { RolloutService, type ExecutorFactory } from "../../shared/rollout/service.ts";
 import { JobQueue, type JobQueueOptions } from "../../shared/jobs/job-queue.ts";
+import { MemoryPolicyVersions, RedisPolicyVersions, type PolicyVersions } from "../../shared/rollout/policy-version.ts";
 import type { RedisCommander } from "../../shared/store/redis-commander.ts";
 import { MemoryTransferQueue } from "../../shared/store/memory-transfer-queue.ts";
 import type { TransferQueue } from "../../shared/store/types.ts";
@@ -111,7 +112,9 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     }
     describe.push(`loops      ${registry.names().join(", ")} (default ${config.rollout.agent.default_agent_loop})`);
 
+    const policy = buildPolicy(config, closers);
     const deps: ExecutorDeps = {
+      policy,
       registry,
       tokenizer,
       client,
@@ -134,7 +137,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       executorFor = (rollout, batch) => createSessionExecutor(deps, host, store, rollout, batch);
       jobs = new JobQueue(built.commander, { prefix: config.store.prefix, ...hooks.jobQueue });
       const queued = hooks.jobs === "queue" || hooks.jobs === "auto";
-      service = new RolloutService({ config, store: batchStore, executorFor, ...(queued ? { jobs } : {}) });
+      service = new RolloutService({ config, store: batchStore, executorFor, policy, ...(queued ? { jobs } : {}) });
       closers.push(async () => service.close());
       describe.push(`sessions   durable, checkpoints in ${config.store.url === "upstash" ? "Upstash" : "Redis"} (${config.store.prefix ?? "edgeloop:"}session:<key>)`);
       if (queued) describe.push(`jobs       queue: batches become jobs in ${jobs.stream}; run \`edgeloop worker\` with the same --store to process them`);
@@ -142,7 +145,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       if (hooks.jobs === "queue") throw new ConfigError("store.url", "the job queue needs a Redis or Upstash store (--store redis://host:port); the memory store runs batches in-process");
       batchStore = hooks.wrapStore ? hooks.wrapStore(store) : store;
       executorFor = (rollout, batch) => createAgentExecutor(deps, rollout, batch);
-      service = new RolloutService({ config, store: batchStore, executorFor });
+      service = new RolloutService({ config, store: batchStore, executorFor, policy });
     }
     return {
       config,
@@ -222,6 +225,18 @@ function buildSessionStorage(config: AppConfig, closers: (() => Promise<void>)[]
       : new IoRedisCommander(url);
   closers.push(() => commander.close());
   return { storage: new RedisSessionStorage(commander, { prefix: config.store.prefix }), commander };
+}
+
+/** Policy versions shared through the store's Redis (API and workers see one), or in-process for the memory store. */
+function buildPolicy(config: AppConfig, closers: (() => Promise<void>)[]): PolicyVersions {
+  const url = config.store.url;
+  if (url === "memory") return new MemoryPolicyVersions();
+  const commander =
+    url === "upstash"
+      ? new UpstashCommander({ url: process.env.UPSTASH_REDIS_REST_URL!, token: process.env.UPSTASH_REDIS_REST_TOKEN! })
+      : new IoRedisCommander(url);
+  closers.push(() => commander.close());
+  return new RedisPolicyVersions(commander, { prefix: config.store.prefix });
 }
 
 function buildStore(config: AppConfig): TransferQueue {

@@ -1,4 +1,5 @@
-import { ContextOverflowError, EngineAbortedError, InputError } from "../errors.ts";
+import { ContextOverflowError, EdgeloopError, EngineAbortedError, InputError } from "../errors.ts";
+import type { PolicyVersions } from "../rollout/policy-version.ts";
 import type { InferenceClient } from "../inference/types.ts";
 import { computeReward, type RewardOptions, type RewardResult } from "../reward/compute-reward.ts";
 import { traceReward } from "../telemetry/reward-span.ts";
@@ -41,6 +42,16 @@ export interface AgentLoopContext {
    * epoch milliseconds deadlines are set in (default `Date.now()`).
    */
   asyncTools?: { wallClockMs?: () => number };
+  /** The deployment's policy versions, for `rollout.max_staleness` (see {@link AgentLoop.checkStaleness}). */
+  policy?: PolicyVersions;
+}
+
+/** A trajectory that fell more than `rollout.max_staleness` policy versions behind: it fails with this reason. */
+export class StaleTrajectoryError extends EdgeloopError {
+  override name = "StaleTrajectoryError";
+  constructor(message: string) {
+    super(message, { status: 409, code: "stale_policy" });
+  }
 }
 
 /**
@@ -199,6 +210,23 @@ export abstract class AgentLoop {
       num_preempted: preempted + Math.max(0, reported),
       extra_fields: tail.extra_fields ?? {},
     };
+  }
+
+  /**
+   * Before a turn: with `rollout.max_staleness` set and the policy versions
+   * known, fails the trajectory when its first turn's version (`versions[0]`)
+   * is more than `max_staleness` versions behind the current one.
+   * @throws StaleTrajectoryError naming both versions and the limit.
+   */
+  protected async checkStaleness(versions: readonly unknown[]): Promise<void> {
+    const max = this.ctx.config.max_staleness;
+    const policy = this.ctx.policy;
+    if (max == null || !policy || versions.length === 0 || versions[0] == null) return;
+    const [first, cur] = await Promise.all([policy.seqOf(versions[0]), policy.current()]);
+    if (first === null || cur === null || cur.seq - first <= max) return;
+    throw new StaleTrajectoryError(
+      `started at policy version ${JSON.stringify(versions[0])}, now ${JSON.stringify(cur.version)}: ${cur.seq - first} versions behind, over rollout.max_staleness ${max}`,
+    );
   }
 
   /** Scores the trajectory from the last assistant turn's text (see `computeReward`); null when rewards are off or the row has no `reward_model`. */

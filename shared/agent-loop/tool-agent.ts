@@ -283,6 +283,7 @@ export class ToolAgentLoop extends AgentLoop {
   protected async onGenerating(d: ToolAgentData): Promise<ToolAgentState> {
     const b = d.builder!;
     const mt = this.ctx.config.multi_turn;
+    await this.checkStaleness(d.modelVersions);
     const out = await this.generate(b, d.samplingParams, d.key, d.metrics);
     if (out === undefined || out === "overflow") {
       return this.end(d, "length", b.remainingBudget <= 0 ? "response_length" : "max_model_len", true);

@@ -34,20 +34,33 @@ export function samplingParamsFor(rollout: RolloutConfig, validate: boolean, t?:
   };
 }
 
-/** Stamps every turn's output with the batch's policy version when the engine does not report one. */
+/**
+ * Stamps every turn's output, when the engine does not report a version,
+ * with the current policy version (`POST /v1/model-version`) or, when none
+ * was set, the batch's `model_version`.
+ */
 class VersionStampingClient implements InferenceClient {
   constructor(
     private readonly inner: InferenceClient,
-    private readonly version: string | number,
+    private readonly version: () => Promise<string | number | null>,
   ) {}
   async generate(req: GenerateRequest): Promise<TokenOutput> {
     const out = await this.inner.generate(req);
     if (out.extra_fields?.model_version != null) return out;
-    return { ...out, extra_fields: { ...out.extra_fields, model_version: this.version } };
+    const v = await this.version();
+    if (v == null) return out;
+    return { ...out, extra_fields: { ...out.extra_fields, model_version: v } };
   }
   maxModelLen(): Promise<number | undefined> {
     return this.inner.maxModelLen?.() ?? Promise.resolve(undefined);
   }
+}
+
+/** The engine client that stamps turn versions: the policy's current one, else the batch's; the bare client when neither can exist. */
+function stamping(deps: ExecutorDeps, batchVersion: string | number | null): InferenceClient {
+  const policy = deps.policy;
+  if (!policy && batchVersion == null) return deps.client;
+  return new VersionStampingClient(deps.client, async () => (policy ? ((await policy.current())?.version ?? batchVersion) : batchVersion));
 }
 
 /**
@@ -63,7 +76,7 @@ export function createAgentExecutor(
   rollout: RolloutConfig,
   batch: { model_version: string | number | null; validate: boolean },
 ): TrajectoryExecutor {
-  const client = batch.model_version == null ? deps.client : new VersionStampingClient(deps.client, batch.model_version);
+  const client = stamping(deps, batch.model_version);
   const { registry, ...shared } = deps;
   return {
     agentNameFor: (t) => t.row?.agent_name ?? rollout.agent.default_agent_loop,
@@ -95,13 +108,10 @@ export function createAgentExecutor(
  */
 export function sessionLoopFactory(deps: ExecutorDeps): (input: SessionInput) => AgentLoop {
   const { registry, ...shared } = deps;
-  const stamped = new Map<string | number, InferenceClient>();
+  const stamped = new Map<string | number | null, InferenceClient>();
   return (input) => {
-    let client = deps.client;
-    if (input.model_version != null) {
-      client = stamped.get(input.model_version) ?? new VersionStampingClient(deps.client, input.model_version);
-      stamped.set(input.model_version, client);
-    }
+    const client = stamped.get(input.model_version) ?? stamping(deps, input.model_version);
+    stamped.set(input.model_version, client);
     const name = registry.resolve(input.agent_name, input.rollout.agent.default_agent_loop);
     return registry.create(name, { ...shared, client, config: input.rollout, asyncTools: shared.asyncTools ?? {} });
   };

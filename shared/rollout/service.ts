@@ -3,6 +3,7 @@ import { AppConfig, mergeConfig, parseAppConfig } from "../config/app-config.ts"
 import type { RolloutConfig, TrajectoryRecord } from "../schema/index.ts";
 import type { TransferQueue } from "../store/types.ts";
 import { followBatch } from "../jobs/batch-follower.ts";
+import { MemoryPolicyVersions, type PolicyVersions } from "./policy-version.ts";
 import type { BatchSpec, JobQueue, QueueStats } from "../jobs/job-queue.ts";
 import { failedRecord, planBatch, type BatchPlan, type PlannedTrajectory, type RolloutRequest } from "./batch.ts";
 import { BatchRun, type TrajectoryExecutor } from "./batch-run.ts";
@@ -31,6 +32,8 @@ export interface RolloutServiceOptions {
   jobs?: JobQueue;
   /** Milliseconds between progress polls of a queued batch (default 200). */
   followPollMs?: number;
+  /** The deployment's policy versions (`POST /v1/model-version`); default an in-process one. */
+  policy?: PolicyVersions;
 }
 
 /**
@@ -46,12 +49,15 @@ export class RolloutService {
   private readonly followers = new Map<string, () => void>();
   /** Set in queue mode: where batches go. */
   readonly jobs: JobQueue | null;
+  /** The current policy version and its history (`POST /v1/model-version`). */
+  readonly policy: PolicyVersions;
 
   constructor(opts: RolloutServiceOptions) {
     this.opts = opts;
     this.config = opts.config;
     this.store = opts.store;
     this.jobs = opts.jobs ?? null;
+    this.policy = opts.policy ?? new MemoryPolicyVersions();
   }
 
   /**

@@ -54,6 +54,12 @@ export const RolloutConfig = z
     agent: AgentConfig.default(AgentConfig.parse({})),
     /** Extra kwargs for the chat template, e.g. `{enable_thinking: false}` (verl's `apply_chat_template_kwargs`). */
     chat_template_kwargs: z.record(z.string(), z.unknown()).default({}),
+    /**
+     * Policy versions (`POST /v1/model-version` changes) a trajectory may fall
+     * behind: before each turn, one whose first turn ran more than this many
+     * versions ago fails with the reason recorded. null = no limit.
+     */
+    max_staleness: z.number().int().min(0).nullable().default(null),
   })
   .refine((c) => c.max_model_len == null || c.max_model_len > c.prompt_length, {
     message: "rollout.max_model_len must be greater than rollout.prompt_length",
