@@ -186,7 +186,7 @@ export class BatchRun {
 
   private async execute(): Promise<void> {
     const mode = this.plan.validate ? "val" : "train";
-    for (const [uid, n] of this.plan.groups) await this.queue.expectGroup(uid, n, mode);
+    for (const [uid, n] of this.plan.groups) await pRetry(() => this.queue.expectGroup(uid, n, mode), STORE_RETRY);
     const queue = [...this.plan.trajectories];
     const worker = async () => {
       for (let t = queue.shift(); t; t = queue.shift()) await this.runOne(t);
@@ -244,7 +244,7 @@ export class BatchRun {
         ? this.queue.put(r)
         : this.queue.markFailed(r.key, r.error, { agent_name: r.agent_name, data_source: r.data_source, extra_fields: r.extra_fields });
     try {
-      await pRetry(write, { retries: 4, minTimeout: 50, factor: 3, shouldRetry: ({ error }) => (error as { retryable?: boolean }).retryable !== false });
+      await pRetry(write, STORE_RETRY);
     } catch (e) {
       r = { ...r, error: `transfer queue write failed: ${errorText(e)}`, finish_reason: "error" };
     }
@@ -287,6 +287,9 @@ export class BatchRun {
     for (const w of ws) w();
   }
 }
+
+/** Store writes (group registration, records) are retried on retryable failures such as a dropped Redis connection: 5 attempts, 50 ms × 3ⁱ. */
+const STORE_RETRY = { retries: 4, minTimeout: 50, factor: 3, shouldRetry: ({ error }: { error: unknown }) => (error as { retryable?: boolean }).retryable !== false };
 
 function errorText(e: unknown): string {
   if (e instanceof Error) return e.name && e.name !== "Error" ? `${e.name}: ${e.message}` : e.message;
