@@ -1,6 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import type { Hono } from "hono";
 import { createGatewayApp, type Gateway } from "../../functions/gateway.ts";
 import { createRolloutsApp } from "../../functions/rollouts.ts";
 import { createSessionsApp } from "../../functions/sessions.ts";
@@ -51,10 +50,10 @@ function countingStore(inner: TransferQueue): { store: TransferQueue; writes: ()
   };
 }
 
-async function send(app: { request: Hono["request"] }, method: string, path: string, body: string | Uint8Array | undefined, headers: Record<string, string>) {
+async function send(app: { request: (path: string, init: RequestInit) => Response | Promise<Response> }, method: string, path: string, body: string | Uint8Array | undefined, headers: Record<string, string>) {
   total++;
   const init: RequestInit = { method, headers };
-  if (body !== undefined && method !== "GET" && method !== "HEAD") init.body = body;
+  if (body !== undefined && method !== "GET" && method !== "HEAD") init.body = body as BodyInit;
   const res = await app.request(path, init);
   const text = await res.text();
   const k = `${method} ${path.split("/").slice(0, 3).join("/")} ${res.status}`;
@@ -112,6 +111,7 @@ describe("rollouts + sessions + viewer API", () => {
     const routes = fc.oneof(
       { weight: 6, arbitrary: fc.record({ r: fc.constant("POST /v1/rollouts"), body: bodies(validRollout) }) },
       { weight: 2, arbitrary: fc.record({ r: fc.constant("POST /v1/groups/ack"), body: bodies(validAck) }) },
+      { weight: 2, arbitrary: fc.record({ r: fc.constant("POST /v1/model-version"), body: bodies([{ version: "v7" }, { version: 12 }]) }) },
       { weight: 3, arbitrary: fc.record({ r: fc.constant("POST /v1/sessions/:key/tool-results"), body: bodies(validCallback), key: segment(() => ["known_0_0"]) }) },
       { weight: 2, arbitrary: fc.record({ r: fc.constant("GET /v1/rollouts/:id"), id: segment(batches) }) },
       { weight: 1, arbitrary: fc.record({ r: fc.constant("GET /v1/rollouts/:id/trajectories"), id: segment(batches) }) },
@@ -129,7 +129,7 @@ describe("rollouts + sessions + viewer API", () => {
         arbitrary: fc.record({
           r: fc.constant("ANY"),
           method: fc.constantFrom(...METHODS),
-          path: fc.constantFrom("/v1/rollouts", "/health", "/metrics", "/openapi.json", "/viewer", "/viewer/viewer.js", "/v1/groups", "/v1/nothing", "/"),
+          path: fc.constantFrom("/v1/rollouts", "/v1/queue", "/v1/model-version", "/health", "/metrics", "/openapi.json", "/viewer", "/viewer/viewer.js", "/v1/groups", "/v1/nothing", "/"),
           body: bodies([]),
         }),
       },
@@ -152,6 +152,9 @@ describe("rollouts + sessions + viewer API", () => {
             break;
           case "POST /v1/groups/ack":
             [method, path, body] = ["POST", "/v1/groups/ack", r.body];
+            break;
+          case "POST /v1/model-version":
+            [method, path, body] = ["POST", "/v1/model-version", r.body];
             break;
           case "POST /v1/sessions/:key/tool-results": {
             [method, path, body] = ["POST", `/v1/sessions/${r.key}/tool-results`, r.body];
@@ -179,11 +182,11 @@ describe("rollouts + sessions + viewer API", () => {
           default:
             [method, path, body] = [r.method, r.path, r.body];
         }
-        const before = { batches: service.batchIds().length, writes: writes(), delivered: delivered.length };
+        const before = { batches: service.batchIds().length, writes: writes(), delivered: delivered.length, policy: await service.policy.current() };
         const res = await send(app, method, path, body, h);
         expectErrorShape(res.status, res.text);
         if (res.status >= 400) {
-          expect({ batches: service.batchIds().length, writes: writes(), delivered: delivered.length }).toEqual(before);
+          expect({ batches: service.batchIds().length, writes: writes(), delivered: delivered.length, policy: await service.policy.current() }).toEqual(before);
         } else if (method === "POST" && path === "/v1/rollouts") {
           const { batch_id, keys: ks } = JSON.parse(res.text) as { batch_id: string; keys: string[] };
           keys.push(...ks.slice(0, 3));
