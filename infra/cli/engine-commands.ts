@@ -28,12 +28,20 @@ export async function simEngineCommand(o: { port: number; replicas: number; scri
   await sim.stop();
 }
 
-/** `edgeloop gateway --replicas URL,URL --port P [--policy …]`: the sticky-routing gateway. */
+/**
+ * `edgeloop gateway --replicas URL,URL --port P [--policy …]`: the sticky-routing gateway.
+ * `EDGELOOP_ADMIN_TOKEN` (environment, so it stays out of `ps` and shell
+ * history), when set, guards `/admin/*` with `Authorization: Bearer <token>`.
+ */
 export async function gatewayCommand(o: { replicas: string; port: number; policy: "least_inflight_sticky" | "bounded_load_hash" | "round_robin"; host: string }): Promise<void> {
   const replicas = o.replicas.split(",").map((s) => s.trim()).filter(Boolean);
-  const gw = createGatewayApp({ replicas, policy: o.policy });
+  const adminToken = process.env.EDGELOOP_ADMIN_TOKEN || null;
+  const gw = createGatewayApp({ replicas, policy: o.policy, adminToken });
   const server = Bun.serve({ port: o.port, hostname: o.host, fetch: gw.fetch, idleTimeout: 0 });
-  console.log(`edgeloop gateway on http://${o.host}:${server.port} -> ${replicas.join(", ")} (${o.policy})`);
+  console.log(
+    `edgeloop gateway on http://${o.host}:${server.port} -> ${replicas.join(", ")} (${o.policy}); ` +
+      (adminToken ? "/admin/* needs the bearer token from EDGELOOP_ADMIN_TOKEN" : "/admin/* is open (set EDGELOOP_ADMIN_TOKEN to require a bearer token)"),
+  );
   await untilSignal();
   server.stop(true);
 }

@@ -2,7 +2,9 @@ import { Hono } from "hono";
 import { LRUCache } from "lru-cache";
 import { z } from "zod";
 import { AuthError, ConflictError, EdgeloopError, inputErrorFromZod, NotFoundError } from "../../shared/errors.ts";
+import { fnv1a32, hashInt, unitFloat } from "../../shared/inference/hash.ts";
 import { SIGNATURE_HEADER, verifySignature } from "../../shared/tools/signature.ts";
+import { limitBody } from "../../functions/http-util.ts";
 import { evaluateExpression } from "./calc.ts";
 import { DEFAULT_FACTS, lookupFact, type FactTable } from "./lookup.ts";
 
@@ -35,6 +37,40 @@ export interface ToolsAppOptions {
    * the signature and body checks, to fresh calls and repeated call ids alike.
    */
   delayMs?: number;
+  /** Largest request body accepted, bytes (default 1 MiB); larger ones are 413 before they are read. */
+  maxBodyBytes?: number;
+  /**
+   * Probabilistic timeouts (chaos runs): a call times out when
+   * {@link toolTimeoutDecision}(seed, call_id, attempt) says so — it is held
+   * `holdMs` (default 60 000) or until the client disconnects, then answered
+   * 504 without being executed. `attempt` counts the requests seen with that
+   * call_id, so a retry draws again.
+   */
+  faultRate?: { timeouts: number; seed?: number; holdMs?: number };
+  /** Called for every injected timeout (the chaos driver logs them by trajectory key). */
+  onFault?: (f: ToolInjectedFault) => void;
+}
+
+/** A timeout the tool server injected. */
+export interface ToolInjectedFault {
+  kind: "timeout";
+  call_id: string;
+  /** The trajectory key the call came from. */
+  key: string;
+  name: string;
+  /** 0-based: requests with this call_id before this one. */
+  attempt: number;
+}
+
+/** Default body limit of the example tool server, bytes. */
+export const DEFAULT_TOOLS_MAX_BODY = 1024 * 1024;
+
+/**
+ * The deterministic timeout function of {@link ToolsAppOptions.faultRate}:
+ * true when unit(hash(seed, call_id, attempt)) < rate.
+ */
+export function toolTimeoutDecision(rate: number, seed: number, callId: string, attempt: number): boolean {
+  return unitFloat(hashInt(hashInt(hashInt(0x51ed270b, seed), fnv1a32(callId)), attempt)) < rate;
 }
 
 type Reply = { content: string };
@@ -50,12 +86,13 @@ function stringArg(args: Record<string, unknown>, name: string): string | undefi
  * - `POST /tools/calc` `{arguments: {expression}}` → the value as text
  *   (mathjs, restricted; errors come back as `Error: …` content);
  * - `POST /tools/lookup` `{arguments: {query}}` → a fact from the table;
- * - `GET /stats` → `{executions, by_tool}` (calls actually executed);
+ * - `GET /stats` → `{executions, by_tool}` (calls actually executed; with a
+ *   fault rate also `faults: {timeouts}`);
  * - `GET /health` → `{ok: true}`.
  *
  * Calls are deduplicated by `call_id`: a repeated id (a retry) gets the same
  * answer and is executed once; the same id with a different name or arguments
- * is 409. With a secret, a missing, bad or stale signature is 401 before the
+ * is 409. Bodies over `maxBodyBytes` are 413. With a secret, a missing, bad or stale signature is 401 before the
  * body is looked at.
  */
 export function createToolsApp(opts: ToolsAppOptions = {}): Hono {
@@ -78,7 +115,10 @@ export function createToolsApp(opts: ToolsAppOptions = {}): Hono {
     },
   };
   const seen = new LRUCache<string, { fingerprint: string; reply: Reply }>({ max: opts.dedupeSize ?? 10_000 });
-  const stats = { executions: 0, by_tool: {} as Record<string, number> };
+  const stats: { executions: number; by_tool: Record<string, number>; faults?: { timeouts: number } } = { executions: 0, by_tool: {} };
+  const rate = opts.faultRate;
+  if (rate) stats.faults = { timeouts: 0 };
+  const attempts = new LRUCache<string, number>({ max: 100_000 });
 
   const app = new Hono();
   app.onError((err) => {
@@ -87,6 +127,7 @@ export function createToolsApp(opts: ToolsAppOptions = {}): Hono {
   });
   app.get("/health", (c) => c.json({ ok: true }));
   app.get("/stats", (c) => c.json(stats));
+  app.use("/tools/*", limitBody(opts.maxBodyBytes ?? DEFAULT_TOOLS_MAX_BODY));
   app.post("/tools/:name", async (c) => {
     const name = c.req.param("name");
     const raw = await c.req.text();
@@ -105,6 +146,16 @@ export function createToolsApp(opts: ToolsAppOptions = {}): Hono {
     if (!r.success) throw inputErrorFromZod("body", r.error.issues);
     const call = r.data;
     if (call.name !== name) throw inputErrorFromZod("body", [{ path: ["name"], message: `'${call.name}' does not match the URL's tool '${name}'` }]);
+    if (rate && rate.timeouts > 0) {
+      const attempt = attempts.get(call.call_id) ?? 0;
+      attempts.set(call.call_id, attempt + 1);
+      if (toolTimeoutDecision(rate.timeouts, rate.seed ?? 0, call.call_id, attempt)) {
+        stats.faults!.timeouts++;
+        opts.onFault?.({ kind: "timeout", call_id: call.call_id, key: call.key, name, attempt });
+        await holdUntil(rate.holdMs ?? 60_000, c.req.raw.signal);
+        return c.json({ error: { code: "timeout", message: "simulated tool timeout" } }, 504);
+      }
+    }
     if (opts.delayMs && opts.delayMs > 0) await new Promise((resolve) => setTimeout(resolve, opts.delayMs));
     const fingerprint = JSON.stringify([call.name, call.arguments]);
     const prior = seen.get(call.call_id);
@@ -119,4 +170,18 @@ export function createToolsApp(opts: ToolsAppOptions = {}): Hono {
     return c.json(reply);
   });
   return app;
+}
+
+/** Waits `ms`, or less when `signal` aborts (the client went away). */
+function holdUntil(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const done = () => {
+      clearTimeout(t);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    };
+    const t = setTimeout(done, ms);
+    signal?.addEventListener("abort", done, { once: true });
+  });
 }

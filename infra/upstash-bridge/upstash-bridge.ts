@@ -10,7 +10,12 @@ export interface UpstashBridgeOptions {
   redisUrl: string;
   /** Bearer token clients must send (`Authorization: Bearer <token>`). */
   token: string;
+  /** Largest request body accepted, bytes (default {@link DEFAULT_BRIDGE_MAX_BODY}); larger ones are 413 `{"error"}`. */
+  maxBodyBytes?: number;
 }
+
+/** Default body limit of the bridge: 16 MiB (pipelines of large records fit; Upstash's own limit depends on the plan). */
+export const DEFAULT_BRIDGE_MAX_BODY = 16 * 1024 * 1024;
 
 /** A running bridge. */
 export interface UpstashBridge {
@@ -29,6 +34,34 @@ const REFUSED = new Set(["SUBSCRIBE", "PSUBSCRIBE", "SSUBSCRIBE", "MONITOR", "MU
 const BLOCKING = new Set(["BLPOP", "BRPOP", "BRPOPLPUSH", "BLMOVE", "BLMPOP", "BZPOPMIN", "BZPOPMAX", "BZMPOP", "WAIT", "WAITAOF"]);
 
 class BadRequest extends Error {}
+
+/** A body over the limit (413). */
+class TooLarge extends Error {}
+
+/**
+ * Reads a request body of at most `max` bytes: refused by `content-length`
+ * when declared, else while it streams in (never buffering more than `max`).
+ * @throws TooLarge
+ */
+async function readLimited(req: Request, max: number): Promise<string> {
+  const declared = Number(req.headers.get("content-length") ?? "0");
+  if (declared > max) throw new TooLarge();
+  if (!req.body) return "";
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  const reader = req.body.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > max) {
+      await reader.cancel().catch(() => {});
+      throw new TooLarge();
+    }
+    chunks.push(value);
+  }
+  return new TextDecoder().decode(Buffer.concat(chunks));
+}
 
 function isBlocking(cmd: string[]): boolean {
   const name = cmd[0]!.toUpperCase();
@@ -71,6 +104,7 @@ function json(body: unknown, status = 200): Response {
  * auth (401 `{"error":"Unauthorized"}` otherwise), `Upstash-Encoding: base64`
  * (every string result base64 except the literal `"OK"`, recursively; integers
  * and null untouched). Blocking commands run on a connection of their own.
+ * Bodies over `maxBodyBytes` are 413 `{"error"}` (checked after auth).
  * Bun only (Bun.serve).
  * @see https://upstash.com/docs/redis/features/restapi
  */
@@ -120,10 +154,12 @@ export async function startUpstashBridge(opts: UpstashBridgeOptions): Promise<Up
       const path = new URL(req.url).pathname.replace(/\/+$/, "") || "/";
       if (path !== "/" && path !== "/pipeline" && path !== "/multi-exec") return json({ error: `ERR unknown path ${path}` }, 404);
       const base64 = (req.headers.get("upstash-encoding") ?? "").toLowerCase() === "base64";
+      const max = opts.maxBodyBytes ?? DEFAULT_BRIDGE_MAX_BODY;
       let body: unknown;
       try {
-        body = await req.json();
-      } catch {
+        body = JSON.parse(await readLimited(req, max));
+      } catch (e) {
+        if (e instanceof TooLarge) return json({ error: `ERR request body larger than ${max} bytes` }, 413);
         return json({ error: "ERR request body is not JSON" }, 400);
       }
       try {

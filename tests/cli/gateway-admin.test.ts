@@ -1,0 +1,49 @@
+import { afterAll, describe, expect, test } from "bun:test";
+import { join } from "node:path";
+
+// `edgeloop gateway` takes its admin token from EDGELOOP_ADMIN_TOKEN: /admin/* then needs it, proxied calls do not.
+const MAIN = join(import.meta.dir, "..", "..", "infra", "cli", "main.ts");
+const TOKEN = "gw-admin-token-7f3a";
+const procs: ReturnType<typeof Bun.spawn>[] = [];
+afterAll(async () => {
+  for (const p of procs) {
+    p.kill("SIGTERM");
+    await p.exited;
+  }
+});
+
+async function startGateway(env: Record<string, string | undefined>): Promise<{ url: string; banner: string }> {
+  const p = Bun.spawn([process.execPath, MAIN, "gateway", "--replicas", "http://127.0.0.1:9", "--port", "0"], { stdout: "pipe", stderr: "pipe", env: { ...process.env, ...env } });
+  procs.push(p);
+  const reader = p.stdout.getReader();
+  let out = "";
+  while (!out.includes("\n")) {
+    const { done, value } = await reader.read();
+    if (done) throw new Error(`gateway exited: ${await new Response(p.stderr).text()}`);
+    out += new TextDecoder().decode(value);
+  }
+  reader.releaseLock();
+  return { url: /on (http:\/\/\S+)/.exec(out)![1]!, banner: out.trim() };
+}
+
+describe("edgeloop gateway admin token", () => {
+  test("with EDGELOOP_ADMIN_TOKEN, /admin/* is 401 without the bearer token and 200 with it; the banner does not print it", async () => {
+    const { url, banner } = await startGateway({ EDGELOOP_ADMIN_TOKEN: TOKEN });
+    expect(banner).toContain("/admin/* needs the bearer token from EDGELOOP_ADMIN_TOKEN");
+    expect(banner).not.toContain(TOKEN);
+    const none = await fetch(`${url}/admin/replicas`);
+    expect(none.status).toBe(401);
+    expect(await none.json()).toEqual({ error: { code: "unauthorized", message: "missing or wrong bearer token" } });
+    expect((await fetch(`${url}/admin/replicas`, { headers: { authorization: "Bearer wrong" } })).status).toBe(401);
+    const ok = await fetch(`${url}/admin/replicas`, { headers: { authorization: `Bearer ${TOKEN}` } });
+    expect(ok.status).toBe(200);
+    expect(((await ok.json()) as { replicas: { url: string }[] }).replicas.map((r) => r.url)).toEqual(["http://127.0.0.1:9"]);
+    expect((await fetch(`${url}/health`)).status).not.toBe(401);
+  }, 20_000);
+
+  test("without it, /admin/* is open and the banner says so", async () => {
+    const { url, banner } = await startGateway({ EDGELOOP_ADMIN_TOKEN: "" });
+    expect(banner).toContain("/admin/* is open");
+    expect((await fetch(`${url}/admin/replicas`)).status).toBe(200);
+  }, 20_000);
+});
