@@ -3,6 +3,7 @@
  * Bun server that hosts it is `./server.ts` (`startSimEngine`).
  */
 export * from "./script.ts";
+export * from "./fault-rate.ts";
 export * from "./kv-cache.ts";
 export * from "./sim-engine.ts";
 export * from "./wire.ts";

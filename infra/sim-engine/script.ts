@@ -23,6 +23,27 @@ export const SimFault = z.strictObject({
 });
 export type SimFault = z.infer<typeof SimFault>;
 
+/**
+ * Probabilistic faults (the chaos run's): each request draws a uniform u from
+ * (seed, routing key, prompt ids, attempt), where attempt counts the requests
+ * this engine has seen with the same routing key and prompt (a retry is the
+ * next attempt, so it may succeed). u < `errors` → an HTTP error (`http_500`
+ * or `http_503`, by a second draw); u < `errors + aborts` → `abort_after` k
+ * tokens, k drawn in [0, `max_abort_tokens`]. The same requests in the same
+ * order give the same faults on every run and replica.
+ */
+export const SimFaultRate = z
+  .strictObject({
+    errors: z.number().min(0).max(1).default(0),
+    aborts: z.number().min(0).max(1).default(0),
+    max_abort_tokens: z.number().int().min(0).default(8),
+    /** Default: the script's seed. */
+    seed: z.number().int().optional(),
+  })
+  .refine((f) => f.errors + f.aborts <= 1, { message: "errors + aborts must be at most 1", path: ["aborts"] });
+export type SimFaultRate = z.infer<typeof SimFaultRate>;
+export type SimFaultRateInput = z.input<typeof SimFaultRate>;
+
 const Finish = z.enum(["stop", "length", "abort"]);
 
 /**
@@ -53,13 +74,15 @@ export type SimRule = z.infer<typeof SimRule>;
  * occurs in the decoded prompt applies; turn index = number of assistant turns
  * already in the prompt; past the rule's last turn, and when no rule matches,
  * `default` applies (indexed from the first unscripted turn, the last entry repeating).
- * `seed` makes log-probs differ between scripts; `fault` applies to every request.
+ * `seed` makes log-probs differ between scripts; `fault` applies to every request;
+ * `fault_rate` injects random (seeded) faults into a share of the requests.
  */
 export const SimScript = z.strictObject({
   seed: z.number().int().default(0),
   rules: z.array(SimRule).default([]),
   default: z.array(SimTurn).min(1, "needs at least one turn").default(["I cannot help with that."]),
   fault: SimFault.optional(),
+  fault_rate: SimFaultRate.optional(),
 });
 export type SimScript = z.infer<typeof SimScript>;
 /** The script as written in a file (defaults not yet applied). */

@@ -1,7 +1,8 @@
 import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import type { Hono } from "hono";
 import { createSimEngineApp } from "./app.ts";
-import type { SimFault } from "./script.ts";
+import { FaultRateInjector } from "./fault-rate.ts";
+import { parseSimScript, type SimFault, type SimFaultRateInput } from "./script.ts";
 import { SimEngine, type SimLatency } from "./sim-engine.ts";
 
 /** Options of {@link startSimEngine}. */
@@ -22,6 +23,12 @@ export interface StartSimEngineOptions {
   latency?: SimLatency;
   /** Per-replica faults, by replica index. */
   faults?: (SimFault | undefined)[];
+  /**
+   * Probabilistic faults over all replicas (one injector, so attempts are
+   * counted across them; default: the script's `fault_rate`). Read what was
+   * injected from `replicas[0].engine.faultRate`.
+   */
+  faultRate?: SimFaultRateInput;
 }
 
 /** One served replica: its engine, app and server, which a test can kill and revive. */
@@ -59,6 +66,8 @@ export async function startSimEngine(opts: StartSimEngineOptions = {}): Promise<
   if (!Number.isInteger(k) || k < 1) throw new RangeError(`replicas must be an integer ≥ 1, got ${k}`);
   const hostname = opts.hostname ?? "127.0.0.1";
   const replicas: SimReplica[] = [];
+  const rateSpec = opts.faultRate ?? (opts.script === undefined ? undefined : parseSimScript(opts.script).fault_rate);
+  const faultRate = rateSpec ? new FaultRateInjector(rateSpec, opts.script === undefined ? 1 : parseSimScript(opts.script).seed) : undefined;
   try {
     for (let i = 0; i < k; i++) {
       const engine = new SimEngine({
@@ -70,6 +79,7 @@ export async function startSimEngine(opts: StartSimEngineOptions = {}): Promise<
         kvCacheBlocks: opts.kvCacheBlocks,
         latency: opts.latency,
         fault: opts.faults?.[i],
+        faultRate,
       });
       replicas.push(serveReplica(engine, hostname, opts.port ? opts.port + i : 0));
     }

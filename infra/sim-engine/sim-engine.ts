@@ -2,7 +2,8 @@ import { ConfigError, formatPath } from "../../shared/errors.ts";
 import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { hashInt, unitFloat } from "../../shared/inference/hash.ts";
 import { DEFAULT_BLOCK_SIZE, DEFAULT_KV_CACHE_BLOCKS, PrefixKvCache } from "./kv-cache.ts";
-import { DEFAULT_POLICY, parseSimScript, SimFault, type SimRule, type SimScript, type SimTurn } from "./script.ts";
+import { FaultRateInjector } from "./fault-rate.ts";
+import { DEFAULT_POLICY, parseSimScript, SimFault, type SimFaultRateInput, type SimRule, type SimScript, type SimTurn } from "./script.ts";
 
 /** Default context size of the simulated model, in tokens (Qwen3-8B's native 40,960). */
 export const DEFAULT_MAX_MODEL_LEN = 40_960;
@@ -35,6 +36,12 @@ export interface SimEngineOptions {
   latency?: SimLatency;
   /** Replica-level fault, checked before the script's. */
   fault?: SimFault;
+  /**
+   * Probabilistic faults, drawn when no other fault fires: a spec, or an
+   * injector shared with other replicas (see `startSimEngine`). Overrides the
+   * script's `fault_rate`.
+   */
+  faultRate?: SimFaultRateInput | FaultRateInjector;
 }
 
 /** One generation request as the core sees it (after an HTTP layer has parsed its wire format). */
@@ -134,6 +141,9 @@ export class SimEngine {
   private readonly header: number[];
   private readonly newline: number[];
   private readonly imStart?: number;
+  private readonly ownFaultRate: boolean;
+  /** The probabilistic-fault injector (its `injected` log and `counts`), when a fault rate is set. */
+  faultRate: FaultRateInjector | undefined;
 
   constructor(opts: SimEngineOptions) {
     this.tokenizer = opts.tokenizer;
@@ -143,7 +153,9 @@ export class SimEngine {
     this.cache = new PrefixKvCache({ capacityBlocks: opts.kvCacheBlocks ?? DEFAULT_KV_CACHE_BLOCKS, blockSize: opts.blockSize ?? DEFAULT_BLOCK_SIZE });
     this.latency = { prefill_ms_per_token: opts.latency?.prefill_ms_per_token ?? 0, decode_ms_per_token: opts.latency?.decode_ms_per_token ?? 0 };
     this.script = DEFAULT_POLICY;
+    this.ownFaultRate = opts.faultRate !== undefined;
     this.setScript(opts.script ?? DEFAULT_POLICY);
+    if (opts.faultRate) this.faultRate = opts.faultRate instanceof FaultRateInjector ? opts.faultRate : new FaultRateInjector(opts.faultRate, this.script.seed);
     if (opts.fault) this.setFault(opts.fault);
     this.imStart = this.tokenizer.tokenId("<|im_start|>");
     this.header = this.imStart === undefined ? [] : this.tokenizer.encode("<|im_start|>assistant");
@@ -156,6 +168,7 @@ export class SimEngine {
     this.ruleFaultsLeft.clear();
     this.script.rules.forEach((r, i) => r.fault && this.ruleFaultsLeft.set(i, r.fault.times ?? Infinity));
     this.scriptFaultLeft = this.script.fault?.times ?? Infinity;
+    if (!this.ownFaultRate) this.faultRate = this.script.fault_rate ? new FaultRateInjector(this.script.fault_rate, this.script.seed) : undefined;
   }
 
   /** The current script. */
@@ -268,8 +281,18 @@ export class SimEngine {
     if (P + req.max_tokens > this.maxModelLen) throw overflow();
 
     const r = this.resolve(prompt);
-    const fault = this.takeFault(r.rule_index, r.turn_index);
-    if (fault) log.fault = fault.kind;
+    let fault = this.takeFault(r.rule_index, r.turn_index);
+    let drawn: { attempt: number } | undefined;
+    if (!fault && this.faultRate) {
+      const d = this.faultRate.draw(req.routing_key, prompt);
+      if (d.decision) {
+        fault = d.decision;
+        drawn = d;
+        if (d.decision.kind !== "abort_after") this.faultRate.record({ kind: d.decision.kind, routing_key: req.routing_key, request_id: req.request_id, attempt: d.attempt, turn_index: r.turn_index });
+      }
+    }
+    // A drawn abort is logged only if it cuts the turn (below).
+    if (fault && !(drawn && fault.kind === "abort_after")) log.fault = fault.kind;
     if (fault?.kind === "http_500") throw new SimEngineFault("http_500", `simulated fault on ${this.name}: internal error`);
     if (fault?.kind === "http_503") throw new SimEngineFault("http_503", `simulated fault on ${this.name}: service unavailable`);
     if (fault?.kind === "context_overflow") throw overflow();
@@ -308,6 +331,10 @@ export class SimEngine {
         ids = ids.slice(0, k);
         finish = "abort";
         stopToken = null;
+        if (drawn) {
+          log.fault = "abort_after";
+          this.faultRate!.record({ kind: "abort", routing_key: req.routing_key, request_id: req.request_id, attempt: drawn.attempt, turn_index: r.turn_index, tokens: k });
+        }
       }
     }
     const logProbs = this.logProbs(prompt, ids.length);
