@@ -1,0 +1,403 @@
+import { appendFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import IORedis from "ioredis";
+import type { TrajectoryRecord } from "../../shared/schema/index.ts";
+import { buildRuntime, PACKAGE_ROOT, type Runtime } from "../cli/runtime.ts";
+import { startSimEngine, type RunningSimEngine } from "../sim-engine/server.ts";
+import { createToolsApp, type ToolInjectedFault } from "../tools/app.ts";
+
+/** Options of {@link runChaos}. Defaults are the full run of issue 8 (`npm run chaos`). */
+export interface ChaosOptions {
+  /** Trajectories (rounded up to a multiple of `n`; default 1,000). */
+  trajectories?: number;
+  /** Samples per row (default 4). */
+  n?: number;
+  /** Workers running at once (default 3). */
+  workers?: number;
+  /** Jobs per worker at once (default 8). */
+  concurrency?: number;
+  /** Seed of the scripted policy, the fault draws and the kill schedule (default 7). */
+  seed?: number;
+  /** Share of engine requests answered with an HTTP 500/503 (default 0.05). */
+  engineErrors?: number;
+  /** Share of engine requests preempted (`abort` after 0–8 tokens; default 0.05). */
+  engineAborts?: number;
+  /** Share of tool-call attempts that time out (default 0.05). */
+  toolTimeouts?: number;
+  /** Per-attempt tool timeout of the tools file, ms (default 1,000); an injected timeout is held past it. */
+  toolTimeoutMs?: number;
+  /** Milliseconds between SIGKILLs (a random worker each time; default 3,000, jittered ±30 %). */
+  killEveryMs?: number;
+  /** Stop killing after this many (default: no limit). */
+  maxKills?: number;
+  /** Job lease, seconds: a killed worker's jobs are reclaimed after it (default 2). */
+  leaseSeconds?: number;
+  /** Simulated decode time per generated token in the chaos run, ms (default 10): paces the run so kills land mid-flight. */
+  decodeMsPerToken?: number;
+  /** Time every tool call takes in the chaos run, ms (default 100). The fault-free run has no latency (records do not depend on it). */
+  toolDelayMs?: number;
+  /** Give up waiting for the batch after this long, ms (default 240,000). */
+  deadlineMs?: number;
+  /** Redis URL (default `REDIS_URL` or `redis://127.0.0.1:6379`). */
+  redisUrl?: string;
+  /** Progress lines (default: none). */
+  log?: (line: string) => void;
+}
+
+/** What a chaos run observed, and the properties checked. */
+export interface ChaosReport {
+  /** The run's Redis key prefix (deleted when the run ends). */
+  prefix: string;
+  trajectories: number;
+  /** Records stored without an error. */
+  completed: number;
+  /** Records stored with an error, by reason (digits folded to `N`). */
+  failed: number;
+  failedByReason: Record<string, number>;
+  /** Keys with no record at all (must be empty). */
+  missing: string[];
+  faults: {
+    engine_errors: number;
+    engine_aborts: number;
+    tool_timeouts: number;
+    /** Trajectories with at least one fault injected. */
+    trajectories_faulted: number;
+  };
+  kills: number;
+  workerStarts: number;
+  /** Jobs claimed again after their worker was killed (XAUTOCLAIM after the lease; from the workers' logs). */
+  reclaimed: number;
+  writes: {
+    /** Writes that stored a record, from the workers' write logs (a write whose worker was killed before it logged is missing here). */
+    stored: number;
+    /** Records counted by the groups' `done` counters in Redis (incremented only by a write that stored). */
+    groupDone: number;
+    /** Writes refused because the key was already stored (a re-run after a kill; not a duplicate). */
+    refused: number;
+    /** Keys stored more than once, by the write logs and by the groups' `done` counters (must be 0). */
+    duplicates: number;
+  };
+  /** Trajectories with no fault injected, and how many of their records equal the fault-free run's. */
+  comparable: number;
+  equal: number;
+  /** Comparable keys whose record differs (must be empty). */
+  unequal: string[];
+  /** Faulted trajectories whose record still equals the fault-free run's (e.g. only retried errors). */
+  faultedEqual: number;
+  /** Tool calls executed (deduplicated by call id): chaos run and fault-free run. */
+  toolExecutions: { chaos: number; reference: number };
+  ms: { reference: number; chaos: number };
+  /** Violated properties (empty: the run passed). */
+  violations: string[];
+}
+
+/** A seeded PRNG (mulberry32). */
+export function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** A record without wall-clock figures: what must be identical between two runs of one trajectory. */
+export function comparableRecord(r: TrajectoryRecord): Omit<TrajectoryRecord, "metrics"> & { num_preempted: number } {
+  const { metrics, ...rest } = r;
+  return { ...rest, num_preempted: metrics.num_preempted };
+}
+
+/** A failure reason with digits folded, so reasons group (`delivered 6 times` → `delivered N times`). */
+export function reasonClass(error: string): string {
+  return error.replace(/\d+/g, "N").slice(0, 100);
+}
+
+const WORKER = join(import.meta.dir, "chaos-worker.ts");
+
+function toolsFileText(port: number, timeoutMs: number): string {
+  const example = JSON.parse(readFileSync(join(PACKAGE_ROOT, "infra", "tools", "tools.example.json"), "utf8")) as { tools: { url: string; timeout_ms: number; max_retries: number }[] };
+  for (const t of example.tools) {
+    t.url = t.url.replace("{port}", String(port));
+    t.timeout_ms = timeoutMs;
+    t.max_retries = 3;
+  }
+  return JSON.stringify(example);
+}
+
+/** The example tool server on loopback with probabilistic timeouts, logging each injected one. */
+function chaosToolServer(opts: { timeouts: number; seed: number; delayMs?: number }) {
+  const faults: ToolInjectedFault[] = [];
+  const app = createToolsApp({ faultRate: { timeouts: opts.timeouts, seed: opts.seed, holdMs: 10_000 }, onFault: (f) => faults.push(f), delayMs: opts.delayMs });
+  const server = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: app.fetch, idleTimeout: 30 });
+  const url = `http://127.0.0.1:${server.port}`;
+  return {
+    port: server.port as number,
+    faults,
+    executions: async () => ((await (await fetch(`${url}/stats`)).json()) as { executions: number }).executions,
+    stop: () => server.stop(true),
+  };
+}
+
+async function deletePrefix(redisUrl: string, prefix: string): Promise<void> {
+  const c = new IORedis(redisUrl, { maxRetriesPerRequest: 1 });
+  try {
+    let cursor = "0";
+    do {
+      const [next, keys] = await c.scan(cursor, "MATCH", `${prefix}*`, "COUNT", 1000);
+      cursor = next;
+      if (keys.length) await c.unlink(...keys);
+    } while (cursor !== "0");
+  } finally {
+    await c.quit();
+  }
+}
+
+/**
+ * The chaos run of issue 8: `workers` `edgeloop worker` processes
+ * (infra/chaos/chaos-worker.ts) drain `trajectories` jobs from a Redis store
+ * (random prefix, deleted afterwards) while the simulated engine injects
+ * errors and aborts, the tool server injects timeouts, and a driver SIGKILLs
+ * a random worker every `killEveryMs` and starts a new one. Then checks:
+ * every trajectory has a record (completed, or failed with a reason), no key
+ * was stored twice (write logs and group counters), and every trajectory
+ * into which no fault was injected (per the engine's and tool server's fault
+ * logs, by trajectory key) has a record equal to a fault-free, kill-free
+ * inline run with the same seed.
+ * @throws Error when a component cannot start (Redis down, tokenizer missing).
+ */
+export async function runChaos(o: ChaosOptions = {}): Promise<ChaosReport> {
+  const n = o.n ?? 4;
+  const rowsN = Math.ceil((o.trajectories ?? 1000) / n);
+  const total = rowsN * n;
+  const seed = o.seed ?? 7;
+  const redisUrl = o.redisUrl ?? process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
+  const log = o.log ?? (() => {});
+  const random = mulberry32(seed ^ 0x5eed);
+  const prefix = `chaos:${crypto.randomUUID().slice(0, 8)}:`;
+  const dir = mkdtempSync(join(tmpdir(), "edgeloop-chaos-"));
+  const examples = readFileSync(join(PACKAGE_ROOT, "examples", "gsm8k-tool.jsonl"), "utf8").trim().split("\n");
+  const rows = Array.from({ length: rowsN }, (_, i) => ({ ...JSON.parse(examples[i % examples.length]!), uid: `chaos${i}` }));
+  const script = { ...JSON.parse(readFileSync(join(PACKAGE_ROOT, "examples", "policy.json"), "utf8")), seed };
+  const latency = { prefill_ms_per_token: 0, decode_ms_per_token: o.decodeMsPerToken ?? 10 };
+  const batchReq = { rows, global_steps: 1, model_version: "v1", validate: false };
+  const toolTimeoutMs = o.toolTimeoutMs ?? 1000;
+  const cleanups: (() => Promise<unknown> | unknown)[] = [];
+  const procs: ReturnType<typeof Bun.spawn>[] = [];
+  try {
+    // 1. The fault-free, kill-free reference: in-process, memory store.
+    const t0 = performance.now();
+    const refEngine = await startSimEngine({ script });
+    cleanups.push(() => refEngine.stop());
+    const refTools = chaosToolServer({ timeouts: 0, seed });
+    cleanups.push(() => refTools.stop());
+    const refToolsFile = join(dir, "tools-ref.json");
+    writeFileSync(refToolsFile, toolsFileText(refTools.port, toolTimeoutMs));
+    const inline = await buildRuntime({ engine: refEngine.urls[0]!, tools: refToolsFile, n, seed, maxModelLen: 4096, concurrency: 64 });
+    const ref = inline.service.submit(batchReq);
+    await ref.run.run();
+    await inline.close();
+    const reference = new Map(ref.run.records().map((r) => [r.key, r]));
+    const refExecutions = await refTools.executions();
+    const refMs = performance.now() - t0;
+    log(`reference: ${reference.size} records in ${(refMs / 1000).toFixed(1)} s`);
+
+    // 2. The chaos run.
+    const t1 = performance.now();
+    const engine: RunningSimEngine = await startSimEngine({ script, latency, faultRate: { errors: o.engineErrors ?? 0.05, aborts: o.engineAborts ?? 0.05, seed } });
+    cleanups.push(() => engine.stop());
+    const tools = chaosToolServer({ timeouts: o.toolTimeouts ?? 0.05, seed, delayMs: o.toolDelayMs ?? 100 });
+    cleanups.push(() => tools.stop());
+    const toolsFile = join(dir, "tools.json");
+    writeFileSync(toolsFile, toolsFileText(tools.port, toolTimeoutMs));
+    const lease = o.leaseSeconds ?? 2;
+    let api: Runtime | undefined = await buildRuntime({ store: redisUrl, storePrefix: prefix, engine: engine.urls[0]!, tools: toolsFile, n, seed, maxModelLen: 4096 }, { jobs: "queue", jobQueue: { leaseMs: lease * 1000 } });
+    cleanups.push(() => api?.close());
+    cleanups.push(() => deletePrefix(redisUrl, prefix));
+    const accepted = await api.service.accept(batchReq);
+    log(`chaos: ${accepted.keys.length} jobs enqueued under ${prefix}`);
+
+    let starts = 0;
+    const live: { name: string; proc: ReturnType<typeof Bun.spawn> }[] = [];
+    const spawn = () => {
+      const name = `w${++starts}`;
+      const proc = Bun.spawn(
+        [process.execPath, WORKER, "--store", redisUrl, "--prefix", prefix, "--engine", engine.urls[0]!, "--tools", toolsFile, "--consumer", name, "--log", join(dir, `${name}.writes`),
+          "--concurrency", String(o.concurrency ?? 8), "--lease", String(lease), "--idle-exit", "2"],
+        { stdout: Bun.file(join(dir, `${name}.out`)), stderr: Bun.file(join(dir, `${name}.err`)), env: { ...process.env, NO_COLOR: "1" } },
+      );
+      procs.push(proc);
+      live.push({ name, proc });
+    };
+    for (let i = 0; i < (o.workers ?? 3); i++) spawn();
+
+    const deadline = Date.now() + (o.deadlineMs ?? 240_000);
+    const every = o.killEveryMs ?? 3000;
+    const maxKills = o.maxKills ?? Infinity;
+    let kills = 0;
+    let nextKill = Date.now() + every * (0.7 + 0.6 * random());
+    let lastReport = 0;
+    for (;;) {
+      const s = accepted.run.stats();
+      if (s.done || Date.now() > deadline) break;
+      if (Date.now() >= nextKill && kills < maxKills) {
+        const i = Math.floor(random() * live.length);
+        const victim = live.splice(i, 1)[0]!;
+        victim.proc.kill("SIGKILL");
+        await victim.proc.exited;
+        kills++;
+        spawn();
+        log(`kill ${kills}: ${victim.name} after ${s.counts.ok + s.counts.failed}/${total} records; started w${starts}`);
+        nextKill = Date.now() + every * (0.7 + 0.6 * random());
+      }
+      for (let i = live.length - 1; i >= 0; i--) if (live[i]!.proc.exitCode !== null) live.splice(i, 1);
+      if (Date.now() - lastReport > 5000) {
+        lastReport = Date.now();
+        log(`progress: ${s.counts.ok + s.counts.failed}/${total} records, ${kills} kills, faults: engine ${engine.replicas[0]!.engine.faultRate!.injected.length}, tools ${tools.faults.length}`);
+      }
+      await Bun.sleep(100);
+    }
+    // Survivors drain what is left (nothing, when the batch is done) and exit idle.
+    const exitBy = Date.now() + 20_000;
+    while (live.some((w) => w.proc.exitCode === null) && Date.now() < exitBy) await Bun.sleep(100);
+    for (const w of live) if (w.proc.exitCode === null) w.proc.kill("SIGKILL");
+    await Promise.all(procs.map((p) => p.exited));
+    const chaosMs = performance.now() - t1;
+
+    // 3. Checks.
+    const violations: string[] = [];
+    const stored = new Map<string, number>();
+    let refused = 0;
+    let reclaimed = 0;
+    for (const f of readdirSync(dir)) {
+      if (f.endsWith(".writes")) {
+        for (const line of readFileSync(join(dir, f), "utf8").split("\n")) {
+          const [key, what] = line.split(" ");
+          if (!key) continue;
+          if (what === "stored") stored.set(key, (stored.get(key) ?? 0) + 1);
+          else refused++;
+        }
+      } else if (f.endsWith(".err")) {
+        reclaimed += readFileSync(join(dir, f), "utf8").split("\n").filter((l) => /\] reclaimed \S+ \(delivery \d+\)/.test(l)).length;
+      }
+    }
+    let duplicates = 0;
+    for (const c of stored.values()) duplicates += Math.max(0, c - 1);
+    const records = new Map<string, TrajectoryRecord>();
+    for (const key of accepted.keys) {
+      const r = await api.store.get(key);
+      if (r) records.set(key, r);
+    }
+    let groupDone = 0;
+    for (let i = 0; i < rowsN; i++) {
+      const g = await api.store.groupStatus(`chaos${i}`);
+      groupDone += g.done;
+      if (g.done > n) duplicates += g.done - n;
+    }
+    const missing = accepted.keys.filter((k) => !records.has(k));
+    if (missing.length) violations.push(`${missing.length} trajectories have no record (e.g. ${missing.slice(0, 3).join(", ")})`);
+    if (duplicates) violations.push(`${duplicates} duplicate writes`);
+    const failedByReason: Record<string, number> = {};
+    let completed = 0;
+    let failed = 0;
+    for (const r of records.values()) {
+      if (r.error === null || r.error === undefined) completed++;
+      else {
+        failed++;
+        const c = reasonClass(r.error);
+        failedByReason[c] = (failedByReason[c] ?? 0) + 1;
+        if (!r.error.trim()) violations.push(`${r.key} failed without a reason`);
+      }
+    }
+
+    const engineFaults = engine.replicas[0]!.engine.faultRate!.injected;
+    const faulted = new Set<string>();
+    for (const f of engineFaults) if (f.routing_key) faulted.add(f.routing_key);
+    for (const f of tools.faults) faulted.add(f.key);
+    let comparable = 0;
+    let equal = 0;
+    let faultedEqual = 0;
+    const unequal: string[] = [];
+    for (const key of accepted.keys) {
+      const r = records.get(key);
+      const want = reference.get(key);
+      if (!r || !want) continue;
+      const same = Bun.deepEquals(comparableRecord(r), comparableRecord(want));
+      if (faulted.has(key)) {
+        if (same) faultedEqual++;
+        continue;
+      }
+      comparable++;
+      if (same) equal++;
+      else unequal.push(key);
+    }
+    if (unequal.length) violations.push(`${unequal.length} records without injected faults differ from the fault-free run (e.g. ${unequal.slice(0, 3).join(", ")})`);
+    if (reference.size !== total) violations.push(`the fault-free run stored ${reference.size} of ${total} records`);
+
+    const report: ChaosReport = {
+      prefix,
+      trajectories: total,
+      completed,
+      failed,
+      failedByReason,
+      missing,
+      faults: {
+        engine_errors: engineFaults.filter((f) => f.kind !== "abort").length,
+        engine_aborts: engineFaults.filter((f) => f.kind === "abort").length,
+        tool_timeouts: tools.faults.length,
+        trajectories_faulted: faulted.size,
+      },
+      kills,
+      workerStarts: starts,
+      reclaimed,
+      writes: { stored: [...stored.values()].reduce((a, b) => a + b, 0), groupDone, refused, duplicates },
+      comparable,
+      equal,
+      unequal,
+      faultedEqual,
+      toolExecutions: { chaos: await tools.executions(), reference: refExecutions },
+      ms: { reference: refMs, chaos: chaosMs },
+      violations,
+    };
+    // EDGELOOP_CHAOS_KEEP=1 keeps the worker logs and the report for inspection.
+    if (process.env.EDGELOOP_CHAOS_KEEP) appendFileSync(join(dir, "report.json"), JSON.stringify(report));
+    return report;
+  } finally {
+    for (const p of procs) if (p.exitCode === null) p.kill("SIGKILL");
+    for (const c of cleanups.reverse()) await Promise.resolve(c()).catch(() => {});
+    if (process.env.EDGELOOP_CHAOS_KEEP) console.error(`chaos: logs kept in ${dir}`);
+    else if (existsSync(dir)) rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** The report as a table (one row per figure) plus the verdict. */
+export function formatChaosReport(r: ChaosReport): string {
+  const rows: [string, string][] = [
+    ["trajectories", String(r.trajectories)],
+    ["completed", String(r.completed)],
+    ["failed", String(r.failed)],
+    ...Object.entries(r.failedByReason).map(([k, v]): [string, string] => [`  failed: ${k}`, String(v)]),
+    ["no record", String(r.missing.length)],
+    ["faults: engine errors (500/503)", String(r.faults.engine_errors)],
+    ["faults: engine aborts", String(r.faults.engine_aborts)],
+    ["faults: tool timeouts", String(r.faults.tool_timeouts)],
+    ["trajectories with a fault", String(r.faults.trajectories_faulted)],
+    ["workers SIGKILLed", String(r.kills)],
+    ["workers started", String(r.workerStarts)],
+    ["jobs reclaimed from killed workers", String(r.reclaimed)],
+    ["records stored (group counters)", String(r.writes.groupDone)],
+    ["stored writes logged by workers", String(r.writes.stored)],
+    ["writes refused (already stored)", String(r.writes.refused)],
+    ["duplicate writes", String(r.writes.duplicates)],
+    ["equal to fault-free run / comparable", `${r.equal} / ${r.comparable}`],
+    ["faulted, still equal", `${r.faultedEqual} / ${r.faults.trajectories_faulted}`],
+    ["tool executions (chaos / fault-free)", `${r.toolExecutions.chaos} / ${r.toolExecutions.reference}`],
+    ["seconds (fault-free / chaos)", `${(r.ms.reference / 1000).toFixed(1)} / ${(r.ms.chaos / 1000).toFixed(1)}`],
+  ];
+  const w = Math.max(...rows.map(([k]) => k.length));
+  const lines = rows.map(([k, v]) => `${k.padEnd(w)}  ${v.padStart(12)}`);
+  lines.push(r.violations.length ? `FAIL: ${r.violations.join("; ")}` : "PASS: every trajectory recorded, no duplicate write, fault-free trajectories equal the fault-free run");
+  return lines.join("\n");
+}
