@@ -6,7 +6,7 @@ import { createRolloutsApp } from "../../functions/rollouts.ts";
 import { buildRuntime, type Runtime } from "../../infra/cli/runtime.ts";
 import { startSimEngine, type RunningSimEngine } from "../../infra/sim-engine/server.ts";
 import type { TrajectoryRecord } from "../../shared/schema/index.ts";
-import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { comparableRecord, countingToolServer } from "../session/crash.ts";
 import { POLICY, ROOT, ROWS } from "../session/fixtures.ts";
 
@@ -78,10 +78,20 @@ describe.skipIf(!redis)("edgeloop worker processes", () => {
       const queued = (await (await app.request("/v1/queue")).json()) as Record<string, number>;
       expect(queued).toMatchObject({ mode: "queue", depth: ROWS_N * N, in_flight: 0 });
 
-      const workers = [spawnWorker("w1"), spawnWorker("w2"), spawnWorker("victim")];
-      const stats = async () => (await (await app.request(`/v1/rollouts/${batch_id}`)).json()) as { done: boolean; counts: Record<string, number> };
+      // The victim starts first and is killed while it holds claimed jobs (under load the
+      // others could otherwise drain the queue before it even starts).
+      const redis = rawRedis();
+      const victimPending = async () => {
+        const [, , , consumers] = (await redis.xpending(`${prefix}jobs`, "workers")) as [number, string, string, [string, string][] | null];
+        return Number((consumers ?? []).find(([c]) => c === "victim")?.[1] ?? 0);
+      };
+      const victim = spawnWorker("victim");
       const deadline = Date.now() + 30_000;
-      while ((await stats()).counts.ok < 15 && Date.now() < deadline) await Bun.sleep(20);
+      while ((await victimPending()) === 0 && Date.now() < deadline) await Bun.sleep(20);
+      const workers = [spawnWorker("w1"), spawnWorker("w2"), victim];
+      const stats = async () => (await (await app.request(`/v1/rollouts/${batch_id}`)).json()) as { done: boolean; counts: Record<string, number> };
+      while (((await stats()).counts.ok < 15 || (await victimPending()) === 0) && Date.now() < deadline) await Bun.sleep(20);
+      await redis.quit();
       const midway = await stats();
       expect(midway.done).toBe(false);
       const q = (await (await app.request("/v1/queue")).json()) as { in_flight: number };

@@ -33,6 +33,9 @@ interface Node {
   children: Node[];
 }
 
+const RANK: Record<string, number> = { "agent_loop.turn": 0, "inference.generate": 1, "tool.call": 2, "reward.compute": 1000, "queue.put": 1001 };
+const order = (s: ReadableSpan) => (RANK[s.name] ?? 500) + Number(s.attributes[SpanAttr.turn] ?? 0) + Number(s.attributes[SpanAttr.toolIndex] ?? 0) / 100;
+
 function tree(spans: ReadableSpan[]): Node[] {
   const byParent = new Map<string | undefined, ReadableSpan[]>();
   const ids = new Set(spans.map((s) => s.spanContext().spanId));
@@ -43,7 +46,10 @@ function tree(spans: ReadableSpan[]): Node[] {
   }
   const build = (parent: string | undefined): Node[] =>
     (byParent.get(parent) ?? [])
-      .sort((a, b) => a.startTime[0] - b.startTime[0] || a.startTime[1] - b.startTime[1])
+      // Siblings in the order the loop opens them. Start times cannot order them: the SDK
+      // anchors each span's start on Date.now() (1 ms resolution), so spans opened
+      // within the same millisecond may come out of order.
+      .sort((a, b) => order(a) - order(b))
       .map((s) => ({ name: s.name, attributes: { ...s.attributes }, children: build(s.spanContext().spanId) }));
   return build(undefined);
 }
