@@ -115,7 +115,12 @@ export function toTrajectoryRecord(
 ): TrajectoryRecord {
   validateTrajectory(
     { ...out, logprobs: out.response_logprobs },
-    { responseLength: rollout.response_length, promptLength: rollout.prompt_length, trackLogProbs: rollout.calculate_log_probs },
+    {
+      responseLength: rollout.response_length,
+      promptLength: rollout.prompt_length,
+      trackLogProbs: rollout.calculate_log_probs,
+      ...(rollout.max_model_len != null ? { maxModelLen: rollout.max_model_len } : {}),
+    },
   );
   return {
     key: trajectoryKey(t.uid, t.session_id, outputIndex),

@@ -46,9 +46,11 @@ const INITIAL_CAPACITY = 256;
  *
  * Sampled ids are appended exactly as the engine returned them (mask 1, their
  * log-probs); observation ids get mask 0 and log-prob 0.0. `response_length`
- * budgets the whole response: an append that would exceed it is cut, every
- * per-token array together, and the trajectory is marked truncated (DESIGN §2
- * invariants 2 and 4; cases C8, C11, C12). Log-probs are stored as float32,
+ * budgets the whole response and `max_model_len` the whole sequence (prompt ‖
+ * response): an append that would exceed either is cut, every per-token array
+ * together, and the trajectory is marked truncated (DESIGN §2 invariants 2
+ * and 4; cases C8, C11, C12) — a trainer never gets a sequence longer than the
+ * model's context. Log-probs are stored as float32,
  * as trainers hold them.
  */
 export class TrajectoryBuilder {
@@ -232,13 +234,14 @@ export class TrajectoryBuilder {
     };
     validateTrajectory(
       { ...out, logprobs: out.response_logprobs },
-      { responseLength: this.responseBudget, promptLength: this.promptLength, trackLogProbs: this.trackLogProbs },
+      { responseLength: this.responseBudget, promptLength: this.promptLength, trackLogProbs: this.trackLogProbs, maxModelLen: this.maxModelLen },
     );
     return out;
   }
 
   private append(ids: ArrayLike<number>, maskValue: 0 | 1, logprobs: ArrayLike<number> | null): AppendResult {
-    const take = Math.min(ids.length, this.remainingBudget);
+    // Cut by both budgets: the response budget and the context (prompt ‖ response ≤ max_model_len).
+    const take = Math.max(0, Math.min(ids.length, this.remainingBudget, this.maxModelLen - this.contextLength));
     this.ensure(this.len + take);
     for (let i = 0; i < take; i++) {
       const id = ids[i]!;

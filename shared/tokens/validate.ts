@@ -19,6 +19,8 @@ export interface ValidateOptions {
   promptLength?: number;
   /** Whether log-probs were requested; then they must be present and aligned. */
   trackLogProbs: boolean;
+  /** The model's context size, when known: prompt ‖ response fits in it. */
+  maxModelLen?: number;
 }
 
 /**
@@ -34,6 +36,7 @@ export interface ValidateOptions {
  * - `sampled_logprob_range`: mask-1 log-probs are finite and ≤ 0;
  * - `response_budget` (invariant 4): `len(response_ids) ≤ response_length`;
  * - `prompt_length` (invariant 5): `len(prompt_ids) ≤ prompt_length`;
+ * - `context_length`: `len(prompt_ids) + len(response_ids) ≤ max_model_len`, when given;
  * - `num_preempted` (invariant 6): an integer ≥ −1 (−1 = unknown);
  * - `metrics_nonnegative`: timing metrics are finite seconds ≥ 0;
  * - `num_turns`: an integer ≥ 1 once a prompt exists.
@@ -87,6 +90,13 @@ export function validateTrajectory(t: TrajectoryShape, opts: ValidateOptions): v
       "prompt_length",
       `prompt has ${t.prompt_ids.length} tokens, more than prompt_length ${opts.promptLength}`,
       opts.promptLength,
+    );
+  }
+  if (opts.maxModelLen !== undefined && t.prompt_ids.length + n > opts.maxModelLen) {
+    throw new TrajectoryInvariantError(
+      "context_length",
+      `prompt (${t.prompt_ids.length}) + response (${n}) tokens exceed max_model_len ${opts.maxModelLen}`,
+      Math.max(0, opts.maxModelLen - t.prompt_ids.length),
     );
   }
   const pre = t.metrics.num_preempted;

@@ -243,12 +243,14 @@ describe("C11 the remaining budget on every later request", () => {
 });
 
 describe("C12 over-long accumulated prompt: truncate, don't error", () => {
-  test("context 256, accumulated 273 ids: no positive max_tokens", () => {
+  test("context 256, a tool turn that would make 273 ids: cut at the context, no positive max_tokens", () => {
     const b = builderFor(new Array(200).fill(1), 1024, 256);
     b.appendAction(new Array(40).fill(2), new Array(40).fill(-1));
-    b.appendObservation(new Array(33).fill(3));
-    expect(b.contextLength).toBe(273);
+    // The 33-id observation would make 273 ids; the stream never exceeds the context.
+    expect(b.appendObservation(new Array(33).fill(3))).toEqual({ appended: 16, truncated: true });
+    expect(b.contextLength).toBe(256);
     expect(b.nextMaxTokens()).toBe(0);
+    expect(b.truncated).toBe(true);
   });
 
   test("text prompts over prompt_length are left-truncated", () => {
@@ -328,5 +330,19 @@ describe("observation encoder on a template without boundary tokens", () => {
       { tools: [weatherTool], addGenerationPrompt: true },
     );
     expect([...prompt, ...sampled, ...obs]).toEqual(full);
+  });
+});
+
+describe("the context bounds every append", () => {
+  test("an observation past max_model_len is cut there and the trajectory is truncated", () => {
+    // prompt 90 + action 5 = 95 of a 100-token context: only 5 observation ids fit, though the response budget has room.
+    const b = new TrajectoryBuilder({ promptIds: new Array(90).fill(1), responseLength: 50, maxModelLen: 100, trackLogProbs: true });
+    b.appendAction([2, 3, 4, 5, IM_END], [-1, -1, -1, -1, -1]);
+    expect(b.appendObservation(new Array(20).fill(7))).toEqual({ appended: 5, truncated: true });
+    expect(b.contextLength).toBe(100);
+    expect(b.responseMask()).toEqual([1, 1, 1, 1, 1, 0, 0, 0, 0, 0]);
+    expect(b.nextMaxTokens()).toBe(0);
+    const out = b.finish({ numTurns: 3, rewardScore: null, metrics: { generate_sequences: 0, tool_calls: 0, compute_score: 0, num_preempted: -1 }, extraFields: {}, finishReason: "length" });
+    expect(out.prompt_ids.length + out.response_ids.length).toBe(100);
   });
 });

@@ -78,3 +78,11 @@ describe("validateTrajectory", () => {
     expect(broken({ ...good(), num_turns: 0 }).invariant).toBe("num_turns");
   });
 });
+
+describe("context_length", () => {
+  test("prompt + response never exceed max_model_len when it is known", () => {
+    expect(() => validateTrajectory(good(), { ...opts, maxModelLen: 7 })).not.toThrow();
+    const e = broken(good(), { ...opts, maxModelLen: 6 });
+    expect([e.invariant, e.index]).toEqual(["context_length", 3]);
+  });
+});
