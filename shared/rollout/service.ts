@@ -79,7 +79,7 @@ export class RolloutService {
     const jobs = this.jobs;
     if (!jobs) throw new ConfigError("jobs", "queue mode needs a job queue (a Redis or Upstash store)");
     const cfg = this.effectiveConfig(req);
-    const plan = planBatch(req, cfg.rollout);
+    const plan = planBatch(req, cfg.rollout, cfg.max_batch_trajectories);
     const runnable = plan.trajectories.filter((t) => !t.row_error);
     await jobs.reserve(runnable.length);
     const mode = plan.validate ? "val" : "train";
@@ -175,7 +175,7 @@ export class RolloutService {
    */
   submit(req: RolloutRequest): { batch_id: string; keys: string[]; run: BatchRun } {
     const cfg = this.effectiveConfig(req);
-    const plan = planBatch(req, cfg.rollout);
+    const plan = planBatch(req, cfg.rollout, cfg.max_batch_trajectories);
     const executor = this.opts.executorFor(cfg.rollout, { model_version: req.model_version, validate: req.validate });
     const run = new BatchRun(plan, {
       executor,

@@ -182,3 +182,17 @@ describe("unknown keys are errors, not silently ignored", () => {
     expect((await cfg.json()).error.message).toBe('config rollout: Unrecognized key: "respone_length" (in request config)');
   });
 });
+
+describe("batch size", () => {
+  test("rows x n over max_batch_trajectories is a 400 before anything is planned", async () => {
+    const before = runtime.service.batchIds().length;
+    const res = await post("/v1/rollouts", { rows: [rows[0], rows[1], rows[2]], config: { rollout: { n: 1_000_000 } } });
+    expect(res.status).toBe(400);
+    expect((await res.json()).error).toEqual({
+      code: "invalid_input",
+      message: "rows: 3 rows x n make 3000000 trajectories; a batch may hold at most 100000 (config max_batch_trajectories): split the batch or lower n",
+      field: "rows",
+    });
+    expect(runtime.service.batchIds().length).toBe(before);
+  });
+});
