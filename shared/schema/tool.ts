@@ -17,18 +17,24 @@ export const ToolSchema = z.object({
 });
 export type ToolSchema = z.infer<typeof ToolSchema>;
 
-/** One webhook tool from the tools file: `{name, url, schema, timeout_ms, max_retries}`. */
-export const ToolSpec = z.object({
-  name: z.string().min(1),
-  url: z.string().url(),
-  schema: ToolSchema,
-  timeout_ms: z.number().int().positive().default(30_000),
-  max_retries: z.number().int().min(0).default(2),
-});
+/** One webhook tool from the tools file: `{name, url, schema, timeout_ms, max_retries}`; unknown keys are errors. */
+export const ToolSpec = z
+  .strictObject({
+    name: z.string().min(1),
+    url: z.string().url(),
+    schema: ToolSchema,
+    timeout_ms: z.number().int().positive().default(30_000),
+    max_retries: z.number().int().min(0).default(2),
+  })
+  // The model is shown schema.function.name and calls by it; a different `name` would route every call to "unknown tool".
+  .refine((t) => t.schema.function.name === t.name, {
+    message: "schema.function.name must equal the tool's name (the model calls the tool by the name its schema shows)",
+    path: ["schema", "function", "name"],
+  });
 export type ToolSpec = z.infer<typeof ToolSpec>;
 
 /** A tools file (YAML or JSON): `{tools: [...]}`. Tool names must be unique. */
-export const ToolsFile = z.object({
+export const ToolsFile = z.strictObject({
   tools: z.array(ToolSpec).refine((ts) => new Set(ts.map((t) => t.name)).size === ts.length, "tool names must be unique"),
 });
 export type ToolsFile = z.infer<typeof ToolsFile>;

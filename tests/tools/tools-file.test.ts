@@ -60,3 +60,16 @@ describe("parseToolsFile", () => {
     expect(configError(() => parseToolsFile("tools: [")).message.startsWith("config tools file: not valid YAML or JSON:")).toBe(true);
   });
 });
+
+describe("tools file strictness", () => {
+  const base = { name: "calc", url: "http://127.0.0.1:1/x", schema: { type: "function", function: { name: "calculator", description: "", parameters: { type: "object", properties: {} } } } };
+  test("a schema name different from the tool's name is refused", () => {
+    expect(() => parseToolsFile(JSON.stringify({ tools: [base] }), { source: "t.json" })).toThrow(
+      "config t.json: tools[0].schema.function.name: schema.function.name must equal the tool's name (the model calls the tool by the name its schema shows)",
+    );
+  });
+  test("a misspelt key is refused, naming it", () => {
+    const t = { ...base, schema: { ...base.schema, function: { ...base.schema.function, name: "calc" } }, timeot_ms: 5 };
+    expect(() => parseToolsFile(JSON.stringify({ tools: [t] }), { source: "t.json" })).toThrow('config t.json: tools[0]: Unrecognized key: "timeot_ms"');
+  });
+});
