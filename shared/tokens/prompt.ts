@@ -22,6 +22,8 @@ export interface PromptOptions {
  * @throws InputError (field `prompt`) when a message holds an image, video or
  *   audio part: cutting placeholders would corrupt features, so such prompts
  *   are rejected rather than truncated.
+ * @throws InputError (field `rollout.prompt_length`) when truncation would
+ *   leave no more than the generation prompt.
  */
 export function buildPromptIds(
   tok: ChatTokenizer,
@@ -40,5 +42,15 @@ export function buildPromptIds(
     chatTemplateKwargs: opts.chatTemplateKwargs,
   });
   if (ids.length <= opts.promptLength) return { promptIds: ids, truncated: false };
+  // Left truncation must leave the generation prompt and at least one token of the conversation;
+  // shorter, the model would be asked to answer nothing.
+  const withoutGen = tok.renderIds(messages, { tools: opts.tools, addGenerationPrompt: false, chatTemplateKwargs: opts.chatTemplateKwargs });
+  const genLength = Math.max(0, ids.length - withoutGen.length);
+  if (opts.promptLength <= genLength) {
+    throw new InputError(
+      "rollout.prompt_length",
+      `${opts.promptLength} tokens cannot hold this prompt's generation prompt (${genLength} tokens) and any of the conversation (${ids.length} tokens in all)`,
+    );
+  }
   return { promptIds: ids.slice(ids.length - opts.promptLength), truncated: true };
 }

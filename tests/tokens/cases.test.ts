@@ -346,3 +346,13 @@ describe("the context bounds every append", () => {
     expect(out.prompt_ids.length + out.response_ids.length).toBe(100);
   });
 });
+
+describe("prompt_length too short to hold a question", () => {
+  test("truncation that would keep only the generation prompt is refused", () => {
+    const msgs: ChatMessage[] = [{ role: "user", content: "What is 2+2?" }];
+    expect(() => buildPromptIds(tok, msgs, { promptLength: 3 })).toThrow(
+      "rollout.prompt_length: 3 tokens cannot hold this prompt's generation prompt (3 tokens) and any of the conversation (15 tokens in all)",
+    );
+    expect(buildPromptIds(tok, msgs, { promptLength: 6 }).promptIds).toEqual([30, IM_END, 198, ...GEN_PROMPT]);
+  });
+});
