@@ -12,7 +12,9 @@ export const MediaPart = z.looseObject({
 });
 
 /** Message content: a string, or a list of parts. */
-export const MessageContent = z.union([z.string(), z.array(z.union([TextPart, MediaPart]))]);
+export const MessageContent = z.union([z.string(), z.array(z.union([TextPart, MediaPart], { error: "expected a content part {type: text|image|video|audio, …}" }))], {
+  error: "expected a string or a list of content parts",
+});
 
 /** One tool call inside an assistant message (OpenAI format); `arguments` may be a JSON string or an object. */
 export const ToolCallMessage = z.object({
