@@ -214,6 +214,6 @@ export class MemoryTransferQueue implements TransferQueue {
       const enc = this.records.get(k);
       if (enc) records.push(decodeRecord({ ...enc }));
     }
-    return { uid: e.uid, partition: part, delivery_id: e.id, records };
+    return { uid: e.uid, partition: part, delivery_id: e.id, failed: records.filter((r) => r.error !== null).length, records };
   }
 }

@@ -216,7 +216,7 @@ export class RedisTransferQueue implements TransferQueue {
         const fields = replyToFields(replies[i++] as RedisReply);
         if (fields.meta !== undefined) records.push(decodeRecord(fields));
       }
-      return { uid: g.uid, partition: part, delivery_id: g.id, records };
+      return { uid: g.uid, partition: part, delivery_id: g.id, failed: records.filter((r) => r.error !== null).length, records };
     });
   }
 

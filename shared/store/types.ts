@@ -27,6 +27,8 @@ export interface CompleteGroup {
   uid: string;
   partition: Partition;
   delivery_id: string;
+  /** How many of the group's records failed (have `error` set); 0 for a clean group. */
+  failed: number;
   /** Every record of the group, ordered by `session_id` then `output_index`; failed ones have `error` set. */
   records: TrajectoryRecord[];
 }

@@ -92,6 +92,7 @@ export function transferQueueContract(name: string, target: ContractTarget, pref
       expect(got.length).toBe(1);
       expect(got[0]!.uid).toBe("g1");
       expect(got[0]!.partition).toBe("train");
+      expect(got[0]!.failed).toBe(1);
       expect(got[0]!.records.map((r) => r.key)).toEqual(["g1_0_0", "g1_1_0", "g1_2_0"]);
       expect(got[0]!.records[0]).toEqual(makeRecord("g1", 0));
       const failed = got[0]!.records[2]!;

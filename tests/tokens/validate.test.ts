@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { validateTrajectory, type TrajectoryShape } from "../../shared/tokens/validate.ts";
+import { validateTrajectory, type TrajectoryShape, type ValidateOptions } from "../../shared/tokens/validate.ts";
 import { TrajectoryInvariantError } from "../../shared/errors.ts";
 
 const metrics = { generate_sequences: 0.5, tool_calls: 0.25, compute_score: 0, num_preempted: -1 };
@@ -13,7 +13,7 @@ const good = (): TrajectoryShape => ({
 });
 const opts = { responseLength: 4, promptLength: 3, trackLogProbs: true };
 
-function broken(t: TrajectoryShape, o = opts): TrajectoryInvariantError {
+function broken(t: TrajectoryShape, o: ValidateOptions = opts): TrajectoryInvariantError {
   try {
     validateTrajectory(t, o);
   } catch (e) {
