@@ -95,6 +95,12 @@ export class BatchRun {
   private allObserved: (() => void) | null = null;
   /** Trajectories given up because another owner took them over (nothing stored for them here). */
   abandoned = 0;
+  /**
+   * Why the batch ended early (e.g. its groups could not be registered in
+   * the store), or null. A failed batch is done: {@link run} rejects with
+   * this error and {@link stream} throws it after the records it has.
+   */
+  failure: Error | null = null;
 
   constructor(plan: BatchPlan, opts: BatchRunOptions) {
     this.plan = plan;
@@ -174,27 +180,40 @@ export class BatchRun {
     return this.finished;
   }
 
-  /** Every record of the batch as it finishes: first those already stored, then live ones, until the batch is done. */
+  /**
+   * Every record of the batch as it finishes: first those already stored,
+   * then live ones, until the batch is done.
+   * @throws the batch's {@link failure} once the records it has are yielded, when it failed.
+   */
   async *stream(): AsyncGenerator<TrajectoryRecord> {
     let i = 0;
     for (;;) {
       while (i < this.finished.length) yield this.finished[i++]!;
+      if (this.failure) throw this.failure;
       if (this.s.done) return;
       await new Promise<void>((resolve) => this.waiters.add(resolve));
     }
   }
 
+  /** Runs the batch; whatever happens, it ends done (a failure kept in {@link failure}) and wakes every stream. */
   private async execute(): Promise<void> {
-    const mode = this.plan.validate ? "val" : "train";
-    for (const [uid, n] of this.plan.groups) await pRetry(() => this.queue.expectGroup(uid, n, mode), STORE_RETRY);
-    const queue = [...this.plan.trajectories];
-    const worker = async () => {
-      for (let t = queue.shift(); t; t = queue.shift()) await this.runOne(t);
-    };
-    await Promise.all(Array.from({ length: Math.min(this.opts.concurrency, queue.length) }, worker));
-    this.s.done = true;
-    this.s.finished_at = (this.opts.now ?? Date.now)();
-    this.wake();
+    try {
+      const mode = this.plan.validate ? "val" : "train";
+      for (const [uid, n] of this.plan.groups) await pRetry(() => this.queue.expectGroup(uid, n, mode), STORE_RETRY);
+      const queue = [...this.plan.trajectories];
+      const worker = async () => {
+        for (let t = queue.shift(); t; t = queue.shift()) await this.runOne(t);
+      };
+      await Promise.all(Array.from({ length: Math.min(this.opts.concurrency, queue.length) }, worker));
+    } catch (e) {
+      this.failure = e instanceof Error ? e : new Error(String(e));
+      if (this.s.errors.length < 50) this.s.errors.push({ key: "(batch)", error: `batch failed: ${errorText(e)}` });
+      throw this.failure;
+    } finally {
+      this.s.done = true;
+      this.s.finished_at = (this.opts.now ?? Date.now)();
+      this.wake();
+    }
   }
 
   /** Runs one trajectory inside its `agent_loop.run` span (the parent of its turns, reward and `queue.put`). */
