@@ -1,5 +1,5 @@
 import { readFile } from "node:fs/promises";
-import { extname } from "node:path";
+import { dirname, extname, isAbsolute, resolve } from "node:path";
 import { parse as parseYaml } from "yaml";
 import { parquetReadObjects } from "hyparquet";
 import { ConfigError, InputError } from "../../shared/errors.ts";
@@ -23,26 +23,71 @@ export async function readConfigFile(path: string): Promise<unknown> {
 }
 
 /**
- * Reads dataset rows: `.jsonl` (one JSON object a line; blank lines skipped),
- * `.json` (an array) or verl-style `.parquet` (read with hyparquet; JSON
- * columns come back as objects). Rows are not validated here: each is
- * validated on its own so that one bad row fails only its trajectories; a
- * line that is not JSON is passed on as its text, so that row fails ("expected object") and the rest run.
- * @throws InputError (field `--data`) when the file cannot be read at all.
+ * Makes the paths inside a config file relative to the file's own directory
+ * (not the working directory), so a config works wherever it is run from:
+ * `engine.script`, `tools.file`, `rollout.agent.agent_loop_config_path` and
+ * `model` (except the built-in name `qwen3`). Absolute paths, URLs and
+ * non-strings are left alone. Returns a new object.
  */
-export async function readRows(path: string): Promise<unknown[]> {
+export function resolveConfigPaths(raw: unknown, configPath: string): unknown {
+  if (!isObject(raw)) return raw;
+  const dir = dirname(resolve(configPath));
+  const fix = (v: unknown) => (typeof v === "string" && v !== "" && !isAbsolute(v) && !/^[a-z][a-z0-9+.-]*:\/\//i.test(v) ? resolve(dir, v) : v);
+  const out: Record<string, unknown> = { ...raw };
+  const section = (k: string, f: (o: Record<string, unknown>) => void) => {
+    if (isObject(out[k])) {
+      const copy = { ...out[k] };
+      f(copy);
+      out[k] = copy;
+    }
+  };
+  section("engine", (e) => "script" in e && (e.script = fix(e.script)));
+  section("tools", (t) => "file" in t && (t.file = fix(t.file)));
+  section("rollout", (r) => {
+    if (isObject(r.agent) && "agent_loop_config_path" in r.agent) r.agent = { ...r.agent, agent_loop_config_path: fix(r.agent.agent_loop_config_path) };
+  });
+  if (typeof out.model === "string" && out.model !== "qwen3") out.model = fix(out.model);
+  return out;
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return v !== null && typeof v === "object" && !Array.isArray(v);
+}
+
+/** File extensions `--data` accepts. */
+export const DATA_EXTENSIONS = [".jsonl", ".ndjson", ".json", ".parquet"] as const;
+
+/** A `.jsonl` line that is not JSON: its row is kept as a string (so it fails alone) and reported. */
+export interface BadDataLine {
+  /** 1-based line number in the file. */
+  line: number;
+  /** Index of the row it became (`rows[i]` in row errors; blank lines are not rows). */
+  row: number;
+  /** The JSON parser's message. */
+  error: string;
+}
+
+/**
+ * {@link readRows} plus the `.jsonl` lines that are not JSON, with their
+ * line numbers and row indices, for start-up warnings.
+ * @throws InputError (field `--data`) when the file cannot be read or its extension is not one of {@link DATA_EXTENSIONS}.
+ */
+export async function readDataFile(path: string): Promise<{ rows: unknown[]; badLines: BadDataLine[] }> {
+  const ext = extname(path).toLowerCase();
+  if (!(DATA_EXTENSIONS as readonly string[]).includes(ext)) {
+    throw new InputError("--data", `${path}: unknown file type '${ext || "(no extension)"}'; accepted: ${DATA_EXTENSIONS.join(", ")}`);
+  }
   let buf: Buffer;
   try {
     buf = await readFile(path);
   } catch (e) {
     throw new InputError("--data", `cannot read ${path}: ${(e as Error).message}`);
   }
-  const ext = extname(path).toLowerCase();
   if (ext === ".parquet") {
     try {
       const ab = buf.buffer.slice(buf.byteOffset, buf.byteOffset + buf.byteLength) as ArrayBuffer;
       const rows = await parquetReadObjects({ file: ab });
-      return rows.map(jsonColumns);
+      return { rows: rows.map(jsonColumns), badLines: [] };
     } catch (e) {
       throw new InputError("--data", `${path} is not a readable Parquet file: ${(e as Error).message}`);
     }
@@ -52,22 +97,36 @@ export async function readRows(path: string): Promise<unknown[]> {
     try {
       const v = JSON.parse(text);
       if (!Array.isArray(v)) throw new Error("expected an array of rows");
-      return v;
+      return { rows: v, badLines: [] };
     } catch (e) {
       throw new InputError("--data", `${path}: ${(e as Error).message}`);
     }
   }
-  return text
-    .split("\n")
-    .map((l) => ({ l: l.trim() }))
-    .filter(({ l }) => l.length > 0)
-    .map(({ l }) => {
-      try {
-        return JSON.parse(l);
-      } catch {
-        return l;
-      }
-    });
+  const rows: unknown[] = [];
+  const badLines: BadDataLine[] = [];
+  for (const [i, raw] of text.split("\n").entries()) {
+    const l = raw.trim();
+    if (!l) continue;
+    try {
+      rows.push(JSON.parse(l));
+    } catch (e) {
+      badLines.push({ line: i + 1, row: rows.length, error: (e as Error).message });
+      rows.push(l);
+    }
+  }
+  return { rows, badLines };
+}
+
+/**
+ * Reads dataset rows: `.jsonl`/`.ndjson` (one JSON object a line; blank lines skipped),
+ * `.json` (an array) or verl-style `.parquet` (read with hyparquet; JSON
+ * columns come back as objects). Rows are not validated here: each is
+ * validated on its own so that one bad row fails only its trajectories; a
+ * line that is not JSON is passed on as its text, so that row fails ("expected object") and the rest run.
+ * @throws InputError (field `--data`) when the file cannot be read at all or its extension is unknown.
+ */
+export async function readRows(path: string): Promise<unknown[]> {
+  return (await readDataFile(path)).rows;
 }
 
 /** Parquet files written by pandas often hold nested columns as JSON strings; parse those that look like JSON. */

@@ -3,7 +3,7 @@ export interface ConfigFlags {
   config?: string;
   n?: number;
   engine?: string;
-  engineFormat?: "vllm" | "sglang";
+  engineFormat?: "vllm" | "vllm-generate" | "sglang";
   script?: string;
   replicas?: number;
   tools?: string;

@@ -1,7 +1,7 @@
 import { readFile } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { defaultAgentLoopRegistry, parseAgentLoopConfig } from "../../shared/agent-loop/index.ts";
+import { defaultAgentLoopRegistry, parseAgentLoopConfig, type AgentLoopRegistry } from "../../shared/agent-loop/index.ts";
 import { mergeConfig, parseAppConfig, type AppConfig } from "../../shared/config/app-config.ts";
 import { ConfigError } from "../../shared/errors.ts";
 import { createEngineClient } from "../../shared/inference/create-engine-client.ts";
@@ -10,8 +10,13 @@ import { createAgentExecutor, createSessionExecutor, sessionLoopFactory, type Ex
 import { RedisSessionStorage } from "../../shared/session/redis-session-storage.ts";
 import { SessionHost } from "../../shared/session/session-host.ts";
 import { sessionCompletingQueue } from "../../shared/session/session-queue.ts";
-import { UpstashCommander } from "../../shared/store/upstash-transfer-queue.ts";
+import { checkUpstash, UpstashCommander } from "../../shared/store/upstash-transfer-queue.ts";
+import type { RolloutConfig } from "../../shared/schema/config.ts";
+import type { RolloutRequest } from "../../shared/rollout/batch.ts";
+import type { BatchRun } from "../../shared/rollout/batch-run.ts";
+import { toolCallParserNames } from "../../shared/tools/parser-registry.ts";
 import { IoRedisCommander } from "../redis/ioredis-commander.ts";
+import { checkRedis, maskRedisUrl } from "../redis/redis-check.ts";
 import { RolloutService, type ExecutorFactory } from "../../shared/rollout/service.ts";
 import { JobQueue, type JobQueueOptions } from "../../shared/jobs/job-queue.ts";
 import { MemoryPolicyVersions, RedisPolicyVersions, type PolicyVersions } from "../../shared/rollout/policy-version.ts";
@@ -28,7 +33,7 @@ import { SimEngineClient } from "../sim-engine/sim-engine-client.ts";
 import { startSimEngine } from "../sim-engine/server.ts";
 import { startToolServer } from "../tools/server.ts";
 import { createGatewayApp } from "../../functions/gateway.ts";
-import { readConfigFile } from "./files.ts";
+import { readConfigFile, resolveConfigPaths } from "./files.ts";
 import { overridesFromFlags, type ConfigFlags } from "./flags.ts";
 
 /** The package root (where examples/ and infra/ live). */
@@ -57,6 +62,8 @@ export interface Runtime {
   executorFor: ExecutorFactory;
   /** One line per component, for the start-up banner. */
   describe: string[];
+  /** Start-up warnings (e.g. an engine URL that does not answer yet), one line each, printed before the run. */
+  warnings: string[];
   /** Stops what the runtime started (tool server, sim replicas, store connections). */
   close(): Promise<void>;
 }
@@ -73,34 +80,50 @@ export interface RuntimeHooks {
   jobs?: "inline" | "queue" | "auto";
   /** Options of the job queue (lease, max pending). */
   jobQueue?: Omit<JobQueueOptions, "prefix">;
+  /** Timeout of the start-up checks of the store and a URL engine, in milliseconds (default 3000). */
+  checkTimeoutMs?: number;
 }
 
 /**
- * Resolves the config (file, then CLI flags over it), validates it eagerly,
- * and builds the tokenizer, engine client, tools, store and the rollout
- * service. With `engine.url = "sim"` the simulated engine runs in-process
- * (K > 1 replicas: real loopback servers behind the gateway); with no tools
- * file the example tool server is started on a free loopback port.
- * @throws ConfigError naming the config path and the fix.
+ * Resolves the config (file, then CLI flags over it; relative paths inside
+ * the file are relative to the file), validates it eagerly, checks that the
+ * store answers (a few seconds at most), probes a URL engine (a warning if it
+ * does not answer: it may come up later), and builds the tokenizer, engine
+ * client, tools, store and the rollout service. With `engine.url = "sim"`
+ * the simulated engine runs in-process (K > 1 replicas: real loopback
+ * servers behind the gateway); with no tools file the example tool server is
+ * started on a free loopback port.
+ * @throws ConfigError naming the config path and the fix (including an
+ *   unknown `rollout.multi_turn.format` or `rollout.agent.default_agent_loop`);
+ *   StoreError/AuthError when the store cannot be reached or refuses the token.
  */
 export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {}): Promise<Runtime> {
-  const fileCfg = flags.config ? await readConfigFile(flags.config) : {};
+  const fileCfg = flags.config ? resolveConfigPaths(await readConfigFile(flags.config), flags.config) : {};
   const config = parseAppConfig(mergeConfig(fileCfg, overridesFromFlags(flags)), flags.config ?? "flags");
+  // The parser is checked before anything starts; the default agent loop once the registry is loaded (a file may add loops).
+  validateRollout(config.rollout, null);
+  const checkTimeoutMs = hooks.checkTimeoutMs ?? 3_000;
+  await checkStore(config, checkTimeoutMs);
   const closers: (() => Promise<void>)[] = [];
   const describe: string[] = [];
+  const warnings: string[] = [];
   try {
     const tokenizer = await loadTokenizer(config.model ?? undefined);
     describe.push(`model      ${tokenizer.name}`);
 
     const client = await buildEngine(config, tokenizer, closers, describe);
-    const maxModelLen =
-      config.rollout.max_model_len ?? (await client.maxModelLen?.().catch(() => undefined)) ?? config.rollout.prompt_length + config.rollout.response_length;
+    const [probed, unreachable] = await Promise.all([
+      client.maxModelLen?.().catch(() => undefined),
+      config.engine.url === "sim" ? Promise.resolve(null) : probeEngine(config.engine.url, checkTimeoutMs),
+    ]);
+    if (unreachable) warnings.push(`warning    engine ${config.engine.url} does not answer (${unreachable}); trajectories fail until it is up`);
+    const maxModelLen = config.rollout.max_model_len ?? probed ?? config.rollout.prompt_length + config.rollout.response_length;
     describe.push(`context    max_model_len ${maxModelLen}`);
 
     const tools = await buildTools(config, closers, describe);
     const store = buildStore(config);
     closers.push(() => store.close());
-    describe.push(`store      ${config.store.url === "memory" ? "memory (in-process)" : config.store.url.replace(/\/\/[^@/]*@/, "//***@")}`);
+    describe.push(`store      ${config.store.url === "memory" ? "memory (in-process)" : maskRedisUrl(config.store.url)}`);
 
     const registry = defaultAgentLoopRegistry();
     const loopsPath = config.rollout.agent.agent_loop_config_path;
@@ -110,6 +133,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       });
       await registry.loadConfig(parseAgentLoopConfig(text, loopsPath), { baseUrl: pathToFileURL(resolve(loopsPath)).href });
     }
+    validateRollout(config.rollout, registry);
     describe.push(`loops      ${registry.names().join(", ")} (default ${config.rollout.agent.default_agent_loop})`);
 
     const policy = buildPolicy(config, closers);
@@ -134,18 +158,24 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       closers.push(async () => host.close());
       sessions = host;
       batchStore = sessionCompletingQueue(hooks.wrapStore ? hooks.wrapStore(store) : store, storage, host);
-      executorFor = (rollout, batch) => createSessionExecutor(deps, host, store, rollout, batch);
+      executorFor = (rollout, batch) => {
+        validateRollout(rollout, registry);
+        return createSessionExecutor(deps, host, store, rollout, batch);
+      };
       jobs = new JobQueue(built.commander, { prefix: config.store.prefix, ...hooks.jobQueue });
       const queued = hooks.jobs === "queue" || hooks.jobs === "auto";
-      service = new RolloutService({ config, store: batchStore, executorFor, policy, ...(queued ? { jobs } : {}) });
+      service = new ValidatingRolloutService(registry, { config, store: batchStore, executorFor, policy, ...(queued ? { jobs } : {}) });
       closers.push(async () => service.close());
       describe.push(`sessions   durable, checkpoints in ${config.store.url === "upstash" ? "Upstash" : "Redis"} (${config.store.prefix ?? "edgeloop:"}session:<key>)`);
       if (queued) describe.push(`jobs       queue: batches become jobs in ${jobs.stream}; run \`edgeloop worker\` with the same --store to process them`);
     } else {
       if (hooks.jobs === "queue") throw new ConfigError("store.url", "the job queue needs a Redis or Upstash store (--store redis://host:port); the memory store runs batches in-process");
       batchStore = hooks.wrapStore ? hooks.wrapStore(store) : store;
-      executorFor = (rollout, batch) => createAgentExecutor(deps, rollout, batch);
-      service = new RolloutService({ config, store: batchStore, executorFor, policy });
+      executorFor = (rollout, batch) => {
+        validateRollout(rollout, registry);
+        return createAgentExecutor(deps, rollout, batch);
+      };
+      service = new ValidatingRolloutService(registry, { config, store: batchStore, executorFor, policy });
     }
     return {
       config,
@@ -157,6 +187,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       batchStore,
       executorFor,
       describe,
+      warnings,
       async close() {
         for (const c of closers.reverse()) await c().catch(() => {});
       },
@@ -165,6 +196,89 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     for (const c of closers.reverse()) await c().catch(() => {});
     throw e;
   }
+}
+
+/**
+ * Checks the values of a rollout config that name registered things: the
+ * tool-call parser (`rollout.multi_turn.format`) and, given the registry,
+ * the default agent loop. Run at start-up and for every batch's config, so a
+ * typo fails once, up front, instead of failing every trajectory.
+ * @throws ConfigError naming the path and listing the valid names.
+ */
+export function validateRollout(rollout: RolloutConfig, registry: AgentLoopRegistry | null): void {
+  const parsers = toolCallParserNames();
+  if (!parsers.includes(rollout.multi_turn.format)) {
+    throw new ConfigError("rollout.multi_turn.format", `unknown tool-call parser '${rollout.multi_turn.format}'; registered parsers: ${parsers.join(", ")}`);
+  }
+  const loop = rollout.agent.default_agent_loop;
+  if (registry && !registry.has(loop)) {
+    throw new ConfigError("rollout.agent.default_agent_loop", `unknown agent loop '${loop}'; registered agent loops: ${registry.names().join(", ")}`);
+  }
+}
+
+/**
+ * The rollout service with the batch's config validated before anything is
+ * planned or written, in queue mode too (where no executor is built in this
+ * process): an unknown parser or agent loop is a 400, not a batch of failures.
+ */
+class ValidatingRolloutService extends RolloutService {
+  constructor(
+    private readonly registry: AgentLoopRegistry,
+    opts: ConstructorParameters<typeof RolloutService>[0],
+  ) {
+    super(opts);
+  }
+
+  override async enqueue(req: RolloutRequest): Promise<{ batch_id: string; keys: string[]; run: BatchRun }> {
+    if (req.config) {
+      let rollout: RolloutConfig | null = null;
+      try {
+        rollout = parseAppConfig(mergeConfig(this.config, req.config), "request config").rollout;
+      } catch {
+        // The service reports a config that does not parse (or sets other sections) itself.
+      }
+      if (rollout) validateRollout(rollout, this.registry);
+    }
+    return super.enqueue(req);
+  }
+}
+
+/**
+ * Checks, before anything is built, that the store answers: one PING over a
+ * fresh connection (Redis) or over REST with no retries (Upstash), within
+ * `timeoutMs`. The memory store needs nothing.
+ * @throws StoreError naming the (masked) URL; AuthError for a refused Upstash token; ConfigError when Upstash credentials are missing.
+ */
+export async function checkStore(config: AppConfig, timeoutMs: number): Promise<void> {
+  const url = config.store.url;
+  if (url === "memory") return;
+  if (url === "upstash") {
+    const restUrl = process.env.UPSTASH_REDIS_REST_URL;
+    const token = process.env.UPSTASH_REDIS_REST_TOKEN;
+    if (!restUrl || !token) throw new ConfigError("store.url", "upstash needs UPSTASH_REDIS_REST_URL and UPSTASH_REDIS_REST_TOKEN in the environment");
+    await checkUpstash({ url: restUrl, token, timeoutMs });
+    return;
+  }
+  await checkRedis(url, { timeoutMs, what: "store.url / --store" });
+}
+
+/**
+ * Whether an engine URL answers at all: GET /v1/models, then /health; any
+ * HTTP status counts as an answer. Returns null when it answers, else the
+ * reason (e.g. `Unable to connect`).
+ */
+async function probeEngine(url: string, timeoutMs: number): Promise<string | null> {
+  let reason = "";
+  for (const path of ["/v1/models", "/health"]) {
+    try {
+      const res = await fetch(url.replace(/\/+$/, "") + path, { signal: AbortSignal.timeout(timeoutMs) });
+      await res.body?.cancel();
+      return null;
+    } catch (e) {
+      reason ||= `GET ${url.replace(/\/+$/, "")}${path}: ${(e as Error).message}`;
+    }
+  }
+  return reason;
 }
 
 async function buildEngine(

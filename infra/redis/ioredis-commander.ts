@@ -1,5 +1,23 @@
 import IORedis from "ioredis";
 import type { RedisArg, RedisCommander, RedisReply } from "../../shared/store/redis-commander.ts";
+import { maskRedisUrl } from "./redis-check.ts";
+
+/** Options of {@link IoRedisCommander}. */
+export interface IoRedisCommanderOptions {
+  /**
+   * Reconnect attempts in a row (100 ms, 200 ms, … capped at 2 s apart)
+   * before a lost connection is given up and commands fail with
+   * "Connection is closed"; the count restarts once connected. Default 30
+   * (about a minute).
+   */
+  maxReconnects?: number;
+  /**
+   * Called with connection errors: once when a connection starts failing
+   * (not for every reconnect attempt) and once when it gives up. Default:
+   * one line on stderr naming the masked URL.
+   */
+  onError?: (message: string, error: Error) => void;
+}
 
 /**
  * A {@link RedisCommander} over ioredis (RESP2; runs on Bun, Node and Deno).
@@ -13,9 +31,40 @@ export class IoRedisCommander implements RedisCommander {
   private readonly idle: IORedis[] = [];
   private readonly all = new Set<IORedis>();
 
-  constructor(url: string) {
-    this.main = new IORedis(url, { lazyConnect: false, maxRetriesPerRequest: 3 });
-    this.all.add(this.main);
+  private readonly onError: (message: string, error: Error) => void;
+  private readonly url: string;
+  private readonly maxReconnects: number;
+  private closing = false;
+
+  constructor(url: string, opts: IoRedisCommanderOptions = {}) {
+    const maxReconnects = (this.maxReconnects = opts.maxReconnects ?? 30);
+    this.url = maskRedisUrl(url);
+    this.onError = opts.onError ?? ((message) => process.stderr.write(`edgeloop: ${message}\n`));
+    this.main = new IORedis(url, {
+      lazyConnect: false,
+      maxRetriesPerRequest: 3,
+      retryStrategy: (times) => (times > maxReconnects ? null : Math.min(times * 100, 2_000)),
+    });
+    this.track(this.main, maxReconnects);
+  }
+
+  /**
+   * Handles a connection's `error` events (ioredis prints "Unhandled error
+   * event" with a stack trace for every reconnect attempt otherwise): reports
+   * the first error of an outage and the give-up, nothing in between.
+   */
+  private track(c: IORedis, maxReconnects: number): void {
+    this.all.add(c);
+    let failing = false;
+    c.on("error", (e: Error) => {
+      if (failing || this.closing) return;
+      failing = true;
+      this.onError(`Redis ${this.url}: ${e.message} (reconnecting, up to ${maxReconnects} attempts)`, e);
+    });
+    c.on("ready", () => (failing = false));
+    c.on("end", () => {
+      if (failing && !this.closing) this.onError(`Redis ${this.url}: gave up reconnecting; commands fail until restart`, new Error("connection closed"));
+    });
   }
 
   async exec(cmd: RedisArg[]): Promise<RedisReply> {
@@ -34,7 +83,7 @@ export class IoRedisCommander implements RedisCommander {
     let c = this.idle.pop();
     if (!c) {
       c = this.main.duplicate();
-      this.all.add(c);
+      this.track(c, this.maxReconnects);
     }
     try {
       const [name, ...args] = cmd;
@@ -45,6 +94,7 @@ export class IoRedisCommander implements RedisCommander {
   }
 
   async close(): Promise<void> {
+    this.closing = true;
     await Promise.all([...this.all].map((c) => c.quit().catch(() => c.disconnect())));
     this.all.clear();
     this.idle.length = 0;

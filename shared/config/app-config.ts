@@ -5,8 +5,8 @@ import { RolloutConfig } from "../schema/config.ts";
 /** Where generation happens: `"sim"` (the embedded simulated engine) or an engine/gateway base URL. */
 export const EngineConfig = z.strictObject({
   url: z.union([z.literal("sim"), z.string().url("engine.url must be \"sim\" or an http(s) URL")]).default("sim"),
-  /** Wire format of the engine behind `url`: vLLM's OpenAI completions or SGLang's native /generate. */
-  format: z.enum(["vllm", "sglang"]).default("vllm"),
+  /** Wire format of the engine behind `url`: vLLM's OpenAI completions (`vllm`), vLLM's token-in/token-out /inference/v1/generate (`vllm-generate`) or SGLang's native /generate. */
+  format: z.enum(["vllm", "vllm-generate", "sglang"]).default("vllm"),
   /** Scripted policy file for the simulated engine (ignored for a real engine). */
   script: z.string().nullable().default(null),
   /** Simulated replicas behind the embedded gateway (sim only). */

@@ -1,5 +1,5 @@
 import { Redis } from "@upstash/redis";
-import { ConfigError, InputError } from "../errors.ts";
+import { AuthError, ConfigError, InputError, StoreError } from "../errors.ts";
 import type { RedisArg, RedisCommander, RedisReply } from "./redis-commander.ts";
 import { RedisTransferQueue, type RedisTransferQueueOptions } from "./redis-transfer-queue.ts";
 
@@ -84,4 +84,33 @@ export interface UpstashTransferQueueOptions extends UpstashCommanderOptions, Re
  */
 export function createUpstashTransferQueue(opts: UpstashTransferQueueOptions): RedisTransferQueue {
   return new RedisTransferQueue(new UpstashCommander(opts), opts);
+}
+
+/**
+ * A cheap read (`PING`, no retries) against an Upstash REST endpoint within
+ * `timeoutMs`, so a wrong URL or token fails at start-up with a clear
+ * message instead of every batch failing (or waiting) later.
+ * @throws AuthError when the endpoint answers 401 (wrong `UPSTASH_REDIS_REST_TOKEN`);
+ *   StoreError naming the URL when it cannot be reached or answers otherwise.
+ */
+export async function checkUpstash(opts: { url: string; token: string; timeoutMs?: number }): Promise<void> {
+  const timeoutMs = opts.timeoutMs ?? 3_000;
+  const cmd = new UpstashCommander({ url: opts.url, token: opts.token, retries: 0 });
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    await Promise.race([
+      cmd.exec(["PING"]),
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
+      }),
+    ]);
+  } catch (e) {
+    const msg = (e as Error).message ?? String(e);
+    if (/unauthori[sz]ed|401/i.test(msg)) {
+      throw new AuthError(`the Upstash store at ${opts.url} refused the token (401 Unauthorized): check UPSTASH_REDIS_REST_TOKEN`, { cause: e });
+    }
+    throw new StoreError(`cannot reach the Upstash store at ${opts.url} (UPSTASH_REDIS_REST_URL): ${msg}`, { cause: e, retryable: false });
+  } finally {
+    clearTimeout(timer);
+  }
 }

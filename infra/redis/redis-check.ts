@@ -1,0 +1,62 @@
+import IORedis from "ioredis";
+import { StoreError } from "../../shared/errors.ts";
+
+/** Start-up connectivity checks give up after this long (milliseconds) by default. */
+export const DEFAULT_CHECK_TIMEOUT_MS = 3_000;
+
+/**
+ * A Redis URL fit to print: the password (and a user given alone) replaced
+ * by `***`, e.g. `redis://user:***@host:6379/0`. Strings that are not URLs
+ * come back unchanged.
+ */
+export function maskRedisUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = "***";
+    else if (u.username) u.username = "***";
+    return u.toString().replace(/\/$/, "");
+  } catch {
+    return url.replace(/\/\/[^@/]*@/, "//***@");
+  }
+}
+
+/**
+ * Opens one connection to `url`, sends PING and closes it, within
+ * `timeoutMs` (connect + reply); no reconnect attempts, no offline queue, so
+ * an unreachable server fails fast instead of retrying forever.
+ * @throws StoreError naming the (masked) URL and the cause, e.g.
+ *   `cannot reach Redis at redis://127.0.0.1:1 (--store): connect ECONNREFUSED 127.0.0.1:1`.
+ */
+export async function checkRedis(url: string, opts: { timeoutMs?: number; what?: string } = {}): Promise<void> {
+  const timeoutMs = opts.timeoutMs ?? DEFAULT_CHECK_TIMEOUT_MS;
+  const where = `${maskRedisUrl(url)}${opts.what ? ` (${opts.what})` : ""}`;
+  let c: IORedis;
+  try {
+    c = new IORedis(url, { lazyConnect: true, connectTimeout: timeoutMs, retryStrategy: () => null, maxRetriesPerRequest: 0, enableOfflineQueue: false });
+  } catch (e) {
+    throw new StoreError(`cannot reach Redis at ${where}: ${(e as Error).message}`, { cause: e, retryable: false });
+  }
+  let lastError: Error | null = null;
+  c.on("error", (e: Error) => (lastError = e));
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
+    });
+    await Promise.race([
+      (async () => {
+        await c.connect();
+        await c.ping();
+      })(),
+      timeout,
+    ]);
+  } catch (e) {
+    // ioredis rejects with "Connection is closed." once it gives up; the socket's own error says why.
+    const err = lastError as Error | null;
+    const msg = err?.message || (e as Error).message || String(e);
+    throw new StoreError(`cannot reach Redis at ${where}: ${msg}`, { cause: e, retryable: false });
+  } finally {
+    clearTimeout(timer);
+    c.disconnect();
+  }
+}
