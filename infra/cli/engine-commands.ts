@@ -3,6 +3,7 @@ import { ConfigError } from "../../shared/errors.ts";
 import { createGatewayApp } from "../../functions/gateway.ts";
 import { startSimEngine } from "../sim-engine/server.ts";
 import { startUpstashBridge } from "../upstash-bridge/upstash-bridge.ts";
+import { checkRedis, maskRedisUrl } from "../redis/redis-check.ts";
 import { DEFAULT_SCRIPT } from "./runtime.ts";
 
 /** Resolves when SIGINT or SIGTERM arrives. */
@@ -46,10 +47,14 @@ export async function gatewayCommand(o: { replicas: string; port: number; policy
   server.stop(true);
 }
 
-/** `edgeloop upstash-bridge --port P --redis URL --token T`: the Upstash REST protocol over local Redis. */
+/**
+ * `edgeloop upstash-bridge --port P --redis URL --token T`: the Upstash REST protocol over local Redis.
+ * @throws StoreError naming the (masked) URL when Redis does not answer within a few seconds.
+ */
 export async function upstashBridgeCommand(o: { port: number; redis: string; token: string; host: string }): Promise<void> {
+  await checkRedis(o.redis, { what: "--redis" });
   const bridge = await startUpstashBridge({ port: o.port, hostname: o.host, redisUrl: o.redis, token: o.token });
-  console.log(`edgeloop upstash-bridge on ${bridge.url} -> ${o.redis}`);
+  console.log(`edgeloop upstash-bridge on ${bridge.url} -> ${maskRedisUrl(o.redis)}`);
   await untilSignal();
   await bridge.stop();
 }

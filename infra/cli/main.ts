@@ -4,6 +4,11 @@
  * Every subcommand's flags are listed by `edgeloop <cmd> --help`.
  * With `OTEL_EXPORTER_OTLP_ENDPOINT` set, spans go to that OTLP/HTTP collector
  * (flushed when the command ends).
+ *
+ * Exit codes: 0 done; 1 a run that produced nothing (every trajectory
+ * failed) or an unexpected error; 2 bad flags/config, an unreachable store,
+ * a port in use; 130 interrupted (SIGINT/SIGTERM during `rollout`). An error
+ * prints one line `edgeloop: …`; `EDGELOOP_DEBUG=1` adds the stack trace.
  */
 import { Command, InvalidArgumentError, Option } from "commander";
 import { EdgeloopError } from "../../shared/errors.ts";
@@ -15,13 +20,19 @@ const int = (name: string) => (v: string) => {
   return n;
 };
 
+const port = (v: string) => {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 0 || n > 65535 || v.trim() === "") throw new InvalidArgumentError(`--port must be an integer 0..65535, got '${v}'`);
+  return n;
+};
+
 /** Flags shared by `rollout` and `serve`: each overrides one config value. */
 function configFlags(cmd: Command): Command {
   return cmd
     .option("--config <file>", "YAML/JSON config file (verl-style rollout section plus engine, tools, store, reward)")
     .option("--n <n>", "rollout.n: sessions per prompt", int("--n"))
     .option("--engine <sim|url>", "engine.url: 'sim' (embedded simulated engine) or an engine/gateway URL")
-    .addOption(new Option("--engine-format <format>", "engine.format").choices(["vllm", "sglang"]))
+    .addOption(new Option("--engine-format <format>", "engine.format: vllm (/v1/completions), vllm-generate (/inference/v1/generate), sglang (/generate)").choices(["vllm", "vllm-generate", "sglang"]))
     .option("--script <file>", "engine.script: scripted policy for the simulated engine")
     .option("--replicas <k>", "engine.replicas: simulated replicas behind the embedded gateway", int("--replicas"))
     .option("--tools <file>", "tools.file: tools file (default: the example tool server, started in-process)")
@@ -65,7 +76,7 @@ configFlags(
   program
     .command("serve")
     .description("serve the HTTP API (rollouts, groups, openapi) on one port")
-    .option("--port <port>", "port", int("--port"), 8787)
+    .option("--port <port>", "port", port, 8787)
     .option("--host <host>", "address to bind", "127.0.0.1")
     .addOption(
       new Option("--jobs <mode>", "queue: POST /v1/rollouts enqueues jobs for `edgeloop worker` (default with a Redis/Upstash store); inline: run batches in this process").choices([
@@ -102,7 +113,7 @@ program
 program
   .command("sim-engine")
   .description("serve the simulated inference engine (vLLM and SGLang wire formats)")
-  .option("--port <port>", "first port (replica i listens on port+i)", int("--port"), 8000)
+  .option("--port <port>", "first port (replica i listens on port+i)", port, 8000)
   .option("--replicas <k>", "replicas", int("--replicas"), 1)
   .option("--script <file>", "scripted policy file")
   .option("--host <host>", "address to bind", "127.0.0.1")
@@ -112,7 +123,7 @@ program
   .command("gateway")
   .description("serve the sticky-routing inference gateway in front of engine replicas")
   .requiredOption("--replicas <urls>", "comma-separated replica base URLs")
-  .option("--port <port>", "port", int("--port"), 8080)
+  .option("--port <port>", "port", port, 8080)
   .addOption(new Option("--policy <policy>", "routing policy").choices(["least_inflight_sticky", "bounded_load_hash", "round_robin"]).default("least_inflight_sticky"))
   .option("--host <host>", "address to bind", "127.0.0.1")
   .action(async (opts) => (await import("./engine-commands.ts")).gatewayCommand(opts));
@@ -120,26 +131,58 @@ program
 program
   .command("tools")
   .description("serve the example tool webhooks (calc, lookup)")
-  .allowUnknownOption()
-  .helpOption(false)
-  .argument("[args...]")
-  .action(async (args: string[]) => (await import("../tools/main.ts")).runToolsCommand(args ?? []));
+  .option("--port <port>", "port", port, 8123)
+  .option("--host <host>", "address to bind", "127.0.0.1")
+  .option("--secret <secret>", "HMAC secret: require x-edgeloop-signature (default: EDGELOOP_TOOLS_SECRET)")
+  .action(async (opts) => (await import("../tools/main.ts")).serveTools(opts));
 
 program
   .command("upstash-bridge")
   .description("serve the Upstash REST protocol over a local Redis")
-  .option("--port <port>", "port", int("--port"), 8079)
+  .option("--port <port>", "port", port, 8079)
   .option("--redis <url>", "Redis URL", "redis://127.0.0.1:6379")
   .requiredOption("--token <token>", "bearer token clients must send")
   .option("--host <host>", "address to bind", "127.0.0.1")
   .action(async (opts) => (await import("./engine-commands.ts")).upstashBridgeCommand(opts));
 
+/**
+ * One line for an error that escaped a command, and the exit code: 2 for
+ * edgeloop's own errors (bad flag, config, unreachable store) and a port in
+ * use, 1 for anything else. The stack only with `EDGELOOP_DEBUG=1`.
+ */
+function reportError(e: unknown): number {
+  const err = e as { code?: unknown; message?: unknown; stack?: unknown };
+  let code = 1;
+  let line: string;
+  if (err?.code === "EADDRINUSE") {
+    const p = /port (\d+)/i.exec(String(err.message))?.[1];
+    line = `port ${p ?? "(unknown)"} is already in use (another process listens on it; pick another with --port)`;
+    code = 2;
+  } else if (e instanceof EdgeloopError) {
+    line = e.message;
+    code = 2;
+  } else {
+    line = e instanceof Error ? (e.name && e.name !== "Error" ? `${e.name}: ${e.message}` : e.message) : String(e);
+  }
+  console.error(`edgeloop: ${line}`);
+  if (process.env.EDGELOOP_DEBUG === "1" && typeof err?.stack === "string") console.error(err.stack);
+  return code;
+}
+
+const fatal = (e: unknown) => {
+  const code = reportError(e);
+  void Promise.resolve(telemetry?.shutdown()).finally(() => process.exit(code));
+};
+process.on("uncaughtException", fatal);
+process.on("unhandledRejection", fatal);
+
 try {
   await program.parseAsync(process.argv);
+  // An interrupted rollout leaves trajectories in flight; they must not keep the process alive.
+  if (process.exitCode === 130) process.exit(130);
 } catch (e) {
-  if (e instanceof EdgeloopError) {
-    console.error(`edgeloop: ${e.message}`);
-    process.exit(2);
-  }
-  throw e;
+  const code = reportError(e);
+  await (telemetry as Telemetry | null)?.shutdown().catch(() => {});
+  // Connections and servers a failed command opened must not keep the process alive.
+  process.exit(code);
 }

@@ -2,7 +2,8 @@ import { createWriteStream, type WriteStream } from "node:fs";
 import { SingleBar, Presets } from "cli-progress";
 import { RolloutRequest } from "../../shared/rollout/batch.ts";
 import { inputErrorFromZod } from "../../shared/errors.ts";
-import { readRows } from "./files.ts";
+import type { TrajectoryRecord } from "../../shared/schema/index.ts";
+import { readDataFile, type BadDataLine } from "./files.ts";
 import type { ConfigFlags } from "./flags.ts";
 import { buildRuntime } from "./runtime.ts";
 import { formatSummary } from "./summary.ts";
@@ -17,18 +18,34 @@ export interface RolloutFlags extends ConfigFlags {
   progress?: boolean;
 }
 
+/** At most this many warnings about `.jsonl` lines that are not JSON; the rest are counted. */
+const MAX_LINE_WARNINGS = 10;
+
+/** The start-up warnings about `.jsonl` lines that are not JSON: one a line (at most 10), then a count. */
+export function badLineWarnings(file: string, bad: readonly BadDataLine[]): string[] {
+  const lines = bad.slice(0, MAX_LINE_WARNINGS).map((b) => `warning    line ${b.line} of ${file} is not valid JSON: ${b.error}; that row (rows[${b.row}]) fails`);
+  if (bad.length > MAX_LINE_WARNINGS) lines.push(`warning    ${bad.length - MAX_LINE_WARNINGS} more lines of ${file} are not valid JSON (${bad.length} in all); their rows fail`);
+  return lines;
+}
+
 /**
  * `edgeloop rollout --data FILE …`: runs every row `n` times through its
  * agent loop, writes each TrajectoryRecord to the store and to `--out`
  * (JSONL, in completion order), shows progress, and ends with a summary.
- * Exits 0 when the batch ran (failed rows are counted, not fatal).
+ * Sets exit code 0 when at least one trajectory succeeded (failed rows are
+ * data, not a crash) and 1 when none did. SIGINT/SIGTERM stop the run: the
+ * records finished so far stay written, a partial summary is printed, and
+ * the process exits 130.
  */
 export async function rolloutCommand(flags: RolloutFlags): Promise<void> {
-  const rows = await readRows(flags.data);
-  const runtime = await buildRuntime(flags);
   const log = (s: string) => process.stderr.write(s + "\n");
+  const { rows, badLines } = await readDataFile(flags.data);
+  const runtime = await buildRuntime(flags);
   for (const line of runtime.describe) log(line);
+  for (const line of [...badLineWarnings(flags.data, badLines), ...runtime.warnings]) log(line);
   let out: WriteStream | null = null;
+  let interrupted: string | null = null;
+  let onSignal: ((sig: string) => void) | null = null;
   try {
     const req = RolloutRequest.safeParse({
       rows,
@@ -40,29 +57,66 @@ export async function rolloutCommand(flags: RolloutFlags): Promise<void> {
     out = flags.out ? createWriteStream(flags.out) : null;
     const t0 = performance.now();
     const { run, keys } = runtime.service.submit(req.data);
-    log(`batch      ${run.plan.batch_id}: ${rows.length} rows x n -> ${keys.length} trajectories`);
+    const n = req.data.validate ? runtime.config.rollout.val_kwargs.n : runtime.config.rollout.n;
+    log(`batch      ${run.plan.batch_id}: ${rows.length} rows x n=${n} -> ${keys.length} trajectories`);
+
+    const stop = new Promise<"interrupted">((resolve) => {
+      onSignal = (sig: string) => {
+        if (interrupted) {
+          // A second signal: stop waiting for the cleanup.
+          process.exit(130);
+        }
+        interrupted = sig;
+        resolve("interrupted");
+      };
+      process.on("SIGINT", onSignal);
+      process.on("SIGTERM", onSignal);
+    });
+
     const tty = flags.progress !== false && process.stderr.isTTY;
     const bar = tty ? new SingleBar({ format: "rollout |{bar}| {value}/{total} trajectories | {failed} failed | {eta_formatted} left", stream: process.stderr }, Presets.shades_classic) : null;
     bar?.start(keys.length, 0, { failed: 0 });
-    let n = 0;
+    let written = 0;
     let lastLine = 0;
-    for await (const rec of run.stream()) {
-      n++;
-      if (out && !out.write(JSON.stringify(rec) + "\n")) await new Promise((r) => out!.once("drain", r));
-      const s = run.stats();
-      if (bar) bar.update(n, { failed: s.counts.failed });
-      else if (n === keys.length || performance.now() - lastLine > 1000) {
-        lastLine = performance.now();
-        log(`progress   ${n}/${keys.length} trajectories (${s.counts.failed} failed)`);
+    const records = run.stream()[Symbol.asyncIterator]();
+    try {
+      for (;;) {
+        const next: IteratorResult<TrajectoryRecord> | "interrupted" = await Promise.race([records.next(), stop]);
+        if (next === "interrupted" || next.done) break;
+        written++;
+        if (out && !out.write(JSON.stringify(next.value) + "\n")) await new Promise((r) => out!.once("drain", r));
+        const s = run.stats();
+        if (bar) bar.update(written, { failed: s.counts.failed });
+        else if (written === keys.length || performance.now() - lastLine > 1000) {
+          lastLine = performance.now();
+          log(`progress   ${written}/${keys.length} trajectories (${s.counts.failed} failed)`);
+        }
       }
+    } finally {
+      bar?.stop();
     }
-    bar?.stop();
-    await run.run();
+    if (!interrupted) await run.run();
     const wall = (performance.now() - t0) / 1000;
     if (out) await new Promise<void>((r, j) => out!.end((e?: Error | null) => (e ? j(e) : r())));
-    process.stdout.write(formatSummary(run.stats(), wall) + "\n");
-    if (flags.out) log(`wrote ${n} records to ${flags.out}`);
+    const stats = run.stats();
+    if (interrupted) {
+      // Only what was streamed counts (a record stored after the signal is not in --out).
+      process.stdout.write(formatSummary(stats, wall) + "\n");
+      log(`interrupted: ${written} of ${keys.length} records written to ${flags.out ?? "the store (no --out given)"} (${interrupted})`);
+      process.exitCode = 130;
+      return;
+    }
+    process.stdout.write(formatSummary(stats, wall) + "\n");
+    if (flags.out) log(`wrote ${written} records to ${flags.out}`);
+    if (stats.counts.total > 0 && stats.counts.ok === 0) {
+      log(`edgeloop: no trajectory succeeded (${stats.counts.failed} of ${stats.counts.total} failed); see the errors above`);
+      process.exitCode = 1;
+    }
   } finally {
+    if (onSignal) {
+      process.off("SIGINT", onSignal);
+      process.off("SIGTERM", onSignal);
+    }
     await runtime.close();
   }
 }
