@@ -77,7 +77,7 @@ export async function rolloutCommand(flags: RolloutFlags): Promise<void> {
     const bar = tty ? new SingleBar({ format: "rollout |{bar}| {value}/{total} trajectories | {failed} failed | {eta_formatted} left", stream: process.stderr }, Presets.shades_classic) : null;
     bar?.start(keys.length, 0, { failed: 0 });
     let written = 0;
-    let lastLine = 0;
+    let lastLine = -Infinity;
     const records = run.stream()[Symbol.asyncIterator]();
     try {
       for (;;) {
