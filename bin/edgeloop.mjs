@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Launcher for `npx edgeloop …`: runs the CLI on the Bun binary that `npm install` put in node_modules
 // (the npm package `bun`), so a machine with only Node and npm needs nothing else.
-import { spawnSync } from "node:child_process";
+import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
@@ -21,9 +21,12 @@ if (!bun) {
 // Bun caps simultaneous outgoing fetches at 256 by default; thousands of concurrent trajectories
 // waiting on tools would queue behind that cap and time out while never sent (bench/e2e.ts).
 const env = { BUN_CONFIG_MAX_HTTP_REQUESTS: "4096", ...process.env };
-const r = spawnSync(bun, [join(root, "infra", "cli", "main.ts"), ...process.argv.slice(2)], { stdio: "inherit", env });
-if (r.error) {
-  console.error(`edgeloop: cannot start bun (${r.error.message}); run npm install first`);
+const child = spawn(bun, [join(root, "infra", "cli", "main.ts"), ...process.argv.slice(2)], { stdio: "inherit", env });
+// Forward signals so that Ctrl-C or a kill of this launcher reaches the CLI (which then flushes and
+// prints its partial summary), and exit with the CLI's own status once it is gone.
+for (const sig of ["SIGINT", "SIGTERM", "SIGHUP"]) process.on(sig, () => child.kill(sig));
+child.on("error", (e) => {
+  console.error(`edgeloop: cannot start bun (${e.message}); run npm install first`);
   process.exit(127);
-}
-process.exit(r.status ?? (r.signal ? 1 : 0));
+});
+child.on("exit", (code, signal) => process.exit(code ?? (signal ? 128 + (signal === "SIGINT" ? 2 : signal === "SIGTERM" ? 15 : 1) : 0)));

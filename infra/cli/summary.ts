@@ -12,6 +12,7 @@ export function formatSummary(s: BatchStats, wallSeconds: number): string {
     ["  ok", String(c.ok)],
     ["  failed", String(c.failed)],
     ["  truncated", String(c.truncated)],
+    ["prompts truncated", String(s.prompts_truncated)],
     ["turns", String(s.turns)],
     ["tokens prompt", String(s.tokens.prompt)],
     ["tokens sampled", String(s.tokens.sampled)],
@@ -19,8 +20,9 @@ export function formatSummary(s: BatchStats, wallSeconds: number): string {
     ["tool calls", String(s.tool_calls)],
     ["tool errors", String(s.tool_errors)],
     ["mean reward", s.reward.mean === null ? "n/a" : s.reward.mean.toFixed(4)],
+    ["reward errors", String(s.reward.errors)],
     ["wall time (s)", wallSeconds.toFixed(2)],
-    ["trajectories/s", (c.total / Math.max(wallSeconds, 1e-9)).toFixed(1)],
+    ["trajectories/s", ((c.ok + c.failed) / Math.max(wallSeconds, 1e-9)).toFixed(1)],
     ["turns/s", (s.turns / Math.max(wallSeconds, 1e-9)).toFixed(1)],
   ];
   const w = Math.max(...rows.map(([k]) => k.length));

@@ -1,5 +1,6 @@
 import { SpanStatusCode } from "@opentelemetry/api";
 import pRetry from "p-retry";
+import { InputError } from "../errors.ts";
 import type { AgentLoopOutput, RolloutConfig, TrajectoryRecord } from "../schema/index.ts";
 import type { TransferQueue } from "../store/types.ts";
 import { BatchMetricsAccumulator, type BatchMetrics } from "../telemetry/batch-metrics.ts";
@@ -36,7 +37,9 @@ export interface BatchStats extends BatchMetrics {
   turns: number;
   tool_calls: number;
   tool_errors: number;
-  reward: { count: number; mean: number | null; min: number | null; max: number | null };
+  /** Finished trajectories whose initial prompt was left-truncated to `prompt_length`. */
+  prompts_truncated: number;
+  reward: { count: number; mean: number | null; min: number | null; max: number | null; /** rewards that could not be computed (`extra_fields.reward_error`) */ errors: number };
   /** The first errors (at most 50): key and reason. */
   errors: { key: string; error: string }[];
   started_at: number;
@@ -116,7 +119,8 @@ export class BatchRun {
       turns: 0,
       tool_calls: 0,
       tool_errors: 0,
-      reward: { count: 0, mean: null, min: null, max: null },
+      prompts_truncated: 0,
+      reward: { count: 0, mean: null, min: null, max: null, errors: 0 },
       errors: [],
       started_at: opts.startedAt ?? (opts.now ?? Date.now)(),
       finished_at: null,
@@ -236,7 +240,7 @@ export class BatchRun {
         if (res.outputs.length === 0) throw new Error(`agent loop '${agentName}' returned no output`);
         records = res.outputs.map((o, i) => toTrajectoryRecord(t, agentName, o, this.opts.rollout, i));
       } catch (e) {
-        records = [failedRecord(t, agentName, errorText(e))];
+        records = [failedRecord(t, agentName, rowErrorText(e, t.row_index))];
       }
       if (abandoned) {
         this.abandoned++;
@@ -288,9 +292,11 @@ export class BatchRun {
     this.s.tokens.sampled += sampled;
     this.s.tokens.observation += r.response_ids.length - sampled;
     this.s.turns += r.num_turns;
-    const ef = r.extra_fields as { tool_calls?: unknown; tool_errors?: unknown };
+    const ef = r.extra_fields as { tool_calls?: unknown; tool_errors?: unknown; prompt_truncated?: unknown; reward_error?: unknown };
     if (typeof ef.tool_calls === "number") this.s.tool_calls += ef.tool_calls;
     if (typeof ef.tool_errors === "number") this.s.tool_errors += ef.tool_errors;
+    if (ef.prompt_truncated === true) this.s.prompts_truncated++;
+    if (ef.reward_error != null) this.s.reward.errors++;
     if (r.reward_score !== null) {
       this.rewardSum += r.reward_score;
       this.s.reward.count++;
@@ -309,6 +315,18 @@ export class BatchRun {
 
 /** Store writes (group registration, records) are retried on retryable failures such as a dropped Redis connection: 5 attempts, 50 ms × 3ⁱ. */
 const STORE_RETRY = { retries: 4, minTimeout: 50, factor: 3, shouldRetry: ({ error }: { error: unknown }) => (error as { retryable?: boolean }).retryable !== false };
+
+/**
+ * The reason stored for a failed trajectory. An input error (a bad field of
+ * the row, an unknown `agent_name`, a multimodal prompt) names the row, as
+ * schema errors do: `rows[3].agent_name: unknown agent loop …`.
+ */
+function rowErrorText(e: unknown, rowIndex: number): string {
+  if (e instanceof InputError && e.field && !e.field.startsWith("rows[")) {
+    return e.field.startsWith("rollout.") || e.field.startsWith("config") ? e.message : `rows[${rowIndex}].${e.message}`;
+  }
+  return errorText(e);
+}
 
 function errorText(e: unknown): string {
   if (e instanceof Error) return e.name && e.name !== "Error" ? `${e.name}: ${e.message}` : e.message;

@@ -91,10 +91,10 @@ describe("POST /v1/rollouts", () => {
     expect(stats.counts.failed).toBe(6);
     const errs = stats.errors.map((e: any) => e.error).sort();
     expect(errs).toEqual([
-      "InputError: agent_name: unknown agent loop 'no_such_agent'; registered agent loops: single_turn_agent, tool_agent",
-      "InputError: agent_name: unknown agent loop 'no_such_agent'; registered agent loops: single_turn_agent, tool_agent",
       "rows[1].prompt: Invalid input: expected array, received string",
       "rows[1].prompt: Invalid input: expected array, received string",
+      "rows[2].agent_name: unknown agent loop 'no_such_agent'; registered agent loops: single_turn_agent, tool_agent",
+      "rows[2].agent_name: unknown agent loop 'no_such_agent'; registered agent loops: single_turn_agent, tool_agent",
       "rows[3].uid: uid may only hold letters, digits, '.', ':' and '-' ('_' separates key parts)",
       "rows[3].uid: uid may only hold letters, digits, '.', ':' and '-' ('_' separates key parts)",
     ]);

@@ -9,7 +9,7 @@ test("BatchStats: verl's agent_loop/* figures, tokens, counts, finish reasons, l
   expect(s.turns).toBe(9);
   expect(s.tool_calls).toBe(5);
   expect(s.tool_errors).toBe(1);
-  expect(s.reward).toEqual({ count: 2, mean: 0.5, min: 0, max: 1 });
+  expect(s.reward).toEqual({ count: 2, mean: 0.5, min: 0, max: 1, errors: 0 });
   expect(s.errors).toEqual([{ key: "row2_0_0", error: "engine down" }]);
   expect(s.finish_reasons).toEqual({ stop: 2, length: 1, abort: 0, error: 1 });
   // Successful rows in completion order: 0, 1, 3.
