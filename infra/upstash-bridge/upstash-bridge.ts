@@ -1,4 +1,5 @@
 import IORedis from "ioredis";
+import { maskRedisUrl } from "../redis/redis-check.ts";
 
 /** Options of {@link startUpstashBridge}. */
 export interface UpstashBridgeOptions {
@@ -109,7 +110,18 @@ function json(body: unknown, status = 200): Response {
  * @see https://upstash.com/docs/redis/features/restapi
  */
 export async function startUpstashBridge(opts: UpstashBridgeOptions): Promise<UpstashBridge> {
-  const main = new IORedis(opts.redisUrl, { maxRetriesPerRequest: 2 });
+  // Connection errors are answered per request (500 {"error"}); the events themselves are reported once
+  // per outage instead of ioredis's "Unhandled error event" stack trace on every reconnect attempt.
+  const watch = (c: IORedis) => {
+    let failing = false;
+    c.on("error", (e: Error) => {
+      if (!failing) console.error(`edgeloop upstash-bridge: Redis ${maskRedisUrl(opts.redisUrl)}: ${e.message} (reconnecting)`);
+      failing = true;
+    });
+    c.on("ready", () => (failing = false));
+    return c;
+  };
+  const main = watch(new IORedis(opts.redisUrl, { maxRetriesPerRequest: 2, retryStrategy: (times) => Math.min(times * 200, 5_000) }));
   const idle: IORedis[] = [];
   const all = new Set<IORedis>([main]);
   await main.ping();
@@ -118,7 +130,7 @@ export async function startUpstashBridge(opts: UpstashBridgeOptions): Promise<Up
   async function withBlocking<T>(fn: (c: IORedis) => Promise<T>): Promise<T> {
     let c = idle.pop();
     if (!c) {
-      c = main.duplicate();
+      c = watch(main.duplicate());
       all.add(c);
     }
     try {
