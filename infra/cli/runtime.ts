@@ -6,7 +6,7 @@ import { mergeConfig, parseAppConfig, type AppConfig } from "../../shared/config
 import { ConfigError } from "../../shared/errors.ts";
 import { createEngineClient } from "../../shared/inference/create-engine-client.ts";
 import type { InferenceClient } from "../../shared/inference/types.ts";
-import { createAgentExecutor, createSessionExecutor, sessionLoopFactory, type ExecutorDeps } from "../../shared/rollout/executor.ts";
+import { createAgentExecutor, createSessionExecutor, sessionLoopFactory, endLoopTrace, type ExecutorDeps } from "../../shared/rollout/executor.ts";
 import { RedisSessionStorage } from "../../shared/session/redis-session-storage.ts";
 import { SessionHost } from "../../shared/session/session-host.ts";
 import { sessionCompletingQueue } from "../../shared/session/session-queue.ts";
@@ -154,7 +154,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     let executorFor: ExecutorFactory;
     let jobs: JobQueue | null = null;
     if (storage && built) {
-      const host = new SessionHost({ storage, createLoop: sessionLoopFactory(deps) });
+      const host = new SessionHost({ storage, createLoop: sessionLoopFactory(deps), onPause: endLoopTrace });
       closers.push(async () => host.close());
       sessions = host;
       batchStore = sessionCompletingQueue(hooks.wrapStore ? hooks.wrapStore(store) : store, storage, host);

@@ -1,6 +1,6 @@
 import { createSessionsApp } from "../../functions/sessions.ts";
 import { NotFoundError } from "../../shared/errors.ts";
-import { sessionLoopFactory } from "../../shared/rollout/executor.ts";
+import { sessionLoopFactory, endLoopTrace } from "../../shared/rollout/executor.ts";
 import { SessionInput } from "../../shared/session/checkpoint.ts";
 import { queueWriter } from "../../shared/session/session-records.ts";
 import { TrajectorySession, type SessionDeps } from "../../shared/session/trajectory-session.ts";
@@ -101,7 +101,7 @@ export class TrajectorySessionObject {
 
   private async open(key: string, input?: SessionInput): Promise<TrajectorySession | null> {
     const rt = await workerRuntime(this.env);
-    const deps: SessionDeps = { storage: this.storage, createLoop: sessionLoopFactory(rt.deps), writeOutputs: queueWriter(rt.queue) };
+    const deps: SessionDeps = { storage: this.storage, createLoop: sessionLoopFactory(rt.deps), onPause: endLoopTrace, writeOutputs: queueWriter(rt.queue) };
     return TrajectorySession.open(key, deps, input);
   }
 

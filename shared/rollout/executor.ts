@@ -113,8 +113,26 @@ export function sessionLoopFactory(deps: ExecutorDeps): (input: SessionInput) =>
     const client = stamped.get(input.model_version) ?? stamping(deps, input.model_version);
     stamped.set(input.model_version, client);
     const name = registry.resolve(input.agent_name, input.rollout.agent.default_agent_loop);
-    return registry.create(name, { ...shared, client, config: input.rollout, asyncTools: shared.asyncTools ?? {} });
+    // Turns, engine calls and tool calls of a session are traced like the in-process path's;
+    // the session ends the open turn span when a run pauses (SessionDeps.onPause = endLoopTrace).
+    const tracer = new TrajectoryTracer(input.key);
+    const loop = registry.create(name, {
+      ...shared,
+      client: tracer.client(client),
+      ...(shared.tools ? { tools: tracer.tools(shared.tools) } : {}),
+      config: input.rollout,
+      asyncTools: shared.asyncTools ?? {},
+    });
+    loopTracers.set(loop, tracer);
+    return loop;
   };
+}
+
+const loopTracers = new WeakMap<AgentLoop, TrajectoryTracer>();
+
+/** Ends the open turn span of a session loop made by {@link sessionLoopFactory}: pass it as `SessionDeps.onPause`. */
+export function endLoopTrace(loop: AgentLoop): void {
+  loopTracers.get(loop)?.end();
 }
 
 /**

@@ -37,6 +37,8 @@ export interface SessionDeps {
   terminalTtlSeconds?: number;
   /** Called after every commit with the checkpoint's size in bytes (benchmarks, metrics). */
   onCommit?(cp: SessionCheckpoint, bytes: number): void;
+  /** Called each time {@link TrajectorySession.run} returns (waiting, finished, done, failed or thrown), to close per-run resources such as the loop's trace spans. */
+  onPause?(loop: AgentLoop): void;
 }
 
 /** Where a {@link TrajectorySession.run} stopped. */
@@ -167,6 +169,14 @@ export class TrajectorySession {
    * @throws ConflictError when another owner committed a newer step; StoreError when storage fails.
    */
   async run(): Promise<SessionOutcome> {
+    try {
+      return await this.advance();
+    } finally {
+      this.deps.onPause?.(this.loop);
+    }
+  }
+
+  private async advance(): Promise<SessionOutcome> {
     for (;;) {
       switch (this.cp.phase) {
         case "done":
