@@ -47,6 +47,13 @@ export interface EngineHttpReply {
   body: unknown;
   /** Raw text of the body, for error messages. */
   text: string;
+  /** The replica that served, when a gateway says so (`x-edgeloop-replica`, SGLang gateway's `x-smg-routed-worker-id`). */
+  replica?: string;
+}
+
+/** Records the serving replica (when known) in `extra_fields.replica`, where traces and records pick it up. */
+export function withReplica<T extends { extra_fields: Record<string, unknown> }>(out: T, reply: EngineHttpReply): T {
+  return reply.replica === undefined ? out : { ...out, extra_fields: { ...out.extra_fields, replica: reply.replica } };
 }
 
 /**
@@ -82,7 +89,8 @@ export async function postEngineJson(
   } catch {
     parsed = undefined;
   }
-  return { status: res.status, body: parsed, text };
+  const replica = res.headers.get("x-edgeloop-replica") ?? res.headers.get("x-smg-routed-worker-id") ?? undefined;
+  return { status: res.status, body: parsed, text, ...(replica ? { replica } : {}) };
 }
 
 /**

@@ -4,6 +4,7 @@ import {
   badReply,
   DEFAULT_ENGINE_TIMEOUT_MS,
   engineErrorFromReply,
+  withReplica,
   engineHeaders,
   engineTopK,
   joinUrl,
@@ -113,7 +114,7 @@ export class SglangClient implements InferenceClient {
     });
     if (reply.status < 200 || reply.status >= 300) throw engineErrorFromReply(url, reply);
     if (reply.body === undefined) throw badReply(url, "body is not JSON");
-    return parseSglangReply(url, reply.body, req.sampling_params.logprobs);
+    return withReplica(parseSglangReply(url, reply.body, req.sampling_params.logprobs), reply);
   }
 
   /** `max_model_len` from `GET /v1/models` (cached after the first success); undefined when absent. */

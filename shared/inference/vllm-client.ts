@@ -3,6 +3,7 @@ import {
   badReply,
   DEFAULT_ENGINE_TIMEOUT_MS,
   engineErrorFromReply,
+  withReplica,
   engineHeaders,
   engineTopK,
   joinUrl,
@@ -119,9 +120,12 @@ export class VllmClient implements InferenceClient {
     });
     if (reply.status < 200 || reply.status >= 300) throw engineErrorFromReply(url, reply);
     if (reply.body === undefined) throw badReply(url, "body is not JSON");
-    return this.endpoint === "generate"
-      ? parseGenerateReply(url, reply.body, req.sampling_params.logprobs)
-      : parseCompletionReply(url, reply.body, req.sampling_params.logprobs);
+    return withReplica(
+      this.endpoint === "generate"
+        ? parseGenerateReply(url, reply.body, req.sampling_params.logprobs)
+        : parseCompletionReply(url, reply.body, req.sampling_params.logprobs),
+      reply,
+    );
   }
 
   /** `max_model_len` from `GET /v1/models` (cached after the first success); undefined when absent. */

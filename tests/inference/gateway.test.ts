@@ -79,6 +79,9 @@ describe("gateway routing", () => {
     expect(served[0].map((l) => l.request_id)).toEqual(requestIds);
     expect(new Set(requestIds).size).toBe(3);
     expect(new Set(served[0].map((l) => l.routing_key))).toEqual(new Set(["traj-three"]));
+    // The client reports the serving replica (the gateway's x-edgeloop-replica) with every output.
+    const servedBy = sim.urls[logs.findIndex((l) => l.length > 0)];
+    expect(outputs.map((o) => o.extra_fields.replica)).toEqual([servedBy, servedBy, servedBy]);
     // Stickiness shows in the prefix cache: later turns reuse the earlier turns' blocks.
     expect(outputs[0].cached_tokens).toBe(0);
     expect(outputs[2].cached_tokens).toBeGreaterThan(outputs[1].cached_tokens!);
