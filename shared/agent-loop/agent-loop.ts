@@ -116,11 +116,17 @@ export abstract class AgentLoop {
     return r.data;
   }
 
-  /** The context size to budget against (see {@link AgentLoopContext.maxModelLen}). */
+  /**
+   * The context size to budget against: the batch's `rollout.max_model_len`
+   * when set (it may be smaller than the server's: a batch can ask for a
+   * tighter context), never more than the context the process was given
+   * ({@link AgentLoopContext.maxModelLen}, the engine's); else that context;
+   * else the engine's answer; else `prompt_length + response_length`.
+   */
   protected async maxModelLen(): Promise<number> {
     const c = this.ctx.config;
+    if (c.max_model_len) return this.ctx.maxModelLen ? Math.min(c.max_model_len, this.ctx.maxModelLen) : c.max_model_len;
     if (this.ctx.maxModelLen) return this.ctx.maxModelLen;
-    if (c.max_model_len) return c.max_model_len;
     const engine = await this.ctx.client.maxModelLen?.();
     return engine ?? c.prompt_length + c.response_length;
   }

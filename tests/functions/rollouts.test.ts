@@ -196,3 +196,19 @@ describe("batch size", () => {
     expect(runtime.service.batchIds().length).toBe(before);
   });
 });
+
+describe("per-batch max_model_len", () => {
+  test("a batch's smaller context cuts its trajectories instead of failing them", async () => {
+    const res = await post("/v1/rollouts", { rows: rows.slice(0, 2), config: { rollout: { n: 1, prompt_length: 300, response_length: 60, max_model_len: 340 } } });
+    const { batch_id } = await res.json();
+    const stats = await waitDone(batch_id);
+    expect(stats.counts.failed).toBe(0);
+    expect(stats.counts.ok).toBe(2);
+    const recs: TrajectoryRecord[] = (await (await app.request(`/v1/rollouts/${batch_id}/trajectories`, { headers: auth })).text()).trim().split("\n").map((l) => JSON.parse(l));
+    for (const r of recs) {
+      expect(r.prompt_ids.length + r.response_ids.length).toBeLessThanOrEqual(340);
+      expect(r.response_ids.length).toBeLessThanOrEqual(60);
+    }
+    expect(recs.some((r) => r.truncated)).toBe(true);
+  });
+});
