@@ -56,20 +56,43 @@ export function buildPromptIds(
   const cacheKey = `${tok.name}\u0000${toolsKey(opts.tools)}\u0000${JSON.stringify(opts.chatTemplateKwargs ?? {})}\u0000${JSON.stringify(messages)}`;
   let cached = promptCache.get(cacheKey);
   if (!cached) {
-    cached = tok.renderIds(messages, { tools: opts.tools, addGenerationPrompt: true, chatTemplateKwargs: opts.chatTemplateKwargs });
-    promptCache.set(cacheKey, cached);
+    const text = tok.renderText(messages, { tools: opts.tools, addGenerationPrompt: true, chatTemplateKwargs: opts.chatTemplateKwargs });
+    // A huge prompt (say 30 MB of text) is never tokenized whole: only its tail can survive left
+    // truncation, and a tail of (prompt_length + margin) × the longest token's characters is sure to
+    // hold more than prompt_length tokens. Pre-tokenization is local, so the kept ids equal the
+    // last ids of the whole text's encoding (the margin absorbs the cut word).
+    const tailChars = (opts.promptLength + 64) * tok.maxTokenChars();
+    if (text.length > 2 * tailChars) {
+      const tail = tok.encode(text.slice(text.length - tailChars));
+      return { promptIds: checkedTail(tok, messages, opts, tail, Number.POSITIVE_INFINITY), truncated: true };
+    }
+    cached = tok.encode(text);
+    if (cacheKey.length < 1_000_000) promptCache.set(cacheKey, cached);
   }
   const ids = cached.slice();
   if (ids.length <= opts.promptLength) return { promptIds: ids, truncated: false };
+  return { promptIds: checkedTail(tok, messages, opts, ids, ids.length), truncated: true };
+}
+
+/**
+ * The last `prompt_length` ids of `ids` (an encoding of the whole prompt, or
+ * of its tail), after checking that they hold more than the generation prompt.
+ * @throws InputError (field `rollout.prompt_length`).
+ */
+function checkedTail(tok: ChatTokenizer, messages: readonly ChatMessage[], opts: PromptOptions, ids: number[], total: number): number[] {
   // Left truncation must leave the generation prompt and at least one token of the conversation;
-  // shorter, the model would be asked to answer nothing.
-  const withoutGen = tok.renderIds(messages, { tools: opts.tools, addGenerationPrompt: false, chatTemplateKwargs: opts.chatTemplateKwargs });
-  const genLength = Math.max(0, ids.length - withoutGen.length);
+  // shorter, the model would be asked to answer nothing. The generation prompt is what a render
+  // with it adds to one without (both texts; only the difference is encoded).
+  const render = (gen: boolean) => tok.renderText(messages, { tools: opts.tools, addGenerationPrompt: gen, chatTemplateKwargs: opts.chatTemplateKwargs });
+  const withGen = render(true);
+  const withoutGen = render(false);
+  const genLength = withGen.startsWith(withoutGen) ? tok.encode(withGen.slice(withoutGen.length)).length : 0;
   if (opts.promptLength <= genLength) {
+    const all = Number.isFinite(total) ? ` (${total} tokens in all)` : "";
     throw new InputError(
       "rollout.prompt_length",
-      `${opts.promptLength} tokens cannot hold this prompt's generation prompt (${genLength} tokens) and any of the conversation (${ids.length} tokens in all)`,
+      `${opts.promptLength} tokens cannot hold this prompt's generation prompt (${genLength} tokens) and any of the conversation${all}`,
     );
   }
-  return { promptIds: ids.slice(ids.length - opts.promptLength), truncated: true };
+  return ids.slice(ids.length - opts.promptLength);
 }

@@ -40,6 +40,7 @@ export class ChatTokenizer {
   private readonly templateVars: Record<string, unknown>;
   /** Added tokens that cut text into independent pieces (no lstrip, single_word or normalisation), longest first. */
   private readonly boundaryTokens: string[];
+  private maxChars: number | undefined;
 
   constructor(files: ModelFiles) {
     this.name = files.name;
@@ -74,6 +75,20 @@ export class ChatTokenizer {
    */
   startsWithBoundaryToken(text: string): boolean {
     return this.boundaryTokens.some((t) => text.startsWith(t));
+  }
+
+  /**
+   * The most characters one token can stand for (the longest vocabulary entry,
+   * byte-level pieces counted as one character each): any text of `k` tokens
+   * is at most `k × maxTokenChars()` characters long. Computed once.
+   */
+  maxTokenChars(): number {
+    if (this.maxChars === undefined) {
+      let m = 1;
+      for (const piece of this.tok.get_vocab(true).keys()) if (piece.length > m) m = piece.length;
+      this.maxChars = m;
+    }
+    return this.maxChars;
   }
 
   /** Token ids of `text`; special tokens written in the text map to their ids; no BOS/EOS added. */

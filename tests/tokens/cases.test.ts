@@ -356,3 +356,19 @@ describe("prompt_length too short to hold a question", () => {
     expect(buildPromptIds(tok, msgs, { promptLength: 6 }).promptIds).toEqual([30, IM_END, 198, ...GEN_PROMPT]);
   });
 });
+
+describe("huge prompts", () => {
+  test("only the tail is tokenized, and the kept ids equal the whole encoding's last ids", () => {
+    const words = ["alpha", " beta", "  gamma", "\n", "数学", "x+1=2", "emoji 🎉", "----", "tab\tsep", "  "];
+    let s = "";
+    for (let i = 0; s.length < 1_500_000; i++) s += words[(i * 7919) % words.length] + (i % 13 === 0 ? " " : "");
+    const msgs: ChatMessage[] = [{ role: "user", content: s }];
+    const full = tok.renderIds(msgs, { addGenerationPrompt: true });
+    for (const promptLength of [64, 500]) {
+      const { promptIds, truncated } = buildPromptIds(tok, msgs, { promptLength });
+      expect(truncated).toBe(true);
+      expect(promptIds).toEqual(full.slice(full.length - promptLength));
+    }
+    expect(tok.maxTokenChars()).toBeGreaterThan(10);
+  }, 30_000);
+});
