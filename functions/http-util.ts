@@ -18,10 +18,17 @@ export function limitBody(maxBytes: number): MiddlewareHandler {
 }
 
 /**
- * Reads a JSON body of at most `maxBytes` bytes.
- * @throws InputError (400, field `body`) for a missing, oversized or malformed body.
+ * Reads a JSON body of at most `maxBytes` bytes, sent as `application/json`.
+ * @throws InputError: 415 (field `content-type`) for another content type; 413 for an
+ *   oversized body; 400 (field `body`) for a missing or malformed one.
  */
 export async function readJson(c: Context, maxBytes: number): Promise<unknown> {
+  // Only JSON bodies: a browser page cannot send application/json cross-origin without a CORS
+  // preflight, so this also keeps a token-less local server out of reach of drive-by form posts.
+  const type = (c.req.header("content-type") ?? "").split(";")[0]!.trim().toLowerCase();
+  if (type !== "application/json") {
+    throw new InputError("content-type", `expected application/json, got ${type ? `'${type.slice(0, 100)}'` : "none"}`, { status: 415 });
+  }
   const declared = Number(c.req.header("content-length") ?? "0");
   if (declared > maxBytes) throw new InputError("body", `larger than ${maxBytes} bytes`, { status: 413 });
   const buf = await c.req.arrayBuffer();

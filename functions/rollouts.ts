@@ -26,7 +26,7 @@ export const ModelVersionRequest = z.strictObject({
 
 /** Body of `POST /v1/groups/ack`. */
 export const AckRequest = z.object({
-  delivery_ids: z.array(z.string().min(1).max(200)).min(1).max(1000),
+  delivery_ids: z.array(z.string().regex(/^\d{1,20}-\d{1,20}$/, "a delivery id is a stream id such as 1796002889517-0")).min(1).max(1000),
   partition: z.enum(["train", "val"]).default("train"),
 });
 

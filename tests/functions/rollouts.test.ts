@@ -212,3 +212,18 @@ describe("per-batch max_model_len", () => {
     expect(recs.some((r) => r.truncated)).toBe(true);
   });
 });
+
+describe("content type and delivery ids", () => {
+  test("a body that is not application/json is a 415; a malformed delivery id a 400", async () => {
+    const form = await app.request("/v1/rollouts", { method: "POST", headers: { ...auth, "content-type": "text/plain" }, body: JSON.stringify({ rows: [rows[0]] }) });
+    expect(form.status).toBe(415);
+    expect((await form.json()).error).toEqual({ code: "invalid_input", message: "content-type: expected application/json, got 'text/plain'", field: "content-type" });
+    const none = await app.request("/v1/rollouts", { method: "POST", headers: auth, body: JSON.stringify({ rows: [rows[0]] }) });
+    expect(none.status).toBe(415);
+    const withCharset = await post("/v1/rollouts", { rows: [rows[0]] }, { ...auth, "content-type": "application/json; charset=utf-8" });
+    expect(withCharset.status).toBe(202);
+    const ack = await post("/v1/groups/ack", { delivery_ids: ["abc"] });
+    expect(ack.status).toBe(400);
+    expect((await ack.json()).error.field).toBe("delivery_ids[0]");
+  });
+});

@@ -168,7 +168,7 @@ describe("no secrets in logs or error bodies", () => {
     expect(await hit("/v1/rollouts", { headers: { authorization: `Bearer ${SECRET}` } })).toBe(401);
     expect(await hit(`/v1/rollouts?token=${TOKEN}`)).toBe(401);
     expect(await hit("/v1/rollouts", { method: "POST", headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" }, body: `{"rows": [{"prompt": "${SECRET}"}], "config": {"tools": {"secret": "x"}}}` })).toBe(400);
-    expect(await hit("/v1/rollouts", { method: "POST", headers: { authorization: `Bearer ${TOKEN}` }, body: "{bad" })).toBe(400);
+    expect(await hit("/v1/rollouts", { method: "POST", headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" }, body: "{bad" })).toBe(400);
     expect(await hit("/v1/trajectories/nope", { headers: { authorization: `Bearer ${TOKEN}` } })).toBe(400);
     const ok = await fetch(base + "/v1/rollouts", {
       method: "POST",
