@@ -3,6 +3,7 @@
 // (the npm package `bun`), so a machine with only Node and npm needs nothing else.
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
+import { constants } from "node:os";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -29,4 +30,4 @@ child.on("error", (e) => {
   console.error(`edgeloop: cannot start bun (${e.message}); run npm install first`);
   process.exit(127);
 });
-child.on("exit", (code, signal) => process.exit(code ?? (signal ? 128 + (signal === "SIGINT" ? 2 : signal === "SIGTERM" ? 15 : 1) : 0)));
+child.on("exit", (code, signal) => process.exit(code ?? (signal ? 128 + (constants.signals[signal] ?? 1) : 0)));
