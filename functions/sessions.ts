@@ -9,7 +9,8 @@ import { bearerAuth, limitBody } from "./http-util.ts";
 /** What the sessions function needs from a session host (in-process {@link SessionHost}, or a Durable Object namespace). */
 export interface SessionsBackend {
   /**
-   * Commits an awaited tool call's result and lets the session go on.
+   * Commits an awaited tool call's result and lets the session go on (here,
+   * or — queue mode — by waking the worker that runs it).
    * @throws NotFoundError (404) for an unknown key; ConflictError (409) for an unknown or already-answered call_id.
    */
   deliver(key: string, result: ToolResultDelivery): Promise<void>;
@@ -20,7 +21,7 @@ export interface SessionsBackend {
 /** Options of {@link createSessionsApp}. */
 export interface SessionsAppOptions {
   backend: SessionsBackend;
-  /** Webhook secret (`tools.secret`): callbacks must be signed with it when set. */
+  /** Webhook secret (`tools.secret`): callbacks must be signed with it; without one every callback is refused (403). */
   secret?: string | null;
   /** Bearer token for `GET /v1/sessions/{key}` (`EDGELOOP_API_TOKEN`); callbacks are authenticated by signature instead. */
   apiToken?: string | null;
@@ -33,9 +34,10 @@ export interface SessionsAppOptions {
 /**
  * The sessions function (Hono, runtime-neutral):
  * - `POST /v1/sessions/{key}/tool-results` `{call_id, content, reward?}`, signed
- *   with `x-edgeloop-signature` when a secret is set → `200 {ok, key, call_id}`;
- *   401 bad/missing/stale signature, 400 bad body (names the field), 404
- *   unknown session, 409 unknown or already-answered `call_id`.
+ *   with `x-edgeloop-signature` → `200 {ok, key, call_id}`; 403 when no secret
+ *   is configured (call ids are predictable, so unsigned callbacks are never
+ *   accepted), 401 bad/missing/stale signature, 400 bad body (names the
+ *   field), 404 unknown session, 409 unknown or already-answered `call_id`.
  * - `GET /v1/sessions/{key}` → the session's phase, step and awaited calls (404 when none).
  * Errors are `{error: {code, message, field?}}`.
  */

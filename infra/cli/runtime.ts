@@ -19,6 +19,8 @@ import { IoRedisCommander } from "../redis/ioredis-commander.ts";
 import { checkRedis, maskRedisUrl } from "../redis/redis-check.ts";
 import { RolloutService, type ExecutorFactory } from "../../shared/rollout/service.ts";
 import { JobQueue, type JobQueueOptions } from "../../shared/jobs/job-queue.ts";
+import { queuedCallbacks } from "../../shared/jobs/queued-callbacks.ts";
+import type { SessionsBackend } from "../../functions/sessions.ts";
 import { MemoryPolicyVersions, RedisPolicyVersions, type PolicyVersions } from "../../shared/rollout/policy-version.ts";
 import type { RedisCommander } from "../../shared/store/redis-commander.ts";
 import { MemoryTransferQueue } from "../../shared/store/memory-transfer-queue.ts";
@@ -54,6 +56,13 @@ export interface Runtime {
    * served by `functions/sessions.ts`.
    */
   sessions: SessionHost | null;
+  /**
+   * What `POST /v1/sessions/{key}/tool-results` and `GET /v1/sessions/{key}`
+   * call: the session host itself in inline mode (a callback continues the
+   * session here), or in queue mode {@link queuedCallbacks} (commit the
+   * result, wake the worker running the session); null without sessions.
+   */
+  callbacks: SessionsBackend | null;
   /** The job queue (a Redis or Upstash store), or null for the memory store. */
   jobs: JobQueue | null;
   /** The transfer queue batches write through (for sessions: records written once, then the session marked done). */
@@ -150,6 +159,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     const storage = built?.storage ?? null;
     let service: RolloutService;
     let sessions: SessionHost | null = null;
+    let callbacks: SessionsBackend | null = null;
     let batchStore: TransferQueue;
     let executorFor: ExecutorFactory;
     let jobs: JobQueue | null = null;
@@ -167,6 +177,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       service = new ValidatingRolloutService(registry, { config, store: batchStore, executorFor, policy, ...(queued ? { jobs } : {}) });
       closers.push(async () => service.close());
       describe.push(`sessions   durable, checkpoints in ${config.store.url === "upstash" ? "Upstash" : "Redis"} (${config.store.prefix ?? "edgeloop:"}session:<key>)`);
+      callbacks = queued ? queuedCallbacks(host, jobs, (line) => console.error(line)) : host;
       if (queued) describe.push(`jobs       queue: batches become jobs in ${jobs.stream}; run \`edgeloop worker\` with the same --store to process them`);
     } else {
       if (hooks.jobs === "queue") throw new ConfigError("store.url", "the job queue needs a Redis or Upstash store (--store redis://host:port); the memory store runs batches in-process");
@@ -183,6 +194,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       store,
       client,
       sessions,
+      callbacks,
       jobs,
       batchStore,
       executorFor,
@@ -196,6 +208,16 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     for (const c of closers.reverse()) await c().catch(() => {});
     throw e;
   }
+}
+
+/**
+ * The start-up warning of `serve` and `worker` when a tools file is
+ * configured without `tools.secret`: tool calls go unsigned and
+ * asynchronous results (callbacks) are refused with 403. Null otherwise.
+ */
+export function unsignedToolsWarning(config: AppConfig): string | null {
+  if (!config.tools.file || config.tools.secret) return null;
+  return "warning    tools are configured without tools.secret: tool calls are unsigned and tool-result callbacks (POST /v1/sessions/{key}/tool-results) are refused with 403; set --tools-secret (the tool servers must sign with it)";
 }
 
 /**

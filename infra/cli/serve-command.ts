@@ -2,7 +2,7 @@ import { Hono } from "hono";
 import { createRolloutsApp } from "../../functions/rollouts.ts";
 import { createSessionsApp } from "../../functions/sessions.ts";
 import type { ConfigFlags } from "./flags.ts";
-import { buildRuntime } from "./runtime.ts";
+import { buildRuntime, unsignedToolsWarning } from "./runtime.ts";
 import { loadTokenizer } from "../node/model-dir.ts";
 import { untilSignal } from "./engine-commands.ts";
 
@@ -21,15 +21,19 @@ export async function serveCommand(flags: ConfigFlags & { port: number; host: st
     tokenizer: () => loadTokenizer(runtime.config.model ?? undefined),
   });
   let app: Hono = rollouts;
-  if (runtime.sessions) {
+  if (runtime.callbacks) {
     // Tool callbacks of durable sessions (POST /v1/sessions/{key}/tool-results) are mounted first:
-    // they authenticate by webhook signature, not by the API's bearer token.
+    // they authenticate by webhook signature, not by the API's bearer token. In queue mode they
+    // only commit the result and wake the worker running the session.
     app = new Hono();
-    app.route("/", createSessionsApp({ backend: runtime.sessions, secret: runtime.config.tools.secret ?? null, apiToken: process.env.EDGELOOP_API_TOKEN || null }));
+    app.route("/", createSessionsApp({ backend: runtime.callbacks, secret: runtime.config.tools.secret ?? null, apiToken: process.env.EDGELOOP_API_TOKEN || null }));
     app.route("/", rollouts);
   }
   const server = Bun.serve({ port: flags.port, hostname: flags.host, fetch: app.fetch, idleTimeout: 0 });
   for (const line of runtime.describe) console.error(line);
+  for (const line of runtime.warnings) console.error(line);
+  const unsigned = unsignedToolsWarning(runtime.config);
+  if (unsigned) console.error(unsigned);
   console.error(`auth       ${process.env.EDGELOOP_API_TOKEN ? "bearer token required" : "none (set EDGELOOP_API_TOKEN to require one)"}`);
   console.log(`edgeloop serving on http://${flags.host}:${server.port} (POST /v1/rollouts, GET /viewer, GET /metrics, GET /openapi.json)`);
   await untilSignal();

@@ -2,7 +2,7 @@ import { hostname } from "node:os";
 import { ConfigError } from "../../shared/errors.ts";
 import { JobWorker } from "../../shared/jobs/job-worker.ts";
 import type { ConfigFlags } from "./flags.ts";
-import { buildRuntime } from "./runtime.ts";
+import { buildRuntime, unsignedToolsWarning } from "./runtime.ts";
 
 /** Flags of `edgeloop worker`: the config flags plus the worker's own. */
 export interface WorkerFlags extends ConfigFlags {
@@ -37,8 +37,12 @@ export async function workerCommand(flags: WorkerFlags): Promise<void> {
       concurrency: runtime.config.concurrency,
       idleExitMs: flags.idleExit === undefined ? null : Math.round(flags.idleExit * 1000),
       log: (line) => console.error(line),
+      ...(runtime.sessions ? { onWake: (key: string) => void runtime.sessions!.wake(key) } : {}),
     });
     for (const line of runtime.describe) console.error(line);
+    for (const line of runtime.warnings) console.error(line);
+    const unsigned = unsignedToolsWarning(runtime.config);
+    if (unsigned) console.error(unsigned);
     console.error(
       `worker     ${consumer}: ${runtime.config.concurrency} jobs at once from ${runtime.jobs.stream}, lease ${runtime.jobs.leaseMs} ms` +
         (flags.idleExit === undefined ? "" : `, exits after ${flags.idleExit} s idle`),

@@ -68,6 +68,8 @@ const DEFAULT_LEASE_MS = 30_000;
  * - `{p}jobs:batch:{id}` HASH — `spec` (a {@link BatchSpec}, JSON) and `keys` (JSON array).
  * - `{p}jobs:batch:{id}:done` STREAM — one entry `key` per stored record
  *   (at least once; readers dedupe), from which any API process derives progress.
+ * - `{p}jobs:wake` STREAM — one entry `key` per tool result an API process
+ *   committed to a waiting session; read by every worker ({@link wake}).
  *
  * Claiming is `XAUTOCLAIM` of jobs idle longer than the lease (a dead
  * worker's), then `XREADGROUP >`. A running job's idle time is reset by
@@ -82,6 +84,8 @@ export class JobQueue {
   readonly group: string;
   readonly leaseMs: number;
   readonly stream: string;
+  /** The wake stream (`{p}jobs:wake`): one entry `key` per tool result delivered to a waiting session. */
+  readonly wakeStream: string;
   private readonly opts: JobQueueOptions;
   private ensured: Promise<void> | undefined;
 
@@ -94,6 +98,7 @@ export class JobQueue {
     this.group = opts.group ?? "workers";
     this.leaseMs = opts.leaseMs ?? DEFAULT_LEASE_MS;
     this.stream = `${this.prefix}jobs`;
+    this.wakeStream = `${this.prefix}jobs:wake`;
   }
 
   /** The hash of a batch's spec and keys. */
@@ -179,6 +184,31 @@ export class JobQueue {
       ["XADD", this.doneKey(batchId), "*", "key", key],
       ["EXPIRE", this.doneKey(batchId), ttl],
     ]);
+  }
+
+  /**
+   * Announces that a tool result for `key`'s session was committed (the API
+   * process, queue mode): the worker running that session continues it at
+   * once instead of at the tool's deadline. An entry `key` on the wake
+   * stream, capped at about 10 000 entries (`MAXLEN ~`); every worker reads
+   * it ({@link wakes}) and acts only on keys it runs.
+   */
+  async wake(key: string): Promise<void> {
+    await this.call(["XADD", this.wakeStream, "MAXLEN", "~", "10000", "*", "key", key]);
+  }
+
+  /** The id of the newest wake entry (`0-0` when none): where a worker starts reading. */
+  async lastWake(): Promise<string> {
+    const r = await this.call(["XREVRANGE", this.wakeStream, "+", "-", "COUNT", "1"]);
+    return parseEntries(r)[0]?.id ?? "0-0";
+  }
+
+  /** Wake entries after stream id `after` (exclusive), waiting up to `blockMs` for one (XREAD BLOCK; 0 = don't wait). */
+  async wakes(after: string, blockMs = 0, count = 500): Promise<{ id: string; key: string }[]> {
+    const cmd: RedisArg[] = ["XREAD", "COUNT", String(count)];
+    if (blockMs > 0) cmd.push("BLOCK", String(blockMs));
+    cmd.push("STREAMS", this.wakeStream, after);
+    return parseReadGroup(await this.call(cmd, blockMs > 0)).map((e) => ({ id: e.id, key: e.fields?.key ?? "" }));
   }
 
   /** Acknowledges and deletes finished jobs; returns how many were pending. */

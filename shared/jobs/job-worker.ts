@@ -24,6 +24,14 @@ export interface JobWorkerOptions {
   maxDeliveries?: number;
   /** One line per notable event (claims after a reclaim, retries, exits). */
   log?: (line: string) => void;
+  /**
+   * Continues a session this worker runs whose tool result another process
+   * committed (the session host's `wake`). When given, the worker follows
+   * the wake stream ({@link JobQueue.wakes}) and calls it for the keys of
+   * its running jobs, so a session resumes as soon as its callback arrives
+   * rather than at the tool's deadline.
+   */
+  onWake?: (key: string) => void;
 }
 
 /** What a worker did, when {@link JobWorker.run} returns. */
@@ -56,6 +64,8 @@ export interface WorkerSummary {
 export class JobWorker {
   private readonly opts: JobWorkerOptions;
   private readonly inflight = new Map<string, Promise<void>>();
+  /** Trajectory keys of the running jobs (how many jobs hold each). */
+  private readonly runningKeys = new Map<string, number>();
   private readonly specs = new Map<string, Promise<BatchSpec | null>>();
   private stopped = false;
   private readonly summary: WorkerSummary = { claimed: 0, completed: 0, failed: 0, reclaimed: 0, abandoned: 0, exit: "stopped" };
@@ -78,6 +88,7 @@ export class JobWorker {
     }, Math.max(50, Math.floor(jobs.leaseMs / 3)));
     let lastBusy = Date.now();
     let backoff = 100;
+    const wakes = this.opts.onWake ? await this.followWakes(blockMs) : null;
     try {
       while (!this.stopped) {
         if (this.inflight.size >= concurrency) {
@@ -109,17 +120,61 @@ export class JobWorker {
             this.summary.reclaimed++;
             this.log(`reclaimed ${job.trajectory.key} (delivery ${job.deliveries})`);
           }
+          const key = job.trajectory.key;
+          this.runningKeys.set(key, (this.runningKeys.get(key) ?? 0) + 1);
           const p = this.runJob(job)
-            .catch((e) => this.log(`job ${job.trajectory.key} left for a retry: ${message(e)}`))
-            .finally(() => this.inflight.delete(job.id));
+            .catch((e) => this.log(`job ${key} left for a retry: ${message(e)}`))
+            .finally(() => {
+              this.inflight.delete(job.id);
+              const n = (this.runningKeys.get(key) ?? 1) - 1;
+              if (n > 0) this.runningKeys.set(key, n);
+              else this.runningKeys.delete(key);
+            });
           this.inflight.set(job.id, p);
         }
       }
       await Promise.all(this.inflight.values());
     } finally {
       clearInterval(beat);
+      await wakes?.stop();
     }
     return { ...this.summary };
+  }
+
+  /**
+   * Reads the wake stream from its newest entry on, in the background, and
+   * hands the keys of running jobs to `onWake`. Starts before the first
+   * claim, so no wake for a job claimed later is missed (and a result
+   * committed before the claim is in the checkpoint the job resumes from).
+   */
+  private async followWakes(blockMs: number): Promise<{ stop(): Promise<void> }> {
+    const { jobs } = this.opts;
+    const onWake = this.opts.onWake!;
+    let after = await jobs.lastWake().catch(() => "0-0");
+    let stopped = false;
+    const loop = (async () => {
+      let backoff = 100;
+      while (!stopped) {
+        try {
+          for (const w of await jobs.wakes(after, Math.min(blockMs, 1000))) {
+            after = w.id;
+            if (this.runningKeys.has(w.key)) onWake(w.key);
+          }
+          backoff = 100;
+        } catch (e) {
+          if (stopped) break;
+          this.log(`reading wakes failed (${message(e)}); retrying in ${backoff} ms`);
+          await sleep(backoff);
+          backoff = Math.min(backoff * 2, 5_000);
+        }
+      }
+    })();
+    return {
+      stop: async () => {
+        stopped = true;
+        await loop;
+      },
+    };
   }
 
   /** Stops claiming; {@link run} resolves once the running jobs are done. */

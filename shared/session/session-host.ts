@@ -1,6 +1,7 @@
 import { NotFoundError } from "../errors.ts";
 import type { AgentLoopOutput } from "../schema/index.ts";
 import type { SessionInputArg } from "./checkpoint.ts";
+import { isStaleStep } from "./session-storage.ts";
 import { TrajectorySession, type SessionDeps, type SessionOutcome, type ToolResultDelivery } from "./trajectory-session.ts";
 
 /** How a hosted session ended: its outputs (owner writes them), already written (`done`), or failed. */
@@ -69,12 +70,40 @@ export class SessionHost {
    *   unknown or already-answered `call_id`.
    */
   async deliver(key: string, r: ToolResultDelivery): Promise<void> {
-    await this.serial(key, async () => {
-      const s = await TrajectorySession.open(key, this.opts);
-      if (!s) throw new NotFoundError(`no session '${key.slice(0, 200)}'`, { field: "key" });
-      await s.deliverToolResult(r);
-    });
+    await this.commitResult(key, r);
     void this.drive(key);
+  }
+
+  /**
+   * Commits an asynchronous tool result into the session's checkpoint
+   * (fenced by its step) without continuing the session here: in queue mode
+   * the API process only records the result and wakes the worker that runs
+   * the session (see {@link wake}), so it needs no engine. A commit that
+   * loses the fence to a concurrent step (a worker advancing or expiring the
+   * session) is read again and retried.
+   * @throws NotFoundError (404) for a key without a session; ConflictError (409) for an
+   *   unknown or already-answered `call_id`, or a session not waiting for tools.
+   */
+  async deliverOnly(key: string, r: ToolResultDelivery): Promise<void> {
+    await this.commitResult(key, r);
+  }
+
+  /**
+   * Continues the session of `key` now, when a caller of {@link run} in this
+   * process waits on it: another process committed a tool result for it
+   * ({@link deliverOnly}). Its deadline timer is dropped (re-armed if it
+   * still waits). Returns false — and does nothing — for keys this host
+   * does not run.
+   */
+  wake(key: string): boolean {
+    if (this.closed || !this.waiters.has(key)) return false;
+    const old = this.timeouts.get(key);
+    if (old !== undefined) {
+      this.timers.clear(old);
+      this.timeouts.delete(key);
+    }
+    void this.drive(key);
+    return true;
   }
 
   /** The stored state of a session (phase, step, awaited calls), or null. */
@@ -117,22 +146,54 @@ export class SessionHost {
 
   private async drive(key: string, input?: SessionInputArg): Promise<void> {
     const retries = this.opts.storageRetries ?? 3;
+    let raced = 0;
     for (let attempt = 0; ; attempt++) {
+      let benign = false;
       try {
         const outcome = await this.serial(key, async () => {
           const s = await TrajectorySession.open(key, this.opts, input);
           if (!s) throw new NotFoundError(`no session '${key.slice(0, 200)}'`, { field: "key" });
-          return s.run();
+          const opened = s.checkpoint;
+          try {
+            return await s.run();
+          } catch (e) {
+            // The first commit after awaiting tools has no side effect behind it (no engine or tool
+            // call); when the fence refuses it, another process delivered a tool result meanwhile
+            // (deliverOnly), not a second owner: read the session again and go on.
+            benign = isStaleStep(e) && opened.loop_state === "awaiting_tools" && s.checkpoint.step === opened.step;
+            throw e;
+          }
         });
         this.settle(key, outcome);
         return;
       } catch (e) {
+        if (benign && raced < 5 && !this.closed) {
+          raced++;
+          attempt--;
+          continue;
+        }
         const retryable = (e as { retryable?: unknown }).retryable === true;
         if (!retryable || attempt >= retries || this.closed) {
           this.fail(key, e);
           return;
         }
         await new Promise((r) => setTimeout(r, 100 * 4 ** attempt));
+      }
+    }
+  }
+
+  private async commitResult(key: string, r: ToolResultDelivery): Promise<void> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await this.serial(key, async () => {
+          const s = await TrajectorySession.open(key, this.opts);
+          if (!s) throw new NotFoundError(`no session '${key.slice(0, 200)}'`, { field: "key" });
+          await s.deliverToolResult(r);
+        });
+        return;
+      } catch (e) {
+        // Another process committed a step of this session between the read and the commit: read it again.
+        if (!isStaleStep(e) || attempt >= 4) throw e;
       }
     }
   }

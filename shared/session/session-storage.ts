@@ -35,9 +35,17 @@ export interface SessionStorage {
   delete(key: string): Promise<void>;
 }
 
-/** The error a fenced `put` throws. */
+/** The `code` of the ConflictError a fenced `put` throws (tells it apart from other 409s, e.g. an already-answered call id). */
+export const STALE_STEP = "stale_step";
+
+/** The error a fenced `put` throws (ConflictError, code {@link STALE_STEP}). */
 export function staleStep(key: string, step: number, stored: number): ConflictError {
-  return new ConflictError(`session '${key}': commit of step ${step} refused, step ${stored} is already stored (another owner resumed it)`);
+  return new ConflictError(`session '${key}': commit of step ${step} refused, step ${stored} is already stored (another owner resumed it)`, { code: STALE_STEP });
+}
+
+/** Whether `e` is the step fence's refusal ({@link staleStep}). */
+export function isStaleStep(e: unknown): boolean {
+  return e instanceof ConflictError && e.code === STALE_STEP;
 }
 
 /**

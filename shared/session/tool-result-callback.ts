@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { AuthError, inputErrorFromZod, InputError } from "../errors.ts";
+import { AuthError, EdgeloopError, inputErrorFromZod, InputError } from "../errors.ts";
 import { SIGNATURE_HEADER, verifySignature } from "../tools/signature.ts";
 import type { ToolResultDelivery } from "./trajectory-session.ts";
 
@@ -12,19 +12,23 @@ export const ToolResultCallback = z.object({
 export type ToolResultCallback = z.infer<typeof ToolResultCallback>;
 
 /**
- * Checks and parses a tool-result callback: with a secret, the raw body must
- * carry a valid, fresh `x-edgeloop-signature` (the scheme tool calls are
- * signed with: `t=<unix s>,v1=<hex HMAC-SHA256 of "<t>.<body>">`), checked
- * before the body is read; then the body must be JSON of
- * {@link ToolResultCallback}.
- * @throws AuthError (401) for a missing, bad or stale signature; InputError (400) naming the field.
+ * Checks and parses a tool-result callback: the raw body must carry a
+ * valid, fresh `x-edgeloop-signature` (the scheme tool calls are signed
+ * with: `t=<unix s>,v1=<hex HMAC-SHA256 of "<t>.<body>">`), checked before
+ * the body is read; then the body must be JSON of {@link ToolResultCallback}.
+ * Without a secret every callback is refused: call ids (`{key}:{turn}:{index}`)
+ * are predictable, so an unsigned callback would let anyone who reaches the
+ * port inject observations.
+ * @throws {@link CallbacksDisabledError} (403) when no secret is configured; AuthError (401) for a
+ *   missing, bad or stale signature; InputError (400) naming the field.
  */
 export async function parseToolResultCallback(
   raw: string,
   signature: string | null | undefined,
   opts: { secret?: string | null; nowSeconds?: number; windowSeconds?: number } = {},
 ): Promise<ToolResultDelivery> {
-  if (opts.secret && !(await verifySignature(opts.secret, signature, raw, opts.nowSeconds ?? Date.now() / 1000, opts.windowSeconds))) {
+  if (!opts.secret) throw new CallbacksDisabledError();
+  if (!(await verifySignature(opts.secret, signature, raw, opts.nowSeconds ?? Date.now() / 1000, opts.windowSeconds))) {
     throw new AuthError(`missing, bad or stale ${SIGNATURE_HEADER}`);
   }
   let json: unknown;
@@ -36,4 +40,15 @@ export async function parseToolResultCallback(
   const r = ToolResultCallback.safeParse(json);
   if (!r.success) throw inputErrorFromZod("", r.error.issues);
   return { call_id: r.data.call_id, content: r.data.content, ...(r.data.reward != null ? { reward: r.data.reward } : {}) };
+}
+
+/** A callback refused because no webhook secret (`tools.secret`) is configured: 403, code `forbidden`. */
+export class CallbacksDisabledError extends EdgeloopError {
+  override name = "CallbacksDisabledError";
+  constructor() {
+    super("callbacks need tools.secret: asynchronous tool results must be signed (x-edgeloop-signature); set tools.secret (--tools-secret) on serve, the workers and the tool servers", {
+      status: 403,
+      code: "forbidden",
+    });
+  }
 }

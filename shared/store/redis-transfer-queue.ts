@@ -1,4 +1,4 @@
-import { ConflictError, EdgeloopError, StoreError } from "../errors.ts";
+import { ConflictError, EdgeloopError, InputError, StoreError } from "../errors.ts";
 import type { TrajectoryRecord } from "../schema/index.ts";
 import { decodeRecord, encodedFields, encodeRecord, failedRecord, validateRecord } from "./record-codec.ts";
 import type { RedisArg, RedisCommander, RedisReply } from "./redis-commander.ts";
@@ -183,7 +183,15 @@ export class RedisTransferQueue implements TransferQueue {
   async ack(deliveryIds: readonly string[], partition?: Partition): Promise<number> {
     const part = checkPartition(partition);
     if (deliveryIds.length === 0) return 0;
-    return Number(await this.call(["XACK", this.layout.stream(part), this.group, ...deliveryIds]));
+    try {
+      return Number(await this.call(["XACK", this.layout.stream(part), this.group, ...deliveryIds]));
+    } catch (e) {
+      // A malformed id is the caller's mistake (400), not a store failure (503).
+      if (e instanceof StoreError && errorMessage(e.cause).includes("Invalid stream ID")) {
+        throw new InputError("delivery_ids", "not a stream entry id (expected <ms>-<seq>, as readCompleteGroups returns)");
+      }
+      throw e;
+    }
   }
 
   async close(): Promise<void> {
