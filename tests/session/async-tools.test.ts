@@ -6,7 +6,10 @@ import { SessionHost, type SessionResult } from "../../shared/session/session-ho
 import { MemorySessionStorage, type SessionStorage } from "../../shared/session/session-storage.ts";
 import { signatureHeader } from "../../shared/tools/signature.ts";
 import { deleteByPrefix, randomPrefix, requireRedis, REDIS_URL } from "../helpers/redis.ts";
-import { depsFor, inputFor, sessionLoopFactory } from "./fixtures.ts";
+import { SimEngine } from "../../infra/sim-engine/sim-engine.ts";
+import { SimEngineClient } from "../../infra/sim-engine/sim-engine-client.ts";
+import type { SessionInputArg } from "../../shared/session/checkpoint.ts";
+import { depsFor, inputFor, POLICY, rolloutConfig, sessionLoopFactory } from "./fixtures.ts";
 
 const SECRET = "s3cret";
 const redis = await requireRedis();
@@ -124,4 +127,94 @@ describe.each(storages)("async tool results (%s storage)", (_name, makeStorage) 
     expect(tok.decode(o.response_ids)).toContain("<tool_response>\nError executing tool 'calc': no asynchronous result within 150 ms\n</tool_response>");
     expect((await post(input.key, { call_id: `${input.key}:1:0`, content: "31" })).status).toBe(409);
   });
+});
+
+/** A policy whose first turn calls `calc` twice at once (two awaited results), then answers. */
+const TWO_CALLS = {
+  ...POLICY,
+  rules: [
+    {
+      when: "Add 2 and 3, and 4 and 5.",
+      turns: [
+        '<tool_call>\n{"name": "calc", "arguments": {"expression": "2+3"}}\n</tool_call>\n<tool_call>\n{"name": "calc", "arguments": {"expression": "4+5"}}\n</tool_call>',
+        "The sums are 5 and 9.\n#### 5 9",
+      ],
+    },
+  ],
+};
+
+function twoCallInput(uid: string): SessionInputArg {
+  const base = inputFor(0, 0, rolloutConfig({ multi_turn: { max_parallel_calls: 2 } }), uid);
+  const prompt = [{ role: "user", content: "Add 2 and 3, and 4 and 5." }];
+  return { ...base, kwargs: { ...base.kwargs, prompt, raw_prompt: prompt } };
+}
+
+describe.each(storages)("queue-mode delivery: deliverOnly + wake (%s storage)", (_name, makeStorage) => {
+  test("the API process commits results without running the session; the worker's host continues it on wake, also when a delivery wins the fence against the worker's commit", async () => {
+    const shared = makeStorage();
+    const { deps, tok } = await depsFor(`http://127.0.0.1:${asyncTool.port}`, { secret: SECRET, toolsJson: toolsJson(60_000) });
+    deps.client = new SimEngineClient(new SimEngine({ tokenizer: tok, script: TWO_CALLS }));
+    // The worker's storage can run a delivery just before the worker's next commit (the race).
+    let beforeNextPut: (() => Promise<void>) | null = null;
+    const workerStorage: SessionStorage = {
+      get: (k) => shared.get(k),
+      delete: (k) => shared.delete(k),
+      put: async (k, step, cp, o) => {
+        const f = beforeNextPut;
+        beforeNextPut = null;
+        if (f) await f();
+        return shared.put(k, step, cp, o);
+      },
+    };
+    const worker = new SessionHost({ storage: workerStorage, createLoop: sessionLoopFactory(deps) });
+    // The API process: its loops have an engine that must never be called.
+    let apiEngineCalls = 0;
+    const apiDeps = { ...deps, client: { generate: async () => { apiEngineCalls++; throw new Error("serve must not generate"); } } as unknown as typeof deps.client };
+    const api = new SessionHost({ storage: shared, createLoop: sessionLoopFactory(apiDeps) });
+    const input = twoCallInput(`wake${_name}`);
+    const key = input.key;
+    const done = worker.run(input);
+    await until(async () => (await worker.status(key))?.phase === "waiting");
+    expect((await worker.status(key))!.awaited.map((a) => a.call_id)).toEqual([`${key}:1:0`, `${key}:1:1`]);
+    expect(api.wake(key)).toBe(false);
+    expect(worker.wake("nobody_0_0")).toBe(false);
+
+    await api.deliverOnly(key, { call_id: `${key}:1:0`, content: "5" });
+    expect(api.pending).toBe(0);
+    expect((await api.status(key))!.phase).toBe("running");
+    // The second result is committed by the API process right before the worker's first commit
+    // after the wake: the worker's commit loses the fence and is read again, not given up.
+    beforeNextPut = () => api.deliverOnly(key, { call_id: `${key}:1:1`, content: "9" });
+    expect(worker.wake(key)).toBe(true);
+    const r = (await done) as Extract<SessionResult, { status: "finished" }>;
+    expect(r.status).toBe("finished");
+    const o = r.outputs[0]!;
+    expect(o.extra_fields.tool_calls).toBe(2);
+    expect(o.extra_fields.tool_errors).toBe(0);
+    const text = tok.decode(o.response_ids);
+    expect(text).toContain("<tool_response>\n5\n</tool_response>");
+    expect(text).toContain("<tool_response>\n9\n</tool_response>");
+    expect(apiEngineCalls).toBe(0);
+    expect(worker.pending).toBe(0);
+    expect(worker.timed).toBe(0);
+    await expect(api.deliverOnly(key, { call_id: `${key}:1:1`, content: "9" })).rejects.toThrow("is not waiting for tool results");
+    await expect(api.deliverOnly("nobody_0_0", { call_id: "nobody_0_0:1:0", content: "9" })).rejects.toThrow("no session 'nobody_0_0'");
+  });
+});
+
+test("without tools.secret every callback is refused with 403 (call ids are predictable)", async () => {
+  let delivered = 0;
+  const app = createSessionsApp({ backend: { deliver: async () => void delivered++ }, apiToken: "api-token" });
+  const raw = JSON.stringify({ call_id: "k_0_0:1:0", content: "x" });
+  for (const headers of [{}, { "x-edgeloop-signature": await signatureHeader("anything", raw, Date.now() / 1000) }, { authorization: "Bearer api-token" }]) {
+    const res = await app.request("/v1/sessions/k_0_0/tool-results", { method: "POST", headers, body: raw });
+    expect(res.status).toBe(403);
+    expect(await res.json()).toEqual({
+      error: {
+        code: "forbidden",
+        message: "callbacks need tools.secret: asynchronous tool results must be signed (x-edgeloop-signature); set tools.secret (--tools-secret) on serve, the workers and the tool servers",
+      },
+    });
+  }
+  expect(delivered).toBe(0);
 });
