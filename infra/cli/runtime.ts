@@ -17,7 +17,7 @@ import type { BatchRun } from "../../shared/rollout/batch-run.ts";
 import { toolCallParserNames } from "../../shared/tools/parser-registry.ts";
 import { IoRedisCommander } from "../redis/ioredis-commander.ts";
 import { checkRedis, maskRedisUrl } from "../redis/redis-check.ts";
-import { RolloutService, type ExecutorFactory } from "../../shared/rollout/service.ts";
+import { RolloutService, type AcceptedBatch, type ExecutorFactory } from "../../shared/rollout/service.ts";
 import { JobQueue, type JobQueueOptions } from "../../shared/jobs/job-queue.ts";
 import { queuedCallbacks } from "../../shared/jobs/queued-callbacks.ts";
 import type { SessionsBackend } from "../../functions/sessions.ts";
@@ -251,7 +251,7 @@ class ValidatingRolloutService extends RolloutService {
     super(opts);
   }
 
-  override async enqueue(req: RolloutRequest): Promise<{ batch_id: string; keys: string[]; run: BatchRun }> {
+  override async enqueue(req: RolloutRequest): Promise<AcceptedBatch> {
     if (req.config) {
       let rollout: RolloutConfig | null = null;
       try {

@@ -16,6 +16,18 @@ export interface FollowOptions {
   onError?: (e: unknown) => void;
 }
 
+/** A running {@link followBatch}: `stop` ends it; `ready` resolves once the first poll has caught up with what is stored. */
+export interface BatchFollower {
+  stop(): void;
+  /**
+   * Resolves once every completion event stored when following began is
+   * counted (and the running count was read), or after the first poll that
+   * failed: answer progress queries after it, so a rebuilt batch (another API
+   * process, a restart) never reports a stale "nothing done yet".
+   */
+  ready: Promise<void>;
+}
+
 /**
  * Feeds a batch whose trajectories run in worker processes: polls the
  * batch's completion stream (`XRANGE` after the last id seen — works over
@@ -25,8 +37,10 @@ export interface FollowOptions {
  * writing the event and acknowledging its job) are ignored by `observe`.
  * Runtime-free (timers only).
  */
-export function followBatch(run: BatchRun, jobs: JobQueue, store: TransferQueue, opts: FollowOptions = {}): () => void {
+export function followBatch(run: BatchRun, jobs: JobQueue, store: TransferQueue, opts: FollowOptions = {}): BatchFollower {
   let stopped = false;
+  let caughtUp!: () => void;
+  const ready = new Promise<void>((r) => (caughtUp = r));
   let after = "0-0";
   const retry = new Set<string>();
   const allKeys = run.plan.trajectories.map((t) => t.key);
@@ -50,16 +64,22 @@ export function followBatch(run: BatchRun, jobs: JobQueue, store: TransferQueue,
           run.setRunning(await opts.started(open));
         }
         backoff = pollMs;
+        if (events.length < 1000) caughtUp();
         if (events.length < 1000) await sleep(pollMs);
       } catch (e) {
+        caughtUp();
         opts.onError?.(e);
         await sleep(backoff);
         backoff = Math.min(backoff * 2, 5_000);
       }
     }
   };
-  void loop();
-  return () => {
-    stopped = true;
+  void loop().finally(() => caughtUp());
+  return {
+    stop: () => {
+      stopped = true;
+      caughtUp();
+    },
+    ready,
   };
 }

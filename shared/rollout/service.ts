@@ -1,4 +1,4 @@
-import { ConfigError, NotFoundError } from "../errors.ts";
+import { ConfigError, ConflictError, NotFoundError } from "../errors.ts";
 import { AppConfig, mergeConfig, parseAppConfig } from "../config/app-config.ts";
 import type { RolloutConfig, TrajectoryRecord } from "../schema/index.ts";
 import type { TransferQueue } from "../store/types.ts";
@@ -15,6 +15,22 @@ const NO_EXECUTOR: TrajectoryExecutor = {
   agentNameFor: () => "unknown",
   run: () => Promise.reject(new Error("this batch runs in worker processes")),
 };
+
+/** An accepted batch: its id and keys, its run (progress), and which of its uids named groups that already existed. */
+export interface AcceptedBatch {
+  batch_id: string;
+  keys: string[];
+  run: BatchRun;
+  /**
+   * uids whose group was registered before this request (same n, same
+   * partition): a uid names one group, so the batch resumes it (a crash,
+   * a retried POST) or — when complete — hands back its stored records;
+   * new samples need new uids.
+   */
+  reused_uids: string[];
+  /** Of {@link reused_uids}, those whose group was already complete (already delivered to trainers; no new group will appear). */
+  complete_uids: string[];
+}
 
 /** Options of a {@link RolloutService}. */
 export interface RolloutServiceOptions {
@@ -47,6 +63,8 @@ export class RolloutService {
   private readonly opts: RolloutServiceOptions;
   private readonly batches = new Map<string, BatchRun>();
   private readonly followers = new Map<string, () => void>();
+  /** Followed batches whose first poll has not caught up yet (lookups wait for it). */
+  private readonly catchingUp = new Map<string, Promise<void>>();
   /** Set in queue mode: where batches go. */
   readonly jobs: JobQueue | null;
   /** The current policy version and its history (`POST /v1/model-version`). */
@@ -61,11 +79,45 @@ export class RolloutService {
   }
 
   /**
-   * Accepts a batch: {@link submit} (run here) in inline mode, {@link enqueue} in queue mode.
-   * @throws ConfigError (400); StoreError (503) when the job queue is full or Redis refuses.
+   * Accepts a batch: run here (inline mode) or {@link enqueue}d (queue
+   * mode). Every uid's group is checked against the store before anything
+   * is registered, so a refused batch writes nothing.
+   * @throws ConfigError (400); ConflictError (409) when a uid's group exists with another n or
+   *   partition; StoreError (503) when the job queue is full or Redis refuses.
    */
-  async accept(req: RolloutRequest): Promise<{ batch_id: string; keys: string[]; run: BatchRun }> {
-    return this.jobs ? this.enqueue(req) : this.submit(req);
+  async accept(req: RolloutRequest): Promise<AcceptedBatch> {
+    if (this.jobs) return this.enqueue(req);
+    const cfg = this.effectiveConfig(req);
+    const plan = planBatch(req, cfg.rollout, cfg.max_batch_trajectories);
+    const reuse = await this.checkGroups(plan);
+    return { ...this.start(plan, cfg, req), ...reuse };
+  }
+
+  /**
+   * Reads every group of `plan` from the store and refuses the batch (409,
+   * nothing written) when one is registered with another n or partition;
+   * returns the uids whose group already exists, and those already complete.
+   * @throws ConflictError (409, field `rows`) naming the uid; StoreError (503).
+   */
+  private async checkGroups(plan: BatchPlan): Promise<{ reused_uids: string[]; complete_uids: string[] }> {
+    const mode = plan.validate ? "val" : "train";
+    const groups = [...plan.groups];
+    const reused: string[] = [];
+    const complete: string[] = [];
+    for (let i = 0; i < groups.length; i += 256) {
+      const chunk = groups.slice(i, i + 256);
+      const statuses = await Promise.all(chunk.map(([uid]) => this.store.groupStatus(uid)));
+      statuses.forEach((st, j) => {
+        const [uid, n] = chunk[j]!;
+        if (st.expected === null) return;
+        if (st.expected !== n || st.partition !== mode) {
+          throw new ConflictError(`group ${uid} is registered with n=${st.expected} in ${st.partition}, not n=${n} in ${mode}: a uid names one group; use a new uid for new samples`, { field: "rows" });
+        }
+        reused.push(uid);
+        if (st.complete) complete.push(uid);
+      });
+    }
+    return { reused_uids: reused, complete_uids: complete };
   }
 
   /**
@@ -73,15 +125,17 @@ export class RolloutService {
    * failed validation, and enqueues one job per other trajectory; resolves
    * once everything is written (not run). The returned run counts records
    * as workers store them.
-   * @throws ConfigError (400); StoreError (503, nothing enqueued) when the queue is full or Redis refuses.
+   * @throws ConfigError (400); ConflictError (409, nothing written) when a uid's group exists with
+   *   another n or partition; StoreError (503, nothing enqueued) when the queue is full or Redis refuses.
    */
-  async enqueue(req: RolloutRequest): Promise<{ batch_id: string; keys: string[]; run: BatchRun }> {
+  async enqueue(req: RolloutRequest): Promise<AcceptedBatch> {
     const jobs = this.jobs;
     if (!jobs) throw new ConfigError("jobs", "queue mode needs a job queue (a Redis or Upstash store)");
     const cfg = this.effectiveConfig(req);
     const plan = planBatch(req, cfg.rollout, cfg.max_batch_trajectories);
     const runnable = plan.trajectories.filter((t) => !t.row_error);
     await jobs.reserve(runnable.length);
+    const reuse = await this.checkGroups(plan);
     const mode = plan.validate ? "val" : "train";
     for (const [uid, n] of plan.groups) await this.store.expectGroup(uid, n, mode);
     const spec: BatchSpec = {
@@ -101,7 +155,7 @@ export class RolloutService {
       await this.store.markFailed(rec.key, rec.error!, { agent_name: rec.agent_name, data_source: rec.data_source, extra_fields: rec.extra_fields });
       await jobs.completed(plan.batch_id, t.key);
     }
-    return { batch_id: plan.batch_id, keys, run };
+    return { batch_id: plan.batch_id, keys, run, ...reuse };
   }
 
   /**
@@ -112,18 +166,25 @@ export class RolloutService {
    */
   async lookup(id: string): Promise<BatchRun> {
     const b = this.batches.get(id);
-    if (b || !this.jobs) return this.batch(id);
+    if (b || !this.jobs) return this.caughtUp(id);
     if (!/^[0-9a-f-]{36}$/.test(id)) return this.batch(id);
     const stored = await this.jobs.batch(id);
     if (!stored) return this.batch(id);
-    const again = this.batches.get(id);
-    if (again) return again;
+    if (this.batches.has(id)) return this.caughtUp(id);
     const { spec, keys } = stored;
     const trajectories = keys.map((key) => {
       const m = /^(.*)_(\d+)_\d+$/.exec(key)!;
       return { key, uid: m[1]!, session_id: Number(m[2]), row_index: -1, row: null, row_error: null, group_size: 0, trajectory_info: { step: spec.global_steps, sample_index: -1, rollout_n: Number(m[2]), validate: spec.validate } } satisfies PlannedTrajectory;
     });
-    return this.follow({ batch_id: id, validate: spec.validate, global_steps: spec.global_steps, model_version: spec.model_version, trajectories, groups: new Map() }, spec.started_at);
+    this.follow({ batch_id: id, validate: spec.validate, global_steps: spec.global_steps, model_version: spec.model_version, trajectories, groups: new Map() }, spec.started_at);
+    return this.caughtUp(id);
+  }
+
+  /** The batch, once its follower (queue mode) has read what is already stored: a rebuilt batch's first answer is already right. */
+  private async caughtUp(id: string): Promise<BatchRun> {
+    const pending = this.catchingUp.get(id);
+    if (pending) await pending;
+    return this.batch(id);
   }
 
   /** `GET /v1/queue`: the job queue's figures, or (inline mode) the trajectories waiting and running in this process. */
@@ -152,8 +213,10 @@ export class RolloutService {
     const jobs = this.jobs!;
     const run = new BatchRun(plan, { executor: NO_EXECUTOR, store: this.store, rollout: this.config.rollout, concurrency: 1, external: true, startedAt, onRecord: this.opts.onRecord });
     this.remember(plan.batch_id, run);
-    const stop = followBatch(run, jobs, this.store, { pollMs: this.opts.followPollMs, started: (keys) => jobs.sessionsStarted(keys) });
+    const { stop, ready } = followBatch(run, jobs, this.store, { pollMs: this.opts.followPollMs, started: (keys) => jobs.sessionsStarted(keys) });
     this.followers.set(plan.batch_id, stop);
+    this.catchingUp.set(plan.batch_id, ready);
+    void ready.then(() => this.catchingUp.delete(plan.batch_id));
     void run.run().then(() => {
       stop();
       this.followers.delete(plan.batch_id);
@@ -175,7 +238,10 @@ export class RolloutService {
    */
   submit(req: RolloutRequest): { batch_id: string; keys: string[]; run: BatchRun } {
     const cfg = this.effectiveConfig(req);
-    const plan = planBatch(req, cfg.rollout, cfg.max_batch_trajectories);
+    return this.start(planBatch(req, cfg.rollout, cfg.max_batch_trajectories), cfg, req);
+  }
+
+  private start(plan: BatchPlan, cfg: AppConfig, req: RolloutRequest): { batch_id: string; keys: string[]; run: BatchRun } {
     const executor = this.opts.executorFor(cfg.rollout, { model_version: req.model_version, validate: req.validate });
     const run = new BatchRun(plan, {
       executor,

@@ -28,7 +28,7 @@ describe.skipIf(!redis)("queue mode: asynchronous tool results", () => {
   const callbacks: { call_id: string; status: number; at: number }[] = [];
   const toolCalls: string[] = [];
   let api: Runtime | undefined;
-  let worker: ReturnType<typeof Bun.spawn> | undefined;
+  let worker: Bun.Subprocess<"ignore", "pipe", "pipe"> | undefined;
   let toolsFile: string;
 
   beforeAll(() => {
@@ -83,10 +83,11 @@ describe.skipIf(!redis)("queue mode: asynchronous tool results", () => {
     const app = createRolloutsApp({ service: api.service });
     apiServer = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: createSessionsApp({ backend: api.callbacks!, secret: SECRET }).fetch });
 
-    worker = Bun.spawn(
+    const w = Bun.spawn(
       [process.execPath, MAIN, "worker", "--store", REDIS_URL, "--store-prefix", prefix, "--engine", "sim", "--tools", toolsFile, "--tools-secret", SECRET, "--max-model-len", "4096", "--seed", "7", "--idle-exit", "2", "--consumer", "waiter"],
-      { stdout: "pipe", stderr: "pipe", env: { ...process.env, NO_COLOR: "1" } },
+      { stdin: "ignore", stdout: "pipe", stderr: "pipe", env: { ...process.env, NO_COLOR: "1" } },
     );
+    worker = w;
     const row = { ...ROWS[0], uid: "async0" };
     const res = await app.request("/v1/rollouts", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows: [row] }) });
     expect(res.status).toBe(202);
@@ -114,15 +115,15 @@ describe.skipIf(!redis)("queue mode: asynchronous tool results", () => {
     // serve never continued the session (its engine saw no generate request); one record, the job acked.
     expect(engineCalls).toBe(0);
     expect(await api.store.groupStatus("async0")).toMatchObject({ expected: 1, done: 1, failed: 0, complete: true });
-    const code = await worker.exited;
-    const out = await new Response(worker.stdout).text();
-    if (code !== 0) throw new Error(`worker exited ${code}: ${await new Response(worker.stderr).text()}`);
+    const code = await w.exited;
+    const out = await new Response(w.stdout).text();
+    if (code !== 0) throw new Error(`worker exited ${code}: ${await new Response(w.stderr).text()}`);
     expect(JSON.parse(out.trim().split("\n").pop()!)).toMatchObject({ consumer: "waiter", claimed: 1, completed: 1, failed: 0, abandoned: 0, exit: "idle" });
     expect(await api.jobs!.stats()).toMatchObject({ depth: 0, in_flight: 0 });
-    expect(await api.callbacks!.status("async0_0_0")).toMatchObject({ phase: "done", loop_state: "terminated" });
+    expect(await api.sessions!.status("async0_0_0")).toMatchObject({ phase: "done", loop_state: "terminated" });
     // A late duplicate of the callback changes nothing.
     const raw = JSON.stringify({ call_id: "async0_0_0:1:0", content: "31" });
-    const again = await fetch(`http://127.0.0.1:${apiServer.port}/v1/sessions/async0_0_0/tool-results`, {
+    const again = await fetch(`http://127.0.0.1:${apiServer!.port}/v1/sessions/async0_0_0/tool-results`, {
       method: "POST",
       headers: { "x-edgeloop-signature": await signatureHeader(SECRET, raw, Date.now() / 1000) },
       body: raw,

@@ -206,7 +206,7 @@ test("without tools.secret every callback is refused with 403 (call ids are pred
   let delivered = 0;
   const app = createSessionsApp({ backend: { deliver: async () => void delivered++ }, apiToken: "api-token" });
   const raw = JSON.stringify({ call_id: "k_0_0:1:0", content: "x" });
-  for (const headers of [{}, { "x-edgeloop-signature": await signatureHeader("anything", raw, Date.now() / 1000) }, { authorization: "Bearer api-token" }]) {
+  for (const headers of [{} as Record<string, string>, { "x-edgeloop-signature": await signatureHeader("anything", raw, Date.now() / 1000) }, { authorization: "Bearer api-token" }]) {
     const res = await app.request("/v1/sessions/k_0_0/tool-results", { method: "POST", headers, body: raw });
     expect(res.status).toBe(403);
     expect(await res.json()).toEqual({
