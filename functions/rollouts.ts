@@ -58,7 +58,7 @@ export interface BatchSummary {
 
 /**
  * The rollouts function (Hono, runtime-neutral):
- * - `POST /v1/rollouts` `{rows, config?, global_steps?, model_version?, validate?}` → `202 {batch_id, keys}`
+ * - `POST /v1/rollouts` `{rows, config?, global_steps?, model_version?, validate?}` → `202 {batch_id, keys, reused_uids, complete_uids}`
  * - `GET /v1/rollouts` → `{batches: BatchSummary[]}`, newest first (the batches held in memory)
  * - `GET /v1/rollouts/{batch_id}` → progress and metrics (`BatchStats`: verl's `agent_loop/*`, latency percentiles)
  * - `GET /v1/rollouts/{batch_id}/trajectories` → NDJSON of `TrajectoryRecord`s as they finish
@@ -124,8 +124,8 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
     const body = await readJson(c, maxBody);
     const r = RolloutRequest.safeParse(body);
     if (!r.success) throw inputErrorFromZod("", r.error.issues);
-    const { batch_id, keys } = await service.accept(r.data);
-    return c.json({ batch_id, keys }, 202);
+    const { batch_id, keys, reused_uids, complete_uids } = await service.accept(r.data);
+    return c.json({ batch_id, keys, reused_uids, complete_uids }, 202);
   });
 
   app.get("/v1/rollouts/:batch_id", async (c) => c.json((await service.lookup(c.req.param("batch_id"))).stats()));
@@ -214,7 +214,7 @@ export function openApiDocument(): Record<string, unknown> {
     paths: {
       "/v1/rollouts": {
         get: { summary: "Batches held in memory, newest first", responses: { "200": { description: "{batches: BatchSummary[]}" } } },
-        post: { summary: "Submit a batch of dataset rows", requestBody: json(RolloutRequest), responses: { "202": { description: "accepted: {batch_id, keys}" }, "400": err, "401": err } },
+        post: { summary: "Submit a batch of dataset rows", requestBody: json(RolloutRequest), responses: { "202": { description: "accepted: {batch_id, keys, reused_uids, complete_uids} (uids whose group already existed resume it; complete ones are returned as they are)" }, "400": err, "401": err, "409": err, "415": err } },
       },
       "/v1/queue": {
         get: { summary: "Job-queue depth, in-flight jobs and the oldest job's age (the autoscaler's signal)", responses: { "200": { description: "{mode, depth, in_flight, oldest_age_ms, workers?}" } } },

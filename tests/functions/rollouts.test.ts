@@ -227,3 +227,15 @@ describe("content type and delivery ids", () => {
     expect((await ack.json()).error.field).toBe("delivery_ids[0]");
   });
 });
+
+describe("reused uids", () => {
+  test("the 202 body lists uids whose group already existed", async () => {
+    const row = { ...rows[4], uid: `reuse-${crypto.randomUUID()}` };
+    const first = await (await post("/v1/rollouts", { rows: [row] })).json();
+    expect([first.reused_uids, first.complete_uids]).toEqual([[], []]);
+    await waitDone(first.batch_id);
+    const again = await (await post("/v1/rollouts", { rows: [row] })).json();
+    expect(again.reused_uids).toEqual([row.uid]);
+    expect(again.complete_uids).toEqual([row.uid]);
+  });
+});
