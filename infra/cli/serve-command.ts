@@ -1,5 +1,5 @@
 import { Hono } from "hono";
-import { createRolloutsApp } from "../../functions/rollouts.ts";
+import { createRolloutsApp, errorResponse } from "../../functions/rollouts.ts";
 import { createSessionsApp } from "../../functions/sessions.ts";
 import type { ConfigFlags } from "./flags.ts";
 import { buildRuntime, unsignedToolsWarning } from "./runtime.ts";
@@ -28,6 +28,8 @@ export async function serveCommand(flags: ConfigFlags & { port: number; host: st
     app = new Hono();
     app.route("/", createSessionsApp({ backend: runtime.callbacks, secret: runtime.config.tools.secret ?? null, apiToken: process.env.EDGELOOP_API_TOKEN || null }));
     app.route("/", rollouts);
+    app.notFound((c) => c.json({ error: { code: "not_found", message: `no route ${c.req.method} ${c.req.path}` } }, 404));
+    app.onError((err, c) => errorResponse(err, c));
   }
   const server = Bun.serve({ port: flags.port, hostname: flags.host, fetch: app.fetch, idleTimeout: 0 });
   for (const line of runtime.describe) console.error(line);

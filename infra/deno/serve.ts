@@ -11,7 +11,7 @@
  * Prints `edgeloop (deno) serving on http://host:port` once listening.
  */
 import { Hono } from "hono";
-import { createRolloutsApp } from "../../functions/rollouts.ts";
+import { createRolloutsApp, errorResponse } from "../../functions/rollouts.ts";
 import { createSessionsApp } from "../../functions/sessions.ts";
 import { buildRuntime } from "../cli/runtime.ts";
 
@@ -34,6 +34,8 @@ const app = new Hono();
 app.get("/health", (c) => c.json({ ok: true, runtime: "deno" }));
 if (runtime.sessions) app.route("/", createSessionsApp({ backend: runtime.sessions, secret: runtime.config.tools.secret ?? null, apiToken }));
 app.route("/", createRolloutsApp({ service: runtime.service, apiToken }));
+app.notFound((c) => c.json({ error: { code: "not_found", message: `no route ${c.req.method} ${c.req.path}` } }, 404));
+app.onError((err, c) => errorResponse(err, c));
 for (const line of runtime.describe) console.error(line);
 const server = Deno.serve({ port: Number(env("PORT") ?? 8787), hostname: env("HOST") ?? "127.0.0.1", onListen: (a) => console.log(`edgeloop (deno) serving on http://${a.hostname}:${a.port}`) }, app.fetch);
 await server.finished;
