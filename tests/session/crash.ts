@@ -136,17 +136,7 @@ export async function crashRun(o: CrashRunOptions): Promise<CrashRunResult> {
   }
 }
 
-/** A seeded PRNG (mulberry32). */
-export function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+export { mulberry32 } from "../../infra/chaos/chaos-run.ts";
 
 /** A record without wall-clock figures (metrics seconds). */
 export function comparableRecord(r: TrajectoryRecord) {
