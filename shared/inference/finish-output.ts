@@ -77,3 +77,19 @@ export async function modelMaxLen(fetchFn: FetchLike, base: string, timeoutMs: n
     return undefined;
   }
 }
+
+/**
+ * A `maxModelLen()` for an engine client: {@link modelMaxLen}, cached after the
+ * first answer that names a length; a miss (undefined or unreachable) is asked
+ * again next time.
+ */
+export function cachedModelMaxLen(fetchFn: FetchLike, base: string, timeoutMs: number): () => Promise<number | undefined> {
+  let pending: Promise<number | undefined> | undefined;
+  return () => {
+    if (!pending) {
+      pending = modelMaxLen(fetchFn, base, timeoutMs);
+      pending.then((v) => v === undefined && (pending = undefined), () => (pending = undefined));
+    }
+    return pending;
+  };
+}

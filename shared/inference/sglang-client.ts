@@ -11,7 +11,7 @@ import {
   postEngineJson,
   type FetchLike,
 } from "./engine-http.ts";
-import { finishOutput, modelMaxLen } from "./finish-output.ts";
+import { cachedModelMaxLen, finishOutput } from "./finish-output.ts";
 import type { GenerateRequest, InferenceClient } from "./types.ts";
 
 /** Options of {@link SglangClient}. */
@@ -72,12 +72,13 @@ export class SglangClient implements InferenceClient {
   readonly url: string;
   private readonly timeoutMs: number;
   private readonly fetchFn: FetchLike;
-  private maxLen?: Promise<number | undefined>;
+  private readonly askMaxLen: () => Promise<number | undefined>;
 
   constructor(opts: SglangClientOptions) {
     this.url = opts.url;
     this.timeoutMs = opts.timeoutMs ?? DEFAULT_ENGINE_TIMEOUT_MS;
     this.fetchFn = opts.fetch ?? ((input, init) => fetch(input, init));
+    this.askMaxLen = cachedModelMaxLen(this.fetchFn, this.url, this.timeoutMs);
   }
 
   /** The body sent to `POST /generate` for `req`. */
@@ -119,11 +120,7 @@ export class SglangClient implements InferenceClient {
 
   /** `max_model_len` from `GET /v1/models` (cached after the first success); undefined when absent. */
   maxModelLen(): Promise<number | undefined> {
-    if (!this.maxLen) {
-      this.maxLen = modelMaxLen(this.fetchFn, this.url, this.timeoutMs);
-      this.maxLen.then((v) => v === undefined && (this.maxLen = undefined), () => (this.maxLen = undefined));
-    }
-    return this.maxLen;
+    return this.askMaxLen();
   }
 }
 

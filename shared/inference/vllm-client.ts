@@ -10,7 +10,7 @@ import {
   postEngineJson,
   type FetchLike,
 } from "./engine-http.ts";
-import { finishOutput, modelMaxLen } from "./finish-output.ts";
+import { cachedModelMaxLen, finishOutput } from "./finish-output.ts";
 import type { GenerateRequest, InferenceClient } from "./types.ts";
 import { idsFromTokenIdStrings, VllmCompletionReply, VllmGenerateReply } from "./vllm-wire.ts";
 
@@ -53,13 +53,14 @@ export class VllmClient implements InferenceClient {
   private readonly timeoutMs: number;
   private readonly fetchFn: FetchLike;
   private readonly endpoint: "completions" | "generate";
-  private maxLen?: Promise<number | undefined>;
+  private readonly askMaxLen: () => Promise<number | undefined>;
 
   constructor(opts: VllmClientOptions) {
     this.url = opts.url;
     this.model = opts.model;
     this.timeoutMs = opts.timeoutMs ?? DEFAULT_ENGINE_TIMEOUT_MS;
     this.fetchFn = opts.fetch ?? ((input, init) => fetch(input, init));
+    this.askMaxLen = cachedModelMaxLen(this.fetchFn, this.url, this.timeoutMs);
     this.endpoint = opts.endpoint ?? "completions";
   }
 
@@ -130,11 +131,7 @@ export class VllmClient implements InferenceClient {
 
   /** `max_model_len` from `GET /v1/models` (cached after the first success); undefined when absent. */
   maxModelLen(): Promise<number | undefined> {
-    if (!this.maxLen) {
-      this.maxLen = modelMaxLen(this.fetchFn, this.url, this.timeoutMs);
-      this.maxLen.then((v) => v === undefined && (this.maxLen = undefined), () => (this.maxLen = undefined));
-    }
-    return this.maxLen;
+    return this.askMaxLen();
   }
 }
 
