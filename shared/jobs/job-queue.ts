@@ -3,6 +3,7 @@ import type { PlannedTrajectory } from "../rollout/batch.ts";
 import type { RolloutConfig } from "../schema/index.ts";
 import type { RedisArg, RedisCommander, RedisReply } from "../store/redis-commander.ts";
 import { replyToFields } from "../store/redis-transfer-queue.ts";
+import { parseEntries, parseRead, StreamConsumer, type StreamEntry } from "../store/stream-consumer.ts";
 
 /** What every job of a batch shares; stored once per batch (`{p}jobs:batch:{id}`, field `spec`). */
 export interface BatchSpec {
@@ -87,7 +88,8 @@ export class JobQueue {
   /** The wake stream (`{p}jobs:wake`): one entry `key` per tool result delivered to a waiting session. */
   readonly wakeStream: string;
   private readonly opts: JobQueueOptions;
-  private ensured: Promise<void> | undefined;
+  /** The `workers` group on {@link stream}: created again whenever Redis lost it (E2). */
+  readonly consumers: StreamConsumer;
 
   constructor(
     private readonly redis: RedisCommander,
@@ -99,6 +101,7 @@ export class JobQueue {
     this.leaseMs = opts.leaseMs ?? DEFAULT_LEASE_MS;
     this.stream = `${this.prefix}jobs`;
     this.wakeStream = `${this.prefix}jobs:wake`;
+    this.consumers = new StreamConsumer({ call: (c, b) => this.call(c, b), pipe: (c) => this.pipe(c) }, this.stream, this.group);
   }
 
   /** The hash of a batch's spec and keys. */
@@ -117,7 +120,7 @@ export class JobQueue {
    * @throws StoreError 503 when `maxPending` would be exceeded (nothing is written) or Redis refuses (e.g. OOM).
    */
   async submit(spec: BatchSpec, keys: readonly string[], jobs: readonly PlannedTrajectory[]): Promise<void> {
-    await this.ensureGroup();
+    await this.consumers.ensure();
     await this.reserve(jobs.length);
     const ttl = String(this.opts.batchTtlSeconds ?? 7 * 24 * 3600);
     await this.pipe([
@@ -142,24 +145,16 @@ export class JobQueue {
    * new ones, blocking up to `blockMs` when there are none.
    */
   async claim(consumer: string, max: number, blockMs = 0): Promise<Job[]> {
-    await this.ensureGroup();
     const out: Job[] = [];
-    const r = (await this.call(["XAUTOCLAIM", this.stream, this.group, consumer, String(this.leaseMs), "0-0", "COUNT", String(max)])) as RedisReply[];
-    const reclaimed = parseEntries(r?.[1] ?? null);
-    if (reclaimed.length) {
-      const counts = await this.pipe(reclaimed.map((e) => ["XPENDING", this.stream, this.group, e.id, e.id, "1"]));
-      reclaimed.forEach((e, i) => {
-        const p = (counts[i] as RedisReply[] | null)?.[0] as RedisReply[] | undefined;
-        const job = toJob(e, Number(p?.[3] ?? 2));
-        if (job) out.push(job);
-      });
-    }
+    const reclaimed = await this.consumers.autoclaim(consumer, this.leaseMs, max);
+    const counts = await this.consumers.deliveries(reclaimed.map((e) => e.id));
+    reclaimed.forEach((e, i) => {
+      const job = toJob(e, counts[i] ?? 2);
+      if (job) out.push(job);
+    });
     if (out.length < max) {
-      const cmd: RedisArg[] = ["XREADGROUP", "GROUP", this.group, consumer, "COUNT", String(max - out.length)];
-      const block = out.length === 0 && blockMs > 0;
-      if (block) cmd.push("BLOCK", String(blockMs));
-      cmd.push("STREAMS", this.stream, ">");
-      for (const e of parseReadGroup(await this.call(cmd, block))) {
+      const block = out.length === 0 && blockMs > 0 ? blockMs : 0;
+      for (const e of await this.consumers.read(consumer, max - out.length, block)) {
         const job = toJob(e, 1);
         if (job) out.push(job);
       }
@@ -173,8 +168,7 @@ export class JobQueue {
    * another worker reclaimed (and heart-beats) is left alone.
    */
   async heartbeat(consumer: string, ids: readonly string[]): Promise<void> {
-    if (ids.length === 0) return;
-    await this.call(["XCLAIM", this.stream, this.group, consumer, String(Math.floor(this.leaseMs / 2)), ...ids, "JUSTID"]);
+    await this.consumers.touch(consumer, Math.floor(this.leaseMs / 2), ids);
   }
 
   /** Records that `key`'s record is stored (an event on the batch's done stream). */
@@ -208,12 +202,13 @@ export class JobQueue {
     const cmd: RedisArg[] = ["XREAD", "COUNT", String(count)];
     if (blockMs > 0) cmd.push("BLOCK", String(blockMs));
     cmd.push("STREAMS", this.wakeStream, after);
-    return parseReadGroup(await this.call(cmd, blockMs > 0)).map((e) => ({ id: e.id, key: e.fields?.key ?? "" }));
+    return parseRead(await this.call(cmd, blockMs > 0)).map((e) => ({ id: e.id, key: e.fields?.key ?? "" }));
   }
 
   /** Acknowledges and deletes finished jobs; returns how many were pending. */
   async ack(ids: readonly string[]): Promise<number> {
     if (ids.length === 0) return 0;
+    // One round trip; XACK on a stream or group that is gone answers 0 (nothing was pending), never NOGROUP.
     const [acked] = await this.pipe([
       ["XACK", this.stream, this.group, ...ids],
       ["XDEL", this.stream, ...ids],
@@ -233,19 +228,11 @@ export class JobQueue {
    * and the Redis clock).
    */
   async stats(): Promise<QueueStats> {
-    await this.ensureGroup();
-    const [len, pending, first, time, consumers] = await this.pipe([
-      ["XLEN", this.stream],
-      ["XPENDING", this.stream, this.group],
-      ["XRANGE", this.stream, "-", "+", "COUNT", "1"],
-      ["TIME"],
-      ["XINFO", "CONSUMERS", this.stream, this.group],
-    ]);
-    const inFlight = Number((pending as RedisReply[])?.[0] ?? 0);
+    const { pending: inFlight, consumers: cs } = await this.consumers.info();
+    const [len, first, time] = await this.pipe([["XLEN", this.stream], ["XRANGE", this.stream, "-", "+", "COUNT", "1"], ["TIME"]]);
     const oldest = parseEntries(first)[0]?.id;
     const t = time as RedisReply[];
     const nowMs = Number(t[0]) * 1000 + Math.floor(Number(t[1]) / 1000);
-    const cs = Array.isArray(consumers) ? consumers.map((c) => replyToFields(c as RedisReply)) : [];
     return {
       mode: "queue",
       depth: Math.max(0, Number(len) - inFlight),
@@ -284,21 +271,7 @@ export class JobQueue {
 
   /** Removes a consumer that has exited (its pending jobs, if any, stay for reclaim). */
   async forgetConsumer(consumer: string): Promise<void> {
-    await this.ensureGroup();
-    const pend = (await this.call(["XPENDING", this.stream, this.group, "-", "+", "1", consumer])) as RedisReply[];
-    if (Array.isArray(pend) && pend.length === 0) await this.call(["XGROUP", "DELCONSUMER", this.stream, this.group, consumer]);
-  }
-
-  private ensureGroup(): Promise<void> {
-    this.ensured ??= this.call(["XGROUP", "CREATE", this.stream, this.group, "0", "MKSTREAM"]).then(
-      () => undefined,
-      (e) => {
-        if (String((e as StoreError).cause ?? e).includes("BUSYGROUP")) return;
-        this.ensured = undefined;
-        throw e;
-      },
-    );
-    return this.ensured;
+    await this.consumers.forget(consumer);
   }
 
   private async call(cmd: RedisArg[], blocking = false): Promise<RedisReply> {
@@ -330,37 +303,7 @@ export function storeError(e: unknown): EdgeloopError {
   return new StoreError(`redis: ${msg.slice(0, 300)}`, { cause: e });
 }
 
-interface Entry {
-  id: string;
-  fields: Record<string, string> | null;
-}
-
-function parseEntries(reply: RedisReply): Entry[] {
-  if (!Array.isArray(reply)) return [];
-  return reply
-    .filter((e) => Array.isArray(e))
-    .map((e) => {
-      const [id, fields] = e as [string, RedisReply];
-      return { id: String(id), fields: fields === null ? null : replyToFields(fields) };
-    });
-}
-
-/** XREADGROUP reply (RESP2 nested, RESP3 map object, or ioredis' flattened form) → entries. */
-function parseReadGroup(reply: RedisReply): Entry[] {
-  if (reply === null) return [];
-  if (Array.isArray(reply)) {
-    if (typeof reply[0] === "string") {
-      const out: Entry[] = [];
-      for (let i = 1; i < reply.length; i += 2) out.push(...parseEntries(reply[i] ?? null));
-      return out;
-    }
-    return reply.flatMap((s) => parseEntries((s as RedisReply[])[1] ?? null));
-  }
-  if (typeof reply === "object") return Object.values(reply).flatMap((v) => parseEntries(v));
-  return [];
-}
-
-function toJob(e: Entry, deliveries: number): Job | null {
+function toJob(e: StreamEntry, deliveries: number): Job | null {
   if (!e.fields?.t || !e.fields.batch) return null;
   try {
     return { id: e.id, batch_id: e.fields.batch, trajectory: JSON.parse(e.fields.t) as PlannedTrajectory, deliveries };

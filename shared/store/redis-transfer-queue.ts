@@ -3,6 +3,7 @@ import type { TrajectoryRecord } from "../schema/index.ts";
 import { decodeRecord, encodedFields, encodeRecord, failedRecord, validateRecord } from "./record-codec.ts";
 import type { RedisArg, RedisCommander, RedisReply } from "./redis-commander.ts";
 import { EXPECT_LUA, PUT_LUA, RedisLayout, scriptSha } from "./redis-layout.ts";
+import { StreamConsumer, type StreamEntry } from "./stream-consumer.ts";
 import {
   checkGroupSize,
   checkKey,
@@ -29,11 +30,6 @@ export interface RedisTransferQueueOptions extends TransferQueueOptions {
   ownsCommander?: boolean;
 }
 
-interface StreamEntry {
-  id: string;
-  fields: Record<string, string> | null;
-}
-
 /** `HGETALL`-style reply (RESP2 flat array or RESP3 map) → object of strings. */
 export function replyToFields(reply: RedisReply): Record<string, string> {
   const out: Record<string, string> = {};
@@ -47,32 +43,6 @@ export function replyToFields(reply: RedisReply): Record<string, string> {
     return out;
   }
   throw new StoreError(`unexpected hash reply ${JSON.stringify(reply).slice(0, 100)}`, { retryable: false });
-}
-
-function parseEntries(reply: RedisReply): StreamEntry[] {
-  if (!Array.isArray(reply)) return [];
-  return reply.map((e) => {
-    const [id, fields] = e as [string, RedisReply];
-    return { id: String(id), fields: fields === null ? null : replyToFields(fields) };
-  });
-}
-
-/**
- * XREADGROUP reply → entries. Accepts RESP2 `[[stream, entries], …]`, a RESP3
- * map as an object `{stream: entries}` (Bun) or flattened `[stream, entries, …]` (ioredis 6).
- */
-function parseReadGroup(reply: RedisReply): StreamEntry[] {
-  if (reply === null) return [];
-  if (Array.isArray(reply)) {
-    if (typeof reply[0] === "string") {
-      const out: StreamEntry[] = [];
-      for (let i = 1; i < reply.length; i += 2) out.push(...parseEntries(reply[i] ?? null));
-      return out;
-    }
-    return reply.flatMap((s) => parseEntries((s as RedisReply[])[1] ?? null));
-  }
-  if (typeof reply === "object") return Object.values(reply).flatMap((v) => parseEntries(v));
-  return [];
 }
 
 function errorMessage(e: unknown): string {
@@ -99,7 +69,7 @@ export class RedisTransferQueue implements TransferQueue {
   private readonly visibilityMs: number;
   private readonly owns: boolean;
   private readonly shas = new Map<string, Promise<string>>();
-  private readonly ensured = new Map<Partition, Promise<void>>();
+  private readonly consumers = new Map<Partition, StreamConsumer>();
 
   constructor(
     private readonly redis: RedisCommander,
@@ -157,25 +127,10 @@ export class RedisTransferQueue implements TransferQueue {
 
   async readCompleteGroups(opts: ReadGroupsOptions): Promise<CompleteGroup[]> {
     const o = checkReadOptions(opts);
-    const stream = this.layout.stream(o.partition);
-    await this.ensureConsumerGroup(o.partition);
-    const entries: StreamEntry[] = [];
-    let cursor = "0-0";
-    // XAUTOCLAIM scans at most COUNT×10 PEL entries per call and may return a non-zero cursor with nothing claimed.
-    for (let i = 0; i < 8 && entries.length < o.max; i++) {
-      const r = (await this.call([
-        "XAUTOCLAIM", stream, this.group, o.consumer, String(this.visibilityMs), cursor, "COUNT", String(o.max - entries.length),
-      ])) as RedisReply[];
-      entries.push(...parseEntries(r[1] ?? null));
-      cursor = String(r[0]);
-      if (cursor === "0-0") break;
-    }
+    const sc = this.consumer(o.partition);
+    const entries: StreamEntry[] = await sc.autoclaim(o.consumer, this.visibilityMs, o.max, 8);
     if (entries.length < o.max) {
-      const cmd: RedisArg[] = ["XREADGROUP", "GROUP", this.group, o.consumer, "COUNT", String(o.max - entries.length)];
-      const block = entries.length === 0 && o.block_ms > 0;
-      if (block) cmd.push("BLOCK", String(o.block_ms));
-      cmd.push("STREAMS", stream, ">");
-      entries.push(...parseReadGroup(await this.call(cmd, block)));
+      entries.push(...(await sc.read(o.consumer, o.max - entries.length, entries.length === 0 ? o.block_ms : 0)));
     }
     return this.materialise(o.partition, entries);
   }
@@ -184,7 +139,7 @@ export class RedisTransferQueue implements TransferQueue {
     const part = checkPartition(partition);
     if (deliveryIds.length === 0) return 0;
     try {
-      return Number(await this.call(["XACK", this.layout.stream(part), this.group, ...deliveryIds]));
+      return await this.consumer(part).ack(deliveryIds);
     } catch (e) {
       // A malformed id is the caller's mistake (400), not a store failure (503).
       if (e instanceof StoreError && errorMessage(e.cause).includes("Invalid stream ID")) {
@@ -228,20 +183,14 @@ export class RedisTransferQueue implements TransferQueue {
     });
   }
 
-  private ensureConsumerGroup(part: Partition): Promise<void> {
-    let p = this.ensured.get(part);
-    if (!p) {
-      p = this.call(["XGROUP", "CREATE", this.layout.stream(part), this.group, "0", "MKSTREAM"]).then(
-        () => undefined,
-        (e) => {
-          if (e instanceof StoreError && errorMessage(e.cause).startsWith("BUSYGROUP")) return;
-          this.ensured.delete(part);
-          throw e;
-        },
-      );
-      this.ensured.set(part, p);
+  /** The `trainers` group of a partition's stream (created again whenever Redis lost it). */
+  private consumer(part: Partition): StreamConsumer {
+    let c = this.consumers.get(part);
+    if (!c) {
+      c = new StreamConsumer({ call: (cmd, b) => this.call(cmd, b), pipe: (cmds) => this.pipe(cmds) }, this.layout.stream(part), this.group);
+      this.consumers.set(part, c);
     }
-    return p;
+    return c;
   }
 
   private async script(source: string, keys: string[], args: string[]): Promise<RedisReply> {
