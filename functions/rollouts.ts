@@ -30,9 +30,24 @@ export const AckRequest = z.object({
   partition: z.enum(["train", "val"]).default("train"),
 });
 
+/** What `GET /health` reports about the store: reachable or not, named by its (masked) URL. */
+export interface StoreHealth {
+  ok: boolean;
+  /** The store, e.g. `redis://127.0.0.1:6379` or an Upstash REST URL (no credentials). */
+  store: string;
+  /** Why it is unreachable (absent when ok). */
+  error?: string;
+}
+
 /** Options of {@link createRolloutsApp}. */
 export interface RolloutsAppOptions {
   service: RolloutService;
+  /**
+   * Checks the store for `GET /health`: while it is unreachable the answer is
+   * `503 {ok: false, store, error: {code: "store_unreachable", message}}`.
+   * Default: no check (always `200 {ok: true}`).
+   */
+  health?: () => Promise<StoreHealth>;
   /** When set, every `/v1/*` request needs `Authorization: Bearer <token>` (`EDGELOOP_API_TOKEN`). */
   apiToken?: string | null;
   /** Largest accepted request body in bytes (default 32 MiB). */
@@ -73,7 +88,7 @@ export interface BatchSummary {
  *   trajectories more than that many versions behind.
  * - `GET /v1/groups?max=K&block_ms=&consumer=&partition=` → complete groups for a trainer
  * - `POST /v1/groups/ack` `{delivery_ids, partition?}` → `{acked}`
- * - `GET /openapi.json`, `GET /health`
+ * - `GET /openapi.json`, `GET /health` (503 naming the store while it is unreachable, when `health` is given)
  * Errors are `{error: {code, message, field?}}`; a 400 names the field.
  */
 export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
@@ -84,7 +99,13 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
   app.onError((err, c) => errorResponse(err, c));
   app.notFound((c) => c.json({ error: { code: "not_found", message: `no route ${c.req.method} ${c.req.path}` } }, 404));
   app.use("*", limitBody(maxBody));
-  app.get("/health", (c) => c.json({ ok: true }));
+  app.get("/health", async (c) => {
+    if (!opts.health) return c.json({ ok: true });
+    const h = await opts.health();
+    if (h.ok) return c.json({ ok: true, store: h.store });
+    const message = `store ${h.store} is unreachable${h.error ? `: ${h.error}` : ""}`;
+    return c.json({ ok: false, store: h.store, error: { code: "store_unreachable", message } }, 503, { "retry-after": "1" });
+  });
   app.get("/openapi.json", (c) => c.json(openApiDocument()));
   const collector = new RolloutMetricsCollector(service);
   app.get("/metrics", () => new Response(formatPrometheus(collector.families()), { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } }));

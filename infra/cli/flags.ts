@@ -10,6 +10,8 @@ export interface ConfigFlags {
   toolsSecret?: string;
   store?: string;
   storePrefix?: string;
+  /** Seconds the store may stay unreachable before the process exits non-zero (absent: wait it out). */
+  storeTimeout?: number;
   promptLength?: number;
   responseLength?: number;
   maxModelLen?: number;

@@ -20,6 +20,12 @@ const int = (name: string) => (v: string) => {
   return n;
 };
 
+const positive = (name: string) => (v: string) => {
+  const n = Number(v);
+  if (!Number.isFinite(n) || n <= 0 || v.trim() === "") throw new InvalidArgumentError(`${name} must be a positive number of seconds, got '${v}'`);
+  return n;
+};
+
 const port = (v: string) => {
   const n = Number(v);
   if (!Number.isInteger(n) || n < 0 || n > 65535 || v.trim() === "") throw new InvalidArgumentError(`--port must be an integer 0..65535, got '${v}'`);
@@ -39,6 +45,7 @@ function configFlags(cmd: Command): Command {
     .option("--tools-secret <secret>", "tools.secret: HMAC secret for tool webhooks")
     .option("--store <store>", "store.url: memory | redis://host:port | upstash")
     .option("--store-prefix <prefix>", "store.prefix: prefix of every Redis key (default edgeloop:)")
+    .option("--store-timeout <seconds>", "exit non-zero when the store stays unreachable this long (default: reconnect for as long as it is down)", positive("--store-timeout"))
     .option("--prompt-length <n>", "rollout.prompt_length", int("--prompt-length"))
     .option("--response-length <n>", "rollout.response_length", int("--response-length"))
     .option("--max-model-len <n>", "rollout.max_model_len", int("--max-model-len"))
@@ -84,7 +91,8 @@ configFlags(
         "queue",
       ]),
     )
-    .option("--max-pending <n>", "queue mode: answer 503 + Retry-After when more jobs than this would be waiting", int("--max-pending")),
+    .option("--max-pending <n>", "queue mode: answer 503 + Retry-After when more jobs than this would be waiting", int("--max-pending"))
+    .option("--lost-grace <seconds>", "queue mode: seconds an unfinished trajectory may be missing from the store (no job, session or record) before it is reported lost (default 30)", positive("--lost-grace")),
 ).action(async (opts) => (await import("./serve-command.ts")).serveCommand(opts));
 
 configFlags(

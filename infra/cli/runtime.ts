@@ -36,6 +36,8 @@ import { startSimEngine } from "../sim-engine/server.ts";
 import { startToolServer } from "../tools/server.ts";
 import { createGatewayApp } from "../../functions/gateway.ts";
 import { readConfigFile, resolveConfigPaths } from "./files.ts";
+import { storeHealthProbe, watchStore } from "./store-watch.ts";
+import type { StoreHealth } from "../../functions/rollouts.ts";
 import { overridesFromFlags, type ConfigFlags } from "./flags.ts";
 
 /** The package root (where examples/ and infra/ live). */
@@ -71,6 +73,8 @@ export interface Runtime {
   executorFor: ExecutorFactory;
   /** One line per component, for the start-up banner. */
   describe: string[];
+  /** Whether the store answers now (`GET /health`); always ok for the memory store. */
+  storeHealth: () => Promise<StoreHealth>;
   /** Start-up warnings (e.g. an engine URL that does not answer yet), one line each, printed before the run. */
   warnings: string[];
   /** Stops what the runtime started (tool server, sim replicas, store connections). */
@@ -91,6 +95,18 @@ export interface RuntimeHooks {
   jobQueue?: Omit<JobQueueOptions, "prefix">;
   /** Timeout of the start-up checks of the store and a URL engine, in milliseconds (default 3000). */
   checkTimeoutMs?: number;
+  /**
+   * Queue mode: milliseconds an unfinished trajectory of a followed batch may
+   * be missing from the store (no job, no session, no record) before
+   * `GET /v1/rollouts/{id}` reports it lost (default 30 000).
+   */
+  lostGraceMs?: number;
+  /**
+   * Called once when the store has been unreachable for longer than
+   * `--store-timeout` (flags.storeTimeout) with one line saying so. Default:
+   * print it on stderr and exit with status 1.
+   */
+  onStoreTimeout?: (line: string) => void;
 }
 
 /**
@@ -174,7 +190,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       };
       jobs = new JobQueue(built.commander, { prefix: config.store.prefix, ...hooks.jobQueue });
       const queued = hooks.jobs === "queue" || hooks.jobs === "auto";
-      service = new ValidatingRolloutService(registry, { config, store: batchStore, executorFor, policy, ...(queued ? { jobs } : {}) });
+      service = new ValidatingRolloutService(registry, { config, store: batchStore, executorFor, policy, ...(queued ? { jobs } : {}), ...(hooks.lostGraceMs !== undefined ? { lostGraceMs: hooks.lostGraceMs } : {}) });
       closers.push(async () => service.close());
       describe.push(`sessions   durable, checkpoints in ${config.store.url === "upstash" ? "Upstash" : "Redis"} (${config.store.prefix ?? "edgeloop:"}session:<key>)`);
       callbacks = queued ? queuedCallbacks(host, jobs, (line) => console.error(line)) : host;
@@ -188,10 +204,18 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       };
       service = new ValidatingRolloutService(registry, { config, store: batchStore, executorFor, policy });
     }
+    const storeName = config.store.url === "upstash" ? (process.env.UPSTASH_REDIS_REST_URL ?? "upstash") : maskRedisUrl(config.store.url);
+    const storeHealth = storeHealthProbe(storeName, built?.commander ?? null);
+    const stopWatch = watchStore(storeHealth, flags.storeTimeout, hooks.onStoreTimeout ?? ((line) => {
+      console.error(line);
+      process.exit(1);
+    }));
+    closers.unshift(async () => stopWatch());
     return {
       config,
       service,
       store,
+      storeHealth,
       client,
       sessions,
       callbacks,

@@ -13,10 +13,15 @@ import { untilSignal } from "./engine-commands.ts";
  * batches are enqueued for `edgeloop worker` processes (`--jobs inline` runs
  * them here instead).
  */
-export async function serveCommand(flags: ConfigFlags & { port: number; host: string; jobs?: "inline" | "queue"; maxPending?: number }): Promise<void> {
-  const runtime = await buildRuntime(flags, { jobs: flags.jobs ?? "auto", ...(flags.maxPending ? { jobQueue: { maxPending: flags.maxPending } } : {}) });
+export async function serveCommand(flags: ConfigFlags & { port: number; host: string; jobs?: "inline" | "queue"; maxPending?: number; lostGrace?: number }): Promise<void> {
+  const runtime = await buildRuntime(flags, {
+    jobs: flags.jobs ?? "auto",
+    ...(flags.maxPending ? { jobQueue: { maxPending: flags.maxPending } } : {}),
+    ...(flags.lostGrace ? { lostGraceMs: Math.round(flags.lostGrace * 1000) } : {}),
+  });
   const rollouts = createRolloutsApp({
     service: runtime.service,
+    health: runtime.storeHealth,
     apiToken: process.env.EDGELOOP_API_TOKEN || null,
     tokenizer: () => loadTokenizer(runtime.config.model ?? undefined),
   });

@@ -1,22 +1,42 @@
-import IORedis from "ioredis";
+import IORedis, { ReplyError } from "ioredis";
 import type { RedisArg, RedisCommander, RedisReply } from "../../shared/store/redis-commander.ts";
+import { StoreUnreachableError } from "../../shared/store/store-outage.ts";
 import { maskRedisUrl } from "./redis-check.ts";
 
 /** Options of {@link IoRedisCommander}. */
 export interface IoRedisCommanderOptions {
   /**
-   * Reconnect attempts in a row (100 ms, 200 ms, … capped at 2 s apart)
-   * before a lost connection is given up and commands fail with
-   * "Connection is closed"; the count restarts once connected. Default 30
-   * (about a minute).
+   * Reconnect attempts in a row before a lost connection is given up and
+   * commands fail with "Connection is closed"; the count restarts once
+   * connected. Default: never give up (a long outage is waited out; bound it
+   * with `--store-timeout`, which exits the process).
    */
   maxReconnects?: number;
   /**
-   * Called with connection errors: once when a connection starts failing
-   * (not for every reconnect attempt) and once when it gives up. Default:
-   * one line on stderr naming the masked URL.
+   * Longest delay between two reconnect attempts, milliseconds (default
+   * 2000, or `EDGELOOP_STORE_RECONNECT_MAX_MS`); attempts start 100 ms apart
+   * and grow by 100 ms each.
+   */
+  reconnectMaxDelayMs?: number;
+  /**
+   * Called with connection events: once when a connection starts failing
+   * (not for every reconnect attempt), once when it is back (with the number
+   * of attempts it took) and once when it gives up. Default: one line on
+   * stderr naming the masked URL.
    */
   onError?: (message: string, error: Error) => void;
+}
+
+/** Where a commander's connection stands. */
+export interface ConnectionState {
+  /** True while the main connection is ready. */
+  up: boolean;
+  /** Epoch ms since when it has been down (null while up). */
+  downSince: number | null;
+  /** The last connection error (null while up). */
+  error: string | null;
+  /** Reconnect attempts of the current (or, once up, the last) outage. */
+  attempts: number;
 }
 
 /**
@@ -24,7 +44,13 @@ export interface IoRedisCommanderOptions {
  * Concurrent commands share one connection (ioredis queues them, so they are
  * pipelined on the wire); `pipeline` sends a batch in one write. Blocking
  * commands get a duplicate connection from a small idle pool.
- * @see https://github.com/redis/ioredis
+ *
+ * A lost connection is reconnected with capped backoff for as long as it
+ * takes; meanwhile each command fails after a few reconnect attempts
+ * (`maxRetriesPerRequest` 3) with a {@link StoreUnreachableError}, so
+ * callers hold their work ({@link holdWhileStoreDown}) instead of failing
+ * it. Errors Redis answered (`ReplyError`) are passed through unchanged.
+ * @see https://github.com/redis/ioredis#auto-reconnect
  */
 export class IoRedisCommander implements RedisCommander {
   private readonly main: IORedis;
@@ -34,34 +60,66 @@ export class IoRedisCommander implements RedisCommander {
   private readonly onError: (message: string, error: Error) => void;
   private readonly url: string;
   private readonly maxReconnects: number;
+  private readonly state: ConnectionState = { up: false, downSince: null, error: null, attempts: 0 };
   private closing = false;
 
   constructor(url: string, opts: IoRedisCommanderOptions = {}) {
-    const maxReconnects = (this.maxReconnects = opts.maxReconnects ?? 30);
+    const maxReconnects = (this.maxReconnects = opts.maxReconnects ?? Number.POSITIVE_INFINITY);
+    const cap = opts.reconnectMaxDelayMs ?? (Number(process.env.EDGELOOP_STORE_RECONNECT_MAX_MS) || 2_000);
     this.url = maskRedisUrl(url);
     this.onError = opts.onError ?? ((message) => process.stderr.write(`edgeloop: ${message}\n`));
     this.main = new IORedis(url, {
       lazyConnect: false,
       maxRetriesPerRequest: 3,
-      retryStrategy: (times) => (times > maxReconnects ? null : Math.min(times * 100, 2_000)),
+      retryStrategy: (times) => {
+        if (this.all.size && !this.closing) this.state.attempts = Math.max(this.state.attempts, times);
+        return times > maxReconnects ? null : Math.min(times * 100, cap);
+      },
     });
-    this.track(this.main, maxReconnects);
+    this.track(this.main, true);
+  }
+
+  /** The main connection's state (for `/health` and `--store-timeout`). */
+  connection(): ConnectionState {
+    return { ...this.state };
   }
 
   /**
    * Handles a connection's `error` events (ioredis prints "Unhandled error
    * event" with a stack trace for every reconnect attempt otherwise): reports
-   * the first error of an outage and the give-up, nothing in between.
+   * the first error of an outage, the recovery and the give-up, nothing in between.
    */
-  private track(c: IORedis, maxReconnects: number): void {
+  private track(c: IORedis, isMain = false): void {
     this.all.add(c);
     let failing = false;
+    const limit = Number.isFinite(this.maxReconnects) ? `up to ${this.maxReconnects} attempts` : "until it answers";
     c.on("error", (e: Error) => {
+      if (isMain) {
+        this.state.up = false;
+        this.state.downSince ??= Date.now();
+        this.state.error = e.message;
+      }
       if (failing || this.closing) return;
       failing = true;
-      this.onError(`Redis ${this.url}: ${e.message} (reconnecting, up to ${maxReconnects} attempts)`, e);
+      if (isMain) this.state.attempts = 0;
+      this.onError(`Redis ${this.url}: ${e.message} (reconnecting, ${limit})`, e);
     });
-    c.on("ready", () => (failing = false));
+    c.on("close", () => {
+      if (!isMain || this.closing) return;
+      this.state.up = false;
+      this.state.downSince ??= Date.now();
+      this.state.error ??= "connection closed";
+    });
+    c.on("ready", () => {
+      if (isMain) {
+        if (failing && !this.closing) {
+          const s = ((Date.now() - (this.state.downSince ?? Date.now())) / 1000).toFixed(1);
+          this.onError(`Redis ${this.url}: reconnected after ${this.state.attempts} attempts (${s} s down)`, new Error("reconnected"));
+        }
+        Object.assign(this.state, { up: true, downSince: null, error: null });
+      }
+      failing = false;
+    });
     c.on("end", () => {
       if (failing && !this.closing) this.onError(`Redis ${this.url}: gave up reconnecting; commands fail until restart`, new Error("connection closed"));
     });
@@ -69,13 +127,24 @@ export class IoRedisCommander implements RedisCommander {
 
   async exec(cmd: RedisArg[]): Promise<RedisReply> {
     const [name, ...args] = cmd;
-    return (await this.main.call(String(name), ...args.map(toArg))) as RedisReply;
+    try {
+      return (await this.main.call(String(name), ...args.map(toArg))) as RedisReply;
+    } catch (e) {
+      throw this.outage(e);
+    }
   }
 
   async pipeline(cmds: RedisArg[][]): Promise<(RedisReply | Error)[]> {
     const p = this.main.pipeline();
     for (const [name, ...args] of cmds) p.call(String(name), ...args.map(toArg));
-    const res = (await p.exec()) ?? [];
+    let res: [Error | null, unknown][];
+    try {
+      res = (await p.exec()) ?? [];
+    } catch (e) {
+      throw this.outage(e);
+    }
+    const lost = res.find(([err]) => err && !(err instanceof ReplyError));
+    if (lost) throw this.outage(lost[0]);
     return res.map(([err, v]) => (err ? err : (v as RedisReply)));
   }
 
@@ -83,11 +152,13 @@ export class IoRedisCommander implements RedisCommander {
     let c = this.idle.pop();
     if (!c) {
       c = this.main.duplicate();
-      this.track(c, this.maxReconnects);
+      this.track(c);
     }
     try {
       const [name, ...args] = cmd;
       return (await c.call(String(name), ...args.map(toArg))) as RedisReply;
+    } catch (e) {
+      throw this.outage(e);
     } finally {
       this.idle.push(c);
     }
@@ -98,6 +169,13 @@ export class IoRedisCommander implements RedisCommander {
     await Promise.all([...this.all].map((c) => c.quit().catch(() => c.disconnect())));
     this.all.clear();
     this.idle.length = 0;
+  }
+
+  /** An error Redis answered stays as it is; anything else (connection refused, lost, closed, retries per request used up) is an outage. */
+  private outage(e: unknown): unknown {
+    if (e instanceof ReplyError) return e;
+    const msg = e instanceof Error ? e.message : String(e);
+    return new StoreUnreachableError(`store ${this.url} unreachable: ${this.state.error && this.state.error !== msg ? `${this.state.error} (${msg})` : msg}`, { cause: e });
   }
 }
 

@@ -14,6 +14,15 @@ export interface FollowOptions {
   started?: (keys: string[]) => Promise<number>;
   /** Called with a poll's error (transport trouble); the follower backs off and goes on. */
   onError?: (e: unknown) => void;
+  /**
+   * Milliseconds an unfinished trajectory may be missing from the store —
+   * no job in the job stream, no session hash, no record — before it is
+   * reported lost ({@link BatchRun.markLost}; default 30 000). Checked when
+   * the batch's hash is gone or no completion arrived for this long.
+   */
+  lostGraceMs?: number;
+  /** Prefix of the transfer queue's keys, to name vanished group hashes (default: the job queue's prefix). */
+  prefix?: string;
 }
 
 /** A running {@link followBatch}: `stop` ends it; `ready` resolves once the first poll has caught up with what is stored. */
@@ -35,6 +44,9 @@ export interface BatchFollower {
  * hands it to {@link BatchRun.observe}, until every key is counted or the
  * returned `stop` is called. Duplicate events (a worker that died between
  * writing the event and acknowledging its job) are ignored by `observe`.
+ * Keys the store lost (Redis restarted without persistence, evicted or
+ * flushed: no job, no session, no record for `lostGraceMs`) are reported
+ * with {@link BatchRun.markLost}, so a batch never waits forever.
  * Runtime-free (timers only).
  */
 export function followBatch(run: BatchRun, jobs: JobQueue, store: TransferQueue, opts: FollowOptions = {}): BatchFollower {
@@ -46,6 +58,48 @@ export function followBatch(run: BatchRun, jobs: JobQueue, store: TransferQueue,
   const allKeys = run.plan.trajectories.map((t) => t.key);
   const pollMs = opts.pollMs ?? 200;
   let lastStartedCheck = 0;
+  const graceMs = opts.lostGraceMs ?? 30_000;
+  const checkEveryMs = Math.max(100, Math.min(5_000, graceMs / 2));
+  let lastLostCheck = Date.now();
+  let lastProgress = Date.now();
+  const absentSince = new Map<string, number>();
+  const prefix = opts.prefix ?? jobs.prefix;
+
+  /**
+   * Finds keys the store lost: of the uncounted keys, those with no job in
+   * the stream, no session hash and no record (a record found without its
+   * completion event is counted instead), missing for longer than the grace.
+   */
+  const checkLost = async () => {
+    const open = allKeys.filter((k) => !run.observedKeys().has(k));
+    if (open.length === 0) return;
+    const batchGone = !(await jobs.batchStored(run.plan.batch_id));
+    if (!batchGone && Date.now() - lastProgress < graceMs) return;
+    const queued = await jobs.queuedKeys(run.plan.batch_id);
+    const notQueued = open.filter((k) => !queued.has(k));
+    const sessions = await jobs.sessionKeys(notQueued);
+    const candidates = notQueued.filter((k) => !sessions.has(k));
+    const records = await Promise.all(candidates.map((k) => store.get(k)));
+    const absent = new Set<string>();
+    records.forEach((r, i) => (r ? run.observe(r) : absent.add(candidates[i]!)));
+    const now = Date.now();
+    for (const k of [...absentSince.keys()]) if (!absent.has(k)) absentSince.delete(k);
+    for (const k of absent) if (!absentSince.has(k)) absentSince.set(k, now);
+    const lost = [...absent].filter((k) => now - absentSince.get(k)! >= graceMs);
+    if (lost.length === 0) return;
+    // Every uid of the batch: a group whose hash vanished is never delivered, even when its later records land.
+    const uids = [...new Set(allKeys.map((k) => /^(.*)_\d+_\d+$/.exec(k)?.[1] ?? k))];
+    const statuses = await Promise.all(uids.map((u) => store.groupStatus(u)));
+    const missing = [
+      ...(batchGone ? [jobs.batchKey(run.plan.batch_id)] : []),
+      ...uids.filter((_, i) => statuses[i]!.expected === null).map((u) => `${prefix}group:${u}`),
+    ];
+    const reason =
+      `no job in ${jobs.stream}, no session hash and no record for ${Math.round(graceMs / 1000)} s` +
+      (batchGone ? ` (the batch hash ${jobs.batchKey(run.plan.batch_id)} is gone: the store lost its data)` : "");
+    run.markLost(lost, missing, reason);
+    for (const k of lost) absentSince.delete(k);
+  };
   const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
   const loop = async () => {
@@ -53,7 +107,10 @@ export function followBatch(run: BatchRun, jobs: JobQueue, store: TransferQueue,
     while (!stopped && !run.stats().done) {
       try {
         const events = await jobs.completions(run.plan.batch_id, after);
-        if (events.length) after = events[events.length - 1]!.id;
+        if (events.length) {
+          after = events[events.length - 1]!.id;
+          lastProgress = Date.now();
+        }
         const keys = [...retry, ...events.map((e) => e.key)].filter((k) => k && !run.observedKeys().has(k));
         retry.clear();
         const records = await Promise.all(keys.map((k) => store.get(k)));
@@ -62,6 +119,10 @@ export function followBatch(run: BatchRun, jobs: JobQueue, store: TransferQueue,
           lastStartedCheck = Date.now();
           const open = allKeys.filter((k) => !run.observedKeys().has(k)).slice(0, 10_000);
           run.setRunning(await opts.started(open));
+        }
+        if (Date.now() - lastLostCheck >= checkEveryMs && !run.stats().done) {
+          lastLostCheck = Date.now();
+          await checkLost();
         }
         backoff = pollMs;
         if (events.length < 1000) caughtUp();

@@ -242,6 +242,39 @@ export class JobQueue {
     };
   }
 
+  /** Whether a batch's hash (`{p}jobs:batch:{id}`) is still stored. */
+  async batchStored(batchId: string): Promise<boolean> {
+    return Number(await this.call(["EXISTS", this.batchKey(batchId)])) === 1;
+  }
+
+  /**
+   * Keys of `batchId` with a job still in the job stream (waiting, or
+   * claimed and not yet acknowledged): XRANGE over the whole stream in
+   * pages of `page` entries. O(stream length): for lost-work detection, not
+   * for every poll.
+   */
+  async queuedKeys(batchId: string, page = 500): Promise<Set<string>> {
+    const out = new Set<string>();
+    let start = "-";
+    for (;;) {
+      const entries = parseEntries(await this.call(["XRANGE", this.stream, start, "+", "COUNT", String(page)]));
+      for (const e of entries) if (e.fields?.batch === batchId && e.fields.key) out.add(e.fields.key);
+      if (entries.length < page) return out;
+      start = `(${entries[entries.length - 1]!.id}`;
+    }
+  }
+
+  /** Of `keys`, those with a durable-session hash (`{p}session:{key}`). */
+  async sessionKeys(keys: readonly string[]): Promise<Set<string>> {
+    const out = new Set<string>();
+    for (let i = 0; i < keys.length; i += 1000) {
+      const chunk = keys.slice(i, i + 1000);
+      const r = await this.pipe(chunk.map((k) => ["EXISTS", `${this.prefix}session:${k}`]));
+      r.forEach((x, j) => Number(x) > 0 && out.add(chunk[j]!));
+    }
+    return out;
+  }
+
   /**
    * How many of `keys` have a durable-session hash (`{p}session:{key}`): the
    * trajectories a worker has started (or finished, until their hash expires).

@@ -3,6 +3,7 @@ import type { BatchPlan } from "../rollout/batch.ts";
 import { BatchRun, TrajectoryAbandonedError, type TrajectoryExecutor } from "../rollout/batch-run.ts";
 import type { ExecutorFactory } from "../rollout/service.ts";
 import type { TransferQueue } from "../store/types.ts";
+import { holdWhileStoreDown } from "../store/store-outage.ts";
 import type { BatchSpec, Job, JobQueue } from "./job-queue.ts";
 
 /** Options of a {@link JobWorker}. */
@@ -107,8 +108,11 @@ export class JobWorker {
           claimed = await jobs.claim(consumer, concurrency - this.inflight.size, this.inflight.size ? Math.min(wait, 200) : wait);
           backoff = 100;
         } catch (e) {
+          // A worker that cannot claim is not idle: it never idle-exits (nor reports idle) during a store outage.
+          lastBusy = Date.now();
           this.log(`claim failed (${message(e)}); retrying in ${backoff} ms`);
           await sleep(backoff);
+          lastBusy = Date.now();
           backoff = Math.min(backoff * 2, 5_000);
           continue;
         }
@@ -258,16 +262,9 @@ function abandonOnConflict(ex: TrajectoryExecutor): TrajectoryExecutor {
   };
 }
 
-/** Retries a Redis operation on retryable failures (connection loss): 5 attempts, 100 ms × 3ⁱ backoff. */
-async function retry<T>(fn: () => Promise<T>): Promise<T> {
-  for (let i = 0; ; i++) {
-    try {
-      return await fn();
-    } catch (e) {
-      if (i >= 4 || (e as { retryable?: boolean }).retryable === false) throw e;
-      await sleep(100 * 3 ** i);
-    }
-  }
+/** Retries a Redis operation: for as long as the store is unreachable, 5 attempts for other retryable failures (100 ms × 3ⁱ, capped at 5 s). */
+function retry<T>(fn: () => Promise<T>): Promise<T> {
+  return holdWhileStoreDown(fn, { minTimeoutMs: 100 });
 }
 
 function sleep(ms: number): Promise<void> {

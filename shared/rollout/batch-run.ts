@@ -1,11 +1,11 @@
 import { SpanStatusCode } from "@opentelemetry/api";
-import pRetry from "p-retry";
 import { InputError } from "../errors.ts";
 import type { AgentLoopOutput, RolloutConfig, TrajectoryRecord } from "../schema/index.ts";
 import type { TransferQueue } from "../store/types.ts";
 import { BatchMetricsAccumulator, type BatchMetrics } from "../telemetry/batch-metrics.ts";
 import { SpanAttr, withSpan } from "../telemetry/tracer.ts";
 import { TracingTransferQueue } from "../telemetry/tracing-transfer-queue.ts";
+import { holdWhileStoreDown } from "../store/store-outage.ts";
 import { failedRecord, toTrajectoryRecord, type BatchPlan, type PlannedTrajectory } from "./batch.ts";
 
 /** Runs one planned trajectory through its agent loop. */
@@ -42,6 +42,14 @@ export interface BatchStats extends BatchMetrics {
   reward: { count: number; mean: number | null; min: number | null; max: number | null; /** rewards that could not be computed (`extra_fields.reward_error`) */ errors: number };
   /** The first errors (at most 50): key and reason. */
   errors: { key: string; error: string }[];
+  /**
+   * Trajectories the store lost (queue mode: Redis lost their job, session
+   * and record — a restart without persistence, eviction, FLUSHALL): they
+   * will never finish, so the batch is done without them. `keys` names them
+   * (at most 1000), `missing` the Redis keys found gone, `reason` says how it
+   * was decided. Null when none.
+   */
+  lost: { count: number; keys: string[]; missing: string[]; reason: string } | null;
   started_at: number;
   finished_at: number | null;
 }
@@ -82,7 +90,10 @@ export interface BatchRunOptions {
  * trajectory with at most `concurrency` at once, stores each record exactly
  * once (failed ones via `markFailed`, so their group still completes,
  * flagged), and keeps progress figures. A store write is retried with
- * backoff; a failure of one trajectory never stops the batch.
+ * capped backoff: for as long as the store is unreachable (a finished
+ * record is held, never failed for an outage), five times for other
+ * retryable errors ({@link holdWhileStoreDown}); a failure of one trajectory
+ * never stops the batch.
  */
 export class BatchRun {
   readonly plan: BatchPlan;
@@ -122,6 +133,7 @@ export class BatchRun {
       prompts_truncated: 0,
       reward: { count: 0, mean: null, min: null, max: null, errors: 0 },
       errors: [],
+      lost: null,
       started_at: opts.startedAt ?? (opts.now ?? Date.now)(),
       finished_at: null,
     };
@@ -150,21 +162,45 @@ export class BatchRun {
     this.count(r);
     this.finished.push(r);
     this.opts.onRecord?.(r);
-    if (this.finished.length >= this.s.counts.total) {
-      this.s.counts.running = 0;
-      this.s.done = true;
-      this.s.finished_at = (this.opts.now ?? Date.now)();
-      this.allObserved?.();
-      this.donePromise ??= Promise.resolve();
-    }
+    if (this.finished.length + (this.s.lost?.count ?? 0) >= this.s.counts.total) this.finishExternal();
     this.wake();
     return true;
+  }
+
+  private finishExternal(): void {
+    this.s.counts.running = 0;
+    this.s.counts.pending = 0;
+    this.s.done = true;
+    this.s.finished_at = (this.opts.now ?? Date.now)();
+    this.allObserved?.();
+    this.donePromise ??= Promise.resolve();
+  }
+
+  /**
+   * Reports trajectories of an external batch as lost (they will never be
+   * counted): progress lists them under `lost`, and the batch is done once
+   * every key is counted or lost. Keys already counted or reported are
+   * ignored; a lost key's record arriving later is not counted.
+   */
+  markLost(keys: readonly string[], missing: readonly string[], reason: string): void {
+    const fresh = keys.filter((k) => !this.seen.has(k));
+    if ((fresh.length === 0 && missing.length === 0) || this.s.done) return;
+    for (const k of fresh) this.seen.add(k);
+    const l = (this.s.lost ??= { count: 0, keys: [], missing: [], reason });
+    l.count += fresh.length;
+    l.keys.push(...fresh.slice(0, Math.max(0, 1000 - l.keys.length)));
+    for (const m of missing) if (!l.missing.includes(m) && l.missing.length < 1000) l.missing.push(m);
+    const open = this.s.counts.total - this.finished.length - l.count;
+    this.s.counts.pending = Math.max(0, Math.min(this.s.counts.pending, open));
+    this.s.counts.running = Math.max(0, open - this.s.counts.pending);
+    if (open <= 0) this.finishExternal();
+    this.wake();
   }
 
   /** Sets how many of the uncounted trajectories are running elsewhere (external batches; the rest are pending). */
   setRunning(n: number): void {
     if (this.s.done) return;
-    const open = this.s.counts.total - this.finished.length;
+    const open = this.s.counts.total - this.finished.length - (this.s.lost?.count ?? 0);
     this.s.counts.running = Math.max(0, Math.min(n, open));
     this.s.counts.pending = open - this.s.counts.running;
   }
@@ -203,7 +239,7 @@ export class BatchRun {
   private async execute(): Promise<void> {
     try {
       const mode = this.plan.validate ? "val" : "train";
-      for (const [uid, n] of this.plan.groups) await pRetry(() => this.queue.expectGroup(uid, n, mode), STORE_RETRY);
+      for (const [uid, n] of this.plan.groups) await holdWhileStoreDown(() => this.queue.expectGroup(uid, n, mode));
       const queue = [...this.plan.trajectories];
       const worker = async () => {
         for (let t = queue.shift(); t; t = queue.shift()) await this.runOne(t);
@@ -267,7 +303,7 @@ export class BatchRun {
         ? this.queue.put(r)
         : this.queue.markFailed(r.key, r.error, { agent_name: r.agent_name, data_source: r.data_source, extra_fields: r.extra_fields });
     try {
-      await pRetry(write, STORE_RETRY);
+      await holdWhileStoreDown(write);
     } catch (e) {
       r = { ...r, error: `transfer queue write failed: ${errorText(e)}`, finish_reason: "error" };
     }
@@ -312,9 +348,6 @@ export class BatchRun {
     for (const w of ws) w();
   }
 }
-
-/** Store writes (group registration, records) are retried on retryable failures such as a dropped Redis connection: 5 attempts, 50 ms × 3ⁱ. */
-const STORE_RETRY = { retries: 4, minTimeout: 50, factor: 3, shouldRetry: ({ error }: { error: unknown }) => (error as { retryable?: boolean }).retryable !== false };
 
 /**
  * The reason stored for a failed trajectory. An input error (a bad field of

@@ -48,6 +48,8 @@ export interface RolloutServiceOptions {
   jobs?: JobQueue;
   /** Milliseconds between progress polls of a queued batch (default 200). */
   followPollMs?: number;
+  /** Milliseconds a queued batch's unfinished trajectory may be missing from the store before it is reported lost (default 30 000). */
+  lostGraceMs?: number;
   /** The deployment's policy versions (`POST /v1/model-version`); default an in-process one. */
   policy?: PolicyVersions;
 }
@@ -213,7 +215,11 @@ export class RolloutService {
     const jobs = this.jobs!;
     const run = new BatchRun(plan, { executor: NO_EXECUTOR, store: this.store, rollout: this.config.rollout, concurrency: 1, external: true, startedAt, onRecord: this.opts.onRecord });
     this.remember(plan.batch_id, run);
-    const { stop, ready } = followBatch(run, jobs, this.store, { pollMs: this.opts.followPollMs, started: (keys) => jobs.sessionsStarted(keys) });
+    const { stop, ready } = followBatch(run, jobs, this.store, {
+      pollMs: this.opts.followPollMs,
+      started: (keys) => jobs.sessionsStarted(keys),
+      ...(this.opts.lostGraceMs !== undefined ? { lostGraceMs: this.opts.lostGraceMs } : {}),
+    });
     this.followers.set(plan.batch_id, stop);
     this.catchingUp.set(plan.batch_id, ready);
     void ready.then(() => this.catchingUp.delete(plan.batch_id));

@@ -2,6 +2,7 @@ import { NotFoundError } from "../errors.ts";
 import type { AgentLoopOutput } from "../schema/index.ts";
 import type { SessionInputArg } from "./checkpoint.ts";
 import { isStaleStep } from "./session-storage.ts";
+import { isStoreOutage } from "../store/store-outage.ts";
 import { TrajectorySession, type SessionDeps, type SessionOutcome, type ToolResultDelivery } from "./trajectory-session.ts";
 
 /** How a hosted session ended: its outputs (owner writes them), already written (`done`), or failed. */
@@ -16,7 +17,12 @@ export interface HostTimers {
 /** Options of {@link SessionHost}: the session deps plus timers and retry tuning. */
 export interface SessionHostOptions extends SessionDeps {
   timers?: HostTimers;
-  /** Retries of a session step that failed with a retryable storage error (default 3; backoff 100 ms × 4ⁱ). */
+  /**
+   * Retries of a session step that failed with a retryable storage error
+   * (default 3; backoff 100 ms × 4ⁱ, at most 5 s). While the store is
+   * unreachable (an outage) the step is retried without limit: a session is
+   * held, never failed for an outage.
+   */
   storageRetries?: number;
 }
 
@@ -173,11 +179,12 @@ export class SessionHost {
           continue;
         }
         const retryable = (e as { retryable?: unknown }).retryable === true;
-        if (!retryable || attempt >= retries || this.closed) {
+        const outage = isStoreOutage(e);
+        if (!retryable || (attempt >= retries && !outage) || this.closed) {
           this.fail(key, e);
           return;
         }
-        await new Promise((r) => setTimeout(r, 100 * 4 ** attempt));
+        await new Promise((r) => setTimeout(r, Math.min(100 * 4 ** attempt, 5_000)));
       }
     }
   }

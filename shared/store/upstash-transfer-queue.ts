@@ -2,6 +2,19 @@ import { Redis } from "@upstash/redis";
 import { AuthError, ConfigError, InputError, StoreError } from "../errors.ts";
 import type { RedisArg, RedisCommander, RedisReply } from "./redis-commander.ts";
 import { RedisTransferQueue, type RedisTransferQueueOptions } from "./redis-transfer-queue.ts";
+import { StoreUnreachableError } from "./store-outage.ts";
+
+/**
+ * Whether a failed REST call means the store could not be reached: a
+ * network failure (fetch threw) or an HTTP error whose message is not a
+ * Redis error reply. Redis error replies start with an upper-case error code
+ * (`ERR …`, `NOGROUP …`, `WRONGTYPE …`); the bridge and Upstash answer a lost
+ * Redis connection with other text (HTTP 5xx).
+ */
+function unreachable(e: unknown): boolean {
+  const msg = e instanceof Error ? e.message : String(e);
+  return !/^[A-Z][A-Z_]+ /.test(msg) && !/unauthori[sz]ed/i.test(msg);
+}
 
 /** The slice of `@upstash/redis`'s HTTP client used here: one request, `{result, error}` (an array for pipelines). */
 interface UpstashRequester {
@@ -40,6 +53,8 @@ function toWire(arg: RedisArg): string {
  */
 export class UpstashCommander implements RedisCommander {
   readonly redis: Redis;
+  /** The REST URL, for messages. */
+  readonly url: string;
   private readonly http: UpstashRequester;
 
   constructor(opts: UpstashCommanderOptions) {
@@ -55,21 +70,32 @@ export class UpstashCommander implements RedisCommander {
       enableAutoPipelining: false,
     });
     this.redis = raw;
+    this.url = opts.url;
     this.http = raw.requester;
   }
 
   async exec(cmd: RedisArg[]): Promise<RedisReply> {
-    const res = (await this.http.request({ body: cmd.map(toWire) })) as { result?: RedisReply; error?: string };
+    const res = (await this.request({ body: cmd.map(toWire) })) as { result?: RedisReply; error?: string };
     if (res.error) throw new Error(res.error);
     return res.result ?? null;
   }
 
   async pipeline(cmds: RedisArg[][]): Promise<(RedisReply | Error)[]> {
-    const res = (await this.http.request({ body: cmds.map((c) => c.map(toWire)), path: ["pipeline"] })) as {
+    const res = (await this.request({ body: cmds.map((c) => c.map(toWire)), path: ["pipeline"] })) as {
       result?: RedisReply;
       error?: string;
     }[];
     return res.map((r) => (r.error ? new Error(r.error) : (r.result ?? null)));
+  }
+
+  /** One REST request; a store that cannot be reached is a {@link StoreUnreachableError} (Redis error replies pass through). */
+  private async request(req: { body: unknown; path?: string[] }): Promise<unknown> {
+    try {
+      return await this.http.request(req);
+    } catch (e) {
+      if (!unreachable(e)) throw e;
+      throw new StoreUnreachableError(`store ${this.url} unreachable: ${e instanceof Error ? e.message : String(e)}`.slice(0, 500), { cause: e });
+    }
   }
 
   async close(): Promise<void> {}
@@ -105,7 +131,8 @@ export async function checkUpstash(opts: { url: string; token: string; timeoutMs
       }),
     ]);
   } catch (e) {
-    const msg = (e as Error).message ?? String(e);
+    const inner = e instanceof StoreUnreachableError ? e.cause : e;
+    const msg = (inner as Error)?.message ?? String(inner);
     if (/unauthori[sz]ed|401/i.test(msg)) {
       throw new AuthError(`the Upstash store at ${opts.url} refused the token (401 Unauthorized): check UPSTASH_REDIS_REST_TOKEN`, { cause: e });
     }

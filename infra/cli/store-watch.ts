@@ -1,0 +1,67 @@
+import { isStoreOutage } from "../../shared/store/store-outage.ts";
+import type { RedisCommander } from "../../shared/store/redis-commander.ts";
+import type { StoreHealth } from "../../functions/rollouts.ts";
+import { IoRedisCommander } from "../redis/ioredis-commander.ts";
+
+/**
+ * Whether the store answers now: `PING` over the process's own connection
+ * within `timeoutMs` (an ioredis connection known to be down answers at
+ * once, without waiting for the ping). `name` is the masked store URL.
+ */
+export function storeHealthProbe(name: string, commander: RedisCommander | null, timeoutMs = 1_000): () => Promise<StoreHealth> {
+  if (!commander) return async () => ({ ok: true, store: name });
+  return async () => {
+    if (commander instanceof IoRedisCommander) {
+      const c = commander.connection();
+      if (!c.up && c.downSince !== null) return { ok: false, store: name, error: `unreachable for ${Math.round((Date.now() - c.downSince) / 1000)} s: ${c.error ?? "connection lost"}` };
+    }
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    try {
+      await Promise.race([
+        commander.exec(["PING"]),
+        new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer to PING within ${timeoutMs} ms`)), timeoutMs))),
+      ]);
+      return { ok: true, store: name };
+    } catch (e) {
+      const msg = e instanceof Error ? e.message : String(e);
+      // An error Redis answered still means it is reachable.
+      if (!isStoreOutage(e) && !/no answer to PING/.test(msg)) return { ok: true, store: name };
+      return { ok: false, store: name, error: msg.slice(0, 300) };
+    } finally {
+      clearTimeout(timer);
+    }
+  };
+}
+
+/**
+ * `--store-timeout SECONDS`: probes the store every second and calls
+ * `onExpire` (once) with one line when it has been unreachable for longer
+ * than `timeoutS` in a row. Without a timeout nothing is watched (the
+ * process waits the outage out). Returns a stop function. The timer does not
+ * keep the process alive.
+ */
+export function watchStore(probe: () => Promise<StoreHealth>, timeoutS: number | undefined, onExpire: (line: string) => void): () => void {
+  if (timeoutS === undefined || !(timeoutS > 0)) return () => {};
+  let downSince: number | null = null;
+  let busy = false;
+  let fired = false;
+  const t = setInterval(async () => {
+    if (busy || fired) return;
+    busy = true;
+    try {
+      const h = await probe();
+      if (h.ok) downSince = null;
+      else {
+        downSince ??= Date.now();
+        if (Date.now() - downSince >= timeoutS * 1000) {
+          fired = true;
+          onExpire(`edgeloop: store ${h.store} unreachable for ${Math.round((Date.now() - downSince) / 1000)} s (--store-timeout ${timeoutS}): ${h.error ?? "no answer"}; exiting`);
+        }
+      }
+    } finally {
+      busy = false;
+    }
+  }, Math.min(1_000, Math.max(100, (timeoutS * 1000) / 4)));
+  (t as { unref?: () => void }).unref?.();
+  return () => clearInterval(t);
+}

@@ -1,0 +1,89 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { startSimEngine, type RunningSimEngine } from "../../infra/sim-engine/server.ts";
+import { privateRedis, type PrivateRedis } from "../helpers/redis-server.ts";
+import { POLICY } from "../session/fixtures.ts";
+import { drainGroups, post, progress, spawnCli, spawnServe, until, type CliProc } from "./store-harness.ts";
+
+// E2: `serve` and one `worker` on a Redis store; Redis loses its data (FLUSHALL stands in for a
+// restart without persistence) between two batches, and again while a batch is in flight.
+// On main the worker logged NOGROUP every 5 s forever and GET /v1/groups failed the same way.
+// This test flushes Redis, so it runs its own redis-server on a free port.
+const ROW = { data_source: "edge", prompt: [{ role: "user", content: "Say hi." }], reward_model: { style: "rule", ground_truth: "1" } };
+const GRACE_S = 2;
+
+describe("E2: Redis loses its data under serve + worker (queue mode)", () => {
+  let redis: PrivateRedis;
+  let engine: RunningSimEngine;
+  let serve: CliProc & { url: string };
+  let worker: CliProc;
+  const prefix = "e2:";
+
+  beforeAll(async () => {
+    redis = await privateRedis();
+    // A slow engine (about 1 s per trajectory), so a batch is still running when Redis is flushed.
+    engine = await startSimEngine({ script: { ...POLICY, seed: 3 }, latency: { prefill_ms_per_token: 0, decode_ms_per_token: 25 } });
+    const common = ["--store", redis.url, "--store-prefix", prefix, "--engine", engine.urls[0]!, "--n", "2", "--max-model-len", "4096"];
+    serve = await spawnServe([...common, "--lost-grace", String(GRACE_S)]);
+    worker = spawnCli(["worker", ...common, "--concurrency", "2", "--lease", "3", "--consumer", "e2w"]);
+  }, 60_000);
+  afterAll(async () => {
+    worker?.proc.kill("SIGKILL");
+    serve?.proc.kill("SIGKILL");
+    await engine?.stop();
+    await redis?.dispose();
+  });
+
+  test("pre0 completes; FLUSHALL; post0 runs and its group is delivered by the next GET /v1/groups", async () => {
+    const pre = await post(serve.url, [{ ...ROW, uid: "pre0" }]);
+    expect(pre.keys).toEqual(["pre0_0_0", "pre0_1_0"]);
+    const p0 = await until(async () => ((await progress(serve.url, pre.batch_id)).done ? progress(serve.url, pre.batch_id) : null), "pre0 done");
+    expect(p0.counts).toMatchObject({ total: 2, ok: 2, failed: 0 });
+    expect((await drainGroups(serve.url, ["pre0"])).get("pre0")).toEqual([["pre0_0_0", "pre0_1_0"]]);
+
+    const raw = redis.client();
+    expect(await raw.flushall()).toBe("OK");
+    await raw.quit();
+
+    const postB = await post(serve.url, [{ ...ROW, uid: "post0" }]);
+    expect(postB.keys).toEqual(["post0_0_0", "post0_1_0"]);
+    const p1 = await until(async () => ((await progress(serve.url, postB.batch_id)).done ? progress(serve.url, postB.batch_id) : null), "post0 done", 30_000);
+    expect(p1.counts).toMatchObject({ total: 2, ok: 2, failed: 0 });
+    expect(p1.lost).toBeNull();
+    expect((await drainGroups(serve.url, ["post0"])).get("post0")).toEqual([["post0_0_0", "post0_1_0"]]);
+    expect(await (await fetch(`${serve.url}/v1/queue`)).json()).toMatchObject({ mode: "queue", depth: 0, in_flight: 0 });
+    expect(worker.proc.exitCode).toBeNull();
+  }, 60_000);
+
+  test("a batch in flight when Redis is flushed finishes: what ran lands, the rest is reported lost with keys named", async () => {
+    const rows = Array.from({ length: 6 }, (_, i) => ({ ...ROW, uid: `fly${i}` }));
+    const b = await post(serve.url, rows);
+    expect(b.keys.length).toBe(12);
+    await until(async () => (await progress(serve.url, b.batch_id)).counts.ok >= 2, "two records before the flush", 30_000, 20);
+    const raw = redis.client();
+    await raw.flushall();
+    await raw.quit();
+    const t0 = Date.now();
+    const p = await until(async () => ((await progress(serve.url, b.batch_id)).done ? progress(serve.url, b.batch_id) : null), "the in-flight batch done", 60_000);
+    const waited = (Date.now() - t0) / 1000;
+    console.log(`E2 in flight: ${JSON.stringify(p.counts)}, lost ${p.lost?.count} after ${waited.toFixed(1)} s: ${p.lost?.keys.join(",")}`);
+    expect(p.counts.failed).toBe(0);
+    expect(p.lost).not.toBeNull();
+    const lost = p.lost!;
+    expect(lost.count).toBeGreaterThan(0);
+    expect(lost.keys.length).toBe(lost.count);
+    expect(p.counts.ok + lost.count).toBe(12);
+    expect(lost.missing).toContain(`${prefix}jobs:batch:${b.batch_id}`);
+    expect(lost.reason).toStartWith(`no job in ${prefix}jobs, no session hash and no record for ${GRACE_S} s (the batch hash ${prefix}jobs:batch:${b.batch_id} is gone`);
+    // Each key either landed (the batch's record stream holds it, exactly once) or is reported lost — never both, never neither.
+    const landed = (await (await fetch(`${serve.url}/v1/rollouts/${b.batch_id}/trajectories`)).text()).trim().split("\n").map((l) => (JSON.parse(l) as { key: string }).key);
+    expect(new Set(landed).size).toBe(landed.length);
+    expect([...landed, ...lost.keys].sort()).toEqual([...b.keys].sort());
+    // Every group of the batch vanished with the flush (records that land afterwards cannot complete it): all are named.
+    expect(lost.missing.filter((m) => m.startsWith(`${prefix}group:`)).sort()).toEqual(rows.map((r) => `${prefix}group:${r.uid}`));
+    // Work submitted afterwards still runs.
+    const after = await post(serve.url, [{ ...ROW, uid: "after0" }]);
+    const pa = await until(async () => ((await progress(serve.url, after.batch_id)).done ? progress(serve.url, after.batch_id) : null), "after0 done", 30_000);
+    expect(pa.counts).toMatchObject({ ok: 2, failed: 0 });
+    expect((await drainGroups(serve.url, ["after0"])).get("after0")).toEqual([["after0_0_0", "after0_1_0"]]);
+  }, 90_000);
+});
