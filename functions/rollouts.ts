@@ -9,6 +9,9 @@ import { RolloutMetricsCollector } from "../shared/telemetry/rollout-metrics.ts"
 import { tokenPieces } from "../shared/telemetry/token-pieces.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../shared/tokens/tokenizer.ts";
 import { bearerAuth, limitBody, readJson } from "./http-util.ts";
+import { healthResponse, type StoreHealth } from "../shared/store/store-health.ts";
+
+export type { StoreHealth };
 import { mountViewer } from "./viewer/viewer-app.ts";
 
 /** Query of `GET /v1/groups`. */
@@ -29,15 +32,6 @@ export const AckRequest = z.object({
   delivery_ids: z.array(z.string().regex(/^\d{1,20}-\d{1,20}$/, "a delivery id is a stream id such as 1796002889517-0")).min(1).max(1000),
   partition: z.enum(["train", "val"]).default("train"),
 });
-
-/** What `GET /health` reports about the store: reachable or not, named by its (masked) URL. */
-export interface StoreHealth {
-  ok: boolean;
-  /** The store, e.g. `redis://127.0.0.1:6379` or an Upstash REST URL (no credentials). */
-  store: string;
-  /** Why it is unreachable (absent when ok). */
-  error?: string;
-}
 
 /** Options of {@link createRolloutsApp}. */
 export interface RolloutsAppOptions {
@@ -102,9 +96,7 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
   app.get("/health", async (c) => {
     if (!opts.health) return c.json({ ok: true });
     const h = await opts.health();
-    if (h.ok) return c.json({ ok: true, store: h.store });
-    const message = `store ${h.store} is unreachable${h.error ? `: ${h.error}` : ""}`;
-    return c.json({ ok: false, store: h.store, error: { code: "store_unreachable", message } }, 503, { "retry-after": "1" });
+    return healthResponse(h, { store: h.store });
   });
   app.get("/openapi.json", (c) => c.json(openApiDocument()));
   const collector = new RolloutMetricsCollector(service);

@@ -36,8 +36,8 @@ import { startSimEngine } from "../sim-engine/server.ts";
 import { startToolServer } from "../tools/server.ts";
 import { createGatewayApp } from "../../functions/gateway.ts";
 import { readConfigFile, resolveConfigPaths } from "./files.ts";
-import { storeHealthProbe, watchStore } from "./store-watch.ts";
-import type { StoreHealth } from "../../functions/rollouts.ts";
+import { processStoreHealth, watchStore } from "./store-watch.ts";
+import type { StoreHealth } from "../../shared/store/store-health.ts";
 import { overridesFromFlags, type ConfigFlags } from "./flags.ts";
 
 /** The package root (where examples/ and infra/ live). */
@@ -205,7 +205,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       service = new ValidatingRolloutService(registry, { config, store: batchStore, executorFor, policy });
     }
     const storeName = config.store.url === "upstash" ? (process.env.UPSTASH_REDIS_REST_URL ?? "upstash") : maskRedisUrl(config.store.url);
-    const storeHealth = storeHealthProbe(storeName, built?.commander ?? null);
+    const storeHealth = processStoreHealth(storeName, built?.commander ?? null);
     const stopWatch = watchStore(storeHealth, flags.storeTimeout, hooks.onStoreTimeout ?? ((line) => {
       console.error(line);
       process.exit(1);

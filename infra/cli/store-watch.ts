@@ -1,36 +1,20 @@
-import { isStoreOutage } from "../../shared/store/store-outage.ts";
 import type { RedisCommander } from "../../shared/store/redis-commander.ts";
-import type { StoreHealth } from "../../functions/rollouts.ts";
+import { storeHealthProbe, type StoreHealth } from "../../shared/store/store-health.ts";
 import { IoRedisCommander } from "../redis/ioredis-commander.ts";
 
 /**
  * Whether the store answers now: `PING` over the process's own connection
- * within `timeoutMs` (an ioredis connection known to be down answers at
- * once, without waiting for the ping). `name` is the masked store URL.
+ * within `timeoutMs`; an ioredis connection known to be down answers at
+ * once. `name` is the masked store URL.
  */
-export function storeHealthProbe(name: string, commander: RedisCommander | null, timeoutMs = 1_000): () => Promise<StoreHealth> {
-  if (!commander) return async () => ({ ok: true, store: name });
-  return async () => {
-    if (commander instanceof IoRedisCommander) {
-      const c = commander.connection();
-      if (!c.up && c.downSince !== null) return { ok: false, store: name, error: `unreachable for ${Math.round((Date.now() - c.downSince) / 1000)} s: ${c.error ?? "connection lost"}` };
-    }
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    try {
-      await Promise.race([
-        commander.exec(["PING"]),
-        new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer to PING within ${timeoutMs} ms`)), timeoutMs))),
-      ]);
-      return { ok: true, store: name };
-    } catch (e) {
-      const msg = e instanceof Error ? e.message : String(e);
-      // An error Redis answered still means it is reachable.
-      if (!isStoreOutage(e) && !/no answer to PING/.test(msg)) return { ok: true, store: name };
-      return { ok: false, store: name, error: msg.slice(0, 300) };
-    } finally {
-      clearTimeout(timer);
-    }
+export function processStoreHealth(name: string, commander: RedisCommander | null, timeoutMs = 1_000): () => Promise<StoreHealth> {
+  const known = (): StoreHealth | null => {
+    if (!(commander instanceof IoRedisCommander)) return null;
+    const c = commander.connection();
+    if (c.up || c.downSince === null) return null;
+    return { ok: false, store: name, error: `unreachable for ${Math.round((Date.now() - c.downSince) / 1000)} s: ${c.error ?? "connection lost"}` };
   };
+  return storeHealthProbe(name, commander, { timeoutMs, known });
 }
 
 /**

@@ -6,7 +6,7 @@
  * - `POST /v1/rollouts` `{rows, config?, global_steps?, model_version?, validate?}` → `202 {batch_id, keys}`
  * - `GET /v1/groups/{uid}` → the group's progress in the queue
  * - `POST /v1/sessions/{key}/tool-results`, `GET /v1/sessions/{key}` → forwarded to the key's object
- * - `GET /health`
+ * - `GET /health` (503 naming the Upstash store while it is unreachable)
  */
 import { Hono } from "hono";
 import { bearerAuth, readJson } from "../../functions/http-util.ts";
@@ -18,12 +18,19 @@ import { samplingParamsFor } from "../../shared/rollout/executor.ts";
 import type { SessionInputArg } from "../../shared/session/checkpoint.ts";
 import type { ExecutionContext } from "./cf-types.ts";
 import { workerRuntime, type Env } from "./env.ts";
+import { healthResponse, storeHealthProbe } from "../../shared/store/store-health.ts";
+import { UpstashCommander } from "../../shared/store/upstash-transfer-queue.ts";
 
 export { TrajectorySessionObject } from "./session-object.ts";
 
 const app = new Hono<{ Bindings: Env }>();
 app.onError((err, c) => errorResponse(err, c));
-app.get("/health", (c) => c.json({ ok: true, runtime: "workerd" }));
+// 503 naming the Upstash store while it is unreachable (one PING, no SDK retries).
+app.get("/health", async (c) => {
+  const { UPSTASH_REDIS_REST_URL: url, UPSTASH_REDIS_REST_TOKEN: token } = c.env;
+  if (!url || !token) return c.json({ ok: true, runtime: "workerd" });
+  return healthResponse(await storeHealthProbe(url, new UpstashCommander({ url, token, retries: 0 }))(), { runtime: "workerd" });
+});
 
 // Callbacks authenticate by signature inside the object, so they are routed before the bearer check.
 app.all("/v1/sessions/:key/*", (c) => c.env.SESSIONS.get(c.env.SESSIONS.idFromName(c.req.param("key"))).fetch(c.req.raw));

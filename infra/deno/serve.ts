@@ -14,6 +14,7 @@ import { Hono } from "hono";
 import { createRolloutsApp, errorResponse } from "../../functions/rollouts.ts";
 import { createSessionsApp } from "../../functions/sessions.ts";
 import { buildRuntime } from "../cli/runtime.ts";
+import { healthResponse } from "../../shared/store/store-health.ts";
 
 declare const Deno: {
   env: { get(name: string): string | undefined };
@@ -31,7 +32,8 @@ const runtime = await buildRuntime({
 });
 const apiToken = env("EDGELOOP_API_TOKEN") ?? null;
 const app = new Hono();
-app.get("/health", (c) => c.json({ ok: true, runtime: "deno" }));
+// 503 naming the store while it is unreachable.
+app.get("/health", async () => healthResponse(await runtime.storeHealth(), { runtime: "deno" }));
 if (runtime.sessions) app.route("/", createSessionsApp({ backend: runtime.sessions, secret: runtime.config.tools.secret ?? null, apiToken }));
 app.route("/", createRolloutsApp({ service: runtime.service, apiToken }));
 app.notFound((c) => c.json({ error: { code: "not_found", message: `no route ${c.req.method} ${c.req.path}` } }, 404));

@@ -59,6 +59,7 @@ export async function privateRedis(opts: { persist?: boolean } = {}): Promise<Pr
     port,
     url,
     async start() {
+      if (proc && proc.exitCode === null) return;
       proc = Bun.spawn(args, { stdout: "ignore", stderr: "ignore" });
       for (let i = 0; i < 100; i++) {
         if (await ping()) return;
