@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { startSimEngine, type RunningSimEngine } from "../../infra/sim-engine/server.ts";
+import { startUpstashBridge, type UpstashBridge } from "../../infra/upstash-bridge/upstash-bridge.ts";
 import { privateRedis, type PrivateRedis } from "../helpers/redis-server.ts";
 import { POLICY } from "../session/fixtures.ts";
 import { drainGroups, post, progress, spawnCli, spawnServe, until, type CliProc } from "./store-harness.ts";
@@ -11,8 +12,9 @@ import { drainGroups, post, progress, spawnCli, spawnServe, until, type CliProc 
 const ROW = { data_source: "edge", prompt: [{ role: "user", content: "Say hi." }], reward_model: { style: "rule", ground_truth: "1" } };
 const GRACE_S = 2;
 
-describe("E2: Redis loses its data under serve + worker (queue mode)", () => {
+for (const transport of ["redis", "upstash"] as const) describe(`E2 (${transport === "redis" ? "Redis TCP" : "Upstash REST via the bridge"}): Redis loses its data under serve + worker (queue mode)`, () => {
   let redis: PrivateRedis;
+  let bridge: UpstashBridge | undefined;
   let engine: RunningSimEngine;
   let serve: CliProc & { url: string };
   let worker: CliProc;
@@ -20,16 +22,21 @@ describe("E2: Redis loses its data under serve + worker (queue mode)", () => {
 
   beforeAll(async () => {
     redis = await privateRedis();
+    const token = `tok-${crypto.randomUUID()}`;
+    if (transport === "upstash") bridge = await startUpstashBridge({ port: 0, redisUrl: redis.url, token });
+    const env: Record<string, string> = bridge ? { UPSTASH_REDIS_REST_URL: bridge.url, UPSTASH_REDIS_REST_TOKEN: token } : {};
+    const store = bridge ? "upstash" : redis.url;
     // A slow engine (about 1 s per trajectory), so a batch is still running when Redis is flushed.
     engine = await startSimEngine({ script: { ...POLICY, seed: 3 }, latency: { prefill_ms_per_token: 0, decode_ms_per_token: 25 } });
-    const common = ["--store", redis.url, "--store-prefix", prefix, "--engine", engine.urls[0]!, "--n", "2", "--max-model-len", "4096"];
-    serve = await spawnServe([...common, "--lost-grace", String(GRACE_S)]);
-    worker = spawnCli(["worker", ...common, "--concurrency", "2", "--lease", "3", "--consumer", "e2w"]);
+    const common = ["--store", store, "--store-prefix", prefix, "--engine", engine.urls[0]!, "--n", "2", "--max-model-len", "4096"];
+    serve = await spawnServe([...common, "--lost-grace", String(GRACE_S)], env);
+    worker = spawnCli(["worker", ...common, "--concurrency", "2", "--lease", "3", "--consumer", "e2w"], env);
   }, 60_000);
   afterAll(async () => {
     worker?.proc.kill("SIGKILL");
     serve?.proc.kill("SIGKILL");
     await engine?.stop();
+    await bridge?.stop();
     await redis?.dispose();
   });
 
@@ -65,7 +72,7 @@ describe("E2: Redis loses its data under serve + worker (queue mode)", () => {
     const t0 = Date.now();
     const p = await until(async () => ((await progress(serve.url, b.batch_id)).done ? progress(serve.url, b.batch_id) : null), "the in-flight batch done", 60_000);
     const waited = (Date.now() - t0) / 1000;
-    console.log(`E2 in flight: ${JSON.stringify(p.counts)}, lost ${p.lost?.count} after ${waited.toFixed(1)} s: ${p.lost?.keys.join(",")}`);
+    console.log(`E2 ${transport} in flight: ${JSON.stringify(p.counts)}, lost ${p.lost?.count} after ${waited.toFixed(1)} s: ${p.lost?.keys.join(",")}`);
     expect(p.counts.failed).toBe(0);
     expect(p.lost).not.toBeNull();
     const lost = p.lost!;
