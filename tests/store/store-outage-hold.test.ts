@@ -56,16 +56,32 @@ describe("a store outage holds records instead of failing them", () => {
     await redis?.dispose();
   });
 
-  const transports: [string, () => RedisCommander][] = [
-    ["redis tcp", () => new IoRedisCommander(redis.url, { reconnectMaxDelayMs: 200, onError: () => {} })],
-    ["upstash rest (bridge)", () => new UpstashCommander({ url: bridge.url, token, retries: 0 })],
+  // The REST endpoint itself down (connection refused) rather than the Redis behind it.
+  let restBridge: UpstashBridge | null = null;
+  let restPort = 0;
+  const restDown = async () => {
+    await restBridge?.stop();
+    restBridge = null;
+  };
+  const restUp = async () => {
+    restBridge ??= await startUpstashBridge({ port: restPort, redisUrl: redis.url, token });
+    restPort = restBridge.port;
+  };
+  afterAll(restDown);
+
+  type Transport = { open: () => RedisCommander; down: () => Promise<void>; up: () => Promise<void>; name: () => string };
+  const transports: [string, Transport][] = [
+    ["redis tcp", { open: () => new IoRedisCommander(redis.url, { reconnectMaxDelayMs: 200, onError: () => {} }), down: () => redis.stop(), up: () => redis.start(), name: () => redis.url }],
+    ["upstash rest (bridge), Redis behind it down", { open: () => new UpstashCommander({ url: bridge.url, token, retries: 0 }), down: () => redis.stop(), up: () => redis.start(), name: () => bridge.url }],
+    ["upstash rest, the REST endpoint down", { open: () => new UpstashCommander({ url: `http://127.0.0.1:${restPort}`, token }), down: restDown, up: restUp, name: () => `http://127.0.0.1:${restPort}` }],
   ];
-  for (const [name, open] of transports) {
+  for (const [name, tr] of transports) {
     test(`${name}: records finished during a ${OUTAGE_MS / 1000} s outage are written once it ends; /health is 503 meanwhile`, async () => {
-      const cmd = open();
+      await restUp();
+      const cmd = tr.open();
       const prefix = `hold:${crypto.randomUUID().slice(0, 6)}:`;
       const store = new RedisTransferQueue(cmd, { prefix, ownsCommander: false });
-      const storeName = name === "redis tcp" ? redis.url : bridge.url;
+      const storeName = tr.name();
       const health = processStoreHealth(storeName, cmd, 500);
       const app = createRolloutsApp({ service: new RolloutService({ config: cfg, store, executorFor: () => ({ agentNameFor: () => "x", run: () => Promise.reject(new Error("unused")) }) }), health });
       const req = RolloutRequest.parse({ rows: [0, 1, 2].map((i) => ({ prompt: [{ role: "user", content: `q${i}` }], uid: `hold${i}` })) });
@@ -85,7 +101,7 @@ describe("a store outage holds records instead of failing them", () => {
         for (let i = 0; i < 100 && (await app.request("/health")).status !== 200; i++) await Bun.sleep(100);
         expect((await app.request("/health")).status).toBe(200);
         await Bun.sleep(300);
-        await redis.stop();
+        await tr.down();
         const t0 = Date.now();
         release();
         const h = await app.request("/health");
@@ -95,7 +111,7 @@ describe("a store outage holds records instead of failing them", () => {
         await Bun.sleep(OUTAGE_MS);
         expect(run.stats().done).toBe(false);
         expect(run.records().length).toBe(0);
-        await redis.start();
+        await tr.up();
         await done;
         const took = Date.now() - t0;
         expect(took).toBeGreaterThanOrEqual(OUTAGE_MS);
@@ -105,7 +121,7 @@ describe("a store outage holds records instead of failing them", () => {
         expect((await app.request("/health")).status).toBe(200);
       } finally {
         release();
-        await redis.start().catch(() => {});
+        await tr.up().catch(() => {});
         await cmd.close();
       }
     }, 30_000);
