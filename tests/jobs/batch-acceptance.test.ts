@@ -45,7 +45,7 @@ function queued() {
   const prefix = randomPrefix("accept");
   prefixes.push(prefix);
   const commander = new IoRedisCommander(REDIS_URL);
-  const store = createRedisTransferQueue({ prefix });
+  const store = createRedisTransferQueue({ url: REDIS_URL, prefix });
   const jobs = new JobQueue(commander, { prefix, leaseMs: 5_000 });
   const service = new RolloutService({ config: parseAppConfig({}), store, executorFor: executor, jobs, followPollMs: 20 });
   closers.push(() => commander.close(), () => store.close(), async () => service.close());

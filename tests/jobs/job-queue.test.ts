@@ -9,7 +9,7 @@ import type { TrajectoryExecutor } from "../../shared/rollout/batch-run.ts";
 import { RolloutService } from "../../shared/rollout/service.ts";
 import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue.ts";
 import type { AgentLoopOutput } from "../../shared/schema/index.ts";
-import { deleteByPrefix, randomPrefix, rawRedis, requireRedis } from "../helpers/redis.ts";
+import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 
 const redis = await requireRedis();
 const prefixes: string[] = [];
@@ -22,10 +22,10 @@ afterAll(async () => {
 function setup(leaseMs = 400, maxPending?: number) {
   const prefix = randomPrefix("jobs");
   prefixes.push(prefix);
-  const commander = new IoRedisCommander(process.env.REDIS_URL ?? "redis://127.0.0.1:6379");
+  const commander = new IoRedisCommander(REDIS_URL);
   closers.push(() => commander.close());
   const jobs = new JobQueue(commander, { prefix, leaseMs, ...(maxPending ? { maxPending } : {}) });
-  const store = createRedisTransferQueue({ prefix });
+  const store = createRedisTransferQueue({ url: REDIS_URL, prefix });
   closers.push(() => store.close());
   return { prefix, jobs, store, commander };
 }
