@@ -53,7 +53,10 @@ local function maybe_complete(uid)
   table.sort(members, key_order)
   local stream = KEYS[3]
   if g[4] == 'val' then stream = KEYS[4] end
-  local id = redis.call('XADD', stream, '*', 'uid', uid, 'n', g[1], 'failed', g[5] or '0', 'keys', cjson.encode(members))
+  -- cjson encodes an empty table as {}: a group whose sessions emitted nothing holds keys [].
+  local keys = '[]'
+  if #members > 0 then keys = cjson.encode(members) end
+  local id = redis.call('XADD', stream, '*', 'uid', uid, 'n', g[1], 'failed', g[5] or '0', 'keys', keys)
   redis.call('HSET', KEYS[1], 'enqueued', '1', 'delivery_id', id)
   return 1
 end

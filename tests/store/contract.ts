@@ -146,6 +146,18 @@ export function transferQueueContract(name: string, target: ContractTarget, pref
       expect(await q.sessionRecords("mix", 0)).toEqual([out(0, 0), out(0, 1), out(0, 2)]);
     });
 
+    test("a group whose sessions emitted nothing completes and is delivered once, with no records", async () => {
+      const q = open();
+      await q.expectGroup("none", 2);
+      expect(await q.finishSession("none", 1, 0)).toBe(true);
+      expect(await q.readCompleteGroups({ consumer: "c", max: 5 })).toEqual([]);
+      expect(await q.finishSession("none", 0, 0)).toBe(true);
+      expect(await q.groupStatus("none")).toEqual({ uid: "none", partition: "train", expected: 2, finished: 2, records: 0, failed: 0, complete: true, fingerprint: null });
+      const got = await q.readCompleteGroups({ consumer: "c", max: 5 });
+      expect(got.map((g) => [g.uid, g.failed, g.records])).toEqual([["none", 0, []]]);
+      expect(await q.readCompleteGroups({ consumer: "c", max: 5 })).toEqual([]);
+    });
+
     test("a write contradicting a session's output count is a ConflictError and stores nothing", async () => {
       const q = open();
       await q.expectGroup("cx", 2);
