@@ -1,6 +1,6 @@
 import { ConflictError, StoreError } from "../errors.ts";
 import { parseTrajectoryKey, type TrajectoryRecord } from "../schema/index.ts";
-import { decodeRecord, encodeRecord, failedRecord, validateRecord, type EncodedRecord } from "./record-codec.ts";
+import { decodeRecord, encodeRecord, failedRecord, validateAndEncode, type EncodedRecord, type RecordHead } from "./record-codec.ts";
 import {
   checkFingerprint,
   checkGroupSize,
@@ -100,7 +100,8 @@ export class MemoryTransferQueue implements TransferQueue {
 
   async put(record: TrajectoryRecord, opts: PutOptions = {}): Promise<PutResult> {
     this.assertOpen();
-    return this.store(validateRecord(record), opts.last === false ? "more" : "last");
+    const { head, encoded } = validateAndEncode(record);
+    return this.store(head, encoded, opts.last === false ? "more" : "last");
   }
 
   async markFailed(key: string, reason: string, fields?: Partial<TrajectoryRecord>): Promise<PutResult> {
@@ -117,7 +118,8 @@ export class MemoryTransferQueue implements TransferQueue {
       }
       return { key, stored: false };
     }
-    return this.store(failedRecord(key, reason, fields), "fail");
+    const rec = failedRecord(key, reason, fields);
+    return this.store(rec, encodeRecord(rec), "fail");
   }
 
   async finishSession(uid: string, session_id: number, outputs: number): Promise<boolean> {
@@ -233,7 +235,7 @@ export class MemoryTransferQueue implements TransferQueue {
    * `last` declares the session's output count (`output_index + 1`), `more`
    * leaves it open, `fail` (markFailed) finishes it with what it has stored.
    */
-  private store(rec: TrajectoryRecord, mode: "last" | "more" | "fail"): PutResult {
+  private store(rec: RecordHead, encoded: EncodedRecord, mode: "last" | "more" | "fail"): PutResult {
     if (this.records.has(rec.key)) return { key: rec.key, stored: false };
     const g = this.group(rec.uid);
     const s = this.session(g, rec.session_id);
@@ -244,7 +246,7 @@ export class MemoryTransferQueue implements TransferQueue {
     if (mode === "last" && s.stored > rec.output_index) {
       throw sessionConflict(rec.uid, rec.session_id, `has ${s.stored} outputs stored; output ${rec.output_index} cannot be its last`);
     }
-    this.records.set(rec.key, encodeRecord(rec));
+    this.records.set(rec.key, encoded);
     g.members.add(rec.key);
     g.records++;
     if (rec.error !== null) g.failed++;

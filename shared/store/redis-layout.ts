@@ -8,6 +8,7 @@ import type { Partition } from "./types.ts";
  *   `enqueued`, `delivery_id`, and per session `s:{sid}` (outputs stored) and `t:{sid}` (outputs in all, once known).
  * - `{p}group:{uid}:keys` SET — keys written for the group.
  * - `{p}groups:{partition}` STREAM — one entry per complete group, read with a consumer group.
+ * - `{p}stage:{key}:{nonce}` HASH — a put's record before PUT_LUA renames it to `{p}traj:{key}` (expires after 60 s if orphaned).
  */
 export class RedisLayout {
   constructor(readonly prefix: string) {}
@@ -19,6 +20,10 @@ export class RedisLayout {
   }
   members(uid: string): string {
     return `${this.prefix}group:${uid}:keys`;
+  }
+  /** A put's staging hash (one per attempt, expiring): the record is written here, then renamed into place by PUT_LUA. */
+  stage(key: string, nonce: string): string {
+    return `${this.prefix}stage:${key}:${nonce}`;
   }
   stream(partition: Partition): string {
     return `${this.prefix}groups:${partition}`;
@@ -68,28 +73,44 @@ end
 
 /**
  * Put-once with session accounting: KEYS = group, members, train stream, val
- * stream, record hash; ARGV = uid, key, session_id, output_index, mode
- * (`l` the session's last output, `m` more follow, `f` markFailed), failed
- * ("0"/"1"), then HSET field/value pairs. The group hash keeps, per session,
- * `s:{sid}` (outputs stored) and `t:{sid}` (outputs in all, known once the
- * last one or a finish arrived); the session finishes when they are equal.
- * Returns 0 when the key already existed (nothing written; `f` on a stored
- * key of an unfinished session still finishes it with what it stored), 1
- * when stored, 2 when stored and the group became complete; replies
- * `CONFLICT finished <t>` for an output past a finished session's last,
- * `CONFLICT stored <s>` for a last output below outputs already stored.
- * The existence check, the record, the counters and the enqueue happen in
- * one atomic script: a crash leaves either all of them or none.
+ * stream, record hash, and optionally a staging hash; ARGV = uid, key,
+ * session_id, output_index, mode (`l` the session's last output, `m` more
+ * follow, `f` markFailed), failed ("0"/"1"), then — without a staging key —
+ * the record's HSET field/value pairs.
+ *
+ * With a staging key (the fast path: the client pipelines `HSET <stage>
+ * <fields…>`, `PEXPIRE <stage> 60000` and this script in one round trip),
+ * the record's bytes never pass through Lua: the script RENAMEs the staged
+ * hash into place (O(1), the stored bytes are those HSET wrote) and PERSISTs
+ * it, or DELetes it when nothing is to be written. A staging key that is
+ * gone (expired, lost) replies `STAGE lost` before anything is written.
+ *
+ * The group hash keeps, per session, `s:{sid}` (outputs stored) and `t:{sid}`
+ * (outputs in all, known once the last one or a finish arrived); the session
+ * finishes when they are equal. Returns 0 when the key already existed
+ * (nothing written; `f` on a stored key of an unfinished session still
+ * finishes it with what it stored), 1 when stored, 2 when stored and the
+ * group became complete; replies `CONFLICT finished <t>` for an output past a
+ * finished session's last, `CONFLICT stored <s>` for a last output below
+ * outputs already stored. The existence check, the record, the counters and
+ * the enqueue happen in one atomic script: a crash leaves either all of them
+ * or none (at most an unreferenced staging hash, which expires).
  * @see https://redis.io/docs/latest/develop/interact/programmability/eval-intro/
+ * @see https://redis.io/docs/latest/commands/rename/
  */
 export const PUT_LUA = `${COMPLETE_LUA}
+local staged = KEYS[6]
+local function drop()
+  if staged then redis.call('DEL', staged) end
+end
 local sf, tf = 's:' .. ARGV[3], 't:' .. ARGV[3]
 local idx, mode = tonumber(ARGV[4]), ARGV[5]
-local g = redis.call('HMGET', KEYS[1], sf, tf, 'records', 'failed')
+local g = redis.call('HMGET', KEYS[1], sf, tf, 'records', 'failed', 'finished', 'expected', 'enqueued', 'partition')
 local stored = tonumber(g[1] or '0')
 local total = false
 if g[2] then total = tonumber(g[2]) end
 if redis.call('EXISTS', KEYS[5]) == 1 then
+  drop()
   if mode == 'f' and not total then
     redis.call('HSET', KEYS[1], tf, stored)
     finish(ARGV[1])
@@ -97,11 +118,18 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
   return 0
 end
 if total then
-  if mode == 'f' then return 0 end
-  if idx >= total then return redis.error_reply('CONFLICT finished ' .. total) end
+  if mode == 'f' then drop() return 0 end
+  if idx >= total then drop() return redis.error_reply('CONFLICT finished ' .. total) end
 end
-if mode == 'l' and stored > idx then return redis.error_reply('CONFLICT stored ' .. stored) end
-redis.call('HSET', KEYS[5], unpack(ARGV, 7))
+if mode == 'l' and stored > idx then drop() return redis.error_reply('CONFLICT stored ' .. stored) end
+if staged then
+  -- RENAME is the first write: a staging hash that is gone stops the script before anything changed.
+  local moved = redis.pcall('RENAME', staged, KEYS[5])
+  if type(moved) == 'table' and moved.err then return redis.error_reply('STAGE lost') end
+  redis.call('PERSIST', KEYS[5])
+else
+  redis.call('HSET', KEYS[5], unpack(ARGV, 7))
+end
 redis.call('SADD', KEYS[2], ARGV[2])
 stored = stored + 1
 if not total then
@@ -109,13 +137,32 @@ if not total then
 end
 local failed = tonumber(g[4] or '0')
 if ARGV[6] == '1' then failed = failed + 1 end
+local set = {sf, stored, 'records', tonumber(g[3] or '0') + 1, 'failed', failed}
 if total then
-  redis.call('HSET', KEYS[1], sf, stored, tf, total, 'records', tonumber(g[3] or '0') + 1, 'failed', failed)
-else
-  redis.call('HSET', KEYS[1], sf, stored, 'records', tonumber(g[3] or '0') + 1, 'failed', failed)
+  set[#set + 1] = tf
+  set[#set + 1] = total
 end
-if stored == total then return 1 + finish(ARGV[1]) end
-return 1
+local out = 1
+if stored == total then
+  -- The session finished: count it, and enqueue the group if this was its last session (as finish() does, without re-reading).
+  local finished = tonumber(g[5] or '0') + 1
+  set[#set + 1] = 'finished'
+  set[#set + 1] = finished
+  if g[6] and g[7] ~= '1' and finished >= tonumber(g[6]) then
+    local members = redis.call('SMEMBERS', KEYS[2])
+    table.sort(members, key_order)
+    local stream = KEYS[3]
+    if g[8] == 'val' then stream = KEYS[4] end
+    local id = redis.call('XADD', stream, '*', 'uid', ARGV[1], 'n', g[6], 'failed', failed, 'keys', cjson.encode(members))
+    set[#set + 1] = 'enqueued'
+    set[#set + 1] = '1'
+    set[#set + 1] = 'delivery_id'
+    set[#set + 1] = id
+    out = 2
+  end
+end
+redis.call('HSET', KEYS[1], unpack(set))
+return out
 `;
 
 /**

@@ -11,6 +11,8 @@ export interface ContractTarget {
   sharesState: boolean;
   /** The raw stored hash of `key` under `prefix` (Redis adapters), for byte-level checks. */
   rawRecord?(prefix: string, key: string): Promise<Record<string, string>>;
+  /** Every Redis key under `prefix` with its TTL in ms (-1 = none) (Redis adapters). */
+  rawKeys?(prefix: string): Promise<Record<string, number>>;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -156,6 +158,19 @@ export function transferQueueContract(name: string, target: ContractTarget, pref
       const got = await q.readCompleteGroups({ consumer: "c", max: 5 });
       expect(got.map((g) => [g.uid, g.failed, g.records])).toEqual([["none", 0, []]]);
       expect(await q.readCompleteGroups({ consumer: "c", max: 5 })).toEqual([]);
+    });
+
+    test.skipIf(!target.rawKeys)("puts leave no staging hash behind; stored records never expire", async () => {
+      const q = open();
+      await q.expectGroup("st", 2);
+      await q.put(makeRecord("st", 0));
+      await q.put(makeRecord("st", 0));
+      await rejects(q.put(makeRecord("st", 0, { key: "st_0_1", output_index: 1 })));
+      await q.put(makeRecord("st", 1, { key: "st_1_1", output_index: 1 }), { last: false });
+      await q.markFailed("st_1_0", "x");
+      const keys = await target.rawKeys!(prefix);
+      expect(Object.keys(keys).map((k) => k.slice(prefix.length)).sort()).toEqual(["group:st", "group:st:keys", "groups:train", "traj:st_0_0", "traj:st_1_0", "traj:st_1_1"]);
+      expect(Object.values(keys)).toEqual([-1, -1, -1, -1, -1, -1]);
     });
 
     test("a write contradicting a session's output count is a ConflictError and stores nothing", async () => {
