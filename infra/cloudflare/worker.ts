@@ -21,6 +21,7 @@ import type { ExecutionContext } from "./cf-types.ts";
 import { workerRuntime, type Env } from "./env.ts";
 
 export { TrajectorySessionObject } from "./session-object.ts";
+export { registerWorkerAgentLoop } from "./env.ts";
 
 const app = new Hono<{ Bindings: Env }>();
 app.onError((err, c) => errorResponse(err, c));
