@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { buildRuntime, type Runtime } from "../../infra/cli/runtime.ts";
+import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue.ts";
 import { formatSummary } from "../../infra/cli/summary.ts";
 import { JobWorker } from "../../shared/jobs/job-worker.ts";
 import { RolloutRequest } from "../../shared/rollout/batch.ts";
@@ -82,6 +83,30 @@ async function runtime(prefix: string, log: string[] | null, jobs: "inline" | "q
 }
 
 describe.skipIf(!redis)("E1: a loop with several outputs per session (Redis, durable sessions)", () => {
+  test("the fixture's command: `edgeloop rollout` with the custom loop, n = 2, Redis, concurrency 1", async () => {
+    const prefix = randomPrefix("e1-cli");
+    prefixes.push(prefix);
+    writeFileSync(join(dir, "e1.jsonl"), JSON.stringify(E1_ROW) + "\n");
+    const p = Bun.spawnSync(
+      ["node", join(ROOT, "bin", "edgeloop.mjs"), "rollout", "--data", "e1.jsonl", "--config", CONFIG, "--n", "2", "--store", REDIS_URL, "--store-prefix", prefix, "--concurrency", "1", "--out", "e1-out.jsonl", "--no-progress"],
+      { cwd: dir, stdout: "pipe", stderr: "pipe", env: { ...process.env, NO_COLOR: "1" } },
+    );
+    const stdout = p.stdout.toString();
+    if (p.exitCode !== 0) throw new Error(`rollout exited ${p.exitCode}: ${p.stderr.toString()}`);
+    const s = summaryLines(stdout);
+    // Main printed `trajectories 2 / ok 4`: sessions and records are now counted apart.
+    expect([s["sessions (trajectories)"], s["finished"], s["records"], s["ok"], s["failed"]]).toEqual(["2", "2", "4", "4", "0"]);
+    expect(p.stderr.toString()).toContain("wrote 4 records to e1-out.jsonl");
+    const q = createRedisTransferQueue({ url: REDIS_URL, prefix });
+    try {
+      expect(await q.groupStatus("multi0")).toMatchObject({ expected: 2, finished: 2, records: 4, failed: 0, complete: true });
+      const groups = await q.readCompleteGroups({ consumer: "trainer", max: 10 });
+      expect(groups.map((g) => [g.uid, g.records.map((r) => r.key)])).toEqual([["multi0", ["multi0_0_0", "multi0_0_1", "multi0_1_0", "multi0_1_1"]]]);
+    } finally {
+      await q.close();
+    }
+  }, 60_000);
+
   test("n = 2, two outputs each: one group multi0 with four records, delivered only after session 1 finished", async () => {
     const prefix = randomPrefix("e1");
     prefixes.push(prefix);
