@@ -110,7 +110,7 @@ export async function rolloutCommand(flags: RolloutFlags): Promise<void> {
     process.stdout.write(formatSummary(stats, wall) + "\n");
     if (flags.out) log(`wrote ${written} records to ${flags.out}`);
     if (stats.counts.total > 0 && stats.counts.ok === 0 && stats.counts.failed > 0) {
-      log(`edgeloop: no trajectory succeeded (${stats.counts.failed} of ${stats.counts.records} records failed); see the errors above`);
+      log(`edgeloop: no trajectory succeeded (${stats.counts.failed} of ${stats.counts.total} failed); see the errors above`);
       process.exitCode = 1;
     }
   } finally {
