@@ -1,4 +1,5 @@
 import { defaultAgentLoopRegistry } from "../../shared/agent-loop/index.ts";
+import type { AgentLoopExport } from "../../shared/agent-loop/registry.ts";
 import { parseAppConfig, type AppConfig } from "../../shared/config/app-config.ts";
 import { ConfigError } from "../../shared/errors.ts";
 import { createEngineClient } from "../../shared/inference/create-engine-client.ts";
@@ -41,6 +42,21 @@ export interface WorkerRuntime {
 }
 
 let cached: { env: Env; rt: Promise<WorkerRuntime> } | undefined;
+const extraLoops = new Map<string, AgentLoopExport>();
+
+/**
+ * Registers a custom agent loop (a class extending `AgentLoop`, or a
+ * factory) under `name` in the registry of every runtime this isolate
+ * builds: how a Worker adds loops, having no file system for
+ * `agent.agent_loop_config_path`. Call it at the top level of your own
+ * Worker entry, which re-exports this one (`export default` and
+ * `TrajectorySessionObject`), so the Worker and its Durable Objects both see
+ * it. A name equal to a built-in replaces it (as verl's registry does).
+ */
+export function registerWorkerAgentLoop(name: string, loop: AgentLoopExport): void {
+  extraLoops.set(name, loop);
+  cached = undefined;
+}
 
 /**
  * The isolate's runtime for `env` (built on first use, then cached): the
@@ -73,8 +89,10 @@ async function build(env: Env): Promise<WorkerRuntime> {
   });
   const tools = env.EDGELOOP_TOOLS ? new WebhookToolClient(parseToolsFile(env.EDGELOOP_TOOLS, { source: "EDGELOOP_TOOLS" }).tools, { secret: secret ?? undefined }) : undefined;
   const queue = createUpstashTransferQueue({ url: env.UPSTASH_REDIS_REST_URL, token: env.UPSTASH_REDIS_REST_TOKEN, prefix: env.EDGELOOP_STORE_PREFIX ?? config.store.prefix });
+  const registry = defaultAgentLoopRegistry();
+  for (const [name, loop] of extraLoops) registry.register(name, loop);
   const deps: ExecutorDeps = {
-    registry: defaultAgentLoopRegistry(),
+    registry,
     tokenizer,
     client,
     ...(config.rollout.max_model_len ? { maxModelLen: config.rollout.max_model_len } : {}),

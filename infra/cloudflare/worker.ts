@@ -14,12 +14,14 @@ import { errorResponse } from "../../functions/rollouts.ts";
 import { mergeConfig, parseAppConfig } from "../../shared/config/app-config.ts";
 import { ConfigError, inputErrorFromZod } from "../../shared/errors.ts";
 import { planBatch, RolloutRequest } from "../../shared/rollout/batch.ts";
+import { planFingerprints } from "../../shared/rollout/group-fingerprint.ts";
 import { samplingParamsFor } from "../../shared/rollout/executor.ts";
 import type { SessionInputArg } from "../../shared/session/checkpoint.ts";
 import type { ExecutionContext } from "./cf-types.ts";
 import { workerRuntime, type Env } from "./env.ts";
 
 export { TrajectorySessionObject } from "./session-object.ts";
+export { registerWorkerAgentLoop } from "./env.ts";
 
 const app = new Hono<{ Bindings: Env }>();
 app.onError((err, c) => errorResponse(err, c));
@@ -39,7 +41,8 @@ app.post("/v1/rollouts", async (c) => {
   const cfg = req.config ? parseAppConfig(mergeConfig(rt.config, req.config), "request config") : rt.config;
   const plan = planBatch(req, cfg.rollout, cfg.max_batch_trajectories);
   const mode = plan.validate ? "val" : "train";
-  for (const [uid, n] of plan.groups) await rt.queue.expectGroup(uid, n, mode);
+  const fps = await planFingerprints(plan);
+  for (const [uid, n] of plan.groups) await rt.queue.expectGroup(uid, n, mode, fps.get(uid)?.fingerprint);
   const start = async (i: number) => {
     const t = plan.trajectories[i]!;
     if (t.row_error || !t.row) {

@@ -1,4 +1,5 @@
 import type { BatchRun } from "../rollout/batch-run.ts";
+import { parseTrajectoryKey } from "../schema/index.ts";
 import type { TransferQueue } from "../store/types.ts";
 import type { JobQueue } from "./job-queue.ts";
 
@@ -31,8 +32,9 @@ export interface BatchFollower {
 /**
  * Feeds a batch whose trajectories run in worker processes: polls the
  * batch's completion stream (`XRANGE` after the last id seen — works over
- * Upstash REST too), reads each new key's record from the transfer queue and
- * hands it to {@link BatchRun.observe}, until every key is counted or the
+ * Upstash REST too; one event per finished session, keyed `{uid}_{sid}_0`),
+ * reads each new session's records (0…k) from the transfer queue and hands
+ * them to {@link BatchRun.observeSession}, until every session is counted or the
  * returned `stop` is called. Duplicate events (a worker that died between
  * writing the event and acknowledging its job) are ignored by `observe`.
  * Runtime-free (timers only).
@@ -56,8 +58,13 @@ export function followBatch(run: BatchRun, jobs: JobQueue, store: TransferQueue,
         if (events.length) after = events[events.length - 1]!.id;
         const keys = [...retry, ...events.map((e) => e.key)].filter((k) => k && !run.observedKeys().has(k));
         retry.clear();
-        const records = await Promise.all(keys.map((k) => store.get(k)));
-        records.forEach((r, i) => (r ? run.observe(r) : retry.add(keys[i]!)));
+        const sessions = await Promise.all(
+          keys.map((k) => {
+            const { uid, session_id } = parseTrajectoryKey(k);
+            return store.sessionRecords(uid, session_id);
+          }),
+        );
+        sessions.forEach((recs, i) => (recs ? run.observeSession(keys[i]!, recs) : retry.add(keys[i]!)));
         if (opts.started && Date.now() - lastStartedCheck > 1000 && !run.stats().done) {
           lastStartedCheck = Date.now();
           const open = allKeys.filter((k) => !run.observedKeys().has(k)).slice(0, 10_000);

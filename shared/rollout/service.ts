@@ -7,6 +7,7 @@ import { MemoryPolicyVersions, type PolicyVersions } from "./policy-version.ts";
 import type { BatchSpec, JobQueue, QueueStats } from "../jobs/job-queue.ts";
 import { failedRecord, planBatch, type BatchPlan, type PlannedTrajectory, type RolloutRequest } from "./batch.ts";
 import { BatchRun, type TrajectoryExecutor } from "./batch-run.ts";
+import { planFingerprints } from "./group-fingerprint.ts";
 
 /** Builds the executor for a batch's effective rollout config (per-batch overrides applied). */
 export type ExecutorFactory = (rollout: RolloutConfig, batch: { model_version: string | number | null; validate: boolean }) => TrajectoryExecutor;
@@ -88,20 +89,30 @@ export class RolloutService {
   async accept(req: RolloutRequest): Promise<AcceptedBatch> {
     if (this.jobs) return this.enqueue(req);
     const cfg = this.effectiveConfig(req);
-    const plan = planBatch(req, cfg.rollout, cfg.max_batch_trajectories);
+    const plan = await this.fingerprinted(planBatch(req, cfg.rollout, cfg.max_batch_trajectories));
     const reuse = await this.checkGroups(plan);
-    return { ...this.start(plan, cfg, req), ...reuse };
+    return { ...this.start(plan, cfg, req, new Set(reuse.reused_uids)), ...reuse };
+  }
+
+  /** The plan with every valid row's prompt-group fingerprint (stored with its group; DESIGN §6). */
+  private async fingerprinted(plan: BatchPlan): Promise<BatchPlan> {
+    const fps = await planFingerprints(plan);
+    plan.fingerprints = new Map([...fps].map(([uid, f]) => [uid, f.fingerprint]));
+    return plan;
   }
 
   /**
    * Reads every group of `plan` from the store and refuses the batch (409,
-   * nothing written) when one is registered with another n or partition;
-   * returns the uids whose group already exists, and those already complete.
-   * @throws ConflictError (409, field `rows`) naming the uid; StoreError (503).
+   * nothing written) when one is registered with another n or partition, or
+   * with another prompt (its fingerprint differs: a uid names one prompt
+   * group); returns the uids whose group already exists, and those already complete.
+   * @throws ConflictError (409, field `rows`, or `rows[i].uid` for another prompt) naming the uid; StoreError (503).
    */
   private async checkGroups(plan: BatchPlan): Promise<{ reused_uids: string[]; complete_uids: string[] }> {
     const mode = plan.validate ? "val" : "train";
     const groups = [...plan.groups];
+    const rowOf = new Map<string, number>();
+    for (const t of plan.trajectories) if (!rowOf.has(t.uid)) rowOf.set(t.uid, t.row_index);
     const reused: string[] = [];
     const complete: string[] = [];
     for (let i = 0; i < groups.length; i += 256) {
@@ -112,6 +123,11 @@ export class RolloutService {
         if (st.expected === null) return;
         if (st.expected !== n || st.partition !== mode) {
           throw new ConflictError(`group ${uid} is registered with n=${st.expected} in ${st.partition}, not n=${n} in ${mode}: a uid names one group; use a new uid for new samples`, { field: "rows" });
+        }
+        const fp = plan.fingerprints?.get(uid);
+        if (fp && st.fingerprint && fp !== st.fingerprint) {
+          const i = rowOf.get(uid)!;
+          throw new ConflictError(`rows[${i}].uid: group ${uid} was registered with another prompt: a uid names one prompt group; use a new uid for new samples`, { field: `rows[${i}].uid` });
         }
         reused.push(uid);
         if (st.complete) complete.push(uid);
@@ -132,12 +148,20 @@ export class RolloutService {
     const jobs = this.jobs;
     if (!jobs) throw new ConfigError("jobs", "queue mode needs a job queue (a Redis or Upstash store)");
     const cfg = this.effectiveConfig(req);
-    const plan = planBatch(req, cfg.rollout, cfg.max_batch_trajectories);
-    const runnable = plan.trajectories.filter((t) => !t.row_error);
-    await jobs.reserve(runnable.length);
+    const plan = await this.fingerprinted(planBatch(req, cfg.rollout, cfg.max_batch_trajectories));
+    await jobs.reserve(plan.trajectories.filter((t) => !t.row_error).length);
     const reuse = await this.checkGroups(plan);
     const mode = plan.validate ? "val" : "train";
-    for (const [uid, n] of plan.groups) await this.store.expectGroup(uid, n, mode);
+    for (const [uid, n] of plan.groups) await this.store.expectGroup(uid, n, mode, plan.fingerprints?.get(uid));
+    // Sessions of re-posted uids that already finished are handed back as stored, not run (or counted) again.
+    const reusedSet = new Set(reuse.reused_uids);
+    const handedBack = new Map<string, TrajectoryRecord[]>();
+    for (const t of plan.trajectories) {
+      if (!reusedSet.has(t.uid)) continue;
+      const recs = await this.store.sessionRecords(t.uid, t.session_id);
+      if (recs) handedBack.set(t.key, recs);
+    }
+    const runnable = plan.trajectories.filter((t) => !t.row_error && !handedBack.has(t.key));
     const spec: BatchSpec = {
       batch_id: plan.batch_id,
       validate: plan.validate,
@@ -150,7 +174,12 @@ export class RolloutService {
     const keys = plan.trajectories.map((t) => t.key);
     await jobs.submit(spec, keys, runnable);
     const run = this.follow(plan, spec.started_at);
-    for (const t of plan.trajectories.filter((x) => x.row_error)) {
+    for (const [key, recs] of handedBack) {
+      run.observeSession(key, recs, { handedBack: true });
+      // The completion event lets a batch rebuilt in another process count the session as finished.
+      await jobs.completed(plan.batch_id, key);
+    }
+    for (const t of plan.trajectories.filter((x) => x.row_error && !handedBack.has(x.key))) {
       const rec = failedRecord(t, t.row ? (t.row.agent_name ?? cfg.rollout.agent.default_agent_loop) : "unknown", t.row_error!);
       await this.store.markFailed(rec.key, rec.error!, { agent_name: rec.agent_name, data_source: rec.data_source, extra_fields: rec.extra_fields });
       await jobs.completed(plan.batch_id, t.key);
@@ -241,7 +270,7 @@ export class RolloutService {
     return this.start(planBatch(req, cfg.rollout, cfg.max_batch_trajectories), cfg, req);
   }
 
-  private start(plan: BatchPlan, cfg: AppConfig, req: RolloutRequest): { batch_id: string; keys: string[]; run: BatchRun } {
+  private start(plan: BatchPlan, cfg: AppConfig, req: RolloutRequest, reusedUids?: ReadonlySet<string>): { batch_id: string; keys: string[]; run: BatchRun } {
     const executor = this.opts.executorFor(cfg.rollout, { model_version: req.model_version, validate: req.validate });
     const run = new BatchRun(plan, {
       executor,
@@ -249,6 +278,7 @@ export class RolloutService {
       rollout: cfg.rollout,
       concurrency: cfg.concurrency,
       onRecord: this.opts.onRecord,
+      ...(reusedUids?.size ? { reusedUids } : {}),
     });
     this.remember(plan.batch_id, run);
     void run.run().catch(() => {});

@@ -69,7 +69,7 @@ describe("edgeloop rollout (the README's first command)", () => {
     const s = summary(first.stdout);
     const sampled = records.reduce((n, r) => n + r.response_mask.filter((m) => m === 1).length, 0);
     const response = records.reduce((n, r) => n + r.response_ids.length, 0);
-    expect(s["trajectories"]).toBe("240");
+    expect([s["sessions (trajectories)"], s["finished"], s["records"]]).toEqual(["240", "240", "240"]);
     expect(s["ok"]).toBe(String(records.filter((r) => !r.error).length));
     expect(s["failed"]).toBe("0");
     expect(s["truncated"]).toBe(String(records.filter((r) => r.truncated).length));
@@ -117,7 +117,7 @@ describe("edgeloop rollout (the README's first command)", () => {
           expect(JSON.stringify(stored)).toBe(lines[i]!);
         }
         const st = await q.groupStatus(records[0]!.uid);
-        expect(st).toMatchObject({ expected: 2, done: 2, failed: 0, complete: true });
+        expect(st).toMatchObject({ expected: 2, finished: 2, records: 2, failed: 0, complete: true });
       } finally {
         await q.close();
       }

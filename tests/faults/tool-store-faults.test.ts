@@ -143,9 +143,9 @@ describe.skipIf(!redis)("store faults", () => {
     expect(storeFlaky.failed).toBe(2);
     expect(summary).toMatchObject({ completed: 2, failed: 0, exit: "idle" });
     await run.run();
-    expect(run.stats().counts).toEqual({ total: 2, pending: 0, running: 0, ok: 2, failed: 0, truncated: 0 });
+    expect(run.stats().counts).toEqual({ total: 2, pending: 0, running: 0, finished: 2, reused: 0, records: 2, ok: 2, failed: 0, truncated: 0 });
     for (const k of keys) expect((await store.get(k))!.response_ids).toEqual([3]);
-    expect(await store.groupStatus("flaky")).toMatchObject({ expected: 2, done: 2, complete: true });
+    expect(await store.groupStatus("flaky")).toMatchObject({ expected: 2, finished: 2, records: 2, complete: true });
     expect(await jobs.stats()).toMatchObject({ depth: 0, in_flight: 0 });
   }, 20_000);
 

@@ -41,6 +41,8 @@ function countingStore(inner: TransferQueue): { store: TransferQueue; writes: ()
       expectGroup: w(inner.expectGroup.bind(inner)),
       put: w(inner.put.bind(inner)),
       markFailed: w(inner.markFailed.bind(inner)),
+      finishSession: w(inner.finishSession.bind(inner)),
+      sessionRecords: inner.sessionRecords.bind(inner),
       ack: w(inner.ack.bind(inner)),
       get: inner.get.bind(inner),
       groupStatus: inner.groupStatus.bind(inner),

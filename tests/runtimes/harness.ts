@@ -64,7 +64,7 @@ export async function awaitRecords(prefix: string, uids: string[], n: number, ti
     for (;;) {
       const st = await Promise.all(uids.map((u) => q.groupStatus(u)));
       if (st.every((s) => s.complete)) break;
-      if (Date.now() > end) throw new Error(`groups incomplete after ${timeoutMs} ms: ${JSON.stringify(st.map((s) => [s.uid, s.done]))}`);
+      if (Date.now() > end) throw new Error(`groups incomplete after ${timeoutMs} ms: ${JSON.stringify(st.map((s) => [s.uid, s.finished, s.records]))}`);
       await Bun.sleep(100);
     }
     const out = new Map<string, TrajectoryRecord>();
