@@ -138,7 +138,7 @@ describe("round_robin and the pool", () => {
     expect(pool.acquire("k", new Set(URLS.slice(0, 2)))).toBeUndefined();
     pool.release(URLS[1]);
     pool.release(URLS[1], true);
-    expect(pool.status()[1]).toEqual({ url: URLS[1], healthy: false, inflight: 0, served: 0, failures: 1 });
+    expect(pool.status()[1]).toMatchObject({ url: URLS[1], healthy: false, state: "unhealthy", inflight: 0, served: 0, failures: 1, failures_by_kind: { http_5xx: 1 } });
     expect(() => createRoutingPolicy("random" as never)).toThrow("unknown routing policy");
   });
 });

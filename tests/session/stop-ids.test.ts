@@ -107,7 +107,7 @@ describe("E4 on the durable-session path, resumed after every commit", () => {
       const { out, crashed } = await runWithCrash(input(`e4s${k}`, "What is 2+2?", "4"), k);
       if (crashed) crashes++;
       expect(out.response_ids).toEqual([...E4_TURN1, ...obs, ...answer]);
-      expect(out.response_mask).toEqual([...E4_TURN1.map(() => 1), ...obs.map(() => 0), ...answer.map(() => 1)]);
+      expect(out.response_mask as number[]).toEqual([...E4_TURN1.map(() => 1), ...obs.map(() => 0), ...answer.map(() => 1)]);
       expect(out.response_logprobs![20]).not.toBe(0);
       expect(out.reward_score).toBe(1);
       expect(out.num_turns).toBe(4);
