@@ -328,7 +328,15 @@ async function buildEngine(
   }
   const sim = await startSimEngine({ replicas: e.replicas, script, tokenizer, maxModelLen: config.rollout.max_model_len ?? undefined });
   closers.push(() => sim.stop());
-  const gateway = createGatewayApp({ replicas: sim.urls, policy: "least_inflight_sticky" });
+  const g = config.gateway;
+  const gateway = createGatewayApp({
+    replicas: sim.urls,
+    policy: "least_inflight_sticky",
+    ...(g.attempt_timeout_ms ? { attemptTimeoutMs: g.attempt_timeout_ms } : {}),
+    ejectAfter: g.eject_after,
+    cooldownMs: g.cooldown_ms,
+    maxAttempts: g.max_attempts,
+  });
   describe.push(`engine     simulated, ${e.replicas} replicas on loopback behind the gateway (script ${scriptPath})`);
   return createEngineClient({ url: "http://gateway.local", format: e.format, timeoutMs: e.timeout_ms, retry: { retries: 3 }, fetch: (input, init) => gateway.fetch(new Request(input, init)) });
 }
