@@ -7,8 +7,8 @@ import { startSimEngine, type RunningSimEngine } from "../../infra/sim-engine/se
 
 // E8 (edge-cases.md) as a user runs it: `edgeloop gateway --replicas A,B,C`
 // where A accepts TCP connections and never answers (a raw socket server),
-// then `edgeloop rollout` through the gateway with `engine.timeout_ms`
-// (3000 in E8; 1500 here to keep the test short, same shape). The gateway has
+// then `edgeloop rollout` through the gateway with `engine.timeout_ms: 3000`
+// (E8's value: generous, so the healthy replicas never hit it). The gateway has
 // no attempt timeout of its own (its default, as on main): the clients'
 // aborts at their declared deadline are what count against A.
 const ROOT = join(import.meta.dir, "..", "..");
@@ -66,7 +66,7 @@ describe("E8: one of three replicas hangs", () => {
 
     const rows = readFileSync(join(ROOT, "examples", "gsm8k-tool.jsonl"), "utf8").trim().split("\n").slice(0, 24);
     writeFileSync(join(dir, "rows.jsonl"), rows.join("\n") + "\n");
-    writeFileSync(join(dir, "rollout.json"), JSON.stringify({ engine: { url, timeout_ms: 1500 }, rollout: { max_model_len: 8192 } }));
+    writeFileSync(join(dir, "rollout.json"), JSON.stringify({ engine: { url, timeout_ms: 3000 }, rollout: { max_model_len: 8192 } }));
     const p = Bun.spawn([process.execPath, MAIN, "rollout", "--data", "rows.jsonl", "--n", "1", "--config", "rollout.json", "--out", "out.jsonl", "--no-progress"], {
       cwd: dir,
       stdout: "pipe",

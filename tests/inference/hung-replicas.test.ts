@@ -255,11 +255,12 @@ describe("E8: half-open recovery and client aborts", () => {
   });
 
   test("only one probe at a time: concurrent calls after the cool-down send one to a hung A", async () => {
+    // (A generous attempt timeout: B must never hit it on a loaded machine.)
     let now = 0;
     const a = toggleReplica(tok);
     a.mode = "hang";
     cleanups.push(() => a.stop());
-    const { gw, url } = serveGateway([a.url, sim.urls[0]!], { ejectAfter: 1, cooldownMs: 1_000, attemptTimeoutMs: 200, now: () => now });
+    const { gw, url } = serveGateway([a.url, sim.urls[0]!], { ejectAfter: 1, cooldownMs: 1_000, attemptTimeoutMs: 1_000, now: () => now });
     const call = (key: string) =>
       fetch(`${url}/v1/completions`, { method: "POST", body: JSON.stringify({ prompt: promptFor(key, []), max_tokens: 8 }), headers: { "x-session-id": key } }).then(async (r) => {
         await r.arrayBuffer();
