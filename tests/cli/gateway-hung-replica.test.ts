@@ -16,7 +16,7 @@ const MAIN = join(ROOT, "infra", "cli", "main.ts");
 const procs: ReturnType<typeof Bun.spawn>[] = [];
 let dir: string;
 let sim: RunningSimEngine;
-let silent: ReturnType<typeof Bun.listen>;
+let silent: import("bun").TCPSocketListener<undefined>;
 let accepted = 0;
 
 beforeAll(async () => {
