@@ -35,6 +35,7 @@ import { SimEngineClient } from "../sim-engine/sim-engine-client.ts";
 import { startSimEngine } from "../sim-engine/server.ts";
 import { startToolServer } from "../tools/server.ts";
 import { createGatewayApp } from "../../functions/gateway.ts";
+import { DEADLINE_HEADER } from "../../shared/inference/engine-http.ts";
 import { readConfigFile, resolveConfigPaths } from "./files.ts";
 import { overridesFromFlags, type ConfigFlags } from "./flags.ts";
 
@@ -293,7 +294,8 @@ async function probeEngine(url: string, timeoutMs: number): Promise<string | nul
   let reason = "";
   for (const path of ["/v1/models", "/health"]) {
     try {
-      const res = await fetch(url.replace(/\/+$/, "") + path, { signal: AbortSignal.timeout(timeoutMs) });
+      // The deadline is declared so that a gateway counts a replica that stays silent through it.
+      const res = await fetch(url.replace(/\/+$/, "") + path, { headers: { [DEADLINE_HEADER]: String(timeoutMs) }, signal: AbortSignal.timeout(timeoutMs) });
       await res.body?.cancel();
       return null;
     } catch (e) {
@@ -328,7 +330,15 @@ async function buildEngine(
   }
   const sim = await startSimEngine({ replicas: e.replicas, script, tokenizer, maxModelLen: config.rollout.max_model_len ?? undefined });
   closers.push(() => sim.stop());
-  const gateway = createGatewayApp({ replicas: sim.urls, policy: "least_inflight_sticky" });
+  const g = config.gateway;
+  const gateway = createGatewayApp({
+    replicas: sim.urls,
+    policy: "least_inflight_sticky",
+    ...(g.attempt_timeout_ms ? { attemptTimeoutMs: g.attempt_timeout_ms } : {}),
+    ejectAfter: g.eject_after,
+    cooldownMs: g.cooldown_ms,
+    maxAttempts: g.max_attempts,
+  });
   describe.push(`engine     simulated, ${e.replicas} replicas on loopback behind the gateway (script ${scriptPath})`);
   return createEngineClient({ url: "http://gateway.local", format: e.format, timeoutMs: e.timeout_ms, retry: { retries: 3 }, fetch: (input, init) => gateway.fetch(new Request(input, init)) });
 }

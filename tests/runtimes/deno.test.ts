@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue.ts";
 import { REDIS_URL, requireRedis } from "../helpers/redis.ts";
-import { awaitRecords, batchRows, checkRecords, comparableRecord, ROOT, RUNTIME_CONFIG, startServices, type Services } from "./harness.ts";
+import { awaitRecords, batchRows, checkE4Record, checkRecords, comparableRecord, e4Row, ROOT, RUNTIME_CONFIG, startServices, type Services } from "./harness.ts";
 import { bunReference } from "./reference.ts";
 
 // The Deno entry started as `deno task serve` (deno.json), with the deno binary from the npm package,
@@ -121,5 +121,13 @@ describe.skipIf(!redis)("Deno entry (deno task serve)", () => {
     } finally {
       await q.close();
     }
+  }, 60_000);
+
+  test("E4: a turn ended by <|endoftext|> is kept (mask 1) and closed by the observation (<|im_end|>\\n, mask 0), in durable sessions", async () => {
+    const res = await fetch(`${url}/v1/rollouts`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows: [e4Row("dne4")] }) });
+    expect(res.status).toBe(202);
+    const records = await awaitRecords(s.prefix, ["dne4"], 2);
+    expect([...records.keys()]).toEqual(["dne4_0_0", "dne4_1_0"]);
+    for (const r of records.values()) checkE4Record(r);
   }, 60_000);
 });
