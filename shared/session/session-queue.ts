@@ -14,8 +14,9 @@ import type { SessionStorage } from "./session-storage.ts";
 export function sessionCompletingQueue(inner: TransferQueue, storage: SessionStorage, host: SessionHost): TransferQueue {
   const isDone = async (key: string): Promise<boolean> => {
     const s = await storage.get(key);
-    if (!s?.checkpoint) return false;
-    return (JSON.parse(s.checkpoint) as { phase?: unknown }).phase === "done";
+    const last = s?.deltas[s.deltas.length - 1];
+    if (!last) return false;
+    return (JSON.parse(last) as { phase?: unknown }).phase === "done";
   };
   const write = async (key: string, w: () => Promise<PutResult>): Promise<PutResult> => {
     if (await isDone(key)) return { key, stored: false };
