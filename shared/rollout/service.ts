@@ -126,7 +126,8 @@ export class RolloutService {
    * once everything is written (not run). The returned run counts records
    * as workers store them.
    * @throws ConfigError (400); ConflictError (409, nothing written) when a uid's group exists with
-   *   another n or partition; StoreError (503, nothing enqueued) when the queue is full or Redis refuses.
+   *   another n or partition; StoreError (503, nothing enqueued) when the queue is full or Redis refuses;
+   *   StoreError (413, `request_too_large`, nothing written) when a row is larger than one store request.
    */
   async enqueue(req: RolloutRequest): Promise<AcceptedBatch> {
     const jobs = this.jobs;
@@ -134,10 +135,6 @@ export class RolloutService {
     const cfg = this.effectiveConfig(req);
     const plan = planBatch(req, cfg.rollout, cfg.max_batch_trajectories);
     const runnable = plan.trajectories.filter((t) => !t.row_error);
-    await jobs.reserve(runnable.length);
-    const reuse = await this.checkGroups(plan);
-    const mode = plan.validate ? "val" : "train";
-    for (const [uid, n] of plan.groups) await this.store.expectGroup(uid, n, mode);
     const spec: BatchSpec = {
       batch_id: plan.batch_id,
       validate: plan.validate,
@@ -148,7 +145,13 @@ export class RolloutService {
       started_at: Date.now(),
     };
     const keys = plan.trajectories.map((t) => t.key);
-    await jobs.submit(spec, keys, runnable);
+    // Every write is built and checked against the store's request limit first: a batch refused for size writes nothing.
+    const prepared = jobs.prepare(spec, keys, runnable);
+    await jobs.reserve(runnable.length);
+    const reuse = await this.checkGroups(plan);
+    const mode = plan.validate ? "val" : "train";
+    for (const [uid, n] of plan.groups) await this.store.expectGroup(uid, n, mode);
+    await jobs.submitPrepared(prepared);
     const run = this.follow(plan, spec.started_at);
     for (const t of plan.trajectories.filter((x) => x.row_error)) {
       const rec = failedRecord(t, t.row ? (t.row.agent_name ?? cfg.rollout.agent.default_agent_loop) : "unknown", t.row_error!);
