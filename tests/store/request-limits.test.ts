@@ -142,3 +142,41 @@ describe.skipIf(!redis)("E6: serve --store upstash (queue mode) with a 2.8 MB ba
     }
   }, 60_000);
 });
+
+describe.skipIf(!redis)("a batch's rows are stored once", () => {
+  test("a 1 MB prompt with n = 64 stores ~1 MB of rows (one value), 64 small jobs; claimed jobs carry the row", async () => {
+    const { JobQueue } = await import("../../shared/jobs/job-queue.ts");
+    const { planBatch, RolloutRequest } = await import("../../shared/rollout/batch.ts");
+    const { RolloutConfig } = await import("../../shared/schema/index.ts");
+    const p = fresh("limits-rows");
+    const c = new IoRedisCommander(REDIS_URL);
+    try {
+      const jobs = new JobQueue(c, { prefix: p });
+      const row = { uid: "big1", prompt: [{ role: "user", content: "z".repeat(1_000_000) }] };
+      const rollout = RolloutConfig.parse({ n: 64 });
+      const plan = planBatch(RolloutRequest.parse({ rows: [row] }), rollout);
+      const spec = { batch_id: plan.batch_id, validate: false, global_steps: -1, model_version: null, rollout, total: 64, started_at: Date.now() };
+      await jobs.submit(spec, plan.trajectories.map((t) => t.key), plan.trajectories);
+      const rowsBytes = await raw.hstrlen(jobs.rowsKey(plan.batch_id), "0");
+      const entries = (await raw.xrange(`${p}jobs`, "-", "+")) as [string, string[]][];
+      const jobBytes = entries.reduce((n, [, f]) => n + f.join("").length, 0);
+      expect(rowsBytes).toBe(JSON.stringify(plan.trajectories[0]!.row).length);
+      expect(rowsBytes).toBeGreaterThan(1_000_000);
+      expect(entries.length).toBe(64);
+      expect(jobBytes).toBeLessThan(64 * 600);
+      const claimed = await jobs.claim("c1", 64);
+      expect(claimed.length).toBe(64);
+      for (const j of claimed) expect(j.trajectory.row).toEqual(plan.trajectories[0]!.row);
+      expect(claimed.map((j) => j.trajectory.key)).toEqual(plan.trajectories.map((t) => t.key));
+      // Rows gone (the batch expired): the job fails on its own, naming the key.
+      await raw.del(jobs.rowsKey(plan.batch_id));
+      await raw.xadd(`${p}jobs`, "*", "batch", plan.batch_id, "key", "big1_64_0", "r", "1", "t", JSON.stringify({ ...plan.trajectories[0]!, key: "big1_64_0", row: null }));
+      const [orphan] = await jobs.claim("c1", 1);
+      expect(orphan!.trajectory.row).toBeNull();
+      expect(orphan!.trajectory.row_error).toBe(`row 0 of batch ${plan.batch_id} is gone from ${jobs.rowsKey(plan.batch_id)} (expired?)`);
+      expect((await jobs.batch(plan.batch_id))!.keys.length).toBe(64);
+    } finally {
+      await c.close();
+    }
+  });
+});
