@@ -133,7 +133,7 @@ describe("append-only checkpoints", () => {
       // The same row without durable sessions: identical trajectory.
       const { deps: d2 } = await longDeps();
       const loop = sessionLoopFactory(d2)(SessionInputOf(input));
-      const ref = (await loop.run(input.sampling_params, input.kwargs as never)) as AgentLoopOutput;
+      const ref = (await loop.run(input.sampling_params as never, input.kwargs as never)) as AgentLoopOutput;
       expect(comparable(out)).toEqual(comparable(ref));
     }, 60_000);
   }
