@@ -2,7 +2,8 @@ import { StoreError } from "../errors.ts";
 import type { RedisArg, RedisCommander, RedisReply } from "../store/redis-commander.ts";
 import { scriptSha } from "../store/redis-layout.ts";
 import { staleStep, type AppendOptions, type SessionStorage, type StoredSession } from "./session-storage.ts";
-import { fromParts, measureValue, toParts } from "./value-parts.ts";
+import { fromParts, toParts } from "./value-parts.ts";
+import { commandBytes } from "../store/request-size.ts";
 
 /**
  * Fenced append. KEYS[1] the session hash; ARGV: step, ttl, the number of
@@ -131,7 +132,8 @@ export class RedisSessionStorage implements SessionStorage {
     const h = this.hashKey(key);
     const input = opts.input !== undefined ? splitPlain(opts.input, this.maxValueBytes) : [];
     const parts = toParts(delta, this.maxValueBytes);
-    const size = [...input, ...parts].reduce((n, p) => n + measureValue(p, "utf8"), 0);
+    // Measured as a JSON body (escapes included): at least the RESP size, so right for both transports.
+    const size = commandBytes([...input, ...parts], "json");
     let args: string[];
     let staged: string[] = [];
     if (size + 256 <= this.maxCommandBytes) args = [String(step), String(opts.ttlSeconds ?? 0), String(input.length), "v", ...input, ...parts];
