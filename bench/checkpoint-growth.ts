@@ -49,8 +49,9 @@ proto.commit = async function (this: { data?: { builder?: { responseLength: numb
 };
 
 /** Counts the characters of every string handed to a storage write (put/append and friends). */
-function counting<T extends object>(inner: T): { storage: T; bytes: () => number } {
+function counting<T extends object>(inner: T): { storage: T; bytes: () => number; largest: () => number } {
   let n = 0;
+  let largest = 0;
   const storage = new Proxy(inner, {
     get(t, p, r) {
       const v = Reflect.get(t, p, r);
@@ -61,12 +62,14 @@ function counting<T extends object>(inner: T): { storage: T; bytes: () => number
           else if (Array.isArray(x)) x.forEach(walk);
           else if (x && typeof x === "object") Object.values(x).forEach(walk);
         };
+        const before = n;
         args.slice(1).forEach(walk);
+        largest = Math.max(largest, n - before);
         return v.apply(t, args);
       };
     },
   });
-  return { storage, bytes: () => n };
+  return { storage, bytes: () => n, largest: () => largest };
 }
 
 const tok = await defaultTokenizer();
@@ -96,7 +99,7 @@ try {
     ["redis", new RedisSessionStorage(commander, { prefix })],
   ] as const) {
     samples.length = 0;
-    const { storage, bytes } = counting(inner);
+    const { storage, bytes, largest } = counting(inner);
     const key = `cpg-${name}_0_0`;
     const input = {
       key,
@@ -119,7 +122,7 @@ try {
     out.push(
       `${name}: status ${r.status}, ${samples.length} commits, ${maxTokens} tokens, run ${total.toFixed(1)} s`,
       `  commit µs (median) at 1k ${c1.toFixed(0)} | 32k ${c32.toFixed(0)} | 200k ${c200.toFixed(0)} | ratio 200k/1k ${(c200 / c1).toFixed(2)}`,
-      `  bytes written for the trajectory: ${bytes()} (${(bytes() / 1e6).toFixed(1)} MB)`,
+      `  bytes written for the trajectory: ${bytes()} (${(bytes() / 1e6).toFixed(1)} MB); largest single write ${largest()} (the finishing commit's outputs, or a full snapshot)`,
     );
   }
 } finally {
