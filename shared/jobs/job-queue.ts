@@ -28,6 +28,8 @@ export interface Job {
   deliveries: number;
   /** The row is in the batch's rows hash, not yet read (internal to {@link JobQueue.claim}). */
   rowRef?: boolean;
+  /** That row's size in bytes (internal). */
+  rowBytes?: number;
 }
 
 /** A batch's writes, built and size-checked by {@link JobQueue.prepare}; nothing is written yet. */
@@ -76,7 +78,7 @@ const DEFAULT_LEASE_MS = 30_000;
 /**
  * Jobs (one per trajectory key) in a Redis stream read by a consumer group
  * (DESIGN §4.6; layout in docs/queue-layout.md):
- * - `{p}jobs` STREAM — entries `batch`, `key`, `r` (`1`: the row is in the batch's rows hash) and
+ * - `{p}jobs` STREAM — entries `batch`, `key`, `r` (`1`: the row is in the batch's rows hash), `rb` (its size) and
  *   `t` (the planned trajectory, JSON, its `row` null when `r`); consumer group `workers`. A job is
  *   XACKed and XDELed once its record is stored.
  * - `{p}jobs:batch:{id}` HASH — `spec` (a {@link BatchSpec}, JSON), `kn` and `k:{i}` (the keys, JSON
@@ -146,11 +148,12 @@ export class JobQueue {
     const ttl = String(this.opts.batchTtlSeconds ?? 7 * 24 * 3600);
     const rowsKey = this.rowsKey(spec.batch_id);
     const rows: RedisArg[][] = [];
-    const seen = new Set<number>();
+    const rowBytes = new Map<number, number>();
     for (const t of jobs) {
-      if (!t.row || seen.has(t.row_index)) continue;
-      seen.add(t.row_index);
-      const cmd = ["HSET", rowsKey, String(t.row_index), JSON.stringify(t.row)];
+      if (!t.row || rowBytes.has(t.row_index)) continue;
+      const json = JSON.stringify(t.row);
+      rowBytes.set(t.row_index, json.length);
+      const cmd = ["HSET", rowsKey, String(t.row_index), json];
       if (commandBytes(cmd, "json") > max * 0.95) {
         throw new StoreError(`rows[${t.row_index}] is ${commandBytes(cmd, "json")} bytes as stored; the store accepts requests of at most ${max} bytes (store.max_request_bytes): nothing was written`, {
           retryable: false,
@@ -171,7 +174,8 @@ export class JobQueue {
     batch.push(["EXPIRE", this.batchKey(spec.batch_id), ttl]);
     const entries = jobs.map((t) => {
       const ref = t.row !== null;
-      return ["XADD", this.stream, "*", "batch", spec.batch_id, "key", t.key, ...(ref ? ["r", "1"] : []), "t", JSON.stringify(ref ? { ...t, row: null } : t)];
+      // `rb`: the row's size, so a worker reads rows in requests of bounded size.
+      return ["XADD", this.stream, "*", "batch", spec.batch_id, "key", t.key, ...(ref ? ["r", "1", "rb", String(rowBytes.get(t.row_index))] : []), "t", JSON.stringify(ref ? { ...t, row: null } : t)];
     });
     for (const c of [...batch, ...entries]) checkCommand(c, max, "json");
     return { spec, jobs: jobs.length, rows, batch, entries };
@@ -215,21 +219,31 @@ export class JobQueue {
    * expired) makes the job's trajectory fail on its own (`row_error`).
    */
   private async attachRows(jobs: Job[]): Promise<void> {
-    const need = new Map<string, { batch: string; index: number; jobs: Job[] }>();
+    const need = new Map<string, { batch: string; index: number; bytes: number; jobs: Job[] }>();
     for (const j of jobs) {
       if (!j.rowRef) continue;
       const id = `${j.batch_id}\u0000${j.trajectory.row_index}`;
-      const e = need.get(id) ?? { batch: j.batch_id, index: j.trajectory.row_index, jobs: [] };
+      const e = need.get(id) ?? { batch: j.batch_id, index: j.trajectory.row_index, bytes: j.rowBytes ?? 0, jobs: [] };
       e.jobs.push(j);
       need.set(id, e);
     }
     if (need.size === 0) return;
     const wanted = [...need.values()];
-    const got = await this.pipe(wanted.map((w) => ["HGET", this.rowsKey(w.batch), String(w.index)]));
+    // Replies bounded like requests: rows are read in pipelines of at most the store's request size.
+    const max = (this.redis.maxRequestBytes ?? Infinity) * 0.8;
+    const got: RedisReply[] = [];
+    for (let i = 0; i < wanted.length; ) {
+      let size = 0;
+      let end = i;
+      while (end < wanted.length && (end === i || size + wanted[end]!.bytes <= max)) size += wanted[end++]!.bytes;
+      got.push(...(await this.pipe(wanted.slice(i, end).map((w) => ["HGET", this.rowsKey(w.batch), String(w.index)]))));
+      i = end;
+    }
     wanted.forEach((w, i) => {
       const raw = got[i];
       for (const j of w.jobs) {
         delete j.rowRef;
+        delete j.rowBytes;
         if (typeof raw === "string") j.trajectory = { ...j.trajectory, row: JSON.parse(raw) as PlannedTrajectory["row"] };
         else j.trajectory = { ...j.trajectory, row: null, row_error: `row ${w.index} of batch ${w.batch} is gone from ${this.rowsKey(w.batch)} (expired?)` };
       }
@@ -464,7 +478,7 @@ function parseReadGroup(reply: RedisReply): Entry[] {
 function toJob(e: Entry, deliveries: number): Job | null {
   if (!e.fields?.t || !e.fields.batch) return null;
   try {
-    return { id: e.id, batch_id: e.fields.batch, trajectory: JSON.parse(e.fields.t) as PlannedTrajectory, deliveries, ...(e.fields.r === "1" ? { rowRef: true } : {}) };
+    return { id: e.id, batch_id: e.fields.batch, trajectory: JSON.parse(e.fields.t) as PlannedTrajectory, deliveries, ...(e.fields.r === "1" ? { rowRef: true, rowBytes: Number(e.fields.rb ?? 0) } : {}) };
   } catch {
     return null;
   }

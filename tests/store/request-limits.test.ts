@@ -180,3 +180,38 @@ describe.skipIf(!redis)("a batch's rows are stored once", () => {
     }
   });
 });
+
+describe.skipIf(!redis)("rows are read back in requests of bounded size", () => {
+  test("3 distinct 1 MB rows, n = 2, a 2.5 MB request limit: claim reads them in 3 pipelines (never 3 MB in one reply) and every job gets its own row", async () => {
+    const { JobQueue } = await import("../../shared/jobs/job-queue.ts");
+    const { planBatch, RolloutRequest } = await import("../../shared/rollout/batch.ts");
+    const { RolloutConfig } = await import("../../shared/schema/index.ts");
+    const p = fresh("limits-rowread");
+    const c = new IoRedisCommander(REDIS_URL, { maxRequestBytes: 2_500_000 });
+    const rowReads: number[] = [];
+    const counting = {
+      exec: (cmd: Parameters<typeof c.exec>[0]) => c.exec(cmd),
+      pipeline: (cmds: Parameters<typeof c.pipeline>[0]) => {
+        if (cmds[0]?.[0] === "HGET") rowReads.push(cmds.length);
+        return c.pipeline(cmds);
+      },
+      close: () => c.close(),
+      maxRequestBytes: c.maxRequestBytes,
+    };
+    try {
+      const jobs = new JobQueue(counting, { prefix: p });
+      const rows = ["a", "b", "c"].map((ch) => ({ uid: `rr${ch}`, prompt: [{ role: "user", content: ch.repeat(1_000_000) }] }));
+      const rollout = RolloutConfig.parse({ n: 2 });
+      const plan = planBatch(RolloutRequest.parse({ rows }), rollout);
+      const spec = { batch_id: plan.batch_id, validate: false, global_steps: -1, model_version: null, rollout, total: 6, started_at: Date.now() };
+      await jobs.submit(spec, plan.trajectories.map((t) => t.key), plan.trajectories);
+      const claimed = await jobs.claim("c1", 6);
+      expect(rowReads).toEqual([1, 1, 1]);
+      expect(claimed.map((j) => [j.trajectory.key, (j.trajectory.row!.prompt[0] as { content: string }).content[0]])).toEqual([
+        ["rra_0_0", "a"], ["rra_1_0", "a"], ["rrb_0_0", "b"], ["rrb_1_0", "b"], ["rrc_0_0", "c"], ["rrc_1_0", "c"],
+      ]);
+    } finally {
+      await c.close();
+    }
+  });
+});
