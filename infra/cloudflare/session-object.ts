@@ -35,7 +35,7 @@ export class TrajectorySessionObject {
     private readonly ctx: DurableObjectState,
     private readonly env: Env,
   ) {
-    this.storage = new DurableObjectSessionStorage(ctx.storage);
+    this.storage = new DurableObjectSessionStorage(ctx.storage, { maxValueBytes: doValueBytes(env) });
   }
 
   async fetch(req: Request): Promise<Response> {
@@ -45,7 +45,7 @@ export class TrajectorySessionObject {
       await this.serial(async () => {
         if (!(await this.ctx.storage.get("start"))) {
           // The input holds the row, which may be larger than one value (a 2 MB prompt): stored in parts.
-          const parts = toParts(JSON.stringify(input), SQLITE_BACKEND_VALUE_BYTES, "utf16").map((p) => p.slice(1));
+          const parts = toParts(JSON.stringify(input), doValueBytes(this.env), "utf16").map((p) => p.slice(1));
           const entries: Record<string, unknown> = { start: parts.length };
           parts.forEach((p, j) => (entries[`start:${j}`] = p));
           await writeMany(this.ctx.storage, entries);
@@ -125,4 +125,10 @@ export class TrajectorySessionObject {
     this.chain = next.catch(() => {});
     return next;
   }
+}
+
+/** `EDGELOOP_DO_MAX_VALUE_BYTES`, or the SQLite backend's bound. */
+function doValueBytes(env: Env): number {
+  const n = Number(env.EDGELOOP_DO_MAX_VALUE_BYTES || 0);
+  return n >= 1024 ? n : SQLITE_BACKEND_VALUE_BYTES;
 }
