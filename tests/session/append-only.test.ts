@@ -138,6 +138,28 @@ describe("append-only checkpoints", () => {
     }, 60_000);
   }
 
+  test("a retryable storage failure on the commit after a 90k-token generation is retried in place: the engine is called once", async () => {
+    const { deps, engine } = await longDeps();
+    const mem = new MemorySessionStorage();
+    let appends = 0;
+    const flaky: SessionStorage = {
+      get: (k) => mem.get(k),
+      delete: (k) => mem.delete(k),
+      append: async (k, step, d, o) => {
+        // The 2nd commit holds the generated turn; it fails twice (store briefly down), then lands.
+        if (++appends === 2 || appends === 3) throw new StoreError("session storage: connection lost", { retryable: true });
+        return mem.append(k, step, d, o);
+      },
+    };
+    const input = longInput("flaky");
+    const s = (await TrajectorySession.open(input.key, { storage: flaky, createLoop: sessionLoopFactory(deps) }, input))!;
+    const r = await s.run();
+    if (r.status !== "finished") throw new Error(JSON.stringify(r));
+    expect(r.outputs[0]!.response_ids.length).toBe(90_005);
+    expect(engine.stats.requests).toBe(1);
+    expect((await mem.get(input.key))!.deltas.length).toBe(appends - 2);
+  }, 30_000);
+
   test.skipIf(!redis)("redis: a kill after a commit's parts are staged, before its script: the resumed session sees the committed prefix; no staged part is visible; the rerun's record is identical", async () => {
     const { deps } = await depsFor(tools.url);
     const inner = new RedisSessionStorage(commander, { prefix, maxValueBytes: 400, maxCommandBytes: 1_500 });
