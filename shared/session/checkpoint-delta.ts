@@ -2,7 +2,7 @@ import type { ToolAgentData, ToolAgentLoop } from "../agent-loop/tool-agent.ts";
 import { StoreError } from "../errors.ts";
 import type { ChatMessage } from "../schema/index.ts";
 import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
-import { parseDelta, restoreToolAgentFields, saveToolAgentFields, type BuilderDelta, type LoopDelta, type SessionCheckpoint, type SessionInput } from "./checkpoint.ts";
+import { parseDelta, restoreToolAgentFields, unpackOutput, saveToolAgentFields, type BuilderDelta, type LoopDelta, type SessionCheckpoint, type SessionInput } from "./checkpoint.ts";
 import { decodeFloat32, decodeInt32, decodeUint8, encodeFloat32, encodeInt32, encodeUint8 } from "./typed-base64.ts";
 
 /**
@@ -85,7 +85,7 @@ export function foldCheckpoint(deltas: readonly string[], key: string): { cp: Se
     if (d.loop === null) loop = null;
     else if (d.loop !== undefined) loop = applyLoop(loop, d.loop);
     const { loop: _l, outputs, ...head } = d;
-    cp = { ...head, loop: d.loop === undefined ? (prev?.loop ?? null) : d.loop, outputs: outputs !== undefined ? outputs : (prev?.outputs ?? null) };
+    cp = { ...head, loop: d.loop === undefined ? (prev?.loop ?? null) : d.loop, outputs: outputs !== undefined ? (outputs === null ? null : outputs.map(unpackOutput)) : (prev?.outputs ?? null) };
   }
   if (!cp) throw new StoreError(`session '${key}': no checkpoint stored`, { retryable: false });
   return { cp, loop };

@@ -5,7 +5,7 @@ import { StoreError } from "../errors.ts";
 import { AgentLoopMetrics, AgentLoopOutput, ChatMessage, FinishReason, RolloutConfig, SamplingParams } from "../schema/index.ts";
 import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
 import type { ParsedCall, ParseError } from "../tools/tool-call-parser.ts";
-import { decodeFloat32, decodeInt32, decodeUint8, encodeFloat32, encodeInt32, encodeUint8 } from "./typed-base64.ts";
+import { decodeFloat32, decodeFloat64, decodeInt32, decodeUint8, encodeFloat32, encodeFloat64, encodeInt32, encodeUint8 } from "./typed-base64.ts";
 
 /** Version of the checkpoint layout; a stored checkpoint of another version is refused, never guessed at. */
 export const CHECKPOINT_VERSION = 2;
@@ -111,6 +111,48 @@ export const LoopDelta = ToolAgentState.omit({ messages: true, builder: true }).
 export type LoopDelta = z.infer<typeof LoopDelta>;
 
 /**
+ * A finished output as a checkpoint stores it: {@link AgentLoopOutput} with
+ * its token arrays as base64 (ids int32, mask bytes, log-probs float32 — or
+ * float64, `logprobs_f64`, when a value is not a float32), bit-exact and
+ * about a third of the JSON numbers' size.
+ */
+export const StoredOutput = AgentLoopOutput.extend({
+  prompt_ids: z.string(),
+  response_ids: z.string(),
+  response_mask: z.string(),
+  response_logprobs: z.string().nullable(),
+  logprobs_f64: z.literal(true).optional(),
+});
+export type StoredOutput = z.infer<typeof StoredOutput>;
+
+/** An output packed for a checkpoint ({@link StoredOutput}). */
+export function packOutput(o: AgentLoopOutput): StoredOutput {
+  const lp = o.response_logprobs;
+  const f32 = !lp || lp.every((x) => Math.fround(x) === x);
+  return {
+    ...o,
+    prompt_ids: encodeInt32(o.prompt_ids),
+    response_ids: encodeInt32(o.response_ids),
+    response_mask: encodeUint8(o.response_mask),
+    response_logprobs: lp ? (f32 ? encodeFloat32(lp) : encodeFloat64(lp)) : null,
+    ...(f32 ? {} : { logprobs_f64: true as const }),
+  };
+}
+
+/** The output a {@link packOutput} result stands for (the same values, bit for bit). */
+export function unpackOutput(s: StoredOutput): AgentLoopOutput {
+  const { logprobs_f64, ...rest } = s;
+  const lp = s.response_logprobs;
+  return {
+    ...rest,
+    prompt_ids: Array.from(decodeInt32(s.prompt_ids)),
+    response_ids: Array.from(decodeInt32(s.response_ids)),
+    response_mask: Array.from(decodeUint8(s.response_mask)) as (0 | 1)[],
+    response_logprobs: lp === null ? null : Array.from(logprobs_f64 ? decodeFloat64(lp) : decodeFloat32(lp)),
+  };
+}
+
+/**
  * One committed step of a durable trajectory session, as stored (JSON): the
  * step's head and the run state's delta. Storage keeps every commit's delta
  * in order (append-only); a session is the fold of its deltas
@@ -129,8 +171,8 @@ export const CheckpointDelta = z.object({
   agent_name: z.string(),
   loop_state: z.string(),
   loop: LoopDelta.nullable().optional(),
-  /** Every output of the session (a loop may return several), set when it finishes; null once done. */
-  outputs: z.array(AgentLoopOutput).nullable().optional(),
+  /** Every output of the session (a loop may return several; packed), set when it finishes; null once done. */
+  outputs: z.array(StoredOutput).nullable().optional(),
   error: z.string().nullable(),
   /** Earliest deadline (epoch ms) of the tool calls awaited, or null. */
   deadline_ms: z.number().nullable(),

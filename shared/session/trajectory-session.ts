@@ -2,7 +2,7 @@ import type { AgentLoop, AgentLoopKwargs } from "../agent-loop/agent-loop.ts";
 import { ToolAgentLoop, type ToolAgentData, type ToolAgentState as LoopState } from "../agent-loop/tool-agent.ts";
 import { ConflictError } from "../errors.ts";
 import type { AgentLoopOutput } from "../schema/index.ts";
-import { CHECKPOINT_VERSION, parseSessionInput, SessionInput, type CheckpointDelta, type SessionCheckpoint, type SessionInputArg, type SessionPhase } from "./checkpoint.ts";
+import { CHECKPOINT_VERSION, packOutput, parseSessionInput, SessionInput, type CheckpointDelta, type SessionCheckpoint, type SessionInputArg, type SessionPhase } from "./checkpoint.ts";
 import { DeltaTracker, foldCheckpoint, restoreFoldedLoop, type FoldedLoop } from "./checkpoint-delta.ts";
 import { isStaleStep, type AppendOptions, type SessionStorage } from "./session-storage.ts";
 
@@ -275,7 +275,7 @@ export class TrajectorySession {
       agent_name: this.cp.agent_name,
       loop_state: loopState,
       ...(loop !== undefined ? { loop } : {}),
-      ...(extra.outputs !== undefined ? { outputs: extra.outputs } : {}),
+      ...(extra.outputs !== undefined ? { outputs: extra.outputs === null ? null : extra.outputs.map(packOutput) } : {}),
       error: extra.error !== undefined ? extra.error : this.cp.error,
       deadline_ms: d && this.loop instanceof ToolAgentLoop ? this.loop.nextToolDeadline(d) : null,
       updated_ms: this.wall(),

@@ -4,7 +4,7 @@ import { SimEngine } from "../../infra/sim-engine/sim-engine.ts";
 import { SimEngineClient } from "../../infra/sim-engine/sim-engine-client.ts";
 import { startToolServer, type ToolServer } from "../../infra/tools/server.ts";
 import { StoreError } from "../../shared/errors.ts";
-import { CHECKPOINT_VERSION } from "../../shared/session/checkpoint.ts";
+import { CHECKPOINT_VERSION, packOutput, StoredOutput, unpackOutput } from "../../shared/session/checkpoint.ts";
 import { RedisSessionStorage } from "../../shared/session/redis-session-storage.ts";
 import { MemorySessionStorage, type SessionStorage } from "../../shared/session/session-storage.ts";
 import { TrajectorySession } from "../../shared/session/trajectory-session.ts";
@@ -76,6 +76,23 @@ describe("value parts", () => {
     // An uncommitted trailing run (no "." part) is not a value.
     expect(fromParts(["+ab", ".c", "+de"])).toEqual(["abc"]);
     expect(splitValue("ア".repeat(10), 8, "utf16")).toEqual(["アアアア", "アアアア", "アア"]);
+  });
+});
+
+describe("packed outputs", () => {
+  test("token arrays round-trip bit-exact: float32 log-probs as float32, any other value as float64 (0.1, NaN, -0 kept)", () => {
+    const base = { prompt_ids: [151644, 0, 2147483647], response_ids: [5, 6, 7], response_mask: [1, 0, 1] as (0 | 1)[], reward_score: 1, num_turns: 2, truncated: false, finish_reason: "stop" as const, metrics: { generate_sequences: 0.5, tool_calls: 0, compute_score: 0, num_preempted: -1 }, extra_fields: { a: [1] } };
+    const f32 = { ...base, response_logprobs: [Math.fround(-0.25), -0, Math.fround(-1.1)] };
+    const p32 = packOutput(f32);
+    expect(p32.logprobs_f64).toBeUndefined();
+    const u32 = unpackOutput(StoredOutput.parse(JSON.parse(JSON.stringify(p32))));
+    expect(u32).toEqual(f32);
+    expect(Object.is(u32.response_logprobs![1], -0)).toBe(true);
+    const f64 = { ...base, response_logprobs: [0.1, Number.NaN, -2] };
+    const p64 = packOutput(f64);
+    expect(p64.logprobs_f64).toBe(true);
+    expect(unpackOutput(StoredOutput.parse(JSON.parse(JSON.stringify(p64))))).toEqual(f64);
+    expect(unpackOutput(packOutput({ ...base, response_logprobs: null })).response_logprobs).toBeNull();
   });
 });
 
