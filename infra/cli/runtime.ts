@@ -367,8 +367,8 @@ function buildSessionStorage(config: AppConfig, closers: (() => Promise<void>)[]
   if (url === "memory") return null;
   const commander =
     url === "upstash"
-      ? new UpstashCommander({ url: process.env.UPSTASH_REDIS_REST_URL!, token: process.env.UPSTASH_REDIS_REST_TOKEN! })
-      : new IoRedisCommander(url);
+      ? new UpstashCommander({ url: process.env.UPSTASH_REDIS_REST_URL!, token: process.env.UPSTASH_REDIS_REST_TOKEN!, ...sizeLimit(config) })
+      : new IoRedisCommander(url, sizeLimit(config));
   closers.push(() => commander.close());
   return { storage: new RedisSessionStorage(commander, { prefix: config.store.prefix }), commander };
 }
@@ -379,8 +379,8 @@ function buildPolicy(config: AppConfig, closers: (() => Promise<void>)[]): Polic
   if (url === "memory") return new MemoryPolicyVersions();
   const commander =
     url === "upstash"
-      ? new UpstashCommander({ url: process.env.UPSTASH_REDIS_REST_URL!, token: process.env.UPSTASH_REDIS_REST_TOKEN! })
-      : new IoRedisCommander(url);
+      ? new UpstashCommander({ url: process.env.UPSTASH_REDIS_REST_URL!, token: process.env.UPSTASH_REDIS_REST_TOKEN!, ...sizeLimit(config) })
+      : new IoRedisCommander(url, sizeLimit(config));
   closers.push(() => commander.close());
   return new RedisPolicyVersions(commander, { prefix: config.store.prefix });
 }
@@ -393,7 +393,12 @@ function buildStore(config: AppConfig): TransferQueue {
     const restUrl = process.env.UPSTASH_REDIS_REST_URL;
     const token = process.env.UPSTASH_REDIS_REST_TOKEN;
     if (!restUrl || !token) throw new ConfigError("store.url", "upstash needs UPSTASH_REDIS_REST_URL and UPSTASH_REDIS_REST_TOKEN in the environment");
-    return createUpstashTransferQueue({ url: restUrl, token, prefix });
+    return createUpstashTransferQueue({ url: restUrl, token, prefix, ...sizeLimit(config) });
   }
-  return createRedisTransferQueue({ url, prefix });
+  return createRedisTransferQueue({ url, prefix, ...sizeLimit(config) });
+}
+
+/** `store.max_request_bytes` as commander options (absent: the transport's default). */
+function sizeLimit(config: AppConfig): { maxRequestBytes?: number } {
+  return config.store.max_request_bytes ? { maxRequestBytes: config.store.max_request_bytes } : {};
 }

@@ -31,6 +31,13 @@ export interface Env {
   UPSTASH_REDIS_REST_TOKEN: string;
   /** Prefix of every Redis key (default `edgeloop:`). */
   EDGELOOP_STORE_PREFIX?: string;
+  /**
+   * Largest Durable Object storage value the sessions write, bytes (default 1,000,000 for
+   * SQLite-backed objects; set 130816 for classes on the legacy KV backend, whose limit is 128 KiB).
+   */
+  EDGELOOP_DO_MAX_VALUE_BYTES?: string;
+  /** Largest Upstash REST request, bytes (default 10 MB, Upstash's limit; set your plan's). */
+  EDGELOOP_STORE_MAX_REQUEST_BYTES?: string;
 }
 
 /** What the worker and its Durable Objects share per isolate, built once from the env. */
@@ -88,7 +95,13 @@ async function build(env: Env): Promise<WorkerRuntime> {
     timeoutMs: config.engine.timeout_ms,
   });
   const tools = env.EDGELOOP_TOOLS ? new WebhookToolClient(parseToolsFile(env.EDGELOOP_TOOLS, { source: "EDGELOOP_TOOLS" }).tools, { secret: secret ?? undefined }) : undefined;
-  const queue = createUpstashTransferQueue({ url: env.UPSTASH_REDIS_REST_URL, token: env.UPSTASH_REDIS_REST_TOKEN, prefix: env.EDGELOOP_STORE_PREFIX ?? config.store.prefix });
+  const maxRequest = Number(env.EDGELOOP_STORE_MAX_REQUEST_BYTES || config.store.max_request_bytes || 0);
+  const queue = createUpstashTransferQueue({
+    url: env.UPSTASH_REDIS_REST_URL,
+    token: env.UPSTASH_REDIS_REST_TOKEN,
+    prefix: env.EDGELOOP_STORE_PREFIX ?? config.store.prefix,
+    ...(maxRequest > 0 ? { maxRequestBytes: maxRequest } : {}),
+  });
   const registry = defaultAgentLoopRegistry();
   for (const [name, loop] of extraLoops) registry.register(name, loop);
   const deps: ExecutorDeps = {

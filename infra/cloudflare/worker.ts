@@ -64,8 +64,15 @@ app.post("/v1/rollouts", async (c) => {
       rollout: cfg.rollout,
       model_version: plan.model_version,
     };
-    const res = await c.env.SESSIONS.get(c.env.SESSIONS.idFromName(t.key)).fetch("https://session/start", { method: "POST", body: JSON.stringify(input) });
-    if (res.status !== 202) throw new Error(`session ${t.key} did not start: HTTP ${res.status} ${await res.text()}`);
+    let failure: string | null = null;
+    try {
+      const res = await c.env.SESSIONS.get(c.env.SESSIONS.idFromName(t.key)).fetch("https://session/start", { method: "POST", body: JSON.stringify(input) });
+      if (res.status !== 202) failure = `session did not start: HTTP ${res.status} ${(await res.text()).slice(0, 300)}`;
+    } catch (e) {
+      failure = `session did not start: ${(e as Error).message ?? String(e)}`;
+    }
+    // Its group is registered: a session that cannot start fails its trajectory, so the group still completes.
+    if (failure) await rt.queue.markFailed(t.key, failure, { agent_name: agentName, data_source: t.row.data_source, extra_fields: { trajectory_info: t.trajectory_info } });
   };
   // At most 6 simultaneous subrequests per invocation.
   let next = 0;

@@ -1,5 +1,6 @@
 import IORedis from "ioredis";
 import type { RedisArg, RedisCommander, RedisReply } from "../../shared/store/redis-commander.ts";
+import { checkCommand, pipelineBySize, TCP_MAX_REQUEST_BYTES } from "../../shared/store/request-size.ts";
 import { maskRedisUrl } from "./redis-check.ts";
 
 /** Options of {@link IoRedisCommander}. */
@@ -17,6 +18,12 @@ export interface IoRedisCommanderOptions {
    * one line on stderr naming the masked URL.
    */
   onError?: (message: string, error: Error) => void;
+  /**
+   * Largest single command, and largest pipeline write, bytes (default
+   * {@link TCP_MAX_REQUEST_BYTES}): pipelines are split to fit; a single
+   * command over it is refused (413 `request_too_large`) without being sent.
+   */
+  maxRequestBytes?: number;
 }
 
 /**
@@ -35,9 +42,11 @@ export class IoRedisCommander implements RedisCommander {
   private readonly url: string;
   private readonly maxReconnects: number;
   private closing = false;
+  readonly maxRequestBytes: number;
 
   constructor(url: string, opts: IoRedisCommanderOptions = {}) {
     const maxReconnects = (this.maxReconnects = opts.maxReconnects ?? 30);
+    this.maxRequestBytes = opts.maxRequestBytes ?? TCP_MAX_REQUEST_BYTES;
     this.url = maskRedisUrl(url);
     this.onError = opts.onError ?? ((message) => process.stderr.write(`edgeloop: ${message}\n`));
     this.main = new IORedis(url, {
@@ -68,15 +77,18 @@ export class IoRedisCommander implements RedisCommander {
   }
 
   async exec(cmd: RedisArg[]): Promise<RedisReply> {
+    checkCommand(cmd, this.maxRequestBytes, "resp");
     const [name, ...args] = cmd;
     return (await this.main.call(String(name), ...args.map(toArg))) as RedisReply;
   }
 
   async pipeline(cmds: RedisArg[][]): Promise<(RedisReply | Error)[]> {
-    const p = this.main.pipeline();
-    for (const [name, ...args] of cmds) p.call(String(name), ...args.map(toArg));
-    const res = (await p.exec()) ?? [];
-    return res.map(([err, v]) => (err ? err : (v as RedisReply)));
+    return pipelineBySize(cmds, this.maxRequestBytes, "resp", async (batch) => {
+      const p = this.main.pipeline();
+      for (const [name, ...args] of batch) p.call(String(name), ...args.map(toArg));
+      const res = (await p.exec()) ?? [];
+      return res.map(([err, v]) => (err ? err : (v as RedisReply)));
+    });
   }
 
   async execBlocking(cmd: RedisArg[]): Promise<RedisReply> {

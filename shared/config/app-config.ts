@@ -32,6 +32,12 @@ export const StoreConfig = z.strictObject({
     .refine((s) => s === "memory" || s === "upstash" || /^rediss?:\/\//.test(s), "store.url must be memory, upstash or a redis:// URL"),
   /** Key prefix of every Redis key edgeloop writes. */
   prefix: z.string().default("edgeloop:"),
+  /**
+   * Largest request to the store, bytes: one Upstash REST body (default 10 MB, Upstash's limit —
+   * set your plan's) or one Redis TCP command / pipeline write (default 64 MiB). Pipelines are
+   * split to fit; a single value too large for it is refused (413) before anything is written.
+   */
+  max_request_bytes: z.number().int().min(64 * 1024).nullable().default(null),
 });
 
 /**

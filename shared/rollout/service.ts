@@ -142,17 +142,15 @@ export class RolloutService {
    * once everything is written (not run). The returned run counts records
    * as workers store them.
    * @throws ConfigError (400); ConflictError (409, nothing written) when a uid's group exists with
-   *   another n or partition; StoreError (503, nothing enqueued) when the queue is full or Redis refuses.
+   *   another n or partition; StoreError (503, nothing enqueued) when the queue is full or Redis refuses;
+   *   StoreError (413, `request_too_large`, nothing written) when a row is larger than one store request.
    */
   async enqueue(req: RolloutRequest): Promise<AcceptedBatch> {
     const jobs = this.jobs;
     if (!jobs) throw new ConfigError("jobs", "queue mode needs a job queue (a Redis or Upstash store)");
     const cfg = this.effectiveConfig(req);
     const plan = await this.fingerprinted(planBatch(req, cfg.rollout, cfg.max_batch_trajectories));
-    await jobs.reserve(plan.trajectories.filter((t) => !t.row_error).length);
     const reuse = await this.checkGroups(plan);
-    const mode = plan.validate ? "val" : "train";
-    for (const [uid, n] of plan.groups) await this.store.expectGroup(uid, n, mode, plan.fingerprints?.get(uid));
     // Sessions of re-posted uids that already finished are handed back as stored, not run (or counted) again.
     const reusedSet = new Set(reuse.reused_uids);
     const handedBack = new Map<string, TrajectoryRecord[]>();
@@ -172,7 +170,12 @@ export class RolloutService {
       started_at: Date.now(),
     };
     const keys = plan.trajectories.map((t) => t.key);
-    await jobs.submit(spec, keys, runnable);
+    // Every write is built and checked against the store's request limit first: a batch refused for size writes nothing.
+    const prepared = jobs.prepare(spec, keys, runnable);
+    await jobs.reserve(runnable.length);
+    const mode = plan.validate ? "val" : "train";
+    for (const [uid, n] of plan.groups) await this.store.expectGroup(uid, n, mode, plan.fingerprints?.get(uid));
+    await jobs.submitPrepared(prepared);
     const run = this.follow(plan, spec.started_at);
     for (const [key, recs] of handedBack) {
       run.observeSession(key, recs, { handedBack: true });

@@ -16,8 +16,9 @@ import type { SessionStorage } from "./session-storage.ts";
 export function sessionCompletingQueue(inner: TransferQueue, storage: SessionStorage, host: SessionHost): TransferQueue {
   const isDone = async (key: string): Promise<boolean> => {
     const s = await storage.get(key);
-    if (!s?.checkpoint) return false;
-    return (JSON.parse(s.checkpoint) as { phase?: unknown }).phase === "done";
+    const last = s?.deltas[s.deltas.length - 1];
+    if (!last) return false;
+    return (JSON.parse(last) as { phase?: unknown }).phase === "done";
   };
   const sessionOf = (key: string): string => {
     const { uid, session_id } = parseTrajectoryKey(key);

@@ -6,6 +6,7 @@ import { BatchRun } from "../../shared/rollout/batch-run.ts";
 import { planBatch, RolloutRequest } from "../../shared/rollout/batch.ts";
 import { createSessionExecutor } from "../../shared/rollout/executor.ts";
 import type { SessionInputArg } from "../../shared/session/checkpoint.ts";
+import { foldCheckpoint } from "../../shared/session/checkpoint-delta.ts";
 import { SessionHost } from "../../shared/session/session-host.ts";
 import { sessionCompletingQueue } from "../../shared/session/session-queue.ts";
 import { queueWriter } from "../../shared/session/session-records.ts";
@@ -125,7 +126,7 @@ for (const [name, open] of stores) {
       const dying: SessionDeps = { storage, createLoop: sessionLoopFactory(deps), writeOutputs: queueWriter(failingPut(inner, 2)) };
       await expect((await TrajectorySession.open(input.key, dying, input))!.run()).rejects.toBeInstanceOf(StoreError);
       expect(await inner.groupStatus("crash")).toMatchObject({ finished: 0, records: 1, complete: false });
-      expect(JSON.parse((await storage.get(input.key))!.checkpoint!).phase).toBe("finished");
+      expect(foldCheckpoint((await storage.get(input.key))!.deltas, input.key).cp.phase).toBe("finished");
       const revived: SessionDeps = { storage, createLoop: sessionLoopFactory(deps), writeOutputs: queueWriter(inner) };
       expect(await (await TrajectorySession.open(input.key, revived))!.run()).toEqual({ status: "done" });
       expect(await inner.groupStatus("crash")).toMatchObject({ expected: 1, finished: 1, records: 3, complete: true });
