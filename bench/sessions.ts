@@ -1,12 +1,11 @@
 /**
- * Durable-session benchmark: checkpoint cost per committed step (µs, bytes)
+ * Durable-session benchmark: checkpoint cost per committed step (µs, bytes of the delta)
  * for memory and Redis storage, resume latency after a kill (open a stored
  * mid-trajectory checkpoint), memory held by 10 000 sessions waiting on tool
  * callbacks, and a larger crash run (SIGKILL × 6 over 400 trajectories).
  * Run: ./node_modules/.bin/bun bench/sessions.ts  (needs Redis on 127.0.0.1:6379)
  */
 import { IoRedisCommander } from "../infra/redis/ioredis-commander.ts";
-import { SessionCheckpoint } from "../shared/session/checkpoint.ts";
 import { saveBuilder, restoreBuilder } from "../shared/session/checkpoint.ts";
 import { RedisSessionStorage } from "../shared/session/redis-session-storage.ts";
 import { SessionHost } from "../shared/session/session-host.ts";
@@ -31,9 +30,9 @@ class TimedStorage implements SessionStorage {
   get(k: string) {
     return this.inner.get(k);
   }
-  async put(k: string, step: number, cp: string, o?: Parameters<SessionStorage["put"]>[3]) {
+  async append(k: string, step: number, cp: string, o?: Parameters<SessionStorage["append"]>[3]) {
     const t = performance.now();
-    await this.inner.put(k, step, cp, o);
+    await this.inner.append(k, step, cp, o);
     this.putUs.push((performance.now() - t) * 1000);
   }
   delete(k: string) {
@@ -100,9 +99,9 @@ try {
   ] as const) {
     const input = inputFor(3, 0, undefined, `resume${name}`);
     let commits = 0;
-    const s = (await TrajectorySession.open(input.key, { storage: { get: (k) => storage.get(k), delete: (k) => storage.delete(k), put: async (k, st, cp, o) => {
+    const s = (await TrajectorySession.open(input.key, { storage: { get: (k) => storage.get(k), delete: (k) => storage.delete(k), append: async (k, st, cp, o) => {
       if (++commits > 3) throw new Error("killed");
-      await storage.put(k, st, cp, o);
+      await storage.append(k, st, cp, o);
     } }, createLoop: sessionLoopFactory(deps) }, input))!;
     await s.run().catch(() => {});
     const us: number[] = [];
@@ -164,4 +163,3 @@ try {
 }
 const w = Math.max(...rows.map((r) => r.what!.length));
 for (const r of rows) console.log(`${r.what!.padEnd(w)}  ${r.value}`);
-void SessionCheckpoint;

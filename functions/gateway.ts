@@ -1,8 +1,11 @@
 import { Hono, type Context } from "hono";
 import { z } from "zod";
 import { AuthError, ConfigError, EdgeloopError } from "../shared/errors.ts";
-import { joinUrl, type FetchLike } from "../shared/inference/engine-http.ts";
-import { createRoutingPolicy, normaliseUrl, ReplicaPool, type ReplicaStatus } from "../shared/inference/replica-pool.ts";
+import { DEADLINE_HEADER, joinUrl, type FetchLike } from "../shared/inference/engine-http.ts";
+import { gatewayMetricsText } from "../shared/inference/gateway-metrics.ts";
+import { createRoutingPolicy, normaliseUrl, ReplicaPool, type FailureKind, type ReplicaStatus } from "../shared/inference/replica-pool.ts";
+import { replyProblem } from "../shared/inference/reply-check.ts";
+import { PROMETHEUS_CONTENT_TYPE } from "../shared/telemetry/prometheus.ts";
 import type { RoutingPolicyName } from "../shared/inference/routing-policy.ts";
 import { bearerAuth, limitBody } from "./http-util.ts";
 
@@ -23,8 +26,19 @@ export interface GatewayOptions {
   healthIntervalMs?: number;
   /** Replicas tried per call, at most (default 3, never more than the replica count). */
   maxAttempts?: number;
-  /** Deadline of one attempt at one replica, in ms (default: none; the caller's deadline applies). */
+  /**
+   * Deadline of one attempt at one replica, in ms (default: none; the
+   * caller's deadline applies). Past it the attempt counts as a `timeout`
+   * failure and the call moves to another replica. Set it below the
+   * clients' `engine.timeout_ms` so a hung replica costs one attempt, not the call.
+   */
   attemptTimeoutMs?: number;
+  /** Consecutive failures that eject a replica (default 3). */
+  ejectAfter?: number;
+  /** Cool-down of an ejected replica before one half-open probe call, in ms (default 10,000). */
+  cooldownMs?: number;
+  /** Wall clock in epoch ms (tests). */
+  now?: () => number;
   /** Web-standard fetch used to reach replicas (default `globalThis.fetch`). */
   fetch?: FetchLike;
   /**
@@ -60,6 +74,8 @@ const GatewayOptionsSchema = z.object({
   healthIntervalMs: z.number().int().min(0).default(5_000),
   maxAttempts: z.number().int().min(1).default(3),
   attemptTimeoutMs: z.number().int().positive().optional(),
+  ejectAfter: z.number().int().min(1).default(3),
+  cooldownMs: z.number().int().min(0).default(10_000),
   maxBodyBytes: z.number().int().positive().default(64 * 1024 * 1024),
 });
 
@@ -74,16 +90,30 @@ const DROP_RESPONSE_HEADERS = ["connection", "content-length", "content-encoding
  * replicas. Every path other than `/health` and `/admin/*` (`/v1/completions`,
  * `/generate`, `/inference/v1/generate`, `/v1/models`, ...) is proxied with its
  * body unchanged to the replica the policy picks for the call's routing key
- * (`X-Session-ID`, else `X-SMG-Routing-Key`). A call that fails before any
- * token came back (connection error or a 5xx) is retried on another replica;
- * a replica that refuses connections is marked unhealthy until a health check
- * passes. The response carries `x-edgeloop-replica: <replica url>`. With no
- * replica left it answers 503 `{"error":{"code":"no_available_workers",...}}`
- * (SMG's code, vLLM's nested shape, so the engine clients read it as unavailable).
+ * (`X-Session-ID`, else `X-SMG-Routing-Key`). A call that fails at a replica
+ * before any token came back is retried on another one (up to `maxAttempts`
+ * replicas). Failures, counted per replica and kind: a connection error
+ * (`connect`; the replica is also marked unhealthy until a health check
+ * passes), a 5xx (`http_5xx`), the per-attempt deadline (`timeout`), a 2xx
+ * whose body is not JSON or not the engine's wire schema (`bad_reply`, see
+ * `replyProblem`), and a caller that gives up at its own deadline while the
+ * replica is still silent (`client_abort`: the engine clients declare their
+ * per-attempt deadline in `x-edgeloop-timeout-ms`; an abort at ≥ 90 % of it, or
+ * of `attemptTimeoutMs`, is the replica's failure, an earlier one is the
+ * caller's choice and counts for nothing). `ejectAfter` failures in a row
+ * eject the replica: the keys pinned to it are re-pinned on their next call
+ * (counted); after `cooldownMs` one call is let through as a half-open probe,
+ * and its success restores the replica (see {@link ReplicaPool}).
+ * The response carries `x-edgeloop-replica: <replica url>`. With no replica
+ * left it answers 503 `{"error":{"code":"no_available_workers",...}}` (SMG's
+ * code, vLLM's nested shape, so the engine clients read it as unavailable);
+ * when every attempt got a garbled 2xx, 502 `{"error":{"code":"bad_reply",...}}`.
  *
  * Admin API (bearer `adminToken` when one is set; otherwise put it behind the deployment's auth):
  * `GET /admin/replicas`, `POST /admin/replicas {"url"}`, `DELETE /admin/replicas {"url"}`.
  * `GET /health` is 200 while at least one replica is healthy, else 503.
+ * `GET /metrics`: Prometheus text (`gatewayMetricsText`: health, state,
+ * failures by kind, ejections, probes, re-pins per replica).
  *
  * @throws ConfigError on invalid options
  * @see vllm-project/router and SGLang Model Gateway (wire-contracts.md §1.10, §2.6)
@@ -96,7 +126,12 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
   }
   const opts = parsed.data;
   const fetchFn: FetchLike = options.fetch ?? ((input, init) => fetch(input, init));
-  const pool = new ReplicaPool(opts.replicas, createRoutingPolicy(opts.policy, { epsilon: opts.epsilon, maxKeys: opts.maxStickyKeys }));
+  const pool = new ReplicaPool(opts.replicas, createRoutingPolicy(opts.policy, { epsilon: opts.epsilon, maxKeys: opts.maxStickyKeys }), {
+    ejectAfter: opts.ejectAfter,
+    cooldownMs: opts.cooldownMs,
+    maxKeys: opts.maxStickyKeys,
+    now: options.now,
+  });
   let lastHealthCheck = Date.now();
   let healthRun: Promise<void> | undefined;
 
@@ -135,7 +170,16 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
     return c.json({ status: healthy > 0 ? "ok" : "unavailable", healthy, replicas: pool.urls().length }, healthy > 0 ? 200 : 503);
   });
 
-  app.get("/admin/replicas", (c) => c.json({ policy: pool.policy.name, replicas: pool.status() }));
+  app.get("/metrics", () => new Response(gatewayMetricsText(pool.status()), { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } }));
+
+  app.get("/admin/replicas", (c) =>
+    c.json({
+      policy: pool.policy.name,
+      breaker: { eject_after: pool.ejectAfter, cooldown_ms: pool.cooldownMs, attempt_timeout_ms: opts.attemptTimeoutMs ?? null },
+      repins: pool.repins,
+      replicas: pool.status(),
+    }),
+  );
   app.post("/admin/replicas", async (c) => {
     const body = ReplicaBody.safeParse(await c.req.json().catch(() => undefined));
     if (!body.success) return c.json({ error: { code: "invalid_input", message: "url: expected an http(s) URL", field: "url" } }, 400);
@@ -165,6 +209,10 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
     const body = req.method === "GET" || req.method === "HEAD" ? undefined : await req.arrayBuffer();
     const headers = new Headers(req.headers);
     for (const h of DROP_REQUEST_HEADERS) headers.delete(h);
+    // The deadline a caller's abort is judged against: its declared per-attempt deadline, or ours.
+    const declared = Number(req.headers.get(DEADLINE_HEADER));
+    const deadlines = [opts.attemptTimeoutMs, Number.isFinite(declared) && declared > 0 ? declared : undefined].filter((v): v is number => v !== undefined);
+    const abortDeadline = deadlines.length ? Math.min(...deadlines) : undefined;
     const tried = new Set<string>();
     let lastFailure: Response | undefined;
     let lastError = "no replica configured";
@@ -172,26 +220,60 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
       const replica = pool.acquire(key, tried);
       if (replica === undefined) break;
       tried.add(replica);
-      const signal = opts.attemptTimeoutMs ? AbortSignal.any([req.signal, AbortSignal.timeout(opts.attemptTimeoutMs)]) : req.signal;
+      // The attempt deadline covers the reply up to its last byte for JSON, up to the headers for an
+      // event stream (whose chunks may legitimately flow for longer).
+      const deadline = new AbortController();
+      let timedOut = false;
+      const timer = opts.attemptTimeoutMs
+        ? setTimeout(() => {
+            timedOut = true;
+            deadline.abort(new DOMException(`no reply within ${opts.attemptTimeoutMs} ms`, "TimeoutError"));
+          }, opts.attemptTimeoutMs)
+        : undefined;
+      const signal = timer !== undefined ? AbortSignal.any([req.signal, deadline.signal]) : req.signal;
+      const t0 = Date.now();
       let res: Response;
+      let buf: ArrayBuffer | undefined;
       try {
         res = await fetchFn(joinUrl(replica, inUrl.pathname + inUrl.search), { method: req.method, headers, body, signal });
+        // A JSON reply is read whole under the attempt's deadline: a replica that sends headers and
+        // then stalls, or sends garbage, fails here, before anything reached the caller.
+        if (!isEventStream(res)) buf = res.body ? await res.arrayBuffer() : new ArrayBuffer(0);
       } catch (e) {
-        pool.release(replica, true);
-        if (req.signal.aborted) return new Response(null, { status: 499 });
-        // Refused or timed out: no token came back, so another replica may serve it.
-        pool.setHealthy(replica, false);
-        lastError = `${replica}: ${(e as Error)?.message ?? String(e)}`;
+        if (req.signal.aborted) {
+          // The caller gave up. At (about) its deadline, with the replica still silent, that is the
+          // replica's failure; earlier, it is the caller's choice.
+          if (abortDeadline !== undefined && Date.now() - t0 >= 0.9 * abortDeadline) pool.fail(replica, "client_abort");
+          else pool.release(replica);
+          return new Response(null, { status: 499 });
+        }
+        const kind: FailureKind = timedOut ? "timeout" : "connect";
+        pool.fail(replica, kind);
+        lastError = `${replica}: ${kind === "timeout" ? `no reply within ${opts.attemptTimeoutMs} ms` : ((e as Error)?.message ?? String(e))}`;
         continue;
+      } finally {
+        clearTimeout(timer);
       }
       if (res.status >= 500) {
-        const text = await res.arrayBuffer().catch(() => new ArrayBuffer(0));
-        pool.release(replica, true);
-        lastFailure = withReplica(new Response(text, { status: res.status, headers: res.headers }), replica);
+        pool.fail(replica, "http_5xx");
+        lastFailure = withReplica(new Response(buf ?? null, { status: res.status, headers: res.headers }), replica);
         lastError = `${replica}: HTTP ${res.status}`;
+        if (buf === undefined) await res.body?.cancel().catch(() => undefined);
         continue;
       }
-      return relay(res, replica, () => pool.release(replica));
+      if (buf === undefined) return relayStream(res, replica, (ok) => (ok ? pool.succeed(replica) : pool.release(replica)));
+      const problem = res.status < 300 ? replyProblem(inUrl.pathname, res.headers.get("content-type"), new TextDecoder().decode(buf)) : null;
+      if (problem) {
+        pool.fail(replica, "bad_reply");
+        lastError = `${replica}: ${problem}`;
+        lastFailure = withReplica(
+          Response.json({ error: { code: "bad_reply", type: "BadGatewayError", message: `engine replica sent an unusable reply: ${lastError}` } }, { status: 502 }),
+          replica,
+        );
+        continue;
+      }
+      pool.succeed(replica);
+      return withReplica(res, replica, buf);
     }
     if (lastFailure) return lastFailure;
     return Response.json(
@@ -219,26 +301,22 @@ function withReplica(res: Response, replica: string, body: BodyInit | null = res
   return new Response(body, { status: res.status, statusText: res.statusText, headers });
 }
 
+/** Whether a reply is an event stream (relayed chunk by chunk, not read whole). */
+function isEventStream(res: Response): boolean {
+  return res.body !== null && (res.headers.get("content-type") ?? "").includes("text/event-stream");
+}
+
 /**
- * Passes a replica's answer on and ends its in-flight count when the body is
- * done: at once for a JSON reply (read whole), at the end (or cancel) of an
- * event stream.
+ * Passes a replica's event stream on and ends its call when the stream is
+ * done: `done(true)` at its end, `done(false)` on an error or a cancel.
  */
-async function relay(res: Response, replica: string, release: () => void): Promise<Response> {
-  if (!res.body || !(res.headers.get("content-type") ?? "").includes("text/event-stream")) {
-    try {
-      const buf = res.body ? await res.arrayBuffer() : null;
-      return withReplica(res, replica, buf);
-    } finally {
-      release();
-    }
-  }
-  const reader = res.body.getReader();
-  let released = false;
-  const once = () => {
-    if (!released) {
-      released = true;
-      release();
+function relayStream(res: Response, replica: string, done: (ok: boolean) => void): Response {
+  const reader = res.body!.getReader();
+  let ended = false;
+  const once = (ok: boolean) => {
+    if (!ended) {
+      ended = true;
+      done(ok);
     }
   };
   const stream = new ReadableStream<Uint8Array>({
@@ -246,16 +324,16 @@ async function relay(res: Response, replica: string, release: () => void): Promi
       try {
         const r = await reader.read();
         if (r.done) {
-          once();
+          once(true);
           ctrl.close();
         } else ctrl.enqueue(r.value);
       } catch (e) {
-        once();
+        once(false);
         ctrl.error(e);
       }
     },
     cancel(reason) {
-      once();
+      once(false);
       return reader.cancel(reason);
     },
   });

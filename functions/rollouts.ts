@@ -2,6 +2,7 @@ import { Hono, type Context } from "hono";
 import { z } from "zod";
 import { AuthError, EdgeloopError, inputErrorFromZod, NotFoundError } from "../shared/errors.ts";
 import { RolloutRequest } from "../shared/rollout/batch.ts";
+import type { BatchCounts } from "../shared/rollout/batch-run.ts";
 import type { RolloutService } from "../shared/rollout/service.ts";
 import { parseTrajectoryKey, TrajectoryRecord } from "../shared/schema/index.ts";
 import { formatPrometheus, PROMETHEUS_CONTENT_TYPE } from "../shared/telemetry/prometheus.ts";
@@ -59,7 +60,8 @@ export interface BatchSummary {
   batch_id: string;
   validate: boolean;
   done: boolean;
-  counts: { total: number; pending: number; running: number; ok: number; failed: number; truncated: number };
+  /** Sessions and records counted apart (`BatchCounts`). */
+  counts: BatchCounts;
   reward: { count: number; mean: number | null; min: number | null; max: number | null };
   started_at: number;
   finished_at: number | null;

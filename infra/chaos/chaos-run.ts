@@ -71,11 +71,11 @@ export interface ChaosReport {
   writes: {
     /** Writes that stored a record, from the workers' write logs (a write whose worker was killed before it logged is missing here). */
     stored: number;
-    /** Records counted by the groups' `done` counters in Redis (incremented only by a write that stored). */
+    /** Records counted by the groups' `records` counters in Redis (incremented only by a write that stored). */
     groupDone: number;
     /** Writes refused because the key was already stored (a re-run after a kill; not a duplicate). */
     refused: number;
-    /** Keys stored more than once, by the write logs and by the groups' `done` counters (must be 0). */
+    /** Keys stored more than once, by the write logs and by the groups' `records` counters (must be 0). */
     duplicates: number;
   };
   /** Trajectories with no fault injected, and how many of their records equal the fault-free run's. */
@@ -293,8 +293,9 @@ export async function runChaos(o: ChaosOptions = {}): Promise<ChaosReport> {
     let groupDone = 0;
     for (let i = 0; i < rowsN; i++) {
       const g = await api.store.groupStatus(`chaos${i}`);
-      groupDone += g.done;
-      if (g.done > n) duplicates += g.done - n;
+      groupDone += g.records;
+      // Chaos loops emit one output per session: more records (or finished sessions) than n are duplicates.
+      if (g.records > n) duplicates += g.records - n;
     }
     const missing = accepted.keys.filter((k) => !records.has(k));
     if (missing.length) violations.push(`${missing.length} trajectories have no record (e.g. ${missing.slice(0, 3).join(", ")})`);

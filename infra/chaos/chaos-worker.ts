@@ -18,14 +18,16 @@ import type { TransferQueue } from "../../shared/store/types.ts";
 /** A transfer queue that appends `<key> stored|dup [failed]` to `log` after every write. */
 export function loggingStore(q: TransferQueue, log: string): TransferQueue {
   return {
-    expectGroup: (u, n, p) => q.expectGroup(u, n, p),
+    expectGroup: (u, n, p, fp) => q.expectGroup(u, n, p, fp),
+    finishSession: (u, s, n) => q.finishSession(u, s, n),
+    sessionRecords: (u, s) => q.sessionRecords(u, s),
     get: (k) => q.get(k),
     groupStatus: (u) => q.groupStatus(u),
     readCompleteGroups: (o) => q.readCompleteGroups(o),
     ack: (ids, p) => q.ack(ids, p),
     close: () => q.close(),
-    put: async (r) => {
-      const res = await q.put(r);
+    put: async (r, o) => {
+      const res = await q.put(r, o);
       appendFileSync(log, `${r.key} ${res.stored ? "stored" : "dup"}${r.error ? " failed" : ""}\n`);
       return res;
     },

@@ -1,9 +1,11 @@
 import { readFile } from "node:fs/promises";
+import { mergeConfig, parseAppConfig } from "../../shared/config/app-config.ts";
 import { ConfigError } from "../../shared/errors.ts";
 import { createGatewayApp } from "../../functions/gateway.ts";
 import { startSimEngine } from "../sim-engine/server.ts";
 import { startUpstashBridge } from "../upstash-bridge/upstash-bridge.ts";
 import { checkRedis, maskRedisUrl } from "../redis/redis-check.ts";
+import { readConfigFile } from "./files.ts";
 import { DEFAULT_SCRIPT } from "./runtime.ts";
 
 /** Resolves when SIGINT or SIGTERM arrives. */
@@ -30,17 +32,43 @@ export async function simEngineCommand(o: { port: number; replicas: number; scri
 }
 
 /**
- * `edgeloop gateway --replicas URL,URL --port P [--policy …]`: the sticky-routing gateway.
+ * `edgeloop gateway --replicas URL,URL --port P [--policy …] [--config FILE]
+ * [--attempt-timeout-ms MS] [--eject-after N] [--cooldown-ms MS] [--max-attempts N]`:
+ * the sticky-routing gateway; the failure-handling settings come from the
+ * config file's `gateway` section with the flags over it.
  * `EDGELOOP_ADMIN_TOKEN` (environment, so it stays out of `ps` and shell
  * history), when set, guards `/admin/*` with `Authorization: Bearer <token>`.
+ * @throws ConfigError for an unreadable config file or an invalid value (named by its path)
  */
-export async function gatewayCommand(o: { replicas: string; port: number; policy: "least_inflight_sticky" | "bounded_load_hash" | "round_robin"; host: string }): Promise<void> {
+export async function gatewayCommand(o: {
+  replicas: string;
+  port: number;
+  policy: "least_inflight_sticky" | "bounded_load_hash" | "round_robin";
+  host: string;
+  config?: string;
+  attemptTimeoutMs?: number;
+  ejectAfter?: number;
+  cooldownMs?: number;
+  maxAttempts?: number;
+}): Promise<void> {
   const replicas = o.replicas.split(",").map((s) => s.trim()).filter(Boolean);
   const adminToken = process.env.EDGELOOP_ADMIN_TOKEN || null;
-  const gw = createGatewayApp({ replicas, policy: o.policy, adminToken });
+  const fileCfg = o.config ? await readConfigFile(o.config) : {};
+  const flags = { gateway: { attempt_timeout_ms: o.attemptTimeoutMs, eject_after: o.ejectAfter, cooldown_ms: o.cooldownMs, max_attempts: o.maxAttempts } };
+  const g = parseAppConfig(mergeConfig(fileCfg, flags), o.config ?? "flags").gateway;
+  const gw = createGatewayApp({
+    replicas,
+    policy: o.policy,
+    adminToken,
+    ...(g.attempt_timeout_ms ? { attemptTimeoutMs: g.attempt_timeout_ms } : {}),
+    ejectAfter: g.eject_after,
+    cooldownMs: g.cooldown_ms,
+    maxAttempts: g.max_attempts,
+  });
   const server = Bun.serve({ port: o.port, hostname: o.host, fetch: gw.fetch, idleTimeout: 0 });
+  const breaker = `attempt timeout ${g.attempt_timeout_ms ?? "none"} ms, eject after ${g.eject_after}, cool-down ${g.cooldown_ms} ms`;
   console.log(
-    `edgeloop gateway on http://${o.host}:${server.port} -> ${replicas.join(", ")} (${o.policy}); ` +
+    `edgeloop gateway on http://${o.host}:${server.port} -> ${replicas.join(", ")} (${o.policy}; ${breaker}); ` +
       (adminToken ? "/admin/* needs the bearer token from EDGELOOP_ADMIN_TOKEN" : "/admin/* is open (set EDGELOOP_ADMIN_TOKEN to require a bearer token)"),
   );
   await untilSignal();

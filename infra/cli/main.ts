@@ -134,6 +134,11 @@ program
   .option("--port <port>", "port", port, 8080)
   .addOption(new Option("--policy <policy>", "routing policy").choices(["least_inflight_sticky", "bounded_load_hash", "round_robin"]).default("least_inflight_sticky"))
   .option("--host <host>", "address to bind", "127.0.0.1")
+  .option("--config <file>", "config file: its gateway section (attempt_timeout_ms, eject_after, cooldown_ms, max_attempts)")
+  .option("--attempt-timeout-ms <ms>", "gateway.attempt_timeout_ms: deadline of one attempt at one replica (then the next replica)", int("--attempt-timeout-ms"))
+  .option("--eject-after <n>", "gateway.eject_after: consecutive failures that eject a replica (default 3)", int("--eject-after"))
+  .option("--cooldown-ms <ms>", "gateway.cooldown_ms: cool-down of an ejected replica before a half-open probe (default 10000)", int("--cooldown-ms"))
+  .option("--max-attempts <n>", "gateway.max_attempts: replicas one call may try (default 3)", int("--max-attempts"))
   .action(async (opts) => (await import("./engine-commands.ts")).gatewayCommand(opts));
 
 program

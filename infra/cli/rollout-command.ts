@@ -74,8 +74,8 @@ export async function rolloutCommand(flags: RolloutFlags): Promise<void> {
     });
 
     const tty = flags.progress !== false && process.stderr.isTTY;
-    const bar = tty ? new SingleBar({ format: "rollout |{bar}| {value}/{total} trajectories | {failed} failed | {eta_formatted} left", stream: process.stderr }, Presets.shades_classic) : null;
-    bar?.start(keys.length, 0, { failed: 0 });
+    const bar = tty ? new SingleBar({ format: "rollout |{bar}| {value}/{total} sessions | {records} records | {failed} failed | {eta_formatted} left", stream: process.stderr }, Presets.shades_classic) : null;
+    bar?.start(keys.length, 0, { failed: 0, records: 0 });
     let written = 0;
     let lastLine = -Infinity;
     const records = run.stream()[Symbol.asyncIterator]();
@@ -85,11 +85,12 @@ export async function rolloutCommand(flags: RolloutFlags): Promise<void> {
         if (next === "interrupted" || next.done) break;
         written++;
         if (out && !out.write(JSON.stringify(next.value) + "\n")) await new Promise((r) => out!.once("drain", r));
+        // A session emits 0…k records: progress counts finished sessions, records apart.
         const s = run.stats();
-        if (bar) bar.update(written, { failed: s.counts.failed });
-        else if (written === keys.length || performance.now() - lastLine > 1000) {
+        if (bar) bar.update(s.counts.finished, { failed: s.counts.failed, records: written });
+        else if (s.counts.finished === keys.length || performance.now() - lastLine > 1000) {
           lastLine = performance.now();
-          log(`progress   ${written}/${keys.length} trajectories (${s.counts.failed} failed)`);
+          log(`progress   ${s.counts.finished}/${keys.length} sessions, ${written} records (${s.counts.failed} failed)`);
         }
       }
     } finally {
@@ -108,7 +109,7 @@ export async function rolloutCommand(flags: RolloutFlags): Promise<void> {
     }
     process.stdout.write(formatSummary(stats, wall) + "\n");
     if (flags.out) log(`wrote ${written} records to ${flags.out}`);
-    if (stats.counts.total > 0 && stats.counts.ok === 0) {
+    if (stats.counts.total > 0 && stats.counts.ok === 0 && stats.counts.failed > 0) {
       log(`edgeloop: no trajectory succeeded (${stats.counts.failed} of ${stats.counts.total} failed); see the errors above`);
       process.exitCode = 1;
     }

@@ -35,6 +35,7 @@ import { SimEngineClient } from "../sim-engine/sim-engine-client.ts";
 import { startSimEngine } from "../sim-engine/server.ts";
 import { startToolServer } from "../tools/server.ts";
 import { createGatewayApp } from "../../functions/gateway.ts";
+import { DEADLINE_HEADER } from "../../shared/inference/engine-http.ts";
 import { readConfigFile, resolveConfigPaths } from "./files.ts";
 import { processStoreHealth, watchStore } from "./store-watch.ts";
 import type { StoreHealth } from "../../shared/store/store-health.ts";
@@ -317,7 +318,8 @@ async function probeEngine(url: string, timeoutMs: number): Promise<string | nul
   let reason = "";
   for (const path of ["/v1/models", "/health"]) {
     try {
-      const res = await fetch(url.replace(/\/+$/, "") + path, { signal: AbortSignal.timeout(timeoutMs) });
+      // The deadline is declared so that a gateway counts a replica that stays silent through it.
+      const res = await fetch(url.replace(/\/+$/, "") + path, { headers: { [DEADLINE_HEADER]: String(timeoutMs) }, signal: AbortSignal.timeout(timeoutMs) });
       await res.body?.cancel();
       return null;
     } catch (e) {
@@ -352,7 +354,15 @@ async function buildEngine(
   }
   const sim = await startSimEngine({ replicas: e.replicas, script, tokenizer, maxModelLen: config.rollout.max_model_len ?? undefined });
   closers.push(() => sim.stop());
-  const gateway = createGatewayApp({ replicas: sim.urls, policy: "least_inflight_sticky" });
+  const g = config.gateway;
+  const gateway = createGatewayApp({
+    replicas: sim.urls,
+    policy: "least_inflight_sticky",
+    ...(g.attempt_timeout_ms ? { attemptTimeoutMs: g.attempt_timeout_ms } : {}),
+    ejectAfter: g.eject_after,
+    cooldownMs: g.cooldown_ms,
+    maxAttempts: g.max_attempts,
+  });
   describe.push(`engine     simulated, ${e.replicas} replicas on loopback behind the gateway (script ${scriptPath})`);
   return createEngineClient({ url: "http://gateway.local", format: e.format, timeoutMs: e.timeout_ms, retry: { retries: 3 }, fetch: (input, init) => gateway.fetch(new Request(input, init)) });
 }
@@ -381,8 +391,8 @@ function buildSessionStorage(config: AppConfig, closers: (() => Promise<void>)[]
   if (url === "memory") return null;
   const commander =
     url === "upstash"
-      ? new UpstashCommander({ url: process.env.UPSTASH_REDIS_REST_URL!, token: process.env.UPSTASH_REDIS_REST_TOKEN! })
-      : new IoRedisCommander(url);
+      ? new UpstashCommander({ url: process.env.UPSTASH_REDIS_REST_URL!, token: process.env.UPSTASH_REDIS_REST_TOKEN!, ...sizeLimit(config) })
+      : new IoRedisCommander(url, sizeLimit(config));
   closers.push(() => commander.close());
   return { storage: new RedisSessionStorage(commander, { prefix: config.store.prefix }), commander };
 }
@@ -393,8 +403,8 @@ function buildPolicy(config: AppConfig, closers: (() => Promise<void>)[]): Polic
   if (url === "memory") return new MemoryPolicyVersions();
   const commander =
     url === "upstash"
-      ? new UpstashCommander({ url: process.env.UPSTASH_REDIS_REST_URL!, token: process.env.UPSTASH_REDIS_REST_TOKEN! })
-      : new IoRedisCommander(url);
+      ? new UpstashCommander({ url: process.env.UPSTASH_REDIS_REST_URL!, token: process.env.UPSTASH_REDIS_REST_TOKEN!, ...sizeLimit(config) })
+      : new IoRedisCommander(url, sizeLimit(config));
   closers.push(() => commander.close());
   return new RedisPolicyVersions(commander, { prefix: config.store.prefix });
 }
@@ -407,7 +417,12 @@ function buildStore(config: AppConfig): TransferQueue {
     const restUrl = process.env.UPSTASH_REDIS_REST_URL;
     const token = process.env.UPSTASH_REDIS_REST_TOKEN;
     if (!restUrl || !token) throw new ConfigError("store.url", "upstash needs UPSTASH_REDIS_REST_URL and UPSTASH_REDIS_REST_TOKEN in the environment");
-    return createUpstashTransferQueue({ url: restUrl, token, prefix });
+    return createUpstashTransferQueue({ url: restUrl, token, prefix, ...sizeLimit(config) });
   }
-  return createRedisTransferQueue({ url, prefix });
+  return createRedisTransferQueue({ url, prefix, ...sizeLimit(config) });
+}
+
+/** `store.max_request_bytes` as commander options (absent: the transport's default). */
+function sizeLimit(config: AppConfig): { maxRequestBytes?: number } {
+  return config.store.max_request_bytes ? { maxRequestBytes: config.store.max_request_bytes } : {};
 }

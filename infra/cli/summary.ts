@@ -1,14 +1,19 @@
 import type { BatchStats } from "../../shared/rollout/batch-run.ts";
 
 /**
- * The end-of-run summary table of `edgeloop rollout`: trajectories
- * ok/failed/truncated, turns, tokens by kind, tool calls and errors, mean
- * reward, throughput. Plain text, one figure a line, so tests can read it.
+ * The end-of-run summary table of `edgeloop rollout`: sessions (trajectories:
+ * one per prompt and session_id) planned, finished and handed back, then the
+ * records they emitted (0…k per session) ok/failed/truncated, turns, tokens
+ * by kind, tool calls and errors, mean reward, throughput. Plain text, one
+ * figure a line, so tests can read it.
  */
 export function formatSummary(s: BatchStats, wallSeconds: number): string {
   const c = s.counts;
   const rows: [string, string][] = [
-    ["trajectories", String(c.total)],
+    ["sessions (trajectories)", String(c.total)],
+    ["  finished", String(c.finished)],
+    ...(c.reused ? ([["  reused (handed back)", String(c.reused)]] as [string, string][]) : []),
+    ["records", String(c.records)],
     ["  ok", String(c.ok)],
     ["  failed", String(c.failed)],
     ["  truncated", String(c.truncated)],
@@ -22,7 +27,8 @@ export function formatSummary(s: BatchStats, wallSeconds: number): string {
     ["mean reward", s.reward.mean === null ? "n/a" : s.reward.mean.toFixed(4)],
     ["reward errors", String(s.reward.errors)],
     ["wall time (s)", wallSeconds.toFixed(2)],
-    ["trajectories/s", ((c.ok + c.failed) / Math.max(wallSeconds, 1e-9)).toFixed(1)],
+    ["sessions/s", ((c.finished - c.reused) / Math.max(wallSeconds, 1e-9)).toFixed(1)],
+    ["records/s", (c.records / Math.max(wallSeconds, 1e-9)).toFixed(1)],
     ["turns/s", (s.turns / Math.max(wallSeconds, 1e-9)).toFixed(1)],
   ];
   const w = Math.max(...rows.map(([k]) => k.length));

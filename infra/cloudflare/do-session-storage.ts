@@ -1,33 +1,113 @@
 import type { DurableObjectStorage } from "./cf-types.ts";
-import { staleStep, type PutOptions, type SessionStorage, type StoredSession } from "../../shared/session/session-storage.ts";
+import { StoreError } from "../../shared/errors.ts";
+import { staleStep, type AppendOptions, type SessionStorage, type StoredSession } from "../../shared/session/session-storage.ts";
+import { fromParts, toParts } from "../../shared/session/value-parts.ts";
 
 /**
- * {@link SessionStorage} in a Durable Object's own storage (SQLite-backed KV
- * API). One object holds one session, so the key only names it: entries are
- * `input`, `cp` and `step`. The three writes of a commit happen without an
- * intervening `await`, so they are committed atomically; the output gate
- * holds replies until they are durable. A TTL is not needed (the object's
- * storage is deleted with `deleteAll` by the owner when wanted).
- * @see https://developers.cloudflare.com/durable-objects/api/sqlite-storage-api/
+ * Largest value this storage writes, bytes as V8 serialises strings (2 per
+ * UTF-16 unit, the worst case): 1,000,000 — half of the SQLite backend's
+ * 2 MB key-plus-value limit, leaving room for keys and tags. For objects on
+ * the legacy KV backend (128 KiB values) pass {@link KV_BACKEND_VALUE_BYTES}.
+ * @see https://developers.cloudflare.com/durable-objects/platform/limits/
+ */
+export const SQLITE_BACKEND_VALUE_BYTES = 1_000_000;
+/** Largest value for KV-backed objects: 128 KiB minus room for serialisation tags. */
+export const KV_BACKEND_VALUE_BYTES = 128 * 1024 - 256;
+/** Keys per `get`/`put` call (the KV API's limit). */
+const KEYS_PER_CALL = 128;
+
+/** Options of {@link DurableObjectSessionStorage}. */
+export interface DurableObjectSessionStorageOptions {
+  /** Largest stored value, bytes (default {@link SQLITE_BACKEND_VALUE_BYTES}). */
+  maxValueBytes?: number;
+}
+
+/**
+ * {@link SessionStorage} in a Durable Object's own storage (KV API, on
+ * SQLite-backed objects). One object holds one session, so the key only
+ * names it: entries `in` and `i:{j}` (the input, in parts, written once),
+ * `p:{i}` (the checkpoint deltas' parts, append-only; see value-parts.ts),
+ * `n` (parts committed) and `step`. Every value is at most `maxValueBytes`
+ * (the backend refuses larger ones, e.g. `SQLITE_TOOBIG`). The writes of a
+ * commit are issued without an intervening `await`, so they are committed
+ * atomically; the output gate holds replies until they are durable. A TTL is
+ * not needed (the owner deletes the object's storage when wanted).
+ * @see https://developers.cloudflare.com/durable-objects/api/storage-api/
  */
 export class DurableObjectSessionStorage implements SessionStorage {
-  constructor(private readonly storage: DurableObjectStorage) {}
+  readonly maxValueBytes: number;
 
-  async get(_key: string): Promise<StoredSession | null> {
-    const m = await this.storage.get<string | number>(["input", "cp", "step"]);
-    if (!m.has("step") && !m.has("input")) return null;
-    return { input: (m.get("input") as string | undefined) ?? null, checkpoint: (m.get("cp") as string | undefined) ?? null, step: (m.get("step") as number | undefined) ?? -1 };
+  constructor(
+    private readonly storage: DurableObjectStorage,
+    opts: DurableObjectSessionStorageOptions = {},
+  ) {
+    this.maxValueBytes = opts.maxValueBytes ?? SQLITE_BACKEND_VALUE_BYTES;
   }
 
-  async put(key: string, step: number, checkpoint: string, opts: PutOptions = {}): Promise<void> {
-    const cur = ((await this.storage.get<number>("step")) as number | undefined) ?? -1;
+  async get(key: string): Promise<StoredSession | null> {
+    const head = await this.storage.get<unknown>(["step", "n", "in", "cp"]);
+    if (head.has("cp")) {
+      throw new StoreError(`session '${key}': stored checkpoint is version 1 (one whole snapshot); this edgeloop reads version 2 only`, { retryable: false, code: "checkpoint_version" });
+    }
+    if (!head.has("step") && !head.has("in")) return null;
+    const nin = Number(head.get("in") ?? 0);
+    const n = Number(head.get("n") ?? 0);
+    const names = [...Array.from({ length: nin }, (_, j) => `i:${j}`), ...Array.from({ length: n }, (_, i) => `p:${i}`)];
+    const values = await readMany(this.storage, names, key);
+    return { input: nin ? values.slice(0, nin).join("") : null, deltas: fromParts(values.slice(nin)), step: Number(head.get("step") ?? -1) };
+  }
+
+  async append(key: string, step: number, delta: string, opts: AppendOptions = {}): Promise<void> {
+    const head = await this.storage.get<number>(["step", "n", "in"]);
+    const cur = head.get("step") ?? -1;
     if (cur >= step) throw staleStep(key, step, cur);
-    const entries: Record<string, string | number> = { cp: checkpoint, step };
-    if (opts.input !== undefined && !(await this.storage.get("input"))) entries.input = opts.input;
-    await this.storage.put(entries);
+    let n = head.get("n") ?? 0;
+    const entries: Record<string, string | number> = {};
+    if (opts.input !== undefined && !head.has("in")) {
+      const pieces = toParts(opts.input, this.maxValueBytes, "utf16").map((p) => p.slice(1));
+      pieces.forEach((p, j) => (entries[`i:${j}`] = p));
+      entries.in = pieces.length;
+    }
+    for (const p of toParts(delta, this.maxValueBytes, "utf16")) entries[`p:${n++}`] = p;
+    entries.n = n;
+    entries.step = step;
+    await writeMany(this.storage, entries);
   }
 
   async delete(_key: string): Promise<void> {
-    await this.storage.delete(["input", "cp", "step"]);
+    const head = await this.storage.get<number>(["n", "in"]);
+    const names = ["step", "n", "in", "cp", ...Array.from({ length: head.get("in") ?? 0 }, (_, j) => `i:${j}`), ...Array.from({ length: head.get("n") ?? 0 }, (_, i) => `p:${i}`)];
+    for (let i = 0; i < names.length; i += KEYS_PER_CALL) await this.storage.delete(names.slice(i, i + KEYS_PER_CALL));
   }
+}
+
+/** Values of `names`, in order, `KEYS_PER_CALL` at a time. @throws StoreError when one is missing. */
+export async function readMany(storage: DurableObjectStorage, names: readonly string[], what: string): Promise<string[]> {
+  const out: string[] = [];
+  for (let i = 0; i < names.length; i += KEYS_PER_CALL) {
+    const chunk = names.slice(i, i + KEYS_PER_CALL);
+    const m = await storage.get<string>(chunk);
+    for (const k of chunk) {
+      const v = m.get(k);
+      if (typeof v !== "string") throw new StoreError(`'${what}': stored part ${k} is missing`, { retryable: false });
+      out.push(v);
+    }
+  }
+  return out;
+}
+
+/**
+ * Writes `entries` in puts of at most `KEYS_PER_CALL` keys, issued together
+ * without an `await` in between, so the runtime commits them as one atomic
+ * batch (write coalescing); the last entries written are the commit marks.
+ */
+export async function writeMany(storage: DurableObjectStorage, entries: Record<string, unknown>): Promise<void> {
+  const keys = Object.keys(entries);
+  const puts: Promise<void>[] = [];
+  for (let i = 0; i < keys.length; i += KEYS_PER_CALL) {
+    const batch: Record<string, unknown> = {};
+    for (const k of keys.slice(i, i + KEYS_PER_CALL)) batch[k] = entries[k];
+    puts.push(storage.put(batch));
+  }
+  await Promise.all(puts);
 }

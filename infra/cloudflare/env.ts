@@ -1,4 +1,5 @@
 import { defaultAgentLoopRegistry } from "../../shared/agent-loop/index.ts";
+import type { AgentLoopExport } from "../../shared/agent-loop/registry.ts";
 import { parseAppConfig, type AppConfig } from "../../shared/config/app-config.ts";
 import { ConfigError } from "../../shared/errors.ts";
 import { createEngineClient } from "../../shared/inference/create-engine-client.ts";
@@ -30,6 +31,13 @@ export interface Env {
   UPSTASH_REDIS_REST_TOKEN: string;
   /** Prefix of every Redis key (default `edgeloop:`). */
   EDGELOOP_STORE_PREFIX?: string;
+  /**
+   * Largest Durable Object storage value the sessions write, bytes (default 1,000,000 for
+   * SQLite-backed objects; set 130816 for classes on the legacy KV backend, whose limit is 128 KiB).
+   */
+  EDGELOOP_DO_MAX_VALUE_BYTES?: string;
+  /** Largest Upstash REST request, bytes (default 10 MB, Upstash's limit; set your plan's). */
+  EDGELOOP_STORE_MAX_REQUEST_BYTES?: string;
 }
 
 /** What the worker and its Durable Objects share per isolate, built once from the env. */
@@ -41,6 +49,21 @@ export interface WorkerRuntime {
 }
 
 let cached: { env: Env; rt: Promise<WorkerRuntime> } | undefined;
+const extraLoops = new Map<string, AgentLoopExport>();
+
+/**
+ * Registers a custom agent loop (a class extending `AgentLoop`, or a
+ * factory) under `name` in the registry of every runtime this isolate
+ * builds: how a Worker adds loops, having no file system for
+ * `agent.agent_loop_config_path`. Call it at the top level of your own
+ * Worker entry, which re-exports this one (`export default` and
+ * `TrajectorySessionObject`), so the Worker and its Durable Objects both see
+ * it. A name equal to a built-in replaces it (as verl's registry does).
+ */
+export function registerWorkerAgentLoop(name: string, loop: AgentLoopExport): void {
+  extraLoops.set(name, loop);
+  cached = undefined;
+}
 
 /**
  * The isolate's runtime for `env` (built on first use, then cached): the
@@ -72,9 +95,17 @@ async function build(env: Env): Promise<WorkerRuntime> {
     timeoutMs: config.engine.timeout_ms,
   });
   const tools = env.EDGELOOP_TOOLS ? new WebhookToolClient(parseToolsFile(env.EDGELOOP_TOOLS, { source: "EDGELOOP_TOOLS" }).tools, { secret: secret ?? undefined }) : undefined;
-  const queue = createUpstashTransferQueue({ url: env.UPSTASH_REDIS_REST_URL, token: env.UPSTASH_REDIS_REST_TOKEN, prefix: env.EDGELOOP_STORE_PREFIX ?? config.store.prefix });
+  const maxRequest = Number(env.EDGELOOP_STORE_MAX_REQUEST_BYTES || config.store.max_request_bytes || 0);
+  const queue = createUpstashTransferQueue({
+    url: env.UPSTASH_REDIS_REST_URL,
+    token: env.UPSTASH_REDIS_REST_TOKEN,
+    prefix: env.EDGELOOP_STORE_PREFIX ?? config.store.prefix,
+    ...(maxRequest > 0 ? { maxRequestBytes: maxRequest } : {}),
+  });
+  const registry = defaultAgentLoopRegistry();
+  for (const [name, loop] of extraLoops) registry.register(name, loop);
   const deps: ExecutorDeps = {
-    registry: defaultAgentLoopRegistry(),
+    registry,
     tokenizer,
     client,
     ...(config.rollout.max_model_len ? { maxModelLen: config.rollout.max_model_len } : {}),

@@ -5,7 +5,8 @@ import { SessionInput } from "../../shared/session/checkpoint.ts";
 import { queueWriter } from "../../shared/session/session-records.ts";
 import { TrajectorySession, type SessionDeps } from "../../shared/session/trajectory-session.ts";
 import type { DurableObjectState } from "./cf-types.ts";
-import { DurableObjectSessionStorage } from "./do-session-storage.ts";
+import { DurableObjectSessionStorage, readMany, SQLITE_BACKEND_VALUE_BYTES, writeMany } from "./do-session-storage.ts";
+import { toParts } from "../../shared/session/value-parts.ts";
 import { workerRuntime, type Env } from "./env.ts";
 
 /**
@@ -34,7 +35,7 @@ export class TrajectorySessionObject {
     private readonly ctx: DurableObjectState,
     private readonly env: Env,
   ) {
-    this.storage = new DurableObjectSessionStorage(ctx.storage);
+    this.storage = new DurableObjectSessionStorage(ctx.storage, { maxValueBytes: doValueBytes(env) });
   }
 
   async fetch(req: Request): Promise<Response> {
@@ -43,7 +44,11 @@ export class TrajectorySessionObject {
       const input = SessionInput.parse(await req.json());
       await this.serial(async () => {
         if (!(await this.ctx.storage.get("start"))) {
-          await this.ctx.storage.put("start", JSON.stringify(input));
+          // The input holds the row, which may be larger than one value (a 2 MB prompt): stored in parts.
+          const parts = toParts(JSON.stringify(input), doValueBytes(this.env), "utf16").map((p) => p.slice(1));
+          const entries: Record<string, unknown> = { start: parts.length };
+          parts.forEach((p, j) => (entries[`start:${j}`] = p));
+          await writeMany(this.ctx.storage, entries);
           await this.ctx.storage.setAlarm(Date.now());
         }
       });
@@ -76,12 +81,22 @@ export class TrajectorySessionObject {
   /** Runs the session until it waits, finishes or fails. A throw makes the runtime retry the alarm (at-least-once). */
   async alarm(): Promise<void> {
     await this.serial(async () => {
-      const startJson = (await this.ctx.storage.get<string>("start")) ?? null;
-      if (!startJson) return;
+      const start = await this.ctx.storage.get<number | string>("start");
+      if (start === undefined) return;
+      const startJson = typeof start === "string" ? start : (await readMany(this.ctx.storage, Array.from({ length: start }, (_, j) => `start:${j}`), "start")).join("");
       const input = SessionInput.parse(JSON.parse(startJson));
       const s = await this.open(input.key, input);
       if (!s) return;
-      const outcome = await s.run();
+      let outcome: Awaited<ReturnType<TrajectorySession["run"]>>;
+      try {
+        outcome = await s.run();
+      } catch (e) {
+        // A retryable failure (store or engine briefly down) is the runtime's to retry: the alarm
+        // runs again from the last commit. Anything else would fail the same way on every retry —
+        // and each retry would redo the uncommitted work — so the trajectory fails now, once.
+        if ((e as { retryable?: unknown }).retryable === true) throw e;
+        outcome = { status: "failed", error: e instanceof Error ? `${e.name}: ${e.message}` : String(e) };
+      }
       if (outcome.status === "waiting") {
         if (outcome.deadline_ms !== null) await this.ctx.storage.setAlarm(outcome.deadline_ms);
         return;
@@ -110,4 +125,10 @@ export class TrajectorySessionObject {
     this.chain = next.catch(() => {});
     return next;
   }
+}
+
+/** `EDGELOOP_DO_MAX_VALUE_BYTES`, or the SQLite backend's bound. */
+function doValueBytes(env: Env): number {
+  const n = Number(env.EDGELOOP_DO_MAX_VALUE_BYTES || 0);
+  return n >= 1024 ? n : SQLITE_BACKEND_VALUE_BYTES;
 }

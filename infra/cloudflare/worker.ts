@@ -14,6 +14,7 @@ import { errorResponse } from "../../functions/rollouts.ts";
 import { mergeConfig, parseAppConfig } from "../../shared/config/app-config.ts";
 import { ConfigError, inputErrorFromZod } from "../../shared/errors.ts";
 import { planBatch, RolloutRequest } from "../../shared/rollout/batch.ts";
+import { planFingerprints } from "../../shared/rollout/group-fingerprint.ts";
 import { samplingParamsFor } from "../../shared/rollout/executor.ts";
 import type { SessionInputArg } from "../../shared/session/checkpoint.ts";
 import type { ExecutionContext } from "./cf-types.ts";
@@ -22,6 +23,7 @@ import { healthResponse, storeHealthProbe } from "../../shared/store/store-healt
 import { UpstashCommander } from "../../shared/store/upstash-transfer-queue.ts";
 
 export { TrajectorySessionObject } from "./session-object.ts";
+export { registerWorkerAgentLoop } from "./env.ts";
 
 const app = new Hono<{ Bindings: Env }>();
 app.onError((err, c) => errorResponse(err, c));
@@ -46,7 +48,8 @@ app.post("/v1/rollouts", async (c) => {
   const cfg = req.config ? parseAppConfig(mergeConfig(rt.config, req.config), "request config") : rt.config;
   const plan = planBatch(req, cfg.rollout, cfg.max_batch_trajectories);
   const mode = plan.validate ? "val" : "train";
-  for (const [uid, n] of plan.groups) await rt.queue.expectGroup(uid, n, mode);
+  const fps = await planFingerprints(plan);
+  for (const [uid, n] of plan.groups) await rt.queue.expectGroup(uid, n, mode, fps.get(uid)?.fingerprint);
   const start = async (i: number) => {
     const t = plan.trajectories[i]!;
     if (t.row_error || !t.row) {
@@ -68,8 +71,15 @@ app.post("/v1/rollouts", async (c) => {
       rollout: cfg.rollout,
       model_version: plan.model_version,
     };
-    const res = await c.env.SESSIONS.get(c.env.SESSIONS.idFromName(t.key)).fetch("https://session/start", { method: "POST", body: JSON.stringify(input) });
-    if (res.status !== 202) throw new Error(`session ${t.key} did not start: HTTP ${res.status} ${await res.text()}`);
+    let failure: string | null = null;
+    try {
+      const res = await c.env.SESSIONS.get(c.env.SESSIONS.idFromName(t.key)).fetch("https://session/start", { method: "POST", body: JSON.stringify(input) });
+      if (res.status !== 202) failure = `session did not start: HTTP ${res.status} ${(await res.text()).slice(0, 300)}`;
+    } catch (e) {
+      failure = `session did not start: ${(e as Error).message ?? String(e)}`;
+    }
+    // Its group is registered: a session that cannot start fails its trajectory, so the group still completes.
+    if (failure) await rt.queue.markFailed(t.key, failure, { agent_name: agentName, data_source: t.row.data_source, extra_fields: { trajectory_info: t.trajectory_info } });
   };
   // At most 6 simultaneous subrequests per invocation.
   let next = 0;

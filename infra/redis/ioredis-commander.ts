@@ -1,6 +1,7 @@
 import IORedis, { ReplyError } from "ioredis";
 import type { RedisArg, RedisCommander, RedisReply } from "../../shared/store/redis-commander.ts";
 import { StoreUnreachableError } from "../../shared/store/store-outage.ts";
+import { checkCommand, pipelineBySize, TCP_MAX_REQUEST_BYTES } from "../../shared/store/request-size.ts";
 import { maskRedisUrl } from "./redis-check.ts";
 
 /** Options of {@link IoRedisCommander}. */
@@ -25,6 +26,12 @@ export interface IoRedisCommanderOptions {
    * stderr naming the masked URL.
    */
   onError?: (message: string, error: Error) => void;
+  /**
+   * Largest single command, and largest pipeline write, bytes (default
+   * {@link TCP_MAX_REQUEST_BYTES}): pipelines are split to fit; a single
+   * command over it is refused (413 `request_too_large`) without being sent.
+   */
+  maxRequestBytes?: number;
 }
 
 /** Where a commander's connection stands. */
@@ -62,10 +69,12 @@ export class IoRedisCommander implements RedisCommander {
   private readonly maxReconnects: number;
   private readonly state: ConnectionState = { up: false, downSince: null, error: null, attempts: 0 };
   private closing = false;
+  readonly maxRequestBytes: number;
 
   constructor(url: string, opts: IoRedisCommanderOptions = {}) {
     const maxReconnects = (this.maxReconnects = opts.maxReconnects ?? Number.POSITIVE_INFINITY);
     const cap = opts.reconnectMaxDelayMs ?? (Number(process.env.EDGELOOP_STORE_RECONNECT_MAX_MS) || 2_000);
+    this.maxRequestBytes = opts.maxRequestBytes ?? TCP_MAX_REQUEST_BYTES;
     this.url = maskRedisUrl(url);
     this.onError = opts.onError ?? ((message) => process.stderr.write(`edgeloop: ${message}\n`));
     this.main = new IORedis(url, {
@@ -126,6 +135,7 @@ export class IoRedisCommander implements RedisCommander {
   }
 
   async exec(cmd: RedisArg[]): Promise<RedisReply> {
+    checkCommand(cmd, this.maxRequestBytes, "resp");
     const [name, ...args] = cmd;
     try {
       return (await this.main.call(String(name), ...args.map(toArg))) as RedisReply;
@@ -135,17 +145,19 @@ export class IoRedisCommander implements RedisCommander {
   }
 
   async pipeline(cmds: RedisArg[][]): Promise<(RedisReply | Error)[]> {
-    const p = this.main.pipeline();
-    for (const [name, ...args] of cmds) p.call(String(name), ...args.map(toArg));
-    let res: [Error | null, unknown][];
-    try {
-      res = (await p.exec()) ?? [];
-    } catch (e) {
-      throw this.outage(e);
-    }
-    const lost = res.find(([err]) => err && !(err instanceof ReplyError));
-    if (lost) throw this.outage(lost[0]);
-    return res.map(([err, v]) => (err ? err : (v as RedisReply)));
+    return pipelineBySize(cmds, this.maxRequestBytes, "resp", async (batch) => {
+      const p = this.main.pipeline();
+      for (const [name, ...args] of batch) p.call(String(name), ...args.map(toArg));
+      let res: [Error | null, unknown][];
+      try {
+        res = (await p.exec()) ?? [];
+      } catch (e) {
+        throw this.outage(e);
+      }
+      const lost = res.find(([err]) => err && !(err instanceof ReplyError));
+      if (lost) throw this.outage(lost[0]);
+      return res.map(([err, v]) => (err ? err : (v as RedisReply)));
+    });
   }
 
   async execBlocking(cmd: RedisArg[]): Promise<RedisReply> {

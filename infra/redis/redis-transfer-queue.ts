@@ -5,6 +5,8 @@ import { IoRedisCommander } from "./ioredis-commander.ts";
 export interface TcpTransferQueueOptions extends RedisTransferQueueOptions {
   /** `redis://[user:pass@]host:port[/db]`, default `redis://127.0.0.1:6379`. */
   url?: string;
+  /** Largest command / pipeline write, bytes (see {@link IoRedisCommander}). */
+  maxRequestBytes?: number;
 }
 
 /**
@@ -13,7 +15,7 @@ export interface TcpTransferQueueOptions extends RedisTransferQueueOptions {
  * and it also runs on Node and Deno).
  */
 export function createRedisTransferQueue(opts: TcpTransferQueueOptions = {}): RedisTransferQueue {
-  return new RedisTransferQueue(new IoRedisCommander(opts.url ?? "redis://127.0.0.1:6379"), opts);
+  return new RedisTransferQueue(new IoRedisCommander(opts.url ?? "redis://127.0.0.1:6379", opts.maxRequestBytes ? { maxRequestBytes: opts.maxRequestBytes } : {}), opts);
 }
 
 export { IoRedisCommander };

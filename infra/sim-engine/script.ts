@@ -52,7 +52,9 @@ const Finish = z.enum(["stop", "length", "abort"]);
  * - `{text, finish_reason?}`: as a string when `stop` (default); with `length` or
  *   `abort` the text is emitted without the end token and that finish reason;
  * - `{token_ids, finish_reason?}`: exactly these ids; the finish reason defaults
- *   to `stop` when the last id is the end-of-turn token or a requested stop id, else `length`.
+ *   to `stop` when the last id is one of the model's stop ids (Qwen3: 151645
+ *   `<|im_end|>` or 151643 `<|endoftext|>`) or a requested stop id, else `length`.
+ *   Generation always ends at the first such id, as a real engine's does.
  */
 export const SimTurn = z.union([
   z.string(),

@@ -99,6 +99,8 @@ export interface SimRequestLog {
   routing_key?: string;
   endpoint?: string;
   prompt_tokens: number;
+  /** The request's `stop_token_ids`, when it carried any. */
+  stop_token_ids?: number[];
   cached_tokens?: number;
   completion_tokens?: number;
   finish_reason?: string;
@@ -213,7 +215,7 @@ export class SimEngine {
     if (last < 0) return { count: 0, open: undefined };
     let start = last + h.length;
     for (let i = start; i < ids.length; i++) {
-      if (ids[i] === this.tokenizer.eosTokenId || ids[i] === this.imStart) return { count, open: undefined };
+      if (this.tokenizer.isStopToken(ids[i]) || ids[i] === this.imStart) return { count, open: undefined };
     }
     if (this.newline.length === 1 && ids[start] === this.newline[0]) start++;
     return { count: count - 1, open: ids.slice(start) as number[] };
@@ -247,6 +249,7 @@ export class SimEngine {
    */
   async generate(req: SimGenerateRequest): Promise<SimGenerateResult> {
     const log: SimRequestLog = { request_id: req.request_id, routing_key: req.routing_key, endpoint: req.endpoint, prompt_tokens: req.prompt_ids.length };
+    if (req.stop_token_ids?.length) log.stop_token_ids = [...req.stop_token_ids];
     this.requests.push(log);
     if (this.requests.length > LOG_LIMIT) this.requests.splice(0, this.requests.length - LOG_LIMIT);
     this.stats.requests++;
@@ -310,10 +313,10 @@ export class SimEngine {
     if (r.open && r.open.length > 0 && r.open.length <= ids.length && r.open.every((v, i) => v === ids[i])) {
       ids = ids.slice(r.open.length);
     }
-    // Like a real engine, generation ends at the first end-of-turn or requested stop id (kept in the output).
+    // Like a real engine, generation ends at the first id of the model's stop list (its generation
+    // config's eos_token_id, e.g. Qwen3's 151645 and 151643) or a requested stop id, kept in the output.
     let stopToken: number | null = null;
-    const eos = this.tokenizer.eosTokenId;
-    const stopAt = ids.findIndex((t) => t === eos || stopIds.includes(t));
+    const stopAt = ids.findIndex((t) => this.tokenizer.isStopToken(t) || stopIds.includes(t));
     if (stopAt >= 0) {
       ids = ids.slice(0, stopAt + 1);
       finish = "stop";
@@ -363,7 +366,7 @@ export class SimEngine {
       return { ids: finish === "stop" ? [...ids, eos] : ids, finish };
     }
     const last = turn.token_ids[turn.token_ids.length - 1];
-    const ends = last !== undefined && (last === eos || stopIds.includes(last));
+    const ends = last !== undefined && (this.tokenizer.isStopToken(last) || stopIds.includes(last));
     return { ids: [...turn.token_ids], finish: turn.finish_reason ?? (ends ? "stop" : "length") };
   }
 

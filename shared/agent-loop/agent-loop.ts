@@ -176,7 +176,7 @@ export abstract class AgentLoop {
             request_id: (this.ctx.newRequestId ?? (() => crypto.randomUUID()))(),
             routing_key: key,
             prompt_ids: ids.length ? base.concat(ids) : base,
-            sampling_params: samplingParams,
+            sampling_params: withStopIds(samplingParams, this.ctx.tokenizer.stopTokenIds),
             max_tokens: maxTokens - ids.length,
             signal,
           });
@@ -246,6 +246,21 @@ export abstract class AgentLoop {
       ),
     );
   }
+}
+
+/**
+ * `sp` with the model's stop ids merged into `stop_token_ids` (the row's own
+ * first, then the model's, without repeats), so that every engine ends a turn
+ * on every id of the model's generation-config stop list even when it was
+ * started without that config (vLLM `--generation-config vllm`, a bare
+ * SGLang). Returns `sp` itself when nothing is added.
+ * @see vLLM `stop_token_ids` / SGLang `sampling_params.stop_token_ids` (both a set of ids)
+ */
+export function withStopIds(sp: SamplingParams, stopIds: readonly number[]): SamplingParams {
+  const own = sp.stop_token_ids ?? [];
+  const add = stopIds.filter((id) => !own.includes(id));
+  if (add.length === 0) return sp;
+  return { ...sp, stop_token_ids: [...own, ...add] };
 }
 
 /** Resumes of one turn after preemption before it ends `abort` with what it has. */

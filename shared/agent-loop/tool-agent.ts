@@ -301,7 +301,8 @@ export class ToolAgentLoop extends AgentLoop {
     if (lengthStop && !mt.execute_calls_on_length) return this.end(d, "length", "length_stop", true);
 
     const ids = out.token_ids;
-    const body = ids.length > 0 && ids[ids.length - 1] === tok.eosTokenId ? ids.slice(0, -1) : ids;
+    // The stop id that ended the turn (any of the model's list) is not part of the message.
+    const body = ids.length > 0 && tok.isStopToken(ids[ids.length - 1]) ? ids.slice(0, -1) : ids;
     const parsed = this.parser.extract(tok.decode(body));
     const attempts: Array<ParsedCall | ParseError> = lengthStop
       ? parsed.calls

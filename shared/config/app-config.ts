@@ -32,7 +32,31 @@ export const StoreConfig = z.strictObject({
     .refine((s) => s === "memory" || s === "upstash" || /^rediss?:\/\//.test(s), "store.url must be memory, upstash or a redis:// URL"),
   /** Key prefix of every Redis key edgeloop writes. */
   prefix: z.string().default("edgeloop:"),
+  /**
+   * Largest request to the store, bytes: one Upstash REST body (default 10 MB, Upstash's limit —
+   * set your plan's) or one Redis TCP command / pipeline write (default 64 MiB). Pipelines are
+   * split to fit; a single value too large for it is refused (413) before anything is written.
+   */
+  max_request_bytes: z.number().int().min(64 * 1024).nullable().default(null),
 });
+
+/**
+ * The inference gateway's failure handling (`edgeloop gateway`, and the
+ * embedded gateway in front of simulated replicas): a per-attempt deadline,
+ * the circuit breaker's ejection threshold and cool-down, and how many
+ * replicas one call may try. See `createGatewayApp`.
+ */
+export const GatewayConfig = z.strictObject({
+  /** Deadline of one attempt at one replica in ms; past it the call moves on (null: none, the caller's deadline applies). Keep it below `engine.timeout_ms`. */
+  attempt_timeout_ms: z.number().int().positive().nullable().default(null),
+  /** Consecutive failures (timeouts, client aborts at their deadline, refused connections, 5xx, garbled 2xx) that eject a replica. */
+  eject_after: z.number().int().min(1).default(3),
+  /** Cool-down of an ejected replica, in ms, before one half-open probe call is let through. */
+  cooldown_ms: z.number().int().min(0).default(10_000),
+  /** Replicas one call may try. */
+  max_attempts: z.number().int().min(1).default(3),
+});
+export type GatewayConfig = z.infer<typeof GatewayConfig>;
 
 /** A webhook reward used for rows whose `reward_model.style` is `webhook`. */
 export const RewardConfig = z.strictObject({ url: z.string().url().nullable().default(null) });
@@ -48,6 +72,7 @@ export const AppConfig = z.strictObject({
   tools: ToolsConfig.default(ToolsConfig.parse({})),
   store: StoreConfig.default(StoreConfig.parse({})),
   reward: RewardConfig.default(RewardConfig.parse({})),
+  gateway: GatewayConfig.default(GatewayConfig.parse({})),
   /** The most trajectories (rows × n) one batch may hold; a larger batch is refused with a 400 before anything is planned. */
   max_batch_trajectories: z.number().int().min(1).max(10_000_000).default(100_000),
   /** Trajectories run at once in one process. */

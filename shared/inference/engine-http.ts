@@ -29,6 +29,15 @@ export function engineTopK(topK: number, engine: "vllm" | "sglang"): number {
   return engine === "vllm" ? 0 : -1;
 }
 
+/**
+ * Request header in which the engine clients declare their per-attempt
+ * deadline in milliseconds, so a gateway can tell a caller that gave up at its
+ * deadline on a silent replica (the replica's failure) from a caller that
+ * cancelled early (nobody's).
+ * @see Envoy's `x-envoy-expected-rq-timeout-ms`, the same idea towards upstreams
+ */
+export const DEADLINE_HEADER = "x-edgeloop-timeout-ms";
+
 /** Headers sent on every engine call: the routing key twice (vllm-router and SGLang's gateway) and the request id. */
 export function engineHeaders(routingKey: string, requestId: string): Record<string, string> {
   return {
@@ -57,7 +66,8 @@ export function withReplica<T extends { extra_fields: Record<string, unknown> }>
 }
 
 /**
- * POSTs `body` as JSON with a per-request deadline and returns status + parsed body.
+ * POSTs `body` as JSON with a per-request deadline (declared to gateways in
+ * {@link DEADLINE_HEADER}) and returns status + parsed body.
  * Transport failures become typed errors: connection refused and the deadline →
  * {@link EngineUnavailableError}; the caller's own `signal` → {@link EngineAbortedError}.
  * Non-2xx statuses are *not* thrown here (the caller decides with {@link engineErrorFromReply}).
@@ -74,7 +84,7 @@ export async function postEngineJson(
   let res: Response;
   let text: string;
   try {
-    res = await fetchFn(url, { method: "POST", headers, body: JSON.stringify(body), signal });
+    res = await fetchFn(url, { method: "POST", headers: { ...headers, [DEADLINE_HEADER]: String(opts.timeoutMs) }, body: JSON.stringify(body), signal });
     text = await res.text();
   } catch (e) {
     if (opts.signal?.aborted) throw new EngineAbortedError(`request to ${url} aborted by the caller`, { cause: e });
@@ -132,9 +142,11 @@ export function engineErrorFromReply(url: string, reply: EngineHttpReply): Engin
   return new BadEngineResponseError(what);
 }
 
-/** A {@link BadEngineResponseError} naming the URL and what was wrong with a 2xx body. */
+/** A retryable {@link BadEngineResponseError} naming the URL and what was wrong with a 2xx body. */
 export function badReply(url: string, problem: string, cause?: unknown): BadEngineResponseError {
-  return new BadEngineResponseError(`engine at ${url} sent an unusable reply: ${problem}`, cause === undefined ? {} : { cause });
+  // A garbled 2xx is the replica's fault (a broken or misconfigured replica behind a balancer), so
+  // it is retryable: another attempt may land elsewhere and get a good reply.
+  return new BadEngineResponseError(`engine at ${url} sent an unusable reply: ${problem}`, { retryable: true, ...(cause === undefined ? {} : { cause }) });
 }
 
 /** Joins a base URL and a path without doubling slashes. */

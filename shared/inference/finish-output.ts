@@ -1,6 +1,6 @@
 import { EngineAbortedError } from "../errors.ts";
 import { TokenOutput } from "../schema/index.ts";
-import { badReply, joinUrl, type FetchLike } from "./engine-http.ts";
+import { badReply, DEADLINE_HEADER, joinUrl, type FetchLike } from "./engine-http.ts";
 import { ModelsReply } from "./vllm-wire.ts";
 
 /** What an adapter extracted from a 2xx reply, before the checks every engine shares. */
@@ -69,7 +69,8 @@ export function finishOutput(url: string, raw: RawEngineOutput): TokenOutput {
 export async function modelMaxLen(fetchFn: FetchLike, base: string, timeoutMs: number): Promise<number | undefined> {
   const url = joinUrl(base, "/v1/models");
   try {
-    const res = await fetchFn(url, { signal: AbortSignal.timeout(Math.min(timeoutMs, 30_000)) });
+    const ms = Math.min(timeoutMs, 30_000);
+    const res = await fetchFn(url, { headers: { [DEADLINE_HEADER]: String(ms) }, signal: AbortSignal.timeout(ms) });
     if (!res.ok) return undefined;
     const parsed = ModelsReply.safeParse(await res.json());
     return parsed.success ? (parsed.data.data[0]?.max_model_len ?? undefined) : undefined;

@@ -1,19 +1,79 @@
+import { LRUCache } from "lru-cache";
 import { BoundedLoadHashRouter } from "./bounded-load-hash.ts";
 import { RoundRobinRouter } from "./round-robin-router.ts";
 import type { ReplicaLoad, RoutingPolicy, RoutingPolicyName } from "./routing-policy.ts";
 import { StickyRouter } from "./sticky-router.ts";
 
+/**
+ * Why one call failed at one replica before any token came back:
+ * `timeout` (the gateway's per-attempt deadline passed), `client_abort` (the
+ * caller gave up at its own declared deadline while the replica was silent),
+ * `connect` (refused or reset), `http_5xx`, `bad_reply` (a 2xx whose body is
+ * not JSON or not the engine's wire schema).
+ */
+export type FailureKind = "timeout" | "client_abort" | "connect" | "http_5xx" | "bad_reply";
+export const FAILURE_KINDS: readonly FailureKind[] = ["timeout", "client_abort", "connect", "http_5xx", "bad_reply"];
+
+/**
+ * A replica's circuit state: `healthy`; `unhealthy` (a refused connection or a
+ * failed health check; the next passing health check restores it); `ejected`
+ * (`ejectAfter` consecutive failures: out of rotation until `ejected_until_ms`);
+ * `half_open` (the cool-down passed and one probe call is in flight: success
+ * restores it, failure ejects it again).
+ */
+export type ReplicaState = "healthy" | "unhealthy" | "ejected" | "half_open";
+
+/**
+ * Why a routing key left a replica (`repins_by_reason`): `unhealthy` (it was
+ * ejected, half-open or unhealthy), `failover` (it failed this very call),
+ * `load` (the policy spread load elsewhere: bounded-load hashing's cap).
+ * Keys of a removed replica move uncounted (its record is gone).
+ */
+export type RepinReason = "unhealthy" | "failover" | "load";
+export const REPIN_REASONS: readonly RepinReason[] = ["unhealthy", "failover", "load"];
+
 /** What the pool knows about one replica (the gateway's `/admin/replicas` shows this). */
 export interface ReplicaStatus {
   url: string;
+  /** True only in state `healthy`: the policy routes to it. */
   healthy: boolean;
+  state: ReplicaState;
   /** Calls currently being served. */
   inflight: number;
   /** Calls routed here so far (including failed ones). */
   served: number;
-  /** Calls that failed here before any token came back (connection error or 5xx). */
+  /** Calls that failed here before any token came back (every kind). */
   failures: number;
+  failures_by_kind: Record<FailureKind, number>;
+  /** Failures since the last success (the breaker's counter). */
+  consecutive_failures: number;
+  /** Times the breaker ejected it. */
+  ejections: number;
+  /** Half-open probes sent to it; how many restored it and how many failed (re-ejecting it). */
+  probes: number;
+  probes_ok: number;
+  probes_failed: number;
+  /** Routing keys that moved away from it, by reason. */
+  repins: number;
+  repins_by_reason: Record<RepinReason, number>;
+  /** While ejected: when (epoch ms) a half-open probe may go. */
+  ejected_until_ms: number | null;
 }
+
+/** The circuit breaker's settings. */
+export interface BreakerOptions {
+  /** Consecutive failures that eject a replica (default 3). */
+  ejectAfter?: number;
+  /** Cool-down after an ejection before one probe call is let through, in ms (default 10,000). */
+  cooldownMs?: number;
+  /** Routing keys remembered for re-pin counting (default 10,000). */
+  maxKeys?: number;
+  /** Wall clock in epoch ms (tests). */
+  now?: () => number;
+}
+
+export const DEFAULT_EJECT_AFTER = 3;
+export const DEFAULT_COOLDOWN_MS = 10_000;
 
 /** Builds the policy object for a policy name (ε only matters to `bounded_load_hash`). */
 export function createRoutingPolicy(name: RoutingPolicyName, opts: { epsilon?: number; maxKeys?: number } = {}): RoutingPolicy {
@@ -29,27 +89,51 @@ export function createRoutingPolicy(name: RoutingPolicyName, opts: { epsilon?: n
   }
 }
 
+/** Internal record: the status plus the probe flag. */
+interface Replica extends ReplicaStatus {
+  probing: boolean;
+}
+
 /**
  * The replicas behind one gateway instance: membership (add/remove at run
- * time), health, in-flight counts, and a {@link RoutingPolicy} that picks
- * among them. Runtime-free and synchronous, so acquire/release are atomic
- * in a single-threaded event loop.
+ * time), health, in-flight counts, a circuit breaker per replica, and a
+ * {@link RoutingPolicy} that picks among them. Runtime-free and synchronous,
+ * so acquire and the outcome calls are atomic in a single-threaded event loop.
+ *
+ * Breaker: every failure ({@link fail}) counts; `ejectAfter` in a row eject
+ * the replica (out of rotation, so the keys pinned to it are re-pinned on
+ * their next call, counted in `repins`); after `cooldownMs` the next call is
+ * sent to it as the one half-open probe, whatever its key (the key's pin is
+ * left alone); {@link succeed} restores it, a failure ejects it again for
+ * another cool-down.
+ * @see Envoy outlier detection (`consecutive_5xx`, `base_ejection_time`) and the circuit-breaker pattern's half-open state
  */
 export class ReplicaPool {
   readonly policy: RoutingPolicy;
-  private readonly replicas = new Map<string, ReplicaStatus>();
+  readonly ejectAfter: number;
+  readonly cooldownMs: number;
+  private readonly replicas = new Map<string, Replica>();
+  private readonly now: () => number;
+  /** The replica each routing key was last served by (keyed policies only), for re-pin counting. */
+  private readonly lastByKey: LRUCache<string, string> | undefined;
 
-  constructor(urls: readonly string[], policy: RoutingPolicy) {
+  constructor(urls: readonly string[], policy: RoutingPolicy, breaker: BreakerOptions = {}) {
     this.policy = policy;
+    this.ejectAfter = breaker.ejectAfter ?? DEFAULT_EJECT_AFTER;
+    this.cooldownMs = breaker.cooldownMs ?? DEFAULT_COOLDOWN_MS;
+    if (!Number.isInteger(this.ejectAfter) || this.ejectAfter < 1) throw new RangeError(`ejectAfter must be an integer >= 1, got ${this.ejectAfter}`);
+    if (!(this.cooldownMs >= 0)) throw new RangeError(`cooldownMs must be >= 0, got ${this.cooldownMs}`);
+    this.now = breaker.now ?? (() => Date.now());
+    this.lastByKey = policy.name === "round_robin" ? undefined : new LRUCache({ max: breaker.maxKeys ?? 10_000 });
     for (const u of urls) this.add(u);
   }
 
-  /** Adds a replica (healthy, zero load); re-adding an existing URL resets its health only. */
+  /** Adds a replica (healthy, zero load); re-adding an existing URL restores it to healthy. */
   add(url: string): void {
     const u = normaliseUrl(url);
     const r = this.replicas.get(u);
-    if (r) r.healthy = true;
-    else this.replicas.set(u, { url: u, healthy: true, inflight: 0, served: 0, failures: 0 });
+    if (r) this.restore(r);
+    else this.replicas.set(u, fresh(u));
   }
 
   /** Removes a replica; its sticky keys move on their next call. Returns whether it was there. */
@@ -59,10 +143,21 @@ export class ReplicaPool {
     return this.replicas.delete(u);
   }
 
-  /** Marks a replica healthy or not (health checks, connection failures). Unknown URLs are ignored. */
+  /**
+   * Health-check result (or a refused connection). A failed check makes a
+   * healthy replica `unhealthy`; a passing one restores an `unhealthy`
+   * replica. An ejected or half-open replica is left to its breaker: a replica
+   * that answers `/health` but hangs or garbles calls must prove itself with a
+   * real call. Unknown URLs are ignored.
+   */
   setHealthy(url: string, healthy: boolean): void {
     const r = this.replicas.get(normaliseUrl(url));
-    if (r) r.healthy = healthy;
+    if (!r || r.state === "ejected" || r.state === "half_open") return;
+    if (healthy) this.restore(r);
+    else {
+      r.state = "unhealthy";
+      r.healthy = false;
+    }
   }
 
   /** Replica URLs in insertion order. */
@@ -72,22 +167,36 @@ export class ReplicaPool {
 
   /** A snapshot of every replica's status. */
   status(): ReplicaStatus[] {
-    return [...this.replicas.values()].map((r) => ({ ...r }));
+    return [...this.replicas.values()].map(({ probing: _p, ...r }) => ({ ...r, failures_by_kind: { ...r.failures_by_kind }, repins_by_reason: { ...r.repins_by_reason } }));
   }
 
   /**
-   * Picks a replica for one call and counts it in flight. Candidates are the
-   * healthy replicas not in `exclude`; when none is healthy, every replica not
-   * in `exclude` (health may be stale, and trying beats failing). Returns
-   * undefined when nothing is left. Pair every success with {@link release}.
+   * Picks a replica for one call and counts it in flight. First, an ejected
+   * replica whose cool-down has passed (and that has no probe in flight, and
+   * is not in `exclude`) takes this call as its half-open probe. Otherwise
+   * candidates are the healthy replicas not in `exclude`; when none is
+   * healthy, every replica not in `exclude` (health may be stale, and trying
+   * beats failing). Returns undefined when nothing is left. End every call
+   * with {@link succeed}, {@link fail} or {@link release}.
    */
   acquire(key: string | undefined, exclude?: ReadonlySet<string>): string | undefined {
+    const now = this.now();
+    for (const r of this.replicas.values()) {
+      if (r.state === "ejected" && !r.probing && (r.ejected_until_ms ?? 0) <= now && !exclude?.has(r.url)) {
+        r.state = "half_open";
+        r.probing = true;
+        r.probes++;
+        r.inflight++;
+        r.served++;
+        return r.url;
+      }
+    }
     const open: ReplicaLoad[] = [];
     const healthy: ReplicaLoad[] = [];
     for (const r of this.replicas.values()) {
       if (exclude?.has(r.url)) continue;
       open.push(r);
-      if (r.healthy) healthy.push(r);
+      if (r.state === "healthy") healthy.push(r);
     }
     const candidates = healthy.length > 0 ? healthy : open;
     if (candidates.length === 0) return undefined;
@@ -95,16 +204,119 @@ export class ReplicaPool {
     const r = this.replicas.get(url)!;
     r.inflight++;
     r.served++;
+    if (key !== undefined && this.lastByKey) this.notePin(key, url, exclude);
     return url;
   }
 
-  /** Ends one in-flight call on `url` (never below zero; unknown URLs are ignored). */
-  release(url: string, failed = false): void {
+  /**
+   * Ends a call that got a usable reply: the failure streak ends and the
+   * replica is healthy again, whatever its state (a half-open probe that
+   * succeeded, or an ejected/unhealthy replica tried because none was healthy).
+   */
+  succeed(url: string): void {
     const r = this.replicas.get(url);
     if (!r) return;
     if (r.inflight > 0) r.inflight--;
-    if (failed) r.failures++;
+    if (r.probing) r.probes_ok++;
+    this.restore(r);
   }
+
+  /**
+   * Ends a call that failed at `url` before any token came back, counting it
+   * by kind. The `ejectAfter`-th failure in a row, or any failure of a
+   * half-open probe, ejects the replica for `cooldownMs`; a refused
+   * connection also marks a healthy replica `unhealthy` at once.
+   * @returns whether this failure ejected the replica.
+   */
+  fail(url: string, kind: FailureKind): boolean {
+    const r = this.replicas.get(url);
+    if (!r) return false;
+    if (r.inflight > 0) r.inflight--;
+    r.failures++;
+    r.failures_by_kind[kind]++;
+    r.consecutive_failures++;
+    if (r.probing || (r.state !== "ejected" && r.consecutive_failures >= this.ejectAfter)) {
+      if (r.probing) r.probes_failed++;
+      r.probing = false;
+      r.state = "ejected";
+      r.healthy = false;
+      r.ejections++;
+      r.ejected_until_ms = this.now() + this.cooldownMs;
+      return true;
+    }
+    if (kind === "connect" && r.state === "healthy") {
+      r.state = "unhealthy";
+      r.healthy = false;
+    }
+    return false;
+  }
+
+  /**
+   * Ends a call with no verdict on the replica (the caller cancelled before
+   * its deadline; a streamed reply). `failed` (legacy) counts it as an
+   * `http_5xx` failure. Never goes below zero; unknown URLs are ignored. A
+   * half-open probe ended this way frees the probe slot, so the next call probes.
+   */
+  release(url: string, failed = false): void {
+    if (failed) {
+      this.fail(url, "http_5xx");
+      return;
+    }
+    const r = this.replicas.get(url);
+    if (!r) return;
+    if (r.inflight > 0) r.inflight--;
+    if (r.probing) {
+      r.probing = false;
+      r.state = "ejected";
+    }
+  }
+
+  /** Total re-pins over every replica. */
+  get repins(): number {
+    let n = 0;
+    for (const r of this.replicas.values()) n += r.repins;
+    return n;
+  }
+
+  private notePin(key: string, url: string, exclude: ReadonlySet<string> | undefined): void {
+    const prev = this.lastByKey!.get(key);
+    this.lastByKey!.set(key, url);
+    if (prev === undefined || prev === url) return;
+    const old = this.replicas.get(prev);
+    if (!old) return;
+    const reason: RepinReason = old.state !== "healthy" ? "unhealthy" : exclude?.has(prev) ? "failover" : "load";
+    old.repins++;
+    old.repins_by_reason[reason]++;
+  }
+
+  private restore(r: Replica): void {
+    r.state = "healthy";
+    r.healthy = true;
+    r.probing = false;
+    r.consecutive_failures = 0;
+    r.ejected_until_ms = null;
+  }
+}
+
+function fresh(url: string): Replica {
+  return {
+    url,
+    healthy: true,
+    state: "healthy",
+    inflight: 0,
+    served: 0,
+    failures: 0,
+    failures_by_kind: Object.fromEntries(FAILURE_KINDS.map((k) => [k, 0])) as Record<FailureKind, number>,
+    consecutive_failures: 0,
+    ejections: 0,
+    probes: 0,
+    probes_ok: 0,
+    probes_failed: 0,
+    repins: 0,
+    repins_by_reason: Object.fromEntries(REPIN_REASONS.map((k) => [k, 0])) as Record<RepinReason, number>,
+    ejected_until_ms: null,
+    probing: false,
+  };
 }
 
 /** Strips trailing slashes so `http://h:1/` and `http://h:1` are one replica. */

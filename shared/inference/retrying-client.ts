@@ -1,4 +1,4 @@
-import { EngineAbortedError, EngineUnavailableError } from "../errors.ts";
+import { BadEngineResponseError, EngineAbortedError, EngineUnavailableError } from "../errors.ts";
 import type { TokenOutput } from "../schema/index.ts";
 import type { GenerateRequest, InferenceClient } from "./types.ts";
 
@@ -21,11 +21,12 @@ export interface RetryOptions {
 /**
  * Retries an engine call that failed before any token came back — a 5xx,
  * 408/429, a refused connection or an attempt past its deadline (all
- * {@link EngineUnavailableError}, `retryable`) — with exponential backoff,
+ * {@link EngineUnavailableError}, `retryable`) or that got a garbled 2xx
+ * (a `retryable` {@link BadEngineResponseError}) — with exponential backoff,
  * each retry under a fresh request id (`<id>-r<i>`), within an optional
  * overall deadline. Behind the gateway the retried call lands on another
- * replica when the failed one is marked unhealthy. Context overflows, bad
- * replies and aborts are not retried here (the agent loop resumes aborts).
+ * replica when the failed one is marked unhealthy. Context overflows, other
+ * bad replies (4xx) and aborts are not retried here (the agent loop resumes aborts).
  * @throws the last EngineUnavailableError; EngineUnavailableError when the overall deadline passes.
  */
 export class RetryingClient implements InferenceClient {
@@ -44,7 +45,8 @@ export class RetryingClient implements InferenceClient {
         return await this.inner.generate({ ...req, request_id: attempt === 0 ? req.request_id : `${req.request_id}-r${attempt}`, ...(signal ? { signal } : {}) });
       } catch (e) {
         if (deadline?.aborted && !req.signal?.aborted) throw expired();
-        if (!(e instanceof EngineUnavailableError) || attempt >= retries || req.signal?.aborted) throw e;
+        const retryable = e instanceof EngineUnavailableError || (e instanceof BadEngineResponseError && e.retryable);
+        if (!retryable || attempt >= retries || req.signal?.aborted) throw e;
         const base = Math.min(this.opts.maxDelayMs ?? 5_000, (this.opts.minDelayMs ?? 200) * 2 ** attempt);
         const ms = base * (0.75 + 0.5 * (this.opts.random ?? Math.random)());
         await sleep(ms, signal);

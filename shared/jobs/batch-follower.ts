@@ -1,4 +1,5 @@
 import type { BatchRun } from "../rollout/batch-run.ts";
+import { parseTrajectoryKey } from "../schema/index.ts";
 import type { TransferQueue } from "../store/types.ts";
 import type { JobQueue } from "./job-queue.ts";
 
@@ -40,10 +41,11 @@ export interface BatchFollower {
 /**
  * Feeds a batch whose trajectories run in worker processes: polls the
  * batch's completion stream (`XRANGE` after the last id seen — works over
- * Upstash REST too), reads each new key's record from the transfer queue and
- * hands it to {@link BatchRun.observe}, until every key is counted or the
+ * Upstash REST too; one event per finished session, keyed `{uid}_{sid}_0`),
+ * reads each new session's records (0…k) from the transfer queue and hands
+ * them to {@link BatchRun.observeSession}, until every session is counted or the
  * returned `stop` is called. Duplicate events (a worker that died between
- * writing the event and acknowledging its job) are ignored by `observe`.
+ * writing the event and acknowledging its job) are ignored by `observeSession`.
  * Keys the store lost (Redis restarted without persistence, evicted or
  * flushed: no job, no session, no record for `lostGraceMs`) are reported
  * with {@link BatchRun.markLost}, so a batch never waits forever.
@@ -79,16 +81,21 @@ export function followBatch(run: BatchRun, jobs: JobQueue, store: TransferQueue,
     const notQueued = open.filter((k) => !queued.has(k));
     const sessions = await jobs.sessionKeys(notQueued);
     const candidates = notQueued.filter((k) => !sessions.has(k));
-    const records = await Promise.all(candidates.map((k) => store.get(k)));
+    const finished = await Promise.all(
+      candidates.map((k) => {
+        const { uid, session_id } = parseTrajectoryKey(k);
+        return store.sessionRecords(uid, session_id);
+      }),
+    );
     const absent = new Set<string>();
-    records.forEach((r, i) => (r ? run.observe(r) : absent.add(candidates[i]!)));
+    finished.forEach((recs, i) => (recs ? run.observeSession(candidates[i]!, recs) : absent.add(candidates[i]!)));
     const now = Date.now();
     for (const k of [...absentSince.keys()]) if (!absent.has(k)) absentSince.delete(k);
     for (const k of absent) if (!absentSince.has(k)) absentSince.set(k, now);
     const lost = [...absent].filter((k) => now - absentSince.get(k)! >= graceMs);
     if (lost.length === 0) return;
     // Every uid of the batch: a group whose hash vanished is never delivered, even when its later records land.
-    const uids = [...new Set(allKeys.map((k) => /^(.*)_\d+_\d+$/.exec(k)?.[1] ?? k))];
+    const uids = [...new Set(allKeys.map((k) => parseTrajectoryKey(k).uid))];
     const statuses = await Promise.all(uids.map((u) => store.groupStatus(u)));
     const missing = [
       ...(batchGone ? [jobs.batchKey(run.plan.batch_id)] : []),
@@ -113,8 +120,13 @@ export function followBatch(run: BatchRun, jobs: JobQueue, store: TransferQueue,
         }
         const keys = [...retry, ...events.map((e) => e.key)].filter((k) => k && !run.observedKeys().has(k));
         retry.clear();
-        const records = await Promise.all(keys.map((k) => store.get(k)));
-        records.forEach((r, i) => (r ? run.observe(r) : retry.add(keys[i]!)));
+        const sessions = await Promise.all(
+          keys.map((k) => {
+            const { uid, session_id } = parseTrajectoryKey(k);
+            return store.sessionRecords(uid, session_id);
+          }),
+        );
+        sessions.forEach((recs, i) => (recs ? run.observeSession(keys[i]!, recs) : retry.add(keys[i]!)));
         if (opts.started && Date.now() - lastStartedCheck > 1000 && !run.stats().done) {
           lastStartedCheck = Date.now();
           const open = allKeys.filter((k) => !run.observedKeys().has(k)).slice(0, 10_000);

@@ -4,6 +4,7 @@ import type { RolloutConfig } from "../schema/index.ts";
 import type { RedisArg, RedisCommander, RedisReply } from "../store/redis-commander.ts";
 import { replyToFields } from "../store/redis-transfer-queue.ts";
 import { parseEntries, parseRead, StreamConsumer, type StreamEntry } from "../store/stream-consumer.ts";
+import { checkCommand, commandBytes } from "../store/request-size.ts";
 
 /** What every job of a batch shares; stored once per batch (`{p}jobs:batch:{id}`, field `spec`). */
 export interface BatchSpec {
@@ -26,6 +27,20 @@ export interface Job {
   trajectory: PlannedTrajectory;
   /** Deliveries so far (1 for a fresh job; more after reclaims). */
   deliveries: number;
+  /** The row is in the batch's rows hash, not yet read (internal to {@link JobQueue.claim}). */
+  rowRef?: boolean;
+  /** That row's size in bytes (internal). */
+  rowBytes?: number;
+}
+
+/** A batch's writes, built and size-checked by {@link JobQueue.prepare}; nothing is written yet. */
+export interface PreparedBatch {
+  spec: BatchSpec;
+  /** Jobs to enqueue. */
+  jobs: number;
+  rows: RedisArg[][];
+  batch: RedisArg[][];
+  entries: RedisArg[][];
 }
 
 /** `GET /v1/queue`: the autoscaler's signal. */
@@ -64,9 +79,12 @@ const DEFAULT_LEASE_MS = 30_000;
 /**
  * Jobs (one per trajectory key) in a Redis stream read by a consumer group
  * (DESIGN §4.6; layout in docs/queue-layout.md):
- * - `{p}jobs` STREAM — entries `batch`, `key`, `t` (the planned trajectory, JSON);
- *   consumer group `workers`. A job is XACKed and XDELed once its record is stored.
- * - `{p}jobs:batch:{id}` HASH — `spec` (a {@link BatchSpec}, JSON) and `keys` (JSON array).
+ * - `{p}jobs` STREAM — entries `batch`, `key`, `r` (`1`: the row is in the batch's rows hash), `rb` (its size) and
+ *   `t` (the planned trajectory, JSON, its `row` null when `r`); consumer group `workers`. A job is
+ *   XACKed and XDELed once its record is stored.
+ * - `{p}jobs:batch:{id}` HASH — `spec` (a {@link BatchSpec}, JSON), `kn` and `k:{i}` (the keys, JSON
+ *   arrays in `kn` chunks; batches written before chunking hold one `keys` field).
+ * - `{p}jobs:batch:{id}:rows` HASH — field `{row_index}`: the row (JSON), once per batch, not per job.
  * - `{p}jobs:batch:{id}:done` STREAM — one entry `key` per stored record
  *   (at least once; readers dedupe), from which any API process derives progress.
  * - `{p}jobs:wake` STREAM — one entry `key` per tool result an API process
@@ -114,29 +132,125 @@ export class JobQueue {
     return `${this.prefix}jobs:batch:${batchId}:done`;
   }
 
+  /** The hash of a batch's rows: field = the row's index in the request, value = the row (JSON); stored once per batch. */
+  rowsKey(batchId: string): string {
+    return `${this.prefix}jobs:batch:${batchId}:rows`;
+  }
+
   /**
-   * Stores the batch spec and its keys, then enqueues one job per trajectory
-   * (XADD, pipelined in chunks of 500).
-   * @throws StoreError 503 when `maxPending` would be exceeded (nothing is written) or Redis refuses (e.g. OOM).
+   * Builds every write of a batch and checks each against the store's
+   * request limit (`RedisCommander.maxRequestBytes`) before anything is
+   * written: each row once (`{p}jobs:batch:{id}:rows`, not copied into its
+   * `n` jobs), the spec and the keys (in chunks), and one small job entry per
+   * trajectory (the row by reference: entry field `r`).
+   * @throws StoreError (413, code `request_too_large`, field `rows[i]` for a row) when one write alone is
+   *   over the limit: the batch is refused and nothing has been written.
+   */
+  prepare(spec: BatchSpec, keys: readonly string[], jobs: readonly PlannedTrajectory[]): PreparedBatch {
+    const max = this.redis.maxRequestBytes ?? Infinity;
+    const ttl = String(this.opts.batchTtlSeconds ?? 7 * 24 * 3600);
+    const rowsKey = this.rowsKey(spec.batch_id);
+    const rows: RedisArg[][] = [];
+    const rowBytes = new Map<number, number>();
+    for (const t of jobs) {
+      if (!t.row || rowBytes.has(t.row_index)) continue;
+      const json = JSON.stringify(t.row);
+      rowBytes.set(t.row_index, json.length);
+      const cmd = ["HSET", rowsKey, String(t.row_index), json];
+      if (commandBytes(cmd, "json") > max * 0.95) {
+        throw new StoreError(`rows[${t.row_index}] is ${commandBytes(cmd, "json")} bytes as stored; the store accepts requests of at most ${max} bytes (store.max_request_bytes): nothing was written`, {
+          retryable: false,
+          status: 413,
+          code: "request_too_large",
+          field: `rows[${t.row_index}]`,
+        });
+      }
+      rows.push(cmd);
+    }
+    if (rows.length) rows.push(["EXPIRE", rowsKey, ttl]);
+    // Keys in chunks, so a 100k-key batch is several values of bounded size, not one.
+    const chunkKeys = Math.max(1, Math.min(10_000, Math.floor(max / 4 / (keys.reduce((m, k) => Math.max(m, k.length), 1) + 8))));
+    const chunks: string[] = [];
+    for (let i = 0; i < keys.length; i += chunkKeys) chunks.push(JSON.stringify(keys.slice(i, i + chunkKeys)));
+    const batch: RedisArg[][] = [["HSET", this.batchKey(spec.batch_id), "spec", JSON.stringify(spec), "kn", String(chunks.length)]];
+    chunks.forEach((c, i) => batch.push(["HSET", this.batchKey(spec.batch_id), `k:${i}`, c]));
+    batch.push(["EXPIRE", this.batchKey(spec.batch_id), ttl]);
+    const entries = jobs.map((t) => {
+      const ref = t.row !== null;
+      // `rb`: the row's size, so a worker reads rows in requests of bounded size.
+      return ["XADD", this.stream, "*", "batch", spec.batch_id, "key", t.key, ...(ref ? ["r", "1", "rb", String(rowBytes.get(t.row_index))] : []), "t", JSON.stringify(ref ? { ...t, row: null } : t)];
+    });
+    for (const c of [...batch, ...entries]) checkCommand(c, max, "json");
+    return { spec, jobs: jobs.length, rows, batch, entries };
+  }
+
+  /**
+   * Stores the batch's rows, spec and keys, then enqueues one job per
+   * trajectory (XADD; pipelines split by bytes by the commander, and at most
+   * 500 commands each).
+   * @throws StoreError 413 (see {@link prepare}; nothing written); 503 when Redis refuses (e.g. OOM).
    */
   async submit(spec: BatchSpec, keys: readonly string[], jobs: readonly PlannedTrajectory[]): Promise<void> {
+    await this.submitPrepared(this.prepare(spec, keys, jobs));
+  }
+
+  /** Writes a {@link prepare}d batch: rows first, then spec and keys, then the jobs (a job never refers to a row not yet stored). */
+  async submitPrepared(b: PreparedBatch): Promise<void> {
     await this.consumers.ensure();
-    await this.reserve(jobs.length);
-    const ttl = String(this.opts.batchTtlSeconds ?? 7 * 24 * 3600);
-    await this.pipe([
-      ["HSET", this.batchKey(spec.batch_id), "spec", JSON.stringify(spec), "keys", JSON.stringify(keys)],
-      ["EXPIRE", this.batchKey(spec.batch_id), ttl],
-    ]);
-    for (let i = 0; i < jobs.length; i += 500) {
-      await this.pipe(jobs.slice(i, i + 500).map((t) => ["XADD", this.stream, "*", "batch", spec.batch_id, "key", t.key, "t", JSON.stringify(t)]));
+    for (const cmds of [b.rows, b.batch, b.entries]) {
+      for (let i = 0; i < cmds.length; i += 500) await this.pipe(cmds.slice(i, i + 500));
     }
   }
 
   /** A batch's spec and keys, or null when unknown (never submitted, or expired). */
   async batch(batchId: string): Promise<{ spec: BatchSpec; keys: string[] } | null> {
-    const f = replyToFields(await this.call(["HGETALL", this.batchKey(batchId)]));
-    if (f.spec === undefined) return null;
-    return { spec: JSON.parse(f.spec) as BatchSpec, keys: JSON.parse(f.keys ?? "[]") as string[] };
+    const [spec, kn, old] = (await this.call(["HMGET", this.batchKey(batchId), "spec", "kn", "keys"])) as (string | null)[];
+    if (spec == null) return null;
+    if (kn == null) return { spec: JSON.parse(spec) as BatchSpec, keys: JSON.parse(old ?? "[]") as string[] };
+    const n = Number(kn);
+    const keys: string[] = [];
+    for (let i = 0; i < n; i += 16) {
+      const got = (await this.call(["HMGET", this.batchKey(batchId), ...Array.from({ length: Math.min(16, n - i) }, (_, j) => `k:${i + j}`)])) as (string | null)[];
+      for (const c of got) keys.push(...(JSON.parse(c ?? "[]") as string[]));
+    }
+    return { spec: JSON.parse(spec) as BatchSpec, keys };
+  }
+
+  /**
+   * Fills in the rows of jobs whose entry refers to its batch's rows hash
+   * (one HGET per distinct row, pipelined). A row that is gone (the batch
+   * expired) makes the job's trajectory fail on its own (`row_error`).
+   */
+  private async attachRows(jobs: Job[]): Promise<void> {
+    const need = new Map<string, { batch: string; index: number; bytes: number; jobs: Job[] }>();
+    for (const j of jobs) {
+      if (!j.rowRef) continue;
+      const id = `${j.batch_id}\u0000${j.trajectory.row_index}`;
+      const e = need.get(id) ?? { batch: j.batch_id, index: j.trajectory.row_index, bytes: j.rowBytes ?? 0, jobs: [] };
+      e.jobs.push(j);
+      need.set(id, e);
+    }
+    if (need.size === 0) return;
+    const wanted = [...need.values()];
+    // Replies bounded like requests: rows are read in pipelines of at most the store's request size.
+    const max = (this.redis.maxRequestBytes ?? Infinity) * 0.8;
+    const got: RedisReply[] = [];
+    for (let i = 0; i < wanted.length; ) {
+      let size = 0;
+      let end = i;
+      while (end < wanted.length && (end === i || size + wanted[end]!.bytes <= max)) size += wanted[end++]!.bytes;
+      got.push(...(await this.pipe(wanted.slice(i, end).map((w) => ["HGET", this.rowsKey(w.batch), String(w.index)]))));
+      i = end;
+    }
+    wanted.forEach((w, i) => {
+      const raw = got[i];
+      for (const j of w.jobs) {
+        delete j.rowRef;
+        delete j.rowBytes;
+        if (typeof raw === "string") j.trajectory = { ...j.trajectory, row: JSON.parse(raw) as PlannedTrajectory["row"] };
+        else j.trajectory = { ...j.trajectory, row: null, row_error: `row ${w.index} of batch ${w.batch} is gone from ${this.rowsKey(w.batch)} (expired?)` };
+      }
+    });
   }
 
   /**
@@ -159,6 +273,7 @@ export class JobQueue {
         if (job) out.push(job);
       }
     }
+    await this.attachRows(out);
     return out;
   }
 
@@ -339,7 +454,7 @@ export function storeError(e: unknown): EdgeloopError {
 function toJob(e: StreamEntry, deliveries: number): Job | null {
   if (!e.fields?.t || !e.fields.batch) return null;
   try {
-    return { id: e.id, batch_id: e.fields.batch, trajectory: JSON.parse(e.fields.t) as PlannedTrajectory, deliveries };
+    return { id: e.id, batch_id: e.fields.batch, trajectory: JSON.parse(e.fields.t) as PlannedTrajectory, deliveries, ...(e.fields.r === "1" ? { rowRef: true, rowBytes: Number(e.fields.rb ?? 0) } : {}) };
   } catch {
     return null;
   }

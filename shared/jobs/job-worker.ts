@@ -221,10 +221,10 @@ export class JobWorker {
       this.log(`${t.key} was taken over by another worker`);
       return;
     }
-    const rec = run.records()[0];
-    if (!rec) return;
-    if (rec.error?.startsWith("transfer queue write failed")) throw new Error(rec.error);
-    await this.finish(job, rec.error !== null);
+    // A session emits 0…k records; the job is done once all are stored and the session finished (a failed write leaves the job for a retry).
+    const lost = run.stats().errors.find((e) => e.error.startsWith("transfer queue write failed"));
+    if (lost) throw new Error(lost.error);
+    await this.finish(job, run.records().some((r) => r.error !== null));
   }
 
   private async finish(job: Job, failed: boolean): Promise<void> {

@@ -31,7 +31,15 @@ export interface BatchStats extends BatchMetrics {
   batch_id: string;
   validate: boolean;
   done: boolean;
-  counts: { total: number; pending: number; running: number; ok: number; failed: number; truncated: number };
+  /**
+   * Sessions (trajectories: one per prompt and `session_id`) and records (the
+   * outputs they emitted, 0…k each) counted apart: `total`, `pending`,
+   * `running`, `finished` and `reused` count sessions; `records`, `ok`,
+   * `failed` and `truncated` count records. `reused`: sessions that had
+   * finished before this batch (a re-posted uid): their stored records are
+   * handed back, not run or counted again.
+   */
+  counts: BatchCounts;
   /** Token counts over finished trajectories: prompt, sampled (mask 1) and observation (mask 0). */
   tokens: { prompt: number; sampled: number; observation: number };
   turns: number;
@@ -52,6 +60,23 @@ export interface BatchStats extends BatchMetrics {
   lost: { count: number; keys: string[]; missing: string[]; reason: string } | null;
   started_at: number;
   finished_at: number | null;
+}
+
+/** Progress counts of a batch: sessions and records apart (see {@link BatchStats.counts}). */
+export interface BatchCounts {
+  /** Sessions planned. */
+  total: number;
+  pending: number;
+  running: number;
+  /** Sessions finished (with 0…k records each), handed-back ones included. */
+  finished: number;
+  /** Sessions handed back from an earlier batch (not run; their records not counted in `records`/`ok`/`failed`). */
+  reused: number;
+  /** Records stored by this batch (ok + failed). */
+  records: number;
+  ok: number;
+  failed: number;
+  truncated: number;
 }
 
 /**
@@ -77,10 +102,16 @@ export interface BatchRunOptions {
   now?: () => number;
   /**
    * The trajectories run elsewhere (job-queue workers): `run()` executes
-   * nothing and resolves once {@link BatchRun.observe} has counted a record
-   * for every key.
+   * nothing and resolves once {@link BatchRun.observeSession} has counted
+   * every session.
    */
   external?: boolean;
+  /**
+   * uids whose group existed before this batch: each of their sessions is
+   * first looked up in the store, and one that already finished is handed
+   * back (its records streamed, not run, not counted again).
+   */
+  reusedUids?: ReadonlySet<string>;
   /** Start time (epoch ms) to report instead of now (a batch rebuilt from the store). */
   startedAt?: number;
 }
@@ -125,7 +156,7 @@ export class BatchRun {
       batch_id: plan.batch_id,
       validate: plan.validate,
       done: false,
-      counts: { total, pending: total, running: 0, ok: 0, failed: 0, truncated: 0 },
+      counts: { total, pending: total, running: 0, finished: 0, reused: 0, records: 0, ok: 0, failed: 0, truncated: 0 },
       tokens: { prompt: 0, sampled: 0, observation: 0 },
       turns: 0,
       tool_calls: 0,
@@ -150,19 +181,21 @@ export class BatchRun {
   }
 
   /**
-   * Counts a record stored by another process (external batches): progress,
-   * metrics and the NDJSON stream see it as if this run had produced it.
-   * Returns false for a key already counted (completion events are
-   * at-least-once). The batch is done once every key is counted.
+   * Counts a session finished in another process (external batches) with
+   * its records (0…k, ordered by output_index): progress, metrics and the
+   * NDJSON stream see them as if this run had produced them. `handedBack`:
+   * the session had finished before this batch, so its records are streamed
+   * but not counted again. Returns false for a session already counted
+   * (completion events are at-least-once). The batch is done once every
+   * session is counted.
    */
-  observe(r: TrajectoryRecord): boolean {
-    if (this.seen.has(r.key) || this.s.done) return false;
-    this.seen.add(r.key);
+  observeSession(key: string, records: readonly TrajectoryRecord[], opts: { handedBack?: boolean } = {}): boolean {
+    if (this.seen.has(key) || this.s.done) return false;
+    this.seen.add(key);
     if (this.s.counts.pending > 0) this.s.counts.pending--;
-    this.count(r);
-    this.finished.push(r);
-    this.opts.onRecord?.(r);
-    if (this.finished.length + (this.s.lost?.count ?? 0) >= this.s.counts.total) this.finishExternal();
+    else if (this.s.counts.running > 0) this.s.counts.running--;
+    this.sessionDone(records, opts.handedBack === true);
+    if (this.s.counts.finished + (this.s.lost?.count ?? 0) >= this.s.counts.total) this.finishExternal();
     this.wake();
     return true;
   }
@@ -190,22 +223,22 @@ export class BatchRun {
     l.count += fresh.length;
     l.keys.push(...fresh.slice(0, Math.max(0, 1000 - l.keys.length)));
     for (const m of missing) if (!l.missing.includes(m) && l.missing.length < 1000) l.missing.push(m);
-    const open = this.s.counts.total - this.finished.length - l.count;
+    const open = this.s.counts.total - this.s.counts.finished - l.count;
     this.s.counts.pending = Math.max(0, Math.min(this.s.counts.pending, open));
     this.s.counts.running = Math.max(0, open - this.s.counts.pending);
     if (open <= 0) this.finishExternal();
     this.wake();
   }
 
-  /** Sets how many of the uncounted trajectories are running elsewhere (external batches; the rest are pending). */
+  /** Sets how many of the uncounted sessions are running elsewhere (external batches; the rest are pending). */
   setRunning(n: number): void {
     if (this.s.done) return;
-    const open = this.s.counts.total - this.finished.length - (this.s.lost?.count ?? 0);
+    const open = this.s.counts.total - this.s.counts.finished - (this.s.lost?.count ?? 0);
     this.s.counts.running = Math.max(0, Math.min(n, open));
     this.s.counts.pending = open - this.s.counts.running;
   }
 
-  /** Keys counted so far (external batches). */
+  /** Session keys (`{uid}_{session_id}_0`) counted so far (external batches). */
   observedKeys(): ReadonlySet<string> {
     return this.seen;
   }
@@ -239,7 +272,7 @@ export class BatchRun {
   private async execute(): Promise<void> {
     try {
       const mode = this.plan.validate ? "val" : "train";
-      for (const [uid, n] of this.plan.groups) await holdWhileStoreDown(() => this.queue.expectGroup(uid, n, mode));
+      for (const [uid, n] of this.plan.groups) await holdWhileStoreDown(() => this.queue.expectGroup(uid, n, mode, this.plan.fingerprints?.get(uid)));
       const queue = [...this.plan.trajectories];
       const worker = async () => {
         for (let t = queue.shift(); t; t = queue.shift()) await this.runOne(t);
@@ -256,12 +289,21 @@ export class BatchRun {
     }
   }
 
-  /** Runs one trajectory inside its `agent_loop.run` span (the parent of its turns, reward and `queue.put`). */
+  /** Runs one trajectory (session) inside its `agent_loop.run` span (the parent of its turns, reward and `queue.put`). */
   private async runOne(t: PlannedTrajectory): Promise<void> {
     this.s.counts.pending--;
     this.s.counts.running++;
+    if (this.opts.reusedUids?.has(t.uid)) {
+      const before = await holdWhileStoreDown(() => this.queue.sessionRecords(t.uid, t.session_id)).catch(() => null);
+      if (before) {
+        this.s.counts.running--;
+        this.sessionDone(before, true);
+        this.wake();
+        return;
+      }
+    }
     const attrs = { [SpanAttr.key]: t.key, [SpanAttr.uid]: t.uid, [SpanAttr.sessionId]: t.session_id, [SpanAttr.batchId]: this.plan.batch_id };
-    await withSpan("agent_loop.run", attrs, async (span) => {
+    const stored = await withSpan("agent_loop.run", attrs, async (span) => {
       let records: TrajectoryRecord[];
       let abandoned = false;
       let agentName = t.row ? this.opts.executor.agentNameFor(t) : "unknown";
@@ -273,18 +315,17 @@ export class BatchRun {
         });
         agentName = res.agentName;
         if (res.toolLatenciesMs?.length) this.metrics.addToolLatencies(res.toolLatenciesMs.map((ms) => ms / 1000));
-        if (res.outputs.length === 0) throw new Error(`agent loop '${agentName}' returned no output`);
         records = res.outputs.map((o, i) => toTrajectoryRecord(t, agentName, o, this.opts.rollout, i));
       } catch (e) {
         records = [failedRecord(t, agentName, rowErrorText(e, t.row_index))];
       }
       if (abandoned) {
         this.abandoned++;
-        return;
+        return null;
       }
       span.setAttribute(SpanAttr.agentName, agentName);
-      const r0 = records[0]!;
-      if (span.isRecording()) {
+      const r0 = records[0];
+      if (r0 && span.isRecording()) {
         span.setAttribute(SpanAttr.numTurns, r0.num_turns);
         span.setAttribute(SpanAttr.truncated, r0.truncated);
         span.setAttribute(SpanAttr.finishReason, r0.finish_reason);
@@ -292,30 +333,54 @@ export class BatchRun {
         if (r0.reward_score !== null) span.setAttribute(SpanAttr.reward, r0.reward_score);
         if (r0.error !== null) span.setStatus({ code: SpanStatusCode.ERROR, message: r0.error.slice(0, 500) });
       }
-      for (const r of records) await this.store(r);
+      if (records.length === 0) await this.finishEmpty(t);
+      const out: TrajectoryRecord[] = [];
+      for (let i = 0; i < records.length; i++) out.push(await this.store(records[i]!, i === records.length - 1));
+      return out;
     });
     this.s.counts.running--;
+    if (stored) this.sessionDone(stored, false);
+    this.wake();
   }
 
-  private async store(r: TrajectoryRecord): Promise<void> {
+  /** A loop that returned no output: its session is finished with none (the group does not wait for it). */
+  private async finishEmpty(t: PlannedTrajectory): Promise<void> {
+    try {
+      await holdWhileStoreDown(() => this.queue.finishSession(t.uid, t.session_id, 0));
+    } catch (e) {
+      if (this.s.errors.length < 50) this.s.errors.push({ key: t.key, error: `transfer queue write failed: ${errorText(e)}` });
+    }
+  }
+
+  /** Writes one record (`last`: its session's last output) with retries; returns it as counted (with `error` set when the write failed). */
+  private async store(r: TrajectoryRecord, last: boolean): Promise<TrajectoryRecord> {
     const write = () =>
       r.error === null
-        ? this.queue.put(r)
+        ? this.queue.put(r, { last })
         : this.queue.markFailed(r.key, r.error, { agent_name: r.agent_name, data_source: r.data_source, extra_fields: r.extra_fields });
     try {
       await holdWhileStoreDown(write);
     } catch (e) {
       r = { ...r, error: `transfer queue write failed: ${errorText(e)}`, finish_reason: "error" };
     }
-    this.count(r);
-    this.finished.push(r);
-    this.opts.onRecord?.(r);
-    this.wake();
+    return r;
+  }
+
+  /** Counts a finished session and its records (`handedBack`: streamed, not counted again), and publishes the records. */
+  private sessionDone(records: readonly TrajectoryRecord[], handedBack: boolean): void {
+    this.s.counts.finished++;
+    if (handedBack) this.s.counts.reused++;
+    for (const r of records) {
+      if (!handedBack) this.count(r);
+      this.finished.push(r);
+      this.opts.onRecord?.(r);
+    }
   }
 
   private count(r: TrajectoryRecord): void {
     this.metrics.addRecord(r);
     const c = this.s.counts;
+    c.records++;
     if (r.error !== null) {
       c.failed++;
       if (this.s.errors.length < 50) this.s.errors.push({ key: r.key, error: r.error });

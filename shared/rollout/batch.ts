@@ -44,6 +44,8 @@ export interface BatchPlan {
   trajectories: PlannedTrajectory[];
   /** uid → group size, for `TransferQueue.expectGroup`. */
   groups: Map<string, number>;
+  /** uid → the prompt group's fingerprint (`groupFingerprint`), registered with the group; absent for invalid rows and when not computed. */
+  fingerprints?: Map<string, string>;
 }
 
 /** A fresh id that cannot be guessed from outside and holds no `_` (safe as a uid). */

@@ -139,11 +139,11 @@ export function endLoopTrace(loop: AgentLoop): void {
  * A {@link TrajectoryExecutor} that runs each trajectory as a durable session
  * on `host` (DESIGN §4.4): its checkpoints survive the process, so rerunning
  * the same batch (same row `uid`s, hence keys) after a crash resumes every
- * unfinished trajectory where it stopped. A trajectory whose record was
+ * unfinished trajectory where it stopped. A trajectory whose records were
  * already written (session `done`, or `finished` by an owner that died right
- * after writing) is not run again: its record is read back from `store` and
- * handed to the batch, whose write is then skipped by
- * {@link sessionCompletingQueue}.
+ * after writing) is not run again: every record of its session is read back
+ * from `store` (`sessionRecords`) and handed to the batch, whose writes are
+ * then skipped by {@link sessionCompletingQueue}.
  */
 export function createSessionExecutor(
   deps: ExecutorDeps,
@@ -168,13 +168,14 @@ export function createSessionExecutor(
       });
       if (r.status === "finished" && !r.resumed) return { agentName, outputs: r.outputs };
       if (r.status === "failed") throw new Error(r.error);
-      // Done, or finished by an owner that died around its write: the record may already be stored.
-      const rec = await store.get(t.key);
-      if (!rec && r.status === "finished") return { agentName, outputs: r.outputs };
-      if (rec && r.status === "finished") await host.markDone(t.key);
-      if (!rec) throw new Error(`session '${t.key}' is done but its record is not in the transfer queue`);
-      if (rec.error !== null) throw new Error(rec.error);
-      return { agentName: rec.agent_name, outputs: [outputOfRecord(rec)] };
+      // Done, or finished by an owner that died around its writes: the records (0…k) may already be stored.
+      const recs = await store.sessionRecords(t.uid, t.session_id);
+      if (!recs && r.status === "finished") return { agentName, outputs: r.outputs };
+      if (recs && r.status === "finished") await host.markDone(t.key);
+      if (!recs) throw new Error(`session '${t.key}' is done but its records are not in the transfer queue`);
+      const failed = recs.find((x) => x.error !== null);
+      if (failed) throw new Error(failed.error!);
+      return { agentName: recs[0]?.agent_name ?? agentName, outputs: recs.map(outputOfRecord) };
     },
   };
 }

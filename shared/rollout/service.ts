@@ -7,6 +7,7 @@ import { MemoryPolicyVersions, type PolicyVersions } from "./policy-version.ts";
 import type { BatchSpec, JobQueue, QueueStats } from "../jobs/job-queue.ts";
 import { failedRecord, planBatch, type BatchPlan, type PlannedTrajectory, type RolloutRequest } from "./batch.ts";
 import { BatchRun, type TrajectoryExecutor } from "./batch-run.ts";
+import { planFingerprints } from "./group-fingerprint.ts";
 
 /** Builds the executor for a batch's effective rollout config (per-batch overrides applied). */
 export type ExecutorFactory = (rollout: RolloutConfig, batch: { model_version: string | number | null; validate: boolean }) => TrajectoryExecutor;
@@ -90,20 +91,30 @@ export class RolloutService {
   async accept(req: RolloutRequest): Promise<AcceptedBatch> {
     if (this.jobs) return this.enqueue(req);
     const cfg = this.effectiveConfig(req);
-    const plan = planBatch(req, cfg.rollout, cfg.max_batch_trajectories);
+    const plan = await this.fingerprinted(planBatch(req, cfg.rollout, cfg.max_batch_trajectories));
     const reuse = await this.checkGroups(plan);
-    return { ...this.start(plan, cfg, req), ...reuse };
+    return { ...this.start(plan, cfg, req, new Set(reuse.reused_uids)), ...reuse };
+  }
+
+  /** The plan with every valid row's prompt-group fingerprint (stored with its group; DESIGN §6). */
+  private async fingerprinted(plan: BatchPlan): Promise<BatchPlan> {
+    const fps = await planFingerprints(plan);
+    plan.fingerprints = new Map([...fps].map(([uid, f]) => [uid, f.fingerprint]));
+    return plan;
   }
 
   /**
    * Reads every group of `plan` from the store and refuses the batch (409,
-   * nothing written) when one is registered with another n or partition;
-   * returns the uids whose group already exists, and those already complete.
-   * @throws ConflictError (409, field `rows`) naming the uid; StoreError (503).
+   * nothing written) when one is registered with another n or partition, or
+   * with another prompt (its fingerprint differs: a uid names one prompt
+   * group); returns the uids whose group already exists, and those already complete.
+   * @throws ConflictError (409, field `rows`, or `rows[i].uid` for another prompt) naming the uid; StoreError (503).
    */
   private async checkGroups(plan: BatchPlan): Promise<{ reused_uids: string[]; complete_uids: string[] }> {
     const mode = plan.validate ? "val" : "train";
     const groups = [...plan.groups];
+    const rowOf = new Map<string, number>();
+    for (const t of plan.trajectories) if (!rowOf.has(t.uid)) rowOf.set(t.uid, t.row_index);
     const reused: string[] = [];
     const complete: string[] = [];
     for (let i = 0; i < groups.length; i += 256) {
@@ -114,6 +125,11 @@ export class RolloutService {
         if (st.expected === null) return;
         if (st.expected !== n || st.partition !== mode) {
           throw new ConflictError(`group ${uid} is registered with n=${st.expected} in ${st.partition}, not n=${n} in ${mode}: a uid names one group; use a new uid for new samples`, { field: "rows" });
+        }
+        const fp = plan.fingerprints?.get(uid);
+        if (fp && st.fingerprint && fp !== st.fingerprint) {
+          const i = rowOf.get(uid)!;
+          throw new ConflictError(`rows[${i}].uid: group ${uid} was registered with another prompt: a uid names one prompt group; use a new uid for new samples`, { field: `rows[${i}].uid` });
         }
         reused.push(uid);
         if (st.complete) complete.push(uid);
@@ -128,18 +144,24 @@ export class RolloutService {
    * once everything is written (not run). The returned run counts records
    * as workers store them.
    * @throws ConfigError (400); ConflictError (409, nothing written) when a uid's group exists with
-   *   another n or partition; StoreError (503, nothing enqueued) when the queue is full or Redis refuses.
+   *   another n or partition; StoreError (503, nothing enqueued) when the queue is full or Redis refuses;
+   *   StoreError (413, `request_too_large`, nothing written) when a row is larger than one store request.
    */
   async enqueue(req: RolloutRequest): Promise<AcceptedBatch> {
     const jobs = this.jobs;
     if (!jobs) throw new ConfigError("jobs", "queue mode needs a job queue (a Redis or Upstash store)");
     const cfg = this.effectiveConfig(req);
-    const plan = planBatch(req, cfg.rollout, cfg.max_batch_trajectories);
-    const runnable = plan.trajectories.filter((t) => !t.row_error);
-    await jobs.reserve(runnable.length);
+    const plan = await this.fingerprinted(planBatch(req, cfg.rollout, cfg.max_batch_trajectories));
     const reuse = await this.checkGroups(plan);
-    const mode = plan.validate ? "val" : "train";
-    for (const [uid, n] of plan.groups) await this.store.expectGroup(uid, n, mode);
+    // Sessions of re-posted uids that already finished are handed back as stored, not run (or counted) again.
+    const reusedSet = new Set(reuse.reused_uids);
+    const handedBack = new Map<string, TrajectoryRecord[]>();
+    for (const t of plan.trajectories) {
+      if (!reusedSet.has(t.uid)) continue;
+      const recs = await this.store.sessionRecords(t.uid, t.session_id);
+      if (recs) handedBack.set(t.key, recs);
+    }
+    const runnable = plan.trajectories.filter((t) => !t.row_error && !handedBack.has(t.key));
     const spec: BatchSpec = {
       batch_id: plan.batch_id,
       validate: plan.validate,
@@ -150,9 +172,19 @@ export class RolloutService {
       started_at: Date.now(),
     };
     const keys = plan.trajectories.map((t) => t.key);
-    await jobs.submit(spec, keys, runnable);
+    // Every write is built and checked against the store's request limit first: a batch refused for size writes nothing.
+    const prepared = jobs.prepare(spec, keys, runnable);
+    await jobs.reserve(runnable.length);
+    const mode = plan.validate ? "val" : "train";
+    for (const [uid, n] of plan.groups) await this.store.expectGroup(uid, n, mode, plan.fingerprints?.get(uid));
+    await jobs.submitPrepared(prepared);
     const run = this.follow(plan, spec.started_at);
-    for (const t of plan.trajectories.filter((x) => x.row_error)) {
+    for (const [key, recs] of handedBack) {
+      run.observeSession(key, recs, { handedBack: true });
+      // The completion event lets a batch rebuilt in another process count the session as finished.
+      await jobs.completed(plan.batch_id, key);
+    }
+    for (const t of plan.trajectories.filter((x) => x.row_error && !handedBack.has(x.key))) {
       const rec = failedRecord(t, t.row ? (t.row.agent_name ?? cfg.rollout.agent.default_agent_loop) : "unknown", t.row_error!);
       await this.store.markFailed(rec.key, rec.error!, { agent_name: rec.agent_name, data_source: rec.data_source, extra_fields: rec.extra_fields });
       await jobs.completed(plan.batch_id, t.key);
@@ -247,7 +279,7 @@ export class RolloutService {
     return this.start(planBatch(req, cfg.rollout, cfg.max_batch_trajectories), cfg, req);
   }
 
-  private start(plan: BatchPlan, cfg: AppConfig, req: RolloutRequest): { batch_id: string; keys: string[]; run: BatchRun } {
+  private start(plan: BatchPlan, cfg: AppConfig, req: RolloutRequest, reusedUids?: ReadonlySet<string>): { batch_id: string; keys: string[]; run: BatchRun } {
     const executor = this.opts.executorFor(cfg.rollout, { model_version: req.model_version, validate: req.validate });
     const run = new BatchRun(plan, {
       executor,
@@ -255,6 +287,7 @@ export class RolloutService {
       rollout: cfg.rollout,
       concurrency: cfg.concurrency,
       onRecord: this.opts.onRecord,
+      ...(reusedUids?.size ? { reusedUids } : {}),
     });
     this.remember(plan.batch_id, run);
     void run.run().catch(() => {});

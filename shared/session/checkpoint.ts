@@ -5,10 +5,10 @@ import { StoreError } from "../errors.ts";
 import { AgentLoopMetrics, AgentLoopOutput, ChatMessage, FinishReason, RolloutConfig, SamplingParams } from "../schema/index.ts";
 import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
 import type { ParsedCall, ParseError } from "../tools/tool-call-parser.ts";
-import { decodeFloat32, decodeInt32, decodeUint8, encodeFloat32, encodeInt32, encodeUint8 } from "./typed-base64.ts";
+import { decodeFloat32, decodeFloat64, decodeInt32, decodeUint8, encodeFloat32, encodeFloat64, encodeInt32, encodeUint8 } from "./typed-base64.ts";
 
 /** Version of the checkpoint layout; a stored checkpoint of another version is refused, never guessed at. */
-export const CHECKPOINT_VERSION = 1;
+export const CHECKPOINT_VERSION = 2;
 
 /** A trajectory builder's state: token arrays as base64 (ids int32, mask bytes, log-probs float32 — bit-exact). */
 export const BuilderState = z.object({
@@ -80,29 +80,113 @@ export type ToolAgentState = z.infer<typeof ToolAgentState>;
 export const SessionPhase = z.enum(["running", "waiting", "finished", "done", "failed"]);
 export type SessionPhase = z.infer<typeof SessionPhase>;
 
+/** A builder's new tokens since the previous commit (base64 typed arrays, as {@link BuilderState}). */
+export const BuilderDelta = z.object({
+  /** The prompt ids: present when the builder is new (first commit after the prompt was built). */
+  prompt_ids: z.string().optional(),
+  /** Response tokens of the previous state kept before `response_ids` is appended (the previous length, normally). */
+  from: z.number().int().min(0),
+  response_ids: z.string(),
+  response_mask: z.string(),
+  response_logprobs: z.string().nullable(),
+  truncated: z.boolean(),
+  prompt_truncated: z.boolean(),
+  response_length: z.number().int().min(1),
+  max_model_len: z.number().int().min(1),
+  prompt_length: z.number().int().min(1).optional(),
+});
+export type BuilderDelta = z.infer<typeof BuilderDelta>;
+
 /**
- * One committed step of a durable trajectory session, as stored (JSON).
+ * `tool_agent`'s run state as a delta: the messages and tokens added since
+ * the previous commit (`messages_from` / `builder.from` say how much of the
+ * previous state is kept), plus the small fields (counters, pending calls,
+ * metrics) whole.
+ */
+export const LoopDelta = ToolAgentState.omit({ messages: true, builder: true }).extend({
+  messages_from: z.number().int().min(0),
+  messages: z.array(ChatMessage),
+  builder: BuilderDelta.nullable(),
+});
+export type LoopDelta = z.infer<typeof LoopDelta>;
+
+/**
+ * A finished output as a checkpoint stores it: {@link AgentLoopOutput} with
+ * its token arrays as base64 (ids int32, mask bytes, log-probs float32 — or
+ * float64, `logprobs_f64`, when a value is not a float32), bit-exact and
+ * about a third of the JSON numbers' size.
+ */
+export const StoredOutput = AgentLoopOutput.extend({
+  prompt_ids: z.string(),
+  response_ids: z.string(),
+  response_mask: z.string(),
+  response_logprobs: z.string().nullable(),
+  logprobs_f64: z.literal(true).optional(),
+});
+export type StoredOutput = z.infer<typeof StoredOutput>;
+
+/** An output packed for a checkpoint ({@link StoredOutput}). */
+export function packOutput(o: AgentLoopOutput): StoredOutput {
+  const lp = o.response_logprobs;
+  const f32 = !lp || lp.every((x) => Math.fround(x) === x);
+  return {
+    ...o,
+    prompt_ids: encodeInt32(o.prompt_ids),
+    response_ids: encodeInt32(o.response_ids),
+    response_mask: encodeUint8(o.response_mask),
+    response_logprobs: lp ? (f32 ? encodeFloat32(lp) : encodeFloat64(lp)) : null,
+    ...(f32 ? {} : { logprobs_f64: true as const }),
+  };
+}
+
+/** The output a {@link packOutput} result stands for (the same values, bit for bit). */
+export function unpackOutput(s: StoredOutput): AgentLoopOutput {
+  const { logprobs_f64, ...rest } = s;
+  const lp = s.response_logprobs;
+  return {
+    ...rest,
+    prompt_ids: Array.from(decodeInt32(s.prompt_ids)),
+    response_ids: Array.from(decodeInt32(s.response_ids)),
+    response_mask: Array.from(decodeUint8(s.response_mask)) as (0 | 1)[],
+    response_logprobs: lp === null ? null : Array.from(logprobs_f64 ? decodeFloat64(lp) : decodeFloat32(lp)),
+  };
+}
+
+/**
+ * One committed step of a durable trajectory session, as stored (JSON): the
+ * step's head and the run state's delta. Storage keeps every commit's delta
+ * in order (append-only); a session is the fold of its deltas
+ * ({@link foldCheckpoint}), so a commit costs O(turn), not O(trajectory).
  * `step` grows by one per commit; storage refuses a commit whose step is
  * not newer than the stored one (a stale owner cannot overwrite progress).
  * `loop_state`/`loop` hold the agent loop's state machine (`tool_agent`);
  * loops that cannot resume mid-way run whole (`loop_state: "whole"`).
+ * `loop`/`outputs` absent: unchanged since the previous commit; null: dropped.
  */
-export const SessionCheckpoint = z.object({
+export const CheckpointDelta = z.object({
   v: z.literal(CHECKPOINT_VERSION),
   key: z.string().min(1),
   step: z.number().int().min(0),
   phase: SessionPhase,
   agent_name: z.string(),
   loop_state: z.string(),
-  loop: ToolAgentState.nullable(),
-  outputs: z.array(AgentLoopOutput).nullable(),
+  loop: LoopDelta.nullable().optional(),
+  /** Every output of the session (a loop may return several; packed), set when it finishes; null once done. */
+  outputs: z.array(StoredOutput).nullable().optional(),
   error: z.string().nullable(),
   /** Earliest deadline (epoch ms) of the tool calls awaited, or null. */
   deadline_ms: z.number().nullable(),
   /** Wall-clock epoch ms of the commit. */
   updated_ms: z.number(),
 });
-export type SessionCheckpoint = z.infer<typeof SessionCheckpoint>;
+export type CheckpointDelta = z.infer<typeof CheckpointDelta>;
+
+/**
+ * A session's committed head as held in memory: the last commit's fields,
+ * the outputs as of that commit, and `loop` — the last commit's loop delta
+ * (null when the run state was dropped or never built).
+ */
+export type SessionCheckpoint = Omit<CheckpointDelta, "loop" | "outputs"> & { loop: LoopDelta | null; outputs: AgentLoopOutput[] | null };
 
 /**
  * What a session is started with (stored once, at creation): the key, the
@@ -124,11 +208,24 @@ export type SessionInput = z.infer<typeof SessionInput>;
 export type SessionInputArg = z.input<typeof SessionInput>;
 
 /**
- * Parses a stored checkpoint.
- * @throws StoreError (not retryable) naming the field when it is not a version-1 checkpoint.
+ * Parses one stored checkpoint delta (JSON text).
+ * @throws StoreError (not retryable): another checkpoint version (naming both), or the field that is invalid.
  */
-export function parseCheckpoint(json: unknown, key: string): SessionCheckpoint {
-  const r = SessionCheckpoint.safeParse(json);
+export function parseDelta(text: string, key: string): CheckpointDelta {
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (e) {
+    throw new StoreError(`session '${key}': stored checkpoint is not JSON: ${(e as Error).message}`, { retryable: false });
+  }
+  const v = (json as { v?: unknown } | null)?.v;
+  if (v !== CHECKPOINT_VERSION) {
+    throw new StoreError(`session '${key}': stored checkpoint is version ${JSON.stringify(v)}; this edgeloop reads version ${CHECKPOINT_VERSION} only (finish or drop sessions before upgrading)`, {
+      retryable: false,
+      code: "checkpoint_version",
+    });
+  }
+  const r = CheckpointDelta.safeParse(json);
   if (!r.success) {
     const i = r.error.issues[0];
     throw new StoreError(`session '${key}': stored checkpoint is invalid at ${i?.path.join(".") || "(root)"}: ${i?.message}`, { retryable: false });
@@ -181,11 +278,9 @@ export function restoreBuilder(s: BuilderState, trackLogProbs: boolean): Traject
   );
 }
 
-/** `tool_agent`'s run state as checkpoint JSON. */
-export function saveToolAgent(d: ToolAgentData): ToolAgentState {
+/** `tool_agent`'s run state as checkpoint JSON, without the parts that grow (messages, builder). */
+export function saveToolAgentFields(d: ToolAgentData): Omit<ToolAgentState, "messages" | "builder"> {
   return {
-    messages: d.messages,
-    builder: d.builder ? saveBuilder(d.builder) : null,
     assistant_turns: d.assistantTurns,
     user_turns: d.userTurns,
     pending: d.pending,
@@ -204,16 +299,19 @@ export function saveToolAgent(d: ToolAgentData): ToolAgentState {
   };
 }
 
+/** `tool_agent`'s run state as checkpoint JSON (whole: messages and token arrays included). */
+export function saveToolAgent(d: ToolAgentData): ToolAgentState {
+  return { messages: d.messages, builder: d.builder ? saveBuilder(d.builder) : null, ...saveToolAgentFields(d) };
+}
+
 /**
- * Rebuilds `tool_agent`'s run state from a checkpoint: the builder from its
- * token arrays, then what the loop derives from the row (tools, encoder,
- * simulated user) via `loop.reattach` — unless the prompt was never built
- * (state `pending`), in which case the loop builds everything itself.
+ * `tool_agent`'s run state from a checkpoint's small fields (the loop's
+ * fresh data for the row, then the stored counters, pending calls and
+ * metrics); messages and builder are the caller's.
  */
-export function restoreToolAgent(loop: ToolAgentLoop, s: ToolAgentState, input: SessionInput): ToolAgentData {
+export function restoreToolAgentFields(loop: ToolAgentLoop, s: Omit<ToolAgentState, "messages" | "builder">, input: SessionInput): ToolAgentData {
   const kwargs = input.kwargs as AgentLoopKwargs;
   const d = loop.initData(input.sampling_params, kwargs);
-  d.messages = s.messages;
   d.assistantTurns = s.assistant_turns;
   d.userTurns = s.user_turns;
   d.pending = s.pending as Array<ParsedCall | ParseError>;
@@ -229,6 +327,18 @@ export function restoreToolAgent(loop: ToolAgentLoop, s: ToolAgentState, input: 
   d.finishReason = s.finish_reason;
   d.terminatedBy = s.terminated_by as ToolAgentData["terminatedBy"];
   if (s.error !== null) d.error = s.error;
+  return d;
+}
+
+/**
+ * Rebuilds `tool_agent`'s run state from a whole {@link ToolAgentState}: the
+ * builder from its token arrays, then what the loop derives from the row
+ * (tools, encoder, simulated user) via `loop.reattach` — unless the prompt
+ * was never built, in which case the loop builds everything itself.
+ */
+export function restoreToolAgent(loop: ToolAgentLoop, s: ToolAgentState, input: SessionInput): ToolAgentData {
+  const d = restoreToolAgentFields(loop, s, input);
+  d.messages = s.messages;
   if (s.builder) {
     d.builder = restoreBuilder(s.builder, input.sampling_params.logprobs);
     loop.reattach(d);

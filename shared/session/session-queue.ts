@@ -1,32 +1,41 @@
-import type { TrajectoryRecord } from "../schema/index.ts";
-import type { PutResult, TransferQueue } from "../store/types.ts";
+import { parseTrajectoryKey, trajectoryKey, type TrajectoryRecord } from "../schema/index.ts";
+import type { TransferQueue } from "../store/types.ts";
 import type { SessionHost } from "./session-host.ts";
 import type { SessionStorage } from "./session-storage.ts";
 
 /**
  * Wraps the transfer queue a batch writes to when its trajectories run as
- * durable sessions: a record whose session is already `done` is not written
+ * durable sessions (one session per `{uid}_{session_id}_0`, which may emit
+ * several records): a record whose session is already `done` is not written
  * again (a rerun after a crash hands such records back to the batch), and
- * after a record is written its session is committed `done`. The queue's
- * own once-per-key write covers the window between the two (a crash after
- * the write, before `done`). Everything else passes through.
+ * once the session's last record is written (a put with `last` unset or
+ * true, `markFailed`, `finishSession`) the session is committed `done`. The
+ * queue's own once-per-key write covers the window between the two (a crash
+ * after the write, before `done`). Everything else passes through.
  */
 export function sessionCompletingQueue(inner: TransferQueue, storage: SessionStorage, host: SessionHost): TransferQueue {
   const isDone = async (key: string): Promise<boolean> => {
     const s = await storage.get(key);
-    if (!s?.checkpoint) return false;
-    return (JSON.parse(s.checkpoint) as { phase?: unknown }).phase === "done";
+    const last = s?.deltas[s.deltas.length - 1];
+    if (!last) return false;
+    return (JSON.parse(last) as { phase?: unknown }).phase === "done";
   };
-  const write = async (key: string, w: () => Promise<PutResult>): Promise<PutResult> => {
-    if (await isDone(key)) return { key, stored: false };
+  const sessionOf = (key: string): string => {
+    const { uid, session_id } = parseTrajectoryKey(key);
+    return trajectoryKey(uid, session_id, 0);
+  };
+  const write = async <R>(session: string, last: boolean, dflt: R, w: () => Promise<R>): Promise<R> => {
+    if (await isDone(session)) return dflt;
     const r = await w();
-    await host.markDone(key);
+    if (last) await host.markDone(session);
     return r;
   };
   return {
-    expectGroup: (uid, n, partition) => inner.expectGroup(uid, n, partition),
-    put: (record: TrajectoryRecord) => write(record.key, () => inner.put(record)),
-    markFailed: (key, reason, fields) => write(key, () => inner.markFailed(key, reason, fields)),
+    expectGroup: (uid, n, partition, fingerprint) => inner.expectGroup(uid, n, partition, fingerprint),
+    put: (record: TrajectoryRecord, opts) => write(sessionOf(record.key), opts?.last !== false, { key: record.key, stored: false }, () => inner.put(record, opts)),
+    markFailed: (key, reason, fields) => write(sessionOf(key), true, { key, stored: false }, () => inner.markFailed(key, reason, fields)),
+    finishSession: (uid, sid, outputs) => write(trajectoryKey(uid, sid, 0), true, false, () => inner.finishSession(uid, sid, outputs)),
+    sessionRecords: (uid, sid) => inner.sessionRecords(uid, sid),
     get: (key) => inner.get(key),
     groupStatus: (uid) => inner.groupStatus(uid),
     readCompleteGroups: (opts) => inner.readCompleteGroups(opts),

@@ -26,9 +26,20 @@ export function sessionRecords(input: SessionInput, outputs: AgentLoopOutput[]):
   return outputs.map((o, i) => toTrajectoryRecord(t, input.agent_name, o, input.rollout, i));
 }
 
-/** A `writeOutputs` for {@link SessionDeps} that puts the records into `queue` (idempotent per key). */
+/**
+ * A `writeOutputs` for {@link SessionDeps} that puts every output's record
+ * into `queue` (idempotent per key): outputs `0..k-1` are written with
+ * `last: false` and the last one finishes the session; a session without
+ * output is finished with `finishSession(…, 0)`. A rerun after a crash
+ * between writes re-sends them all; the stored ones are skipped by put-once.
+ */
 export function queueWriter(queue: TransferQueue): (input: SessionInput, outputs: AgentLoopOutput[]) => Promise<void> {
   return async (input, outputs) => {
-    for (const r of sessionRecords(input, outputs)) await queue.put(r);
+    const records = sessionRecords(input, outputs);
+    if (records.length === 0) {
+      await queue.finishSession(input.kwargs.uid, input.kwargs.session_id, 0);
+      return;
+    }
+    for (let i = 0; i < records.length; i++) await queue.put(records[i]!, { last: i === records.length - 1 });
   };
 }

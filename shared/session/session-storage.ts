@@ -1,36 +1,43 @@
 import { ConflictError } from "../errors.ts";
+import { fromParts, toParts } from "./value-parts.ts";
 
-/** What is stored for one session: its input (written once) and its last committed checkpoint, both JSON text. */
+/** What is stored for one session: its input (written once) and every committed checkpoint delta, JSON text each. */
 export interface StoredSession {
   input: string | null;
-  checkpoint: string | null;
-  /** The step of the stored checkpoint (−1 when none). */
+  /** The committed checkpoint deltas, oldest first (a session is their fold). */
+  deltas: string[];
+  /** The step of the last committed delta (−1 when none). */
   step: number;
 }
 
-/** Options of {@link SessionStorage.put}. */
-export interface PutOptions {
+/** Options of {@link SessionStorage.append}. */
+export interface AppendOptions {
   /** The session's input JSON, stored with the first commit (ignored when already stored). */
   input?: string;
   /** Seconds until the whole session entry expires (terminal sessions); 0/absent keeps it. */
   ttlSeconds?: number;
 }
+/** @deprecated the name of {@link AppendOptions} before checkpoints became append-only. */
+export type PutOptions = AppendOptions;
 
 /**
- * Where durable sessions keep their checkpoints: one entry per trajectory
- * key. `put` is fenced by the step number — a commit whose `step` is not
- * greater than the stored one is refused with a {@link ConflictError}
- * (another owner has moved on; this one must stop). Implementations:
- * memory, Redis (a hash per session), Durable Object storage.
+ * Where durable sessions keep their checkpoints: one append-only log of
+ * checkpoint deltas per trajectory key. `append` is fenced by the step
+ * number — a commit whose `step` is not greater than the stored one is
+ * refused with a {@link ConflictError} (another owner has moved on; this one
+ * must stop) and writes nothing visible. A delta (or input) larger than the
+ * backend's value limit is stored as several values (see value-parts.ts),
+ * committed together or not at all. Implementations: memory, Redis (a hash
+ * per session, TCP or Upstash REST), Durable Object storage.
  */
 export interface SessionStorage {
   /** The stored entry, or null when the key has none. */
   get(key: string): Promise<StoredSession | null>;
   /**
-   * Commits a checkpoint (JSON text) at `step`.
-   * @throws ConflictError when the stored step is ≥ `step`.
+   * Commits a checkpoint delta (JSON text) at `step`, after every delta already stored.
+   * @throws ConflictError when the stored step is ≥ `step`; StoreError when the backend fails.
    */
-  put(key: string, step: number, checkpoint: string, opts?: PutOptions): Promise<void>;
+  append(key: string, step: number, delta: string, opts?: AppendOptions): Promise<void>;
   /** Deletes the entry (no-op when absent). */
   delete(key: string): Promise<void>;
 }
@@ -48,30 +55,50 @@ export function isStaleStep(e: unknown): boolean {
   return e instanceof ConflictError && e.code === STALE_STEP;
 }
 
+/** Options of {@link MemorySessionStorage}. */
+export interface MemorySessionStorageOptions {
+  /** Largest stored value in bytes (UTF-8; default 1 MiB): longer deltas are kept as several parts, as on the other backends. */
+  maxValueBytes?: number;
+}
+
 /**
- * In-process {@link SessionStorage} (a Map of strings): for single-process
+ * In-process {@link SessionStorage} (strings in a Map; deltas kept as parts
+ * of at most `maxValueBytes`, like the other backends): for single-process
  * runs and tests. Entries with a TTL are dropped lazily when read after expiry.
  */
 export class MemorySessionStorage implements SessionStorage {
-  private readonly m = new Map<string, StoredSession & { expires: number }>();
-  constructor(private readonly nowMs: () => number = () => Date.now()) {}
+  private readonly m = new Map<string, { input: string[] | null; parts: string[]; step: number; expires: number }>();
+  private readonly nowMs: () => number;
+  readonly maxValueBytes: number;
 
-  async get(key: string): Promise<StoredSession | null> {
+  constructor(nowMs: () => number = () => Date.now(), opts: MemorySessionStorageOptions = {}) {
+    this.nowMs = nowMs;
+    this.maxValueBytes = opts.maxValueBytes ?? 1024 * 1024;
+  }
+
+  private entry(key: string) {
     const e = this.m.get(key);
     if (!e) return null;
     if (e.expires && e.expires <= this.nowMs()) {
       this.m.delete(key);
       return null;
     }
-    return { input: e.input, checkpoint: e.checkpoint, step: e.step };
+    return e;
   }
 
-  async put(key: string, step: number, checkpoint: string, opts: PutOptions = {}): Promise<void> {
-    const cur = await this.get(key);
+  async get(key: string): Promise<StoredSession | null> {
+    const e = this.entry(key);
+    if (!e) return null;
+    return { input: e.input ? fromParts(e.input)[0] ?? null : null, deltas: fromParts(e.parts), step: e.step };
+  }
+
+  async append(key: string, step: number, delta: string, opts: AppendOptions = {}): Promise<void> {
+    const cur = this.entry(key);
     if (cur && cur.step >= step) throw staleStep(key, step, cur.step);
+    const parts = toParts(delta, this.maxValueBytes);
     this.m.set(key, {
-      input: cur?.input ?? opts.input ?? null,
-      checkpoint,
+      input: cur?.input ?? (opts.input !== undefined ? toParts(opts.input, this.maxValueBytes) : null),
+      parts: cur ? (cur.parts.push(...parts), cur.parts) : parts,
       step,
       expires: opts.ttlSeconds ? this.nowMs() + opts.ttlSeconds * 1000 : 0,
     });
@@ -86,10 +113,16 @@ export class MemorySessionStorage implements SessionStorage {
     return this.m.size;
   }
 
-  /** Bytes of JSON text held (UTF-16 length ≈ bytes for this ASCII content). */
+  /** Stored values of a key (input parts plus delta parts; tests). */
+  values(key: string): number {
+    const e = this.entry(key);
+    return e ? (e.input?.length ?? 0) + e.parts.length : 0;
+  }
+
+  /** Bytes of text held (UTF-16 length ≈ bytes for this ASCII content). */
   bytes(): number {
     let n = 0;
-    for (const e of this.m.values()) n += (e.input?.length ?? 0) + (e.checkpoint?.length ?? 0);
+    for (const e of this.m.values()) for (const p of [...(e.input ?? []), ...e.parts]) n += p.length;
     return n;
   }
 }

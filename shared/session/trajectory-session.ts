@@ -2,18 +2,9 @@ import type { AgentLoop, AgentLoopKwargs } from "../agent-loop/agent-loop.ts";
 import { ToolAgentLoop, type ToolAgentData, type ToolAgentState as LoopState } from "../agent-loop/tool-agent.ts";
 import { ConflictError } from "../errors.ts";
 import type { AgentLoopOutput } from "../schema/index.ts";
-import {
-  CHECKPOINT_VERSION,
-  parseCheckpoint,
-  parseSessionInput,
-  restoreToolAgent,
-  saveToolAgent,
-  SessionInput,
-  type SessionCheckpoint,
-  type SessionInputArg,
-  type SessionPhase,
-} from "./checkpoint.ts";
-import type { SessionStorage } from "./session-storage.ts";
+import { CHECKPOINT_VERSION, packOutput, parseSessionInput, SessionInput, type CheckpointDelta, type SessionCheckpoint, type SessionInputArg, type SessionPhase } from "./checkpoint.ts";
+import { DeltaTracker, foldCheckpoint, restoreFoldedLoop, type FoldedLoop } from "./checkpoint-delta.ts";
+import { isStaleStep, type AppendOptions, type SessionStorage } from "./session-storage.ts";
 
 /** What a session needs from its host. */
 export interface SessionDeps {
@@ -31,11 +22,13 @@ export interface SessionDeps {
    * them, then calls {@link TrajectorySession.markDone}.
    */
   writeOutputs?(input: SessionInput, outputs: AgentLoopOutput[]): Promise<void>;
+  /** In-place retries of a commit that failed with a retryable storage error (default 3; backoff 50 ms × 4ⁱ). */
+  commitRetries?: number;
   /** Epoch milliseconds (deadlines, `updated_ms`); default `Date.now()`. */
   wallClockMs?(): number;
   /** TTL of terminal (`done`/`failed`) entries, seconds (default 604 800 = 7 days). */
   terminalTtlSeconds?: number;
-  /** Called after every commit with the checkpoint's size in bytes (benchmarks, metrics). */
+  /** Called after every commit with the head and the size of the delta written, in characters of JSON (benchmarks, metrics). */
   onCommit?(cp: SessionCheckpoint, bytes: number): void;
   /** Called each time {@link TrajectorySession.run} returns (waiting, finished, done, failed or thrown), to close per-run resources such as the loop's trace spans. */
   onPause?(loop: AgentLoop): void;
@@ -68,9 +61,10 @@ const DEFAULT_TERMINAL_TTL = 7 * 24 * 3600;
  * After every state transition — the prompt built, a generation returned and
  * appended, the tool calls of a turn issued (their `call_id`s are
  * `{key}:{turn}:{index}`, fixed by the committed turn counter), a callback
- * received, an observation appended — the full run state (token arrays, mask,
- * log-probs, messages, counters, pending calls, metrics, model versions) is
- * committed to {@link SessionStorage} before anything else happens. A session
+ * received, an observation appended — the run state's delta (new token
+ * chunks, new messages, counters, pending calls, metrics, model versions) is
+ * appended to {@link SessionStorage} before anything else happens: a commit
+ * costs O(turn), and a session is the fold of its deltas. A session
  * opened on a key with a checkpoint resumes from its last committed step: a
  * generation that was in flight is re-issued with the same prompt ids, issued
  * tool calls are re-sent with the same `call_id`s (tools dedupe on them),
@@ -91,6 +85,7 @@ export class TrajectorySession {
   private data: ToolAgentData | undefined;
   private readonly inputJson: string | undefined;
   private readonly openedFinished: boolean;
+  private readonly tracker = new DeltaTracker();
 
   private constructor(deps: SessionDeps, input: SessionInput, cp: SessionCheckpoint, inputJson: string | undefined) {
     this.deps = deps;
@@ -110,10 +105,11 @@ export class TrajectorySession {
    */
   static async open(key: string, deps: SessionDeps, input?: SessionInputArg): Promise<TrajectorySession | null> {
     const stored = await deps.storage.get(key);
-    if (stored?.checkpoint && stored.input) {
+    if (stored?.deltas.length && stored.input) {
       const inp = parseSessionInput(JSON.parse(stored.input), key);
-      const s = new TrajectorySession(deps, inp, parseCheckpoint(JSON.parse(stored.checkpoint), key), undefined);
-      s.restore();
+      const folded = foldCheckpoint(stored.deltas, key);
+      const s = new TrajectorySession(deps, inp, folded.cp, undefined);
+      s.restore(folded.loop);
       return s;
     }
     if (!input) return null;
@@ -268,36 +264,72 @@ export class TrajectorySession {
   private async commit(phase: SessionPhase, loopState: string, extra: Partial<Pick<SessionCheckpoint, "outputs" | "error">> = {}): Promise<void> {
     const terminal = phase === "done" || phase === "failed";
     const d = this.data;
-    const next: SessionCheckpoint = {
-      ...this.cp,
+    const keep = !(terminal || phase === "finished" || !d);
+    // Only what changed is written: the loop's delta while it runs; null once its state is dropped.
+    const loop = keep ? this.tracker.delta(d!) : this.cp.loop === null && this.cp.step >= 0 ? undefined : null;
+    const delta: CheckpointDelta = {
+      v: CHECKPOINT_VERSION,
+      key: this.key,
       step: this.cp.step + 1,
       phase,
+      agent_name: this.cp.agent_name,
       loop_state: loopState,
-      loop: terminal || phase === "finished" || !d ? null : saveToolAgent(d),
-      outputs: extra.outputs !== undefined ? extra.outputs : this.cp.outputs,
+      ...(loop !== undefined ? { loop } : {}),
+      ...(extra.outputs !== undefined ? { outputs: extra.outputs === null ? null : extra.outputs.map(packOutput) } : {}),
       error: extra.error !== undefined ? extra.error : this.cp.error,
       deadline_ms: d && this.loop instanceof ToolAgentLoop ? this.loop.nextToolDeadline(d) : null,
       updated_ms: this.wall(),
     };
-    const json = JSON.stringify(next);
-    await this.deps.storage.put(this.key, next.step, json, {
+    const next: SessionCheckpoint = {
+      ...this.cp,
+      ...delta,
+      loop: loop ?? null,
+      outputs: extra.outputs !== undefined ? extra.outputs : this.cp.outputs,
+    };
+    const json = JSON.stringify(delta);
+    await this.append(next.step, json, {
       // The input is stored with the first commit only; storage keeps the first one it got.
       ...(this.inputJson !== undefined && this.cp.step < 0 ? { input: this.inputJson } : {}),
       ...(terminal ? { ttlSeconds: this.deps.terminalTtlSeconds ?? DEFAULT_TERMINAL_TTL } : {}),
     });
     this.cp = next;
+    this.tracker.accept(keep ? d : undefined);
     if (terminal || phase === "finished") this.data = undefined;
     this.deps.onCommit?.(next, json.length);
   }
 
-  private restore(): void {
+  /**
+   * Appends a delta, retrying a retryable storage failure in place (the
+   * work behind the delta — a generation, a tool call — is in memory; a
+   * retry of the whole step would redo it). A retry after a failure whose
+   * write did land is recognised by reading the stored delta back.
+   */
+  private async append(step: number, json: string, opts: AppendOptions): Promise<void> {
+    const retries = this.deps.commitRetries ?? 3;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await this.deps.storage.append(this.key, step, json, opts);
+        return;
+      } catch (e) {
+        if (attempt > 0 && isStaleStep(e)) {
+          const stored = await this.deps.storage.get(this.key);
+          if (stored?.step === step && stored.deltas[stored.deltas.length - 1] === json) return;
+        }
+        if ((e as { retryable?: unknown }).retryable !== true || attempt >= retries) throw e;
+        await new Promise((r) => setTimeout(r, 50 * 4 ** attempt));
+      }
+    }
+  }
+
+  private restore(folded: FoldedLoop | null): void {
     const loop = this.loop;
     if (this.cp.phase === "done" || this.cp.phase === "failed" || this.cp.phase === "finished") return;
     if (!(loop instanceof ToolAgentLoop)) {
       this.cp.loop_state = "whole";
       return;
     }
-    this.data = this.cp.loop ? restoreToolAgent(loop, this.cp.loop, this.input) : loop.initData(this.input.sampling_params, this.input.kwargs as AgentLoopKwargs);
+    this.data = folded ? restoreFoldedLoop(loop, folded, this.input) : loop.initData(this.input.sampling_params, this.input.kwargs as AgentLoopKwargs);
+    if (folded) this.tracker.accept(this.data);
   }
 
   private wall(): number {

@@ -22,18 +22,19 @@ function base64ToBytes(b64: string): Uint8Array {
 
 const littleEndian = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
 
-function leBytes(view: Int32Array | Float32Array): Uint8Array {
+function leBytes(view: Int32Array | Float32Array | Float64Array): Uint8Array {
+  const w = view.BYTES_PER_ELEMENT;
   const bytes = new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
   if (littleEndian) return bytes;
   const copy = new Uint8Array(bytes);
-  for (let i = 0; i < copy.length; i += 4) copy.subarray(i, i + 4).reverse();
+  for (let i = 0; i < copy.length; i += w) copy.subarray(i, i + w).reverse();
   return copy;
 }
 
-function fromLe(bytes: Uint8Array): ArrayBuffer {
-  if (bytes.length % 4 !== 0) throw new RangeError(`base64 payload of ${bytes.length} bytes is not a whole number of 4-byte values`);
+function fromLe(bytes: Uint8Array, w = 4): ArrayBuffer {
+  if (bytes.length % w !== 0) throw new RangeError(`base64 payload of ${bytes.length} bytes is not a whole number of ${w}-byte values`);
   const copy = new Uint8Array(bytes);
-  if (!littleEndian) for (let i = 0; i < copy.length; i += 4) copy.subarray(i, i + 4).reverse();
+  if (!littleEndian) for (let i = 0; i < copy.length; i += w) copy.subarray(i, i + w).reverse();
   return copy.buffer;
 }
 
@@ -55,6 +56,16 @@ export function encodeFloat32(values: ArrayLike<number>): string {
 /** The inverse of {@link encodeFloat32}. @throws RangeError when the payload is not whole float32 values. */
 export function decodeFloat32(b64: string): Float32Array {
   return new Float32Array(fromLe(base64ToBytes(b64)));
+}
+
+/** Float64 values (log-probs that are not all float32) → base64 of their little-endian bytes; bit-exact. */
+export function encodeFloat64(values: ArrayLike<number>): string {
+  return bytesToBase64(leBytes(values instanceof Float64Array ? values : Float64Array.from(values)));
+}
+
+/** The inverse of {@link encodeFloat64}. @throws RangeError when the payload is not whole float64 values. */
+export function decodeFloat64(b64: string): Float64Array {
+  return new Float64Array(fromLe(base64ToBytes(b64), 8));
 }
 
 /** Byte values (the 0/1 response mask) → base64. */

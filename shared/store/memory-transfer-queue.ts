@@ -1,19 +1,25 @@
 import { ConflictError, StoreError } from "../errors.ts";
-import type { TrajectoryRecord } from "../schema/index.ts";
-import { decodeRecord, encodeRecord, failedRecord, validateRecord, type EncodedRecord } from "./record-codec.ts";
+import { parseTrajectoryKey, type TrajectoryRecord } from "../schema/index.ts";
+import { decodeRecord, encodeRecord, failedRecord, validateAndEncode, type EncodedRecord, type RecordHead } from "./record-codec.ts";
 import {
+  checkFingerprint,
   checkGroupSize,
   checkKey,
+  checkOutputs,
+  checkSessionId,
   checkPartition,
   checkReadOptions,
   checkUid,
   compareKeys,
   DEFAULT_VISIBILITY_TIMEOUT_MS,
+  fingerprintConflict,
+  sessionConflict,
 } from "./queue-args.ts";
 import type {
   CompleteGroup,
   GroupStatus,
   Partition,
+  PutOptions,
   PutResult,
   ReadGroupsOptions,
   TransferQueue,
@@ -23,9 +29,15 @@ import type {
 interface Group {
   expected: number | null;
   partition: Partition;
-  done: number;
+  fingerprint: string | null;
+  /** Sessions finished. */
+  finished: number;
+  /** Records stored. */
+  records: number;
   failed: number;
   members: Set<string>;
+  /** Per session: outputs stored, and (once known) outputs it has in all. */
+  sessions: Map<number, { stored: number; total: number | null }>;
   enqueued: boolean;
 }
 
@@ -65,33 +77,80 @@ export class MemoryTransferQueue implements TransferQueue {
     this.now = opts.now ?? Date.now;
   }
 
-  async expectGroup(uid: string, n: number, partition?: Partition): Promise<void> {
+  async expectGroup(uid: string, n: number, partition?: Partition, fingerprint?: string): Promise<void> {
     this.assertOpen();
     checkUid(uid);
     checkGroupSize(n);
     const part = checkPartition(partition);
+    const fp = checkFingerprint(fingerprint);
     const g = this.group(uid);
     if (g.expected !== null) {
       if (g.expected !== n || g.partition !== part) {
         throw new ConflictError(`group ${uid} is registered with n=${g.expected} in ${g.partition}, not n=${n} in ${part}`);
       }
+      if (fp !== null && g.fingerprint !== null && g.fingerprint !== fp) throw fingerprintConflict(uid);
+      if (fp !== null) g.fingerprint = fp;
       return;
     }
     g.expected = n;
     g.partition = part;
+    g.fingerprint = fp;
     this.maybeComplete(uid, g);
   }
 
-  async put(record: TrajectoryRecord): Promise<PutResult> {
+  async put(record: TrajectoryRecord, opts: PutOptions = {}): Promise<PutResult> {
     this.assertOpen();
-    return this.store(validateRecord(record));
+    const { head, encoded } = validateAndEncode(record);
+    return this.store(head, encoded, opts.last === false ? "more" : "last");
   }
 
   async markFailed(key: string, reason: string, fields?: Partial<TrajectoryRecord>): Promise<PutResult> {
     this.assertOpen();
     checkKey(key);
-    if (this.records.has(key)) return { key, stored: false };
-    return this.store(failedRecord(key, reason, fields));
+    if (this.records.has(key)) {
+      // Already written: only finish its session (with the records it has) if nothing else did.
+      const { uid, session_id } = parseTrajectoryKey(key);
+      const g = this.group(uid);
+      const s = this.session(g, session_id);
+      if (s.total === null) {
+        s.total = s.stored;
+        this.sessionFinished(uid, g);
+      }
+      return { key, stored: false };
+    }
+    const rec = failedRecord(key, reason, fields);
+    return this.store(rec, encodeRecord(rec), "fail");
+  }
+
+  async finishSession(uid: string, session_id: number, outputs: number): Promise<boolean> {
+    this.assertOpen();
+    checkUid(uid);
+    checkSessionId(session_id);
+    checkOutputs(outputs);
+    const g = this.group(uid);
+    const s = this.session(g, session_id);
+    if (s.total !== null) {
+      if (s.total !== outputs) throw sessionConflict(uid, session_id, `finished with ${s.total} outputs, not ${outputs}`);
+      return false;
+    }
+    if (s.stored > outputs) throw sessionConflict(uid, session_id, `has ${s.stored} outputs stored, more than ${outputs}`);
+    s.total = outputs;
+    if (s.stored !== outputs) return false;
+    this.sessionFinished(uid, g);
+    return true;
+  }
+
+  async sessionRecords(uid: string, session_id: number): Promise<TrajectoryRecord[] | null> {
+    checkUid(uid);
+    checkSessionId(session_id);
+    const g = this.groups.get(uid);
+    const s = g?.sessions.get(session_id);
+    if (!g || !s || s.total === null || s.stored !== s.total) return null;
+    const prefix = `${uid}_${session_id}_`;
+    return [...g.members]
+      .filter((k) => k.startsWith(prefix))
+      .sort(compareKeys)
+      .map((k) => decodeRecord({ ...this.records.get(k)! }));
   }
 
   async get(key: string): Promise<TrajectoryRecord | null> {
@@ -103,14 +162,16 @@ export class MemoryTransferQueue implements TransferQueue {
   async groupStatus(uid: string): Promise<GroupStatus> {
     checkUid(uid);
     const g = this.groups.get(uid);
-    if (!g) return { uid, partition: "train", expected: null, done: 0, failed: 0, complete: false };
+    if (!g) return { uid, partition: "train", expected: null, finished: 0, records: 0, failed: 0, complete: false, fingerprint: null };
     return {
       uid,
       partition: g.partition,
       expected: g.expected,
-      done: g.done,
+      finished: g.finished,
+      records: g.records,
       failed: g.failed,
-      complete: g.expected !== null && g.done >= g.expected,
+      complete: g.expected !== null && g.finished >= g.expected,
+      fingerprint: g.fingerprint,
     };
   }
 
@@ -154,25 +215,55 @@ export class MemoryTransferQueue implements TransferQueue {
   private group(uid: string): Group {
     let g = this.groups.get(uid);
     if (!g) {
-      g = { expected: null, partition: "train", done: 0, failed: 0, members: new Set(), enqueued: false };
+      g = { expected: null, partition: "train", fingerprint: null, finished: 0, records: 0, failed: 0, members: new Set(), sessions: new Map(), enqueued: false };
       this.groups.set(uid, g);
     }
     return g;
   }
 
-  private store(rec: TrajectoryRecord): PutResult {
+  private session(g: Group, sid: number): { stored: number; total: number | null } {
+    let s = g.sessions.get(sid);
+    if (!s) {
+      s = { stored: 0, total: null };
+      g.sessions.set(sid, s);
+    }
+    return s;
+  }
+
+  /**
+   * The put-once write with session accounting, as the Redis script does it:
+   * `last` declares the session's output count (`output_index + 1`), `more`
+   * leaves it open, `fail` (markFailed) finishes it with what it has stored.
+   */
+  private store(rec: RecordHead, encoded: EncodedRecord, mode: "last" | "more" | "fail"): PutResult {
     if (this.records.has(rec.key)) return { key: rec.key, stored: false };
-    this.records.set(rec.key, encodeRecord(rec));
     const g = this.group(rec.uid);
+    const s = this.session(g, rec.session_id);
+    if (s.total !== null) {
+      if (mode === "fail") return { key: rec.key, stored: false };
+      if (rec.output_index >= s.total) throw sessionConflict(rec.uid, rec.session_id, `finished with ${s.total} outputs; output_index ${rec.output_index} is past its last`);
+    }
+    if (mode === "last" && s.stored > rec.output_index) {
+      throw sessionConflict(rec.uid, rec.session_id, `has ${s.stored} outputs stored; output ${rec.output_index} cannot be its last`);
+    }
+    this.records.set(rec.key, encoded);
     g.members.add(rec.key);
-    g.done++;
+    g.records++;
     if (rec.error !== null) g.failed++;
-    this.maybeComplete(rec.uid, g);
+    s.stored++;
+    if (s.total === null && mode === "last") s.total = rec.output_index + 1;
+    if (s.total === null && mode === "fail") s.total = s.stored;
+    if (s.stored === s.total) this.sessionFinished(rec.uid, g);
     return { key: rec.key, stored: true };
   }
 
+  private sessionFinished(uid: string, g: Group): void {
+    g.finished++;
+    this.maybeComplete(uid, g);
+  }
+
   private maybeComplete(uid: string, g: Group): void {
-    if (g.enqueued || g.expected === null || g.done < g.expected) return;
+    if (g.enqueued || g.expected === null || g.finished < g.expected) return;
     g.enqueued = true;
     this.streams[g.partition].push({ id: this.nextId(), uid, keys: [...g.members].sort(compareKeys) });
     for (const w of [...this.waiters]) w();

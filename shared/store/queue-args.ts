@@ -1,4 +1,4 @@
-import { InputError } from "../errors.ts";
+import { ConflictError, InputError } from "../errors.ts";
 import { parseTrajectoryKey, Uid } from "../schema/index.ts";
 import type { Partition, ReadGroupsOptions } from "./types.ts";
 
@@ -56,4 +56,37 @@ export function compareKeys(a: string, b: string): number {
   const x = parseTrajectoryKey(a);
   const y = parseTrajectoryKey(b);
   return x.session_id - y.session_id || x.output_index - y.output_index;
+}
+
+/** Checks a session id (`0 ≤ session_id < 1 000 000`). Throws {@link InputError} (`session_id`). */
+export function checkSessionId(sid: unknown): number {
+  if (typeof sid !== "number" || !Number.isInteger(sid) || sid < 0 || sid >= 1_000_000) {
+    throw new InputError("session_id", `must be an integer in 0..999999, got ${String(sid)}`);
+  }
+  return sid;
+}
+
+/** Checks `finishSession`'s output count (0 = a session without output). Throws {@link InputError} (`outputs`). */
+export function checkOutputs(n: unknown): number {
+  if (typeof n !== "number" || !Number.isInteger(n) || n < 0 || n > 1_000_000) {
+    throw new InputError("outputs", `must be an integer in 0..1000000, got ${String(n)}`);
+  }
+  return n;
+}
+
+/** Checks a group fingerprint (hex, as `groupFingerprint` makes it); `undefined` → null. Throws {@link InputError} (`fingerprint`). */
+export function checkFingerprint(fp: unknown): string | null {
+  if (fp === undefined || fp === null) return null;
+  if (typeof fp !== "string" || !/^[0-9a-f]{16,128}$/.test(fp)) throw new InputError("fingerprint", "must be 16-128 lowercase hex digits");
+  return fp;
+}
+
+/** The 409 of a uid registered with another prompt group's fingerprint. */
+export function fingerprintConflict(uid: string): ConflictError {
+  return new ConflictError(`uid '${uid}' names another prompt group: a uid names one prompt group; use a new uid for new samples`, { field: "uid" });
+}
+
+/** The 409 of a write that contradicts a session's output count. */
+export function sessionConflict(uid: string, sid: number, what: string): ConflictError {
+  return new ConflictError(`session ${uid}_${sid} ${what}`, { field: "output_index" });
 }

@@ -26,4 +26,10 @@ export interface RedisCommander {
    */
   execBlocking?(cmd: RedisArg[]): Promise<RedisReply>;
   close(): Promise<void>;
+  /**
+   * Largest request this transport sends, bytes (Upstash REST: the body of
+   * one request; TCP: one command). Pipelines are split to fit; a single
+   * command over it is refused. Absent: no limit known.
+   */
+  readonly maxRequestBytes?: number;
 }

@@ -4,9 +4,11 @@ import type { Partition } from "./types.ts";
  * Redis key names of the transfer queue (docs/queue-layout.md), all under one
  * prefix:
  * - `{p}traj:{key}` HASH — one record (`meta`, `prompt_ids`, `response_ids`, `response_mask`, `rollout_log_probs`).
- * - `{p}group:{uid}` HASH — `expected`, `partition`, `done`, `failed`, `enqueued`, `delivery_id`.
+ * - `{p}group:{uid}` HASH — `expected`, `partition`, `fingerprint`, `finished` (sessions), `records`, `failed`,
+ *   `enqueued`, `delivery_id`, and per session `s:{sid}` (outputs stored) and `t:{sid}` (outputs in all, once known).
  * - `{p}group:{uid}:keys` SET — keys written for the group.
  * - `{p}groups:{partition}` STREAM — one entry per complete group, read with a consumer group.
+ * - `{p}stage:{key}:{nonce}` HASH — a put's record before PUT_LUA renames it to `{p}traj:{key}` (expires after 60 s if orphaned).
  */
 export class RedisLayout {
   constructor(readonly prefix: string) {}
@@ -19,21 +21,26 @@ export class RedisLayout {
   members(uid: string): string {
     return `${this.prefix}group:${uid}:keys`;
   }
+  /** A put's staging hash (one per attempt, expiring): the record is written here, then renamed into place by PUT_LUA. */
+  stage(key: string, nonce: string): string {
+    return `${this.prefix}stage:${key}:${nonce}`;
+  }
   stream(partition: Partition): string {
     return `${this.prefix}groups:${partition}`;
   }
-  /** KEYS of both scripts, in order: group, members, train stream, val stream. */
+  /** KEYS of every script, in order: group, members, train stream, val stream. */
   groupKeys(uid: string): string[] {
     return [this.group(uid), this.members(uid), this.stream("train"), this.stream("val")];
   }
 }
 
 /**
- * Lua shared by both scripts: when the group has `expected` set, at least
- * that many keys written and is not yet enqueued, XADD one entry to its
- * partition's stream (`uid`, `n`, `failed`, `keys` = JSON array ordered by
- * session_id then output_index) and flag it enqueued — inside the same
- * script as the write that completed it, so a group is enqueued exactly once.
+ * Lua shared by the scripts: `finish(uid)` counts one more finished session
+ * and, when the group has `expected` set, every expected session finished
+ * and is not yet enqueued, XADDs one entry to its partition's stream
+ * (`uid`, `n`, `failed`, `keys` = JSON array ordered by session_id then
+ * output_index) and flags it enqueued — inside the same script as the write
+ * that finished the last session, so a group is enqueued exactly once.
  */
 const COMPLETE_LUA = `
 local function key_order(a, b)
@@ -44,49 +51,165 @@ local function key_order(a, b)
   return tonumber(oa) < tonumber(ob)
 end
 local function maybe_complete(uid)
-  local g = redis.call('HMGET', KEYS[1], 'expected', 'done', 'enqueued', 'partition', 'failed')
+  local g = redis.call('HMGET', KEYS[1], 'expected', 'finished', 'enqueued', 'partition', 'failed')
   if not g[1] or g[3] == '1' then return 0 end
   if tonumber(g[2] or '0') < tonumber(g[1]) then return 0 end
   local members = redis.call('SMEMBERS', KEYS[2])
   table.sort(members, key_order)
   local stream = KEYS[3]
   if g[4] == 'val' then stream = KEYS[4] end
-  local id = redis.call('XADD', stream, '*', 'uid', uid, 'n', g[1], 'failed', g[5] or '0', 'keys', cjson.encode(members))
+  -- cjson encodes an empty table as {}: a group whose sessions emitted nothing holds keys [].
+  local keys = '[]'
+  if #members > 0 then keys = cjson.encode(members) end
+  local id = redis.call('XADD', stream, '*', 'uid', uid, 'n', g[1], 'failed', g[5] or '0', 'keys', keys)
   redis.call('HSET', KEYS[1], 'enqueued', '1', 'delivery_id', id)
   return 1
+end
+local function finish(uid)
+  redis.call('HINCRBY', KEYS[1], 'finished', 1)
+  return maybe_complete(uid)
 end
 `;
 
 /**
- * Put-once: KEYS = group, members, train stream, val stream, record hash;
- * ARGV = uid, key, failed ("0"/"1"), then HSET field/value pairs. Returns
- * 0 when the key already existed (nothing written), 1 when stored, 2 when
- * stored and the group became complete. The existence check, the record, the
- * counters and the enqueue happen in one atomic script: a crash leaves either
- * all of them or none.
+ * Put-once with session accounting: KEYS = group, members, train stream, val
+ * stream, record hash, and optionally a staging hash; ARGV = uid, key,
+ * session_id, output_index, mode (`l` the session's last output, `m` more
+ * follow, `f` markFailed), failed ("0"/"1"), then — without a staging key —
+ * the record's HSET field/value pairs.
+ *
+ * With a staging key (the fast path: the client pipelines `HSET <stage>
+ * <fields…>`, `PEXPIRE <stage> 60000` and this script in one round trip),
+ * the record's bytes never pass through Lua: the script RENAMEs the staged
+ * hash into place (O(1), the stored bytes are those HSET wrote) and PERSISTs
+ * it, or DELetes it when nothing is to be written. A staging key that is
+ * gone (expired, lost) replies `STAGE lost` before anything is written.
+ *
+ * The group hash keeps, per session, `s:{sid}` (outputs stored) and `t:{sid}`
+ * (outputs in all, known once the last one or a finish arrived); the session
+ * finishes when they are equal. Returns 0 when the key already existed
+ * (nothing written; `f` on a stored key of an unfinished session still
+ * finishes it with what it stored), 1 when stored, 2 when stored and the
+ * group became complete; replies `CONFLICT finished <t>` for an output past a
+ * finished session's last, `CONFLICT stored <s>` for a last output below
+ * outputs already stored. The existence check, the record, the counters and
+ * the enqueue happen in one atomic script: a crash leaves either all of them
+ * or none (at most an unreferenced staging hash, which expires).
  * @see https://redis.io/docs/latest/develop/interact/programmability/eval-intro/
+ * @see https://redis.io/docs/latest/commands/rename/
  */
 export const PUT_LUA = `${COMPLETE_LUA}
-if redis.call('EXISTS', KEYS[5]) == 1 then return 0 end
-redis.call('HSET', KEYS[5], unpack(ARGV, 4))
+local staged = KEYS[6]
+local function drop()
+  if staged then redis.call('DEL', staged) end
+end
+local sf, tf = 's:' .. ARGV[3], 't:' .. ARGV[3]
+local idx, mode = tonumber(ARGV[4]), ARGV[5]
+local g = redis.call('HMGET', KEYS[1], sf, tf, 'records', 'failed', 'finished', 'expected', 'enqueued', 'partition')
+local stored = tonumber(g[1] or '0')
+local total = false
+if g[2] then total = tonumber(g[2]) end
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  drop()
+  if mode == 'f' and not total then
+    redis.call('HSET', KEYS[1], tf, stored)
+    finish(ARGV[1])
+  end
+  return 0
+end
+if total then
+  if mode == 'f' then drop() return 0 end
+  if idx >= total then drop() return redis.error_reply('CONFLICT finished ' .. total) end
+end
+if mode == 'l' and stored > idx then drop() return redis.error_reply('CONFLICT stored ' .. stored) end
+if staged then
+  -- RENAME is the first write: a staging hash that is gone stops the script before anything changed.
+  local moved = redis.pcall('RENAME', staged, KEYS[5])
+  if type(moved) == 'table' and moved.err then return redis.error_reply('STAGE lost') end
+  redis.call('PERSIST', KEYS[5])
+else
+  redis.call('HSET', KEYS[5], unpack(ARGV, 7))
+end
 redis.call('SADD', KEYS[2], ARGV[2])
-redis.call('HINCRBY', KEYS[1], 'done', 1)
-if ARGV[3] == '1' then redis.call('HINCRBY', KEYS[1], 'failed', 1) end
-return 1 + maybe_complete(ARGV[1])
+stored = stored + 1
+if not total then
+  if mode == 'l' then total = idx + 1 elseif mode == 'f' then total = stored end
+end
+local failed = tonumber(g[4] or '0')
+if ARGV[6] == '1' then failed = failed + 1 end
+local set = {sf, stored, 'records', tonumber(g[3] or '0') + 1, 'failed', failed}
+if total then
+  set[#set + 1] = tf
+  set[#set + 1] = total
+end
+local out = 1
+if stored == total then
+  -- The session finished: count it, and enqueue the group if this was its last session (as finish() does, without re-reading).
+  local finished = tonumber(g[5] or '0') + 1
+  set[#set + 1] = 'finished'
+  set[#set + 1] = finished
+  if g[6] and g[7] ~= '1' and finished >= tonumber(g[6]) then
+    local members = redis.call('SMEMBERS', KEYS[2])
+    table.sort(members, key_order)
+    local stream = KEYS[3]
+    if g[8] == 'val' then stream = KEYS[4] end
+    local id = redis.call('XADD', stream, '*', 'uid', ARGV[1], 'n', g[6], 'failed', failed, 'keys', cjson.encode(members))
+    set[#set + 1] = 'enqueued'
+    set[#set + 1] = '1'
+    set[#set + 1] = 'delivery_id'
+    set[#set + 1] = id
+    out = 2
+  end
+end
+redis.call('HSET', KEYS[1], unpack(set))
+return out
+`;
+
+/**
+ * Declares a session's output count: KEYS = group, members, train stream,
+ * val stream; ARGV = uid, session_id, outputs (0 = none). Returns 1 when
+ * this finished the session, 0 otherwise (already finished with that count,
+ * or outputs still to come); `CONFLICT finished <t>` / `CONFLICT stored <s>`
+ * when the count contradicts what is known.
+ */
+export const FINISH_LUA = `${COMPLETE_LUA}
+local sf, tf = 's:' .. ARGV[2], 't:' .. ARGV[2]
+local want = tonumber(ARGV[3])
+local g = redis.call('HMGET', KEYS[1], sf, tf)
+local stored = tonumber(g[1] or '0')
+if g[2] then
+  if tonumber(g[2]) ~= want then return redis.error_reply('CONFLICT finished ' .. g[2]) end
+  return 0
+end
+if stored > want then return redis.error_reply('CONFLICT stored ' .. stored) end
+redis.call('HSET', KEYS[1], tf, want)
+if stored == want then
+  finish(ARGV[1])
+  return 1
+end
+return 0
 `;
 
 /**
  * Group registration: KEYS = group, members, train stream, val stream;
- * ARGV = uid, n, partition. Idempotent for the same n and partition; a
- * different one replies `CONFLICT expected=<n> partition=<p>`. Completes the
- * group when its keys were already written.
+ * ARGV = uid, n, partition, fingerprint (`""` = none). Idempotent for the
+ * same n and partition; a different one replies `CONFLICT expected=<n>
+ * partition=<p>`, a different fingerprint `CONFLICT fingerprint` (a uid
+ * names one prompt group). Completes the group when its sessions had
+ * already finished.
  */
 export const EXPECT_LUA = `${COMPLETE_LUA}
-local cur = redis.call('HMGET', KEYS[1], 'expected', 'partition')
+local cur = redis.call('HMGET', KEYS[1], 'expected', 'partition', 'fingerprint')
 if cur[1] then
   if cur[1] ~= ARGV[2] or cur[2] ~= ARGV[3] then
     return redis.error_reply('CONFLICT expected=' .. cur[1] .. ' partition=' .. tostring(cur[2]))
   end
+  if ARGV[4] ~= '' then
+    if cur[3] and cur[3] ~= ARGV[4] then return redis.error_reply('CONFLICT fingerprint') end
+    if not cur[3] then redis.call('HSET', KEYS[1], 'fingerprint', ARGV[4]) end
+  end
+elseif ARGV[4] ~= '' then
+  redis.call('HSET', KEYS[1], 'expected', ARGV[2], 'partition', ARGV[3], 'fingerprint', ARGV[4])
 else
   redis.call('HSET', KEYS[1], 'expected', ARGV[2], 'partition', ARGV[3])
 end

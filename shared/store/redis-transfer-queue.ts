@@ -1,12 +1,18 @@
 import { ConflictError, EdgeloopError, InputError, StoreError } from "../errors.ts";
 import type { TrajectoryRecord } from "../schema/index.ts";
-import { decodeRecord, encodedFields, encodeRecord, failedRecord, validateRecord } from "./record-codec.ts";
+import { decodeRecord, encodedFields, encodeRecord, failedRecord, validateAndEncode, type EncodedRecord, type RecordHead } from "./record-codec.ts";
 import type { RedisArg, RedisCommander, RedisReply } from "./redis-commander.ts";
-import { EXPECT_LUA, PUT_LUA, RedisLayout, scriptSha } from "./redis-layout.ts";
+import { EXPECT_LUA, FINISH_LUA, PUT_LUA, RedisLayout, scriptSha } from "./redis-layout.ts";
 import { StreamConsumer, type StreamEntry } from "./stream-consumer.ts";
 import {
+  checkFingerprint,
   checkGroupSize,
   checkKey,
+  checkOutputs,
+  checkSessionId,
+  compareKeys,
+  fingerprintConflict,
+  sessionConflict,
   checkPartition,
   checkReadOptions,
   checkUid,
@@ -18,6 +24,7 @@ import type {
   CompleteGroup,
   GroupStatus,
   Partition,
+  PutOptions,
   PutResult,
   ReadGroupsOptions,
   TransferQueue,
@@ -47,6 +54,23 @@ export function replyToFields(reply: RedisReply): Record<string, string> {
 
 function errorMessage(e: unknown): string {
   return e instanceof Error ? e.message : String(e);
+}
+
+/** How long an orphaned staging hash (a client that died between staging and the script) lives: 60 s. */
+const STAGE_TTL_MS = "60000";
+
+/** A short random suffix: each put attempt stages under its own key, so concurrent duplicates never mix their bytes. */
+function nonce(): string {
+  return Math.random().toString(36).slice(2, 10);
+}
+
+/** A script's `CONFLICT finished <t>` / `CONFLICT stored <s>` reply as the ConflictError the memory queue throws; anything else unchanged. */
+function sessionError(e: unknown, uid: string, sid: number, n: number, op: "put" | "finish"): unknown {
+  const m = /^CONFLICT (finished|stored) (\d+)/.exec(errorMessage(e));
+  if (!m) return e;
+  const count = Number(m[2]);
+  if (m[1] === "finished") return sessionConflict(uid, sid, op === "put" ? `finished with ${count} outputs; output_index ${n} is past its last` : `finished with ${count} outputs, not ${n}`);
+  return sessionConflict(uid, sid, op === "put" ? `has ${count} outputs stored; output ${n} cannot be its last` : `has ${count} outputs stored, more than ${n}`);
 }
 
 /**
@@ -81,27 +105,61 @@ export class RedisTransferQueue implements TransferQueue {
     this.owns = opts.ownsCommander ?? true;
   }
 
-  async expectGroup(uid: string, n: number, partition?: Partition): Promise<void> {
+  async expectGroup(uid: string, n: number, partition?: Partition, fingerprint?: string): Promise<void> {
     checkUid(uid);
     checkGroupSize(n);
     const part = checkPartition(partition);
+    const fp = checkFingerprint(fingerprint);
     try {
-      await this.script(EXPECT_LUA, this.layout.groupKeys(uid), [uid, String(n), part]);
+      await this.script(EXPECT_LUA, this.layout.groupKeys(uid), [uid, String(n), part, fp ?? ""]);
     } catch (e) {
+      if (errorMessage(e).startsWith("CONFLICT fingerprint")) throw fingerprintConflict(uid);
       if (errorMessage(e).startsWith("CONFLICT")) {
-        throw new ConflictError(`group ${uid} is already registered (${errorMessage(e).slice(9)}), not n=${n} in ${part}`);
+        // Upstash appends ", command was: [...]" to script errors: keep the script's own words only.
+        const said = errorMessage(e).slice(9).split(", command was:")[0];
+        throw new ConflictError(`group ${uid} is already registered (${said}), not n=${n} in ${part}`);
       }
       throw e;
     }
   }
 
-  async put(record: TrajectoryRecord): Promise<PutResult> {
-    return this.store(validateRecord(record));
+  async put(record: TrajectoryRecord, opts: PutOptions = {}): Promise<PutResult> {
+    const { head, encoded } = validateAndEncode(record);
+    return this.store(head, encoded, opts.last === false ? "m" : "l");
   }
 
   async markFailed(key: string, reason: string, fields?: Partial<TrajectoryRecord>): Promise<PutResult> {
     checkKey(key);
-    return this.store(failedRecord(key, reason, fields));
+    const rec = failedRecord(key, reason, fields);
+    return this.store(rec, encodeRecord(rec), "f");
+  }
+
+  async finishSession(uid: string, session_id: number, outputs: number): Promise<boolean> {
+    checkUid(uid);
+    checkSessionId(session_id);
+    checkOutputs(outputs);
+    try {
+      return Number(await this.script(FINISH_LUA, this.layout.groupKeys(uid), [uid, String(session_id), String(outputs)])) === 1;
+    } catch (e) {
+      throw sessionError(e, uid, session_id, outputs, "finish");
+    }
+  }
+
+  async sessionRecords(uid: string, session_id: number): Promise<TrajectoryRecord[] | null> {
+    checkUid(uid);
+    checkSessionId(session_id);
+    const [stored, total] = (await this.call(["HMGET", this.layout.group(uid), `s:${session_id}`, `t:${session_id}`])) as (string | null)[];
+    if (total == null || Number(stored ?? 0) !== Number(total)) return null;
+    if (Number(total) === 0) return [];
+    const prefix = `${uid}_${session_id}_`;
+    const members = (await this.call(["SMEMBERS", this.layout.members(uid)])) as string[];
+    const keys = members.map(String).filter((k) => k.startsWith(prefix)).sort(compareKeys);
+    const replies = await this.pipe(keys.map((k) => ["HGETALL", this.layout.traj(k)]));
+    return replies.map((r, i) => {
+      const fields = replyToFields(r as RedisReply);
+      if (fields.meta === undefined) throw new StoreError(`record ${keys[i]} of a finished session is missing`, { key: keys[i], retryable: false });
+      return decodeRecord(fields);
+    });
   }
 
   async get(key: string): Promise<TrajectoryRecord | null> {
@@ -112,16 +170,18 @@ export class RedisTransferQueue implements TransferQueue {
 
   async groupStatus(uid: string): Promise<GroupStatus> {
     checkUid(uid);
-    const r = (await this.call(["HMGET", this.layout.group(uid), "expected", "partition", "done", "failed"])) as (string | null)[];
+    const r = (await this.call(["HMGET", this.layout.group(uid), "expected", "partition", "finished", "records", "failed", "fingerprint"])) as (string | null)[];
     const expected = r[0] == null ? null : Number(r[0]);
-    const done = Number(r[2] ?? 0);
+    const finished = Number(r[2] ?? 0);
     return {
       uid,
       partition: r[1] === "val" ? "val" : "train",
       expected,
-      done,
-      failed: Number(r[3] ?? 0),
-      complete: expected !== null && done >= expected,
+      finished,
+      records: Number(r[3] ?? 0),
+      failed: Number(r[4] ?? 0),
+      complete: expected !== null && finished >= expected,
+      fingerprint: r[5] == null ? null : String(r[5]),
     };
   }
 
@@ -153,11 +213,44 @@ export class RedisTransferQueue implements TransferQueue {
     if (this.owns) await this.redis.close();
   }
 
-  private async store(rec: TrajectoryRecord): Promise<PutResult> {
-    const fields = encodedFields(encodeRecord(rec));
+  /**
+   * One put-once write (PUT_LUA; `mode`: `l` last output, `m` more follow,
+   * `f` markFailed). Puts stage the record and run the script in one
+   * pipelined round trip (the record's bytes skip Lua: `bench/queue.ts`);
+   * markFailed's small empty record goes through the script's arguments.
+   */
+  private async store(rec: RecordHead, encoded: EncodedRecord, mode: "l" | "m" | "f"): Promise<PutResult> {
+    const fields = encodedFields(encoded);
     const keys = [...this.layout.groupKeys(rec.uid), this.layout.traj(rec.key)];
-    const r = await this.script(PUT_LUA, keys, [rec.uid, rec.key, rec.error === null ? "0" : "1", ...fields]);
-    return { key: rec.key, stored: Number(r) > 0 };
+    const args = [rec.uid, rec.key, String(rec.session_id), String(rec.output_index), mode, rec.error === null ? "0" : "1"];
+    try {
+      const r = mode === "f" ? await this.script(PUT_LUA, keys, [...args, ...fields]) : await this.stagedPut(keys, args, this.layout.stage(rec.key, nonce()), fields);
+      return { key: rec.key, stored: Number(r) > 0 };
+    } catch (e) {
+      throw sessionError(e, rec.uid, rec.session_id, rec.output_index, "put");
+    }
+  }
+
+  /** `HSET stage …`, `PEXPIRE stage 60000`, `EVALSHA PUT_LUA` in one pipeline; EVAL once on NOSCRIPT (the stage is still there). */
+  private async stagedPut(keys: string[], args: string[], stage: string, fields: string[]): Promise<RedisReply> {
+    let sha = this.shas.get(PUT_LUA);
+    if (!sha) this.shas.set(PUT_LUA, (sha = scriptSha(PUT_LUA)));
+    const tail = [String(keys.length + 1), ...keys, stage, ...args];
+    let out: (RedisReply | Error)[];
+    try {
+      out = await this.redis.pipeline([["HSET", stage, ...fields], ["PEXPIRE", stage, STAGE_TTL_MS], ["EVALSHA", await sha, ...tail]]);
+    } catch (e) {
+      throw this.wrap(e, true);
+    }
+    const [hset, , evalReply] = out;
+    if (hset instanceof Error) throw this.wrap(hset, true);
+    if (!(evalReply instanceof Error)) return evalReply ?? null;
+    if (!errorMessage(evalReply).startsWith("NOSCRIPT")) throw this.wrap(evalReply, false);
+    try {
+      return await this.redis.exec(["EVAL", PUT_LUA, ...tail]);
+    } catch (e) {
+      throw this.wrap(e, false);
+    }
   }
 
   private async materialise(part: Partition, entries: StreamEntry[]): Promise<CompleteGroup[]> {

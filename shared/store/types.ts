@@ -9,17 +9,38 @@ export interface PutResult {
 /** Which queue partition a group belongs to: training groups and validation groups never mix. */
 export type Partition = "train" | "val";
 
-/** Progress of one prompt group (`uid`). */
+/**
+ * Options of {@link TransferQueue.put}. A session (one rollout of a prompt)
+ * may emit 0…k outputs, each stored as one record `{uid}_{session_id}_{output_index}`;
+ * the queue counts the session finished once its last output is stored and
+ * so are all outputs before it (in any order), so groups count sessions,
+ * not records (DESIGN §6).
+ */
+export interface PutOptions {
+  /**
+   * This record is its session's last output (default true: a single-output
+   * loop finishes its session with one write). Write earlier outputs of a
+   * multi-output session with `last: false`.
+   */
+  last?: boolean;
+}
+
+/** Progress of one prompt group (`uid`): sessions and records counted apart. */
 export interface GroupStatus {
   uid: string;
   partition: Partition;
   /** Sessions expected (`rollout.n`, or the row's `__rollout_n__`); null when the group was never registered. */
   expected: number | null;
-  /** Keys written so far (successful or failed). */
-  done: number;
-  /** Keys written with an error. */
+  /** Sessions finished (every output stored, or finished with none, or failed). */
+  finished: number;
+  /** Records stored so far (successful or failed), over every session. */
+  records: number;
+  /** Records stored with an error (a failed session stores one). */
   failed: number;
+  /** `expected` is set and every expected session has finished (the group is then delivered once). */
   complete: boolean;
+  /** Fingerprint of the prompt group the uid names (see `groupFingerprint`), or null when none was registered. */
+  fingerprint: string | null;
 }
 
 /** A complete group delivered to a consumer; ack it with `delivery_id` once processed. */
@@ -50,14 +71,42 @@ export interface ReadGroupsOptions {
  * delivery and explicit ack. One contract suite runs on every adapter.
  */
 export interface TransferQueue {
-  /** Declares that `uid` expects `n` sessions in `partition`. Idempotent; must precede puts for it. */
-  expectGroup(uid: string, n: number, partition?: Partition): Promise<void>;
-  /** Writes a record once per key; a second write of the same key stores nothing and says so. */
-  put(record: TrajectoryRecord): Promise<PutResult>;
+  /**
+   * Declares that `uid` expects `n` sessions in `partition`, naming the prompt
+   * group `fingerprint` (optional). Idempotent for the same values.
+   * @throws ConflictError when the uid is registered with another n, partition or fingerprint.
+   */
+  expectGroup(uid: string, n: number, partition?: Partition, fingerprint?: string): Promise<void>;
+  /**
+   * Writes a record once per key; a second write of the same key stores
+   * nothing and says so. With `last` (the default) the record is its
+   * session's last output: the session finishes once outputs
+   * `0..output_index` are all stored.
+   * @throws ConflictError when the record's session already finished with fewer outputs, or
+   *   `last` is set below an output already stored.
+   */
+  put(record: TrajectoryRecord, opts?: PutOptions): Promise<PutResult>;
+  /**
+   * Declares that session `session_id` of `uid` emitted `outputs` records in
+   * all (0 = none: a loop that returned no output); it finishes once that
+   * many are stored. Idempotent for the same count. Returns true when this
+   * call finished the session.
+   * @throws ConflictError when the session finished with another count, or more records are stored.
+   */
+  finishSession(uid: string, session_id: number, outputs: number): Promise<boolean>;
+  /**
+   * Every record of a finished session, ordered by `output_index` (empty for a
+   * session finished with no output), or null while it has not finished.
+   */
+  sessionRecords(uid: string, session_id: number): Promise<TrajectoryRecord[] | null>;
   /** The record stored under `key`, or null. */
   get(key: string): Promise<TrajectoryRecord | null>;
   groupStatus(uid: string): Promise<GroupStatus>;
-  /** Records `key` as failed with `reason` (an empty record with `error` set) unless it was already written. */
+  /**
+   * Records `key` as failed with `reason` (an empty record with `error` set)
+   * unless it was already written, and finishes its session either way (with
+   * the records it has stored): a failed session never holds its group open.
+   */
   markFailed(key: string, reason: string, fields?: Partial<TrajectoryRecord>): Promise<PutResult>;
   /** Complete groups not yet delivered to this consumer group, plus groups whose delivery was never acked and timed out. */
   readCompleteGroups(opts: ReadGroupsOptions): Promise<CompleteGroup[]>;

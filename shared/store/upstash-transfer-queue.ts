@@ -2,6 +2,7 @@ import { Redis } from "@upstash/redis";
 import { AuthError, ConfigError, InputError, StoreError } from "../errors.ts";
 import type { RedisArg, RedisCommander, RedisReply } from "./redis-commander.ts";
 import { RedisTransferQueue, type RedisTransferQueueOptions } from "./redis-transfer-queue.ts";
+import { checkCommand, pipelineBySize, UPSTASH_MAX_REQUEST_BYTES } from "./request-size.ts";
 import { StoreUnreachableError } from "./store-outage.ts";
 
 /**
@@ -36,6 +37,12 @@ export interface UpstashCommanderOptions {
   token: string;
   /** Retries on network errors (the SDK's default is 5 with exponential backoff); 0 disables. */
   retries?: number;
+  /**
+   * Largest request body, bytes (default {@link UPSTASH_MAX_REQUEST_BYTES}, Upstash's own limit;
+   * set it to your plan's, and at most the bridge's `maxBodyBytes`). Pipelines are split to fit;
+   * a single command over it is refused (413 `request_too_large`) without being sent.
+   */
+  maxRequestBytes?: number;
 }
 
 function toWire(arg: RedisArg): string {
@@ -55,6 +62,7 @@ export class UpstashCommander implements RedisCommander {
   readonly redis: Redis;
   /** The REST URL, for messages. */
   readonly url: string;
+  readonly maxRequestBytes: number;
   private readonly http: UpstashRequester;
 
   constructor(opts: UpstashCommanderOptions) {
@@ -72,20 +80,24 @@ export class UpstashCommander implements RedisCommander {
     this.redis = raw;
     this.url = opts.url;
     this.http = raw.requester;
+    this.maxRequestBytes = opts.maxRequestBytes ?? UPSTASH_MAX_REQUEST_BYTES;
   }
 
   async exec(cmd: RedisArg[]): Promise<RedisReply> {
+    checkCommand(cmd, this.maxRequestBytes, "json");
     const res = (await this.request({ body: cmd.map(toWire) })) as { result?: RedisReply; error?: string };
     if (res.error) throw new Error(res.error);
     return res.result ?? null;
   }
 
   async pipeline(cmds: RedisArg[][]): Promise<(RedisReply | Error)[]> {
-    const res = (await this.request({ body: cmds.map((c) => c.map(toWire)), path: ["pipeline"] })) as {
-      result?: RedisReply;
-      error?: string;
-    }[];
-    return res.map((r) => (r.error ? new Error(r.error) : (r.result ?? null)));
+    return pipelineBySize(cmds, this.maxRequestBytes, "json", async (batch) => {
+      const res = (await this.request({ body: batch.map((c) => c.map(toWire)), path: ["pipeline"] })) as {
+        result?: RedisReply;
+        error?: string;
+      }[];
+      return res.map((r) => (r.error ? new Error(r.error) : (r.result ?? null)));
+    });
   }
 
   /** One REST request; a store that cannot be reached is a {@link StoreUnreachableError} (Redis error replies pass through). */

@@ -10,6 +10,8 @@ export interface BatchSource {
 
 /** Monotonic totals of one batch (or of all retired ones). */
 interface Totals {
+  /** Sessions finished by this process (handed-back ones excluded). */
+  sessions: number;
   ok: number;
   failed: number;
   truncated: number;
@@ -25,6 +27,7 @@ interface Totals {
 
 function zero(): Totals {
   return {
+    sessions: 0,
     ok: 0,
     failed: 0,
     truncated: 0,
@@ -41,6 +44,7 @@ function zero(): Totals {
 
 function totalsOf(s: BatchStats): Totals {
   return {
+    sessions: s.counts.finished - s.counts.reused,
     ok: s.counts.ok,
     failed: s.counts.failed,
     truncated: s.counts.truncated,
@@ -56,6 +60,7 @@ function totalsOf(s: BatchStats): Totals {
 }
 
 function add(a: Totals, b: Totals): void {
+  a.sessions += b.sessions;
   a.ok += b.ok;
   a.failed += b.failed;
   a.truncated += b.truncated;
@@ -125,11 +130,14 @@ export class RolloutMetricsCollector {
         { labels: { state: "running" }, value: running },
         { labels: { state: "done" }, value: done },
       ]),
-      gauge("edgeloop_trajectories_in_progress", "Trajectories of the batches in memory not yet stored, by state.", [
+      gauge("edgeloop_trajectories_in_progress", "Sessions (trajectories) of the batches in memory not yet finished, by state.", [
         { labels: { state: "pending" }, value: pending },
         { labels: { state: "running" }, value: inflight },
       ]),
-      counter("edgeloop_trajectories_total", "Trajectories stored, by outcome.", [
+      counter("edgeloop_sessions_total", "Sessions (one per prompt and session_id) finished, each with 0…k records; sessions handed back from an earlier batch are not counted again.", [
+        { value: all.sessions },
+      ]),
+      counter("edgeloop_trajectories_total", "Trajectory records stored (one per loop output), by outcome; records handed back from an earlier batch are not counted again.", [
         { labels: { outcome: "ok" }, value: all.ok },
         { labels: { outcome: "failed" }, value: all.failed },
       ]),

@@ -1,5 +1,5 @@
 import type { TrajectoryRecord } from "../schema/index.ts";
-import type { CompleteGroup, GroupStatus, Partition, PutResult, ReadGroupsOptions, TransferQueue } from "../store/types.ts";
+import type { CompleteGroup, GroupStatus, Partition, PutOptions, PutResult, ReadGroupsOptions, TransferQueue } from "../store/types.ts";
 import { SpanAttr, withSpan } from "./tracer.ts";
 
 /**
@@ -10,9 +10,9 @@ import { SpanAttr, withSpan } from "./tracer.ts";
 export class TracingTransferQueue implements TransferQueue {
   constructor(readonly inner: TransferQueue) {}
 
-  put(record: TrajectoryRecord): Promise<PutResult> {
+  put(record: TrajectoryRecord, opts?: PutOptions): Promise<PutResult> {
     return withSpan("queue.put", { [SpanAttr.key]: record.key, [SpanAttr.queueOp]: "put" }, async (span) => {
-      const r = await this.inner.put(record);
+      const r = await this.inner.put(record, opts);
       span.setAttribute(SpanAttr.stored, r.stored);
       return r;
     });
@@ -26,8 +26,14 @@ export class TracingTransferQueue implements TransferQueue {
     });
   }
 
-  expectGroup(uid: string, n: number, partition?: Partition): Promise<void> {
-    return this.inner.expectGroup(uid, n, partition);
+  expectGroup(uid: string, n: number, partition?: Partition, fingerprint?: string): Promise<void> {
+    return this.inner.expectGroup(uid, n, partition, fingerprint);
+  }
+  finishSession(uid: string, session_id: number, outputs: number): Promise<boolean> {
+    return this.inner.finishSession(uid, session_id, outputs);
+  }
+  sessionRecords(uid: string, session_id: number): Promise<TrajectoryRecord[] | null> {
+    return this.inner.sessionRecords(uid, session_id);
   }
   get(key: string): Promise<TrajectoryRecord | null> {
     return this.inner.get(key);

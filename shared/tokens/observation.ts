@@ -19,8 +19,15 @@ const SYNTHETIC_USER: ChatMessage = { role: "user", content: "continuous token s
  * without re-rendering or touching earlier tokens (DESIGN §2 invariant 1, §4.1).
  *
  * The result, appended after the model's sampled ids, is:
- * 1. the template's turn separator after the end-of-turn token (Qwen: the `\n`
- *    after `<|im_end|>`), only when the stream ends with that token;
+ * 1. the close of the assistant turn as the template renders it:
+ *    - after the end-of-turn token (`<|im_end|>` for Qwen), the template's
+ *      turn separator (Qwen: `\n`);
+ *    - after any other stop id of the model (Qwen3: `<|endoftext|>` 151643,
+ *      see `ChatTokenizer.stopTokenIds`), which the engine also ends a turn
+ *      on: the end-of-turn token and then the separator (Qwen: `[151645, 198]`),
+ *      so the context never reads `<|endoftext|><|im_start|>`, which no
+ *      template renders; the sampled stop id itself stays in the stream;
+ *    - after anything else (a turn cut by `length`): nothing;
  * 2. the tokens the template renders for the new messages *in context*, found
  *    as the difference between two renders of a short synthetic conversation
  *    (with and without the new messages), so that whatever the template
@@ -72,8 +79,19 @@ export class ObservationEncoder {
     const fullText = this.renderText(full, false);
     const body = this.suffix(prefixRender, { text: fullText }, "new messages");
     const genPrompt = this.suffix({ text: fullText }, { text: this.renderText(full, true) }, "generation prompt");
-    const sep = lastTokenId === this.tok.eosTokenId ? this.turnSeparator() : [];
-    return [...sep, ...body, ...genPrompt];
+    return [...this.turnClose(lastTokenId), ...body, ...genPrompt];
+  }
+
+  /**
+   * The ids that close an assistant turn whose last sampled id is
+   * `lastTokenId` (step 1 of {@link encode}): the separator after the
+   * end-of-turn token; end-of-turn token + separator after another stop id;
+   * nothing otherwise.
+   */
+  turnClose(lastTokenId: number | undefined): number[] {
+    if (lastTokenId === this.tok.eosTokenId) return this.turnSeparator();
+    if (this.tok.isStopToken(lastTokenId)) return [this.tok.eosTokenId, ...this.turnSeparator()];
+    return [];
   }
 
   /**

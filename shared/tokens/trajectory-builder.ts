@@ -188,6 +188,16 @@ export class TrajectoryBuilder {
     return this.lps ? Array.from(this.lps.subarray(0, this.len)) : null;
   }
 
+  /**
+   * Views (no copy) of the response from token `from` on: ids, mask and
+   * log-probs (null when not tracked). For append-only checkpoints; valid
+   * until the next append.
+   */
+  responseSlice(from: number): { ids: Int32Array; mask: Uint8Array; logprobs: Float32Array | null } {
+    const f = Math.min(Math.max(0, from), this.len);
+    return { ids: this.ids.subarray(f, this.len), mask: this.mask.subarray(f, this.len), logprobs: this.lps ? this.lps.subarray(f, this.len) : null };
+  }
+
   /** Bytes held by the typed arrays (capacity, not length). */
   get byteSize(): number {
     return this.promptIds.byteLength + this.ids.byteLength + this.mask.byteLength + (this.lps?.byteLength ?? 0);

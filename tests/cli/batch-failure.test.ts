@@ -36,7 +36,7 @@ describe("a batch that fails before its trajectories run", () => {
     const s = run.stats();
     expect(s.done).toBe(true);
     expect(s.finished_at).not.toBeNull();
-    expect(s.counts).toEqual({ total: 2, pending: 2, running: 0, ok: 0, failed: 0, truncated: 0 });
+    expect(s.counts).toEqual({ total: 2, pending: 2, running: 0, finished: 0, reused: 0, records: 0, ok: 0, failed: 0, truncated: 0 });
     expect(s.errors).toEqual([{ key: "(batch)", error: 'batch failed: StoreError: Unauthorized, command was: ["HSET"]' }]);
   });
 

@@ -97,7 +97,7 @@ describe("rollout exit codes", () => {
   test("--engine-format vllm-generate is accepted (sim replicas behind the gateway speak it)", () => {
     const r = edgeloop(["rollout", "--data", "two.jsonl", "--n", "2", "--replicas", "2", "--engine-format", "vllm-generate", "--no-progress"]);
     expect(r.code).toBe(0);
-    expect(r.stdout).toMatch(/^ {2}ok {16}4$/m);
+    expect(r.stdout).toMatch(/^ {2}ok {21}4$/m);
   }, 60_000);
 
   test("SIGINT keeps what finished: 'interrupted: N of M records written to FILE', partial summary, exit 130", async () => {
@@ -126,7 +126,7 @@ describe("rollout exit codes", () => {
     const out = await new Response(p.stdout).text();
     expect(code).toBe(130);
     expect(lines(err).at(-1)).toBe("interrupted: 1 of 2 records written to h-out.jsonl (SIGINT)");
-    expect(out).toMatch(/^ {2}ok {16}1$/m);
+    expect(out).toMatch(/^ {2}ok {21}1$/m);
     expect(readFileSync(join(dir, "h-out.jsonl"), "utf8").trim().split("\n").length).toBe(1);
   }, 60_000);
 });

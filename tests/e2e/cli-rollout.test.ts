@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { validateTrajectory } from "../../shared/tokens/validate.ts";
 import { TrajectoryRecord, type TrajectoryRecord as Rec } from "../../shared/schema/index.ts";
 import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue.ts";
-import { deleteByPrefix, randomPrefix, requireRedis } from "../helpers/redis.ts";
+import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 
 // The README's first command, run for real: `npx edgeloop rollout --data examples/gsm8k-tool.jsonl --n 4 --out rollouts.jsonl`
 // (npx resolves to bin/edgeloop.mjs; we call it with node directly, in a temporary directory).
@@ -69,7 +69,7 @@ describe("edgeloop rollout (the README's first command)", () => {
     const s = summary(first.stdout);
     const sampled = records.reduce((n, r) => n + r.response_mask.filter((m) => m === 1).length, 0);
     const response = records.reduce((n, r) => n + r.response_ids.length, 0);
-    expect(s["trajectories"]).toBe("240");
+    expect([s["sessions (trajectories)"], s["finished"], s["records"]]).toEqual(["240", "240", "240"]);
     expect(s["ok"]).toBe(String(records.filter((r) => !r.error).length));
     expect(s["failed"]).toBe("0");
     expect(s["truncated"]).toBe(String(records.filter((r) => r.truncated).length));
@@ -106,18 +106,18 @@ describe("edgeloop rollout (the README's first command)", () => {
     if (!(await requireRedis())) return;
     const prefix = randomPrefix("e2e-cli");
     try {
-      const run = edgeloop(["rollout", "--data", "examples/gsm8k-tool.jsonl", "--n", "2", "--out", "redis.jsonl", "--store", "redis://127.0.0.1:6379", "--store-prefix", prefix]);
+      const run = edgeloop(["rollout", "--data", "examples/gsm8k-tool.jsonl", "--n", "2", "--out", "redis.jsonl", "--store", REDIS_URL, "--store-prefix", prefix]);
       expect(run.code).toBe(0);
       const { lines, records } = readRecords("redis.jsonl");
       expect(records.length).toBe(120);
-      const q = createRedisTransferQueue({ url: "redis://127.0.0.1:6379", prefix });
+      const q = createRedisTransferQueue({ url: REDIS_URL, prefix });
       try {
         for (const [i, r] of records.entries()) {
           const stored = await q.get(r.key);
           expect(JSON.stringify(stored)).toBe(lines[i]!);
         }
         const st = await q.groupStatus(records[0]!.uid);
-        expect(st).toMatchObject({ expected: 2, done: 2, failed: 0, complete: true });
+        expect(st).toMatchObject({ expected: 2, finished: 2, records: 2, failed: 0, complete: true });
       } finally {
         await q.close();
       }

@@ -122,7 +122,7 @@ describe.skipIf(!redis)("store faults", () => {
   test("Redis connection loss during claim, record write, event and ack: retried with backoff; the record is stored once and acked", async () => {
     const inner = new IoRedisCommander(REDIS_URL);
     const flaky = new FlakyCommander(inner);
-    const store = createRedisTransferQueue({ prefix });
+    const store = createRedisTransferQueue({ url: REDIS_URL, prefix });
     closers.push(() => inner.close(), () => store.close());
     const storeFlaky = new FlakyCommander(new IoRedisCommander(REDIS_URL));
     // The records go through a transfer queue whose commander drops its first two writes.
@@ -143,9 +143,9 @@ describe.skipIf(!redis)("store faults", () => {
     expect(storeFlaky.failed).toBe(2);
     expect(summary).toMatchObject({ completed: 2, failed: 0, exit: "idle" });
     await run.run();
-    expect(run.stats().counts).toEqual({ total: 2, pending: 0, running: 0, ok: 2, failed: 0, truncated: 0 });
+    expect(run.stats().counts).toEqual({ total: 2, pending: 0, running: 0, finished: 2, reused: 0, records: 2, ok: 2, failed: 0, truncated: 0 });
     for (const k of keys) expect((await store.get(k))!.response_ids).toEqual([3]);
-    expect(await store.groupStatus("flaky")).toMatchObject({ expected: 2, done: 2, complete: true });
+    expect(await store.groupStatus("flaky")).toMatchObject({ expected: 2, finished: 2, records: 2, complete: true });
     expect(await jobs.stats()).toMatchObject({ depth: 0, in_flight: 0 });
   }, 20_000);
 
@@ -169,7 +169,7 @@ describe.skipIf(!redis)("store faults", () => {
 
     const fullCmd = new IoRedisCommander(REDIS_URL);
     closers.push(() => fullCmd.close());
-    const full = new RolloutService({ config: parseAppConfig({}), store: createRedisTransferQueue({ prefix }), executorFor: () => ({ agentNameFor: () => "x", run: () => Promise.reject(new Error("x")) }), jobs: new JobQueue(fullCmd, { prefix: `${prefix}full:`, maxPending: 0 }) });
+    const full = new RolloutService({ config: parseAppConfig({}), store: createRedisTransferQueue({ url: REDIS_URL, prefix }), executorFor: () => ({ agentNameFor: () => "x", run: () => Promise.reject(new Error("x")) }), jobs: new JobQueue(fullCmd, { prefix: `${prefix}full:`, maxPending: 0 }) });
     closers.push(() => full.store.close(), async () => full.close());
     const res2 = await createRolloutsApp({ service: full }).request("/v1/rollouts", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows: [{ prompt: [{ role: "user", content: "a" }] }] }) });
     expect(res2.status).toBe(503);

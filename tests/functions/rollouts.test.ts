@@ -57,7 +57,7 @@ describe("POST /v1/rollouts", () => {
     for (const k of keys) expect(k).toMatch(/^[0-9a-f-]{36}_[01]_0$/);
 
     const stats = await waitDone(batch_id);
-    expect(stats.counts).toEqual({ total: 6, pending: 0, running: 0, ok: 6, failed: 0, truncated: 0 });
+    expect(stats.counts).toEqual({ total: 6, pending: 0, running: 0, finished: 6, reused: 0, records: 6, ok: 6, failed: 0, truncated: 0 });
     expect(stats.tokens.sampled).toBeGreaterThan(0);
 
     const nd = await app.request(`/v1/rollouts/${batch_id}/trajectories`, { headers: auth });

@@ -41,6 +41,8 @@ function countingStore(inner: TransferQueue): { store: TransferQueue; writes: ()
       expectGroup: w(inner.expectGroup.bind(inner)),
       put: w(inner.put.bind(inner)),
       markFailed: w(inner.markFailed.bind(inner)),
+      finishSession: w(inner.finishSession.bind(inner)),
+      sessionRecords: inner.sessionRecords.bind(inner),
       ack: w(inner.ack.bind(inner)),
       get: inner.get.bind(inner),
       groupStatus: inner.groupStatus.bind(inner),
@@ -209,8 +211,12 @@ describe("gateway", () => {
       healthIntervalMs: 0,
       adminToken: ADMIN,
       maxBodyBytes: 64 * 1024,
+      // A well-behaved replica: each endpoint's own reply shape (the gateway refuses replies off the wire schema).
       fetch: async (input) => {
         upstream.push(String(input));
+        const path = new URL(input instanceof Request ? input.url : String(input)).pathname;
+        if (path === "/v1/models") return Response.json({ object: "list", data: [{ id: "m", max_model_len: 4096 }] });
+        if (path === "/generate") return Response.json({ output_ids: [1], meta_info: { id: "g", finish_reason: { type: "stop", matched: 1 } } });
         return Response.json({ id: "cmpl", choices: [{ index: 0, text: "", finish_reason: "stop", token_ids: [1] }] });
       },
     });

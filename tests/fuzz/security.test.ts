@@ -34,7 +34,8 @@ describe("bearer token", () => {
   });
 
   test("gateway /admin/* needs the admin token when one is set; proxied calls do not", async () => {
-    const gw = createGatewayApp({ replicas: ["http://r1.test"], healthIntervalMs: 0, adminToken: ADMIN, fetch: async () => Response.json({ ok: 1 }) });
+    // The fake replica answers a (minimal) valid completion: the gateway refuses replies off the wire schema.
+    const gw = createGatewayApp({ replicas: ["http://r1.test"], healthIntervalMs: 0, adminToken: ADMIN, fetch: async () => Response.json({ choices: [{ token_ids: [1], finish_reason: "stop" }] }) });
     const none = await gw.app.request("/admin/replicas");
     expect(none.status).toBe(401);
     expect(await none.json()).toEqual({ error: { code: "unauthorized", message: "missing or wrong bearer token" } });

@@ -138,7 +138,69 @@ describe("round_robin and the pool", () => {
     expect(pool.acquire("k", new Set(URLS.slice(0, 2)))).toBeUndefined();
     pool.release(URLS[1]);
     pool.release(URLS[1], true);
-    expect(pool.status()[1]).toEqual({ url: URLS[1], healthy: false, inflight: 0, served: 0, failures: 1 });
+    expect(pool.status()[1]).toMatchObject({ url: URLS[1], healthy: false, state: "unhealthy", inflight: 0, served: 0, failures: 1, failures_by_kind: { http_5xx: 1 } });
     expect(() => createRoutingPolicy("random" as never)).toThrow("unknown routing policy");
+  });
+});
+
+describe("circuit breaker (E8)", () => {
+  test("consecutive failures eject; a success in between resets the streak; keys move once, counted by reason", () => {
+    let now = 0;
+    const router = new StickyRouter();
+    const pool = new ReplicaPool(URLS.slice(0, 2), router, { ejectAfter: 3, cooldownMs: 100, now: () => now });
+    expect(pool.acquire("a")).toBe(URLS[0]);
+    pool.succeed(URLS[0]);
+    for (let i = 0; i < 2; i++) {
+      pool.acquire("a");
+      expect(pool.fail(URLS[0], "timeout")).toBe(false);
+    }
+    pool.acquire("a");
+    pool.succeed(URLS[0]);
+    expect(pool.status()[0]).toMatchObject({ state: "healthy", consecutive_failures: 0, failures: 2 });
+    for (let i = 0; i < 3; i++) {
+      expect(pool.acquire("a")).toBe(URLS[0]);
+      expect(pool.fail(URLS[0], i === 2 ? "bad_reply" : "timeout")).toBe(i === 2);
+    }
+    expect(pool.status()[0]).toMatchObject({ healthy: false, state: "ejected", ejections: 1, ejected_until_ms: 100, failures_by_kind: { timeout: 4, bad_reply: 1 } });
+    // The key pinned to r0 moves to r1 on its next call (counted once), and stays.
+    expect(pool.acquire("a")).toBe(URLS[1]);
+    pool.succeed(URLS[1]);
+    expect(pool.acquire("a")).toBe(URLS[1]);
+    pool.succeed(URLS[1]);
+    expect(router.pinned("a")).toBe(URLS[1]);
+    expect(pool.status()[0]).toMatchObject({ repins: 1, repins_by_reason: { unhealthy: 1, failover: 0, load: 0 } });
+    expect(pool.repins).toBe(1);
+    // A passing health check does not bring an ejected replica back; a refused connection makes a healthy one unhealthy at once.
+    pool.setHealthy(URLS[0], true);
+    expect(pool.status()[0]!.state).toBe("ejected");
+    pool.acquire("b");
+    pool.fail(URLS[1], "connect");
+    expect(pool.status()[1]).toMatchObject({ state: "unhealthy", healthy: false, consecutive_failures: 1 });
+    pool.setHealthy(URLS[1], true);
+    expect(pool.status()[1]!.state).toBe("healthy");
+  });
+
+  test("half-open: after the cool-down the next call (any key) is the one probe; a cancel frees the slot; success restores", () => {
+    let now = 0;
+    const pool = new ReplicaPool(URLS.slice(0, 2), new StickyRouter(), { ejectAfter: 1, cooldownMs: 100, now: () => now });
+    pool.acquire("x");
+    pool.fail(URLS[0], "connect");
+    expect(pool.status()[0]!.state).toBe("ejected");
+    now = 99;
+    expect(pool.acquire("y")).toBe(URLS[1]);
+    now = 100;
+    expect(pool.acquire("z")).toBe(URLS[0]);
+    expect(pool.status()[0]).toMatchObject({ state: "half_open", probes: 1 });
+    expect(pool.acquire("z2")).toBe(URLS[1]); // one probe at a time
+    pool.release(URLS[0]); // the caller cancelled: no verdict, the next call probes again
+    expect(pool.status()[0]!.state).toBe("ejected");
+    expect(pool.acquire("w")).toBe(URLS[0]);
+    pool.fail(URLS[0], "timeout");
+    expect(pool.status()[0]).toMatchObject({ state: "ejected", probes: 2, probes_failed: 1, ejections: 2, ejected_until_ms: 200 });
+    now = 200;
+    expect(pool.acquire("v")).toBe(URLS[0]);
+    pool.succeed(URLS[0]);
+    expect(pool.status()[0]).toMatchObject({ state: "healthy", healthy: true, probes: 3, probes_ok: 1, probes_failed: 1, ejected_until_ms: null });
+    expect(() => new ReplicaPool([], new StickyRouter(), { ejectAfter: 0 })).toThrow("ejectAfter must be an integer >= 1");
   });
 });

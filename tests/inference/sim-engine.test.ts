@@ -296,3 +296,40 @@ describe("HTTP endpoints", () => {
     expect((await fetch(`${r1.url}/health`)).status).toBe(200);
   });
 });
+
+describe("E4: the model's whole stop list ends a turn, as in a real engine", () => {
+  const EOT = 151643;
+  const stopScript: SimScriptInput = {
+    rules: [
+      { when: "end on endoftext", turns: [{ token_ids: [...[40, 4157, 1492], EOT] }, "Next."] },
+      { when: "endoftext mid-turn", turns: ["Half<|endoftext|> and more"] },
+    ],
+  };
+
+  test("a token_ids turn ending in 151643 finishes stop by default, 151643 kept; the next turn is indexed after it", async () => {
+    const e = new SimEngine({ tokenizer: tok, script: stopScript });
+    const c = new SimEngineClient(e);
+    const p = user("end on endoftext");
+    const out = await c.generate(req(p));
+    expect([out.token_ids, out.finish_reason, out.stop_reason]).toEqual([[40, 4157, 1492, EOT], "stop", null]);
+    // Requested as a stop id (as edgeloop's loops do), vLLM's stop_reason names it.
+    const asked = await c.generate(req(p, { sampling_params: SamplingParams.parse({ stop_token_ids: [EOS, EOT] }) }));
+    expect(asked.stop_reason).toBe(EOT);
+    // The closed turn (…<|endoftext|><|im_end|>\n) counts as one assistant turn; the generation prompt is the open one.
+    const p2 = [...p, ...out.token_ids, EOS, ...tok.encode("\n<|im_start|>user\nok<|im_end|>\n<|im_start|>assistant\n")];
+    expect(e.assistantTurns(p2)).toEqual({ count: 1, open: [] });
+    expect((await c.generate(req(p2))).token_ids).toEqual([...tok.encode("Next."), EOS]);
+  });
+
+  test("generation stops at a 151643 inside a scripted turn; the SGLang wire reports it as matched", async () => {
+    const sim = await startSimEngine({ tokenizer: tok, script: stopScript });
+    try {
+      const res = await fetch(`${sim.urls[0]}/generate`, { method: "POST", body: JSON.stringify({ input_ids: user("endoftext mid-turn"), sampling_params: { max_new_tokens: 32 } }) });
+      const body = await res.json();
+      expect(body.output_ids).toEqual([...tok.encode("Half"), EOT]);
+      expect(body.meta_info.finish_reason).toEqual({ type: "stop", matched: EOT });
+    } finally {
+      await sim.stop();
+    }
+  });
+});

@@ -45,7 +45,7 @@ function queued() {
   const prefix = randomPrefix("accept");
   prefixes.push(prefix);
   const commander = new IoRedisCommander(REDIS_URL);
-  const store = createRedisTransferQueue({ prefix });
+  const store = createRedisTransferQueue({ url: REDIS_URL, prefix });
   const jobs = new JobQueue(commander, { prefix, leaseMs: 5_000 });
   const service = new RolloutService({ config: parseAppConfig({}), store, executorFor: executor, jobs, followPollMs: 20 });
   closers.push(() => commander.close(), () => store.close(), async () => service.close());
@@ -69,7 +69,7 @@ describe.skipIf(!redis)("queue mode", () => {
     // The refused batch left no trace: fresh1 can now be posted with another n.
     const ok = await service.accept(req(["fresh1"], 2));
     expect([ok.keys, ok.reused_uids, ok.complete_uids]).toEqual([["fresh1_0_0", "fresh1_1_0"], [], []]);
-    expect(await store.groupStatus("fresh1")).toMatchObject({ expected: 2, done: 0 });
+    expect(await store.groupStatus("fresh1")).toMatchObject({ expected: 2, finished: 0, records: 0 });
   });
 
   test("re-posting uids reports them: reused_uids (group existed: resumed), complete_uids (already complete: its records come back, no new group)", async () => {
@@ -84,8 +84,10 @@ describe.skipIf(!redis)("queue mode", () => {
     expect([again.reused_uids, again.complete_uids]).toEqual([["r1", "r3"], ["r1"]]);
     await drain(jobs, store);
     await again.run.run();
-    expect(again.run.stats().counts).toMatchObject({ total: 6, ok: 6, failed: 0 });
-    expect(await store.groupStatus("r3")).toMatchObject({ expected: 2, done: 2, complete: true });
+    // r1's sessions had finished: handed back as stored (not run, not counted again); r3 and new1 ran.
+    expect(again.run.stats().counts).toMatchObject({ total: 6, finished: 6, reused: 2, records: 4, ok: 4, failed: 0 });
+    expect(again.run.records().map((r) => r.key).sort()).toEqual(["new1_0_0", "new1_1_0", "r1_0_0", "r1_1_0", "r3_0_0", "r3_1_0"]);
+    expect(await store.groupStatus("r3")).toMatchObject({ expected: 2, finished: 2, records: 2, complete: true });
     const groups = await store.readCompleteGroups({ consumer: "t", max: 10 });
     expect(groups.map((g) => g.uid).sort()).toEqual(["new1", "r1", "r2", "r3"]);
   });
@@ -130,7 +132,7 @@ describe("inline mode", () => {
     const again = await service.accept(req(["ifresh", "i1"], 2));
     expect([again.reused_uids, again.complete_uids]).toEqual([["i1"], ["i1"]]);
     await again.run.run();
-    expect(await store.groupStatus("ifresh")).toMatchObject({ expected: 2, done: 2, complete: true });
+    expect(await store.groupStatus("ifresh")).toMatchObject({ expected: 2, finished: 2, records: 2, complete: true });
     await store.close();
   });
 });

@@ -9,7 +9,7 @@ import type { TrajectoryExecutor } from "../../shared/rollout/batch-run.ts";
 import { RolloutService } from "../../shared/rollout/service.ts";
 import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue.ts";
 import type { AgentLoopOutput } from "../../shared/schema/index.ts";
-import { deleteByPrefix, randomPrefix, rawRedis, requireRedis } from "../helpers/redis.ts";
+import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 
 const redis = await requireRedis();
 const prefixes: string[] = [];
@@ -22,10 +22,10 @@ afterAll(async () => {
 function setup(leaseMs = 400, maxPending?: number) {
   const prefix = randomPrefix("jobs");
   prefixes.push(prefix);
-  const commander = new IoRedisCommander(process.env.REDIS_URL ?? "redis://127.0.0.1:6379");
+  const commander = new IoRedisCommander(REDIS_URL);
   closers.push(() => commander.close());
   const jobs = new JobQueue(commander, { prefix, leaseMs, ...(maxPending ? { maxPending } : {}) });
-  const store = createRedisTransferQueue({ prefix });
+  const store = createRedisTransferQueue({ url: REDIS_URL, prefix });
   closers.push(() => store.close());
   return { prefix, jobs, store, commander };
 }
@@ -140,11 +140,11 @@ describe.skipIf(!redis)("job queue", () => {
     expect(ran.sort()).toEqual(["w0_0_0", "w0_1_0", "w2_0_0", "w2_1_0"]);
     await run.run();
     const s = run.stats();
-    expect([s.done, s.counts]).toEqual([true, { total: 6, pending: 0, running: 0, ok: 4, failed: 2, truncated: 0 }]);
+    expect([s.done, s.counts]).toEqual([true, { total: 6, pending: 0, running: 0, finished: 6, reused: 0, records: 6, ok: 4, failed: 2, truncated: 0 }]);
     // The invalid row fails on its own (its uid is server-chosen: a row that does not parse keeps none of its fields).
     expect(s.errors.map((e) => e.error)).toEqual(Array(2).fill("rows[1].prompt: Invalid input: expected array, received string"));
     expect((await store.get("w0_1_0"))!.response_ids).toEqual([5, 6]);
-    for (const uid of ["w0", "w2", s.errors[0]!.key.split("_")[0]!]) expect(await store.groupStatus(uid)).toMatchObject({ expected: 2, done: 2, complete: true });
+    for (const uid of ["w0", "w2", s.errors[0]!.key.split("_")[0]!]) expect(await store.groupStatus(uid)).toMatchObject({ expected: 2, finished: 2, records: 2, complete: true });
     expect(await jobs.stats()).toMatchObject({ depth: 0, in_flight: 0 });
 
     // Another API process (or this one after a restart) rebuilds the batch's progress from Redis.

@@ -114,7 +114,7 @@ describe.skipIf(!redis)("queue mode: asynchronous tool results", () => {
 
     // serve never continued the session (its engine saw no generate request); one record, the job acked.
     expect(engineCalls).toBe(0);
-    expect(await api.store.groupStatus("async0")).toMatchObject({ expected: 1, done: 1, failed: 0, complete: true });
+    expect(await api.store.groupStatus("async0")).toMatchObject({ expected: 1, finished: 1, records: 1, failed: 0, complete: true });
     const code = await w.exited;
     const out = await new Response(w.stdout).text();
     if (code !== 0) throw new Error(`worker exited ${code}: ${await new Response(w.stderr).text()}`);

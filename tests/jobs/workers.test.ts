@@ -102,7 +102,7 @@ describe.skipIf(!redis)("edgeloop worker processes", () => {
       const run = await api.service.lookup(batch_id);
       await Promise.race([run.run(), Bun.sleep(40_000)]);
       const final = await stats();
-      expect(final.counts).toEqual({ total: ROWS_N * N, pending: 0, running: 0, ok: ROWS_N * N, failed: 0, truncated: 0 });
+      expect(final.counts).toEqual({ total: ROWS_N * N, pending: 0, running: 0, finished: ROWS_N * N, reused: 0, records: ROWS_N * N, ok: ROWS_N * N, failed: 0, truncated: 0 });
 
       // The survivors drain the queue, reclaim the victim's jobs, then scale to zero.
       const summaries = await Promise.all(
@@ -119,7 +119,7 @@ describe.skipIf(!redis)("edgeloop worker processes", () => {
       expect(await (await app.request("/v1/queue")).json()).toMatchObject({ depth: 0, in_flight: 0, oldest_age_ms: 0 });
 
       // Exactly once: each group counted n stored records (a second put of a key is refused, not counted).
-      for (let i = 0; i < ROWS_N; i++) expect(await api.store.groupStatus(`job${i}`)).toMatchObject({ expected: N, done: N, failed: 0, complete: true });
+      for (let i = 0; i < ROWS_N; i++) expect(await api.store.groupStatus(`job${i}`)).toMatchObject({ expected: N, finished: N, records: N, failed: 0, complete: true });
       const stored = new Map<string, TrajectoryRecord>();
       for (const k of keys) stored.set(k, (await api.store.get(k))!);
       for (const [key, r] of reference) expect(comparableRecord(stored.get(key)!)).toEqual(comparableRecord(r));

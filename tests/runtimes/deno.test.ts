@@ -2,8 +2,9 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { requireRedis } from "../helpers/redis.ts";
-import { awaitRecords, batchRows, checkRecords, comparableRecord, ROOT, RUNTIME_CONFIG, startServices, type Services } from "./harness.ts";
+import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue.ts";
+import { REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { awaitRecords, batchRows, checkE4Record, checkRecords, comparableRecord, e4Row, ROOT, RUNTIME_CONFIG, startServices, type Services } from "./harness.ts";
 import { bunReference } from "./reference.ts";
 
 // The Deno entry started as `deno task serve` (deno.json), with the deno binary from the npm package,
@@ -20,7 +21,9 @@ beforeAll(async () => {
   s = await startServices("deno");
   dir = mkdtempSync(join(tmpdir(), "edgeloop-deno-"));
   writeFileSync(join(dir, "tools.json"), s.toolsJson);
-  writeFileSync(join(dir, "config.json"), JSON.stringify(RUNTIME_CONFIG));
+  // The multi-output loop of edge case E1 is registered too (rows pick it by agent_name).
+  const loops = join(ROOT, "tests", "agent-loop", "fixtures", "multi-output-loops.yaml");
+  writeFileSync(join(dir, "config.json"), JSON.stringify({ ...RUNTIME_CONFIG, rollout: { ...RUNTIME_CONFIG.rollout, agent: { agent_loop_config_path: loops } } }));
   const t0 = performance.now();
   const p = Bun.spawn([join(ROOT, "node_modules", ".bin", "deno"), "task", "serve"], {
     cwd: ROOT,
@@ -81,5 +84,50 @@ describe.skipIf(!redis)("Deno entry (deno task serve)", () => {
     const reference = await bunReference(s, rows);
     for (const [key, r] of records) expect(comparableRecord(r)).toEqual(comparableRecord(reference.get(key)!));
     console.log(`deno: started in ${Math.round(startMs)} ms, 8 trajectories in ${Math.round(batchMs)} ms`);
+  }, 60_000);
+
+  test("E1 on Deno: a loop with 2, 3 and 0 outputs per session writes every output; groups complete once their sessions finished", async () => {
+    const base = { data_source: "edge", prompt: [{ role: "user", content: "Say hi." }], reward_model: { style: "rule", ground_truth: "1" }, agent_name: "multi_output_agent" };
+    const rows = [
+      { ...base, uid: "dnm0" },
+      { ...base, uid: "dnm3", extra_info: { outputs: 3 } },
+      { ...base, uid: "dnm-none", extra_info: { outputs: 0 } },
+    ];
+    const res = await fetch(`${url}/v1/rollouts`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows }) });
+    expect(res.status).toBe(202);
+    const q = createRedisTransferQueue({ url: REDIS_URL, prefix: s.prefix });
+    try {
+      const end = Date.now() + 40_000;
+      for (;;) {
+        const st = await Promise.all(rows.map((r) => q.groupStatus(r.uid)));
+        if (st.every((x) => x.complete)) {
+          expect(st.map((x) => [x.uid, x.expected, x.finished, x.records, x.failed])).toEqual([
+            ["dnm0", 2, 2, 4, 0],
+            ["dnm3", 2, 2, 6, 0],
+            ["dnm-none", 2, 2, 0, 0],
+          ]);
+          break;
+        }
+        if (Date.now() > end) throw new Error(`groups incomplete: ${JSON.stringify(st)}`);
+        await Bun.sleep(100);
+      }
+      expect((await q.sessionRecords("dnm0", 1))!.map((r) => [r.key, r.agent_name, r.error])).toEqual([
+        ["dnm0_1_0", "multi_output_agent", null],
+        ["dnm0_1_1", "multi_output_agent", null],
+      ]);
+      expect((await q.sessionRecords("dnm3", 0))!.map((r) => r.key)).toEqual(["dnm3_0_0", "dnm3_0_1", "dnm3_0_2"]);
+      expect(await q.sessionRecords("dnm-none", 0)).toEqual([]);
+      expect(await (await fetch(`${url}/v1/sessions/dnm3_1_0`)).json()).toMatchObject({ phase: "done" });
+    } finally {
+      await q.close();
+    }
+  }, 60_000);
+
+  test("E4: a turn ended by <|endoftext|> is kept (mask 1) and closed by the observation (<|im_end|>\\n, mask 0), in durable sessions", async () => {
+    const res = await fetch(`${url}/v1/rollouts`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows: [e4Row("dne4")] }) });
+    expect(res.status).toBe(202);
+    const records = await awaitRecords(s.prefix, ["dne4"], 2);
+    expect([...records.keys()]).toEqual(["dne4_0_0", "dne4_1_0"]);
+    for (const r of records.values()) checkE4Record(r);
   }, 60_000);
 });

@@ -22,8 +22,17 @@ export interface Services {
   stop(): Promise<void>;
 }
 
+/** E4 (edge-cases.md): a calc call whose turn ends on <|endoftext|> (151643), then the answer. */
+export const E4_TURN1 = [151657, 198, 4913, 606, 788, 330, 26586, 497, 330, 16370, 788, 5212, 28099, 788, 330, 17, 10, 17, 95642, 151658, 151643];
+const E4_RULE = { when: "What is 2+2?", turns: [{ token_ids: E4_TURN1, finish_reason: "stop" }, "The answer is 4.\n#### 4"] };
+
+/** The E4 row (tool_agent, ground truth 4) with uid `uid`. */
+export function e4Row(uid: string): Record<string, unknown> {
+  return { uid, data_source: "edge", agent_name: "tool_agent", prompt: [{ role: "user", content: "What is 2+2?" }], reward_model: { style: "rule", ground_truth: "4" } };
+}
+
 export async function startServices(name: string): Promise<Services> {
-  const engine = await startSimEngine({ script: { ...POLICY, seed: 7 }, maxModelLen: 4096 });
+  const engine = await startSimEngine({ script: { ...POLICY, seed: 7, rules: [E4_RULE, ...POLICY.rules] }, maxModelLen: 4096 });
   const tools = startToolServer({ port: 0, secret: "runtime-secret" });
   const token = crypto.randomUUID();
   const bridge = await startUpstashBridge({ port: 0, redisUrl: REDIS_URL, token });
@@ -64,7 +73,7 @@ export async function awaitRecords(prefix: string, uids: string[], n: number, ti
     for (;;) {
       const st = await Promise.all(uids.map((u) => q.groupStatus(u)));
       if (st.every((s) => s.complete)) break;
-      if (Date.now() > end) throw new Error(`groups incomplete after ${timeoutMs} ms: ${JSON.stringify(st.map((s) => [s.uid, s.done]))}`);
+      if (Date.now() > end) throw new Error(`groups incomplete after ${timeoutMs} ms: ${JSON.stringify(st.map((s) => [s.uid, s.finished, s.records]))}`);
       await Bun.sleep(100);
     }
     const out = new Map<string, TrajectoryRecord>();
@@ -84,6 +93,19 @@ export function checkRecords(records: Map<string, TrajectoryRecord>): number {
     calls += r.extra_fields.tool_calls as number;
   }
   return calls;
+}
+
+/**
+ * Checks an E4 record: 151643 kept with mask 1, then the observation that
+ * closes the turn (`[151645, 198, 151644, 872, 198, 151665, …]`, mask 0), reward 1.
+ */
+export function checkE4Record(r: TrajectoryRecord): void {
+  const n = E4_TURN1.length;
+  const ids = r.response_ids.slice(0, n + 6);
+  const mask = r.response_mask.slice(0, n + 6);
+  const want = { error: null, ids: [...E4_TURN1, 151645, 198, 151644, 872, 198, 151665], mask: [...E4_TURN1.map(() => 1), 0, 0, 0, 0, 0, 0], reward: 1 };
+  const got = { error: r.error, ids, mask, reward: r.reward_score };
+  if (JSON.stringify(got) !== JSON.stringify(want)) throw new Error(`E4 record ${r.key}: ${JSON.stringify(got)} != ${JSON.stringify(want)}`);
 }
 
 /** A record without wall-clock metrics. */

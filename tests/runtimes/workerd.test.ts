@@ -3,7 +3,7 @@ import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { Miniflare } from "miniflare";
 import { requireRedis } from "../helpers/redis.ts";
-import { awaitRecords, batchRows, checkRecords, comparableRecord, ROOT, RUNTIME_CONFIG, startServices, type Services } from "./harness.ts";
+import { awaitRecords, batchRows, checkE4Record, checkRecords, comparableRecord, e4Row, ROOT, RUNTIME_CONFIG, startServices, type Services } from "./harness.ts";
 import { bunReference } from "./reference.ts";
 
 // The Cloudflare entry in workerd: bundled by wrangler from wrangler.toml (as `wrangler deploy` would),
@@ -80,5 +80,13 @@ describe.skipIf(!redis)("Cloudflare worker + Durable Object sessions in workerd"
       `workerd: bundle ${(figures.bundle_bytes! / 1e6).toFixed(1)} MB built in ${Math.round(figures.bundle_ms!)} ms, runtime up in ${Math.round(figures.start_ms!)} ms, ` +
         `8 trajectories (first request loads the 11 MB tokenizer JSON) in ${Math.round(figures.batch_ms!)} ms`,
     );
+  }, 60_000);
+
+  test("E4: a turn ended by <|endoftext|> is kept (mask 1) and closed by the observation (<|im_end|>\\n, mask 0), in Durable Objects", async () => {
+    const res = await mf.dispatchFetch("http://localhost/v1/rollouts", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows: [e4Row("wde4")] }) });
+    expect(res.status).toBe(202);
+    const records = await awaitRecords(s.prefix, ["wde4"], 2);
+    expect([...records.keys()]).toEqual(["wde4_0_0", "wde4_1_0"]);
+    for (const r of records.values()) checkE4Record(r);
   }, 60_000);
 });

@@ -159,11 +159,11 @@ describe.each(storages)("queue-mode delivery: deliverOnly + wake (%s storage)", 
     const workerStorage: SessionStorage = {
       get: (k) => shared.get(k),
       delete: (k) => shared.delete(k),
-      put: async (k, step, cp, o) => {
+      append: async (k, step, cp, o) => {
         const f = beforeNextPut;
         beforeNextPut = null;
         if (f) await f();
-        return shared.put(k, step, cp, o);
+        return shared.append(k, step, cp, o);
       },
     };
     const worker = new SessionHost({ storage: workerStorage, createLoop: sessionLoopFactory(deps) });

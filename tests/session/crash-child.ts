@@ -42,7 +42,7 @@ const logging = (q: TransferQueue): TransferQueue => ({
 
 const runtime = await buildRuntime(
   {
-    store: "redis://127.0.0.1:6379",
+    store: process.env.REDIS_URL ?? "redis://127.0.0.1:6379",
     storePrefix: env.CRASH_PREFIX,
     engine: env.CRASH_ENGINE,
     tools: env.CRASH_TOOLS,

@@ -5,7 +5,7 @@ import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue
 import { startSimEngine, type RunningSimEngine } from "../../infra/sim-engine/server.ts";
 import { createToolsApp } from "../../infra/tools/app.ts";
 import type { TrajectoryRecord } from "../../shared/schema/index.ts";
-import { deleteByPrefix, randomPrefix } from "../helpers/redis.ts";
+import { deleteByPrefix, randomPrefix, REDIS_URL } from "../helpers/redis.ts";
 import { POLICY, ROOT } from "./fixtures.ts";
 
 /** A tool server that also counts the requests it gets per call_id (re-sends after a kill show up here). */
@@ -111,7 +111,7 @@ export async function crashRun(o: CrashRunOptions): Promise<CrashRunResult> {
       else if (s === "stored") stored.set(key!, (stored.get(key!) ?? 0) + 1);
       else deduped++;
     }
-    const q = createRedisTransferQueue({ prefix });
+    const q = createRedisTransferQueue({ url: REDIS_URL, prefix });
     const records = new Map<string, TrajectoryRecord>();
     try {
       for (let i = 0; i < o.rows; i++) {

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { ConflictError } from "../../shared/errors.ts";
 import type { AgentLoopOutput } from "../../shared/schema/index.ts";
-import { SessionCheckpoint } from "../../shared/session/checkpoint.ts";
+import { CheckpointDelta, type SessionCheckpoint } from "../../shared/session/checkpoint.ts";
 import { MemorySessionStorage, type SessionStorage } from "../../shared/session/session-storage.ts";
 import { TrajectorySession, type SessionDeps } from "../../shared/session/trajectory-session.ts";
 import { startToolServer, type ToolServer } from "../../infra/tools/server.ts";
@@ -29,9 +29,9 @@ class DyingStorage implements SessionStorage {
   get(key: string) {
     return this.inner.get(key);
   }
-  async put(key: string, step: number, cp: string, opts?: Parameters<SessionStorage["put"]>[3]) {
+  async append(key: string, step: number, cp: string, opts?: Parameters<SessionStorage["append"]>[3]) {
     if (++this.puts === this.killAt) throw new Error("killed");
-    return this.inner.put(key, step, cp, opts);
+    return this.inner.append(key, step, cp, opts);
   }
   delete(key: string) {
     return this.inner.delete(key);
@@ -63,7 +63,8 @@ describe("TrajectorySession", () => {
     ]);
     // Every stored checkpoint passes the schema; the pending tool call is in the one that issued it.
     const stored = await storage.get("u0_0_0");
-    expect(SessionCheckpoint.parse(JSON.parse(stored!.checkpoint!)).phase).toBe("finished");
+    // Append-only: one stored delta per commit, each passing the schema; the last is the finished one.
+    expect(stored!.deltas.map((d) => CheckpointDelta.parse(JSON.parse(d)).phase)).toEqual(["running", "running", "running", "running", "finished"]);
     expect(commits[1]!.loop!.pending).toEqual([{ index: 0, name: "calc", arguments: { expression: "12*3-5" }, raw: expect.any(String) }]);
     expect(commits[1]!.loop!.assistant_turns).toBe(1);
   });
@@ -122,7 +123,7 @@ describe("TrajectorySession", () => {
     const again = (await TrajectorySession.open(input.key, sd, input))!;
     expect(await again.run()).toEqual({ status: "done" });
     expect(written).toEqual(["single_0_0"]);
-    expect(JSON.parse((await storage.get("single_0_0"))!.checkpoint!)).toMatchObject({ phase: "done", loop_state: "whole", outputs: null, step: 1 });
+    expect(JSON.parse((await storage.get("single_0_0"))!.deltas.at(-1)!)).toMatchObject({ phase: "done", loop_state: "whole", outputs: null, step: 1 });
   });
 
   test("a row with a bad prompt fails once, committed", async () => {

@@ -11,6 +11,8 @@ export interface ContractTarget {
   sharesState: boolean;
   /** The raw stored hash of `key` under `prefix` (Redis adapters), for byte-level checks. */
   rawRecord?(prefix: string, key: string): Promise<Record<string, string>>;
+  /** Every Redis key under `prefix` with its TTL in ms (-1 = none) (Redis adapters). */
+  rawKeys?(prefix: string): Promise<Record<string, number>>;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -73,7 +75,7 @@ export function transferQueueContract(name: string, target: ContractTarget, pref
       expect(await q.put({ ...r, response_ids: [1, 2, 3], reward_score: 0 })).toEqual({ key: "u1_0_0", stored: false });
       expect(await q.get("u1_0_0")).toEqual(r);
       expect(await q.get("u1_1_0")).toBeNull();
-      expect(await q.groupStatus("u1")).toEqual({ uid: "u1", partition: "train", expected: null, done: 1, failed: 0, complete: false });
+      expect(await q.groupStatus("u1")).toEqual({ uid: "u1", partition: "train", expected: null, finished: 1, records: 1, failed: 0, complete: false, fingerprint: null });
     });
 
     test("a group with a failed member completes, flagged, and is delivered with every record", async () => {
@@ -82,12 +84,12 @@ export function transferQueueContract(name: string, target: ContractTarget, pref
       await q.expectGroup("g1", 3);
       await q.put(makeRecord("g1", 1));
       await q.put(makeRecord("g1", 0));
-      expect(await q.groupStatus("g1")).toEqual({ uid: "g1", partition: "train", expected: 3, done: 2, failed: 0, complete: false });
+      expect(await q.groupStatus("g1")).toEqual({ uid: "g1", partition: "train", expected: 3, finished: 2, records: 2, failed: 0, complete: false, fingerprint: null });
       expect(await q.readCompleteGroups({ consumer: "c1", max: 10 })).toEqual([]);
       expect(await q.markFailed("g1_2_0", "engine unavailable", { agent_name: "tool_agent" })).toEqual({ key: "g1_2_0", stored: true });
       expect(await q.markFailed("g1_2_0", "again")).toEqual({ key: "g1_2_0", stored: false });
       expect(await q.markFailed("g1_0_0", "late")).toEqual({ key: "g1_0_0", stored: false });
-      expect(await q.groupStatus("g1")).toEqual({ uid: "g1", partition: "train", expected: 3, done: 3, failed: 1, complete: true });
+      expect(await q.groupStatus("g1")).toEqual({ uid: "g1", partition: "train", expected: 3, finished: 3, records: 3, failed: 1, complete: true, fingerprint: null });
       const got = await q.readCompleteGroups({ consumer: "c1", max: 10 });
       expect(got.length).toBe(1);
       expect(got[0]!.uid).toBe("g1");
@@ -102,6 +104,130 @@ export function transferQueueContract(name: string, target: ContractTarget, pref
       expect(failed.response_ids).toEqual([]);
       expect(failed.rollout_log_probs).toBeNull();
       expect(await q.ack([got[0]!.delivery_id])).toBe(1);
+    });
+
+    test("E1: a group counts sessions, not records: delivered once, after its last session finished, with every output", async () => {
+      const q = open();
+      await q.expectGroup("multi0", 2);
+      const out = (sid: number, o: number) => makeRecord("multi0", sid, { key: `multi0_${sid}_${o}`, output_index: o, response_ids: [9707, o, 151645] });
+      expect(await q.put(out(0, 0), { last: false })).toEqual({ key: "multi0_0_0", stored: true });
+      expect(await q.put(out(0, 1))).toEqual({ key: "multi0_0_1", stored: true });
+      expect(await q.put(out(1, 0), { last: false })).toEqual({ key: "multi0_1_0", stored: true });
+      // 3 records, 1 session finished: the old record count (3 >= 2) would have delivered session 0 alone.
+      expect(await q.groupStatus("multi0")).toEqual({ uid: "multi0", partition: "train", expected: 2, finished: 1, records: 3, failed: 0, complete: false, fingerprint: null });
+      expect(await q.readCompleteGroups({ consumer: "c", max: 5 })).toEqual([]);
+      expect(await q.sessionRecords("multi0", 0)).toEqual([out(0, 0), out(0, 1)]);
+      expect(await q.sessionRecords("multi0", 1)).toBeNull();
+      expect(await q.put(out(1, 1))).toEqual({ key: "multi0_1_1", stored: true });
+      expect(await q.put(out(1, 1))).toEqual({ key: "multi0_1_1", stored: false });
+      expect(await q.groupStatus("multi0")).toEqual({ uid: "multi0", partition: "train", expected: 2, finished: 2, records: 4, failed: 0, complete: true, fingerprint: null });
+      const got = await q.readCompleteGroups({ consumer: "c", max: 5 });
+      expect(got.map((g) => [g.uid, g.failed, g.records.map((r) => r.key)])).toEqual([["multi0", 0, ["multi0_0_0", "multi0_0_1", "multi0_1_0", "multi0_1_1"]]]);
+      expect(got[0]!.records).toEqual([out(0, 0), out(0, 1), out(1, 0), out(1, 1)]);
+      expect(await q.readCompleteGroups({ consumer: "c2", max: 5 })).toEqual([]);
+    });
+
+    test("sessions of 3, 1 and 0 outputs: outputs in any order, the empty session finished explicitly", async () => {
+      const q = open();
+      await q.expectGroup("mix", 3);
+      const out = (sid: number, o: number) => makeRecord("mix", sid, { key: `mix_${sid}_${o}`, output_index: o });
+      // Order-independent: the last output may land first; the session finishes when 0..2 are all in.
+      await q.put(out(0, 2));
+      await q.put(out(0, 0), { last: false });
+      expect((await q.groupStatus("mix")).finished).toBe(0);
+      await q.put(out(1, 0));
+      expect(await q.finishSession("mix", 2, 0)).toBe(true);
+      expect(await q.finishSession("mix", 2, 0)).toBe(false);
+      expect(await q.sessionRecords("mix", 2)).toEqual([]);
+      expect(await q.groupStatus("mix")).toMatchObject({ finished: 2, records: 3, complete: false });
+      expect(await q.readCompleteGroups({ consumer: "c", max: 5 })).toEqual([]);
+      await q.put(out(0, 1), { last: false });
+      expect(await q.groupStatus("mix")).toMatchObject({ expected: 3, finished: 3, records: 4, complete: true });
+      const [g] = await q.readCompleteGroups({ consumer: "c", max: 5 });
+      expect(g!.records.map((r) => r.key)).toEqual(["mix_0_0", "mix_0_1", "mix_0_2", "mix_1_0"]);
+      expect(await q.sessionRecords("mix", 0)).toEqual([out(0, 0), out(0, 1), out(0, 2)]);
+    });
+
+    test("a group whose sessions emitted nothing completes and is delivered once, with no records", async () => {
+      const q = open();
+      await q.expectGroup("none", 2);
+      expect(await q.finishSession("none", 1, 0)).toBe(true);
+      expect(await q.readCompleteGroups({ consumer: "c", max: 5 })).toEqual([]);
+      expect(await q.finishSession("none", 0, 0)).toBe(true);
+      expect(await q.groupStatus("none")).toEqual({ uid: "none", partition: "train", expected: 2, finished: 2, records: 0, failed: 0, complete: true, fingerprint: null });
+      const got = await q.readCompleteGroups({ consumer: "c", max: 5 });
+      expect(got.map((g) => [g.uid, g.failed, g.records])).toEqual([["none", 0, []]]);
+      expect(await q.readCompleteGroups({ consumer: "c", max: 5 })).toEqual([]);
+    });
+
+    test.skipIf(!target.rawKeys)("puts leave no staging hash behind; stored records never expire", async () => {
+      const q = open();
+      await q.expectGroup("st", 2);
+      await q.put(makeRecord("st", 0));
+      await q.put(makeRecord("st", 0));
+      await rejects(q.put(makeRecord("st", 0, { key: "st_0_1", output_index: 1 })));
+      await q.put(makeRecord("st", 1, { key: "st_1_1", output_index: 1 }), { last: false });
+      await q.markFailed("st_1_0", "x");
+      const keys = await target.rawKeys!(prefix);
+      expect(Object.keys(keys).map((k) => k.slice(prefix.length)).sort()).toEqual(["group:st", "group:st:keys", "groups:train", "traj:st_0_0", "traj:st_1_0", "traj:st_1_1"]);
+      expect(Object.values(keys)).toEqual([-1, -1, -1, -1, -1, -1]);
+    });
+
+    test("a write contradicting a session's output count is a ConflictError and stores nothing", async () => {
+      const q = open();
+      await q.expectGroup("cx", 2);
+      const out = (sid: number, o: number) => makeRecord("cx", sid, { key: `cx_${sid}_${o}`, output_index: o });
+      await q.put(out(0, 0));
+      const past = await rejects(q.put(out(0, 1)));
+      expect(past).toBeInstanceOf(ConflictError);
+      expect([(past as ConflictError).status, (past as ConflictError).message]).toEqual([409, "session cx_0 finished with 1 outputs; output_index 1 is past its last"]);
+      expect(await q.get("cx_0_1")).toBeNull();
+      await q.put(out(1, 1), { last: false });
+      const below = await rejects(q.put(out(1, 0)));
+      expect((below as ConflictError).message).toBe("session cx_1 has 1 outputs stored; output 0 cannot be its last");
+      expect((await rejects(q.finishSession("cx", 0, 2)) as ConflictError).message).toBe("session cx_0 finished with 1 outputs, not 2");
+      expect((await rejects(q.finishSession("cx", 1, 0)) as ConflictError).message).toBe("session cx_1 has 1 outputs stored, more than 0");
+      expect(await q.groupStatus("cx")).toMatchObject({ finished: 1, records: 2, complete: false });
+      // finishSession after non-last puts: the declared count closes the session.
+      expect(await q.finishSession("cx", 1, 2)).toBe(false);
+      await q.put(out(1, 0), { last: false });
+      expect(await q.groupStatus("cx")).toMatchObject({ finished: 2, records: 3, complete: true });
+    });
+
+    test("markFailed finishes its session with the outputs it stored, also on an already-stored key", async () => {
+      const q = open();
+      await q.expectGroup("mf", 3);
+      const out = (sid: number, o: number) => makeRecord("mf", sid, { key: `mf_${sid}_${o}`, output_index: o });
+      await q.put(out(0, 0), { last: false });
+      // The session's writer gave up after its first output (a worker delivered too often): markFailed on a stored key.
+      expect(await q.markFailed("mf_0_0", "job failed")).toEqual({ key: "mf_0_0", stored: false });
+      expect(await q.sessionRecords("mf", 0)).toEqual([out(0, 0)]);
+      // A session that failed after one output records the failure as its next output.
+      await q.put(out(1, 0), { last: false });
+      expect(await q.markFailed("mf_1_1", "engine down")).toEqual({ key: "mf_1_1", stored: true });
+      // A failure reported after the session finished changes nothing.
+      await q.put(out(2, 0));
+      expect(await q.markFailed("mf_2_1", "late")).toEqual({ key: "mf_2_1", stored: false });
+      expect(await q.get("mf_2_1")).toBeNull();
+      expect(await q.groupStatus("mf")).toEqual({ uid: "mf", partition: "train", expected: 3, finished: 3, records: 4, failed: 1, complete: true, fingerprint: null });
+      const [g] = await q.readCompleteGroups({ consumer: "c", max: 5 });
+      expect([g!.failed, g!.records.map((r) => [r.key, r.error])]).toEqual([1, [["mf_0_0", null], ["mf_1_0", null], ["mf_1_1", "engine down"], ["mf_2_0", null]]]);
+    });
+
+    test("E9: a uid names one prompt group: another fingerprint is a 409 naming the uid, the same one is idempotent", async () => {
+      const q = open();
+      const fp = "a".repeat(64);
+      await q.expectGroup("reuse1", 1, "train", fp);
+      await q.expectGroup("reuse1", 1, "train", fp);
+      await q.expectGroup("reuse1", 1, "train");
+      const e = await rejects(q.expectGroup("reuse1", 1, "train", "b".repeat(64)));
+      expect(e).toBeInstanceOf(ConflictError);
+      expect([(e as ConflictError).status, (e as ConflictError).field, (e as ConflictError).message]).toEqual([409, "uid", "uid 'reuse1' names another prompt group: a uid names one prompt group; use a new uid for new samples"]);
+      expect((await q.groupStatus("reuse1")).fingerprint).toBe(fp);
+      // A group registered without one takes the first fingerprint given.
+      await q.expectGroup("nofp", 1);
+      await q.expectGroup("nofp", 1, "train", fp);
+      expect((await q.groupStatus("nofp")).fingerprint).toBe(fp);
     });
 
     test("registering after the puts completes the group; another n or partition conflicts", async () => {

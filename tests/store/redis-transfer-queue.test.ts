@@ -18,6 +18,7 @@ describe.skipIf(!hasRedis)("redis tcp (ioredis)", () => {
       open: (opts) => createRedisTransferQueue({ url: REDIS_URL, ...opts }),
       sharesState: true,
       rawRecord: (prefix, key) => raw.hgetall(`${prefix}traj:${key}`),
+      rawKeys: async (prefix) => Object.fromEntries(await Promise.all((await raw.keys(`${prefix}*`)).map(async (k) => [k, await raw.pttl(k)] as const))),
     },
     base,
   );

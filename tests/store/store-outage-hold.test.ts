@@ -115,9 +115,9 @@ describe("a store outage holds records instead of failing them", () => {
         await done;
         const took = Date.now() - t0;
         expect(took).toBeGreaterThanOrEqual(OUTAGE_MS);
-        expect(run.stats().counts).toEqual({ total: 6, pending: 0, running: 0, ok: 6, failed: 0, truncated: 0 });
+        expect(run.stats().counts).toEqual({ total: 6, pending: 0, running: 0, finished: 6, reused: 0, records: 6, ok: 6, failed: 0, truncated: 0 });
         for (const t of plan.trajectories) expect((await store.get(t.key))?.response_ids).toEqual([5, 6]);
-        for (const uid of ["hold0", "hold1", "hold2"]) expect(await store.groupStatus(uid)).toMatchObject({ expected: 2, done: 2, failed: 0, complete: true });
+        for (const uid of ["hold0", "hold1", "hold2"]) expect(await store.groupStatus(uid)).toMatchObject({ expected: 2, finished: 2, records: 2, failed: 0, complete: true });
         expect((await app.request("/health")).status).toBe(200);
       } finally {
         release();

@@ -25,6 +25,7 @@ describe.skipIf(!hasRedis)("upstash rest via the local bridge", () => {
       open: (opts) => createUpstashTransferQueue({ url: bridge.url, token, retries: 0, ...opts }),
       sharesState: true,
       rawRecord: (prefix, key) => raw.hgetall(`${prefix}traj:${key}`),
+      rawKeys: async (prefix) => Object.fromEntries(await Promise.all((await raw.keys(`${prefix}*`)).map(async (k) => [k, await raw.pttl(k)] as const))),
     },
     base,
   );

@@ -4,7 +4,7 @@ import { runFixtureBatch } from "./batch-fixture.ts";
 
 test("BatchStats: verl's agent_loop/* figures, tokens, counts, finish reasons, latency percentiles (hand-computed)", async () => {
   const s = (await runFixtureBatch()).stats();
-  expect(s.counts).toEqual({ total: 4, pending: 0, running: 0, ok: 3, failed: 1, truncated: 1 });
+  expect(s.counts).toEqual({ total: 4, pending: 0, running: 0, finished: 4, reused: 0, records: 4, ok: 3, failed: 1, truncated: 1 });
   expect(s.tokens).toEqual({ prompt: 6, sampled: 7, observation: 3 });
   expect(s.turns).toBe(9);
   expect(s.tool_calls).toBe(5);

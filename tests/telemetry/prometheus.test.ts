@@ -56,11 +56,14 @@ function expectedScrape(batchId: string): string {
 # TYPE edgeloop_batches gauge
 edgeloop_batches{state="running"} 0
 edgeloop_batches{state="done"} 1
-# HELP edgeloop_trajectories_in_progress Trajectories of the batches in memory not yet stored, by state.
+# HELP edgeloop_trajectories_in_progress Sessions (trajectories) of the batches in memory not yet finished, by state.
 # TYPE edgeloop_trajectories_in_progress gauge
 edgeloop_trajectories_in_progress{state="pending"} 0
 edgeloop_trajectories_in_progress{state="running"} 0
-# HELP edgeloop_trajectories_total Trajectories stored, by outcome.
+# HELP edgeloop_sessions_total Sessions (one per prompt and session_id) finished, each with 0…k records; sessions handed back from an earlier batch are not counted again.
+# TYPE edgeloop_sessions_total counter
+edgeloop_sessions_total 4
+# HELP edgeloop_trajectories_total Trajectory records stored (one per loop output), by outcome; records handed back from an earlier batch are not counted again.
 # TYPE edgeloop_trajectories_total counter
 edgeloop_trajectories_total{outcome="ok"} 3
 edgeloop_trajectories_total{outcome="failed"} 1

@@ -27,7 +27,8 @@ interface BatchSummary {
   batch_id: string;
   validate: boolean;
   done: boolean;
-  counts: { total: number; ok: number; failed: number; truncated: number; pending: number; running: number };
+  /** Sessions (`total`, `finished`, …) and records (`ok`, `failed`, …) counted apart. */
+  counts: { total: number; finished: number; records: number; ok: number; failed: number; truncated: number; pending: number; running: number };
   reward: { mean: number | null };
   started_at: number;
 }
@@ -97,7 +98,7 @@ async function loadBatches(): Promise<void> {
           { class: `batch${b.batch_id === currentBatch ? " active" : ""}`, "data-batch": b.batch_id, title: b.batch_id },
           h("span", { class: "bid" }, b.batch_id.slice(0, 8)),
           h("span", { class: b.done ? "done" : "running" }, b.done ? "done" : "running"),
-          h("span", {}, `${b.counts.ok}✓ ${b.counts.failed}✗ / ${b.counts.total}`),
+          h("span", { title: "records ok / failed · sessions finished / planned" }, `${b.counts.ok}✓ ${b.counts.failed}✗ · ${b.counts.finished}/${b.counts.total}`),
           h("span", {}, `r̄ ${fmt(b.reward.mean, 2)}`),
         ),
       ),

@@ -1,0 +1,46 @@
+import type { DatasetRow } from "../schema/index.ts";
+import type { BatchPlan } from "./batch.ts";
+
+/** JSON with object keys sorted at every level, so that equal values give equal text whatever their key order. */
+function canonicalJson(v: unknown): string {
+  if (v === null || typeof v !== "object") return JSON.stringify(v) ?? "null";
+  if (Array.isArray(v)) return `[${v.map(canonicalJson).join(",")}]`;
+  const o = v as Record<string, unknown>;
+  const keys = Object.keys(o).filter((k) => o[k] !== undefined).sort();
+  return `{${keys.map((k) => `${JSON.stringify(k)}:${canonicalJson(o[k])}`).join(",")}}`;
+}
+
+/**
+ * The fingerprint of the prompt group a row defines (DESIGN §6: a `uid`
+ * names one prompt): SHA-256 hex of the canonical JSON of what the group's
+ * sessions run on — `prompt`, `data_source`, `agent_name`, `reward_model`,
+ * and `extra_info.tools_kwargs` / `interaction_kwargs` (the environment).
+ * Not included: `uid`, `extra_info.index` and other bookkeeping, which may
+ * differ between two posts of one prompt. Key order does not matter.
+ */
+export async function groupFingerprint(row: DatasetRow): Promise<string> {
+  const defining = {
+    prompt: row.prompt,
+    data_source: row.data_source,
+    agent_name: row.agent_name ?? null,
+    reward_model: row.reward_model ?? null,
+    tools_kwargs: row.extra_info?.tools_kwargs ?? null,
+    interaction_kwargs: row.extra_info?.interaction_kwargs ?? null,
+  };
+  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(canonicalJson(defining)));
+  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/**
+ * uid → fingerprint for every group of `plan` whose row is valid (a row that
+ * failed validation defines no prompt group), with the row index of each,
+ * for `expectGroup` and the 409 of a uid re-posted with another prompt.
+ */
+export async function planFingerprints(plan: BatchPlan): Promise<Map<string, { fingerprint: string; row_index: number }>> {
+  const out = new Map<string, { fingerprint: string; row_index: number }>();
+  for (const t of plan.trajectories) {
+    if (t.session_id !== 0 || !t.row || t.row_error) continue;
+    out.set(t.uid, { fingerprint: await groupFingerprint(t.row), row_index: t.row_index });
+  }
+  return out;
+}

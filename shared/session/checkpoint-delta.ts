@@ -1,0 +1,168 @@
+import type { ToolAgentData, ToolAgentLoop } from "../agent-loop/tool-agent.ts";
+import { StoreError } from "../errors.ts";
+import type { ChatMessage } from "../schema/index.ts";
+import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
+import { parseDelta, restoreToolAgentFields, unpackOutput, saveToolAgentFields, type BuilderDelta, type LoopDelta, type SessionCheckpoint, type SessionInput } from "./checkpoint.ts";
+import { decodeFloat32, decodeInt32, decodeUint8, encodeFloat32, encodeInt32, encodeUint8 } from "./typed-base64.ts";
+
+/**
+ * What the last commit held of `tool_agent`'s growing state, so the next
+ * commit writes only what was added: the message objects (by identity —
+ * the loop only appends messages) and the builder with its response length
+ * (the builder only appends tokens).
+ */
+export class DeltaTracker {
+  private messages: readonly ChatMessage[] = [];
+  private builder: TrajectoryBuilder | null = null;
+  private tokens = 0;
+
+  /** The loop delta of `d` against the last {@link accept}ed state. */
+  delta(d: ToolAgentData): LoopDelta {
+    let keep = 0;
+    const n = Math.min(this.messages.length, d.messages.length);
+    while (keep < n && this.messages[keep] === d.messages[keep]) keep++;
+    return { ...saveToolAgentFields(d), messages_from: keep, messages: d.messages.slice(keep), builder: d.builder ? this.builderDelta(d.builder) : null };
+  }
+
+  /** Records `d` as committed (after the storage accepted the delta). */
+  accept(d: ToolAgentData | undefined): void {
+    this.messages = d ? d.messages.slice() : [];
+    this.builder = d?.builder ?? null;
+    this.tokens = d?.builder?.responseLength ?? 0;
+  }
+
+  private builderDelta(b: TrajectoryBuilder): BuilderDelta {
+    const fresh = b !== this.builder;
+    const from = fresh ? 0 : Math.min(this.tokens, b.responseLength);
+    const s = b.responseSlice(from);
+    const snap = { truncated: b.truncated, prompt_truncated: b.promptTruncated, response_length: b.responseBudget, max_model_len: b.maxModelLen };
+    return {
+      ...(fresh ? { prompt_ids: encodeInt32(b.promptIds) } : {}),
+      from,
+      response_ids: encodeInt32(s.ids),
+      response_mask: encodeUint8(s.mask),
+      response_logprobs: s.logprobs ? encodeFloat32(s.logprobs) : null,
+      ...snap,
+      ...(b.promptLength !== undefined ? { prompt_length: b.promptLength } : {}),
+    };
+  }
+}
+
+interface Chunk {
+  ids: Int32Array;
+  mask: Uint8Array;
+  lps: Float32Array | null;
+}
+
+/** A builder folded from its deltas: the prompt and the response as chunks (concatenated once, on restore). */
+interface FoldedBuilder {
+  delta: BuilderDelta;
+  prompt: Int32Array;
+  chunks: Chunk[];
+  length: number;
+}
+
+/** `tool_agent`'s state folded from every committed delta. */
+export interface FoldedLoop {
+  fields: LoopDelta;
+  messages: ChatMessage[];
+  builder: FoldedBuilder | null;
+}
+
+/**
+ * Folds a session's committed deltas (oldest first) into its head and its
+ * run state. Each delta is checked ({@link parseDelta}); a delta whose step
+ * is not the next one is refused (the log is damaged).
+ * @throws StoreError (not retryable) for another checkpoint version, a malformed delta or a gap in the steps.
+ */
+export function foldCheckpoint(deltas: readonly string[], key: string): { cp: SessionCheckpoint; loop: FoldedLoop | null } {
+  let cp: SessionCheckpoint | null = null;
+  let loop: FoldedLoop | null = null;
+  for (const text of deltas) {
+    const d = parseDelta(text, key);
+    const prev = cp as SessionCheckpoint | null;
+    if (prev && d.step !== prev.step + 1) throw new StoreError(`session '${key}': stored checkpoint steps jump from ${prev.step} to ${d.step}`, { retryable: false });
+    if (d.loop === null) loop = null;
+    else if (d.loop !== undefined) loop = applyLoop(loop, d.loop);
+    const { loop: _l, outputs, ...head } = d;
+    cp = { ...head, loop: d.loop === undefined ? (prev?.loop ?? null) : d.loop, outputs: outputs !== undefined ? (outputs === null ? null : outputs.map(unpackOutput)) : (prev?.outputs ?? null) };
+  }
+  if (!cp) throw new StoreError(`session '${key}': no checkpoint stored`, { retryable: false });
+  return { cp, loop };
+}
+
+function applyLoop(prev: FoldedLoop | null, d: LoopDelta): FoldedLoop {
+  const messages = (prev?.messages ?? []).slice(0, d.messages_from).concat(d.messages);
+  let builder: FoldedBuilder | null = null;
+  if (d.builder) {
+    const bd = d.builder;
+    const base: FoldedBuilder | null = bd.prompt_ids !== undefined ? null : (prev?.builder ?? null);
+    const prompt = bd.prompt_ids !== undefined ? decodeInt32(bd.prompt_ids) : (base?.prompt ?? new Int32Array(0));
+    const chunks = base ? cut(base.chunks, bd.from) : [];
+    const c: Chunk = { ids: decodeInt32(bd.response_ids), mask: decodeUint8(bd.response_mask), lps: bd.response_logprobs === null ? null : decodeFloat32(bd.response_logprobs) };
+    if (c.ids.length) chunks.push(c);
+    builder = { delta: bd, prompt, chunks, length: chunks.reduce((n, x) => n + x.ids.length, 0) };
+  }
+  return { fields: d, messages, builder };
+}
+
+/** The first `n` tokens of `chunks` (a new array; chunks past `n` dropped, the one across `n` trimmed). */
+function cut(chunks: readonly Chunk[], n: number): Chunk[] {
+  const out: Chunk[] = [];
+  let left = n;
+  for (const c of chunks) {
+    if (left <= 0) break;
+    if (c.ids.length <= left) out.push(c);
+    else out.push({ ids: c.ids.subarray(0, left), mask: c.mask.subarray(0, left), lps: c.lps ? c.lps.subarray(0, left) : null });
+    left -= c.ids.length;
+  }
+  return out;
+}
+
+function concat<T extends Int32Array | Uint8Array | Float32Array>(parts: T[], make: (n: number) => T): T {
+  const out = make(parts.reduce((n, p) => n + p.length, 0));
+  let o = 0;
+  for (const p of parts) {
+    out.set(p as never, o);
+    o += p.length;
+  }
+  return out;
+}
+
+/** The builder of a folded state (the same ids, mask and float32 log-probs as committed). */
+export function restoreFoldedBuilder(b: FoldedBuilder, trackLogProbs: boolean): TrajectoryBuilder {
+  const ids = concat(b.chunks.map((c) => c.ids), (n) => new Int32Array(n));
+  const mask = concat(b.chunks.map((c) => c.mask), (n) => new Uint8Array(n));
+  const lps = b.chunks.length && b.chunks.every((c) => c.lps) ? concat(b.chunks.map((c) => c.lps!), (n) => new Float32Array(n)) : null;
+  const s = b.delta;
+  return TrajectoryBuilder.fromSnapshot(
+    {
+      prompt_ids: b.prompt as unknown as number[],
+      response_ids: ids as unknown as number[],
+      response_mask: mask as unknown as (0 | 1)[],
+      response_logprobs: lps as unknown as number[] | null,
+      truncated: s.truncated,
+      prompt_truncated: s.prompt_truncated,
+      response_length: s.response_length,
+      max_model_len: s.max_model_len,
+      ...(s.prompt_length !== undefined ? { prompt_length: s.prompt_length } : {}),
+    },
+    trackLogProbs,
+  );
+}
+
+/**
+ * Rebuilds `tool_agent`'s run state from a folded checkpoint: messages,
+ * counters and the builder, then what the loop derives from the row (tools,
+ * encoder, simulated user) via `loop.reattach` — unless the prompt was never
+ * built, in which case the loop builds everything itself.
+ */
+export function restoreFoldedLoop(loop: ToolAgentLoop, f: FoldedLoop, input: SessionInput): ToolAgentData {
+  const d = restoreToolAgentFields(loop, f.fields, input);
+  d.messages = f.messages;
+  if (f.builder) {
+    d.builder = restoreFoldedBuilder(f.builder, input.sampling_params.logprobs);
+    loop.reattach(d);
+  }
+  return d;
+}

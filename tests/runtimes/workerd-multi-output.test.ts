@@ -1,0 +1,93 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { rmSync } from "node:fs";
+import { join } from "node:path";
+import { Miniflare } from "miniflare";
+import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue.ts";
+import { REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { ROOT, RUNTIME_CONFIG, startServices, type Services } from "./harness.ts";
+
+// Edge case E1 on the Durable Object path: a Worker entry that registers a custom loop
+// (`registerWorkerAgentLoop`) returning 2, 3 or 0 outputs per session, bundled by wrangler and
+// run in workerd (Miniflare, SQLite-backed objects). Every output is written by its object.
+const redis = await requireRedis();
+let s: Services;
+let mf: Miniflare;
+const outdir = join(ROOT, ".wrangler", `test-multi-${crypto.randomUUID().slice(0, 8)}`);
+
+beforeAll(async () => {
+  if (!redis) return;
+  s = await startServices("workerd-multi");
+  const entry = join(ROOT, "tests", "runtimes", "fixtures", "multi-output-worker.ts");
+  const build = Bun.spawnSync(["node", join(ROOT, "node_modules", "wrangler", "bin", "wrangler.js"), "deploy", "--dry-run", "--outdir", outdir, entry], {
+    cwd: ROOT,
+    env: { ...process.env, WRANGLER_SEND_METRICS: "false", CI: "true" },
+    stdout: "pipe",
+    stderr: "pipe",
+  });
+  if (build.exitCode !== 0) throw new Error(`wrangler build failed: ${build.stderr.toString()}${build.stdout.toString()}`);
+  mf = new Miniflare({
+    modules: [{ type: "ESModule", path: join(outdir, "multi-output-worker.js") }],
+    compatibilityDate: "2026-04-07",
+    compatibilityFlags: ["nodejs_compat"],
+    durableObjects: { SESSIONS: { className: "TrajectorySessionObject", useSQLite: true } },
+    bindings: {
+      EDGELOOP_ENGINE_URL: s.engine.urls[0]!,
+      EDGELOOP_ENGINE_FORMAT: "vllm",
+      EDGELOOP_TOOLS: s.toolsJson,
+      EDGELOOP_TOOLS_SECRET: "runtime-secret",
+      EDGELOOP_CONFIG: JSON.stringify(RUNTIME_CONFIG),
+      EDGELOOP_STORE_PREFIX: s.prefix,
+      UPSTASH_REDIS_REST_URL: s.bridge.url,
+      UPSTASH_REDIS_REST_TOKEN: s.token,
+    },
+  });
+  await mf.ready;
+}, 60_000);
+
+afterAll(async () => {
+  await mf?.dispose();
+  await s?.stop();
+  rmSync(outdir, { recursive: true, force: true });
+});
+
+describe.skipIf(!redis)("E1 in workerd: Durable Object sessions with several outputs", () => {
+  test("2, 3 and 0 outputs per session (n = 2): every output written; each group completes once its sessions finished", async () => {
+    const base = { data_source: "edge", prompt: [{ role: "user", content: "Say hi." }], reward_model: { style: "rule", ground_truth: "1" }, agent_name: "multi_output_agent" };
+    const rows = [
+      { ...base, uid: "wdm0" },
+      { ...base, uid: "wdm3", extra_info: { outputs: 3 } },
+      { ...base, uid: "wdm-none", extra_info: { outputs: 0 } },
+    ];
+    const res = await mf.dispatchFetch("http://localhost/v1/rollouts", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows }) });
+    expect(res.status).toBe(202);
+    const q = createRedisTransferQueue({ url: REDIS_URL, prefix: s.prefix });
+    try {
+      const end = Date.now() + 40_000;
+      for (;;) {
+        const st = await Promise.all(rows.map((r) => q.groupStatus(r.uid)));
+        if (st.every((x) => x.complete)) {
+          expect(st.map((x) => [x.uid, x.expected, x.finished, x.records, x.failed])).toEqual([
+            ["wdm0", 2, 2, 4, 0],
+            ["wdm3", 2, 2, 6, 0],
+            ["wdm-none", 2, 2, 0, 0],
+          ]);
+          break;
+        }
+        if (Date.now() > end) throw new Error(`groups incomplete: ${JSON.stringify(st)}`);
+        await Bun.sleep(100);
+      }
+      expect((await q.sessionRecords("wdm0", 0))!.map((r) => [r.key, r.agent_name, r.error, r.num_turns])).toEqual([
+        ["wdm0_0_0", "multi_output_agent", null, 2],
+        ["wdm0_0_1", "multi_output_agent", null, 2],
+      ]);
+      expect((await q.sessionRecords("wdm3", 1))!.map((r) => r.key)).toEqual(["wdm3_1_0", "wdm3_1_1", "wdm3_1_2"]);
+      expect(await q.sessionRecords("wdm-none", 1)).toEqual([]);
+      const groups = await q.readCompleteGroups({ consumer: "t", max: 10 });
+      expect(groups.map((g) => [g.uid, g.records.length]).sort()).toEqual([["wdm-none", 0], ["wdm0", 4], ["wdm3", 6]]);
+      const st = await mf.dispatchFetch("http://localhost/v1/sessions/wdm3_0_0");
+      expect(await st.json()).toMatchObject({ phase: "done" });
+    } finally {
+      await q.close();
+    }
+  }, 60_000);
+});
