@@ -89,7 +89,7 @@ describe(`E7: a ${OUTAGE_S} s Redis outage in the middle of a queue-mode batch`,
         expect(new Set(landed).size).toBe(landed.length);
         if (persist) {
           expect(p.lost).toBeNull();
-          expect(p.counts).toEqual({ total: ROWS_N * N, pending: 0, running: 0, ok: ROWS_N * N, failed: 0, truncated: p.counts.truncated });
+          expect(p.counts).toEqual({ total: ROWS_N * N, pending: 0, running: 0, finished: ROWS_N * N, reused: 0, records: ROWS_N * N, ok: ROWS_N * N, failed: 0, truncated: p.counts.truncated });
           expect(landed.sort()).toEqual([...b.keys].sort());
           // Exactly once for the trainer too: every group delivered once, with its n records.
           const groups = await drainGroups(serve.url, rows.map((r) => r.uid), 30_000);
