@@ -56,7 +56,8 @@ export async function rolloutCommand(flags: RolloutFlags): Promise<void> {
     if (!req.success) throw inputErrorFromZod("--data", req.error.issues);
     out = flags.out ? createWriteStream(flags.out) : null;
     const t0 = performance.now();
-    const { run, keys } = runtime.service.submit(req.data);
+    // accept, not submit: known uids are checked first (another n or prompt is refused before anything is written) and their finished sessions handed back.
+    const { run, keys } = await runtime.service.accept(req.data);
     const n = req.data.validate ? runtime.config.rollout.val_kwargs.n : runtime.config.rollout.n;
     log(`batch      ${run.plan.batch_id}: ${rows.length} rows x n=${n} -> ${keys.length} trajectories`);
 

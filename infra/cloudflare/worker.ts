@@ -14,7 +14,7 @@ import { errorResponse } from "../../functions/rollouts.ts";
 import { mergeConfig, parseAppConfig } from "../../shared/config/app-config.ts";
 import { ConfigError, inputErrorFromZod } from "../../shared/errors.ts";
 import { planBatch, RolloutRequest } from "../../shared/rollout/batch.ts";
-import { planFingerprints } from "../../shared/rollout/group-fingerprint.ts";
+import { checkPlanGroups, withFingerprints } from "../../shared/rollout/group-fingerprint.ts";
 import { samplingParamsFor } from "../../shared/rollout/executor.ts";
 import type { SessionInputArg } from "../../shared/session/checkpoint.ts";
 import type { ExecutionContext } from "./cf-types.ts";
@@ -46,10 +46,11 @@ app.post("/v1/rollouts", async (c) => {
   const req = r.data;
   if (req.config && Object.keys(req.config).some((k) => k !== "rollout")) throw new ConfigError("config", "only the rollout section can be set per batch");
   const cfg = req.config ? parseAppConfig(mergeConfig(rt.config, req.config), "request config") : rt.config;
-  const plan = planBatch(req, cfg.rollout, cfg.max_batch_trajectories);
+  const plan = await withFingerprints(planBatch(req, cfg.rollout, cfg.max_batch_trajectories));
   const mode = plan.validate ? "val" : "train";
-  const fps = await planFingerprints(plan);
-  for (const [uid, n] of plan.groups) await rt.queue.expectGroup(uid, n, mode, fps.get(uid)?.fingerprint);
+  // Every group is checked before any is registered: a 409 (another n, partition or prompt under a known uid) writes nothing.
+  await checkPlanGroups(rt.queue, plan);
+  for (const [uid, n] of plan.groups) await rt.queue.expectGroup(uid, n, mode, plan.fingerprints?.get(uid));
   const start = async (i: number) => {
     const t = plan.trajectories[i]!;
     if (t.row_error || !t.row) {

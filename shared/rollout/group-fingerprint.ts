@@ -1,4 +1,6 @@
+import { ConflictError } from "../errors.ts";
 import type { DatasetRow } from "../schema/index.ts";
+import type { TransferQueue } from "../store/types.ts";
 import type { BatchPlan } from "./batch.ts";
 
 /** JSON with object keys sorted at every level, so that equal values give equal text whatever their key order. */
@@ -43,4 +45,52 @@ export async function planFingerprints(plan: BatchPlan): Promise<Map<string, { f
     out.set(t.uid, { fingerprint: await groupFingerprint(t.row), row_index: t.row_index });
   }
   return out;
+}
+
+/** `plan` with `fingerprints` set (uid → fingerprint of every valid row's prompt group), for `expectGroup` and {@link checkPlanGroups}. */
+export async function withFingerprints(plan: BatchPlan): Promise<BatchPlan> {
+  const fps = await planFingerprints(plan);
+  plan.fingerprints = new Map([...fps].map(([uid, f]) => [uid, f.fingerprint]));
+  return plan;
+}
+
+/** The uids of a batch whose group already existed (`reused_uids`), and those already complete (`complete_uids`). */
+export interface GroupReuse {
+  reused_uids: string[];
+  complete_uids: string[];
+}
+
+/**
+ * Reads every group of `plan` from the store and refuses the batch (409,
+ * nothing written) when one is registered with another n or partition, or
+ * with another prompt (its fingerprint differs: a uid names one prompt
+ * group); returns the uids whose group already exists, and those already complete.
+ * @throws ConflictError (409, field `rows`, or `rows[i].uid` for another prompt) naming the uid; StoreError (503).
+ */
+export async function checkPlanGroups(store: TransferQueue, plan: BatchPlan): Promise<GroupReuse> {
+  const mode = plan.validate ? "val" : "train";
+  const groups = [...plan.groups];
+  const rowOf = new Map<string, number>();
+  for (const t of plan.trajectories) if (!rowOf.has(t.uid)) rowOf.set(t.uid, t.row_index);
+  const reused: string[] = [];
+  const complete: string[] = [];
+  for (let i = 0; i < groups.length; i += 256) {
+    const chunk = groups.slice(i, i + 256);
+    const statuses = await Promise.all(chunk.map(([uid]) => store.groupStatus(uid)));
+    statuses.forEach((st, j) => {
+      const [uid, n] = chunk[j]!;
+      if (st.expected === null) return;
+      if (st.expected !== n || st.partition !== mode) {
+        throw new ConflictError(`group ${uid} is registered with n=${st.expected} in ${st.partition}, not n=${n} in ${mode}: a uid names one group; use a new uid for new samples`, { field: "rows" });
+      }
+      const fp = plan.fingerprints?.get(uid);
+      if (fp && st.fingerprint && fp !== st.fingerprint) {
+        const i = rowOf.get(uid)!;
+        throw new ConflictError(`rows[${i}].uid: group ${uid} was registered with another prompt: a uid names one prompt group; use a new uid for new samples`, { field: `rows[${i}].uid` });
+      }
+      reused.push(uid);
+      if (st.complete) complete.push(uid);
+    });
+  }
+  return { reused_uids: reused, complete_uids: complete };
 }

@@ -1,4 +1,4 @@
-import { ConfigError, ConflictError, NotFoundError } from "../errors.ts";
+import { ConfigError, NotFoundError } from "../errors.ts";
 import { AppConfig, mergeConfig, parseAppConfig } from "../config/app-config.ts";
 import type { RolloutConfig, TrajectoryRecord } from "../schema/index.ts";
 import type { TransferQueue } from "../store/types.ts";
@@ -7,7 +7,7 @@ import { MemoryPolicyVersions, type PolicyVersions } from "./policy-version.ts";
 import type { BatchSpec, JobQueue, QueueStats } from "../jobs/job-queue.ts";
 import { failedRecord, planBatch, type BatchPlan, type PlannedTrajectory, type RolloutRequest } from "./batch.ts";
 import { BatchRun, type TrajectoryExecutor } from "./batch-run.ts";
-import { planFingerprints } from "./group-fingerprint.ts";
+import { checkPlanGroups, withFingerprints } from "./group-fingerprint.ts";
 
 /** Builds the executor for a batch's effective rollout config (per-batch overrides applied). */
 export type ExecutorFactory = (rollout: RolloutConfig, batch: { model_version: string | number | null; validate: boolean }) => TrajectoryExecutor;
@@ -91,52 +91,12 @@ export class RolloutService {
   async accept(req: RolloutRequest): Promise<AcceptedBatch> {
     if (this.jobs) return this.enqueue(req);
     const cfg = this.effectiveConfig(req);
-    const plan = await this.fingerprinted(planBatch(req, cfg.rollout, cfg.max_batch_trajectories));
-    const reuse = await this.checkGroups(plan);
+    const plan = await withFingerprints(planBatch(req, cfg.rollout, cfg.max_batch_trajectories));
+    const reuse = await checkPlanGroups(this.store, plan);
     return { ...this.start(plan, cfg, req, new Set(reuse.reused_uids)), ...reuse };
   }
 
-  /** The plan with every valid row's prompt-group fingerprint (stored with its group; DESIGN §6). */
-  private async fingerprinted(plan: BatchPlan): Promise<BatchPlan> {
-    const fps = await planFingerprints(plan);
-    plan.fingerprints = new Map([...fps].map(([uid, f]) => [uid, f.fingerprint]));
-    return plan;
-  }
 
-  /**
-   * Reads every group of `plan` from the store and refuses the batch (409,
-   * nothing written) when one is registered with another n or partition, or
-   * with another prompt (its fingerprint differs: a uid names one prompt
-   * group); returns the uids whose group already exists, and those already complete.
-   * @throws ConflictError (409, field `rows`, or `rows[i].uid` for another prompt) naming the uid; StoreError (503).
-   */
-  private async checkGroups(plan: BatchPlan): Promise<{ reused_uids: string[]; complete_uids: string[] }> {
-    const mode = plan.validate ? "val" : "train";
-    const groups = [...plan.groups];
-    const rowOf = new Map<string, number>();
-    for (const t of plan.trajectories) if (!rowOf.has(t.uid)) rowOf.set(t.uid, t.row_index);
-    const reused: string[] = [];
-    const complete: string[] = [];
-    for (let i = 0; i < groups.length; i += 256) {
-      const chunk = groups.slice(i, i + 256);
-      const statuses = await Promise.all(chunk.map(([uid]) => this.store.groupStatus(uid)));
-      statuses.forEach((st, j) => {
-        const [uid, n] = chunk[j]!;
-        if (st.expected === null) return;
-        if (st.expected !== n || st.partition !== mode) {
-          throw new ConflictError(`group ${uid} is registered with n=${st.expected} in ${st.partition}, not n=${n} in ${mode}: a uid names one group; use a new uid for new samples`, { field: "rows" });
-        }
-        const fp = plan.fingerprints?.get(uid);
-        if (fp && st.fingerprint && fp !== st.fingerprint) {
-          const i = rowOf.get(uid)!;
-          throw new ConflictError(`rows[${i}].uid: group ${uid} was registered with another prompt: a uid names one prompt group; use a new uid for new samples`, { field: `rows[${i}].uid` });
-        }
-        reused.push(uid);
-        if (st.complete) complete.push(uid);
-      });
-    }
-    return { reused_uids: reused, complete_uids: complete };
-  }
 
   /**
    * Queue mode: plans the batch, registers its groups, records rows that
@@ -151,8 +111,8 @@ export class RolloutService {
     const jobs = this.jobs;
     if (!jobs) throw new ConfigError("jobs", "queue mode needs a job queue (a Redis or Upstash store)");
     const cfg = this.effectiveConfig(req);
-    const plan = await this.fingerprinted(planBatch(req, cfg.rollout, cfg.max_batch_trajectories));
-    const reuse = await this.checkGroups(plan);
+    const plan = await withFingerprints(planBatch(req, cfg.rollout, cfg.max_batch_trajectories));
+    const reuse = await checkPlanGroups(this.store, plan);
     // Sessions of re-posted uids that already finished are handed back as stored, not run (or counted) again.
     const reusedSet = new Set(reuse.reused_uids);
     const handedBack = new Map<string, TrajectoryRecord[]>();
@@ -271,7 +231,10 @@ export class RolloutService {
   }
 
   /**
-   * Plans and starts a batch; resolves once it is accepted (not finished).
+   * Plans and starts a batch in this process without reading the store
+   * first: no uid check, no fingerprint, no hand-back of finished sessions.
+   * For embedders and tests that choose fresh uids; the CLI and the HTTP API
+   * go through {@link accept}.
    * @throws ConfigError (400) when `config` overrides anything but `rollout`, or an invalid value.
    */
   submit(req: RolloutRequest): { batch_id: string; keys: string[]; run: BatchRun } {

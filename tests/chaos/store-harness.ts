@@ -54,7 +54,7 @@ export async function until<T>(fn: () => Promise<T>, what: string, timeoutMs = 6
 /** Batch progress as `GET /v1/rollouts/{id}` reports it (the fields these tests read). */
 export interface Progress {
   done: boolean;
-  counts: { total: number; pending: number; running: number; ok: number; failed: number; truncated: number };
+  counts: { total: number; pending: number; running: number; finished: number; reused: number; records: number; ok: number; failed: number; truncated: number };
   errors: { key: string; error: string }[];
   lost: { count: number; keys: string[]; missing: string[]; reason: string } | null;
 }

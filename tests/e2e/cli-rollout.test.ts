@@ -126,6 +126,34 @@ describe("edgeloop rollout (the README's first command)", () => {
     }
   }, 60_000);
 
+  test("with --store redis://, a uid already holding another prompt is refused before anything is written (exit 2); the same prompt is handed back", async () => {
+    if (!(await requireRedis())) return;
+    const prefix = randomPrefix("e2e-cli-uid");
+    const row = { uid: "cliuid", data_source: "edge", prompt: [{ role: "user", content: "What is 2+2?" }], reward_model: { style: "rule", ground_truth: "4" } };
+    Bun.write(join(dir, "uid-a.jsonl"), JSON.stringify(row) + "\n");
+    Bun.write(join(dir, "uid-b.jsonl"), JSON.stringify({ ...row, uid: "clinew" }) + "\n" + JSON.stringify({ ...row, prompt: [{ role: "user", content: "What is 3+3?" }] }) + "\n");
+    const q = createRedisTransferQueue({ url: REDIS_URL, prefix });
+    try {
+      const first = edgeloop(["rollout", "--data", "uid-a.jsonl", "--n", "2", "--out", "uid-a.out.jsonl", "--store", REDIS_URL, "--store-prefix", prefix]);
+      expect(first.code).toBe(0);
+      const status = await q.groupStatus("cliuid");
+      expect(status).toMatchObject({ expected: 2, finished: 2, records: 2, complete: true });
+      const refused = edgeloop(["rollout", "--data", "uid-b.jsonl", "--n", "2", "--store", REDIS_URL, "--store-prefix", prefix]);
+      expect(refused.code).toBe(2);
+      expect(refused.stderr).toContain("edgeloop: rows[1].uid: group cliuid was registered with another prompt: a uid names one prompt group; use a new uid for new samples");
+      expect(await q.groupStatus("cliuid")).toEqual(status);
+      expect((await q.groupStatus("clinew")).expected).toBeNull();
+      // The same prompt again: its finished sessions are handed back from the store, not run again.
+      const again = edgeloop(["rollout", "--data", "uid-a.jsonl", "--n", "2", "--out", "uid-a2.out.jsonl", "--store", REDIS_URL, "--store-prefix", prefix]);
+      expect(again.code).toBe(0);
+      expect(readRecords("uid-a2.out.jsonl").lines.sort()).toEqual(readRecords("uid-a.out.jsonl").lines.sort());
+      expect(await q.groupStatus("cliuid")).toEqual(status);
+    } finally {
+      await q.close();
+      await deleteByPrefix(prefix);
+    }
+  }, 60_000);
+
   test("bad rows fail alone; a bad flag fails at start naming it", () => {
     const rows = readFileSync(join(dir, "examples", "gsm8k-tool.jsonl"), "utf8").trim().split("\n").slice(0, 3);
     rows.splice(1, 0, "{not json", JSON.stringify({ prompt: [] }), JSON.stringify({ ...JSON.parse(rows[0]!), agent_name: "no_such_agent" }));

@@ -89,4 +89,26 @@ describe.skipIf(!redis)("Cloudflare worker + Durable Object sessions in workerd"
     expect([...records.keys()]).toEqual(["wde4_0_0", "wde4_1_0"]);
     for (const r of records.values()) checkE4Record(r);
   }, 60_000);
+
+  test("E9 in workerd: a known uid with another prompt is a 409 naming it, and the batch registers none of its groups", async () => {
+    const post = (rows: unknown[]) => mf.dispatchFetch("http://localhost/v1/rollouts", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows }) });
+    const first = await post([{ ...e4Row("wdreuse") }]);
+    expect(first.status).toBe(202);
+    await awaitRecords(s.prefix, ["wdreuse"], 2);
+    const other = { ...e4Row("wdreuse"), prompt: [{ role: "user", content: "What is 3+3?" }] };
+    const refused = await post([e4Row("wdfresh"), other]);
+    expect(refused.status).toBe(409);
+    expect(await refused.json()).toEqual({
+      error: {
+        code: "conflict",
+        message: "rows[1].uid: group wdreuse was registered with another prompt: a uid names one prompt group; use a new uid for new samples",
+        field: "rows[1].uid",
+      },
+    });
+    // The refused batch's other row registered nothing (groups are checked before any is written).
+    const fresh = (await (await mf.dispatchFetch("http://localhost/v1/groups/wdfresh")).json()) as { expected: number | null; records: number };
+    expect([fresh.expected, fresh.records]).toEqual([null, 0]);
+    const kept = (await (await mf.dispatchFetch("http://localhost/v1/groups/wdreuse")).json()) as { expected: number; finished: number; records: number; complete: boolean };
+    expect([kept.expected, kept.finished, kept.records, kept.complete]).toEqual([2, 2, 2, true]);
+  }, 60_000);
 });
