@@ -1,5 +1,6 @@
-import { readFileSync } from "node:fs";
-import { join } from "node:path";
+import { readFileSync, rmSync } from "node:fs";
+import { basename, join } from "node:path";
+import { Miniflare } from "miniflare";
 import { startSimEngine, type RunningSimEngine } from "../../infra/sim-engine/server.ts";
 import { startToolServer, type ToolServer } from "../../infra/tools/server.ts";
 import { startUpstashBridge, type UpstashBridge } from "../../infra/upstash-bridge/upstash-bridge.ts";
@@ -112,4 +113,63 @@ export function checkE4Record(r: TrajectoryRecord): void {
 export function comparableRecord(r: TrajectoryRecord) {
   const { metrics, ...rest } = r;
   return { ...rest, num_preempted: metrics.num_preempted };
+}
+
+/** A wrangler bundle of a Worker entry, built as `wrangler deploy --dry-run` builds it, and the workerd instance running it. */
+export interface Workerd {
+  mf: Miniflare;
+  /** Milliseconds the bundle took, its size in bytes, and milliseconds until Miniflare was ready. */
+  figures: { bundle_ms: number; bundle_bytes: number; start_ms: number };
+  /** Stops workerd and removes the bundle. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Bundles `entry` (default: wrangler.toml's main) with the real wrangler and runs it in workerd
+ * (Miniflare) with the SESSIONS Durable Object on SQLite storage and the given bindings.
+ * @throws Error with wrangler's output when the bundle fails.
+ */
+export async function startWorkerd(bindings: Record<string, string>, entry?: string): Promise<Workerd> {
+  const outdir = join(ROOT, ".wrangler", `test-${crypto.randomUUID().slice(0, 8)}`);
+  const t0 = performance.now();
+  const build = Bun.spawnSync(["node", join(ROOT, "node_modules", "wrangler", "bin", "wrangler.js"), "deploy", "--dry-run", "--outdir", outdir, ...(entry ? [entry] : [])], {
+    cwd: ROOT,
+    env: { ...process.env, WRANGLER_SEND_METRICS: "false", CI: "true" },
+    stdout: "pipe",
+    stderr: "pipe",
+  });
+  if (build.exitCode !== 0) throw new Error(`wrangler build failed: ${build.stderr.toString()}${build.stdout.toString()}`);
+  const module = join(outdir, entry ? basename(entry).replace(/\.ts$/, ".js") : "worker.js");
+  const bundle_ms = performance.now() - t0;
+  const t1 = performance.now();
+  const mf = new Miniflare({
+    modules: [{ type: "ESModule", path: module }],
+    compatibilityDate: "2026-04-07",
+    compatibilityFlags: ["nodejs_compat"],
+    durableObjects: { SESSIONS: { className: "TrajectorySessionObject", useSQLite: true } },
+    bindings,
+  });
+  await mf.ready;
+  return {
+    mf,
+    figures: { bundle_ms, bundle_bytes: Bun.file(module).size, start_ms: performance.now() - t1 },
+    stop: async () => {
+      await mf.dispose();
+      rmSync(outdir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** The bindings of the Worker entry against {@link startServices}' engine, tools and Upstash bridge. */
+export function workerBindings(s: Services): Record<string, string> {
+  return {
+    EDGELOOP_ENGINE_URL: s.engine.urls[0]!,
+    EDGELOOP_ENGINE_FORMAT: "vllm",
+    EDGELOOP_TOOLS: s.toolsJson,
+    EDGELOOP_TOOLS_SECRET: "runtime-secret",
+    EDGELOOP_CONFIG: JSON.stringify(RUNTIME_CONFIG),
+    EDGELOOP_STORE_PREFIX: s.prefix,
+    UPSTASH_REDIS_REST_URL: s.bridge.url,
+    UPSTASH_REDIS_REST_TOKEN: s.token,
+  };
 }

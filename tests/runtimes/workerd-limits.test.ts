@@ -1,13 +1,11 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { rmSync } from "node:fs";
-import { join } from "node:path";
 import { Miniflare } from "miniflare";
 import { buildRuntime } from "../../infra/cli/runtime.ts";
 import { startSimEngine, type RunningSimEngine } from "../../infra/sim-engine/server.ts";
 import { startUpstashBridge, type UpstashBridge } from "../../infra/upstash-bridge/upstash-bridge.ts";
 import type { TrajectoryRecord } from "../../shared/schema/index.ts";
 import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
-import { awaitRecords, comparableRecord, ROOT } from "./harness.ts";
+import { awaitRecords, comparableRecord, startWorkerd, type Workerd } from "./harness.ts";
 
 // E3: values larger than a Durable Object allows. The worker bundle in Miniflare with
 // SQLite-backed objects (2 MB per key + value), sim engine, Upstash bridge.
@@ -20,45 +18,31 @@ const rowL = { uid: "e3L", data_source: "edge", prompt: [{ role: "user", content
 const rowB = { uid: "e3B", data_source: "edge", prompt: [{ role: "user", content: "filler ".repeat(330_000) + "Answer with #### 1." }], reward_model: { style: "rule", ground_truth: "1" } };
 let engine: RunningSimEngine;
 let bridge: UpstashBridge;
+let w: Workerd;
 let mf: Miniflare;
 const token = crypto.randomUUID();
 const prefix = randomPrefix("workerd-limits");
-const outdir = join(ROOT, ".wrangler", `test-${crypto.randomUUID().slice(0, 8)}`);
 
 beforeAll(async () => {
   if (!redis) return;
   engine = await startSimEngine({ script: { seed: 3, rules: [{ when: "Say a, many times.", turns: [LONG] }], default: ["The answer is 1.\n#### 1"] }, maxModelLen: 131072 });
   bridge = await startUpstashBridge({ port: 0, redisUrl: REDIS_URL, token });
-  const build = Bun.spawnSync(["node", join(ROOT, "node_modules", "wrangler", "bin", "wrangler.js"), "deploy", "--dry-run", "--outdir", outdir], {
-    cwd: ROOT,
-    env: { ...process.env, WRANGLER_SEND_METRICS: "false", CI: "true" },
-    stdout: "pipe",
-    stderr: "pipe",
+  w = await startWorkerd({
+    EDGELOOP_ENGINE_URL: engine.urls[0]!,
+    EDGELOOP_ENGINE_FORMAT: "vllm",
+    EDGELOOP_CONFIG: JSON.stringify(CONFIG),
+    EDGELOOP_STORE_PREFIX: prefix,
+    UPSTASH_REDIS_REST_URL: bridge.url,
+    UPSTASH_REDIS_REST_TOKEN: token,
   });
-  if (build.exitCode !== 0) throw new Error(`wrangler build failed: ${build.stderr.toString()}${build.stdout.toString()}`);
-  mf = new Miniflare({
-    modules: [{ type: "ESModule", path: join(outdir, "worker.js") }],
-    compatibilityDate: "2026-04-07",
-    compatibilityFlags: ["nodejs_compat"],
-    durableObjects: { SESSIONS: { className: "TrajectorySessionObject", useSQLite: true } },
-    bindings: {
-      EDGELOOP_ENGINE_URL: engine.urls[0]!,
-      EDGELOOP_ENGINE_FORMAT: "vllm",
-      EDGELOOP_CONFIG: JSON.stringify(CONFIG),
-      EDGELOOP_STORE_PREFIX: prefix,
-      UPSTASH_REDIS_REST_URL: bridge.url,
-      UPSTASH_REDIS_REST_TOKEN: token,
-    },
-  });
-  await mf.ready;
+  mf = w.mf;
 }, 60_000);
 
 afterAll(async () => {
-  await mf?.dispose();
+  await w?.stop();
   await engine?.stop();
   await bridge?.stop();
   await deleteByPrefix(prefix);
-  rmSync(outdir, { recursive: true, force: true });
 });
 
 const post = (rows: unknown[]) => mf.dispatchFetch("http://localhost/v1/rollouts", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows }) });

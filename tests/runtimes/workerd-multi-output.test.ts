@@ -1,53 +1,28 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { rmSync } from "node:fs";
 import { join } from "node:path";
-import { Miniflare } from "miniflare";
+import type { Miniflare } from "miniflare";
 import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue.ts";
 import { REDIS_URL, requireRedis } from "../helpers/redis.ts";
-import { ROOT, RUNTIME_CONFIG, startServices, type Services } from "./harness.ts";
+import { ROOT, startServices, startWorkerd, workerBindings, type Services, type Workerd } from "./harness.ts";
 
 // Edge case E1 on the Durable Object path: a Worker entry that registers a custom loop
 // (`registerWorkerAgentLoop`) returning 2, 3 or 0 outputs per session, bundled by wrangler and
 // run in workerd (Miniflare, SQLite-backed objects). Every output is written by its object.
 const redis = await requireRedis();
 let s: Services;
+let w: Workerd;
 let mf: Miniflare;
-const outdir = join(ROOT, ".wrangler", `test-multi-${crypto.randomUUID().slice(0, 8)}`);
 
 beforeAll(async () => {
   if (!redis) return;
   s = await startServices("workerd-multi");
-  const entry = join(ROOT, "tests", "runtimes", "fixtures", "multi-output-worker.ts");
-  const build = Bun.spawnSync(["node", join(ROOT, "node_modules", "wrangler", "bin", "wrangler.js"), "deploy", "--dry-run", "--outdir", outdir, entry], {
-    cwd: ROOT,
-    env: { ...process.env, WRANGLER_SEND_METRICS: "false", CI: "true" },
-    stdout: "pipe",
-    stderr: "pipe",
-  });
-  if (build.exitCode !== 0) throw new Error(`wrangler build failed: ${build.stderr.toString()}${build.stdout.toString()}`);
-  mf = new Miniflare({
-    modules: [{ type: "ESModule", path: join(outdir, "multi-output-worker.js") }],
-    compatibilityDate: "2026-04-07",
-    compatibilityFlags: ["nodejs_compat"],
-    durableObjects: { SESSIONS: { className: "TrajectorySessionObject", useSQLite: true } },
-    bindings: {
-      EDGELOOP_ENGINE_URL: s.engine.urls[0]!,
-      EDGELOOP_ENGINE_FORMAT: "vllm",
-      EDGELOOP_TOOLS: s.toolsJson,
-      EDGELOOP_TOOLS_SECRET: "runtime-secret",
-      EDGELOOP_CONFIG: JSON.stringify(RUNTIME_CONFIG),
-      EDGELOOP_STORE_PREFIX: s.prefix,
-      UPSTASH_REDIS_REST_URL: s.bridge.url,
-      UPSTASH_REDIS_REST_TOKEN: s.token,
-    },
-  });
-  await mf.ready;
+  w = await startWorkerd(workerBindings(s), join(ROOT, "tests", "runtimes", "fixtures", "multi-output-worker.ts"));
+  mf = w.mf;
 }, 60_000);
 
 afterAll(async () => {
-  await mf?.dispose();
+  await w?.stop();
   await s?.stop();
-  rmSync(outdir, { recursive: true, force: true });
 });
 
 describe.skipIf(!redis)("E1 in workerd: Durable Object sessions with several outputs", () => {

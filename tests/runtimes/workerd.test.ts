@@ -1,57 +1,28 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { rmSync } from "node:fs";
-import { join } from "node:path";
-import { Miniflare } from "miniflare";
+import type { Miniflare } from "miniflare";
 import { requireRedis } from "../helpers/redis.ts";
-import { awaitRecords, batchRows, checkE4Record, checkRecords, comparableRecord, e4Row, ROOT, RUNTIME_CONFIG, startServices, type Services } from "./harness.ts";
+import { awaitRecords, batchRows, checkE4Record, checkRecords, comparableRecord, e4Row, startServices, startWorkerd, workerBindings, type Services, type Workerd } from "./harness.ts";
 import { bunReference } from "./reference.ts";
 
 // The Cloudflare entry in workerd: bundled by wrangler from wrangler.toml (as `wrangler deploy` would),
 // run by Miniflare with the Durable Object binding on SQLite storage, against loopback services.
 const redis = await requireRedis();
 let s: Services;
+let w: Workerd;
 let mf: Miniflare;
-const outdir = join(ROOT, ".wrangler", `test-${crypto.randomUUID().slice(0, 8)}`);
-const figures: Record<string, number> = {};
+let figures: Record<string, number> = {};
 
 beforeAll(async () => {
   if (!redis) return;
   s = await startServices("workerd");
-  const t0 = performance.now();
-  const build = Bun.spawnSync(["node", join(ROOT, "node_modules", "wrangler", "bin", "wrangler.js"), "deploy", "--dry-run", "--outdir", outdir], {
-    cwd: ROOT,
-    env: { ...process.env, WRANGLER_SEND_METRICS: "false", CI: "true" },
-    stdout: "pipe",
-    stderr: "pipe",
-  });
-  if (build.exitCode !== 0) throw new Error(`wrangler build failed: ${build.stderr.toString()}${build.stdout.toString()}`);
-  figures.bundle_ms = performance.now() - t0;
-  figures.bundle_bytes = Bun.file(join(outdir, "worker.js")).size;
-  const t1 = performance.now();
-  mf = new Miniflare({
-    modules: [{ type: "ESModule", path: join(outdir, "worker.js") }],
-    compatibilityDate: "2026-04-07",
-    compatibilityFlags: ["nodejs_compat"],
-    durableObjects: { SESSIONS: { className: "TrajectorySessionObject", useSQLite: true } },
-    bindings: {
-      EDGELOOP_ENGINE_URL: s.engine.urls[0]!,
-      EDGELOOP_ENGINE_FORMAT: "vllm",
-      EDGELOOP_TOOLS: s.toolsJson,
-      EDGELOOP_TOOLS_SECRET: "runtime-secret",
-      EDGELOOP_CONFIG: JSON.stringify(RUNTIME_CONFIG),
-      EDGELOOP_STORE_PREFIX: s.prefix,
-      UPSTASH_REDIS_REST_URL: s.bridge.url,
-      UPSTASH_REDIS_REST_TOKEN: s.token,
-    },
-  });
-  await mf.ready;
-  figures.start_ms = performance.now() - t1;
+  w = await startWorkerd(workerBindings(s));
+  mf = w.mf;
+  figures = { ...w.figures };
 }, 60_000);
 
 afterAll(async () => {
-  await mf?.dispose();
+  await w?.stop();
   await s?.stop();
-  rmSync(outdir, { recursive: true, force: true });
 });
 
 describe.skipIf(!redis)("Cloudflare worker + Durable Object sessions in workerd", () => {
