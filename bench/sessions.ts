@@ -6,12 +6,10 @@
  * Run: ./node_modules/.bin/bun bench/sessions.ts  (needs Redis on 127.0.0.1:6379)
  */
 import { IoRedisCommander } from "../infra/redis/ioredis-commander.ts";
-import { saveBuilder, restoreBuilder } from "../shared/session/checkpoint.ts";
 import { RedisSessionStorage } from "../shared/session/redis-session-storage.ts";
 import { SessionHost } from "../shared/session/session-host.ts";
 import { MemorySessionStorage, type SessionStorage } from "../shared/session/session-storage.ts";
 import { TrajectorySession } from "../shared/session/trajectory-session.ts";
-import { TrajectoryBuilder } from "../shared/tokens/trajectory-builder.ts";
 import { startToolServer } from "../infra/tools/server.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL } from "../tests/helpers/redis.ts";
 import { depsFor, inputFor, sessionLoopFactory } from "../tests/session/fixtures.ts";
@@ -75,22 +73,7 @@ try {
     add(`whole step incl. engine + tools, ${name} (µs)`, median(stepUs).toFixed(0));
   }
 
-  // Token arrays at the response budget: 4096 response tokens with log-probs.
-  const b = new TrajectoryBuilder({ promptIds: Array.from({ length: 512 }, (_, i) => i), responseLength: 4096, maxModelLen: 8192, trackLogProbs: true });
-  b.appendAction(Array.from({ length: 4096 }, (_, i) => 1000 + i), Array.from({ length: 4096 }, (_, i) => -i / 1000));
-  const enc: number[] = [];
-  const dec: number[] = [];
-  let size = 0;
-  for (let i = 0; i < 200; i++) {
-    let t = performance.now();
-    const j = JSON.stringify(saveBuilder(b));
-    enc.push((performance.now() - t) * 1000);
-    size = j.length;
-    t = performance.now();
-    restoreBuilder(JSON.parse(j), true);
-    dec.push((performance.now() - t) * 1000);
-  }
-  add("4096-token builder: encode µs / restore µs / bytes", `${median(enc).toFixed(0)} / ${median(dec).toFixed(0)} / ${size}`);
+  // (Commit cost against trajectory length, and bytes written per trajectory: bench/checkpoint-growth.ts.)
 
   // 2. Resume latency: open a session stored mid-trajectory (after its first tool round).
   for (const [name, storage] of [

@@ -10,19 +10,14 @@ import { decodeFloat32, decodeFloat64, decodeInt32, decodeUint8, encodeFloat32, 
 /** Version of the checkpoint layout; a stored checkpoint of another version is refused, never guessed at. */
 export const CHECKPOINT_VERSION = 2;
 
-/** A trajectory builder's state: token arrays as base64 (ids int32, mask bytes, log-probs float32 — bit-exact). */
-export const BuilderState = z.object({
-  prompt_ids: z.string(),
-  response_ids: z.string(),
-  response_mask: z.string(),
-  response_logprobs: z.string().nullable(),
+/** What a trajectory builder's budgets and flags are (the non-token part of a {@link BuilderDelta}). */
+const BuilderLimits = z.object({
   truncated: z.boolean(),
   prompt_truncated: z.boolean(),
   response_length: z.number().int().min(1),
   max_model_len: z.number().int().min(1),
   prompt_length: z.number().int().min(1).optional(),
 });
-export type BuilderState = z.infer<typeof BuilderState>;
 
 const AwaitedCall = z.object({
   awaiting: z.literal(true),
@@ -49,10 +44,12 @@ const PendingCall = z.union([
   z.object({ index: z.number().int(), name: z.string().optional(), message: z.string(), raw: z.string() }),
 ]);
 
-/** `tool_agent`'s run state ({@link ToolAgentData} without what is rebuilt on resume: tools, encoder, simulated user). */
-export const ToolAgentState = z.object({
-  messages: z.array(ChatMessage),
-  builder: BuilderState.nullable(),
+/**
+ * `tool_agent`'s small run state, stored whole in every commit
+ * ({@link ToolAgentData} without what grows — messages, tokens — and what is
+ * rebuilt on resume: tools, encoder, simulated user).
+ */
+export const ToolAgentFields = z.object({
   assistant_turns: z.number().int().min(0),
   user_turns: z.number().int().min(0),
   pending: z.array(PendingCall),
@@ -69,7 +66,7 @@ export const ToolAgentState = z.object({
   terminated_by: z.string(),
   error: z.string().nullable(),
 });
-export type ToolAgentState = z.infer<typeof ToolAgentState>;
+export type ToolAgentFields = z.infer<typeof ToolAgentFields>;
 
 /**
  * Where a session is: `running` (a step is due), `waiting` (tool calls
@@ -80,8 +77,8 @@ export type ToolAgentState = z.infer<typeof ToolAgentState>;
 export const SessionPhase = z.enum(["running", "waiting", "finished", "done", "failed"]);
 export type SessionPhase = z.infer<typeof SessionPhase>;
 
-/** A builder's new tokens since the previous commit (base64 typed arrays, as {@link BuilderState}). */
-export const BuilderDelta = z.object({
+/** A builder's new tokens since the previous commit: base64 typed arrays (ids int32, mask bytes, log-probs float32 — bit-exact). */
+export const BuilderDelta = BuilderLimits.extend({
   /** The prompt ids: present when the builder is new (first commit after the prompt was built). */
   prompt_ids: z.string().optional(),
   /** Response tokens of the previous state kept before `response_ids` is appended (the previous length, normally). */
@@ -89,11 +86,6 @@ export const BuilderDelta = z.object({
   response_ids: z.string(),
   response_mask: z.string(),
   response_logprobs: z.string().nullable(),
-  truncated: z.boolean(),
-  prompt_truncated: z.boolean(),
-  response_length: z.number().int().min(1),
-  max_model_len: z.number().int().min(1),
-  prompt_length: z.number().int().min(1).optional(),
 });
 export type BuilderDelta = z.infer<typeof BuilderDelta>;
 
@@ -103,7 +95,7 @@ export type BuilderDelta = z.infer<typeof BuilderDelta>;
  * previous state is kept), plus the small fields (counters, pending calls,
  * metrics) whole.
  */
-export const LoopDelta = ToolAgentState.omit({ messages: true, builder: true }).extend({
+export const LoopDelta = ToolAgentFields.extend({
   messages_from: z.number().int().min(0),
   messages: z.array(ChatMessage),
   builder: BuilderDelta.nullable(),
@@ -243,43 +235,8 @@ export function parseSessionInput(json: unknown, key: string): SessionInput {
   return r.data;
 }
 
-/** The builder's state for a checkpoint (base64 token arrays). */
-export function saveBuilder(b: TrajectoryBuilder): BuilderState {
-  const s = b.snapshot();
-  return {
-    prompt_ids: encodeInt32(b.promptIds),
-    response_ids: encodeInt32(s.response_ids),
-    response_mask: encodeUint8(s.response_mask),
-    response_logprobs: s.response_logprobs ? encodeFloat32(s.response_logprobs) : null,
-    truncated: s.truncated,
-    prompt_truncated: s.prompt_truncated,
-    response_length: s.response_length,
-    max_model_len: s.max_model_len,
-    ...(s.prompt_length !== undefined ? { prompt_length: s.prompt_length } : {}),
-  };
-}
-
-/** A builder from {@link saveBuilder} output: the same ids, mask and float32 log-probs. */
-export function restoreBuilder(s: BuilderState, trackLogProbs: boolean): TrajectoryBuilder {
-  const ids = Array.from(decodeInt32(s.response_ids));
-  return TrajectoryBuilder.fromSnapshot(
-    {
-      prompt_ids: Array.from(decodeInt32(s.prompt_ids)),
-      response_ids: ids,
-      response_mask: Array.from(decodeUint8(s.response_mask)) as (0 | 1)[],
-      response_logprobs: s.response_logprobs ? Array.from(decodeFloat32(s.response_logprobs)) : null,
-      truncated: s.truncated,
-      prompt_truncated: s.prompt_truncated,
-      response_length: s.response_length,
-      max_model_len: s.max_model_len,
-      ...(s.prompt_length !== undefined ? { prompt_length: s.prompt_length } : {}),
-    },
-    trackLogProbs,
-  );
-}
-
 /** `tool_agent`'s run state as checkpoint JSON, without the parts that grow (messages, builder). */
-export function saveToolAgentFields(d: ToolAgentData): Omit<ToolAgentState, "messages" | "builder"> {
+export function saveToolAgentFields(d: ToolAgentData): ToolAgentFields {
   return {
     assistant_turns: d.assistantTurns,
     user_turns: d.userTurns,
@@ -299,17 +256,12 @@ export function saveToolAgentFields(d: ToolAgentData): Omit<ToolAgentState, "mes
   };
 }
 
-/** `tool_agent`'s run state as checkpoint JSON (whole: messages and token arrays included). */
-export function saveToolAgent(d: ToolAgentData): ToolAgentState {
-  return { messages: d.messages, builder: d.builder ? saveBuilder(d.builder) : null, ...saveToolAgentFields(d) };
-}
-
 /**
  * `tool_agent`'s run state from a checkpoint's small fields (the loop's
  * fresh data for the row, then the stored counters, pending calls and
  * metrics); messages and builder are the caller's.
  */
-export function restoreToolAgentFields(loop: ToolAgentLoop, s: Omit<ToolAgentState, "messages" | "builder">, input: SessionInput): ToolAgentData {
+export function restoreToolAgentFields(loop: ToolAgentLoop, s: ToolAgentFields, input: SessionInput): ToolAgentData {
   const kwargs = input.kwargs as AgentLoopKwargs;
   const d = loop.initData(input.sampling_params, kwargs);
   d.assistantTurns = s.assistant_turns;
@@ -327,21 +279,5 @@ export function restoreToolAgentFields(loop: ToolAgentLoop, s: Omit<ToolAgentSta
   d.finishReason = s.finish_reason;
   d.terminatedBy = s.terminated_by as ToolAgentData["terminatedBy"];
   if (s.error !== null) d.error = s.error;
-  return d;
-}
-
-/**
- * Rebuilds `tool_agent`'s run state from a whole {@link ToolAgentState}: the
- * builder from its token arrays, then what the loop derives from the row
- * (tools, encoder, simulated user) via `loop.reattach` — unless the prompt
- * was never built, in which case the loop builds everything itself.
- */
-export function restoreToolAgent(loop: ToolAgentLoop, s: ToolAgentState, input: SessionInput): ToolAgentData {
-  const d = restoreToolAgentFields(loop, s, input);
-  d.messages = s.messages;
-  if (s.builder) {
-    d.builder = restoreBuilder(s.builder, input.sampling_params.logprobs);
-    loop.reattach(d);
-  }
   return d;
 }
