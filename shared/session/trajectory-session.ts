@@ -5,6 +5,7 @@ import type { AgentLoopOutput } from "../schema/index.ts";
 import { CHECKPOINT_VERSION, packOutput, parseSessionInput, SessionInput, type CheckpointDelta, type SessionCheckpoint, type SessionInputArg, type SessionPhase } from "./checkpoint.ts";
 import { DeltaTracker, foldCheckpoint, restoreFoldedLoop, type FoldedLoop } from "./checkpoint-delta.ts";
 import { isStaleStep, type AppendOptions, type SessionStorage } from "./session-storage.ts";
+import { isStoreOutage } from "../store/store-outage.ts";
 
 /** What a session needs from its host. */
 export interface SessionDeps {
@@ -301,8 +302,10 @@ export class TrajectorySession {
   /**
    * Appends a delta, retrying a retryable storage failure in place (the
    * work behind the delta — a generation, a tool call — is in memory; a
-   * retry of the whole step would redo it). A retry after a failure whose
-   * write did land is recognised by reading the stored delta back.
+   * retry of the whole step would redo it): `commitRetries` times for a
+   * retryable error, and for as long as the store is unreachable (backoff
+   * capped at 5 s). A retry after a failure whose write did land is
+   * recognised by reading the stored delta back.
    */
   private async append(step: number, json: string, opts: AppendOptions): Promise<void> {
     const retries = this.deps.commitRetries ?? 3;
@@ -315,8 +318,9 @@ export class TrajectorySession {
           const stored = await this.deps.storage.get(this.key);
           if (stored?.step === step && stored.deltas[stored.deltas.length - 1] === json) return;
         }
-        if ((e as { retryable?: unknown }).retryable !== true || attempt >= retries) throw e;
-        await new Promise((r) => setTimeout(r, 50 * 4 ** attempt));
+        // A store outage is waited out here, with the step's work in memory, for as long as it lasts.
+        if ((e as { retryable?: unknown }).retryable !== true || (attempt >= retries && !isStoreOutage(e))) throw e;
+        await new Promise((r) => setTimeout(r, Math.min(50 * 4 ** attempt, 5_000)));
       }
     }
   }

@@ -4,6 +4,7 @@ import { SimEngine } from "../../infra/sim-engine/sim-engine.ts";
 import { SimEngineClient } from "../../infra/sim-engine/sim-engine-client.ts";
 import { startToolServer, type ToolServer } from "../../infra/tools/server.ts";
 import { StoreError } from "../../shared/errors.ts";
+import { StoreUnreachableError } from "../../shared/store/store-outage.ts";
 import { CHECKPOINT_VERSION, packOutput, StoredOutput, unpackOutput } from "../../shared/session/checkpoint.ts";
 import { RedisSessionStorage } from "../../shared/session/redis-session-storage.ts";
 import { MemorySessionStorage, type SessionStorage } from "../../shared/session/session-storage.ts";
@@ -176,6 +177,28 @@ describe("append-only checkpoints", () => {
     expect(engine.stats.requests).toBe(1);
     expect((await mem.get(input.key))!.deltas.length).toBe(appends - 2);
   }, 30_000);
+
+  test("a store outage on the commit after a 90k-token generation is waited out in place, past the retry count: the engine is called once", async () => {
+    const { deps, engine } = await longDeps();
+    const mem = new MemorySessionStorage();
+    let appends = 0;
+    const down: SessionStorage = {
+      get: (k) => mem.get(k),
+      delete: (k) => mem.delete(k),
+      append: async (k, step, d, o) => {
+        // The 2nd commit holds the generated turn; the store is unreachable for 4 attempts (commitRetries is 1).
+        if (++appends >= 2 && appends <= 5) throw new StoreUnreachableError("store redis://127.0.0.1:1 unreachable: connect ECONNREFUSED");
+        return mem.append(k, step, d, o);
+      },
+    };
+    const input = longInput("outage");
+    const s = (await TrajectorySession.open(input.key, { storage: down, createLoop: sessionLoopFactory(deps), commitRetries: 1 }, input))!;
+    const r = await s.run();
+    if (r.status !== "finished") throw new Error(JSON.stringify(r));
+    expect(r.outputs[0]!.response_ids.length).toBe(90_005);
+    expect(engine.stats.requests).toBe(1);
+    expect((await mem.get(input.key))!.deltas.length).toBe(appends - 4);
+  }, 60_000);
 
   test.skipIf(!redis)("redis: a kill after a commit's parts are staged, before its script: the resumed session sees the committed prefix; no staged part is visible; the rerun's record is identical", async () => {
     const { deps } = await depsFor(tools.url);
