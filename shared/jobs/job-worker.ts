@@ -84,8 +84,20 @@ export class JobWorker {
   async run(): Promise<WorkerSummary> {
     const { jobs, consumer, concurrency } = this.opts;
     const blockMs = this.opts.blockMs ?? 1000;
+    // During a store outage every beat fails: say so once, and once when beats land again.
+    let beatFailing = false;
     const beat = setInterval(() => {
-      if (this.inflight.size) jobs.heartbeat(consumer, [...this.inflight.keys()]).catch((e) => this.log(`heartbeat failed: ${message(e)}`));
+      if (!this.inflight.size) return;
+      jobs.heartbeat(consumer, [...this.inflight.keys()]).then(
+        () => {
+          if (beatFailing) this.log("heartbeats land again");
+          beatFailing = false;
+        },
+        (e) => {
+          if (!beatFailing) this.log(`heartbeat failed: ${message(e)} (said once until heartbeats land again)`);
+          beatFailing = true;
+        },
+      );
     }, Math.max(50, Math.floor(jobs.leaseMs / 3)));
     let lastBusy = Date.now();
     let backoff = 100;
