@@ -421,7 +421,8 @@ export class BatchRun {
  */
 function rowErrorText(e: unknown, rowIndex: number): string {
   if (e instanceof InputError && e.field && !e.field.startsWith("rows[")) {
-    return e.field.startsWith("rollout.") || e.field.startsWith("config") ? e.message : `rows[${rowIndex}].${e.message}`;
+    // Config and loop-output errors are not the row's: they keep their own field.
+    return e.field.startsWith("rollout.") || e.field.startsWith("config") || e.field.startsWith("agent_loop ") ? e.message : `rows[${rowIndex}].${e.message}`;
   }
   return errorText(e);
 }
