@@ -94,6 +94,8 @@ export function followBatch(run: BatchRun, jobs: JobQueue, store: TransferQueue,
     for (const k of absent) if (!absentSince.has(k)) absentSince.set(k, now);
     const lost = [...absent].filter((k) => now - absentSince.get(k)! >= graceMs);
     if (lost.length === 0) return;
+    // Put back what this process counted and the store lost (records, group registrations) before naming what is gone.
+    if (batchGone) await run.repairStore();
     // Every uid of the batch: a group whose hash vanished is never delivered, even when its later records land.
     const uids = [...new Set(allKeys.map((k) => parseTrajectoryKey(k).uid))];
     const statuses = await Promise.all(uids.map((u) => store.groupStatus(u)));

@@ -13,7 +13,7 @@ import { config, ctxOf, ScriptedClient, SP } from "./helpers.ts";
 const GOOD = {
   prompt_ids: [1, 2],
   response_ids: [3, 4],
-  response_mask: [1, 1],
+  response_mask: [1, 1] as (0 | 1)[],
   response_logprobs: [-0.5, -0.25],
   num_turns: 2,
   metrics: { generate_sequences: 0.1, tool_calls: 0, compute_score: 0, num_preempted: -1 },
