@@ -350,11 +350,18 @@ export class BatchRun {
       }
       if (records.length === 0) await this.finishEmpty(t);
       const out: TrajectoryRecord[] = [];
-      for (let i = 0; i < records.length; i++) out.push(await this.store(records[i]!, i === records.length - 1));
-      return out;
+      let fresh = records.length === 0;
+      for (let i = 0; i < records.length; i++) {
+        const w = await this.store(records[i]!, i === records.length - 1);
+        out.push(w.record);
+        fresh ||= w.stored;
+      }
+      return { out, fresh };
     });
     this.s.counts.running--;
-    if (stored) this.sessionDone(stored, false);
+    // Every write found its key already stored: another batch (the same uid posted twice, a retried POST)
+    // finished this session first. Its records are streamed but, as handed-back ones, not counted again.
+    if (stored) this.sessionDone(stored.out, !stored.fresh);
     this.wake();
   }
 
@@ -368,21 +375,23 @@ export class BatchRun {
     }
   }
 
-  /** Writes one record (`last`: its session's last output) with retries; returns it as counted (with `error` set when the write failed). */
-  private async store(r: TrajectoryRecord, last: boolean): Promise<TrajectoryRecord> {
+  /**
+   * Writes one record (`last`: its session's last output) with retries;
+   * returns it as counted (with `error` set when the write failed) and
+   * whether this write stored it (false: the key was already written).
+   */
+  private async store(r: TrajectoryRecord, last: boolean): Promise<{ record: TrajectoryRecord; stored: boolean }> {
     const write = () =>
       r.error === null
         ? this.queue.put(r, { last })
         : this.queue.markFailed(r.key, r.error, { agent_name: r.agent_name, data_source: r.data_source, extra_fields: r.extra_fields });
     try {
-      await holdWhileStoreDown(write);
+      return { record: r, stored: (await holdWhileStoreDown(write)).stored };
     } catch (e) {
-      r = { ...r, error: `transfer queue write failed: ${errorText(e)}`, finish_reason: "error" };
+      return { record: { ...r, error: `transfer queue write failed: ${errorText(e)}`, finish_reason: "error" }, stored: true };
     }
-    return r;
   }
 
-  /** Counts a finished session and its records (`handedBack`: streamed, not counted again), and publishes the records. */
   /**
    * Puts back what the store lost of this batch (a Redis restart without
    * persistence, eviction, FLUSHALL while it ran): every group of the batch
@@ -456,6 +465,7 @@ export class BatchRun {
     return { ...(this.s.repaired ?? { groups: 0, records: 0 }), incomplete };
   }
 
+  /** Counts a finished session and its records (`handedBack`: streamed, not counted again), and publishes the records. */
   private sessionDone(records: readonly TrajectoryRecord[], handedBack: boolean): void {
     this.s.counts.finished++;
     if (handedBack) this.s.counts.reused++;
