@@ -13,7 +13,7 @@ export type AgentLoopFactory = (ctx: AgentLoopContext) => AgentLoop;
 export type AgentLoopExport = (new (ctx: AgentLoopContext) => AgentLoop) | AgentLoopFactory;
 
 /** One entry of `agent.agent_loop_config_path`: a loop `name`, the `module` to import, and the `export` holding the loop. */
-export const AgentLoopConfigEntry = z.object({
+export const AgentLoopConfigEntry = z.strictObject({
   name: z.string().min(1),
   module: z.string().min(1),
   export: z.string().min(1).default("default"),
@@ -22,7 +22,8 @@ export type AgentLoopConfigEntry = z.infer<typeof AgentLoopConfigEntry>;
 
 /**
  * Parses an agent-loop config file (YAML or JSON): a list of
- * `{name, module, export}` (or `{agent_loops: [...]}`).
+ * `{name, module, export}` (or `{agent_loops: [...]}`); unknown keys and a
+ * name given twice are refused, as everywhere in the config.
  * @throws ConfigError naming the file and the entry's field.
  */
 export function parseAgentLoopConfig(text: string, source = "agent.agent_loop_config_path"): AgentLoopConfigEntry[] {
@@ -37,6 +38,12 @@ export function parseAgentLoopConfig(text: string, source = "agent.agent_loop_co
   if (!r.success) {
     const i = r.error.issues[0]!;
     throw new ConfigError(`${source}: ${formatPath("", i.path) || "(root)"}`, i.message);
+  }
+  const first = new Map<string, number>();
+  for (const [i, e] of r.data.entries()) {
+    const j = first.get(e.name);
+    if (j !== undefined) throw new ConfigError(`${source}: [${i}].name`, `'${e.name}' is already the name of entry [${j}]: each agent loop name may appear once`);
+    first.set(e.name, i);
   }
   return r.data;
 }
