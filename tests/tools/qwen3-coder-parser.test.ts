@@ -99,7 +99,7 @@ describe("parser registry", () => {
       err = e;
     }
     expect(err).toBeInstanceOf(ConfigError);
-    expect((err as ConfigError).message).toBe("config rollout.multi_turn.format: unknown tool-call parser 'nope'; registered parsers: hermes, qwen3_coder");
+    expect((err as ConfigError).message).toBe("config rollout.multi_turn.format: unknown tool-call parser 'nope'; registered parsers: hermes, llama3_json, qwen3_coder");
     expect((err as ConfigError).field).toBe("rollout.multi_turn.format");
   });
 });
