@@ -87,7 +87,7 @@ describe("qwen3_coder parser", () => {
 
 describe("parser registry", () => {
   test("known names", () => {
-    expect(toolCallParserNames()).toEqual(["hermes", "qwen3_coder"]);
+    expect(toolCallParserNames()).toEqual(["hermes", "llama3_json", "qwen3_coder"]);
     expect(createToolCallParser("hermes").name).toBe("hermes");
     expect(createToolCallParser("qwen3_coder", { tools }).name).toBe("qwen3_coder");
   });
