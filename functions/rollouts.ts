@@ -9,7 +9,6 @@ import { formatPrometheus, PROMETHEUS_CONTENT_TYPE } from "../shared/telemetry/p
 import { RolloutMetricsCollector } from "../shared/telemetry/rollout-metrics.ts";
 import { tokenPieces } from "../shared/telemetry/token-pieces.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../shared/tokens/tokenizer.ts";
-import { builtinTokenizer, isBuiltinModel } from "../shared/models/index.ts";
 import { bearerAuth, limitBody, readJson } from "./http-util.ts";
 import { healthResponse, type StoreHealth } from "../shared/store/store-health.ts";
 
@@ -121,7 +120,7 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
   let tokenizer: Promise<ChatTokenizer> | null = null;
   const getTokenizer = (): Promise<ChatTokenizer> => {
     const t = opts.tokenizer;
-    tokenizer ??= t === undefined ? (service.config.model == null ? defaultTokenizer() : isBuiltinModel(service.config.model) ? builtinTokenizer(service.config.model) : Promise.reject(noTokenizer())) : typeof t === "function" ? t() : Promise.resolve(t);
+    tokenizer ??= t === undefined ? (service.config.model == null ? defaultTokenizer() : Promise.reject(noTokenizer())) : typeof t === "function" ? t() : Promise.resolve(t);
     return tokenizer;
   };
 

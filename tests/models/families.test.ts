@@ -77,3 +77,21 @@ describe("built-in model families", () => {
     expect((err as ConfigError).field).toBe("model");
   });
 });
+
+describe("the Worker build (only Qwen3 is bundled)", () => {
+  test("a config naming another model is refused with a ConfigError, never run with Qwen3 tokens", async () => {
+    const { workerRuntime } = await import("../../infra/cloudflare/env.ts");
+    const env = {
+      UPSTASH_REDIS_REST_URL: "http://127.0.0.1:1",
+      UPSTASH_REDIS_REST_TOKEN: "t",
+      EDGELOOP_ENGINE_URL: "http://127.0.0.1:2",
+      EDGELOOP_CONFIG: JSON.stringify({ model: "llama3_1" }),
+    } as unknown as Parameters<typeof workerRuntime>[0];
+    const err = await workerRuntime(env).catch((e) => e);
+    expect(err).toBeInstanceOf(ConfigError);
+    expect((err as ConfigError).field).toBe("model");
+    expect((err as Error).message).toBe(
+      "config model: the Worker build bundles only the qwen3 tokenizer; 'llama3_1' runs with the CLI (edgeloop serve/worker --model llama3_1)",
+    );
+  });
+});
