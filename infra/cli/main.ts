@@ -125,6 +125,7 @@ program
   .option("--replicas <k>", "replicas", int("--replicas"), 1)
   .option("--script <file>", "scripted policy file")
   .option("--host <host>", "address to bind", "127.0.0.1")
+  .option("--model <name|dir>", "the model whose tokens the engine samples: qwen3 (default), llama3_1, deepseek_v3, gpt_oss, gemma3, or a model directory")
   .action(async (opts) => (await import("./engine-commands.ts")).simEngineCommand(opts));
 
 program
