@@ -152,16 +152,22 @@ export class ObservationEncoder {
   }
 
   /**
-   * Index just past the end-of-turn token that closes the synthetic
-   * assistant turn holding `marker`, or -1 when the template renders no
-   * end-of-turn token after it (or does not render the marker).
+   * Index just past the turn-end token (`ChatTokenizer.turnEndIds`) that
+   * closes the synthetic assistant turn holding `marker`, or -1 when the
+   * template renders none after it (or does not render the marker).
    */
   private turnEndIn(text: string, marker: string): number {
     const m = text.indexOf(marker);
     if (m < 0) return -1;
-    const eos = this.tok.eosText();
-    const e = text.indexOf(eos, m + marker.length);
-    return e < 0 ? -1 : e + eos.length;
+    // The earliest turn-end token after the marker: the end-of-turn token, or another one the
+    // template closes assistant turns with (gpt-oss renders `<|call|>` and `<|end|>`, never `<|return|>`).
+    let best = -1;
+    for (const id of this.tok.turnEndIds) {
+      const t = this.tok.idToToken(id)!;
+      const e = text.indexOf(t, m + marker.length);
+      if (e >= 0 && (best < 0 || e + t.length < best)) best = e + t.length;
+    }
+    return best;
   }
 
   /** Synthetic history before a user turn: system, user, and a plain assistant answer (the shape a real conversation has there). */
