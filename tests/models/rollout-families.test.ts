@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { builtinTokenizer } from "../../shared/models/index.ts";
 import { TrajectoryRecord, type TrajectoryRecord as Rec } from "../../shared/schema/index.ts";
+import { toolCallParserNames } from "../../shared/tools/parser-registry.ts";
 
 // `npx edgeloop rollout --model llama3_1 --data examples/gsm8k-tool.jsonl`, run
 // for real: the example policy (written once, in Qwen3's format) is sampled in
@@ -22,6 +23,59 @@ beforeAll(() => {
   cpSync(join(ROOT, "examples"), join(dir, "examples"), { recursive: true });
 });
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+/** Mask runs of a record, each decoded: [[mask, text], …]. */
+function maskRuns(tok: Awaited<ReturnType<typeof builtinTokenizer>>, r: Rec): Array<[number, string]> {
+  const runs: Array<[number, string]> = [];
+  let cur: number[] = [];
+  r.response_ids.forEach((id, i) => {
+    if (i > 0 && r.response_mask[i] !== r.response_mask[i - 1]) {
+      runs.push([r.response_mask[i - 1]!, tok.decode(cur)]);
+      cur = [];
+    }
+    cur.push(id);
+  });
+  runs.push([r.response_mask.at(-1)!, tok.decode(cur)]);
+  return runs;
+}
+
+// deepseek_v3 and gemma3 use the `deepseek_v3` and `pythonic` parsers (the gpt-oss/parsers work):
+// these run once those parsers are registered.
+const FAMILY_RUNS: Array<[string, string, Array<[number, string]>]> = [
+  [
+    "deepseek_v3",
+    "deepseek_v3",
+    [
+      [1, '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>calc\n```json\n{"expression":"12*3-5"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜>'],
+      [0, "<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>31<｜tool▁output▁end｜><｜tool▁outputs▁end｜>"],
+      [1, "The answer is 31.\n#### 31<｜end▁of▁sentence｜>"],
+    ],
+  ],
+  [
+    "gemma3",
+    "pythonic",
+    [
+      [1, '[calc(expression="12*3-5")]<end_of_turn>'],
+      [0, "\n<start_of_turn>user\n```tool_output\n31\n```<end_of_turn>\n<start_of_turn>model\n"],
+      [1, "The answer is 31.\n#### 31<end_of_turn>"],
+    ],
+  ],
+];
+for (const [family, parser, expected] of FAMILY_RUNS) {
+  describe(`edgeloop rollout --model ${family}`, () => {
+    test.skipIf(!toolCallParserNames().includes(parser))(`runs the example end to end in ${family}'s tool format`, async () => {
+      const run = edgeloop(["rollout", "--model", family, "--data", "examples/gsm8k-tool.jsonl", "--out", `${family}.jsonl`, "--seed", "7", "--no-progress"]);
+      expect(run.code).toBe(0);
+      const records: Rec[] = readFileSync(join(dir, `${family}.jsonl`), "utf8").trim().split("\n").map((l) => TrajectoryRecord.parse(JSON.parse(l)));
+      expect(records.length).toBe(60);
+      expect(records.filter((r) => r.error !== null)).toEqual([]);
+      const tok = await builtinTokenizer(family);
+      const ana = records.find((r) => tok.decode(r.prompt_ids).includes("Ana bakes 12 loaves"))!;
+      expect(maskRuns(tok, ana)).toEqual(expected);
+      expect(ana.reward_score).toBe(1);
+    }, 120_000);
+  });
+}
 
 describe("edgeloop rollout --model llama3_1", () => {
   test("runs the example end to end in Llama 3.1's tool format, token-exact", async () => {
