@@ -1,10 +1,15 @@
-import { describe, expect, test } from "bun:test";
+import { beforeAll, describe, expect, test } from "bun:test";
 import { defaultAgentLoopRegistry, runAgentLoop } from "../../shared/agent-loop/index.ts";
 import { builtinTokenizer } from "../../shared/models/index.ts";
 import type { AgentLoopOutput, ChatMessage } from "../../shared/schema/index.ts";
 import { ObservationEncoder } from "../../shared/tokens/observation.ts";
 import { SelfCheckAgentLoop } from "../agent-loop/fixtures/self-check-loop.ts";
 import { config, ctxOf, ScriptedClient, SP } from "../agent-loop/helpers.ts";
+
+// Load the tokenizers once, with room for a loaded machine (bun's per-test default is 5 s).
+beforeAll(async () => {
+  await Promise.all(["gemma3"].map((n) => builtinTokenizer(n)));
+}, 120_000);
 
 // E5 (ISSUE13): Gemma 3's stock template refuses non-alternating roles; the
 // observation encoder's synthetic history must have the real conversation's

@@ -1,4 +1,4 @@
-import { describe, expect, test } from "bun:test";
+import { beforeAll, describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { builtinTokenizer } from "../../shared/models/index.ts";
 import type { ChatMessage, ToolSchema } from "../../shared/schema/index.ts";
@@ -6,6 +6,11 @@ import { buildPromptIds } from "../../shared/tokens/prompt.ts";
 import { ObservationEncoder } from "../../shared/tokens/observation.ts";
 import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { TrajectoryBuilder } from "../../shared/tokens/trajectory-builder.ts";
+
+// Load the tokenizers once, with room for a loaded machine (bun's per-test default is 5 s).
+beforeAll(async () => {
+  await Promise.all(["llama3_1", "deepseek_v3", "gemma3"].map((n) => builtinTokenizer(n)));
+}, 120_000);
 
 // Property, per append-only family: prompt, then each assistant turn's ids
 // appended verbatim (the turn exactly as the template renders it, up to and
