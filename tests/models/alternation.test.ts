@@ -5,6 +5,8 @@ import type { AgentLoopOutput, ChatMessage } from "../../shared/schema/index.ts"
 import { ObservationEncoder } from "../../shared/tokens/observation.ts";
 import { SelfCheckAgentLoop } from "../agent-loop/fixtures/self-check-loop.ts";
 import { config, ctxOf, ScriptedClient, SP } from "../agent-loop/helpers.ts";
+import { createEngineClient } from "../../shared/inference/create-engine-client.ts";
+import { startSimEngine } from "../../infra/sim-engine/server.ts";
 
 // Load the tokenizers once, with room for a loaded machine (bun's per-test default is 5 s).
 beforeAll(async () => {
@@ -89,6 +91,33 @@ describe("E5: Gemma 3 stock template (roles must alternate)", () => {
         { addGenerationPrompt: true },
       ),
     );
+  });
+
+  test("the self_check_agent loop over the real sim engine (loopback HTTP, Gemma 3 tokens): the exact E5 observation", async () => {
+    const tok = await builtinTokenizer("gemma3");
+    const sim = await startSimEngine({ tokenizer: tok, script: { seed: 1, rules: [{ when: "What is 2+2?", turns: ["4", "4, checked.\n#### 4"] }], default: ["?"] } });
+    try {
+      const registry = defaultAgentLoopRegistry();
+      registry.register("self_check_agent", SelfCheckAgentLoop);
+      const [o] = (await runAgentLoop(registry, ctxOf(tok, createEngineClient({ url: sim.urls[0]!, format: "vllm" }), config(), { reward: {} }), SP, {
+        uid: "e5-sim",
+        session_id: 0,
+        agent_name: "self_check_agent",
+        data_source: "edge",
+        prompt: [{ role: "user", content: "What is 2+2?" }],
+        reward_model: { style: "rule", ground_truth: "4" },
+      })) as AgentLoopOutput[];
+      const check = "Check your answer. Reply with the final number after ####.";
+      expect(runs(o!)).toEqual([
+        [1, [...tok.encode("4"), END_OF_TURN]],
+        [0, tok.encode(`\n<start_of_turn>user\n${check}<end_of_turn>\n<start_of_turn>model\n`)],
+        [1, [...tok.encode("4, checked.\n#### 4"), END_OF_TURN]],
+      ]);
+      expect(o!.reward_score).toBe(1);
+      expect(o!.error ?? null).toBeNull();
+    } finally {
+      await sim.stop();
+    }
   });
 
   test("tool results render as ONE user turn (Gemma 3 has no tool role), so roles still alternate", async () => {
