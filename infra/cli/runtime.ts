@@ -29,6 +29,7 @@ import { createUpstashTransferQueue } from "../../shared/store/upstash-transfer-
 import { parseToolsFile } from "../../shared/tools/tools-file.ts";
 import { WebhookToolClient } from "../../shared/tools/webhook-tool-client.ts";
 import { loadTokenizer } from "../node/model-dir.ts";
+import { describeModel } from "../../shared/models/index.ts";
 import { createRedisTransferQueue } from "../redis/redis-transfer-queue.ts";
 import { SimEngine } from "../sim-engine/sim-engine.ts";
 import { SimEngineClient } from "../sim-engine/sim-engine-client.ts";
@@ -144,7 +145,11 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
   const warnings: string[] = [];
   try {
     const tokenizer = await loadTokenizer(config.model ?? undefined);
-    describe.push(`model      ${tokenizer.name}`);
+    describe.push(`model      ${describeModel(tokenizer, config.rollout.multi_turn.format)}`);
+    const parser = config.rollout.multi_turn.format ?? tokenizer.traits.defaultParser;
+    if (!toolCallParserNames().includes(parser)) {
+      warnings.push(`warning    tool-call parser '${parser}' (default of ${tokenizer.traits.family}) is not registered in this build; tool_agent trajectories fail until rollout.multi_turn.format names one of: ${toolCallParserNames().join(", ")}`);
+    }
 
     const client = await buildEngine(config, tokenizer, closers, describe);
     const [probed, unreachable] = await Promise.all([
@@ -263,7 +268,7 @@ export function unsignedToolsWarning(config: AppConfig): string | null {
  */
 export function validateRollout(rollout: RolloutConfig, registry: AgentLoopRegistry | null): void {
   const parsers = toolCallParserNames();
-  if (!parsers.includes(rollout.multi_turn.format)) {
+  if (rollout.multi_turn.format !== null && !parsers.includes(rollout.multi_turn.format)) {
     throw new ConfigError("rollout.multi_turn.format", `unknown tool-call parser '${rollout.multi_turn.format}'; registered parsers: ${parsers.join(", ")}`);
   }
   const loop = rollout.agent.default_agent_loop;
