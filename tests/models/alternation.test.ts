@@ -114,7 +114,7 @@ describe("E5: Gemma 3 stock template (roles must alternate)", () => {
         [1, [...tok.encode("4, checked.\n#### 4"), END_OF_TURN]],
       ]);
       expect(o!.reward_score).toBe(1);
-      expect(o!.error ?? null).toBeNull();
+      expect((o as { error?: unknown }).error ?? null).toBeNull();
     } finally {
       await sim.stop();
     }
