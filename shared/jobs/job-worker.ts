@@ -236,7 +236,9 @@ export class JobWorker {
     // A session emits 0…k records; the job is done once all are stored and the session finished (a failed write leaves the job for a retry).
     const lost = run.stats().errors.find((e) => e.error.startsWith("transfer queue write failed"));
     if (lost) throw new Error(lost.error);
-    await this.finish(job, run.records().some((r) => r.error !== null), run.stats().counts.reused > 0);
+    // Stored before by another batch (the same uid posted twice): counted there, not again. A redelivered job's
+    // records found stored were written by its own earlier delivery (a worker that died after writing): counted here.
+    await this.finish(job, run.records().some((r) => r.error !== null), run.stats().counts.reused > 0 && job.deliveries === 1);
   }
 
   private async finish(job: Job, failed: boolean, reused = false): Promise<void> {
