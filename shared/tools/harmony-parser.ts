@@ -119,7 +119,8 @@ function toCall(index: number, m: HarmonyMessage, raw: string): ParsedCall | Par
  * message addressed to a function *on* the analysis channel, to a recipient
  * outside `functions.`, with bad JSON, non-object arguments or no terminator
  * is a {@link ParseError}. `content` is the text of the `final` channel
- * messages (else of the `commentary` messages without a recipient).
+ * messages (else of the `commentary` messages without a recipient); a turn
+ * with no `<|message|>` at all is plain text and all content.
  *
  * Difference from vLLM/openai-harmony: they execute any `functions.*`
  * recipient whatever its channel and raise on malformed output; here a
@@ -133,6 +134,8 @@ export class HarmonyToolCallParser implements ToolCallParser {
     const calls: ParsedCall[] = [];
     const errors: ParseError[] = [];
     try {
+      // Text with no harmony message at all (a policy that ignores the format) is all content.
+      if (!text.includes(H_MESSAGE)) return { content: text, calls, errors };
       const msgs = splitHarmonyMessages(text);
       let index = 0;
       const finals: string[] = [];

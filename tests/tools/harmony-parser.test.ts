@@ -71,6 +71,10 @@ describe("harmony parser", () => {
     expect(p.extract("<|channel|>commentary to=functions.get_location <|constrain|>json<|message|><|call|>").calls.map((c) => c.arguments)).toEqual([{}]);
   });
 
+  test("plain text without harmony messages is all content", () => {
+    expect(p.extract("The answer is 4.")).toEqual({ content: "The answer is 4.", calls: [], errors: [] });
+  });
+
   test("random strings never throw (property)", () => {
     const pieces = fc.constantFrom("<|start|>", "assistant", "<|channel|>", "analysis", "commentary", "final", " to=functions.f", " to=x", "<|constrain|>", "json", "<|message|>", "<|end|>", "<|call|>", "<|return|>", "{", "}", '"', "\\", ":", "1", " ", "é");
     fc.assert(
