@@ -88,3 +88,21 @@ export function gptOssTurnClose(lastTokenId: number | undefined): number[] {
  * deterministic; pass it to match a dated system message).
  */
 export const GPT_OSS_TEMPLATE_KWARGS = Object.freeze({ reasoning_effort: "medium", knowledge_cutoff: "2024-06" });
+
+/**
+ * The family traits for the model registry's gpt_oss entry (shape of
+ * `ModelTraits` in shared/models/model-family.ts): harmony parser, history
+ * rewritten (see {@link GPT_OSS_HISTORY_POLICY}), tool results in the `tool`
+ * role (rendered as `functions.NAME to=assistant`), {@link GPT_OSS_TURN_END_TOKENS},
+ * and tool-call arguments passed to the template as the JSON string the
+ * model wrote, so a re-render writes them byte for byte (`tojson` would
+ * re-space them).
+ */
+export const GPT_OSS_TRAITS = Object.freeze({
+  family: "gpt_oss",
+  defaultParser: GPT_OSS_PARSER,
+  historyPolicy: GPT_OSS_HISTORY_POLICY,
+  toolResultRole: "tool",
+  turnEndTokens: GPT_OSS_TURN_END_TOKENS,
+  argumentsAsString: true,
+});

