@@ -159,4 +159,45 @@ describe("gpt-oss tokens (gptoss tokenizer + our template)", () => {
     );
     expect(fresh).toBe(`${DEFAULT_SYSTEM}<|start|>user<|message|>What is 2 + 2?<|end|><|start|>assistant<|channel|>final<|message|>2 + 2 = 4.<|end|><|start|>user<|message|>What about 9 / 2?<|end|><|start|>assistant`);
   });
+
+  test("two parallel calls, their results, then the final answer: exact ids of the whole trajectory", async () => {
+    const tok = await gptOssTokenizer();
+    const enc = new ObservationEncoder(tok);
+    const prompt = tok.renderIds([{ role: "user", content: "Weather in Paris and Oslo?" }], { addGenerationPrompt: true });
+    const turn1 =
+      '<|channel|>analysis<|message|>Two cities.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city":"Paris"}<|call|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city":"Oslo"}<|call|>';
+    const parsed = new HarmonyToolCallParser().extract(turn1);
+    expect(parsed.calls.map((c) => [c.index, c.name, c.arguments])).toEqual([
+      [0, "get_weather", { city: "Paris" }],
+      [1, "get_weather", { city: "Oslo" }],
+    ]);
+    const sampled1 = tok.encode(turn1);
+    const obs = [
+      ...gptOssTurnClose(sampled1.at(-1)),
+      ...enc.encode(
+        [
+          { role: "tool", name: "get_weather", content: "18C" },
+          { role: "tool", name: "get_weather", content: "9C" },
+        ],
+        undefined,
+      ),
+    ];
+    expect(tok.decode(obs)).toBe(
+      "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>18C<|end|><|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>9C<|end|><|start|>assistant",
+    );
+    const sampled2 = tok.encode("<|channel|>final<|message|>Paris 18C, Oslo 9C.<|return|>");
+    const ids = [...prompt, ...sampled1, ...obs, ...sampled2];
+    const full = tok.renderIds([
+      { role: "user", content: "Weather in Paris and Oslo?" },
+      { role: "assistant", content: "", reasoning_content: "Two cities.", tool_calls: [{ type: "function", function: { name: "get_weather", arguments: { city: "Paris" } } }, { type: "function", function: { name: "get_weather", arguments: { city: "Oslo" } } }] },
+      { role: "tool", content: "18C" },
+      { role: "tool", content: "9C" },
+      { role: "assistant", content: "Paris 18C, Oslo 9C." },
+    ]);
+    // Same text up to the argument spacing: ChatTokenizer hands objects to `tojson` here (the registry passes the sampled JSON string, GPT_OSS_TRAITS.argumentsAsString).
+    expect(tok.decode(full).replaceAll('{"city": ', '{"city":')).toBe(tok.decode(ids));
+    expect(ids.slice(prompt.length - 2, prompt.length)).toEqual([200006, 173781]);
+    expect(ids.at(-1)).toBe(200002);
+    expect(ids.filter((i) => i === 200012).length).toBe(2);
+  });
 });
