@@ -97,7 +97,6 @@ function toCall(index: number, m: HarmonyMessage, raw: string): ParsedCall | Par
   if (m.channel === "analysis") {
     return { index, name, raw, message: `The call to '${name}' was sent on the analysis channel and was not executed; calls to functions must go to the commentary channel; ${CALL_SHAPE}.` };
   }
-  if (m.terminator === undefined) return { index, name, raw, message: `The call to '${name}' was not closed with <|call|>; ${CALL_SHAPE}.` };
   let args: unknown;
   try {
     args = m.content.trim() === "" ? {} : JSON.parse(m.content);
@@ -117,8 +116,12 @@ function toCall(index: number, m: HarmonyMessage, raw: string): ParsedCall | Par
  * (read outside JSON strings: `<|call|>` inside a string stays in it).
  * Text in the `analysis` channel is reasoning and never yields a call; a
  * message addressed to a function *on* the analysis channel, to a recipient
- * outside `functions.`, with bad JSON, non-object arguments or no terminator
- * is a {@link ParseError}. `content` is the text of the `final` channel
+ * outside `functions.`, with bad JSON or non-object arguments
+ * is a {@link ParseError}. The last message may run to the end of the text:
+ * the loop strips the stop id that ended the turn (`<|call|>`, `<|return|>`)
+ * before parsing, so that is a complete message; a turn cut by a length stop
+ * shows as bad JSON instead (and the loop executes nothing on a length stop
+ * unless configured). `content` is the text of the `final` channel
  * messages (else of the `commentary` messages without a recipient); a turn
  * with no `<|message|>` at all is plain text and all content.
  *

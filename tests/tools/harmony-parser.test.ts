@@ -55,7 +55,7 @@ describe("harmony parser", () => {
     const cases: [string, { name?: string; message: string }][] = [
       ['<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a": 1<|call|>', { name: "f", message: `Invalid JSON in the arguments of 'f'; ${SHAPE}` }],
       ["<|channel|>commentary to=functions.f <|constrain|>json<|message|>[1]<|call|>", { name: "f", message: "Invalid arguments for 'f': arguments must be a JSON object." }],
-      ['<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a": "cut', { name: "f", message: `The call to 'f' was not closed with <|call|>; ${SHAPE}` }],
+      ['<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a": "cut', { name: "f", message: `Invalid JSON in the arguments of 'f'; ${SHAPE}` }],
       ['<|channel|>analysis to=browser.search <|constrain|>json<|message|>{"query": "x"}<|call|>', { message: `Invalid tool call: unknown recipient 'browser.search'; only function tools are available; ${SHAPE}` }],
     ];
     for (const [src, want] of cases) {
@@ -69,6 +69,16 @@ describe("harmony parser", () => {
     const r = p.extract('<|channel|>commentary to=functions.météo <|constrain|>json<|message|>{"ville": "Zürich 🌧 東京"}<|call|>');
     expect(r.calls.map((c) => [c.name, c.arguments])).toEqual([["météo", { ville: "Zürich 🌧 東京" }]]);
     expect(p.extract("<|channel|>commentary to=functions.get_location <|constrain|>json<|message|><|call|>").calls.map((c) => c.arguments)).toEqual([{}]);
+  });
+
+  test("the loop strips the stop id before parsing: a call running to the end of the text is complete; a final answer too", () => {
+    const r = p.extract('<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>commentary to=functions.calc <|constrain|>json<|message|>{"expression":"1+1"}');
+    expect(r).toEqual({
+      content: "",
+      calls: [{ index: 0, name: "calc", arguments: { expression: "1+1" }, raw: '<|start|>assistant<|channel|>commentary to=functions.calc <|constrain|>json<|message|>{"expression":"1+1"}' }],
+      errors: [],
+    });
+    expect(p.extract("<|channel|>final<|message|>The answer is 2.")).toEqual({ content: "The answer is 2.", calls: [], errors: [] });
   });
 
   test("plain text without harmony messages is all content", () => {
