@@ -63,6 +63,8 @@ export interface BatchSummary {
   /** Sessions and records counted apart (`BatchCounts`). */
   counts: BatchCounts;
   reward: { count: number; mean: number | null; min: number | null; max: number | null };
+  /** Sessions the store lost (queue mode; `GET /v1/rollouts/{batch_id}` names their keys), 0 when none. */
+  lost: number;
   started_at: number;
   finished_at: number | null;
 }
@@ -112,7 +114,7 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
       .reverse()
       .map((id) => {
         const s = service.batch(id).stats();
-        return { batch_id: s.batch_id, validate: s.validate, done: s.done, counts: s.counts, reward: s.reward, started_at: s.started_at, finished_at: s.finished_at };
+        return { batch_id: s.batch_id, validate: s.validate, done: s.done, counts: s.counts, reward: s.reward, lost: s.lost?.count ?? 0, started_at: s.started_at, finished_at: s.finished_at };
       });
     return c.json({ batches });
   });

@@ -7,6 +7,7 @@ import { TrajectorySession, type SessionDeps } from "../../shared/session/trajec
 import type { DurableObjectState } from "./cf-types.ts";
 import { DurableObjectSessionStorage, readMany, SQLITE_BACKEND_VALUE_BYTES, writeMany } from "./do-session-storage.ts";
 import { toParts } from "../../shared/session/value-parts.ts";
+import { isStoreOutage } from "../../shared/store/store-outage.ts";
 import { workerRuntime, type Env } from "./env.ts";
 
 /**
@@ -30,6 +31,8 @@ import { workerRuntime, type Env } from "./env.ts";
 export class TrajectorySessionObject {
   private chain: Promise<unknown> = Promise.resolve();
   private readonly storage: DurableObjectSessionStorage;
+  /** Alarms in a row that met a store outage (resets on success; lost on eviction, which only shortens the next delay). */
+  private outageRetries = 0;
 
   constructor(
     private readonly ctx: DurableObjectState,
@@ -78,8 +81,27 @@ export class TrajectorySessionObject {
     return app.fetch(req);
   }
 
-  /** Runs the session until it waits, finishes or fails. A throw makes the runtime retry the alarm (at-least-once). */
+  /**
+   * Runs the session until it waits, finishes or fails. A throw makes the
+   * runtime retry the alarm (at-least-once, but only 6 times): a store outage
+   * is therefore not thrown but waited out by re-arming the alarm with capped
+   * backoff ({@link outageAlarmDelayMs}), for as long as the store is
+   * unreachable — the committed work (a finished session's outputs included)
+   * is kept in the object's storage meanwhile.
+   */
   async alarm(): Promise<void> {
+    try {
+      await this.runAlarm();
+      this.outageRetries = 0;
+    } catch (e) {
+      const delay = outageAlarmDelayMs(e, this.outageRetries);
+      if (delay === null) throw e;
+      this.outageRetries++;
+      await this.ctx.storage.setAlarm(Date.now() + delay);
+    }
+  }
+
+  private async runAlarm(): Promise<void> {
     await this.serial(async () => {
       const start = await this.ctx.storage.get<number | string>("start");
       if (start === undefined) return;
@@ -125,6 +147,17 @@ export class TrajectorySessionObject {
     this.chain = next.catch(() => {});
     return next;
   }
+}
+
+/**
+ * Milliseconds until the next alarm when one failed with `e` after `retries`
+ * outage re-arms in a row, or null when `e` is not a store outage (then the
+ * runtime's own alarm retries apply). 1 s doubling, capped at 30 s, without
+ * a limit on the count: an outage of any length is waited out.
+ */
+export function outageAlarmDelayMs(e: unknown, retries: number): number | null {
+  if (!isStoreOutage(e)) return null;
+  return Math.min(1_000 * 2 ** Math.min(retries, 10), 30_000);
 }
 
 /** `EDGELOOP_DO_MAX_VALUE_BYTES`, or the SQLite backend's bound. */

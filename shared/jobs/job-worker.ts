@@ -84,8 +84,20 @@ export class JobWorker {
   async run(): Promise<WorkerSummary> {
     const { jobs, consumer, concurrency } = this.opts;
     const blockMs = this.opts.blockMs ?? 1000;
+    // During a store outage every beat fails: say so once, and once when beats land again.
+    let beatFailing = false;
     const beat = setInterval(() => {
-      if (this.inflight.size) jobs.heartbeat(consumer, [...this.inflight.keys()]).catch((e) => this.log(`heartbeat failed: ${message(e)}`));
+      if (!this.inflight.size) return;
+      jobs.heartbeat(consumer, [...this.inflight.keys()]).then(
+        () => {
+          if (beatFailing) this.log("heartbeats land again");
+          beatFailing = false;
+        },
+        (e) => {
+          if (!beatFailing) this.log(`heartbeat failed: ${message(e)} (said once until heartbeats land again)`);
+          beatFailing = true;
+        },
+      );
     }, Math.max(50, Math.floor(jobs.leaseMs / 3)));
     let lastBusy = Date.now();
     let backoff = 100;
@@ -224,11 +236,11 @@ export class JobWorker {
     // A session emits 0…k records; the job is done once all are stored and the session finished (a failed write leaves the job for a retry).
     const lost = run.stats().errors.find((e) => e.error.startsWith("transfer queue write failed"));
     if (lost) throw new Error(lost.error);
-    await this.finish(job, run.records().some((r) => r.error !== null));
+    await this.finish(job, run.records().some((r) => r.error !== null), run.stats().counts.reused > 0);
   }
 
-  private async finish(job: Job, failed: boolean): Promise<void> {
-    await retry(() => this.opts.jobs.completed(job.batch_id, job.trajectory.key));
+  private async finish(job: Job, failed: boolean, reused = false): Promise<void> {
+    await retry(() => this.opts.jobs.completed(job.batch_id, job.trajectory.key, reused));
     await retry(() => this.opts.jobs.ack([job.id]));
     this.summary.completed++;
     if (failed) this.summary.failed++;

@@ -157,6 +157,24 @@ describe.skipIf(!redis)("job queue", () => {
     await expect(other.lookup("00000000-0000-4000-8000-000000000000")).rejects.toThrow("no batch");
   });
 
+  test("heartbeats failing through a store outage are reported once, and once when they land again", async () => {
+    const { jobs, store } = setup(300);
+    const { p, spec } = plan(1);
+    await jobs.submit(spec, p.trajectories.map((t) => t.key), p.trajectories.slice(0, 1));
+    const realBeat = jobs.heartbeat.bind(jobs);
+    let down = true;
+    jobs.heartbeat = (c, ids) => (down ? Promise.reject(new Error("store unreachable")) : realBeat(c, ids));
+    const lines: string[] = [];
+    const slow = fakeExecutor(async () => {
+      await Bun.sleep(700);
+      down = false;
+      await Bun.sleep(400);
+    });
+    const worker = new JobWorker({ jobs, store, executorFor: () => slow, consumer: "beat", concurrency: 1, idleExitMs: 200, blockMs: 50, log: (l) => lines.push(l) });
+    expect(await worker.run()).toMatchObject({ claimed: 1, completed: 1 });
+    expect(lines.filter((l) => l.includes("heartbeat"))).toEqual(["[beat] heartbeat failed: store unreachable (said once until heartbeats land again)", "[beat] heartbeats land again"]);
+  });
+
   test("a session taken over by another worker (step fence conflict) is abandoned: nothing written, not acked", async () => {
     const { jobs, store } = setup(5_000);
     const { p, spec } = plan(1);

@@ -115,7 +115,7 @@ describe("qwen3_coder parser", () => {
 
 describe("parser registry", () => {
   test("known names", () => {
-    expect(toolCallParserNames()).toEqual(["deepseek_v3", "harmony", "hermes", "pythonic", "qwen3_coder"]);
+    expect(toolCallParserNames()).toEqual(["deepseek_v3", "harmony", "hermes", "llama3_json", "pythonic", "qwen3_coder"]);
     expect(createToolCallParser("hermes").name).toBe("hermes");
     expect(createToolCallParser("qwen3_coder", { tools }).name).toBe("qwen3_coder");
   });
@@ -127,7 +127,7 @@ describe("parser registry", () => {
       err = e;
     }
     expect(err).toBeInstanceOf(ConfigError);
-    expect((err as ConfigError).message).toBe("config rollout.multi_turn.format: unknown tool-call parser 'nope'; registered parsers: deepseek_v3, harmony, hermes, pythonic, qwen3_coder");
+    expect((err as ConfigError).message).toBe("config rollout.multi_turn.format: unknown tool-call parser 'nope'; registered parsers: deepseek_v3, harmony, hermes, llama3_json, pythonic, qwen3_coder");
     expect((err as ConfigError).field).toBe("rollout.multi_turn.format");
   });
 });
