@@ -96,7 +96,8 @@ export const GPT_OSS_TEMPLATE_KWARGS = Object.freeze({ reasoning_effort: "medium
  * role (rendered as `functions.NAME to=assistant`), {@link GPT_OSS_TURN_END_TOKENS},
  * and tool-call arguments passed to the template as the JSON string the
  * model wrote, so a re-render writes them byte for byte (`tojson` would
- * re-space them).
+ * re-space them); after the other stop id (`<|endoftext|>`) the observation
+ * writes `<|end|>` ({@link gptOssTurnClose}).
  */
 export const GPT_OSS_TRAITS = Object.freeze({
   family: "gpt_oss",
@@ -104,5 +105,6 @@ export const GPT_OSS_TRAITS = Object.freeze({
   historyPolicy: GPT_OSS_HISTORY_POLICY,
   toolResultRole: "tool",
   turnEndTokens: GPT_OSS_TURN_END_TOKENS,
+  closeToken: "<|end|>",
   argumentsAsString: true,
 });

@@ -6,7 +6,12 @@ export const DSV3_CALLS_END = "<｜tool▁calls▁end｜>";
 export const DSV3_CALL_BEGIN = "<｜tool▁call▁begin｜>";
 export const DSV3_CALL_END = "<｜tool▁call▁end｜>";
 export const DSV3_SEP = "<｜tool▁sep｜>";
-const CALL_SHAPE = "a tool call must be <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\\n```json\\n{…arguments…}\\n```<｜tool▁call▁end｜>";
+/**
+ * How a call looks, in words: error messages become tool outputs, and the
+ * model's tool-call special tokens written there would be encoded as real
+ * special tokens inside the output, so none appear.
+ */
+const CALL_SHAPE = "a tool call is the tool-call begin token, function, the tool separator token, the tool name and a newline, then the arguments as a JSON object in a ```json fenced block, then the tool-call end token";
 
 /**
  * Reads one call body after `<｜tool▁call▁begin｜>`: the header up to the first
@@ -26,7 +31,7 @@ function parseBody(index: number, b: BlockBody): ParsedCall | ParseError {
   const sep = raw.indexOf(DSV3_SEP);
   const nl = raw.indexOf("\n", sep < 0 ? 0 : sep);
   const name = sep < 0 ? undefined : raw.slice(sep + DSV3_SEP.length, nl < 0 ? raw.length : nl).trim() || undefined;
-  if (!b.closed) return { index, name, raw, message: `The tool call${name ? ` to '${name}'` : ""} was not closed with <｜tool▁call▁end｜>; ${CALL_SHAPE}.` };
+  if (!b.closed) return { index, name, raw, message: `The tool call${name ? ` to '${name}'` : ""} was not closed with the tool-call end token; ${CALL_SHAPE}.` };
   if (sep < 0 || !name) return { index, raw, message: `Invalid tool call: no tool name; ${CALL_SHAPE}.` };
   const m = /^\s*```(?:json)?[ \t]*\n?([\s\S]*?)\n?[ \t]*```\s*$/.exec(nl < 0 ? "" : raw.slice(nl + 1));
   if (!m) return { index, name, raw, message: `Invalid tool call to '${name}': the arguments must be a \`\`\`json fenced block; ${CALL_SHAPE}.` };

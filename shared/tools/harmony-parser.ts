@@ -9,7 +9,12 @@ export const H_CONSTRAIN = "<|constrain|>";
 export const H_CALL = "<|call|>";
 export const H_RETURN = "<|return|>";
 const TERMINATORS = [H_END, H_CALL, H_RETURN] as const;
-const CALL_SHAPE = "a function call is <|start|>assistant<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{…arguments…}<|call|>";
+/**
+ * How a call looks, in words: error messages become tool observations, and
+ * harmony's special tokens written there would be encoded as real framing
+ * tokens inside the tool message (`<|call|>`, `<|start|>` …), so none appear.
+ */
+const CALL_SHAPE = "call a function with a message on the commentary channel addressed to functions.NAME whose content is a JSON object of its arguments";
 
 /** One harmony message of an assistant turn, as sampled. */
 export interface HarmonyMessage {

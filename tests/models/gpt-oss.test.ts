@@ -194,10 +194,19 @@ describe("gpt-oss tokens (gptoss tokenizer + our template)", () => {
       { role: "tool", content: "9C" },
       { role: "assistant", content: "Paris 18C, Oslo 9C." },
     ]);
-    // Same text up to the argument spacing: ChatTokenizer hands objects to `tojson` here (the registry passes the sampled JSON string, GPT_OSS_TRAITS.argumentsAsString).
-    expect(tok.decode(full).replaceAll('{"city": ', '{"city":')).toBe(tok.decode(ids));
+    // Arguments reach the template as the compact JSON string (GPT_OSS_TRAITS.argumentsAsString), so the re-render is byte-exact.
+    expect(full).toEqual(ids);
     expect(ids.slice(prompt.length - 2, prompt.length)).toEqual([200006, 173781]);
     expect(ids.at(-1)).toBe(200002);
     expect(ids.filter((i) => i === 200012).length).toBe(2);
+  });
+
+  test("E4 for gpt-oss: the observation encoder writes gptOssTurnClose — nothing after <|return|>/<|call|>/<|end|>, <|end|> after <|endoftext|>", async () => {
+    const tok = await gptOssTokenizer();
+    const enc = new ObservationEncoder(tok);
+    const user: ChatMessage = { role: "user", content: "Go on." };
+    const body = tok.encode("<|start|>user<|message|>Go on.<|end|><|start|>assistant");
+    for (const last of [200002, 200012, 200007, 199999, 13]) expect([last, enc.encode([user], last)]).toEqual([last, [...gptOssTurnClose(last), ...body]]);
+    expect(enc.encode([user], 199999)[0]).toBe(200007);
   });
 });

@@ -8,7 +8,7 @@ import { DeepSeekV3ToolCallParser } from "../../shared/tools/deepseek-v3-parser.
 
 const p = new DeepSeekV3ToolCallParser();
 const call = (name: string, json: string) => `<｜tool▁call▁begin｜>function<｜tool▁sep｜>${name}\n\`\`\`json\n${json}\n\`\`\`<｜tool▁call▁end｜>`;
-const SHAPE = "a tool call must be <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\\n```json\\n{…arguments…}\\n```<｜tool▁call▁end｜>.";
+const SHAPE = "a tool call is the tool-call begin token, function, the tool separator token, the tool name and a newline, then the arguments as a JSON object in a ```json fenced block, then the tool-call end token.";
 
 function packageTemplate(): string {
   const req = createRequire(import.meta.url);
@@ -63,12 +63,23 @@ describe("deepseek_v3 parser", () => {
       [call("f", "[1]"), { name: "f", message: "Invalid arguments for 'f': arguments must be a JSON object." }],
       ["<｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n{\"a\": 1}<｜tool▁call▁end｜>", { name: "f", message: `Invalid tool call to 'f': the arguments must be a \`\`\`json fenced block; ${SHAPE}` }],
       ["<｜tool▁call▁begin｜>function<｜tool▁sep｜>\n```json\n{}\n```<｜tool▁call▁end｜>", { message: `Invalid tool call: no tool name; ${SHAPE}` }],
-      ['<｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{"a": "cut', { name: "f", message: `The tool call to 'f' was not closed with <｜tool▁call▁end｜>; ${SHAPE}` }],
+      ['<｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{"a": "cut', { name: "f", message: `The tool call to 'f' was not closed with the tool-call end token; ${SHAPE}` }],
     ];
     for (const [src, want] of cases) {
       const r = p.extract(`<｜tool▁calls▁begin｜>${src}`);
       expect(r.calls).toEqual([]);
       expect(r.errors.map((e) => ({ ...(e.name ? { name: e.name } : {}), message: e.message }))).toEqual([want]);
+    }
+  });
+
+  test("error messages hold no DeepSeek special token (they become tool outputs)", async () => {
+    const { builtinTokenizer } = await import("../../shared/models/index.ts");
+    const tok = await builtinTokenizer("deepseek_v3");
+    const special = new Set(["<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>", "<｜tool▁outputs▁end｜>", "<｜end▁of▁sentence｜>"].map((t) => tok.tokenId(t)));
+    expect(special.has(undefined)).toBe(false);
+    for (const src of [call("f", '{"a": 1'), call("f", "[1]"), "<｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n{}<｜tool▁call▁end｜>", '<｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{"a": "cut']) {
+      const [e] = p.extract(src).errors;
+      expect(tok.encode(e!.message).filter((id) => special.has(id))).toEqual([]);
     }
   });
 

@@ -3,7 +3,7 @@ import fc from "fast-check";
 import { HarmonyToolCallParser, splitHarmonyMessages } from "../../shared/tools/harmony-parser.ts";
 
 const p = new HarmonyToolCallParser();
-const SHAPE = "a function call is <|start|>assistant<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{…arguments…}<|call|>.";
+const SHAPE = "call a function with a message on the commentary channel addressed to functions.NAME whose content is a JSON object of its arguments.";
 
 describe("harmony parser", () => {
   test("the documented tool-call output (openai/harmony docs/format.md, 'Receiving tool calls')", () => {
@@ -62,6 +62,21 @@ describe("harmony parser", () => {
       const r = p.extract(src);
       expect(r.calls).toEqual([]);
       expect(r.errors.map((e) => ({ ...(e.name ? { name: e.name } : {}), message: e.message }))).toEqual([want]);
+    }
+  });
+
+  test("error messages hold no harmony special token (they become tool messages, where one would be real framing)", async () => {
+    const { gptOssTokenizer } = await import("../models/gpt-oss-tokenizer.ts");
+    const tok = await gptOssTokenizer();
+    const bad = [
+      '<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a": 1',
+      "<|channel|>commentary to=functions.f <|constrain|>json<|message|>[1]",
+      '<|channel|>analysis to=functions.f <|constrain|>json<|message|>{"a": 1}',
+      '<|channel|>commentary to=browser.search <|constrain|>json<|message|>{"q": 1}',
+    ];
+    for (const b of bad) {
+      const [e] = p.extract(b).errors;
+      expect(tok.encode(e!.message).filter((id) => id >= 199998)).toEqual([]);
     }
   });
 
