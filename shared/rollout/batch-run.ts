@@ -145,6 +145,8 @@ export class BatchRun {
   private readonly seen = new Set<string>();
   /** Keys of sessions that finished with no output (a store repair finishes them again). */
   private readonly emptySessions = new Set<string>();
+  /** Keys whose write failed (held in memory with a "transfer queue write failed" error; a rerun writes them, a repair must not). */
+  private readonly unstored = new Set<string>();
   private allObserved: (() => void) | null = null;
   /** Trajectories given up because another owner took them over (nothing stored for them here). */
   abandoned = 0;
@@ -388,6 +390,7 @@ export class BatchRun {
     try {
       return { record: r, stored: (await holdWhileStoreDown(write)).stored };
     } catch (e) {
+      this.unstored.add(r.key);
       return { record: { ...r, error: `transfer queue write failed: ${errorText(e)}`, finish_reason: "error" }, stored: true };
     }
   }
@@ -430,6 +433,8 @@ export class BatchRun {
         if (st.complete) continue;
         const [uid, n] = chunk[j]!;
         const recs = byUid.get(uid) ?? [];
+        // A record this run never stored is no outcome to put back: the group waits for a rerun.
+        if (recs.some((r) => this.unstored.has(r.key))) continue;
         const sessions = new Set([...recs.map((r) => r.session_id), ...(empty.get(uid) ?? [])]);
         // A group this run did not see finish (still running elsewhere, or interrupted) is not ours to repair;
         // one it holds nothing of stays as it is (named when incomplete).
