@@ -1,4 +1,5 @@
 import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
+import { harmonyText } from "./harmony-text.ts";
 import { pythonicCall } from "../../shared/models/gemma3-messages.ts";
 
 /**
@@ -9,13 +10,15 @@ import { pythonicCall } from "../../shared/models/gemma3-messages.ts";
  * - `qwen3` and model directories: unchanged;
  * - `llama3_1`: `{"name": N, "parameters": ARGS}` objects joined by `; `;
  * - `deepseek_v3`: `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N\n```json\nARGS\n```<｜tool▁call▁end｜>…<｜tool▁calls▁end｜>`;
- * - `gemma3`: `[N(k=v, …)]`.
+ * - `gemma3`: `[N(k=v, …)]`;
+ * - `gpt_oss`: harmony messages ending with `<|call|>` or `<|return|>` (see `harmonyText`).
  * Families without a reasoning format (all three) drop the `<think>` block.
  * A call whose arguments are not valid JSON keeps its arguments text
  * verbatim in the family's shape, so malformed-call cases stay malformed.
  */
 export function familyText(tok: ChatTokenizer, text: string): string {
   const family = tok.traits.family;
+  if (family === "gpt_oss") return harmonyText(text);
   if (family !== "llama3_1" && family !== "deepseek_v3" && family !== "gemma3") return text;
   let rest = text.replace(/<think>[\s\S]*?<\/think>\s*/g, "");
   const calls: { name: string; args: string; parsed?: Record<string, unknown> }[] = [];

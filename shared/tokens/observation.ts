@@ -93,7 +93,8 @@ export class ObservationEncoder {
     const history = allTools ? this.toolHistory(newMessages.length) : this.answerHistory();
     const full = [...history, ...newMessages];
     const fullText = this.renderText(full, false);
-    const at = this.turnEndIn(fullText, allTools ? CALL_MARKER : ANSWER_MARKER);
+    // After the last synthetic call: harmony closes each call message with its own <|call|>.
+    const at = allTools ? this.turnEndIn(fullText, CALL_MARKER, newMessages.length) : this.turnEndIn(fullText, ANSWER_MARKER);
     let prefixText: string;
     if (at >= 0) {
       const sep = this.separatorText();
@@ -110,6 +111,14 @@ export class ObservationEncoder {
     return [...this.turnClose(lastTokenId), ...body, ...genPrompt];
   }
 
+  /** The id written after a non-turn-end stop id: the family's `closeToken` (harmony: `<|end|>`), else the end-of-turn token. */
+  private closeId(): number {
+    const t = this.tok.traits.closeToken;
+    const id = t === undefined ? undefined : this.tok.tokenId(t);
+    if (t !== undefined && id === undefined) throw new TemplateError(`model ${this.tok.name}: close token ${t} is not in the vocabulary`);
+    return id ?? this.tok.eosTokenId;
+  }
+
   /**
    * The ids that close an assistant turn whose last sampled id is
    * `lastTokenId` (step 1 of {@link encode}): the separator after a turn-end
@@ -119,7 +128,7 @@ export class ObservationEncoder {
    */
   turnClose(lastTokenId: number | undefined): number[] {
     if (lastTokenId !== undefined && this.tok.turnEndIds.includes(lastTokenId)) return this.turnSeparator();
-    if (this.tok.isStopToken(lastTokenId)) return [this.tok.eosTokenId, ...this.turnSeparator()];
+    if (this.tok.isStopToken(lastTokenId)) return [this.closeId(), ...this.turnSeparator()];
     return [];
   }
 
@@ -153,12 +162,19 @@ export class ObservationEncoder {
 
   /**
    * Index just past the turn-end token (`ChatTokenizer.turnEndIds`) that
-   * closes the synthetic assistant turn holding `marker`, or -1 when the
+   * closes the synthetic assistant turn holding `marker` (after its
+   * `occurrence`-th appearance: one per synthetic call), or -1 when the
    * template renders none after it (or does not render the marker).
    */
-  private turnEndIn(text: string, marker: string): number {
-    const m = text.indexOf(marker);
+  private turnEndIn(text: string, marker: string, occurrence = 1): number {
+    // The `occurrence`-th marker (or the last one when the template writes fewer).
+    let m = text.indexOf(marker);
     if (m < 0) return -1;
+    for (let k = 1; k < occurrence; k++) {
+      const next = text.indexOf(marker, m + 1);
+      if (next < 0) break;
+      m = next;
+    }
     // The earliest turn-end token after the marker: the end-of-turn token, or another one the
     // template closes assistant turns with (gpt-oss renders `<|call|>` and `<|end|>`, never `<|return|>`).
     let best = -1;

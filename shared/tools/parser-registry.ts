@@ -1,6 +1,9 @@
 import { ConfigError } from "../errors.ts";
+import { DeepSeekV3ToolCallParser } from "./deepseek-v3-parser.ts";
+import { HarmonyToolCallParser } from "./harmony-parser.ts";
 import { HermesToolCallParser } from "./hermes-parser.ts";
 import { Llama3JsonToolCallParser } from "./llama3-json-parser.ts";
+import { PythonicToolCallParser } from "./pythonic-parser.ts";
 import { Qwen3CoderToolCallParser } from "./qwen3-coder-parser.ts";
 import type { ToolCallParser, ToolCallParserOptions } from "./tool-call-parser.ts";
 
@@ -11,6 +14,9 @@ const factories = new Map<string, ToolCallParserFactory>([
   ["hermes", () => new HermesToolCallParser()],
   ["qwen3_coder", (opts) => new Qwen3CoderToolCallParser(opts)],
   ["llama3_json", () => new Llama3JsonToolCallParser()],
+  ["pythonic", () => new PythonicToolCallParser()],
+  ["deepseek_v3", () => new DeepSeekV3ToolCallParser()],
+  ["harmony", () => new HarmonyToolCallParser()],
 ]);
 
 /**

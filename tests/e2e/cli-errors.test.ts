@@ -88,7 +88,7 @@ describe("rollout exit codes", () => {
   test("invalid names fail at start, exit 2", () => {
     writeFileSync(join(dir, "xml.yaml"), "rollout:\n  multi_turn:\n    format: xml\n");
     const f = edgeloop(["rollout", "--data", "two.jsonl", "--config", "xml.yaml"]);
-    expect({ code: f.code, stderr: f.stderr.trim() }).toEqual({ code: 2, stderr: "edgeloop: config rollout.multi_turn.format: unknown tool-call parser 'xml'; registered parsers: hermes, llama3_json, qwen3_coder" });
+    expect({ code: f.code, stderr: f.stderr.trim() }).toEqual({ code: 2, stderr: "edgeloop: config rollout.multi_turn.format: unknown tool-call parser 'xml'; registered parsers: deepseek_v3, harmony, hermes, llama3_json, pythonic, qwen3_coder" });
     const a = edgeloop(["rollout", "--data", "two.jsonl", "--default-agent", "nope"]);
     expect({ code: a.code, stderr: a.stderr.trim() }).toEqual({
       code: 2,

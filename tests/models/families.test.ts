@@ -41,11 +41,12 @@ describe("built-in model families", () => {
     expect(t.tokenId("<|reserved_special_token_4|>")).toBeUndefined();
   });
 
-  test("gpt_oss is a clear ConfigError while its harmony template is not wired", async () => {
-    const err = await loadTokenizer("gpt_oss").catch((e) => e);
-    expect(err).toBeInstanceOf(ConfigError);
-    expect((err as ConfigError).field).toBe("model");
-    expect((err as Error).message).toContain("gpt_oss is not available yet");
+  test("gpt_oss loads with our harmony template, its generation-config stop ids and the harmony parser", async () => {
+    const t = await loadTokenizer("gpt_oss");
+    expect(t).toBe(await builtinTokenizer("gpt_oss"));
+    expect(describeModel(t)).toBe("gpt_oss (end of turn <|return|> 200002; stop ids 200002, 199999, 200012; parser harmony; history rewrites-history)");
+    expect(t.turnEndIds).toEqual([200002, 200012, 200007]);
+    expect(t.renderText([{ role: "user", content: "Hi" }], { addGenerationPrompt: true }).endsWith("<|start|>user<|message|>Hi<|end|><|start|>assistant")).toBe(true);
   });
 
   test("the start line names model, end-of-turn token, stop ids and parser", async () => {

@@ -39,8 +39,7 @@ function maskRuns(tok: Awaited<ReturnType<typeof builtinTokenizer>>, r: Rec): Ar
   return runs;
 }
 
-// deepseek_v3 and gemma3 use the `deepseek_v3` and `pythonic` parsers (the gpt-oss/parsers work):
-// these run once those parsers are registered.
+// deepseek_v3, gemma3 and gpt_oss use the `deepseek_v3`, `pythonic` and `harmony` parsers.
 const FAMILY_RUNS: Array<[string, string, Array<[number, string]>]> = [
   [
     "deepseek_v3",
@@ -60,6 +59,15 @@ const FAMILY_RUNS: Array<[string, string, Array<[number, string]>]> = [
       [1, "The answer is 31.\n#### 31<end_of_turn>"],
     ],
   ],
+  [
+    "gpt_oss",
+    "harmony",
+    [
+      [1, '<|channel|>analysis<|message|>Let me compute 12*3-5.<|end|><|start|>assistant<|channel|>commentary to=functions.calc <|constrain|>json<|message|>{"expression":"12*3-5"}<|call|>'],
+      [0, "<|start|>functions.calc to=assistant<|channel|>commentary<|message|>31<|end|><|start|>assistant"],
+      [1, "<|channel|>analysis<|message|>The tool says 31.<|end|><|start|>assistant<|channel|>final<|message|>The answer is 31.\n#### 31<|return|>"],
+    ],
+  ],
 ];
 for (const [family, parser, expected] of FAMILY_RUNS) {
   describe(`edgeloop rollout --model ${family}`, () => {
@@ -76,6 +84,28 @@ for (const [family, parser, expected] of FAMILY_RUNS) {
     }, 120_000);
   });
 }
+
+describe("edgeloop rollout --model gpt_oss", () => {
+  test("the example policy in harmony: same calls, errors and rewards as every family; the start line names the harmony parser", async () => {
+    const run = edgeloop(["rollout", "--model", "gpt_oss", "--data", "examples/gsm8k-tool.jsonl", "--out", "gptoss.jsonl", "--seed", "7", "--no-progress"]);
+    expect(run.code).toBe(0);
+    expect(run.stderr).toContain("model      gpt_oss (end of turn <|return|> 200002; stop ids 200002, 199999, 200012; parser harmony; history rewrites-history)\n");
+    const records: Rec[] = readFileSync(join(dir, "gptoss.jsonl"), "utf8").trim().split("\n").map((l) => TrajectoryRecord.parse(JSON.parse(l)));
+    expect(records.reduce((n, r) => n + (r.extra_fields.tool_calls as number), 0)).toBe(84);
+    expect(records.reduce((n, r) => n + (r.extra_fields.tool_errors as number), 0)).toBe(4);
+    expect(records.reduce((n, r) => n + (r.reward_score ?? 0), 0) / 60).toBeCloseTo(0.85, 10);
+    const tok = await builtinTokenizer("gpt_oss");
+    // A malformed call: the error observation names the tool and holds no harmony special token, and the model retries.
+    const retried = records.find((r) => tok.decode(r.prompt_ids).includes("leaks 13 litres per hour in test 4"))!;
+    const runs = maskRuns(tok, retried);
+    expect(runs[1]).toEqual([
+      0,
+      "<|start|>functions.calc to=assistant<|channel|>commentary<|message|>Invalid JSON in the arguments of 'calc'; call a function with a message on the commentary channel addressed to functions.NAME whose content is a JSON object of its arguments.<|end|><|start|>assistant",
+    ]);
+    expect(runs[2]![1]).toBe('<|channel|>analysis<|message|>Let me compute 175-4*13.<|end|><|start|>assistant<|channel|>commentary to=functions.calc <|constrain|>json<|message|>{"expression":"175-4*13"}<|call|>');
+    expect(retried.reward_score).toBe(1);
+  }, 120_000);
+});
 
 describe("edgeloop rollout --model llama3_1", () => {
   test("runs the example end to end in Llama 3.1's tool format, token-exact", async () => {

@@ -100,6 +100,12 @@ describe("hermes parser", () => {
     expect(r.calls.map((c) => [c.index, c.name])).toEqual([[1, "b"]]);
   });
 
+  test("unicode: names, values and escapes survive", () => {
+    const r = new HermesToolCallParser().extract('<tool_call>\n{"name": "météo", "arguments": {"ville": "Zürich 🌧 東京", "e": "\\u00e9\\ud83d\\ude00"}}\n</tool_call>');
+    expect(r.errors).toEqual([]);
+    expect(r.calls.map((c) => [c.name, c.arguments])).toEqual([["météo", { ville: "Zürich 🌧 東京", e: "é😀" }]]);
+  });
+
   test("text without calls", () => {
     expect(p.extract("The answer is 42.<|im_end|>")).toEqual({ content: "The answer is 42.<|im_end|>", calls: [], errors: [] });
   });

@@ -36,15 +36,43 @@ describe("qwen3_coder parser", () => {
     expect(r.calls[0]!.arguments).toEqual({ items: payload });
   });
 
-  test("a truncated parameter without '>' is skipped (verl test)", () => {
+  test("an unclosed block is an error, not a truncated call (verl keeps what it holds)", () => {
     const r = p.extract("<tool_call><function=list_tool><parameter=items>valid</parameter><parameter=truncated");
-    expect(r.calls.map((c) => [c.name, c.arguments])).toEqual([["list_tool", { items: "valid" }]]);
+    expect(r.calls).toEqual([]);
+    expect(r.errors.map((e) => [e.index, e.name, e.message])).toEqual([
+      [0, "list_tool", "The tool call to 'list_tool' was not closed with </tool_call>; a tool call must be <tool_call>\\n<function=NAME>\\n<parameter=P>\\nVALUE\\n</parameter>\\n</function>\\n</tool_call>."],
+    ]);
+  });
+
+  test("a parameter header without '>' in a closed block is an error, not a skipped parameter", () => {
+    const r = p.extract("<tool_call>\n<function=list_tool>\n<parameter=items>\nvalid\n</parameter>\n<parameter=broken\n</function>\n</tool_call>");
+    expect(r.calls).toEqual([]);
+    expect(r.errors.map((e) => [e.name, e.message.split(";")[0]])).toEqual([["list_tool", "Invalid tool call to 'list_tool': a <parameter=NAME> header is not closed with '>'"]]);
+  });
+
+  test("a parameter without </parameter> is an error", () => {
+    const r = p.extract("<tool_call>\n<function=f>\n<parameter=a>\n1\n</function>\n</tool_call>");
+    expect(r.errors.map((e) => e.message.split(";")[0])).toEqual(["Invalid tool call to 'f': parameter 'a' is not closed with </parameter>"]);
   });
 
   test("a function header without '>' is an error", () => {
-    const r = p.extract("<tool_call><function=list_tool");
+    const r = p.extract("<tool_call><function=list_tool</tool_call>");
     expect(r.calls).toEqual([]);
-    expect(r.errors.map((e) => e.message)).toEqual(["Invalid tool call: the <function=NAME> header is not closed with '>'."]);
+    expect(r.errors.map((e) => e.message.split(";")[0])).toEqual(["Invalid tool call: the <function=NAME> header is not closed with '>'"]);
+  });
+
+  test("delimiters inside a value stay in the value (</tool_call>, </parameter>, <parameter=, </function>)", () => {
+    const v = 'see </tool_call> and </parameter> then <parameter=x> and </function> done';
+    const text = `<tool_call>\n<function=list_tool>\n<parameter=s>\n${v}\n</parameter>\n<parameter=n>\n3\n</parameter>\n</function>\n</tool_call> after`;
+    const r = p.extract(text);
+    expect(r.errors).toEqual([]);
+    expect(r.calls.map((c) => [c.name, c.arguments])).toEqual([["list_tool", { s: v, n: 3 }]]);
+    expect(r.content).toBe(" after");
+  });
+
+  test("unicode names and values", () => {
+    const r = p.extract("<tool_call>\n<function=météo>\n<parameter=ville>\nZürich 🌧 東京\n</parameter>\n</function>\n</tool_call>");
+    expect(r.calls.map((c) => [c.name, c.arguments])).toEqual([["météo", { ville: "Zürich 🌧 東京" }]]);
   });
 
   test("calls inside <think> do not count; several calls", () => {
@@ -87,7 +115,7 @@ describe("qwen3_coder parser", () => {
 
 describe("parser registry", () => {
   test("known names", () => {
-    expect(toolCallParserNames()).toEqual(["hermes", "llama3_json", "qwen3_coder"]);
+    expect(toolCallParserNames()).toEqual(["deepseek_v3", "harmony", "hermes", "llama3_json", "pythonic", "qwen3_coder"]);
     expect(createToolCallParser("hermes").name).toBe("hermes");
     expect(createToolCallParser("qwen3_coder", { tools }).name).toBe("qwen3_coder");
   });
@@ -99,7 +127,7 @@ describe("parser registry", () => {
       err = e;
     }
     expect(err).toBeInstanceOf(ConfigError);
-    expect((err as ConfigError).message).toBe("config rollout.multi_turn.format: unknown tool-call parser 'nope'; registered parsers: hermes, llama3_json, qwen3_coder");
+    expect((err as ConfigError).message).toBe("config rollout.multi_turn.format: unknown tool-call parser 'nope'; registered parsers: deepseek_v3, harmony, hermes, llama3_json, pythonic, qwen3_coder");
     expect((err as ConfigError).field).toBe("rollout.multi_turn.format");
   });
 });

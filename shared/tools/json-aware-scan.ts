@@ -1,0 +1,54 @@
+/**
+ * Index of the first `close` at or after `start` that lies outside JSON
+ * strings, so a delimiter inside an argument value (`"</tool_call>"`,
+ * `"<|call|>"`) does not end the call. When quotes never balance (the body is
+ * not JSON) the first plain `close` is returned; -1 when there is none.
+ * @see readHermesBody, which applies the same rule to `</tool_call>`
+ */
+export function indexOutsideJsonStrings(text: string, close: string, start: number): number {
+  let inString = false;
+  const first = close.charCodeAt(0);
+  for (let i = start; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c) i++;
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) {
+      inString = true;
+    } else if (c === first && text.startsWith(close, i)) {
+      return i;
+    }
+  }
+  return text.indexOf(close, start);
+}
+
+/** Earliest of several delimiters outside JSON strings: its index and which one, or index -1. */
+export function firstOutsideJsonStrings(text: string, closes: readonly string[], start: number): { at: number; close?: string } {
+  let inString = false;
+  for (let i = start; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c) i++;
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) {
+      inString = true;
+    } else {
+      for (const close of closes) if (close.charCodeAt(0) === c && text.startsWith(close, i)) return { at: i, close };
+    }
+  }
+  let best = -1;
+  let which: string | undefined;
+  for (const close of closes) {
+    const k = text.indexOf(close, start);
+    if (k >= 0 && (best < 0 || k < best)) {
+      best = k;
+      which = close;
+    }
+  }
+  return { at: best, close: which };
+}
+
+/** A plain JSON object or not. */
+export function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return v !== null && typeof v === "object" && !Array.isArray(v);
+}

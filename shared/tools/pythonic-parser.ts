@@ -1,0 +1,93 @@
+import { PyLiteralError, PyReader, type PyCall } from "./python-literal.ts";
+import { visibleSpans } from "./reasoning-spans.ts";
+import type { ExtractResult, ParseError, ParsedCall, ToolCallParser } from "./tool-call-parser.ts";
+
+/** `[` then a (dotted) name then `(`: where a call list starts. */
+const LIST_START = /\[\s*[A-Za-z_\p{L}][\w\p{L}\p{N}]*(?:\.[A-Za-z_\p{L}][\w\p{L}\p{N}]*)*\s*\(/gu;
+/** Llama 4 wraps its call lists in these; they go with the list they surround. */
+const PY_START = "<|python_start|>";
+const PY_END = "<|python_end|>";
+const CALL_SHAPE = 'a tool call list must look like [tool_name(arg="value", n=1), other_tool()] with Python literal arguments';
+
+/** Reads one `[call, call, …]` list at `start` (the `[`); throws PyLiteralError. */
+function readCallList(r: PyReader, start: number, end: number): { calls: PyCall[]; end: number } {
+  r.pos = start + 1;
+  const calls: PyCall[] = [];
+  for (;;) {
+    r.ws();
+    if (r.peek() === "]") break;
+    calls.push(r.call());
+    r.ws();
+    if (r.peek() === ",") r.pos++;
+    else if (r.peek() !== "]") r.fail(r.pos >= end ? "the call list is not closed with ']'" : `expected ',' or ']' at offset ${r.pos}`);
+  }
+  return { calls, end: r.pos + 1 };
+}
+
+/**
+ * The pythonic parser (Gemma 3, Llama 3.2/4 "pythonic" tool calling):
+ * `[get_weather(city="Paris", days=3), get_time()]`, any number of lists per
+ * turn, optionally wrapped in Llama 4's `<|python_start|>…<|python_end|>`.
+ * Arguments are Python literals read by our own {@link PyReader} (never
+ * evaluated), so a string holding `)]` or `"` stays one argument. Lists inside
+ * `<think>` do not count. A list that starts like a call (`[name(`) but does
+ * not read (positional arguments, a non-literal, an unclosed string or
+ * bracket) is one {@link ParseError} with the reader's message; scanning
+ * resumes after the text it covered, or stops when it ran to the end.
+ *
+ * Differences from vLLM: vLLM's `pythonic` parser only accepts a turn that is
+ * nothing but one call list and falls back to plain text otherwise; here
+ * lists are found anywhere in the visible text, and a broken one is an error
+ * the model sees, not prose.
+ * @see vLLM `PythonicToolParser` (`vllm/entrypoints/openai/tool_parsers/pythonic_tool_parser.py`)
+ */
+export class PythonicToolCallParser implements ToolCallParser {
+  readonly name = "pythonic";
+
+  extract(text: string): ExtractResult {
+    const calls: ParsedCall[] = [];
+    const errors: ParseError[] = [];
+    try {
+      const cut: { start: number; end: number }[] = [];
+      let index = 0;
+      for (const span of visibleSpans(text)) {
+        LIST_START.lastIndex = span.start;
+        for (let m = LIST_START.exec(text); m && m.index < span.end; m = LIST_START.exec(text)) {
+          const at = m.index;
+          const reader = new PyReader(text.slice(0, span.end), at);
+          try {
+            const list = readCallList(reader, at, span.end);
+            for (const c of list.calls) calls.push({ index: index++, name: c.name, arguments: c.kwargs, raw: text.slice(c.start, c.end).trim() });
+            let s = at;
+            let e = list.end;
+            const before = text.slice(span.start, at).trimEnd();
+            if (before.endsWith(PY_START) && text.slice(e).trimStart().startsWith(PY_END)) {
+              s = span.start + before.length - PY_START.length;
+              e = text.indexOf(PY_END, e) + PY_END.length;
+            }
+            cut.push({ start: s, end: e });
+            LIST_START.lastIndex = list.end;
+          } catch (err) {
+            if (!(err instanceof PyLiteralError)) throw err;
+            const name = /\[\s*([^\s(]+)/.exec(m[0])?.[1];
+            const stop = Math.max(err.pos, reader.pos, at + m[0].length);
+            const close = text.indexOf("]", stop);
+            const end = close >= 0 && close < span.end ? close + 1 : span.end;
+            errors.push({ index: index++, name, raw: text.slice(at, end), message: `Invalid tool call${name ? ` to '${name}'` : ""}: ${err.message}; ${CALL_SHAPE}.` });
+            LIST_START.lastIndex = end;
+          }
+        }
+      }
+      let content = "";
+      let from = 0;
+      for (const c of cut) {
+        content += text.slice(from, c.start);
+        from = c.end;
+      }
+      content += text.slice(from);
+      return { content, calls, errors };
+    } catch {
+      return { content: text, calls: [], errors: [] };
+    }
+  }
+}
