@@ -95,7 +95,9 @@ const DROP_RESPONSE_HEADERS = ["connection", "content-length", "content-encoding
  * replicas). Failures, counted per replica and kind: a connection error
  * (`connect`; the replica is also marked unhealthy until a health check
  * passes), a 5xx (`http_5xx`), the per-attempt deadline (`timeout`), a 2xx
- * whose body is not JSON or not the engine's wire schema (`bad_reply`, see
+ * whose body is not JSON, not the engine's wire schema, or lacks what the
+ * request asked for — token ids with `return_token_ids`, log-probs with
+ * `logprobs` — judged by the engine clients' own parsers (`bad_reply`, see
  * `replyProblem`), and a caller that gives up at its own deadline while the
  * replica is still silent (`client_abort`: the engine clients declare their
  * per-attempt deadline in `x-edgeloop-timeout-ms`; an abort at ≥ 90 % of it, or
@@ -207,6 +209,8 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
     const key = req.headers.get("x-session-id") || req.headers.get("x-smg-routing-key") || undefined;
     const inUrl = new URL(req.url);
     const body = req.method === "GET" || req.method === "HEAD" ? undefined : await req.arrayBuffer();
+    // The request is read once, to judge each reply against what it asked for (token ids, log-probs).
+    const requestText = body && body.byteLength > 0 ? new TextDecoder().decode(body) : undefined;
     const headers = new Headers(req.headers);
     for (const h of DROP_REQUEST_HEADERS) headers.delete(h);
     // The deadline a caller's abort is judged against: its declared per-attempt deadline, or ours.
@@ -262,7 +266,7 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
         continue;
       }
       if (buf === undefined) return relayStream(res, replica, (ok) => (ok ? pool.succeed(replica) : pool.release(replica)));
-      const problem = res.status < 300 ? replyProblem(inUrl.pathname, res.headers.get("content-type"), new TextDecoder().decode(buf)) : null;
+      const problem = res.status < 300 ? replyProblem(inUrl.pathname, res.headers.get("content-type"), new TextDecoder().decode(buf), requestText) : null;
       if (problem) {
         pool.fail(replica, "bad_reply");
         lastError = `${replica}: ${problem}`;
