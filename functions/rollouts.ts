@@ -11,6 +11,7 @@ import { tokenPieces } from "../shared/telemetry/token-pieces.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../shared/tokens/tokenizer.ts";
 import { bearerAuth, limitBody, readJson } from "./http-util.ts";
 import { healthResponse, type StoreHealth } from "../shared/store/store-health.ts";
+import { STORE_UNREACHABLE, storeOutageOf } from "../shared/store/store-outage.ts";
 
 export type { StoreHealth };
 import { mountViewer } from "./viewer/viewer-app.ts";
@@ -196,6 +197,12 @@ function noTokenizer(): EdgeloopError {
 
 /** Maps any thrown value to the JSON error response; 5xx bodies never carry stack traces. */
 export function errorResponse(err: unknown, c: Context): Response {
+  // A store outage anywhere in the cause chain is said as such (503 store_unreachable naming the store,
+  // as `/health` does), whatever wrapped it on the way up.
+  const outage = storeOutageOf(err);
+  if (outage) {
+    return c.json({ error: { code: STORE_UNREACHABLE, message: outage.message.slice(0, 500) } }, 503, { "retry-after": "1" });
+  }
   if (err instanceof EdgeloopError) {
     const headers: Record<string, string> = {};
     if (err.status === 503) headers["retry-after"] = "1";

@@ -140,6 +140,7 @@ describe("bad requests are 400s naming the field", () => {
   test("oversized body is a 413", async () => {
     const res = await post("/v1/rollouts", { rows: Array(2000).fill(rows[0]) });
     expect(res.status).toBe(413);
+    expect(await res.json()).toEqual({ error: { code: "request_too_large", message: `body: larger than ${64 * 1024} bytes`, field: "body" } });
   });
 
   test("unknown batch is a 404; bad group queries and acks are 400s", async () => {
