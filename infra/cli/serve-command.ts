@@ -16,8 +16,8 @@ import { untilSignal } from "./engine-commands.ts";
 export async function serveCommand(flags: ConfigFlags & { port: number; host: string; jobs?: "inline" | "queue"; maxPending?: number; lostGrace?: number }): Promise<void> {
   const runtime = await buildRuntime(flags, {
     jobs: flags.jobs ?? "auto",
-    ...(flags.maxPending ? { jobQueue: { maxPending: flags.maxPending } } : {}),
-    ...(flags.lostGrace ? { lostGraceMs: Math.round(flags.lostGrace * 1000) } : {}),
+    ...(flags.maxPending !== undefined ? { jobQueue: { maxPending: flags.maxPending } } : {}),
+    ...(flags.lostGrace !== undefined ? { lostGraceMs: Math.round(flags.lostGrace * 1000) } : {}),
   });
   const rollouts = createRolloutsApp({
     service: runtime.service,
