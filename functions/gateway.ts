@@ -117,7 +117,7 @@ const DROP_RESPONSE_HEADERS = ["connection", "content-length", "content-encoding
  * `GET /metrics`: Prometheus text (`gatewayMetricsText`: health, state,
  * failures by kind, ejections, probes, re-pins per replica).
  *
- * @throws ConfigError on invalid options
+ * @throws ConfigError on invalid options (a replica listed twice included)
  * @see vllm-project/router and SGLang Model Gateway (wire-contracts.md §1.10, §2.6)
  */
 export function createGatewayApp(options: GatewayOptions): Gateway {
@@ -127,6 +127,12 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
     throw new ConfigError(`gateway.${i?.path.join(".")}`, i?.message ?? "invalid option");
   }
   const opts = parsed.data;
+  const seen = new Set<string>();
+  for (const url of opts.replicas.map(normaliseUrl)) {
+    // Two entries for one replica would silently collapse into one (and skew what the operator thinks runs).
+    if (seen.has(url)) throw new ConfigError("gateway.replicas", `${url} is listed twice`);
+    seen.add(url);
+  }
   const fetchFn: FetchLike = options.fetch ?? ((input, init) => fetch(input, init));
   const pool = new ReplicaPool(opts.replicas, createRoutingPolicy(opts.policy, { epsilon: opts.epsilon, maxKeys: opts.maxStickyKeys }), {
     ejectAfter: opts.ejectAfter,
@@ -265,7 +271,7 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
         if (buf === undefined) await res.body?.cancel().catch(() => undefined);
         continue;
       }
-      if (buf === undefined) return relayStream(res, replica, (ok) => (ok ? pool.succeed(replica) : pool.release(replica)));
+      if (buf === undefined) return relayStream(res, replica, (ok) => (ok ? pool.succeed(replica, res.status < 300) : pool.release(replica)));
       const problem = res.status < 300 ? replyProblem(inUrl.pathname, res.headers.get("content-type"), new TextDecoder().decode(buf), requestText) : null;
       if (problem) {
         pool.fail(replica, "bad_reply");
@@ -276,7 +282,7 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
         );
         continue;
       }
-      pool.succeed(replica);
+      pool.succeed(replica, res.status < 300);
       return withReplica(res, replica, buf);
     }
     if (lastFailure) return lastFailure;
