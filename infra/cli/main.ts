@@ -15,6 +15,9 @@ import { Command, CommanderError, Option } from "commander";
 import { EdgeloopError } from "../../shared/errors.ts";
 import { setupTelemetryFromEnv, type Telemetry } from "../telemetry/setup.ts";
 import { intFlag, portFlag as port, secondsFlag } from "./flag-parsers.ts";
+import { watchLauncher } from "./launcher-watch.ts";
+
+watchLauncher();
 
 /** Flags shared by `rollout` and `serve`: each overrides one config value. */
 function configFlags(cmd: Command): Command {
