@@ -16,8 +16,10 @@ import { EdgeloopError } from "../../shared/errors.ts";
 import { setupTelemetryFromEnv, type Telemetry } from "../telemetry/setup.ts";
 import { intFlag, portFlag as port, secondsFlag } from "./flag-parsers.ts";
 import { watchLauncher } from "./launcher-watch.ts";
+import { registerSelfImports } from "./self-imports.ts";
 
 watchLauncher();
+registerSelfImports();
 
 /** Flags shared by `rollout` and `serve`: each overrides one config value. */
 function configFlags(cmd: Command): Command {
