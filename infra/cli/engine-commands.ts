@@ -5,6 +5,7 @@ import { DEFAULT_ENGINE_TIMEOUT_MS } from "../../shared/inference/engine-http.ts
 import { normaliseUrl } from "../../shared/inference/replica-pool.ts";
 import { createGatewayApp } from "../../functions/gateway.ts";
 import { startSimEngine } from "../sim-engine/server.ts";
+import { loadTokenizer } from "../node/model-dir.ts";
 import { startUpstashBridge } from "../upstash-bridge/upstash-bridge.ts";
 import { checkRedis, maskRedisUrl } from "../redis/redis-check.ts";
 import { readConfigFile } from "./files.ts";
@@ -18,8 +19,8 @@ export function untilSignal(): Promise<void> {
   });
 }
 
-/** `edgeloop sim-engine --port P [--replicas K] [--script FILE]`: serves K simulated replicas on ports P..P+K−1. */
-export async function simEngineCommand(o: { port: number; replicas: number; script?: string; host: string }): Promise<void> {
+/** `edgeloop sim-engine --port P [--replicas K] [--script FILE] [--model NAME|DIR]`: serves K simulated replicas on ports P..P+K−1. */
+export async function simEngineCommand(o: { port: number; replicas: number; script?: string; host: string; model?: string }): Promise<void> {
   const path = o.script ?? DEFAULT_SCRIPT;
   let script: unknown;
   try {
@@ -27,8 +28,9 @@ export async function simEngineCommand(o: { port: number; replicas: number; scri
   } catch (e) {
     throw new ConfigError("--script", `cannot read ${path}: ${(e as Error).message}`);
   }
-  const sim = await startSimEngine({ port: o.port, replicas: o.replicas, hostname: o.host, script });
-  console.log(`edgeloop sim-engine: ${sim.urls.join(" ")} (vLLM /v1/completions, /inference/v1/generate; SGLang /generate; script ${path})`);
+  const tokenizer = await loadTokenizer(o.model);
+  const sim = await startSimEngine({ port: o.port, replicas: o.replicas, hostname: o.host, script, tokenizer });
+  console.log(`edgeloop sim-engine: ${sim.urls.join(" ")} (vLLM /v1/completions, /inference/v1/generate; SGLang /generate; script ${path}; model ${tokenizer.name})`);
   await untilSignal();
   await sim.stop();
 }

@@ -1,3 +1,4 @@
+import { isBuiltinModel } from "../../shared/models/index.ts";
 import { readFile } from "node:fs/promises";
 import { dirname, extname, isAbsolute, resolve } from "node:path";
 import { parse as parseYaml } from "yaml";
@@ -46,7 +47,8 @@ export function resolveConfigPaths(raw: unknown, configPath: string): unknown {
   section("rollout", (r) => {
     if (isObject(r.agent) && "agent_loop_config_path" in r.agent) r.agent = { ...r.agent, agent_loop_config_path: fix(r.agent.agent_loop_config_path) };
   });
-  if (typeof out.model === "string" && out.model !== "qwen3") out.model = fix(out.model);
+  // A built-in model name is a name, not a path (write `./gemma3` for a directory of that name).
+  if (typeof out.model === "string" && !isBuiltinModel(out.model)) out.model = fix(out.model);
   return out;
 }
 

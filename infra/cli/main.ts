@@ -42,7 +42,7 @@ function configFlags(cmd: Command): Command {
     .option("--default-agent <name>", "rollout.agent.default_agent_loop")
     .option("--seed <n>", "rollout.seed (and the simulated engine's seed)", intFlag("--seed", Number.MIN_SAFE_INTEGER))
     .option("--concurrency <n>", "trajectories run at once", intFlag("--concurrency", 1, 100_000))
-    .option("--model <dir>", "model directory with tokenizer.json and tokenizer_config.json (default: Qwen3)");
+    .option("--model <name|dir>", "model: qwen3 (default), llama3_1, deepseek_v3, gpt_oss, gemma3, or a Hugging Face model directory (tokenizer.json, tokenizer_config.json, optional chat_template.jinja and generation_config.json)");
 }
 
 let telemetry: Telemetry | null = null;
@@ -104,7 +104,7 @@ program
   .option("--store <store>", "read it from a transfer queue: redis://host:port | upstash (memory holds nothing across processes)", "memory")
   .option("--store-prefix <prefix>", "prefix of every Redis key (default edgeloop:)")
   .option("--json", "print the record as JSON instead")
-  .option("--model <dir>", "model directory with tokenizer.json and tokenizer_config.json (default: Qwen3)")
+  .option("--model <name|dir>", "model: qwen3 (default), llama3_1, deepseek_v3, gpt_oss, gemma3, or a Hugging Face model directory (tokenizer.json, tokenizer_config.json, optional chat_template.jinja and generation_config.json)")
   .option("--color", "colour even when stdout is not a terminal")
   .option("--no-color", "no colours (also: NO_COLOR=1)")
   .option("--no-prompt", "leave out the prompt")
@@ -117,6 +117,7 @@ program
   .option("--replicas <k>", "replicas", intFlag("--replicas", 1, 64), 1)
   .option("--script <file>", "scripted policy file")
   .option("--host <host>", "address to bind", "127.0.0.1")
+  .option("--model <name|dir>", "the model whose tokens the engine samples: qwen3 (default), llama3_1, deepseek_v3, gpt_oss, gemma3, or a model directory")
   .action(async (opts) => (await import("./engine-commands.ts")).simEngineCommand(opts));
 
 program

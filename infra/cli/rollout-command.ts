@@ -110,7 +110,11 @@ export async function rolloutCommand(flags: RolloutFlags): Promise<void> {
     }
     process.stdout.write(formatSummary(stats, wall) + "\n");
     if (flags.out) log(`wrote ${written} records to ${flags.out}`);
-    if (stats.counts.total > 0 && stats.counts.ok === 0 && stats.counts.failed > 0) {
+    if (stats.lost) {
+      // The records are in --out, but the trainer's queue will not deliver these groups: not a success.
+      log(`edgeloop: the store lost data while the batch ran and ${stats.lost.missing.length} groups could not be completed again (${stats.lost.missing.slice(0, 5).join(", ")}${stats.lost.missing.length > 5 ? ", …" : ""}); their records are in ${flags.out ?? "no file (no --out given)"}`);
+      process.exitCode = 3;
+    } else if (stats.counts.total > 0 && stats.counts.ok === 0 && stats.counts.failed > 0) {
       log(`edgeloop: no trajectory succeeded (${stats.counts.failed} of ${stats.counts.total} failed); see the errors above`);
       process.exitCode = 1;
     }

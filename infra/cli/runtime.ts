@@ -3,7 +3,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { defaultAgentLoopRegistry, parseAgentLoopConfig, type AgentLoopRegistry } from "../../shared/agent-loop/index.ts";
 import { mergeConfig, parseAppConfig, type AppConfig } from "../../shared/config/app-config.ts";
-import { ConfigError } from "../../shared/errors.ts";
+import { ConfigError, StoreError } from "../../shared/errors.ts";
 import { createEngineClient } from "../../shared/inference/create-engine-client.ts";
 import type { InferenceClient } from "../../shared/inference/types.ts";
 import { createAgentExecutor, createSessionExecutor, sessionLoopFactory, endLoopTrace, type ExecutorDeps } from "../../shared/rollout/executor.ts";
@@ -29,6 +29,7 @@ import { createUpstashTransferQueue } from "../../shared/store/upstash-transfer-
 import { parseToolsFile } from "../../shared/tools/tools-file.ts";
 import { WebhookToolClient } from "../../shared/tools/webhook-tool-client.ts";
 import { loadTokenizer } from "../node/model-dir.ts";
+import { describeModel } from "../../shared/models/index.ts";
 import { createRedisTransferQueue } from "../redis/redis-transfer-queue.ts";
 import { SimEngine } from "../sim-engine/sim-engine.ts";
 import { SimEngineClient } from "../sim-engine/sim-engine-client.ts";
@@ -108,6 +109,14 @@ export interface RuntimeHooks {
    * print it on stderr and exit with status 1.
    */
   onStoreTimeout?: (line: string) => void;
+  /**
+   * Long-running processes (`serve`, `worker`): a store that does not answer
+   * at start is waited for (one line saying so, then checks with backoff
+   * capped at 5 s) instead of failing — a worker started while Redis
+   * restarts comes up with it — bounded by `--store-timeout` when given. A
+   * refused password or token and a bad configuration still fail at once.
+   */
+  waitForStore?: boolean;
 }
 
 /**
@@ -129,13 +138,18 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
   // The parser is checked before anything starts; the default agent loop once the registry is loaded (a file may add loops).
   validateRollout(config.rollout, null);
   const checkTimeoutMs = hooks.checkTimeoutMs ?? 3_000;
-  await checkStore(config, checkTimeoutMs);
+  if (hooks.waitForStore) await waitForStore(config, checkTimeoutMs, flags.storeTimeout, hooks.onStoreTimeout);
+  else await checkStore(config, checkTimeoutMs);
   const closers: (() => Promise<void>)[] = [];
   const describe: string[] = [];
   const warnings: string[] = [];
   try {
     const tokenizer = await loadTokenizer(config.model ?? undefined);
-    describe.push(`model      ${tokenizer.name}`);
+    describe.push(`model      ${describeModel(tokenizer, config.rollout.multi_turn.format)}`);
+    const parser = config.rollout.multi_turn.format ?? tokenizer.traits.defaultParser;
+    if (!toolCallParserNames().includes(parser)) {
+      warnings.push(`warning    tool-call parser '${parser}' (default of ${tokenizer.traits.family}) is not registered in this build; tool_agent trajectories fail until rollout.multi_turn.format names one of: ${toolCallParserNames().join(", ")}`);
+    }
 
     const client = await buildEngine(config, tokenizer, closers, describe);
     const [probed, unreachable] = await Promise.all([
@@ -254,7 +268,7 @@ export function unsignedToolsWarning(config: AppConfig): string | null {
  */
 export function validateRollout(rollout: RolloutConfig, registry: AgentLoopRegistry | null): void {
   const parsers = toolCallParserNames();
-  if (!parsers.includes(rollout.multi_turn.format)) {
+  if (rollout.multi_turn.format !== null && !parsers.includes(rollout.multi_turn.format)) {
     throw new ConfigError("rollout.multi_turn.format", `unknown tool-call parser '${rollout.multi_turn.format}'; registered parsers: ${parsers.join(", ")}`);
   }
   const loop = rollout.agent.default_agent_loop;
@@ -307,6 +321,43 @@ export async function checkStore(config: AppConfig, timeoutMs: number): Promise<
     return;
   }
   await checkRedis(url, { timeoutMs, what: "store.url / --store" });
+}
+
+/**
+ * {@link checkStore} until the store answers: the first failure is reported
+ * in one line naming the store and how to bound the wait, then checks repeat
+ * with backoff (0.5 s doubling, capped at 5 s). After `timeoutS` seconds
+ * (`--store-timeout`) `onTimeout` is called with one line (default: print it
+ * and exit 1, as when the store stays unreachable mid-run).
+ * @throws AuthError, ConfigError, and a StoreError that is a refusal (wrong password, ACL), at once.
+ */
+async function waitForStore(config: AppConfig, checkTimeoutMs: number, timeoutS: number | undefined, onTimeout?: (line: string) => void): Promise<void> {
+  const start = Date.now();
+  let delay = 500;
+  for (let said = false; ; ) {
+    try {
+      await checkStore(config, checkTimeoutMs);
+      if (said) console.error(`edgeloop: store ${maskRedisUrl(config.store.url)} answers after ${((Date.now() - start) / 1000).toFixed(1)} s`);
+      return;
+    } catch (e) {
+      if (!(e instanceof StoreError) || /WRONGPASS|NOAUTH|NOPERM|invalid (username|password)/i.test(e.message)) throw e;
+      if (timeoutS !== undefined && Date.now() - start >= timeoutS * 1000) {
+        const line = `edgeloop: ${e.message}; unreachable for ${Math.round((Date.now() - start) / 1000)} s at start (--store-timeout ${timeoutS}); exiting`;
+        if (!onTimeout) {
+          console.error(line);
+          process.exit(1);
+        }
+        onTimeout(line);
+        throw e;
+      }
+      if (!said) {
+        console.error(`edgeloop: ${e.message}; waiting for it${timeoutS === undefined ? " (bound the wait with --store-timeout SECONDS)" : ` for up to ${timeoutS} s (--store-timeout)`}`);
+        said = true;
+      }
+      await new Promise((r) => setTimeout(r, delay));
+      delay = Math.min(delay * 2, 5_000);
+    }
+  }
 }
 
 /**

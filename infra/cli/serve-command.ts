@@ -15,6 +15,7 @@ import { untilSignal } from "./engine-commands.ts";
  */
 export async function serveCommand(flags: ConfigFlags & { port: number; host: string; jobs?: "inline" | "queue"; maxPending?: number; lostGrace?: number }): Promise<void> {
   const runtime = await buildRuntime(flags, {
+    waitForStore: true,
     jobs: flags.jobs ?? "auto",
     ...(flags.maxPending !== undefined ? { jobQueue: { maxPending: flags.maxPending } } : {}),
     ...(flags.lostGrace !== undefined ? { lostGraceMs: Math.round(flags.lostGrace * 1000) } : {}),

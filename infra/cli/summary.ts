@@ -4,7 +4,8 @@ import type { BatchStats } from "../../shared/rollout/batch-run.ts";
  * The end-of-run summary table of `edgeloop rollout`: sessions (trajectories:
  * one per prompt and session_id) planned, finished and handed back, then the
  * records they emitted (0…k per session) ok/failed/truncated, turns, tokens
- * by kind, tool calls and errors, mean reward, throughput. Plain text, one
+ * by kind, tool calls and errors, mean reward, what a store repair put back
+ * and what was lost (only when there was any), throughput. Plain text, one
  * figure a line, so tests can read it.
  */
 export function formatSummary(s: BatchStats, wallSeconds: number): string {
@@ -26,6 +27,8 @@ export function formatSummary(s: BatchStats, wallSeconds: number): string {
     ["tool errors", String(s.tool_errors)],
     ["mean reward", s.reward.mean === null ? "n/a" : s.reward.mean.toFixed(4)],
     ["reward errors", String(s.reward.errors)],
+    ...(s.repaired ? ([["store repairs", `${s.repaired.groups} groups, ${s.repaired.records} records written again (the store lost data)`]] as [string, string][]) : []),
+    ...(s.lost ? ([["lost", `${s.lost.count} sessions; groups not delivered: ${s.lost.missing.length}`]] as [string, string][]) : []),
     ["wall time (s)", wallSeconds.toFixed(2)],
     ["sessions/s", ((c.finished - c.reused) / Math.max(wallSeconds, 1e-9)).toFixed(1)],
     ["records/s", (c.records / Math.max(wallSeconds, 1e-9)).toFixed(1)],

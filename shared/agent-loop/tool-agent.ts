@@ -138,10 +138,10 @@ export class ToolAgentLoop extends AgentLoop {
   readonly trace: ToolAgentState[] = [];
   private readonly parser: ToolCallParser;
 
-  /** @throws ConfigError when `multi_turn.format` names no registered parser. */
+  /** @throws ConfigError when `multi_turn.format` (or, unset, the model family's default parser) names no registered parser. */
   constructor(ctx: AgentLoopContext) {
     super(ctx);
-    this.parser = ctx.parser ?? createToolCallParser(ctx.config.multi_turn.format, { tools: ctx.tools?.schemas });
+    this.parser = ctx.parser ?? createToolCallParser(ctx.config.multi_turn.format ?? ctx.tokenizer.traits.defaultParser, { tools: ctx.tools?.schemas });
   }
 
   async run(samplingParams: SamplingParams, kwargs: AgentLoopKwargs): Promise<AgentLoopOutput> {

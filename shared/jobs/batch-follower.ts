@@ -57,6 +57,8 @@ export function followBatch(run: BatchRun, jobs: JobQueue, store: TransferQueue,
   const ready = new Promise<void>((r) => (caughtUp = r));
   let after = "0-0";
   const retry = new Set<string>();
+  /** Sessions another batch had finished first (completion events with `reused`): counted as handed back. */
+  const reusedKeys = new Set<string>();
   const allKeys = run.plan.trajectories.map((t) => t.key);
   const pollMs = opts.pollMs ?? 200;
   let lastStartedCheck = 0;
@@ -94,6 +96,8 @@ export function followBatch(run: BatchRun, jobs: JobQueue, store: TransferQueue,
     for (const k of absent) if (!absentSince.has(k)) absentSince.set(k, now);
     const lost = [...absent].filter((k) => now - absentSince.get(k)! >= graceMs);
     if (lost.length === 0) return;
+    // Put back what this process counted and the store lost (records, group registrations) before naming what is gone.
+    if (batchGone) await run.repairStore();
     // Every uid of the batch: a group whose hash vanished is never delivered, even when its later records land.
     const uids = [...new Set(allKeys.map((k) => parseTrajectoryKey(k).uid))];
     const statuses = await Promise.all(uids.map((u) => store.groupStatus(u)));
@@ -118,6 +122,7 @@ export function followBatch(run: BatchRun, jobs: JobQueue, store: TransferQueue,
           after = events[events.length - 1]!.id;
           lastProgress = Date.now();
         }
+        for (const e of events) if (e.reused) reusedKeys.add(e.key);
         const keys = [...retry, ...events.map((e) => e.key)].filter((k) => k && !run.observedKeys().has(k));
         retry.clear();
         const sessions = await Promise.all(
@@ -126,7 +131,7 @@ export function followBatch(run: BatchRun, jobs: JobQueue, store: TransferQueue,
             return store.sessionRecords(uid, session_id);
           }),
         );
-        sessions.forEach((recs, i) => (recs ? run.observeSession(keys[i]!, recs) : retry.add(keys[i]!)));
+        sessions.forEach((recs, i) => (recs ? run.observeSession(keys[i]!, recs, { handedBack: reusedKeys.has(keys[i]!) }) : retry.add(keys[i]!)));
         if (opts.started && Date.now() - lastStartedCheck > 1000 && !run.stats().done) {
           lastStartedCheck = Date.now();
           const open = allKeys.filter((k) => !run.observedKeys().has(k)).slice(0, 10_000);

@@ -286,11 +286,15 @@ export class JobQueue {
     await this.consumers.touch(consumer, Math.floor(this.leaseMs / 2), ids);
   }
 
-  /** Records that `key`'s record is stored (an event on the batch's done stream). */
-  async completed(batchId: string, key: string): Promise<void> {
+  /**
+   * Records that `key`'s session finished and its records are stored (an
+   * event on the batch's done stream); `reused`: another batch had stored
+   * them first (field `reused 1`), so followers do not count them again.
+   */
+  async completed(batchId: string, key: string, reused = false): Promise<void> {
     const ttl = String(this.opts.batchTtlSeconds ?? 7 * 24 * 3600);
     await this.pipe([
-      ["XADD", this.doneKey(batchId), "*", "key", key],
+      ["XADD", this.doneKey(batchId), "*", "key", key, ...(reused ? ["reused", "1"] : [])],
       ["EXPIRE", this.doneKey(batchId), ttl],
     ]);
   }
@@ -331,10 +335,10 @@ export class JobQueue {
     return Number(acked);
   }
 
-  /** Completion events of a batch after stream id `after` (exclusive; `0-0` for all), at most `count`. */
-  async completions(batchId: string, after: string, count = 1000): Promise<{ id: string; key: string }[]> {
+  /** Completion events of a batch after stream id `after` (exclusive; `0-0` for all), at most `count`; `reused` as {@link completed} wrote it. */
+  async completions(batchId: string, after: string, count = 1000): Promise<{ id: string; key: string; reused: boolean }[]> {
     const r = await this.call(["XRANGE", this.doneKey(batchId), after === "0-0" ? "-" : `(${after}`, "+", "COUNT", String(count)]);
-    return parseEntries(r).map((e) => ({ id: e.id, key: e.fields?.key ?? "" }));
+    return parseEntries(r).map((e) => ({ id: e.id, key: e.fields?.key ?? "", reused: e.fields?.reused === "1" }));
   }
 
   /**

@@ -236,11 +236,11 @@ export class JobWorker {
     // A session emits 0…k records; the job is done once all are stored and the session finished (a failed write leaves the job for a retry).
     const lost = run.stats().errors.find((e) => e.error.startsWith("transfer queue write failed"));
     if (lost) throw new Error(lost.error);
-    await this.finish(job, run.records().some((r) => r.error !== null));
+    await this.finish(job, run.records().some((r) => r.error !== null), run.stats().counts.reused > 0);
   }
 
-  private async finish(job: Job, failed: boolean): Promise<void> {
-    await retry(() => this.opts.jobs.completed(job.batch_id, job.trajectory.key));
+  private async finish(job: Job, failed: boolean, reused = false): Promise<void> {
+    await retry(() => this.opts.jobs.completed(job.batch_id, job.trajectory.key, reused));
     await retry(() => this.opts.jobs.ack([job.id]));
     this.summary.completed++;
     if (failed) this.summary.failed++;

@@ -1,6 +1,6 @@
 import { SpanStatusCode } from "@opentelemetry/api";
 import { InputError } from "../errors.ts";
-import type { AgentLoopOutput, RolloutConfig, TrajectoryRecord } from "../schema/index.ts";
+import { parseTrajectoryKey, type AgentLoopOutput, type RolloutConfig, type TrajectoryRecord } from "../schema/index.ts";
 import type { TransferQueue } from "../store/types.ts";
 import { BatchMetricsAccumulator, type BatchMetrics } from "../telemetry/batch-metrics.ts";
 import { SpanAttr, withSpan } from "../telemetry/tracer.ts";
@@ -58,6 +58,12 @@ export interface BatchStats extends BatchMetrics {
    * was decided. Null when none.
    */
   lost: { count: number; keys: string[]; missing: string[]; reason: string } | null;
+  /**
+   * What {@link BatchRun.repairStore} put back after the store lost data
+   * while the batch ran: groups completed again and records written again.
+   * Null when nothing had to be repaired.
+   */
+  repaired: { groups: number; records: number } | null;
   started_at: number;
   finished_at: number | null;
 }
@@ -137,6 +143,10 @@ export class BatchRun {
   private rewardSum = 0;
   private donePromise: Promise<void> | null = null;
   private readonly seen = new Set<string>();
+  /** Keys of sessions that finished with no output (a store repair finishes them again). */
+  private readonly emptySessions = new Set<string>();
+  /** Keys whose write failed (held in memory with a "transfer queue write failed" error; a rerun writes them, a repair must not). */
+  private readonly unstored = new Set<string>();
   private allObserved: (() => void) | null = null;
   /** Trajectories given up because another owner took them over (nothing stored for them here). */
   abandoned = 0;
@@ -165,6 +175,7 @@ export class BatchRun {
       reward: { count: 0, mean: null, min: null, max: null, errors: 0 },
       errors: [],
       lost: null,
+      repaired: null,
       started_at: opts.startedAt ?? (opts.now ?? Date.now)(),
       finished_at: null,
     };
@@ -192,6 +203,7 @@ export class BatchRun {
   observeSession(key: string, records: readonly TrajectoryRecord[], opts: { handedBack?: boolean } = {}): boolean {
     if (this.seen.has(key) || this.s.done) return false;
     this.seen.add(key);
+    if (records.length === 0) this.emptySessions.add(key);
     if (this.s.counts.pending > 0) this.s.counts.pending--;
     else if (this.s.counts.running > 0) this.s.counts.running--;
     this.sessionDone(records, opts.handedBack === true);
@@ -278,6 +290,11 @@ export class BatchRun {
         for (let t = queue.shift(); t; t = queue.shift()) await this.runOne(t);
       };
       await Promise.all(Array.from({ length: Math.min(this.opts.concurrency, queue.length) }, worker));
+      const { incomplete } = await this.repairStore();
+      if (incomplete.length) {
+        const keys = this.plan.trajectories.filter((t) => incomplete.includes(t.uid)).map((t) => t.key);
+        this.s.lost = { count: keys.length, keys: keys.slice(0, 1000), missing: incomplete.slice(0, 1000).map((u) => `group:${u}`), reason: "the store lost data while the batch ran and these groups could not be completed again" };
+      }
     } catch (e) {
       this.failure = e instanceof Error ? e : new Error(String(e));
       if (this.s.errors.length < 50) this.s.errors.push({ key: "(batch)", error: `batch failed: ${errorText(e)}` });
@@ -335,16 +352,24 @@ export class BatchRun {
       }
       if (records.length === 0) await this.finishEmpty(t);
       const out: TrajectoryRecord[] = [];
-      for (let i = 0; i < records.length; i++) out.push(await this.store(records[i]!, i === records.length - 1));
-      return out;
+      let fresh = records.length === 0;
+      for (let i = 0; i < records.length; i++) {
+        const w = await this.store(records[i]!, i === records.length - 1);
+        out.push(w.record);
+        fresh ||= w.stored;
+      }
+      return { out, fresh };
     });
     this.s.counts.running--;
-    if (stored) this.sessionDone(stored, false);
+    // Every write found its key already stored: another batch (the same uid posted twice, a retried POST)
+    // finished this session first. Its records are streamed but, as handed-back ones, not counted again.
+    if (stored) this.sessionDone(stored.out, !stored.fresh);
     this.wake();
   }
 
   /** A loop that returned no output: its session is finished with none (the group does not wait for it). */
   private async finishEmpty(t: PlannedTrajectory): Promise<void> {
+    this.emptySessions.add(t.key);
     try {
       await holdWhileStoreDown(() => this.queue.finishSession(t.uid, t.session_id, 0));
     } catch (e) {
@@ -352,18 +377,97 @@ export class BatchRun {
     }
   }
 
-  /** Writes one record (`last`: its session's last output) with retries; returns it as counted (with `error` set when the write failed). */
-  private async store(r: TrajectoryRecord, last: boolean): Promise<TrajectoryRecord> {
+  /**
+   * Writes one record (`last`: its session's last output) with retries;
+   * returns it as counted (with `error` set when the write failed) and
+   * whether this write stored it (false: the key was already written).
+   */
+  private async store(r: TrajectoryRecord, last: boolean): Promise<{ record: TrajectoryRecord; stored: boolean }> {
     const write = () =>
       r.error === null
         ? this.queue.put(r, { last })
         : this.queue.markFailed(r.key, r.error, { agent_name: r.agent_name, data_source: r.data_source, extra_fields: r.extra_fields });
     try {
-      await holdWhileStoreDown(write);
+      return { record: r, stored: (await holdWhileStoreDown(write)).stored };
     } catch (e) {
-      r = { ...r, error: `transfer queue write failed: ${errorText(e)}`, finish_reason: "error" };
+      this.unstored.add(r.key);
+      return { record: { ...r, error: `transfer queue write failed: ${errorText(e)}`, finish_reason: "error" }, stored: true };
     }
-    return r;
+  }
+
+  /**
+   * Puts back what the store lost of this batch (a Redis restart without
+   * persistence, eviction, FLUSHALL while it ran): every group of the batch
+   * that is not complete in the store is registered again when its
+   * registration is gone, and every record this run holds for it is written
+   * again (put-once: records still stored are left alone; each session's
+   * last output flagged, sessions without output finished again), so a group
+   * whose sessions all finished here completes and reaches the trainer.
+   * Cheap when nothing was lost: one status read per group. Called at the
+   * end of an in-process batch (groups still incomplete then are reported in
+   * `lost`), and by the follower of a queued batch once the store is found
+   * to have lost its data (it names what stays incomplete).
+   * @returns groups completed again, records written again, and the uids of groups still incomplete.
+   */
+  async repairStore(): Promise<{ groups: number; records: number; incomplete: string[] }> {
+    const mode = this.plan.validate ? "val" : "train";
+    const groups = [...this.plan.groups];
+    const byUid = new Map<string, TrajectoryRecord[]>();
+    for (const r of this.finished) {
+      const list = byUid.get(r.uid);
+      if (list) list.push(r);
+      else byUid.set(r.uid, [r]);
+    }
+    const empty = new Map<string, number[]>();
+    for (const k of this.emptySessions) {
+      const { uid, session_id } = parseTrajectoryKey(k);
+      empty.set(uid, [...(empty.get(uid) ?? []), session_id]);
+    }
+    let repairedGroups = 0;
+    let rewritten = 0;
+    const incomplete: string[] = [];
+    for (let i = 0; i < groups.length; i += 256) {
+      const chunk = groups.slice(i, i + 256);
+      const statuses = await Promise.all(chunk.map(([uid]) => holdWhileStoreDown(() => this.queue.groupStatus(uid))));
+      for (const [j, st] of statuses.entries()) {
+        if (st.complete) continue;
+        const [uid, n] = chunk[j]!;
+        const recs = byUid.get(uid) ?? [];
+        // A record this run never stored is no outcome to put back: the group waits for a rerun.
+        if (recs.some((r) => this.unstored.has(r.key))) continue;
+        const sessions = new Set([...recs.map((r) => r.session_id), ...(empty.get(uid) ?? [])]);
+        // A group this run did not see finish (still running elsewhere, or interrupted) is not ours to repair;
+        // one it holds nothing of stays as it is (named when incomplete).
+        if (st.expected !== null && sessions.size < n) continue;
+        if (sessions.size === 0) {
+          incomplete.push(uid);
+          continue;
+        }
+        repairedGroups++;
+        if (st.expected === null) await holdWhileStoreDown(() => this.queue.expectGroup(uid, n, mode, this.plan.fingerprints?.get(uid)));
+        const bySession = new Map<number, TrajectoryRecord[]>();
+        for (const r of recs) bySession.set(r.session_id, [...(bySession.get(r.session_id) ?? []), r]);
+        for (const list of bySession.values()) {
+          list.sort((a, b) => a.output_index - b.output_index);
+          for (const [k, r] of list.entries()) {
+            const write = () =>
+              r.error === null
+                ? this.queue.put(r, { last: k === list.length - 1 })
+                : this.queue.markFailed(r.key, r.error, { agent_name: r.agent_name, data_source: r.data_source, extra_fields: r.extra_fields });
+            if ((await holdWhileStoreDown(write)).stored) rewritten++;
+          }
+        }
+        for (const sid of empty.get(uid) ?? []) await holdWhileStoreDown(() => this.queue.finishSession(uid, sid, 0));
+        if (!(await holdWhileStoreDown(() => this.queue.groupStatus(uid))).complete) incomplete.push(uid);
+      }
+    }
+    if (repairedGroups > 0) {
+      this.s.repaired = { groups: repairedGroups - incomplete.length, records: rewritten };
+      if (this.s.errors.length < 50) {
+        this.s.errors.push({ key: "(store)", error: `the store lost data while the batch ran: ${repairedGroups} groups found incomplete, ${rewritten} records written again` });
+      }
+    }
+    return { ...(this.s.repaired ?? { groups: 0, records: 0 }), incomplete };
   }
 
   /** Counts a finished session and its records (`handedBack`: streamed, not counted again), and publishes the records. */
@@ -421,7 +525,8 @@ export class BatchRun {
  */
 function rowErrorText(e: unknown, rowIndex: number): string {
   if (e instanceof InputError && e.field && !e.field.startsWith("rows[")) {
-    return e.field.startsWith("rollout.") || e.field.startsWith("config") ? e.message : `rows[${rowIndex}].${e.message}`;
+    // Config and loop-output errors are not the row's: they keep their own field.
+    return e.field.startsWith("rollout.") || e.field.startsWith("config") || e.field.startsWith("agent_loop ") ? e.message : `rows[${rowIndex}].${e.message}`;
   }
   return errorText(e);
 }

@@ -56,7 +56,7 @@ export function newId(): string {
 /**
  * Expands a request into trajectories: for row `i`, its `uid` (the row's own
  * `uid` field when it has one, as trainers that assign uids per prompt do;
- * otherwise a server-chosen random one) and `n` sessions with keys
+ * otherwise — absent or null — a server-chosen random one) and `n` sessions with keys
  * `{uid}_{s}_0`. A row whose `uid` is malformed or repeats an earlier row's
  * fails on its own. An invalid row still gets its
  * keys (with `row_error` naming the field, e.g. `rows[3].prompt`), so that
@@ -89,7 +89,8 @@ export function planBatch(req: RolloutRequest, rollout: RolloutConfig, maxTrajec
     const n = row?.__rollout_n__ ?? defaultN;
     let uid = newId();
     const given = (raw as { uid?: unknown } | null)?.uid;
-    if (row && given !== undefined) {
+    // A null uid (a Parquet column with gaps) is no uid: the server picks one, as for a null agent_name.
+    if (row && given !== undefined && given !== null) {
       const u = Uid.safeParse(given);
       if (!u.success) rowError = `rows[${i}].uid: ${u.error.issues[0]!.message}`;
       else if (groups.has(u.data)) rowError = `rows[${i}].uid: '${u.data}' repeats the uid of an earlier row`;

@@ -1,6 +1,7 @@
 import type { RedisCommander } from "../store/redis-commander.ts";
 import { replyToFields } from "../store/redis-transfer-queue.ts";
 import { StoreError } from "../errors.ts";
+import { holdWhileStoreDown } from "../store/store-outage.ts";
 
 /** The policy version trajectories are generated with, and its sequence number (1 for the first version set, +1 per change). */
 export interface PolicyVersion {
@@ -60,7 +61,7 @@ return {ARGV[1], seq}`;
  * JSON, `seq`, `v:<version JSON>` = its seq), shared by the API and its
  * workers. Reads are cached for `cacheMs` (default 250) so a turn costs no
  * round trip in steady state. Runtime-free.
- * @throws StoreError (retryable) on Redis failures
+ * @throws StoreError (retryable) on Redis failures; reads wait a store outage out ({@link holdWhileStoreDown}).
  */
 export class RedisPolicyVersions implements PolicyVersions {
   readonly key: string;
@@ -85,7 +86,7 @@ export class RedisPolicyVersions implements PolicyVersions {
   }
 
   async set(version: string | number): Promise<PolicyVersion> {
-    const r = (await this.call(["EVAL", SET_LUA, "1", this.key, JSON.stringify(version)])) as [string, number];
+    const r = (await this.call(["EVAL", SET_LUA, "1", this.key, JSON.stringify(version)], false)) as [string, number];
     const v = { version: JSON.parse(String(r[0])) as string | number, seq: Number(r[1]) };
     this.cache = { at: Date.now(), v };
     return v;
@@ -102,11 +103,19 @@ export class RedisPolicyVersions implements PolicyVersions {
     return Number(r);
   }
 
-  private async call(cmd: string[]) {
-    try {
-      return await this.redis.exec(cmd);
-    } catch (e) {
-      throw new StoreError(`policy version: ${(e as Error)?.message ?? String(e)}`, { cause: e });
-    }
+  /**
+   * One command. Reads (`hold`) are made on the trajectory path, after a
+   * turn's generation: they wait a store outage out (the turn stays in
+   * memory) instead of failing the trajectory; `set` (an API call) fails fast.
+   */
+  private async call(cmd: string[], hold = true) {
+    const once = async () => {
+      try {
+        return await this.redis.exec(cmd);
+      } catch (e) {
+        throw new StoreError(`policy version: ${(e as Error)?.message ?? String(e)}`, { cause: e });
+      }
+    };
+    return hold ? holdWhileStoreDown(once) : once();
   }
 }

@@ -19,8 +19,12 @@ export const MultiTurnConfig = z.strictObject({
   max_tool_response_length: z.number().int().min(1).default(256),
   /** `left` keeps the tail, `right` keeps the head, `middle` keeps head and tail. */
   tool_response_truncate_side: z.enum(["left", "right", "middle"]).default("middle"),
-  /** Tool-call parser name (`hermes`, `qwen3_coder`). */
-  format: z.string().default("hermes"),
+  /**
+   * Tool-call parser name (`hermes`, `qwen3_coder`, `llama3_json`, …); null =
+   * the model family's default parser (`ChatTokenizer.traits.defaultParser`:
+   * `hermes` for Qwen3 and model directories).
+   */
+  format: z.string().nullable().default(null),
   /** What a turn that ended with `finish_reason: "length"` does with complete calls: verl-compatible default is none. */
   execute_calls_on_length: z.boolean().default(false),
 });

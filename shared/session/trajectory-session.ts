@@ -1,5 +1,6 @@
 import type { AgentLoop, AgentLoopKwargs } from "../agent-loop/agent-loop.ts";
 import { ToolAgentLoop, type ToolAgentData, type ToolAgentState as LoopState } from "../agent-loop/tool-agent.ts";
+import { loopOutputs } from "../agent-loop/registry.ts";
 import { ConflictError } from "../errors.ts";
 import type { AgentLoopOutput } from "../schema/index.ts";
 import { CHECKPOINT_VERSION, packOutput, parseSessionInput, SessionInput, type CheckpointDelta, type SessionCheckpoint, type SessionInputArg, type SessionPhase } from "./checkpoint.ts";
@@ -234,8 +235,7 @@ export class TrajectorySession {
     if (!(loop instanceof ToolAgentLoop)) {
       let outputs: AgentLoopOutput[];
       try {
-        const out = await loop.run(this.input.sampling_params, this.input.kwargs as AgentLoopKwargs);
-        outputs = Array.isArray(out) ? out : [out];
+        outputs = loopOutputs(this.input.agent_name, await loop.run(this.input.sampling_params, this.input.kwargs as AgentLoopKwargs));
       } catch (e) {
         await this.commit("failed", "whole", { error: errorText(e) });
         return;

@@ -12,6 +12,15 @@ export interface ObservationOptions {
 
 const SYNTHETIC_SYSTEM: ChatMessage = { role: "system", content: "continuous token synthetic system" };
 const SYNTHETIC_USER: ChatMessage = { role: "user", content: "continuous token synthetic user" };
+/** Text of the synthetic assistant answer; found in renders to locate the end of that turn. */
+const ANSWER_MARKER = "continuous token synthetic answer";
+/** Name of the synthetic tool; its first occurrence in a render is inside the synthetic assistant turn. */
+const CALL_MARKER = "continuous_token_tool";
+const ANSWER_HISTORY: ChatMessage[] = [SYNTHETIC_SYSTEM, SYNTHETIC_USER, { role: "assistant", content: ANSWER_MARKER }];
+
+function what(messages: readonly ChatMessage[]): string {
+  return messages[0]!.role === "tool" ? `${messages.length} tool result(s)` : `a ${messages[0]!.role} message`;
+}
 
 /**
  * Encodes observations — the messages that follow an assistant turn (a run of
@@ -28,12 +37,19 @@ const SYNTHETIC_USER: ChatMessage = { role: "user", content: "continuous token s
  *      so the context never reads `<|endoftext|><|im_start|>`, which no
  *      template renders; the sampled stop id itself stays in the stream;
  *    - after anything else (a turn cut by `length`): nothing;
- * 2. the tokens the template renders for the new messages *in context*, found
- *    as the difference between two renders of a short synthetic conversation
- *    (with and without the new messages), so that whatever the template
- *    prepends for a fresh conversation (Qwen's `# Tools` system block) is
- *    removed exactly and history rewriting (Qwen3 dropping earlier `<think>`
- *    blocks) never affects the result;
+ * 2. the tokens the template renders for the new messages *in context*: one
+ *    render of a short synthetic conversation shaped like the real one —
+ *    system, user, an assistant turn (with one call per tool result before
+ *    tool results, a plain answer before a user turn), then the new messages —
+ *    and the text after the synthetic assistant turn's end-of-turn token and
+ *    separator. The synthetic history never holds a message list the real
+ *    conversation could not have, so templates that enforce role
+ *    alternation (Gemma 3: "Conversation roles must alternate") accept it
+ *    (case E5), whatever the template prepends for a fresh conversation
+ *    (Qwen's `# Tools` system block) is cut away exactly, and history
+ *    rewriting (Qwen3 dropping earlier `<think>` blocks) never affects the
+ *    result; the family's message shaping (Gemma 3: tool results as one user
+ *    turn) applies as in every render;
  * 3. the generation prompt of the next assistant turn.
  *
  * All of it is observation (mask 0). With an append-only template, prompt ‖
@@ -46,7 +62,8 @@ export class ObservationEncoder {
   private readonly tok: ChatTokenizer;
   private readonly opts: ObservationOptions;
   private separator: number[] | undefined;
-  private readonly prefixCache = new Map<string, Render>();
+  private separatorStr: string | undefined;
+  private readonly toolHistories = new Map<number, ChatMessage[]>();
 
   constructor(tok: ChatTokenizer, opts: ObservationOptions = {}) {
     this.tok = tok;
@@ -59,10 +76,10 @@ export class ObservationEncoder {
    *
    * @param newMessages one or more consecutive `tool` messages, or exactly one
    *   `user` (or `system`) message.
-   * @throws TemplateError when the messages are not such a group, or when the
-   *   template is not append-only for them (a render of the shorter
-   *   conversation is not a token prefix of the longer one) — never silently
-   *   wrong tokens.
+   * @throws TemplateError when the messages are not such a group, when the
+   *   template raises, or when the template is not append-only for them (the
+   *   synthetic assistant turn's close is not a token prefix of the render
+   *   with the new messages) — never silently wrong tokens.
    */
   encode(newMessages: readonly ChatMessage[], lastTokenId: number | undefined): number[] {
     if (newMessages.length === 0) throw new TemplateError("observation: no new messages to encode");
@@ -73,23 +90,35 @@ export class ObservationEncoder {
         `observation: expected a run of tool messages or one user/system message, got roles [${newMessages.map((m) => m.role).join(", ")}]`,
       );
     }
-    const prefix = allTools ? this.toolPrefix(newMessages.length) : [SYNTHETIC_SYSTEM, SYNTHETIC_USER];
-    const full = [...prefix, ...newMessages];
-    const prefixRender = this.prefixRender(prefix, allTools ? `tool:${newMessages.length}` : "user");
+    const history = allTools ? this.toolHistory(newMessages.length) : this.answerHistory();
+    const full = [...history, ...newMessages];
     const fullText = this.renderText(full, false);
-    const body = this.suffix(prefixRender, { text: fullText }, "new messages");
+    const at = this.turnEndIn(fullText, allTools ? CALL_MARKER : ANSWER_MARKER);
+    let prefixText: string;
+    if (at >= 0) {
+      const sep = this.separatorText();
+      if (!fullText.startsWith(sep, at)) {
+        throw new TemplateError(`chat template of ${this.tok.name}: the turn separator ${JSON.stringify(sep)} does not follow the assistant turn when ${what(newMessages)} follow it`);
+      }
+      prefixText = fullText.slice(0, at + sep.length);
+    } else {
+      // A template that writes no end-of-turn token after the assistant turn: diff against the history's own render.
+      prefixText = this.renderText(history, false);
+    }
+    const body = this.suffix({ text: prefixText }, { text: fullText }, "new messages");
     const genPrompt = this.suffix({ text: fullText }, { text: this.renderText(full, true) }, "generation prompt");
     return [...this.turnClose(lastTokenId), ...body, ...genPrompt];
   }
 
   /**
    * The ids that close an assistant turn whose last sampled id is
-   * `lastTokenId` (step 1 of {@link encode}): the separator after the
-   * end-of-turn token; end-of-turn token + separator after another stop id;
+   * `lastTokenId` (step 1 of {@link encode}): the separator after a turn-end
+   * id (`ChatTokenizer.turnEndIds`: the end-of-turn token, and e.g. Llama
+   * 3.1's `<|eom_id|>`); end-of-turn token + separator after another stop id;
    * nothing otherwise.
    */
   turnClose(lastTokenId: number | undefined): number[] {
-    if (lastTokenId === this.tok.eosTokenId) return this.turnSeparator();
+    if (lastTokenId !== undefined && this.tok.turnEndIds.includes(lastTokenId)) return this.turnSeparator();
     if (this.tok.isStopToken(lastTokenId)) return [this.tok.eosTokenId, ...this.turnSeparator()];
     return [];
   }
@@ -101,41 +130,72 @@ export class ObservationEncoder {
    */
   turnSeparator(): number[] {
     if (this.separator) return this.separator;
-    const ids = this.render([SYNTHETIC_SYSTEM, SYNTHETIC_USER, { role: "assistant", content: "synthetic answer" }], false);
-    const eos = ids.lastIndexOf(this.tok.eosTokenId);
-    if (eos < 0) {
+    const text = this.renderText(ANSWER_HISTORY, false);
+    if (this.turnEndIn(text, ANSWER_MARKER) < 0) {
       throw new TemplateError(`template of ${this.tok.name}: an assistant turn does not end with the eos token ${this.tok.eosTokenId}`);
     }
-    this.separator = ids.slice(eos + 1);
+    this.separator = this.separatorText() === "" ? [] : this.tok.encode(this.separatorText());
     return this.separator;
   }
 
-  /** Synthetic history for a tool group: an assistant turn with one call per tool message. */
-  private toolPrefix(calls: number): ChatMessage[] {
-    return [
-      SYNTHETIC_SYSTEM,
-      SYNTHETIC_USER,
-      {
-        role: "assistant",
-        content: "",
-        reasoning_content: "reasoning",
-        tool_calls: Array.from({ length: calls }, (_, i) => ({
-          id: `continuous_token_call_${i}`,
-          type: "function" as const,
-          function: { name: "continuous_token_tool", arguments: {} },
-        })),
-      },
-    ];
+  /**
+   * The separator's text: what the template writes after an assistant
+   * turn's end-of-turn token (read from a render of [system, user, assistant]).
+   */
+  private separatorText(): string {
+    if (this.separatorStr === undefined) {
+      const text = this.renderText(ANSWER_HISTORY, false);
+      const at = this.turnEndIn(text, ANSWER_MARKER);
+      this.separatorStr = at < 0 ? "" : text.slice(at);
+    }
+    return this.separatorStr;
   }
 
-  private prefixRender(prefix: ChatMessage[], cacheKey: string): Render {
-    let r = this.prefixCache.get(cacheKey);
-    if (!r) {
-      const text = this.renderText(prefix, false);
-      r = { text, ids: this.tok.encode(text) };
-      this.prefixCache.set(cacheKey, r);
+  /**
+   * Index just past the turn-end token (`ChatTokenizer.turnEndIds`) that
+   * closes the synthetic assistant turn holding `marker`, or -1 when the
+   * template renders none after it (or does not render the marker).
+   */
+  private turnEndIn(text: string, marker: string): number {
+    const m = text.indexOf(marker);
+    if (m < 0) return -1;
+    // The earliest turn-end token after the marker: the end-of-turn token, or another one the
+    // template closes assistant turns with (gpt-oss renders `<|call|>` and `<|end|>`, never `<|return|>`).
+    let best = -1;
+    for (const id of this.tok.turnEndIds) {
+      const t = this.tok.idToToken(id)!;
+      const e = text.indexOf(t, m + marker.length);
+      if (e >= 0 && (best < 0 || e + t.length < best)) best = e + t.length;
     }
-    return r;
+    return best;
+  }
+
+  /** Synthetic history before a user turn: system, user, and a plain assistant answer (the shape a real conversation has there). */
+  private answerHistory(): ChatMessage[] {
+    return ANSWER_HISTORY;
+  }
+
+  /** Synthetic history for a tool group: system, user, an assistant turn with one call per tool message. */
+  private toolHistory(calls: number): ChatMessage[] {
+    let h = this.toolHistories.get(calls);
+    if (!h) {
+      h = [
+        SYNTHETIC_SYSTEM,
+        SYNTHETIC_USER,
+        {
+          role: "assistant",
+          content: "",
+          reasoning_content: "reasoning",
+          tool_calls: Array.from({ length: calls }, (_, i) => ({
+            id: `continuous_token_call_${i}`,
+            type: "function" as const,
+            function: { name: CALL_MARKER, arguments: {} },
+          })),
+        },
+      ];
+      this.toolHistories.set(calls, h);
+    }
+    return h;
   }
 
   private renderText(messages: ChatMessage[], addGenerationPrompt: boolean): string {

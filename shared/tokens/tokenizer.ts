@@ -2,6 +2,7 @@ import { Tokenizer } from "@huggingface/tokenizers";
 import { Template } from "@huggingface/jinja";
 import { ConfigError, TemplateError } from "../errors.ts";
 import type { ChatMessage, ToolSchema } from "../schema/index.ts";
+import { CUSTOM_TRAITS, QWEN3_TRAITS, type MessageShaping, type ModelTraits } from "../models/model-family.ts";
 
 /**
  * The files that define a model for edgeloop (Hugging Face layout): its
@@ -20,7 +21,9 @@ export interface ModelFiles {
    * (an id or a list of ids) is the list of ids a serving engine stops on
    * (vLLM and SGLang both read it); a model without it stops only on `eos_token`.
    */
-  generationConfig?: Record<string, unknown>;
+  generationConfig?: Readonly<Record<string, unknown>>;
+  /** Family behaviour (default parser, history policy, message shaping, turn-end tokens); default {@link CUSTOM_TRAITS}. */
+  traits?: ModelTraits;
 }
 
 /** Options for rendering a conversation with the chat template. */
@@ -58,6 +61,15 @@ export class ChatTokenizer {
    * @see vLLM `SamplingParams.update_from_generation_config`, which stops on the same list
    */
   readonly stopTokenIds: readonly number[];
+  /**
+   * Ids after which an assistant turn is complete as the template renders it:
+   * {@link eosTokenId} plus the family's other turn-end tokens (Llama 3.1's
+   * `<|eom_id|>`). A sampled stop id outside this list gets
+   * {@link eosTokenId} from the next observation (E4).
+   */
+  readonly turnEndIds: readonly number[];
+  /** The model family's traits (default parser, history policy, tool-result role). */
+  readonly traits: ModelTraits;
   private readonly tok: Tokenizer;
   private readonly template: Template;
   private readonly templateVars: Record<string, unknown>;
@@ -84,6 +96,14 @@ export class ChatTokenizer {
     if (eosId === undefined) throw new ConfigError(`${files.name}/tokenizer_config.json`, "eos_token is missing or not in the vocabulary");
     this.eosTokenId = eosId;
     this.stopTokenIds = stopIdsOf(files, eosId, (id) => this.tok.id_to_token(id) !== undefined);
+    this.traits = files.traits ?? CUSTOM_TRAITS;
+    const ends = [eosId];
+    for (const t of this.traits.turnEndTokens ?? []) {
+      const id = this.tok.token_to_id(t);
+      if (id === undefined) throw new ConfigError(`${files.name}/tokenizer.json`, `turn-end token ${t} is not in the vocabulary`);
+      if (!ends.includes(id)) ends.push(id);
+    }
+    this.turnEndIds = ends;
     this.templateVars = { bos_token: tokenText(cfg.bos_token) ?? "", eos_token: eos };
     this.boundaryTokens = [...this.tok.get_added_tokens_decoder().values()]
       .filter((t) => !t.lstrip && !t.single_word && !t.normalized)
@@ -132,6 +152,11 @@ export class ChatTokenizer {
     return id !== undefined && this.stopTokenIds.includes(id);
   }
 
+  /** The template's end-of-turn token as text (`eos_token`, e.g. `<|im_end|>`). */
+  eosText(): string {
+    return this.tok.id_to_token(this.eosTokenId)!;
+  }
+
   /** The id of a single token string, or undefined when it is not in the vocabulary. */
   tokenId(token: string): number | undefined {
     return this.tok.token_to_id(token);
@@ -153,7 +178,7 @@ export class ChatTokenizer {
     const vars: Record<string, unknown> = {
       ...this.templateVars,
       ...opts.chatTemplateKwargs,
-      messages: messages.map(normaliseForTemplate),
+      messages: shapeMessages(messages, this.traits, opts.tools),
       add_generation_prompt: opts.addGenerationPrompt ?? false,
     };
     if (opts.tools && opts.tools.length > 0) vars.tools = opts.tools;
@@ -189,9 +214,17 @@ function stopIdsOf(files: ModelFiles, eosId: number, inVocab: (id: number) => bo
   return out;
 }
 
+/** Normalised messages, shaped for the family's template (see {@link MessageShaping}). */
+function shapeMessages(messages: readonly ChatMessage[], shaping: MessageShaping, tools: readonly ToolSchema[] | undefined): Record<string, unknown>[] {
+  const out = messages.map((m) => normaliseForTemplate(m, shaping));
+  return shaping.prepare ? shaping.prepare(out, tools && tools.length > 0 ? tools : undefined) : out;
+}
+
 /** Prepares one message for a chat template (see {@link ChatTokenizer.renderText}). */
-function normaliseForTemplate(m: ChatMessage): Record<string, unknown> {
-  const out: Record<string, unknown> = { role: m.role, content: contentText(m.content) };
+function normaliseForTemplate(m: ChatMessage, shaping: MessageShaping = {}): Record<string, unknown> {
+  const hasCalls = m.tool_calls !== undefined && m.tool_calls.length > 0;
+  const text = contentText(m.content);
+  const out: Record<string, unknown> = { role: m.role, content: shaping.nullContentWithToolCalls && hasCalls && text === "" ? null : text };
   if (m.name !== undefined) out.name = m.name;
   if (m.tool_call_id !== undefined) out.tool_call_id = m.tool_call_id;
   if (m.reasoning_content !== undefined) out.reasoning_content = m.reasoning_content;
@@ -199,7 +232,7 @@ function normaliseForTemplate(m: ChatMessage): Record<string, unknown> {
     out.tool_calls = m.tool_calls.map((c) => ({
       ...(c.id !== undefined ? { id: c.id } : {}),
       type: "function",
-      function: { name: c.function.name, arguments: argumentsObject(c.function.arguments) },
+      function: { name: c.function.name, arguments: shaping.argumentsAsString ? argumentsString(c.function.arguments) : argumentsObject(c.function.arguments) },
     }));
   }
   return out;
@@ -210,6 +243,11 @@ export function contentText(content: ChatMessage["content"]): string {
   if (content == null) return "";
   if (typeof content === "string") return content;
   return content.map((p) => (p.type === "text" ? (p as { text: string }).text : "")).join("");
+}
+
+/** Tool-call arguments as a JSON string: a string as given, an object serialised. */
+function argumentsString(args: string | Record<string, unknown>): string {
+  return typeof args === "string" ? args : JSON.stringify(args);
 }
 
 /** Tool-call arguments as an object when they are (or parse to) a JSON object; otherwise the string unchanged. */
@@ -270,6 +308,7 @@ export async function loadDefaultModelFiles(): Promise<ModelFiles> {
     tokenizer: tokenizer.default,
     tokenizerConfig: config.default as Record<string, unknown>,
     generationConfig: QWEN3_GENERATION_CONFIG,
+    traits: QWEN3_TRAITS,
   };
 }
 

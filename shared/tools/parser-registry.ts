@@ -1,5 +1,6 @@
 import { ConfigError } from "../errors.ts";
 import { HermesToolCallParser } from "./hermes-parser.ts";
+import { Llama3JsonToolCallParser } from "./llama3-json-parser.ts";
 import { Qwen3CoderToolCallParser } from "./qwen3-coder-parser.ts";
 import type { ToolCallParser, ToolCallParserOptions } from "./tool-call-parser.ts";
 
@@ -9,6 +10,7 @@ export type ToolCallParserFactory = (opts: ToolCallParserOptions) => ToolCallPar
 const factories = new Map<string, ToolCallParserFactory>([
   ["hermes", () => new HermesToolCallParser()],
   ["qwen3_coder", (opts) => new Qwen3CoderToolCallParser(opts)],
+  ["llama3_json", () => new Llama3JsonToolCallParser()],
 ]);
 
 /**

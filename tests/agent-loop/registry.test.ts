@@ -99,6 +99,10 @@ describe("custom loops from agent.agent_loop_config_path", () => {
     await expect(missing).rejects.toBeInstanceOf(ConfigError);
     expect(() => parseAgentLoopConfig("- {name: a}", "loops.yaml")).toThrow("config loops.yaml: [0].module: Invalid input: expected string, received undefined");
     expect(parseAgentLoopConfig("agent_loops:\n  - {name: a, module: ./a.ts}")).toEqual([{ name: "a", module: "./a.ts", export: "default" }]);
+    expect(() => parseAgentLoopConfig("- {name: a, module: ./a.ts, extra: 1}", "loops.yaml")).toThrow('config loops.yaml: [0]: Unrecognized key: "extra"');
+    expect(() => parseAgentLoopConfig("- {name: a, module: ./a.ts}\n- {name: b, module: ./b.ts}\n- {name: a, module: ./c.ts}", "loops.yaml")).toThrow(
+      "config loops.yaml: [2].name: 'a' is already the name of entry [0]: each agent loop name may appear once",
+    );
   });
 });
 

@@ -82,9 +82,10 @@ describe(`E7: a ${OUTAGE_S} s Redis outage in the middle of a queue-mode batch`,
           const x = await progress(serve.url, b.batch_id);
           return x.done ? x : null;
         }, "the batch done after the outage", 120_000, 200);
-        console.log(`E7 ${persist ? "persist" : "no-persist"}: ${OUTAGE_S} s outage at ${before.counts.ok} records; after: ${JSON.stringify(p.counts)} lost ${p.lost?.count ?? 0}`);
+        console.log(`E7 ${persist ? "persist" : "no-persist"}: ${OUTAGE_S} s outage at ${before.counts.ok} records; after: ${JSON.stringify(p.counts)} lost ${p.lost?.count ?? 0}; first errors ${JSON.stringify(p.errors.slice(0, 3))}`);
         expect(p.counts.failed).toBe(0);
-        expect(p.errors).toEqual([]);
+        // The only error is the note of a store repair (when the restart lost data).
+        expect(p.errors.filter((e: { key: string }) => e.key !== "(store)")).toEqual([]);
         const landed = (await (await fetch(`${serve.url}/v1/rollouts/${b.batch_id}/trajectories`)).text()).trim().split("\n").map((l) => (JSON.parse(l) as { key: string }).key);
         expect(new Set(landed).size).toBe(landed.length);
         if (persist) {
@@ -98,6 +99,11 @@ describe(`E7: a ${OUTAGE_S} s Redis outage in the middle of a queue-mode batch`,
           expect(p.lost).not.toBeNull();
           expect(p.lost!.missing).toContain(`${prefix}jobs:batch:${b.batch_id}`);
           expect([...landed, ...p.lost!.keys].sort()).toEqual([...b.keys].sort());
+          // Groups whose sessions all landed are put back by serve (BatchRun.repairStore) and reach the trainer, once.
+          const whole = rows.map((r) => r.uid).filter((u) => landed.includes(`${u}_0_0`) && landed.includes(`${u}_1_0`));
+          expect(whole.length).toBeGreaterThan(0);
+          const delivered = await drainGroups(serve.url, whole, 30_000);
+          for (const u of whole) expect([u, delivered.get(u)]).toEqual([u, [[`${u}_0_0`, `${u}_1_0`]]]);
           // The queue heals: a batch submitted afterwards runs (on a fresh worker: the others may have idled out) and its group is delivered.
           const next = await post(serve.url, [{ ...rows[0], uid: "outnext" }]);
           const fresh = spawnCli(["worker", ...common, "--concurrency", "4", "--idle-exit", "3", "--consumer", "wc"], env);

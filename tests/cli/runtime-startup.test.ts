@@ -81,7 +81,7 @@ describe("names that must be registered fail at start", () => {
     writeFileSync(cfg, "rollout:\n  multi_turn:\n    format: xml\n");
     const f = await buildRuntime({ config: cfg }).catch((x) => x);
     expect(f).toBeInstanceOf(ConfigError);
-    expect(f.message).toBe("config rollout.multi_turn.format: unknown tool-call parser 'xml'; registered parsers: hermes, qwen3_coder");
+    expect(f.message).toBe("config rollout.multi_turn.format: unknown tool-call parser 'xml'; registered parsers: hermes, llama3_json, qwen3_coder");
   });
 
   test("per-batch config over HTTP: 400 before anything is planned (inline mode)", async () => {
@@ -93,7 +93,7 @@ describe("names that must be registered fail at start", () => {
       const r1 = await post({ rollout: { multi_turn: { format: "xml" } } });
       expect(r1.status).toBe(400);
       expect(await r1.json()).toEqual({
-        error: { code: "invalid_config", message: "config rollout.multi_turn.format: unknown tool-call parser 'xml'; registered parsers: hermes, qwen3_coder", field: "rollout.multi_turn.format" },
+        error: { code: "invalid_config", message: "config rollout.multi_turn.format: unknown tool-call parser 'xml'; registered parsers: hermes, llama3_json, qwen3_coder", field: "rollout.multi_turn.format" },
       });
       const r2 = await post({ rollout: { agent: { default_agent_loop: "nope" } } });
       expect(r2.status).toBe(400);

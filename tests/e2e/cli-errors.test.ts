@@ -32,12 +32,20 @@ beforeAll(() => {
 });
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-describe("unreachable stores fail at start with exit code 2", () => {
+describe("unreachable stores at start: rollout fails at once (exit 2); serve and worker wait, bounded by --store-timeout (exit 1)", () => {
   test("rollout, serve, worker with --store redis://127.0.0.1:1; upstash-bridge with --redis", () => {
     const line = "edgeloop: cannot reach Redis at redis://127.0.0.1:1 (store.url / --store): connect ECONNREFUSED 127.0.0.1:1";
-    for (const args of [["rollout", "--data", "two.jsonl", "--n", "2"], ["serve", "--port", "0"], ["worker"]]) {
-      const r = edgeloop([...args, "--store", "redis://127.0.0.1:1"]);
-      expect({ code: r.code, stderr: r.stderr.trim() }).toEqual({ code: 2, stderr: line });
+    const r = edgeloop(["rollout", "--data", "two.jsonl", "--n", "2", "--store", "redis://127.0.0.1:1"]);
+    expect({ code: r.code, stderr: r.stderr.trim() }).toEqual({ code: 2, stderr: line });
+    for (const args of [["serve", "--port", "0"], ["worker"]]) {
+      const w = edgeloop([...args, "--store", "redis://127.0.0.1:1", "--store-timeout", "1"]);
+      expect({ code: w.code, stderr: w.stderr.trim().split("\n") }).toEqual({
+        code: 1,
+        stderr: [
+          "edgeloop: cannot reach Redis at redis://127.0.0.1:1 (store.url / --store): connect ECONNREFUSED 127.0.0.1:1; waiting for it for up to 1 s (--store-timeout)",
+          expect.stringMatching(/^edgeloop: cannot reach Redis at redis:\/\/127\.0\.0\.1:1 \(store\.url \/ --store\): connect ECONNREFUSED 127\.0\.0\.1:1; unreachable for [12] s at start \(--store-timeout 1\); exiting$/),
+        ],
+      });
     }
     const b = edgeloop(["upstash-bridge", "--port", "0", "--token", "t", "--redis", "redis://:hunter2@127.0.0.1:1"]);
     expect({ code: b.code, stderr: b.stderr.trim() }).toEqual({ code: 2, stderr: "edgeloop: cannot reach Redis at redis://:***@127.0.0.1:1 (--redis): connect ECONNREFUSED 127.0.0.1:1" });
@@ -80,7 +88,7 @@ describe("rollout exit codes", () => {
   test("invalid names fail at start, exit 2", () => {
     writeFileSync(join(dir, "xml.yaml"), "rollout:\n  multi_turn:\n    format: xml\n");
     const f = edgeloop(["rollout", "--data", "two.jsonl", "--config", "xml.yaml"]);
-    expect({ code: f.code, stderr: f.stderr.trim() }).toEqual({ code: 2, stderr: "edgeloop: config rollout.multi_turn.format: unknown tool-call parser 'xml'; registered parsers: hermes, qwen3_coder" });
+    expect({ code: f.code, stderr: f.stderr.trim() }).toEqual({ code: 2, stderr: "edgeloop: config rollout.multi_turn.format: unknown tool-call parser 'xml'; registered parsers: hermes, llama3_json, qwen3_coder" });
     const a = edgeloop(["rollout", "--data", "two.jsonl", "--default-agent", "nope"]);
     expect({ code: a.code, stderr: a.stderr.trim() }).toEqual({
       code: 2,

@@ -100,6 +100,16 @@ describe("POST /v1/rollouts", () => {
     ]);
   });
 
+  test("a null uid is no uid (a Parquet column with gaps): the server picks one and the row runs", async () => {
+    const res = await post("/v1/rollouts", { rows: [{ ...rows[0], uid: null }] });
+    expect(res.status).toBe(202);
+    const { batch_id, keys } = await res.json();
+    expect(keys.length).toBe(2);
+    expect(keys[0]).toMatch(/^[0-9a-f-]{36}_0_0$/);
+    const stats = await waitDone(batch_id);
+    expect([stats.counts.ok, stats.counts.failed]).toEqual([2, 0]);
+  });
+
   test("validation batches use val_kwargs (n = 1) and the val partition", async () => {
     const res = await post("/v1/rollouts", { rows: rows.slice(0, 2), validate: true });
     const { batch_id, keys } = await res.json();

@@ -75,11 +75,29 @@ async function scenario(app: App, rt: Runtime, drain: () => Promise<void>): Prom
   expect(await rt.store.groupStatus("reuse1")).toEqual(status);
 }
 
+/** Two POSTs of one new uid at once (a client retrying a POST it thinks was lost): each session counted once. */
+async function twice(app: App, drain: () => Promise<void>): Promise<void> {
+  const row = { ...ROW, uid: "dup2", prompt: [{ role: "user", content: "What is 5+5?" }], reward_model: { style: "rule", ground_truth: "10" } };
+  const before = await counters(app);
+  const [a, b] = await Promise.all([post(app, [row]), post(app, [row])]);
+  expect([a.status, b.status]).toEqual([202, 202]);
+  const ids = [((await a.json()) as { batch_id: string }).batch_id, ((await b.json()) as { batch_id: string }).batch_id];
+  await drain();
+  const [sa, sb] = [await waitDone(app, ids[0]!), await waitDone(app, ids[1]!)];
+  // One batch stored the session; the other found it stored and counts it as handed back.
+  expect([sa.counts.ok + sb.counts.ok, sa.counts.reused + sb.counts.reused, sa.counts.finished, sb.counts.finished]).toEqual([1, 1, 1, 1]);
+  const after = await counters(app);
+  const sessions = (l: string[]) => Number(l.find((x) => x.startsWith("edgeloop_sessions_total"))!.split(" ")[1]);
+  expect(sessions(after) - sessions(before)).toBe(1);
+}
+
 describe("E9: one uid, one prompt", () => {
   test("inline mode (memory store)", async () => {
     const rt = await buildRuntime({ n: 1, seed: 7 });
     runtimes.push(rt);
-    await scenario(createRolloutsApp({ service: rt.service }), rt, async () => {});
+    const app = createRolloutsApp({ service: rt.service });
+    await scenario(app, rt, async () => {});
+    await twice(app, async () => {});
   }, 30_000);
 
   test.skipIf(!redis)("queue mode (Redis): the 409 enqueues nothing; handed-back sessions get no job", async () => {
@@ -92,6 +110,11 @@ describe("E9: one uid, one prompt", () => {
       const worker = new JobWorker({ jobs: w.jobs!, store: w.batchStore, executorFor: w.executorFor, consumer: "e9", concurrency: 1, idleExitMs: 800 });
       expect(await worker.run()).toMatchObject({ completed: 1, failed: 0 });
     };
-    await scenario(createRolloutsApp({ service: rt.service }), rt, drain);
+    const app = createRolloutsApp({ service: rt.service });
+    await scenario(app, rt, drain);
+    await twice(app, async () => {
+      const worker = new JobWorker({ jobs: w.jobs!, store: w.batchStore, executorFor: w.executorFor, consumer: "e9b", concurrency: 1, idleExitMs: 800 });
+      expect(await worker.run()).toMatchObject({ completed: 2, failed: 0 });
+    });
   }, 30_000);
 });

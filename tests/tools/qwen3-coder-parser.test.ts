@@ -87,7 +87,7 @@ describe("qwen3_coder parser", () => {
 
 describe("parser registry", () => {
   test("known names", () => {
-    expect(toolCallParserNames()).toEqual(["hermes", "qwen3_coder"]);
+    expect(toolCallParserNames()).toEqual(["hermes", "llama3_json", "qwen3_coder"]);
     expect(createToolCallParser("hermes").name).toBe("hermes");
     expect(createToolCallParser("qwen3_coder", { tools }).name).toBe("qwen3_coder");
   });
@@ -99,7 +99,7 @@ describe("parser registry", () => {
       err = e;
     }
     expect(err).toBeInstanceOf(ConfigError);
-    expect((err as ConfigError).message).toBe("config rollout.multi_turn.format: unknown tool-call parser 'nope'; registered parsers: hermes, qwen3_coder");
+    expect((err as ConfigError).message).toBe("config rollout.multi_turn.format: unknown tool-call parser 'nope'; registered parsers: hermes, llama3_json, qwen3_coder");
     expect((err as ConfigError).field).toBe("rollout.multi_turn.format");
   });
 });

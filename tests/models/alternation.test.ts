@@ -1,0 +1,129 @@
+import { beforeAll, describe, expect, test } from "bun:test";
+import { defaultAgentLoopRegistry, runAgentLoop } from "../../shared/agent-loop/index.ts";
+import { builtinTokenizer } from "../../shared/models/index.ts";
+import type { AgentLoopOutput, ChatMessage } from "../../shared/schema/index.ts";
+import { ObservationEncoder } from "../../shared/tokens/observation.ts";
+import { SelfCheckAgentLoop } from "../agent-loop/fixtures/self-check-loop.ts";
+import { config, ctxOf, ScriptedClient, SP } from "../agent-loop/helpers.ts";
+import { createEngineClient } from "../../shared/inference/create-engine-client.ts";
+import { startSimEngine } from "../../infra/sim-engine/server.ts";
+
+// Load the tokenizers once, with room for a loaded machine (bun's per-test default is 5 s).
+beforeAll(async () => {
+  await Promise.all(["gemma3"].map((n) => builtinTokenizer(n)));
+}, 120_000);
+
+// E5 (ISSUE13): Gemma 3's stock template refuses non-alternating roles; the
+// observation encoder's synthetic history must have the real conversation's
+// shape (…, assistant, user), never `system, user, user`.
+const END_OF_TURN = 106;
+const EOS = 1;
+
+function runs(o: AgentLoopOutput): Array<[number, number[]]> {
+  const out: Array<[number, number[]]> = [];
+  o.response_ids.forEach((id, i) => {
+    const m = o.response_mask[i]!;
+    const last = out.at(-1);
+    if (last && last[0] === m) last[1].push(id);
+    else out.push([m, [id]]);
+  });
+  return out;
+}
+
+describe("E5: Gemma 3 stock template (roles must alternate)", () => {
+  test("the template itself refuses user, user (what the old synthetic prefix rendered)", async () => {
+    const tok = await builtinTokenizer("gemma3");
+    expect(() => tok.renderText([{ role: "system", content: "s" }, { role: "user", content: "a" }, { role: "user", content: "b" }])).toThrow(
+      "Conversation roles must alternate user/assistant/user/assistant/...",
+    );
+  });
+
+  test("after sampled \"4\"+<end_of_turn>, a user turn is the template's render after the sampled tokens, mask 0", async () => {
+    const tok = await builtinTokenizer("gemma3");
+    const enc = new ObservationEncoder(tok);
+    const obs = enc.encode([{ role: "user", content: "Check your answer." }], END_OF_TURN);
+    expect(tok.decode(obs)).toBe("\n<start_of_turn>user\nCheck your answer.<end_of_turn>\n<start_of_turn>model\n");
+    expect(obs).toEqual(tok.encode("\n<start_of_turn>user\nCheck your answer.<end_of_turn>\n<start_of_turn>model\n"));
+    // prompt ‖ sampled ‖ observation = the template's own render of the three messages.
+    const convo: ChatMessage[] = [{ role: "user", content: "What is 2+2?" }];
+    const prompt = tok.renderIds(convo, { addGenerationPrompt: true });
+    const sampled = [...tok.encode("4"), END_OF_TURN];
+    const full = tok.renderIds([...convo, { role: "assistant", content: "4" }, { role: "user", content: "Check your answer." }], { addGenerationPrompt: true });
+    expect([...prompt, ...sampled, ...obs]).toEqual(full);
+  });
+
+  test("E4 for Gemma 3: a turn ended by <eos> (1) is closed with <end_of_turn>\\n; the sampled 1 stays", async () => {
+    const tok = await builtinTokenizer("gemma3");
+    const enc = new ObservationEncoder(tok);
+    const obs = enc.encode([{ role: "user", content: "Check your answer." }], EOS);
+    expect(obs).toEqual([END_OF_TURN, ...tok.encode("\n<start_of_turn>user\nCheck your answer.<end_of_turn>\n<start_of_turn>model\n")]);
+  });
+
+  test("the documented self_check_agent loop runs on Gemma 3", async () => {
+    const tok = await builtinTokenizer("gemma3");
+    const check = "Check your answer. Reply with the final number after ####.";
+    const client = new ScriptedClient(tok, [{ ids: [...tok.encode("#### 11"), END_OF_TURN] }, { ids: [...tok.encode("#### 10"), END_OF_TURN] }]);
+    const registry = defaultAgentLoopRegistry();
+    registry.register("self_check_agent", SelfCheckAgentLoop);
+    const [o] = (await runAgentLoop(registry, ctxOf(tok, client, config(), { reward: {} }), SP, {
+      uid: "e5",
+      session_id: 0,
+      agent_name: "self_check_agent",
+      data_source: "edge",
+      prompt: [{ role: "user", content: "What is 5+5?" }],
+      reward_model: { style: "rule", ground_truth: "10" },
+    })) as AgentLoopOutput[];
+    expect(runs(o!)).toEqual([
+      [1, [...tok.encode("#### 11"), END_OF_TURN]],
+      [0, tok.encode(`\n<start_of_turn>user\n${check}<end_of_turn>\n<start_of_turn>model\n`)],
+      [1, [...tok.encode("#### 10"), END_OF_TURN]],
+    ]);
+    expect(o!.prompt_ids).toEqual(tok.encode("<bos><start_of_turn>user\nWhat is 5+5?<end_of_turn>\n<start_of_turn>model\n"));
+    expect(o!.reward_score).toBe(1);
+    // The second request's prompt is the template's own render of the conversation so far.
+    expect(client.requests[1]!.prompt_ids).toEqual(
+      tok.renderIds(
+        [
+          { role: "user", content: "What is 5+5?" },
+          { role: "assistant", content: "#### 11" },
+          { role: "user", content: check },
+        ],
+        { addGenerationPrompt: true },
+      ),
+    );
+  });
+
+  test("the self_check_agent loop over the real sim engine (loopback HTTP, Gemma 3 tokens): the exact E5 observation", async () => {
+    const tok = await builtinTokenizer("gemma3");
+    const sim = await startSimEngine({ tokenizer: tok, script: { seed: 1, rules: [{ when: "What is 2+2?", turns: ["4", "4, checked.\n#### 4"] }], default: ["?"] } });
+    try {
+      const registry = defaultAgentLoopRegistry();
+      registry.register("self_check_agent", SelfCheckAgentLoop);
+      const [o] = (await runAgentLoop(registry, ctxOf(tok, createEngineClient({ url: sim.urls[0]!, format: "vllm" }), config(), { reward: {} }), SP, {
+        uid: "e5-sim",
+        session_id: 0,
+        agent_name: "self_check_agent",
+        data_source: "edge",
+        prompt: [{ role: "user", content: "What is 2+2?" }],
+        reward_model: { style: "rule", ground_truth: "4" },
+      })) as AgentLoopOutput[];
+      const check = "Check your answer. Reply with the final number after ####.";
+      expect(runs(o!)).toEqual([
+        [1, [...tok.encode("4"), END_OF_TURN]],
+        [0, tok.encode(`\n<start_of_turn>user\n${check}<end_of_turn>\n<start_of_turn>model\n`)],
+        [1, [...tok.encode("4, checked.\n#### 4"), END_OF_TURN]],
+      ]);
+      expect(o!.reward_score).toBe(1);
+      expect((o as { error?: unknown }).error ?? null).toBeNull();
+    } finally {
+      await sim.stop();
+    }
+  });
+
+  test("tool results render as ONE user turn (Gemma 3 has no tool role), so roles still alternate", async () => {
+    const tok = await builtinTokenizer("gemma3");
+    const enc = new ObservationEncoder(tok);
+    const obs = enc.encode([{ role: "tool", content: "4" }, { role: "tool", content: "9" }], END_OF_TURN);
+    expect(tok.decode(obs)).toBe("\n<start_of_turn>user\n```tool_output\n4\n```\n```tool_output\n9\n```<end_of_turn>\n<start_of_turn>model\n");
+  });
+});
