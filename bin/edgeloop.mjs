@@ -21,7 +21,9 @@ if (!bun) {
 }
 // Bun caps simultaneous outgoing fetches at 256 by default; thousands of concurrent trajectories
 // waiting on tools would queue behind that cap and time out while never sent (bench/e2e.ts).
-const env = { BUN_CONFIG_MAX_HTTP_REQUESTS: "4096", ...process.env };
+// EDGELOOP_LAUNCHER_PID: the CLI exits when this launcher dies, even by SIGKILL, which cannot be
+// forwarded (infra/cli/launcher-watch.ts).
+const env = { BUN_CONFIG_MAX_HTTP_REQUESTS: "4096", ...process.env, EDGELOOP_LAUNCHER_PID: String(process.pid) };
 const child = spawn(bun, [join(root, "infra", "cli", "main.ts"), ...process.argv.slice(2)], { stdio: "inherit", env });
 // Forward signals so that Ctrl-C or a kill of this launcher reaches the CLI (which then flushes and
 // prints its partial summary), and exit with the CLI's own status once it is gone.

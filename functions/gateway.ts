@@ -95,7 +95,9 @@ const DROP_RESPONSE_HEADERS = ["connection", "content-length", "content-encoding
  * replicas). Failures, counted per replica and kind: a connection error
  * (`connect`; the replica is also marked unhealthy until a health check
  * passes), a 5xx (`http_5xx`), the per-attempt deadline (`timeout`), a 2xx
- * whose body is not JSON or not the engine's wire schema (`bad_reply`, see
+ * whose body is not JSON, not the engine's wire schema, or lacks what the
+ * request asked for — token ids with `return_token_ids`, log-probs with
+ * `logprobs` — judged by the engine clients' own parsers (`bad_reply`, see
  * `replyProblem`), and a caller that gives up at its own deadline while the
  * replica is still silent (`client_abort`: the engine clients declare their
  * per-attempt deadline in `x-edgeloop-timeout-ms`; an abort at ≥ 90 % of it, or
@@ -115,7 +117,7 @@ const DROP_RESPONSE_HEADERS = ["connection", "content-length", "content-encoding
  * `GET /metrics`: Prometheus text (`gatewayMetricsText`: health, state,
  * failures by kind, ejections, probes, re-pins per replica).
  *
- * @throws ConfigError on invalid options
+ * @throws ConfigError on invalid options (a replica listed twice included)
  * @see vllm-project/router and SGLang Model Gateway (wire-contracts.md §1.10, §2.6)
  */
 export function createGatewayApp(options: GatewayOptions): Gateway {
@@ -125,6 +127,12 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
     throw new ConfigError(`gateway.${i?.path.join(".")}`, i?.message ?? "invalid option");
   }
   const opts = parsed.data;
+  const seen = new Set<string>();
+  for (const url of opts.replicas.map(normaliseUrl)) {
+    // Two entries for one replica would silently collapse into one (and skew what the operator thinks runs).
+    if (seen.has(url)) throw new ConfigError("gateway.replicas", `${url} is listed twice`);
+    seen.add(url);
+  }
   const fetchFn: FetchLike = options.fetch ?? ((input, init) => fetch(input, init));
   const pool = new ReplicaPool(opts.replicas, createRoutingPolicy(opts.policy, { epsilon: opts.epsilon, maxKeys: opts.maxStickyKeys }), {
     ejectAfter: opts.ejectAfter,
@@ -207,6 +215,8 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
     const key = req.headers.get("x-session-id") || req.headers.get("x-smg-routing-key") || undefined;
     const inUrl = new URL(req.url);
     const body = req.method === "GET" || req.method === "HEAD" ? undefined : await req.arrayBuffer();
+    // The request is read once, to judge each reply against what it asked for (token ids, log-probs).
+    const requestText = body && body.byteLength > 0 ? new TextDecoder().decode(body) : undefined;
     const headers = new Headers(req.headers);
     for (const h of DROP_REQUEST_HEADERS) headers.delete(h);
     // The deadline a caller's abort is judged against: its declared per-attempt deadline, or ours.
@@ -261,8 +271,8 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
         if (buf === undefined) await res.body?.cancel().catch(() => undefined);
         continue;
       }
-      if (buf === undefined) return relayStream(res, replica, (ok) => (ok ? pool.succeed(replica) : pool.release(replica)));
-      const problem = res.status < 300 ? replyProblem(inUrl.pathname, res.headers.get("content-type"), new TextDecoder().decode(buf)) : null;
+      if (buf === undefined) return relayStream(res, replica, (ok) => (ok ? pool.succeed(replica, res.status < 300) : pool.release(replica)));
+      const problem = res.status < 300 ? replyProblem(inUrl.pathname, res.headers.get("content-type"), new TextDecoder().decode(buf), requestText) : null;
       if (problem) {
         pool.fail(replica, "bad_reply");
         lastError = `${replica}: ${problem}`;
@@ -272,7 +282,7 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
         );
         continue;
       }
-      pool.succeed(replica);
+      pool.succeed(replica, res.status < 300);
       return withReplica(res, replica, buf);
     }
     if (lastFailure) return lastFailure;

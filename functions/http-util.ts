@@ -2,9 +2,14 @@ import type { Context, MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { AuthError, InputError } from "../shared/errors.ts";
 
+/** The 413 of a request body over `maxBytes`: code `request_too_large`, as the store's request limits say. */
+export function tooLarge(maxBytes: number): InputError {
+  return new InputError("body", `larger than ${maxBytes} bytes`, { status: 413, code: "request_too_large" });
+}
+
 /**
  * Middleware refusing request bodies over `maxBytes` with 413
- * `{error: {code: "invalid_input", field: "body"}}` — by `content-length`
+ * `{error: {code: "request_too_large", field: "body"}}` — by `content-length`
  * when declared, else while the body streams in (never buffering more than
  * the limit), so no endpoint reads an unbounded body.
  */
@@ -12,7 +17,7 @@ export function limitBody(maxBytes: number): MiddlewareHandler {
   return bodyLimit({
     maxSize: maxBytes,
     onError: () => {
-      throw new InputError("body", `larger than ${maxBytes} bytes`, { status: 413 });
+      throw tooLarge(maxBytes);
     },
   });
 }
@@ -30,9 +35,9 @@ export async function readJson(c: Context, maxBytes: number): Promise<unknown> {
     throw new InputError("content-type", `expected application/json, got ${type ? `'${type.slice(0, 100)}'` : "none"}`, { status: 415 });
   }
   const declared = Number(c.req.header("content-length") ?? "0");
-  if (declared > maxBytes) throw new InputError("body", `larger than ${maxBytes} bytes`, { status: 413 });
+  if (declared > maxBytes) throw tooLarge(maxBytes);
   const buf = await c.req.arrayBuffer();
-  if (buf.byteLength > maxBytes) throw new InputError("body", `larger than ${maxBytes} bytes`, { status: 413 });
+  if (buf.byteLength > maxBytes) throw tooLarge(maxBytes);
   if (buf.byteLength === 0) throw new InputError("body", "expected a JSON body");
   try {
     return JSON.parse(new TextDecoder().decode(buf));

@@ -4,13 +4,14 @@ import { AuthError, EdgeloopError, inputErrorFromZod, NotFoundError } from "../s
 import { RolloutRequest } from "../shared/rollout/batch.ts";
 import type { BatchCounts } from "../shared/rollout/batch-run.ts";
 import type { RolloutService } from "../shared/rollout/service.ts";
-import { parseTrajectoryKey, TrajectoryRecord } from "../shared/schema/index.ts";
+import { parseTrajectoryKey, TrajectoryRecord, Uid } from "../shared/schema/index.ts";
 import { formatPrometheus, PROMETHEUS_CONTENT_TYPE } from "../shared/telemetry/prometheus.ts";
 import { RolloutMetricsCollector } from "../shared/telemetry/rollout-metrics.ts";
 import { tokenPieces } from "../shared/telemetry/token-pieces.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../shared/tokens/tokenizer.ts";
 import { bearerAuth, limitBody, readJson } from "./http-util.ts";
 import { healthResponse, type StoreHealth } from "../shared/store/store-health.ts";
+import { STORE_UNREACHABLE, storeOutageOf } from "../shared/store/store-outage.ts";
 
 export type { StoreHealth };
 import { mountViewer } from "./viewer/viewer-app.ts";
@@ -85,6 +86,8 @@ export interface BatchSummary {
  *   recorded with (`extra_fields.model_versions`); `GET` reads it. `rollout.max_staleness` fails
  *   trajectories more than that many versions behind.
  * - `GET /v1/groups?max=K&block_ms=&consumer=&partition=` → complete groups for a trainer
+ * - `GET /v1/groups/{uid}` → the group's `GroupStatus` `{uid, partition, expected, finished, records,
+ *   failed, complete, fingerprint}`; a uid never registered gives `expected: null` (200, not 404)
  * - `POST /v1/groups/ack` `{delivery_ids, partition?}` → `{acked}`
  * - `GET /openapi.json`, `GET /health` (503 naming the store while it is unreachable, when `health` is given)
  * Errors are `{error: {code, message, field?}}`; a 400 names the field.
@@ -180,6 +183,13 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
     return c.json({ groups });
   });
 
+  app.get("/v1/groups/:uid", async (c) => {
+    const uid = Uid.safeParse(c.req.param("uid"));
+    if (!uid.success) throw inputErrorFromZod("uid", uid.error.issues);
+    // Never a 404: a uid no batch registered is `expected: null` (so a trainer can poll before the POST lands).
+    return c.json(await service.store.groupStatus(uid.data));
+  });
+
   app.post("/v1/groups/ack", async (c) => {
     const r = AckRequest.safeParse(await readJson(c, 1024 * 1024));
     if (!r.success) throw inputErrorFromZod("", r.error.issues);
@@ -196,6 +206,12 @@ function noTokenizer(): EdgeloopError {
 
 /** Maps any thrown value to the JSON error response; 5xx bodies never carry stack traces. */
 export function errorResponse(err: unknown, c: Context): Response {
+  // A store outage anywhere in the cause chain is said as such (503 store_unreachable naming the store,
+  // as `/health` does), whatever wrapped it on the way up.
+  const outage = storeOutageOf(err);
+  if (outage) {
+    return c.json({ error: { code: STORE_UNREACHABLE, message: outage.message.slice(0, 500) } }, 503, { "retry-after": "1" });
+  }
   if (err instanceof EdgeloopError) {
     const headers: Record<string, string> = {};
     if (err.status === 503) headers["retry-after"] = "1";
@@ -256,6 +272,13 @@ export function openApiDocument(): Record<string, unknown> {
           summary: "Complete groups for a trainer (at-least-once; ack them)",
           parameters: ["max", "block_ms", "consumer", "partition"].map((name) => ({ name, in: "query", required: false, schema: { type: "string" } })),
           responses: { "200": { description: "{groups: CompleteGroup[]}" }, "400": err },
+        },
+      },
+      "/v1/groups/{uid}": {
+        get: {
+          summary: "One prompt group's progress (expected null for a uid never registered)",
+          parameters: [{ name: "uid", in: "path", required: true, schema: { type: "string" } }],
+          responses: { "200": { description: "{uid, partition, expected, finished, records, failed, complete, fingerprint}" }, "400": err },
         },
       },
       "/v1/groups/ack": { post: { summary: "Acknowledge delivered groups", requestBody: json(AckRequest), responses: { "200": { description: "{acked}" }, "400": err } } },

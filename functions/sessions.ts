@@ -4,7 +4,7 @@ import { parseToolResultCallback } from "../shared/session/tool-result-callback.
 import type { ToolResultDelivery } from "../shared/session/trajectory-session.ts";
 import { SIGNATURE_HEADER } from "../shared/tools/signature.ts";
 import { errorResponse } from "./rollouts.ts";
-import { bearerAuth, limitBody } from "./http-util.ts";
+import { bearerAuth, limitBody, tooLarge } from "./http-util.ts";
 
 /** What the sessions function needs from a session host (in-process {@link SessionHost}, or a Durable Object namespace). */
 export interface SessionsBackend {
@@ -51,7 +51,7 @@ export function createSessionsApp(opts: SessionsAppOptions): Hono {
   app.post("/v1/sessions/:key/tool-results", async (c) => {
     const key = c.req.param("key");
     const raw = await c.req.text();
-    if (raw.length > maxBody) return c.json({ error: { code: "bad_request", message: `body larger than ${maxBody} bytes`, field: "body" } }, 413);
+    if (new TextEncoder().encode(raw).byteLength > maxBody) throw tooLarge(maxBody);
     const result = await parseToolResultCallback(raw, c.req.header(SIGNATURE_HEADER), {
       secret: opts.secret,
       nowSeconds: (opts.nowSeconds ?? (() => Date.now() / 1000))(),

@@ -1,6 +1,8 @@
 import { readFile } from "node:fs/promises";
 import { mergeConfig, parseAppConfig } from "../../shared/config/app-config.ts";
-import { ConfigError } from "../../shared/errors.ts";
+import { ConfigError, InputError } from "../../shared/errors.ts";
+import { DEFAULT_ENGINE_TIMEOUT_MS } from "../../shared/inference/engine-http.ts";
+import { normaliseUrl } from "../../shared/inference/replica-pool.ts";
 import { createGatewayApp } from "../../functions/gateway.ts";
 import { startSimEngine } from "../sim-engine/server.ts";
 import { loadTokenizer } from "../node/model-dir.ts";
@@ -53,7 +55,7 @@ export async function gatewayCommand(o: {
   cooldownMs?: number;
   maxAttempts?: number;
 }): Promise<void> {
-  const replicas = o.replicas.split(",").map((s) => s.trim()).filter(Boolean);
+  const replicas = replicaUrls(o.replicas);
   const adminToken = process.env.EDGELOOP_ADMIN_TOKEN || null;
   const fileCfg = o.config ? await readConfigFile(o.config) : {};
   const flags = { gateway: { attempt_timeout_ms: o.attemptTimeoutMs, eject_after: o.ejectAfter, cooldown_ms: o.cooldownMs, max_attempts: o.maxAttempts } };
@@ -68,13 +70,44 @@ export async function gatewayCommand(o: {
     maxAttempts: g.max_attempts,
   });
   const server = Bun.serve({ port: o.port, hostname: o.host, fetch: gw.fetch, idleTimeout: 0 });
-  const breaker = `attempt timeout ${g.attempt_timeout_ms ?? "none"} ms, eject after ${g.eject_after}, cool-down ${g.cooldown_ms} ms`;
+  const breaker = `attempt timeout ${g.attempt_timeout_ms ? `${g.attempt_timeout_ms} ms` : "none"}, eject after ${g.eject_after}, cool-down ${g.cooldown_ms} ms`;
+  if (!g.attempt_timeout_ms) console.error(NO_ATTEMPT_TIMEOUT_WARNING);
   console.log(
     `edgeloop gateway on http://${o.host}:${server.port} -> ${replicas.join(", ")} (${o.policy}; ${breaker}); ` +
       (adminToken ? "/admin/* needs the bearer token from EDGELOOP_ADMIN_TOKEN" : "/admin/* is open (set EDGELOOP_ADMIN_TOKEN to require a bearer token)"),
   );
   await untilSignal();
   server.stop(true);
+}
+
+/** Printed at start when the gateway has no per-attempt deadline (its default). */
+export const NO_ATTEMPT_TIMEOUT_WARNING =
+  `edgeloop gateway: warning: no attempt timeout (--attempt-timeout-ms, config gateway.attempt_timeout_ms): ` +
+  `a hung replica holds each call until the client's own deadline (engine.timeout_ms, ${DEFAULT_ENGINE_TIMEOUT_MS} ms by default) ` +
+  `instead of moving it to another replica; set it below engine.timeout_ms`;
+
+/**
+ * The replica URLs of `--replicas` (comma-separated), refused when there is
+ * none, one is not an http(s) URL, or one is listed twice (trailing slashes ignored).
+ * @throws InputError naming `--replicas`
+ */
+export function replicaUrls(flag: string): string[] {
+  const urls = flag.split(",").map((s) => s.trim()).filter(Boolean);
+  if (urls.length === 0) throw new InputError("--replicas", "needs at least one replica base URL (comma-separated, e.g. http://127.0.0.1:8000,http://127.0.0.1:8001)");
+  const seen = new Set<string>();
+  for (const u of urls) {
+    let ok = false;
+    try {
+      ok = /^https?:$/.test(new URL(u).protocol);
+    } catch {
+      ok = false;
+    }
+    if (!ok) throw new InputError("--replicas", `'${u.slice(0, 200)}' is not an http(s) URL`);
+    const key = normaliseUrl(u);
+    if (seen.has(key)) throw new InputError("--replicas", `${key} is listed twice`);
+    seen.add(key);
+  }
+  return urls;
 }
 
 /**

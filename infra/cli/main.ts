@@ -6,60 +6,52 @@
  * (flushed when the command ends).
  *
  * Exit codes: 0 done; 1 a run that produced nothing (every trajectory
- * failed) or an unexpected error; 2 bad flags/config, an unreachable store,
- * a port in use; 130 interrupted (SIGINT/SIGTERM during `rollout`). An error
+ * failed) or an unexpected error; 2 bad flags (any flag or argument commander
+ * or a flag parser refuses: one line naming the flag), bad config, an
+ * unreachable store, a port in use; 130 interrupted (SIGINT/SIGTERM during `rollout`). An error
  * prints one line `edgeloop: …`; `EDGELOOP_DEBUG=1` adds the stack trace.
  */
-import { Command, InvalidArgumentError, Option } from "commander";
+import { Command, CommanderError, Option } from "commander";
 import { EdgeloopError } from "../../shared/errors.ts";
 import { setupTelemetryFromEnv, type Telemetry } from "../telemetry/setup.ts";
+import { intFlag, portFlag as port, secondsFlag } from "./flag-parsers.ts";
+import { watchLauncher } from "./launcher-watch.ts";
+import { registerSelfImports } from "./self-imports.ts";
 
-const int = (name: string) => (v: string) => {
-  const n = Number(v);
-  if (!Number.isInteger(n)) throw new InvalidArgumentError(`${name} must be an integer, got '${v}'`);
-  return n;
-};
-
-const positive = (name: string) => (v: string) => {
-  const n = Number(v);
-  if (!Number.isFinite(n) || n <= 0 || v.trim() === "") throw new InvalidArgumentError(`${name} must be a positive number of seconds, got '${v}'`);
-  return n;
-};
-
-const port = (v: string) => {
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < 0 || n > 65535 || v.trim() === "") throw new InvalidArgumentError(`--port must be an integer 0..65535, got '${v}'`);
-  return n;
-};
+watchLauncher();
+registerSelfImports();
 
 /** Flags shared by `rollout` and `serve`: each overrides one config value. */
 function configFlags(cmd: Command): Command {
   return cmd
     .option("--config <file>", "YAML/JSON config file (verl-style rollout section plus engine, tools, store, reward)")
-    .option("--n <n>", "rollout.n: sessions per prompt", int("--n"))
+    .option("--n <n>", "rollout.n: sessions per prompt", intFlag("--n", 1))
     .option("--engine <sim|url>", "engine.url: 'sim' (embedded simulated engine) or an engine/gateway URL")
     .addOption(new Option("--engine-format <format>", "engine.format: vllm (/v1/completions), vllm-generate (/inference/v1/generate), sglang (/generate)").choices(["vllm", "vllm-generate", "sglang"]))
     .option("--script <file>", "engine.script: scripted policy for the simulated engine")
-    .option("--replicas <k>", "engine.replicas: simulated replicas behind the embedded gateway", int("--replicas"))
+    .option("--replicas <k>", "engine.replicas: simulated replicas behind the embedded gateway", intFlag("--replicas", 1, 64))
     .option("--tools <file>", "tools.file: tools file (default: the example tool server, started in-process)")
     .option("--tools-secret <secret>", "tools.secret: HMAC secret for tool webhooks")
     .option("--store <store>", "store.url: memory | redis://host:port | upstash")
     .option("--store-prefix <prefix>", "store.prefix: prefix of every Redis key (default edgeloop:)")
-    .option("--store-timeout <seconds>", "exit non-zero when the store stays unreachable this long (default: reconnect for as long as it is down)", positive("--store-timeout"))
-    .option("--prompt-length <n>", "rollout.prompt_length", int("--prompt-length"))
-    .option("--response-length <n>", "rollout.response_length", int("--response-length"))
-    .option("--max-model-len <n>", "rollout.max_model_len", int("--max-model-len"))
-    .option("--max-assistant-turns <n>", "rollout.multi_turn.max_assistant_turns", int("--max-assistant-turns"))
+    .option("--store-timeout <seconds>", "exit non-zero when the store stays unreachable this long (default: reconnect for as long as it is down)", secondsFlag("--store-timeout"))
+    .option("--prompt-length <n>", "rollout.prompt_length", intFlag("--prompt-length", 1))
+    .option("--response-length <n>", "rollout.response_length", intFlag("--response-length", 1))
+    .option("--max-model-len <n>", "rollout.max_model_len", intFlag("--max-model-len", 2))
+    .option("--max-assistant-turns <n>", "rollout.multi_turn.max_assistant_turns", intFlag("--max-assistant-turns", 1))
     .option("--default-agent <name>", "rollout.agent.default_agent_loop")
-    .option("--seed <n>", "rollout.seed (and the simulated engine's seed)", int("--seed"))
-    .option("--concurrency <n>", "trajectories run at once", int("--concurrency"))
+    .option("--seed <n>", "rollout.seed (and the simulated engine's seed)", intFlag("--seed", Number.MIN_SAFE_INTEGER))
+    .option("--concurrency <n>", "trajectories run at once", intFlag("--concurrency", 1, 100_000))
     .option("--model <name|dir>", "model: qwen3 (default), llama3_1, deepseek_v3, gpt_oss, gemma3, or a Hugging Face model directory (tokenizer.json, tokenizer_config.json, optional chat_template.jinja and generation_config.json)");
 }
 
 let telemetry: Telemetry | null = null;
 const program = new Command("edgeloop")
   .description("The agent loop of agentic RL as edge-style functions: prompts in, token-exact trajectories out.")
-  .showHelpAfterError()
+  // Flag and argument errors end the run with one line and exit code 2 (main's catch), not
+  // commander's own message, help text and exit code 1. Subcommands inherit both settings.
+  .exitOverride()
+  .configureOutput({ outputError: () => {} })
   .hook("preAction", () => {
     telemetry ??= setupTelemetryFromEnv();
   })
@@ -74,7 +66,7 @@ configFlags(
     .requiredOption("--data <file>", "dataset rows: .jsonl, .json or verl-style .parquet")
     .option("--out <file>", "write every TrajectoryRecord to this JSONL file")
     .option("--validate", "validation batch: rollout.val_kwargs sampling, val partition")
-    .option("--global-steps <n>", "global_steps recorded in trajectory_info", int("--global-steps"))
+    .option("--global-steps <n>", "global_steps recorded in trajectory_info", intFlag("--global-steps", -1))
     .option("--model-version <v>", "policy version recorded for every turn")
     .option("--no-progress", "plain lines instead of a progress bar"),
 ).action(async (opts) => (await import("./rollout-command.ts")).rolloutCommand(opts));
@@ -91,16 +83,16 @@ configFlags(
         "queue",
       ]),
     )
-    .option("--max-pending <n>", "queue mode: answer 503 + Retry-After when more jobs than this would be waiting", int("--max-pending"))
-    .option("--lost-grace <seconds>", "queue mode: seconds an unfinished trajectory may be missing from the store (no job, session or record) before it is reported lost (default 30)", positive("--lost-grace")),
+    .option("--max-pending <n>", "queue mode: answer 503 + Retry-After when more jobs than this would be waiting", intFlag("--max-pending", 1))
+    .option("--lost-grace <seconds>", "queue mode: seconds an unfinished trajectory may be missing from the store (no job, session or record) before it is reported lost (default 30)", secondsFlag("--lost-grace")),
 ).action(async (opts) => (await import("./serve-command.ts")).serveCommand(opts));
 
 configFlags(
   program
     .command("worker")
     .description("claim trajectory jobs from the store's Redis (enqueued by `serve` in queue mode), run them, exit when idle")
-    .option("--idle-exit <seconds>", "exit after this many seconds without a job (scale to zero)", Number)
-    .option("--lease <seconds>", "seconds without a heartbeat before another worker reclaims a job (default 30)", Number)
+    .option("--idle-exit <seconds>", "exit after this many seconds without a job (scale to zero; 0: as soon as none is waiting)", secondsFlag("--idle-exit", { allowZero: true }))
+    .option("--lease <seconds>", "seconds without a heartbeat before another worker reclaims a job (default 30)", secondsFlag("--lease"))
     .option("--consumer <name>", "consumer name in the workers group (default <host>-<pid>-<random>)"),
 ).action(async (opts) => (await import("./worker-command.ts")).workerCommand(opts));
 
@@ -122,7 +114,7 @@ program
   .command("sim-engine")
   .description("serve the simulated inference engine (vLLM and SGLang wire formats)")
   .option("--port <port>", "first port (replica i listens on port+i)", port, 8000)
-  .option("--replicas <k>", "replicas", int("--replicas"), 1)
+  .option("--replicas <k>", "replicas", intFlag("--replicas", 1, 64), 1)
   .option("--script <file>", "scripted policy file")
   .option("--host <host>", "address to bind", "127.0.0.1")
   .option("--model <name|dir>", "the model whose tokens the engine samples: qwen3 (default), llama3_1, deepseek_v3, gpt_oss, gemma3, or a model directory")
@@ -136,10 +128,10 @@ program
   .addOption(new Option("--policy <policy>", "routing policy").choices(["least_inflight_sticky", "bounded_load_hash", "round_robin"]).default("least_inflight_sticky"))
   .option("--host <host>", "address to bind", "127.0.0.1")
   .option("--config <file>", "config file: its gateway section (attempt_timeout_ms, eject_after, cooldown_ms, max_attempts)")
-  .option("--attempt-timeout-ms <ms>", "gateway.attempt_timeout_ms: deadline of one attempt at one replica (then the next replica)", int("--attempt-timeout-ms"))
-  .option("--eject-after <n>", "gateway.eject_after: consecutive failures that eject a replica (default 3)", int("--eject-after"))
-  .option("--cooldown-ms <ms>", "gateway.cooldown_ms: cool-down of an ejected replica before a half-open probe (default 10000)", int("--cooldown-ms"))
-  .option("--max-attempts <n>", "gateway.max_attempts: replicas one call may try (default 3)", int("--max-attempts"))
+  .option("--attempt-timeout-ms <ms>", "gateway.attempt_timeout_ms: deadline of one attempt at one replica (then the next replica)", intFlag("--attempt-timeout-ms", 1))
+  .option("--eject-after <n>", "gateway.eject_after: consecutive failures that eject a replica (default 3)", intFlag("--eject-after", 1))
+  .option("--cooldown-ms <ms>", "gateway.cooldown_ms: cool-down of an ejected replica before a half-open probe (default 10000)", intFlag("--cooldown-ms", 0))
+  .option("--max-attempts <n>", "gateway.max_attempts: replicas one call may try (default 3)", intFlag("--max-attempts", 1))
   .action(async (opts) => (await import("./engine-commands.ts")).gatewayCommand(opts));
 
 program
@@ -168,6 +160,13 @@ function reportError(e: unknown): number {
   const err = e as { code?: unknown; message?: unknown; stack?: unknown };
   let code = 1;
   let line: string;
+  if (e instanceof CommanderError) {
+    // `--help` exits 0; help shown for a missing subcommand has already been printed.
+    if (e.exitCode === 0) return 0;
+    if (e.message === "(outputHelp)") return 2;
+    console.error(`edgeloop: ${commanderLine(e)}`);
+    return 2;
+  }
   if (err?.code === "EADDRINUSE") {
     const p = /port (\d+)/i.exec(String(err.message))?.[1];
     line = `port ${p ?? "(unknown)"} is already in use (another process listens on it; pick another with --port)`;
@@ -181,6 +180,19 @@ function reportError(e: unknown): number {
   console.error(`edgeloop: ${line}`);
   if (process.env.EDGELOOP_DEBUG === "1" && typeof err?.stack === "string") console.error(err.stack);
   return code;
+}
+
+/**
+ * One line for a commander parse error: its message without the `error: `
+ * prefix; for an invalid flag value, the parser's own message (which names
+ * the flag) rather than commander's wrapper; then where to look for help.
+ */
+function commanderLine(e: CommanderError): string {
+  const msg = e.message.replace(/^error: /, "");
+  const m = /^option '(-[^' ,]*)[^']*' argument '([^']*)' is invalid\. (.+)$/s.exec(msg);
+  const inner = m && (m[3]!.startsWith(m[1]!) ? m[3]! : `${m[1]} '${m[2]}': ${m[3]}`);
+  const cmd = process.argv.slice(2).find((a) => program.commands.some((c) => c.name() === a));
+  return `${(inner || msg).split("\n")[0]} (see edgeloop ${cmd ? `${cmd} ` : ""}--help)`;
 }
 
 const fatal = (e: unknown) => {

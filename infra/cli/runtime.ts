@@ -161,7 +161,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     describe.push(`context    max_model_len ${maxModelLen}`);
 
     const tools = await buildTools(config, closers, describe);
-    const store = buildStore(config);
+    const store = buildStore(config, flags.storeTimeout);
     closers.push(() => store.close());
     describe.push(`store      ${config.store.url === "memory" ? "memory (in-process)" : maskRedisUrl(config.store.url)}`);
 
@@ -176,7 +176,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     validateRollout(config.rollout, registry);
     describe.push(`loops      ${registry.names().join(", ")} (default ${config.rollout.agent.default_agent_loop})`);
 
-    const policy = buildPolicy(config, closers);
+    const policy = buildPolicy(config, closers, flags.storeTimeout);
     const deps: ExecutorDeps = {
       policy,
       registry,
@@ -186,7 +186,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       tools,
       reward: { ...(config.reward.url ? { webhook: { url: config.reward.url, timeout_ms: 30_000, max_retries: 2 } } : {}), ...(config.tools.secret ? { secret: config.tools.secret } : {}) },
     };
-    const built = buildSessionStorage(config, closers);
+    const built = buildSessionStorage(config, closers, flags.storeTimeout);
     const storage = built?.storage ?? null;
     let service: RolloutService;
     let sessions: SessionHost | null = null;
@@ -437,30 +437,30 @@ async function buildTools(config: AppConfig, closers: (() => Promise<void>)[], d
 }
 
 /** Session storage in the store's Redis (its own connection, shared with the job queue), or null for the memory store (no durable sessions). */
-function buildSessionStorage(config: AppConfig, closers: (() => Promise<void>)[]): { storage: RedisSessionStorage; commander: RedisCommander } | null {
+function buildSessionStorage(config: AppConfig, closers: (() => Promise<void>)[], storeTimeoutS?: number): { storage: RedisSessionStorage; commander: RedisCommander } | null {
   const url = config.store.url;
   if (url === "memory") return null;
   const commander =
     url === "upstash"
       ? new UpstashCommander({ url: process.env.UPSTASH_REDIS_REST_URL!, token: process.env.UPSTASH_REDIS_REST_TOKEN!, ...sizeLimit(config) })
-      : new IoRedisCommander(url, sizeLimit(config));
+      : new IoRedisCommander(url, { ...sizeLimit(config), storeTimeoutS });
   closers.push(() => commander.close());
   return { storage: new RedisSessionStorage(commander, { prefix: config.store.prefix }), commander };
 }
 
 /** Policy versions shared through the store's Redis (API and workers see one), or in-process for the memory store. */
-function buildPolicy(config: AppConfig, closers: (() => Promise<void>)[]): PolicyVersions {
+function buildPolicy(config: AppConfig, closers: (() => Promise<void>)[], storeTimeoutS?: number): PolicyVersions {
   const url = config.store.url;
   if (url === "memory") return new MemoryPolicyVersions();
   const commander =
     url === "upstash"
       ? new UpstashCommander({ url: process.env.UPSTASH_REDIS_REST_URL!, token: process.env.UPSTASH_REDIS_REST_TOKEN!, ...sizeLimit(config) })
-      : new IoRedisCommander(url, sizeLimit(config));
+      : new IoRedisCommander(url, { ...sizeLimit(config), storeTimeoutS });
   closers.push(() => commander.close());
   return new RedisPolicyVersions(commander, { prefix: config.store.prefix });
 }
 
-function buildStore(config: AppConfig): TransferQueue {
+function buildStore(config: AppConfig, storeTimeoutS?: number): TransferQueue {
   const url = config.store.url;
   const prefix = config.store.prefix;
   if (url === "memory") return new MemoryTransferQueue();
@@ -470,7 +470,7 @@ function buildStore(config: AppConfig): TransferQueue {
     if (!restUrl || !token) throw new ConfigError("store.url", "upstash needs UPSTASH_REDIS_REST_URL and UPSTASH_REDIS_REST_TOKEN in the environment");
     return createUpstashTransferQueue({ url: restUrl, token, prefix, ...sizeLimit(config) });
   }
-  return createRedisTransferQueue({ url, prefix, ...sizeLimit(config) });
+  return createRedisTransferQueue({ url, prefix, ...sizeLimit(config), storeTimeoutS });
 }
 
 /** `store.max_request_bytes` as commander options (absent: the transport's default). */

@@ -17,8 +17,8 @@ export async function serveCommand(flags: ConfigFlags & { port: number; host: st
   const runtime = await buildRuntime(flags, {
     waitForStore: true,
     jobs: flags.jobs ?? "auto",
-    ...(flags.maxPending ? { jobQueue: { maxPending: flags.maxPending } } : {}),
-    ...(flags.lostGrace ? { lostGraceMs: Math.round(flags.lostGrace * 1000) } : {}),
+    ...(flags.maxPending !== undefined ? { jobQueue: { maxPending: flags.maxPending } } : {}),
+    ...(flags.lostGrace !== undefined ? { lostGraceMs: Math.round(flags.lostGrace * 1000) } : {}),
   });
   const rollouts = createRolloutsApp({
     service: runtime.service,

@@ -25,7 +25,7 @@ export interface WorkerFlags extends ConfigFlags {
  */
 export async function workerCommand(flags: WorkerFlags): Promise<void> {
   if (!flags.store && !flags.config) throw new ConfigError("store.url", "edgeloop worker needs a shared store: pass --store redis://host:port (or upstash), the same as edgeloop serve");
-  const runtime = await buildRuntime(flags, { waitForStore: true, ...(flags.lease ? { jobQueue: { leaseMs: Math.round(flags.lease * 1000) } } : {}) });
+  const runtime = await buildRuntime(flags, { waitForStore: true, ...(flags.lease !== undefined ? { jobQueue: { leaseMs: Math.round(flags.lease * 1000) } } : {}) });
   try {
     if (!runtime.jobs) throw new ConfigError("store.url", "edgeloop worker needs a Redis or Upstash store (--store redis://host:port), the same as edgeloop serve");
     const consumer = flags.consumer ?? `${hostname()}-${process.pid}-${crypto.randomUUID().slice(0, 6)}`;

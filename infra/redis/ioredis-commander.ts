@@ -14,6 +14,12 @@ export interface IoRedisCommanderOptions {
    */
   maxReconnects?: number;
   /**
+   * Seconds the process waits an outage out before it exits (`--store-timeout`,
+   * enforced by the CLI's store watch, not here); only named in the outage line
+   * (`reconnecting, until it answers or for at most 5 s (--store-timeout)`).
+   */
+  storeTimeoutS?: number;
+  /**
    * Longest delay between two reconnect attempts, milliseconds (default
    * 2000, or `EDGELOOP_STORE_RECONNECT_MAX_MS`); attempts start 100 ms apart
    * and grow by 100 ms each.
@@ -67,12 +73,14 @@ export class IoRedisCommander implements RedisCommander {
   private readonly onError: (message: string, error: Error) => void;
   private readonly url: string;
   private readonly maxReconnects: number;
+  private readonly storeTimeoutS?: number;
   private readonly state: ConnectionState = { up: false, downSince: null, error: null, attempts: 0 };
   private closing = false;
   readonly maxRequestBytes: number;
 
   constructor(url: string, opts: IoRedisCommanderOptions = {}) {
     const maxReconnects = (this.maxReconnects = opts.maxReconnects ?? Number.POSITIVE_INFINITY);
+    this.storeTimeoutS = opts.storeTimeoutS;
     const cap = opts.reconnectMaxDelayMs ?? (Number(process.env.EDGELOOP_STORE_RECONNECT_MAX_MS) || 2_000);
     this.maxRequestBytes = opts.maxRequestBytes ?? TCP_MAX_REQUEST_BYTES;
     this.url = maskRedisUrl(url);
@@ -101,7 +109,8 @@ export class IoRedisCommander implements RedisCommander {
   private track(c: IORedis, isMain = false): void {
     this.all.add(c);
     let failing = false;
-    const limit = Number.isFinite(this.maxReconnects) ? `up to ${this.maxReconnects} attempts` : "until it answers";
+    const bound = this.storeTimeoutS !== undefined ? ` or for at most ${this.storeTimeoutS} s (--store-timeout)` : "";
+    const limit = Number.isFinite(this.maxReconnects) ? `up to ${this.maxReconnects} attempts` : `until it answers${bound}`;
     c.on("error", (e: Error) => {
       if (isMain) {
         this.state.up = false;

@@ -7,6 +7,8 @@ export interface TcpTransferQueueOptions extends RedisTransferQueueOptions {
   url?: string;
   /** Largest command / pipeline write, bytes (see {@link IoRedisCommander}). */
   maxRequestBytes?: number;
+  /** `--store-timeout` in seconds, named in the outage line (see {@link IoRedisCommander}). */
+  storeTimeoutS?: number;
 }
 
 /**
@@ -15,7 +17,8 @@ export interface TcpTransferQueueOptions extends RedisTransferQueueOptions {
  * and it also runs on Node and Deno).
  */
 export function createRedisTransferQueue(opts: TcpTransferQueueOptions = {}): RedisTransferQueue {
-  return new RedisTransferQueue(new IoRedisCommander(opts.url ?? "redis://127.0.0.1:6379", opts.maxRequestBytes ? { maxRequestBytes: opts.maxRequestBytes } : {}), opts);
+  const commanderOpts = { ...(opts.maxRequestBytes ? { maxRequestBytes: opts.maxRequestBytes } : {}), ...(opts.storeTimeoutS !== undefined ? { storeTimeoutS: opts.storeTimeoutS } : {}) };
+  return new RedisTransferQueue(new IoRedisCommander(opts.url ?? "redis://127.0.0.1:6379", commanderOpts), opts);
 }
 
 export { IoRedisCommander };

@@ -27,7 +27,8 @@ export function gatewayMetricsText(replicas: readonly ReplicaStatus[]): string {
       samples: replicas.flatMap((r) => STATES.map((state) => ({ labels: { replica: r.url, state }, value: r.state === state ? 1 : 0 }))),
     },
     per("edgeloop_gateway_inflight", "Calls in flight at the replica", "gauge", (r) => r.inflight),
-    per("edgeloop_gateway_requests_total", "Calls routed to the replica (attempts, failed ones included)", "counter", (r) => r.served),
+    per("edgeloop_gateway_requests_total", "Calls routed to the replica (attempts, failed ones included)", "counter", (r) => r.attempts),
+    per("edgeloop_gateway_served_total", "Replies from the replica passed on with a 2xx status", "counter", (r) => r.served),
     {
       name: "edgeloop_gateway_failures_total",
       help: "Calls that failed at the replica before any token came back, by kind",

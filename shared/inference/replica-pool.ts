@@ -40,8 +40,10 @@ export interface ReplicaStatus {
   state: ReplicaState;
   /** Calls currently being served. */
   inflight: number;
-  /** Calls routed here so far (including failed ones). */
+  /** Replies from it passed on to the caller with a 2xx status (a call it actually served). */
   served: number;
+  /** Calls routed to it so far: every attempt, failed ones, probes and non-2xx replies included. */
+  attempts: number;
   /** Calls that failed here before any token came back (every kind). */
   failures: number;
   failures_by_kind: Record<FailureKind, number>;
@@ -187,7 +189,7 @@ export class ReplicaPool {
         r.probing = true;
         r.probes++;
         r.inflight++;
-        r.served++;
+        r.attempts++;
         return r.url;
       }
     }
@@ -203,7 +205,7 @@ export class ReplicaPool {
     const url = this.policy.choose(key, candidates);
     const r = this.replicas.get(url)!;
     r.inflight++;
-    r.served++;
+    r.attempts++;
     if (key !== undefined && this.lastByKey) this.notePin(key, url, exclude);
     return url;
   }
@@ -212,11 +214,15 @@ export class ReplicaPool {
    * Ends a call that got a usable reply: the failure streak ends and the
    * replica is healthy again, whatever its state (a half-open probe that
    * succeeded, or an ejected/unhealthy replica tried because none was healthy).
+   * `served` (default true): the reply passed on was a 2xx, counted in
+   * `served`; a 4xx the engine answered (e.g. a context overflow) is a working
+   * replica but not a served call.
    */
-  succeed(url: string): void {
+  succeed(url: string, served = true): void {
     const r = this.replicas.get(url);
     if (!r) return;
     if (r.inflight > 0) r.inflight--;
+    if (served) r.served++;
     if (r.probing) r.probes_ok++;
     this.restore(r);
   }
@@ -305,6 +311,7 @@ function fresh(url: string): Replica {
     state: "healthy",
     inflight: 0,
     served: 0,
+    attempts: 0,
     failures: 0,
     failures_by_kind: Object.fromEntries(FAILURE_KINDS.map((k) => [k, 0])) as Record<FailureKind, number>,
     consecutive_failures: 0,

@@ -65,7 +65,7 @@ export interface GroupReuse {
  * nothing written) when one is registered with another n or partition, or
  * with another prompt (its fingerprint differs: a uid names one prompt
  * group); returns the uids whose group already exists, and those already complete.
- * @throws ConflictError (409, field `rows`, or `rows[i].uid` for another prompt) naming the uid; StoreError (503).
+ * @throws ConflictError (409, field `rows[i].uid`, i the first row of the uid) naming the uid; StoreError (503).
  */
 export async function checkPlanGroups(store: TransferQueue, plan: BatchPlan): Promise<GroupReuse> {
   const mode = plan.validate ? "val" : "train";
@@ -80,12 +80,15 @@ export async function checkPlanGroups(store: TransferQueue, plan: BatchPlan): Pr
     statuses.forEach((st, j) => {
       const [uid, n] = chunk[j]!;
       if (st.expected === null) return;
+      const i = rowOf.get(uid)!;
       if (st.expected !== n || st.partition !== mode) {
-        throw new ConflictError(`group ${uid} is registered with n=${st.expected} in ${st.partition}, not n=${n} in ${mode}: a uid names one group; use a new uid for new samples`, { field: "rows" });
+        throw new ConflictError(
+          `rows[${i}].uid: group ${uid} is registered with n=${st.expected} in ${st.partition}, not n=${n} in ${mode}: a uid names one group; use a new uid for new samples`,
+          { field: `rows[${i}].uid` },
+        );
       }
       const fp = plan.fingerprints?.get(uid);
       if (fp && st.fingerprint && fp !== st.fingerprint) {
-        const i = rowOf.get(uid)!;
         throw new ConflictError(`rows[${i}].uid: group ${uid} was registered with another prompt: a uid names one prompt group; use a new uid for new samples`, { field: `rows[${i}].uid` });
       }
       reused.push(uid);

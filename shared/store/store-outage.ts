@@ -13,6 +13,10 @@ export const STORE_UNREACHABLE = "store_unreachable";
  */
 export class StoreUnreachableError extends StoreError {
   override name = "StoreUnreachableError";
+  /** Its message names the store (password masked) and says it is unreachable: shown in the 503 body, as `/health` does. */
+  protected override get exposeMessage(): boolean {
+    return true;
+  }
   constructor(message: string, opts: EdgeloopErrorOptions = {}) {
     super(message, { code: STORE_UNREACHABLE, retryable: true, ...opts });
   }
@@ -20,11 +24,16 @@ export class StoreUnreachableError extends StoreError {
 
 /** Whether `e` (or an error in its `cause` chain) is a {@link StoreUnreachableError}: decided by `code`, not message text. */
 export function isStoreOutage(e: unknown): boolean {
+  return storeOutageOf(e) !== undefined;
+}
+
+/** The store-outage error in `e`'s `cause` chain (code `store_unreachable`), or undefined. */
+export function storeOutageOf(e: unknown): EdgeloopError | undefined {
   for (let x: unknown = e, i = 0; x != null && i < 6; x = (x as { cause?: unknown }).cause, i++) {
-    if (x instanceof EdgeloopError && x.code === STORE_UNREACHABLE) return true;
+    if (x instanceof EdgeloopError && x.code === STORE_UNREACHABLE) return x;
     if (typeof x !== "object") break;
   }
-  return false;
+  return undefined;
 }
 
 /** Options of {@link holdWhileStoreDown}. */

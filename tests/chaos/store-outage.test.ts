@@ -168,7 +168,8 @@ describe(`E7: a ${OUTAGE_S} s Redis outage in the middle of a queue-mode batch`,
       const took = (Date.now() - t0) / 1000;
       expect(took).toBeGreaterThanOrEqual(2);
       expect(took).toBeLessThan(8);
-      const lines = w.err().trim().split("\n").filter((l) => l.includes("--store-timeout"));
+      // (The outage line names the bound too: "(reconnecting, until it answers or for at most 2 s (--store-timeout))".)
+      const lines = w.err().trim().split("\n").filter((l) => l.includes("(--store-timeout 2)"));
       expect(lines.length).toBe(1);
       expect(lines[0]).toMatch(new RegExp(`^edgeloop: store ${redis.url.replaceAll("/", "\\/")} unreachable for \\d+ s \\(--store-timeout 2\\): .+; exiting$`));
     } finally {

@@ -62,7 +62,7 @@ describe("E8: one of three replicas hangs", () => {
     const cfgPath = join(dir, "gateway.yaml");
     writeFileSync(cfgPath, "gateway:\n  eject_after: 3\n  cooldown_ms: 5000\n");
     const { url, banner } = await startGateway(["--replicas", [a, ...sim.urls].join(","), "--policy", "bounded_load_hash", "--config", cfgPath, "--cooldown-ms", "60000"]);
-    expect(banner).toContain("(bounded_load_hash; attempt timeout none ms, eject after 3, cool-down 60000 ms)");
+    expect(banner).toContain("(bounded_load_hash; attempt timeout none, eject after 3, cool-down 60000 ms)");
 
     const rows = readFileSync(join(ROOT, "examples", "gsm8k-tool.jsonl"), "utf8").trim().split("\n").slice(0, 24);
     writeFileSync(join(dir, "rows.jsonl"), rows.join("\n") + "\n");
@@ -110,6 +110,11 @@ describe("E8: one of three replicas hangs", () => {
     expect(admin.breaker).toEqual({ eject_after: 5, cooldown_ms: 10_000, attempt_timeout_ms: 2500 });
     const bad = Bun.spawnSync([process.execPath, MAIN, "gateway", "--replicas", sim.urls[0]!, "--port", "0", "--eject-after", "0"], { stdout: "pipe", stderr: "pipe" });
     expect(bad.exitCode).toBe(2);
-    expect(bad.stderr.toString()).toContain("gateway.eject_after");
+    expect(bad.stderr.toString()).toBe("edgeloop: --eject-after must be an integer >= 1, got '0' (see edgeloop gateway --help)\n");
+    const cfgPath = join(dir, "bad-gateway.yaml");
+    writeFileSync(cfgPath, "gateway:\n  eject_after: 0\n");
+    const badFile = Bun.spawnSync([process.execPath, MAIN, "gateway", "--replicas", sim.urls[0]!, "--port", "0", "--config", cfgPath], { stdout: "pipe", stderr: "pipe" });
+    expect(badFile.exitCode).toBe(2);
+    expect(badFile.stderr.toString()).toContain("gateway.eject_after");
   }, 20_000);
 });

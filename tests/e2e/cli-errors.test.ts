@@ -146,11 +146,11 @@ describe("flags and ports", () => {
     expect(h.stdout).toContain("--port <port>      port (default: 8123)");
     expect(h.stdout).toContain('--host <host>      address to bind (default: "127.0.0.1")');
     const bogus = edgeloop(["tools", "--bogus"]);
-    expect(bogus.code).toBe(1);
-    expect(lines(bogus.stderr)[0]).toBe("error: unknown option '--bogus'");
+    expect(bogus.code).toBe(2);
+    expect(bogus.stderr).toBe("edgeloop: unknown option '--bogus' (see edgeloop tools --help)\n");
     const bad = edgeloop(["tools", "--port", "abc"]);
-    expect(bad.code).toBe(1);
-    expect(lines(bad.stderr)[0]).toBe("error: option '--port <port>' argument 'abc' is invalid. --port must be an integer 0..65535, got 'abc'");
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toBe("edgeloop: --port must be an integer 0..65535, got 'abc' (see edgeloop tools --help)\n");
     for (const r of [h, bogus, bad]) noStack(r.stderr);
   }, 30_000);
 

@@ -182,6 +182,6 @@ describe("edgeloop rollout (the README's first command)", () => {
 
     const bad = edgeloop(["rollout", "--data", "mixed.jsonl", "--n", "0"]);
     expect(bad.code).toBe(2);
-    expect(bad.stderr).toContain("config rollout.n: rollout.n must be >= 1");
+    expect(bad.stderr).toBe("edgeloop: --n must be an integer >= 1, got '0' (see edgeloop rollout --help)\n");
   }, 60_000);
 });

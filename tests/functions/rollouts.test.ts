@@ -150,6 +150,7 @@ describe("bad requests are 400s naming the field", () => {
   test("oversized body is a 413", async () => {
     const res = await post("/v1/rollouts", { rows: Array(2000).fill(rows[0]) });
     expect(res.status).toBe(413);
+    expect(await res.json()).toEqual({ error: { code: "request_too_large", message: `body: larger than ${64 * 1024} bytes`, field: "body" } });
   });
 
   test("unknown batch is a 404; bad group queries and acks are 400s", async () => {
@@ -175,7 +176,7 @@ describe("openapi", () => {
   test("documents every endpoint with schemas generated from zod", async () => {
     const doc = await (await app.request("/openapi.json")).json();
     expect(doc.openapi).toBe("3.1.0");
-    expect(Object.keys(doc.paths).sort()).toEqual(["/v1/groups", "/v1/groups/ack", "/v1/model-version", "/v1/queue", "/v1/rollouts", "/v1/rollouts/{batch_id}", "/v1/rollouts/{batch_id}/trajectories", "/v1/trajectories/{key}"]);
+    expect(Object.keys(doc.paths).sort()).toEqual(["/v1/groups", "/v1/groups/ack", "/v1/groups/{uid}", "/v1/model-version", "/v1/queue", "/v1/rollouts", "/v1/rollouts/{batch_id}", "/v1/rollouts/{batch_id}/trajectories", "/v1/trajectories/{key}"]);
     const req = doc.paths["/v1/rollouts"].post.requestBody.content["application/json"].schema;
     expect(req.required).toEqual(["rows"]);
     expect(doc.components.schemas.TrajectoryRecord.properties.response_mask.type).toBe("array");

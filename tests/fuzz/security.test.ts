@@ -115,7 +115,7 @@ describe("request body size limits", () => {
     });
   const expect413 = async (res: Response) => {
     expect(res.status).toBe(413);
-    expect(await res.json()).toEqual({ error: { code: "invalid_input", message: `body: larger than ${64 * 1024} bytes`, field: "body" } });
+    expect(await res.json()).toEqual({ error: { code: "request_too_large", message: `body: larger than ${64 * 1024} bytes`, field: "body" } });
   };
 
   test("every endpoint refuses an oversized body, declared or streamed, with 413", async () => {

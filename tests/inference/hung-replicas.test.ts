@@ -122,7 +122,8 @@ describe("E8: sessions pinned to a replica that starts hanging", () => {
     expect(s).toMatchObject({ healthy: false, state: "ejected", ejections: 1, inflight: 0 });
     // Every key pinned to A timed out there exactly once (turn 2), then never came back.
     expect(s.failures_by_kind).toEqual({ timeout: pinnedToA.length, client_abort: 0, connect: 0, http_5xx: 0, bad_reply: 0 });
-    expect(s.served).toBe(2 * pinnedToA.length);
+    // Turn 1 served there, turn 2 timed out there: two attempts per key, one served.
+    expect([s.attempts, s.served]).toEqual([2 * pinnedToA.length, pinnedToA.length]);
     // The first two failed over while A was still in rotation; the third ejected it.
     expect(s.repins_by_reason).toEqual({ failover: 2, unhealthy: pinnedToA.length - 2, load: 0 });
     expect(s.repins).toBe(pinnedToA.length);
@@ -135,6 +136,8 @@ describe("E8: sessions pinned to a replica that starts hanging", () => {
     expect(metrics).toContain(`edgeloop_gateway_replica_state{replica="${a.url}",state="ejected"} 1`);
     expect(metrics).toContain(`edgeloop_gateway_failures_total{replica="${a.url}",kind="timeout"} ${pinnedToA.length}`);
     expect(metrics).toContain(`edgeloop_gateway_ejections_total{replica="${a.url}"} 1`);
+    expect(metrics).toContain(`edgeloop_gateway_requests_total{replica="${a.url}"} ${2 * pinnedToA.length}`);
+    expect(metrics).toContain(`edgeloop_gateway_served_total{replica="${a.url}"} ${pinnedToA.length}`);
     expect(metrics).toContain(`edgeloop_gateway_repins_total{replica="${a.url}",reason="unhealthy"} ${pinnedToA.length - 2}`);
     expect(metrics).toContain(`edgeloop_gateway_repins_total{replica="${a.url}",reason="failover"} 2`);
   }, 20_000);
@@ -175,7 +178,8 @@ describe("E8: a replica answering 200 with garbage", () => {
       for (const os of outs.values()) for (const o of os) expect(sim.urls).toContain(o.extra_fields.replica as string);
       const s = statusOf(gw, a.url);
       expect(s).toMatchObject({ healthy: false, state: "ejected", ejections: 1 });
-      expect(s.failures_by_kind.bad_reply).toBe(s.served);
+      expect(s.failures_by_kind.bad_reply).toBe(s.attempts);
+      expect(s.served).toBe(0);
       expect(s.failures_by_kind.bad_reply).toBeGreaterThanOrEqual(3);
       // A health check that passes (A answers /health) does not bring an ejected replica back.
       await gw.checkHealth();
@@ -235,19 +239,19 @@ describe("E8: half-open recovery and client aborts", () => {
     };
     // Calls land on A (least in-flight, insertion order) until it is ejected.
     for (let i = 0; i < 3; i++) expect(await call(`h${i}`)).toBe(sim.urls[0]!);
-    expect(statusOf(gw, a.url)).toMatchObject({ state: "ejected", served: 3, ejected_until_ms: 1_005_000 });
+    expect(statusOf(gw, a.url)).toMatchObject({ state: "ejected", attempts: 3, served: 0, ejected_until_ms: 1_005_000 });
     now += 4_999;
     await call("h-cool");
-    expect(statusOf(gw, a.url).served).toBe(3);
+    expect(statusOf(gw, a.url).attempts).toBe(3);
     // Cool-down over, A still broken: exactly one call probes it, fails, and is served elsewhere.
     now += 1;
     expect(await call("h-probe1")).toBe(sim.urls[0]!);
-    expect(statusOf(gw, a.url)).toMatchObject({ state: "ejected", served: 4, probes: 1, probes_ok: 0, probes_failed: 1, ejections: 2, ejected_until_ms: 1_010_000 });
+    expect(statusOf(gw, a.url)).toMatchObject({ state: "ejected", attempts: 4, served: 0, probes: 1, probes_ok: 0, probes_failed: 1, ejections: 2, ejected_until_ms: 1_010_000 });
     // A recovers; the next probe restores it, and new keys reach it again.
     a.mode = "ok";
     now += 5_000;
     expect(await call("h-probe2")).toBe(a.url);
-    expect(statusOf(gw, a.url)).toMatchObject({ healthy: true, state: "healthy", probes: 2, probes_ok: 1, probes_failed: 1, consecutive_failures: 0, ejected_until_ms: null });
+    expect(statusOf(gw, a.url)).toMatchObject({ healthy: true, state: "healthy", attempts: 5, served: 1, probes: 2, probes_ok: 1, probes_failed: 1, consecutive_failures: 0, ejected_until_ms: null });
     expect(await call("h-new")).toBe(a.url);
     const metrics = await (await fetch(`${url}/metrics`)).text();
     expect(metrics).toContain(`edgeloop_gateway_probes_total{replica="${a.url}",result="ok"} 1`);
@@ -270,7 +274,7 @@ describe("E8: half-open recovery and client aborts", () => {
     expect(statusOf(gw, a.url)).toMatchObject({ state: "ejected", failures_by_kind: { timeout: 1 } });
     now += 1_000;
     expect(await Promise.all(["p1", "p2", "p3", "p4"].map(call))).toEqual([200, 200, 200, 200]);
-    expect(statusOf(gw, a.url)).toMatchObject({ state: "ejected", served: 2, probes: 1, probes_failed: 1 });
+    expect(statusOf(gw, a.url)).toMatchObject({ state: "ejected", attempts: 2, served: 0, probes: 1, probes_failed: 1 });
   });
 
   test("a caller that aborts before its declared deadline costs the replica nothing; at its deadline it is a client_abort failure", async () => {

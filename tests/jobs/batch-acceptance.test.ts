@@ -63,7 +63,7 @@ describe.skipIf(!redis)("queue mode", () => {
     const depth = (await jobs.stats()).depth;
     const err = await service.accept(req(["fresh1", "u1"], 3)).catch((e) => e);
     expect(err).toBeInstanceOf(ConflictError);
-    expect([err.status, err.message, err.field]).toEqual([409, "group u1 is registered with n=2 in train, not n=3 in train: a uid names one group; use a new uid for new samples", "rows"]);
+    expect([err.status, err.message, err.field]).toEqual([409, "rows[1].uid: group u1 is registered with n=2 in train, not n=3 in train: a uid names one group; use a new uid for new samples", "rows[1].uid"]);
     expect((await store.groupStatus("fresh1")).expected).toBeNull();
     expect((await jobs.stats()).depth).toBe(depth);
     // The refused batch left no trace: fresh1 can now be posted with another n.
@@ -126,7 +126,7 @@ describe("inline mode", () => {
     const first = await service.accept(req(["i1"], 2));
     await first.run.run();
     const err = await service.accept(req(["ifresh", "i1"], 3)).catch((e) => e);
-    expect([err.status, err.message]).toEqual([409, "group i1 is registered with n=2 in train, not n=3 in train: a uid names one group; use a new uid for new samples"]);
+    expect([err.status, err.message]).toEqual([409, "rows[1].uid: group i1 is registered with n=2 in train, not n=3 in train: a uid names one group; use a new uid for new samples"]);
     expect((await store.groupStatus("ifresh")).expected).toBeNull();
     expect(service.batchIds()).toEqual([first.batch_id]);
     const again = await service.accept(req(["ifresh", "i1"], 2));

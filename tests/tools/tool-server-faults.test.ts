@@ -10,7 +10,7 @@ const post = (app: ReturnType<typeof createToolsApp>, body: unknown, headers: Re
 
 describe("tool server body limit", () => {
   const app = createToolsApp({ maxBodyBytes: 200 });
-  const tooLarge = { error: { code: "invalid_input", field: "body", message: "body: larger than 200 bytes" } };
+  const tooLarge = { error: { code: "request_too_large", field: "body", message: "body: larger than 200 bytes" } };
 
   test("a body over maxBodyBytes is 413, declared or streamed; one under it is served", async () => {
     const big = JSON.stringify(call("big", "1+".repeat(200) + "1"));

@@ -1,0 +1,69 @@
+import { afterAll, describe, expect, test } from "bun:test";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+
+// Every flag or argument the CLI refuses — commander's own parse errors and every numeric flag's
+// range — ends with exactly one line naming the flag and exit code 2 (README: 2 = config/input error),
+// never a silently ignored value, a default in its place, or commander's exit code 1 with help text.
+const MAIN = join(import.meta.dir, "..", "..", "infra", "cli", "main.ts");
+const dir = mkdtempSync(join(tmpdir(), "edgeloop-flags-"));
+const prefixes: string[] = [];
+afterAll(async () => {
+  rmSync(dir, { recursive: true, force: true });
+  for (const p of prefixes) await deleteByPrefix(p);
+});
+
+function edgeloop(args: string[]): { code: number; stdout: string; stderr: string } {
+  const p = Bun.spawnSync([process.execPath, MAIN, ...args], { cwd: dir, stdout: "pipe", stderr: "pipe", env: { ...process.env, NO_COLOR: "1", EDGELOOP_DEBUG: "" }, timeout: 30_000 });
+  return { code: p.exitCode ?? -1, stdout: p.stdout.toString(), stderr: p.stderr.toString() };
+}
+
+const CASES: [string[], string][] = [
+  [["rollout", "--data", "x.jsonl", "--n", "abc"], "--n must be an integer >= 1, got 'abc' (see edgeloop rollout --help)"],
+  [["rollout", "--data", "x.jsonl", "--n", "0"], "--n must be an integer >= 1, got '0' (see edgeloop rollout --help)"],
+  [["rollout", "--data", "x.jsonl", "--store-timeout", "-1"], "--store-timeout must be a positive number of seconds, got '-1' (see edgeloop rollout --help)"],
+  [["rollout", "--data", "x.jsonl", "--concurrency", ""], "--concurrency must be an integer 1..100000, got '' (see edgeloop rollout --help)"],
+  [["rollout", "--data", "x.jsonl", "--global-steps", "1.5"], "--global-steps must be an integer >= -1, got '1.5' (see edgeloop rollout --help)"],
+  [["rollout", "--data", "x.jsonl", "--engine-format", "tgi"], "--engine-format 'tgi': Allowed choices are vllm, vllm-generate, sglang. (see edgeloop rollout --help)"],
+  [["rollout", "--data", "x.jsonl", "--bogus"], "unknown option '--bogus' (see edgeloop rollout --help)"],
+  [["rollout"], "required option '--data <file>' not specified (see edgeloop rollout --help)"],
+  [["worker", "--lease", "0"], "--lease must be a positive number of seconds, got '0' (see edgeloop worker --help)"],
+  [["worker", "--lease", "abc"], "--lease must be a positive number of seconds, got 'abc' (see edgeloop worker --help)"],
+  [["worker", "--idle-exit", "-1"], "--idle-exit must be a number of seconds >= 0, got '-1' (see edgeloop worker --help)"],
+  [["serve", "--max-pending", "0"], "--max-pending must be an integer >= 1, got '0' (see edgeloop serve --help)"],
+  [["serve", "--lost-grace", "0"], "--lost-grace must be a positive number of seconds, got '0' (see edgeloop serve --help)"],
+  [["serve", "--port", "70000"], "--port must be an integer 0..65535, got '70000' (see edgeloop serve --help)"],
+  [["gateway", "--replicas", "http://127.0.0.1:1", "--policy", "foo"], "--policy 'foo': Allowed choices are least_inflight_sticky, bounded_load_hash, round_robin. (see edgeloop gateway --help)"],
+  [["gateway", "--replicas", "http://127.0.0.1:1", "--eject-after", "2.5"], "--eject-after must be an integer >= 1, got '2.5' (see edgeloop gateway --help)"],
+  [["gateway", "--replicas", "http://127.0.0.1:1", "--cooldown-ms", "-5"], "--cooldown-ms must be an integer >= 0, got '-5' (see edgeloop gateway --help)"],
+  [["gateway", "--replicas", "http://127.0.0.1:1", "--attempt-timeout-ms", "0"], "--attempt-timeout-ms must be an integer >= 1, got '0' (see edgeloop gateway --help)"],
+  [["sim-engine", "--replicas", "0"], "--replicas must be an integer 1..64, got '0' (see edgeloop sim-engine --help)"],
+  [["inspect"], "missing required argument 'key' (see edgeloop inspect --help)"],
+  [["nonsense"], "unknown command 'nonsense' (see edgeloop --help)"],
+];
+
+describe("flag and argument errors: one line naming the flag, exit 2", () => {
+  for (const [args, line] of CASES) {
+    test(args.join(" "), () => {
+      const r = edgeloop(args);
+      expect({ code: r.code, stderr: r.stderr, stdout: r.stdout }).toEqual({ code: 2, stderr: `edgeloop: ${line}\n`, stdout: "" });
+    });
+  }
+  test("--help still exits 0 with the help on stdout", () => {
+    const r = edgeloop(["worker", "--help"]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain("--lease <seconds>");
+  });
+});
+
+const redis = await requireRedis();
+test.skipIf(!redis)("worker --lease 2 is honoured (banner: lease 2000 ms), --idle-exit 0 exits once no job waits", () => {
+  const prefix = randomPrefix("flags");
+  prefixes.push(prefix);
+  const r = edgeloop(["worker", "--store", REDIS_URL, "--store-prefix", prefix, "--lease", "2", "--idle-exit", "0", "--consumer", "flag-test"]);
+  expect(r.code).toBe(0);
+  expect(r.stderr).toContain(`worker     flag-test: 256 jobs at once from ${prefix}jobs, lease 2000 ms, exits after 0 s idle\n`);
+  expect(JSON.parse(r.stdout.trim().split("\n").at(-1)!)).toMatchObject({ consumer: "flag-test", exit: "idle" });
+}, 30_000);
