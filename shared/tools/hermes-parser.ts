@@ -1,3 +1,4 @@
+import { indexOutsideJsonStrings, isPlainObject, recoverName } from "./json-aware-scan.ts";
 import { scanBlocks, type BlockBody, type ExtractResult, type ParseError, type ParsedCall, type ToolCallParser } from "./tool-call-parser.ts";
 
 const OPEN = "<tool_call>";
@@ -11,38 +12,9 @@ const CLOSE = "</tool_call>";
  * to the end of the text and is reported unclosed.
  */
 export function readHermesBody(text: string, start: number): BlockBody {
-  let inString = false;
-  for (let i = start; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (inString) {
-      if (c === 0x5c) i++;
-      else if (c === 0x22) inString = false;
-    } else if (c === 0x22) {
-      inString = true;
-    } else if (c === 0x3c && text.startsWith(CLOSE, i)) {
-      return { body: text.slice(start, i), end: i + CLOSE.length, closed: true };
-    }
-  }
-  const plain = text.indexOf(CLOSE, start);
-  if (plain >= 0) return { body: text.slice(start, plain), end: plain + CLOSE.length, closed: true };
+  const at = indexOutsideJsonStrings(text, CLOSE, start);
+  if (at >= 0) return { body: text.slice(start, at), end: at + CLOSE.length, closed: true };
   return { body: text.slice(start), end: text.length, closed: false };
-}
-
-const NAME_RE = /"name"\s*:\s*"((?:[^"\\]|\\.)*)"/;
-
-/** Best-effort tool name of a malformed body, for error messages. */
-function recoverName(body: string): string | undefined {
-  const m = NAME_RE.exec(body);
-  if (!m) return undefined;
-  try {
-    return JSON.parse(`"${m[1]}"`) as string;
-  } catch {
-    return m[1];
-  }
-}
-
-function isPlainObject(v: unknown): v is Record<string, unknown> {
-  return v !== null && typeof v === "object" && !Array.isArray(v);
 }
 
 /** Turns one block body into a call or an error; never throws. */

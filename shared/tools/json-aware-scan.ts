@@ -3,23 +3,10 @@
  * strings, so a delimiter inside an argument value (`"</tool_call>"`,
  * `"<|call|>"`) does not end the call. When quotes never balance (the body is
  * not JSON) the first plain `close` is returned; -1 when there is none.
- * @see readHermesBody, which applies the same rule to `</tool_call>`
+ * Used by every JSON-bodied parser (hermes, llama3_json, deepseek_v3).
  */
 export function indexOutsideJsonStrings(text: string, close: string, start: number): number {
-  let inString = false;
-  const first = close.charCodeAt(0);
-  for (let i = start; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (inString) {
-      if (c === 0x5c) i++;
-      else if (c === 0x22) inString = false;
-    } else if (c === 0x22) {
-      inString = true;
-    } else if (c === first && text.startsWith(close, i)) {
-      return i;
-    }
-  }
-  return text.indexOf(close, start);
+  return firstOutsideJsonStrings(text, [close], start).at;
 }
 
 /** Earliest of several delimiters outside JSON strings: its index and which one, or index -1. */
@@ -51,4 +38,17 @@ export function firstOutsideJsonStrings(text: string, closes: readonly string[],
 /** A plain JSON object or not. */
 export function isPlainObject(v: unknown): v is Record<string, unknown> {
   return v !== null && typeof v === "object" && !Array.isArray(v);
+}
+
+const NAME_RE = /"name"\s*:\s*"((?:[^"\\]|\\.)*)"/;
+
+/** Best-effort tool name of a malformed JSON call body (`"name": "…"`), for error messages. */
+export function recoverName(body: string): string | undefined {
+  const m = NAME_RE.exec(body);
+  if (!m) return undefined;
+  try {
+    return JSON.parse(`"${m[1]}"`) as string;
+  } catch {
+    return m[1];
+  }
 }

@@ -1,3 +1,4 @@
+import { isPlainObject, recoverName } from "./json-aware-scan.ts";
 import { THINK_CLOSE, THINK_OPEN, type ExtractResult, type ParseError, type ParsedCall, type ToolCallParser } from "./tool-call-parser.ts";
 
 const PYTHON_TAG = "<|python_tag|>";
@@ -88,22 +89,6 @@ function matchBrace(text: string, start: number): number {
     else if (c === 0x7d && --depth === 0) return i + 1;
   }
   return -1;
-}
-
-const NAME_RE = /"name"\s*:\s*"((?:[^"\\]|\\.)*)"/;
-
-function recoverName(body: string): string | undefined {
-  const m = NAME_RE.exec(body);
-  if (!m) return undefined;
-  try {
-    return JSON.parse(`"${m[1]}"`) as string;
-  } catch {
-    return m[1];
-  }
-}
-
-function isPlainObject(v: unknown): v is Record<string, unknown> {
-  return v !== null && typeof v === "object" && !Array.isArray(v);
 }
 
 function parseCall(index: number, raw: string): ParsedCall | ParseError | "not-a-call" {
