@@ -140,11 +140,16 @@ export class ChatTokenizer {
     return this.tok.encode(text, { add_special_tokens: false }).ids;
   }
 
-  /** Text of `ids`. Special tokens are kept unless `skipSpecialTokens`. */
+  /**
+   * Text of `ids`, exactly as the tokens spell it: special tokens kept unless
+   * `skipSpecialTokens`, and never the tokenizer config's
+   * `clean_up_tokenization_spaces` (which would turn a sampled `x , y !` into
+   * `x, y!` — tool arguments and reward text must be what was sampled).
+   */
   decode(ids: ArrayLike<number>, opts: { skipSpecialTokens?: boolean } = {}): string {
     // The library rejects an empty list; the text of no tokens is "".
     if (ids.length === 0) return "";
-    return this.tok.decode(Array.from(ids), { skip_special_tokens: opts.skipSpecialTokens ?? false });
+    return this.tok.decode(Array.from(ids), { skip_special_tokens: opts.skipSpecialTokens ?? false, clean_up_tokenization_spaces: false });
   }
 
   /** True when `id` is one of the model's {@link stopTokenIds}. */

@@ -96,3 +96,12 @@ describe("the Worker build (only Qwen3 is bundled)", () => {
     );
   });
 });
+
+test("decode is the sampled text exactly: no clean_up_tokenization_spaces (Llama 3.1 sets it), so tool arguments keep ' , ' and ' !'", async () => {
+  const { builtinTokenizer } = await import("../../shared/models/index.ts");
+  for (const name of ["llama3_1", "qwen3", "gemma3"] as const) {
+    const tok = await builtinTokenizer(name);
+    const text = `{"query": "x , y ! z ? do n't it 's"}`;
+    expect([name, tok.decode(tok.encode(text))]).toEqual([name, text]);
+  }
+});
