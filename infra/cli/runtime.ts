@@ -3,7 +3,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { defaultAgentLoopRegistry, parseAgentLoopConfig, type AgentLoopRegistry } from "../../shared/agent-loop/index.ts";
 import { mergeConfig, parseAppConfig, type AppConfig } from "../../shared/config/app-config.ts";
-import { ConfigError, StoreError } from "../../shared/errors.ts";
+import { ConfigError, StoreError, TemplateError } from "../../shared/errors.ts";
 import { createEngineClient } from "../../shared/inference/create-engine-client.ts";
 import type { InferenceClient } from "../../shared/inference/types.ts";
 import { createAgentExecutor, createSessionExecutor, sessionLoopFactory, endLoopTrace, type ExecutorDeps } from "../../shared/rollout/executor.ts";
@@ -29,6 +29,8 @@ import { createUpstashTransferQueue } from "../../shared/store/upstash-transfer-
 import { parseToolsFile } from "../../shared/tools/tools-file.ts";
 import { WebhookToolClient } from "../../shared/tools/webhook-tool-client.ts";
 import { loadTokenizer } from "../node/model-dir.ts";
+import { ObservationEncoder } from "../../shared/tokens/observation.ts";
+import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { describeModel } from "../../shared/models/index.ts";
 import { createRedisTransferQueue } from "../redis/redis-transfer-queue.ts";
 import { SimEngine } from "../sim-engine/sim-engine.ts";
@@ -145,6 +147,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
   const warnings: string[] = [];
   try {
     const tokenizer = await loadTokenizer(config.model ?? undefined);
+    probeTemplate(tokenizer);
     describe.push(`model      ${describeModel(tokenizer, config.rollout.multi_turn.format)}`);
     const parser = config.rollout.multi_turn.format ?? tokenizer.traits.defaultParser;
     if (!toolCallParserNames().includes(parser)) {
@@ -321,6 +324,32 @@ export async function checkStore(config: AppConfig, timeoutMs: number): Promise<
     return;
   }
   await checkRedis(url, { timeoutMs, what: "store.url / --store" });
+}
+
+/**
+ * Renders what every run needs once before anything starts — a first turn
+ * with a tool declared, a tool result and a user turn as observations — so a
+ * chat template that cannot (one that raises, or a model directory's Gemma
+ * template without the built-in family's message shaping: "roles must
+ * alternate") fails at start naming the model, not every trajectory later.
+ * @throws ConfigError (field `model`) with the template's own message.
+ */
+function probeTemplate(tokenizer: ChatTokenizer): void {
+  const tool = { type: "function" as const, function: { name: "probe", description: "probe", parameters: { type: "object" as const, properties: {} } } };
+  const eot = tokenizer.stopTokenIds[0];
+  const what = ["the first turn", "a tool result", "a user turn"];
+  let step = 0;
+  try {
+    tokenizer.renderIds([{ role: "user", content: "ping" }], { tools: [tool], addGenerationPrompt: true });
+    const enc = new ObservationEncoder(tokenizer);
+    step = 1;
+    enc.encode([{ role: "tool", content: "pong", name: "probe" }], eot);
+    step = 2;
+    enc.encode([{ role: "user", content: "pong" }], eot);
+  } catch (e) {
+    if (!(e instanceof TemplateError)) throw e;
+    throw new ConfigError("model", `the chat template of ${tokenizer.name} cannot render ${what[step]}: ${e.message}`, { cause: e });
+  }
 }
 
 /**

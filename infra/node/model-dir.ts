@@ -1,7 +1,7 @@
-import { readFile } from "node:fs/promises";
+import { readFile, stat } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { ConfigError } from "../../shared/errors.ts";
-import { builtinTokenizer, isBuiltinModel } from "../../shared/models/index.ts";
+import { BUILTIN_MODELS, builtinTokenizer, isBuiltinModel } from "../../shared/models/index.ts";
 import { cachedTokenizer, defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 
 /**
@@ -24,6 +24,11 @@ export function loadTokenizer(model?: string): Promise<ChatTokenizer> {
   const dir = resolve(model);
   return cachedTokenizer(dir, async () => {
     const hint = `point --model at a built-in model or a directory with tokenizer.json and tokenizer_config.json`;
+    // A name that is no built-in and no directory is most likely a misspelt built-in (or a hub id: nothing is fetched).
+    const isDir = await stat(dir).then((st) => st.isDirectory(), () => false);
+    if (!isDir) {
+      throw new ConfigError("model", `unknown model '${model}': not a built-in model (${BUILTIN_MODELS.join(", ")}) and no directory ${dir}; models are never fetched from a hub: point --model at a local directory with tokenizer.json and tokenizer_config.json`);
+    }
     const readText = async (file: string, optional = false) => {
       try {
         return await readFile(join(dir, file), "utf8");
@@ -41,13 +46,29 @@ export function loadTokenizer(model?: string): Promise<ChatTokenizer> {
         throw new ConfigError("model", `cannot read ${join(dir, file)}: ${(e as Error).message}; ${hint}`, { cause: e });
       }
     };
-    const [tokenizer, tokenizerConfig, generationConfig, template] = await Promise.all([
+    const [tokenizer, tokenizerConfig, generationConfig, template, templateJson] = await Promise.all([
       read("tokenizer.json"),
       read("tokenizer_config.json"),
       read("generation_config.json", true),
       readText("chat_template.jinja", true),
+      read("chat_template.json", true),
     ]);
-    const cfg = template === undefined ? tokenizerConfig : { ...tokenizerConfig, chat_template: template };
+    // Where transformers looks for the template, in its order: chat_template.jinja, chat_template.json, tokenizer_config.json.
+    const chosen = template ?? namedTemplate((templateJson as { chat_template?: unknown } | undefined)?.chat_template) ?? namedTemplate((tokenizerConfig as { chat_template?: unknown }).chat_template);
+    const cfg = chosen === undefined ? tokenizerConfig : { ...tokenizerConfig, chat_template: chosen };
     return { name: dir, tokenizer, tokenizerConfig: cfg, ...(generationConfig ? { generationConfig } : {}) };
   });
+}
+
+/**
+ * A chat template as transformers stores it: a string, or a list of named
+ * templates `[{name, template}]` (then the one named `default`, else the
+ * first). Undefined when there is none.
+ * @see https://huggingface.co/docs/transformers/main/en/chat_templating_multiple
+ */
+function namedTemplate(t: unknown): string | undefined {
+  if (typeof t === "string") return t;
+  if (!Array.isArray(t)) return undefined;
+  const named = t.filter((x): x is { name?: unknown; template: string } => typeof x === "object" && x !== null && typeof (x as { template?: unknown }).template === "string");
+  return (named.find((x) => x.name === "default") ?? named[0])?.template;
 }
