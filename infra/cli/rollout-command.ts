@@ -86,10 +86,11 @@ export async function rolloutCommand(flags: RolloutFlags): Promise<void> {
         if (next === "interrupted" || next.done) break;
         written++;
         if (out && !out.write(JSON.stringify(next.value) + "\n")) await new Promise((r) => out!.once("drain", r));
-        // A session emits 0…k records: progress counts finished sessions, records apart.
+        // A session emits 0…k records: progress counts finished sessions, records apart. The run counts a
+        // session before its records reach this stream, so the line waits until the stream has caught up.
         const s = run.stats();
         if (bar) bar.update(s.counts.finished, { failed: s.counts.failed, records: written });
-        else if (s.counts.finished === keys.length || performance.now() - lastLine > 1000) {
+        else if (written >= s.counts.records && (s.counts.finished === keys.length || performance.now() - lastLine > 1000)) {
           lastLine = performance.now();
           log(`progress   ${s.counts.finished}/${keys.length} sessions, ${written} records (${s.counts.failed} failed)`);
         }
