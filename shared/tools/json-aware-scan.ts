@@ -23,6 +23,9 @@ export function firstOutsideJsonStrings(text: string, closes: readonly string[],
       for (const close of closes) if (close.charCodeAt(0) === c && text.startsWith(close, i)) return { at: i, close };
     }
   }
+  // Quotes balanced and no delimiter outside them: there is none (one inside a string is data). Only text
+  // whose quotes never balance (not JSON) falls back to the first plain delimiter.
+  if (!inString) return { at: -1 };
   let best = -1;
   let which: string | undefined;
   for (const close of closes) {

@@ -1,6 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { HarmonyToolCallParser, splitHarmonyMessages } from "../../shared/tools/harmony-parser.ts";
+import { createToolCallParser } from "../../shared/tools/parser-registry.ts";
 
 const p = new HarmonyToolCallParser();
 const SHAPE = "call a function with a message on the commentary channel addressed to functions.NAME whose content is a JSON object of its arguments.";
@@ -109,4 +110,15 @@ describe("harmony parser", () => {
       { numRuns: 3000 },
     );
   });
+});
+
+test("turn markers inside a JSON string argument stay in the value when the call runs to the end of the text (the loop strips the sampled <|call|>)", () => {
+  const p = createToolCallParser("harmony");
+  const q = "a <|end|><|start|>user<|message|> b";
+  const r = p.extract(`<|channel|>commentary to=functions.lookup <|constrain|>json<|message|>${JSON.stringify({ query: q })}`);
+  expect([r.errors, r.calls.map((c) => [c.name, c.arguments])]).toEqual([[], [["lookup", { query: q }]]]);
+  // The same for hermes: a </tool_call> inside the only, unclosed call's string is data, not its end.
+  const h = createToolCallParser("hermes").extract(`<tool_call>{"name": "lookup", "arguments": {"query": "x </tool_call> y"}}`);
+  expect(h.calls).toEqual([]);
+  expect(h.errors.length).toBe(1);
 });
