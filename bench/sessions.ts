@@ -3,7 +3,7 @@
  * for memory and Redis storage, resume latency after a kill (open a stored
  * mid-trajectory checkpoint), memory held by 10 000 sessions waiting on tool
  * callbacks, and a larger crash run (SIGKILL × 6 over 400 trajectories).
- * Run: ./node_modules/.bin/bun bench/sessions.ts  (needs Redis on 127.0.0.1:6379)
+ * Run: ./node_modules/.bin/bun bench/sessions.ts  (needs Redis: REDIS_URL, default redis://127.0.0.1:6379)
  */
 import { IoRedisCommander } from "../infra/redis/ioredis-commander.ts";
 import { RedisSessionStorage } from "../shared/session/redis-session-storage.ts";
