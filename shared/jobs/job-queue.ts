@@ -31,6 +31,8 @@ export interface Job {
   rowRef?: boolean;
   /** That row's size in bytes (internal). */
   rowBytes?: number;
+  /** The job's row was not found in the batch's rows hash when claimed (expired, or the store lost its data). */
+  rowLost?: boolean;
 }
 
 /** A batch's writes, built and size-checked by {@link JobQueue.prepare}; nothing is written yet. */
@@ -248,7 +250,10 @@ export class JobQueue {
         delete j.rowRef;
         delete j.rowBytes;
         if (typeof raw === "string") j.trajectory = { ...j.trajectory, row: JSON.parse(raw) as PlannedTrajectory["row"] };
-        else j.trajectory = { ...j.trajectory, row: null, row_error: `row ${w.index} of batch ${w.batch} is gone from ${this.rowsKey(w.batch)} (expired?)` };
+        else {
+          j.trajectory = { ...j.trajectory, row: null, row_error: `row ${w.index} of batch ${w.batch} is gone from ${this.rowsKey(w.batch)} (expired?)` };
+          j.rowLost = true;
+        }
       }
     });
   }

@@ -207,6 +207,13 @@ export class JobWorker {
       await jobs.ack([job.id]);
       return;
     }
+    if (job.rowLost && !(await retry(() => jobs.batchStored(job.batch_id)))) {
+      // The store lost the batch's data between the claim and the row read (a flush, a restart without
+      // persistence): like a vanished job, the trajectory is the follower's to report lost, not a failed record.
+      this.log(`${t.key}: its batch's data is gone from the store; dropped (reported lost by GET /v1/rollouts/${job.batch_id})`);
+      await jobs.ack([job.id]);
+      return;
+    }
     const max = this.opts.maxDeliveries ?? 5;
     if (job.deliveries > max) {
       await store.markFailed(t.key, `job failed: delivered ${job.deliveries} times without completing (worker crashes?)`, {

@@ -72,7 +72,7 @@ for (const transport of ["redis", "upstash"] as const) describe(`E2 (${transport
     const t0 = Date.now();
     const p = await until(async () => ((await progress(serve.url, b.batch_id)).done ? progress(serve.url, b.batch_id) : null), "the in-flight batch done", 60_000);
     const waited = (Date.now() - t0) / 1000;
-    console.log(`E2 ${transport} in flight: ${JSON.stringify(p.counts)}, lost ${p.lost?.count} after ${waited.toFixed(1)} s: ${p.lost?.keys.join(",")}`);
+    console.log(`E2 ${transport} in flight: ${JSON.stringify(p.counts)}, lost ${p.lost?.count} after ${waited.toFixed(1)} s: ${p.lost?.keys.join(",")}; errors ${JSON.stringify(p.errors.slice(0, 3))}`);
     expect(p.counts.failed).toBe(0);
     expect(p.lost).not.toBeNull();
     const lost = p.lost!;

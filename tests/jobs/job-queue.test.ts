@@ -175,6 +175,29 @@ describe.skipIf(!redis)("job queue", () => {
     expect(lines.filter((l) => l.includes("heartbeat"))).toEqual(["[beat] heartbeat failed: store unreachable (said once until heartbeats land again)", "[beat] heartbeats land again"]);
   });
 
+  test("a claimed job whose batch data the store lost (rows and batch hash gone) is dropped, not failed: the follower reports it lost", async () => {
+    const { jobs, store } = setup(5_000);
+    const { p, spec } = plan(2);
+    const raw = rawRedis();
+    await jobs.submit(spec, p.trajectories.map((t) => t.key), p.trajectories);
+    const lines: string[] = [];
+    const ran: string[] = [];
+    // The first job runs (the worker caches the batch spec); meanwhile the store loses the batch's data.
+    const losing = fakeExecutor(async (t) => {
+      ran.push(t.key);
+      if (ran.length === 1) await raw.del(jobs.rowsKey(spec.batch_id), jobs.batchKey(spec.batch_id));
+    });
+    const worker = new JobWorker({ jobs, store, executorFor: () => losing, consumer: "rows", concurrency: 1, idleExitMs: 200, blockMs: 50, log: (l) => lines.push(l) });
+    expect(await worker.run()).toMatchObject({ claimed: 4, completed: 1, failed: 0 });
+    expect(ran).toEqual([p.trajectories[0]!.key]);
+    for (const t of p.trajectories.slice(1)) expect(await store.get(t.key)).toBeNull();
+    expect(lines.filter((l) => l.includes("dropped"))).toEqual(
+      p.trajectories.slice(1).map((t) => `[rows] ${t.key}: its batch's data is gone from the store; dropped (reported lost by GET /v1/rollouts/${spec.batch_id})`),
+    );
+    expect(await jobs.stats()).toMatchObject({ depth: 0, in_flight: 0 });
+    await raw.quit();
+  });
+
   test("a session taken over by another worker (step fence conflict) is abandoned: nothing written, not acked", async () => {
     const { jobs, store } = setup(5_000);
     const { p, spec } = plan(1);
