@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue.ts";
 import { REDIS_URL, requireRedis } from "../helpers/redis.ts";
-import { awaitRecords, batchRows, checkE4Record, checkRecords, comparableRecord, e4Row, ROOT, RUNTIME_CONFIG, startServices, type Services } from "./harness.ts";
+import { awaitGroups, awaitRecords, batchRows, checkE4Record, checkRecords, comparableRecord, e4Row, ROOT, RUNTIME_CONFIG, startServices, type Services } from "./harness.ts";
 import { bunReference } from "./reference.ts";
 
 // The Deno entry started as `deno task serve` (deno.json), with the deno binary from the npm package,
@@ -97,20 +97,11 @@ describe.skipIf(!redis)("Deno entry (deno task serve)", () => {
     expect(res.status).toBe(202);
     const q = createRedisTransferQueue({ url: REDIS_URL, prefix: s.prefix });
     try {
-      const end = Date.now() + 40_000;
-      for (;;) {
-        const st = await Promise.all(rows.map((r) => q.groupStatus(r.uid)));
-        if (st.every((x) => x.complete)) {
-          expect(st.map((x) => [x.uid, x.expected, x.finished, x.records, x.failed])).toEqual([
-            ["dnm0", 2, 2, 4, 0],
-            ["dnm3", 2, 2, 6, 0],
-            ["dnm-none", 2, 2, 0, 0],
-          ]);
-          break;
-        }
-        if (Date.now() > end) throw new Error(`groups incomplete: ${JSON.stringify(st)}`);
-        await Bun.sleep(100);
-      }
+      expect(await awaitGroups(s.prefix, rows.map((r) => r.uid))).toEqual([
+        ["dnm0", 2, 2, 4, 0],
+        ["dnm3", 2, 2, 6, 0],
+        ["dnm-none", 2, 2, 0, 0],
+      ]);
       expect((await q.sessionRecords("dnm0", 1))!.map((r) => [r.key, r.agent_name, r.error])).toEqual([
         ["dnm0_1_0", "multi_output_agent", null],
         ["dnm0_1_1", "multi_output_agent", null],

@@ -173,3 +173,22 @@ export function workerBindings(s: Services): Record<string, string> {
     UPSTASH_REDIS_REST_TOKEN: s.token,
   };
 }
+
+/**
+ * Polls the groups of `uids` under `prefix` until every one is complete (or `timeoutMs` passes, then throws
+ * with their statuses) and returns `[uid, expected, finished, records, failed]` for each, in order.
+ */
+export async function awaitGroups(prefix: string, uids: string[], timeoutMs = 40_000): Promise<(string | number | null)[][]> {
+  const q = createRedisTransferQueue({ url: REDIS_URL, prefix });
+  try {
+    const end = Date.now() + timeoutMs;
+    for (;;) {
+      const st = await Promise.all(uids.map((u) => q.groupStatus(u)));
+      if (st.every((x) => x.complete)) return st.map((x) => [x.uid, x.expected, x.finished, x.records, x.failed]);
+      if (Date.now() > end) throw new Error(`groups incomplete: ${JSON.stringify(st)}`);
+      await Bun.sleep(100);
+    }
+  } finally {
+    await q.close();
+  }
+}

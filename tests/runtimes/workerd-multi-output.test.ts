@@ -3,7 +3,7 @@ import { join } from "node:path";
 import type { Miniflare } from "miniflare";
 import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue.ts";
 import { REDIS_URL, requireRedis } from "../helpers/redis.ts";
-import { ROOT, startServices, startWorkerd, workerBindings, type Services, type Workerd } from "./harness.ts";
+import { awaitGroups, ROOT, startServices, startWorkerd, workerBindings, type Services, type Workerd } from "./harness.ts";
 
 // Edge case E1 on the Durable Object path: a Worker entry that registers a custom loop
 // (`registerWorkerAgentLoop`) returning 2, 3 or 0 outputs per session, bundled by wrangler and
@@ -37,20 +37,11 @@ describe.skipIf(!redis)("E1 in workerd: Durable Object sessions with several out
     expect(res.status).toBe(202);
     const q = createRedisTransferQueue({ url: REDIS_URL, prefix: s.prefix });
     try {
-      const end = Date.now() + 40_000;
-      for (;;) {
-        const st = await Promise.all(rows.map((r) => q.groupStatus(r.uid)));
-        if (st.every((x) => x.complete)) {
-          expect(st.map((x) => [x.uid, x.expected, x.finished, x.records, x.failed])).toEqual([
-            ["wdm0", 2, 2, 4, 0],
-            ["wdm3", 2, 2, 6, 0],
-            ["wdm-none", 2, 2, 0, 0],
-          ]);
-          break;
-        }
-        if (Date.now() > end) throw new Error(`groups incomplete: ${JSON.stringify(st)}`);
-        await Bun.sleep(100);
-      }
+      expect(await awaitGroups(s.prefix, rows.map((r) => r.uid))).toEqual([
+        ["wdm0", 2, 2, 4, 0],
+        ["wdm3", 2, 2, 6, 0],
+        ["wdm-none", 2, 2, 0, 0],
+      ]);
       expect((await q.sessionRecords("wdm0", 0))!.map((r) => [r.key, r.agent_name, r.error, r.num_turns])).toEqual([
         ["wdm0_0_0", "multi_output_agent", null, 2],
         ["wdm0_0_1", "multi_output_agent", null, 2],
