@@ -20,6 +20,11 @@ export interface ConfigFlags {
   seed?: number;
   concurrency?: number;
   model?: string;
+  /** agent.url, or `example` for the embedded example agent (rollout). */
+  agent?: string;
+  agentTimeoutMs?: number;
+  agentSecret?: string;
+  publicUrl?: string;
 }
 
 /** The config overrides the flags stand for, in `AppConfig`'s shape (undefined leaves the file's value). */
@@ -39,5 +44,6 @@ export function overridesFromFlags(f: ConfigFlags): Record<string, unknown> {
     store: { url: f.store, prefix: f.storePrefix },
     concurrency: f.concurrency,
     model: f.model,
+    agent: { url: f.agent === "example" ? undefined : f.agent, timeout_ms: f.agentTimeoutMs, secret: f.agentSecret, public_url: f.publicUrl },
   };
 }

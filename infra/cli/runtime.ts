@@ -9,6 +9,8 @@ import type { InferenceClient } from "../../shared/inference/types.ts";
 import { createAgentExecutor, createSessionExecutor, sessionLoopFactory, endLoopTrace, type ExecutorDeps } from "../../shared/rollout/executor.ts";
 import { RedisSessionStorage } from "../../shared/session/redis-session-storage.ts";
 import { SessionHost } from "../../shared/session/session-host.ts";
+import { MemorySessionStorage } from "../../shared/session/session-storage.ts";
+import { AgentGateway } from "../../shared/agent-gateway/agent-gateway.ts";
 import { sessionCompletingQueue } from "../../shared/session/session-queue.ts";
 import { checkUpstash, UpstashCommander } from "../../shared/store/upstash-transfer-queue.ts";
 import type { RolloutConfig } from "../../shared/schema/config.ts";
@@ -81,6 +83,10 @@ export interface Runtime {
   storeHealth: () => Promise<StoreHealth>;
   /** Start-up warnings (e.g. an engine URL that does not answer yet), one line each, printed before the run. */
   warnings: string[];
+  /** The agent gateway (sessions of `openai_agent`; served by `functions/agent-gateway.ts`). */
+  agentGateway: AgentGateway;
+  /** Sets the URL agents reach this process's API at, once it listens (unless `agent.public_url` is configured). */
+  setPublicUrl(url: string): void;
   /** Stops what the runtime started (tool server, sim replicas, store connections). */
   close(): Promise<void>;
 }
@@ -191,6 +197,11 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     };
     const built = buildSessionStorage(config, closers, flags.storeTimeout);
     const storage = built?.storage ?? null;
+    // Agent sessions live with the trajectory sessions (Redis), else in this process.
+    const agentGateway = new AgentGateway({ storage: storage ?? new MemorySessionStorage(), tokenizer, client, maxModelLen, modelName: config.engine.model ?? tokenizer.name });
+    let publicUrl: string | null = config.agent.public_url;
+    deps.agentGateway = { gateway: agentGateway, publicUrl: () => publicUrl, agent: { url: config.agent.url, timeout_ms: config.agent.timeout_ms, secret: config.agent.secret } };
+    if (config.agent.url) describe.push(`agent      openai_agent tasks to ${config.agent.url} (timeout ${config.agent.timeout_ms} ms${config.agent.secret ? ", signed" : ""})`);
     let service: RolloutService;
     let sessions: SessionHost | null = null;
     let callbacks: SessionsBackend | null = null;
@@ -242,6 +253,10 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       executorFor,
       describe,
       warnings,
+      agentGateway,
+      setPublicUrl(url: string) {
+        publicUrl = config.agent.public_url ?? url;
+      },
       async close() {
         for (const c of closers.reverse()) await c().catch(() => {});
       },

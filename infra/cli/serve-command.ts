@@ -1,6 +1,7 @@
 import { Hono } from "hono";
 import { createRolloutsApp, errorResponse } from "../../functions/rollouts.ts";
 import { createSessionsApp } from "../../functions/sessions.ts";
+import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
 import type { ConfigFlags } from "./flags.ts";
 import { buildRuntime, unsignedToolsWarning } from "./runtime.ts";
 import { loadTokenizer } from "../node/model-dir.ts";
@@ -26,18 +27,22 @@ export async function serveCommand(flags: ConfigFlags & { port: number; host: st
     apiToken: process.env.EDGELOOP_API_TOKEN || null,
     tokenizer: () => loadTokenizer(runtime.config.model ?? undefined),
   });
-  let app: Hono = rollouts;
-  if (runtime.callbacks) {
+  // The agent gateway's routes (session-scoped OpenAI endpoint, finish) come first: they
+  // authenticate by the session's own bearer token, not by the API's.
+  let app: Hono = new Hono();
+  app.route("/", createAgentGatewayApp({ gateway: runtime.agentGateway }));
+  if (!runtime.callbacks) app.route("/", rollouts);
+  else {
     // Tool callbacks of durable sessions (POST /v1/sessions/{key}/tool-results) are mounted first:
     // they authenticate by webhook signature, not by the API's bearer token. In queue mode they
     // only commit the result and wake the worker running the session.
-    app = new Hono();
     app.route("/", createSessionsApp({ backend: runtime.callbacks, secret: runtime.config.tools.secret ?? null, apiToken: process.env.EDGELOOP_API_TOKEN || null }));
     app.route("/", rollouts);
-    app.notFound((c) => c.json({ error: { code: "not_found", message: `no route ${c.req.method} ${c.req.path}` } }, 404));
-    app.onError((err, c) => errorResponse(err, c));
   }
+  app.notFound((c) => c.json({ error: { code: "not_found", message: `no route ${c.req.method} ${c.req.path}` } }, 404));
+  app.onError((err, c) => errorResponse(err, c));
   const server = Bun.serve({ port: flags.port, hostname: flags.host, fetch: app.fetch, idleTimeout: 0 });
+  runtime.setPublicUrl(`http://${flags.host === "0.0.0.0" || flags.host === "::" ? "127.0.0.1" : flags.host}:${server.port}`);
   for (const line of runtime.describe) console.error(line);
   for (const line of runtime.warnings) console.error(line);
   const unsigned = unsignedToolsWarning(runtime.config);

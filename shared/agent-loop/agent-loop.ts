@@ -1,5 +1,6 @@
 import { ContextOverflowError, EdgeloopError, EngineAbortedError, InputError } from "../errors.ts";
 import type { PolicyVersions } from "../rollout/policy-version.ts";
+import type { AgentGatewayLink } from "../agent-gateway/openai-agent-loop.ts";
 import type { InferenceClient } from "../inference/types.ts";
 import { computeReward, type RewardOptions, type RewardResult } from "../reward/compute-reward.ts";
 import { traceReward } from "../telemetry/reward-span.ts";
@@ -44,6 +45,8 @@ export interface AgentLoopContext {
   asyncTools?: { wallClockMs?: () => number };
   /** The deployment's policy versions, for `rollout.max_staleness` (see {@link AgentLoop.checkStaleness}). */
   policy?: PolicyVersions;
+  /** The agent gateway of this process (sessions, public URL, agent webhook): what `openai_agent` runs with. */
+  agentGateway?: AgentGatewayLink;
 }
 
 /** A trajectory that fell more than `rollout.max_staleness` policy versions behind: it fails with this reason. */
@@ -134,7 +137,8 @@ export abstract class AgentLoop {
   /**
    * One assistant turn for the builder's current context: an engine call with
    * a fresh request id, the trajectory key as routing key and
-   * `max_tokens = builder.nextMaxTokens()`. Returns `undefined` without
+   * `max_tokens = builder.nextMaxTokens()` (at most `maxTokensCap` when given:
+   * a caller's own `max_tokens`). Returns `undefined` without
    * sending anything when that budget is 0 (the caller ends the trajectory
    * truncated). An engine `ContextOverflowError` is returned as `"overflow"`.
    *
@@ -156,8 +160,9 @@ export abstract class AgentLoop {
     samplingParams: SamplingParams,
     key: string,
     metrics: AgentLoopMetrics,
+    maxTokensCap?: number,
   ): Promise<TokenOutput | "overflow" | "aborted" | undefined> {
-    const maxTokens = builder.nextMaxTokens();
+    const maxTokens = maxTokensCap === undefined ? builder.nextMaxTokens() : Math.min(builder.nextMaxTokens(), maxTokensCap);
     if (maxTokens <= 0) return undefined;
     const t0 = this.now();
     const base = builder.contextIds();

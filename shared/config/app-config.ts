@@ -58,6 +58,21 @@ export const GatewayConfig = z.strictObject({
 });
 export type GatewayConfig = z.infer<typeof GatewayConfig>;
 
+/**
+ * The agent webhook of the `openai_agent` loop (agent gateway): where each
+ * trajectory's task is POSTed, how long the agent has (from the task to the
+ * session's deadline), the HMAC secret tasks are signed with, and the URL
+ * agents reach edgeloop's API at (`base_url` of the task; default: the
+ * address `serve` listens on, or the loopback server of `rollout --agent`).
+ */
+export const AgentConfig = z.strictObject({
+  url: z.string().url().nullable().default(null),
+  timeout_ms: z.number().int().positive().default(600_000),
+  secret: z.string().nullable().default(null),
+  public_url: z.string().url().nullable().default(null),
+});
+export type AgentWebhookSection = z.infer<typeof AgentConfig>;
+
 /** A webhook reward used for rows whose `reward_model.style` is `webhook`. */
 export const RewardConfig = z.strictObject({ url: z.string().url().nullable().default(null) });
 
@@ -73,6 +88,7 @@ export const AppConfig = z.strictObject({
   store: StoreConfig.default(StoreConfig.parse({})),
   reward: RewardConfig.default(RewardConfig.parse({})),
   gateway: GatewayConfig.default(GatewayConfig.parse({})),
+  agent: AgentConfig.default(AgentConfig.parse({})),
   /** The most trajectories (rows × n) one batch may hold; a larger batch is refused with a 400 before anything is planned. */
   max_batch_trajectories: z.number().int().min(1).max(10_000_000).default(100_000),
   /** Trajectories run at once in one process. */

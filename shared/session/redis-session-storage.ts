@@ -128,6 +128,11 @@ export class RedisSessionStorage implements SessionStorage {
     return { input: ni ? values.slice(0, ni).join("") : null, deltas: fromParts(values.slice(ni)), step: step == null ? -1 : Number(step) };
   }
 
+  async stepOf(key: string): Promise<number | null> {
+    const step = (await this.call(["HGET", this.hashKey(key), "step"])) as string | null;
+    return step == null ? null : Number(step);
+  }
+
   async append(key: string, step: number, delta: string, opts: AppendOptions = {}): Promise<void> {
     const h = this.hashKey(key);
     const input = opts.input !== undefined ? splitPlain(opts.input, this.maxValueBytes) : [];

@@ -40,6 +40,12 @@ export interface SessionStorage {
   append(key: string, step: number, delta: string, opts?: AppendOptions): Promise<void>;
   /** Deletes the entry (no-op when absent). */
   delete(key: string): Promise<void>;
+  /**
+   * The stored step of `key` (−1 when it has no delta; null when absent), read
+   * without the deltas: lets a holder of a folded copy check that no one
+   * moved the session on (one small read instead of the whole log).
+   */
+  stepOf?(key: string): Promise<number | null>;
 }
 
 /** The `code` of the ConflictError a fenced `put` throws (tells it apart from other 409s, e.g. an already-answered call id). */
@@ -106,6 +112,10 @@ export class MemorySessionStorage implements SessionStorage {
 
   async delete(key: string): Promise<void> {
     this.m.delete(key);
+  }
+
+  async stepOf(key: string): Promise<number | null> {
+    return this.entry(key)?.step ?? null;
   }
 
   /** Entries held (tests, benchmarks). */

@@ -1,0 +1,92 @@
+import { Hono, type Context } from "hono";
+import type { AgentGateway } from "../shared/agent-gateway/agent-gateway.ts";
+import { chatCompletionBody, chatCompletionSse, modelsBody } from "../shared/agent-gateway/openai-wire.ts";
+import { AgentTaskResult } from "../shared/agent-gateway/task.ts";
+import { InputError, inputErrorFromZod } from "../shared/errors.ts";
+import { errorResponse } from "./rollouts.ts";
+import { limitBody, tooLarge } from "./http-util.ts";
+
+/** Options of {@link createAgentGatewayApp}. */
+export interface AgentGatewayAppOptions {
+  gateway: AgentGateway;
+  /** Largest request body in bytes (default 16 MiB: an agent's whole history travels in every call). */
+  maxBodyBytes?: number;
+}
+
+/** The session bearer token of a request (`Authorization: Bearer …`), or null. */
+function bearer(c: Context): string | null {
+  const h = c.req.header("authorization");
+  const m = h ? /^Bearer\s+(.+)$/i.exec(h.trim()) : null;
+  return m ? m[1]!.trim() : null;
+}
+
+async function jsonBody(c: Context, maxBody: number): Promise<unknown> {
+  const raw = await c.req.text();
+  if (raw.length > maxBody) throw tooLarge(maxBody);
+  try {
+    return JSON.parse(raw);
+  } catch {
+    throw new InputError("body", "malformed JSON");
+  }
+}
+
+/**
+ * The agent gateway function (Hono, runtime-neutral), per session `key`,
+ * every route authenticated by the session's own bearer token (the task's
+ * `api_key`):
+ * - `POST /v1/sessions/{key}/openai/v1/chat/completions` — an OpenAI chat
+ *   completion (`stream: true`: `text/event-stream` of `chat.completion.chunk`s
+ *   ending with a usage chunk and `[DONE]`), recorded token-exact
+ *   ({@link AgentGateway.chat});
+ * - `GET /v1/sessions/{key}/openai/v1/models` — the one model served;
+ * - `POST /v1/sessions/{key}/finish` `{reward?, metadata?}` → `{ok, key, outputs}` (idempotent).
+ * 404 unknown session, 401 wrong or missing token, 400 a request edgeloop
+ * cannot answer (names the field: `n`, `messages[1].content[0].type`, …),
+ * 409 a closed session (code `session_closed`), 502/503 engine failures
+ * (the OpenAI SDK retries them; a retry is answered once). Errors are
+ * `{error: {code, message, field?}}` (the SDK reads `error.message`).
+ */
+export function createAgentGatewayApp(opts: AgentGatewayAppOptions): Hono {
+  const app = new Hono();
+  const gw = opts.gateway;
+  const maxBody = opts.maxBodyBytes ?? 16 * 1024 * 1024;
+  app.onError((err, c) => errorResponse(err, c));
+  app.use("/v1/sessions/:key/openai/*", limitBody(maxBody));
+  app.use("/v1/sessions/:key/finish", limitBody(1024 * 1024));
+
+  app.post("/v1/sessions/:key/openai/v1/chat/completions", async (c) => {
+    const key = c.req.param("key");
+    const token = bearer(c);
+    await gw.authorize(key, token);
+    const body = await jsonBody(c, maxBody);
+    const reply = await gw.chat(key, token, body);
+    if ((body as { stream?: unknown }).stream === true) {
+      return new Response(chatCompletionSse(reply), { headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" } });
+    }
+    return c.json(chatCompletionBody(reply));
+  });
+
+  app.get("/v1/sessions/:key/openai/v1/models", async (c) => {
+    const st = await gw.authorize(c.req.param("key"), bearer(c));
+    return c.json(modelsBody(gw.modelName, Math.floor(st.input.created_ms / 1000)));
+  });
+
+  app.post("/v1/sessions/:key/finish", async (c) => {
+    const key = c.req.param("key");
+    await gw.authorize(key, bearer(c));
+    const raw = await c.req.text();
+    let json: unknown = {};
+    if (raw.trim() !== "") {
+      try {
+        json = JSON.parse(raw);
+      } catch {
+        throw new InputError("body", "malformed JSON");
+      }
+    }
+    const r = AgentTaskResult.safeParse(json);
+    if (!r.success) throw inputErrorFromZod("", r.error.issues);
+    const st = await gw.finish(key, { by: "agent", reward: r.data.reward ?? null, metadata: r.data.metadata ?? null });
+    return c.json({ ok: true, key, outputs: st.outputs.length, finished_by: st.finish?.by ?? "agent" });
+  });
+  return app;
+}

@@ -1,0 +1,495 @@
+import { LRUCache } from "lru-cache";
+import { AgentLoop, addPreempted, modelVersionOf, type AgentLoopContext } from "../agent-loop/agent-loop.ts";
+import { AuthError, ConflictError, EdgeloopError, InputError, NotFoundError } from "../errors.ts";
+import { fnv1a32 } from "../inference/hash.ts";
+import type { InferenceClient } from "../inference/types.ts";
+import type { AgentLoopOutput, ChatMessage, SamplingParams, ToolSchema } from "../schema/index.ts";
+import { isStaleStep, type SessionStorage } from "../session/session-storage.ts";
+import { encodeFloat32, encodeInt32 } from "../session/typed-base64.ts";
+import { constantTimeEqual } from "../tools/signature.ts";
+import { createToolCallParser } from "../tools/parser-registry.ts";
+import { ObservationEncoder } from "../tokens/observation.ts";
+import { buildPromptIds } from "../tokens/prompt.ts";
+import type { ChatTokenizer } from "../tokens/tokenizer.ts";
+import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
+import {
+  AGENT_SESSION_VERSION,
+  AgentSessionInput,
+  applyEvent,
+  foldAgentSession,
+  newAgentState,
+  openOutput,
+  toolsKeyOf,
+  type AgentOutputState,
+  type AgentSessionEvent,
+  type AgentSessionInputArg,
+  type AgentSessionState,
+  type FinishEvent,
+  type TurnEvent,
+} from "./agent-session.ts";
+import { continuation, namedToolResults, parseReply } from "./conversation.ts";
+import { parseChatRequest, type ChatReply, type ChatRequest } from "./openai-wire.ts";
+
+/** Options of {@link AgentGateway}. */
+export interface AgentGatewayOptions {
+  /** Where sessions live (memory, Redis, Durable Object storage): each under `agent:{key}`. */
+  storage: SessionStorage;
+  tokenizer: ChatTokenizer;
+  /** The engine (token-in/token-out; the session key is the sticky routing key). */
+  client: InferenceClient;
+  /** The engine's context (as {@link AgentLoopContext.maxModelLen}). */
+  maxModelLen?: number;
+  /** The model name `GET …/models` and replies report (default the tokenizer's name). */
+  modelName?: string;
+  /** Epoch milliseconds (deadlines, `created`); default `Date.now()`. */
+  wallClockMs?: () => number;
+  /** Fresh engine request ids (default `crypto.randomUUID()`). */
+  newRequestId?: () => string;
+  /** How often a waiting loop re-reads a session another process may have finished, ms (default 500). */
+  pollMs?: number;
+  /** Folded sessions kept in memory (default 10 000; a session is re-read when another process moved it on). */
+  cacheSize?: number;
+  /** Seconds a session is kept after its deadline (default 7 days). */
+  retainSeconds?: number;
+}
+
+/** A session closed by its finish call, the task's answer or its deadline: 409, code `session_closed`. */
+export class SessionClosedError extends ConflictError {
+  override name = "SessionClosedError";
+  constructor(key: string, by: string) {
+    super(`agent session '${key.slice(0, 200)}' is closed (${by === "timeout" ? "its deadline passed" : "finished"}); no more calls are answered`, { code: "session_closed" });
+  }
+}
+
+/**
+ * The agent gateway's sessions (DESIGN §6; runtime-free): each agent
+ * conversation is a durable session whose every answered chat call is one
+ * committed event ({@link TurnEvent}) in `storage`, fenced by its step.
+ *
+ * A call is answered as follows (one at a time per key in this process):
+ * 1. a request equal to the last answered one (same messages, tools and
+ *    sampling fields; the OpenAI SDK retries on 5xx and connection errors)
+ *    gets the stored reply again, with no engine call;
+ * 2. a request that repeats the current output's conversation exactly and
+ *    adds one observation (tool results, or one user turn) continues that
+ *    output: the new messages are encoded incrementally (the observation
+ *    encoder of `tool_agent`, mask 0) and the engine is sent the exact token
+ *    stream so far — sampled text is never re-rendered;
+ * 3. anything else (history edited, dropped, reordered, other tools, or the
+ *    current output ended by a budget) opens the next output with a fresh
+ *    render of the request's messages.
+ * Then one engine call (preemption-resumed like every loop's) with
+ * `max_tokens = min(request's, remaining budget)`; the reply is parsed with
+ * the run's tool-call parser and the event committed before it is returned.
+ * A commit that loses the step fence (another process moved the session on)
+ * is not answered from this process's state: the session is re-read and the
+ * request answered from it (a replay) or refused (409).
+ */
+export class AgentGateway {
+  readonly tokenizer: ChatTokenizer;
+  readonly modelName: string;
+  private readonly opts: AgentGatewayOptions;
+  private readonly cache: LRUCache<string, AgentSessionState>;
+  private readonly chains = new Map<string, Promise<unknown>>();
+  private readonly listeners = new Map<string, Set<() => void>>();
+  private readonly encoders = new LRUCache<string, ObservationEncoder>({ max: 64 });
+  private readonly turnLoop: TurnRunner;
+
+  constructor(opts: AgentGatewayOptions) {
+    this.opts = opts;
+    this.tokenizer = opts.tokenizer;
+    this.modelName = opts.modelName ?? opts.tokenizer.name;
+    this.cache = new LRUCache({ max: opts.cacheSize ?? 10_000 });
+    this.turnLoop = new TurnRunner(opts);
+  }
+
+  /** The storage key of a session. */
+  static storageKey(key: string): string {
+    return `agent:${key}`;
+  }
+
+  /**
+   * Creates the session of `input.key`, or returns the stored one when it
+   * exists (a loop resumed after a crash finds its session and token again).
+   * @throws InputError for a malformed input; StoreError when storage fails.
+   */
+  async create(input: AgentSessionInputArg): Promise<AgentSessionState> {
+    const inp = AgentSessionInput.parse(input);
+    return this.serial(inp.key, async () => {
+      const existing = await this.load(inp.key);
+      if (existing) return existing;
+      const st = newAgentState(inp);
+      await this.commit(st, { e: "open" }, JSON.stringify(inp));
+      return st;
+    });
+  }
+
+  /** The session of `key` as stored now, or null. */
+  async get(key: string): Promise<AgentSessionState | null> {
+    return this.serial(key, () => this.load(key));
+  }
+
+  /**
+   * Checks a bearer token against the session's.
+   * @throws NotFoundError (404) for an unknown key; AuthError (401) for a missing or wrong token.
+   */
+  async authorize(key: string, token: string | null): Promise<AgentSessionState> {
+    const st = await this.get(key);
+    if (!st) throw new NotFoundError(`no agent session '${key.slice(0, 200)}'`, { field: "key" });
+    if (!token || !constantTimeEqual(token, st.input.token)) throw new AuthError(`wrong or missing bearer token for agent session '${key.slice(0, 200)}'`);
+    return st;
+  }
+
+  /**
+   * Answers one chat-completions call of session `key` (see the class doc).
+   * @throws NotFoundError (404), AuthError (401), InputError (400, naming the field),
+   *   {@link SessionClosedError} (409), engine errors (502/503, the SDK retries them).
+   */
+  async chat(key: string, token: string | null, body: unknown): Promise<ChatReply> {
+    await this.authorize(key, token);
+    const req = parseChatRequest(body);
+    const hash = requestHash(req);
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.serial(key, async () => {
+          const st = (await this.load(key))!;
+          const cur = st.outputs[st.outputs.length - 1];
+          for (const out of [cur]) if (out?.last?.hash === hash) return out.last.reply;
+          if (st.finish) throw new SessionClosedError(key, st.finish.by);
+          if (this.wall() >= st.input.deadline_ms) throw new SessionClosedError(key, "timeout");
+          if (req.logprobs && !st.input.sampling_params.logprobs) {
+            throw new InputError("logprobs", "this run does not record log-probs (rollout.calculate_log_probs is false); ask without logprobs");
+          }
+          try {
+            const ev = await this.turn(st, req, hash);
+            await this.commit(st, ev);
+            return ev.reply as unknown as ChatReply;
+          } catch (e) {
+            // The state may hold half a turn: drop it; the next call reads the session again.
+            this.cache.delete(key);
+            throw e;
+          }
+        });
+      } catch (e) {
+        // Another process answered a call of this session meanwhile: read it again (a replay, a
+        // continuation of its reply, or a refusal), never answer from the stale state.
+        if (!isStaleStep(e) || attempt >= 3) throw e;
+      }
+    }
+  }
+
+  /**
+   * Ends the session (idempotent: a second finish returns the first). `by`:
+   * `agent` (`POST …/finish`), `task` (the task's answer), `timeout`.
+   * @throws NotFoundError for an unknown key.
+   */
+  async finish(key: string, r: { by: FinishEvent["by"]; reward?: number | null; metadata?: Record<string, unknown> | null }): Promise<AgentSessionState> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const st = await this.serial(key, async () => {
+          const st = await this.load(key);
+          if (!st) throw new NotFoundError(`no agent session '${key.slice(0, 200)}'`, { field: "key" });
+          if (st.finish) return st;
+          await this.commit(st, { e: "finish", by: r.by, reward: r.reward ?? null, metadata: r.metadata ?? null });
+          return st;
+        });
+        this.notify(key);
+        return st;
+      } catch (e) {
+        if (!isStaleStep(e) || attempt >= 5) throw e;
+      }
+    }
+  }
+
+  /** Records that the agent webhook accepted the task (not sent again when the loop resumes). */
+  async markTaskSent(key: string): Promise<void> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await this.serial(key, async () => {
+          const st = await this.load(key);
+          if (!st || st.taskSent || st.finish) return;
+          await this.commit(st, { e: "task" });
+        });
+        return;
+      } catch (e) {
+        if (!isStaleStep(e) || attempt >= 5) throw e;
+      }
+    }
+  }
+
+  /**
+   * Resolves with the session once it is finished — by this process
+   * (notified at once) or another (read every `pollMs`) — or, at its
+   * deadline, finishes it as `timeout` (fenced: a call committed first is
+   * kept) and resolves with that.
+   * @throws NotFoundError when the session vanished (its store lost it).
+   */
+  async waitFinished(key: string, signal?: AbortSignal): Promise<AgentSessionState> {
+    const poll = this.opts.pollMs ?? 500;
+    for (;;) {
+      const st = await this.get(key);
+      if (!st) throw new NotFoundError(`agent session '${key.slice(0, 200)}' vanished from its store`, { field: "key" });
+      if (st.finish) return st;
+      const left = st.input.deadline_ms - this.wall();
+      if (left <= 0) return this.finish(key, { by: "timeout" });
+      if (signal?.aborted) throw signal.reason ?? new Error("aborted");
+      await new Promise<void>((resolve) => {
+        const set = this.listeners.get(key) ?? new Set();
+        const done = () => {
+          clearTimeout(t);
+          set.delete(done);
+          if (set.size === 0) this.listeners.delete(key);
+          resolve();
+        };
+        const t = setTimeout(done, Math.max(1, Math.min(poll, left)));
+        set.add(done);
+        this.listeners.set(key, set);
+      });
+    }
+  }
+
+  /** Drops the session's cached state (tests; a store that lost data). */
+  forget(key: string): void {
+    this.cache.delete(key);
+  }
+
+  /** Sessions held in memory (benchmarks). */
+  get cached(): number {
+    return this.cache.size;
+  }
+
+  private notify(key: string): void {
+    for (const f of [...(this.listeners.get(key) ?? [])]) f();
+  }
+
+  /** One answered call as an event, applied to `st` (see the class doc). */
+  private async turn(st: AgentSessionState, req: ChatRequest, hash: string): Promise<TurnEvent> {
+    const tok = this.tokenizer;
+    const input = st.input;
+    const rollout = input.rollout;
+    const tools = req.tools && req.tools.length ? req.tools : undefined;
+    const cur = st.outputs[st.outputs.length - 1];
+    const added = cur && !cur.ended && cur.toolsKey === toolsKeyOf(tools) ? continuation(cur.messages, req.messages) : null;
+    const partial: Omit<TurnEvent, "reply" | "assistant" | "metrics" | "finish_reason" | "terminated_by" | "ended" | "mark_truncated" | "tool_calls" | "user_turns"> = { e: "turn", hash };
+    let out: AgentOutputState;
+    let truncatedByObs = false;
+    if (cur && added) {
+      out = cur;
+      const named = namedToolResults(added, cur.messages);
+      const ids = this.encoder(tools, rollout.chat_template_kwargs).encode(named, out.builder.lastTokenId);
+      partial.added = named;
+      partial.obs = encodeInt32(ids);
+      out.messages.push(...named);
+      truncatedByObs = out.builder.appendObservation(ids).truncated;
+      out.userTurns++;
+    } else {
+      const { promptIds, truncated } = buildPromptIds(tok, req.messages, { tools, promptLength: rollout.prompt_length, chatTemplateKwargs: rollout.chat_template_kwargs });
+      const maxModelLen = await this.turnLoop.contextFor(rollout);
+      partial.open = {
+        prompt_ids: encodeInt32(promptIds),
+        prompt_truncated: truncated,
+        response_length: rollout.response_length,
+        max_model_len: maxModelLen,
+        prompt_length: rollout.prompt_length,
+        track_logprobs: input.sampling_params.logprobs,
+        messages: req.messages,
+        tools: tools ?? null,
+      };
+      out = openOutput(st, partial.open);
+    }
+    const b = out.builder;
+    const metrics = { ...out.metrics };
+    let finish: TurnEvent["finish_reason"] = "stop";
+    let by = "agent";
+    let ended = false;
+    let markTruncated = false;
+    let replyFinish: ChatReply["finish_reason"] = "stop";
+    let action: { ids: number[]; lps: number[] | null } | null = null;
+    let modelVersion: unknown = null;
+    const promptTokens = b.contextLength;
+    if (truncatedByObs) {
+      [finish, by, ended, markTruncated, replyFinish] = ["length", "response_length", true, true, "length"];
+    } else {
+      const sp = samplingFor(input.sampling_params, req);
+      const r = await this.turnLoop.generate(b, sp, input.key, metrics, req.max_tokens);
+      if (r === undefined || r === "overflow" || r === "aborted") {
+        [finish, by, ended, markTruncated, replyFinish] = r === "aborted" ? ["abort", "abort", true, false, "length"] : ["length", b.remainingBudget <= 0 ? "response_length" : "max_model_len", true, true, "length"];
+      } else {
+        addPreempted(metrics, r.num_preempted);
+        modelVersion = modelVersionOf(r);
+        const lps = input.sampling_params.logprobs ? r.log_probs : null;
+        const appended = b.appendAction(r.token_ids, lps);
+        const kept = r.token_ids.slice(0, appended.appended);
+        action = { ids: kept, lps: lps ? lps.slice(0, appended.appended) : null };
+        out.assistantTurns++;
+        out.modelVersions.push(modelVersion);
+        out.lastActionIds = Int32Array.from(kept);
+        replyFinish = r.finish_reason === "length" || appended.truncated ? "length" : "stop";
+        if (r.finish_reason === "abort") [finish, by, ended, replyFinish] = ["abort", "abort", true, "length"];
+        else if (appended.truncated) [finish, by, ended, markTruncated] = ["length", "response_length", true, true];
+        else if (b.remainingBudget <= 0 || b.contextLength >= b.maxModelLen) [finish, by, ended, markTruncated] = ["length", "response_length", true, true];
+        else if (r.finish_reason === "length" && (req.max_tokens === undefined || kept.length < req.max_tokens)) [finish, by, ended, markTruncated] = ["length", "length_stop", true, true];
+        const maxTurns = rollout.multi_turn.max_assistant_turns;
+        if (!ended && maxTurns != null && out.assistantTurns >= maxTurns) [finish, by, ended] = ["stop", "max_assistant_turns", true];
+      }
+    }
+    if (markTruncated) b.markTruncated();
+    // The builder's cut flag as the fold must see it (an append cut by a budget sets it too).
+    markTruncated = b.truncated;
+    const parsed = action
+      ? parseReply(tok, this.parser(rollout.multi_turn.format, tools), action.ids, { toolChoice: req.tool_choice, outputIndex: out.index, turn: out.assistantTurns - 1 })
+      : null;
+    if (parsed?.message.tool_calls?.length && replyFinish === "stop") replyFinish = "tool_calls";
+    const message = parsed?.message ?? { role: "assistant" as const, content: "" };
+    const reply: ChatReply = {
+      id: `chatcmpl-${fnv1a32(input.key).toString(16)}-${out.index}-${out.assistantTurns}-${st.step + 1}`,
+      created: Math.floor(this.wall() / 1000),
+      model: req.model ?? this.modelName,
+      message,
+      finish_reason: replyFinish,
+      usage: { prompt_tokens: promptTokens, completion_tokens: action?.ids.length ?? 0, total_tokens: promptTokens + (action?.ids.length ?? 0) },
+      ...(req.logprobs ? { logprobs: action ? this.logprobsOf(action.ids, action.lps) : [] } : {}),
+    };
+    const assistant: ChatMessage | null = parsed?.history ?? null;
+    if (assistant) out.messages.push(assistant);
+    out.toolCalls += parsed?.calls.length ?? 0;
+    out.metrics = metrics;
+    out.finishReason = finish;
+    out.terminatedBy = by;
+    out.ended = ended;
+    out.last = { hash, reply };
+    return {
+      ...partial,
+      ...(action ? { action: { ids: encodeInt32(action.ids), lps: action.lps ? encodeFloat32(action.lps) : null }, model_version: modelVersion } : {}),
+      mark_truncated: markTruncated,
+      ended,
+      finish_reason: finish,
+      terminated_by: by,
+      assistant,
+      reply: reply as unknown as Record<string, unknown>,
+      metrics,
+      tool_calls: parsed?.calls.length ?? 0,
+      user_turns: out.userTurns,
+    };
+  }
+
+  private logprobsOf(ids: number[], lps: number[] | null): NonNullable<ChatReply["logprobs"]> {
+    const enc = new TextEncoder();
+    return ids.map((id, i) => {
+      const token = this.tokenizer.decode([id]);
+      return { token, logprob: lps?.[i] ?? 0, bytes: Array.from(enc.encode(token)) };
+    });
+  }
+
+  private parser(format: string | null, tools: ToolSchema[] | undefined) {
+    return createToolCallParser(format ?? this.tokenizer.traits.defaultParser, { tools });
+  }
+
+  private encoder(tools: ToolSchema[] | undefined, kwargs: Record<string, unknown> | undefined): ObservationEncoder {
+    const k = `${toolsKeyOf(tools)}\u0000${JSON.stringify(kwargs ?? {})}`;
+    let e = this.encoders.get(k);
+    if (!e) {
+      e = new ObservationEncoder(this.tokenizer, { tools, chatTemplateKwargs: kwargs });
+      this.encoders.set(k, e);
+    }
+    return e;
+  }
+
+  /** The session's state: the cached fold when storage says no one moved it on, else read and folded again. */
+  private async load(key: string): Promise<AgentSessionState | null> {
+    const sk = AgentGateway.storageKey(key);
+    const cached = this.cache.get(key);
+    if (cached && this.opts.storage.stepOf) {
+      const step = await this.opts.storage.stepOf(sk);
+      if (step === cached.step) return cached;
+    }
+    const stored = await this.opts.storage.get(sk);
+    if (!stored || stored.step < 0) {
+      this.cache.delete(key);
+      return null;
+    }
+    const st = foldAgentSession(key, stored);
+    this.cache.set(key, st);
+    return st;
+  }
+
+  /** Appends `ev` at the next step (the input with the first) and applies it, unless `turn` already did. */
+  private async commit(st: AgentSessionState, ev: AgentSessionEvent, inputJson?: string): Promise<void> {
+    const step = st.step + 1;
+    const ttl = Math.max(60, Math.ceil((st.input.deadline_ms - this.wall()) / 1000)) + (this.opts.retainSeconds ?? 7 * 24 * 3600);
+    try {
+      await this.opts.storage.append(AgentGateway.storageKey(st.input.key), step, JSON.stringify(ev), { ...(inputJson !== undefined ? { input: inputJson } : {}), ttlSeconds: ttl });
+    } catch (e) {
+      this.cache.delete(st.input.key);
+      throw e;
+    }
+    if (ev.e !== "turn") applyEvent(st, ev);
+    st.step = step;
+    this.cache.set(st.input.key, st);
+  }
+
+  private wall(): number {
+    return (this.opts.wallClockMs ?? Date.now)();
+  }
+
+  /** Runs `fn` after every earlier operation on `key` in this process. */
+  private serial<T>(key: string, fn: () => Promise<T>): Promise<T> {
+    const prev = this.chains.get(key) ?? Promise.resolve();
+    const next = prev.then(fn, fn);
+    const tail = next.catch(() => {});
+    this.chains.set(key, tail);
+    void tail.then(() => {
+      if (this.chains.get(key) === tail) this.chains.delete(key);
+    });
+    return next;
+  }
+}
+
+/** The batch's sampling parameters with the request's `temperature`, `top_p`, `seed` and `stop` over them (log-probs as the run records them). */
+export function samplingFor(base: SamplingParams, req: ChatRequest): SamplingParams {
+  return {
+    ...base,
+    ...(req.temperature !== undefined ? { temperature: req.temperature } : {}),
+    ...(req.top_p !== undefined ? { top_p: req.top_p } : {}),
+    ...(req.seed !== undefined ? { seed: req.seed } : {}),
+    ...(req.stop?.length ? { stop: req.stop } : {}),
+  };
+}
+
+/**
+ * A hash of what makes two requests the same call: messages, tools, tool
+ * choice and sampling fields (not `stream`: a retried call may stream or not).
+ * FNV-1a over the canonical JSON, twice with different seeds (64 bits).
+ */
+export function requestHash(req: ChatRequest): string {
+  const { stream: _s, ...rest } = req;
+  const s = JSON.stringify(rest);
+  return fnv1a32(s).toString(16).padStart(8, "0") + fnv1a32(s, 0x9747b28c).toString(16).padStart(8, "0") + s.length.toString(16);
+}
+
+function emptyMetrics() {
+  return { generate_sequences: 0, tool_calls: 0, compute_score: 0, num_preempted: -1 };
+}
+
+/** The loop machinery a call reuses: `AgentLoop.generate` (preemption resume, stop ids) and the context size rule. */
+class TurnRunner extends AgentLoop {
+  constructor(opts: AgentGatewayOptions) {
+    super({ tokenizer: opts.tokenizer, client: opts.client, config: undefined as unknown as AgentLoopContext["config"], maxModelLen: opts.maxModelLen, newRequestId: opts.newRequestId });
+  }
+  run(): Promise<AgentLoopOutput> {
+    throw new EdgeloopError("not a loop", { status: 500, code: "internal" });
+  }
+  override generate(...a: Parameters<AgentLoop["generate"]>) {
+    return super.generate(...a);
+  }
+  /** The context size for a batch's rollout config (see `AgentLoop.maxModelLen`). */
+  async contextFor(rollout: AgentLoopContext["config"]): Promise<number> {
+    const c = rollout;
+    if (c.max_model_len) return this.ctx.maxModelLen ? Math.min(c.max_model_len, this.ctx.maxModelLen) : c.max_model_len;
+    if (this.ctx.maxModelLen) return this.ctx.maxModelLen;
+    const engine = await this.ctx.client.maxModelLen?.();
+    return engine ?? c.prompt_length + c.response_length;
+  }
+}
+
+export { AGENT_SESSION_VERSION };

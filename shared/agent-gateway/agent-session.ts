@@ -1,0 +1,278 @@
+import { z } from "zod";
+import { StoreError } from "../errors.ts";
+import { AgentLoopMetrics, ChatMessage, FinishReason, RolloutConfig, SamplingParams, ToolSchema, type AgentLoopOutput } from "../schema/index.ts";
+import { decodeFloat32, decodeInt32 } from "../session/typed-base64.ts";
+import type { StoredSession } from "../session/session-storage.ts";
+import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
+import type { ChatReply } from "./openai-wire.ts";
+
+/** Layout version of an agent session's stored input and events; another version is refused, never guessed at. */
+export const AGENT_SESSION_VERSION = 1;
+
+/**
+ * What an agent session is created with, stored once as the session's input:
+ * the trajectory's identity, its bearer token, its deadline (epoch ms), the
+ * batch's sampling parameters and rollout config (budgets, parser, template
+ * kwargs: a call may be served by any process), the configured tools and the
+ * row's prompt (for the task), and the batch's policy version.
+ */
+export const AgentSessionInput = z.object({
+  v: z.literal(AGENT_SESSION_VERSION),
+  key: z.string().min(1),
+  uid: z.string(),
+  session_id: z.number().int().min(0),
+  token: z.string().min(16),
+  created_ms: z.number(),
+  deadline_ms: z.number(),
+  sampling_params: SamplingParams,
+  rollout: RolloutConfig,
+  tools: z.array(ToolSchema),
+  messages: z.array(ChatMessage),
+  model_version: z.union([z.string(), z.number()]).nullable().default(null),
+});
+export type AgentSessionInput = z.infer<typeof AgentSessionInput>;
+export type AgentSessionInputArg = z.input<typeof AgentSessionInput>;
+
+/** The budgets of an output's builder, stored when the output opens. */
+const OpenOutput = z.object({
+  prompt_ids: z.string(),
+  prompt_truncated: z.boolean(),
+  response_length: z.number().int().min(1),
+  max_model_len: z.number().int().min(1),
+  prompt_length: z.number().int().min(1),
+  track_logprobs: z.boolean(),
+  messages: z.array(ChatMessage),
+  tools: z.array(ToolSchema).nullable(),
+});
+
+/**
+ * One answered chat call: either it opened a new output (`open`: the fresh
+ * render of the request's messages) or continued the current one (`added`:
+ * the new messages, `obs`: their observation ids, mask 0); then the sampled
+ * ids (`action`, mask 1, float32 log-probs) and the reply exactly as given,
+ * kept so that a repeated request is answered again without an engine call.
+ * Every builder operation is stored with the ids passed to it, so folding the
+ * events replays the builder bit for bit (cuts included).
+ */
+export const TurnEvent = z.object({
+  e: z.literal("turn"),
+  hash: z.string(),
+  open: OpenOutput.optional(),
+  added: z.array(ChatMessage).optional(),
+  obs: z.string().optional(),
+  action: z.object({ ids: z.string(), lps: z.string().nullable() }).optional(),
+  mark_truncated: z.boolean(),
+  ended: z.boolean(),
+  finish_reason: FinishReason,
+  terminated_by: z.string(),
+  assistant: ChatMessage.nullable(),
+  reply: z.record(z.string(), z.unknown()),
+  metrics: AgentLoopMetrics,
+  model_version: z.unknown().optional(),
+  tool_calls: z.number().int().min(0),
+  user_turns: z.number().int().min(0),
+});
+export type TurnEvent = z.infer<typeof TurnEvent>;
+
+/** The task was accepted by the agent webhook (it is not sent again on resume). */
+export const TaskEvent = z.object({ e: z.literal("task") });
+/** The session's end: by the agent's finish call, by the task's answer, or by the deadline. */
+export const FinishEvent = z.object({
+  e: z.literal("finish"),
+  by: z.enum(["agent", "task", "timeout"]),
+  reward: z.number().nullable(),
+  metadata: z.record(z.string(), z.unknown()).nullable(),
+});
+export type FinishEvent = z.infer<typeof FinishEvent>;
+/** The first event: the session exists. */
+export const OpenEvent = z.object({ e: z.literal("open") });
+
+/** One stored event of an agent session (a delta of the append-only session log). */
+export const AgentSessionEvent = z.discriminatedUnion("e", [OpenEvent, TaskEvent, TurnEvent, FinishEvent]);
+export type AgentSessionEvent = z.infer<typeof AgentSessionEvent>;
+
+/** One output of an agent session: a token trajectory and the conversation it holds. */
+export interface AgentOutputState {
+  /** Position among the session's outputs (its `output_index`). */
+  index: number;
+  /** The conversation so far: the request messages and every reply as the agent received it. */
+  messages: ChatMessage[];
+  /** The tools the prompt was rendered with (a request with other tools opens a new output). */
+  tools: ToolSchema[] | undefined;
+  toolsKey: string;
+  builder: TrajectoryBuilder;
+  assistantTurns: number;
+  userTurns: number;
+  /** Tool calls the model made in this output (parsed from its replies). */
+  toolCalls: number;
+  metrics: AgentLoopMetrics;
+  modelVersions: unknown[];
+  finishReason: FinishReason;
+  terminatedBy: string;
+  /** A budget (or `max_assistant_turns`) ended it: the next call opens a new output. */
+  ended: boolean;
+  /** The last answered request's hash and reply (a repeat is answered with it). */
+  last: { hash: string; reply: ChatReply } | null;
+  /** The sampled ids of the last assistant turn (the reward reads their text, as `tool_agent`'s does). */
+  lastActionIds: Int32Array | null;
+}
+
+/** An agent session as the fold of its events. */
+export interface AgentSessionState {
+  input: AgentSessionInput;
+  /** The step of the last applied event (−1 before the first). */
+  step: number;
+  outputs: AgentOutputState[];
+  taskSent: boolean;
+  finish: FinishEvent | null;
+}
+
+/** What opens an output (see {@link TurnEvent}`.open`). */
+export type OpenOutput = z.infer<typeof OpenOutput>;
+
+/** Opens the next output of `st` (pushed last) for a fresh render. */
+export function openOutput(st: AgentSessionState, o: OpenOutput): AgentOutputState {
+  const out: AgentOutputState = {
+    index: st.outputs.length,
+    messages: o.messages.slice(),
+    tools: o.tools ?? undefined,
+    toolsKey: toolsKeyOf(o.tools ?? undefined),
+    builder: new TrajectoryBuilder({
+      promptIds: decodeInt32(o.prompt_ids),
+      responseLength: o.response_length,
+      maxModelLen: o.max_model_len,
+      trackLogProbs: o.track_logprobs,
+      promptLength: o.prompt_length,
+      promptTruncated: o.prompt_truncated,
+    }),
+    assistantTurns: 0,
+    userTurns: 0,
+    toolCalls: 0,
+    metrics: { generate_sequences: 0, tool_calls: 0, compute_score: 0, num_preempted: -1 },
+    modelVersions: [],
+    finishReason: "stop",
+    terminatedBy: "agent",
+    ended: false,
+    last: null,
+    lastActionIds: null,
+  };
+  st.outputs.push(out);
+  return out;
+}
+
+/** A stable key for a tool list (order matters: it is the template's order). */
+export function toolsKeyOf(tools: readonly ToolSchema[] | undefined): string {
+  return tools && tools.length ? JSON.stringify(tools) : "";
+}
+
+/** A fresh state for `input` (no events applied). */
+export function newAgentState(input: AgentSessionInput): AgentSessionState {
+  return { input, step: -1, outputs: [], taskSent: false, finish: null };
+}
+
+/**
+ * Applies one event to `st` (in place): the single definition of what an
+ * event means, used both when a call is answered live and when a stored
+ * session is folded, so the two can never disagree.
+ */
+export function applyEvent(st: AgentSessionState, ev: AgentSessionEvent): void {
+  switch (ev.e) {
+    case "open":
+      return;
+    case "task":
+      st.taskSent = true;
+      return;
+    case "finish":
+      st.finish = ev;
+      return;
+    case "turn": {
+      let out: AgentOutputState;
+      if (ev.open) {
+        out = openOutput(st, ev.open);
+      } else {
+        const cur = st.outputs[st.outputs.length - 1];
+        if (!cur) throw new StoreError(`agent session '${st.input.key}': a continuing turn without an output`, { retryable: false });
+        out = cur;
+        if (ev.added) out.messages.push(...ev.added);
+        if (ev.obs !== undefined) out.builder.appendObservation(decodeInt32(ev.obs));
+      }
+      if (ev.action) {
+        const ids = decodeInt32(ev.action.ids);
+        out.builder.appendAction(ids, ev.action.lps === null ? null : decodeFloat32(ev.action.lps));
+        out.assistantTurns++;
+        out.modelVersions.push(ev.model_version ?? null);
+        out.lastActionIds = ids;
+      }
+      if (ev.mark_truncated) out.builder.markTruncated();
+      if (ev.assistant) out.messages.push(ev.assistant);
+      out.userTurns = ev.user_turns;
+      out.toolCalls += ev.tool_calls;
+      out.metrics = { ...ev.metrics };
+      out.finishReason = ev.finish_reason;
+      out.terminatedBy = ev.terminated_by;
+      out.ended = ev.ended;
+      out.last = { hash: ev.hash, reply: ev.reply as unknown as ChatReply };
+      return;
+    }
+  }
+}
+
+/**
+ * Folds a stored agent session (its input and events, oldest first).
+ * @throws StoreError (not retryable) when the input or an event is malformed or of another layout version.
+ */
+export function foldAgentSession(key: string, stored: StoredSession): AgentSessionState {
+  if (!stored.input) throw new StoreError(`agent session '${key}': stored without its input`, { retryable: false });
+  let input: AgentSessionInput;
+  try {
+    input = AgentSessionInput.parse(JSON.parse(stored.input));
+  } catch (e) {
+    throw new StoreError(`agent session '${key}': stored input is not an agent session of layout v${AGENT_SESSION_VERSION}: ${(e as Error).message.slice(0, 300)}`, { retryable: false });
+  }
+  const st = newAgentState(input);
+  for (const [i, d] of stored.deltas.entries()) {
+    let ev: AgentSessionEvent;
+    try {
+      ev = AgentSessionEvent.parse(JSON.parse(d));
+    } catch (e) {
+      throw new StoreError(`agent session '${key}': stored event ${i} is malformed: ${(e as Error).message.slice(0, 300)}`, { retryable: false });
+    }
+    applyEvent(st, ev);
+  }
+  st.step = stored.step;
+  return st;
+}
+
+/**
+ * The session's outputs as loop outputs (validated by the builder), every one
+ * scored with `reward` (the agent's, or the configured reward of the last
+ * assistant message: a session's outputs share its outcome). `error` (e.g.
+ * `agent_timeout`) and the agent's `metadata` go into `extra_fields`.
+ * @throws TrajectoryInvariantError when an output breaks an invariant (never expected).
+ */
+export function agentOutputs(st: AgentSessionState, o: { reward: number | null; error?: string; metadata?: Record<string, unknown> | null; rewardError?: string }): AgentLoopOutput[] {
+  return st.outputs.map((out) => {
+    const extra: Record<string, unknown> = {
+      output_count: st.outputs.length,
+      tool_calls: out.toolCalls,
+      terminated_by: st.finish?.by === "timeout" && out.index === st.outputs.length - 1 && !out.ended ? "agent_timeout" : out.terminatedBy,
+    };
+    if (out.modelVersions.some((v) => v !== null)) extra.model_versions = out.modelVersions;
+    if (o.metadata) extra.agent_metadata = o.metadata;
+    if (o.error) extra.error = o.error;
+    if (o.rewardError) extra.reward_error = o.rewardError;
+    return out.builder.finish({
+      numTurns: out.assistantTurns + out.userTurns + 1,
+      rewardScore: o.reward,
+      metrics: out.metrics,
+      extraFields: extra,
+      finishReason: out.finishReason,
+    });
+  });
+}
+
+/** The sampled ids of the session's last assistant turn (the reward's input, decoded), or null when it sampled nothing. */
+export function lastActionIds(st: AgentSessionState): Int32Array | null {
+  for (let i = st.outputs.length - 1; i >= 0; i--) if (st.outputs[i]!.lastActionIds) return st.outputs[i]!.lastActionIds;
+  return null;
+}

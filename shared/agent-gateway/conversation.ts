@@ -1,0 +1,154 @@
+import type { ChatMessage } from "../schema/index.ts";
+import type { ChatTokenizer } from "../tokens/tokenizer.ts";
+import { contentText } from "../tokens/tokenizer.ts";
+import { splitHarmonyMessages } from "../tools/harmony-parser.ts";
+import type { ParsedCall, ToolCallParser } from "../tools/tool-call-parser.ts";
+import type { ChatReplyMessage } from "./openai-wire.ts";
+
+/**
+ * A message in the form two requests are compared in. What an agent
+ * framework may change when it passes a reply back without changing the
+ * conversation is ignored: `content` null, "" and text parts are their text;
+ * `reasoning_content` is dropped (OpenAI clients and most frameworks do not
+ * send it back; the tokens keep it); tool calls compare by name and
+ * arguments as JSON values (re-serialised arguments are the same call), not
+ * by id; a tool message by its text and name, not its `tool_call_id`.
+ */
+export function comparable(m: ChatMessage): unknown {
+  const base: Record<string, unknown> = { role: m.role, content: contentText(m.content ?? "") };
+  if (m.role === "assistant" && m.tool_calls?.length) {
+    base.tool_calls = m.tool_calls.map((c) => [c.function.name, argumentsValue(c.function.arguments)]);
+  }
+  if (m.role === "tool" && m.name) base.name = m.name;
+  return base;
+}
+
+function argumentsValue(a: string | Record<string, unknown>): unknown {
+  if (typeof a !== "string") return a;
+  try {
+    return JSON.parse(a);
+  } catch {
+    return a;
+  }
+}
+
+/** Deep equality of JSON values (object key order ignored). */
+export function jsonEqual(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== typeof b || a === null || b === null || typeof a !== "object") return false;
+  if (Array.isArray(a) !== Array.isArray(b)) return false;
+  if (Array.isArray(a)) {
+    const bb = b as unknown[];
+    return a.length === bb.length && a.every((x, i) => jsonEqual(x, bb[i]));
+  }
+  const ka = Object.keys(a as object);
+  const kb = Object.keys(b as object);
+  if (ka.length !== kb.length) return false;
+  return ka.every((k) => Object.prototype.hasOwnProperty.call(b, k) && jsonEqual((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k]));
+}
+
+/**
+ * The messages a request adds to a conversation, when it continues it: the
+ * request holds every message of `history` (compared with {@link comparable})
+ * in order, then one or more new messages that form one observation — a run
+ * of `tool` results, or exactly one `user` (or `system`) message, what the
+ * observation encoder appends incrementally. Null otherwise (the request
+ * edits, drops or reorders history, or adds something else: a fresh render).
+ */
+export function continuation(history: readonly ChatMessage[], messages: readonly ChatMessage[]): ChatMessage[] | null {
+  if (messages.length <= history.length) return null;
+  if (history.length === 0 || history[history.length - 1]!.role !== "assistant") return null;
+  for (let i = 0; i < history.length; i++) if (!jsonEqual(comparable(history[i]!), comparable(messages[i]!))) return null;
+  const added = messages.slice(history.length);
+  const tools = added.every((m) => m.role === "tool");
+  const one = added.length === 1 && (added[0]!.role === "user" || added[0]!.role === "system");
+  return tools || one ? added : null;
+}
+
+/**
+ * Tool messages with their tool's `name` filled in from the assistant
+ * message whose call they answer (`tool_call_id`), when the agent left it
+ * out: templates that name the tool in the result's header (gpt-oss harmony)
+ * read it from the message, and `tool_agent` always sets it.
+ */
+export function namedToolResults(added: ChatMessage[], history: readonly ChatMessage[]): ChatMessage[] {
+  const byId = new Map<string, string>();
+  for (const m of history) for (const c of m.tool_calls ?? []) if (c.id) byId.set(c.id, c.function.name);
+  return added.map((m) => (m.role === "tool" && !m.name && m.tool_call_id && byId.has(m.tool_call_id) ? { ...m, name: byId.get(m.tool_call_id)! } : m));
+}
+
+/**
+ * The reasoning of an assistant turn and the text after it, by family:
+ * - Qwen3 and other `<think>` models: the text up to `</think>` (a leading
+ *   `<think>` dropped) is reasoning, the rest (leading newlines dropped) is
+ *   the answer; without `</think>` all of it is the answer. Matches vLLM's
+ *   `qwen3`/`deepseek_r1` reasoning parsers (`reasoning_content`).
+ * - gpt-oss: the `analysis` channel's messages are reasoning (joined by
+ *   newlines); the rest goes to the harmony tool parser unchanged.
+ */
+export function splitReasoning(family: string, text: string): { reasoning: string | null; rest: string } {
+  if (family === "gpt_oss") {
+    const analysis = splitHarmonyMessages(text)
+      .filter((m) => m.channel === "analysis" && !m.recipient)
+      .map((m) => m.content);
+    return { reasoning: analysis.length ? analysis.join("\n") : null, rest: text };
+  }
+  const end = text.indexOf("</think>");
+  if (end < 0) return { reasoning: null, rest: text };
+  let r = text.slice(0, end);
+  const start = r.indexOf("<think>");
+  if (start >= 0) r = r.slice(start + "<think>".length);
+  return { reasoning: r.replace(/^\n+|\n+$/g, ""), rest: text.slice(end + "</think>".length).replace(/^\n+/, "") };
+}
+
+/** An assistant turn as the reply gives it and as the conversation then holds it. */
+export interface ParsedReply {
+  message: ChatReplyMessage;
+  /** The same turn as a {@link ChatMessage} (what the next request must repeat). */
+  history: ChatMessage;
+  calls: ParsedCall[];
+}
+
+/**
+ * Parses one sampled turn into the reply's message: the ids are decoded with
+ * special tokens (the stop id that ended the turn dropped), the reasoning is
+ * split off ({@link splitReasoning}), tool calls are parsed with the run's
+ * parser unless `tool_choice` is `none` (then the text is all content).
+ * Tool-call ids are `call_{output}_{turn}_{i}`, fixed by the turn's position,
+ * so a replayed or resumed turn gives the same ids; `arguments` are the
+ * parsed arguments as a JSON string. Malformed call blocks stay in the
+ * content, as the model wrote them. `content` is null when the turn is only
+ * tool calls (as OpenAI answers).
+ */
+export function parseReply(
+  tok: ChatTokenizer,
+  parser: ToolCallParser,
+  ids: ArrayLike<number>,
+  o: { toolChoice: "auto" | "none"; outputIndex: number; turn: number },
+): ParsedReply {
+  const body = ids.length > 0 && tok.isStopToken(ids[ids.length - 1]) ? Array.prototype.slice.call(ids, 0, -1) : Array.from(ids);
+  const text = tok.decode(body);
+  const { reasoning, rest } = splitReasoning(tok.traits.family, text);
+  let content = rest;
+  let calls: ParsedCall[] = [];
+  if (o.toolChoice !== "none") {
+    const parsed = parser.extract(rest);
+    calls = parsed.calls;
+    content = parsed.content;
+  }
+  content = content.replace(/^\n+/, "").replace(/\s+$/, "");
+  const toolCalls = calls.map((c, i) => ({ id: `call_${o.outputIndex}_${o.turn}_${i}`, type: "function" as const, function: { name: c.name, arguments: JSON.stringify(c.arguments) } }));
+  const message: ChatReplyMessage = {
+    role: "assistant",
+    content: content === "" && toolCalls.length ? null : content,
+    ...(reasoning !== null ? { reasoning_content: reasoning } : {}),
+    ...(toolCalls.length ? { tool_calls: toolCalls } : {}),
+  };
+  const history: ChatMessage = {
+    role: "assistant",
+    content: message.content ?? "",
+    ...(reasoning !== null ? { reasoning_content: reasoning } : {}),
+    ...(toolCalls.length ? { tool_calls: toolCalls } : {}),
+  };
+  return { message, history, calls };
+}

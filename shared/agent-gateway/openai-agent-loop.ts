@@ -1,0 +1,182 @@
+import { AgentLoop, type AgentLoopKwargs } from "../agent-loop/agent-loop.ts";
+import { ConfigError, EdgeloopError } from "../errors.ts";
+import type { AgentLoopOutput, SamplingParams } from "../schema/index.ts";
+import { SIGNATURE_HEADER, signatureHeader } from "../tools/signature.ts";
+import type { AgentGateway } from "./agent-gateway.ts";
+import { agentOutputs, lastActionIds, type AgentSessionState } from "./agent-session.ts";
+import { AgentTaskResult, type AgentTask } from "./task.ts";
+
+/** The agent webhook settings (`agent` in the config). */
+export interface AgentWebhookConfig {
+  /** Where tasks are POSTed. */
+  url: string | null;
+  /** Milliseconds from the task to the session's deadline. */
+  timeout_ms: number;
+  /** HMAC secret tasks are signed with (`x-edgeloop-signature`); null: unsigned. */
+  secret: string | null;
+}
+
+/**
+ * What `openai_agent` needs from its process: the gateway holding the
+ * sessions, the URL agents reach this deployment at, and the webhook.
+ */
+export interface AgentGatewayLink {
+  gateway: AgentGateway;
+  /** Base URL of the edgeloop API as agents reach it (`http://host:port`), or null when unknown yet. */
+  publicUrl(): string | null;
+  agent: AgentWebhookConfig;
+  /** fetch for the task POST (default the global one). */
+  fetch?: typeof fetch;
+}
+
+/** The agent did not finish by its deadline and called the model not once: the trajectory fails with this. */
+export class AgentTimeoutError extends EdgeloopError {
+  override name = "AgentTimeoutError";
+  constructor(message: string) {
+    super(message, { status: 504, code: "agent_timeout" });
+  }
+}
+
+/** The agent webhook refused the task or could not be reached. */
+export class AgentWebhookError extends EdgeloopError {
+  override name = "AgentWebhookError";
+  constructor(message: string) {
+    super(message, { status: 502, code: "agent_webhook" });
+  }
+}
+
+/**
+ * `openai_agent`: the trajectory is run by an agent outside edgeloop, any
+ * program with an OpenAI client. For each trajectory the loop
+ * 1. creates (or, resumed, finds) the agent session of its key — bearer
+ *    token, deadline `now + agent.timeout_ms`, the batch's sampling and
+ *    budgets — in the gateway;
+ * 2. POSTs the signed task ({@link AgentTask}) to `agent.url` unless the
+ *    session records it as accepted (at-least-once: after a crash between
+ *    the agent's answer and that record it is sent again; agents dedupe on
+ *    `key`); a `200` answer with a body is the agent's finish;
+ * 3. waits until the session is finished (`POST …/finish`, the task's
+ *    answer) or its deadline passes (then it closes with the tokens so far
+ *    and `extra_fields.error: "agent_timeout"`; with no call at all the
+ *    trajectory fails with {@link AgentTimeoutError});
+ * 4. returns one output per output of the session (step-wise outputs, in
+ *    order), every one scored with the agent's reward or, without one, the
+ *    configured reward of the last assistant turn's text (as `tool_agent`).
+ * The loop runs whole inside a durable session: resumed after a crash it
+ * finds its agent session (stored apart, under `agent:{key}`) and waits on.
+ */
+export class OpenAIAgentLoop extends AgentLoop {
+  async run(samplingParams: SamplingParams, kwargs: AgentLoopKwargs): Promise<AgentLoopOutput[]> {
+    const link = this.ctx.agentGateway;
+    if (!link) throw new ConfigError("rollout.agent", "openai_agent runs only where the agent gateway is served (edgeloop serve, or rollout with --agent)");
+    if (!link.agent.url) throw new ConfigError("agent.url", "openai_agent needs agent.url (--agent URL): where each trajectory's task is POSTed");
+    const base = link.publicUrl();
+    if (!base) throw new ConfigError("agent.public_url", "openai_agent needs the URL agents reach edgeloop at (agent.public_url, --public-url)");
+    const gw = link.gateway;
+    const key = this.key(kwargs);
+    const messages = this.messages(kwargs);
+    const wall = this.ctx.asyncTools?.wallClockMs ?? (() => Date.now());
+    const now = wall();
+    let st = await gw.create({
+      v: 1,
+      key,
+      uid: kwargs.uid,
+      session_id: kwargs.session_id,
+      token: newToken(),
+      created_ms: now,
+      deadline_ms: now + link.agent.timeout_ms,
+      sampling_params: samplingParams,
+      rollout: this.ctx.config,
+      tools: this.ctx.tools ? [...this.ctx.tools.schemas] : [],
+      messages,
+      model_version: null,
+    });
+    if (!st.taskSent && !st.finish) await this.sendTask(st, base, link, kwargs, wall);
+    st = await gw.waitFinished(key, this.ctx.signal);
+    const fin = st.finish!;
+    if (st.outputs.length === 0 && fin.by === "timeout") {
+      throw new AgentTimeoutError(`agent_timeout: the agent made no call and did not finish within agent.timeout_ms ${link.agent.timeout_ms} ms`);
+    }
+    let reward = fin.reward;
+    let rewardError: string | undefined;
+    if (reward === null && st.outputs.length > 0) {
+      const ids = lastActionIds(st);
+      const r = await this.reward(kwargs, key, ids ? this.ctx.tokenizer.decode(ids, { skipSpecialTokens: true }) : "");
+      reward = r.score;
+      rewardError = r.error;
+    }
+    return agentOutputs(st, { reward, metadata: fin.metadata, ...(fin.by === "timeout" ? { error: "agent_timeout" } : {}), ...(rewardError ? { rewardError } : {}) });
+  }
+
+  private async sendTask(st: AgentSessionState, base: string, link: AgentGatewayLink, kwargs: AgentLoopKwargs, wall: () => number): Promise<void> {
+    const key = st.input.key;
+    const root = `${base.replace(/\/+$/, "")}/v1/sessions/${encodeURIComponent(key)}`;
+    const task: AgentTask = {
+      key,
+      uid: st.input.uid,
+      session_id: st.input.session_id,
+      base_url: `${root}/openai/v1`,
+      api_key: st.input.token,
+      finish_url: `${root}/finish`,
+      model: link.gateway.modelName,
+      messages: st.input.messages,
+      tools: st.input.tools,
+      deadline: st.input.deadline_ms,
+      row: {
+        data_source: kwargs.data_source ?? null,
+        reward_model: kwargs.reward_model ?? null,
+        extra_info: (kwargs.extra_info as Record<string, unknown> | null | undefined) ?? null,
+      },
+    };
+    const body = JSON.stringify(task);
+    const doFetch = link.fetch ?? fetch;
+    const url = link.agent.url!;
+    let lastError = "";
+    for (let attempt = 0; attempt < 3; attempt++) {
+      if (attempt > 0) await new Promise((r) => setTimeout(r, 200 * 4 ** (attempt - 1)));
+      const left = st.input.deadline_ms - wall();
+      if (left <= 0) return;
+      const headers: Record<string, string> = { "content-type": "application/json" };
+      if (link.agent.secret) headers[SIGNATURE_HEADER] = await signatureHeader(link.agent.secret, body, wall() / 1000);
+      let res: Response;
+      try {
+        res = await doFetch(url, { method: "POST", headers, body, signal: this.ctx.signal ? AbortSignal.any([this.ctx.signal, AbortSignal.timeout(left)]) : AbortSignal.timeout(left) });
+      } catch (e) {
+        if (this.ctx.signal?.aborted) throw e;
+        // The deadline passed while a synchronous agent held the request: the wait closes the session.
+        if (st.input.deadline_ms - wall() <= 0) return;
+        lastError = `POST ${url}: ${(e as Error).message}`;
+        continue;
+      }
+      const text = await res.text().catch(() => "");
+      if (res.status === 202 || (res.status === 200 && text.trim() === "")) {
+        await link.gateway.markTaskSent(key);
+        return;
+      }
+      if (res.status === 200) {
+        let json: unknown;
+        try {
+          json = JSON.parse(text);
+        } catch {
+          throw new AgentWebhookError(`agent webhook ${url} answered 200 with a body that is not JSON: ${text.slice(0, 200)}`);
+        }
+        const r = AgentTaskResult.safeParse(json);
+        if (!r.success) throw new AgentWebhookError(`agent webhook ${url} answered 200 with a result that is not {reward?, metadata?}: ${r.error.issues[0]?.message ?? ""}`);
+        await link.gateway.markTaskSent(key);
+        await link.gateway.finish(key, { by: "task", reward: r.data.reward ?? null, metadata: r.data.metadata ?? null });
+        return;
+      }
+      lastError = `agent webhook ${url} answered ${res.status}: ${text.slice(0, 300)}`;
+      if (res.status < 500 && res.status !== 429) throw new AgentWebhookError(lastError);
+    }
+    throw new AgentWebhookError(`${lastError} (3 attempts)`);
+  }
+}
+
+/** A fresh session bearer token: 32 random bytes, hex. */
+export function newToken(): string {
+  const b = crypto.getRandomValues(new Uint8Array(32));
+  let s = "";
+  for (const x of b) s += x.toString(16).padStart(2, "0");
+  return `elk_${s}`;
+}
