@@ -1,6 +1,6 @@
 /**
  * The `edgeloop` command line (run as `npx edgeloop …` after `npm install`).
- * Subcommands: rollout, serve, worker, inspect, sim-engine, gateway, tools, upstash-bridge.
+ * Subcommands: rollout, serve, worker, inspect, sim-engine, gateway, tools, agent-example, upstash-bridge.
  * Every subcommand's flags are listed by `edgeloop <cmd> --help`.
  * With `OTEL_EXPORTER_OTLP_ENDPOINT` set, spans go to that OTLP/HTTP collector
  * (flushed when the command ends).
@@ -144,6 +144,15 @@ program
   .option("--host <host>", "address to bind", "127.0.0.1")
   .option("--secret <secret>", "HMAC secret: require x-edgeloop-signature (default: EDGELOOP_TOOLS_SECRET)")
   .action(async (opts) => (await import("../tools/main.ts")).serveTools(opts));
+
+program
+  .command("agent-example")
+  .description("serve the example agent's webhook (POST /tasks): a ReAct calculator agent on the openai SDK, for the openai_agent loop")
+  .option("--port <port>", "port", port, 8124)
+  .option("--host <host>", "address to bind", "127.0.0.1")
+  .option("--secret <secret>", "HMAC secret: require x-edgeloop-signature (default: EDGELOOP_AGENT_SECRET)")
+  .option("--max-steps <n>", "most chat-completion calls per task (default 8)", intFlag("--max-steps", 1, 1000))
+  .action(async (opts) => (await import("../agent-example/main.ts")).serveAgentExample(opts));
 
 program
   .command("upstash-bridge")

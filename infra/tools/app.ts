@@ -5,7 +5,7 @@ import { AuthError, ConflictError, EdgeloopError, inputErrorFromZod, NotFoundErr
 import { fnv1a32, hashInt, unitFloat } from "../../shared/inference/hash.ts";
 import { SIGNATURE_HEADER, verifySignature } from "../../shared/tools/signature.ts";
 import { limitBody } from "../../functions/http-util.ts";
-import { evaluateExpression } from "./calc.ts";
+import { calcToolContent } from "./calc.ts";
 import { DEFAULT_FACTS, lookupFact, type FactTable } from "./lookup.ts";
 
 /** The body edgeloop POSTs to a webhook tool. */
@@ -99,15 +99,7 @@ export function createToolsApp(opts: ToolsAppOptions = {}): Hono {
   const facts = opts.facts ?? DEFAULT_FACTS;
   const now = opts.nowSeconds ?? (() => Date.now() / 1000);
   const handlers: Record<string, Handler> = {
-    calc: (args) => {
-      const expr = stringArg(args, "expression");
-      if (expr === undefined) return { content: "Error: calc needs a string argument 'expression'." };
-      try {
-        return { content: evaluateExpression(expr) };
-      } catch (e) {
-        return { content: `Error: ${(e as Error).message}` };
-      }
-    },
+    calc: (args) => ({ content: calcToolContent(args) }),
     lookup: (args) => {
       const q = stringArg(args, "query");
       if (q === undefined) return { content: "Error: lookup needs a string argument 'query'." };

@@ -86,3 +86,21 @@ export function evaluateExpression(expression: string): string {
   }
   return math.format(value as number, { precision: 14 });
 }
+
+/**
+ * The `content` the example `calc` tool answers for a call's `arguments`
+ * (`{expression: string}`; a number is taken as its text): the value from
+ * {@link evaluateExpression}, or `Error: <reason>` — never throws. The tool
+ * server (`infra/tools/app.ts`) and the example agent (`infra/agent-example`)
+ * both answer with it, so the same call gets the same text from either.
+ */
+export function calcToolContent(args: Record<string, unknown>): string {
+  const v = args.expression;
+  const expr = typeof v === "string" ? v : typeof v === "number" ? String(v) : undefined;
+  if (expr === undefined) return "Error: calc needs a string argument 'expression'.";
+  try {
+    return evaluateExpression(expr);
+  } catch (e) {
+    return `Error: ${(e as Error).message}`;
+  }
+}
