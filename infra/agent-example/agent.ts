@@ -3,6 +3,7 @@ import type { ChatCompletionMessageParam, ChatCompletionMessageToolCall, ChatCom
 import { AgentTaskResult, type AgentTask } from "../../shared/agent-gateway/task.ts";
 import { ConfigError, EdgeloopError } from "../../shared/errors.ts";
 import { calcToolContent } from "../tools/calc.ts";
+import { lookupFact } from "../tools/lookup.ts";
 
 /** The fetch the agent uses for the model and the finish call (the `openai` SDK's `Fetch` shape). */
 export type AgentFetch = (input: string | URL | Request, init?: RequestInit) => Promise<Response>;
@@ -36,7 +37,7 @@ export const DEFAULT_AGENT_MAX_STEPS = 8;
 const FINISH_ATTEMPTS = 3;
 
 /**
- * The example agent of the agent gateway: a ReAct loop over the `calc` tool,
+ * The example agent of the agent gateway: a ReAct loop over the `calc` and `lookup` tools,
  * written with the official `openai` SDK as any external agent would be.
  *
  * 1. `client.chat.completions.create({model: task.model, messages, tools: task.tools})`
@@ -46,7 +47,8 @@ const FINISH_ATTEMPTS = 3;
  *    to its own reply and continues at token level), then one
  *    `{role: "tool", tool_call_id, name, content}` per call, in call order.
  *    `calc` is evaluated locally with {@link calcToolContent} (the example tool
- *    server's text, e.g. `35` or `Error: …`); arguments that are not a JSON
+ *    server's text, e.g. `35` or `Error: …`), `lookup` with the example tool
+ *    server's fact table (`lookupFact`); arguments that are not a JSON
  *    object give `Error: arguments are not a JSON object …`; any other tool
  *    gives `Error: unknown tool '<name>'`. Then step 1 again.
  * 3. It stops at a reply without tool calls, or after `maxSteps` calls.
@@ -98,11 +100,16 @@ export async function runCalculatorAgent(task: AgentTask, opts: CalculatorAgentO
 function toolMessage(call: ChatCompletionMessageToolCall): ChatCompletionMessageParam {
   const name = call.type === "function" ? call.function.name : call.custom.name;
   let content: string;
-  if (call.type !== "function" || name !== "calc") {
+  if (call.type !== "function" || (name !== "calc" && name !== "lookup")) {
     content = `Error: unknown tool '${name}'`;
   } else {
     const args = parseArguments(call.function.arguments);
-    content = typeof args === "string" ? args : calcToolContent(args);
+    if (typeof args === "string") content = args;
+    else if (name === "calc") content = calcToolContent(args);
+    else {
+      const q = typeof args.query === "string" ? args.query : typeof args.query === "number" ? String(args.query) : undefined;
+      content = q === undefined ? "Error: lookup needs a string argument 'query'." : lookupFact(q);
+    }
   }
   return { role: "tool", tool_call_id: call.id, name, content } as ChatCompletionMessageParam;
 }

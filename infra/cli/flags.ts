@@ -37,7 +37,7 @@ export function overridesFromFlags(f: ConfigFlags): Record<string, unknown> {
       max_model_len: f.maxModelLen,
       seed: f.seed,
       multi_turn: { max_assistant_turns: f.maxAssistantTurns },
-      agent: { default_agent_loop: f.defaultAgent },
+      agent: { default_agent_loop: f.defaultAgent ?? (f.agent ? "openai_agent" : undefined) },
     },
     engine: { url: f.engine, format: f.engineFormat, script: f.script, replicas: f.replicas },
     tools: { file: f.tools, secret: f.toolsSecret },

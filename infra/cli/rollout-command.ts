@@ -5,7 +5,9 @@ import { inputErrorFromZod } from "../../shared/errors.ts";
 import type { TrajectoryRecord } from "../../shared/schema/index.ts";
 import { readDataFile, type BadDataLine } from "./files.ts";
 import type { ConfigFlags } from "./flags.ts";
-import { buildRuntime } from "./runtime.ts";
+import { buildRuntime, type Runtime } from "./runtime.ts";
+import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
+import { startAgentServer } from "../agent-example/server.ts";
 import { formatSummary } from "./summary.ts";
 
 /** Flags of `edgeloop rollout`. */
@@ -40,7 +42,20 @@ export function badLineWarnings(file: string, bad: readonly BadDataLine[]): stri
 export async function rolloutCommand(flags: RolloutFlags): Promise<void> {
   const log = (s: string) => process.stderr.write(s + "\n");
   const { rows, badLines } = await readDataFile(flags.data);
-  const runtime = await buildRuntime(flags);
+  // --agent: every row runs through openai_agent; `example` starts the example agent here.
+  const agentServer = flags.agent === "example" ? startAgentServer({ port: 0, secret: flags.agentSecret ?? null }) : null;
+  if (flags.agent) for (const r of rows) if (r && typeof r === "object" && !Array.isArray(r)) (r as Record<string, unknown>).agent_name = "openai_agent";
+  let runtime;
+  try {
+    runtime = await buildRuntime(agentServer ? { ...flags, agent: `${agentServer.url}/tasks` } : flags);
+  } catch (e) {
+    await agentServer?.stop();
+    throw e;
+  }
+  // The agents' OpenAI endpoint, on a loopback port, when tasks can go out.
+  const gatewayServer = runtime.config.agent.url ? serveAgentGateway(runtime) : null;
+  if (agentServer) log(`agent      example agent (openai SDK) on ${agentServer.url}/tasks`);
+  if (gatewayServer) log(`agent      OpenAI endpoint on http://127.0.0.1:${gatewayServer.port}/v1/sessions/{key}/openai/v1`);
   for (const line of runtime.describe) log(line);
   for (const line of [...badLineWarnings(flags.data, badLines), ...runtime.warnings]) log(line);
   let out: WriteStream | null = null;
@@ -124,6 +139,16 @@ export async function rolloutCommand(flags: RolloutFlags): Promise<void> {
       process.off("SIGINT", onSignal);
       process.off("SIGTERM", onSignal);
     }
+    gatewayServer?.stop(true);
+    await agentServer?.stop();
     await runtime.close();
   }
+}
+
+/** The agent gateway's function on a free loopback port; the runtime's public URL becomes its address. */
+function serveAgentGateway(runtime: Runtime): { port: number; stop(force?: boolean): void } {
+  const app = createAgentGatewayApp({ gateway: runtime.agentGateway });
+  const server = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: app.fetch, idleTimeout: 0 });
+  runtime.setPublicUrl(`http://127.0.0.1:${server.port}`);
+  return { port: server.port!, stop: (f) => void server.stop(f) };
 }

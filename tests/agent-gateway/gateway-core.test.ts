@@ -1,0 +1,88 @@
+import { beforeAll, describe, expect, test } from "bun:test";
+import OpenAI from "openai";
+import { readFileSync } from "node:fs";
+import { AgentGateway } from "../../shared/agent-gateway/agent-gateway.ts";
+import { agentOutputs } from "../../shared/agent-gateway/agent-session.ts";
+import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
+import { ToolAgentLoop } from "../../shared/agent-loop/tool-agent.ts";
+import { MemorySessionStorage } from "../../shared/session/session-storage.ts";
+import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
+import { SimEngine } from "../../infra/sim-engine/sim-engine.ts";
+import { SimEngineClient } from "../../infra/sim-engine/sim-engine-client.ts";
+import { parseToolsFile } from "../../shared/tools/tools-file.ts";
+import { config, ctxOf, FakeTools, SP } from "../agent-loop/helpers.ts";
+import type { ToolSchema } from "../../shared/schema/index.ts";
+
+const ROOT = new URL("../../", import.meta.url).pathname;
+const script = JSON.parse(readFileSync(`${ROOT}examples/policy.json`, "utf8"));
+const row0 = JSON.parse(readFileSync(`${ROOT}examples/gsm8k-tool.jsonl`, "utf8").split("\n")[0]!);
+let tok: ChatTokenizer;
+let tools: ToolSchema[];
+
+beforeAll(async () => {
+  tok = await defaultTokenizer();
+  const file = parseToolsFile(readFileSync(`${ROOT}infra/tools/tools.example.json`, "utf8"), { vars: { port: 1 } });
+  tools = file.tools.map((t) => t.schema);
+});
+
+function setup() {
+  const engine = new SimEngine({ tokenizer: tok, script });
+  const client = new SimEngineClient(engine);
+  const storage = new MemorySessionStorage();
+  const gw = new AgentGateway({ storage, tokenizer: tok, client, maxModelLen: 4096 });
+  const app = createAgentGatewayApp({ gateway: gw });
+  return { engine, client, storage, gw, app };
+}
+
+async function createSession(gw: AgentGateway, key = "u0_0_0") {
+  return gw.create({
+    v: 1,
+    key,
+    uid: "u0",
+    session_id: 0,
+    token: "tok_0123456789abcdef0123",
+    created_ms: Date.now(),
+    deadline_ms: Date.now() + 60_000,
+    sampling_params: SP,
+    rollout: config(),
+    tools,
+    messages: row0.prompt,
+  });
+}
+
+describe("agent gateway core", () => {
+  test("two SDK calls record the same tokens as tool_agent", async () => {
+    const { gw, app } = setup();
+    await createSession(gw);
+    const client = new OpenAI({ baseURL: "http://edgeloop.local/v1/sessions/u0_0_0/openai/v1", apiKey: "tok_0123456789abcdef0123", fetch: async (u, i) => app.fetch(new Request(u as string, i)) });
+    const messages: OpenAI.ChatCompletionMessageParam[] = [...row0.prompt];
+    const r1 = await client.chat.completions.create({ model: "qwen3", messages, tools: tools as OpenAI.ChatCompletionTool[] });
+    const m1 = r1.choices[0]!.message;
+    expect(r1.choices[0]!.finish_reason).toBe("tool_calls");
+    expect(m1.tool_calls).toEqual([{ id: "call_0_0_0", type: "function", function: { name: "calc", arguments: '{"expression":"12*3-5"}' } }]);
+    expect((m1 as unknown as { reasoning_content: string }).reasoning_content).toBe("Let me compute 12*3-5.");
+    messages.push(m1, { role: "tool", tool_call_id: "call_0_0_0", content: "31" });
+    const r2 = await client.chat.completions.create({ model: "qwen3", messages, tools: tools as OpenAI.ChatCompletionTool[] });
+    expect(r2.choices[0]!.message.content).toBe("The answer is 31.\n#### 31");
+    expect(r2.choices[0]!.finish_reason).toBe("stop");
+    const st = await gw.finish("u0_0_0", { by: "agent", reward: 1 });
+    const [out] = agentOutputs(st, { reward: 1 });
+
+    const sim2 = new SimEngineClient(new SimEngine({ tokenizer: tok, script }));
+    const fake = new FakeTools(["calc", "lookup"], () => "31");
+    (fake as unknown as { schemas: ToolSchema[] }).schemas = tools;
+    const loop = new ToolAgentLoop(ctxOf(tok, sim2, config(), { tools: fake, reward: false }));
+    const ref = await loop.run(SP, { uid: "u0", session_id: 0, prompt: row0.prompt });
+    expect(out!.prompt_ids).toEqual(ref.prompt_ids);
+    expect(out!.response_ids).toEqual(ref.response_ids);
+    expect(out!.response_mask).toEqual(ref.response_mask);
+    expect(out!.response_logprobs).toEqual(ref.response_logprobs);
+    expect(out!.num_turns).toBe(ref.num_turns);
+
+    // Folding the stored events gives the same output.
+    gw.forget("u0_0_0");
+    const again = agentOutputs((await gw.get("u0_0_0"))!, { reward: 1 });
+    expect(again[0]!.response_ids).toEqual(out!.response_ids);
+    expect(again[0]!.response_logprobs).toEqual(out!.response_logprobs);
+  });
+});
