@@ -1,3 +1,4 @@
+import { ConfigError } from "../../shared/errors.ts";
 /** CLI flags as commander parses them (camelCase), for `rollout` and `serve`. */
 export interface ConfigFlags {
   config?: string;
@@ -25,6 +26,16 @@ export interface ConfigFlags {
   agentTimeoutMs?: number;
   agentSecret?: string;
   publicUrl?: string;
+}
+
+/**
+ * `--agent example` is for `rollout` only (it starts the example agent in that process).
+ * @throws ConfigError naming the flag for `serve` and `worker`.
+ */
+export function refuseExampleAgent(f: ConfigFlags, command: string): void {
+  if (f.agent === "example") {
+    throw new ConfigError("--agent", `'example' starts the example agent inside \`edgeloop rollout\` only; for ${command}, start it with \`edgeloop agent-example --port P\` and pass --agent http://127.0.0.1:P/tasks`);
+  }
 }
 
 /** The config overrides the flags stand for, in `AppConfig`'s shape (undefined leaves the file's value). */

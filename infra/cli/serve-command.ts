@@ -2,7 +2,7 @@ import { Hono } from "hono";
 import { createRolloutsApp, errorResponse } from "../../functions/rollouts.ts";
 import { createSessionsApp } from "../../functions/sessions.ts";
 import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
-import type { ConfigFlags } from "./flags.ts";
+import { refuseExampleAgent, type ConfigFlags } from "./flags.ts";
 import { buildRuntime, unsignedToolsWarning } from "./runtime.ts";
 import { loadTokenizer } from "../node/model-dir.ts";
 import { untilSignal } from "./engine-commands.ts";
@@ -15,6 +15,7 @@ import { untilSignal } from "./engine-commands.ts";
  * them here instead).
  */
 export async function serveCommand(flags: ConfigFlags & { port: number; host: string; jobs?: "inline" | "queue"; maxPending?: number; lostGrace?: number }): Promise<void> {
+  refuseExampleAgent(flags, "serve");
   const runtime = await buildRuntime(flags, {
     waitForStore: true,
     jobs: flags.jobs ?? "auto",

@@ -1,7 +1,7 @@
 import { hostname } from "node:os";
 import { ConfigError } from "../../shared/errors.ts";
 import { JobWorker } from "../../shared/jobs/job-worker.ts";
-import type { ConfigFlags } from "./flags.ts";
+import { refuseExampleAgent, type ConfigFlags } from "./flags.ts";
 import { buildRuntime, unsignedToolsWarning } from "./runtime.ts";
 
 /** Flags of `edgeloop worker`: the config flags plus the worker's own. */
@@ -24,6 +24,7 @@ export interface WorkerFlags extends ConfigFlags {
  * @throws ConfigError with the memory store (workers need a shared Redis).
  */
 export async function workerCommand(flags: WorkerFlags): Promise<void> {
+  refuseExampleAgent(flags, "worker");
   if (!flags.store && !flags.config) throw new ConfigError("store.url", "edgeloop worker needs a shared store: pass --store redis://host:port (or upstash), the same as edgeloop serve");
   const runtime = await buildRuntime(flags, { waitForStore: true, ...(flags.lease !== undefined ? { jobQueue: { leaseMs: Math.round(flags.lease * 1000) } } : {}) });
   try {
