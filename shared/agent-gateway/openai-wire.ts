@@ -1,0 +1,378 @@
+import { z } from "zod";
+import { InputError, inputErrorFromZod } from "../errors.ts";
+import type { ChatMessage, ToolCallMessage } from "../schema/message.ts";
+import { ToolSchema } from "../schema/tool.ts";
+
+/**
+ * The OpenAI chat-completions wire of the agent gateway
+ * (`POST /v1/sessions/{key}/openai/v1/chat/completions`, `GET …/models`):
+ * the request parsed into what edgeloop samples with, and the reply rendered
+ * as OpenAI's `chat.completion` object or `chat.completion.chunk` SSE stream.
+ * Pure and runtime-free; the HTTP handler parses JSON and maps
+ * {@link InputError} to a 400.
+ * @see https://platform.openai.com/docs/api-reference/chat
+ */
+
+/**
+ * A parsed chat-completions request.
+ *
+ * - `model`: as sent (null when absent); informational, edgeloop serves its one model.
+ * - `messages`: edgeloop {@link ChatMessage}s; `developer` is mapped to `system`;
+ *   assistant `content` is null when it only carries `tool_calls`; tool-call
+ *   `arguments` are kept as given (OpenAI sends a JSON string).
+ * - `tools`: OpenAI function tools ({@link ToolSchema}, `strict` dropped); undefined when absent or `[]`.
+ * - `tool_choice`: `"auto"` (default) or `"none"`.
+ * - `temperature` [0, 2], `top_p` (0, 1], `seed` (int): absent when not sent or null.
+ * - `max_tokens`: `max_completion_tokens ?? max_tokens`, a positive int; absent when neither is sent.
+ * - `stop`: stop strings (a lone string becomes `[string]`), 1–4 non-empty strings; absent when not sent.
+ * - `stream`, `logprobs`: false unless sent as true.
+ */
+export interface ChatRequest {
+  model: string | null;
+  messages: ChatMessage[];
+  tools: ToolSchema[] | undefined;
+  tool_choice: "auto" | "none";
+  temperature?: number;
+  top_p?: number;
+  seed?: number;
+  max_tokens?: number;
+  stop?: string[];
+  stream: boolean;
+  /** true: the reply carries the sampled tokens' log-probs (never `top_logprobs`). */
+  logprobs: boolean;
+}
+
+const ROLES = ["system", "developer", "user", "assistant", "tool"] as const;
+
+/** At most this many stop strings, as OpenAI's API allows. */
+export const MAX_STOP_STRINGS = 4;
+
+const nullish = (v: unknown): v is null | undefined => v === null || v === undefined;
+
+/** Parses `value` with `schema`; a failure is an {@link InputError} naming `field` (and the path below it). */
+function parseField<S extends z.ZodType>(field: string, schema: S, value: unknown): z.infer<S> {
+  const r = schema.safeParse(value);
+  if (!r.success) throw inputErrorFromZod(field, r.error.issues);
+  return r.data;
+}
+
+const Temperature = z.number({ error: "expected a number in [0, 2]" }).min(0, "must be >= 0").max(2, "must be <= 2");
+const TopP = z.number({ error: "expected a number in (0, 1]" }).gt(0, "must be > 0").max(1, "must be <= 1");
+const Seed = z.int({ error: "expected an integer" });
+const PositiveInt = z.int({ error: "expected a positive integer" }).min(1, "must be a positive integer");
+const Flag = z.boolean({ error: "expected true or false" });
+
+/** An assistant message's tool call, as OpenAI sends it (`arguments` a JSON string; an object is kept too). */
+const ToolCallIn = z.looseObject({
+  id: z.string({ error: "expected the call's id (a string)" }),
+  type: z.literal("function", { error: 'expected "function"' }).optional(),
+  function: z.looseObject(
+    {
+      name: z.string({ error: "expected the function's name (a string)" }).min(1, "must not be empty"),
+      arguments: z.union([z.string(), z.record(z.string(), z.unknown())], { error: "expected a JSON string of the arguments" }),
+    },
+    { error: "expected {name, arguments}" },
+  ),
+});
+
+/** A function tool's `function` object; `strict` is accepted and dropped. */
+const FunctionIn = z.looseObject(
+  {
+    name: z.string({ error: "expected the tool's name (a string)" }).min(1, "must not be empty"),
+    description: z.string({ error: "expected a string" }).nullish(),
+    parameters: z.record(z.string(), z.unknown(), { error: "expected a JSON Schema object" }).nullish(),
+    strict: z.boolean({ error: "expected true or false" }).nullish(),
+  },
+  { error: "expected {name, description?, parameters?}" },
+);
+
+/**
+ * Parses an OpenAI chat-completions request body (already JSON-decoded).
+ *
+ * Accepted and ignored: `user`, `metadata`, `store`, `parallel_tool_calls`,
+ * `stream_options`, `service_tier`, `reasoning_effort`, and any field this
+ * function does not know (forward compatibility, as vLLM does). Accepted only
+ * at their no-op value (anything else changes sampling in a way edgeloop does
+ * not do, so it is refused rather than ignored): `n` 1, `top_logprobs` 0,
+ * `frequency_penalty`/`presence_penalty` 0, `response_format` `{type:"text"}`,
+ * `logit_bias` `{}`, legacy `functions` `[]`, `function_call` `"auto"`/`"none"`;
+ * null counts as absent everywhere.
+ *
+ * @throws InputError naming the field: `body`, `messages`, `messages[2].role`,
+ *   `messages[2].content[0].type` (image/audio/file parts: the token core is
+ *   text-only), `messages[1].tool_calls[0].id`, `tools[0].type`, `tool_choice`,
+ *   `temperature`, `top_p`, `seed`, `max_tokens`, `max_completion_tokens`,
+ *   `stop`/`stop[i]`, `stream`, `logprobs`, `n`, `top_logprobs`, …
+ */
+export function parseChatRequest(body: unknown): ChatRequest {
+  if (!isRecord(body)) throw new InputError("body", "expected a JSON object (an OpenAI chat-completions request)");
+  const b = body;
+
+  if (!nullish(b.n) && b.n !== 1) throw new InputError("n", "edgeloop samples one choice per call: n must be 1 (or absent)");
+  if (!nullish(b.top_logprobs) && b.top_logprobs !== 0) {
+    throw new InputError("top_logprobs", "edgeloop returns only the sampled token's log-prob: top_logprobs must be 0 (or absent)");
+  }
+  for (const f of ["frequency_penalty", "presence_penalty"] as const) {
+    if (!nullish(b[f]) && b[f] !== 0) throw new InputError(f, "edgeloop samples without penalties: must be 0 (or absent)");
+  }
+  if (!nullish(b.response_format) && !(isRecord(b.response_format) && b.response_format.type === "text")) {
+    throw new InputError("response_format", 'edgeloop samples without guided decoding: only {type: "text"} (or absent)');
+  }
+  if (!nullish(b.logit_bias) && !(isRecord(b.logit_bias) && Object.keys(b.logit_bias).length === 0)) {
+    throw new InputError("logit_bias", "edgeloop samples without logit bias: must be empty (or absent)");
+  }
+  if (!nullish(b.functions) && !(Array.isArray(b.functions) && b.functions.length === 0)) {
+    throw new InputError("functions", "legacy function calling is not supported: send `tools`");
+  }
+  if (!nullish(b.function_call) && b.function_call !== "auto" && b.function_call !== "none") {
+    throw new InputError("function_call", "legacy function calling is not supported: send `tools`");
+  }
+
+  const model = nullish(b.model) ? null : parseField("model", z.string({ error: "expected a string" }), b.model);
+  const messages = parseMessages(b.messages);
+  const tools = parseTools(b.tools);
+
+  let toolChoice: "auto" | "none" = "auto";
+  if (!nullish(b.tool_choice)) {
+    if (b.tool_choice !== "auto" && b.tool_choice !== "none") {
+      throw new InputError(
+        "tool_choice",
+        `edgeloop samples token-in/token-out without guided decoding: only "auto" and "none" are supported, got ${JSON.stringify(b.tool_choice)}`,
+      );
+    }
+    toolChoice = b.tool_choice;
+  }
+
+  const out: ChatRequest = {
+    model,
+    messages,
+    tools,
+    tool_choice: toolChoice,
+    stream: nullish(b.stream) ? false : parseField("stream", Flag, b.stream),
+    logprobs: nullish(b.logprobs) ? false : parseField("logprobs", Flag, b.logprobs),
+  };
+  if (!nullish(b.temperature)) out.temperature = parseField("temperature", Temperature, b.temperature);
+  if (!nullish(b.top_p)) out.top_p = parseField("top_p", TopP, b.top_p);
+  if (!nullish(b.seed)) out.seed = parseField("seed", Seed, b.seed);
+  const maxCompletion = nullish(b.max_completion_tokens) ? undefined : parseField("max_completion_tokens", PositiveInt, b.max_completion_tokens);
+  const maxTokens = nullish(b.max_tokens) ? undefined : parseField("max_tokens", PositiveInt, b.max_tokens);
+  const max = maxCompletion ?? maxTokens;
+  if (max !== undefined) out.max_tokens = max;
+  const stop = parseStop(b.stop);
+  if (stop) out.stop = stop;
+  return out;
+}
+
+function parseStop(v: unknown): string[] | undefined {
+  if (nullish(v)) return undefined;
+  const list = typeof v === "string" ? [v] : v;
+  if (!Array.isArray(list)) throw new InputError("stop", `expected a string or a list of at most ${MAX_STOP_STRINGS} strings`);
+  if (list.length > MAX_STOP_STRINGS) throw new InputError("stop", `at most ${MAX_STOP_STRINGS} stop strings, got ${list.length}`);
+  list.forEach((s, i) => {
+    const field = typeof v === "string" ? "stop" : `stop[${i}]`;
+    if (typeof s !== "string") throw new InputError(field, "expected a string");
+    if (s === "") throw new InputError(field, "a stop string must not be empty");
+  });
+  // An empty list means no stop strings, as for an absent field.
+  return list.length > 0 ? [...(list as string[])] : undefined;
+}
+
+function parseMessages(v: unknown): ChatMessage[] {
+  if (nullish(v)) throw new InputError("messages", "required: a non-empty list of chat messages");
+  if (!Array.isArray(v)) throw new InputError("messages", "expected a list of chat messages");
+  if (v.length === 0) throw new InputError("messages", "must hold at least one message");
+  return v.map((m, i) => parseMessage(m, `messages[${i}]`));
+}
+
+function parseMessage(m: unknown, at: string): ChatMessage {
+  if (!isRecord(m)) throw new InputError(at, "expected a message object {role, content}");
+  const role = m.role;
+  if (typeof role !== "string" || !(ROLES as readonly string[]).includes(role)) {
+    throw new InputError(`${at}.role`, `expected one of ${ROLES.join(", ")}; got ${JSON.stringify(role ?? null)}`);
+  }
+  const r = role as (typeof ROLES)[number];
+
+  let toolCalls: ToolCallMessage[] | undefined;
+  if (r === "assistant" && !nullish(m.tool_calls)) {
+    if (!Array.isArray(m.tool_calls)) throw new InputError(`${at}.tool_calls`, "expected a list of tool calls");
+    toolCalls = m.tool_calls.map((c, k) => {
+      const p = parseField(`${at}.tool_calls[${k}]`, ToolCallIn, c);
+      return { id: p.id, type: "function" as const, function: { name: p.function.name, arguments: p.function.arguments } };
+    });
+    if (toolCalls.length === 0) toolCalls = undefined;
+  }
+
+  const content = parseContent(m.content, `${at}.content`, r === "assistant" && toolCalls !== undefined);
+  const out: ChatMessage = { role: r === "developer" ? "system" : r, content };
+  if (toolCalls) out.tool_calls = toolCalls;
+  if (!nullish(m.name)) out.name = parseField(`${at}.name`, z.string({ error: "expected a string" }), m.name);
+  if (r === "tool") {
+    if (nullish(m.tool_call_id)) throw new InputError(`${at}.tool_call_id`, "required on a tool message: the id of the call it answers");
+    out.tool_call_id = parseField(`${at}.tool_call_id`, z.string({ error: "expected a string" }), m.tool_call_id);
+  }
+  if (r === "assistant") {
+    // vLLM ≥ 0.11 names the field `reasoning` in its replies; agents echo back whichever they got.
+    const key = !nullish(m.reasoning_content) ? "reasoning_content" : !nullish(m.reasoning) ? "reasoning" : undefined;
+    if (key) out.reasoning_content = parseField(`${at}.${key}`, z.string({ error: "expected a string" }), m[key]);
+  }
+  return out;
+}
+
+/** A message's content: a string, text parts (kept as `{type, text}`), or null where OpenAI allows it. */
+function parseContent(v: unknown, at: string, nullAllowed: boolean): ChatMessage["content"] {
+  if (nullish(v)) {
+    if (nullAllowed) return null;
+    throw new InputError(at, "required: a string or a list of text parts (null only on an assistant message with tool_calls)");
+  }
+  if (typeof v === "string") return v;
+  if (!Array.isArray(v)) throw new InputError(at, "expected a string or a list of text parts");
+  return v.map((p, j) => {
+    if (!isRecord(p) || typeof p.type !== "string") throw new InputError(`${at}[${j}].type`, 'expected a content part {type: "text", text}');
+    if (p.type !== "text") {
+      throw new InputError(`${at}[${j}].type`, `${JSON.stringify(p.type)} parts are not supported: edgeloop's token core is text-only`);
+    }
+    if (typeof p.text !== "string") throw new InputError(`${at}[${j}].text`, "expected a string");
+    return { type: "text" as const, text: p.text };
+  });
+}
+
+function parseTools(v: unknown): ToolSchema[] | undefined {
+  if (nullish(v)) return undefined;
+  if (!Array.isArray(v)) throw new InputError("tools", 'expected a list of {type: "function", function: {name, description?, parameters?}}');
+  if (v.length === 0) return undefined;
+  return v.map((t, i) => {
+    if (!isRecord(t)) throw new InputError(`tools[${i}]`, 'expected {type: "function", function: {...}}');
+    if (t.type !== "function") {
+      throw new InputError(`tools[${i}].type`, `only "function" tools are supported, got ${JSON.stringify(t.type ?? null)}`);
+    }
+    const fn = parseField(`tools[${i}].function`, FunctionIn, t.function);
+    return parseField(
+      `tools[${i}]`,
+      ToolSchema,
+      {
+        type: "function",
+        function: {
+          name: fn.name,
+          ...(nullish(fn.description) ? {} : { description: fn.description }),
+          ...(nullish(fn.parameters) ? {} : { parameters: fn.parameters }),
+        },
+      },
+    );
+  });
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+/** The assistant message of a reply. `content` is null when the turn is only tool calls. */
+export interface ChatReplyMessage {
+  role: "assistant";
+  content: string | null;
+  reasoning_content?: string;
+  tool_calls?: { id: string; type: "function"; function: { name: string; arguments: string } }[];
+}
+
+/** One sampled token's log-prob entry (OpenAI `ChatCompletionTokenLogprob` without `top_logprobs`). */
+export interface ChatReplyLogprob {
+  /** The token's text. */
+  token: string;
+  /** Natural-log probability of the sampled token. */
+  logprob: number;
+  /** UTF-8 bytes of the token's text. */
+  bytes: number[];
+}
+
+/**
+ * Everything a reply carries, independent of streaming.
+ * - `id`: the completion id (`chatcmpl-…`); `created`: unix seconds; `model`: the served model's name.
+ * - `finish_reason`: `stop` (end of turn or a stop string), `tool_calls` (the turn ended with calls), `length`.
+ * - `usage`: prompt / completion tokens of this call (`total_tokens` = their sum).
+ * - `logprobs`: present when the request asked for them: one entry per sampled token, in order.
+ */
+export interface ChatReply {
+  id: string;
+  created: number;
+  model: string;
+  message: ChatReplyMessage;
+  finish_reason: "stop" | "tool_calls" | "length";
+  usage: { prompt_tokens: number; completion_tokens: number; total_tokens: number };
+  logprobs?: ChatReplyLogprob[] | null;
+}
+
+function messageBody(m: ChatReplyMessage): Record<string, unknown> {
+  return {
+    role: "assistant",
+    content: m.content,
+    refusal: null,
+    ...(m.reasoning_content !== undefined ? { reasoning_content: m.reasoning_content } : {}),
+    ...(m.tool_calls?.length ? { tool_calls: m.tool_calls.map((c) => ({ id: c.id, type: "function", function: { name: c.function.name, arguments: c.function.arguments } })) } : {}),
+  };
+}
+
+function logprobsBody(lps: ChatReplyLogprob[] | null | undefined): Record<string, unknown> | null {
+  if (!lps) return null;
+  return { content: lps.map((e) => ({ token: e.token, logprob: e.logprob, bytes: e.bytes, top_logprobs: [] })), refusal: null };
+}
+
+/**
+ * The non-streaming body: OpenAI's `chat.completion` object,
+ * `{id, object: "chat.completion", created, model, choices: [{index: 0,
+ * message: {role, content, refusal: null, reasoning_content?, tool_calls?},
+ * logprobs: {content: [{token, logprob, bytes, top_logprobs: []}], refusal: null} | null,
+ * finish_reason}], usage}`. `reasoning_content` follows vLLM's reasoning parsers.
+ * @see https://platform.openai.com/docs/api-reference/chat/object
+ */
+export function chatCompletionBody(r: ChatReply): Record<string, unknown> {
+  return {
+    id: r.id,
+    object: "chat.completion",
+    created: r.created,
+    model: r.model,
+    choices: [{ index: 0, message: messageBody(r.message), logprobs: logprobsBody(r.logprobs), finish_reason: r.finish_reason }],
+    usage: { prompt_tokens: r.usage.prompt_tokens, completion_tokens: r.usage.completion_tokens, total_tokens: r.usage.total_tokens },
+  };
+}
+
+/**
+ * The whole SSE body of a streamed reply, in OpenAI's `chat.completion.chunk`
+ * format (edgeloop samples a turn whole, then streams it). Events, each
+ * `data: <json>\n\n`:
+ * 1. `delta: {role: "assistant", content: ""}`;
+ * 2. `delta: {reasoning_content}` when the turn has reasoning;
+ * 3. `delta: {content}` when it has content;
+ * 4. per tool call k: `delta: {tool_calls: [{index: k, id, type: "function", function: {name, arguments}}]}`;
+ * 5. `delta: {}` with `finish_reason`, and the turn's `logprobs` when requested
+ *    (every sampled token on this one chunk; OpenAI clients concatenate chunks' log-probs);
+ * 6. a usage chunk `{choices: [], usage}`, always sent (like vLLM's
+ *    `--enable-force-include-usage`, whatever `stream_options` says);
+ * 7. `data: [DONE]`.
+ * @see https://platform.openai.com/docs/api-reference/chat-streaming/streaming
+ */
+export function chatCompletionSse(r: ChatReply): string {
+  const head = { id: r.id, object: "chat.completion.chunk", created: r.created, model: r.model };
+  const chunk = (delta: Record<string, unknown>, finish: ChatReply["finish_reason"] | null = null, logprobs: unknown = null) => ({
+    ...head,
+    choices: [{ index: 0, delta, logprobs, finish_reason: finish }],
+  });
+  const events: unknown[] = [chunk({ role: "assistant", content: "" })];
+  const m = r.message;
+  if (m.reasoning_content) events.push(chunk({ reasoning_content: m.reasoning_content }));
+  if (m.content) events.push(chunk({ content: m.content }));
+  (m.tool_calls ?? []).forEach((c, index) =>
+    events.push(chunk({ tool_calls: [{ index, id: c.id, type: "function", function: { name: c.function.name, arguments: c.function.arguments } }] })),
+  );
+  events.push(chunk({}, r.finish_reason, logprobsBody(r.logprobs)));
+  events.push({ ...head, choices: [], usage: { prompt_tokens: r.usage.prompt_tokens, completion_tokens: r.usage.completion_tokens, total_tokens: r.usage.total_tokens } });
+  return events.map((e) => `data: ${JSON.stringify(e)}\n\n`).join("") + "data: [DONE]\n\n";
+}
+
+/**
+ * `GET /models` body: OpenAI's model list with the one model the session serves,
+ * `{object: "list", data: [{id, object: "model", created, owned_by: "edgeloop"}]}`.
+ * `created` is unix seconds.
+ * @see https://platform.openai.com/docs/api-reference/models/list
+ */
+export function modelsBody(modelName: string, created: number): Record<string, unknown> {
+  return { object: "list", data: [{ id: modelName, object: "model", created, owned_by: "edgeloop" }] };
+}
