@@ -386,7 +386,7 @@ function gateway(reply: ChatReply) {
     baseURL: "http://gateway.test/v1",
     apiKey: "session-token",
     maxRetries: 0,
-    fetch: (u: string | URL | Request, i?: RequestInit) => app.fetch(new Request(u, i)),
+    fetch: async (u: string | URL | Request, i?: RequestInit) => app.fetch(new Request(u, i)),
   });
   return { client, seen };
 }
@@ -460,7 +460,7 @@ describe("round trip with the official openai SDK", () => {
     const { client } = gateway(TEXT_REPLY);
     const final = await client.chat.completions.stream({ model: "m", messages: [{ role: "user", content: "Capital?" }], logprobs: true }).finalChatCompletion();
     const plain = chatCompletionBody(TEXT_REPLY) as { choices: object[] };
-    expect({ ...final.choices[0]!, message: sdkMessage(final.choices[0]!.message) }).toEqual(plain.choices[0]!);
+    expect({ ...final.choices[0]!, message: sdkMessage(final.choices[0]!.message) } as unknown).toEqual(plain.choices[0]!);
     expect(final.choices[0]!.logprobs!.content!.map((e) => [e.token, e.logprob])).toEqual([["Paris", -0.0123], ["<|im_end|>", -0.5]]);
   });
 
