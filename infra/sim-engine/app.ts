@@ -7,6 +7,7 @@ import {
   sglangError,
   sglangFault,
   sglangReply,
+  stopList,
   TokenizeRequest,
   VllmCompletionRequest,
   vllmCompletionReply,
@@ -68,6 +69,7 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
       prompt_ids: prompt,
       max_tokens: body.max_tokens ?? 16,
       stop_token_ids: body.stop_token_ids ?? undefined,
+      stop: stopList(body.stop),
       endpoint: "/v1/completions",
     });
     if (out instanceof Response) return out;
@@ -79,6 +81,7 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
         returnTokenIds: body.return_token_ids === true,
         asTokenIds: body.return_tokens_as_token_ids === true,
         skipSpecial: body.skip_special_tokens ?? true,
+        includeStopStr: body.include_stop_str_in_output ?? false,
       }),
     );
   });
@@ -93,6 +96,7 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
       prompt_ids: body.token_ids,
       max_tokens: sp.max_tokens ?? 16,
       stop_token_ids: sp.stop_token_ids ?? undefined,
+      stop: stopList(sp.stop),
       endpoint: "/inference/v1/generate",
     });
     if (out instanceof Response) return out;
@@ -114,6 +118,7 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
       prompt_ids: prompt,
       max_tokens: sp.max_new_tokens ?? 128,
       stop_token_ids: sp.stop_token_ids ?? undefined,
+      stop: stopList(sp.stop),
       endpoint: "/generate",
     });
     if (out instanceof Response) return out;
@@ -122,6 +127,7 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
         rid,
         logprob: body.return_logprob === true,
         skipSpecial: sp.skip_special_tokens ?? true,
+        noStopTrim: sp.no_stop_trim ?? false,
         latencyS: Math.round(performance.now() - started) / 1000,
       }),
     );

@@ -8,8 +8,8 @@ import { vllmFault } from "./wire.ts";
 /**
  * An in-process {@link InferenceClient} over a {@link SimEngine}: the same
  * core as the HTTP endpoints, without HTTP, for fast in-process runs. Output
- * follows vLLM's conventions (`stop_reason` is the stop id only when it was
- * requested in `stop_token_ids`); faults become the typed errors the HTTP
+ * follows vLLM's conventions (`stop_reason` is the matched stop string, or the
+ * stop id when it was requested in `stop_token_ids`); faults become the typed errors the HTTP
  * adapters would throw for the same engine answer.
  * @throws ContextOverflowError, EngineUnavailableError, EngineAbortedError
  */
@@ -32,6 +32,7 @@ export class SimEngineClient implements InferenceClient {
         prompt_ids: Array.from(req.prompt_ids),
         max_tokens: req.max_tokens,
         stop_token_ids: req.sampling_params.stop_token_ids,
+        stop: req.sampling_params.stop,
         endpoint: "in-process",
         signal: req.signal,
       });
@@ -47,7 +48,7 @@ export class SimEngineClient implements InferenceClient {
       logProbs: out.log_probs,
       wantLogprobs: req.sampling_params.logprobs,
       finishReason: out.finish_reason,
-      stopReason: out.finish_reason === "stop" ? (out.stop_token_requested ? out.stop_token : null) : null,
+      stopReason: out.finish_reason === "stop" ? (out.stop_string ?? (out.stop_token_requested ? out.stop_token : null)) : null,
       cachedTokens: out.cached_tokens,
     });
   }

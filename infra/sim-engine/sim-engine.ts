@@ -52,6 +52,11 @@ export interface SimGenerateRequest {
   /** Generated tokens at most (≥ 1). */
   max_tokens: number;
   stop_token_ids?: readonly number[];
+  /**
+   * Stop strings: the turn ends at the first generated token whose decoded
+   * text (special tokens kept) completes one of them; that token is kept.
+   */
+  stop?: readonly string[];
   /** The routing key the call carried (`X-Session-ID`), for the request log. */
   routing_key?: string;
   /** Which endpoint served it (`/v1/completions`, `/generate`, `in-process`...). */
@@ -60,13 +65,18 @@ export interface SimGenerateRequest {
   signal?: AbortSignal;
 }
 
-/** What the core generated. `stop_token` is the id that ended a `stop` turn, if one did. */
+/**
+ * What the core generated. `stop_token` is the id that ended a `stop` turn, if
+ * one did; `stop_string` the requested stop string that ended it, if one did
+ * (then `stop_token` is null).
+ */
 export interface SimGenerateResult {
   token_ids: number[];
   /** One per token, in [−5, 0], deterministic in (seed, prompt, position). */
   log_probs: number[];
   finish_reason: "stop" | "length" | "abort";
   stop_token: number | null;
+  stop_string: string | null;
   /** Whether `stop_token` was among the request's `stop_token_ids` (vLLM's `stop_reason` then names it). */
   stop_token_requested: boolean;
   prompt_tokens: number;
@@ -102,6 +112,8 @@ export interface SimRequestLog {
   prompt_tokens: number;
   /** The request's `stop_token_ids`, when it carried any. */
   stop_token_ids?: number[];
+  /** The request's stop strings, when it carried any. */
+  stop?: string[];
   cached_tokens?: number;
   completion_tokens?: number;
   finish_reason?: string;
@@ -291,13 +303,14 @@ export class SimEngine {
   /**
    * Generates one reply. Order: context check, fault, prefix-cache lookup,
    * prefill latency, scripted tokens (resuming an open turn whose partial
-   * tokens prefix the script's), stop ids, `max_tokens`, log-probs, decode
+   * tokens prefix the script's), stop ids and stop strings, `max_tokens`, log-probs, decode
    * latency, cache insert of prompt ‖ output.
    * @throws SimEngineFault for 5xx/overflow faults, natural context overflow, and a hang ended by the client
    */
   async generate(req: SimGenerateRequest): Promise<SimGenerateResult> {
     const log: SimRequestLog = { request_id: req.request_id, routing_key: req.routing_key, endpoint: req.endpoint, prompt_tokens: req.prompt_ids.length };
     if (req.stop_token_ids?.length) log.stop_token_ids = [...req.stop_token_ids];
+    if (req.stop?.length) log.stop = [...req.stop];
     this.requests.push(log);
     if (this.requests.length > LOG_LIMIT) this.requests.splice(0, this.requests.length - LOG_LIMIT);
     this.stats.requests++;
@@ -364,8 +377,16 @@ export class SimEngine {
     // Like a real engine, generation ends at the first id of the model's stop list (its generation
     // config's eos_token_id, e.g. Qwen3's 151645 and 151643) or a requested stop id, kept in the output.
     let stopToken: number | null = null;
+    let stopString: string | null = null;
     const stopAt = ids.findIndex((t) => this.tokenizer.isStopToken(t) || stopIds.includes(t));
-    if (stopAt >= 0) {
+    // A stop string is matched on the text of the tokens before a stop id (vLLM does not detokenize
+    // the stop token that ended a request), so a stop id at the same token wins.
+    const byString = req.stop?.length ? this.stopStringAt(stopAt >= 0 ? ids.slice(0, stopAt) : ids, req.stop) : undefined;
+    if (byString) {
+      ids = ids.slice(0, byString.index + 1);
+      finish = "stop";
+      stopString = byString.stop;
+    } else if (stopAt >= 0) {
       ids = ids.slice(0, stopAt + 1);
       finish = "stop";
       stopToken = ids[stopAt];
@@ -374,6 +395,7 @@ export class SimEngine {
       ids = ids.slice(0, req.max_tokens);
       finish = "length";
       stopToken = null;
+      stopString = null;
     }
     if (fault?.kind === "abort_after") {
       const k = fault.tokens ?? 0;
@@ -382,6 +404,7 @@ export class SimEngine {
         ids = ids.slice(0, k);
         finish = "abort";
         stopToken = null;
+        stopString = null;
         if (drawn) {
           log.fault = "abort_after";
           this.faultRate!.record({ kind: "abort", routing_key: req.routing_key, request_id: req.request_id, attempt: drawn.attempt, turn_index: r.turn_index, tokens: k });
@@ -396,12 +419,31 @@ export class SimEngine {
       log_probs: logProbs,
       finish_reason: finish,
       stop_token: stopToken,
+      stop_string: stopString,
       stop_token_requested: stopToken !== null && stopIds.includes(stopToken),
       prompt_tokens: P,
       cached_tokens: cached,
       turn_index: r.turn_index,
       rule_index: r.rule_index,
     };
+  }
+
+  /**
+   * The first token whose decoded prefix `ids[0..index]` contains a stop
+   * string, and that string (the first of `stops`, in request order, found
+   * there, as vLLM's `check_stop_strings` iterates); undefined when the text
+   * never contains one. Special tokens are kept in the text, as with the
+   * `skip_special_tokens: false` edgeloop sends.
+   * @see vLLM `StopChecker.check_stop_strings` and v1 `IncrementalDetokenizer.update` (text truncated, token ids kept)
+   */
+  stopStringAt(ids: readonly number[], stops: readonly string[]): { index: number; stop: string } | undefined {
+    const found = (text: string) => stops.find((s) => s.length > 0 && text.includes(s));
+    if (ids.length === 0 || !found(this.tokenizer.decode(ids))) return undefined;
+    for (let k = 0; k < ids.length; k++) {
+      const stop = found(this.tokenizer.decode(ids.slice(0, k + 1)));
+      if (stop !== undefined) return { index: k, stop };
+    }
+    return undefined;
   }
 
   /** A scripted turn's ids and nominal finish reason. */

@@ -9,6 +9,27 @@ import type { SimEngine, SimEngineFault, SimGenerateResult } from "./sim-engine.
  */
 
 const Ids = z.array(z.number().int().min(0));
+/** `stop`: a string or a list (vLLM and SGLang both take either); vLLM refuses an empty string. */
+const Stop = z.union([z.string(), z.array(z.string())]).refine((s) => (typeof s === "string" ? [s] : s).every((x) => x.length > 0), "stop cannot contain an empty string.");
+
+/** The stop strings of a request's `stop` field, as a list (undefined when none). */
+export function stopList(stop: string | string[] | null | undefined): string[] | undefined {
+  const list = stop == null ? [] : typeof stop === "string" ? [stop] : stop;
+  return list.length > 0 ? list : undefined;
+}
+
+/**
+ * The reply `text` of a turn that a stop string ended: cut before the string
+ * (vLLM's `include_stop_str_in_output: false`, SGLang without `no_stop_trim`),
+ * or kept whole. Unchanged when the text does not hold the string (it was
+ * decoded without special tokens).
+ * @see vLLM `StopChecker.check_stop_strings`; SGLang `DetokenizerManager.trim_matched_stop`
+ */
+export function trimStopString(text: string, stop: string | null, keep: boolean): string {
+  if (stop === null || keep) return text;
+  const at = text.indexOf(stop);
+  return at < 0 ? text : text.slice(0, at);
+}
 
 /** vLLM `POST /v1/completions` body (the fields the simulator honours). */
 export const VllmCompletionRequest = z.looseObject({
@@ -17,6 +38,8 @@ export const VllmCompletionRequest = z.looseObject({
   max_tokens: z.number().int().min(1).nullish(),
   logprobs: z.number().int().min(-1).nullish(),
   stop_token_ids: Ids.nullish(),
+  stop: Stop.nullish(),
+  include_stop_str_in_output: z.boolean().nullish(),
   return_token_ids: z.boolean().nullish(),
   return_tokens_as_token_ids: z.boolean().nullish(),
   skip_special_tokens: z.boolean().nullish(),
@@ -35,8 +58,15 @@ export const VllmGenerateRequest = z.looseObject({
       max_tokens: z.number().int().min(1).nullish(),
       logprobs: z.number().int().min(-1).nullish(),
       stop_token_ids: Ids.nullish(),
+      stop: Stop.nullish(),
+      include_stop_str_in_output: z.boolean().nullish(),
+      detokenize: z.boolean().nullish(),
     })
-    .default({}),
+    .default({})
+    .refine((sp) => !(stopList(sp.stop) && sp.detokenize === false), {
+      message: "stop strings are only supported when detokenize is True. Set detokenize=True to use stop.",
+      path: ["detokenize"],
+    }),
   stream: z.literal(false).nullish(),
 });
 
@@ -48,6 +78,8 @@ export const SglangGenerateRequest = z.looseObject({
     .looseObject({
       max_new_tokens: z.number().int().min(1).nullish(),
       stop_token_ids: Ids.nullish(),
+      stop: Stop.nullish(),
+      no_stop_trim: z.boolean().nullish(),
       skip_special_tokens: z.boolean().nullish(),
       top_k: z.number().int().refine((k) => k !== 0, "top_k 0 is invalid in SGLang; use -1 to disable").nullish(),
     })
@@ -79,7 +111,16 @@ export function tokenIdString(id: number): string {
 export function vllmCompletionReply(
   engine: SimEngine,
   out: SimGenerateResult,
-  opts: { requestId: string; promptIds: readonly number[]; logprobs: boolean; returnTokenIds: boolean; asTokenIds: boolean; skipSpecial: boolean },
+  opts: {
+    requestId: string;
+    promptIds: readonly number[];
+    logprobs: boolean;
+    returnTokenIds: boolean;
+    asTokenIds: boolean;
+    skipSpecial: boolean;
+    /** `include_stop_str_in_output` (default false: the text ends before a matched stop string). */
+    includeStopStr?: boolean;
+  },
 ): Record<string, unknown> {
   const tokenStr = (id: number) => (opts.asTokenIds ? tokenIdString(id) : engine.tokenizer.decode([id]));
   let logprobs: Record<string, unknown> | null = null;
@@ -106,10 +147,10 @@ export function vllmCompletionReply(
     choices: [
       {
         index: 0,
-        text: decodeText(engine, out.token_ids, opts.skipSpecial),
+        text: trimStopString(decodeText(engine, out.token_ids, opts.skipSpecial), out.stop_string, opts.includeStopStr === true),
         logprobs,
         finish_reason: out.finish_reason,
-        stop_reason: out.stop_token_requested ? out.stop_token : null,
+        stop_reason: out.stop_string ?? (out.stop_token_requested ? out.stop_token : null),
         token_ids: opts.returnTokenIds ? out.token_ids : null,
         prompt_token_ids: opts.returnTokenIds ? [...opts.promptIds] : null,
         prompt_logprobs: null,
@@ -161,16 +202,16 @@ function usage(out: SimGenerateResult) {
 export function sglangReply(
   engine: SimEngine,
   out: SimGenerateResult,
-  opts: { rid: string; logprob: boolean; skipSpecial: boolean; latencyS: number },
+  opts: { rid: string; logprob: boolean; skipSpecial: boolean; latencyS: number; /** `no_stop_trim`: keep a matched stop string in `text`. */ noStopTrim?: boolean },
 ): Record<string, unknown> {
   const finish =
     out.finish_reason === "stop"
-      ? { type: "stop", matched: out.stop_token }
+      ? { type: "stop", matched: out.stop_string ?? out.stop_token }
       : out.finish_reason === "length"
         ? { type: "length", length: out.token_ids.length }
         : { type: "abort", message: "Abort before or during generation (simulated preemption)", status_code: null, err_type: null };
   return {
-    text: decodeText(engine, out.token_ids, opts.skipSpecial),
+    text: trimStopString(decodeText(engine, out.token_ids, opts.skipSpecial), out.stop_string, opts.noStopTrim === true),
     output_ids: out.token_ids,
     meta_info: {
       id: opts.rid,

@@ -60,6 +60,8 @@ export const SglangGenerateReply = z.looseObject({
  * Token-in/token-out client for SGLang's native `POST /generate`.
  *
  * Sends `input_ids`, `sampling_params.max_new_tokens` (always set),
+ * `sampling_params.stop` when the request has stop strings (the matched one
+ * comes back as `finish_reason.matched`),
  * `return_logprob: true` with `logprob_start_len: -1` (output tokens only) and
  * `rid` = the request id. Reads `output_ids` (or the ids inside the
  * `output_token_logprobs` triples), the finish-reason object and
@@ -92,6 +94,7 @@ export class SglangClient implements InferenceClient {
         top_p: sp.top_p,
         top_k: engineTopK(sp.top_k, "sglang"),
         ...(sp.stop_token_ids ? { stop_token_ids: sp.stop_token_ids } : {}),
+        ...(sp.stop?.length ? { stop: sp.stop } : {}),
         ...(sp.seed !== undefined ? { sampling_seed: sp.seed } : {}),
         skip_special_tokens: false,
         no_stop_trim: true,

@@ -36,7 +36,9 @@ export interface VllmClientOptions {
  * Token-in/token-out client for a vLLM OpenAI-compatible server.
  *
  * Sends the prompt as token ids with `max_tokens` always set, `logprobs: 0`,
- * `return_token_ids: true` and `return_tokens_as_token_ids: true`, so that a
+ * `return_token_ids: true` and `return_tokens_as_token_ids: true` (and `stop`
+ * when the request has stop strings; the matched string comes back as
+ * `stop_reason`, the tokens are kept whole), so that a
  * server too old for `token_ids` still names each sampled id in
  * `logprobs.tokens` (`"token_id:<id>"`). A reply from which the ids cannot be
  * recovered is a {@link BadEngineResponseError}: text is never re-encoded and
@@ -77,6 +79,7 @@ export class VllmClient implements InferenceClient {
       n: 1,
       ...(sp.seed !== undefined ? { seed: sp.seed } : {}),
       ...(sp.stop_token_ids ? { stop_token_ids: sp.stop_token_ids } : {}),
+      ...(sp.stop?.length ? { stop: sp.stop } : {}),
       logprobs: 0,
       return_token_ids: true,
       return_tokens_as_token_ids: true,
@@ -87,9 +90,14 @@ export class VllmClient implements InferenceClient {
     };
   }
 
-  /** The body sent to `POST /inference/v1/generate` for `req`. */
+  /**
+   * The body sent to `POST /inference/v1/generate` for `req`. `detokenize` is
+   * false unless the request has stop strings, which vLLM only matches on
+   * detokenized text (a `--tokens-only` server cannot honour them).
+   */
   generateBody(req: GenerateRequest): Record<string, unknown> {
     const sp = req.sampling_params;
+    const stop = sp.stop?.length ? sp.stop : undefined;
     return {
       ...(this.model ? { model: this.model } : {}),
       request_id: req.request_id,
@@ -101,10 +109,12 @@ export class VllmClient implements InferenceClient {
         top_k: engineTopK(sp.top_k, "vllm"),
         ...(sp.seed !== undefined ? { seed: sp.seed } : {}),
         ...(sp.stop_token_ids ? { stop_token_ids: sp.stop_token_ids } : {}),
+        ...(stop ? { stop } : {}),
         logprobs: 0,
         skip_special_tokens: false,
         include_stop_str_in_output: false,
-        detokenize: false,
+        // vLLM refuses stop strings without detokenization ("stop strings are only supported when detokenize is True").
+        detokenize: stop !== undefined,
       },
       stream: false,
     };

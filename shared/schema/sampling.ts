@@ -12,6 +12,14 @@ export const SamplingParams = z.object({
   top_k: z.number().int().min(-1).default(-1),
   seed: z.number().int().optional(),
   stop_token_ids: z.array(z.number().int().min(0)).optional(),
+  /**
+   * Stop strings: generation ends once the decoded text of the generated
+   * tokens contains one (finish `stop`, `stop_reason` = that string). The
+   * tokens are kept up to and including the one that completed it; engines
+   * trim only their `text`, which edgeloop does not read.
+   * @see vLLM `SamplingParams.stop` (v1 `IncrementalDetokenizer.update` truncates `output_text` only), SGLang `sampling_params.stop`
+   */
+  stop: z.array(z.string().min(1, "a stop string must not be empty")).optional(),
   /** Ask the engine for the log-prob of each sampled token (verl's `calculate_log_probs`). */
   logprobs: z.boolean().default(true),
 });

@@ -128,6 +128,35 @@ describe("request translation", () => {
     expect(body.logprobs).toBe(0);
   });
 
+  test("stop strings: vLLM `stop` (generate: with detokenize on, which vLLM requires), SGLang `sampling_params.stop`; a string stop_reason is kept", async () => {
+    const sp = SamplingParams.parse({ ...reqFixture.input.sampling_params, stop: ["\nObservation:", "END"] });
+    const stop = ["\nObservation:", "END"];
+    const matched = structuredClone(ok.reply);
+    Object.assign((matched.body as { choices: Record<string, unknown>[] }).choices[0]!, { stop_reason: "END" });
+    server.setReply(matched);
+    const out = await client("vllm").generate(request({ sampling_params: sp }));
+    expect([out.token_ids, out.finish_reason, out.stop_reason]).toEqual([[12095, 13, 151645], "stop", "END"]);
+    expect(server.last().body).toEqual({ ...reqFixture.vllm.body, stop });
+
+    server.setReply(fixtures.find((f) => f.name === "vllm-generate-tokens")!.reply);
+    await client("vllm-generate").generate(request({ sampling_params: sp }));
+    const gen = reqFixture["vllm-generate"].body as { sampling_params: Record<string, unknown> };
+    expect(server.last().body).toEqual({ ...gen, sampling_params: { ...gen.sampling_params, stop, detokenize: true } });
+
+    const sgMatched = structuredClone(sgOk.reply);
+    (sgMatched.body as { meta_info: Record<string, unknown> }).meta_info.finish_reason = { type: "stop", matched: "END" };
+    server.setReply(sgMatched);
+    expect((await client("sglang").generate(request({ sampling_params: sp }))).stop_reason).toBe("END");
+    const sg = reqFixture.sglang.body as { sampling_params: Record<string, unknown> };
+    expect(server.last().body).toEqual({ ...sg, sampling_params: { ...sg.sampling_params, stop } });
+
+    // An empty list sends nothing, as absent.
+    server.setReply(ok.reply);
+    await client("vllm").generate(request({ sampling_params: SamplingParams.parse({ ...reqFixture.input.sampling_params, stop: [] }) }));
+    expect(server.last().body).toEqual(reqFixture.vllm.body);
+    expect(SamplingParams.safeParse({ stop: ["a", ""] }).error?.issues[0]).toMatchObject({ path: ["stop", 1], message: "a stop string must not be empty" });
+  });
+
   test("the routing key and request id headers follow the request", async () => {
     server.setReply(sgOk.reply);
     await new SglangClient({ url: server.url }).generate(request({ request_id: "r-2", routing_key: "traj-7" }));

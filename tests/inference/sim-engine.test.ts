@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { ConfigError, ContextOverflowError, EngineAbortedError, EngineUnavailableError } from "../../shared/errors.ts";
+import { createEngineClient } from "../../shared/inference/index.ts";
 import type { GenerateRequest } from "../../shared/inference/types.ts";
 import { SamplingParams } from "../../shared/schema/index.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
@@ -333,3 +334,133 @@ describe("E4: the model's whole stop list ends a turn, as in a real engine", () 
     }
   });
 });
+
+describe("stop strings: the turn ends at the token that completes one, that token kept (vLLM keeps ids, trims only text)", () => {
+  // DEFAULT_POLICY: "I" " cannot" " help" " with" " that" "." <|im_end|>
+  const TURN = [40, 4157, 1492, 448, 429, 13, EOS];
+  const stopReq = (prompt: number[], stop: string[], over: Partial<SamplingParams> = {}, max_tokens = 64) =>
+    req(prompt, { sampling_params: SamplingParams.parse({ stop, ...over }), max_tokens });
+
+  test("a stop string inside one token, across tokens, never matched; stop_reason is the string", async () => {
+    const e = new SimEngine({ tokenizer: tok });
+    const c = new SimEngineClient(e);
+    const p = user("hello");
+    const one = await c.generate(stopReq(p, ["help"]));
+    expect([one.token_ids, one.finish_reason, one.stop_reason]).toEqual([[40, 4157, 1492], "stop", "help"]);
+    expect(one.log_probs).toEqual(e.logProbs(p, 3));
+    // " cannot he" is completed by " help".
+    expect((await c.generate(stopReq(p, [" cannot he"]))).token_ids).toEqual([40, 4157, 1492]);
+    const across = await c.generate(stopReq(p, ["with th"]));
+    expect([across.token_ids, across.stop_reason]).toEqual([[40, 4157, 1492, 448, 429], "with th"]);
+    const never = await c.generate(stopReq(p, ["Paris"]));
+    expect([never.token_ids, never.finish_reason, never.stop_reason]).toEqual([TURN, "stop", null]);
+    expect(e.requests.at(-1)!.stop).toEqual(["Paris"]);
+  });
+
+  test("the earliest completion wins; at the same token, the first string in request order", async () => {
+    const c = new SimEngineClient(new SimEngine({ tokenizer: tok }));
+    const p = user("hello");
+    expect((await c.generate(stopReq(p, ["that", "cannot"]))).stop_reason).toBe("cannot");
+    expect((await c.generate(stopReq(p, ["annot", "cannot"]))).stop_reason).toBe("annot");
+    expect((await c.generate(stopReq(p, ["cannot", "annot"]))).stop_reason).toBe("cannot");
+  });
+
+  test("stop ids and stop strings: the earlier ends the turn; the stop token's own text is not matched", async () => {
+    const c = new SimEngineClient(new SimEngine({ tokenizer: tok }));
+    const p = user("hello");
+    const byId = await c.generate(stopReq(p, ["that"], { stop_token_ids: [4157] }));
+    expect([byId.token_ids, byId.stop_reason]).toEqual([[40, 4157], 4157]);
+    const byString = await c.generate(stopReq(p, ["cannot"], { stop_token_ids: [429] }));
+    expect([byString.token_ids, byString.stop_reason]).toEqual([[40, 4157], "cannot"]);
+    // <|im_end|> ends the turn as a stop id before its text is matched (vLLM does not detokenize the stop token).
+    const eos = await c.generate(stopReq(p, ["<|im_end|>"], { stop_token_ids: [EOS] }));
+    expect([eos.token_ids, eos.stop_reason]).toEqual([TURN, EOS]);
+  });
+
+  test("max_tokens before the completing token: length, no stop_reason", async () => {
+    const c = new SimEngineClient(new SimEngine({ tokenizer: tok }));
+    const cut = await c.generate(stopReq(user("hello"), ["that"], {}, 3));
+    expect([cut.token_ids, cut.finish_reason, cut.stop_reason]).toEqual([[40, 4157, 1492], "length", null]);
+    // Exactly enough room for the completing token: a stop.
+    const fits = await c.generate(stopReq(user("hello"), ["that"], {}, 5));
+    expect([fits.token_ids, fits.finish_reason, fits.stop_reason]).toEqual([[40, 4157, 1492, 448, 429], "stop", "that"]);
+  });
+
+  test("only the text generated in this call is matched: a resumed turn's earlier tokens are prompt", async () => {
+    const c = new SimEngineClient(new SimEngine({ tokenizer: tok }));
+    const p = [...user("hello"), 40, 4157, 1492];
+    const rest = await c.generate(stopReq(p, ["help"]));
+    expect([rest.token_ids, rest.stop_reason]).toEqual([[448, 429, 13, EOS], null]);
+    expect((await c.generate(stopReq(p, ["help with"]))).token_ids).toEqual([448, 429, 13, EOS]);
+    expect((await c.generate(stopReq(p, ["at."]))).token_ids).toEqual([448, 429, 13]);
+  });
+
+  test("a special token's text in a scripted turn can complete a stop string (skip_special_tokens false)", async () => {
+    const c = new SimEngineClient(new SimEngine({ tokenizer: tok, script: SCRIPT }));
+    const out = await c.generate(stopReq(user("please use a tool"), ["<tool_call>"]));
+    expect([out.token_ids, out.stop_reason]).toEqual([[151657], "<tool_call>"]);
+  });
+});
+
+describe("stop strings over HTTP, in each engine's wire", () => {
+  let sim: RunningSimEngine;
+  beforeAll(async () => {
+    sim = await startSimEngine({ tokenizer: tok });
+  });
+  afterAll(() => sim.stop());
+  const post = async (path: string, body: unknown) => {
+    const r = await fetch(`${sim.urls[0]}${path}`, { method: "POST", body: JSON.stringify(body) });
+    return { status: r.status, body: (await r.json()) as Record<string, any> };
+  };
+
+  test("vLLM /v1/completions: token_ids keep the completing token, text is trimmed unless include_stop_str_in_output", async () => {
+    const base = { prompt: user("hello"), max_tokens: 32, return_token_ids: true, skip_special_tokens: false };
+    const r = await post("/v1/completions", { ...base, stop: ["help"] });
+    expect(r.status).toBe(200);
+    const ch = r.body.choices[0];
+    expect([ch.token_ids, ch.text, ch.finish_reason, ch.stop_reason]).toEqual([[40, 4157, 1492], "I cannot ", "stop", "help"]);
+    expect(r.body.usage.completion_tokens).toBe(3);
+    const kept = (await post("/v1/completions", { ...base, stop: "help", include_stop_str_in_output: true })).body.choices[0];
+    expect([kept.token_ids, kept.text, kept.stop_reason]).toEqual([[40, 4157, 1492], "I cannot help", "help"]);
+    const empty = await post("/v1/completions", { ...base, stop: ["ok", ""] });
+    expect([empty.status, empty.body.error.message]).toEqual([400, "stop: stop cannot contain an empty string."]);
+  });
+
+  test("vLLM /inference/v1/generate: stop needs detokenize (vLLM's own refusal otherwise)", async () => {
+    const body = (sp: Record<string, unknown>) => ({ token_ids: user("hello"), sampling_params: { max_tokens: 32, ...sp } });
+    const r = await post("/inference/v1/generate", body({ stop: ["help"], detokenize: true }));
+    expect([r.status, r.body.choices[0].token_ids, r.body.choices[0].finish_reason]).toEqual([200, [40, 4157, 1492], "stop"]);
+    const refused = await post("/inference/v1/generate", body({ stop: ["help"], detokenize: false }));
+    expect([refused.status, refused.body.error.message]).toEqual([
+      400,
+      "sampling_params.detokenize: stop strings are only supported when detokenize is True. Set detokenize=True to use stop.",
+    ]);
+    expect((await post("/inference/v1/generate", body({ detokenize: false }))).body.choices[0].token_ids).toEqual(TURN_IDS);
+  });
+
+  test("SGLang /generate: matched is the string; text trimmed unless no_stop_trim", async () => {
+    const body = (sp: Record<string, unknown>) => ({ input_ids: user("hello"), sampling_params: { max_new_tokens: 32, skip_special_tokens: false, ...sp } });
+    const r = await post("/generate", body({ stop: "help" }));
+    expect([r.body.output_ids, r.body.text, r.body.meta_info.finish_reason]).toEqual([[40, 4157, 1492], "I cannot ", { type: "stop", matched: "help" }]);
+    const kept = await post("/generate", body({ stop: ["with th"], no_stop_trim: true }));
+    expect([kept.body.output_ids, kept.body.text, kept.body.meta_info.finish_reason]).toEqual([
+      [40, 4157, 1492, 448, 429],
+      "I cannot help with that",
+      { type: "stop", matched: "with th" },
+    ]);
+  });
+
+  test("end to end: each adapter sends SamplingParams.stop and reads back the same tokens (and stop_reason where the wire has one)", async () => {
+    const sp = SamplingParams.parse({ stop: ["with th"], stop_token_ids: [EOS] });
+    for (const format of ["vllm", "vllm-generate", "sglang"] as const) {
+      const c = createEngineClient({ url: sim.urls[0], format });
+      const out = await c.generate(req(user("hello"), { sampling_params: sp }));
+      // vLLM's GenerateResponseChoice has no stop_reason: that endpoint cannot say which stop ended the turn.
+      const reason = format === "vllm-generate" ? undefined : "with th";
+      expect([format, out.token_ids, out.finish_reason, out.stop_reason]).toEqual([format, [40, 4157, 1492, 448, 429], "stop", reason]);
+      expect(sim.replicas[0].engine.requests.at(-1)!.stop).toEqual(["with th"]);
+    }
+  });
+});
+
+const TURN_IDS = [40, 4157, 1492, 448, 429, 13, EOS];
