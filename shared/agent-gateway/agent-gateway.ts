@@ -276,7 +276,10 @@ export class AgentGateway {
     if (cur && added) {
       out = cur;
       const named = namedToolResults(added, cur.messages);
-      const ids = this.encoder(tools, rollout.chat_template_kwargs).encode(named, out.builder.lastTokenId);
+      // A turn a stop string ended (complete, no stop id sampled) is closed as the template closes a turn.
+      const lastId = out.builder.lastTokenId;
+      const closeTurn = out.last?.reply.finish_reason !== "length" && !tok.isStopToken(lastId);
+      const ids = this.encoder(tools, rollout.chat_template_kwargs).encode(named, lastId, { closeTurn });
       partial.added = named;
       partial.obs = encodeInt32(ids);
       out.messages.push(...named);
@@ -337,7 +340,7 @@ export class AgentGateway {
     // The builder's cut flag as the fold must see it (an append cut by a budget sets it too).
     markTruncated = b.truncated;
     const parsed = action
-      ? parseReply(tok, this.parser(rollout.multi_turn.format, tools), action.ids, { toolChoice: req.tool_choice, outputIndex: out.index, turn: out.assistantTurns - 1 })
+      ? parseReply(tok, this.parser(rollout.multi_turn.format, tools), action.ids, { toolChoice: req.tool_choice, outputIndex: out.index, turn: out.assistantTurns - 1, ...(replyFinish === "stop" && req.stop?.length ? { stop: req.stop } : {}) })
       : null;
     if (parsed?.message.tool_calls?.length && replyFinish === "stop") replyFinish = "tool_calls";
     const message = parsed?.message ?? { role: "assistant" as const, content: "" };

@@ -12,14 +12,14 @@ import type { ChatReplyMessage } from "./openai-wire.ts";
  * `reasoning_content` is dropped (OpenAI clients and most frameworks do not
  * send it back; the tokens keep it); tool calls compare by name and
  * arguments as JSON values (re-serialised arguments are the same call), not
- * by id; a tool message by its text and name, not its `tool_call_id`.
+ * by id; a tool message by its text (its `name` may be filled in by
+ * edgeloop, see {@link namedToolResults}; its `tool_call_id` is not rendered).
  */
 export function comparable(m: ChatMessage): unknown {
   const base: Record<string, unknown> = { role: m.role, content: contentText(m.content ?? "") };
   if (m.role === "assistant" && m.tool_calls?.length) {
     base.tool_calls = m.tool_calls.map((c) => [c.function.name, argumentsValue(c.function.arguments)]);
   }
-  if (m.role === "tool" && m.name) base.name = m.name;
   return base;
 }
 
@@ -111,7 +111,8 @@ export interface ParsedReply {
 
 /**
  * Parses one sampled turn into the reply's message: the ids are decoded with
- * special tokens (the stop id that ended the turn dropped), the reasoning is
+ * special tokens (the stop id that ended the turn dropped; with `stop`, the
+ * text from the first stop string on), the reasoning is
  * split off ({@link splitReasoning}), tool calls are parsed with the run's
  * parser unless `tool_choice` is `none` (then the text is all content).
  * Tool-call ids are `call_{output}_{turn}_{i}`, fixed by the turn's position,
@@ -124,10 +125,15 @@ export function parseReply(
   tok: ChatTokenizer,
   parser: ToolCallParser,
   ids: ArrayLike<number>,
-  o: { toolChoice: "auto" | "none"; outputIndex: number; turn: number },
+  o: { toolChoice: "auto" | "none"; outputIndex: number; turn: number; stop?: readonly string[] },
 ): ParsedReply {
   const body = ids.length > 0 && tok.isStopToken(ids[ids.length - 1]) ? Array.prototype.slice.call(ids, 0, -1) : Array.from(ids);
-  const text = tok.decode(body);
+  let text = tok.decode(body);
+  // A turn a stop string ended: the text stops before it (OpenAI and vLLM leave it out; the tokens keep it).
+  if (o.stop?.length) {
+    const at = Math.min(...o.stop.map((x) => text.indexOf(x)).filter((i) => i >= 0));
+    if (Number.isFinite(at)) text = text.slice(0, at);
+  }
   const { reasoning, rest } = splitReasoning(tok.traits.family, text);
   let content = rest;
   let calls: ParsedCall[] = [];

@@ -80,8 +80,12 @@ export class ObservationEncoder {
    *   template raises, or when the template is not append-only for them (the
    *   synthetic assistant turn's close is not a token prefix of the render
    *   with the new messages) — never silently wrong tokens.
+   * @param opts.closeTurn the turn ended complete without a stop id (a stop
+   *   string matched): it is closed like a turn ended by a non-turn-end stop
+   *   id (end-of-turn token, then the separator), not left open like a turn
+   *   cut by `length`.
    */
-  encode(newMessages: readonly ChatMessage[], lastTokenId: number | undefined): number[] {
+  encode(newMessages: readonly ChatMessage[], lastTokenId: number | undefined, opts: { closeTurn?: boolean } = {}): number[] {
     if (newMessages.length === 0) throw new TemplateError("observation: no new messages to encode");
     const allTools = newMessages.every((m) => m.role === "tool");
     const oneTurn = newMessages.length === 1 && (newMessages[0]!.role === "user" || newMessages[0]!.role === "system");
@@ -108,7 +112,8 @@ export class ObservationEncoder {
     }
     const body = this.suffix({ text: prefixText }, { text: fullText }, "new messages");
     const genPrompt = this.suffix({ text: fullText }, { text: this.renderText(full, true) }, "generation prompt");
-    return [...this.turnClose(lastTokenId), ...body, ...genPrompt];
+    const close = opts.closeTurn && !this.tok.isStopToken(lastTokenId) ? [this.closeId(), ...this.turnSeparator()] : this.turnClose(lastTokenId);
+    return [...close, ...body, ...genPrompt];
   }
 
   /** The id written after a non-turn-end stop id: the family's `closeToken` (harmony: `<|end|>`), else the end-of-turn token. */

@@ -85,4 +85,29 @@ describe("agent gateway core", () => {
     expect(again[0]!.response_ids).toEqual(out!.response_ids);
     expect(again[0]!.response_logprobs).toEqual(out!.response_logprobs);
   });
+
+  test("a stop string ends the turn: text cut before it, tokens kept, the next observation closes the turn", async () => {
+    const { gw, engine } = setup();
+    await createSession(gw, "u1_0_0");
+    const token = "tok_0123456789abcdef0123";
+    const m1 = [...row0.prompt];
+    const r1 = await gw.chat("u1_0_0", token, { model: "qwen3", messages: m1, tools });
+    const call = r1.message.tool_calls!;
+    const m2 = [...m1, { role: "assistant", content: r1.message.content, tool_calls: call }, { role: "tool", tool_call_id: call[0]!.id, content: "31" }];
+    const r2 = await gw.chat("u1_0_0", token, { model: "qwen3", messages: m2, tools, stop: ["####"] });
+    expect(r2.message.content).toBe("The answer is 31.");
+    expect(r2.finish_reason).toBe("stop");
+    expect(engine.requests.at(-1)?.stop).toEqual(["####"]);
+    let st = (await gw.get("u1_0_0"))!;
+    const ids = Array.from(st.outputs[0]!.lastActionIds!);
+    expect(tok.decode(ids)).toBe("<think>\nThe tool says 31.\n</think>\n\nThe answer is 31.\n####");
+    const before = st.outputs[0]!.builder.responseLength;
+    // The agent goes on with a user turn: the observation starts by closing the turn (<|im_end|> \n).
+    const m3 = [...m2, { role: "assistant", content: r2.message.content, reasoning_content: r2.message.reasoning_content }, { role: "user", content: "Thanks. Say it again." }];
+    await gw.chat("u1_0_0", token, { model: "qwen3", messages: m3, tools });
+    st = (await gw.get("u1_0_0"))!;
+    expect(st.outputs.length).toBe(1);
+    expect(st.outputs[0]!.builder.responseIds().slice(before, before + 4)).toEqual([151645, 198, 151644, 872]);
+  });
 });
+
