@@ -20,7 +20,16 @@ const KEYS_PER_CALL = 128;
 export interface DurableObjectSessionStorageOptions {
   /** Largest stored value, bytes (default {@link SQLITE_BACKEND_VALUE_BYTES}). */
   maxValueBytes?: number;
+  /**
+   * Prefix of every entry name (default `""`: the trajectory session's
+   * entries). A second log in the same object needs its own, e.g. the agent
+   * session of the trajectory ({@link AGENT_ENTRY_PREFIX}).
+   */
+  prefix?: string;
 }
+
+/** Entry-name prefix of the agent-gateway session kept in a trajectory's object (its entries are `a/step`, `a/n`, `a/p:{i}`, …). */
+export const AGENT_ENTRY_PREFIX = "a/";
 
 /**
  * {@link SessionStorage} in a Durable Object's own storage (KV API, on
@@ -31,21 +40,39 @@ export interface DurableObjectSessionStorageOptions {
  * (the backend refuses larger ones, e.g. `SQLITE_TOOBIG`). The writes of a
  * commit are issued without an intervening `await`, so they are committed
  * atomically; the output gate holds replies until they are durable. A TTL is
- * not needed (the owner deletes the object's storage when wanted).
+ * not needed (the owner deletes the object's storage when wanted). With
+ * `prefix` set, every entry name above is prefixed: several logs (the
+ * trajectory session and its agent session) share one object.
  * @see https://developers.cloudflare.com/durable-objects/api/storage-api/
  */
 export class DurableObjectSessionStorage implements SessionStorage {
   readonly maxValueBytes: number;
+  private readonly prefix: string;
 
   constructor(
     private readonly storage: DurableObjectStorage,
     opts: DurableObjectSessionStorageOptions = {},
   ) {
     this.maxValueBytes = opts.maxValueBytes ?? SQLITE_BACKEND_VALUE_BYTES;
+    this.prefix = opts.prefix ?? "";
+  }
+
+  /** The stored names of entries `names` (prefixed). */
+  private names(names: readonly string[]): string[] {
+    return this.prefix ? names.map((n) => this.prefix + n) : [...names];
+  }
+
+  /** The values of `names` by unprefixed name. */
+  private async head<T>(names: readonly string[]): Promise<Map<string, T>> {
+    const m = await this.storage.get<T>(this.names(names));
+    if (!this.prefix) return m;
+    const out = new Map<string, T>();
+    for (const [k, v] of m) out.set(k.slice(this.prefix.length), v);
+    return out;
   }
 
   async get(key: string): Promise<StoredSession | null> {
-    const head = await this.storage.get<unknown>(["step", "n", "in", "cp"]);
+    const head = await this.head<unknown>(["step", "n", "in", "cp"]);
     if (head.has("cp")) {
       throw new StoreError(`session '${key}': stored checkpoint is version 1 (one whole snapshot); this edgeloop reads version 2 only`, { retryable: false, code: "checkpoint_version" });
     }
@@ -53,30 +80,38 @@ export class DurableObjectSessionStorage implements SessionStorage {
     const nin = Number(head.get("in") ?? 0);
     const n = Number(head.get("n") ?? 0);
     const names = [...Array.from({ length: nin }, (_, j) => `i:${j}`), ...Array.from({ length: n }, (_, i) => `p:${i}`)];
-    const values = await readMany(this.storage, names, key);
+    const values = await readMany(this.storage, this.names(names), key);
     return { input: nin ? values.slice(0, nin).join("") : null, deltas: fromParts(values.slice(nin)), step: Number(head.get("step") ?? -1) };
   }
 
+  /** The stored step (−1 with the input only; null when nothing is stored): one read of one entry. */
+  async stepOf(_key: string): Promise<number | null> {
+    const head = await this.head<number>(["step", "in"]);
+    if (!head.has("step")) return head.has("in") ? -1 : null;
+    return Number(head.get("step"));
+  }
+
   async append(key: string, step: number, delta: string, opts: AppendOptions = {}): Promise<void> {
-    const head = await this.storage.get<number>(["step", "n", "in"]);
+    const head = await this.head<number>(["step", "n", "in"]);
     const cur = head.get("step") ?? -1;
     if (cur >= step) throw staleStep(key, step, cur);
     let n = head.get("n") ?? 0;
     const entries: Record<string, string | number> = {};
+    const p = this.prefix;
     if (opts.input !== undefined && !head.has("in")) {
-      const pieces = toParts(opts.input, this.maxValueBytes, "utf16").map((p) => p.slice(1));
-      pieces.forEach((p, j) => (entries[`i:${j}`] = p));
-      entries.in = pieces.length;
+      const pieces = toParts(opts.input, this.maxValueBytes, "utf16").map((x) => x.slice(1));
+      pieces.forEach((x, j) => (entries[`${p}i:${j}`] = x));
+      entries[`${p}in`] = pieces.length;
     }
-    for (const p of toParts(delta, this.maxValueBytes, "utf16")) entries[`p:${n++}`] = p;
-    entries.n = n;
-    entries.step = step;
+    for (const x of toParts(delta, this.maxValueBytes, "utf16")) entries[`${p}p:${n++}`] = x;
+    entries[`${p}n`] = n;
+    entries[`${p}step`] = step;
     await writeMany(this.storage, entries);
   }
 
   async delete(_key: string): Promise<void> {
-    const head = await this.storage.get<number>(["n", "in"]);
-    const names = ["step", "n", "in", "cp", ...Array.from({ length: head.get("in") ?? 0 }, (_, j) => `i:${j}`), ...Array.from({ length: head.get("n") ?? 0 }, (_, i) => `p:${i}`)];
+    const head = await this.head<number>(["n", "in"]);
+    const names = this.names(["step", "n", "in", "cp", ...Array.from({ length: head.get("in") ?? 0 }, (_, j) => `i:${j}`), ...Array.from({ length: head.get("n") ?? 0 }, (_, i) => `p:${i}`)]);
     for (let i = 0; i < names.length; i += KEYS_PER_CALL) await this.storage.delete(names.slice(i, i + KEYS_PER_CALL));
   }
 }

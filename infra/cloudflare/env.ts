@@ -1,5 +1,6 @@
 import { defaultAgentLoopRegistry } from "../../shared/agent-loop/index.ts";
 import type { AgentLoopExport } from "../../shared/agent-loop/registry.ts";
+import type { AgentWebhookConfig } from "../../shared/agent-gateway/openai-agent-loop.ts";
 import { parseAppConfig, type AppConfig } from "../../shared/config/app-config.ts";
 import { ConfigError } from "../../shared/errors.ts";
 import { createEngineClient } from "../../shared/inference/create-engine-client.ts";
@@ -38,6 +39,22 @@ export interface Env {
   EDGELOOP_DO_MAX_VALUE_BYTES?: string;
   /** Largest Upstash REST request, bytes (default 10 MB, Upstash's limit; set your plan's). */
   EDGELOOP_STORE_MAX_REQUEST_BYTES?: string;
+  /**
+   * The Worker's own URL as agents reach it (`https://edgeloop.<account>.workers.dev`): the task's
+   * `base_url` is `{it}/v1/sessions/{key}/openai/v1` (default `agent.public_url` of `EDGELOOP_CONFIG`).
+   * Needed by `openai_agent` rows.
+   */
+  EDGELOOP_PUBLIC_URL?: string;
+  /** Where `openai_agent` POSTs each trajectory's task (the agent webhook; default `agent.url` of `EDGELOOP_CONFIG`). */
+  EDGELOOP_AGENT_URL?: string;
+  /** HMAC secret the tasks are signed with (`x-edgeloop-signature`); a secret (.dev.vars locally). Default unsigned. */
+  EDGELOOP_AGENT_SECRET?: string;
+  /**
+   * Milliseconds from the task to the agent session's deadline (default 600000). The loop waits
+   * inside its object's alarm, whose wall time Cloudflare bounds (15 min): keep it below that, or
+   * the alarm is retried and the resumed loop waits on for the rest of the deadline.
+   */
+  EDGELOOP_AGENT_TIMEOUT_MS?: string;
 }
 
 /** What the worker and its Durable Objects share per isolate, built once from the env. */
@@ -46,6 +63,10 @@ export interface WorkerRuntime {
   deps: ExecutorDeps;
   queue: TransferQueue;
   secret: string | null;
+  /** The agent webhook of `openai_agent` (`EDGELOOP_AGENT_*` over the config's `agent` section). */
+  agent: AgentWebhookConfig;
+  /** The Worker's URL as agents reach it (`EDGELOOP_PUBLIC_URL`, else `agent.public_url`), without a trailing slash; null when unset. */
+  publicUrl: string | null;
 }
 
 let cached: { env: Env; rt: Promise<WorkerRuntime> } | undefined;
@@ -117,5 +138,35 @@ async function build(env: Env): Promise<WorkerRuntime> {
     ...(tools ? { tools } : {}),
     reward: secret ? { secret } : {},
   };
-  return { config, deps, queue, secret };
+  return { config, deps, queue, secret, ...agentSettings(env, config) };
+}
+
+/**
+ * The agent webhook and public URL from `EDGELOOP_AGENT_URL`,
+ * `EDGELOOP_AGENT_SECRET`, `EDGELOOP_AGENT_TIMEOUT_MS` and
+ * `EDGELOOP_PUBLIC_URL`, each over the config's `agent` section.
+ * @throws ConfigError naming the variable: a URL that does not parse, a timeout that is not a positive integer.
+ */
+export function agentSettings(env: Env, config: AppConfig): { agent: AgentWebhookConfig; publicUrl: string | null } {
+  const url = (name: "EDGELOOP_AGENT_URL" | "EDGELOOP_PUBLIC_URL", fallback: string | null): string | null => {
+    const v = env[name] || fallback;
+    if (!v) return null;
+    let ok = false;
+    try {
+      ok = /^https?:$/.test(new URL(v).protocol);
+    } catch {
+      ok = false;
+    }
+    if (!ok) throw new ConfigError(name, `must be an http(s) URL, got '${v.slice(0, 200)}'`);
+    return v;
+  };
+  let timeout = config.agent.timeout_ms;
+  if (env.EDGELOOP_AGENT_TIMEOUT_MS) {
+    timeout = Number(env.EDGELOOP_AGENT_TIMEOUT_MS);
+    if (!Number.isInteger(timeout) || timeout <= 0) throw new ConfigError("EDGELOOP_AGENT_TIMEOUT_MS", `must be a positive integer (milliseconds), got '${env.EDGELOOP_AGENT_TIMEOUT_MS.slice(0, 50)}'`);
+  }
+  return {
+    agent: { url: url("EDGELOOP_AGENT_URL", config.agent.url), timeout_ms: timeout, secret: env.EDGELOOP_AGENT_SECRET || config.agent.secret },
+    publicUrl: url("EDGELOOP_PUBLIC_URL", config.agent.public_url)?.replace(/\/+$/, "") ?? null,
+  };
 }

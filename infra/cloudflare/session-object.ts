@@ -1,11 +1,15 @@
+import type { Hono } from "hono";
+import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
 import { createSessionsApp } from "../../functions/sessions.ts";
+import { AgentGateway } from "../../shared/agent-gateway/agent-gateway.ts";
+import type { AgentGatewayLink } from "../../shared/agent-gateway/openai-agent-loop.ts";
 import { NotFoundError } from "../../shared/errors.ts";
 import { sessionLoopFactory, endLoopTrace } from "../../shared/rollout/executor.ts";
 import { SessionInput } from "../../shared/session/checkpoint.ts";
 import { queueWriter } from "../../shared/session/session-records.ts";
 import { TrajectorySession, type SessionDeps } from "../../shared/session/trajectory-session.ts";
 import type { DurableObjectState } from "./cf-types.ts";
-import { DurableObjectSessionStorage, readMany, SQLITE_BACKEND_VALUE_BYTES, writeMany } from "./do-session-storage.ts";
+import { AGENT_ENTRY_PREFIX, DurableObjectSessionStorage, readMany, SQLITE_BACKEND_VALUE_BYTES, writeMany } from "./do-session-storage.ts";
 import { toParts } from "../../shared/session/value-parts.ts";
 import { isStoreOutage } from "../../shared/store/store-outage.ts";
 import { workerRuntime, type Env } from "./env.ts";
@@ -22,10 +26,21 @@ import { workerRuntime, type Env } from "./env.ts";
  *   (Upstash) and commits `done`; a failed one writes a failed record.
  * - `POST /v1/sessions/{key}/tool-results`, `GET /v1/sessions/{key}`: the
  *   sessions function, answered by the object that owns the session.
+ * - `POST /v1/sessions/{key}/openai/v1/chat/completions`,
+ *   `GET /v1/sessions/{key}/openai/v1/models`, `POST /v1/sessions/{key}/finish`:
+ *   the agent gateway function (functions/agent-gateway.ts) for the
+ *   trajectory's agent session (the agent session key is the trajectory
+ *   key). One {@link AgentGateway} per object instance, on the object's own
+ *   storage (entries prefixed {@link AGENT_ENTRY_PREFIX}, apart from the
+ *   trajectory's); the `openai_agent` loop run by `alarm()` uses the same
+ *   instance, so an agent's finish wakes it in-process.
  *
  * An outgoing fetch (engine, tools) does not hold the input gate, so every
  * operation is serialised on an in-memory chain as well: one at a time, as in
- * the in-process host.
+ * the in-process host. Agent-gateway calls are not on that chain (the
+ * gateway serialises per key itself): an `openai_agent` loop holds the chain
+ * for its whole run, waiting (timers, fetch: the input gate is open) for the
+ * agent's calls, which must be answered meanwhile.
  * @see wire-contracts §5: Durable Objects (storage, alarms, input gates)
  */
 export class TrajectorySessionObject {
@@ -33,6 +48,8 @@ export class TrajectorySessionObject {
   private readonly storage: DurableObjectSessionStorage;
   /** Alarms in a row that met a store outage (resets on success; lost on eviction, which only shortens the next delay). */
   private outageRetries = 0;
+  /** The agent gateway of this instance and its HTTP app, built on first use (one per instance: the loop and the agent's calls share it). */
+  private agent: Promise<{ link: AgentGatewayLink; app: Hono }> | undefined;
 
   constructor(
     private readonly ctx: DurableObjectState,
@@ -57,6 +74,7 @@ export class TrajectorySessionObject {
       });
       return Response.json({ key: input.key }, { status: 202 });
     }
+    if (isAgentGatewayPath(url.pathname)) return (await this.agentGateway()).app.fetch(req);
     const rt = await workerRuntime(this.env);
     const app = createSessionsApp({
       secret: rt.secret,
@@ -138,8 +156,37 @@ export class TrajectorySessionObject {
 
   private async open(key: string, input?: SessionInput): Promise<TrajectorySession | null> {
     const rt = await workerRuntime(this.env);
-    const deps: SessionDeps = { storage: this.storage, createLoop: sessionLoopFactory(rt.deps), onPause: endLoopTrace, writeOutputs: queueWriter(rt.queue) };
+    const { link } = await this.agentGateway();
+    const deps: SessionDeps = { storage: this.storage, createLoop: sessionLoopFactory({ ...rt.deps, agentGateway: link }), onPause: endLoopTrace, writeOutputs: queueWriter(rt.queue) };
     return TrajectorySession.open(key, deps, input);
+  }
+
+  /**
+   * This instance's agent gateway (built once: a second instance would not
+   * see the first one's finish in-process), on the object's storage under
+   * {@link AGENT_ENTRY_PREFIX}, with the isolate's tokenizer and engine
+   * client, and the link `openai_agent` runs with (public URL and webhook
+   * from `EDGELOOP_PUBLIC_URL`, `EDGELOOP_AGENT_*`).
+   */
+  private agentGateway(): Promise<{ link: AgentGatewayLink; app: Hono }> {
+    if (!this.agent) {
+      const built = workerRuntime(this.env).then((rt) => {
+        const gateway = new AgentGateway({
+          storage: new DurableObjectSessionStorage(this.ctx.storage, { maxValueBytes: doValueBytes(this.env), prefix: AGENT_ENTRY_PREFIX }),
+          tokenizer: rt.deps.tokenizer,
+          client: rt.deps.client,
+          ...(rt.deps.maxModelLen ? { maxModelLen: rt.deps.maxModelLen } : {}),
+          modelName: rt.config.engine.model ?? rt.deps.tokenizer.name,
+        });
+        const link: AgentGatewayLink = { gateway, publicUrl: () => rt.publicUrl, agent: rt.agent };
+        return { link, app: createAgentGatewayApp({ gateway }) };
+      });
+      built.catch(() => {
+        if (this.agent === built) this.agent = undefined;
+      });
+      this.agent = built;
+    }
+    return this.agent;
   }
 
   private serial<T>(fn: () => Promise<T>): Promise<T> {
@@ -158,6 +205,11 @@ export class TrajectorySessionObject {
 export function outageAlarmDelayMs(e: unknown, retries: number): number | null {
   if (!isStoreOutage(e)) return null;
   return Math.min(1_000 * 2 ** Math.min(retries, 10), 30_000);
+}
+
+/** Whether `path` is one of the agent gateway's routes (`/v1/sessions/{key}/openai/…`, `/v1/sessions/{key}/finish`). */
+export function isAgentGatewayPath(path: string): boolean {
+  return /^\/v1\/sessions\/[^/]+\/(openai\/|finish$)/.test(path);
 }
 
 /** `EDGELOOP_DO_MAX_VALUE_BYTES`, or the SQLite backend's bound. */

@@ -6,6 +6,8 @@
  * - `POST /v1/rollouts` `{rows, config?, global_steps?, model_version?, validate?}` → `202 {batch_id, keys}`
  * - `GET /v1/groups/{uid}` → the group's progress in the queue
  * - `POST /v1/sessions/{key}/tool-results`, `GET /v1/sessions/{key}` → forwarded to the key's object
+ * - `POST /v1/sessions/{key}/openai/v1/chat/completions`, `GET …/openai/v1/models`,
+ *   `POST /v1/sessions/{key}/finish` (agent gateway; bearer = the session token) → forwarded to the key's object
  * - `GET /health` (503 naming the Upstash store while it is unreachable)
  */
 import { Hono } from "hono";

@@ -69,9 +69,9 @@ export class OpenAIAgentLoop extends AgentLoop {
   async run(samplingParams: SamplingParams, kwargs: AgentLoopKwargs): Promise<AgentLoopOutput[]> {
     const link = this.ctx.agentGateway;
     if (!link) throw new ConfigError("rollout.agent", "openai_agent runs only where the agent gateway is served (edgeloop serve, or rollout with --agent)");
-    if (!link.agent.url) throw new ConfigError("agent.url", "openai_agent needs agent.url (--agent URL): where each trajectory's task is POSTed");
+    if (!link.agent.url) throw new ConfigError("agent.url", "openai_agent needs agent.url (--agent URL; EDGELOOP_AGENT_URL on Workers): where each trajectory's task is POSTed");
     const base = link.publicUrl();
-    if (!base) throw new ConfigError("agent.public_url", "openai_agent needs the URL agents reach edgeloop at (agent.public_url, --public-url)");
+    if (!base) throw new ConfigError("agent.public_url", "openai_agent needs the URL agents reach edgeloop at (agent.public_url, --public-url; EDGELOOP_PUBLIC_URL on Workers)");
     const gw = link.gateway;
     const key = this.key(kwargs);
     const messages = this.messages(kwargs);

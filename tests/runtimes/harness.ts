@@ -124,12 +124,21 @@ export interface Workerd {
   stop(): Promise<void>;
 }
 
+/** A loopback TCP port free now (bound once, then released): for a server whose URL must be known before it starts. */
+export function freePort(): number {
+  const srv = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response() });
+  const port = srv.port!;
+  srv.stop(true);
+  return port;
+}
+
 /**
  * Bundles `entry` (default: wrangler.toml's main) with the real wrangler and runs it in workerd
- * (Miniflare) with the SESSIONS Durable Object on SQLite storage and the given bindings.
+ * (Miniflare) with the SESSIONS Durable Object on SQLite storage and the given bindings;
+ * `opts.port`: workerd also listens on `http://127.0.0.1:{port}` (for callers outside this process's dispatchFetch).
  * @throws Error with wrangler's output when the bundle fails.
  */
-export async function startWorkerd(bindings: Record<string, string>, entry?: string): Promise<Workerd> {
+export async function startWorkerd(bindings: Record<string, string>, entry?: string, opts: { port?: number } = {}): Promise<Workerd> {
   const outdir = join(ROOT, ".wrangler", `test-${crypto.randomUUID().slice(0, 8)}`);
   const t0 = performance.now();
   const build = Bun.spawnSync(["node", join(ROOT, "node_modules", "wrangler", "bin", "wrangler.js"), "deploy", "--dry-run", "--outdir", outdir, ...(entry ? [entry] : [])], {
@@ -148,6 +157,7 @@ export async function startWorkerd(bindings: Record<string, string>, entry?: str
     compatibilityFlags: ["nodejs_compat"],
     durableObjects: { SESSIONS: { className: "TrajectorySessionObject", useSQLite: true } },
     bindings,
+    ...(opts.port ? { host: "127.0.0.1", port: opts.port } : {}),
   });
   await mf.ready;
   return {
