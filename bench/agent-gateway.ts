@@ -1,0 +1,342 @@
+/**
+ * Agent-gateway benchmark (issue 14 "Measure"): what the OpenAI-compatible
+ * session endpoint costs compared with running the same conversation as
+ * `tool_agent`, on the zero-latency simulated engine (examples/policy.json,
+ * the 60 rows of examples/gsm8k-tool.jsonl, calc/lookup answered in-process
+ * with the example tool server's texts).
+ * 1. CPU (`process.cpuUsage()`) per chat call: `AgentGateway.chat` through
+ *    the Hono app's `fetch` in-process, the JSON bodies byte-for-byte what
+ *    the agent sends (full history each call, recorded once), vs
+ *    `ToolAgentLoop` per assistant turn (in-process `SimEngineClient`, tool
+ *    texts memoised) — raw, and minus the engine's own time (measured around
+ *    `generate`); ratio target ≤ 1.5×. Compared on the conversations whose
+ *    gateway output is token-exact equal to tool_agent's (checked first: 56 of
+ *    60; the 4 others hold a malformed call, which tool_agent answers with an
+ *    error while the gateway returns it as text and the agent stops).
+ * 2. Added latency per call: the official `openai` SDK over loopback to
+ *    `Bun.serve` of the gateway app (engine: the sim over HTTP, vLLM format)
+ *    vs the same SDK posting the very engine requests the gateway made
+ *    straight to the sim's `/v1/completions`, interleaved per conversation
+ *    — p50/p99 ms (first 50 calls of each dropped as warm-up).
+ * 3. Heap per idle session: N more sessions with two answered calls each
+ *    added to a gateway already holding N (memory storage, folds cached),
+ *    `Bun.gc(true)`, heap delta / N; then every fold dropped (`forget`) to
+ *    split the cached fold from the stored events.
+ *
+ *   bun bench/agent-gateway.ts [--runs 5] [--passes 5] [--calls 1000] [--sessions 2000] [--only cpu,latency,heap]
+ */
+import OpenAI from "openai";
+import { readFileSync } from "node:fs";
+import { AgentGateway } from "../shared/agent-gateway/agent-gateway.ts";
+import { agentOutputs } from "../shared/agent-gateway/agent-session.ts";
+import { createAgentGatewayApp } from "../functions/agent-gateway.ts";
+import { ToolAgentLoop } from "../shared/agent-loop/tool-agent.ts";
+import { createEngineClient } from "../shared/inference/create-engine-client.ts";
+import type { GenerateRequest, InferenceClient } from "../shared/inference/types.ts";
+import { RolloutConfig, type ChatMessage, type TokenOutput, type ToolSchema } from "../shared/schema/index.ts";
+import { MemorySessionStorage } from "../shared/session/session-storage.ts";
+import { defaultTokenizer } from "../shared/tokens/tokenizer.ts";
+import { parseToolsFile } from "../shared/tools/tools-file.ts";
+import type { ToolExecutor } from "../shared/tools/webhook-tool-client.ts";
+import { SimEngine } from "../infra/sim-engine/sim-engine.ts";
+import { SimEngineClient } from "../infra/sim-engine/sim-engine-client.ts";
+import { startSimEngine } from "../infra/sim-engine/server.ts";
+import { calcToolContent } from "../infra/tools/calc.ts";
+import { lookupFact } from "../infra/tools/lookup.ts";
+import { arg, median, printTable } from "./util.ts";
+
+const RUNS = Number(arg("--runs", "5"));
+const PASSES = Number(arg("--passes", "5"));
+const LAT_CALLS = Number(arg("--calls", "1000"));
+const SESSIONS = Number(arg("--sessions", "2000"));
+const ONLY = arg("--only", "cpu,latency,heap").split(",");
+
+const ROOT = new URL("../", import.meta.url).pathname;
+const tok = await defaultTokenizer();
+const script = JSON.parse(readFileSync(`${ROOT}examples/policy.json`, "utf8"));
+const rows: { prompt: ChatMessage[] }[] = readFileSync(`${ROOT}examples/gsm8k-tool.jsonl`, "utf8")
+  .split("\n")
+  .filter((l) => l.trim())
+  .map((l) => JSON.parse(l));
+const tools: ToolSchema[] = parseToolsFile(readFileSync(`${ROOT}infra/tools/tools.example.json`, "utf8"), { vars: { port: 1 } }).tools.map((t) => t.schema);
+const config = RolloutConfig.parse({ prompt_length: 1024, response_length: 1024, max_model_len: 4096 });
+const SP = { temperature: 1, top_p: 1, top_k: -1, logprobs: true };
+const TOKEN = "tok_0123456789abcdef0123";
+const T0 = Date.now();
+
+/** The tool text the example tool server (and the example agent) answers with. */
+function toolContent(name: string, args: Record<string, unknown>): string {
+  if (name === "calc") return calcToolContent(args);
+  if (name === "lookup") return lookupFact(typeof args.query === "string" ? args.query : String(args.query));
+  return `Error: unknown tool '${name}'`;
+}
+
+/** An engine wrapper summing the wall time spent inside `generate` (zero latency: the engine's CPU) and counting calls. */
+class Timed implements InferenceClient {
+  ms = 0;
+  calls = 0;
+  constructor(readonly inner: InferenceClient) {}
+  async generate(req: GenerateRequest): Promise<TokenOutput> {
+    const t0 = performance.now();
+    try {
+      return await this.inner.generate(req);
+    } finally {
+      this.ms += performance.now() - t0;
+      this.calls++;
+    }
+  }
+  maxModelLen() {
+    return this.inner.maxModelLen?.() ?? Promise.resolve(undefined);
+  }
+}
+
+/** tool_agent's in-process tools: the same texts, memoised (the gateway side gets them inside the recorded bodies, so neither side pays for calc). */
+const toolMemo = new Map<string, string>();
+const executor: ToolExecutor = {
+  schemas: tools,
+  names: tools.map((t) => t.function.name),
+  call: async (r) => {
+    const k = `${r.name}\u0000${JSON.stringify(r.arguments)}`;
+    let content = toolMemo.get(k);
+    if (content === undefined) toolMemo.set(k, (content = toolContent(r.name, r.arguments as Record<string, unknown>)));
+    return { ok: true, content, call_id: `${r.key}:${r.turn}:${r.index}`, attempts: 1 };
+  },
+};
+
+function newGateway(client: InferenceClient) {
+  const gw = new AgentGateway({ storage: new MemorySessionStorage(), tokenizer: tok, client, maxModelLen: 4096, wallClockMs: () => T0 });
+  return { gw, app: createAgentGatewayApp({ gateway: gw }) };
+}
+
+function createSession(gw: AgentGateway, key: string, i: number) {
+  return gw.create({
+    v: 1,
+    key,
+    uid: `u${i}`,
+    session_id: 0,
+    token: TOKEN,
+    created_ms: T0,
+    deadline_ms: T0 + 3_600_000,
+    sampling_params: SP,
+    rollout: config,
+    tools,
+    messages: rows[i % rows.length]!.prompt,
+  });
+}
+
+type ReplyJson = { choices: { message: Record<string, unknown> & { tool_calls?: { id: string; function: { name: string; arguments: string } }[] }; finish_reason: string }[] };
+
+/** What the agent appends after a reply: the assistant message as received, then one tool message per call. */
+function nextMessages(reply: ReplyJson): Record<string, unknown>[] | null {
+  const { message, finish_reason } = reply.choices[0]!;
+  if (finish_reason !== "tool_calls") return null;
+  const out: Record<string, unknown>[] = [message];
+  for (const c of message.tool_calls ?? []) {
+    let args: Record<string, unknown> = {};
+    try {
+      args = JSON.parse(c.function.arguments);
+    } catch {}
+    out.push({ role: "tool", tool_call_id: c.id, name: c.function.name, content: toolContent(c.function.name, args) });
+  }
+  return out;
+}
+
+const post = (app: ReturnType<typeof newGateway>["app"], key: string, body: string) =>
+  app.fetch(
+    new Request(`http://edgeloop.local/v1/sessions/${key}/openai/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${TOKEN}` },
+      body,
+    }),
+  );
+
+// ---- Record the agent's request bodies once (and check the recording equals tool_agent's) ----
+const bodies: string[][] = [];
+/** Rows whose gateway output equals tool_agent's (the others hold a malformed call, which tool_agent answers with an error observation while the gateway returns it as text, so the agent stops). */
+const same: number[] = [];
+{
+  const { gw, app } = newGateway(new SimEngineClient(new SimEngine({ tokenizer: tok, script })));
+  let mismatched = 0;
+  for (const [i, row] of rows.entries()) {
+    const key = `rec_${i}`;
+    await createSession(gw, key, i);
+    const messages: unknown[] = [...row.prompt];
+    const mine: string[] = [];
+    for (let turn = 0; turn < 16; turn++) {
+      const body = JSON.stringify({ model: "qwen3", messages, tools });
+      mine.push(body);
+      const res = await post(app, key, body);
+      if (res.status !== 200) throw new Error(`row ${i} call ${turn}: HTTP ${res.status} ${await res.text()}`);
+      const more = nextMessages((await res.json()) as ReplyJson);
+      if (!more) break;
+      messages.push(...more);
+    }
+    bodies.push(mine);
+    const [out] = agentOutputs((await gw.finish(key, { by: "agent", reward: null }))!, { reward: null });
+    const ref = await new ToolAgentLoop({ tokenizer: tok, client: new SimEngineClient(new SimEngine({ tokenizer: tok, script })), config, tools: executor, reward: false }).run(SP, {
+      uid: `u${i}`,
+      session_id: 0,
+      prompt: row.prompt,
+    });
+    if (JSON.stringify([out!.prompt_ids, out!.response_ids, out!.response_mask, out!.response_logprobs]) === JSON.stringify([ref.prompt_ids, ref.response_ids, ref.response_mask, ref.response_logprobs])) same.push(i);
+  }
+  console.log(`recorded ${rows.length} conversations, ${bodies.reduce((n, b) => n + b.length, 0)} calls; gateway output token-exact = tool_agent's for ${same.length}/${rows.length} (the rest: a malformed call in the script; CPU is compared on those ${same.length})`);
+  if (same.length < rows.length - 4) throw new Error("the gateway's outputs differ from tool_agent's");
+}
+const CALLS_PER_PASS = same.reduce((n, i) => n + bodies[i]!.length, 0);
+
+// ---- 1. CPU per call vs tool_agent per turn ----
+async function cpu(f: () => Promise<void>): Promise<number> {
+  const c0 = process.cpuUsage();
+  await f();
+  const c = process.cpuUsage(c0);
+  return c.user + c.system;
+}
+
+async function gatewayRun(run: number): Promise<{ total: number; engine: number; calls: number }> {
+  const eng = new Timed(new SimEngineClient(new SimEngine({ tokenizer: tok, script })));
+  const { gw, app } = newGateway(eng);
+  const keys: string[] = [];
+  const conv: number[] = [];
+  for (let p = 0; p < PASSES; p++) for (const i of same) keys.push(`b${run}_${p}_${i}`), conv.push(i);
+  for (const [j, k] of keys.entries()) await createSession(gw, k, conv[j]!);
+  const total = await cpu(async () => {
+    for (const [j, key] of keys.entries()) {
+      for (const body of bodies[conv[j]!]!) {
+        const res = await post(app, key, body);
+        if (res.status !== 200) throw new Error(`HTTP ${res.status}`);
+        await res.text();
+      }
+    }
+  });
+  return { total, engine: eng.ms * 1000, calls: eng.calls };
+}
+
+async function toolAgentRun(): Promise<{ total: number; engine: number; calls: number }> {
+  const eng = new Timed(new SimEngineClient(new SimEngine({ tokenizer: tok, script })));
+  const total = await cpu(async () => {
+    for (let p = 0; p < PASSES; p++) {
+      for (const i of same) {
+        await new ToolAgentLoop({ tokenizer: tok, client: eng, config, tools: executor, reward: false }).run(SP, { uid: `u${i}`, session_id: p, prompt: rows[i]!.prompt });
+      }
+    }
+  });
+  return { total, engine: eng.ms * 1000, calls: eng.calls };
+}
+
+if (ONLY.includes("cpu")) {
+  await gatewayRun(-1); // warm-up (JIT, tokenizer caches)
+  await toolAgentRun();
+  const g: { raw: number; net: number }[] = [];
+  const t: { raw: number; net: number }[] = [];
+  for (let r = 0; r < RUNS; r++) {
+    for (const [into, res] of [
+      [g, await gatewayRun(r)],
+      [t, await toolAgentRun()],
+    ] as const) {
+      if (res.calls !== CALLS_PER_PASS * PASSES) throw new Error(`expected ${CALLS_PER_PASS * PASSES} engine calls, got ${res.calls}`);
+      into.push({ raw: res.total / res.calls, net: (res.total - res.engine) / res.calls });
+    }
+  }
+  const gRaw = median(g.map((x) => x.raw));
+  const gNet = median(g.map((x) => x.net));
+  const tRaw = median(t.map((x) => x.raw));
+  const tNet = median(t.map((x) => x.net));
+  printTable(`CPU per engine call (median of ${RUNS} runs × ${PASSES * CALLS_PER_PASS} calls)`, [
+    ["what", "µs/call incl. engine", "µs/call excl. engine"],
+    ["gateway chat call (app.fetch, full history JSON)", gRaw.toFixed(0), gNet.toFixed(0)],
+    ["tool_agent turn (in-process tools)", tRaw.toFixed(0), tNet.toFixed(0)],
+    ["ratio gateway / tool_agent (target ≤ 1.5×)", `${(gRaw / tRaw).toFixed(2)}×`, `${(gNet / tNet).toFixed(2)}×`],
+  ]);
+}
+
+// ---- 2. Added latency over loopback ----
+if (ONLY.includes("latency")) {
+  const sim = await startSimEngine({ script, tokenizer: tok });
+  const engineBodies: string[] = [];
+  const engine = createEngineClient({
+    url: sim.urls[0]!,
+    format: "vllm",
+    fetch: (input, init) => {
+      if (typeof init?.body === "string" && String(input).endsWith("/v1/completions")) engineBodies.push(init.body);
+      return fetch(input, init);
+    },
+  });
+  const { gw, app } = newGateway(engine);
+  const server = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: app.fetch, idleTimeout: 0 });
+  const base = `http://127.0.0.1:${server.port}`;
+  const sdk = new OpenAI({ baseURL: `${sim.urls[0]}/v1`, apiKey: "none", maxRetries: 0 });
+  const viaGateway: number[] = [];
+  const direct: number[] = [];
+  // Interleaved per conversation: its calls through the gateway, then the engine requests they made, sent direct.
+  for (let s = 0; viaGateway.length < LAT_CALLS + 50; s++) {
+    const key = `lat_${s}`;
+    await createSession(gw, key, s);
+    const client = new OpenAI({ baseURL: `${base}/v1/sessions/${key}/openai/v1`, apiKey: TOKEN, maxRetries: 0 });
+    const messages = [...rows[s % rows.length]!.prompt] as OpenAI.ChatCompletionMessageParam[];
+    engineBodies.length = 0;
+    for (let turn = 0; turn < 16; turn++) {
+      const t0 = performance.now();
+      const r = await client.chat.completions.create({ model: "qwen3", messages, tools: tools as OpenAI.ChatCompletionTool[] });
+      viaGateway.push(performance.now() - t0);
+      const more = nextMessages(r as unknown as ReplyJson);
+      if (!more) break;
+      messages.push(...(more as unknown as OpenAI.ChatCompletionMessageParam[]));
+    }
+    for (const b of engineBodies.splice(0)) {
+      const body = JSON.parse(b) as OpenAI.CompletionCreateParamsNonStreaming;
+      const t0 = performance.now();
+      await sdk.completions.create(body);
+      direct.push(performance.now() - t0);
+    }
+  }
+  await server.stop(true);
+  await sim.stop();
+  // The first 50 calls of each warm the connection pools and the JIT.
+  const q = (xs: number[], p: number) => {
+    const s = xs.slice(50).sort((a, b) => a - b);
+    return s[Math.min(s.length - 1, Math.floor(p * s.length))]!;
+  };
+  const rowsL: string[][] = [["what", "p50 ms", "p99 ms"]];
+  rowsL.push(["SDK → gateway (Bun.serve) → sim engine (HTTP)", q(viaGateway, 0.5).toFixed(2), q(viaGateway, 0.99).toFixed(2)]);
+  rowsL.push(["SDK → sim engine /v1/completions (same requests)", q(direct, 0.5).toFixed(2), q(direct, 0.99).toFixed(2)]);
+  rowsL.push(["added by the gateway", (q(viaGateway, 0.5) - q(direct, 0.5)).toFixed(2), (q(viaGateway, 0.99) - q(direct, 0.99)).toFixed(2)]);
+  printTable(`latency per call over loopback (${viaGateway.length - 50} calls each, zero-latency engine)`, rowsL);
+}
+
+// ---- 3. Heap per idle session ----
+// Marginal cost: N sessions are added to a gateway already holding N (the engine's prefix cache and request
+// log are at their steady size by then, and no baseline depends on an object being collected).
+if (ONLY.includes("heap")) {
+  const { gw, app } = newGateway(new SimEngineClient(new SimEngine({ tokenizer: tok, script })));
+  const fill = async (from: number) => {
+    for (let i = from; i < from + SESSIONS; i++) {
+      const key = `idle_${i}`;
+      await createSession(gw, key, i);
+      for (const body of bodies[i % rows.length]!.slice(0, 2)) {
+        const res = await post(app, key, body);
+        if (res.status !== 200) throw new Error(`HTTP ${res.status}`);
+        await res.text();
+      }
+    }
+  };
+  const heap = () => {
+    for (let i = 0; i < 3; i++) Bun.gc(true);
+    return process.memoryUsage().heapUsed;
+  };
+  await fill(0);
+  const h1 = heap();
+  await fill(SESSIONS);
+  const h2 = heap();
+  if (gw.cached !== 2 * SESSIONS) throw new Error(`expected ${2 * SESSIONS} cached folds, got ${gw.cached}`);
+  for (let i = 0; i < 2 * SESSIONS; i++) gw.forget(`idle_${i}`);
+  const h3 = heap();
+  const session = (h2 - h1) / SESSIONS;
+  const fold = (h2 - h3) / (2 * SESSIONS);
+  printTable(`heap per idle session (${SESSIONS} more sessions × 2 answered calls, memory storage; heapUsed after Bun.gc(true))`, [
+    ["what", "bytes/session"],
+    ["storage + cached fold", session.toFixed(0)],
+    ["  the cached fold (released by forget)", fold.toFixed(0)],
+    ["  memory storage (events as JSON)", (session - fold).toFixed(0)],
+  ]);
+}
