@@ -59,7 +59,7 @@ export function createAgentGatewayApp(opts: AgentGatewayAppOptions): Hono {
     const token = bearer(c);
     await gw.authorize(key, token);
     const body = await jsonBody(c, maxBody);
-    const reply = await gw.chat(key, token, body);
+    const reply = await gw.chatAuthorized(key, body);
     if ((body as { stream?: unknown }).stream === true) {
       return new Response(chatCompletionSse(reply), { headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" } });
     }

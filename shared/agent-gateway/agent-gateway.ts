@@ -147,12 +147,22 @@ export class AgentGateway {
    */
   async chat(key: string, token: string | null, body: unknown): Promise<ChatReply> {
     await this.authorize(key, token);
+    return this.chatAuthorized(key, body);
+  }
+
+  /**
+   * {@link chat} for a caller that has just checked the token with {@link authorize}
+   * (the HTTP function does, before it reads the body).
+   * @throws as {@link chat}, less the 401.
+   */
+  async chatAuthorized(key: string, body: unknown): Promise<ChatReply> {
     const req = parseChatRequest(body);
     const hash = requestHash(req);
     for (let attempt = 0; ; attempt++) {
       try {
         return await this.serial(key, async () => {
-          const st = (await this.load(key))!;
+          const st = await this.load(key);
+          if (!st) throw new NotFoundError(`no agent session '${key.slice(0, 200)}'`, { field: "key" });
           const cur = st.outputs[st.outputs.length - 1];
           for (const out of [cur]) if (out?.last?.hash === hash) return out.last.reply;
           if (st.finish) throw new SessionClosedError(key, st.finish.by);
