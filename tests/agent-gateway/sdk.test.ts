@@ -141,7 +141,7 @@ describe("agent gateway through the openai SDK", () => {
     for await (const c of await client.chat.completions.create({ model: "qwen3", messages, tools: sdkTools, stream: true })) chunks.push(c);
     expect(engine.stats.requests).toBe(2);
     expect(chunks.map((c) => c.id)).toEqual(Array(5).fill(final.id));
-    expect(chunks.map((c) => c.choices[0]?.delta ?? null)).toEqual([
+    expect(chunks.map((c): unknown => c.choices[0]?.delta ?? null)).toEqual([
       { role: "assistant", content: "" },
       { reasoning_content: "The tool says 31." } as OpenAI.ChatCompletionChunk.Choice.Delta,
       { content: "The answer is 31.\n#### 31" },
