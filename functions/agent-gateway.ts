@@ -1,5 +1,5 @@
 import { Hono, type Context } from "hono";
-import type { AgentGateway } from "../shared/agent-gateway/agent-gateway.ts";
+import { SessionClosedError, type AgentGateway } from "../shared/agent-gateway/agent-gateway.ts";
 import { chatCompletionBody, chatCompletionSse, modelsBody } from "../shared/agent-gateway/openai-wire.ts";
 import { AgentTaskResult } from "../shared/agent-gateway/task.ts";
 import { InputError, inputErrorFromZod } from "../shared/errors.ts";
@@ -42,7 +42,8 @@ async function jsonBody(c: Context, maxBody: number): Promise<unknown> {
  * - `POST /v1/sessions/{key}/finish` `{reward?, metadata?}` → `{ok, key, outputs}` (idempotent).
  * 404 unknown session, 401 wrong or missing token, 400 a request edgeloop
  * cannot answer (names the field: `n`, `messages[1].content[0].type`, …),
- * 409 a closed session (code `session_closed`), 502/503 engine failures
+ * 409 a closed session (code `session_closed`, with `x-should-retry: false`
+ * so the OpenAI SDKs do not retry it), 502/503 engine failures
  * (the OpenAI SDK retries them; a retry is answered once). Errors are
  * `{error: {code, message, field?}}` (the SDK reads `error.message`).
  */
@@ -50,7 +51,12 @@ export function createAgentGatewayApp(opts: AgentGatewayAppOptions): Hono {
   const app = new Hono();
   const gw = opts.gateway;
   const maxBody = opts.maxBodyBytes ?? 16 * 1024 * 1024;
-  app.onError((err, c) => errorResponse(err, c));
+  app.onError((err, c) => {
+    const res = errorResponse(err, c);
+    // OpenAI SDKs retry every 409 (twice, with backoff) unless told not to; a closed session stays closed.
+    if (err instanceof SessionClosedError) res.headers.set("x-should-retry", "false");
+    return res;
+  });
   app.use("/v1/sessions/:key/openai/*", limitBody(maxBody));
   app.use("/v1/sessions/:key/finish", limitBody(1024 * 1024));
 

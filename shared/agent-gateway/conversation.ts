@@ -58,7 +58,10 @@ export function jsonEqual(a: unknown, b: unknown): boolean {
 export function continuation(history: readonly ChatMessage[], messages: readonly ChatMessage[]): ChatMessage[] | null {
   if (messages.length <= history.length) return null;
   if (history.length === 0 || history[history.length - 1]!.role !== "assistant") return null;
-  for (let i = 0; i < history.length; i++) if (!jsonEqual(comparable(history[i]!), comparable(messages[i]!))) return null;
+  // History holds tool results with their tool's name filled in (namedToolResults); an agent that
+  // sent them without a name sends them so again: fill the request's the same way before comparing.
+  const named = namedToolResults(messages.slice(0, history.length), messages);
+  for (let i = 0; i < history.length; i++) if (!jsonEqual(comparable(history[i]!), comparable(named[i]!))) return null;
   const added = messages.slice(history.length);
   const tools = added.every((m) => m.role === "tool");
   const one = added.length === 1 && (added[0]!.role === "user" || added[0]!.role === "system");
