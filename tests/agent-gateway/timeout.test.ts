@@ -1,0 +1,95 @@
+import { beforeAll, describe, expect, test } from "bun:test";
+import OpenAI from "openai";
+import { readFileSync } from "node:fs";
+import { AgentGateway } from "../../shared/agent-gateway/agent-gateway.ts";
+import { AgentTimeoutError, AgentWebhookError, OpenAIAgentLoop, type AgentGatewayLink } from "../../shared/agent-gateway/openai-agent-loop.ts";
+import { AgentTask } from "../../shared/agent-gateway/task.ts";
+import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
+import { MemorySessionStorage } from "../../shared/session/session-storage.ts";
+import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
+import { SimEngine } from "../../infra/sim-engine/sim-engine.ts";
+import { SimEngineClient } from "../../infra/sim-engine/sim-engine-client.ts";
+import { config, ctxOf, SP } from "../agent-loop/helpers.ts";
+
+// The agent's deadline: an agent that called the model and never finished yields records of the tokens so far
+// flagged agent_timeout; one that never called fails its trajectory; a webhook that refuses fails it at once.
+const ROOT = new URL("../../", import.meta.url).pathname;
+const script = JSON.parse(readFileSync(`${ROOT}examples/policy.json`, "utf8"));
+const row0 = JSON.parse(readFileSync(`${ROOT}examples/gsm8k-tool.jsonl`, "utf8").split("\n")[0]!);
+let tok: ChatTokenizer;
+beforeAll(async () => {
+  tok = await defaultTokenizer();
+});
+
+function harness(agent: (task: AgentTask, client: OpenAI) => Promise<Response>, timeoutMs: number) {
+  const engine = new SimEngine({ tokenizer: tok, script });
+  const gw = new AgentGateway({ storage: new MemorySessionStorage(), tokenizer: tok, client: new SimEngineClient(engine), maxModelLen: 4096, pollMs: 20 });
+  const app = createAgentGatewayApp({ gateway: gw });
+  const appFetch = async (u: string | URL | Request, i?: RequestInit) => app.fetch(new Request(u as string, i));
+  const tasks: AgentTask[] = [];
+  const link: AgentGatewayLink = {
+    gateway: gw,
+    publicUrl: () => "http://edgeloop.local",
+    agent: { url: "http://agent.local/tasks", timeout_ms: timeoutMs, secret: null },
+    fetch: (async (_u: string | URL | Request, init?: RequestInit) => {
+      const task = AgentTask.parse(JSON.parse(String(init!.body)));
+      tasks.push(task);
+      return agent(task, new OpenAI({ baseURL: task.base_url, apiKey: task.api_key, fetch: appFetch, maxRetries: 0 }));
+    }) as typeof fetch,
+  };
+  const loop = new OpenAIAgentLoop(ctxOf(tok, new SimEngineClient(engine), config(), { reward: {}, agentGateway: link }));
+  return { gw, loop, tasks, engine };
+}
+
+describe("openai_agent deadlines and webhook failures", () => {
+  test("one call, no finish: the record holds that turn, error agent_timeout, reward scored by edgeloop", async () => {
+    let late: unknown = null;
+    const { loop, tasks, gw } = harness(async (task, client) => {
+      await client.chat.completions.create({ model: task.model, messages: task.messages as OpenAI.ChatCompletionMessageParam[] });
+      // The agent hangs after its first call; a call after the deadline is refused as closed.
+      setTimeout(() => {
+        client.chat.completions.create({ model: task.model, messages: task.messages as OpenAI.ChatCompletionMessageParam[], temperature: 0.5 }).catch((e) => (late = e));
+      }, 400);
+      return new Response(null, { status: 202 });
+    }, 250);
+    const outs = await loop.run(SP, { uid: "t0", session_id: 0, prompt: row0.prompt, data_source: "edgeloop/arith", reward_model: { style: "rule", ground_truth: "31" } });
+    expect(tasks.length).toBe(1);
+    expect(outs.length).toBe(1);
+    const o = outs[0]!;
+    expect(o.extra_fields.error).toBe("agent_timeout");
+    expect(o.extra_fields.terminated_by).toBe("agent_timeout");
+    expect(o.num_turns).toBe(2);
+    expect(tok.decode(o.response_ids as number[])).toBe('<think>\nLet me compute 12*3-5.\n</think>\n\n<tool_call>\n{"name": "calc", "arguments": {"expression": "12*3-5"}}\n</tool_call><|im_end|>');
+    expect(o.reward_score).toBe(0);
+    expect((await gw.get("t0_0_0"))!.finish!.by).toBe("timeout");
+    await new Promise((r) => setTimeout(r, 300));
+    expect((late as { status?: number })?.status).toBe(409);
+  });
+
+  test("no call at all: the trajectory fails with AgentTimeoutError", async () => {
+    const { loop } = harness(async () => new Response(null, { status: 202 }), 100);
+    const err = await loop.run(SP, { uid: "t1", session_id: 0, prompt: row0.prompt }).catch((e) => e);
+    expect(err).toBeInstanceOf(AgentTimeoutError);
+    expect(err.message).toBe("agent_timeout: the agent made no call and did not finish within agent.timeout_ms 100 ms");
+  });
+
+  test("a webhook answering 400 fails the trajectory at once, naming the webhook and its answer", async () => {
+    const { loop, engine } = harness(async () => new Response("no such task type", { status: 400 }), 60_000);
+    const err = await loop.run(SP, { uid: "t2", session_id: 0, prompt: row0.prompt }).catch((e) => e);
+    expect(err).toBeInstanceOf(AgentWebhookError);
+    expect(err.message).toBe("agent webhook http://agent.local/tasks answered 400: no such task type");
+    expect(engine.stats.requests).toBe(0);
+  });
+
+  test("a task answered 200 with a result finishes the session with the agent's reward and metadata", async () => {
+    const { loop } = harness(async (task, client) => {
+      await client.chat.completions.create({ model: task.model, messages: task.messages as OpenAI.ChatCompletionMessageParam[] });
+      return Response.json({ reward: 0.25, metadata: { note: "sync agent" } });
+    }, 60_000);
+    const outs = await loop.run(SP, { uid: "t3", session_id: 0, prompt: row0.prompt, reward_model: { style: "rule", ground_truth: "31" } });
+    expect(outs.length).toBe(1);
+    expect(outs[0]!.reward_score).toBe(0.25);
+    expect(outs[0]!.extra_fields.agent_metadata).toEqual({ note: "sync agent" });
+    expect(outs[0]!.extra_fields.error).toBeUndefined();
+  });
+});
