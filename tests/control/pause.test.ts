@@ -51,7 +51,7 @@ beforeAll(async () => {
  * trajectory's response (undefined: none), from the replica's request log:
  * a request's tokens begin at `prompt_tokens − prompt length` of the response.
  */
-function boundaries(engine: SimEngine, records: TrajectoryRecord[], isNew: (l: SimEngine["requests"][number]) => boolean): Map<string, number | undefined> {
+function boundaries(engine: SimEngine, records: readonly TrajectoryRecord[], isNew: (l: SimEngine["requests"][number]) => boolean): Map<string, number | undefined> {
   const out = new Map<string, number | undefined>();
   for (const r of records) {
     const first = engine.requests.find((l) => l.routing_key === r.key && isNew(l));
@@ -169,7 +169,7 @@ describe("POST /v1/engine/pause → model-version → resume with trajectories i
         if (c.mode === "abort") {
           // Kept partial tokens keep their log-probs; a resumed turn's rest is sampled anew.
           const cut = b0 ?? r.response_ids.length;
-          expect(r.rollout_log_probs.slice(0, cut)).toEqual(ref.rollout_log_probs.slice(0, cut));
+          expect(r.rollout_log_probs!.slice(0, cut)).toEqual(ref.rollout_log_probs!.slice(0, cut));
           // A turn resumed across the update: its resumed request's prompt ends inside an assistant turn.
           if (b0 !== undefined && b0 > 0 && r.response_mask[b0 - 1] === 1) twoSegmentTurns++;
         } else {
