@@ -48,3 +48,46 @@ describe("token_versions segments", () => {
     expect(restoreToolAgentFields(loop, ToolAgentFields.parse(old), input).tokenVersions).toEqual([]);
   });
 });
+
+describe("/v1/engine/* on the API", () => {
+  test("bearer auth like /v1; a bad mode is a 400 naming the field; gate state; 501 without engine control", async () => {
+    const { createRolloutsApp } = await import("../../functions/rollouts.ts");
+    const { EngineControl, MemoryEngineGate } = await import("../../shared/inference/engine-control.ts");
+    const { createSimEngineApp } = await import("../../infra/sim-engine/app.ts");
+    const { SimEngine } = await import("../../infra/sim-engine/sim-engine.ts");
+    const { RolloutService } = await import("../../shared/rollout/service.ts");
+    const { MemoryTransferQueue } = await import("../../shared/store/memory-transfer-queue.ts");
+    const { parseAppConfig } = await import("../../shared/config/app-config.ts");
+    const tok = await defaultTokenizer();
+    const sim = new SimEngine({ tokenizer: tok });
+    const simApp = createSimEngineApp(sim);
+    const gate = new MemoryEngineGate();
+    const engine = new EngineControl({ gate, format: "vllm", replicas: () => [{ url: "http://sim.local", fetch: async (i, init) => simApp.fetch(new Request(i, init)) }] });
+    const service = new RolloutService({ config: parseAppConfig({}, "test"), store: new MemoryTransferQueue(), executorFor: () => { throw new Error("unused"); } });
+    const app = createRolloutsApp({ service, engine, apiToken: "s3cret" });
+    const h = { "content-type": "application/json", authorization: "Bearer s3cret" };
+    expect((await app.request("/v1/engine/pause", { method: "POST", headers: { "content-type": "application/json" }, body: "{}" })).status).toBe(401);
+    const bad = await app.request("/v1/engine/pause", { method: "POST", headers: h, body: JSON.stringify({ mode: "in_place" }) });
+    expect(bad.status).toBe(400);
+    expect(((await bad.json()) as { error: { field: string } }).error.field).toBe("mode");
+    const p = await app.request("/v1/engine/pause", { method: "POST", headers: h, body: JSON.stringify({ mode: "keep", clear_cache: true }) });
+    expect(await p.json()).toEqual({ paused: true, mode: "keep", since_ms: expect.any(Number), epoch: 1, inflight: 0, replicas: [{ url: "http://sim.local", ok: true, status: 200 }] });
+    expect(sim.pauses.map((x) => [x.mode, x.clear_cache])).toEqual([["keep", true]]);
+    const st = await app.request("/v1/engine/status", { headers: h });
+    expect(await st.json()).toMatchObject({ paused: true, replicas: [{ paused: true }] });
+    // A call while paused waits for the resume.
+    let ran = false;
+    const call = gate.run(async () => (ran = true));
+    await Bun.sleep(10);
+    expect(ran).toBe(false);
+    const r = await app.request("/v1/engine/resume", { method: "POST", headers: h });
+    // (the held call went as soon as the gate opened)
+    expect(await r.json()).toEqual({ paused: false, mode: null, since_ms: null, epoch: 2, inflight: expect.any(Number), replicas: [{ url: "http://sim.local", ok: true, status: 200 }] });
+    await call;
+    expect(ran).toBe(true);
+    expect(await (await app.request("/v1/engine/status", { headers: h })).json()).toMatchObject({ paused: false, inflight: 0, replicas: [{ paused: false }] });
+    expect(sim.paused).toBe(false);
+    const none = createRolloutsApp({ service });
+    expect((await none.request("/v1/engine/status")).status).toBe(501);
+  });
+});
