@@ -15,6 +15,7 @@ import { STORE_UNREACHABLE, storeOutageOf } from "../shared/store/store-outage.t
 
 export type { StoreHealth };
 import { mountViewer } from "./viewer/viewer-app.ts";
+import { EnginePauseRequest, type EngineControl } from "../shared/inference/engine-control.ts";
 
 /** Query of `GET /v1/groups`. */
 export const GroupsQuery = z.object({
@@ -54,6 +55,8 @@ export interface RolloutsAppOptions {
    * tokenizer given, decoding answers 501.
    */
   tokenizer?: ChatTokenizer | (() => Promise<ChatTokenizer>);
+  /** The engines' pause/resume control (`/v1/engine/*`); absent: those routes answer 501. */
+  engine?: EngineControl | null;
 }
 
 /** A batch as `GET /v1/rollouts` lists it. */
@@ -85,6 +88,11 @@ export interface BatchSummary {
  * - `POST /v1/model-version` `{version}` → `{version, seq}`: the policy version turns are now
  *   recorded with (`extra_fields.model_versions`); `GET` reads it. `rollout.max_staleness` fails
  *   trajectories more than that many versions behind.
+ * - `POST /v1/engine/pause` `{mode?: "abort"|"wait"|"keep", clear_cache?: bool}` → `EngineStatus`
+ *   `{paused, mode, since_ms, epoch, inflight, replicas}`: pauses every engine replica through its own
+ *   API and holds new engine calls (see `EngineControl`); `POST /v1/engine/resume` → `EngineStatus`;
+ *   `GET /v1/engine/status` → `EngineStatus` (with each vLLM replica's `is_paused`). A trainer's step:
+ *   pause → update weights → `POST /v1/model-version` → resume. 502 naming the replicas that failed.
  * - `GET /v1/groups?max=K&block_ms=&consumer=&partition=` → complete groups for a trainer
  * - `GET /v1/groups/{uid}` → the group's `GroupStatus` `{uid, partition, expected, finished, records,
  *   failed, complete, fingerprint}`; a uid never registered gives `expected: null` (200, not 404)
@@ -158,6 +166,18 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
     if (!r.success) throw inputErrorFromZod("", r.error.issues);
     return c.json(await service.policy.set(r.data.version));
   });
+
+  const engine = (): EngineControl => {
+    if (!opts.engine) throw new EdgeloopError("engine pause/resume is not available in this process", { status: 501, code: "not_implemented" });
+    return opts.engine;
+  };
+  app.post("/v1/engine/pause", async (c) => {
+    const r = EnginePauseRequest.safeParse(await readJson(c, 64 * 1024));
+    if (!r.success) throw inputErrorFromZod("", r.error.issues);
+    return c.json(await engine().pause(r.data));
+  });
+  app.post("/v1/engine/resume", async (c) => c.json(await engine().resume()));
+  app.get("/v1/engine/status", async (c) => c.json(await engine().status()));
 
   app.get("/v1/rollouts/:batch_id/trajectories", async (c) => {
     const run = await service.lookup(c.req.param("batch_id"));
@@ -256,6 +276,11 @@ export function openApiDocument(): Record<string, unknown> {
         get: { summary: "The current policy version", responses: { "200": { description: "{version, seq}" } } },
         post: { summary: "Set the policy version (after a weight update)", requestBody: json(ModelVersionRequest), responses: { "200": { description: "{version, seq}" }, "400": err } },
       },
+      "/v1/engine/pause": {
+        post: { summary: "Pause every engine replica (abort: in-flight requests end and are resumed after; wait: drain first; keep: frozen) and hold new engine calls", requestBody: json(EnginePauseRequest), responses: { "200": { description: "{paused, mode, since_ms, epoch, inflight, replicas}" }, "400": err, "401": err, "502": err } },
+      },
+      "/v1/engine/resume": { post: { summary: "Resume every engine replica and let engine calls go", responses: { "200": { description: "{paused, mode, since_ms, epoch, inflight, replicas}" }, "401": err, "502": err } } },
+      "/v1/engine/status": { get: { summary: "Pause state, engine calls in flight, each replica's is_paused", responses: { "200": { description: "{paused, mode, since_ms, epoch, inflight, replicas}" }, "401": err } } },
       "/v1/rollouts/{batch_id}": { get: { summary: "Batch progress and metrics", responses: { "200": { description: "BatchStats" }, "404": err } } },
       "/v1/trajectories/{key}": {
         get: {

@@ -40,6 +40,8 @@ import { SimEngineClient } from "../sim-engine/sim-engine-client.ts";
 import { startSimEngine } from "../sim-engine/server.ts";
 import { startToolServer } from "../tools/server.ts";
 import { createGatewayApp } from "../../functions/gateway.ts";
+import { createSimEngineApp } from "../sim-engine/app.ts";
+import { EngineControl, GatedClient, MemoryEngineGate, RedisEngineGate, type EngineGate, type EngineReplicaTarget } from "../../shared/inference/engine-control.ts";
 import { DEADLINE_HEADER } from "../../shared/inference/engine-http.ts";
 import { readConfigFile, resolveConfigPaths } from "./files.ts";
 import { processStoreHealth, watchStore } from "./store-watch.ts";
@@ -85,6 +87,8 @@ export interface Runtime {
   warnings: string[];
   /** The agent gateway (sessions of `openai_agent`; served by `functions/agent-gateway.ts`). */
   agentGateway: AgentGateway;
+  /** Pause/resume of the engine replicas and the deployment's pause gate (`/v1/engine/*`). */
+  engine: EngineControl;
   /** Sets the URL agents reach this process's API at, once it listens (unless `agent.public_url` is configured). */
   setPublicUrl(url: string): void;
   /** Stops what the runtime started (tool server, sim replicas, store connections). */
@@ -160,7 +164,8 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       warnings.push(`warning    tool-call parser '${parser}' (default of ${tokenizer.traits.family}) is not registered in this build; tool_agent trajectories fail until rollout.multi_turn.format names one of: ${toolCallParserNames().join(", ")}`);
     }
 
-    const client = await buildEngine(config, tokenizer, closers, describe);
+    const targets: EngineReplicaTarget[] = [];
+    const client = await buildEngine(config, tokenizer, closers, describe, targets);
     const [probed, unreachable] = await Promise.all([
       client.maxModelLen?.().catch(() => undefined),
       config.engine.url === "sim" ? Promise.resolve(null) : probeEngine(config.engine.url, checkTimeoutMs),
@@ -186,7 +191,10 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     describe.push(`loops      ${registry.names().join(", ")} (default ${config.rollout.agent.default_agent_loop})`);
 
     const policy = buildPolicy(config, closers, flags.storeTimeout);
+    const gate = buildGate(config, policy, closers, flags.storeTimeout);
+    const engine = new EngineControl({ gate, format: config.engine.format, replicas: () => targets });
     const deps: ExecutorDeps = {
+      gate,
       policy,
       registry,
       tokenizer,
@@ -198,7 +206,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     const built = buildSessionStorage(config, closers, flags.storeTimeout);
     const storage = built?.storage ?? null;
     // Agent sessions live with the trajectory sessions (Redis), else in this process.
-    const agentGateway = new AgentGateway({ storage: storage ?? new MemorySessionStorage(), tokenizer, client, maxModelLen, modelName: config.engine.model ?? tokenizer.name });
+    const agentGateway = new AgentGateway({ storage: storage ?? new MemorySessionStorage(), tokenizer, client: new GatedClient(client, gate), maxModelLen, modelName: config.engine.model ?? tokenizer.name });
     let publicUrl: string | null = config.agent.public_url;
     deps.agentGateway = { gateway: agentGateway, publicUrl: () => publicUrl, agent: { url: config.agent.url, timeout_ms: config.agent.timeout_ms, secret: config.agent.secret } };
     if (config.agent.url) describe.push(`agent      openai_agent tasks to ${config.agent.url} (timeout ${config.agent.timeout_ms} ms${config.agent.secret ? ", signed" : ""})`);
@@ -254,6 +262,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       describe,
       warnings,
       agentGateway,
+      engine,
       setPublicUrl(url: string) {
         publicUrl = config.agent.public_url ?? url;
       },
@@ -424,14 +433,22 @@ async function probeEngine(url: string, timeoutMs: number): Promise<string | nul
   return reason;
 }
 
+/**
+ * Builds the engine client and fills `targets` with the replicas the pause
+ * control reaches: `engine.admin_urls` (else `engine.url`) for a URL engine;
+ * the embedded replicas for the sim (in-process through its app's fetch
+ * when there is one replica, else its loopback URLs).
+ */
 async function buildEngine(
   config: AppConfig,
   tokenizer: Awaited<ReturnType<typeof loadTokenizer>>,
   closers: (() => Promise<void>)[],
   describe: string[],
+  targets: EngineReplicaTarget[],
 ): Promise<InferenceClient> {
   const e = config.engine;
   if (e.url !== "sim") {
+    targets.push(...(e.admin_urls ?? [e.url]).map((url) => ({ url })));
     describe.push(`engine     ${e.url} (${e.format})`);
     return createEngineClient({ url: e.url, format: e.format, model: e.model ?? undefined, timeoutMs: e.timeout_ms, retry: { retries: 3 } });
   }
@@ -445,10 +462,14 @@ async function buildEngine(
   if (config.rollout.seed !== undefined) script = { ...script, seed: config.rollout.seed };
   if (e.replicas === 1) {
     describe.push(`engine     simulated, in-process (script ${scriptPath})`);
-    return new SimEngineClient(new SimEngine({ tokenizer, script, maxModelLen: config.rollout.max_model_len ?? undefined }));
+    const engine = new SimEngine({ tokenizer, script, maxModelLen: config.rollout.max_model_len ?? undefined, latency: simLatency(e) });
+    const app = createSimEngineApp(engine);
+    targets.push({ url: "http://sim.local", fetch: async (input, init) => app.fetch(new Request(input, init)) });
+    return new SimEngineClient(engine);
   }
-  const sim = await startSimEngine({ replicas: e.replicas, script, tokenizer, maxModelLen: config.rollout.max_model_len ?? undefined });
+  const sim = await startSimEngine({ replicas: e.replicas, script, tokenizer, maxModelLen: config.rollout.max_model_len ?? undefined, latency: simLatency(e) });
   closers.push(() => sim.stop());
+  targets.push(...sim.urls.map((url) => ({ url })));
   const g = config.gateway;
   const gateway = createGatewayApp({
     replicas: sim.urls,
@@ -490,6 +511,28 @@ function buildSessionStorage(config: AppConfig, closers: (() => Promise<void>)[]
       : new IoRedisCommander(url, { ...sizeLimit(config), storeTimeoutS });
   closers.push(() => commander.close());
   return { storage: new RedisSessionStorage(commander, { prefix: config.store.prefix }), commander };
+}
+
+/** The sim's latency model from `engine.sim_latency` (absent: none). */
+function simLatency(e: AppConfig["engine"]): { prefill_ms_per_token?: number; decode_ms_per_token?: number } | undefined {
+  return e.sim_latency ?? undefined;
+}
+
+/**
+ * The deployment's pause gate: in the store's Redis (API and workers share
+ * it; a change of its epoch drops this process's cached policy version), or
+ * in-process for the memory store.
+ */
+function buildGate(config: AppConfig, policy: PolicyVersions, closers: (() => Promise<void>)[], storeTimeoutS?: number): EngineGate {
+  const url = config.store.url;
+  const onChange = () => (policy as { invalidate?: () => void }).invalidate?.();
+  if (url === "memory") return new MemoryEngineGate(onChange);
+  const commander =
+    url === "upstash"
+      ? new UpstashCommander({ url: process.env.UPSTASH_REDIS_REST_URL!, token: process.env.UPSTASH_REDIS_REST_TOKEN!, ...sizeLimit(config) })
+      : new IoRedisCommander(url, { ...sizeLimit(config), storeTimeoutS });
+  closers.push(() => commander.close());
+  return new RedisEngineGate(commander, { prefix: config.store.prefix, onChange });
 }
 
 /** Policy versions shared through the store's Redis (API and workers see one), or in-process for the memory store. */

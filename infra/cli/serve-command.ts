@@ -27,6 +27,7 @@ export async function serveCommand(flags: ConfigFlags & { port: number; host: st
     health: runtime.storeHealth,
     apiToken: process.env.EDGELOOP_API_TOKEN || null,
     tokenizer: () => loadTokenizer(runtime.config.model ?? undefined),
+    engine: runtime.engine,
   });
   // The agent gateway's routes (session-scoped OpenAI endpoint, finish) come first: they
   // authenticate by the session's own bearer token, not by the API's.

@@ -129,6 +129,7 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
         skipSpecial: sp.skip_special_tokens ?? true,
         noStopTrim: sp.no_stop_trim ?? false,
         latencyS: Math.round(performance.now() - started) / 1000,
+        weightVersion: out.weight_version,
       }),
     );
   });
@@ -167,6 +168,45 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
   };
   app.post("/reset_prefix_cache", flush);
   app.on(["GET", "POST"], "/flush_cache", flush);
+
+  // Pause and resume, in both engines' forms (per replica).
+  // vLLM (dev/RL server, VLLM_SERVER_DEV_MODE=1): POST /pause?mode=abort|wait|keep&clear_cache=true|false
+  // → {"status":"paused"}; POST /resume → {"status":"resumed"}; GET /is_paused → {"is_paused": bool}.
+  // @see https://docs.vllm.ai/en/latest/training/async_rl/ and vllm/entrypoints/serve/rlhf/api_router.py
+  app.post("/pause", async (c) => {
+    const mode = c.req.query("mode") ?? "abort";
+    if (mode !== "abort" && mode !== "wait" && mode !== "keep") return send(c, vllmError(400, `mode: must be one of abort, wait, keep; got '${mode}'`, "mode"));
+    const cc = c.req.query("clear_cache");
+    if (cc !== undefined && !/^(true|false|1|0)$/i.test(cc)) return send(c, vllmError(400, `clear_cache: must be a boolean; got '${cc}'`, "clear_cache"));
+    await engine.pause(mode, cc === undefined ? false : /^(true|1)$/i.test(cc));
+    return c.json({ status: "paused" });
+  });
+  app.post("/resume", (c) => {
+    engine.resume();
+    return c.json({ status: "resumed" });
+  });
+  app.get("/is_paused", (c) => c.json({ is_paused: engine.paused }));
+  // SGLang: POST /pause_generation {"mode": "abort"|"in_place"|"retract"}, POST /continue_generation;
+  // POST /update_weight_version {"new_version", "abort_all_requests"}; GET /get_weight_version.
+  // @see sglang/srt/entrypoints/http_server.py (PauseGenerationReqInput, UpdateWeightVersionReqInput)
+  app.post("/pause_generation", async (c) => {
+    const body = (await c.req.json().catch(() => ({}))) as { mode?: unknown } | null;
+    const mode = body?.mode ?? "abort";
+    if (mode !== "abort" && mode !== "in_place" && mode !== "retract") return send(c, sglangError(400, `mode: must be one of abort, in_place, retract; got ${JSON.stringify(mode)}`));
+    await engine.pause(mode);
+    return c.json({ message: "Generation paused successfully." });
+  });
+  app.post("/continue_generation", (c) => {
+    engine.resume();
+    return c.json({ message: "Generation continued successfully." });
+  });
+  app.post("/update_weight_version", async (c) => {
+    const body = (await c.req.json().catch(() => null)) as { new_version?: unknown } | null;
+    if (typeof body?.new_version !== "string" || body.new_version === "") return send(c, sglangError(400, "new_version: expected a non-empty string"));
+    engine.weightVersion = body.new_version;
+    return c.json({ success: true, message: `Weight version updated to ${body.new_version}`, new_version: body.new_version });
+  });
+  app.get("/get_weight_version", (c) => c.json({ weight_version: engine.weightVersion }));
 
   app.notFound((c) => c.json({ detail: "Not Found" }, 404));
   app.onError((e, c) => send(c, vllmError(500, `simulated engine error: ${e.message}`)));

@@ -86,6 +86,8 @@ export interface SimGenerateResult {
   turn_index: number;
   /** Index of the rule that applied, −1 for `default`. */
   rule_index: number;
+  /** The replica's weight version when the reply was ready (SGLang's `meta_info.weight_version`). */
+  weight_version: string;
 }
 
 /**
@@ -118,6 +120,34 @@ export interface SimRequestLog {
   completion_tokens?: number;
   finish_reason?: string;
   fault?: string;
+  /** Epoch ms the request arrived (before any hold by a pause). */
+  received_ms?: number;
+  /** Epoch ms generation started (after a hold by a pause; = `received_ms` when none). */
+  started_ms?: number;
+  /** Epoch ms the reply was ready. */
+  ended_ms?: number;
+  /** The replica's `weight_version` when the request ended. */
+  weight_version?: string;
+}
+
+/**
+ * How a pause treats in-flight requests (both engines' modes):
+ * `abort` — they end now with the tokens generated so far (`finish_reason`
+ * abort); `wait` — they run to completion, then the replica is paused;
+ * `keep` (vLLM) / `in_place` (SGLang) — they are frozen and continue after
+ * resume; `retract` (SGLang) — they go back to the waiting queue, their KV
+ * dropped, and are recomputed (prefill of prompt + generated tokens) on
+ * resume. In every mode new requests are held (not refused) until resume.
+ * @see https://docs.vllm.ai/en/latest/training/async_rl/ (abort/wait/keep), SGLang `PauseGenerationReqInput` (abort/in_place/retract)
+ */
+export type SimPauseMode = "abort" | "wait" | "keep" | "in_place" | "retract";
+
+/** One pause of a replica: its mode and when it began and ended (epoch ms; `resumed_ms` null while paused). */
+export interface SimPauseRecord {
+  mode: SimPauseMode;
+  clear_cache: boolean;
+  paused_ms: number;
+  resumed_ms: number | null;
 }
 
 /** Counters of one replica. */
@@ -160,6 +190,20 @@ export class SimEngine {
   private readonly ownFaultRate: boolean;
   /** The probabilistic-fault injector (its `injected` log and `counts`), when a fault rate is set. */
   faultRate: FaultRateInjector | undefined;
+  /**
+   * The weights' version, reported in SGLang replies' `meta_info.weight_version`
+   * (SGLang's default `--weight-version` is `"default"`). Set by
+   * `POST /update_weight_version {"new_version"}` or directly.
+   */
+  weightVersion = "default";
+  /** Every pause of this replica, oldest first. */
+  readonly pauses: SimPauseRecord[] = [];
+  private pauseState: { mode: SimPauseMode; resumed: Promise<void>; resume: () => void } | null = null;
+  /** Requests past the pause hold, not yet answered. */
+  private active = 0;
+  /** Of those, how many are frozen by a pause. */
+  private frozen = 0;
+  private idleWaiters: (() => void)[] = [];
 
   constructor(opts: SimEngineOptions) {
     this.tokenizer = opts.tokenizer;
@@ -178,6 +222,66 @@ export class SimEngine {
     this.newline = this.tokenizer.encode("\n");
     // Other families (no <|im_start|>): their generation prompt opens an assistant turn.
     this.openers = this.imStart === undefined ? assistantOpeners(this.tokenizer) : { openers: [], tail: [] };
+  }
+
+  /** Whether the replica is paused (vLLM `GET /is_paused`). */
+  get paused(): boolean {
+    return this.pauseState !== null;
+  }
+
+  /** The current pause's mode, or null. */
+  get pauseMode(): SimPauseMode | null {
+    return this.pauseState?.mode ?? null;
+  }
+
+  /**
+   * Pauses generation (see {@link SimPauseMode}). Resolves once the pause
+   * holds, i.e. no request is generating any more: aborted ones have
+   * answered (`abort`), every in-flight one finished (`wait`), or each is
+   * frozen at its next token or finished (`keep`, `in_place`, `retract`). New requests
+   * are held until {@link resume}. `clearCache` empties the prefix cache.
+   * Pausing a paused replica changes the mode of the pause for requests not yet frozen.
+   */
+  async pause(mode: SimPauseMode, clearCache = false): Promise<void> {
+    if (this.pauseState) this.pauseState.mode = mode;
+    else {
+      let resume!: () => void;
+      const resumed = new Promise<void>((r) => (resume = r));
+      this.pauseState = { mode, resumed, resume };
+      this.pauses.push({ mode, clear_cache: clearCache, paused_ms: Date.now(), resumed_ms: null });
+    }
+    await this.whenIdle();
+    if (clearCache) this.cache.clear();
+  }
+
+  /** Ends a pause: frozen requests continue, held ones start. No-op when not paused. */
+  resume(): void {
+    const p = this.pauseState;
+    if (!p) return;
+    this.pauseState = null;
+    const last = this.pauses.at(-1);
+    if (last) last.resumed_ms = Date.now();
+    p.resume();
+  }
+
+  private whenIdle(): Promise<void> {
+    if (this.active === this.frozen) return Promise.resolve();
+    return new Promise((r) => this.idleWaiters.push(r));
+  }
+
+  private checkIdle(): void {
+    if (this.active === this.frozen) for (const w of this.idleWaiters.splice(0)) w();
+  }
+
+  /** Waits while paused (held or frozen); false when the client gave up meanwhile. */
+  private async holdWhilePaused(signal?: AbortSignal): Promise<boolean> {
+    while (this.pauseState) {
+      const p = this.pauseState;
+      const gone = signal ? new Promise<false>((r) => (signal.aborted ? r(false) : signal.addEventListener("abort", () => r(false), { once: true }))) : undefined;
+      const ok = await (gone ? Promise.race([p.resumed.then(() => true), gone]) : p.resumed.then(() => true));
+      if (!ok) return false;
+    }
+    return true;
   }
 
   /** Replaces the scripted policy (validated; fault counters restart). @throws ConfigError */
@@ -308,7 +412,7 @@ export class SimEngine {
    * @throws SimEngineFault for 5xx/overflow faults, natural context overflow, and a hang ended by the client
    */
   async generate(req: SimGenerateRequest): Promise<SimGenerateResult> {
-    const log: SimRequestLog = { request_id: req.request_id, routing_key: req.routing_key, endpoint: req.endpoint, prompt_tokens: req.prompt_ids.length };
+    const log: SimRequestLog = { request_id: req.request_id, routing_key: req.routing_key, endpoint: req.endpoint, prompt_tokens: req.prompt_ids.length, received_ms: Date.now() };
     if (req.stop_token_ids?.length) log.stop_token_ids = [...req.stop_token_ids];
     if (req.stop?.length) log.stop = [...req.stop];
     this.requests.push(log);
@@ -316,8 +420,16 @@ export class SimEngine {
     this.stats.requests++;
     this.stats.inflight++;
     this.stats.max_inflight = Math.max(this.stats.max_inflight, this.stats.inflight);
+    let counted = false;
     try {
+      // New requests are held (not refused) while the replica is paused.
+      if (!(await this.holdWhilePaused(req.signal))) throw new SimEngineFault("client_gone", `client gave up on ${req.request_id}`);
+      log.started_ms = Date.now();
+      this.active++;
+      counted = true;
       const out = await this.run(req, log);
+      log.ended_ms = Date.now();
+      log.weight_version = this.weightVersion;
       log.cached_tokens = out.cached_tokens;
       log.completion_tokens = out.token_ids.length;
       log.finish_reason = out.finish_reason;
@@ -330,6 +442,10 @@ export class SimEngine {
       throw e;
     } finally {
       this.stats.inflight--;
+      if (counted) {
+        this.active--;
+        this.checkIdle();
+      }
     }
   }
 
@@ -411,8 +527,31 @@ export class SimEngine {
         }
       }
     }
+    // Decoding is token by token so that a pause lands between two tokens: `abort` cuts the
+    // reply there, the freezing modes hold it until resume (`retract` then recomputes the prefill).
+    const decodeMs = this.latency.decode_ms_per_token;
+    for (let i = 0; i < ids.length; i++) {
+      const p = this.pauseState;
+      if (p && p.mode !== "wait") {
+        if (p.mode === "abort") {
+          ids = ids.slice(0, i);
+          finish = "abort";
+          stopToken = null;
+          stopString = null;
+          break;
+        }
+        this.frozen++;
+        this.checkIdle();
+        const ok = await this.holdWhilePaused(req.signal);
+        this.frozen--;
+        if (!ok) throw gone();
+        if (p.mode === "retract" && this.latency.prefill_ms_per_token > 0 && !(await sleep((P + i) * this.latency.prefill_ms_per_token, req.signal))) throw gone();
+        i--;
+        continue;
+      }
+      if (decodeMs > 0 && !(await sleep(decodeMs, req.signal))) throw gone();
+    }
     const logProbs = this.logProbs(prompt, ids.length);
-    if (this.latency.decode_ms_per_token > 0 && !(await sleep(ids.length * this.latency.decode_ms_per_token, req.signal))) throw gone();
     this.cache.insert(ids.length > 0 ? [...prompt, ...ids] : prompt);
     return {
       token_ids: ids,
@@ -425,6 +564,7 @@ export class SimEngine {
       cached_tokens: cached,
       turn_index: r.turn_index,
       rule_index: r.rule_index,
+      weight_version: this.weightVersion,
     };
   }
 

@@ -202,7 +202,7 @@ function usage(out: SimGenerateResult) {
 export function sglangReply(
   engine: SimEngine,
   out: SimGenerateResult,
-  opts: { rid: string; logprob: boolean; skipSpecial: boolean; latencyS: number; /** `no_stop_trim`: keep a matched stop string in `text`. */ noStopTrim?: boolean },
+  opts: { rid: string; logprob: boolean; skipSpecial: boolean; latencyS: number; /** The version the reply was generated under (default: the engine's now). */ weightVersion?: string; /** `no_stop_trim`: keep a matched stop string in `text`. */ noStopTrim?: boolean },
 ): Record<string, unknown> {
   const finish =
     out.finish_reason === "stop"
@@ -220,6 +220,8 @@ export function sglangReply(
       completion_tokens: out.token_ids.length,
       cached_tokens: out.cached_tokens,
       e2e_latency: opts.latencyS,
+      // SGLang reports the weights' version (`--weight-version`, `/update_weight_version`) on every reply.
+      weight_version: opts.weightVersion ?? engine.weightVersion,
       ...(opts.logprob ? { output_token_logprobs: out.token_ids.map((id, i) => [out.log_probs[i], id, null]) } : {}),
     },
   };

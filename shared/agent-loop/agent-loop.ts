@@ -153,7 +153,10 @@ export abstract class AgentLoop {
    * every token and log-prob in order and `num_preempted` = the resumes plus
    * what the engine reported. A cancellation by the loop's own `signal` is
    * never resumed. Other engine errors propagate. Adds the call's seconds to
-   * `metrics.generate_sequences`.
+   * `metrics.generate_sequences`. A resumed turn's output carries
+   * `extra_fields.token_versions`: the policy version of each call's tokens as
+   * run-length segments over the turn's tokens (see {@link turnVersions});
+   * its `extra_fields.model_version` is the last call's.
    */
   protected async generate(
     builder: TrajectoryBuilder,
@@ -171,6 +174,8 @@ export abstract class AgentLoop {
     let preempted = 0;
     let reported = -1;
     let last: TokenOutput | undefined;
+    // The turn's policy versions as run-length segments over its tokens (a resume across a weight update starts one).
+    const segs: TokenVersions = [];
     const signal = this.ctx.signal;
     try {
       for (let attempt = 0; ; attempt++) {
@@ -198,6 +203,7 @@ export abstract class AgentLoop {
           break;
         }
         last = out;
+        if (out.token_ids.length > 0) pushVersion(segs, ids.length, modelVersionOf(out));
         ids.push(...out.token_ids);
         lps = lps && out.log_probs ? lps.concat(out.log_probs) : null;
         if (out.num_preempted >= 0) reported = Math.max(0, reported) + out.num_preempted;
@@ -219,7 +225,7 @@ export abstract class AgentLoop {
       log_probs: lps && lps.length === ids.length ? lps : null,
       finish_reason: finish,
       num_preempted: preempted + Math.max(0, reported),
-      extra_fields: tail.extra_fields ?? {},
+      extra_fields: { ...(tail.extra_fields ?? {}), token_versions: segs },
     };
   }
 
@@ -290,4 +296,53 @@ export function addPreempted(metrics: AgentLoopMetrics, value: number | null | u
 export function modelVersionOf(out: TokenOutput): unknown {
   const v = out.extra_fields?.model_version;
   return v === undefined ? null : v;
+}
+
+/**
+ * Policy versions as run-length segments `[[start, version], …]`: the
+ * tokens from `start` up to the next segment's start were sampled under
+ * `version` (null: unknown). Starts are strictly increasing; consecutive
+ * segments have different versions.
+ */
+export type TokenVersions = Array<[number, unknown]>;
+
+/** Appends segment `[start, version]` unless the last segment already has that version. */
+export function pushVersion(segs: TokenVersions, start: number, version: unknown): void {
+  const last = segs[segs.length - 1];
+  if (last && JSON.stringify(last[1] ?? null) === JSON.stringify(version ?? null)) return;
+  if (last && last[0] === start) segs.pop();
+  if (segs.length && JSON.stringify(segs[segs.length - 1]![1] ?? null) === JSON.stringify(version ?? null)) return;
+  segs.push([start, version ?? null]);
+}
+
+/**
+ * The versions of one turn's tokens, relative to the turn: its
+ * `extra_fields.token_versions` (a turn resumed after an abort, see
+ * `AgentLoop.generate`), else one segment `[[0, model_version]]`.
+ */
+export function turnVersions(out: TokenOutput): TokenVersions {
+  const tv = out.extra_fields?.token_versions;
+  if (Array.isArray(tv)) return tv as TokenVersions;
+  return [[0, modelVersionOf(out)]];
+}
+
+/**
+ * Records a turn appended at response index `offset` into a trajectory's
+ * segments (observation tokens after an action stay in the action's
+ * segment: a segment runs until the next one starts).
+ */
+export function recordTurnVersions(segs: TokenVersions, offset: number, out: TokenOutput): void {
+  if (out.token_ids.length === 0) return;
+  for (const [start, v] of turnVersions(out)) pushVersion(segs, offset + start, v);
+}
+
+/**
+ * The trajectory's `extra_fields.token_versions`: segments cut to the
+ * response's length; undefined when no version is known (every segment null)
+ * or the response is empty.
+ */
+export function finalTokenVersions(segs: TokenVersions, responseLength: number): TokenVersions | undefined {
+  const kept = segs.filter(([start]) => start < responseLength);
+  if (kept.length === 0 || kept.every(([, v]) => v === null)) return undefined;
+  return kept.map(([a, b]) => [a, b]);
 }

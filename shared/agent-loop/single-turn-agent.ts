@@ -1,7 +1,7 @@
 import type { AgentLoopOutput, FinishReason, SamplingParams } from "../schema/index.ts";
 import { buildPromptIds } from "../tokens/prompt.ts";
 import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
-import { addPreempted, AgentLoop, emptyMetrics, modelVersionOf, type AgentLoopKwargs } from "./agent-loop.ts";
+import { addPreempted, AgentLoop, emptyMetrics, finalTokenVersions, modelVersionOf, recordTurnVersions, type AgentLoopKwargs, type TokenVersions } from "./agent-loop.ts";
 
 /**
  * `single_turn_agent`: the prompt rendered without tools, one generation,
@@ -42,6 +42,8 @@ export class SingleTurnAgentLoop extends AgentLoop {
       addPreempted(metrics, out.num_preempted);
       const version = modelVersionOf(out);
       if (version !== null) extra.model_versions = [version];
+      const segs: TokenVersions = [];
+      recordTurnVersions(segs, 0, out);
       const r = builder.appendAction(out.token_ids, samplingParams.logprobs ? out.log_probs : null);
       if (out.finish_reason === "length" || r.truncated) {
         builder.markTruncated();
@@ -50,6 +52,8 @@ export class SingleTurnAgentLoop extends AgentLoop {
         finishReason = "abort";
       }
       text = tokenizer.decode(out.token_ids, { skipSpecialTokens: true });
+      const tv = finalTokenVersions(segs, builder.responseLength);
+      if (tv) extra.token_versions = tv;
     }
     const reward = await this.reward(kwargs, key, text);
     metrics.compute_score += reward.seconds;

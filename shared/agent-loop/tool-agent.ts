@@ -8,7 +8,7 @@ import { createToolCallParser } from "../tools/parser-registry.ts";
 import type { ParsedCall, ParseError, ToolCallParser } from "../tools/tool-call-parser.ts";
 import { truncateToolResponse } from "../tools/truncate.ts";
 import { pyList, type ToolExecutor, type ToolResult } from "../tools/webhook-tool-client.ts";
-import { addPreempted, AgentLoop, emptyMetrics, modelVersionOf, type AgentLoopContext, type AgentLoopKwargs } from "./agent-loop.ts";
+import { addPreempted, AgentLoop, emptyMetrics, finalTokenVersions, modelVersionOf, recordTurnVersions, type AgentLoopContext, type AgentLoopKwargs, type TokenVersions } from "./agent-loop.ts";
 
 /**
  * The states of {@link ToolAgentLoop}. `awaiting_tools` is reached only when
@@ -81,6 +81,8 @@ export interface ToolAgentData {
   toolRewards: number[];
   turnScores: number[];
   modelVersions: unknown[];
+  /** Policy versions of the response tokens so far, run-length (`extra_fields.token_versions`). */
+  tokenVersions: TokenVersions;
   droppedToolCalls: number;
   /** Tool calls processed (executed or answered with an error observation). */
   toolCalls: number;
@@ -129,7 +131,12 @@ export interface ToolAgentData {
  * interaction calls; `compute_score`), `num_preempted` summed (−1 when no call
  * reported one). `extra_fields`: `turn_scores`, `tool_rewards`,
  * `model_versions` (per assistant turn, when the engine reports
- * `extra_fields.model_version`), `dropped_tool_calls`, `tool_errors`,
+ * `extra_fields.model_version`), `token_versions` (run-length segments
+ * `[[start, version], …]` over `response_ids`: each sampled token's policy
+ * version — the engine's reported one, else the version current when its
+ * call was sent; a turn resumed across a weight update has two; observation
+ * tokens belong to the segment of the action before them; absent when no
+ * version is known), `dropped_tool_calls`, `tool_errors`,
  * `terminated_by`, and `error`/`reward_error` when something failed.
  * @see verl `ToolAgentLoop` (`verl/experimental/agent_loop/tool_agent_loop.py`) and §5 of the verl spec
  */
@@ -176,6 +183,7 @@ export class ToolAgentLoop extends AgentLoop {
       toolRewards: [],
       turnScores: [],
       modelVersions: [],
+      tokenVersions: [],
       droppedToolCalls: 0,
       toolCalls: 0,
       toolErrors: 0,
@@ -292,6 +300,7 @@ export class ToolAgentLoop extends AgentLoop {
     addPreempted(d.metrics, out.num_preempted);
     d.modelVersions.push(modelVersionOf(out));
     d.assistantTurns++;
+    recordTurnVersions(d.tokenVersions, b.responseLength, out);
     const appended = b.appendAction(out.token_ids, d.samplingParams.logprobs ? out.log_probs : null);
     const tok = this.ctx.tokenizer;
     d.lastAssistantText = tok.decode(out.token_ids, { skipSpecialTokens: true });
@@ -416,6 +425,8 @@ export class ToolAgentLoop extends AgentLoop {
       terminated_by: d.terminatedBy,
     };
     if (d.modelVersions.some((v) => v !== null)) extra.model_versions = d.modelVersions;
+    const tv = finalTokenVersions(d.tokenVersions, d.builder!.responseLength);
+    if (tv) extra.token_versions = tv;
     if (d.error) extra.error = d.error;
     if (reward.error) extra.reward_error = reward.error;
     return d.builder!.finish({

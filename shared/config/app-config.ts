@@ -15,6 +15,18 @@ export const EngineConfig = z.strictObject({
   model: z.string().nullable().default(null),
   /** Per-request deadline in milliseconds. */
   timeout_ms: z.number().int().positive().default(600_000),
+  /**
+   * Base URLs of the engine replicas behind `url` when `url` is a router
+   * (SMG, vllm-router): `POST /v1/engine/pause` and `/resume` reach each
+   * replica's own pause API there. Default: `url` itself (one engine).
+   */
+  /**
+   * Latency model of the simulated engine (sim only): milliseconds per
+   * uncached prompt token and per generated token (decoding is token by
+   * token, so a pause lands mid-request). Default: none (instant).
+   */
+  sim_latency: z.strictObject({ prefill_ms_per_token: z.number().min(0).optional(), decode_ms_per_token: z.number().min(0).optional() }).nullable().default(null),
+  admin_urls: z.array(z.string().url("engine.admin_urls[i] must be an http(s) URL")).nullable().default(null),
 });
 
 /** Tool webhooks: a tools file, or (none given) the example tool server started in-process. */

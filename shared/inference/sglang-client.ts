@@ -53,6 +53,8 @@ export const SglangGenerateReply = z.looseObject({
     completion_tokens: z.number().int().nullish(),
     cached_tokens: z.number().int().min(0).nullish(),
     output_token_logprobs: z.array(LogprobTriple).nullish(),
+    /** The weights' version (`--weight-version`, `POST /update_weight_version`); "default" when never set. */
+    weight_version: z.string().nullish(),
   }),
 });
 
@@ -145,7 +147,7 @@ export function parseSglangReply(url: string, body: unknown, wantLogprobs: boole
     throw badReply(url, "output_ids disagree with the ids in meta_info.output_token_logprobs");
   }
   const fr = meta.finish_reason;
-  return finishOutput(url, {
+  const out = finishOutput(url, {
     ids,
     logProbs: triples?.map((t) => t[0]),
     wantLogprobs,
@@ -153,4 +155,11 @@ export function parseSglangReply(url: string, body: unknown, wantLogprobs: boole
     stopReason: fr?.type === "stop" ? (fr.matched ?? null) : undefined,
     cachedTokens: meta.cached_tokens ?? undefined,
   });
+  // SGLang reports the weights' version; its unset default ("default") says nothing.
+  const wv = meta.weight_version;
+  if (typeof wv === "string" && wv !== "" && wv !== SGLANG_DEFAULT_WEIGHT_VERSION) out.extra_fields = { ...out.extra_fields, model_version: wv };
+  return out;
 }
+
+/** SGLang's `--weight-version` default: a reply carrying it reports no version. */
+export const SGLANG_DEFAULT_WEIGHT_VERSION = "default";

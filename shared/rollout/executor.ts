@@ -1,6 +1,7 @@
 import { runAgentLoop, type AgentLoopRegistry } from "../agent-loop/index.ts";
 import type { AgentLoop, AgentLoopContext } from "../agent-loop/agent-loop.ts";
 import type { GenerateRequest, InferenceClient } from "../inference/types.ts";
+import { GatedClient, type EngineGate } from "../inference/engine-control.ts";
 import type { AgentLoopOutput, RolloutConfig, SamplingParams, TokenOutput, TrajectoryRecord } from "../schema/index.ts";
 import type { SessionInput } from "../session/checkpoint.ts";
 import type { SessionHost } from "../session/session-host.ts";
@@ -13,6 +14,8 @@ import type { TrajectoryExecutor } from "./batch-run.ts";
 export interface ExecutorDeps extends Omit<AgentLoopContext, "config" | "client" | "signal"> {
   registry: AgentLoopRegistry;
   client: InferenceClient;
+  /** The deployment's pause gate (`POST /v1/engine/pause`): no engine call of a loop starts while it is closed. */
+  gate?: EngineGate;
 }
 
 /**
@@ -35,9 +38,11 @@ export function samplingParamsFor(rollout: RolloutConfig, validate: boolean, t?:
 }
 
 /**
- * Stamps every turn's output, when the engine does not report a version,
- * with the current policy version (`POST /v1/model-version`) or, when none
- * was set, the batch's `model_version`.
+ * Stamps every call's output, when the engine does not report a version,
+ * with the policy version current when the call was sent (`POST
+ * /v1/model-version`) or, when none was set, the batch's `model_version`.
+ * Behind a pause gate the version is read after the gate opened, so a call
+ * held through a weight update carries the new version.
  */
 class VersionStampingClient implements InferenceClient {
   constructor(
@@ -45,9 +50,9 @@ class VersionStampingClient implements InferenceClient {
     private readonly version: () => Promise<string | number | null>,
   ) {}
   async generate(req: GenerateRequest): Promise<TokenOutput> {
+    const v = await this.version();
     const out = await this.inner.generate(req);
     if (out.extra_fields?.model_version != null) return out;
-    const v = await this.version();
     if (v == null) return out;
     return { ...out, extra_fields: { ...out.extra_fields, model_version: v } };
   }
@@ -56,11 +61,16 @@ class VersionStampingClient implements InferenceClient {
   }
 }
 
-/** The engine client that stamps turn versions: the policy's current one, else the batch's; the bare client when neither can exist. */
+/**
+ * The engine client of a batch's loops: gated by the deployment's pause gate
+ * (outermost, so the version is read once the gate let the call through),
+ * stamping call versions (the policy's current one, else the batch's; no
+ * stamping when neither can exist).
+ */
 function stamping(deps: ExecutorDeps, batchVersion: string | number | null): InferenceClient {
   const policy = deps.policy;
-  if (!policy && batchVersion == null) return deps.client;
-  return new VersionStampingClient(deps.client, async () => (policy ? ((await policy.current())?.version ?? batchVersion) : batchVersion));
+  const stamped = !policy && batchVersion == null ? deps.client : new VersionStampingClient(deps.client, async () => (policy ? ((await policy.current())?.version ?? batchVersion) : batchVersion));
+  return deps.gate ? new GatedClient(stamped, deps.gate) : stamped;
 }
 
 /**

@@ -85,6 +85,11 @@ export class RedisPolicyVersions implements PolicyVersions {
     return v;
   }
 
+  /** Drops the cached current version: the next read goes to Redis (called when a pause ended: the version may have changed). */
+  invalidate(): void {
+    this.cache = null;
+  }
+
   async set(version: string | number): Promise<PolicyVersion> {
     const r = (await this.call(["EVAL", SET_LUA, "1", this.key, JSON.stringify(version)], false)) as [string, number];
     const v = { version: JSON.parse(String(r[0])) as string | number, seq: Number(r[1]) };

@@ -59,6 +59,8 @@ export const ToolAgentFields = z.object({
   tool_rewards: z.array(z.number()),
   turn_scores: z.array(z.number()),
   model_versions: z.array(z.unknown()),
+  /** Run-length policy versions over the response (`[[start, version], …]`); absent in checkpoints written before it existed. */
+  token_versions: z.array(z.tuple([z.number().int().min(0), z.unknown()])).optional(),
   dropped_tool_calls: z.number().int().min(0),
   tool_calls: z.number().int().min(0),
   tool_errors: z.number().int().min(0),
@@ -247,6 +249,7 @@ export function saveToolAgentFields(d: ToolAgentData): ToolAgentFields {
     tool_rewards: d.toolRewards,
     turn_scores: d.turnScores,
     model_versions: d.modelVersions,
+    token_versions: d.tokenVersions,
     dropped_tool_calls: d.droppedToolCalls,
     tool_calls: d.toolCalls,
     tool_errors: d.toolErrors,
@@ -273,6 +276,7 @@ export function restoreToolAgentFields(loop: ToolAgentLoop, s: ToolAgentFields, 
   d.toolRewards = s.tool_rewards;
   d.turnScores = s.turn_scores;
   d.modelVersions = s.model_versions;
+  d.tokenVersions = (s.token_versions ?? []) as ToolAgentData["tokenVersions"];
   d.droppedToolCalls = s.dropped_tool_calls;
   d.toolCalls = s.tool_calls;
   d.toolErrors = s.tool_errors;

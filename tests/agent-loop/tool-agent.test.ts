@@ -334,7 +334,7 @@ describe("single_turn_agent", () => {
     expect(o.response_ids).toEqual([...tok.encode("It is #### 72"), IM_END]);
     expect(o.response_mask.every((m) => m === 1)).toBe(true);
     expect([o.num_turns, o.reward_score, o.finish_reason, o.truncated, o.metrics.num_preempted]).toEqual([2, 1, "stop", false, 0]);
-    expect(o.extra_fields).toEqual({ turn_scores: [], tool_rewards: [], model_versions: [3] });
+    expect(o.extra_fields).toEqual({ turn_scores: [], tool_rewards: [], model_versions: [3], token_versions: [[0, 3]] });
     expect(client.requests[0]!.max_tokens).toBe(512);
   });
 

@@ -1,0 +1,322 @@
+import { z } from "zod";
+import { EngineUnavailableError } from "../errors.ts";
+import type { RedisCommander } from "../store/redis-commander.ts";
+import { replyToFields } from "../store/redis-transfer-queue.ts";
+import { joinUrl, type FetchLike } from "./engine-http.ts";
+import type { GenerateRequest, InferenceClient } from "./types.ts";
+import type { TokenOutput } from "../schema/index.ts";
+
+/**
+ * How `POST /v1/engine/pause` treats requests in flight at the engines
+ * (vLLM's names): `abort` — they end now with the tokens generated so far and
+ * edgeloop resumes them after the pause (partial tokens and log-probs kept,
+ * `max_tokens` reduced: the agent loop's abort-resume path); `wait` — they run
+ * to completion before the engines pause; `keep` — they are frozen in place
+ * and continue after resume.
+ */
+export const EnginePauseMode = z.enum(["abort", "wait", "keep"]);
+export type EnginePauseMode = z.infer<typeof EnginePauseMode>;
+
+/** Body of `POST /v1/engine/pause`: `{mode?: "abort"|"wait"|"keep" (default abort, as vLLM), clear_cache?: bool (default false)}`. */
+export const EnginePauseRequest = z.strictObject({
+  mode: EnginePauseMode.default("abort"),
+  clear_cache: z.boolean().default(false),
+});
+export type EnginePauseRequest = z.infer<typeof EnginePauseRequest>;
+
+/** The deployment's pause gate as stored: paused or not, the mode, since when (epoch ms), and `epoch` (+1 per pause and per resume). */
+export interface EngineGateState {
+  paused: boolean;
+  mode: EnginePauseMode | null;
+  since_ms: number | null;
+  epoch: number;
+}
+
+/**
+ * The client-side half of a pause, shared by every process of a deployment:
+ * while closed, no new engine call starts (calls wait, then go after the
+ * gate opens). Also counts the calls in flight (past the gate, not yet
+ * answered), which an SGLang `wait` pause waits for.
+ */
+export interface EngineGate {
+  state(): Promise<EngineGateState>;
+  /** Closes the gate (a pause begins). */
+  close(mode: EnginePauseMode): Promise<EngineGateState>;
+  /** Opens the gate (the pause ends). */
+  open(): Promise<EngineGateState>;
+  /**
+   * Runs `fn` once the gate is open, counted in flight while it runs.
+   * `onChange` is called first when the gate's epoch moved since this process
+   * last looked (a pause happened: cached policy versions are stale).
+   * @throws the signal's reason when `signal` aborts while waiting
+   */
+  run<T>(fn: () => Promise<T>, signal?: AbortSignal): Promise<T>;
+  /** Engine calls in flight in the deployment (every process). */
+  inflight(): Promise<number>;
+}
+
+/** In-process {@link EngineGate} (the memory store: one process). */
+export class MemoryEngineGate implements EngineGate {
+  private st: EngineGateState = { paused: false, mode: null, since_ms: null, epoch: 0 };
+  private waiters: (() => void)[] = [];
+  private active = 0;
+  constructor(private readonly onChange?: () => void) {}
+
+  async state(): Promise<EngineGateState> {
+    return { ...this.st };
+  }
+  async close(mode: EnginePauseMode): Promise<EngineGateState> {
+    if (this.st.paused) this.st = { ...this.st, mode };
+    else this.st = { paused: true, mode, since_ms: Date.now(), epoch: this.st.epoch + 1 };
+    return { ...this.st };
+  }
+  async open(): Promise<EngineGateState> {
+    if (this.st.paused) this.st = { paused: false, mode: null, since_ms: null, epoch: this.st.epoch + 1 };
+    for (const w of this.waiters.splice(0)) w();
+    return { ...this.st };
+  }
+  async run<T>(fn: () => Promise<T>, signal?: AbortSignal): Promise<T> {
+    if (this.st.paused) {
+      while (this.st.paused) await waitFor(new Promise<void>((r) => this.waiters.push(r)), signal);
+      this.onChange?.();
+    }
+    this.active++;
+    try {
+      return await fn();
+    } finally {
+      this.active--;
+    }
+  }
+  async inflight(): Promise<number> {
+    return this.active;
+  }
+}
+
+/**
+ * {@link EngineGate} in Redis, shared by the API and its workers:
+ * `{p}engine:gate` HASH (`paused` 0/1, `mode`, `since`, `epoch`) and
+ * `{p}engine:inflight` ZSET (one member per call in flight, scored by its
+ * lease expiry in epoch ms, so a crashed process's calls stop counting).
+ * Every engine call reads the gate once (HMGET) before it starts; a closed
+ * gate is polled every `pollMs` (default 20). Runtime-free.
+ */
+export class RedisEngineGate implements EngineGate {
+  readonly key: string;
+  readonly inflightKey: string;
+  private lastEpoch: number | null = null;
+  private readonly pollMs: number;
+  private readonly leaseMs: number;
+
+  constructor(
+    private readonly redis: RedisCommander,
+    opts: { prefix?: string; pollMs?: number; leaseMs?: number; onChange?: () => void } = {},
+  ) {
+    const p = opts.prefix ?? "edgeloop:";
+    this.key = `${p}engine:gate`;
+    this.inflightKey = `${p}engine:inflight`;
+    this.pollMs = opts.pollMs ?? 20;
+    this.leaseMs = opts.leaseMs ?? 15 * 60_000;
+    this.onChange = opts.onChange;
+  }
+  private readonly onChange?: () => void;
+
+  async state(): Promise<EngineGateState> {
+    const f = replyToFields(await this.redis.exec(["HGETALL", this.key]));
+    return {
+      paused: f.paused === "1",
+      mode: f.paused === "1" ? ((f.mode as EnginePauseMode) ?? null) : null,
+      since_ms: f.paused === "1" && f.since ? Number(f.since) : null,
+      epoch: Number(f.epoch ?? 0),
+    };
+  }
+  async close(mode: EnginePauseMode): Promise<EngineGateState> {
+    const cur = await this.state();
+    if (cur.paused) await this.redis.exec(["HSET", this.key, "mode", mode]);
+    else await this.redis.pipeline([["HSET", this.key, "paused", "1", "mode", mode, "since", String(Date.now())], ["HINCRBY", this.key, "epoch", "1"]]);
+    return this.state();
+  }
+  async open(): Promise<EngineGateState> {
+    const cur = await this.state();
+    if (cur.paused) await this.redis.pipeline([["HSET", this.key, "paused", "0"], ["HDEL", this.key, "mode", "since"], ["HINCRBY", this.key, "epoch", "1"]]);
+    return this.state();
+  }
+  async run<T>(fn: () => Promise<T>, signal?: AbortSignal): Promise<T> {
+    for (;;) {
+      const [paused, epoch] = (await this.redis.exec(["HMGET", this.key, "paused", "epoch"])) as [string | null, string | null];
+      const e = Number(epoch ?? 0);
+      if (this.lastEpoch !== null && e !== this.lastEpoch) this.onChange?.();
+      this.lastEpoch = e;
+      if (paused !== "1") break;
+      await waitFor(new Promise<void>((r) => setTimeout(r, this.pollMs)), signal);
+    }
+    const id = crypto.randomUUID();
+    await this.redis.exec(["ZADD", this.inflightKey, String(Date.now() + this.leaseMs), id]);
+    try {
+      return await fn();
+    } finally {
+      await this.redis.exec(["ZREM", this.inflightKey, id]).catch(() => {});
+    }
+  }
+  async inflight(): Promise<number> {
+    return Number(await this.redis.exec(["ZCOUNT", this.inflightKey, String(Date.now()), "+inf"]));
+  }
+}
+
+function waitFor(p: Promise<void>, signal?: AbortSignal): Promise<void> {
+  if (!signal) return p;
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    p.then(() => {
+      signal.removeEventListener("abort", onAbort);
+      resolve();
+    });
+  });
+}
+
+/** An {@link InferenceClient} whose calls pass the {@link EngineGate} first: no engine call starts while the deployment is paused. */
+export class GatedClient implements InferenceClient {
+  constructor(
+    readonly inner: InferenceClient,
+    readonly gate: EngineGate,
+  ) {}
+  generate(req: GenerateRequest): Promise<TokenOutput> {
+    return this.gate.run(() => this.inner.generate(req), req.signal);
+  }
+  maxModelLen(): Promise<number | undefined> {
+    return this.inner.maxModelLen?.() ?? Promise.resolve(undefined);
+  }
+}
+
+/** One engine replica the control plane reaches: its base URL and how to fetch it (default global fetch). */
+export interface EngineReplicaTarget {
+  url: string;
+  fetch?: FetchLike;
+}
+
+/** What one replica answered to a control call. */
+export interface ReplicaControlResult {
+  url: string;
+  ok: boolean;
+  status: number;
+  /** `is_paused` (vLLM `GET /is_paused`); null when the engine cannot tell (SGLang has no such endpoint). */
+  paused?: boolean | null;
+  error?: string;
+}
+
+/** `{paused, mode, since_ms, epoch, inflight, replicas: [{url, ok, status, paused?, error?}]}`: `GET /v1/engine/status` and the pause/resume replies. */
+export interface EngineStatus extends EngineGateState {
+  inflight: number;
+  replicas: ReplicaControlResult[];
+}
+
+/**
+ * The weight-update protocol's engine side: pauses and resumes every
+ * replica behind edgeloop through the engine's own API, and closes/opens the
+ * deployment's {@link EngineGate} so no new call starts while paused.
+ *
+ * Wire forms, per `format`:
+ * - vLLM (`vllm`, `vllm-generate`; dev/RL server, `VLLM_SERVER_DEV_MODE=1`):
+ *   `POST /pause?mode=abort|wait|keep&clear_cache=true|false` (the mode as
+ *   given), `POST /resume`, `GET /is_paused` → `{"is_paused": bool}`.
+ *   @see https://docs.vllm.ai/en/latest/training/async_rl/ and `vllm/entrypoints/serve/rlhf/api_router.py`
+ * - SGLang: `POST /pause_generation {"mode": "abort"|"in_place"|"retract"}`,
+ *   `POST /continue_generation`; `abort` → `abort`, `keep` → `in_place`,
+ *   `wait` → the gate closes (no new call), edgeloop waits for its calls in
+ *   flight to end, then `in_place`; `clear_cache` → `POST /flush_cache` after pausing.
+ *   @see SGLang `http_server.py` (`PauseGenerationReqInput`, `/continue_generation`, `/flush_cache`)
+ *
+ * Order: pause = close the gate, then pause the replicas (concurrently);
+ * resume = resume the replicas, then open the gate. A replica that fails is
+ * reported in `replicas` (`ok: false`) and makes the call throw after the others were done.
+ */
+export class EngineControl {
+  constructor(
+    private readonly opts: {
+      gate: EngineGate;
+      format: "vllm" | "vllm-generate" | "sglang";
+      replicas: () => EngineReplicaTarget[];
+      /** Deadline of one control call at one replica, ms (default 600 000: a `wait` pause lasts as long as the longest request). */
+      timeoutMs?: number;
+      /** Poll period while an SGLang `wait` pause waits for edgeloop's calls, ms (default 20). */
+      pollMs?: number;
+    },
+  ) {}
+
+  get gate(): EngineGate {
+    return this.opts.gate;
+  }
+
+  /**
+   * Pauses the deployment (see the class doc).
+   * @throws EngineUnavailableError naming every replica that failed (the gate stays closed: resume to retry)
+   */
+  async pause(req: EnginePauseRequest): Promise<EngineStatus> {
+    await this.opts.gate.close(req.mode);
+    const sglang = this.opts.format === "sglang";
+    if (sglang && req.mode === "wait") {
+      while ((await this.opts.gate.inflight()) > 0) await new Promise((r) => setTimeout(r, this.opts.pollMs ?? 20));
+    }
+    const results = await this.fanOut(async (t) => {
+      if (!sglang) return this.call(t, "POST", `/pause?mode=${req.mode}&clear_cache=${req.clear_cache}`);
+      const r = await this.call(t, "POST", "/pause_generation", { mode: req.mode === "abort" ? "abort" : "in_place" });
+      if (!r.ok || !req.clear_cache) return r;
+      return this.call(t, "POST", "/flush_cache");
+    });
+    return this.finish("pause", results);
+  }
+
+  /** Resumes every replica, then opens the gate. @throws EngineUnavailableError naming the replicas that failed (the gate is opened anyway) */
+  async resume(): Promise<EngineStatus> {
+    const sglang = this.opts.format === "sglang";
+    const results = await this.fanOut((t) => this.call(t, "POST", sglang ? "/continue_generation" : "/resume"));
+    await this.opts.gate.open();
+    return this.finish("resume", results);
+  }
+
+  /** The gate's state, the calls in flight and each replica's `is_paused` (vLLM; null for SGLang, which does not say). */
+  async status(): Promise<EngineStatus> {
+    const results = await this.fanOut(async (t) => {
+      if (this.opts.format === "sglang") return { url: t.url, ok: true, status: 200, paused: null };
+      const r = await this.call(t, "GET", "/is_paused");
+      return r;
+    });
+    const [st, inflight] = await Promise.all([this.opts.gate.state(), this.opts.gate.inflight()]);
+    return { ...st, inflight, replicas: results };
+  }
+
+  private async finish(what: string, results: ReplicaControlResult[]): Promise<EngineStatus> {
+    const [st, inflight] = await Promise.all([this.opts.gate.state(), this.opts.gate.inflight()]);
+    const failed = results.filter((r) => !r.ok);
+    if (failed.length) {
+      throw new EngineUnavailableError(`engine ${what} failed at ${failed.map((f) => `${f.url} (${f.error ?? `HTTP ${f.status}`})`).join(", ")}`, { status: 502, code: "engine_control_failed" });
+    }
+    return { ...st, inflight, replicas: results };
+  }
+
+  private fanOut(fn: (t: EngineReplicaTarget) => Promise<ReplicaControlResult>): Promise<ReplicaControlResult[]> {
+    return Promise.all(this.opts.replicas().map((t) => fn(t).catch((e) => ({ url: t.url, ok: false, status: 0, error: (e as Error)?.message ?? String(e) }))));
+  }
+
+  private async call(t: EngineReplicaTarget, method: "GET" | "POST", path: string, body?: unknown): Promise<ReplicaControlResult> {
+    const f: FetchLike = t.fetch ?? ((input, init) => fetch(input, init));
+    const res = await f(joinUrl(t.url, path), {
+      method,
+      ...(body === undefined ? {} : { headers: { "content-type": "application/json" }, body: JSON.stringify(body) }),
+      signal: AbortSignal.timeout(this.opts.timeoutMs ?? 600_000),
+    });
+    const text = await res.text();
+    const out: ReplicaControlResult = { url: t.url, ok: res.ok, status: res.status };
+    if (!res.ok) out.error = `HTTP ${res.status}: ${text.slice(0, 200)}`;
+    else if (path === "/is_paused") {
+      try {
+        const p = (JSON.parse(text) as { is_paused?: unknown }).is_paused;
+        out.paused = typeof p === "boolean" ? p : null;
+      } catch {
+        out.paused = null;
+      }
+    }
+    return out;
+  }
+}
