@@ -20,13 +20,13 @@ export const EngineConfig = z.strictObject({
    * (SMG, vllm-router): `POST /v1/engine/pause` and `/resume` reach each
    * replica's own pause API there. Default: `url` itself (one engine).
    */
+  admin_urls: z.array(z.string().url("engine.admin_urls[i] must be an http(s) URL")).nullable().default(null),
   /**
    * Latency model of the simulated engine (sim only): milliseconds per
    * uncached prompt token and per generated token (decoding is token by
    * token, so a pause lands mid-request). Default: none (instant).
    */
   sim_latency: z.strictObject({ prefill_ms_per_token: z.number().min(0).optional(), decode_ms_per_token: z.number().min(0).optional() }).nullable().default(null),
-  admin_urls: z.array(z.string().url("engine.admin_urls[i] must be an http(s) URL")).nullable().default(null),
 });
 
 /** Tool webhooks: a tools file, or (none given) the example tool server started in-process. */
