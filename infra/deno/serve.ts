@@ -7,12 +7,17 @@
  * `EDGELOOP_TOOLS` (tools file), `EDGELOOP_TOOLS_SECRET`, `EDGELOOP_STORE`
  * (`upstash` with `UPSTASH_REDIS_REST_URL`/`_TOKEN`, or `redis://…`; a Redis
  * store runs trajectories as durable sessions), `EDGELOOP_STORE_PREFIX`,
- * `EDGELOOP_API_TOKEN`, `PORT` (default 8787; 0 picks one), `HOST`.
+ * `EDGELOOP_API_TOKEN`, `PORT` (default 8787; 0 picks one), `HOST`; the agent
+ * gateway's `EDGELOOP_AGENT_URL` (openai_agent tasks; also makes openai_agent the
+ * default loop), `EDGELOOP_AGENT_SECRET`, `EDGELOOP_AGENT_TIMEOUT_MS`,
+ * `EDGELOOP_PUBLIC_URL` (the URL agents reach this server at; default the
+ * address it listens on).
  * Prints `edgeloop (deno) serving on http://host:port` once listening.
  */
 import { Hono } from "hono";
 import { createRolloutsApp, errorResponse } from "../../functions/rollouts.ts";
 import { createSessionsApp } from "../../functions/sessions.ts";
+import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
 import { buildRuntime } from "../cli/runtime.ts";
 import { healthResponse } from "../../shared/store/store-health.ts";
 
@@ -29,15 +34,31 @@ const runtime = await buildRuntime({
   toolsSecret: env("EDGELOOP_TOOLS_SECRET"),
   store: env("EDGELOOP_STORE"),
   storePrefix: env("EDGELOOP_STORE_PREFIX"),
+  agent: env("EDGELOOP_AGENT_URL"),
+  agentSecret: env("EDGELOOP_AGENT_SECRET"),
+  agentTimeoutMs: env("EDGELOOP_AGENT_TIMEOUT_MS") === undefined ? undefined : Number(env("EDGELOOP_AGENT_TIMEOUT_MS")),
+  publicUrl: env("EDGELOOP_PUBLIC_URL"),
 });
 const apiToken = env("EDGELOOP_API_TOKEN") ?? null;
 const app = new Hono();
 // 503 naming the store while it is unreachable.
 app.get("/health", async () => healthResponse(await runtime.storeHealth(), { runtime: "deno" }));
+// The agent gateway authenticates by each session's own token: routed before the API's bearer check.
+app.route("/", createAgentGatewayApp({ gateway: runtime.agentGateway }));
 if (runtime.sessions) app.route("/", createSessionsApp({ backend: runtime.sessions, secret: runtime.config.tools.secret ?? null, apiToken }));
-app.route("/", createRolloutsApp({ service: runtime.service, apiToken }));
+app.route("/", createRolloutsApp({ service: runtime.service, apiToken, engine: runtime.engine }));
 app.notFound((c) => c.json({ error: { code: "not_found", message: `no route ${c.req.method} ${c.req.path}` } }, 404));
 app.onError((err, c) => errorResponse(err, c));
 for (const line of runtime.describe) console.error(line);
-const server = Deno.serve({ port: Number(env("PORT") ?? 8787), hostname: env("HOST") ?? "127.0.0.1", onListen: (a) => console.log(`edgeloop (deno) serving on http://${a.hostname}:${a.port}`) }, app.fetch);
+const server = Deno.serve(
+  {
+    port: Number(env("PORT") ?? 8787),
+    hostname: env("HOST") ?? "127.0.0.1",
+    onListen: (a) => {
+      runtime.setPublicUrl(`http://${a.hostname === "0.0.0.0" ? "127.0.0.1" : a.hostname}:${a.port}`);
+      console.log(`edgeloop (deno) serving on http://${a.hostname}:${a.port}`);
+    },
+  },
+  app.fetch,
+);
 await server.finished;

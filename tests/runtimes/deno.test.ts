@@ -6,6 +6,7 @@ import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue
 import { REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { awaitGroups, awaitRecords, batchRows, checkE4Record, checkRecords, comparableRecord, e4Row, ROOT, RUNTIME_CONFIG, startServices, type Services } from "./harness.ts";
 import { bunReference } from "./reference.ts";
+import { startAgentServer, type AgentServer } from "../../infra/agent-example/server.ts";
 
 // The Deno entry started as `deno task serve` (deno.json), with the deno binary from the npm package,
 // against the loopback services; its store is Upstash REST (the bridge), so sessions checkpoint there too.
@@ -15,10 +16,13 @@ let proc: Bun.Subprocess<"ignore", "pipe", "pipe"> | undefined;
 let url = "";
 let dir = "";
 let startMs = 0;
+let agent: AgentServer | undefined;
 
 beforeAll(async () => {
   if (!redis) return;
   s = await startServices("deno");
+  // The example agent (openai SDK) behind its task webhook: rows with agent_name openai_agent run through it.
+  agent = startAgentServer({ port: 0, secret: "agent-secret" });
   dir = mkdtempSync(join(tmpdir(), "edgeloop-deno-"));
   writeFileSync(join(dir, "tools.json"), s.toolsJson);
   // The multi-output loop of edge case E1 is registered too (rows pick it by agent_name).
@@ -39,6 +43,9 @@ beforeAll(async () => {
       EDGELOOP_STORE_PREFIX: s.prefix,
       UPSTASH_REDIS_REST_URL: s.bridge.url,
       UPSTASH_REDIS_REST_TOKEN: s.token,
+      EDGELOOP_AGENT_URL: `${agent.url}/tasks`,
+      EDGELOOP_AGENT_SECRET: "agent-secret",
+      EDGELOOP_AGENT_TIMEOUT_MS: "30000",
     },
     stdin: "ignore",
     stdout: "pipe",
@@ -64,6 +71,7 @@ afterAll(async () => {
     proc.kill("SIGTERM");
     await proc.exited;
   }
+  await agent?.stop();
   await s?.stop();
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
@@ -120,5 +128,23 @@ describe.skipIf(!redis)("Deno entry (deno task serve)", () => {
     const records = await awaitRecords(s.prefix, ["dne4"], 2);
     expect([...records.keys()]).toEqual(["dne4_0_0", "dne4_1_0"]);
     for (const r of records.values()) checkE4Record(r);
+  }, 60_000);
+
+  test("openai_agent on Deno: the example SDK agent's calls are served by the Deno entry; tokens equal tool_agent's", async () => {
+    const rows = batchRows("dna").map((r) => ({ ...r, agent_name: "openai_agent" }));
+    const res = await fetch(`${url}/v1/rollouts`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows }) });
+    expect(res.status).toBe(202);
+    const records = await awaitRecords(s.prefix, ["dna0", "dna1", "dna2", "dna3"], 2);
+    const reference = await bunReference(s, batchRows("dna"));
+    expect([...records.keys()].sort()).toEqual([...reference.keys()].sort());
+    for (const [key, r] of records) {
+      const ref = reference.get(key)!;
+      expect([r.agent_name, r.error]).toEqual(["openai_agent", null]);
+      expect(r.prompt_ids).toEqual(ref.prompt_ids);
+      expect(r.response_ids).toEqual(ref.response_ids);
+      expect(r.response_mask).toEqual(ref.response_mask);
+      expect(r.rollout_log_probs).toEqual(ref.rollout_log_probs);
+      expect(r.reward_score).toBe(ref.reward_score);
+    }
   }, 60_000);
 });
