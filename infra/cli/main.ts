@@ -43,7 +43,7 @@ function configFlags(cmd: Command): Command {
     .option("--seed <n>", "rollout.seed (and the simulated engine's seed)", intFlag("--seed", Number.MIN_SAFE_INTEGER))
     .option("--concurrency <n>", "trajectories run at once", intFlag("--concurrency", 1, 100_000))
     .option("--model <name|dir>", "model: qwen3 (default), llama3_1, deepseek_v3, gpt_oss, gemma3, or a Hugging Face model directory (tokenizer.json, tokenizer_config.json, optional chat_template.jinja and generation_config.json)")
-    .option("--agent <url|example>", "agent.url: where openai_agent tasks are POSTed; with rollout every row runs through openai_agent, and `example` starts the example agent (edgeloop agent-example) in-process")
+    .option("--agent <url|example>", "agent.url: where openai_agent tasks are POSTed (openai_agent becomes the default loop); rollout only: every row runs through openai_agent, and `example` starts the example agent (edgeloop agent-example) in-process")
     .option("--agent-timeout-ms <ms>", "agent.timeout_ms: how long an openai_agent trajectory's agent has, from its task to the session's deadline (default 600000)", intFlag("--agent-timeout-ms", 1))
     .option("--agent-secret <secret>", "agent.secret: HMAC secret the agent tasks are signed with (x-edgeloop-signature)")
     .option("--public-url <url>", "agent.public_url: the URL agents reach this edgeloop API at (the tasks' base_url)");

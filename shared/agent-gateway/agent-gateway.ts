@@ -1,6 +1,6 @@
 import { LRUCache } from "lru-cache";
 import { AgentLoop, addPreempted, modelVersionOf, type AgentLoopContext } from "../agent-loop/agent-loop.ts";
-import { AuthError, ConflictError, EdgeloopError, InputError, NotFoundError } from "../errors.ts";
+import { AuthError, ConflictError, EdgeloopError, InputError, NotFoundError, TemplateError } from "../errors.ts";
 import { fnv1a32 } from "../inference/hash.ts";
 import type { InferenceClient } from "../inference/types.ts";
 import type { AgentLoopOutput, ChatMessage, SamplingParams, ToolSchema } from "../schema/index.ts";
@@ -19,6 +19,7 @@ import {
   foldAgentSession,
   newAgentState,
   openOutput,
+  rememberReply,
   toolsKeyOf,
   type AgentOutputState,
   type AgentSessionEvent,
@@ -27,7 +28,7 @@ import {
   type FinishEvent,
   type TurnEvent,
 } from "./agent-session.ts";
-import { continuation, namedToolResults, parseReply } from "./conversation.ts";
+import { continuation, jsonEqual, namedToolResults, parseReply } from "./conversation.ts";
 import { parseChatRequest, type ChatReply, type ChatRequest } from "./openai-wire.ts";
 
 /** Options of {@link AgentGateway}. */
@@ -53,11 +54,12 @@ export interface AgentGatewayOptions {
   retainSeconds?: number;
 }
 
-/** A session closed by its finish call, the task's answer or its deadline: 409, code `session_closed`. */
+/** A session closed by its finish call, the task's answer, its deadline or its trajectory's failure: 409, code `session_closed`. */
 export class SessionClosedError extends ConflictError {
   override name = "SessionClosedError";
-  constructor(key: string, by: string) {
-    super(`agent session '${key.slice(0, 200)}' is closed (${by === "timeout" ? "its deadline passed" : "finished"}); no more calls are answered`, { code: "session_closed" });
+  constructor(key: string, by: string, detail?: string) {
+    const why = by === "timeout" ? "its deadline passed" : by === "failed" ? "its trajectory failed" : by === "task" ? "finished by the task's answer" : "finished";
+    super(`agent session '${key.slice(0, 200)}' is closed (${why}${detail ? `; ${detail}` : ""}); no more calls are answered`, { code: "session_closed" });
   }
 }
 
@@ -163,8 +165,8 @@ export class AgentGateway {
         return await this.serial(key, async () => {
           const st = await this.load(key);
           if (!st) throw new NotFoundError(`no agent session '${key.slice(0, 200)}'`, { field: "key" });
-          const cur = st.outputs[st.outputs.length - 1];
-          for (const out of [cur]) if (out?.last?.hash === hash) return out.last.reply;
+          const again = st.recent.get(hash);
+          if (again) return again;
           if (st.finish) throw new SessionClosedError(key, st.finish.by);
           if (this.wall() >= st.input.deadline_ms) throw new SessionClosedError(key, "timeout");
           if (req.logprobs && !st.input.sampling_params.logprobs) {
@@ -199,7 +201,15 @@ export class AgentGateway {
         const st = await this.serial(key, async () => {
           const st = await this.load(key);
           if (!st) throw new NotFoundError(`no agent session '${key.slice(0, 200)}'`, { field: "key" });
-          if (st.finish) return st;
+          if (st.finish) {
+            // The agent repeating its own finish (a retry) is answered again; any other late finish is refused,
+            // so that an agent never believes an outcome was recorded that was not.
+            const same = r.by === "agent" && st.finish.by === "agent" && st.finish.reward === (r.reward ?? null) && jsonEqual(st.finish.metadata, r.metadata ?? null);
+            if (r.by === "agent" && !same) {
+              throw new SessionClosedError(key, st.finish.by, st.finish.by === "agent" ? `already finished with reward ${JSON.stringify(st.finish.reward)}` : undefined);
+            }
+            return st;
+          }
           await this.commit(st, { e: "finish", by: r.by, reward: r.reward ?? null, metadata: r.metadata ?? null });
           return st;
         });
@@ -279,17 +289,28 @@ export class AgentGateway {
     const rollout = input.rollout;
     const tools = req.tools && req.tools.length ? req.tools : undefined;
     const cur = st.outputs[st.outputs.length - 1];
-    const added = cur && !cur.ended && cur.toolsKey === toolsKeyOf(tools) ? continuation(cur.messages, req.messages) : null;
+    let added = cur && !cur.ended && cur.toolsKey === toolsKeyOf(tools) ? continuation(cur.messages, req.messages) : null;
+    let obsIds: number[] | null = null;
+    if (cur && added) {
+      added = namedToolResults(added, cur.messages);
+      // A turn a stop string (or max_tokens) ended has no stop id: close it as the template closes a turn;
+      // the agent sent it back as a finished message.
+      const lastId = cur.builder.lastTokenId;
+      try {
+        obsIds = this.encoder(tools, rollout.chat_template_kwargs).encode(added, lastId, { closeTurn: !tok.isStopToken(lastId) });
+      } catch (e) {
+        // A combination the template cannot render incrementally (Gemma 3: two user turns in a row): a fresh render.
+        if (!(e instanceof TemplateError)) throw e;
+        added = null;
+      }
+    }
     const partial: Omit<TurnEvent, "reply" | "assistant" | "metrics" | "finish_reason" | "terminated_by" | "ended" | "mark_truncated" | "tool_calls" | "user_turns"> = { e: "turn", hash };
     let out: AgentOutputState;
     let truncatedByObs = false;
-    if (cur && added) {
+    if (cur && added && obsIds) {
       out = cur;
-      const named = namedToolResults(added, cur.messages);
-      // A turn a stop string ended (complete, no stop id sampled) is closed as the template closes a turn.
-      const lastId = out.builder.lastTokenId;
-      const closeTurn = out.last?.reply.finish_reason !== "length" && !tok.isStopToken(lastId);
-      const ids = this.encoder(tools, rollout.chat_template_kwargs).encode(named, lastId, { closeTurn });
+      const named = added;
+      const ids = obsIds;
       partial.added = named;
       partial.obs = encodeInt32(ids);
       out.messages.push(...named);
@@ -371,6 +392,7 @@ export class AgentGateway {
     out.terminatedBy = by;
     out.ended = ended;
     out.last = { hash, reply };
+    rememberReply(st, hash, reply);
     return {
       ...partial,
       ...(action ? { action: { ids: encodeInt32(action.ids), lps: action.lps ? encodeFloat32(action.lps) : null }, model_version: modelVersion } : {}),

@@ -76,10 +76,14 @@ export type TurnEvent = z.infer<typeof TurnEvent>;
 
 /** The task was accepted by the agent webhook (it is not sent again on resume). */
 export const TaskEvent = z.object({ e: z.literal("task") });
-/** The session's end: by the agent's finish call, by the task's answer, or by the deadline. */
+/**
+ * The session's end: by the agent's finish call, by the task's answer, by the
+ * deadline, or `failed` (the trajectory failed — a webhook that refused the
+ * task — and later calls must not look answered).
+ */
 export const FinishEvent = z.object({
   e: z.literal("finish"),
-  by: z.enum(["agent", "task", "timeout"]),
+  by: z.enum(["agent", "task", "timeout", "failed"]),
   reward: z.number().nullable(),
   metadata: z.record(z.string(), z.unknown()).nullable(),
 });
@@ -120,6 +124,12 @@ export interface AgentOutputState {
 /** An agent session as the fold of its events. */
 export interface AgentSessionState {
   input: AgentSessionInput;
+  /**
+   * The replies of the last {@link RECENT_REPLIES} answered calls by request hash,
+   * newest last: a retry of any of them (an agent with calls in parallel)
+   * is answered again, not sampled twice.
+   */
+  recent: Map<string, ChatReply>;
   /** The step of the last applied event (−1 before the first). */
   step: number;
   outputs: AgentOutputState[];
@@ -160,6 +170,16 @@ export function openOutput(st: AgentSessionState, o: OpenOutput): AgentOutputSta
   return out;
 }
 
+/** Answered calls a session remembers for replay (see {@link AgentSessionState.recent}). */
+export const RECENT_REPLIES = 16;
+
+/** Records an answered call's reply for replay, dropping the oldest past {@link RECENT_REPLIES}. */
+export function rememberReply(st: AgentSessionState, hash: string, reply: ChatReply): void {
+  st.recent.delete(hash);
+  st.recent.set(hash, reply);
+  if (st.recent.size > RECENT_REPLIES) st.recent.delete(st.recent.keys().next().value!);
+}
+
 /** A stable key for a tool list (order matters: it is the template's order). */
 export function toolsKeyOf(tools: readonly ToolSchema[] | undefined): string {
   return tools && tools.length ? JSON.stringify(tools) : "";
@@ -167,7 +187,7 @@ export function toolsKeyOf(tools: readonly ToolSchema[] | undefined): string {
 
 /** A fresh state for `input` (no events applied). */
 export function newAgentState(input: AgentSessionInput): AgentSessionState {
-  return { input, step: -1, outputs: [], taskSent: false, finish: null };
+  return { input, step: -1, outputs: [], taskSent: false, finish: null, recent: new Map() };
 }
 
 /**
@@ -212,6 +232,7 @@ export function applyEvent(st: AgentSessionState, ev: AgentSessionEvent): void {
       out.terminatedBy = ev.terminated_by;
       out.ended = ev.ended;
       out.last = { hash: ev.hash, reply: ev.reply as unknown as ChatReply };
+      rememberReply(st, ev.hash, out.last.reply);
       return;
     }
   }

@@ -51,7 +51,7 @@ export function jsonEqual(a: unknown, b: unknown): boolean {
  * The messages a request adds to a conversation, when it continues it: the
  * request holds every message of `history` (compared with {@link comparable})
  * in order, then one or more new messages that form one observation — a run
- * of `tool` results, or exactly one `user` (or `system`) message, what the
+ * of `tool` results, then zero or more `user` (or `system`) messages, what the
  * observation encoder appends incrementally. Null otherwise (the request
  * edits, drops or reorders history, or adds something else: a fresh render).
  */
@@ -63,9 +63,10 @@ export function continuation(history: readonly ChatMessage[], messages: readonly
   const named = namedToolResults(messages.slice(0, history.length), messages);
   for (let i = 0; i < history.length; i++) if (!jsonEqual(comparable(history[i]!), comparable(named[i]!))) return null;
   const added = messages.slice(history.length);
-  const tools = added.every((m) => m.role === "tool");
-  const one = added.length === 1 && (added[0]!.role === "user" || added[0]!.role === "system");
-  return tools || one ? added : null;
+  // Tool results, then user/system turns (the shapes the observation encoder appends).
+  const firstOther = added.findIndex((m) => m.role !== "tool");
+  const rest = firstOther < 0 ? [] : added.slice(firstOther);
+  return rest.every((m) => m.role === "user" || m.role === "system") ? added : null;
 }
 
 /**

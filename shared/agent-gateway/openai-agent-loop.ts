@@ -37,6 +37,14 @@ export class AgentTimeoutError extends EdgeloopError {
   }
 }
 
+/** The agent finished without calling the model once: nothing to record, the trajectory fails with this. */
+export class AgentNoCallError extends EdgeloopError {
+  override name = "AgentNoCallError";
+  constructor(message: string) {
+    super(message, { status: 422, code: "agent_no_call" });
+  }
+}
+
 /** The agent webhook refused the task or could not be reached. */
 export class AgentWebhookError extends EdgeloopError {
   override name = "AgentWebhookError";
@@ -91,11 +99,21 @@ export class OpenAIAgentLoop extends AgentLoop {
       messages,
       model_version: null,
     });
-    if (!st.taskSent && !st.finish) await this.sendTask(st, base, link, kwargs, wall);
-    st = await gw.waitFinished(key, this.ctx.signal);
+    try {
+      if (!st.taskSent && !st.finish) await this.sendTask(st, base, link, kwargs, wall);
+      st = await gw.waitFinished(key, this.ctx.signal);
+    } catch (e) {
+      // The trajectory fails: close its session so that the agent's later calls are refused, not answered into nothing.
+      await gw.finish(key, { by: "failed", metadata: { error: (e as Error)?.message ?? String(e) } }).catch(() => {});
+      throw e;
+    }
     const fin = st.finish!;
-    if (st.outputs.length === 0 && fin.by === "timeout") {
-      throw new AgentTimeoutError(`agent_timeout: the agent made no call and did not finish within agent.timeout_ms ${link.agent.timeout_ms} ms`);
+    if (fin.by === "failed") throw new AgentWebhookError(String(fin.metadata?.error ?? "the trajectory failed"));
+    if (st.outputs.length === 0) {
+      // Nothing to record: the trajectory fails with the reason, never an empty session the trainer cannot see.
+      if (fin.by === "timeout") throw new AgentTimeoutError(`agent_timeout: the agent made no call and did not finish within agent.timeout_ms ${link.agent.timeout_ms} ms`);
+      const said = fin.metadata && typeof fin.metadata.error === "string" ? `; its metadata.error: ${fin.metadata.error.slice(0, 300)}` : "";
+      throw new AgentNoCallError(`agent_no_call: the agent finished (by ${fin.by === "task" ? "the task's answer" : "its finish call"}) without calling the model${said}`);
     }
     let reward = fin.reward;
     let rewardError: string | undefined;
@@ -106,6 +124,14 @@ export class OpenAIAgentLoop extends AgentLoop {
       rewardError = r.error;
     }
     return agentOutputs(st, { reward, metadata: fin.metadata, ...(fin.by === "timeout" ? { error: "agent_timeout" } : {}), ...(rewardError ? { rewardError } : {}) });
+  }
+
+  /** Whether the agent got the task after all (the session has calls or is finished): then it is marked sent. */
+  private async agentWorked(key: string, link: AgentGatewayLink): Promise<boolean> {
+    const st = await link.gateway.get(key);
+    if (!st || (st.outputs.length === 0 && !st.finish)) return false;
+    await link.gateway.markTaskSent(key);
+    return true;
   }
 
   private async sendTask(st: AgentSessionState, base: string, link: AgentGatewayLink, kwargs: AgentLoopKwargs, wall: () => number): Promise<void> {
@@ -146,31 +172,47 @@ export class OpenAIAgentLoop extends AgentLoop {
         // The deadline passed while a synchronous agent held the request: the wait closes the session.
         if (st.input.deadline_ms - wall() <= 0) return;
         lastError = `POST ${url}: ${(e as Error).message}`;
+        if (await this.agentWorked(key, link)) return;
         continue;
       }
       const text = await res.text().catch(() => "");
-      if (res.status === 202 || (res.status === 200 && text.trim() === "")) {
-        await link.gateway.markTaskSent(key);
-        return;
-      }
-      if (res.status === 200) {
-        let json: unknown;
-        try {
-          json = JSON.parse(text);
-        } catch {
-          throw new AgentWebhookError(`agent webhook ${url} answered 200 with a body that is not JSON: ${text.slice(0, 200)}`);
+      if (res.status === 202 || res.status === 200) {
+        const result = res.status === 200 ? taskResult(text) : null;
+        if (result === "bad") {
+          lastError = `agent webhook ${url} answered 200 with a body that is neither empty, {reward?, metadata?} nor another JSON object: ${text.slice(0, 200)}`;
+        } else {
+          await link.gateway.markTaskSent(key);
+          if (result) await link.gateway.finish(key, { by: "task", reward: result.reward ?? null, metadata: result.metadata ?? null });
+          return;
         }
-        const r = AgentTaskResult.safeParse(json);
-        if (!r.success) throw new AgentWebhookError(`agent webhook ${url} answered 200 with a result that is not {reward?, metadata?}: ${r.error.issues[0]?.message ?? ""}`);
-        await link.gateway.markTaskSent(key);
-        await link.gateway.finish(key, { by: "task", reward: r.data.reward ?? null, metadata: r.data.metadata ?? null });
-        return;
-      }
-      lastError = `agent webhook ${url} answered ${res.status}: ${text.slice(0, 300)}`;
-      if (res.status < 500 && res.status !== 429) throw new AgentWebhookError(lastError);
+      } else lastError = `agent webhook ${url} answered ${res.status}: ${text.slice(0, 300)}`;
+      // The agent may have run inside the request and only its answer went wrong: what it did counts.
+      if (await this.agentWorked(key, link)) return;
+      if (res.status === 200 || (res.status < 500 && res.status !== 429)) throw new AgentWebhookError(lastError);
     }
+    if (await this.agentWorked(key, link)) return;
     throw new AgentWebhookError(`${lastError} (3 attempts)`);
   }
+}
+
+/**
+ * The body of a task's `200` answer: `{reward?, metadata?}` (either key
+ * present) is the agent's finish; an empty body or another JSON object (an
+ * acknowledgement such as `{"accepted": true}`) accepts the task like `202`
+ * (null); anything else is `bad`.
+ */
+export function taskResult(text: string): AgentTaskResult | null | "bad" {
+  if (text.trim() === "") return null;
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    return "bad";
+  }
+  if (typeof json !== "object" || json === null || Array.isArray(json)) return "bad";
+  if (!("reward" in json) && !("metadata" in json)) return null;
+  const r = AgentTaskResult.safeParse(json);
+  return r.success ? r.data : "bad";
 }
 
 /** A fresh session bearer token: 32 random bytes, hex. */

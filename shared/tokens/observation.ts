@@ -19,7 +19,10 @@ const CALL_MARKER = "continuous_token_tool";
 const ANSWER_HISTORY: ChatMessage[] = [SYNTHETIC_SYSTEM, SYNTHETIC_USER, { role: "assistant", content: ANSWER_MARKER }];
 
 function what(messages: readonly ChatMessage[]): string {
-  return messages[0]!.role === "tool" ? `${messages.length} tool result(s)` : `a ${messages[0]!.role} message`;
+  const tools = messages.filter((m) => m.role === "tool").length;
+  const rest = messages.length - tools;
+  if (tools && rest) return `${tools} tool result(s) and ${rest} more message(s)`;
+  return tools ? `${tools} tool result(s)` : rest === 1 ? `a ${messages[0]!.role} message` : `${rest} messages`;
 }
 
 /**
@@ -74,8 +77,11 @@ export class ObservationEncoder {
    * Observation ids for `newMessages` appended after a turn whose last sampled
    * id is `lastTokenId` (undefined when nothing was sampled yet).
    *
-   * @param newMessages one or more consecutive `tool` messages, or exactly one
-   *   `user` (or `system`) message.
+   * @param newMessages what follows an assistant turn: a run of `tool`
+   *   messages, then zero or more `user` (or `system`) messages (`tool_agent`
+   *   sends a run of tool results or one user turn; an agent behind the agent
+   *   gateway may send tool results and a user turn at once). A template that
+   *   cannot render the combination (Gemma 3: two user turns in a row) raises.
    * @throws TemplateError when the messages are not such a group, when the
    *   template raises, or when the template is not append-only for them (the
    *   synthetic assistant turn's close is not a token prefix of the render
@@ -87,18 +93,20 @@ export class ObservationEncoder {
    */
   encode(newMessages: readonly ChatMessage[], lastTokenId: number | undefined, opts: { closeTurn?: boolean } = {}): number[] {
     if (newMessages.length === 0) throw new TemplateError("observation: no new messages to encode");
-    const allTools = newMessages.every((m) => m.role === "tool");
-    const oneTurn = newMessages.length === 1 && (newMessages[0]!.role === "user" || newMessages[0]!.role === "system");
-    if (!allTools && !oneTurn) {
+    // A run of tool results, then (optionally) user/system turns: what may follow an assistant turn.
+    const tools = newMessages.findIndex((m) => m.role !== "tool");
+    const nTools = tools < 0 ? newMessages.length : tools;
+    const rest = newMessages.slice(nTools);
+    if (!rest.every((m) => m.role === "user" || m.role === "system")) {
       throw new TemplateError(
-        `observation: expected a run of tool messages or one user/system message, got roles [${newMessages.map((m) => m.role).join(", ")}]`,
+        `observation: expected tool results and/or user/system messages after an assistant turn, got roles [${newMessages.map((m) => m.role).join(", ")}]`,
       );
     }
-    const history = allTools ? this.toolHistory(newMessages.length) : this.answerHistory();
+    const history = nTools > 0 ? this.toolHistory(nTools) : this.answerHistory();
     const full = [...history, ...newMessages];
     const fullText = this.renderText(full, false);
     // After the last synthetic call: harmony closes each call message with its own <|call|>.
-    const at = allTools ? this.turnEndIn(fullText, CALL_MARKER, newMessages.length) : this.turnEndIn(fullText, ANSWER_MARKER);
+    const at = nTools > 0 ? this.turnEndIn(fullText, CALL_MARKER, nTools) : this.turnEndIn(fullText, ANSWER_MARKER);
     let prefixText: string;
     if (at >= 0) {
       const sep = this.separatorText();

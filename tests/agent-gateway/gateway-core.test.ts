@@ -109,5 +109,56 @@ describe("agent gateway core", () => {
     expect(st.outputs.length).toBe(1);
     expect(st.outputs[0]!.builder.responseIds().slice(before, before + 4)).toEqual([151645, 198, 151644, 872]);
   });
+
+  test("a retry of any of the recent calls is answered again (calls in parallel), not sampled into another output", async () => {
+    const { gw, engine } = setup();
+    await createSession(gw, "u2_0_0");
+    const token = "tok_0123456789abcdef0123";
+    const a = { model: "qwen3", messages: row0.prompt, tools, seed: 100 };
+    const b = { model: "qwen3", messages: row0.prompt, tools, seed: 101 };
+    const [ra, rb] = await Promise.all([gw.chat("u2_0_0", token, a), gw.chat("u2_0_0", token, b)]);
+    expect(engine.stats.requests).toBe(2);
+    expect((await gw.chat("u2_0_0", token, a)).id).toBe(ra.id);
+    expect((await gw.chat("u2_0_0", token, b)).id).toBe(rb.id);
+    expect(engine.stats.requests).toBe(2);
+    expect((await gw.get("u2_0_0"))!.outputs.length).toBe(2);
+  });
+
+  test("tool results and a user turn in one request continue the output: one observation, token-exact", async () => {
+    const { gw } = setup();
+    await createSession(gw, "u3_0_0");
+    const token = "tok_0123456789abcdef0123";
+    const r1 = await gw.chat("u3_0_0", token, { model: "qwen3", messages: row0.prompt, tools });
+    const call = r1.message.tool_calls![0]!;
+    let st = (await gw.get("u3_0_0"))!;
+    const before = st.outputs[0]!.builder.responseLength;
+    await gw.chat("u3_0_0", token, {
+      model: "qwen3",
+      tools,
+      messages: [...row0.prompt, { role: "assistant", content: null, tool_calls: [call] }, { role: "tool", tool_call_id: call.id, content: "31" }, { role: "user", content: "Reply with the number only." }],
+    });
+    st = (await gw.get("u3_0_0"))!;
+    expect(st.outputs.length).toBe(1);
+    const out = st.outputs[0]!;
+    const mask = out.builder.responseMask().slice(before);
+    const obs = out.builder.responseIds().slice(before, before + mask.indexOf(1));
+    expect(tok.decode(obs)).toBe("\n<|im_start|>user\n<tool_response>\n31\n</tool_response><|im_end|>\n<|im_start|>user\nReply with the number only.<|im_end|>\n<|im_start|>assistant\n");
+  });
+
+  test("a reply cut by the request's max_tokens, sent back with a user turn: the observation closes the turn (<|im_end|>)", async () => {
+    const { gw, engine } = setup();
+    await createSession(gw, "u4_0_0");
+    const token = "tok_0123456789abcdef0123";
+    const r1 = await gw.chat("u4_0_0", token, { model: "qwen3", messages: row0.prompt, tools, max_tokens: 5 });
+    expect(r1.finish_reason).toBe("length");
+    expect(engine.requests.at(-1)?.completion_tokens).toBe(5);
+    let st = (await gw.get("u4_0_0"))!;
+    const before = st.outputs[0]!.builder.responseLength;
+    expect(before).toBe(5);
+    await gw.chat("u4_0_0", token, { model: "qwen3", tools, messages: [...row0.prompt, { role: "assistant", content: r1.message.content }, { role: "user", content: "go on" }] });
+    st = (await gw.get("u4_0_0"))!;
+    expect(st.outputs.length).toBe(1);
+    expect(st.outputs[0]!.builder.responseIds().slice(before, before + 4)).toEqual([151645, 198, 151644, 872]);
+  });
 });
 

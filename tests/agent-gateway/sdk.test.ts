@@ -291,8 +291,11 @@ describe("agent gateway through the openai SDK", () => {
 
     const f1 = await finishCall(fetchApp, "u0_0_0", { reward: 1, metadata: { steps: 0 } });
     expect(f1).toEqual({ status: 200, body: { ok: true, key: "u0_0_0", outputs: 0, finished_by: "agent" } });
+    // The same finish again (a retry) is answered again; another outcome is refused, never silently dropped.
+    expect(await finishCall(fetchApp, "u0_0_0", { reward: 1, metadata: { steps: 0 } })).toEqual(f1);
     const f2 = await finishCall(fetchApp, "u0_0_0", { reward: 0 });
-    expect(f2).toEqual(f1);
+    expect(f2.status).toBe(409);
+    expect(f2.body).toMatchObject({ error: { code: "session_closed", message: "agent session 'u0_0_0' is closed (finished; already finished with reward 1); no more calls are answered" } });
     const st = (await gw.get("u0_0_0"))!;
     expect(st.finish).toMatchObject({ by: "agent", reward: 1, metadata: { steps: 0 } });
     expect(st.step).toBe(1);

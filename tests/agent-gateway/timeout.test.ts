@@ -2,7 +2,7 @@ import { beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
 import { readFileSync } from "node:fs";
 import { AgentGateway } from "../../shared/agent-gateway/agent-gateway.ts";
-import { AgentTimeoutError, AgentWebhookError, OpenAIAgentLoop, type AgentGatewayLink } from "../../shared/agent-gateway/openai-agent-loop.ts";
+import { AgentNoCallError, AgentTimeoutError, AgentWebhookError, OpenAIAgentLoop, type AgentGatewayLink } from "../../shared/agent-gateway/openai-agent-loop.ts";
 import { AgentTask } from "../../shared/agent-gateway/task.ts";
 import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
 import { MemorySessionStorage } from "../../shared/session/session-storage.ts";
@@ -38,7 +38,7 @@ function harness(agent: (task: AgentTask, client: OpenAI) => Promise<Response>, 
     }) as typeof fetch,
   };
   const loop = new OpenAIAgentLoop(ctxOf(tok, new SimEngineClient(engine), config(), { reward: {}, agentGateway: link }));
-  return { gw, loop, tasks, engine };
+  return { gw, loop, tasks, engine, appFetch };
 }
 
 describe("openai_agent deadlines and webhook failures", () => {
@@ -93,3 +93,80 @@ describe("openai_agent deadlines and webhook failures", () => {
     expect(outs[0]!.extra_fields.error).toBeUndefined();
   });
 });
+
+/** The agent of the example row: a tool call, then the answer, with the tool's result "31". */
+async function twoCalls(task: AgentTask, client: OpenAI): Promise<void> {
+  const messages = [...task.messages] as OpenAI.ChatCompletionMessageParam[];
+  const r1 = await client.chat.completions.create({ model: task.model, messages, tools: task.tools as OpenAI.ChatCompletionTool[] });
+  const m = r1.choices[0]!.message;
+  messages.push(m, { role: "tool", tool_call_id: m.tool_calls![0]!.id, content: "31" });
+  await client.chat.completions.create({ model: task.model, messages, tools: task.tools as OpenAI.ChatCompletionTool[] });
+}
+
+describe("what the agent and its webhook answer", () => {
+  test("200 with an acknowledgement body ({accepted: true}) accepts the task like 202; the agent then works and finishes", async () => {
+    let run: Promise<unknown> = Promise.resolve();
+    const { loop, gw } = harness(async (task, client) => {
+      run = twoCalls(task, client).then(() => gw.finish(task.key, { by: "agent", reward: 1 }));
+      return Response.json({ accepted: true, key: task.key });
+    }, 60_000);
+    const outs = await loop.run(SP, { uid: "w0", session_id: 0, prompt: row0.prompt });
+    await run;
+    expect(outs.length).toBe(1);
+    expect(outs[0]!.reward_score).toBe(1);
+    expect(outs[0]!.num_turns).toBe(4);
+  });
+
+  test("an agent that finishes without calling the model fails its trajectory, with its own error text", async () => {
+    const { loop, gw } = harness(async (task) => {
+      queueMicrotask(() => void gw.finish(task.key, { by: "agent", metadata: { error: "Connection error." } }));
+      return new Response(null, { status: 202 });
+    }, 60_000);
+    const err = await loop.run(SP, { uid: "w1", session_id: 0, prompt: row0.prompt }).catch((e) => e);
+    expect(err).toBeInstanceOf(AgentNoCallError);
+    expect(err.message).toBe("agent_no_call: the agent finished (by its finish call) without calling the model; its metadata.error: Connection error.");
+  });
+
+  for (const [what, answer] of [
+    ["500", () => new Response("oops", { status: 500 })],
+    ["200 with a body that is not JSON", () => new Response("done", { status: 200 })],
+  ] as const) {
+    test(`an agent that worked inside the request and then answered ${what}: its work counts, the task is not sent again`, async () => {
+      const { loop, tasks } = harness(async (task, client) => {
+        await twoCalls(task, client);
+        return answer();
+      }, 1_500);
+      const outs = await loop.run(SP, { uid: "w2", session_id: 0, prompt: row0.prompt, reward_model: { style: "rule", ground_truth: "31" } });
+      expect(tasks.length).toBe(1);
+      expect(outs.length).toBe(1);
+      expect(outs[0]!.num_turns).toBe(4);
+      // It never called finish: its deadline closes the session with every token kept.
+      expect(outs[0]!.extra_fields.error).toBe("agent_timeout");
+      expect(outs[0]!.reward_score).toBe(1);
+    });
+  }
+
+  test("a webhook failing every attempt fails the trajectory and closes the session: later calls and finish get 409", async () => {
+    let seen: AgentTask | null = null;
+    const { loop, tasks, engine, appFetch } = harness(async (task) => {
+      seen = task;
+      return new Response("oops", { status: 500 });
+    }, 60_000);
+    const err = await loop.run(SP, { uid: "w3", session_id: 0, prompt: row0.prompt }).catch((e) => e);
+    expect(err).toBeInstanceOf(AgentWebhookError);
+    expect(err.message).toBe("agent webhook http://agent.local/tasks answered 500: oops (3 attempts)");
+    expect(tasks.length).toBe(3);
+    const task = seen!;
+    const client = new OpenAI({ baseURL: task.base_url, apiKey: task.api_key, fetch: appFetch, maxRetries: 2 });
+    const late = await client.chat.completions.create({ model: task.model, messages: task.messages as OpenAI.ChatCompletionMessageParam[] }).catch((e) => e);
+    expect(late.status).toBe(409);
+    expect(late.error).toMatchObject({ code: "session_closed" });
+    expect(engine.stats.requests).toBe(0);
+    const fin = await appFetch(task.finish_url, { method: "POST", headers: { authorization: `Bearer ${task.api_key}` }, body: JSON.stringify({ reward: 1 }) });
+    expect(fin.status).toBe(409);
+    expect(((await fin.json()) as { error: { message: string } }).error.message).toBe(
+      "agent session 'w3_0_0' is closed (its trajectory failed); no more calls are answered",
+    );
+  });
+});
+

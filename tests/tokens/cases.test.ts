@@ -143,17 +143,30 @@ describe("C5 stripping exactly the template's preamble", () => {
     expect(obs[0]).toBe(IM_START);
   });
 
-  test("mixed roles are refused, never encoded wrongly", () => {
+  test("roles that cannot follow an assistant turn in that order are refused, never encoded wrongly", () => {
     const enc = new ObservationEncoder(tok);
     expect(() =>
       enc.encode(
         [
-          { role: "tool", content: "a" },
           { role: "user", content: "b" },
+          { role: "tool", content: "a" },
         ],
         IM_END,
       ),
     ).toThrow(TemplateError);
+    expect(() => enc.encode([{ role: "assistant", content: "a" }], IM_END)).toThrow(TemplateError);
+  });
+
+  test("tool results then a user turn (an agent's request may hold both) are one observation", () => {
+    const enc = new ObservationEncoder(tok);
+    const ids = enc.encode(
+      [
+        { role: "tool", content: "a" },
+        { role: "user", content: "b" },
+      ],
+      IM_END,
+    );
+    expect(tok.decode(ids)).toBe("\n<|im_start|>user\n<tool_response>\na\n</tool_response><|im_end|>\n<|im_start|>user\nb<|im_end|>\n<|im_start|>assistant\n");
   });
 });
 
