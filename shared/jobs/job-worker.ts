@@ -279,8 +279,11 @@ export class JobWorker {
     await run.run().catch((e: unknown) => {
       if (!run.isCancelled) throw e;
     });
-    if (run.isCancelled) {
-      // Aborted by the cancel: nothing was stored; the session's checkpoint goes too, and no completion event.
+    // A cancel this worker had not yet seen may have refused the record (its group withdrawn): asked once more.
+    const cancelled = run.isCancelled || entry.cancelled || (await retry(() => jobs.cancelledBatches([job.batch_id]))).size > 0;
+    if (cancelled) {
+      // Aborted by the cancel (or its record refused: the group was withdrawn): nothing stored for it here;
+      // the session's checkpoint goes too, and no completion event.
       await retry(() => jobs.dropSessions([t.key])).catch(() => {});
       await retry(() => jobs.ack([job.id]));
       this.summary.cancelled++;
