@@ -30,6 +30,11 @@ export const ModelVersionRequest = z.strictObject({
   version: z.union([z.string().min(1).max(200), z.number().finite()]),
 });
 
+/** Body of `POST /v1/consumed-version`: the newest policy version whose groups the trainer has consumed (a version set with `POST /v1/model-version`). */
+export const ConsumedVersionRequest = z.strictObject({
+  version: z.union([z.string().min(1).max(200), z.number().finite()]),
+});
+
 /** Body of `POST /v1/groups/ack`. */
 export const AckRequest = z.object({
   delivery_ids: z.array(z.string().regex(/^\d{1,20}-\d{1,20}$/, "a delivery id is a stream id such as 1796002889517-0")).min(1).max(1000),
@@ -86,8 +91,17 @@ export interface BatchSummary {
  * - `GET /v1/queue` → `{mode, depth, in_flight, oldest_age_ms, workers?}`: jobs waiting, claimed
  *   and the oldest one's age (queue mode), or this process's waiting and running trajectories (inline)
  * - `POST /v1/model-version` `{version}` → `{version, seq}`: the policy version turns are now
- *   recorded with (`extra_fields.model_versions`); `GET` reads it. `rollout.max_staleness` fails
- *   trajectories more than that many versions behind.
+ *   recorded with (`extra_fields.model_versions`); `GET` reads it.
+ * - `POST /v1/consumed-version` `{version}` → `{version, seq}`: the trainer reports the newest policy
+ *   version whose groups it has consumed (monotonic; 400 naming `version` for one never set);
+ *   `GET` reads it (`{version: null, seq: 0}` before any report). With `rollout.max_staleness` k
+ *   (policy `admit`), a trajectory starts only while `model-version seq − consumed seq ≤ k`; held ones
+ *   start once the bound is met again. `staleness_policy: fail`: the old rule (fail trajectories more
+ *   than k versions behind their first turn).
+ * - `DELETE /v1/rollouts/{batch_id}` → the batch's final `BatchStats` with `cancelled`
+ *   `{at, sessions, groups_withdrawn, groups_complete}`: queued trajectories removed, running ones aborted,
+ *   nothing more stored, incomplete groups withdrawn (see `RolloutService.cancel`); 409 `batch_done` for a
+ *   batch already done, 404 for an unknown one.
  * - `POST /v1/engine/pause` `{mode?: "abort"|"wait"|"keep", clear_cache?: bool}` → `EngineStatus`
  *   `{paused, mode, since_ms, epoch, inflight, replicas}`: pauses every engine replica through its own
  *   API and holds new engine calls (see `EngineControl`); `POST /v1/engine/resume` → `EngineStatus`;
@@ -157,6 +171,7 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
   });
 
   app.get("/v1/rollouts/:batch_id", async (c) => c.json((await service.lookup(c.req.param("batch_id"))).stats()));
+  app.delete("/v1/rollouts/:batch_id", async (c) => c.json(await service.cancel(c.req.param("batch_id"))));
 
   app.get("/v1/queue", async (c) => c.json(await service.queueStats()));
 
@@ -165,6 +180,13 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
     const r = ModelVersionRequest.safeParse(await readJson(c, 64 * 1024));
     if (!r.success) throw inputErrorFromZod("", r.error.issues);
     return c.json(await service.policy.set(r.data.version));
+  });
+
+  app.get("/v1/consumed-version", async (c) => c.json((await service.policy.consumed()) ?? { version: null, seq: 0 }));
+  app.post("/v1/consumed-version", async (c) => {
+    const r = ConsumedVersionRequest.safeParse(await readJson(c, 64 * 1024));
+    if (!r.success) throw inputErrorFromZod("", r.error.issues);
+    return c.json(await service.policy.setConsumed(r.data.version));
   });
 
   const engine = (): EngineControl => {
@@ -276,12 +298,19 @@ export function openApiDocument(): Record<string, unknown> {
         get: { summary: "The current policy version", responses: { "200": { description: "{version, seq}" } } },
         post: { summary: "Set the policy version (after a weight update)", requestBody: json(ModelVersionRequest), responses: { "200": { description: "{version, seq}" }, "400": err } },
       },
+      "/v1/consumed-version": {
+        get: { summary: "The newest policy version whose groups the trainer reported consuming", responses: { "200": { description: "{version, seq} ({version: null, seq: 0} before any report)" } } },
+        post: { summary: "Report consumption (admission control: rollout.max_staleness holds new trajectories while model-version seq − consumed seq exceeds it)", requestBody: json(ConsumedVersionRequest), responses: { "200": { description: "{version, seq}" }, "400": err } },
+      },
       "/v1/engine/pause": {
         post: { summary: "Pause every engine replica (abort: in-flight requests end and are resumed after; wait: drain first; keep: frozen) and hold new engine calls", requestBody: json(EnginePauseRequest), responses: { "200": { description: "{paused, mode, since_ms, epoch, inflight, replicas}" }, "400": err, "401": err, "502": err } },
       },
       "/v1/engine/resume": { post: { summary: "Resume every engine replica and let engine calls go", responses: { "200": { description: "{paused, mode, since_ms, epoch, inflight, replicas}" }, "401": err, "502": err } } },
       "/v1/engine/status": { get: { summary: "Pause state, engine calls in flight, each replica's is_paused", responses: { "200": { description: "{paused, mode, since_ms, epoch, inflight, replicas}" }, "401": err } } },
-      "/v1/rollouts/{batch_id}": { get: { summary: "Batch progress and metrics", responses: { "200": { description: "BatchStats" }, "404": err } } },
+      "/v1/rollouts/{batch_id}": {
+        get: { summary: "Batch progress and metrics", responses: { "200": { description: "BatchStats" }, "404": err } },
+        delete: { summary: "Cancel the batch: queued trajectories removed, running ones aborted, nothing more stored, incomplete groups withdrawn", responses: { "200": { description: "BatchStats with cancelled {at, sessions, groups_withdrawn, groups_complete}" }, "404": err, "409": err, "501": err } },
+      },
       "/v1/trajectories/{key}": {
         get: {
           summary: "One stored trajectory; decode=1 adds the text of every token",

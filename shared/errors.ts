@@ -214,3 +214,14 @@ export function formatPath(prefix: string, path: ReadonlyArray<PropertyKey>): st
   }
   return out;
 }
+
+/**
+ * A write to a group withdrawn by a cancelled batch (`TransferQueue.cancelGroups`):
+ * nothing was stored. 409 `group_cancelled`, not retryable.
+ */
+export class GroupCancelledError extends EdgeloopError {
+  override name = "GroupCancelledError";
+  constructor(uid: string) {
+    super(`group ${uid.slice(0, 200)} was withdrawn by a cancelled batch: nothing is stored for it`, { status: 409, code: "group_cancelled", retryable: false });
+  }
+}

@@ -1,6 +1,6 @@
 /**
  * The `edgeloop` command line (run as `npx edgeloop …` after `npm install`).
- * Subcommands: rollout, serve, worker, inspect, sim-engine, gateway, tools, agent-example, upstash-bridge.
+ * Subcommands: rollout, serve, worker, cancel, inspect, sim-engine, gateway, tools, agent-example, upstash-bridge.
  * Every subcommand's flags are listed by `edgeloop <cmd> --help`.
  * With `OTEL_EXPORTER_OTLP_ENDPOINT` set, spans go to that OTLP/HTTP collector
  * (flushed when the command ends).
@@ -99,6 +99,13 @@ configFlags(
     .option("--lease <seconds>", "seconds without a heartbeat before another worker reclaims a job (default 30)", secondsFlag("--lease"))
     .option("--consumer <name>", "consumer name in the workers group (default <host>-<pid>-<random>)"),
 ).action(async (opts) => (await import("./worker-command.ts")).workerCommand(opts));
+
+program
+  .command("cancel")
+  .description("cancel a batch over HTTP (DELETE /v1/rollouts/{batch}; EDGELOOP_API_TOKEN as the bearer token) and print its final stats")
+  .argument("<batch>", "batch id, as POST /v1/rollouts answered")
+  .option("--url <url>", "the edgeloop API (edgeloop serve)", "http://127.0.0.1:8787")
+  .action(async (batch: string, opts) => (await import("./cancel-command.ts")).cancelCommand(batch, opts));
 
 program
   .command("inspect")

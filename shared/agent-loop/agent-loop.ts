@@ -230,7 +230,9 @@ export abstract class AgentLoop {
   }
 
   /**
-   * Before a turn: with `rollout.max_staleness` set and the policy versions
+   * Before a turn, with `rollout.staleness_policy: fail` (under the default
+   * `admit`, `max_staleness` is admission control instead: see
+   * `waitForAdmission`): with `rollout.max_staleness` set and the policy versions
    * known, fails the trajectory when its first turn's version (`versions[0]`)
    * is more than `max_staleness` versions behind the current one.
    * @throws StaleTrajectoryError naming both versions and the limit.
@@ -238,7 +240,7 @@ export abstract class AgentLoop {
   protected async checkStaleness(versions: readonly unknown[]): Promise<void> {
     const max = this.ctx.config.max_staleness;
     const policy = this.ctx.policy;
-    if (max == null || !policy || versions.length === 0 || versions[0] == null) return;
+    if (max == null || this.ctx.config.staleness_policy !== "fail" || !policy || versions.length === 0 || versions[0] == null) return;
     const [first, cur] = await Promise.all([policy.seqOf(versions[0]), policy.current()]);
     if (first === null || cur === null || cur.seq - first <= max) return;
     throw new StaleTrajectoryError(

@@ -24,6 +24,12 @@ export interface FollowOptions {
   lostGraceMs?: number;
   /** Prefix of the transfer queue's keys, to name vanished group hashes (default: the job queue's prefix). */
   prefix?: string;
+  /**
+   * Whether the batch was cancelled (by another API process: `DELETE
+   * /v1/rollouts/{id}`), checked about once a second: the run is then marked
+   * cancelled, with its groups' fate read from the store, and following ends.
+   */
+  cancelled?: () => Promise<boolean>;
 }
 
 /** A running {@link followBatch}: `stop` ends it; `ready` resolves once the first poll has caught up with what is stored. */
@@ -134,6 +140,13 @@ export function followBatch(run: BatchRun, jobs: JobQueue, store: TransferQueue,
         sessions.forEach((recs, i) => (recs ? run.observeSession(keys[i]!, recs, { handedBack: reusedKeys.has(keys[i]!) }) : retry.add(keys[i]!)));
         if (opts.started && Date.now() - lastStartedCheck > 1000 && !run.stats().done) {
           lastStartedCheck = Date.now();
+          if (opts.cancelled && (await opts.cancelled())) {
+            const uids = [...new Set(allKeys.map((k) => parseTrajectoryKey(k).uid))];
+            const st = await Promise.all(uids.map((u) => store.groupStatus(u)));
+            run.cancel();
+            run.setCancellation({ withdrawn: st.filter((g) => g.cancelled).length, complete: st.filter((g) => g.complete).length });
+            break;
+          }
           const open = allKeys.filter((k) => !run.observedKeys().has(k)).slice(0, 10_000);
           run.setRunning(await opts.started(open));
         }

@@ -85,7 +85,8 @@ const DEFAULT_LEASE_MS = 30_000;
  *   `t` (the planned trajectory, JSON, its `row` null when `r`); consumer group `workers`. A job is
  *   XACKed and XDELed once its record is stored.
  * - `{p}jobs:batch:{id}` HASH — `spec` (a {@link BatchSpec}, JSON), `kn` and `k:{i}` (the keys, JSON
- *   arrays in `kn` chunks; batches written before chunking hold one `keys` field).
+ *   arrays in `kn` chunks; batches written before chunking hold one `keys` field), `cancelled` (epoch ms,
+ *   once the batch was cancelled: {@link JobQueue.cancelBatch}).
  * - `{p}jobs:batch:{id}:rows` HASH — field `{row_index}`: the row (JSON), once per batch, not per job.
  * - `{p}jobs:batch:{id}:done` STREAM — one entry `key` per stored record
  *   (at least once; readers dedupe), from which any API process derives progress.
@@ -364,6 +365,46 @@ export class JobQueue {
       oldest_age_ms: oldest ? Math.max(0, nowMs - Number(oldest.split("-")[0])) : 0,
       workers: { known: cs.length, busy: cs.filter((c) => Number(c.pending ?? 0) > 0).length },
     };
+  }
+
+  /**
+   * Cancels a batch in the queue (`DELETE /v1/rollouts/{id}`): flags its
+   * hash (`cancelled` = epoch ms; workers poll it, {@link cancelledBatches},
+   * and abort the batch's running jobs) and removes every job of the batch
+   * from the job stream (XACK + XDEL: waiting ones are never claimed; running
+   * ones are no longer pending anywhere). O(stream length).
+   * @returns whether the batch was stored, and how many jobs were removed (waiting or running)
+   */
+  async cancelBatch(batchId: string): Promise<{ found: boolean; removed: number }> {
+    const [set] = await this.pipe([["HSET", this.batchKey(batchId), "cancelled", String(Date.now())]]);
+    // HSET on a missing hash creates it with one field: a batch never stored is not one to cancel.
+    if (Number(set) === 1 && !(await this.call(["HEXISTS", this.batchKey(batchId), "spec"]))) {
+      await this.call(["DEL", this.batchKey(batchId)]);
+      return { found: false, removed: 0 };
+    }
+    const ids: string[] = [];
+    let start = "-";
+    for (;;) {
+      const entries = parseEntries(await this.call(["XRANGE", this.stream, start, "+", "COUNT", "500"]));
+      for (const e of entries) if (e.fields?.batch === batchId) ids.push(e.id);
+      if (entries.length < 500) break;
+      start = `(${entries[entries.length - 1]!.id}`;
+    }
+    for (let i = 0; i < ids.length; i += 500) await this.ack(ids.slice(i, i + 500));
+    return { found: true, removed: ids.length };
+  }
+
+  /** Of `batchIds`, those cancelled ({@link cancelBatch}); one pipelined HEXISTS each. */
+  async cancelledBatches(batchIds: readonly string[]): Promise<Set<string>> {
+    const ids = [...new Set(batchIds)];
+    if (ids.length === 0) return new Set();
+    const r = await this.pipe(ids.map((id) => ["HEXISTS", this.batchKey(id), "cancelled"]));
+    return new Set(ids.filter((_, i) => Number(r[i]) === 1));
+  }
+
+  /** Deletes the durable-session hashes (`{p}session:{key}`) of `keys`: a cancelled job's session leaves nothing behind. */
+  async dropSessions(keys: readonly string[]): Promise<void> {
+    if (keys.length) await this.call(["DEL", ...keys.map((k) => `${this.prefix}session:${k}`)]);
   }
 
   /** Whether a batch's hash (`{p}jobs:batch:{id}`) is still stored. */

@@ -25,6 +25,8 @@ export interface JobWorkerOptions {
   maxDeliveries?: number;
   /** One line per notable event (claims after a reclaim, retries, exits). */
   log?: (line: string) => void;
+  /** Milliseconds between checks whether the batches of running jobs were cancelled (default 250). */
+  cancelPollMs?: number;
   /**
    * Continues a session this worker runs whose tool result another process
    * committed (the session host's `wake`). When given, the worker follows
@@ -46,6 +48,8 @@ export interface WorkerSummary {
   reclaimed: number;
   /** Jobs given up because another worker took their session over (not acknowledged here). */
   abandoned: number;
+  /** Jobs of cancelled batches: dropped before running, or aborted while running (nothing stored). */
+  cancelled: number;
   /** Why the loop ended: `idle` (scale to zero) or `stopped`. */
   exit: "idle" | "stopped";
 }
@@ -68,8 +72,10 @@ export class JobWorker {
   /** Trajectory keys of the running jobs (how many jobs hold each). */
   private readonly runningKeys = new Map<string, number>();
   private readonly specs = new Map<string, Promise<BatchSpec | null>>();
+  /** The one-trajectory run of each running job (by job id), with its batch: what a cancel aborts. */
+  private readonly runs = new Map<string, { batch: string; run: BatchRun | null; cancelled: boolean }>();
   private stopped = false;
-  private readonly summary: WorkerSummary = { claimed: 0, completed: 0, failed: 0, reclaimed: 0, abandoned: 0, exit: "stopped" };
+  private readonly summary: WorkerSummary = { claimed: 0, completed: 0, failed: 0, reclaimed: 0, abandoned: 0, cancelled: 0, exit: "stopped" };
 
   constructor(opts: JobWorkerOptions) {
     this.opts = opts;
@@ -99,6 +105,23 @@ export class JobWorker {
         },
       );
     }, Math.max(50, Math.floor(jobs.leaseMs / 3)));
+    // Cancelled batches (DELETE /v1/rollouts/{id}): their running jobs are aborted.
+    let polling = false;
+    const cancelPoll = setInterval(() => {
+      if (!this.runs.size || polling) return;
+      polling = true;
+      jobs
+        .cancelledBatches([...this.runs.values()].map((r) => r.batch))
+        .then((gone) => {
+          for (const r of this.runs.values()) {
+            if (!gone.has(r.batch) || r.cancelled) continue;
+            r.cancelled = true;
+            r.run?.cancel();
+          }
+        })
+        .catch(() => {})
+        .finally(() => (polling = false));
+    }, this.opts.cancelPollMs ?? 250);
     let lastBusy = Date.now();
     let backoff = 100;
     const wakes = this.opts.onWake ? await this.followWakes(blockMs) : null;
@@ -152,6 +175,7 @@ export class JobWorker {
       await Promise.all(this.inflight.values());
     } finally {
       clearInterval(beat);
+      clearInterval(cancelPoll);
       await wakes?.stop();
     }
     return { ...this.summary };
@@ -199,12 +223,28 @@ export class JobWorker {
   }
 
   private async runJob(job: Job): Promise<void> {
+    const entry = { batch: job.batch_id, run: null as BatchRun | null, cancelled: false };
+    this.runs.set(job.id, entry);
+    try {
+      await this.runTracked(job, entry);
+    } finally {
+      this.runs.delete(job.id);
+    }
+  }
+
+  private async runTracked(job: Job, entry: { batch: string; run: BatchRun | null; cancelled: boolean }): Promise<void> {
     const { jobs, store } = this.opts;
     const t = job.trajectory;
     const spec = await this.spec(job.batch_id);
     if (!spec) {
       // The batch expired or was never stored: nothing can run it.
       await jobs.ack([job.id]);
+      return;
+    }
+    if ((await retry(() => jobs.cancelledBatches([job.batch_id]))).size > 0) {
+      // Claimed before the cancel removed it: dropped unrun.
+      await retry(() => jobs.ack([job.id]));
+      this.summary.cancelled++;
       return;
     }
     if (job.rowLost && !(await retry(() => jobs.batchStored(job.batch_id)))) {
@@ -234,7 +274,22 @@ export class JobWorker {
     };
     const executor = abandonOnConflict(this.opts.executorFor(spec.rollout, { model_version: spec.model_version, validate: spec.validate }));
     const run = new BatchRun(plan, { executor, store, rollout: spec.rollout, concurrency: 1 });
-    await run.run();
+    entry.run = run;
+    if (entry.cancelled) run.cancel();
+    await run.run().catch((e: unknown) => {
+      if (!run.isCancelled) throw e;
+    });
+    // A cancel this worker had not yet seen may have refused the record (its group withdrawn): asked once more.
+    const cancelled = run.isCancelled || entry.cancelled || (await retry(() => jobs.cancelledBatches([job.batch_id]))).size > 0;
+    if (cancelled) {
+      // Aborted by the cancel (or its record refused: the group was withdrawn): nothing stored for it here;
+      // the session's checkpoint goes too, and no completion event.
+      await retry(() => jobs.dropSessions([t.key])).catch(() => {});
+      await retry(() => jobs.ack([job.id]));
+      this.summary.cancelled++;
+      this.log(`${t.key}: batch ${job.batch_id} was cancelled; aborted, nothing stored`);
+      return;
+    }
     if (run.abandoned) {
       this.summary.abandoned++;
       this.log(`${t.key} was taken over by another worker`);

@@ -16,8 +16,10 @@ export interface TrajectoryExecutor {
    * trajectory only (unknown agent, engine down after retries, broken
    * invariant); the batch goes on. `toolLatenciesMs`: each tool call's
    * latency in milliseconds, for the batch's latency percentiles.
+   * `signal` aborts the trajectory (the batch was cancelled): its engine and
+   * tool calls, and its admission hold.
    */
-  run(t: PlannedTrajectory, plan: BatchPlan): Promise<{ agentName: string; outputs: AgentLoopOutput[]; toolLatenciesMs?: number[] }>;
+  run(t: PlannedTrajectory, plan: BatchPlan, signal?: AbortSignal): Promise<{ agentName: string; outputs: AgentLoopOutput[]; toolLatenciesMs?: number[] }>;
   /** The agent name a row routes to, for failure records (`default_agent_loop` when absent/null). */
   agentNameFor(t: PlannedTrajectory): string;
 }
@@ -64,8 +66,34 @@ export interface BatchStats extends BatchMetrics {
    * Null when nothing had to be repaired.
    */
   repaired: { groups: number; records: number } | null;
+  /**
+   * Set once the batch was cancelled (`DELETE /v1/rollouts/{id}`): when,
+   * how many sessions it stopped (never started, or aborted while running:
+   * nothing stored for them), and what became of its groups — `withdrawn`:
+   * incomplete at the cancel, never delivered (records stored before stay
+   * readable by key; later writes are refused); `complete`: already
+   * delivered to the trainers' stream, left as they are. Null otherwise.
+   */
+  cancelled: BatchCancellation | null;
   started_at: number;
   finished_at: number | null;
+}
+
+/** What a cancel did (see {@link BatchStats.cancelled}). */
+export interface BatchCancellation {
+  /** Epoch milliseconds of the cancel. */
+  at: number;
+  /** Sessions stopped: not run, or aborted while running (no record stored for them). */
+  sessions: number;
+  /** Groups incomplete at the cancel: never delivered. */
+  groups_withdrawn: number;
+  /** Groups complete before the cancel (already in the trainers' stream). */
+  groups_complete: number;
+}
+
+/** The reason a cancelled batch's trajectories are aborted with. */
+export class BatchCancelledError extends Error {
+  override name = "BatchCancelledError";
 }
 
 /** Progress counts of a batch: sessions and records apart (see {@link BatchStats.counts}). */
@@ -150,6 +178,12 @@ export class BatchRun {
   private allObserved: (() => void) | null = null;
   /** Trajectories given up because another owner took them over (nothing stored for them here). */
   abandoned = 0;
+  /** Set by {@link cancel}: epoch ms. */
+  private cancelledAt: number | null = null;
+  /** Sessions stopped by the cancel so far. */
+  private stoppedSessions = 0;
+  /** The abort controller of each running trajectory (by key). */
+  private readonly controllers = new Map<string, AbortController>();
   /**
    * Why the batch ended early (e.g. its groups could not be registered in
    * the store), or null. A failed batch is done: {@link run} rejects with
@@ -176,6 +210,7 @@ export class BatchRun {
       errors: [],
       lost: null,
       repaired: null,
+      cancelled: null,
       started_at: opts.startedAt ?? (opts.now ?? Date.now)(),
       finished_at: null,
     };
@@ -201,7 +236,7 @@ export class BatchRun {
    * session is counted.
    */
   observeSession(key: string, records: readonly TrajectoryRecord[], opts: { handedBack?: boolean } = {}): boolean {
-    if (this.seen.has(key) || this.s.done) return false;
+    if (this.seen.has(key) || this.s.done || this.cancelledAt !== null) return false;
     this.seen.add(key);
     if (records.length === 0) this.emptySessions.add(key);
     if (this.s.counts.pending > 0) this.s.counts.pending--;
@@ -250,6 +285,41 @@ export class BatchRun {
     this.s.counts.pending = open - this.s.counts.running;
   }
 
+  /** Whether {@link cancel} was called. */
+  get isCancelled(): boolean {
+    return this.cancelledAt !== null;
+  }
+
+  /**
+   * Cancels the batch: trajectories not started never start; running ones
+   * are aborted through their loop's signal (engine requests, tool calls,
+   * an admission hold); nothing more is stored by this run (a write already
+   * under way completes). {@link run} resolves once every running
+   * trajectory has returned. External batches: marks the uncounted sessions
+   * stopped and the batch done at once (workers learn of it from the job
+   * queue). Returns false when the batch was already done or cancelled.
+   * The caller then withdraws the groups ({@link setCancellation}).
+   */
+  cancel(): boolean {
+    if (this.s.done || this.cancelledAt !== null) return false;
+    this.cancelledAt = (this.opts.now ?? Date.now)();
+    const reason = new BatchCancelledError(`batch ${this.plan.batch_id} was cancelled`);
+    for (const c of this.controllers.values()) c.abort(reason);
+    if (this.opts.external) {
+      this.stoppedSessions = this.s.counts.total - this.s.counts.finished - (this.s.lost?.count ?? 0);
+      this.s.cancelled = { at: this.cancelledAt, sessions: this.stoppedSessions, groups_withdrawn: 0, groups_complete: 0 };
+      this.finishExternal();
+      this.wake();
+    }
+    return true;
+  }
+
+  /** Records what the cancel did to the batch's groups (and the final count of stopped sessions). */
+  setCancellation(groups: { withdrawn: number; complete: number }): void {
+    if (this.cancelledAt === null) return;
+    this.s.cancelled = { at: this.cancelledAt, sessions: this.stoppedSessions, groups_withdrawn: groups.withdrawn, groups_complete: groups.complete };
+  }
+
   /** Session keys (`{uid}_{session_id}_0`) counted so far (external batches). */
   observedKeys(): ReadonlySet<string> {
     return this.seen;
@@ -290,6 +360,10 @@ export class BatchRun {
         for (let t = queue.shift(); t; t = queue.shift()) await this.runOne(t);
       };
       await Promise.all(Array.from({ length: Math.min(this.opts.concurrency, queue.length) }, worker));
+      if (this.cancelledAt !== null) {
+        this.s.cancelled = { ...(this.s.cancelled ?? { groups_withdrawn: 0, groups_complete: 0 }), at: this.cancelledAt, sessions: this.stoppedSessions };
+        return;
+      }
       const { incomplete } = await this.repairStore();
       if (incomplete.length) {
         const keys = this.plan.trajectories.filter((t) => incomplete.includes(t.uid)).map((t) => t.key);
@@ -309,6 +383,10 @@ export class BatchRun {
   /** Runs one trajectory (session) inside its `agent_loop.run` span (the parent of its turns, reward and `queue.put`). */
   private async runOne(t: PlannedTrajectory): Promise<void> {
     this.s.counts.pending--;
+    if (this.cancelledAt !== null) {
+      this.stoppedSessions++;
+      return;
+    }
     this.s.counts.running++;
     if (this.opts.reusedUids?.has(t.uid)) {
       const before = await holdWhileStoreDown(() => this.queue.sessionRecords(t.uid, t.session_id)).catch(() => null);
@@ -320,13 +398,15 @@ export class BatchRun {
       }
     }
     const attrs = { [SpanAttr.key]: t.key, [SpanAttr.uid]: t.uid, [SpanAttr.sessionId]: t.session_id, [SpanAttr.batchId]: this.plan.batch_id };
+    const ctrl = new AbortController();
+    this.controllers.set(t.key, ctrl);
     const stored = await withSpan("agent_loop.run", attrs, async (span) => {
       let records: TrajectoryRecord[];
       let abandoned = false;
       let agentName = t.row ? this.opts.executor.agentNameFor(t) : "unknown";
       try {
         if (t.row_error) throw new Error(t.row_error);
-        const res = await this.opts.executor.run(t, this.plan).catch((e: unknown) => {
+        const res = await this.opts.executor.run(t, this.plan, ctrl.signal).catch((e: unknown) => {
           if (e instanceof TrajectoryAbandonedError) abandoned = true;
           throw e;
         });
@@ -340,6 +420,8 @@ export class BatchRun {
         this.abandoned++;
         return null;
       }
+      // Cancelled: whatever the loop returned (an abort, an error) is not stored.
+      if (this.cancelledAt !== null) return "cancelled" as const;
       span.setAttribute(SpanAttr.agentName, agentName);
       const r0 = records[0];
       if (r0 && span.isRecording()) {
@@ -354,13 +436,19 @@ export class BatchRun {
       const out: TrajectoryRecord[] = [];
       let fresh = records.length === 0;
       for (let i = 0; i < records.length; i++) {
+        if (this.cancelledAt !== null && i > 0) break;
         const w = await this.store(records[i]!, i === records.length - 1);
         out.push(w.record);
         fresh ||= w.stored;
       }
       return { out, fresh };
-    });
+    }).finally(() => this.controllers.delete(t.key));
     this.s.counts.running--;
+    if (stored === "cancelled") {
+      this.stoppedSessions++;
+      this.wake();
+      return;
+    }
     // Every write found its key already stored: another batch (the same uid posted twice, a retried POST)
     // finished this session first. Its records are streamed but, as handed-back ones, not counted again.
     if (stored) this.sessionDone(stored.out, !stored.fresh);

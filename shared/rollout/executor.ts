@@ -8,6 +8,7 @@ import type { SessionHost } from "../session/session-host.ts";
 import type { TransferQueue } from "../store/types.ts";
 import { TrajectoryTracer } from "../telemetry/trajectory-tracer.ts";
 import type { BatchPlan, PlannedTrajectory } from "./batch.ts";
+import { waitForAdmission, type Admission } from "./policy-version.ts";
 import type { TrajectoryExecutor } from "./batch-run.ts";
 
 /** What the agent loops of a process share: built once at start-up. */
@@ -16,6 +17,32 @@ export interface ExecutorDeps extends Omit<AgentLoopContext, "config" | "client"
   client: InferenceClient;
   /** The deployment's pause gate (`POST /v1/engine/pause`): no engine call of a loop starts while it is closed. */
   gate?: EngineGate;
+  /** Milliseconds between admission re-checks while a trajectory is held by `rollout.max_staleness` (default 50; memory policies wake at once). */
+  admissionPollMs?: number;
+}
+
+/**
+ * Admission of a fresh trajectory under `rollout.max_staleness` (policy
+ * `admit`): waits until the bound holds (see {@link waitForAdmission}); null
+ * when no bound applies.
+ */
+function admit(deps: ExecutorDeps, rollout: RolloutConfig, signal?: AbortSignal): Promise<Admission | null> {
+  if (!deps.policy || rollout.staleness_policy !== "admit" || rollout.max_staleness == null) return Promise.resolve(null);
+  return waitForAdmission(deps.policy, rollout.max_staleness, { ...(signal ? { signal } : {}), pollMs: deps.admissionPollMs ?? 50 });
+}
+
+/** Outputs with `extra_fields.admission` (how the trajectory was admitted) when it was. */
+function withAdmission(outputs: AgentLoopOutput[], a: Admission | null): AgentLoopOutput[] {
+  if (!a) return outputs;
+  return outputs.map((o) => ({ ...o, extra_fields: { ...o.extra_fields, admission: a } }));
+}
+
+/** Per registry (one per process): the cancellation signal of each session key a {@link createSessionExecutor} runs, read by {@link sessionLoopFactory}. */
+const sessionSignals = new WeakMap<object, Map<string, AbortSignal>>();
+function signalsOf(deps: ExecutorDeps): Map<string, AbortSignal> {
+  let m = sessionSignals.get(deps.registry);
+  if (!m) sessionSignals.set(deps.registry, (m = new Map()));
+  return m;
 }
 
 /**
@@ -90,11 +117,12 @@ export function createAgentExecutor(
   const { registry, ...shared } = deps;
   return {
     agentNameFor: (t) => t.row?.agent_name ?? rollout.agent.default_agent_loop,
-    async run(t: PlannedTrajectory, plan: BatchPlan) {
+    async run(t: PlannedTrajectory, plan: BatchPlan, signal?: AbortSignal) {
       const row = t.row!;
       const agentName = registry.resolve(row.agent_name, rollout.agent.default_agent_loop);
+      const admission = await admit(deps, rollout, signal);
       const tracer = new TrajectoryTracer(t.key);
-      const ctx: AgentLoopContext = { ...shared, client: tracer.client(client), ...(shared.tools ? { tools: tracer.tools(shared.tools) } : {}), config: rollout };
+      const ctx: AgentLoopContext = { ...shared, client: tracer.client(client), ...(shared.tools ? { tools: tracer.tools(shared.tools) } : {}), config: rollout, ...(signal ? { signal } : {}) };
       try {
         const outputs = await runAgentLoop(registry, ctx, samplingParamsFor(rollout, plan.validate, t), {
           ...row,
@@ -103,7 +131,7 @@ export function createAgentExecutor(
           global_steps: plan.global_steps,
           key: t.key,
         });
-        return { agentName, outputs, toolLatenciesMs: tracer.toolLatenciesMs };
+        return { agentName, outputs: withAdmission(outputs, admission), toolLatenciesMs: tracer.toolLatenciesMs };
       } finally {
         tracer.end();
       }
@@ -126,8 +154,10 @@ export function sessionLoopFactory(deps: ExecutorDeps): (input: SessionInput) =>
     // Turns, engine calls and tool calls of a session are traced like the in-process path's;
     // the session ends the open turn span when a run pauses (SessionDeps.onPause = endLoopTrace).
     const tracer = new TrajectoryTracer(input.key);
+    const signal = signalsOf(deps).get(input.key);
     const loop = registry.create(name, {
       ...shared,
+      ...(signal ? { signal } : {}),
       client: tracer.client(client),
       ...(shared.tools ? { tools: tracer.tools(shared.tools) } : {}),
       config: input.rollout,
@@ -165,18 +195,27 @@ export function createSessionExecutor(
   const { registry } = deps;
   return {
     agentNameFor: (t) => t.row?.agent_name ?? rollout.agent.default_agent_loop,
-    async run(t: PlannedTrajectory, plan: BatchPlan) {
+    async run(t: PlannedTrajectory, plan: BatchPlan, signal?: AbortSignal) {
       const row = t.row!;
       const agentName = registry.resolve(row.agent_name, rollout.agent.default_agent_loop);
-      const r = await host.run({
+      // Admission holds only a trajectory not started yet: a stored session (a resume) goes on.
+      const fresh = deps.policy && rollout.staleness_policy === "admit" && rollout.max_staleness != null ? (await host.status(t.key)) === null : false;
+      const admission = fresh ? await admit(deps, rollout, signal) : null;
+      const signals = signalsOf(deps);
+      if (signal) signals.set(t.key, signal);
+      const r = await host
+        .run({
         key: t.key,
         agent_name: agentName,
         sampling_params: samplingParamsFor(rollout, plan.validate, t),
         kwargs: { ...row, uid: t.uid, session_id: t.session_id, global_steps: plan.global_steps, key: t.key },
-        rollout,
-        model_version: batch.model_version,
-      });
-      if (r.status === "finished" && !r.resumed) return { agentName, outputs: r.outputs };
+          rollout,
+          model_version: batch.model_version,
+        })
+        .finally(() => {
+          if (signals.get(t.key) === signal) signals.delete(t.key);
+        });
+      if (r.status === "finished" && !r.resumed) return { agentName, outputs: withAdmission(r.outputs, admission) };
       if (r.status === "failed") throw new Error(r.error);
       // Done, or finished by an owner that died around its writes: the records (0…k) may already be stored.
       const recs = await store.sessionRecords(t.uid, t.session_id);

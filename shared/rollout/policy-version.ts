@@ -1,6 +1,6 @@
 import type { RedisCommander } from "../store/redis-commander.ts";
 import { replyToFields } from "../store/redis-transfer-queue.ts";
-import { StoreError } from "../errors.ts";
+import { InputError, StoreError } from "../errors.ts";
 import { holdWhileStoreDown } from "../store/store-outage.ts";
 
 /** The policy version trajectories are generated with, and its sequence number (1 for the first version set, +1 per change). */
@@ -13,9 +13,12 @@ export interface PolicyVersion {
  * The current policy version, set by the trainer after each weight update
  * (`POST /v1/model-version {version}`), shared by every process of a
  * deployment (API and workers). Each turn records the version it was
- * generated under (`extra_fields.model_versions`), and
- * `rollout.max_staleness` fails a trajectory whose first turn is more than
- * that many versions behind.
+ * generated under (`extra_fields.model_versions`). The trainer also
+ * reports the newest version whose groups it has consumed (`POST
+ * /v1/consumed-version {version}`): `rollout.max_staleness` holds new
+ * trajectories while the current version is more than that many versions
+ * ahead of it ({@link waitForAdmission}), or — with `staleness_policy: fail`
+ * — fails a trajectory whose first turn is more than that many versions behind.
  */
 export interface PolicyVersions {
   /** The current version, or null when none was ever set. */
@@ -24,12 +27,95 @@ export interface PolicyVersions {
   set(version: string | number): Promise<PolicyVersion>;
   /** The seq `version` got when it was set, or null for a version never set here. */
   seqOf(version: unknown): Promise<number | null>;
+  /** The newest version the trainer reported consuming ({@link setConsumed}), or null when it never did. */
+  consumed(): Promise<PolicyVersion | null>;
+  /**
+   * Records that the trainer has consumed the groups generated under
+   * `version` (a version set before). Monotonic: reporting an older version
+   * than the one recorded changes nothing. Returns the recorded consumed version.
+   * @throws InputError (field `version`) for a version never set with {@link set}.
+   */
+  setConsumed(version: string | number): Promise<PolicyVersion>;
+  /** `current` and `consumed` read together, never from a cache: what admission decides on. */
+  admissionState(): Promise<{ current: PolicyVersion | null; consumed: PolicyVersion | null }>;
+  /** Resolves when `current` or `consumed` may have changed, or after `ms` at the latest (rejects with the signal's reason on abort). */
+  waitChange(ms: number, signal?: AbortSignal): Promise<void>;
+}
+
+/** How a trajectory was admitted ({@link waitForAdmission}): the versions it started under and how long it was held. */
+export interface Admission {
+  /** The current policy version when it started, and its seq. */
+  version: string | number;
+  seq: number;
+  /** The seq of the trainer's consumed version then. */
+  consumed_seq: number;
+  /** `seq − consumed_seq`: at most `rollout.max_staleness`. */
+  staleness: number;
+  /** Milliseconds it was held before starting (0: started at once). */
+  held_ms: number;
+}
+
+/**
+ * Admission control (`rollout.max_staleness` with `staleness_policy:
+ * admit`): resolves once `current.seq − consumed.seq ≤ maxStaleness`, i.e.
+ * once the trainer has consumed groups of a version at most `maxStaleness`
+ * versions older than the one the trajectory would start with; until then it
+ * waits ({@link PolicyVersions.waitChange}: no CPU, no engine call) and
+ * re-checks when a version changes. Returns how it was admitted, or null
+ * when no bound applies (no limit, no current version, or the trainer never
+ * reported a consumed version: a trainer that does not report is never held).
+ *
+ * Adapted from AReaL's `rollout.max_head_offpolicyness` (StalenessManager:
+ * at most `(max_staleness + current_version + 1) × consumer_batch_size`
+ * samples started, so that none is consumed more than `max_staleness`
+ * versions after the one it was generated with): edgeloop does not know the
+ * trainer's batch size, so it counts in versions what the trainer has
+ * consumed instead of in samples.
+ * @see https://inclusionai.github.io/AReaL/algorithms/async.html
+ * @see AReaL `areal/core/staleness_manager.py` (`get_capacity`)
+ * @throws the signal's reason when `signal` aborts while held
+ */
+export async function waitForAdmission(policy: PolicyVersions, maxStaleness: number | null, opts: { signal?: AbortSignal; pollMs?: number; nowMs?: () => number } = {}): Promise<Admission | null> {
+  if (maxStaleness == null) return null;
+  const now = opts.nowMs ?? Date.now;
+  const t0 = now();
+  for (;;) {
+    if (opts.signal?.aborted) throw opts.signal.reason;
+    const { current, consumed } = await policy.admissionState();
+    if (!current || !consumed) return null;
+    const staleness = current.seq - consumed.seq;
+    if (staleness <= maxStaleness) return { version: current.version, seq: current.seq, consumed_seq: consumed.seq, staleness, held_ms: Math.max(0, now() - t0) };
+    await policy.waitChange(opts.pollMs ?? 50, opts.signal);
+  }
+}
+
+function sleepOrAbort(ms: number, signal: AbortSignal | undefined, wake?: (fn: () => void) => () => void): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    let off = () => {};
+    const done = () => {
+      clearTimeout(timer);
+      off();
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    };
+    const onAbort = () => {
+      clearTimeout(timer);
+      off();
+      reject(signal!.reason);
+    };
+    const timer = setTimeout(done, ms);
+    if (wake) off = wake(done);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
 }
 
 /** In-process {@link PolicyVersions} (the memory store: one process). */
 export class MemoryPolicyVersions implements PolicyVersions {
   private cur: PolicyVersion | null = null;
+  private con: PolicyVersion | null = null;
   private readonly seqs = new Map<string, number>();
+  private readonly listeners = new Set<() => void>();
   async current(): Promise<PolicyVersion | null> {
     return this.cur;
   }
@@ -37,10 +123,33 @@ export class MemoryPolicyVersions implements PolicyVersions {
     if (this.cur && this.cur.version === version) return this.cur;
     this.cur = { version, seq: (this.cur?.seq ?? 0) + 1 };
     if (!this.seqs.has(JSON.stringify(version))) this.seqs.set(JSON.stringify(version), this.cur.seq);
+    this.changed();
     return this.cur;
   }
   async seqOf(version: unknown): Promise<number | null> {
     return this.seqs.get(JSON.stringify(version)) ?? null;
+  }
+  async consumed(): Promise<PolicyVersion | null> {
+    return this.con;
+  }
+  async setConsumed(version: string | number): Promise<PolicyVersion> {
+    const seq = this.seqs.get(JSON.stringify(version));
+    if (seq === undefined) throw new InputError("version", `policy version ${JSON.stringify(version).slice(0, 200)} was never set (POST /v1/model-version first)`);
+    if (!this.con || seq > this.con.seq) this.con = { version, seq };
+    this.changed();
+    return this.con;
+  }
+  async admissionState(): Promise<{ current: PolicyVersion | null; consumed: PolicyVersion | null }> {
+    return { current: this.cur, consumed: this.con };
+  }
+  waitChange(ms: number, signal?: AbortSignal): Promise<void> {
+    return sleepOrAbort(ms, signal, (fn) => {
+      this.listeners.add(fn);
+      return () => this.listeners.delete(fn);
+    });
+  }
+  private changed(): void {
+    for (const l of [...this.listeners]) l();
   }
 }
 
@@ -57,8 +166,24 @@ redis.call('HSETNX', KEYS[1], 'v:' .. ARGV[1], seq)
 return {ARGV[1], seq}`;
 
 /**
+ * Consumed-if-newer: KEYS = the policy hash; ARGV = the version as JSON.
+ * Replies `UNKNOWN` for a version never set; otherwise records `consumed` /
+ * `consumed_seq` when its seq is newer than the recorded one; returns
+ * `[json, seq]` of the recorded consumed version.
+ */
+const CONSUMED_LUA = `local seq = redis.call('HGET', KEYS[1], 'v:' .. ARGV[1])
+if not seq then return redis.error_reply('UNKNOWN version') end
+local cur = tonumber(redis.call('HGET', KEYS[1], 'consumed_seq') or '0')
+if tonumber(seq) > cur then
+  redis.call('HSET', KEYS[1], 'consumed', ARGV[1], 'consumed_seq', seq)
+  return {ARGV[1], tonumber(seq)}
+end
+return {redis.call('HGET', KEYS[1], 'consumed'), cur}`;
+
+/**
  * {@link PolicyVersions} in Redis (`{p}policy` HASH: `current` = version
- * JSON, `seq`, `v:<version JSON>` = its seq), shared by the API and its
+ * JSON, `seq`, `v:<version JSON>` = its seq, `consumed` / `consumed_seq` = the
+ * trainer's consumed version), shared by the API and its
  * workers. Reads are cached for `cacheMs` (default 250) so a turn costs no
  * round trip in steady state. Runtime-free.
  * @throws StoreError (retryable) on Redis failures; reads wait a store outage out ({@link holdWhileStoreDown}).
@@ -106,6 +231,34 @@ export class RedisPolicyVersions implements PolicyVersions {
     if (r === null) return null;
     this.seqCache.set(k, Number(r));
     return Number(r);
+  }
+
+  async consumed(): Promise<PolicyVersion | null> {
+    return (await this.admissionState()).consumed;
+  }
+
+  async setConsumed(version: string | number): Promise<PolicyVersion> {
+    let r: [string, number];
+    try {
+      r = (await this.call(["EVAL", CONSUMED_LUA, "1", this.key, JSON.stringify(version)], false)) as [string, number];
+    } catch (e) {
+      if (/UNKNOWN version/.test((e as Error)?.message ?? "")) throw new InputError("version", `policy version ${JSON.stringify(version).slice(0, 200)} was never set (POST /v1/model-version first)`);
+      throw e;
+    }
+    return { version: JSON.parse(String(r[0])) as string | number, seq: Number(r[1]) };
+  }
+
+  /** One HMGET, uncached (it refreshes the cached current version too). */
+  async admissionState(): Promise<{ current: PolicyVersion | null; consumed: PolicyVersion | null }> {
+    const [cur, seq, con, conSeq] = (await this.call(["HMGET", this.key, "current", "seq", "consumed", "consumed_seq"])) as (string | null)[];
+    const current = cur == null ? null : { version: JSON.parse(cur) as string | number, seq: Number(seq) };
+    this.cache = { at: Date.now(), v: current };
+    return { current, consumed: con == null ? null : { version: JSON.parse(con) as string | number, seq: Number(conSeq) } };
+  }
+
+  /** Polls: resolves after `ms` (another process may have changed the versions). */
+  waitChange(ms: number, signal?: AbortSignal): Promise<void> {
+    return sleepOrAbort(ms, signal);
   }
 
   /**

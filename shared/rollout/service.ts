@@ -1,4 +1,4 @@
-import { ConfigError, NotFoundError } from "../errors.ts";
+import { ConfigError, ConflictError, EdgeloopError, NotFoundError } from "../errors.ts";
 import { AppConfig, mergeConfig, parseAppConfig } from "../config/app-config.ts";
 import type { RolloutConfig, TrajectoryRecord } from "../schema/index.ts";
 import type { TransferQueue } from "../store/types.ts";
@@ -6,7 +6,8 @@ import { followBatch } from "../jobs/batch-follower.ts";
 import { MemoryPolicyVersions, type PolicyVersions } from "./policy-version.ts";
 import type { BatchSpec, JobQueue, QueueStats } from "../jobs/job-queue.ts";
 import { failedRecord, planBatch, type BatchPlan, type PlannedTrajectory, type RolloutRequest } from "./batch.ts";
-import { BatchRun, type TrajectoryExecutor } from "./batch-run.ts";
+import { BatchRun, type BatchStats, type TrajectoryExecutor } from "./batch-run.ts";
+import { parseTrajectoryKey } from "../schema/index.ts";
 import { checkPlanGroups, withFingerprints } from "./group-fingerprint.ts";
 
 /** Builds the executor for a batch's effective rollout config (per-batch overrides applied). */
@@ -197,6 +198,58 @@ export class RolloutService {
     return { mode: "inline", depth, in_flight: inFlight, oldest_age_ms: oldest === Infinity ? 0 : Math.max(0, Date.now() - oldest) };
   }
 
+  /**
+   * Cancels a batch (`DELETE /v1/rollouts/{id}`) and returns its final
+   * stats, `cancelled` set:
+   * - trajectories not started never start (queue mode: their jobs are
+   *   removed from the job stream, {@link JobQueue.cancelBatch});
+   * - running ones are aborted (inline: through their loop's AbortSignal —
+   *   engine requests, tool calls, an admission hold; queue mode: workers
+   *   poll the batch's `cancelled` flag and abort theirs); nothing is stored
+   *   for them and their durable sessions are dropped (queue mode);
+   * - the batch's groups not complete at the cancel are withdrawn
+   *   ({@link TransferQueue.cancelGroups}): never delivered, later writes
+   *   refused; records stored before stay readable by key and are counted
+   *   (`counts.records`); groups already complete stay delivered.
+   * Inline, it answers once the aborted trajectories have returned (at most
+   * `waitMs`, default 30 s). Cancelling a cancelled batch returns its stats again.
+   * @throws NotFoundError (404) for an unknown batch; ConflictError (409, code `batch_done`) for a batch
+   *   already done; EdgeloopError (501) when the store cannot withdraw groups.
+   */
+  async cancel(id: string, opts: { waitMs?: number } = {}): Promise<BatchStats> {
+    const run = await this.lookup(id);
+    const st = run.stats();
+    if (st.cancelled) return st;
+    if (st.done) throw new ConflictError(`batch ${id.slice(0, 100)} is already done: nothing to cancel`, { code: "batch_done", field: "batch_id" });
+    const store = this.store;
+    if (!store.cancelGroups) throw new EdgeloopError("this store cannot cancel batches (no cancelGroups)", { status: 501, code: "not_implemented" });
+    const uids = [...new Set([...run.plan.groups.keys(), ...run.plan.trajectories.map((t) => t.uid)])];
+    if (this.jobs) {
+      await this.jobs.cancelBatch(id);
+      const groups = await store.cancelGroups(uids);
+      // Sessions whose records landed before the groups were withdrawn are counted (their completion event may lag).
+      const open = run.plan.trajectories.map((t) => t.key).filter((k) => !run.observedKeys().has(k));
+      for (let i = 0; i < open.length; i += 256) {
+        const chunk = open.slice(i, i + 256);
+        const recs = await Promise.all(chunk.map((k) => store.sessionRecords(parseTrajectoryKey(k).uid, parseTrajectoryKey(k).session_id)));
+        recs.forEach((r, j) => r && run.observeSession(chunk[j]!, r));
+      }
+      run.cancel();
+      run.setCancellation({ withdrawn: groups.withdrawn.length, complete: groups.complete.length });
+      this.followers.get(id)?.();
+      this.followers.delete(id);
+      return run.stats();
+    }
+    run.cancel();
+    const waitMs = opts.waitMs ?? 30_000;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([run.run().catch(() => {}), new Promise<void>((r) => (timer = setTimeout(r, waitMs)))]);
+    clearTimeout(timer);
+    const groups = await store.cancelGroups(uids);
+    run.setCancellation({ withdrawn: groups.withdrawn.length, complete: groups.complete.length });
+    return run.stats();
+  }
+
   /** Stops following queued batches (the API process is shutting down). */
   close(): void {
     for (const stop of this.followers.values()) stop();
@@ -209,6 +262,7 @@ export class RolloutService {
     this.remember(plan.batch_id, run);
     const { stop, ready } = followBatch(run, jobs, this.store, {
       pollMs: this.opts.followPollMs,
+      cancelled: async () => (await jobs.cancelledBatches([plan.batch_id])).size > 0,
       started: (keys) => jobs.sessionsStarted(keys),
       ...(this.opts.lostGraceMs !== undefined ? { lostGraceMs: this.opts.lostGraceMs } : {}),
     });

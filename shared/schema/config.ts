@@ -59,11 +59,19 @@ export const RolloutConfig = z
     /** Extra kwargs for the chat template, e.g. `{enable_thinking: false}` (verl's `apply_chat_template_kwargs`). */
     chat_template_kwargs: z.record(z.string(), z.unknown()).default({}),
     /**
-     * Policy versions (`POST /v1/model-version` changes) a trajectory may fall
-     * behind: before each turn, one whose first turn ran more than this many
-     * versions ago fails with the reason recorded. null = no limit.
+     * Admission control (AReaL's `rollout.max_head_offpolicyness`): a
+     * trajectory STARTS only while `current.seq − consumed.seq ≤
+     * max_staleness`, where `current` is the policy version (`POST
+     * /v1/model-version`) and `consumed` the newest version the trainer
+     * reported consuming (`POST /v1/consumed-version`); held trajectories wait
+     * (no engine call) and start once the bound is met again. Trajectories
+     * already running finish. null = no limit. With `staleness_policy: fail`
+     * the old rule applies instead: before each turn, a trajectory whose first
+     * turn ran more than this many versions ago fails with the reason recorded.
      */
     max_staleness: z.number().int().min(0).nullable().default(null),
+    /** What `max_staleness` does: `admit` (default) holds new trajectories; `fail` fails running ones that fell behind (the old behaviour). */
+    staleness_policy: z.enum(["admit", "fail"]).default("admit"),
   })
   .refine((c) => c.max_model_len == null || c.max_model_len > c.prompt_length, {
     message: "rollout.max_model_len must be greater than rollout.prompt_length",

@@ -38,6 +38,7 @@ export function sessionCompletingQueue(inner: TransferQueue, storage: SessionSto
     sessionRecords: (uid, sid) => inner.sessionRecords(uid, sid),
     get: (key) => inner.get(key),
     groupStatus: (uid) => inner.groupStatus(uid),
+    ...(inner.cancelGroups ? { cancelGroups: (uids: readonly string[]) => inner.cancelGroups!(uids) } : {}),
     readCompleteGroups: (opts) => inner.readCompleteGroups(opts),
     ack: (ids, partition) => inner.ack(ids, partition),
     close: () => inner.close(),

@@ -1,4 +1,4 @@
-import { ConflictError, StoreError } from "../errors.ts";
+import { ConflictError, GroupCancelledError, StoreError } from "../errors.ts";
 import { parseTrajectoryKey, type TrajectoryRecord } from "../schema/index.ts";
 import { decodeRecord, encodeRecord, failedRecord, validateAndEncode, type EncodedRecord, type RecordHead } from "./record-codec.ts";
 import {
@@ -39,6 +39,8 @@ interface Group {
   /** Per session: outputs stored, and (once known) outputs it has in all. */
   sessions: Map<number, { stored: number; total: number | null }>;
   enqueued: boolean;
+  /** Withdrawn by a cancelled batch (`cancelGroups`). */
+  cancelled?: boolean;
 }
 
 interface Pending {
@@ -107,6 +109,7 @@ export class MemoryTransferQueue implements TransferQueue {
   async markFailed(key: string, reason: string, fields?: Partial<TrajectoryRecord>): Promise<PutResult> {
     this.assertOpen();
     checkKey(key);
+    if (this.groups.get(parseTrajectoryKey(key).uid)?.cancelled) throw new GroupCancelledError(parseTrajectoryKey(key).uid);
     if (this.records.has(key)) {
       // Already written: only finish its session (with the records it has) if nothing else did.
       const { uid, session_id } = parseTrajectoryKey(key);
@@ -128,6 +131,7 @@ export class MemoryTransferQueue implements TransferQueue {
     checkSessionId(session_id);
     checkOutputs(outputs);
     const g = this.group(uid);
+    if (g.cancelled) throw new GroupCancelledError(uid);
     const s = this.session(g, session_id);
     if (s.total !== null) {
       if (s.total !== outputs) throw sessionConflict(uid, session_id, `finished with ${s.total} outputs, not ${outputs}`);
@@ -172,6 +176,7 @@ export class MemoryTransferQueue implements TransferQueue {
       failed: g.failed,
       complete: g.expected !== null && g.finished >= g.expected,
       fingerprint: g.fingerprint,
+      ...(g.cancelled ? { cancelled: true as const } : {}),
     };
   }
 
@@ -236,6 +241,7 @@ export class MemoryTransferQueue implements TransferQueue {
    * leaves it open, `fail` (markFailed) finishes it with what it has stored.
    */
   private store(rec: RecordHead, encoded: EncodedRecord, mode: "last" | "more" | "fail"): PutResult {
+    if (this.groups.get(rec.uid)?.cancelled) throw new GroupCancelledError(rec.uid);
     if (this.records.has(rec.key)) return { key: rec.key, stored: false };
     const g = this.group(rec.uid);
     const s = this.session(g, rec.session_id);
@@ -262,8 +268,24 @@ export class MemoryTransferQueue implements TransferQueue {
     this.maybeComplete(uid, g);
   }
 
+  async cancelGroups(uids: readonly string[]): Promise<{ withdrawn: string[]; complete: string[] }> {
+    this.assertOpen();
+    const withdrawn: string[] = [];
+    const complete: string[] = [];
+    for (const uid of new Set(uids)) {
+      checkUid(uid);
+      const g = this.group(uid);
+      if (g.enqueued) complete.push(uid);
+      else {
+        g.cancelled = true;
+        withdrawn.push(uid);
+      }
+    }
+    return { withdrawn, complete };
+  }
+
   private maybeComplete(uid: string, g: Group): void {
-    if (g.enqueued || g.expected === null || g.finished < g.expected) return;
+    if (g.cancelled || g.enqueued || g.expected === null || g.finished < g.expected) return;
     g.enqueued = true;
     this.streams[g.partition].push({ id: this.nextId(), uid, keys: [...g.members].sort(compareKeys) });
     for (const w of [...this.waiters]) w();

@@ -5,7 +5,7 @@ import type { Partition } from "./types.ts";
  * prefix:
  * - `{p}traj:{key}` HASH — one record (`meta`, `prompt_ids`, `response_ids`, `response_mask`, `rollout_log_probs`).
  * - `{p}group:{uid}` HASH — `expected`, `partition`, `fingerprint`, `finished` (sessions), `records`, `failed`,
- *   `enqueued`, `delivery_id`, and per session `s:{sid}` (outputs stored) and `t:{sid}` (outputs in all, once known).
+ *   `enqueued`, `delivery_id`, `cancelled` (`1`: withdrawn by a cancelled batch, never enqueued, writes refused), and per session `s:{sid}` (outputs stored) and `t:{sid}` (outputs in all, once known).
  * - `{p}group:{uid}:keys` SET — keys written for the group.
  * - `{p}groups:{partition}` STREAM — one entry per complete group, read with a consumer group.
  * - `{p}stage:{key}:{nonce}` HASH — a put's record before PUT_LUA renames it to `{p}traj:{key}` (expires after 60 s if orphaned).
@@ -51,8 +51,8 @@ local function key_order(a, b)
   return tonumber(oa) < tonumber(ob)
 end
 local function maybe_complete(uid)
-  local g = redis.call('HMGET', KEYS[1], 'expected', 'finished', 'enqueued', 'partition', 'failed')
-  if not g[1] or g[3] == '1' then return 0 end
+  local g = redis.call('HMGET', KEYS[1], 'expected', 'finished', 'enqueued', 'partition', 'failed', 'cancelled')
+  if not g[1] or g[3] == '1' or g[6] == '1' then return 0 end
   if tonumber(g[2] or '0') < tonumber(g[1]) then return 0 end
   local members = redis.call('SMEMBERS', KEYS[2])
   table.sort(members, key_order)
@@ -102,6 +102,10 @@ export const PUT_LUA = `${COMPLETE_LUA}
 local staged = KEYS[6]
 local function drop()
   if staged then redis.call('DEL', staged) end
+end
+if redis.call('HGET', KEYS[1], 'cancelled') == '1' then
+  drop()
+  return redis.error_reply('CANCELLED group')
 end
 local sf, tf = 's:' .. ARGV[3], 't:' .. ARGV[3]
 local idx, mode = tonumber(ARGV[4]), ARGV[5]
@@ -173,6 +177,7 @@ return out
  * when the count contradicts what is known.
  */
 export const FINISH_LUA = `${COMPLETE_LUA}
+if redis.call('HGET', KEYS[1], 'cancelled') == '1' then return redis.error_reply('CANCELLED group') end
 local sf, tf = 's:' .. ARGV[2], 't:' .. ARGV[2]
 local want = tonumber(ARGV[3])
 local g = redis.call('HMGET', KEYS[1], sf, tf)
@@ -221,3 +226,13 @@ export async function scriptSha(script: string): Promise<string> {
   const digest = await crypto.subtle.digest("SHA-1", new TextEncoder().encode(script));
   return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
 }
+
+/**
+ * Withdraws one group of a cancelled batch: KEYS = the group hash. Replies
+ * `complete` when it was already enqueued (left as it is), else flags it
+ * `cancelled 1` (never enqueued; PUT_LUA and FINISH_LUA refuse writes to it
+ * with `CANCELLED group`) and replies `withdrawn`.
+ */
+export const CANCEL_LUA = `if redis.call('HGET', KEYS[1], 'enqueued') == '1' then return 'complete' end
+redis.call('HSET', KEYS[1], 'cancelled', '1')
+return 'withdrawn'`;

@@ -1,8 +1,8 @@
-import { ConflictError, EdgeloopError, InputError, StoreError } from "../errors.ts";
+import { ConflictError, EdgeloopError, GroupCancelledError, InputError, StoreError } from "../errors.ts";
 import type { TrajectoryRecord } from "../schema/index.ts";
 import { decodeRecord, encodedFields, encodeRecord, failedRecord, validateAndEncode, type EncodedRecord, type RecordHead } from "./record-codec.ts";
 import type { RedisArg, RedisCommander, RedisReply } from "./redis-commander.ts";
-import { EXPECT_LUA, FINISH_LUA, PUT_LUA, RedisLayout, scriptSha } from "./redis-layout.ts";
+import { CANCEL_LUA, EXPECT_LUA, FINISH_LUA, PUT_LUA, RedisLayout, scriptSha } from "./redis-layout.ts";
 import { StreamConsumer, type StreamEntry } from "./stream-consumer.ts";
 import {
   checkFingerprint,
@@ -66,6 +66,7 @@ function nonce(): string {
 
 /** A script's `CONFLICT finished <t>` / `CONFLICT stored <s>` reply as the ConflictError the memory queue throws; anything else unchanged. */
 function sessionError(e: unknown, uid: string, sid: number, n: number, op: "put" | "finish"): unknown {
+  if (/CANCELLED group/.test(errorMessage(e))) return new GroupCancelledError(uid);
   const m = /^CONFLICT (finished|stored) (\d+)/.exec(errorMessage(e));
   if (!m) return e;
   const count = Number(m[2]);
@@ -170,7 +171,7 @@ export class RedisTransferQueue implements TransferQueue {
 
   async groupStatus(uid: string): Promise<GroupStatus> {
     checkUid(uid);
-    const r = (await this.call(["HMGET", this.layout.group(uid), "expected", "partition", "finished", "records", "failed", "fingerprint"])) as (string | null)[];
+    const r = (await this.call(["HMGET", this.layout.group(uid), "expected", "partition", "finished", "records", "failed", "fingerprint", "cancelled"])) as (string | null)[];
     const expected = r[0] == null ? null : Number(r[0]);
     const finished = Number(r[2] ?? 0);
     return {
@@ -182,7 +183,19 @@ export class RedisTransferQueue implements TransferQueue {
       failed: Number(r[4] ?? 0),
       complete: expected !== null && finished >= expected,
       fingerprint: r[5] == null ? null : String(r[5]),
+      ...(String(r[6]) === "1" ? { cancelled: true as const } : {}),
     };
+  }
+
+  async cancelGroups(uids: readonly string[]): Promise<{ withdrawn: string[]; complete: string[] }> {
+    const withdrawn: string[] = [];
+    const complete: string[] = [];
+    for (const uid of new Set(uids)) {
+      checkUid(uid);
+      const r = String(await this.script(CANCEL_LUA, [this.layout.group(uid)], []));
+      (r === "complete" ? complete : withdrawn).push(uid);
+    }
+    return { withdrawn, complete };
   }
 
   async readCompleteGroups(opts: ReadGroupsOptions): Promise<CompleteGroup[]> {

@@ -37,6 +37,8 @@ export interface GroupStatus {
   records: number;
   /** Records stored with an error (a failed session stores one). */
   failed: number;
+  /** Present (true) only for a group withdrawn by a cancelled batch ({@link TransferQueue.cancelGroups}): never delivered. */
+  cancelled?: true;
   /** `expected` is set and every expected session has finished (the group is then delivered once). */
   complete: boolean;
   /** Fingerprint of the prompt group the uid names (see `groupFingerprint`), or null when none was registered. */
@@ -108,6 +110,15 @@ export interface TransferQueue {
    * the records it has stored): a failed session never holds its group open.
    */
   markFailed(key: string, reason: string, fields?: Partial<TrajectoryRecord>): Promise<PutResult>;
+  /**
+   * Withdraws the groups of a cancelled batch: each group of `uids` not yet
+   * complete is flagged cancelled — it is never delivered, and later writes
+   * to it (`put`, `markFailed`, `finishSession`) store nothing and throw a
+   * {@link GroupCancelledError}; records stored before stay readable by key.
+   * Groups already complete (delivered to the trainers' stream) are left as
+   * they are. Optional: adapters without it cannot cancel batches.
+   */
+  cancelGroups?(uids: readonly string[]): Promise<{ withdrawn: string[]; complete: string[] }>;
   /** Complete groups not yet delivered to this consumer group, plus groups whose delivery was never acked and timed out. */
   readCompleteGroups(opts: ReadGroupsOptions): Promise<CompleteGroup[]>;
   /** Acknowledges delivered groups; returns how many were pending. */

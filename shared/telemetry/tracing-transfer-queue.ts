@@ -41,6 +41,10 @@ export class TracingTransferQueue implements TransferQueue {
   groupStatus(uid: string): Promise<GroupStatus> {
     return this.inner.groupStatus(uid);
   }
+  cancelGroups(uids: readonly string[]): Promise<{ withdrawn: string[]; complete: string[] }> {
+    if (!this.inner.cancelGroups) return Promise.reject(new Error("this transfer queue cannot cancel groups"));
+    return this.inner.cancelGroups(uids);
+  }
   readCompleteGroups(opts: ReadGroupsOptions): Promise<CompleteGroup[]> {
     return this.inner.readCompleteGroups(opts);
   }

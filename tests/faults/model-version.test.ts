@@ -19,7 +19,7 @@ beforeAll(() => {
 afterAll(() => tools.stop());
 
 /** A rollouts app whose engine client makes the trainer publish a new policy version after every turn. */
-async function setup(maxStaleness: number | null) {
+async function setup(maxStaleness: number | null, stalenessPolicy: "admit" | "fail" = "fail") {
   const { deps } = await depsFor(tools.url);
   const policy = new MemoryPolicyVersions();
   let next = 2;
@@ -30,7 +30,7 @@ async function setup(maxStaleness: number | null) {
       return out;
     },
   };
-  const config = parseAppConfig({ rollout: { n: 1, max_model_len: 4096, max_staleness: maxStaleness } });
+  const config = parseAppConfig({ rollout: { n: 1, max_model_len: 4096, max_staleness: maxStaleness, staleness_policy: stalenessPolicy } });
   const service = new RolloutService({ config, store: new MemoryTransferQueue(), policy, executorFor: (r, b) => createAgentExecutor({ ...deps, client: bumping, policy }, r, b) });
   const app = createRolloutsApp({ service });
   const post = (path: string, body: unknown) => app.request(path, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
@@ -59,8 +59,8 @@ describe("policy versions", () => {
 
     const rec = await runOne(s);
     expect(rec.error).toBeNull();
-    // Each turn is stamped with the version current when its reply came back; the engine client bumps it after each turn.
-    expect(rec.extra_fields.model_versions).toEqual(["v2", "v3", "v4"]);
+    // Each turn is stamped with the version current when its call was sent; the engine client bumps it after each turn.
+    expect(rec.extra_fields.model_versions).toEqual(["v1", "v2", "v3"]);
     expect(await (await s.app.request("/v1/model-version")).json()).toEqual({ version: "v4", seq: 4 });
   });
 
@@ -72,17 +72,28 @@ describe("policy versions", () => {
     expect(run.records()[0]!.extra_fields.model_versions).toEqual(["batch-v", "batch-v", "batch-v"]);
   });
 
-  test("rollout.max_staleness 0: a trajectory whose policy moved on since its first turn fails with the reason recorded", async () => {
-    // Turn 1 runs under v2; before turn 3 the policy is at v3 (before turn 2 it was still v2).
+  test("rollout.max_staleness 0 with staleness_policy fail (the old behaviour): a trajectory whose policy moved on since its first turn fails with the reason recorded", async () => {
+    // Turn 1 is sent under v1; the engine client then publishes v2, so before turn 2 the trajectory is 1 version behind.
     const s = await setup(0);
     await s.post("/v1/model-version", { version: "v1" });
     const rec = await runOne(s);
     expect(rec.finish_reason).toBe("error");
-    expect(rec.error).toBe('StaleTrajectoryError: started at policy version "v2", now "v3": 1 versions behind, over rollout.max_staleness 0');
+    expect(rec.error).toBe('StaleTrajectoryError: started at policy version "v1", now "v2": 1 versions behind, over rollout.max_staleness 0');
     expect(rec.response_ids).toEqual([]);
 
-    const lenient = await setup(1);
+    // Before turn 3 it is 2 versions behind: a limit of 2 lets it finish.
+    const lenient = await setup(2);
     await lenient.post("/v1/model-version", { version: "v1" });
     expect((await runOne(lenient)).error).toBeNull();
+  });
+
+  test("rollout.max_staleness 0 under the default policy (admit): a running trajectory is never failed for staleness", async () => {
+    const s = await setup(0, "admit");
+    await s.post("/v1/model-version", { version: "v1" });
+    // No consumed version reported: admission does not hold; the policy moves on after every turn and nothing fails.
+    const rec = await runOne(s);
+    expect(rec.error).toBeNull();
+    expect(rec.extra_fields.model_versions).toEqual(["v1", "v2", "v3"]);
+    expect(rec.extra_fields.admission).toBeUndefined();
   });
 });
