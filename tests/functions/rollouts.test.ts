@@ -176,7 +176,7 @@ describe("openapi", () => {
   test("documents every endpoint with schemas generated from zod", async () => {
     const doc = await (await app.request("/openapi.json")).json();
     expect(doc.openapi).toBe("3.1.0");
-    expect(Object.keys(doc.paths).sort()).toEqual(["/v1/engine/pause", "/v1/engine/resume", "/v1/engine/status", "/v1/groups", "/v1/groups/ack", "/v1/groups/{uid}", "/v1/model-version", "/v1/queue", "/v1/rollouts", "/v1/rollouts/{batch_id}", "/v1/rollouts/{batch_id}/trajectories", "/v1/trajectories/{key}"]);
+    expect(Object.keys(doc.paths).sort()).toEqual(["/v1/consumed-version", "/v1/engine/pause", "/v1/engine/resume", "/v1/engine/status", "/v1/groups", "/v1/groups/ack", "/v1/groups/{uid}", "/v1/model-version", "/v1/queue", "/v1/rollouts", "/v1/rollouts/{batch_id}", "/v1/rollouts/{batch_id}/trajectories", "/v1/trajectories/{key}"]);
     const req = doc.paths["/v1/rollouts"].post.requestBody.content["application/json"].schema;
     expect(req.required).toEqual(["rows"]);
     expect(doc.components.schemas.TrajectoryRecord.properties.response_mask.type).toBe("array");
