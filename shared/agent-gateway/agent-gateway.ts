@@ -191,9 +191,12 @@ export class AgentGateway {
   }
 
   /**
-   * Ends the session (idempotent: a second finish returns the first). `by`:
-   * `agent` (`POST …/finish`), `task` (the task's answer), `timeout`.
-   * @throws NotFoundError for an unknown key.
+   * Ends the session. `by`: `agent` (`POST …/finish`), `task` (the task's
+   * answer), `timeout` (the deadline), `failed` (the trajectory failed). The
+   * first end is kept: the agent repeating its own finish gets it again, an
+   * agent's finish that would change it is refused; other late ends return it.
+   * @throws NotFoundError for an unknown key; {@link SessionClosedError} (409) for an agent's
+   *   finish after another end or with another reward or metadata.
    */
   async finish(key: string, r: { by: FinishEvent["by"]; reward?: number | null; metadata?: Record<string, unknown> | null }): Promise<AgentSessionState> {
     for (let attempt = 0; ; attempt++) {
