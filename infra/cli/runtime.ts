@@ -206,7 +206,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     const built = buildSessionStorage(config, closers, flags.storeTimeout);
     const storage = built?.storage ?? null;
     // Agent sessions live with the trajectory sessions (Redis), else in this process.
-    const agentGateway = new AgentGateway({ storage: storage ?? new MemorySessionStorage(), tokenizer, client: new GatedClient(client, gate), maxModelLen, modelName: config.engine.model ?? tokenizer.name });
+    const agentGateway = new AgentGateway({ storage: storage ?? new MemorySessionStorage(), tokenizer, client: new GatedClient(client, gate, { version: async () => (await policy.current())?.version ?? null }), maxModelLen, modelName: config.engine.model ?? tokenizer.name });
     let publicUrl: string | null = config.agent.public_url;
     deps.agentGateway = { gateway: agentGateway, publicUrl: () => publicUrl, agent: { url: config.agent.url, timeout_ms: config.agent.timeout_ms, secret: config.agent.secret } };
     if (config.agent.url) describe.push(`agent      openai_agent tasks to ${config.agent.url} (timeout ${config.agent.timeout_ms} ms${config.agent.secret ? ", signed" : ""})`);

@@ -1,5 +1,5 @@
 import { LRUCache } from "lru-cache";
-import { AgentLoop, addPreempted, modelVersionOf, type AgentLoopContext } from "../agent-loop/agent-loop.ts";
+import { AgentLoop, addPreempted, modelVersionOf, turnVersions, type AgentLoopContext, type TokenVersions } from "../agent-loop/agent-loop.ts";
 import { AuthError, ConflictError, EdgeloopError, InputError, NotFoundError, TemplateError } from "../errors.ts";
 import { fnv1a32 } from "../inference/hash.ts";
 import type { InferenceClient } from "../inference/types.ts";
@@ -19,6 +19,7 @@ import {
   foldAgentSession,
   newAgentState,
   openOutput,
+  recordActionVersions,
   rememberReply,
   toolsKeyOf,
   type AgentOutputState,
@@ -343,6 +344,7 @@ export class AgentGateway {
     let replyFinish: ChatReply["finish_reason"] = "stop";
     let action: { ids: number[]; lps: number[] | null } | null = null;
     let modelVersion: unknown = null;
+    let versions: TokenVersions | null = null;
     const promptTokens = b.contextLength;
     if (truncatedByObs) {
       [finish, by, ended, markTruncated, replyFinish] = ["length", "response_length", true, true, "length"];
@@ -353,10 +355,16 @@ export class AgentGateway {
         [finish, by, ended, markTruncated, replyFinish] = r === "aborted" ? ["abort", "abort", true, false, "length"] : ["length", b.remainingBudget <= 0 ? "response_length" : "max_model_len", true, true, "length"];
       } else {
         addPreempted(metrics, r.num_preempted);
-        modelVersion = modelVersionOf(r);
+        // The engine's (or the gate's stamped) version, else the batch's.
+        modelVersion = modelVersionOf(r) ?? input.model_version;
         const lps = input.sampling_params.logprobs ? r.log_probs : null;
+        const offset = b.responseLength;
         const appended = b.appendAction(r.token_ids, lps);
         const kept = r.token_ids.slice(0, appended.appended);
+        versions = turnVersions(r)
+          .filter(([start]) => start < kept.length)
+          .map(([start, v]) => [start, v ?? input.model_version] as [number, unknown]);
+        recordActionVersions(out.tokenVersions, offset, kept.length, versions);
         action = { ids: kept, lps: lps ? lps.slice(0, appended.appended) : null };
         out.assistantTurns++;
         out.modelVersions.push(modelVersion);
@@ -398,7 +406,7 @@ export class AgentGateway {
     rememberReply(st, hash, reply);
     return {
       ...partial,
-      ...(action ? { action: { ids: encodeInt32(action.ids), lps: action.lps ? encodeFloat32(action.lps) : null }, model_version: modelVersion } : {}),
+      ...(action ? { action: { ids: encodeInt32(action.ids), lps: action.lps ? encodeFloat32(action.lps) : null }, model_version: modelVersion, versions: versions ?? [] } : {}),
       mark_truncated: markTruncated,
       ended,
       finish_reason: finish,

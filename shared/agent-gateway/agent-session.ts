@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { finalTokenVersions, pushVersion, type TokenVersions } from "../agent-loop/agent-loop.ts";
 import { StoreError } from "../errors.ts";
 import { AgentLoopMetrics, ChatMessage, FinishReason, RolloutConfig, SamplingParams, ToolSchema, type AgentLoopOutput } from "../schema/index.ts";
 import { decodeFloat32, decodeInt32 } from "../session/typed-base64.ts";
@@ -52,7 +53,11 @@ const OpenOutput = z.object({
  * ids (`action`, mask 1, float32 log-probs) and the reply exactly as given,
  * kept so that a repeated request is answered again without an engine call.
  * Every builder operation is stored with the ids passed to it, so folding the
- * events replays the builder bit for bit (cuts included).
+ * events replays the builder bit for bit (cuts included). `versions`: the
+ * policy versions of the action's kept ids as run-length segments relative to
+ * the action (`[[0, "v1"], [17, "v2"]]`: a call aborted by a pause and resumed
+ * under new weights); absent in events written before the field existed, which
+ * fold as `[[0, model_version]]`.
  */
 export const TurnEvent = z.object({
   e: z.literal("turn"),
@@ -69,6 +74,7 @@ export const TurnEvent = z.object({
   reply: z.record(z.string(), z.unknown()),
   metrics: AgentLoopMetrics,
   model_version: z.unknown().optional(),
+  versions: z.array(z.tuple([z.number().int().min(0), z.unknown()])).optional(),
   tool_calls: z.number().int().min(0),
   user_turns: z.number().int().min(0),
 });
@@ -111,6 +117,8 @@ export interface AgentOutputState {
   toolCalls: number;
   metrics: AgentLoopMetrics;
   modelVersions: unknown[];
+  /** Policy versions of the response tokens, run-length over `response_ids` (the record's `extra_fields.token_versions`). */
+  tokenVersions: TokenVersions;
   finishReason: FinishReason;
   terminatedBy: string;
   /** A budget (or `max_assistant_turns`) ended it: the next call opens a new output. */
@@ -160,6 +168,7 @@ export function openOutput(st: AgentSessionState, o: OpenOutput): AgentOutputSta
     toolCalls: 0,
     metrics: { generate_sequences: 0, tool_calls: 0, compute_score: 0, num_preempted: -1 },
     modelVersions: [],
+    tokenVersions: [],
     finishReason: "stop",
     terminatedBy: "agent",
     ended: false,
@@ -218,6 +227,7 @@ export function applyEvent(st: AgentSessionState, ev: AgentSessionEvent): void {
       }
       if (ev.action) {
         const ids = decodeInt32(ev.action.ids);
+        recordActionVersions(out.tokenVersions, out.builder.responseLength, ids.length, ev.versions ?? [[0, ev.model_version ?? null]]);
         out.builder.appendAction(ids, ev.action.lps === null ? null : decodeFloat32(ev.action.lps));
         out.assistantTurns++;
         out.modelVersions.push(ev.model_version ?? null);
@@ -236,6 +246,17 @@ export function applyEvent(st: AgentSessionState, ev: AgentSessionEvent): void {
       return;
     }
   }
+}
+
+/**
+ * Records an action of `length` kept ids appended at response index `offset`
+ * with its turn-relative version segments (segments starting at or past
+ * `length` were cut with the ids and are dropped); the live call and the fold
+ * both go through here. Empty actions add nothing.
+ */
+export function recordActionVersions(segs: TokenVersions, offset: number, length: number, versions: readonly (readonly [number, unknown])[]): void {
+  if (length === 0) return;
+  for (const [start, v] of versions) if (start < length) pushVersion(segs, offset + start, v);
 }
 
 /**
@@ -267,7 +288,9 @@ export function foldAgentSession(key: string, stored: StoredSession): AgentSessi
 /**
  * The session's outputs as loop outputs (validated by the builder), every one
  * scored with `reward` (the agent's, or the configured reward of the last
- * assistant message: a session's outputs share its outcome). `error` (e.g.
+ * assistant message: a session's outputs share its outcome), with
+ * `extra_fields.token_versions` (run-length `[[start, version], …]` over
+ * `response_ids`, as `tool_agent` records them; absent when no version is known). `error` (e.g.
  * `agent_timeout`) and the agent's `metadata` go into `extra_fields`.
  * @throws TrajectoryInvariantError when an output breaks an invariant (never expected).
  */
@@ -279,6 +302,8 @@ export function agentOutputs(st: AgentSessionState, o: { reward: number | null; 
       terminated_by: st.finish?.by === "timeout" && out.index === st.outputs.length - 1 && !out.ended ? "agent_timeout" : out.terminatedBy,
     };
     if (out.modelVersions.some((v) => v !== null)) extra.model_versions = out.modelVersions;
+    const tv = finalTokenVersions(out.tokenVersions, out.builder.responseLength);
+    if (tv) extra.token_versions = tv;
     if (o.metadata) extra.agent_metadata = o.metadata;
     if (o.error) extra.error = o.error;
     if (o.rewardError) extra.reward_error = o.rewardError;

@@ -35,8 +35,10 @@ export interface EngineGateState {
 /**
  * The client-side half of a pause, shared by every process of a deployment:
  * while closed, no new engine call starts (calls wait, then go after the
- * gate opens). Also counts the calls in flight (past the gate, not yet
- * answered), which an SGLang `wait` pause waits for.
+ * gate opens). Counts the calls in flight (past the gate, not yet answered),
+ * which an SGLang `wait` pause waits for, and the calls admitted but not yet
+ * sent (`starting`), which every pause waits for after closing the gate, so
+ * that no call admitted just before the close reaches an engine after it paused.
  */
 export interface EngineGate {
   state(): Promise<EngineGateState>;
@@ -46,13 +48,19 @@ export interface EngineGate {
   open(): Promise<EngineGateState>;
   /**
    * Runs `fn` once the gate is open, counted in flight while it runs.
-   * `onChange` is called first when the gate's epoch moved since this process
-   * last looked (a pause happened: cached policy versions are stale).
+   * `fn` calls `sent()` once its engine request is on its way (until then,
+   * or until `fn` settles, the call counts as `starting`). Admission (the
+   * gate is open → the call counts in flight) is atomic with respect to
+   * {@link close}. `onChange` (a constructor option) is called first when the
+   * gate's epoch moved since this process last looked (a pause happened:
+   * cached policy versions are stale).
    * @throws the signal's reason when `signal` aborts while waiting
    */
-  run<T>(fn: () => Promise<T>, signal?: AbortSignal): Promise<T>;
+  run<T>(fn: (sent: () => void) => Promise<T>, signal?: AbortSignal): Promise<T>;
   /** Engine calls in flight in the deployment (every process). */
   inflight(): Promise<number>;
+  /** Engine calls admitted by the gate whose request is not yet sent (every process). */
+  starting(): Promise<number>;
 }
 
 /** In-process {@link EngineGate} (the memory store: one process). */
@@ -60,6 +68,7 @@ export class MemoryEngineGate implements EngineGate {
   private st: EngineGateState = { paused: false, mode: null, since_ms: null, epoch: 0 };
   private waiters: (() => void)[] = [];
   private active = 0;
+  private unsent = 0;
   constructor(private readonly onChange?: () => void) {}
 
   async state(): Promise<EngineGateState> {
@@ -75,50 +84,85 @@ export class MemoryEngineGate implements EngineGate {
     for (const w of this.waiters.splice(0)) w();
     return { ...this.st };
   }
-  async run<T>(fn: () => Promise<T>, signal?: AbortSignal): Promise<T> {
+  async run<T>(fn: (sent: () => void) => Promise<T>, signal?: AbortSignal): Promise<T> {
     if (this.st.paused) {
       while (this.st.paused) await waitFor(new Promise<void>((r) => this.waiters.push(r)), signal);
       this.onChange?.();
     }
     this.active++;
+    this.unsent++;
+    let pending = true;
+    const sent = () => {
+      if (pending) (pending = false), this.unsent--;
+    };
     try {
-      return await fn();
+      return await fn(sent);
     } finally {
+      sent();
       this.active--;
     }
   }
   async inflight(): Promise<number> {
     return this.active;
   }
+  async starting(): Promise<number> {
+    return this.unsent;
+  }
 }
 
 /**
+ * Admission, atomic with `close`: KEYS = gate, inflight, starting;
+ * ARGV = member, inflight lease expiry, starting lease expiry (epoch ms).
+ * Returns `[paused 0/1, epoch]`; when open, the member is added to both sets.
+ */
+const ADMIT_LUA = `local g = redis.call('HMGET', KEYS[1], 'paused', 'epoch')
+local e = tonumber(g[2] or '0') or 0
+if g[1] == '1' then return {1, e} end
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
+return {0, e}`;
+
+/**
  * {@link EngineGate} in Redis, shared by the API and its workers:
- * `{p}engine:gate` HASH (`paused` 0/1, `mode`, `since`, `epoch`) and
+ * `{p}engine:gate` HASH (`paused` 0/1, `mode`, `since`, `epoch`),
  * `{p}engine:inflight` ZSET (one member per call in flight, scored by its
- * lease expiry in epoch ms, so a crashed process's calls stop counting).
- * Every engine call reads the gate once (HMGET) before it starts; a closed
- * gate is polled every `pollMs` (default 20). Runtime-free.
+ * lease expiry in epoch ms, so a crashed process's calls stop counting) and
+ * `{p}engine:starting` ZSET (calls admitted, request not yet sent; a short
+ * lease, `startLeaseMs`, default 10 s).
+ *
+ * Cost per engine call: one EVAL on the call's path (gate read + both ZADDs,
+ * atomic, so a `close` either holds the call or sees it in flight), then the
+ * two removals (sent, ended), which are not awaited by the call and are
+ * coalesced per process: every removal queued in the same tick goes out as
+ * one pipeline of at most one ZREM per set. A closed gate is polled every
+ * `pollMs` (default 20). Runtime-free.
  */
 export class RedisEngineGate implements EngineGate {
   readonly key: string;
   readonly inflightKey: string;
+  readonly startingKey: string;
   private lastEpoch: number | null = null;
   private readonly pollMs: number;
   private readonly leaseMs: number;
+  private readonly startLeaseMs: number;
+  private readonly onChange?: () => void;
+  private readonly rem = { inflight: [] as string[], starting: [] as string[] };
+  private scheduled = false;
+  private lastFlush: Promise<void> = Promise.resolve();
 
   constructor(
     private readonly redis: RedisCommander,
-    opts: { prefix?: string; pollMs?: number; leaseMs?: number; onChange?: () => void } = {},
+    opts: { prefix?: string; pollMs?: number; leaseMs?: number; startLeaseMs?: number; onChange?: () => void } = {},
   ) {
     const p = opts.prefix ?? "edgeloop:";
     this.key = `${p}engine:gate`;
     this.inflightKey = `${p}engine:inflight`;
+    this.startingKey = `${p}engine:starting`;
     this.pollMs = opts.pollMs ?? 20;
     this.leaseMs = opts.leaseMs ?? 15 * 60_000;
+    this.startLeaseMs = opts.startLeaseMs ?? 10_000;
     this.onChange = opts.onChange;
   }
-  private readonly onChange?: () => void;
 
   async state(): Promise<EngineGateState> {
     const f = replyToFields(await this.redis.exec(["HGETALL", this.key]));
@@ -140,25 +184,51 @@ export class RedisEngineGate implements EngineGate {
     if (cur.paused) await this.redis.pipeline([["HSET", this.key, "paused", "0"], ["HDEL", this.key, "mode", "since"], ["HINCRBY", this.key, "epoch", "1"]]);
     return this.state();
   }
-  async run<T>(fn: () => Promise<T>, signal?: AbortSignal): Promise<T> {
+  async run<T>(fn: (sent: () => void) => Promise<T>, signal?: AbortSignal): Promise<T> {
+    const id = crypto.randomUUID();
     for (;;) {
-      const [paused, epoch] = (await this.redis.exec(["HMGET", this.key, "paused", "epoch"])) as [string | null, string | null];
-      const e = Number(epoch ?? 0);
+      const now = Date.now();
+      const [paused, epoch] = (await this.redis.exec(["EVAL", ADMIT_LUA, "3", this.key, this.inflightKey, this.startingKey, id, String(now + this.leaseMs), String(now + this.startLeaseMs)])) as [number, number];
+      const e = Number(epoch);
       if (this.lastEpoch !== null && e !== this.lastEpoch) this.onChange?.();
       this.lastEpoch = e;
-      if (paused !== "1") break;
+      if (Number(paused) !== 1) break;
       await waitFor(new Promise<void>((r) => setTimeout(r, this.pollMs)), signal);
     }
-    const id = crypto.randomUUID();
-    await this.redis.exec(["ZADD", this.inflightKey, String(Date.now() + this.leaseMs), id]);
+    let pending = true;
+    const sent = () => {
+      if (pending) (pending = false), this.remove("starting", id);
+    };
     try {
-      return await fn();
+      return await fn(sent);
     } finally {
-      await this.redis.exec(["ZREM", this.inflightKey, id]).catch(() => {});
+      sent();
+      this.remove("inflight", id);
     }
   }
   async inflight(): Promise<number> {
+    await this.lastFlush;
     return Number(await this.redis.exec(["ZCOUNT", this.inflightKey, String(Date.now()), "+inf"]));
+  }
+  async starting(): Promise<number> {
+    await this.lastFlush;
+    return Number(await this.redis.exec(["ZCOUNT", this.startingKey, String(Date.now()), "+inf"]));
+  }
+
+  /** Queues a removal; every removal queued until the next tick goes out in one pipeline (errors are dropped: the lease ends the member anyway). */
+  private remove(set: "inflight" | "starting", id: string): void {
+    this.rem[set].push(id);
+    if (this.scheduled) return;
+    this.scheduled = true;
+    this.lastFlush = new Promise<void>((r) => setTimeout(r, 0)).then(async () => {
+      this.scheduled = false;
+      const cmds: string[][] = [];
+      const s = this.rem.starting.splice(0);
+      const f = this.rem.inflight.splice(0);
+      if (s.length) cmds.push(["ZREM", this.startingKey, ...s]);
+      if (f.length) cmds.push(["ZREM", this.inflightKey, ...f]);
+      if (cmds.length) await this.redis.pipeline(cmds).catch(() => {});
+    });
   }
 }
 
@@ -175,14 +245,30 @@ function waitFor(p: Promise<void>, signal?: AbortSignal): Promise<void> {
   });
 }
 
-/** An {@link InferenceClient} whose calls pass the {@link EngineGate} first: no engine call starts while the deployment is paused. */
+/**
+ * An {@link InferenceClient} whose calls pass the {@link EngineGate} first: no
+ * engine call starts while the deployment is paused. With `version`, every
+ * reply that carries no engine-reported `extra_fields.model_version` is
+ * stamped with the version `version()` gave once the gate let the call
+ * through (a call held through a weight update carries the new version);
+ * `version()` returning null stamps nothing. The call counts as sent (see
+ * {@link EngineGate.run}) once the inner client was called.
+ */
 export class GatedClient implements InferenceClient {
   constructor(
     readonly inner: InferenceClient,
     readonly gate: EngineGate,
+    private readonly opts: { version?: () => Promise<string | number | null> } = {},
   ) {}
   generate(req: GenerateRequest): Promise<TokenOutput> {
-    return this.gate.run(() => this.inner.generate(req), req.signal);
+    return this.gate.run(async (sent) => {
+      const v = this.opts.version ? await this.opts.version() : null;
+      const pending = this.inner.generate(req);
+      sent();
+      const out = await pending;
+      if (v == null || out.extra_fields?.model_version != null) return out;
+      return { ...out, extra_fields: { ...out.extra_fields, model_version: v } };
+    }, req.signal);
   }
   maxModelLen(): Promise<number | undefined> {
     return this.inner.maxModelLen?.() ?? Promise.resolve(undefined);
@@ -227,7 +313,8 @@ export interface EngineStatus extends EngineGateState {
  *   flight to end, then `in_place`; `clear_cache` → `POST /flush_cache` after pausing.
  *   @see SGLang `http_server.py` (`PauseGenerationReqInput`, `/continue_generation`, `/flush_cache`)
  *
- * Order: pause = close the gate, then pause the replicas (concurrently);
+ * Order: pause = close the gate, wait for the calls it admitted before the
+ * close to be sent (`EngineGate.starting`), then pause the replicas (concurrently);
  * resume = resume the replicas, then open the gate. A replica that fails is
  * reported in `replicas` (`ok: false`) and makes the call throw after the others were done.
  */
@@ -254,6 +341,8 @@ export class EngineControl {
    */
   async pause(req: EnginePauseRequest): Promise<EngineStatus> {
     await this.opts.gate.close(req.mode);
+    // Calls admitted just before the close go out before the engines pause (else one could arrive at a paused engine, be held, and run under the new weights stamped with the old version).
+    while ((await this.opts.gate.starting()) > 0) await new Promise((r) => setTimeout(r, this.opts.pollMs ?? 5));
     const sglang = this.opts.format === "sglang";
     if (sglang && req.mode === "wait") {
       while ((await this.opts.gate.inflight()) > 0) await new Promise((r) => setTimeout(r, this.opts.pollMs ?? 20));

@@ -96,8 +96,10 @@ class VersionStampingClient implements InferenceClient {
  */
 function stamping(deps: ExecutorDeps, batchVersion: string | number | null): InferenceClient {
   const policy = deps.policy;
-  const stamped = !policy && batchVersion == null ? deps.client : new VersionStampingClient(deps.client, async () => (policy ? ((await policy.current())?.version ?? batchVersion) : batchVersion));
-  return deps.gate ? new GatedClient(stamped, deps.gate) : stamped;
+  if (!policy && batchVersion == null) return deps.gate ? new GatedClient(deps.client, deps.gate) : deps.client;
+  const version = async () => (policy ? ((await policy.current())?.version ?? batchVersion) : batchVersion);
+  // Behind a gate, the gated client stamps (the version read after admission, the call marked sent once it went out).
+  return deps.gate ? new GatedClient(deps.client, deps.gate, { version }) : new VersionStampingClient(deps.client, version);
 }
 
 /**

@@ -39,7 +39,7 @@ describe.skipIf(!HAVE_CHROMIUM)("viewer in headless chromium", () => {
     const app = createRolloutsApp({ service: runtime.service });
     server = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: app.fetch });
     base = `http://127.0.0.1:${server.port}`;
-    const a = runtime.service.submit({ rows: rows.slice(0, 4), global_steps: 1, model_version: null, validate: false });
+    const a = runtime.service.submit({ rows: rows.slice(0, 4), global_steps: 1, model_version: "v1", validate: false });
     const b = runtime.service.submit({ rows: rows.slice(0, 1), global_steps: 1, model_version: null, validate: false, config: { rollout: { n: 1, response_length: 48 } } });
     await Promise.all([a.run.run(), b.run.run()]);
     batchId = a.batch_id;
@@ -97,6 +97,10 @@ describe.skipIf(!HAVE_CHROMIUM)("viewer in headless chromium", () => {
     expect([...bg(0)]).toEqual(["rgb(207, 224, 255)"]);
 
     expect(await page.$$eval(".turn-mark", (els) => els.map((e) => e.textContent))).toEqual(["assistant turn 1", "tool result 1", "assistant turn 2"]);
+    // The policy version label at the start of each token_versions segment (here one: the batch's).
+    expect(rec.extra_fields.token_versions).toEqual([[0, "v1"]]);
+    expect(await page.$$eval("#response .ver-mark", (els) => els.map((e) => [e.textContent, (e as HTMLElement).dataset.start, (e.nextElementSibling as HTMLElement).dataset.i]))).toEqual([["v1", "0", "0"]]);
+    expect(await page.textContent('dd[data-field="versions"]')).toBe("v1 from #0");
     const call = await page.$$eval("#response .tok.call", (els) => els.map((e) => e.textContent).join(""));
     expect(call).toContain('<tool_call>\n{"name": "calc"');
     expect(call.endsWith("</tool_call>")).toBe(true);

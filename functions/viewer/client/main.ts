@@ -1,7 +1,7 @@
 // The trajectory viewer (browser code, bundled by infra/viewer/build.ts into ../assets.generated.ts).
 // It reads the same HTTP API a trainer uses: GET /v1/rollouts, the NDJSON stream of a batch's
 // records, and GET /v1/trajectories/{key}?decode=1 for the per-token text (the browser has no tokenizer).
-import { heat, segments, toolCallTokens } from "./segments.ts";
+import { heat, segments, toolCallTokens, versionStarts } from "./segments.ts";
 
 interface Rec {
   key: string;
@@ -218,6 +218,9 @@ function renderTrajectory(r: Rec): void {
       ] as const
     ).flatMap(([k, v]) => [h("dt", {}, k), h("dd", { "data-field": k }, v)]),
   );
+  // Policy versions (extra_fields.token_versions): a label where each version's tokens start.
+  const versions = versionStarts(r.extra_fields.token_versions, r.response_ids.length);
+  if (versions.size) summary.append(h("dt", {}, "versions"), h("dd", { "data-field": "versions" }, [...versions].map(([i, v]) => `${v} from #${i}`).join(" · ")));
   const parts: Node[] = [summary];
   if (r.error) parts.push(h("p", { class: "error" }, `error: ${r.error}`));
   parts.push(
@@ -243,6 +246,8 @@ function renderTrajectory(r: Rec): void {
     resp.append(h("div", { class: `turn-mark ${seg.kind}`, "data-kind": seg.kind }, seg.kind === "sampled" ? seg.label : `${seg.label} ${seg.n}`));
     const calls = seg.kind === "sampled" ? toolCallTokens(pieces, seg.start, seg.end) : new Set<number>();
     for (let i = seg.start; i < seg.end; i++) {
+      const v = versions.get(i);
+      if (v !== undefined) resp.append(h("span", { class: "ver-mark", "data-version": v, "data-start": i, title: `policy version ${v} from response token #${i}` }, v));
       const lp = r.rollout_log_probs?.[i];
       const el = h("span", {
         class: `tok ${seg.kind === "sampled" ? "s" : "o"}${calls.has(i) ? " call" : ""}`,

@@ -66,3 +66,21 @@ export function heat(logprob: number | null | undefined): number {
   if (logprob == null || !Number.isFinite(logprob)) return 0;
   return Math.min(1, Math.max(0, -logprob / 4));
 }
+
+/**
+ * Where the policy version changes in a response, from a record's
+ * `extra_fields.token_versions` (run-length `[[start, version], …]` over
+ * `response_ids`): start index → the version as text (`unknown` for null).
+ * Anything not of that shape, and starts outside `[0, length)`, give nothing.
+ */
+export function versionStarts(tokenVersions: unknown, length: number): Map<number, string> {
+  const out = new Map<number, string>();
+  if (!Array.isArray(tokenVersions)) return out;
+  for (const seg of tokenVersions) {
+    if (!Array.isArray(seg) || seg.length !== 2) continue;
+    const [start, v] = seg as [unknown, unknown];
+    if (typeof start !== "number" || !Number.isInteger(start) || start < 0 || start >= length) continue;
+    out.set(start, v === null || v === undefined ? "unknown" : typeof v === "string" ? v : JSON.stringify(v));
+  }
+  return out;
+}
