@@ -8,7 +8,7 @@
  * `python3`. Without python3/redis/numpy the tests skip, saying why — unless CI is set: then they fail.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startUpstashBridge } from "../../infra/upstash-bridge/upstash-bridge.ts";
@@ -156,6 +156,25 @@ describe.skipIf(missing !== null)("the Python reader package", () => {
       expect(hasRedis || !name.includes("Redis") ? line?.endsWith("... ok") : true).toBe(true);
     }
   }, 60_000);
+
+  test("`pip install ./clients/python` installs the module (offline), importable from outside the repository", async () => {
+    const pip = await run([PY, "-m", "pip", "--version"]);
+    if (pip.code !== 0) {
+      if (process.env.CI) throw new Error(`CI is set and ${PY} has no pip (install python3-pip): ${pip.stderr.trim()}`);
+      console.warn(`skipping the pip install check: ${PY} has no pip`);
+      return;
+    }
+    // From a copy, so that setuptools' build/ and *.egg-info never land in the working tree.
+    const src = join(dir, "pkg");
+    cpSync(PKG, src, { recursive: true, filter: (f) => !f.includes("__pycache__") });
+    const target = join(dir, "site");
+    const inst = await run([PY, "-m", "pip", "install", "--quiet", "--no-build-isolation", "--no-index", "--no-deps", "--target", target, src], { env: { PIP_DISABLE_PIP_VERSION_CHECK: "1" } });
+    expect(inst.code).toBe(0);
+    const probe = "import edgeloop, inspect; print(edgeloop.__version__, edgeloop.__file__.startswith(sys.argv[1])); print(inspect.signature(edgeloop.Reader.groups))";
+    const r = await run([PY, "-c", `import sys; sys.path.insert(0, sys.argv[1]); ${probe}`, target], { cwd: dir });
+    expect(r.stderr).toBe("");
+    expect(r.stdout).toBe("0.1.0 True\n(self, max=16, consumer='trainer-0', partition='train', block_ms=1000)\n");
+  }, 120_000);
 
   test.skipIf(!hasRedis)("a CLI batch written over TCP reads back equal to the JSONL, every array byte for byte", async () => {
     const prefix = randomPrefix("pyreader-tcp");
