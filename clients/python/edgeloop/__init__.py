@@ -1,0 +1,26 @@
+"""edgeloop's trainer-side client: read complete groups from the transfer queue, pad them, submit batches.
+
+- :class:`Reader` (``Reader(url, prefix="edgeloop:")``): ``.groups(max, consumer, partition, block_ms)``
+  returns complete :class:`Group` objects whose records hold numpy arrays; ``.ack(groups)``.
+- :func:`to_padded` (``to_padded(groups, pad_token_id)``): the verl ``DataProto`` batch as numpy arrays.
+- :func:`submit` (``submit(url, rows, config=None, token=None)``): ``POST /v1/rollouts``.
+- :func:`decode_record`: one stored record hash → record dict (the layout of docs/queue-layout.md).
+"""
+
+from .http import EdgeloopHTTPError, submit
+from .layout import LayoutError, decode_record, record_to_json
+from .padding import to_padded
+from .reader import Group, Reader, read_all
+
+__version__ = "0.1.0"
+__all__ = [
+    "Reader",
+    "Group",
+    "read_all",
+    "to_padded",
+    "submit",
+    "decode_record",
+    "record_to_json",
+    "LayoutError",
+    "EdgeloopHTTPError",
+]

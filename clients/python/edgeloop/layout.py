@@ -1,0 +1,153 @@
+"""Decoding of the transfer queue's stored records (docs/queue-layout.md, "Record hash").
+
+A record is one Redis HASH ``{prefix}traj:{key}`` whose fields are:
+
+- ``meta``: UTF-8 JSON of every scalar/object field (``key, uid, session_id,
+  output_index, agent_name, data_source, reward_score, num_turns, truncated,
+  finish_reason, error, metrics, extra_fields``);
+- ``prompt_ids`` / ``response_ids``: base64 of little-endian int32 token ids;
+- ``response_mask``: base64 of one uint8 (0/1) per response token;
+- ``rollout_log_probs``: base64 of little-endian float32, one per response
+  token; absent when log-probs were not requested;
+- ``teacher_log_probs``: base64 of little-endian float32, one per response
+  token (the teacher's log-prob of each sampled token); absent when no teacher
+  was configured;
+- ``routed_experts``: base64 of little-endian int32 of shape
+  ``[len(prompt_ids) + len(response_ids), layers, top_k]`` in row-major order,
+  with ``routed_experts_shape`` = JSON ``[layers, top_k]``; both absent when
+  routed experts were not requested.
+
+This module is runtime-independent of Redis: it turns such a hash (a mapping
+of ``bytes`` or ``str`` to ``bytes`` or ``str``, as redis-py returns it) into
+a record ``dict`` whose arrays are numpy arrays.
+"""
+
+import base64
+import binascii
+import json
+
+import numpy as np
+
+__all__ = [
+    "LayoutError",
+    "ARRAY_FIELDS",
+    "decode_record",
+    "record_to_json",
+]
+
+#: Stored array fields and their little-endian dtypes.
+ARRAY_FIELDS = {
+    "prompt_ids": "<i4",
+    "response_ids": "<i4",
+    "response_mask": "u1",
+    "rollout_log_probs": "<f4",
+    "teacher_log_probs": "<f4",
+    "routed_experts": "<i4",
+}
+
+# Native dtypes the arrays are returned in (the stored bytes, converted from little-endian when the host is not).
+_NATIVE = {"<i4": np.int32, "u1": np.uint8, "<f4": np.float32}
+
+
+class LayoutError(ValueError):
+    """A stored record or stream entry that does not follow docs/queue-layout.md.
+
+    Attributes: ``key`` (the trajectory key or stream entry id, when known) and
+    ``field`` (the hash/entry field at fault, when known).
+    """
+
+    def __init__(self, message, key=None, field=None):
+        where = ", ".join(x for x in (f"key {key}" if key else "", f"field {field}" if field else "") if x)
+        super().__init__(f"{message} ({where})" if where else message)
+        self.key = key
+        self.field = field
+
+
+def _text(v):
+    return v.decode("utf-8") if isinstance(v, (bytes, bytearray)) else v
+
+
+def _fields(h):
+    """A hash as ``{str: bytes|str}`` (redis-py returns bytes keys unless ``decode_responses``)."""
+    return {_text(k): v for k, v in h.items()}
+
+
+def _array(fields, name, key):
+    raw = fields.get(name)
+    if raw is None:
+        return None
+    try:
+        data = base64.b64decode(raw, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise LayoutError(f"stored {name} is not valid base64: {e}", key, name) from None
+    dt = ARRAY_FIELDS[name]
+    size = np.dtype(dt).itemsize
+    if len(data) % size:
+        raise LayoutError(f"stored {name} has {len(data)} bytes, not a multiple of {size}", key, name)
+    # astype copies into a writable, native-endian array (frombuffer over bytes is read-only).
+    return np.frombuffer(data, dtype=dt).astype(_NATIVE[dt])
+
+
+def decode_record(h, key=None):
+    """Decodes one stored record hash into a record ``dict``.
+
+    ``h``: the ``HGETALL {prefix}traj:{key}`` reply (bytes or str keys/values).
+    Returns a dict with every ``meta`` field plus:
+
+    - ``prompt_ids``: int32 ``[P]``; ``response_ids``: int32 ``[R]``;
+    - ``response_mask``: uint8 ``[R]`` (1 = sampled by the model, 0 = tool/observation);
+    - ``rollout_log_probs``: float32 ``[R]`` or ``None`` (field absent);
+    - ``teacher_log_probs``: float32 ``[R]`` or ``None`` (field absent);
+    - ``routed_experts``: int32 ``[P + R, layers, top_k]`` or ``None`` (field absent).
+
+    Float32 values are the stored bits (no rounding through float64 text).
+    Raises :class:`LayoutError` naming the key and field when the hash has no
+    ``meta``, a field is not base64 of whole elements, or lengths disagree.
+    """
+    f = _fields(h)
+    if "meta" not in f:
+        raise LayoutError("stored record has no meta field", key, "meta")
+    try:
+        rec = json.loads(_text(f["meta"]))
+    except ValueError as e:
+        raise LayoutError(f"stored meta is not JSON: {e}", key, "meta") from None
+    if not isinstance(rec, dict):
+        raise LayoutError("stored meta is not a JSON object", key, "meta")
+    key = rec.get("key", key)
+    for name in ("prompt_ids", "response_ids", "response_mask"):
+        a = _array(f, name, key)
+        rec[name] = a if a is not None else np.zeros(0, dtype=_NATIVE[ARRAY_FIELDS[name]])
+    n = rec["response_ids"].shape[0]
+    for name in ("response_mask", "rollout_log_probs", "teacher_log_probs"):
+        a = rec[name] if name == "response_mask" else _array(f, name, key)
+        if a is not None and a.shape[0] != n:
+            raise LayoutError(f"{name} has {a.shape[0]} entries, response_ids has {n}", key, name)
+        rec[name] = a
+    experts = _array(f, "routed_experts", key)
+    if experts is not None:
+        shape = f.get("routed_experts_shape")
+        try:
+            layers, top_k = (int(x) for x in json.loads(_text(shape)))
+        except (TypeError, ValueError) as e:
+            raise LayoutError(f"routed_experts_shape must be JSON [layers, top_k], got {shape!r}: {e}", key, "routed_experts_shape") from None
+        tokens = rec["prompt_ids"].shape[0] + n
+        if layers <= 0 or top_k <= 0 or experts.size != tokens * layers * top_k:
+            raise LayoutError(
+                f"routed_experts has {experts.size} values, not {tokens} tokens x {layers} layers x {top_k} top_k", key, "routed_experts"
+            )
+        experts = experts.reshape(tokens, layers, top_k)
+    rec["routed_experts"] = experts
+    return rec
+
+
+def record_to_json(rec):
+    """A record ``dict`` as plain JSON values (arrays as lists; float32 values as the Python floats they are exactly).
+
+    ``json.dumps(record_to_json(rec))`` parses back to the same values as the
+    CLI's JSONL line of that record (``edgeloop rollout --out``), plus
+    ``teacher_log_probs``/``routed_experts`` when they were stored.
+    """
+    out = {}
+    for k, v in rec.items():
+        out[k] = v.tolist() if isinstance(v, np.ndarray) else v
+    return out

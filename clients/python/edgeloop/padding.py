@@ -1,0 +1,135 @@
+"""A trainer-ready padded batch from complete groups, as verl's agent loop builds its ``DataProto``.
+
+Follows verl's ``AgentLoopWorker`` post-processing
+(``verl/experimental/agent_loop/agent_loop.py``, ``_agent_loop_postprocess`` and
+``_postprocess``): every prompt is padded on the LEFT to ``prompt_length``
+(``tokenizer.padding_side = "left"``, ``padding="max_length"``), every response
+on the RIGHT to ``response_length``; ``attention_mask`` is the concatenation of
+both pad masks; ``response_mask`` is the record's mask times the response's
+attention mask; ``rollout_log_probs`` is right-padded with ``0.0``;
+``position_ids = clip(cumsum(attention_mask, -1) - 1, min=0)``
+(``verl.utils.model.compute_position_id_with_mask``), so left pads sit at 0 and
+right pads repeat the last position; ``rm_scores`` carries the reward at the
+last response token (``_postprocess``).
+"""
+
+import numpy as np
+
+__all__ = ["to_padded"]
+
+
+def _records(groups, include_failed):
+    out = []
+    for g in groups:
+        recs = g.records if hasattr(g, "records") else [g]
+        for r in recs:
+            if r.get("error") is not None and not include_failed:
+                continue
+            out.append(r)
+    return out
+
+
+def _all_or_none(recs, name):
+    have = [r.get(name) is not None for r in recs]
+    if all(have) and recs:
+        return True
+    if any(have):
+        missing = recs[have.index(False)].get("key")
+        raise ValueError(f"{name} is present on some records but not on {missing}: a batch needs it on all or none")
+    return False
+
+
+def to_padded(groups, pad_token_id, prompt_length=None, response_length=None, include_failed=False):
+    """Pads the records of ``groups`` into one batch of numpy arrays (B = records, P = prompt_length, R = response_length).
+
+    ``groups``: :class:`~edgeloop.reader.Group` objects (or record dicts), in
+    order; records follow their group's order (``session_id``, ``output_index``).
+    ``pad_token_id``: the token id pads get in ``input_ids``/``prompts``/``responses``.
+    ``prompt_length`` / ``response_length``: the padded widths (verl's
+    ``rollout.prompt_length`` / ``response_length``); default the batch's longest.
+    ``include_failed``: keep records whose ``error`` is set (default False: a
+    failed trajectory is not trained on; its arrays are usually empty).
+
+    Returns a dict:
+
+    - ``input_ids`` int64 ``[B, P+R]`` (``prompts ‖ responses``), ``prompts`` int64 ``[B, P]``, ``responses`` int64 ``[B, R]``;
+    - ``attention_mask`` int64 ``[B, P+R]`` (1 on real tokens);
+    - ``position_ids`` int64 ``[B, P+R]``;
+    - ``response_mask`` int64 ``[B, R]`` (1 on model-sampled tokens; 0 on observation tokens and pads);
+    - ``rollout_log_probs`` float32 ``[B, R]`` (pads 0.0), or None when the records have none;
+    - ``teacher_log_probs`` float32 ``[B, R]`` (pads 0.0), or None when the records have none;
+    - ``routed_experts`` int32 ``[B, P+R, layers, top_k]`` aligned with ``input_ids`` (pads 0), or None;
+    - ``rewards`` float32 ``[B]`` (``reward_score``; NaN when the record has none);
+    - ``rm_scores`` float32 ``[B, R]``: the reward at each row's last response token, 0 elsewhere;
+    - ``uid`` object ``[B]`` (GRPO's grouping key), ``key`` object ``[B]``.
+
+    Integer dtypes are int64 as verl's tensors (``torch.long``), so
+    ``torch.from_numpy`` gives them as verl builds them. Raises ``ValueError``
+    when a record is longer than ``prompt_length``/``response_length`` (no
+    silent truncation), when an optional array is on some records only, or
+    when records disagree on the routed experts' ``[layers, top_k]``.
+    """
+    recs = _records(groups, include_failed)
+    B = len(recs)
+    plens = np.array([r["prompt_ids"].shape[0] for r in recs], dtype=np.int64)
+    rlens = np.array([r["response_ids"].shape[0] for r in recs], dtype=np.int64)
+    P = int(plens.max(initial=0)) if prompt_length is None else int(prompt_length)
+    R = int(rlens.max(initial=0)) if response_length is None else int(response_length)
+    for i, r in enumerate(recs):
+        if plens[i] > P:
+            raise ValueError(f"record {r.get('key')} has {plens[i]} prompt tokens, more than prompt_length={P}")
+        if rlens[i] > R:
+            raise ValueError(f"record {r.get('key')} has {rlens[i]} response tokens, more than response_length={R}")
+
+    prompts = np.full((B, P), pad_token_id, dtype=np.int64)
+    responses = np.full((B, R), pad_token_id, dtype=np.int64)
+    attention_mask = np.zeros((B, P + R), dtype=np.int64)
+    response_mask = np.zeros((B, R), dtype=np.int64)
+    has_lp = _all_or_none(recs, "rollout_log_probs")
+    has_teacher = _all_or_none(recs, "teacher_log_probs")
+    has_experts = _all_or_none(recs, "routed_experts")
+    logp = np.zeros((B, R), dtype=np.float32) if has_lp else None
+    teacher = np.zeros((B, R), dtype=np.float32) if has_teacher else None
+    experts = None
+    if has_experts:
+        shapes = {r["routed_experts"].shape[1:] for r in recs}
+        if len(shapes) != 1:
+            raise ValueError(f"records disagree on routed_experts [layers, top_k]: {sorted(shapes)}")
+        experts = np.zeros((B, P + R) + shapes.pop(), dtype=np.int32)
+    rewards = np.full(B, np.nan, dtype=np.float32)
+    rm_scores = np.zeros((B, R), dtype=np.float32)
+
+    for i, r in enumerate(recs):
+        p, n = int(plens[i]), int(rlens[i])
+        prompts[i, P - p:] = r["prompt_ids"]
+        responses[i, :n] = r["response_ids"]
+        attention_mask[i, P - p:P + n] = 1
+        response_mask[i, :n] = r["response_mask"]
+        if has_lp:
+            logp[i, :n] = r["rollout_log_probs"]
+        if has_teacher:
+            teacher[i, :n] = r["teacher_log_probs"]
+        if has_experts:
+            experts[i, P - p:P + n] = r["routed_experts"]
+        score = r.get("reward_score")
+        if score is not None:
+            rewards[i] = score
+            if n > 0:
+                rm_scores[i, n - 1] = score
+
+    position_ids = np.clip(np.cumsum(attention_mask, axis=-1) - 1, 0, None)
+    return {
+        "input_ids": np.concatenate([prompts, responses], axis=1),
+        "prompts": prompts,
+        "responses": responses,
+        "attention_mask": attention_mask,
+        "position_ids": position_ids,
+        "response_mask": response_mask,
+        "rollout_log_probs": logp,
+        "teacher_log_probs": teacher,
+        "routed_experts": experts,
+        "rewards": rewards,
+        "rm_scores": rm_scores,
+        "uid": np.array([r.get("uid") for r in recs], dtype=object),
+        "key": np.array([r.get("key") for r in recs], dtype=object),
+    }

@@ -1,0 +1,229 @@
+"""Reading complete groups from the transfer queue (docs/queue-layout.md, "Reads").
+
+The second implementation of the layout's read side (the first is
+``readCompleteGroups`` in ``shared/store/redis-transfer-queue.ts``): one
+consumer group (default ``trainers``) per partition stream
+``{prefix}groups:{partition}``; entries left unacked longer than the
+visibility timeout are claimed again (``XAUTOCLAIM``), then new entries are
+read (``XREADGROUP ... >``), then every record hash is fetched in one pipeline.
+"""
+
+import json
+from dataclasses import dataclass, field
+from typing import List
+
+import redis
+
+from .layout import LayoutError, decode_record
+
+__all__ = ["Group", "Reader", "read_all"]
+
+#: Consumer group trainers read with (``DEFAULT_GROUP`` of the TypeScript queue).
+DEFAULT_GROUP = "trainers"
+#: Milliseconds a delivered group may stay unacked before another consumer claims it (the TypeScript default).
+DEFAULT_VISIBILITY_TIMEOUT_MS = 300_000
+
+
+@dataclass
+class Group:
+    """One complete prompt group, as delivered once to one consumer.
+
+    - ``uid``: the prompt group's id;
+    - ``partition``: ``"train"`` or ``"val"``;
+    - ``delivery_id``: the stream entry id (``<ms>-<seq>``), what :meth:`Reader.ack` acknowledges;
+    - ``n``: sessions the group expected (the entry's ``n``);
+    - ``failed``: how many of ``records`` have ``error`` set;
+    - ``records``: every record of the group ordered by ``session_id`` then
+      ``output_index`` (see :func:`edgeloop.layout.decode_record` for a record's fields and dtypes);
+      a record whose hash has expired is left out.
+    """
+
+    uid: str
+    partition: str
+    delivery_id: str
+    n: int
+    failed: int
+    records: List[dict] = field(default_factory=list)
+
+
+def _text(v):
+    return v.decode("utf-8") if isinstance(v, (bytes, bytearray)) else v
+
+
+def _group_gone(e):
+    # NOGROUP: stream or consumer group missing; UNBLOCKED: a blocked read whose stream was deleted.
+    s = str(e)
+    return s.startswith("NOGROUP") or s.startswith("UNBLOCKED") or " NOGROUP " in s
+
+
+class Reader:
+    """Reads complete groups from an edgeloop transfer queue in Redis.
+
+    ``url``: a Redis URL (``redis://[:password@]host:port[/db]``, ``rediss://`` for TLS)
+    — the same database the edgeloop store writes, over TCP or through Upstash
+    (Upstash databases also speak the Redis protocol).
+    ``prefix``: the store's key prefix (``store.prefix`` / ``--store-prefix``, default ``edgeloop:``).
+    ``group``: the consumer group (default ``trainers``).
+    ``visibility_timeout_ms``: how long a delivered, unacked group stays with
+    its consumer before any consumer may claim it again (default 300 000).
+    ``client``: an existing ``redis.Redis`` to use instead of ``url`` (it must
+    not set ``decode_responses``).
+
+    Delivery is at least once: a group is delivered again if it is not acked
+    within the visibility timeout, or if Redis lost the consumer group (it is
+    recreated at id 0, as the TypeScript reader does). Dedupe on ``uid``.
+    """
+
+    def __init__(self, url="redis://127.0.0.1:6379", prefix="edgeloop:", group=DEFAULT_GROUP,
+                 visibility_timeout_ms=DEFAULT_VISIBILITY_TIMEOUT_MS, client=None):
+        self.redis = client if client is not None else redis.Redis.from_url(url)
+        self.prefix = prefix
+        self.group = group
+        self.visibility_timeout_ms = int(visibility_timeout_ms)
+        self._ensured = set()
+
+    def stream(self, partition="train"):
+        """The partition's stream key, ``{prefix}groups:{partition}``."""
+        if partition not in ("train", "val"):
+            raise ValueError(f"partition must be 'train' or 'val', got {partition!r}")
+        return f"{self.prefix}groups:{partition}"
+
+    def _ensure(self, stream):
+        if stream in self._ensured:
+            return
+        try:
+            self.redis.xgroup_create(stream, self.group, id="0", mkstream=True)
+        except redis.ResponseError as e:
+            if "BUSYGROUP" not in str(e):
+                raise
+        self._ensured.add(stream)
+
+    def _with_group(self, stream, fn):
+        self._ensure(stream)
+        try:
+            return fn()
+        except redis.ResponseError as e:
+            if not _group_gone(e):
+                raise
+            self._ensured.discard(stream)
+            self._ensure(stream)
+            return fn()
+
+    def groups(self, max=16, consumer="trainer-0", partition="train", block_ms=1000):
+        """Up to ``max`` complete groups for ``consumer``, as a list of :class:`Group`.
+
+        First claims groups other consumers left unacked longer than the
+        visibility timeout, then reads new ones, waiting up to ``block_ms``
+        milliseconds when none are ready (0: do not wait). Returns ``[]`` when
+        none arrived in time. Each group stays pending for this consumer until
+        :meth:`ack`. Raises ``ValueError`` for bad arguments,
+        :class:`~edgeloop.layout.LayoutError` for stored data that does not
+        follow the layout, and redis-py's errors for connection failures.
+        """
+        if not isinstance(max, int) or max < 1:
+            raise ValueError(f"max must be an integer >= 1, got {max!r}")
+        if not isinstance(block_ms, int) or block_ms < 0:
+            raise ValueError(f"block_ms must be an integer >= 0, got {block_ms!r}")
+        if not consumer:
+            raise ValueError("consumer must be a non-empty string")
+        stream = self.stream(partition)
+        entries = self._with_group(stream, lambda: self._autoclaim(stream, consumer, max))
+        if len(entries) < max:
+            wait = block_ms if not entries else 0
+            entries += self._with_group(stream, lambda: self._read(stream, consumer, max - len(entries), wait))
+        return self._materialise(partition, entries)
+
+    def _autoclaim(self, stream, consumer, max, rounds=8):
+        out, cursor = [], "0-0"
+        for _ in range(rounds):
+            r = self.redis.xautoclaim(stream, self.group, consumer, self.visibility_timeout_ms, start_id=cursor, count=max - len(out))
+            out += [(i, f) for i, f in (r[1] or []) if i is not None and f is not None]
+            cursor = _text(r[0])
+            if cursor == "0-0" or len(out) >= max:
+                break
+        return out
+
+    def _read(self, stream, consumer, count, block_ms):
+        r = self.redis.xreadgroup(self.group, consumer, {stream: ">"}, count=count, block=block_ms or None)
+        out = []
+        for _name, entries in r or []:
+            out += [(i, f) for i, f in entries if f is not None]
+        return out
+
+    def _materialise(self, partition, entries):
+        groups = []
+        for entry_id, f in entries:
+            eid = _text(entry_id)
+            f = {_text(k): _text(v) for k, v in f.items()}
+            try:
+                keys = json.loads(f.get("keys") or "[]")
+            except ValueError:
+                raise LayoutError("stream entry has a bad keys field", eid, "keys") from None
+            if not isinstance(keys, list):
+                raise LayoutError("stream entry keys is not a JSON array", eid, "keys")
+            groups.append((eid, f, keys))
+        pipe = self.redis.pipeline(transaction=False)
+        for _eid, _f, keys in groups:
+            for k in keys:
+                pipe.hgetall(f"{self.prefix}traj:{k}")
+        replies = pipe.execute() if any(keys for _e, _f, keys in groups) else []
+        out, i = [], 0
+        for eid, f, keys in groups:
+            records = []
+            for k in keys:
+                h = replies[i]
+                i += 1
+                if h:
+                    records.append(decode_record(h, k))
+            out.append(Group(
+                uid=f.get("uid", ""),
+                partition=partition,
+                delivery_id=eid,
+                n=int(f.get("n") or 0),
+                failed=sum(1 for r in records if r.get("error") is not None),
+                records=records,
+            ))
+        return out
+
+    def ack(self, groups, partition=None):
+        """Acknowledges delivered groups; returns how many were pending.
+
+        ``groups``: :class:`Group` objects (each acked in its own partition) or
+        delivery id strings (acked in ``partition``, default ``"train"``). An
+        acked group is never delivered again.
+        """
+        if isinstance(groups, (Group, str, bytes)):
+            groups = [groups]
+        by_part = {}
+        for g in groups:
+            if isinstance(g, Group):
+                by_part.setdefault(partition or g.partition, []).append(g.delivery_id)
+            else:
+                by_part.setdefault(partition or "train", []).append(_text(g))
+        acked = 0
+        for part, ids in by_part.items():
+            if ids:
+                acked += int(self.redis.xack(self.stream(part), self.group, *ids))
+        return acked
+
+    def close(self):
+        """Closes the connection pool."""
+        self.redis.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def read_all(reader, consumer="trainer-0", partition="train", max=64, block_ms=0) -> List[Group]:
+    """Every group currently readable (repeated :meth:`Reader.groups` until one returns none); does not ack."""
+    out: List[Group] = []
+    while True:
+        got = reader.groups(max=max, consumer=consumer, partition=partition, block_ms=block_ms)
+        if not got:
+            return out
+        out += got
+        block_ms = 0
+

@@ -1,0 +1,94 @@
+"""to_padded against a hand-computed batch (verl's agent-loop padding: left-padded prompts, right-padded responses)."""
+
+import os
+import sys
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from edgeloop import Group, to_padded  # noqa: E402
+
+
+def rec(key, prompt, response, mask, logp=None, reward=None, error=None, teacher=None, experts=None):
+    uid = key.split("_")[0]
+    return {
+        "key": key, "uid": uid, "session_id": int(key.split("_")[1]), "output_index": 0,
+        "reward_score": reward, "error": error,
+        "prompt_ids": np.array(prompt, dtype=np.int32),
+        "response_ids": np.array(response, dtype=np.int32),
+        "response_mask": np.array(mask, dtype=np.uint8),
+        "rollout_log_probs": None if logp is None else np.array(logp, dtype=np.float32),
+        "teacher_log_probs": None if teacher is None else np.array(teacher, dtype=np.float32),
+        "routed_experts": None if experts is None else np.array(experts, dtype=np.int32),
+    }
+
+
+A = rec("g1_0_0", [11, 12, 13], [21, 22, 23, 24], [1, 1, 0, 1], [-0.5, -0.25, 0.0, -1.0], reward=1.0,
+        teacher=[-0.75, -0.5, 0.0, -2.0], experts=[[[t], [100 + t]] for t in range(7)])
+B = rec("g1_1_0", [31], [41, 42], [1, 1], [-0.125, -2.0], reward=0.5,
+        teacher=[-1.5, -0.25], experts=[[[200 + t], [300 + t]] for t in range(3)])
+
+
+class PaddingTest(unittest.TestCase):
+    def test_hand_computed_batch(self):
+        g = Group(uid="g1", partition="train", delivery_id="1-0", n=2, failed=0, records=[A, B])
+        out = to_padded([g], pad_token_id=0, prompt_length=4, response_length=5)
+        eq = np.testing.assert_array_equal
+        eq(out["prompts"], [[0, 11, 12, 13], [0, 0, 0, 31]])
+        eq(out["responses"], [[21, 22, 23, 24, 0], [41, 42, 0, 0, 0]])
+        eq(out["input_ids"], [[0, 11, 12, 13, 21, 22, 23, 24, 0], [0, 0, 0, 31, 41, 42, 0, 0, 0]])
+        eq(out["attention_mask"], [[0, 1, 1, 1, 1, 1, 1, 1, 0], [0, 0, 0, 1, 1, 1, 0, 0, 0]])
+        # clip(cumsum(mask) - 1, 0): left pads at 0, right pads repeat the last position.
+        eq(out["position_ids"], [[0, 0, 1, 2, 3, 4, 5, 6, 6], [0, 0, 0, 0, 1, 2, 2, 2, 2]])
+        eq(out["response_mask"], [[1, 1, 0, 1, 0], [1, 1, 0, 0, 0]])
+        eq(out["rollout_log_probs"], np.array([[-0.5, -0.25, 0, -1, 0], [-0.125, -2, 0, 0, 0]], dtype=np.float32))
+        eq(out["teacher_log_probs"], np.array([[-0.75, -0.5, 0, -2, 0], [-1.5, -0.25, 0, 0, 0]], dtype=np.float32))
+        eq(out["rewards"], np.array([1.0, 0.5], dtype=np.float32))
+        eq(out["rm_scores"], np.array([[0, 0, 0, 1, 0], [0, 0.5, 0, 0, 0]], dtype=np.float32))
+        experts = out["routed_experts"]
+        self.assertEqual(experts.shape, (2, 9, 2, 1))
+        eq(experts[0, :, 0, 0], [0, 0, 1, 2, 3, 4, 5, 6, 0])
+        eq(experts[0, :, 1, 0], [0, 100, 101, 102, 103, 104, 105, 106, 0])
+        eq(experts[1, :, 0, 0], [0, 0, 0, 200, 201, 202, 0, 0, 0])
+        eq(experts[1, :, 1, 0], [0, 0, 0, 300, 301, 302, 0, 0, 0])
+        self.assertEqual(list(out["uid"]), ["g1", "g1"])
+        self.assertEqual(list(out["key"]), ["g1_0_0", "g1_1_0"])
+        for k in ("input_ids", "prompts", "responses", "attention_mask", "position_ids", "response_mask"):
+            self.assertEqual(out[k].dtype, np.int64, k)
+        for k in ("rollout_log_probs", "teacher_log_probs", "rewards", "rm_scores"):
+            self.assertEqual(out[k].dtype, np.float32, k)
+        self.assertEqual(experts.dtype, np.int32)
+
+    def test_default_lengths_are_the_longest_and_absent_arrays_are_none(self):
+        a = rec("u_0_0", [5, 6], [7], [1])
+        b = rec("u_1_0", [8], [9, 10, 11], [1, 0, 1], reward=None)
+        out = to_padded([a, b], pad_token_id=151643)
+        np.testing.assert_array_equal(out["input_ids"], [[5, 6, 7, 151643, 151643], [151643, 8, 9, 10, 11]])
+        np.testing.assert_array_equal(out["position_ids"], [[0, 1, 2, 2, 2], [0, 0, 1, 2, 3]])
+        self.assertIsNone(out["rollout_log_probs"])
+        self.assertIsNone(out["teacher_log_probs"])
+        self.assertIsNone(out["routed_experts"])
+        self.assertTrue(np.isnan(out["rewards"]).all())
+        self.assertFalse(out["rm_scores"].any())
+
+    def test_failed_records_are_left_out_unless_asked(self):
+        bad = rec("u_1_0", [], [], [], error="engine: boom")
+        out = to_padded([rec("u_0_0", [1], [2], [1]), bad], pad_token_id=0)
+        self.assertEqual(out["input_ids"].shape, (1, 2))
+        self.assertEqual(to_padded([bad], pad_token_id=0, include_failed=True)["input_ids"].shape, (1, 0))
+        empty = to_padded([], pad_token_id=0, prompt_length=3, response_length=2)
+        self.assertEqual(empty["input_ids"].shape, (0, 5))
+
+    def test_refusals_name_the_record(self):
+        with self.assertRaisesRegex(ValueError, r"record g1_0_0 has 4 response tokens, more than response_length=3"):
+            to_padded([A, B], pad_token_id=0, response_length=3)
+        with self.assertRaisesRegex(ValueError, r"record g1_0_0 has 3 prompt tokens, more than prompt_length=2"):
+            to_padded([A], pad_token_id=0, prompt_length=2)
+        no_lp = rec("g1_2_0", [1], [2], [1])
+        with self.assertRaisesRegex(ValueError, r"rollout_log_probs is present on some records but not on g1_2_0"):
+            to_padded([A, no_lp], pad_token_id=0)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,264 @@
+/**
+ * The Python reader package (clients/python, module `edgeloop`) run as a real client, under `npm test`:
+ * - its unittests (hand-computed padding, record decoding, the reader on a hand-written layout in Redis);
+ * - a batch run by the CLI into Redis over TCP, and one through the Upstash REST bridge, read back with
+ *   `Reader.groups` and compared, every array byte for byte, with the CLI's JSONL (`--out`);
+ * - the trainer loop against `edgeloop serve`: `submit` over HTTP, then read, pad and ack.
+ * Python is `EDGELOOP_PYTHON`, else /usr/bin/python3 (Debian's, with python3-redis and python3-numpy), else
+ * `python3`. Without python3/redis/numpy the tests skip, saying why — unless CI is set: then they fail.
+ */
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { startUpstashBridge } from "../../infra/upstash-bridge/upstash-bridge.ts";
+import type { TrajectoryRecord } from "../../shared/schema/index.ts";
+import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+
+const ROOT = join(import.meta.dir, "..", "..");
+const BIN = join(ROOT, "bin", "edgeloop.mjs");
+const PKG = join(ROOT, "clients", "python");
+const DUMP = join(PKG, "tests", "dump_groups.py");
+const PY = process.env.EDGELOOP_PYTHON ?? (existsSync("/usr/bin/python3") ? "/usr/bin/python3" : "python3");
+const PAD = 151643;
+
+/** Why the Python tests cannot run here (null: they can). Under CI a missing python3/redis/numpy is a failure. */
+function pythonMissing(): string | null {
+  let why: string | null = null;
+  try {
+    const p = Bun.spawnSync([PY, "-c", "import redis, numpy; print(redis.__version__, numpy.__version__)"], { stdout: "pipe", stderr: "pipe" });
+    if (p.exitCode !== 0) why = `${PY} cannot import redis and numpy (${p.stderr.toString().trim().split("\n").at(-1)}); install python3-redis and python3-numpy`;
+  } catch (e) {
+    why = `${PY} is not runnable (${(e as Error).message})`;
+  }
+  if (why && process.env.CI) throw new Error(`CI is set and the Python reader tests cannot run: ${why}`);
+  if (why) console.warn(`skipping the Python reader tests: ${why}`);
+  return why;
+}
+
+const missing = pythonMissing();
+const hasRedis = missing ? false : await requireRedis();
+
+interface PyRecord extends Record<string, unknown> {
+  _bytes: Record<string, string>;
+}
+interface Dump {
+  submitted: { batch_id: string; keys: string[] } | null;
+  groups: { uid: string; delivery_id: string; n: number; failed: number; partition: string; records: PyRecord[] }[];
+  padded?: Record<string, unknown[]>;
+  padded_dtypes?: Record<string, string>;
+  acked: number;
+  after_ack: number;
+}
+
+const hex = (a: ArrayBufferView) => Buffer.from(a.buffer, a.byteOffset, a.byteLength).toString("hex");
+
+/** The bytes the layout stores for a JSONL record's arrays, as dump_groups.py prints them: `<dtype>:<hex>`. */
+function expectedBytes(r: TrajectoryRecord): Record<string, string> {
+  const out: Record<string, string> = {
+    prompt_ids: `<i4:${hex(Int32Array.from(r.prompt_ids))}`,
+    response_ids: `<i4:${hex(Int32Array.from(r.response_ids))}`,
+    response_mask: `|u1:${hex(Uint8Array.from(r.response_mask))}`,
+  };
+  if (r.rollout_log_probs) out.rollout_log_probs = `<f4:${hex(Float32Array.from(r.rollout_log_probs))}`;
+  return out;
+}
+
+async function run(cmd: string[], opts: { env?: Record<string, string>; cwd?: string } = {}) {
+  const p = Bun.spawn(cmd, { cwd: opts.cwd ?? ROOT, stdout: "pipe", stderr: "pipe", env: { ...process.env, NO_COLOR: "1", ...opts.env } });
+  const [stdout, stderr, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
+  return { code, stdout, stderr };
+}
+
+async function dump(prefix: string, extra: string[] = []): Promise<Dump> {
+  const r = await run([PY, DUMP, "--url", REDIS_URL, "--prefix", prefix, "--pad-first", String(PAD), ...extra]);
+  if (r.code !== 0) throw new Error(`dump_groups.py exited ${r.code}: ${r.stderr}`);
+  return JSON.parse(r.stdout) as Dump;
+}
+
+/** Every record the reader returned equals the JSONL's (values and stored bytes); groups are complete and in session order. */
+function compareWithJsonl(d: Dump, lines: string[]) {
+  const jsonl = lines.map((l) => JSON.parse(l) as TrajectoryRecord);
+  const byKey = new Map(jsonl.map((r) => [r.key, r]));
+  const read = d.groups.flatMap((g) => g.records);
+  expect(read.map((r) => r.key).sort()).toEqual(jsonl.map((r) => r.key).sort());
+  for (const g of d.groups) {
+    const mine = jsonl.filter((r) => r.uid === g.uid).sort((a, b) => a.session_id - b.session_id || a.output_index - b.output_index);
+    expect(g.records.map((r) => r.key)).toEqual(mine.map((r) => r.key));
+    expect([g.n, g.failed, g.partition]).toEqual([mine.length, 0, "train"]);
+  }
+  for (const r of read) {
+    const { _bytes, teacher_log_probs, routed_experts, ...rest } = r;
+    const want = byKey.get(r.key as string)!;
+    expect(rest).toEqual(want as unknown as Record<string, unknown>);
+    expect([teacher_log_probs, routed_experts]).toEqual([null, null]);
+    expect(_bytes).toEqual(expectedBytes(want));
+  }
+  // Tool trajectories: observation tokens (mask 0) and log-probs are really there.
+  expect(jsonl.some((r) => r.response_mask.includes(0))).toBe(true);
+  expect(jsonl.every((r) => r.rollout_log_probs !== null)).toBe(true);
+  expect([d.acked, d.after_ack]).toEqual([d.groups.length, 0]);
+}
+
+/** The first group padded by hand from the JSONL, as verl's agent loop would; equals what to_padded returned. */
+function comparePadded(d: Dump, lines: string[]) {
+  const byKey = new Map(lines.map((l) => [(JSON.parse(l) as TrajectoryRecord).key, JSON.parse(l) as TrajectoryRecord]));
+  const recs = d.groups[0]!.records.map((r) => byKey.get(r.key as string)!);
+  const P = Math.max(...recs.map((r) => r.prompt_ids.length));
+  const R = Math.max(...recs.map((r) => r.response_ids.length));
+  const rows = recs.map((r) => {
+    const lp = P - r.prompt_ids.length;
+    const rp = R - r.response_ids.length;
+    const attn = [...Array(lp).fill(0), ...Array(r.prompt_ids.length + r.response_ids.length).fill(1), ...Array(rp).fill(0)];
+    let c = 0;
+    return {
+      input_ids: [...Array(lp).fill(PAD), ...r.prompt_ids, ...r.response_ids, ...Array(rp).fill(PAD)],
+      attention_mask: attn,
+      position_ids: attn.map((m) => Math.max((c += m) - 1, 0)),
+      response_mask: [...r.response_mask, ...Array(rp).fill(0)],
+      rollout_log_probs: [...r.rollout_log_probs!.map((x) => Math.fround(x)), ...Array(rp).fill(0)],
+      rewards: Math.fround(r.reward_score!),
+    };
+  });
+  const p = d.padded!;
+  for (const k of ["input_ids", "attention_mask", "position_ids", "response_mask", "rollout_log_probs", "rewards"] as const) {
+    expect(p[k]).toEqual(rows.map((x) => x[k]));
+  }
+  expect(p.teacher_log_probs).toBeNull();
+  expect(p.routed_experts).toBeNull();
+  expect(d.padded_dtypes).toMatchObject({ input_ids: "<i8", attention_mask: "<i8", position_ids: "<i8", response_mask: "<i8", rollout_log_probs: "<f4", rewards: "<f4" });
+}
+
+describe.skipIf(missing !== null)("the Python reader package", () => {
+  let dir: string;
+  const prefixes: string[] = [];
+  beforeAll(() => {
+    dir = mkdtempSync(join(tmpdir(), "edgeloop-pyreader-"));
+    writeFileSync(join(dir, "rows.jsonl"), readFileSync(join(ROOT, "examples", "gsm8k-tool.jsonl"), "utf8").split("\n").slice(0, 6).join("\n") + "\n");
+  });
+  afterAll(async () => {
+    rmSync(dir, { recursive: true, force: true });
+    for (const p of prefixes) await deleteByPrefix(p);
+  });
+
+  test("its unittests pass: hand-computed padding, record decoding, the reader on a hand-written layout", async () => {
+    const r = await run([PY, "-m", "unittest", "discover", "-s", join(PKG, "tests"), "-v"], { env: { REDIS_URL } });
+    expect(r.stderr).toMatch(/\nOK\n?$/);
+    expect(r.code).toBe(0);
+    for (const name of [
+      "test_hand_computed_batch (test_padding.PaddingTest",
+      "test_arrays_dtypes_and_float32_bits (test_decode.DecodeTest",
+      "test_teacher_log_probs_and_routed_experts (test_decode.DecodeTest",
+      "test_groups_ack_and_padding (test_reader_redis.ReaderRedisTest",
+      "test_a_lost_consumer_group_is_created_again_and_redelivers (test_reader_redis.ReaderRedisTest",
+    ]) {
+      const line = r.stderr.split("\n").find((l) => l.startsWith(name));
+      expect(hasRedis || !name.includes("Redis") ? line?.endsWith("... ok") : true).toBe(true);
+    }
+  }, 60_000);
+
+  test("`pip install ./clients/python` installs the module (offline), importable from outside the repository", async () => {
+    const pip = await run([PY, "-m", "pip", "--version"]);
+    if (pip.code !== 0) {
+      if (process.env.CI) throw new Error(`CI is set and ${PY} has no pip (install python3-pip): ${pip.stderr.trim()}`);
+      console.warn(`skipping the pip install check: ${PY} has no pip`);
+      return;
+    }
+    // From a copy, so that setuptools' build/ and *.egg-info never land in the working tree.
+    const src = join(dir, "pkg");
+    cpSync(PKG, src, { recursive: true, filter: (f) => !f.includes("__pycache__") });
+    const target = join(dir, "site");
+    const inst = await run([PY, "-m", "pip", "install", "--quiet", "--no-build-isolation", "--no-index", "--no-deps", "--target", target, src], { env: { PIP_DISABLE_PIP_VERSION_CHECK: "1" } });
+    expect(inst.code).toBe(0);
+    const probe = "import edgeloop, inspect; print(edgeloop.__version__, edgeloop.__file__.startswith(sys.argv[1])); print(inspect.signature(edgeloop.Reader.groups))";
+    const r = await run([PY, "-c", `import sys; sys.path.insert(0, sys.argv[1]); ${probe}`, target], { cwd: dir });
+    expect(r.stderr).toBe("");
+    expect(r.stdout).toBe("0.1.0 True\n(self, max=16, consumer='trainer-0', partition='train', block_ms=1000)\n");
+  }, 120_000);
+
+  test.skipIf(!hasRedis)("a CLI batch written over TCP reads back equal to the JSONL, every array byte for byte", async () => {
+    const prefix = randomPrefix("pyreader-tcp");
+    prefixes.push(prefix);
+    const cli = await run(["node", BIN, "rollout", "--data", "rows.jsonl", "--n", "3", "--out", "tcp.jsonl", "--seed", "7", "--no-progress", "--store", REDIS_URL, "--store-prefix", prefix], { cwd: dir });
+    expect(cli.stderr).toContain("wrote 18 records to tcp.jsonl");
+    expect(cli.code).toBe(0);
+    const lines = readFileSync(join(dir, "tcp.jsonl"), "utf8").trim().split("\n");
+    const d = await dump(prefix);
+    expect(d.groups.length).toBe(6);
+    compareWithJsonl(d, lines);
+    comparePadded(d, lines);
+  }, 60_000);
+
+  test.skipIf(!hasRedis)("a CLI batch written through the Upstash REST bridge reads back the same way", async () => {
+    const prefix = randomPrefix("pyreader-upstash");
+    prefixes.push(prefix);
+    const bridge = await startUpstashBridge({ port: 0, redisUrl: REDIS_URL, token: "pyreader-token" });
+    try {
+      const cli = await run(["node", BIN, "rollout", "--data", "rows.jsonl", "--n", "2", "--out", "upstash.jsonl", "--seed", "8", "--no-progress", "--store", "upstash", "--store-prefix", prefix], {
+        cwd: dir,
+        env: { UPSTASH_REDIS_REST_URL: bridge.url, UPSTASH_REDIS_REST_TOKEN: "pyreader-token" },
+      });
+      expect(cli.stderr).toContain("wrote 12 records to upstash.jsonl");
+      expect(cli.code).toBe(0);
+    } finally {
+      await bridge.stop();
+    }
+    const lines = readFileSync(join(dir, "upstash.jsonl"), "utf8").trim().split("\n");
+    const d = await dump(prefix);
+    expect(d.groups.length).toBe(6);
+    compareWithJsonl(d, lines);
+    comparePadded(d, lines);
+  }, 60_000);
+
+  test.skipIf(!hasRedis)("the trainer loop against edgeloop serve: submit over HTTP (bearer token), read, pad, ack", async () => {
+    const prefix = randomPrefix("pyreader-serve");
+    prefixes.push(prefix);
+    const serve = Bun.spawn(["node", BIN, "serve", "--port", "0", "--jobs", "inline", "--engine", "sim", "--seed", "7", "--store", REDIS_URL, "--store-prefix", prefix], {
+      cwd: dir,
+      stdout: "pipe",
+      stderr: "pipe",
+      env: { ...process.env, NO_COLOR: "1", EDGELOOP_API_TOKEN: "sekrit" },
+    });
+    try {
+      let out = "";
+      const reader = serve.stdout.getReader();
+      const dec = new TextDecoder();
+      const deadline = Date.now() + 30_000;
+      while (!/serving on (http:\/\/\S+)/.test(out) && Date.now() < deadline) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        out += dec.decode(value);
+      }
+      reader.releaseLock();
+      const api = /serving on (http:\/\/\S+)/.exec(out)?.[1];
+      expect(api).toBeDefined();
+      const d = await dump(prefix, ["--submit", api!, "--rows", join(dir, "rows.jsonl"), "--token", "sekrit", "--expect", "6"]);
+      expect(d.submitted!.keys.length).toBe(12);
+      expect(d.groups.length).toBe(6);
+      const read = d.groups.flatMap((g) => g.records);
+      expect(read.map((r) => r.key).sort()).toEqual([...d.submitted!.keys].sort());
+      // Each record equals what the API serves for its key.
+      for (const r of read.slice(0, 4)) {
+        const res = await fetch(`${api}/v1/trajectories/${r.key}`, { headers: { authorization: "Bearer sekrit" } });
+        const { _bytes, teacher_log_probs: _t, routed_experts: _e, ...rest } = r;
+        expect(rest).toEqual(await res.json());
+      }
+      expect([d.acked, d.after_ack]).toEqual([6, 0]);
+      // Errors come back as EdgeloopHTTPError with the API's code and field.
+      const errs = await run([PY, "-c", [
+        "import sys; sys.path.insert(0, sys.argv[1])",
+        "from edgeloop import submit, EdgeloopHTTPError",
+        "for tok, cfg in ((None, None), ('sekrit', {'rollout': {'n': 0}})):",
+        "    try: submit(sys.argv[2], [{'prompt': []}], config=cfg, token=tok)",
+        "    except EdgeloopHTTPError as e: print(e.status, e.code, e.field)",
+      ].join("\n"), PKG, api!]);
+      expect(errs.stderr).toBe("");
+      const [unauth, bad] = errs.stdout.trim().split("\n");
+      expect(unauth).toBe("401 unauthorized None");
+      expect(bad).toBe("400 invalid_config rollout.n");
+    } finally {
+      serve.kill();
+      await serve.exited;
+    }
+  }, 90_000);
+});
