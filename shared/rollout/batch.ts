@@ -17,6 +17,12 @@ export const RolloutRequest = z.strictObject({
   global_steps: z.number().int().min(-1).default(-1),
   model_version: z.union([z.string().max(200), z.number()]).nullable().default(null),
   validate: z.boolean().default(false),
+  /**
+   * Over-sampling: deliver this many complete groups out of the batch's rows
+   * and stop the rest (`rollout.partial_rollout`). Default: `ceil(rows /
+   * rollout.oversample)` when `oversample` is set, else every row.
+   */
+  target_groups: z.number().int().min(1, "target_groups must be >= 1").optional(),
 });
 export type RolloutRequest = z.infer<typeof RolloutRequest>;
 
