@@ -23,6 +23,8 @@ export const GroupsQuery = z.object({
   block_ms: z.coerce.number().int().min(0).max(60_000).default(0),
   consumer: z.string().min(1).max(200).regex(/^[A-Za-z0-9._:-]+$/, "consumer may only hold letters, digits, '.', '_', ':' and '-'").default("trainer"),
   partition: z.enum(["train", "val"]).default("train"),
+  /** `1`: also list the partition's complete groups filtered by `rollout.filter_groups` (`filtered`, read-only, never acked). */
+  include_filtered: z.enum(["0", "1", "true", "false"]).optional(),
 });
 
 /** Body of `POST /v1/model-version`: the policy version now being served (after a weight update). */
@@ -107,7 +109,9 @@ export interface BatchSummary {
  *   API and holds new engine calls (see `EngineControl`); `POST /v1/engine/resume` → `EngineStatus`;
  *   `GET /v1/engine/status` → `EngineStatus` (with each vLLM replica's `is_paused`). A trainer's step:
  *   pause → update weights → `POST /v1/model-version` → resume. 502 naming the replicas that failed.
- * - `GET /v1/groups?max=K&block_ms=&consumer=&partition=` → complete groups for a trainer
+ * - `GET /v1/groups?max=K&block_ms=&consumer=&partition=&include_filtered=` → complete groups for a trainer
+ *   (`{groups}`); `include_filtered=1` adds `filtered: FilteredGroup[]`, the groups `rollout.filter_groups`
+ *   kept from trainers (all rewards equal), read-only
  * - `GET /v1/groups/{uid}` → the group's `GroupStatus` `{uid, partition, expected, finished, records,
  *   failed, complete, fingerprint}`; a uid never registered gives `expected: null` (200, not 404)
  * - `POST /v1/groups/ack` `{delivery_ids, partition?}` → `{acked}`
@@ -221,8 +225,11 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
   app.get("/v1/groups", async (c) => {
     const q = GroupsQuery.safeParse(c.req.query());
     if (!q.success) throw inputErrorFromZod("", q.error.issues);
-    const groups = await service.store.readCompleteGroups(q.data);
-    return c.json({ groups });
+    const { include_filtered, ...read } = q.data;
+    const groups = await service.store.readCompleteGroups(read);
+    if (include_filtered !== "1" && include_filtered !== "true") return c.json({ groups });
+    const filtered = service.store.filteredGroups ? await service.store.filteredGroups({ partition: read.partition, max: read.max }) : [];
+    return c.json({ groups, filtered });
   });
 
   app.get("/v1/groups/:uid", async (c) => {
@@ -324,7 +331,7 @@ export function openApiDocument(): Record<string, unknown> {
       "/v1/groups": {
         get: {
           summary: "Complete groups for a trainer (at-least-once; ack them)",
-          parameters: ["max", "block_ms", "consumer", "partition"].map((name) => ({ name, in: "query", required: false, schema: { type: "string" } })),
+          parameters: ["max", "block_ms", "consumer", "partition", "include_filtered"].map((name) => ({ name, in: "query", required: false, schema: { type: "string" } })),
           responses: { "200": { description: "{groups: CompleteGroup[]}" }, "400": err },
         },
       },

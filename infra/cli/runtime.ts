@@ -235,9 +235,17 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     } else {
       if (hooks.jobs === "queue") throw new ConfigError("store.url", "the job queue needs a Redis or Upstash store (--store redis://host:port); the memory store runs batches in-process");
       batchStore = hooks.wrapStore ? hooks.wrapStore(store) : store;
+      // Partial rollouts carried to the next batch need checkpoints: with the memory store they live in this process.
+      let carryHost: SessionHost | null = null;
       executorFor = (rollout, batch) => {
         validateRollout(rollout, registry);
-        return createAgentExecutor(deps, rollout, batch);
+        if (rollout.partial_rollout !== "carry") return createAgentExecutor(deps, rollout, batch);
+        if (!carryHost) {
+          const host = new SessionHost({ storage: new MemorySessionStorage(), createLoop: sessionLoopFactory(deps), onPause: endLoopTrace });
+          closers.push(async () => host.close());
+          carryHost = host;
+        }
+        return createSessionExecutor(deps, carryHost, store, rollout, batch);
       };
       service = new ValidatingRolloutService(registry, { config, store: batchStore, executorFor, policy });
     }

@@ -75,6 +75,8 @@ export interface BatchStats extends BatchMetrics {
    * delivered to the trainers' stream, left as they are. Null otherwise.
    */
   cancelled: BatchCancellation | null;
+  /** Over-sampling and dynamic sampling figures (see {@link OversampleStats}); null for a plain batch. */
+  oversample: OversampleStats | null;
   started_at: number;
   finished_at: number | null;
 }
@@ -89,6 +91,49 @@ export interface BatchCancellation {
   groups_withdrawn: number;
   /** Groups complete before the cancel (already in the trainers' stream). */
   groups_complete: number;
+}
+
+/**
+ * What over-sampling and dynamic sampling did in a batch (`target_groups`,
+ * `rollout.oversample`, `partial_rollout`, `filter_groups`). Groups and
+ * sessions are counted apart: at the end `counts.finished + cancelled +
+ * carried + unused_sessions = counts.total`.
+ */
+export interface OversampleStats {
+  target_groups: number;
+  /** Rows started at once (the rest are the reserve). */
+  eager_rows: number;
+  partial_rollout: "cancel" | "carry";
+  /** Groups delivered to trainers (complete, not filtered), at most `target_groups`. */
+  delivered: number;
+  /** Complete groups kept from trainers by `filter_groups` (all rewards equal). */
+  filtered: number;
+  /** Reserve rows started to replace filtered groups. */
+  replacements: number;
+  /** Whether `target_groups` was reached (then the rest was stopped). */
+  reached: boolean;
+  /** `partial_rollout: cancel`: sessions stopped once the target was reached (aborted while running, or never started); nothing stored for them. */
+  cancelled: number;
+  /** `partial_rollout: carry`: sessions left for the next batch naming their uids (suspended at their last checkpoint, or not started). */
+  carried: number;
+  /** Of `cancelled` + `carried`: sessions that were running when stopped (their engine calls aborted). */
+  interrupted: number;
+  /** Groups left incomplete: withdrawn (`cancel`; never delivered) or open (`carry`; resumed by the next batch). */
+  groups_withdrawn: number;
+  groups_carried: number;
+  /** Reserve rows never started (their groups never registered) and their sessions. */
+  unused_groups: number;
+  unused_sessions: number;
+}
+
+/** The reason a trajectory is aborted with when its batch reached `target_groups` (`partial_rollout: cancel`). */
+export class SurplusCancelledError extends Error {
+  override name = "SurplusCancelledError";
+}
+
+/** The reason a trajectory is suspended with when its batch reached `target_groups` (`partial_rollout: carry`): its session keeps its last checkpoint. */
+export class TrajectoryCarriedError extends Error {
+  override name = "TrajectoryCarriedError";
 }
 
 /** The reason a cancelled batch's trajectories are aborted with. */
@@ -184,6 +229,26 @@ export class BatchRun {
   private stoppedSessions = 0;
   /** The abort controller of each running trajectory (by key). */
   private readonly controllers = new Map<string, AbortController>();
+  /** Over-sampling: uids started (their groups registered), the reserve's uids not started yet (row order). */
+  private readonly launched = new Set<string>();
+  private reserve: string[] = [];
+  /** Trajectories waiting for a worker, and workers waiting for a replacement row. */
+  private readonly runQueue: PlannedTrajectory[] = [];
+  private readonly queueWaiters = new Set<() => void>();
+  /** Trajectories inside their loop or store writes now. */
+  private active = 0;
+  /** Set once `target_groups` were delivered: how the rest is stopped. */
+  private stopMode: "cancel" | "carry" | null = null;
+  /** Groups left incomplete by the stop (withdrawn or carried). */
+  private readonly stoppedGroups = new Set<string>();
+  /** Sessions of re-posted uids found finished before the batch ran (handed back, already counted in the group tracking). */
+  private readonly preFinished = new Map<string, TrajectoryRecord[]>();
+  /** Per uid: sessions finished and their records (over-sampled batches). */
+  private readonly groupDone = new Map<string, number>();
+  private readonly groupRecords = new Map<string, TrajectoryRecord[]>();
+  private readonly filteredUids = new Set<string>();
+  /** Group-completing writes admitted but not finished yet (they count toward the target). */
+  private readonly completing = new Set<string>();
   /**
    * Why the batch ended early (e.g. its groups could not be registered in
    * the store), or null. A failed batch is done: {@link run} rejects with
@@ -211,6 +276,24 @@ export class BatchRun {
       lost: null,
       repaired: null,
       cancelled: null,
+      oversample: plan.oversample
+        ? {
+            target_groups: plan.oversample.target_groups,
+            eager_rows: plan.oversample.eager_rows,
+            partial_rollout: plan.oversample.partial_rollout,
+            delivered: 0,
+            filtered: 0,
+            replacements: 0,
+            reached: false,
+            cancelled: 0,
+            carried: 0,
+            interrupted: 0,
+            groups_withdrawn: 0,
+            groups_carried: 0,
+            unused_groups: 0,
+            unused_sessions: 0,
+          }
+        : null,
       started_at: opts.startedAt ?? (opts.now ?? Date.now)(),
       finished_at: null,
     };
@@ -354,12 +437,28 @@ export class BatchRun {
   private async execute(): Promise<void> {
     try {
       const mode = this.plan.validate ? "val" : "train";
-      for (const [uid, n] of this.plan.groups) await holdWhileStoreDown(() => this.queue.expectGroup(uid, n, mode, this.plan.fingerprints?.get(uid)));
-      const queue = [...this.plan.trajectories];
+      const os = this.plan.oversample;
+      if (os) await this.prepareOversample(os.eager_rows);
+      for (const [uid, n] of this.plan.groups) {
+        if (os && !this.launched.has(uid)) continue;
+        await holdWhileStoreDown(() => this.queue.expectGroup(uid, n, mode, this.plan.fingerprints?.get(uid)));
+      }
+      const queue = this.runQueue;
+      queue.push(...this.plan.trajectories.filter((t) => !os || this.launched.has(t.uid)));
       const worker = async () => {
-        for (let t = queue.shift(); t; t = queue.shift()) await this.runOne(t);
+        for (;;) {
+          const t = queue.shift();
+          if (t) {
+            await this.runOne(t);
+            continue;
+          }
+          // A filtered group may still start a reserve row: wait while trajectories run and reserve remains.
+          if (!os || this.active === 0 || this.stopMode !== null || this.reserve.length === 0) break;
+          await new Promise<void>((r) => this.queueWaiters.add(r));
+        }
       };
-      await Promise.all(Array.from({ length: Math.min(this.opts.concurrency, queue.length) }, worker));
+      await Promise.all(Array.from({ length: Math.min(this.opts.concurrency, this.plan.trajectories.length) }, worker));
+      if (os) await this.settleOversample();
       if (this.cancelledAt !== null) {
         this.s.cancelled = { ...(this.s.cancelled ?? { groups_withdrawn: 0, groups_complete: 0 }), at: this.cancelledAt, sessions: this.stoppedSessions };
         return;
@@ -387,7 +486,27 @@ export class BatchRun {
       this.stoppedSessions++;
       return;
     }
+    if (this.stopMode !== null) {
+      this.surplus(t, false);
+      return;
+    }
+    const pre = this.preFinished.get(t.key);
+    if (pre) {
+      this.sessionDone(pre, true);
+      this.wake();
+      return;
+    }
     this.s.counts.running++;
+    this.active++;
+    try {
+      await this.runOneInner(t);
+    } finally {
+      this.active--;
+      this.wakeQueue();
+    }
+  }
+
+  private async runOneInner(t: PlannedTrajectory): Promise<void> {
     if (this.opts.reusedUids?.has(t.uid)) {
       const before = await holdWhileStoreDown(() => this.queue.sessionRecords(t.uid, t.session_id)).catch(() => null);
       if (before) {
@@ -422,6 +541,10 @@ export class BatchRun {
       }
       // Cancelled: whatever the loop returned (an abort, an error) is not stored.
       if (this.cancelledAt !== null) return "cancelled" as const;
+      // Over the target (or stopped since): nothing stored; a group-completing write reserves its delivery first.
+      if (this.stopMode !== null) return "surplus" as const;
+      const admitted = await this.admitGroupWrite(t, records);
+      if (!admitted) return "surplus" as const;
       span.setAttribute(SpanAttr.agentName, agentName);
       const r0 = records[0];
       if (r0 && span.isRecording()) {
@@ -444,15 +567,161 @@ export class BatchRun {
       return { out, fresh };
     }).finally(() => this.controllers.delete(t.key));
     this.s.counts.running--;
+    if (stored === "surplus") {
+      this.surplus(t, true);
+      this.wake();
+      return;
+    }
     if (stored === "cancelled") {
       this.stoppedSessions++;
       this.wake();
       return;
     }
+    if (stored && this.plan.oversample) this.groupSessionDone(t, stored.out);
     // Every write found its key already stored: another batch (the same uid posted twice, a retried POST)
     // finished this session first. Its records are streamed but, as handed-back ones, not counted again.
     if (stored) this.sessionDone(stored.out, !stored.fresh);
     this.wake();
+  }
+
+  /**
+   * Over-sampled batch set-up: the first `eager` rows are launched, the rest
+   * kept as reserve; sessions of re-posted uids that already finished (a
+   * carried group's) are read back so the group tracking starts from what
+   * the store holds.
+   */
+  private async prepareOversample(eager: number): Promise<void> {
+    const uids = [...this.plan.groups.keys()];
+    for (const u of uids.slice(0, eager)) this.launched.add(u);
+    this.reserve = uids.slice(eager);
+    const reused = this.opts.reusedUids;
+    if (!reused?.size) return;
+    for (const t of this.plan.trajectories) {
+      if (!reused.has(t.uid) || !this.launched.has(t.uid)) continue;
+      const recs = await holdWhileStoreDown(() => this.queue.sessionRecords(t.uid, t.session_id));
+      if (!recs) continue;
+      this.preFinished.set(t.key, recs);
+      this.groupDone.set(t.uid, (this.groupDone.get(t.uid) ?? 0) + 1);
+      this.groupRecords.set(t.uid, [...(this.groupRecords.get(t.uid) ?? []), ...recs]);
+    }
+    const o = this.s.oversample!;
+    for (const uid of reused) {
+      if (!this.launched.has(uid) || (this.groupDone.get(uid) ?? 0) < this.plan.groups.get(uid)!) continue;
+      const st = await holdWhileStoreDown(() => this.queue.groupStatus(uid));
+      if (st.filtered) {
+        this.filteredUids.add(uid);
+        o.filtered++;
+      } else o.delivered++;
+    }
+    if (o.delivered >= o.target_groups) this.stopSurplus();
+  }
+
+  /**
+   * Decides the write of a finished session of an over-sampled batch. A
+   * session that is not its group's last is written. The last one: with
+   * `filter_groups`, a group whose rewards are all equal is flagged filtered
+   * in the store first (never delivered) and a reserve row is started in
+   * its place; otherwise the write is admitted only while delivered plus
+   * in-flight completions stay under `target_groups` (so exactly the target
+   * is delivered). Returns false: surplus, store nothing.
+   */
+  private async admitGroupWrite(t: PlannedTrajectory, records: readonly TrajectoryRecord[]): Promise<boolean> {
+    const os = this.plan.oversample;
+    if (!os) return true;
+    if ((this.groupDone.get(t.uid) ?? 0) + 1 < t.group_size) return true;
+    const all = [...(this.groupRecords.get(t.uid) ?? []), ...records];
+    const first = all[0]?.reward_score ?? null;
+    if (os.filter && first !== null && all.every((r) => r.error === null && r.reward_score === first)) {
+      const filter = this.queue.filterGroup ? await holdWhileStoreDown(() => this.queue.filterGroup!(t.uid, `reward all_equal ${first}`)) : false;
+      if (filter) {
+        this.filteredUids.add(t.uid);
+        this.s.oversample!.filtered++;
+        await this.launchReserve();
+        return true;
+      }
+    }
+    const o = this.s.oversample!;
+    if (o.delivered + this.completing.size >= o.target_groups) return false;
+    this.completing.add(t.uid);
+    return true;
+  }
+
+  /** Starts the next reserve row (registers its group, queues its sessions) unless the batch is stopping. */
+  private async launchReserve(): Promise<void> {
+    if (this.stopMode !== null || this.cancelledAt !== null) return;
+    const uid = this.reserve.shift();
+    if (uid === undefined) return;
+    this.launched.add(uid);
+    this.s.oversample!.replacements++;
+    const mode = this.plan.validate ? "val" : "train";
+    await holdWhileStoreDown(() => this.queue.expectGroup(uid, this.plan.groups.get(uid)!, mode, this.plan.fingerprints?.get(uid)));
+    this.runQueue.push(...this.plan.trajectories.filter((x) => x.uid === uid));
+    this.wakeQueue();
+  }
+
+  /** Counts a stored session of an over-sampled batch toward its group; a delivered group that reaches the target stops the rest. */
+  private groupSessionDone(t: PlannedTrajectory, out: readonly TrajectoryRecord[]): void {
+    const n = (this.groupDone.get(t.uid) ?? 0) + 1;
+    this.groupDone.set(t.uid, n);
+    this.groupRecords.set(t.uid, [...(this.groupRecords.get(t.uid) ?? []), ...out]);
+    if (n < t.group_size || this.filteredUids.has(t.uid)) return;
+    this.completing.delete(t.uid);
+    const o = this.s.oversample!;
+    o.delivered++;
+    if (o.delivered >= o.target_groups) this.stopSurplus();
+  }
+
+  /** `target_groups` delivered: aborts (cancel) or suspends (carry) every running trajectory; queued ones will not start. */
+  private stopSurplus(): void {
+    if (this.stopMode !== null) return;
+    const os = this.plan.oversample!;
+    this.stopMode = os.partial_rollout;
+    this.s.oversample!.reached = true;
+    const msg = `batch ${this.plan.batch_id} delivered its ${os.target_groups} target groups`;
+    const reason = this.stopMode === "carry" ? new TrajectoryCarriedError(`${msg}: carried to the next batch`) : new SurplusCancelledError(`${msg}: surplus cancelled`);
+    for (const c of this.controllers.values()) c.abort(reason);
+    this.wakeQueue();
+  }
+
+  /** A session stopped by over-sampling (`running`: it was inside its loop): nothing stored for it. */
+  private surplus(t: PlannedTrajectory, running: boolean): void {
+    const o = this.s.oversample!;
+    if (this.plan.oversample!.partial_rollout === "carry") o.carried++;
+    else o.cancelled++;
+    if (running) o.interrupted++;
+    this.stoppedGroups.add(t.uid);
+  }
+
+  /**
+   * End of an over-sampled batch: unused reserve rows leave `pending`; the
+   * started groups left incomplete are withdrawn (`cancel`: never delivered,
+   * later writes refused) or left open for the next batch (`carry`).
+   */
+  private async settleOversample(): Promise<void> {
+    const o = this.s.oversample!;
+    o.unused_groups = this.reserve.length;
+    o.unused_sessions = this.reserve.reduce((n, u) => n + this.plan.groups.get(u)!, 0);
+    this.s.counts.pending -= o.unused_sessions;
+    if (this.stopMode === null) return;
+    const open = [...this.launched].filter((u) => (this.groupDone.get(u) ?? 0) < this.plan.groups.get(u)!);
+    for (const u of open) this.stoppedGroups.add(u);
+    if (!open.length) return;
+    if (this.stopMode === "carry") {
+      o.groups_carried = open.length;
+      return;
+    }
+    if (!this.queue.cancelGroups) {
+      if (this.s.errors.length < 50) this.s.errors.push({ key: "(batch)", error: "this store cannot withdraw the surplus groups (no cancelGroups)" });
+      return;
+    }
+    const res = await holdWhileStoreDown(() => this.queue.cancelGroups!(open));
+    o.groups_withdrawn = res.withdrawn.length;
+  }
+
+  private wakeQueue(): void {
+    const ws = [...this.queueWaiters];
+    this.queueWaiters.clear();
+    for (const w of ws) w();
   }
 
   /** A loop that returned no output: its session is finished with none (the group does not wait for it). */
@@ -499,7 +768,8 @@ export class BatchRun {
    */
   async repairStore(): Promise<{ groups: number; records: number; incomplete: string[] }> {
     const mode = this.plan.validate ? "val" : "train";
-    const groups = [...this.plan.groups];
+    // An over-sampled batch repairs the groups it started and left to complete (not the reserve, withdrawn or carried ones).
+    const groups = [...this.plan.groups].filter(([uid]) => !this.plan.oversample || (this.launched.has(uid) && !this.stoppedGroups.has(uid)));
     const byUid = new Map<string, TrajectoryRecord[]>();
     for (const r of this.finished) {
       const list = byUid.get(r.uid);

@@ -17,6 +17,12 @@ export const RolloutRequest = z.strictObject({
   global_steps: z.number().int().min(-1).default(-1),
   model_version: z.union([z.string().max(200), z.number()]).nullable().default(null),
   validate: z.boolean().default(false),
+  /**
+   * Over-sampling: deliver this many complete groups out of the batch's rows
+   * and stop the rest (`rollout.partial_rollout`). Default: `ceil(rows /
+   * rollout.oversample)` when `oversample` is set, else every row.
+   */
+  target_groups: z.number().int().min(1, "target_groups must be >= 1").optional(),
 });
 export type RolloutRequest = z.infer<typeof RolloutRequest>;
 
@@ -46,6 +52,27 @@ export interface BatchPlan {
   groups: Map<string, number>;
   /** uid → the prompt group's fingerprint (`groupFingerprint`), registered with the group; absent for invalid rows and when not computed. */
   fingerprints?: Map<string, string>;
+  /** Over-sampling and dynamic sampling of the batch (see {@link OversamplePlan}); null for a plain batch. */
+  oversample?: OversamplePlan | null;
+}
+
+/**
+ * How an over-sampled or filtered batch runs. Of the batch's R rows (one
+ * group each), the first `eager_rows` start at once; the rest are the
+ * reserve, started one row per group that dynamic sampling filters out.
+ * Once `target_groups` groups are delivered (complete, not filtered) the
+ * rest of the batch is stopped per `partial_rollout`.
+ * - `target_groups` = the request's `target_groups`, else `ceil(R /
+ *   rollout.oversample)`, else (only `filter_groups` set) R;
+ * - `eager_rows` = `target_groups` with `filter_groups` (the rows beyond the
+ *   target are the reserve, as DAPO draws more prompts when filtering left
+ *   too few), else R (every row starts; the stragglers are stopped).
+ */
+export interface OversamplePlan {
+  target_groups: number;
+  eager_rows: number;
+  partial_rollout: "cancel" | "carry";
+  filter: { metric: "reward"; drop_if: "all_equal" } | null;
 }
 
 /** A fresh id that cannot be guessed from outside and holds no `_` (safe as a uid). */
@@ -111,7 +138,23 @@ export function planBatch(req: RolloutRequest, rollout: RolloutConfig, maxTrajec
       });
     }
   });
-  return { batch_id: newId(), validate: req.validate, global_steps: req.global_steps, model_version: req.model_version, trajectories, groups };
+  return { batch_id: newId(), validate: req.validate, global_steps: req.global_steps, model_version: req.model_version, trajectories, groups, oversample: oversamplePlan(req, rollout) };
+}
+
+/**
+ * The {@link OversamplePlan} of a request, or null when it asks for neither
+ * over-sampling nor filtering.
+ * @throws InputError (`target_groups`) when it names more groups than the batch has rows.
+ */
+export function oversamplePlan(req: RolloutRequest, rollout: RolloutConfig): OversamplePlan | null {
+  const rows = req.rows.length;
+  if (req.target_groups !== undefined && req.target_groups > rows) {
+    throw new InputError("target_groups", `target_groups ${req.target_groups} is more than the batch's ${rows} rows (one group per row)`);
+  }
+  const filter = rollout.filter_groups;
+  const target = req.target_groups ?? (rollout.oversample != null ? Math.ceil(rows / rollout.oversample) : filter ? rows : null);
+  if (target === null) return null;
+  return { target_groups: target, eager_rows: filter ? target : rows, partial_rollout: rollout.partial_rollout, filter };
 }
 
 /**

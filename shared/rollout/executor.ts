@@ -9,7 +9,7 @@ import type { TransferQueue } from "../store/types.ts";
 import { TrajectoryTracer } from "../telemetry/trajectory-tracer.ts";
 import type { BatchPlan, PlannedTrajectory } from "./batch.ts";
 import { waitForAdmission, type Admission } from "./policy-version.ts";
-import type { TrajectoryExecutor } from "./batch-run.ts";
+import { TrajectoryCarriedError, type TrajectoryExecutor } from "./batch-run.ts";
 
 /** What the agent loops of a process share: built once at start-up. */
 export interface ExecutorDeps extends Omit<AgentLoopContext, "config" | "client" | "signal"> {
@@ -50,11 +50,14 @@ function signalsOf(deps: ExecutorDeps): Map<string, AbortSignal> {
  * for training, `rollout.val_kwargs` for validation batches (verl); log-probs
  * per `calculate_log_probs`. With `rollout.seed` set, each trajectory gets its
  * own seed derived from (seed, row, session), so the `n` sessions of a prompt
- * differ while a rerun repeats them.
+ * differ while a rerun repeats them. With `partial_rollout: carry` the seed
+ * comes from (seed, uid, session) instead of the row's position, so a row
+ * carried into the next batch at another position samples as it would have.
  */
-export function samplingParamsFor(rollout: RolloutConfig, validate: boolean, t?: Pick<PlannedTrajectory, "row_index" | "session_id">): SamplingParams {
+export function samplingParamsFor(rollout: RolloutConfig, validate: boolean, t?: Pick<PlannedTrajectory, "row_index" | "session_id"> & { uid?: string }): SamplingParams {
   const src = validate ? rollout.val_kwargs : rollout;
-  const seed = rollout.seed === undefined || !t ? undefined : (rollout.seed * 1_000_003 + t.row_index * 9_973 + t.session_id) % 2_147_483_647;
+  const pos = rollout.partial_rollout === "carry" && t?.uid !== undefined ? fnv1a(t.uid) % 1_000_003 : (t?.row_index ?? 0);
+  const seed = rollout.seed === undefined || !t ? undefined : (rollout.seed * 1_000_003 + pos * 9_973 + t.session_id) % 2_147_483_647;
   return {
     temperature: src.temperature,
     top_p: src.top_p,
@@ -62,6 +65,21 @@ export function samplingParamsFor(rollout: RolloutConfig, validate: boolean, t?:
     logprobs: rollout.calculate_log_probs,
     ...(seed === undefined ? {} : { seed }),
   };
+}
+
+/** FNV-1a over a string's UTF-16 code units: a stable 32-bit hash. */
+function fnv1a(s: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193) >>> 0;
+  return h;
+}
+
+/** A signal that fires only when `signal` is aborted to carry the trajectory ({@link TrajectoryCarriedError}). */
+function carrySignal(signal: AbortSignal | undefined): AbortSignal | undefined {
+  if (!signal) return undefined;
+  const c = new AbortController();
+  signal.addEventListener("abort", () => signal.reason instanceof TrajectoryCarriedError && c.abort(signal.reason), { once: true });
+  return c.signal;
 }
 
 /**
@@ -206,14 +224,18 @@ export function createSessionExecutor(
       const signals = signalsOf(deps);
       if (signal) signals.set(t.key, signal);
       const r = await host
-        .run({
+        .run(
+          {
         key: t.key,
         agent_name: agentName,
         sampling_params: samplingParamsFor(rollout, plan.validate, t),
         kwargs: { ...row, uid: t.uid, session_id: t.session_id, global_steps: plan.global_steps, key: t.key },
           rollout,
           model_version: batch.model_version,
-        })
+          },
+          // Carried at the end of an over-sampled batch: stop at the last committed step, resumed by the next batch.
+          rollout.partial_rollout === "carry" ? { suspend: carrySignal(signal) } : {},
+        )
         .finally(() => {
           if (signals.get(t.key) === signal) signals.delete(t.key);
         });

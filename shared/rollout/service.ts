@@ -113,6 +113,9 @@ export class RolloutService {
     if (!jobs) throw new ConfigError("jobs", "queue mode needs a job queue (a Redis or Upstash store)");
     const cfg = this.effectiveConfig(req);
     const plan = await withFingerprints(planBatch(req, cfg.rollout, cfg.max_batch_trajectories));
+    if (plan.oversample) {
+      throw new EdgeloopError("over-sampling and filter_groups run inline only for now (the follower of a queued batch cannot stop its surplus yet)", { status: 501, code: "not_implemented", field: req.target_groups !== undefined ? "target_groups" : "rollout.oversample" });
+    }
     const reuse = await checkPlanGroups(this.store, plan);
     // Sessions of re-posted uids that already finished are handed back as stored, not run (or counted) again.
     const reusedSet = new Set(reuse.reused_uids);

@@ -72,6 +72,34 @@ export const RolloutConfig = z
     max_staleness: z.number().int().min(0).nullable().default(null),
     /** What `max_staleness` does: `admit` (default) holds new trajectories; `fail` fails running ones that fell behind (the old behaviour). */
     staleness_policy: z.enum(["admit", "fail"]).default("admit"),
+    /**
+     * Over-sampling (AReaL/slime "over-sample and cancel the stragglers"): a
+     * batch of R rows delivers `target_groups = ceil(R / oversample)` groups
+     * (unless the request names `target_groups`); once that many groups are
+     * complete the rest of the batch is stopped (see `partial_rollout`).
+     * null (default) = every row is delivered. Must be >= 1.
+     */
+    oversample: z.number().min(1, "rollout.oversample must be >= 1 (rows per delivered group)").nullable().default(null),
+    /**
+     * What happens to the trajectories still running once a batch's
+     * `target_groups` are delivered: `cancel` (default) aborts them (engine
+     * requests aborted, tool calls abandoned, no records, their groups
+     * withdrawn); `carry` suspends them at their last checkpoint (durable
+     * sessions; in-process with the memory store) and leaves their groups
+     * open, so the next batch naming the same uids resumes them.
+     */
+    partial_rollout: z.enum(["cancel", "carry"]).default("cancel"),
+    /**
+     * Dynamic sampling (DAPO, Yu et al. 2025, arXiv:2503.14476 §3.2: "over-sample
+     * and filter out prompts with the accuracy equal to 1 and 0"): a complete
+     * group whose records' `metric` values are all equal is not delivered to
+     * trainers (kept as filtered, readable with `GET /v1/groups?include_filtered=1`),
+     * and a reserve row of the batch is started in its place. null = off.
+     */
+    filter_groups: z
+      .strictObject({ metric: z.literal("reward").default("reward"), drop_if: z.literal("all_equal").default("all_equal") })
+      .nullable()
+      .default(null),
   })
   .refine((c) => c.max_model_len == null || c.max_model_len > c.prompt_length, {
     message: "rollout.max_model_len must be greater than rollout.prompt_length",

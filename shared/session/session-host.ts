@@ -56,16 +56,18 @@ export class SessionHost {
    * Starts the session of `input.key` — or resumes it from its checkpoint
    * when one is stored (then `input` is ignored) — and resolves when it has
    * finished, failed or was already done, however many callbacks it waits
-   * for in between.
+   * for in between. `suspend` (partial rollouts carried to the next batch):
+   * once it fires no further step is committed and the run rejects with
+   * `SessionSuspendedError`; the session stays at its last committed step.
    */
-  run(input: SessionInputArg): Promise<SessionResult> {
+  run(input: SessionInputArg, opts: { suspend?: AbortSignal } = {}): Promise<SessionResult> {
     const key = input.key;
     const p = new Promise<SessionResult>((resolve, reject) => {
       const ws = this.waiters.get(key) ?? [];
       ws.push({ resolve, reject });
       this.waiters.set(key, ws);
     });
-    void this.drive(key, input);
+    void this.drive(key, input, opts.suspend);
     return p;
   }
 
@@ -150,14 +152,14 @@ export class SessionHost {
     this.waiters.clear();
   }
 
-  private async drive(key: string, input?: SessionInputArg): Promise<void> {
+  private async drive(key: string, input?: SessionInputArg, suspend?: AbortSignal): Promise<void> {
     const retries = this.opts.storageRetries ?? 3;
     let raced = 0;
     for (let attempt = 0; ; attempt++) {
       let benign = false;
       try {
         const outcome = await this.serial(key, async () => {
-          const s = await TrajectorySession.open(key, this.opts, input);
+          const s = await TrajectorySession.open(key, suspend ? { ...this.opts, suspend } : this.opts, input);
           if (!s) throw new NotFoundError(`no session '${key.slice(0, 200)}'`, { field: "key" });
           const opened = s.checkpoint;
           try {

@@ -39,6 +39,8 @@ export function sessionCompletingQueue(inner: TransferQueue, storage: SessionSto
     get: (key) => inner.get(key),
     groupStatus: (uid) => inner.groupStatus(uid),
     ...(inner.cancelGroups ? { cancelGroups: (uids: readonly string[]) => inner.cancelGroups!(uids) } : {}),
+    ...(inner.filterGroup ? { filterGroup: (uid: string, reason: string) => inner.filterGroup!(uid, reason) } : {}),
+    ...(inner.filteredGroups ? { filteredGroups: (o: { partition?: "train" | "val"; max: number }) => inner.filteredGroups!(o) } : {}),
     readCompleteGroups: (opts) => inner.readCompleteGroups(opts),
     ack: (ids, partition) => inner.ack(ids, partition),
     close: () => inner.close(),

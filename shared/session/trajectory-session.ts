@@ -34,6 +34,18 @@ export interface SessionDeps {
   onCommit?(cp: SessionCheckpoint, bytes: number): void;
   /** Called each time {@link TrajectorySession.run} returns (waiting, finished, done, failed or thrown), to close per-run resources such as the loop's trace spans. */
   onPause?(loop: AgentLoop): void;
+  /**
+   * Suspends the session (`rollout.partial_rollout: carry`): once aborted, no
+   * further step is committed — the commit throws {@link SessionSuspendedError}
+   * and the session stays at its last committed step, to be resumed from
+   * there by a later run of the same key.
+   */
+  suspend?: AbortSignal;
+}
+
+/** Thrown by a commit of a session whose {@link SessionDeps.suspend} signal fired: nothing was written. */
+export class SessionSuspendedError extends Error {
+  override name = "SessionSuspendedError";
 }
 
 /** Where a {@link TrajectorySession.run} stopped. */
@@ -263,6 +275,7 @@ export class TrajectorySession {
   }
 
   private async commit(phase: SessionPhase, loopState: string, extra: Partial<Pick<SessionCheckpoint, "outputs" | "error">> = {}): Promise<void> {
+    if (this.deps.suspend?.aborted) throw new SessionSuspendedError(`session '${this.key}' was suspended at step ${this.cp.step}`);
     const terminal = phase === "done" || phase === "failed";
     const d = this.data;
     const keep = !(terminal || phase === "finished" || !d);

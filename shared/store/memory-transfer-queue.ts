@@ -17,6 +17,7 @@ import {
 } from "./queue-args.ts";
 import type {
   CompleteGroup,
+  FilteredGroup,
   GroupStatus,
   Partition,
   PutOptions,
@@ -41,6 +42,8 @@ interface Group {
   enqueued: boolean;
   /** Withdrawn by a cancelled batch (`cancelGroups`). */
   cancelled?: boolean;
+  /** Filtered by dynamic sampling (`filterGroup`): the reason. */
+  filtered?: string;
 }
 
 interface Pending {
@@ -65,6 +68,8 @@ export class MemoryTransferQueue implements TransferQueue {
   private readonly records = new Map<string, EncodedRecord>();
   private readonly groups = new Map<string, Group>();
   private readonly streams: Record<Partition, { id: string; uid: string; keys: string[] }[]> = { train: [], val: [] };
+  /** uids of filtered groups, in the order they were filtered. */
+  private readonly filtered: Record<Partition, string[]> = { train: [], val: [] };
   private readonly cursor: Record<Partition, number> = { train: 0, val: 0 };
   private readonly pending: Record<Partition, Map<string, Pending>> = { train: new Map(), val: new Map() };
   private readonly waiters = new Set<() => void>();
@@ -177,6 +182,7 @@ export class MemoryTransferQueue implements TransferQueue {
       complete: g.expected !== null && g.finished >= g.expected,
       fingerprint: g.fingerprint,
       ...(g.cancelled ? { cancelled: true as const } : {}),
+      ...(g.filtered !== undefined ? { filtered: true as const } : {}),
     };
   }
 
@@ -275,7 +281,7 @@ export class MemoryTransferQueue implements TransferQueue {
     for (const uid of new Set(uids)) {
       checkUid(uid);
       const g = this.group(uid);
-      if (g.enqueued) complete.push(uid);
+      if (g.enqueued || (g.filtered !== undefined && g.expected !== null && g.finished >= g.expected)) complete.push(uid);
       else {
         g.cancelled = true;
         withdrawn.push(uid);
@@ -284,8 +290,31 @@ export class MemoryTransferQueue implements TransferQueue {
     return { withdrawn, complete };
   }
 
+  async filterGroup(uid: string, reason: string): Promise<boolean> {
+    this.assertOpen();
+    checkUid(uid);
+    const g = this.group(uid);
+    if (g.enqueued || g.cancelled) return false;
+    if (g.filtered === undefined) this.filtered[g.partition].push(uid);
+    g.filtered = reason;
+    return true;
+  }
+
+  async filteredGroups(opts: { partition?: Partition; max: number }): Promise<FilteredGroup[]> {
+    const part = checkPartition(opts.partition);
+    const out: FilteredGroup[] = [];
+    for (const uid of this.filtered[part]) {
+      if (out.length >= opts.max) break;
+      const g = this.groups.get(uid)!;
+      if (g.expected === null || g.finished < g.expected || g.partition !== part) continue;
+      const records = [...g.members].sort(compareKeys).map((k) => decodeRecord({ ...this.records.get(k)! }));
+      out.push({ uid, partition: part, reason: g.filtered!, failed: g.failed, records });
+    }
+    return out;
+  }
+
   private maybeComplete(uid: string, g: Group): void {
-    if (g.cancelled || g.enqueued || g.expected === null || g.finished < g.expected) return;
+    if (g.cancelled || g.filtered !== undefined || g.enqueued || g.expected === null || g.finished < g.expected) return;
     g.enqueued = true;
     this.streams[g.partition].push({ id: this.nextId(), uid, keys: [...g.members].sort(compareKeys) });
     for (const w of [...this.waiters]) w();

@@ -5,9 +5,11 @@ import type { Partition } from "./types.ts";
  * prefix:
  * - `{p}traj:{key}` HASH — one record (`meta`, `prompt_ids`, `response_ids`, `response_mask`, `rollout_log_probs`).
  * - `{p}group:{uid}` HASH — `expected`, `partition`, `fingerprint`, `finished` (sessions), `records`, `failed`,
- *   `enqueued`, `delivery_id`, `cancelled` (`1`: withdrawn by a cancelled batch, never enqueued, writes refused), and per session `s:{sid}` (outputs stored) and `t:{sid}` (outputs in all, once known).
+ *   `enqueued`, `delivery_id`, `cancelled` (`1`: withdrawn by a cancelled batch, never enqueued, writes refused),
+ *   `filtered` (the reason: dynamic sampling keeps the group from the stream once complete), and per session `s:{sid}` (outputs stored) and `t:{sid}` (outputs in all, once known).
  * - `{p}group:{uid}:keys` SET — keys written for the group.
  * - `{p}groups:{partition}` STREAM — one entry per complete group, read with a consumer group.
+ * - `{p}groups:filtered:{partition}` LIST — uids of groups filtered by dynamic sampling, in filter order.
  * - `{p}stage:{key}:{nonce}` HASH — a put's record before PUT_LUA renames it to `{p}traj:{key}` (expires after 60 s if orphaned).
  */
 export class RedisLayout {
@@ -27,6 +29,10 @@ export class RedisLayout {
   }
   stream(partition: Partition): string {
     return `${this.prefix}groups:${partition}`;
+  }
+  /** uids of the partition's groups filtered by dynamic sampling (LIST). */
+  filtered(partition: Partition): string {
+    return `${this.prefix}groups:filtered:${partition}`;
   }
   /** KEYS of every script, in order: group, members, train stream, val stream. */
   groupKeys(uid: string): string[] {
@@ -51,8 +57,8 @@ local function key_order(a, b)
   return tonumber(oa) < tonumber(ob)
 end
 local function maybe_complete(uid)
-  local g = redis.call('HMGET', KEYS[1], 'expected', 'finished', 'enqueued', 'partition', 'failed', 'cancelled')
-  if not g[1] or g[3] == '1' or g[6] == '1' then return 0 end
+  local g = redis.call('HMGET', KEYS[1], 'expected', 'finished', 'enqueued', 'partition', 'failed', 'cancelled', 'filtered')
+  if not g[1] or g[3] == '1' or g[6] == '1' or g[7] then return 0 end
   if tonumber(g[2] or '0') < tonumber(g[1]) then return 0 end
   local members = redis.call('SMEMBERS', KEYS[2])
   table.sort(members, key_order)
@@ -109,7 +115,7 @@ if redis.call('HGET', KEYS[1], 'cancelled') == '1' then
 end
 local sf, tf = 's:' .. ARGV[3], 't:' .. ARGV[3]
 local idx, mode = tonumber(ARGV[4]), ARGV[5]
-local g = redis.call('HMGET', KEYS[1], sf, tf, 'records', 'failed', 'finished', 'expected', 'enqueued', 'partition')
+local g = redis.call('HMGET', KEYS[1], sf, tf, 'records', 'failed', 'finished', 'expected', 'enqueued', 'partition', 'filtered')
 local stored = tonumber(g[1] or '0')
 local total = false
 if g[2] then total = tonumber(g[2]) end
@@ -152,7 +158,7 @@ if stored == total then
   local finished = tonumber(g[5] or '0') + 1
   set[#set + 1] = 'finished'
   set[#set + 1] = finished
-  if g[6] and g[7] ~= '1' and finished >= tonumber(g[6]) then
+  if g[6] and g[7] ~= '1' and not g[9] and finished >= tonumber(g[6]) then
     local members = redis.call('SMEMBERS', KEYS[2])
     table.sort(members, key_order)
     local stream = KEYS[3]
@@ -229,10 +235,29 @@ export async function scriptSha(script: string): Promise<string> {
 
 /**
  * Withdraws one group of a cancelled batch: KEYS = the group hash. Replies
- * `complete` when it was already enqueued (left as it is), else flags it
+ * `complete` when it was already enqueued or is a complete filtered group (left as it is), else flags it
  * `cancelled 1` (never enqueued; PUT_LUA and FINISH_LUA refuse writes to it
  * with `CANCELLED group`) and replies `withdrawn`.
  */
-export const CANCEL_LUA = `if redis.call('HGET', KEYS[1], 'enqueued') == '1' then return 'complete' end
+export const CANCEL_LUA = `local g = redis.call('HMGET', KEYS[1], 'enqueued', 'filtered', 'expected', 'finished')
+if g[1] == '1' then return 'complete' end
+if g[2] and g[3] and tonumber(g[4] or '0') >= tonumber(g[3]) then return 'complete' end
 redis.call('HSET', KEYS[1], 'cancelled', '1')
 return 'withdrawn'`;
+
+/**
+ * Filters one group (dynamic sampling): KEYS = the group hash, the train
+ * and val filtered lists; ARGV = uid, reason. Replies 0 when the group was
+ * already enqueued or withdrawn (nothing changed), else sets `filtered`
+ * (COMPLETE_LUA and PUT_LUA then never enqueue it), RPUSHes the uid to its
+ * partition's filtered list the first time, and replies 1.
+ */
+export const FILTER_LUA = `local g = redis.call('HMGET', KEYS[1], 'enqueued', 'cancelled', 'filtered', 'partition')
+if g[1] == '1' or g[2] == '1' then return 0 end
+if not g[3] then
+  local list = KEYS[2]
+  if g[4] == 'val' then list = KEYS[3] end
+  redis.call('RPUSH', list, ARGV[1])
+end
+redis.call('HSET', KEYS[1], 'filtered', ARGV[2])
+return 1`;

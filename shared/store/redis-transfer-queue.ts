@@ -2,7 +2,7 @@ import { ConflictError, EdgeloopError, GroupCancelledError, InputError, StoreErr
 import type { TrajectoryRecord } from "../schema/index.ts";
 import { decodeRecord, encodedFields, encodeRecord, failedRecord, validateAndEncode, type EncodedRecord, type RecordHead } from "./record-codec.ts";
 import type { RedisArg, RedisCommander, RedisReply } from "./redis-commander.ts";
-import { CANCEL_LUA, EXPECT_LUA, FINISH_LUA, PUT_LUA, RedisLayout, scriptSha } from "./redis-layout.ts";
+import { CANCEL_LUA, EXPECT_LUA, FILTER_LUA, FINISH_LUA, PUT_LUA, RedisLayout, scriptSha } from "./redis-layout.ts";
 import { StreamConsumer, type StreamEntry } from "./stream-consumer.ts";
 import {
   checkFingerprint,
@@ -22,6 +22,7 @@ import {
 } from "./queue-args.ts";
 import type {
   CompleteGroup,
+  FilteredGroup,
   GroupStatus,
   Partition,
   PutOptions,
@@ -171,7 +172,7 @@ export class RedisTransferQueue implements TransferQueue {
 
   async groupStatus(uid: string): Promise<GroupStatus> {
     checkUid(uid);
-    const r = (await this.call(["HMGET", this.layout.group(uid), "expected", "partition", "finished", "records", "failed", "fingerprint", "cancelled"])) as (string | null)[];
+    const r = (await this.call(["HMGET", this.layout.group(uid), "expected", "partition", "finished", "records", "failed", "fingerprint", "cancelled", "filtered"])) as (string | null)[];
     const expected = r[0] == null ? null : Number(r[0]);
     const finished = Number(r[2] ?? 0);
     return {
@@ -184,6 +185,7 @@ export class RedisTransferQueue implements TransferQueue {
       complete: expected !== null && finished >= expected,
       fingerprint: r[5] == null ? null : String(r[5]),
       ...(String(r[6]) === "1" ? { cancelled: true as const } : {}),
+      ...(r[7] != null ? { filtered: true as const } : {}),
     };
   }
 
@@ -196,6 +198,29 @@ export class RedisTransferQueue implements TransferQueue {
       (r === "complete" ? complete : withdrawn).push(uid);
     }
     return { withdrawn, complete };
+  }
+
+  async filterGroup(uid: string, reason: string): Promise<boolean> {
+    checkUid(uid);
+    const r = await this.script(FILTER_LUA, [this.layout.group(uid), this.layout.filtered("train"), this.layout.filtered("val")], [uid, reason.slice(0, 500)]);
+    return Number(r) === 1;
+  }
+
+  async filteredGroups(opts: { partition?: Partition; max: number }): Promise<FilteredGroup[]> {
+    const part = checkPartition(opts.partition);
+    const uids = ((await this.call(["LRANGE", this.layout.filtered(part), "0", "-1"])) as string[]).map(String);
+    const out: FilteredGroup[] = [];
+    for (const uid of uids) {
+      if (out.length >= opts.max) break;
+      const st = await this.groupStatus(uid);
+      if (!st.complete) continue;
+      const reason = String(await this.call(["HGET", this.layout.group(uid), "filtered"]));
+      const keys = ((await this.call(["SMEMBERS", this.layout.members(uid)])) as string[]).map(String).sort(compareKeys);
+      const replies = keys.length ? await this.pipe(keys.map((k) => ["HGETALL", this.layout.traj(k)])) : [];
+      const records = replies.map((x) => replyToFields(x as RedisReply)).filter((f) => f.meta !== undefined).map((f) => decodeRecord(f));
+      out.push({ uid, partition: part, reason, failed: st.failed, records });
+    }
+    return out;
   }
 
   async readCompleteGroups(opts: ReadGroupsOptions): Promise<CompleteGroup[]> {

@@ -39,6 +39,8 @@ export interface GroupStatus {
   failed: number;
   /** Present (true) only for a group withdrawn by a cancelled batch ({@link TransferQueue.cancelGroups}): never delivered. */
   cancelled?: true;
+  /** Present (true) only for a group filtered by dynamic sampling ({@link TransferQueue.filterGroup}): complete, never delivered. */
+  filtered?: true;
   /** `expected` is set and every expected session has finished (the group is then delivered once). */
   complete: boolean;
   /** Fingerprint of the prompt group the uid names (see `groupFingerprint`), or null when none was registered. */
@@ -53,6 +55,21 @@ export interface CompleteGroup {
   /** How many of the group's records failed (have `error` set); 0 for a clean group. */
   failed: number;
   /** Every record of the group, ordered by `session_id` then `output_index`; failed ones have `error` set. */
+  records: TrajectoryRecord[];
+}
+
+/**
+ * A complete group that dynamic sampling kept from the trainers
+ * ({@link TransferQueue.filterGroup}), as `GET /v1/groups?include_filtered=1`
+ * lists it: its records and why it was filtered.
+ */
+export interface FilteredGroup {
+  uid: string;
+  partition: Partition;
+  /** Why it was not delivered, e.g. `reward all_equal 1`. */
+  reason: string;
+  failed: number;
+  /** Every record of the group, ordered by `session_id` then `output_index`. */
   records: TrajectoryRecord[];
 }
 
@@ -119,6 +136,16 @@ export interface TransferQueue {
    * they are. Optional: adapters without it cannot cancel batches.
    */
   cancelGroups?(uids: readonly string[]): Promise<{ withdrawn: string[]; complete: string[] }>;
+  /**
+   * Dynamic sampling (DAPO): flags `uid`'s group filtered with `reason`
+   * before its last session is written; when it completes it is not
+   * delivered to the trainers' stream but listed by {@link filteredGroups}.
+   * Writes to it go on as usual. Returns false (nothing changed) when the
+   * group was already delivered or withdrawn. Idempotent. Optional.
+   */
+  filterGroup?(uid: string, reason: string): Promise<boolean>;
+  /** Complete filtered groups of `partition` (default train), oldest first, at most `max`: read-only (no delivery, no ack). */
+  filteredGroups?(opts: { partition?: Partition; max: number }): Promise<FilteredGroup[]>;
   /** Complete groups not yet delivered to this consumer group, plus groups whose delivery was never acked and timed out. */
   readCompleteGroups(opts: ReadGroupsOptions): Promise<CompleteGroup[]>;
   /** Acknowledges delivered groups; returns how many were pending. */

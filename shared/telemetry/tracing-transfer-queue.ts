@@ -1,5 +1,5 @@
 import type { TrajectoryRecord } from "../schema/index.ts";
-import type { CompleteGroup, GroupStatus, Partition, PutOptions, PutResult, ReadGroupsOptions, TransferQueue } from "../store/types.ts";
+import type { CompleteGroup, FilteredGroup, GroupStatus, Partition, PutOptions, PutResult, ReadGroupsOptions, TransferQueue } from "../store/types.ts";
 import { SpanAttr, withSpan } from "./tracer.ts";
 
 /**
@@ -44,6 +44,14 @@ export class TracingTransferQueue implements TransferQueue {
   cancelGroups(uids: readonly string[]): Promise<{ withdrawn: string[]; complete: string[] }> {
     if (!this.inner.cancelGroups) return Promise.reject(new Error("this transfer queue cannot cancel groups"));
     return this.inner.cancelGroups(uids);
+  }
+  filterGroup(uid: string, reason: string): Promise<boolean> {
+    if (!this.inner.filterGroup) return Promise.reject(new Error("this transfer queue cannot filter groups"));
+    return this.inner.filterGroup(uid, reason);
+  }
+  filteredGroups(opts: { partition?: Partition; max: number }): Promise<FilteredGroup[]> {
+    if (!this.inner.filteredGroups) return Promise.resolve([]);
+    return this.inner.filteredGroups(opts);
   }
   readCompleteGroups(opts: ReadGroupsOptions): Promise<CompleteGroup[]> {
     return this.inner.readCompleteGroups(opts);
