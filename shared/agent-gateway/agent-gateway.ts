@@ -5,6 +5,7 @@ import { fnv1a32 } from "../inference/hash.ts";
 import type { InferenceClient } from "../inference/types.ts";
 import type { AgentLoopOutput, ChatMessage, SamplingParams, ToolSchema } from "../schema/index.ts";
 import { isStaleStep, type SessionStorage } from "../session/session-storage.ts";
+import { holdWhileStoreDown } from "../store/store-outage.ts";
 import { encodeFloat32, encodeInt32 } from "../session/typed-base64.ts";
 import { constantTimeEqual } from "../tools/signature.ts";
 import { createToolCallParser } from "../tools/parser-registry.ts";
@@ -114,10 +115,15 @@ export class AgentGateway {
   /**
    * Creates the session of `input.key`, or returns the stored one when it
    * exists (a loop resumed after a crash finds its session and token again).
-   * @throws InputError for a malformed input; StoreError when storage fails.
+   * A store outage is waited out (the loop's side is held, never failed, for one).
+   * @throws InputError for a malformed input; StoreError when storage fails otherwise.
    */
   async create(input: AgentSessionInputArg): Promise<AgentSessionState> {
     const inp = AgentSessionInput.parse(input);
+    return holdWhileStoreDown(() => this.createOnce(inp));
+  }
+
+  private createOnce(inp: AgentSessionInput): Promise<AgentSessionState> {
     return this.serial(inp.key, async () => {
       const existing = await this.load(inp.key);
       if (existing) return existing;
@@ -229,11 +235,11 @@ export class AgentGateway {
   async markTaskSent(key: string): Promise<void> {
     for (let attempt = 0; ; attempt++) {
       try {
-        await this.serial(key, async () => {
+        await holdWhileStoreDown(() => this.serial(key, async () => {
           const st = await this.load(key);
           if (!st || st.taskSent || st.finish) return;
           await this.commit(st, { e: "task" });
-        });
+        }));
         return;
       } catch (e) {
         if (!isStaleStep(e) || attempt >= 5) throw e;
@@ -251,11 +257,12 @@ export class AgentGateway {
   async waitFinished(key: string, signal?: AbortSignal): Promise<AgentSessionState> {
     const poll = this.opts.pollMs ?? 500;
     for (;;) {
-      const st = await this.get(key);
+      // The loop's side waits a store outage out (its agent's calls meanwhile get 503s, which clients retry).
+      const st = await holdWhileStoreDown(() => this.get(key));
       if (!st) throw new NotFoundError(`agent session '${key.slice(0, 200)}' vanished from its store`, { field: "key" });
       if (st.finish) return st;
       const left = st.input.deadline_ms - this.wall();
-      if (left <= 0) return this.finish(key, { by: "timeout" });
+      if (left <= 0) return holdWhileStoreDown(() => this.finish(key, { by: "timeout" }));
       if (signal?.aborted) throw signal.reason ?? new Error("aborted");
       await new Promise<void>((resolve) => {
         const set = this.listeners.get(key) ?? new Set();

@@ -2,6 +2,7 @@ import { AgentLoop, type AgentLoopKwargs } from "../agent-loop/agent-loop.ts";
 import { ConfigError, EdgeloopError } from "../errors.ts";
 import type { AgentLoopOutput, SamplingParams } from "../schema/index.ts";
 import { SIGNATURE_HEADER, signatureHeader } from "../tools/signature.ts";
+import { holdWhileStoreDown } from "../store/store-outage.ts";
 import type { AgentGateway } from "./agent-gateway.ts";
 import { agentOutputs, lastActionIds, type AgentSessionState } from "./agent-session.ts";
 import { AgentTaskResult, type AgentTask } from "./task.ts";
@@ -128,7 +129,7 @@ export class OpenAIAgentLoop extends AgentLoop {
 
   /** Whether the agent got the task after all (the session has calls or is finished): then it is marked sent. */
   private async agentWorked(key: string, link: AgentGatewayLink): Promise<boolean> {
-    const st = await link.gateway.get(key);
+    const st = await holdWhileStoreDown(() => link.gateway.get(key));
     if (!st || (st.outputs.length === 0 && !st.finish)) return false;
     await link.gateway.markTaskSent(key);
     return true;
@@ -182,7 +183,7 @@ export class OpenAIAgentLoop extends AgentLoop {
           lastError = `agent webhook ${url} answered 200 with a body that is neither empty, {reward?, metadata?} nor another JSON object: ${text.slice(0, 200)}`;
         } else {
           await link.gateway.markTaskSent(key);
-          if (result) await link.gateway.finish(key, { by: "task", reward: result.reward ?? null, metadata: result.metadata ?? null });
+          if (result) await holdWhileStoreDown(() => link.gateway.finish(key, { by: "task", reward: result.reward ?? null, metadata: result.metadata ?? null }));
           return;
         }
       } else lastError = `agent webhook ${url} answered ${res.status}: ${text.slice(0, 300)}`;

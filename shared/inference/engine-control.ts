@@ -1,3 +1,4 @@
+import { holdWhileStoreDown } from "../store/store-outage.ts";
 import { z } from "zod";
 import { EngineUnavailableError } from "../errors.ts";
 import type { RedisCommander } from "../store/redis-commander.ts";
@@ -188,7 +189,11 @@ export class RedisEngineGate implements EngineGate {
     const id = crypto.randomUUID();
     for (;;) {
       const now = Date.now();
-      const [paused, epoch] = (await this.redis.exec(["EVAL", ADMIT_LUA, "3", this.key, this.inflightKey, this.startingKey, id, String(now + this.leaseMs), String(now + this.startLeaseMs)])) as [number, number];
+      // On the trajectory path: a store outage holds the call until the store answers again (a session
+      // is held, never failed, for an outage), as the policy-version reads do.
+      const [paused, epoch] = (await holdWhileStoreDown(() =>
+        this.redis.exec(["EVAL", ADMIT_LUA, "3", this.key, this.inflightKey, this.startingKey, id, String(now + this.leaseMs), String(now + this.startLeaseMs)]),
+      )) as [number, number];
       const e = Number(epoch);
       if (this.lastEpoch !== null && e !== this.lastEpoch) this.onChange?.();
       this.lastEpoch = e;
