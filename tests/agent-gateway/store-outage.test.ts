@@ -37,6 +37,7 @@ describe("openai_agent through a store outage", () => {
       const appFetch = async (u: string | URL | Request, i?: RequestInit) => app.fetch(new Request(u as string, i));
       const statuses: number[] = [];
       let agentRun: Promise<void> = Promise.resolve();
+      let restarted: Promise<void> = Promise.resolve();
       const link: AgentGatewayLink = {
         gateway: gw,
         publicUrl: () => "http://edgeloop.local",
@@ -53,7 +54,7 @@ describe("openai_agent through a store outage", () => {
             // Redis goes down after the task was accepted; the agent's first call meets the outage.
             await new Promise((r) => setTimeout(r, 100));
             await redis.stop();
-            setTimeout(() => void redis.start(), 1_500);
+            restarted = Bun.sleep(1_500).then(() => redis.start());
             const messages = [...task.messages] as OpenAI.ChatCompletionMessageParam[];
             const r1 = await client.chat.completions.create({ model: task.model, messages, tools: task.tools as OpenAI.ChatCompletionTool[] });
             const m = r1.choices[0]!.message;
@@ -67,6 +68,7 @@ describe("openai_agent through a store outage", () => {
       const loop = new OpenAIAgentLoop(ctxOf(tok, new SimEngineClient(new SimEngine({ tokenizer: tok, script })), config(), { reward: {}, agentGateway: link }));
       const outs = await loop.run(SP, { uid: "o0", session_id: 0, prompt: row0.prompt, reward_model: { style: "rule", ground_truth: "31" } });
       await agentRun;
+      await restarted;
       expect(statuses.filter((s) => s === 503).length).toBeGreaterThan(0);
       expect(statuses.at(-1)).toBe(200);
       expect(outs.length).toBe(1);
