@@ -237,15 +237,24 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       batchStore = hooks.wrapStore ? hooks.wrapStore(store) : store;
       // Partial rollouts carried to the next batch need checkpoints: with the memory store they live in this process.
       let carryHost: SessionHost | null = null;
+      const carryStorage = new MemorySessionStorage();
       executorFor = (rollout, batch) => {
         validateRollout(rollout, registry);
-        if (rollout.partial_rollout !== "carry") return createAgentExecutor(deps, rollout, batch);
+        const plain = createAgentExecutor(deps, rollout, batch);
+        if (rollout.partial_rollout !== "carry" && !carryHost) return plain;
         if (!carryHost) {
-          const host = new SessionHost({ storage: new MemorySessionStorage(), createLoop: sessionLoopFactory(deps), onPause: endLoopTrace });
+          const host = new SessionHost({ storage: carryStorage, createLoop: sessionLoopFactory(deps), onPause: endLoopTrace });
           closers.push(async () => host.close());
           carryHost = host;
         }
-        return createSessionExecutor(deps, carryHost, store, rollout, batch);
+        const sessions = createSessionExecutor(deps, carryHost, store, rollout, batch);
+        if (rollout.partial_rollout === "carry") return sessions;
+        // A later batch without carry still resumes what an earlier carry batch left checkpointed here
+        // (whatever its own partial_rollout says): never generate a carried trajectory again from scratch.
+        return {
+          agentNameFor: (t) => plain.agentNameFor(t),
+          run: async (t, plan, signal) => ((await carryStorage.stepOf(t.key)) !== null ? sessions.run(t, plan, signal) : plain.run(t, plan, signal)),
+        };
       };
       service = new ValidatingRolloutService(registry, { config, store: batchStore, executorFor, policy });
     }

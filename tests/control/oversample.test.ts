@@ -92,6 +92,7 @@ describe("over-sampling inline (memory store)", () => {
     expect(expected.size).toBe(ROW_COUNT * N);
 
     const { rt, config } = await runtime("carry");
+    await rt.service.policy.set("A");
     const first = await rt.service.accept(req(rowsWith("cc"), { target_groups: TARGET, config }));
     await first.run.run();
     const s1 = first.run.stats();
@@ -111,7 +112,10 @@ describe("over-sampling inline (memory store)", () => {
 
     // The next batch names the carried uids: finished sessions handed back, the others resumed from their checkpoints.
     const idx = carriedUids.map((u) => Number(u.slice(2)));
-    const second = await rt.service.accept(req(idx.map((i) => ({ ...ROWS[i]!, uid: `cc${i}` })).reverse(), { config }));
+    // Without carry in its own config (a fresh user's finding: the memory store then ran them again from scratch).
+    void config;
+    await rt.service.policy.set("B");
+    const second = await rt.service.accept(req(idx.map((i) => ({ ...ROWS[i]!, uid: `cc${i}` })).reverse(), { config: { rollout: { partial_rollout: "cancel" } } }));
     expect(second.reused_uids.sort()).toEqual([...carriedUids].sort());
     await second.run.run();
     const s2 = second.run.stats();
@@ -128,6 +132,9 @@ describe("over-sampling inline (memory store)", () => {
     const callsAfter = (key: string) => engine.requests.filter((l) => l.routing_key === key && l.received_ms! >= secondStart).length;
     const resumed = second.run.records().filter((r) => callsAfter(r.key) < r.num_turns);
     expect(resumed.length).toBeGreaterThan(0);
+    // Their tokens from before the stop keep the version they were sampled under (A), the rest B: kept, not sampled again.
+    const versions = second.run.records().map((r) => (r.extra_fields.token_versions as [number, unknown][]).map((seg) => seg[1]));
+    expect(versions.filter((v) => v[0] === "A" && v.at(-1) === "B").length).toBeGreaterThan(0);
     console.log(`carry: ${o.carried} sessions carried (${o.interrupted} interrupted); ${resumed.length} resumed mid-trajectory in batch 2`);
   }, 90_000);
 });
