@@ -1,6 +1,6 @@
 import { Hono, type Context } from "hono";
 import { z } from "zod";
-import { AuthError, EdgeloopError, inputErrorFromZod, NotFoundError } from "../shared/errors.ts";
+import { AuthError, EdgeloopError, inputErrorFromZod, NotFoundError, NotImplementedError } from "../shared/errors.ts";
 import { RolloutRequest } from "../shared/rollout/batch.ts";
 import type { BatchCounts } from "../shared/rollout/batch-run.ts";
 import type { RolloutService } from "../shared/rollout/service.ts";
@@ -194,7 +194,7 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
   });
 
   const engine = (): EngineControl => {
-    if (!opts.engine) throw new EdgeloopError("engine pause/resume is not available in this process", { status: 501, code: "not_implemented" });
+    if (!opts.engine) throw new NotImplementedError("engine pause/resume is not available in this process");
     return opts.engine;
   };
   app.post("/v1/engine/pause", async (c) => {
@@ -250,7 +250,7 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
 }
 
 function noTokenizer(): EdgeloopError {
-  return new EdgeloopError("decoding needs the model's tokenizer: pass `tokenizer` to createRolloutsApp", { status: 501, code: "not_implemented" });
+  return new NotImplementedError("decoding needs the model's tokenizer: pass `tokenizer` to createRolloutsApp");
 }
 
 /** Maps any thrown value to the JSON error response; 5xx bodies never carry stack traces. */

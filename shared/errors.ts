@@ -95,6 +95,17 @@ export class NotFoundError extends EdgeloopError {
 }
 
 /** A request that conflicts with current state (e.g. an already-answered call id): 409. */
+/** What this deployment cannot do (yet): 501, code `not_implemented`; the message says what and why, and is shown. */
+export class NotImplementedError extends EdgeloopError {
+  override name = "NotImplementedError";
+  constructor(message: string, opts: EdgeloopErrorOptions = {}) {
+    super(message, { status: 501, code: "not_implemented", ...opts });
+  }
+  protected override get exposeMessage(): boolean {
+    return true;
+  }
+}
+
 export class ConflictError extends EdgeloopError {
   override name = "ConflictError";
   constructor(message: string, opts: EdgeloopErrorOptions = {}) {

@@ -342,7 +342,7 @@ export class EngineControl {
 
   /**
    * Pauses the deployment (see the class doc).
-   * @throws EngineUnavailableError naming every replica that failed (the gate stays closed: resume to retry)
+   * @throws EngineUnavailableError (502) naming every replica that failed; the pause is then rolled back (the replicas that paused resumed, the gate opened): a 502 means nothing is paused
    */
   async pause(req: EnginePauseRequest): Promise<EngineStatus> {
     await this.opts.gate.close(req.mode);
@@ -358,6 +358,13 @@ export class EngineControl {
       if (!r.ok || !req.clear_cache) return r;
       return this.call(t, "POST", "/flush_cache");
     });
+    if (results.some((r) => !r.ok)) {
+      // All or nothing: a pause that failed at a replica is rolled back (the replicas that paused are resumed,
+      // the gate opened), so a 502 always means "nothing is paused" and a trainer never leaves the gate shut.
+      await this.fanOut((t) => this.call(t, "POST", sglang ? "/continue_generation" : "/resume"));
+      await this.opts.gate.open();
+      return this.finish("pause", results, "; rolled back: the replicas that paused were resumed and the gate is open, nothing is paused");
+    }
     return this.finish("pause", results);
   }
 
@@ -366,7 +373,7 @@ export class EngineControl {
     const sglang = this.opts.format === "sglang";
     const results = await this.fanOut((t) => this.call(t, "POST", sglang ? "/continue_generation" : "/resume"));
     await this.opts.gate.open();
-    return this.finish("resume", results);
+    return this.finish("resume", results, "; the gate is open (edgeloop sends calls again) but those replicas may still be paused: resume them by their own API or retry");
   }
 
   /** The gate's state, the calls in flight and each replica's `is_paused` (vLLM; null for SGLang, which does not say). */
@@ -380,11 +387,11 @@ export class EngineControl {
     return { ...st, inflight, replicas: results };
   }
 
-  private async finish(what: string, results: ReplicaControlResult[]): Promise<EngineStatus> {
+  private async finish(what: string, results: ReplicaControlResult[], after = ""): Promise<EngineStatus> {
     const [st, inflight] = await Promise.all([this.opts.gate.state(), this.opts.gate.inflight()]);
     const failed = results.filter((r) => !r.ok);
     if (failed.length) {
-      throw new EngineUnavailableError(`engine ${what} failed at ${failed.map((f) => `${f.url} (${f.error ?? `HTTP ${f.status}`})`).join(", ")}`, { status: 502, code: "engine_control_failed" });
+      throw new EngineUnavailableError(`engine ${what} failed at ${failed.map((f) => `${f.url} (${f.error ?? `HTTP ${f.status}`})`).join(", ")}${after}`, { status: 502, code: "engine_control_failed" });
     }
     return { ...st, inflight, replicas: results };
   }

@@ -1,4 +1,4 @@
-import { ConfigError, ConflictError, EdgeloopError, NotFoundError } from "../errors.ts";
+import { ConfigError, ConflictError, EdgeloopError, NotFoundError, NotImplementedError } from "../errors.ts";
 import { AppConfig, mergeConfig, parseAppConfig } from "../config/app-config.ts";
 import type { RolloutConfig, TrajectoryRecord } from "../schema/index.ts";
 import type { TransferQueue } from "../store/types.ts";
@@ -114,7 +114,9 @@ export class RolloutService {
     const cfg = this.effectiveConfig(req);
     const plan = await withFingerprints(planBatch(req, cfg.rollout, cfg.max_batch_trajectories));
     if (plan.oversample) {
-      throw new EdgeloopError("over-sampling and filter_groups run inline only for now (the follower of a queued batch cannot stop its surplus yet)", { status: 501, code: "not_implemented", field: req.target_groups !== undefined ? "target_groups" : "rollout.oversample" });
+      throw new NotImplementedError("over-sampling (target_groups, rollout.oversample) and rollout.filter_groups run inline only for now (serve --jobs inline, or rollout): in queue mode the follower of a batch cannot stop its surplus yet", {
+        field: req.target_groups !== undefined ? "target_groups" : cfg.rollout.oversample != null ? "rollout.oversample" : "rollout.filter_groups",
+      });
     }
     const reuse = await checkPlanGroups(this.store, plan);
     // Sessions of re-posted uids that already finished are handed back as stored, not run (or counted) again.
@@ -225,7 +227,7 @@ export class RolloutService {
     if (st.cancelled) return st;
     if (st.done) throw new ConflictError(`batch ${id.slice(0, 100)} is already done: nothing to cancel`, { code: "batch_done", field: "batch_id" });
     const store = this.store;
-    if (!store.cancelGroups) throw new EdgeloopError("this store cannot cancel batches (no cancelGroups)", { status: 501, code: "not_implemented" });
+    if (!store.cancelGroups) throw new NotImplementedError("this store cannot cancel batches (no cancelGroups)");
     const uids = [...new Set([...run.plan.groups.keys(), ...run.plan.trajectories.map((t) => t.uid)])];
     if (this.jobs) {
       await this.jobs.cancelBatch(id);
