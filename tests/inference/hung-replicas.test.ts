@@ -157,7 +157,12 @@ describe("E8: sessions pinned to a replica that starts hanging", () => {
     await turn((r) => client.generate(r), keys, outs);
     expect(strip(outs)).toEqual(strip(await reference(keys, 3)));
     const s = statusOf(gw, a.url);
-    expect(s).toMatchObject({ state: "ejected", failures: onA.length, repins: onA.length });
+    expect(s).toMatchObject({ state: "ejected" });
+    // Every key that timed out there moved (one repin per failure). Under load, bounded_load may also have placed a
+    // key there in turn 2 (its first choice over the load bound): it timed out once and moved like the others.
+    expect(s.repins).toBe(s.failures);
+    expect(s.failures).toBeGreaterThanOrEqual(onA.length);
+    expect(s.failures).toBeLessThanOrEqual(onA.length + 2);
     for (const k of onA) expect(a.calls.get(k)).toBe(2);
   }, 20_000);
 });
