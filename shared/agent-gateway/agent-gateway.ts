@@ -1,5 +1,6 @@
+import { KeyedChain } from "../session/keyed-chain.ts";
 import { LRUCache } from "lru-cache";
-import { AgentLoop, addPreempted, modelVersionOf, turnVersions, type AgentLoopContext, type TokenVersions } from "../agent-loop/agent-loop.ts";
+import { AgentLoop, addPreempted, contextSize, modelVersionOf, turnVersions, type AgentLoopContext, type TokenVersions } from "../agent-loop/agent-loop.ts";
 import { AuthError, ConflictError, EdgeloopError, InputError, NotFoundError, TemplateError } from "../errors.ts";
 import { fnv1a32 } from "../inference/hash.ts";
 import type { InferenceClient } from "../inference/types.ts";
@@ -94,7 +95,7 @@ export class AgentGateway {
   readonly modelName: string;
   private readonly opts: AgentGatewayOptions;
   private readonly cache: LRUCache<string, AgentSessionState>;
-  private readonly chains = new Map<string, Promise<unknown>>();
+  private readonly chains = new KeyedChain();
   private readonly listeners = new Map<string, Set<() => void>>();
   private readonly encoders = new LRUCache<string, ObservationEncoder>({ max: 64 });
   private readonly turnLoop: TurnRunner;
@@ -329,7 +330,7 @@ export class AgentGateway {
       out.userTurns++;
     } else {
       const { promptIds, truncated } = buildPromptIds(tok, req.messages, { tools, promptLength: rollout.prompt_length, chatTemplateKwargs: rollout.chat_template_kwargs });
-      const maxModelLen = await this.turnLoop.contextFor(rollout);
+      const maxModelLen = await contextSize(rollout, this.opts.maxModelLen, this.opts.client);
       partial.open = {
         prompt_ids: encodeInt32(promptIds),
         prompt_truncated: truncated,
@@ -487,14 +488,7 @@ export class AgentGateway {
 
   /** Runs `fn` after every earlier operation on `key` in this process. */
   private serial<T>(key: string, fn: () => Promise<T>): Promise<T> {
-    const prev = this.chains.get(key) ?? Promise.resolve();
-    const next = prev.then(fn, fn);
-    const tail = next.catch(() => {});
-    this.chains.set(key, tail);
-    void tail.then(() => {
-      if (this.chains.get(key) === tail) this.chains.delete(key);
-    });
-    return next;
+    return this.chains.run(key, fn);
   }
 }
 
@@ -524,7 +518,7 @@ function emptyMetrics() {
   return { generate_sequences: 0, tool_calls: 0, compute_score: 0, num_preempted: -1 };
 }
 
-/** The loop machinery a call reuses: `AgentLoop.generate` (preemption resume, stop ids) and the context size rule. */
+/** The loop machinery a call reuses: `AgentLoop.generate` (preemption resume, stop ids, token versions). */
 class TurnRunner extends AgentLoop {
   constructor(opts: AgentGatewayOptions) {
     super({ tokenizer: opts.tokenizer, client: opts.client, config: undefined as unknown as AgentLoopContext["config"], maxModelLen: opts.maxModelLen, newRequestId: opts.newRequestId });
@@ -534,14 +528,6 @@ class TurnRunner extends AgentLoop {
   }
   override generate(...a: Parameters<AgentLoop["generate"]>) {
     return super.generate(...a);
-  }
-  /** The context size for a batch's rollout config (see `AgentLoop.maxModelLen`). */
-  async contextFor(rollout: AgentLoopContext["config"]): Promise<number> {
-    const c = rollout;
-    if (c.max_model_len) return this.ctx.maxModelLen ? Math.min(c.max_model_len, this.ctx.maxModelLen) : c.max_model_len;
-    if (this.ctx.maxModelLen) return this.ctx.maxModelLen;
-    const engine = await this.ctx.client.maxModelLen?.();
-    return engine ?? c.prompt_length + c.response_length;
   }
 }
 

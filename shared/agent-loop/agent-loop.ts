@@ -126,12 +126,8 @@ export abstract class AgentLoop {
    * ({@link AgentLoopContext.maxModelLen}, the engine's); else that context;
    * else the engine's answer; else `prompt_length + response_length`.
    */
-  protected async maxModelLen(): Promise<number> {
-    const c = this.ctx.config;
-    if (c.max_model_len) return this.ctx.maxModelLen ? Math.min(c.max_model_len, this.ctx.maxModelLen) : c.max_model_len;
-    if (this.ctx.maxModelLen) return this.ctx.maxModelLen;
-    const engine = await this.ctx.client.maxModelLen?.();
-    return engine ?? c.prompt_length + c.response_length;
+  protected maxModelLen(): Promise<number> {
+    return contextSize(this.ctx.config, this.ctx.maxModelLen, this.ctx.client);
   }
 
   /**
@@ -274,6 +270,19 @@ export function withStopIds(sp: SamplingParams, stopIds: readonly number[]): Sam
   const add = stopIds.filter((id) => !own.includes(id));
   if (add.length === 0) return sp;
   return { ...sp, stop_token_ids: [...own, ...add] };
+}
+
+/**
+ * The context size a trajectory of `config` is budgeted against (see
+ * {@link AgentLoop.maxModelLen}): `config.max_model_len` capped by the
+ * process's context `processLen`; else `processLen`; else the engine's
+ * answer; else `prompt_length + response_length`. Tokens.
+ */
+export async function contextSize(config: RolloutConfig, processLen: number | undefined, client: InferenceClient): Promise<number> {
+  if (config.max_model_len) return processLen ? Math.min(config.max_model_len, processLen) : config.max_model_len;
+  if (processLen) return processLen;
+  const engine = await client.maxModelLen?.();
+  return engine ?? config.prompt_length + config.response_length;
 }
 
 /** Resumes of one turn after preemption before it ends `abort` with what it has. */

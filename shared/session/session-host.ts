@@ -1,3 +1,4 @@
+import { KeyedChain } from "./keyed-chain.ts";
 import { NotFoundError } from "../errors.ts";
 import type { AgentLoopOutput } from "../schema/index.ts";
 import type { SessionInputArg } from "./checkpoint.ts";
@@ -42,7 +43,7 @@ interface Waiter {
 export class SessionHost {
   private readonly opts: SessionHostOptions;
   private readonly timers: HostTimers;
-  private readonly chains = new Map<string, Promise<unknown>>();
+  private readonly chains = new KeyedChain();
   private readonly waiters = new Map<string, Waiter[]>();
   private readonly timeouts = new Map<string, unknown>();
   private closed = false;
@@ -237,14 +238,7 @@ export class SessionHost {
 
   /** Runs `fn` after every earlier operation on `key` (one at a time per key). */
   private serial<T>(key: string, fn: () => Promise<T>): Promise<T> {
-    const prev = this.chains.get(key) ?? Promise.resolve();
-    const next = prev.then(fn, fn);
-    const tail = next.catch(() => {});
-    this.chains.set(key, tail);
-    void tail.then(() => {
-      if (this.chains.get(key) === tail) this.chains.delete(key);
-    });
-    return next;
+    return this.chains.run(key, fn);
   }
 }
 
