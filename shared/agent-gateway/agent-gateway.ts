@@ -15,7 +15,6 @@ import { buildPromptIds } from "../tokens/prompt.ts";
 import type { ChatTokenizer } from "../tokens/tokenizer.ts";
 import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
 import {
-  AGENT_SESSION_VERSION,
   AgentSessionInput,
   applyEvent,
   foldAgentSession,
@@ -531,4 +530,3 @@ class TurnRunner extends AgentLoop {
   }
 }
 
-export { AGENT_SESSION_VERSION };
