@@ -296,7 +296,7 @@ export class MemoryTransferQueue implements TransferQueue {
     const g = this.group(uid);
     if (g.enqueued || g.cancelled) return false;
     if (g.filtered === undefined) this.filtered[g.partition].push(uid);
-    g.filtered = reason;
+    g.filtered = reason.slice(0, 500);
     return true;
   }
 

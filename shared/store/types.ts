@@ -141,7 +141,8 @@ export interface TransferQueue {
    * before its last session is written; when it completes it is not
    * delivered to the trainers' stream but listed by {@link filteredGroups}.
    * Writes to it go on as usual. Returns false (nothing changed) when the
-   * group was already delivered or withdrawn. Idempotent. Optional.
+   * group was already delivered or withdrawn. Idempotent. `reason` is kept
+   * to its first 500 characters. Optional.
    */
   filterGroup?(uid: string, reason: string): Promise<boolean>;
   /** Complete filtered groups of `partition` (default train), oldest first, at most `max`: read-only (no delivery, no ack). */

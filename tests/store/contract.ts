@@ -367,6 +367,62 @@ export function transferQueueContract(name: string, target: ContractTarget, pref
       expect(await q.get("u_0_0")).toBeNull();
     });
 
+    test("cancelGroups withdraws incomplete groups: never delivered, later writes refused, stored records kept", async () => {
+      const q = open();
+      if (!q.cancelGroups) return expect(name).toBe("an adapter without cancelGroups");
+      await q.expectGroup("cw", 2);
+      await q.expectGroup("cc", 1);
+      await q.put(makeRecord("cw", 0));
+      await q.put(makeRecord("cc", 0));
+      expect(await q.cancelGroups(["cw", "cc", "cw"])).toEqual({ withdrawn: ["cw"], complete: ["cc"] });
+      expect(await q.groupStatus("cw")).toEqual({ uid: "cw", partition: "train", expected: 2, finished: 1, records: 1, failed: 0, complete: false, fingerprint: null, cancelled: true });
+      expect(await q.groupStatus("cc")).toEqual({ uid: "cc", partition: "train", expected: 1, finished: 1, records: 1, failed: 0, complete: true, fingerprint: null });
+      for (const p of [q.put(makeRecord("cw", 1)), q.markFailed("cw_1_0", "boom"), q.finishSession("cw", 1, 0)]) {
+        const e = (await rejects(p)) as { name: string; code: string; status: number };
+        expect([e.name, e.code, e.status]).toEqual(["GroupCancelledError", "group_cancelled", 409]);
+      }
+      expect(await q.get("cw_0_0")).toEqual(makeRecord("cw", 0));
+      expect(await q.get("cw_1_0")).toBeNull();
+      const got = await q.readCompleteGroups({ consumer: "c", max: 10 });
+      expect(got.map((g) => g.uid)).toEqual(["cc"]);
+      // Idempotent: a withdrawn group is withdrawn again, a delivered one stays complete.
+      expect(await q.cancelGroups(["cw", "cc"])).toEqual({ withdrawn: ["cw"], complete: ["cc"] });
+      expect(await q.readCompleteGroups({ consumer: "c2", max: 10 })).toEqual([]);
+      expect(await q.filterGroup?.("cw", "reward all_equal 1")).toBe(false);
+      expect(await q.filterGroup?.("cc", "reward all_equal 1")).toBe(false);
+    });
+
+    test("filterGroup keeps a group from trainers: complete, listed with its reason by filteredGroups, never delivered", async () => {
+      const q = open();
+      if (!q.filterGroup || !q.filteredGroups) return expect(name).toBe("an adapter without filterGroup");
+      await q.expectGroup("fa", 2);
+      await q.expectGroup("fb", 1);
+      await q.expectGroup("fv", 1, "val");
+      await q.put(makeRecord("fa", 1));
+      expect(await q.filterGroup("fa", "reward all_equal 1")).toBe(true);
+      expect(await q.filterGroup("fa", "reward all_equal 1")).toBe(true);
+      expect(await q.filterGroup("fv", "reward all_equal 0")).toBe(true);
+      expect(await q.filteredGroups({ max: 10 })).toEqual([]);
+      await q.put(makeRecord("fa", 0));
+      await q.put(makeRecord("fb", 0));
+      await q.put(makeRecord("fv", 0));
+      expect(await q.groupStatus("fa")).toEqual({ uid: "fa", partition: "train", expected: 2, finished: 2, records: 2, failed: 0, complete: true, fingerprint: null, filtered: true });
+      expect((await q.readCompleteGroups({ consumer: "c", max: 10 })).map((g) => g.uid)).toEqual(["fb"]);
+      expect(await q.filteredGroups({ max: 10 })).toEqual([{ uid: "fa", partition: "train", reason: "reward all_equal 1", failed: 0, records: [makeRecord("fa", 0), makeRecord("fa", 1)] }]);
+      expect(await q.filteredGroups({ max: 10, partition: "val" })).toEqual([{ uid: "fv", partition: "val", reason: "reward all_equal 0", failed: 0, records: [makeRecord("fv", 0)] }]);
+      expect(await q.readCompleteGroups({ consumer: "c", max: 10, partition: "val" })).toEqual([]);
+      // A delivered group cannot be filtered any more; a complete filtered group counts as complete for a cancel.
+      expect(await q.filterGroup("fb", "late")).toBe(false);
+      expect((await q.groupStatus("fb")).filtered).toBeUndefined();
+      expect(await q.cancelGroups?.(["fa"])).toEqual({ withdrawn: [], complete: ["fa"] });
+      // Reasons are kept to 500 characters.
+      await q.expectGroup("fl", 1);
+      expect(await q.filterGroup("fl", "r".repeat(700))).toBe(true);
+      await q.put(makeRecord("fl", 0));
+      expect((await q.filteredGroups({ max: 10 })).map((g) => [g.uid, g.reason.length])).toEqual([["fa", 18], ["fl", 500]]);
+      expect(await q.filteredGroups({ max: 1 })).toHaveLength(1);
+    });
+
     test("train and val partitions never mix", async () => {
       const q = open();
       await q.expectGroup("v1", 1, "val");
