@@ -72,15 +72,37 @@ export const SimRule = z.strictObject({
 export type SimRule = z.infer<typeof SimRule>;
 
 /**
+ * Long-tailed response lengths for unscripted turns (the over-sampling
+ * bench's stragglers): each turn played from `default` is stretched or cut
+ * to L tokens, L drawn from a lognormal with the given `median` (tokens) and
+ * `sigma` (of ln L), clamped to `min..max`, deterministic in (script seed,
+ * the request's routing key, assistant-turn index) — so the n sessions of a
+ * prompt differ, a retried or resumed turn draws the same L, and a run
+ * repeats. The turn's text ids are repeated to L − 1 tokens and the model's
+ * end token closes it (a turn whose text is a tool call keeps its call only
+ * when L covers it; use `lengths` with plain-text `default` turns).
+ */
+export const SimLengths = z.strictObject({
+  median: z.number().int().min(1),
+  sigma: z.number().min(0).max(4),
+  min: z.number().int().min(1).default(1),
+  max: z.number().int().min(1).default(16_384),
+}).refine((l) => l.min <= l.max && l.min <= l.median && l.median <= l.max, { message: "needs min <= median <= max", path: ["median"] });
+export type SimLengths = z.infer<typeof SimLengths>;
+
+/**
  * A scripted policy (the `--script FILE` JSON). The first rule whose `when`
  * occurs in the decoded prompt applies; turn index = number of assistant turns
  * already in the prompt; past the rule's last turn, and when no rule matches,
  * `default` applies (indexed from the first unscripted turn, the last entry repeating).
  * `seed` makes log-probs differ between scripts; `fault` applies to every request;
  * `fault_rate` injects random (seeded) faults into a share of the requests.
+ * `lengths` draws the length of every unscripted turn from a lognormal
+ * ({@link SimLengths}).
  */
 export const SimScript = z.strictObject({
   seed: z.number().int().default(0),
+  lengths: SimLengths.optional(),
   rules: z.array(SimRule).default([]),
   default: z.array(SimTurn).min(1, "needs at least one turn").default(["I cannot help with that."]),
   fault: SimFault.optional(),

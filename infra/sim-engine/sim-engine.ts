@@ -1,10 +1,10 @@
 import { ConfigError, formatPath } from "../../shared/errors.ts";
 import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
-import { hashInt, unitFloat } from "../../shared/inference/hash.ts";
+import { fnv1a32, hashInt, unitFloat } from "../../shared/inference/hash.ts";
 import { assistantOpeners, familyText } from "./family-text.ts";
 import { DEFAULT_BLOCK_SIZE, DEFAULT_KV_CACHE_BLOCKS, PrefixKvCache } from "./kv-cache.ts";
 import { FaultRateInjector } from "./fault-rate.ts";
-import { DEFAULT_POLICY, parseSimScript, SimFault, type SimFaultRateInput, type SimRule, type SimScript, type SimTurn } from "./script.ts";
+import { DEFAULT_POLICY, parseSimScript, SimFault, type SimFaultRateInput, type SimLengths, type SimRule, type SimScript, type SimTurn } from "./script.ts";
 
 /** Default context size of the simulated model, in tokens (Qwen3-8B's native 40,960). */
 export const DEFAULT_MAX_MODEL_LEN = 40_960;
@@ -386,7 +386,7 @@ export class SimEngine {
   }
 
   /** The rule index that applies to a prompt (−1: none) and the turn to play. */
-  resolve(ids: readonly number[]): { rule_index: number; turn_index: number; turn: SimTurn; open: number[] | undefined } {
+  resolve(ids: readonly number[]): { rule_index: number; turn_index: number; turn: SimTurn; open: number[] | undefined; scripted: boolean } {
     const { count, open } = this.assistantTurns(ids);
     let ruleIndex = -1;
     let rule: SimRule | undefined;
@@ -396,12 +396,16 @@ export class SimEngine {
       rule = ruleIndex >= 0 ? this.script.rules[ruleIndex] : undefined;
     }
     let turn: SimTurn;
-    if (rule && count < rule.turns.length) turn = rule.turns[count];
+    let scripted = false;
+    if (rule && count < rule.turns.length) {
+      turn = rule.turns[count];
+      scripted = true;
+    }
     else {
       const d = this.script.default;
       turn = d[Math.min(count - (rule?.turns.length ?? 0), d.length - 1)];
     }
-    return { rule_index: ruleIndex, turn_index: count, turn, open };
+    return { rule_index: ruleIndex, turn_index: count, turn, open, scripted };
   }
 
   /**
@@ -487,6 +491,7 @@ export class SimEngine {
 
     const stopIds = req.stop_token_ids ?? [];
     let { ids, finish } = this.turnTokens(r.turn, stopIds);
+    if (this.script.lengths && !r.scripted) ({ ids, finish } = this.stretch(ids, this.script.lengths, req.routing_key ?? String(fnv1a32(prompt.join(","))), r.turn_index));
     if (r.open && r.open.length > 0 && r.open.length <= ids.length && r.open.every((v, i) => v === ids[i])) {
       ids = ids.slice(r.open.length);
     }
@@ -529,7 +534,11 @@ export class SimEngine {
     }
     // Decoding is token by token so that a pause lands between two tokens: `abort` cuts the
     // reply there, the freezing modes hold it until resume (`retract` then recomputes the prefill).
+    // Paced by the clock, not one timer per token: a timer waits at least ~1 ms, so a fraction of a
+    // millisecond per token would otherwise cost a whole one. The pace restarts after a pause hold.
     const decodeMs = this.latency.decode_ms_per_token;
+    let paceFrom = performance.now();
+    let paced = 0;
     for (let i = 0; i < ids.length; i++) {
       const p = this.pauseState;
       if (p && p.mode !== "wait") {
@@ -546,10 +555,17 @@ export class SimEngine {
         this.frozen--;
         if (!ok) throw gone();
         if (p.mode === "retract" && this.latency.prefill_ms_per_token > 0 && !(await sleep((P + i) * this.latency.prefill_ms_per_token, req.signal))) throw gone();
+        paceFrom = performance.now();
+        paced = i;
         i--;
         continue;
       }
-      if (decodeMs > 0 && !(await sleep(decodeMs, req.signal))) throw gone();
+      if (decodeMs > 0) {
+        const ahead = paceFrom + (i + 1 - paced) * decodeMs - performance.now();
+        if (ahead >= 1 || i === ids.length - 1) {
+          if (!(await sleep(ahead, req.signal))) throw gone();
+        }
+      }
     }
     const logProbs = this.logProbs(prompt, ids.length);
     this.cache.insert(ids.length > 0 ? [...prompt, ...ids] : prompt);
@@ -600,6 +616,34 @@ export class SimEngine {
     const last = turn.token_ids[turn.token_ids.length - 1];
     const ends = last !== undefined && (this.tokenizer.isStopToken(last) || stopIds.includes(last));
     return { ids: [...turn.token_ids], finish: turn.finish_reason ?? (ends ? "stop" : "length") };
+  }
+
+  /**
+   * An unscripted turn at the length drawn for it (script `lengths`, see
+   * {@link SimLengths}): its ids without the closing stop id, repeated to
+   * L − 1 tokens, then the model's end id; `finish` stop.
+   */
+  private stretch(ids: number[], lengths: SimLengths, key: string, turnIndex: number): { ids: number[]; finish: "stop" } {
+    const L = SimEngine.drawLength(lengths, this.script.seed, key, turnIndex);
+    const body = ids.length > 0 && this.tokenizer.isStopToken(ids[ids.length - 1]) ? ids.slice(0, -1) : ids;
+    const src = body.length > 0 ? body : this.newline;
+    const out: number[] = new Array(L);
+    for (let i = 0; i < L - 1; i++) out[i] = src[i % src.length]!;
+    out[L - 1] = this.tokenizer.eosTokenId;
+    return { ids: out, finish: "stop" };
+  }
+
+  /**
+   * The length (tokens, end id included) of an unscripted turn under
+   * `lengths`: lognormal by Box–Muller over two uniforms hashed from (seed,
+   * key, turn index), clamped to `min..max`.
+   */
+  static drawLength(lengths: SimLengths, seed: number, key: string, turnIndex: number): number {
+    const h = hashInt(hashInt(fnv1a32(key), seed), turnIndex);
+    const u1 = unitFloat(hashInt(h, 1));
+    const u2 = unitFloat(hashInt(h, 2));
+    const z = Math.sqrt(-2 * Math.log(1 - u1)) * Math.cos(2 * Math.PI * u2);
+    return Math.min(lengths.max, Math.max(lengths.min, Math.round(lengths.median * Math.exp(lengths.sigma * z))));
   }
 
   /** Deterministic log-probs in [−5, 0] for `n` tokens after `prompt` (4 decimals). */

@@ -156,6 +156,65 @@ describe("determinism", () => {
   });
 });
 
+describe("lognormal lengths and decode pacing", () => {
+  const LEN_SCRIPT: SimScriptInput = { ...SCRIPT, lengths: { median: 300, sigma: 0.8, min: 4, max: 2000 } };
+
+  test("unscripted turns take the drawn length: the default text repeated, closed by <|im_end|>; rules are untouched", async () => {
+    const c = new SimEngineClient(new SimEngine({ tokenizer: tok, script: LEN_SCRIPT }));
+    const body = tok.encode("I cannot help with that.");
+    const p = user("hello there");
+    const lens: number[] = [];
+    for (const key of ["u1_0_0", "u1_1_0", "u2_0_0"]) {
+      const out = await c.generate(req(p, { routing_key: key, max_tokens: 4000 }));
+      const L = SimEngine.drawLength(parseSimScript(LEN_SCRIPT).lengths!, 1, key, 0);
+      lens.push(L);
+      expect(out.token_ids.length).toBe(L);
+      expect(out.token_ids.at(-1)).toBe(EOS);
+      expect(out.token_ids.slice(0, -1)).toEqual(Array.from({ length: L - 1 }, (_, i) => body[i % body.length]!));
+      expect(out.finish_reason).toBe("stop");
+    }
+    expect(new Set(lens).size).toBe(3);
+    // The next turn of the same session draws again (turn index 1); a rule's scripted turn keeps its text.
+    const first = await c.generate(req(p, { routing_key: "u1_0_0", max_tokens: 4000 }));
+    const second = await c.generate(req(next(p, first.token_ids), { routing_key: "u1_0_0", max_tokens: 4000 }));
+    expect(second.token_ids.length).toBe(SimEngine.drawLength(parseSimScript(LEN_SCRIPT).lengths!, 1, "u1_0_0", 1));
+    const paris = await c.generate(req(user("capital of France?"), { routing_key: "u1_0_0" }));
+    expect(tok.decode(paris.token_ids)).toBe("Paris<|im_end|>");
+  });
+
+  test("a turn resumed after an abort continues to the same length; max_tokens still cuts", async () => {
+    const c = new SimEngineClient(new SimEngine({ tokenizer: tok, script: LEN_SCRIPT }));
+    const p = user("hello there");
+    const full = await c.generate(req(p, { routing_key: "r_3_0", max_tokens: 4000 }));
+    const resumed = await c.generate(req([...p, ...full.token_ids.slice(0, 7)], { routing_key: "r_3_0", max_tokens: 4000 }));
+    expect(resumed.token_ids).toEqual(full.token_ids.slice(7));
+    const cut = await c.generate(req(p, { routing_key: "r_3_0", max_tokens: 5 }));
+    expect([cut.token_ids, cut.finish_reason]).toEqual([full.token_ids.slice(0, 5), "length"]);
+  });
+
+  test("draws follow the lognormal: median and 90th percentile within 6 % over 20,000 keys, clamped to min..max", () => {
+    const l = parseSimScript({ lengths: { median: 2000, sigma: 0.8, max: 16384 } }).lengths!;
+    const xs = Array.from({ length: 20_000 }, (_, i) => SimEngine.drawLength(l, 0, `k${i}_0_0`, 0)).sort((a, b) => a - b);
+    expect(Math.abs(xs[10_000]! / 2000 - 1)).toBeLessThan(0.06);
+    // exp(1.2816 × 0.8) = 2.786: the 90th percentile of lognormal(ln 2000, 0.8).
+    expect(Math.abs(xs[18_000]! / (2000 * Math.exp(1.2816 * 0.8)) - 1)).toBeLessThan(0.06);
+    expect(xs[0]).toBeGreaterThanOrEqual(1);
+    expect(xs.at(-1)).toBe(16384);
+    expect(() => parseSimScript({ lengths: { median: 10, sigma: 1, max: 5 } })).toThrow(/script\.lengths\.median: needs min <= median <= max/);
+  });
+
+  test("decode latency below a millisecond per token is paced by the clock, not a timer per token", async () => {
+    const e = new SimEngine({ tokenizer: tok, script: { ...LEN_SCRIPT, lengths: { median: 2000, sigma: 0, max: 2000 } }, latency: { decode_ms_per_token: 0.01 } });
+    const t0 = performance.now();
+    const out = await new SimEngineClient(e).generate(req(user("hello there"), { max_tokens: 4000 }));
+    const ms = performance.now() - t0;
+    expect(out.token_ids.length).toBe(2000);
+    // 2,000 tokens × 0.01 ms = 20 ms; one timer per token would take ≥ 2,000 ms.
+    expect(ms).toBeGreaterThanOrEqual(19);
+    expect(ms).toBeLessThan(1000);
+  });
+});
+
 describe("faults", () => {
   test("http_500 with times: 1 fails once, then answers", async () => {
     const c = new SimEngineClient(new SimEngine({ tokenizer: tok, fault: { kind: "http_500", times: 1 } }));
