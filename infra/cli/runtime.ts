@@ -171,6 +171,8 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       config.engine.url === "sim" ? Promise.resolve(null) : probeEngine(config.engine.url, checkTimeoutMs),
     ]);
     if (unreachable) warnings.push(`warning    engine ${config.engine.url} does not answer (${unreachable}); trajectories fail until it is up`);
+    const fetchCap = fetchCapWarning(config.concurrency);
+    if (fetchCap) warnings.push(fetchCap);
     const maxModelLen = config.rollout.max_model_len ?? probed ?? config.rollout.prompt_length + config.rollout.response_length;
     describe.push(`context    max_model_len ${maxModelLen}`);
 
@@ -528,6 +530,23 @@ function buildSessionStorage(config: AppConfig, closers: (() => Promise<void>)[]
       : new IoRedisCommander(url, { ...sizeLimit(config), storeTimeoutS });
   closers.push(() => commander.close());
   return { storage: new RedisSessionStorage(commander, { prefix: config.store.prefix }), commander };
+}
+
+/**
+ * Bun sends at most `BUN_CONFIG_MAX_HTTP_REQUESTS` fetches at once (256 when
+ * unset; `npx edgeloop` sets 4,096) and queues the rest inside the process:
+ * with more trajectories in flight than that, engine, tool, store and
+ * pause/resume calls wait for a generation call to end (a pause then waits
+ * for the longest running generation). A warning line when `concurrency`
+ * exceeds the cap, else null; null outside Bun.
+ * @see https://bun.sh/docs/runtime/env (BUN_CONFIG_MAX_HTTP_REQUESTS)
+ */
+export function fetchCapWarning(concurrency: number, env: Record<string, string | undefined> = process.env): string | null {
+  if (!process.versions.bun) return null;
+  const raw = env.BUN_CONFIG_MAX_HTTP_REQUESTS;
+  const cap = raw && Number.isInteger(Number(raw)) && Number(raw) > 0 ? Number(raw) : 256;
+  if (concurrency <= cap) return null;
+  return `warning    concurrency ${concurrency} exceeds Bun's cap of ${cap} simultaneous HTTP requests (BUN_CONFIG_MAX_HTTP_REQUESTS${raw ? "" : " unset"}): engine, tool, store and pause calls beyond it queue inside this process; run through \`npx edgeloop\` (sets 4096) or set the variable`;
 }
 
 /** The sim's latency model from `engine.sim_latency` (absent: none). */

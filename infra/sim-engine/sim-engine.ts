@@ -229,6 +229,11 @@ export class SimEngine {
     return this.pauseState !== null;
   }
 
+  /** Requests generating now: past the pause hold and not frozen by a pause (0 = the replica is idle). */
+  get generating(): number {
+    return this.active - this.frozen;
+  }
+
   /** The current pause's mode, or null. */
   get pauseMode(): SimPauseMode | null {
     return this.pauseState?.mode ?? null;
