@@ -2,6 +2,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { parseMoeFlag } from "../../infra/cli/engine-commands.ts";
 import { buildRuntime } from "../../infra/cli/runtime.ts";
 import { ConfigError } from "../../shared/errors.ts";
 
@@ -38,4 +39,20 @@ describe("rollout.return_routed_experts at start", () => {
     const k = await buildRuntime({ config: cfg("moe2.yaml", `engine: {moe: {layers: 2, top_k: 4, num_experts: 2}}\n`) }).catch((x) => x);
     expect(k.message).toContain("engine.moe.num_experts must be >= top_k");
   });
+});
+
+test("edgeloop sim-engine --moe layers,top_k[,num_experts]", () => {
+  expect(parseMoeFlag("48,8,128")).toEqual({ layers: 48, top_k: 8, num_experts: 128 });
+  expect(parseMoeFlag("2, 2")).toEqual({ layers: 2, top_k: 2 });
+  for (const bad of ["48", "0,2", "4,8,4", "a,b"]) {
+    const e = (() => {
+      try {
+        parseMoeFlag(bad);
+      } catch (x) {
+        return x as ConfigError;
+      }
+    })();
+    expect(e).toBeInstanceOf(ConfigError);
+    expect(e!.message).toBe(`config --moe: expected layers,top_k[,num_experts] (integers >= 1, num_experts >= top_k), got '${bad}'`);
+  }
 });
