@@ -105,3 +105,14 @@ describe("abort-resume keeps the experts aligned", () => {
     expect(o.routed_experts).toEqual([...local.routedExperts(stream(o), n - 1), 0, 0, 0, 0]);
   });
 });
+
+describe("custom loops' outputs", () => {
+  test("routed_experts must be an array when present (named); its values are left to the validator", async () => {
+    const { loopOutputs } = await import("../../shared/agent-loop/registry.ts");
+    const base = { prompt_ids: [1], response_ids: [2], response_mask: [1], response_logprobs: null, num_turns: 2, metrics: {} };
+    expect(() => loopOutputs("mine", { ...base, routed_experts: "AAAA", routed_experts_shape: [1, 1] })).toThrow("agent_loop 'mine' output[0].routed_experts: expected an array of expert ids or absent, got string");
+    const [o] = loopOutputs("mine", { ...base, routed_experts: [4, 5], routed_experts_shape: [1, 1] });
+    expect([o!.routed_experts, o!.routed_experts_shape]).toEqual([[4, 5], [1, 1]]);
+    expect("routed_experts" in loopOutputs("mine", base)[0]!).toBe(false);
+  });
+});
