@@ -1,6 +1,6 @@
 import type { ToolAgentData, ToolAgentLoop } from "../agent-loop/tool-agent.ts";
 import { StoreError } from "../errors.ts";
-import type { ChatMessage } from "../schema/index.ts";
+import { ROUTED_EXPERTS_FILL, type ChatMessage } from "../schema/index.ts";
 import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
 import { parseDelta, restoreToolAgentFields, unpackOutput, saveToolAgentFields, type BuilderDelta, type LoopDelta, type SessionCheckpoint, type SessionInput } from "./checkpoint.ts";
 import { decodeFloat32, decodeInt32, decodeUint8, encodeFloat32, encodeInt32, encodeUint8 } from "./typed-base64.ts";
@@ -121,7 +121,7 @@ function applyLoop(prev: FoldedLoop | null, d: LoopDelta): FoldedLoop {
   return { fields: d, messages, builder };
 }
 
-/** `prev` with a delta's routed experts applied: positions before `routed_experts_from` kept (0 where `prev` had none), the rest replaced. */
+/** `prev` with a delta's routed experts applied: positions before `routed_experts_from` kept (the fill value where `prev` had none), the rest replaced. */
 function foldExperts(prev: FoldedBuilder["experts"], bd: BuilderDelta): FoldedBuilder["experts"] {
   if (bd.routed_experts === undefined || !bd.routed_experts_shape) return prev;
   const shape: [number, number] = [bd.routed_experts_shape[0], bd.routed_experts_shape[1]];
@@ -129,7 +129,9 @@ function foldExperts(prev: FoldedBuilder["experts"], bd: BuilderDelta): FoldedBu
   const add = decodeInt32(bd.routed_experts);
   const from = bd.routed_experts_from ?? 0;
   const data = new Int32Array(from * per + add.length);
-  if (prev) data.set(prev.data.subarray(0, Math.min(prev.data.length, from * per)));
+  const kept = prev ? Math.min(prev.data.length, from * per) : 0;
+  if (prev) data.set(prev.data.subarray(0, kept));
+  if (ROUTED_EXPERTS_FILL !== 0) data.fill(ROUTED_EXPERTS_FILL, kept, from * per);
   data.set(add, from * per);
   return { data, shape };
 }

@@ -1,5 +1,5 @@
 import { InputError, TrajectoryInvariantError } from "../errors.ts";
-import type { AgentLoopMetrics, AgentLoopOutput, FinishReason, RoutedExpertsShape, RoutedExpertsSpan } from "../schema/index.ts";
+import { ROUTED_EXPERTS_FILL, type AgentLoopMetrics, type AgentLoopOutput, type FinishReason, type RoutedExpertsShape, type RoutedExpertsSpan } from "../schema/index.ts";
 import { decodeInt32, encodeInt32 } from "../session/typed-base64.ts";
 import { validateTrajectory } from "./validate.ts";
 
@@ -372,7 +372,7 @@ export class TrajectoryBuilder {
     return { appended: take, truncated };
   }
 
-  /** Grows the experts array (zero-filled: `ROUTED_EXPERTS_FILL`) to hold `tokens` positions. */
+  /** Grows the experts array (new positions hold `ROUTED_EXPERTS_FILL`) to hold `tokens` positions. */
   private ensureExperts(tokens: number): void {
     if (!this.expertShape) return;
     const per = this.expertShape[0] * this.expertShape[1];
@@ -382,6 +382,7 @@ export class TrajectoryBuilder {
     const cap = Math.max(tokens, Math.min(P + this.responseBudget, Math.max(have * 2, P + Math.min(INITIAL_CAPACITY, this.responseBudget))));
     const next = new Int32Array(cap * per);
     if (this.experts) next.set(this.experts);
+    if (ROUTED_EXPERTS_FILL !== 0) next.fill(ROUTED_EXPERTS_FILL, this.experts?.length ?? 0);
     this.experts = next;
   }
 
