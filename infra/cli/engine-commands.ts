@@ -20,7 +20,8 @@ export function untilSignal(): Promise<void> {
 }
 
 /** `edgeloop sim-engine --port P [--replicas K] [--script FILE] [--model NAME|DIR]`: serves K simulated replicas on ports P..P+K−1. */
-export async function simEngineCommand(o: { port: number; replicas: number; script?: string; host: string; model?: string }): Promise<void> {
+export async function simEngineCommand(o: { port: number; replicas: number; script?: string; host: string; model?: string; moe?: string }): Promise<void> {
+  const moe = o.moe === undefined ? undefined : parseMoeFlag(o.moe);
   const path = o.script ?? DEFAULT_SCRIPT;
   let script: unknown;
   try {
@@ -29,10 +30,23 @@ export async function simEngineCommand(o: { port: number; replicas: number; scri
     throw new ConfigError("--script", `cannot read ${path}: ${(e as Error).message}`);
   }
   const tokenizer = await loadTokenizer(o.model);
-  const sim = await startSimEngine({ port: o.port, replicas: o.replicas, hostname: o.host, script, tokenizer });
-  console.log(`edgeloop sim-engine: ${sim.urls.join(" ")} (vLLM /v1/completions, /inference/v1/generate; SGLang /generate; script ${path}; model ${tokenizer.name})`);
+  const sim = await startSimEngine({ port: o.port, replicas: o.replicas, hostname: o.host, script, tokenizer, ...(moe ? { moe } : {}) });
+  const m = sim.replicas[0]!.engine.moe;
+  console.log(`edgeloop sim-engine: ${sim.urls.join(" ")} (vLLM /v1/completions, /inference/v1/generate; SGLang /generate; script ${path}; model ${tokenizer.name}; routed experts ${m.layers} layers × top-${m.top_k} of ${m.num_experts})`);
   await untilSignal();
   await sim.stop();
+}
+
+/**
+ * `--moe layers,top_k,num_experts` of `edgeloop sim-engine` (`num_experts` optional).
+ * @throws ConfigError naming `--moe` when it is not two or three integers >= 1 with num_experts >= top_k
+ */
+export function parseMoeFlag(text: string): { layers: number; top_k: number; num_experts?: number } {
+  const parts = text.split(",").map((x) => Number(x.trim()));
+  if ((parts.length !== 2 && parts.length !== 3) || parts.some((x) => !Number.isInteger(x) || x < 1) || (parts.length === 3 && parts[2]! < parts[1]!)) {
+    throw new ConfigError("--moe", `expected layers,top_k[,num_experts] (integers >= 1, num_experts >= top_k), got '${text}'`);
+  }
+  return { layers: parts[0]!, top_k: parts[1]!, ...(parts.length === 3 ? { num_experts: parts[2]! } : {}) };
 }
 
 /**

@@ -61,8 +61,25 @@ export function renderTrajectory(r: TrajectoryRecord, pieces: { prompt: string[]
   }
   const terminated = typeof r.extra_fields.terminated_by === "string" ? r.extra_fields.terminated_by : null;
   if (r.truncated) out.push(paint("trunc", `✂ truncated after ${r.response_ids.length} response tokens (${r.finish_reason}${terminated ? `, ${terminated}` : ""})`) + "\n");
+  const experts = routedExpertsLine(r);
+  if (experts) out.push(experts + "\n");
   out.push(summaryLine(r) + "\n");
   return out.join("");
+}
+
+/**
+ * The routed experts of a record in one line, or null when it has none:
+ * `routed experts: [layers, top_k] = [L, K] over T tokens (prompt ‖ response); last response token: l0 [a b] l1 [c d] …`
+ * (the last token's rows are usually the fill value 0: it was sampled, never forwarded).
+ */
+export function routedExpertsLine(r: TrajectoryRecord): string | null {
+  if (!r.routed_experts || !r.routed_experts_shape) return null;
+  const [layers, topK] = r.routed_experts_shape;
+  const per = layers * topK;
+  const tokens = r.routed_experts.length / per;
+  const rowsOf = (t: number) => Array.from({ length: layers }, (_, l) => `l${l} [${r.routed_experts!.slice(t * per + l * topK, t * per + (l + 1) * topK).join(" ")}]`).join(" ");
+  const last = tokens > 1 ? `; last forwarded token (#${tokens - 2}): ${rowsOf(tokens - 2)}` : "";
+  return `routed experts: [layers, top_k] = [${layers}, ${topK}] over ${tokens} tokens (prompt ‖ response)${last}`;
 }
 
 /** The one-line summary of a record. */

@@ -129,6 +129,7 @@ program
   .option("--script <file>", "scripted policy file")
   .option("--host <host>", "address to bind", "127.0.0.1")
   .option("--model <name|dir>", "the model whose tokens the engine samples: qwen3 (default), llama3_1, deepseek_v3, gpt_oss, gemma3, or a model directory")
+  .option("--moe <layers,top_k,num_experts>", "MoE shape of the routed experts SGLang's /generate returns with return_routed_experts (default 4,2,16)")
   .action(async (opts) => (await import("./engine-commands.ts")).simEngineCommand(opts));
 
 program

@@ -36,6 +36,7 @@ import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { describeModel } from "../../shared/models/index.ts";
 import { createRedisTransferQueue } from "../redis/redis-transfer-queue.ts";
 import { SimEngine } from "../sim-engine/sim-engine.ts";
+import { vllmRoutedExpertsRefused } from "../../shared/inference/vllm-client.ts";
 import { SimEngineClient } from "../sim-engine/sim-engine-client.ts";
 import { startSimEngine } from "../sim-engine/server.ts";
 import { startToolServer } from "../tools/server.ts";
@@ -466,10 +467,11 @@ async function buildEngine(
   targets: EngineReplicaTarget[],
 ): Promise<InferenceClient> {
   const e = config.engine;
+  const moe = routedExpertsEngineShape(config);
   if (e.url !== "sim") {
     targets.push(...(e.admin_urls ?? [e.url]).map((url) => ({ url })));
     describe.push(`engine     ${e.url} (${e.format})`);
-    return createEngineClient({ url: e.url, format: e.format, model: e.model ?? undefined, timeoutMs: e.timeout_ms, retry: { retries: 3 } });
+    return createEngineClient({ url: e.url, format: e.format, model: e.model ?? undefined, timeoutMs: e.timeout_ms, retry: { retries: 3 }, ...(moe ? { moe } : {}) });
   }
   const scriptPath = e.script ?? DEFAULT_SCRIPT;
   let script: Record<string, unknown>;
@@ -481,12 +483,12 @@ async function buildEngine(
   if (config.rollout.seed !== undefined) script = { ...script, seed: config.rollout.seed };
   if (e.replicas === 1) {
     describe.push(`engine     simulated, in-process (script ${scriptPath})`);
-    const engine = new SimEngine({ tokenizer, script, maxModelLen: config.rollout.max_model_len ?? undefined, latency: simLatency(e) });
+    const engine = new SimEngine({ tokenizer, script, maxModelLen: config.rollout.max_model_len ?? undefined, latency: simLatency(e), ...(e.moe ? { moe: e.moe } : {}) });
     const app = createSimEngineApp(engine);
     targets.push({ url: "http://sim.local", fetch: async (input, init) => app.fetch(new Request(input, init)) });
     return new SimEngineClient(engine);
   }
-  const sim = await startSimEngine({ replicas: e.replicas, script, tokenizer, maxModelLen: config.rollout.max_model_len ?? undefined, latency: simLatency(e) });
+  const sim = await startSimEngine({ replicas: e.replicas, script, tokenizer, maxModelLen: config.rollout.max_model_len ?? undefined, latency: simLatency(e), ...(e.moe ? { moe: e.moe } : {}) });
   closers.push(() => sim.stop());
   targets.push(...sim.urls.map((url) => ({ url })));
   const g = config.gateway;
@@ -499,7 +501,33 @@ async function buildEngine(
     maxAttempts: g.max_attempts,
   });
   describe.push(`engine     simulated, ${e.replicas} replicas on loopback behind the gateway (script ${scriptPath})`);
-  return createEngineClient({ url: "http://gateway.local", format: e.format, timeoutMs: e.timeout_ms, retry: { retries: 3 }, fetch: (input, init) => gateway.fetch(new Request(input, init)) });
+  const simMoe = sim.replicas[0]!.engine.moe;
+  return createEngineClient({
+    url: "http://gateway.local",
+    format: e.format,
+    timeoutMs: e.timeout_ms,
+    retry: { retries: 3 },
+    fetch: (input, init) => gateway.fetch(new Request(input, init)),
+    moe: { layers: simMoe.layers, top_k: simMoe.top_k },
+  });
+}
+
+/**
+ * Checks `rollout.return_routed_experts` against the engine at start and
+ * returns `engine.moe`'s `[layers, top_k]` for the engine client: the vLLM
+ * formats are refused (see `vllmRoutedExpertsRefused`), except the
+ * in-process sim (one replica), which answers any format; SGLang needs
+ * `engine.moe` (its reply carries no shape).
+ * @throws ConfigError naming `rollout.return_routed_experts` or `engine.moe`
+ */
+function routedExpertsEngineShape(config: AppConfig): { layers: number; top_k: number } | undefined {
+  const e = config.engine;
+  const moe = e.moe ? { layers: e.moe.layers, top_k: e.moe.top_k } : undefined;
+  if (!config.rollout.return_routed_experts) return moe;
+  const inProcessSim = e.url === "sim" && e.replicas === 1;
+  if (!inProcessSim && e.format !== "sglang") throw vllmRoutedExpertsRefused();
+  if (e.url !== "sim" && !moe) throw new ConfigError("engine.moe", "rollout.return_routed_experts with engine.format sglang needs engine.moe {layers, top_k} of the served model (SGLang's meta_info.routed_experts carries no shape)");
+  return moe;
 }
 
 async function buildTools(config: AppConfig, closers: (() => Promise<void>)[], describe: string[]): Promise<WebhookToolClient> {

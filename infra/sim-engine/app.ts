@@ -130,6 +130,7 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
         noStopTrim: sp.no_stop_trim ?? false,
         latencyS: Math.round(performance.now() - started) / 1000,
         weightVersion: out.weight_version,
+        ...(body.return_routed_experts === true ? { routedExpertsFor: prompt } : {}),
       }),
     );
   });

@@ -21,6 +21,8 @@ export interface StartSimEngineOptions {
   maxModelLen?: number;
   kvCacheBlocks?: number;
   latency?: SimLatency;
+  /** MoE shape of the simulated model (routed experts); default `DEFAULT_SIM_MOE`. */
+  moe?: { layers: number; top_k: number; num_experts?: number };
   /** Per-replica faults, by replica index. */
   faults?: (SimFault | undefined)[];
   /**
@@ -78,6 +80,7 @@ export async function startSimEngine(opts: StartSimEngineOptions = {}): Promise<
         maxModelLen: opts.maxModelLen,
         kvCacheBlocks: opts.kvCacheBlocks,
         latency: opts.latency,
+        moe: opts.moe,
         fault: opts.faults?.[i],
         faultRate,
       });

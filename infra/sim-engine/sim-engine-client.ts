@@ -1,7 +1,7 @@
 import { ContextOverflowError, EngineAbortedError, EngineUnavailableError } from "../../shared/errors.ts";
 import { finishOutput } from "../../shared/inference/finish-output.ts";
 import type { GenerateRequest, InferenceClient } from "../../shared/inference/types.ts";
-import type { TokenOutput } from "../../shared/schema/index.ts";
+import type { RoutedExpertsSpan, TokenOutput } from "../../shared/schema/index.ts";
 import { SimEngine, SimEngineFault } from "./sim-engine.ts";
 import { vllmFault } from "./wire.ts";
 
@@ -9,7 +9,8 @@ import { vllmFault } from "./wire.ts";
  * An in-process {@link InferenceClient} over a {@link SimEngine}: the same
  * core as the HTTP endpoints, without HTTP, for fast in-process runs. Output
  * follows vLLM's conventions (`stop_reason` is the matched stop string, or the
- * stop id when it was requested in `stop_token_ids`); faults become the typed errors the HTTP
+ * stop id when it was requested in `stop_token_ids`); routed experts (when
+ * requested) cover what SGLang's `/generate` covers; faults become the typed errors the HTTP
  * adapters would throw for the same engine answer.
  * @throws ContextOverflowError, EngineUnavailableError, EngineAbortedError
  */
@@ -50,7 +51,16 @@ export class SimEngineClient implements InferenceClient {
       finishReason: out.finish_reason,
       stopReason: out.finish_reason === "stop" ? (out.stop_string ?? (out.stop_token_requested ? out.stop_token : null)) : null,
       cachedTokens: out.cached_tokens,
+      ...(req.return_routed_experts ? { routedExperts: this.routedExperts(req.prompt_ids, out.token_ids) } : {}),
     });
+  }
+
+  /** The experts SGLang's wire form would carry for this call: positions `0 … P + C − 2` of input ‖ output. */
+  private routedExperts(input: ArrayLike<number>, output: readonly number[]): RoutedExpertsSpan {
+    const stream = [...Array.from(input), ...output];
+    const tokens = Math.max(0, stream.length - 1);
+    const m = this.engine.moe;
+    return { data: this.engine.routedExperts(stream, tokens), shape: [m.layers, m.top_k], start: 0, tokens };
   }
 
   /** The engine's `max_model_len`. */

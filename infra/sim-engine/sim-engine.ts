@@ -11,6 +11,19 @@ export const DEFAULT_MAX_MODEL_LEN = 40_960;
 /** Model name the simulated engine reports. */
 export const DEFAULT_SIM_MODEL = "edgeloop/sim-qwen3";
 
+/**
+ * MoE dimensions of the simulated model, for routed experts (R3): `layers`
+ * MoE layers, `top_k` experts per token and layer, out of `num_experts`.
+ */
+export interface SimMoe {
+  layers: number;
+  top_k: number;
+  num_experts: number;
+}
+
+/** The simulated model's MoE shape unless `engine.moe` says otherwise: 4 layers, top-2 of 16 experts. */
+export const DEFAULT_SIM_MOE: SimMoe = { layers: 4, top_k: 2, num_experts: 16 };
+
 /** Latency model; both default to 0 (answers as fast as the tokenizer allows). */
 export interface SimLatency {
   /** Milliseconds per prompt token not found in the prefix cache. */
@@ -43,6 +56,8 @@ export interface SimEngineOptions {
    * script's `fault_rate`.
    */
   faultRate?: SimFaultRateInput | FaultRateInjector;
+  /** MoE shape for routed experts (default {@link DEFAULT_SIM_MOE}); `num_experts` defaults to `max(16, top_k)`. */
+  moe?: { layers: number; top_k: number; num_experts?: number };
 }
 
 /** One generation request as the core sees it (after an HTTP layer has parsed its wire format). */
@@ -174,6 +189,8 @@ export class SimEngine {
   readonly maxModelLen: number;
   readonly cache: PrefixKvCache;
   readonly latency: Required<SimLatency>;
+  /** The simulated model's MoE shape (routed experts). */
+  readonly moe: SimMoe;
   /** `/health` answers 503 when false. */
   healthy = true;
   /** Recent requests, oldest first. */
@@ -212,6 +229,11 @@ export class SimEngine {
     this.maxModelLen = opts.maxModelLen ?? DEFAULT_MAX_MODEL_LEN;
     this.cache = new PrefixKvCache({ capacityBlocks: opts.kvCacheBlocks ?? DEFAULT_KV_CACHE_BLOCKS, blockSize: opts.blockSize ?? DEFAULT_BLOCK_SIZE });
     this.latency = { prefill_ms_per_token: opts.latency?.prefill_ms_per_token ?? 0, decode_ms_per_token: opts.latency?.decode_ms_per_token ?? 0 };
+    const moe = opts.moe ?? DEFAULT_SIM_MOE;
+    this.moe = { layers: moe.layers, top_k: moe.top_k, num_experts: moe.num_experts ?? Math.max(DEFAULT_SIM_MOE.num_experts, moe.top_k) };
+    if (!(this.moe.layers >= 1 && this.moe.top_k >= 1 && this.moe.num_experts >= this.moe.top_k)) {
+      throw new ConfigError("engine.moe", `needs layers >= 1, top_k >= 1 and num_experts >= top_k, got ${JSON.stringify(this.moe)}`);
+    }
     this.script = DEFAULT_POLICY;
     this.ownFaultRate = opts.faultRate !== undefined;
     this.setScript(opts.script ?? DEFAULT_POLICY);
@@ -659,6 +681,31 @@ export class SimEngine {
     for (let i = 0; i < n; i++) {
       const u = unitFloat(hashInt(h, prompt.length + i));
       out[i] = Math.round(-5 * u * u * 1e4) / 1e4 + 0;
+    }
+    return out;
+  }
+
+  /**
+   * Deterministic routed experts of the first `tokens` positions of
+   * `stream` (a call's input ‖ output), int32 row-major `[tokens, layers,
+   * top_k]`: a pure function of (script seed, position, token id, previous
+   * token id, layer) — the same stream prefix always routes the same, as a
+   * prefix-cached engine reports it. Slot k of a layer is `(h + k) mod
+   * num_experts` for that layer's hash h, so a token's experts in one layer
+   * are distinct. SGLang's coverage is `tokens = P + C − 1` (see `sglangReply`).
+   */
+  routedExperts(stream: readonly number[], tokens: number): Int32Array {
+    const { layers, top_k: k, num_experts: e } = this.moe;
+    const n = Math.max(0, Math.min(tokens, stream.length));
+    const out = new Int32Array(n * layers * k);
+    const seed = hashInt(0x9e3779b9, this.script.seed);
+    let o = 0;
+    for (let p = 0; p < n; p++) {
+      const h0 = hashInt(hashInt(hashInt(seed, p), stream[p]!), p > 0 ? stream[p - 1]! : 0xffffffff);
+      for (let l = 0; l < layers; l++) {
+        const base = hashInt(h0, l) % e;
+        for (let j = 0; j < k; j++) out[o++] = (base + j) % e;
+      }
     }
     return out;
   }

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { encodeInt32 } from "../../shared/session/typed-base64.ts";
 import type { SimEngine, SimEngineFault, SimGenerateResult } from "./sim-engine.ts";
 
 /**
@@ -85,6 +86,8 @@ export const SglangGenerateRequest = z.looseObject({
     })
     .default({}),
   return_logprob: z.boolean().nullish(),
+  /** SGLang `GenerateReqInput.return_routed_experts` (server flag `--enable-return-routed-experts`). */
+  return_routed_experts: z.boolean().nullish(),
   rid: z.string().nullish(),
   stream: z.literal(false).nullish(),
 });
@@ -202,7 +205,18 @@ function usage(out: SimGenerateResult) {
 export function sglangReply(
   engine: SimEngine,
   out: SimGenerateResult,
-  opts: { rid: string; logprob: boolean; skipSpecial: boolean; latencyS: number; /** The version the reply was generated under (default: the engine's now). */ weightVersion?: string; /** `no_stop_trim`: keep a matched stop string in `text`. */ noStopTrim?: boolean },
+  opts: {
+    rid: string;
+    logprob: boolean;
+    skipSpecial: boolean;
+    latencyS: number;
+    /** The version the reply was generated under (default: the engine's now). */
+    weightVersion?: string;
+    /** `no_stop_trim`: keep a matched stop string in `text`. */
+    noStopTrim?: boolean;
+    /** `return_routed_experts`: the request's input ids, whose stream ‖ output the experts cover. */
+    routedExpertsFor?: readonly number[];
+  },
 ): Record<string, unknown> {
   const finish =
     out.finish_reason === "stop"
@@ -223,8 +237,20 @@ export function sglangReply(
       // SGLang reports the weights' version (`--weight-version`, `/update_weight_version`) on every reply.
       weight_version: opts.weightVersion ?? engine.weightVersion,
       ...(opts.logprob ? { output_token_logprobs: out.token_ids.map((id, i) => [out.log_probs[i], id, null]) } : {}),
+      ...(opts.routedExpertsFor ? { routed_experts: sglangRoutedExperts(engine, opts.routedExpertsFor, out.token_ids) } : {}),
     },
   };
+}
+
+/**
+ * SGLang's `meta_info.routed_experts` for one reply: base64 of the int32
+ * little-endian bytes of `[P + C − 1, layers, top_k]` over input ‖ output —
+ * every forwarded token, the last sampled one excluded; no shape is sent.
+ * @see SGLang `RoutedExpertsCapturer.get_routed_experts` (`[: seqlen - 1]`) and `TokenizerManager` (`pybase64.b64encode(...tobytes())`)
+ */
+export function sglangRoutedExperts(engine: SimEngine, input: readonly number[], output: readonly number[]): string {
+  const stream = output.length ? [...input, ...output] : input;
+  return encodeInt32(engine.routedExperts(stream, stream.length - 1));
 }
 
 /** vLLM's nested error body `{error:{message,type,param,code}}`, `code` = HTTP status. */

@@ -4,7 +4,7 @@ import { AgentLoop, addPreempted, contextSize, modelVersionOf, turnVersions, typ
 import { AuthError, ConflictError, EdgeloopError, InputError, NotFoundError, TemplateError } from "../errors.ts";
 import { fnv1a32 } from "../inference/hash.ts";
 import type { InferenceClient } from "../inference/types.ts";
-import type { AgentLoopOutput, ChatMessage, SamplingParams, ToolSchema } from "../schema/index.ts";
+import type { AgentLoopOutput, ChatMessage, RoutedExpertsSpan, SamplingParams, ToolSchema } from "../schema/index.ts";
 import { isStaleStep, type SessionStorage } from "../session/session-storage.ts";
 import { holdWhileStoreDown } from "../store/store-outage.ts";
 import { encodeFloat32, encodeInt32 } from "../session/typed-base64.ts";
@@ -352,12 +352,13 @@ export class AgentGateway {
     let action: { ids: number[]; lps: number[] | null } | null = null;
     let modelVersion: unknown = null;
     let versions: TokenVersions | null = null;
+    let experts: TurnEvent["experts"];
     const promptTokens = b.contextLength;
     if (truncatedByObs) {
       [finish, by, ended, markTruncated, replyFinish] = ["length", "response_length", true, true, "length"];
     } else {
       const sp = samplingFor(input.sampling_params, req);
-      const r = await this.turnLoop.generate(b, sp, input.key, metrics, req.max_tokens);
+      const r = await this.turnLoop.generate(b, sp, input.key, metrics, req.max_tokens, rollout.return_routed_experts);
       if (r === undefined || r === "overflow" || r === "aborted") {
         [finish, by, ended, markTruncated, replyFinish] = r === "aborted" ? ["abort", "abort", true, false, "length"] : ["length", b.remainingBudget <= 0 ? "response_length" : "max_model_len", true, true, "length"];
       } else {
@@ -367,6 +368,7 @@ export class AgentGateway {
         const lps = input.sampling_params.logprobs ? r.log_probs : null;
         const offset = b.responseLength;
         const appended = b.appendAction(r.token_ids, lps);
+        experts = routedExpertsDelta(b, r.routed_experts);
         const kept = r.token_ids.slice(0, appended.appended);
         versions = turnVersions(r)
           .filter(([start]) => start < kept.length)
@@ -414,6 +416,7 @@ export class AgentGateway {
     return {
       ...partial,
       ...(action ? { action: { ids: encodeInt32(action.ids), lps: action.lps ? encodeFloat32(action.lps) : null }, model_version: modelVersion, versions: versions ?? [] } : {}),
+      ...(experts ? { experts } : {}),
       mark_truncated: markTruncated,
       ended,
       finish_reason: finish,
@@ -511,6 +514,23 @@ export function requestHash(req: ChatRequest): string {
   const { stream: _s, ...rest } = req;
   const s = JSON.stringify(rest);
   return fnv1a32(s).toString(16).padStart(8, "0") + fnv1a32(s, 0x9747b28c).toString(16).padStart(8, "0") + s.length.toString(16);
+}
+
+/**
+ * Applies a call's routed experts to `b` and returns what changed, for the
+ * turn event: the positions from the first changed one to the end of
+ * prompt ‖ response (a later call re-covers earlier positions with the same
+ * values, so this is normally the new tokens and the observation before
+ * them), base64 int32. Undefined when the call returned none.
+ */
+function routedExpertsDelta(b: TrajectoryBuilder, span: RoutedExpertsSpan | undefined): TurnEvent["experts"] {
+  if (!span) return undefined;
+  b.markExpertsCommitted();
+  b.applyRoutedExperts(span);
+  const now = b.routedExperts()!;
+  const per = now.shape[0] * now.shape[1];
+  const from = b.routedExpertsChangedFrom(now.data.length / per);
+  return { from, data: encodeInt32(now.data.subarray(from * per)), shape: now.shape };
 }
 
 function emptyMetrics() {

@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { finalTokenVersions, pushVersion, type TokenVersions } from "../agent-loop/agent-loop.ts";
 import { StoreError } from "../errors.ts";
-import { AgentLoopMetrics, ChatMessage, FinishReason, RolloutConfig, SamplingParams, ToolSchema, type AgentLoopOutput } from "../schema/index.ts";
+import { AgentLoopMetrics, ChatMessage, FinishReason, RolloutConfig, RoutedExpertsShape, SamplingParams, ToolSchema, type AgentLoopOutput } from "../schema/index.ts";
 import { decodeFloat32, decodeInt32 } from "../session/typed-base64.ts";
 import type { StoredSession } from "../session/session-storage.ts";
 import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
@@ -57,7 +57,10 @@ const OpenOutput = z.object({
  * policy versions of the action's kept ids as run-length segments relative to
  * the action (`[[0, "v1"], [17, "v2"]]`: a call aborted by a pause and resumed
  * under new weights); absent in events written before the field existed, which
- * fold as `[[0, model_version]]`.
+ * fold as `[[0, model_version]]`. `experts` (routed experts requested): the
+ * routed experts of prompt ‖ response from position `from` on after the
+ * action (base64 int32 `[tokens, layers, top_k]`), replacing what the
+ * builder held there.
  */
 export const TurnEvent = z.object({
   e: z.literal("turn"),
@@ -75,6 +78,7 @@ export const TurnEvent = z.object({
   metrics: AgentLoopMetrics,
   model_version: z.unknown().optional(),
   versions: z.array(z.tuple([z.number().int().min(0), z.unknown()])).optional(),
+  experts: z.object({ from: z.number().int().min(0), data: z.string(), shape: RoutedExpertsShape }).optional(),
   tool_calls: z.number().int().min(0),
   user_turns: z.number().int().min(0),
 });
@@ -229,6 +233,11 @@ export function applyEvent(st: AgentSessionState, ev: AgentSessionEvent): void {
         const ids = decodeInt32(ev.action.ids);
         recordActionVersions(out.tokenVersions, out.builder.responseLength, ids.length, ev.versions ?? [[0, ev.model_version ?? null]]);
         out.builder.appendAction(ids, ev.action.lps === null ? null : decodeFloat32(ev.action.lps));
+        if (ev.experts) {
+          const data = decodeInt32(ev.experts.data);
+          const [layers, topK] = ev.experts.shape;
+          out.builder.applyRoutedExperts({ data, shape: [layers, topK], start: ev.experts.from, tokens: data.length / (layers * topK) });
+        }
         out.assistantTurns++;
         out.modelVersions.push(ev.model_version ?? null);
         out.lastActionIds = ids;

@@ -134,7 +134,8 @@ export abstract class AgentLoop {
    * One assistant turn for the builder's current context: an engine call with
    * a fresh request id, the trajectory key as routing key and
    * `max_tokens = builder.nextMaxTokens()` (at most `maxTokensCap` when given:
-   * a caller's own `max_tokens`). Returns `undefined` without
+   * a caller's own `max_tokens`), asking for routed experts when
+   * `returnRoutedExperts` (default `rollout.return_routed_experts`). Returns `undefined` without
    * sending anything when that budget is 0 (the caller ends the trajectory
    * truncated). An engine `ContextOverflowError` is returned as `"overflow"`.
    *
@@ -152,7 +153,10 @@ export abstract class AgentLoop {
    * `metrics.generate_sequences`. A resumed turn's output carries
    * `extra_fields.token_versions`: the policy version of each call's tokens as
    * run-length segments over the turn's tokens (see {@link turnVersions});
-   * its `extra_fields.model_version` is the last call's.
+   * its `extra_fields.model_version` is the last call's, and so are its
+   * `routed_experts` (with `rollout.return_routed_experts`: every call
+   * re-sends the whole stream, so the last call's cover every token of the
+   * earlier ones too).
    */
   protected async generate(
     builder: TrajectoryBuilder,
@@ -160,6 +164,7 @@ export abstract class AgentLoop {
     key: string,
     metrics: AgentLoopMetrics,
     maxTokensCap?: number,
+    returnRoutedExperts: boolean = this.ctx.config?.return_routed_experts === true,
   ): Promise<TokenOutput | "overflow" | "aborted" | undefined> {
     const maxTokens = maxTokensCap === undefined ? builder.nextMaxTokens() : Math.min(builder.nextMaxTokens(), maxTokensCap);
     if (maxTokens <= 0) return undefined;
@@ -185,6 +190,7 @@ export abstract class AgentLoop {
             sampling_params: withStopIds(samplingParams, this.ctx.tokenizer.stopTokenIds),
             max_tokens: maxTokens - ids.length,
             signal,
+            ...(returnRoutedExperts ? { return_routed_experts: true } : {}),
           });
         } catch (e) {
           if (e instanceof EngineAbortedError && canResume) {

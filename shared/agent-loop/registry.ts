@@ -150,7 +150,7 @@ export async function runAgentLoop(
 }
 
 /** What a loop's output must be, token arrays aside (they are checked with plain loops by the validator, not zod). */
-const OutputScalars = AgentLoopOutput.omit({ prompt_ids: true, response_ids: true, response_mask: true, response_logprobs: true });
+const OutputScalars = AgentLoopOutput.omit({ prompt_ids: true, response_ids: true, response_mask: true, response_logprobs: true, routed_experts: true });
 
 function isTokenArray(v: unknown): boolean {
   return Array.isArray(v) || (ArrayBuffer.isView(v) && !(v instanceof DataView));
@@ -159,7 +159,8 @@ function isTokenArray(v: unknown): boolean {
 /**
  * A loop's return value as a list of outputs, each checked for shape before
  * anything reads it: an object with `prompt_ids`, `response_ids`,
- * `response_mask` arrays, `response_logprobs` an array or null, and the
+ * `response_mask` arrays, `response_logprobs` an array or null,
+ * `routed_experts` an array when present, and the
  * scalar fields of {@link AgentLoopOutput} (defaults applied). Values inside
  * the arrays are checked later by `validateTrajectory`.
  * @throws InputError naming the loop and `output_index` (`agent_loop 'x' output[1].response_ids: expected an array`).
@@ -176,11 +177,22 @@ export function loopOutputs(agentName: string, out: unknown): AgentLoopOutput[] 
     if (rec.response_logprobs !== null && rec.response_logprobs !== undefined && !isTokenArray(rec.response_logprobs)) {
       throw new InputError(`${where}.response_logprobs`, `expected an array or null, got ${typeof rec.response_logprobs}`);
     }
+    if (rec.routed_experts !== undefined && !isTokenArray(rec.routed_experts)) {
+      throw new InputError(`${where}.routed_experts`, `expected an array of expert ids or absent, got ${rec.routed_experts === null ? "null" : typeof rec.routed_experts}`);
+    }
     const r = OutputScalars.safeParse(o);
     if (!r.success) {
       const issue = r.error.issues[0]!;
       throw new InputError(formatPath(where, issue.path), issue.message);
     }
-    return { ...r.data, prompt_ids: rec.prompt_ids, response_ids: rec.response_ids, response_mask: rec.response_mask, response_logprobs: rec.response_logprobs ?? null } as AgentLoopOutput;
+    return {
+      ...r.data,
+      prompt_ids: rec.prompt_ids,
+      response_ids: rec.response_ids,
+      response_mask: rec.response_mask,
+      response_logprobs: rec.response_logprobs ?? null,
+      // Values are checked by the validator (routed_experts): length (P + R) · layers · top_k, int32 ≥ −1.
+      ...(rec.routed_experts !== undefined ? { routed_experts: rec.routed_experts } : {}),
+    } as AgentLoopOutput;
   });
 }

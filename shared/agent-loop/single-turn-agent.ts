@@ -45,6 +45,7 @@ export class SingleTurnAgentLoop extends AgentLoop {
       const segs: TokenVersions = [];
       recordTurnVersions(segs, 0, out);
       const r = builder.appendAction(out.token_ids, samplingParams.logprobs ? out.log_probs : null);
+      builder.applyRoutedExperts(out.routed_experts);
       if (out.finish_reason === "length" || r.truncated) {
         builder.markTruncated();
         finishReason = "length";

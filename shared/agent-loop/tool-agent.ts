@@ -302,6 +302,7 @@ export class ToolAgentLoop extends AgentLoop {
     d.assistantTurns++;
     recordTurnVersions(d.tokenVersions, b.responseLength, out);
     const appended = b.appendAction(out.token_ids, d.samplingParams.logprobs ? out.log_probs : null);
+    b.applyRoutedExperts(out.routed_experts);
     const tok = this.ctx.tokenizer;
     d.lastAssistantText = tok.decode(out.token_ids, { skipSpecialTokens: true });
     if (out.finish_reason === "abort") return this.end(d, "abort", "abort");

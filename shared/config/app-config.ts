@@ -27,6 +27,22 @@ export const EngineConfig = z.strictObject({
    * token, so a pause lands mid-request). Default: none (instant).
    */
   sim_latency: z.strictObject({ prefill_ms_per_token: z.number().min(0).optional(), decode_ms_per_token: z.number().min(0).optional() }).nullable().default(null),
+  /**
+   * The served model's MoE routing dimensions, for `rollout.return_routed_experts`:
+   * `layers` (MoE layers reported), `top_k` (experts per token) and, for the
+   * simulated engine, `num_experts`. A real SGLang engine's
+   * `meta_info.routed_experts` carries no shape, so it is required there; the
+   * sim defaults to `{layers: 4, top_k: 2, num_experts: 16}` (`DEFAULT_SIM_MOE`).
+   */
+  moe: z
+    .strictObject({
+      layers: z.number().int().min(1, "engine.moe.layers must be >= 1"),
+      top_k: z.number().int().min(1, "engine.moe.top_k must be >= 1"),
+      num_experts: z.number().int().min(1).optional(),
+    })
+    .refine((m) => m.num_experts === undefined || m.num_experts >= m.top_k, { message: "engine.moe.num_experts must be >= top_k", path: ["num_experts"] })
+    .nullable()
+    .default(null),
 });
 
 /** Tool webhooks: a tools file, or (none given) the example tool server started in-process. */

@@ -17,6 +17,8 @@ export interface EngineClientOptions {
   timeoutMs?: number;
   /** Web-standard fetch (default `globalThis.fetch`). */
   fetch?: FetchLike;
+  /** `[layers, top_k]` of the served MoE model (`engine.moe`), for SGLang's routed experts. */
+  moe?: { layers: number; top_k: number };
   /** Retry failed calls (5xx, refused, attempt deadline) with backoff: a {@link RetryingClient} around the adapter. Default: no retries. */
   retry?: RetryOptions;
 }

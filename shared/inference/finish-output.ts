@@ -1,5 +1,5 @@
 import { EngineAbortedError } from "../errors.ts";
-import { TokenOutput } from "../schema/index.ts";
+import { TokenOutput, type RoutedExpertsSpan } from "../schema/index.ts";
 import { badReply, DEADLINE_HEADER, joinUrl, type FetchLike } from "./engine-http.ts";
 import { ModelsReply } from "./vllm-wire.ts";
 
@@ -16,6 +16,8 @@ export interface RawEngineOutput {
   cachedTokens?: number;
   /** Finish reason to assume when the engine sent none (vLLM's generate endpoint says `stop`). */
   defaultFinish?: "stop";
+  /** The call's routed experts, already decoded and checked by the adapter. */
+  routedExperts?: RoutedExpertsSpan;
 }
 
 /**
@@ -57,6 +59,7 @@ export function finishOutput(url: string, raw: RawEngineOutput): TokenOutput {
     num_preempted: -1,
     ...(raw.cachedTokens !== undefined ? { cached_tokens: raw.cachedTokens } : {}),
     extra_fields: extra,
+    ...(raw.routedExperts ? { routed_experts: raw.routedExperts } : {}),
   });
   if (!out.success) throw badReply(url, `${out.error.issues[0]?.path.join(".")}: ${out.error.issues[0]?.message}`, out.error);
   return out.data;

@@ -1,5 +1,7 @@
 import { z } from "zod";
-import type { TokenOutput } from "../schema/index.ts";
+import { ConfigError } from "../errors.ts";
+import type { RoutedExpertsShape, RoutedExpertsSpan, TokenOutput } from "../schema/index.ts";
+import { decodeInt32 } from "../session/typed-base64.ts";
 import {
   badReply,
   DEFAULT_ENGINE_TIMEOUT_MS,
@@ -22,6 +24,12 @@ export interface SglangClientOptions {
   timeoutMs?: number;
   /** Web-standard fetch (default `globalThis.fetch`). */
   fetch?: FetchLike;
+  /**
+   * `[layers, top_k]` of the served MoE model (`engine.moe`): needed to read
+   * `meta_info.routed_experts`, which carries no shape. Without it a request
+   * with `return_routed_experts` is refused with a `ConfigError`.
+   */
+  moe?: { layers: number; top_k: number };
 }
 
 /**
@@ -55,6 +63,8 @@ export const SglangGenerateReply = z.looseObject({
     output_token_logprobs: z.array(LogprobTriple).nullish(),
     /** The weights' version (`--weight-version`, `POST /update_weight_version`); "default" when never set. */
     weight_version: z.string().nullish(),
+    /** Routed experts (`return_routed_experts: true`): base64 of int32 `[P + C − 1, layers, top_k]` (see {@link decodeSglangRoutedExperts}). */
+    routed_experts: z.string().nullish(),
   }),
 });
 
@@ -68,6 +78,10 @@ export const SglangGenerateReply = z.looseObject({
  * `rid` = the request id. Reads `output_ids` (or the ids inside the
  * `output_token_logprobs` triples), the finish-reason object and
  * `meta_info.cached_tokens`. `num_preempted` is always −1 (SGLang does not say).
+ * With `req.return_routed_experts` it also sends `return_routed_experts:
+ * true` and reads `meta_info.routed_experts` (see
+ * {@link decodeSglangRoutedExperts}; the server must run with
+ * `--enable-return-routed-experts`).
  *
  * @throws ContextOverflowError, EngineUnavailableError, EngineAbortedError, BadEngineResponseError
  * @see https://github.com/sgl-project/sglang `GenerateReqInput` (wire-contracts.md §2)
@@ -77,9 +91,11 @@ export class SglangClient implements InferenceClient {
   private readonly timeoutMs: number;
   private readonly fetchFn: FetchLike;
   private readonly askMaxLen: () => Promise<number | undefined>;
+  private readonly moe?: RoutedExpertsShape;
 
   constructor(opts: SglangClientOptions) {
     this.url = opts.url;
+    if (opts.moe) this.moe = [opts.moe.layers, opts.moe.top_k];
     this.timeoutMs = opts.timeoutMs ?? DEFAULT_ENGINE_TIMEOUT_MS;
     this.fetchFn = opts.fetch ?? ((input, init) => fetch(input, init));
     this.askMaxLen = cachedModelMaxLen(this.fetchFn, this.url, this.timeoutMs);
@@ -108,11 +124,15 @@ export class SglangClient implements InferenceClient {
       return_text_in_logprobs: false,
       stream: false,
       rid: req.request_id,
+      ...(req.return_routed_experts ? { return_routed_experts: true } : {}),
     };
   }
 
   /** One generation call; see the class docs for the error mapping. */
   async generate(req: GenerateRequest): Promise<TokenOutput> {
+    if (req.return_routed_experts && !this.moe) {
+      throw new ConfigError("engine.moe", "rollout.return_routed_experts needs engine.moe {layers, top_k} of the served model: SGLang's meta_info.routed_experts carries no shape");
+    }
     const url = joinUrl(this.url, "/generate");
     const reply = await postEngineJson(this.fetchFn, url, this.generateBody(req), engineHeaders(req.routing_key, req.request_id), {
       timeoutMs: this.timeoutMs,
@@ -120,7 +140,8 @@ export class SglangClient implements InferenceClient {
     });
     if (reply.status < 200 || reply.status >= 300) throw engineErrorFromReply(url, reply);
     if (reply.body === undefined) throw badReply(url, "body is not JSON");
-    return withReplica(parseSglangReply(url, reply.body, req.sampling_params.logprobs), reply);
+    const experts = req.return_routed_experts ? { shape: this.moe!, promptTokens: req.prompt_ids.length } : undefined;
+    return withReplica(parseSglangReply(url, reply.body, req.sampling_params.logprobs, experts), reply);
   }
 
   /** `max_model_len` from `GET /v1/models` (cached after the first success); undefined when absent. */
@@ -132,9 +153,11 @@ export class SglangClient implements InferenceClient {
 /**
  * An SGLang `/generate` reply → {@link TokenOutput}. `stop_reason` is
  * `finish_reason.matched` for a stop (token id or stop string), absent otherwise.
+ * With `experts` (routed experts were requested) `meta_info.routed_experts`
+ * must be present and is decoded ({@link decodeSglangRoutedExperts}).
  * @throws BadEngineResponseError, EngineAbortedError (abort without tokens)
  */
-export function parseSglangReply(url: string, body: unknown, wantLogprobs: boolean): TokenOutput {
+export function parseSglangReply(url: string, body: unknown, wantLogprobs: boolean, experts?: { shape: RoutedExpertsShape; promptTokens: number }): TokenOutput {
   if (Array.isArray(body)) throw badReply(url, "a batch (array) reply to a single request");
   const parsed = SglangGenerateReply.safeParse(body);
   if (!parsed.success) throw badReply(url, `not a /generate reply (${parsed.error.issues[0]?.path.join(".")}: ${parsed.error.issues[0]?.message})`);
@@ -154,6 +177,7 @@ export function parseSglangReply(url: string, body: unknown, wantLogprobs: boole
     finishReason: fr?.type,
     stopReason: fr?.type === "stop" ? (fr.matched ?? null) : undefined,
     cachedTokens: meta.cached_tokens ?? undefined,
+    ...(experts ? { routedExperts: decodeSglangRoutedExperts(url, meta.routed_experts, experts.shape, experts.promptTokens, ids.length) } : {}),
   });
   // SGLang reports the weights' version; its unset default ("default") says nothing.
   const wv = meta.weight_version;
@@ -163,3 +187,42 @@ export function parseSglangReply(url: string, body: unknown, wantLogprobs: boole
 
 /** SGLang's `--weight-version` default: a reply carrying it reports no version. */
 export const SGLANG_DEFAULT_WEIGHT_VERSION = "default";
+
+/**
+ * SGLang's `meta_info.routed_experts` → a {@link RoutedExpertsSpan}.
+ *
+ * Wire facts: the request sets `return_routed_experts: true` (the server
+ * needs `--enable-return-routed-experts`); the reply's
+ * `meta_info.routed_experts` is base64 of the int32 array's raw bytes
+ * (`pybase64.b64encode(tensor.numpy().tobytes())`, little-endian on every
+ * GPU host), C-order `[seqlen − 1, layers, top_k]` with `seqlen = prompt +
+ * completion tokens`: the experts of every token the engine forwarded — the
+ * whole input (prefix-cached tokens too: the host buffer is indexed by KV
+ * slot and keeps their rows) and every output token but the last, which was
+ * sampled and never forwarded. The shape is not sent. A multi-turn call
+ * re-sends the whole running stream as `input_ids`, so each reply covers the
+ * trajectory so far (slime keeps the last turn's as the complete routing).
+ * Accepted: `seqlen − 1` or `seqlen` rows (an engine that also reports the
+ * last token), starting at position 0.
+ * @throws BadEngineResponseError naming `meta_info.routed_experts` when it is absent, not base64 of whole int32 values, or of another length
+ * @see https://github.com/sgl-project/sglang `RoutedExpertsCapturer.get_routed_experts` (`req_to_token[req_pool_idx][: seqlen - 1]`), `TokenizerManager` (`meta_info["routed_experts"]`), PR #12162; sglang-jax docs/features/return_routed_experts.md; slime `sample.rollout_routed_experts` reshape `(len(sample.tokens) - 1, num_layers, moe_router_topk)`
+ */
+export function decodeSglangRoutedExperts(url: string, b64: string | null | undefined, shape: RoutedExpertsShape, promptTokens: number, outputTokens: number): RoutedExpertsSpan {
+  if (typeof b64 !== "string") throw badReply(url, "meta_info.routed_experts is missing although return_routed_experts was requested (start SGLang with --enable-return-routed-experts)");
+  let data: Int32Array;
+  try {
+    data = decodeInt32(b64);
+  } catch (e) {
+    throw badReply(url, `meta_info.routed_experts is not base64 of int32 values (${(e as Error).message})`);
+  }
+  const per = shape[0] * shape[1];
+  const seqlen = promptTokens + outputTokens;
+  const tokens = data.length / per;
+  if (!Number.isInteger(tokens) || (tokens !== seqlen - 1 && tokens !== seqlen)) {
+    throw badReply(
+      url,
+      `meta_info.routed_experts holds ${data.length} int32 values, expected (${promptTokens} + ${outputTokens} − 1) tokens × ${shape[0]} layers × ${shape[1]} top_k = ${Math.max(0, seqlen - 1) * per} (check engine.moe)`,
+    );
+  }
+  return { data, shape: [shape[0], shape[1]], start: 0, tokens };
+}

@@ -19,6 +19,13 @@ export interface GenerateRequest {
   max_tokens: number;
   /** Aborts the HTTP call (deadline, shutdown). */
   signal?: AbortSignal;
+  /**
+   * Ask for the routed MoE experts of every token (`rollout.return_routed_experts`):
+   * SGLang `return_routed_experts: true`; the reply's `TokenOutput.routed_experts`
+   * then covers the call's input ‖ output (see `RoutedExpertsSpan`).
+   * Adapters that cannot return them throw a `ConfigError` naming the field.
+   */
+  return_routed_experts?: boolean;
 }
 
 /**

@@ -1,3 +1,4 @@
+import { ConfigError } from "../errors.ts";
 import { TokenOutput } from "../schema/index.ts";
 import {
   badReply,
@@ -122,6 +123,7 @@ export class VllmClient implements InferenceClient {
 
   /** One generation call; see the class docs for the error mapping. */
   async generate(req: GenerateRequest): Promise<TokenOutput> {
+    if (req.return_routed_experts) throw vllmRoutedExpertsRefused();
     const path = this.endpoint === "generate" ? "/inference/v1/generate" : "/v1/completions";
     const url = joinUrl(this.url, path);
     const body = this.endpoint === "generate" ? this.generateBody(req) : this.completionsBody(req);
@@ -207,4 +209,24 @@ export function parseGenerateReply(url: string, body: unknown, wantLogprobs: boo
 
 function sameIds(a: readonly number[], b: readonly number[]): boolean {
   return a.length === b.length && a.every((v, i) => v === b[i]);
+}
+
+/**
+ * Why the vLLM adapters refuse `rollout.return_routed_experts`. vLLM has
+ * routed-experts return, but not as a per-request field and not in one wire
+ * form: it is a server switch (`--enable-return-routed-experts`, "no
+ * per-request on/off switch" in the latest docs), v0.21 answered
+ * `/v1/completions` with nested JSON int16 arrays split into top-level
+ * `prompt_routed_experts` `[prompt_len, layers, top_k]` and per-choice
+ * `choices[i].routed_experts` `[gen_len, layers, top_k]`, and 0.22+
+ * `/inference/v1/generate` answers with a base64 npy buffer on
+ * `choices[].routed_experts` (vime PR #49). Until one version is pinned and
+ * contract-tested, edgeloop asks for them only over SGLang's `/generate`.
+ * @see https://docs.vllm.ai/en/latest/training/routed_experts/, https://docs.vllm.ai/en/v0.21.0/training/routed_experts_replay/, vllm-project/vllm PR #28284
+ */
+export function vllmRoutedExpertsRefused(): ConfigError {
+  return new ConfigError(
+    "rollout.return_routed_experts",
+    "is not supported with engine.format vllm or vllm-generate (vLLM returns routed experts only behind a server flag, in version-specific wire forms); use engine.format sglang (SGLang's return_routed_experts) or the simulated engine",
+  );
 }

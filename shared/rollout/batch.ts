@@ -197,6 +197,7 @@ export function toTrajectoryRecord(
     error: null,
     metrics: out.metrics,
     extra_fields: { ...out.extra_fields, trajectory_info: t.trajectory_info },
+    ...routedExpertsFields(out),
   };
 }
 
@@ -211,4 +212,9 @@ export function failedRecord(t: PlannedTrajectory, agentName: string, error: str
     data_source: t.row?.data_source ?? "unknown",
     extra_fields: { trajectory_info: t.trajectory_info },
   });
+}
+
+/** `routed_experts` and `routed_experts_shape` of an output or record, as an object to spread: empty when absent (so the record keeps neither key). */
+export function routedExpertsFields(o: { routed_experts?: number[]; routed_experts_shape?: [number, number] }): { routed_experts?: number[]; routed_experts_shape?: [number, number] } {
+  return o.routed_experts !== undefined && o.routed_experts_shape !== undefined ? { routed_experts: o.routed_experts, routed_experts_shape: o.routed_experts_shape } : {};
 }

@@ -7,7 +7,7 @@ import type { SessionInput } from "../session/checkpoint.ts";
 import type { SessionHost } from "../session/session-host.ts";
 import type { TransferQueue } from "../store/types.ts";
 import { TrajectoryTracer } from "../telemetry/trajectory-tracer.ts";
-import type { BatchPlan, PlannedTrajectory } from "./batch.ts";
+import { routedExpertsFields, type BatchPlan, type PlannedTrajectory } from "./batch.ts";
 import { waitForAdmission, type Admission } from "./policy-version.ts";
 import { TrajectoryCarriedError, type TrajectoryExecutor } from "./batch-run.ts";
 
@@ -267,5 +267,6 @@ export function outputOfRecord(r: TrajectoryRecord): AgentLoopOutput {
     finish_reason: r.finish_reason,
     metrics: r.metrics,
     extra_fields: extra,
+    ...routedExpertsFields(r),
   };
 }

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { RoutedExpertsShape } from "./routed-experts.ts";
 
 /**
  * Per-trajectory timing metrics, as verl's `AgentLoopMetrics`: seconds,
@@ -33,5 +34,14 @@ export const AgentLoopOutput = z.object({
   finish_reason: FinishReason.default("stop"),
   metrics: AgentLoopMetrics,
   extra_fields: z.record(z.string(), z.unknown()).default({}),
+  /**
+   * Routed experts (`rollout.return_routed_experts`): int32 values, row-major
+   * `[len(prompt_ids) + len(response_ids), layers, top_k]`, aligned with
+   * `prompt_ids ‖ response_ids`; positions no engine call covered hold
+   * `ROUTED_EXPERTS_FILL` (0). Absent (not null) when not requested.
+   */
+  routed_experts: z.array(z.number().int()).optional(),
+  /** `[layers, top_k]` of `routed_experts`; present exactly when it is. */
+  routed_experts_shape: RoutedExpertsShape.optional(),
 });
 export type AgentLoopOutput = z.infer<typeof AgentLoopOutput>;

@@ -49,6 +49,14 @@ export const RolloutConfig = z
     response_length: z.number().int().min(1).default(512),
     max_model_len: z.number().int().min(2).nullable().default(null),
     calculate_log_probs: z.boolean().default(true),
+    /**
+     * Routed experts (MoE routing replay, R3): ask the engine for the experts
+     * its router picked for every token (SGLang `return_routed_experts`) and
+     * record them as `routed_experts` int32 `[prompt+response tokens, layers,
+     * top_k]` with `routed_experts_shape: [layers, top_k]` (`engine.moe` gives
+     * the shape of a real engine). Default false: the fields are absent.
+     */
+    return_routed_experts: z.boolean().default(false),
     temperature: z.number().min(0).default(1.0),
     top_p: z.number().gt(0).max(1).default(1.0),
     top_k: z.number().int().min(-1).default(-1),

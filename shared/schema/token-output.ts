@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { RoutedExpertsSpan } from "./routed-experts.ts";
 
 /**
  * What one engine call returns (verl's `TokenOutput`). `token_ids` are the
@@ -7,6 +8,9 @@ import { z } from "zod";
  * matches vLLM's values restricted to what ends a turn: `stop`, `length`,
  * `abort`. `num_preempted` is −1 when the engine does not say (SGLang never
  * does). `cached_tokens` is the engine's prefix-cache hit count, when known.
+ * `routed_experts` is present only when the request asked for them
+ * (`return_routed_experts`): see {@link RoutedExpertsSpan} for which
+ * positions of the call's input ‖ output they cover.
  */
 export const TokenOutput = z
   .object({
@@ -17,6 +21,7 @@ export const TokenOutput = z
     num_preempted: z.number().int().min(-1).default(-1),
     cached_tokens: z.number().int().min(0).optional(),
     extra_fields: z.record(z.string(), z.unknown()).default({}),
+    routed_experts: RoutedExpertsSpan.optional(),
   })
   .refine((o) => o.log_probs == null || o.log_probs.length === o.token_ids.length, {
     message: "log_probs must have one entry per token id",

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { AgentLoopMetrics, FinishReason } from "./agent-loop-output.ts";
+import { RoutedExpertsShape } from "./routed-experts.ts";
 import { InputError } from "../errors.ts";
 
 /** A prompt-group id: 1–128 characters of `[A-Za-z0-9.:-]`; `_` is reserved as the key separator. */
@@ -34,6 +35,14 @@ export const TrajectoryRecord = z.object({
   error: z.string().nullable(),
   metrics: AgentLoopMetrics,
   extra_fields: z.record(z.string(), z.unknown()),
+  /**
+   * Routed experts over `prompt_ids ‖ response_ids`: int32, row-major
+   * `[tokens, layers, top_k]` (stored as base64 little-endian int32, field
+   * `routed_experts`); absent (not null) unless `rollout.return_routed_experts`.
+   */
+  routed_experts: z.array(z.number().int()).optional(),
+  /** `[layers, top_k]`; present exactly when `routed_experts` is (stored as JSON, field `routed_experts_shape`). */
+  routed_experts_shape: RoutedExpertsShape.optional(),
 });
 export type TrajectoryRecord = z.infer<typeof TrajectoryRecord>;
 

@@ -1,6 +1,6 @@
 import type { ToolAgentData, ToolAgentLoop } from "../agent-loop/tool-agent.ts";
 import { StoreError } from "../errors.ts";
-import type { ChatMessage } from "../schema/index.ts";
+import { ROUTED_EXPERTS_FILL, type ChatMessage } from "../schema/index.ts";
 import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
 import { parseDelta, restoreToolAgentFields, unpackOutput, saveToolAgentFields, type BuilderDelta, type LoopDelta, type SessionCheckpoint, type SessionInput } from "./checkpoint.ts";
 import { decodeFloat32, decodeInt32, decodeUint8, encodeFloat32, encodeInt32, encodeUint8 } from "./typed-base64.ts";
@@ -26,6 +26,7 @@ export class DeltaTracker {
 
   /** Records `d` as committed (after the storage accepted the delta). */
   accept(d: ToolAgentData | undefined): void {
+    d?.builder?.markExpertsCommitted();
     this.messages = d ? d.messages.slice() : [];
     this.builder = d?.builder ?? null;
     this.tokens = d?.builder?.responseLength ?? 0;
@@ -44,8 +45,20 @@ export class DeltaTracker {
       response_logprobs: s.logprobs ? encodeFloat32(s.logprobs) : null,
       ...snap,
       ...(b.promptLength !== undefined ? { prompt_length: b.promptLength } : {}),
+      ...expertsDelta(b, fresh ? 0 : b.promptIds.length + from),
     };
   }
+}
+
+/** The routed experts of `b` that changed since its last commit (`committedTokens` = prompt ‖ response length then), or nothing. */
+function expertsDelta(b: TrajectoryBuilder, committedTokens: number): Pick<BuilderDelta, "routed_experts" | "routed_experts_from" | "routed_experts_shape"> {
+  const re = b.routedExperts();
+  if (!re) return {};
+  const per = re.shape[0] * re.shape[1];
+  const total = re.data.length / per;
+  const from = Math.min(b.routedExpertsChangedFrom(committedTokens), total);
+  if (from >= total) return {};
+  return { routed_experts: encodeInt32(re.data.subarray(from * per)), routed_experts_from: from, routed_experts_shape: re.shape };
 }
 
 interface Chunk {
@@ -60,6 +73,8 @@ interface FoldedBuilder {
   prompt: Int32Array;
   chunks: Chunk[];
   length: number;
+  /** Routed experts of prompt ‖ response as folded so far (`[tokens, layers, top_k]`), or null. */
+  experts: { data: Int32Array; shape: [number, number] } | null;
 }
 
 /** `tool_agent`'s state folded from every committed delta. */
@@ -101,9 +116,24 @@ function applyLoop(prev: FoldedLoop | null, d: LoopDelta): FoldedLoop {
     const chunks = base ? cut(base.chunks, bd.from) : [];
     const c: Chunk = { ids: decodeInt32(bd.response_ids), mask: decodeUint8(bd.response_mask), lps: bd.response_logprobs === null ? null : decodeFloat32(bd.response_logprobs) };
     if (c.ids.length) chunks.push(c);
-    builder = { delta: bd, prompt, chunks, length: chunks.reduce((n, x) => n + x.ids.length, 0) };
+    builder = { delta: bd, prompt, chunks, length: chunks.reduce((n, x) => n + x.ids.length, 0), experts: foldExperts(base?.experts ?? null, bd) };
   }
   return { fields: d, messages, builder };
+}
+
+/** `prev` with a delta's routed experts applied: positions before `routed_experts_from` kept (the fill value where `prev` had none), the rest replaced. */
+function foldExperts(prev: FoldedBuilder["experts"], bd: BuilderDelta): FoldedBuilder["experts"] {
+  if (bd.routed_experts === undefined || !bd.routed_experts_shape) return prev;
+  const shape: [number, number] = [bd.routed_experts_shape[0], bd.routed_experts_shape[1]];
+  const per = shape[0] * shape[1];
+  const add = decodeInt32(bd.routed_experts);
+  const from = bd.routed_experts_from ?? 0;
+  const data = new Int32Array(from * per + add.length);
+  const kept = prev ? Math.min(prev.data.length, from * per) : 0;
+  if (prev) data.set(prev.data.subarray(0, kept));
+  if (ROUTED_EXPERTS_FILL !== 0) data.fill(ROUTED_EXPERTS_FILL, kept, from * per);
+  data.set(add, from * per);
+  return { data, shape };
 }
 
 /** The first `n` tokens of `chunks` (a new array; chunks past `n` dropped, the one across `n` trimmed). */
@@ -135,7 +165,7 @@ export function restoreFoldedBuilder(b: FoldedBuilder, trackLogProbs: boolean): 
   const mask = concat(b.chunks.map((c) => c.mask), (n) => new Uint8Array(n));
   const lps = b.chunks.length && b.chunks.every((c) => c.lps) ? concat(b.chunks.map((c) => c.lps!), (n) => new Float32Array(n)) : null;
   const s = b.delta;
-  return TrajectoryBuilder.fromSnapshot(
+  const builder = TrajectoryBuilder.fromSnapshot(
     {
       prompt_ids: b.prompt as unknown as number[],
       response_ids: ids as unknown as number[],
@@ -149,6 +179,8 @@ export function restoreFoldedBuilder(b: FoldedBuilder, trackLogProbs: boolean): 
     },
     trackLogProbs,
   );
+  if (b.experts) builder.restoreRoutedExperts(b.experts.data, b.experts.shape);
+  return builder;
 }
 
 /**

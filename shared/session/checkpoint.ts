@@ -2,7 +2,7 @@ import { z } from "zod";
 import type { ToolAgentData, ToolAgentLoop, ToolCallOutcome } from "../agent-loop/tool-agent.ts";
 import type { AgentLoopKwargs } from "../agent-loop/agent-loop.ts";
 import { StoreError } from "../errors.ts";
-import { AgentLoopMetrics, AgentLoopOutput, ChatMessage, FinishReason, RolloutConfig, SamplingParams } from "../schema/index.ts";
+import { AgentLoopMetrics, AgentLoopOutput, ChatMessage, FinishReason, RolloutConfig, RoutedExpertsShape, SamplingParams } from "../schema/index.ts";
 import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
 import type { ParsedCall, ParseError } from "../tools/tool-call-parser.ts";
 import { decodeFloat32, decodeFloat64, decodeInt32, decodeUint8, encodeFloat32, encodeFloat64, encodeInt32, encodeUint8 } from "./typed-base64.ts";
@@ -88,6 +88,16 @@ export const BuilderDelta = BuilderLimits.extend({
   response_ids: z.string(),
   response_mask: z.string(),
   response_logprobs: z.string().nullable(),
+  /**
+   * Routed experts of prompt ‖ response from position `routed_experts_from`
+   * on (base64 little-endian int32 `[tokens, layers, top_k]`), replacing what
+   * the previous state held there — a later engine call re-covers earlier
+   * positions (observations get the next call's prefill experts). Absent:
+   * unchanged (or never recorded).
+   */
+  routed_experts: z.string().optional(),
+  routed_experts_from: z.number().int().min(0).optional(),
+  routed_experts_shape: RoutedExpertsShape.optional(),
 });
 export type BuilderDelta = z.infer<typeof BuilderDelta>;
 
@@ -116,6 +126,8 @@ export const StoredOutput = AgentLoopOutput.extend({
   response_mask: z.string(),
   response_logprobs: z.string().nullable(),
   logprobs_f64: z.literal(true).optional(),
+  /** Routed experts as base64 little-endian int32 (not a JSON number array). */
+  routed_experts: z.string().optional(),
 });
 export type StoredOutput = z.infer<typeof StoredOutput>;
 
@@ -130,20 +142,23 @@ export function packOutput(o: AgentLoopOutput): StoredOutput {
     response_mask: encodeUint8(o.response_mask),
     response_logprobs: lp ? (f32 ? encodeFloat32(lp) : encodeFloat64(lp)) : null,
     ...(f32 ? {} : { logprobs_f64: true as const }),
-  };
+    routed_experts: o.routed_experts !== undefined ? encodeInt32(o.routed_experts) : undefined,
+  } as StoredOutput;
 }
 
 /** The output a {@link packOutput} result stands for (the same values, bit for bit). */
 export function unpackOutput(s: StoredOutput): AgentLoopOutput {
   const { logprobs_f64, ...rest } = s;
   const lp = s.response_logprobs;
+  if (rest.routed_experts === undefined) delete rest.routed_experts;
   return {
     ...rest,
     prompt_ids: Array.from(decodeInt32(s.prompt_ids)),
     response_ids: Array.from(decodeInt32(s.response_ids)),
     response_mask: Array.from(decodeUint8(s.response_mask)) as (0 | 1)[],
     response_logprobs: lp === null ? null : Array.from(logprobs_f64 ? decodeFloat64(lp) : decodeFloat32(lp)),
-  };
+    ...(s.routed_experts !== undefined ? { routed_experts: Array.from(decodeInt32(s.routed_experts)) } : {}),
+  } as AgentLoopOutput;
 }
 
 /**

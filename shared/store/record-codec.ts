@@ -1,11 +1,13 @@
 import { InputError, inputErrorFromZod, StoreError } from "../errors.ts";
-import { parseTrajectoryKey, TrajectoryRecord } from "../schema/index.ts";
+import { parseTrajectoryKey, RoutedExpertsShape, TrajectoryRecord } from "../schema/index.ts";
 
 /**
  * Record hash fields as stored in Redis (docs/queue-layout.md): `meta` is the
  * JSON of every scalar/object field, token arrays are base64 text of
  * little-endian bytes (`prompt_ids`/`response_ids` Int32, `response_mask`
- * Uint8, `rollout_log_probs` Float32, absent when null). Base64 text keeps the
+ * Uint8, `rollout_log_probs` Float32, absent when null; `routed_experts` Int32
+ * `[P + R, layers, top_k]` with `routed_experts_shape` = JSON `[layers, top_k]`,
+ * both absent unless routed experts were recorded). Base64 text keeps the
  * layout identical over TCP and Upstash REST (JSON bodies cannot carry raw bytes).
  */
 export interface EncodedRecord {
@@ -14,6 +16,8 @@ export interface EncodedRecord {
   response_ids: string;
   response_mask: string;
   rollout_log_probs?: string;
+  routed_experts?: string;
+  routed_experts_shape?: string;
 }
 
 const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
@@ -123,8 +127,8 @@ export function decodeUint8(text: string): number[] {
   return out;
 }
 
-/** The record schema without its token arrays, which {@link validateAndEncode} checks with plain loops. */
-const RecordMeta = TrajectoryRecord.omit({ prompt_ids: true, response_ids: true, response_mask: true, rollout_log_probs: true });
+/** The record schema without its token arrays (and routed experts), which {@link validateAndEncode} checks with plain loops. */
+const RecordMeta = TrajectoryRecord.omit({ prompt_ids: true, response_ids: true, response_mask: true, rollout_log_probs: true, routed_experts: true, routed_experts_shape: true });
 
 function arrayOf(field: string, v: unknown): ArrayLike<unknown> {
   if (Array.isArray(v) || (ArrayBuffer.isView(v) && !(v instanceof DataView))) return v as ArrayLike<unknown>;
@@ -148,12 +152,13 @@ export function validateRecord(input: unknown): TrajectoryRecord {
 }
 
 /** A record's fields other than its token arrays, checked (what the queue needs to route and count a write). */
-export type RecordHead = Omit<TrajectoryRecord, "prompt_ids" | "response_ids" | "response_mask" | "rollout_log_probs">;
+export type RecordHead = Omit<TrajectoryRecord, "prompt_ids" | "response_ids" | "response_mask" | "rollout_log_probs" | "routed_experts" | "routed_experts_shape">;
+
+/** Record fields stored as their own hash fields, not in `meta`. */
+const ARRAY_FIELDS = new Set<string>(["prompt_ids", "response_ids", "response_mask", "rollout_log_probs", "routed_experts", "routed_experts_shape"]);
 
 /** `meta`'s keys in the schema's order, as `encodeRecord` writes them (byte-identical JSON). */
-const META_FIELDS = (Object.keys(TrajectoryRecord.shape) as (keyof TrajectoryRecord)[]).filter(
-  (k) => k !== "prompt_ids" && k !== "response_ids" && k !== "response_mask" && k !== "rollout_log_probs",
-) as (keyof RecordHead)[];
+const META_FIELDS = (Object.keys(TrajectoryRecord.shape) as (keyof TrajectoryRecord)[]).filter((k) => !ARRAY_FIELDS.has(k)) as (keyof RecordHead)[];
 
 function idsInto(field: string, v: unknown): Int32Array {
   const a = arrayOf(field, v);
@@ -195,6 +200,34 @@ function logprobsInto(v: unknown): Float32Array | null {
 }
 
 /**
+ * A record's routed experts, checked: both `routed_experts` and
+ * `routed_experts_shape` or neither; the shape `[layers ≥ 1, top_k ≥ 1]`;
+ * `(P + R) · layers · top_k` int32 values ≥ −1. Null when absent.
+ * @throws InputError naming `record.routed_experts` / `record.routed_experts_shape`
+ */
+function routedExpertsInto(o: Record<string, unknown>, tokens: number, key: string): { data: Int32Array; shape: [number, number] } | null {
+  const re = o.routed_experts;
+  const shape = o.routed_experts_shape;
+  if (re === undefined && shape === undefined) return null;
+  if (re === undefined) throw new InputError("record.routed_experts", "is missing although routed_experts_shape is set", { key });
+  const sh = RoutedExpertsShape.safeParse(shape);
+  if (!sh.success) throw new InputError("record.routed_experts_shape", `must be [layers >= 1, top_k >= 1], got ${JSON.stringify(shape ?? null)}`, { key });
+  const [layers, topK] = sh.data;
+  const a = arrayOf("routed_experts", re);
+  const want = tokens * layers * topK;
+  if (a.length !== want) {
+    throw new InputError("record.routed_experts", `has ${a.length} values, expected (prompt + response) ${tokens} tokens × ${layers} layers × ${topK} top_k = ${want}`, { key });
+  }
+  const out = new Int32Array(a.length);
+  for (let i = 0; i < a.length; i++) {
+    const x = a[i];
+    if (typeof x !== "number" || (x | 0) !== x || x < -1) throw new InputError(`record.routed_experts[${i}]`, `must be an int32 expert id >= -1, got ${String(x)}`, { key });
+    out[i] = x;
+  }
+  return { data: out, shape: [layers, topK] };
+}
+
+/**
  * {@link validateRecord} and {@link encodeRecord} in one pass, for the write
  * path: the same checks and errors, the same stored bytes, but the token
  * arrays go straight into typed arrays (no intermediate copies), about 4×
@@ -225,6 +258,7 @@ export function validateAndEncode(input: unknown): { head: RecordHead; encoded: 
   if (logprobs && logprobs.length !== n) {
     throw new InputError("record.rollout_log_probs", `has ${logprobs.length} entries, response_ids has ${n}`, { key: data.key });
   }
+  const experts = routedExpertsInto(o, prompt.length + n, data.key);
   const head = {} as Record<string, unknown>;
   for (const k of META_FIELDS) head[k] = data[k];
   const encoded: EncodedRecord = {
@@ -234,12 +268,16 @@ export function validateAndEncode(input: unknown): { head: RecordHead; encoded: 
     response_mask: bytesToBase64(mask),
   };
   if (logprobs) encoded.rollout_log_probs = bytesToBase64(leBytes(logprobs));
+  if (experts) {
+    encoded.routed_experts = bytesToBase64(leBytes(experts.data));
+    encoded.routed_experts_shape = JSON.stringify(experts.shape);
+  }
   return { head: head as RecordHead, encoded };
 }
 
 /** The stored hash fields of a validated record. */
 export function encodeRecord(rec: TrajectoryRecord): EncodedRecord {
-  const { prompt_ids, response_ids, response_mask, rollout_log_probs, ...meta } = rec;
+  const { prompt_ids, response_ids, response_mask, rollout_log_probs, routed_experts, routed_experts_shape, ...meta } = rec;
   const out: EncodedRecord = {
     meta: JSON.stringify(meta),
     prompt_ids: encodeInt32("prompt_ids", prompt_ids),
@@ -247,6 +285,10 @@ export function encodeRecord(rec: TrajectoryRecord): EncodedRecord {
     response_mask: encodeUint8(response_mask),
   };
   if (rollout_log_probs) out.rollout_log_probs = encodeFloat32(rollout_log_probs);
+  if (routed_experts !== undefined && routed_experts_shape !== undefined) {
+    out.routed_experts = bytesToBase64(leBytes(Int32Array.from(routed_experts)));
+    out.routed_experts_shape = JSON.stringify(routed_experts_shape);
+  }
   return out;
 }
 
@@ -254,6 +296,7 @@ export function encodeRecord(rec: TrajectoryRecord): EncodedRecord {
 export function encodedFields(enc: EncodedRecord): string[] {
   const out = ["meta", enc.meta, "prompt_ids", enc.prompt_ids, "response_ids", enc.response_ids, "response_mask", enc.response_mask];
   if (enc.rollout_log_probs !== undefined) out.push("rollout_log_probs", enc.rollout_log_probs);
+  if (enc.routed_experts !== undefined && enc.routed_experts_shape !== undefined) out.push("routed_experts", enc.routed_experts, "routed_experts_shape", enc.routed_experts_shape);
   return out;
 }
 
@@ -267,12 +310,30 @@ export function decodeRecord(fields: Record<string, string>): TrajectoryRecord {
     throw new StoreError("stored record meta is not JSON", { cause, retryable: false });
   }
   return inSchemaOrder({
-    ...(meta as Omit<TrajectoryRecord, "prompt_ids" | "response_ids" | "response_mask" | "rollout_log_probs">),
+    ...(meta as RecordHead),
     prompt_ids: decodeInt32("prompt_ids", fields.prompt_ids ?? ""),
     response_ids: decodeInt32("response_ids", fields.response_ids ?? ""),
     response_mask: decodeUint8(fields.response_mask ?? "") as (0 | 1)[],
     rollout_log_probs: fields.rollout_log_probs === undefined ? null : decodeFloat32("rollout_log_probs", fields.rollout_log_probs),
+    ...decodeRoutedExperts(fields),
   });
+}
+
+/** `routed_experts` and `routed_experts_shape` of stored hash fields (both or neither). @throws StoreError when only one is stored or the shape is not `[layers, top_k]` JSON */
+function decodeRoutedExperts(fields: Record<string, string>): Pick<TrajectoryRecord, "routed_experts" | "routed_experts_shape"> {
+  const re = fields.routed_experts;
+  const shape = fields.routed_experts_shape;
+  if (re === undefined && shape === undefined) return {};
+  if (re === undefined || shape === undefined) throw new StoreError("stored record has only one of routed_experts and routed_experts_shape", { retryable: false });
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(shape);
+  } catch (cause) {
+    throw new StoreError("stored routed_experts_shape is not JSON", { cause, retryable: false });
+  }
+  const sh = RoutedExpertsShape.safeParse(parsed);
+  if (!sh.success) throw new StoreError(`stored routed_experts_shape ${shape.slice(0, 60)} is not [layers, top_k]`, { retryable: false });
+  return { routed_experts: decodeInt32("routed_experts", re), routed_experts_shape: sh.data };
 }
 
 const FIELD_ORDER = Object.keys(TrajectoryRecord.shape) as (keyof TrajectoryRecord)[];
@@ -284,9 +345,15 @@ const FIELD_ORDER = Object.keys(TrajectoryRecord.shape) as (keyof TrajectoryReco
  */
 export function inSchemaOrder(rec: TrajectoryRecord): TrajectoryRecord {
   const out = {} as Record<string, unknown>;
-  for (const k of FIELD_ORDER) out[k] = rec[k];
+  for (const k of FIELD_ORDER) {
+    // Optional side channels are absent, not undefined, when not recorded.
+    if (rec[k] === undefined && OPTIONAL_FIELDS.has(k)) continue;
+    out[k] = rec[k];
+  }
   return out as TrajectoryRecord;
 }
+
+const OPTIONAL_FIELDS = new Set<string>(["routed_experts", "routed_experts_shape"]);
 
 /** The empty record `markFailed` stores for `key`, with `error = reason` and `finish_reason = "error"`. */
 export function failedRecord(key: string, reason: string, fields: Partial<TrajectoryRecord> = {}): TrajectoryRecord {

@@ -1,5 +1,6 @@
 import { InputError, TrajectoryInvariantError } from "../errors.ts";
-import type { AgentLoopMetrics, AgentLoopOutput, FinishReason } from "../schema/index.ts";
+import { ROUTED_EXPERTS_FILL, type AgentLoopMetrics, type AgentLoopOutput, type FinishReason, type RoutedExpertsShape, type RoutedExpertsSpan } from "../schema/index.ts";
+import { decodeInt32, encodeInt32 } from "../session/typed-base64.ts";
 import { validateTrajectory } from "./validate.ts";
 
 /** Options for {@link TrajectoryBuilder}. */
@@ -35,6 +36,10 @@ export interface BuilderSnapshot {
   response_length: number;
   max_model_len: number;
   prompt_length?: number;
+  /** Routed experts over prompt ‖ response: base64 of little-endian int32 `[P + R, layers, top_k]` (absent when none were recorded). */
+  routed_experts?: string;
+  /** `[layers, top_k]` of `routed_experts`. */
+  routed_experts_shape?: RoutedExpertsShape;
 }
 
 const INITIAL_CAPACITY = 256;
@@ -52,6 +57,13 @@ const INITIAL_CAPACITY = 256;
  * and 4; cases C8, C11, C12) — a trainer never gets a sequence longer than the
  * model's context. Log-probs are stored as float32,
  * as trainers hold them.
+ *
+ * Routed experts (R3, {@link applyRoutedExperts}) are held per position of
+ * prompt ‖ response in a growing `Int32Array` (`layers × top_k` values a
+ * position): each engine call's experts overwrite the positions they cover,
+ * so observation tokens get the next call's prefill experts; positions no
+ * call covered keep `ROUTED_EXPERTS_FILL` (0). Positions exist only for kept
+ * tokens, so every budget cut cuts the experts with the other arrays.
  */
 export class TrajectoryBuilder {
   readonly promptIds: Int32Array;
@@ -65,6 +77,10 @@ export class TrajectoryBuilder {
   private lps: Float32Array | null;
   private len = 0;
   private cut = false;
+  private experts: Int32Array | null = null;
+  private expertShape: RoutedExpertsShape | null = null;
+  /** First position whose experts changed since {@link markExpertsCommitted} (Infinity: none). */
+  private expertsDirty = Infinity;
 
   constructor(opts: BuilderOptions) {
     if (!Number.isInteger(opts.responseLength) || opts.responseLength < 1) {
@@ -101,6 +117,7 @@ export class TrajectoryBuilder {
     if (b.lps && s.response_logprobs) b.lps.set(s.response_logprobs);
     b.len = s.response_ids.length;
     b.cut = s.truncated;
+    if (s.routed_experts !== undefined && s.routed_experts_shape) b.restoreRoutedExperts(decodeInt32(s.routed_experts), s.routed_experts_shape);
     return b;
   }
 
@@ -200,7 +217,83 @@ export class TrajectoryBuilder {
 
   /** Bytes held by the typed arrays (capacity, not length). */
   get byteSize(): number {
-    return this.promptIds.byteLength + this.ids.byteLength + this.mask.byteLength + (this.lps?.byteLength ?? 0);
+    return this.promptIds.byteLength + this.ids.byteLength + this.mask.byteLength + (this.lps?.byteLength ?? 0) + (this.experts?.byteLength ?? 0);
+  }
+
+  /** `[layers, top_k]` of the routed experts held, or null when no engine call returned any. */
+  get routedExpertsShape(): RoutedExpertsShape | null {
+    return this.expertShape;
+  }
+
+  /**
+   * Records one engine call's routed experts (a no-op for `undefined`):
+   * positions `span.start …` of prompt ‖ response are overwritten with the
+   * call's rows — a call re-sends the whole running stream, so position 0 is
+   * the prompt's first token. Rows for positions the builder does not hold
+   * (tokens a budget cut, or past the stream) are dropped. The first span
+   * fixes `[layers, top_k]`; positions never covered hold 0.
+   * Call it after appending the call's action, so its tokens have positions.
+   * @throws TrajectoryInvariantError (`routed_experts`) when a span's shape differs from the first one's.
+   */
+  applyRoutedExperts(span: RoutedExpertsSpan | undefined): void {
+    if (!span) return;
+    const [layers, topK] = span.shape;
+    if (this.expertShape && (this.expertShape[0] !== layers || this.expertShape[1] !== topK)) {
+      throw new TrajectoryInvariantError("routed_experts", `an engine call returned routed experts of shape [${layers}, ${topK}], earlier calls [${this.expertShape.join(", ")}]`);
+    }
+    if (!this.expertShape) this.expertShape = [layers, topK];
+    const per = layers * topK;
+    const total = this.promptIds.length + this.len;
+    this.ensureExperts(total);
+    const from = Math.min(span.start, total);
+    const to = Math.min(span.start + span.tokens, total);
+    if (to <= from) return;
+    const src = span.data.subarray(0, (to - span.start) * per).subarray((from - span.start) * per);
+    const dst = this.experts!.subarray(from * per, to * per);
+    if (this.expertsDirty > from) {
+      let i = 0;
+      while (i < src.length && src[i] === dst[i]) i++;
+      if (i < src.length) this.expertsDirty = Math.min(this.expertsDirty, from + Math.floor(i / per));
+    }
+    dst.set(src);
+  }
+
+  /**
+   * The routed experts held: int32 `[P + R, layers, top_k]` (a view, valid
+   * until the next append) and their shape; null when none were recorded.
+   * Positions past the last covered one hold 0.
+   */
+  routedExperts(): { data: Int32Array; shape: RoutedExpertsShape } | null {
+    if (!this.expertShape) return null;
+    const total = this.promptIds.length + this.len;
+    this.ensureExperts(total);
+    return { data: this.experts!.subarray(0, total * this.expertShape[0] * this.expertShape[1]), shape: [this.expertShape[0], this.expertShape[1]] };
+  }
+
+  /**
+   * For append-only checkpoints: the first position of prompt ‖ response
+   * whose routed experts changed (a later call overwrote them) since the
+   * last {@link markExpertsCommitted}, or `committedTokens` (the prompt ‖
+   * response length then) when only new positions were added.
+   */
+  routedExpertsChangedFrom(committedTokens: number): number {
+    return Math.min(this.expertsDirty, committedTokens);
+  }
+
+  /** Marks the routed experts as committed (see {@link routedExpertsChangedFrom}). */
+  markExpertsCommitted(): void {
+    this.expertsDirty = Infinity;
+  }
+
+  /** Restores routed experts (`[P + R', layers, top_k]`, R' ≤ R; the rest hold 0) from a checkpoint. */
+  restoreRoutedExperts(data: Int32Array, shape: RoutedExpertsShape): void {
+    const per = shape[0] * shape[1];
+    if (data.length % per !== 0) throw new TrajectoryInvariantError("routed_experts", `checkpointed routed experts hold ${data.length} values, not a multiple of ${shape[0]} × ${shape[1]}`);
+    this.expertShape = [shape[0], shape[1]];
+    const total = this.promptIds.length + this.len;
+    this.experts = null;
+    this.ensureExperts(Math.max(total, data.length / per));
+    this.experts!.set(data.subarray(0, Math.min(data.length, total * per)));
   }
 
   /** The state as plain JSON, for checkpoints. */
@@ -215,7 +308,13 @@ export class TrajectoryBuilder {
       response_length: this.responseBudget,
       max_model_len: this.maxModelLen,
       ...(this.promptLength !== undefined ? { prompt_length: this.promptLength } : {}),
+      ...this.routedExpertsSnapshot(),
     };
+  }
+
+  private routedExpertsSnapshot(): Pick<BuilderSnapshot, "routed_experts" | "routed_experts_shape"> {
+    const re = this.routedExperts();
+    return re ? { routed_experts: encodeInt32(re.data), routed_experts_shape: re.shape } : {};
   }
 
   /**
@@ -242,6 +341,11 @@ export class TrajectoryBuilder {
       metrics: { ...o.metrics },
       extra_fields: { ...o.extraFields, ...(this.promptTruncated ? { prompt_truncated: true } : {}) },
     };
+    const re = this.routedExperts();
+    if (re) {
+      out.routed_experts = Array.from(re.data);
+      out.routed_experts_shape = re.shape;
+    }
     validateTrajectory(
       { ...out, logprobs: out.response_logprobs },
       { responseLength: this.responseBudget, promptLength: this.promptLength, trackLogProbs: this.trackLogProbs, maxModelLen: this.maxModelLen },
@@ -266,6 +370,20 @@ export class TrajectoryBuilder {
     const truncated = take < ids.length;
     if (truncated) this.cut = true;
     return { appended: take, truncated };
+  }
+
+  /** Grows the experts array (new positions hold `ROUTED_EXPERTS_FILL`) to hold `tokens` positions. */
+  private ensureExperts(tokens: number): void {
+    if (!this.expertShape) return;
+    const per = this.expertShape[0] * this.expertShape[1];
+    const have = this.experts ? this.experts.length / per : 0;
+    if (tokens <= have) return;
+    const P = this.promptIds.length;
+    const cap = Math.max(tokens, Math.min(P + this.responseBudget, Math.max(have * 2, P + Math.min(INITIAL_CAPACITY, this.responseBudget))));
+    const next = new Int32Array(cap * per);
+    if (this.experts) next.set(this.experts);
+    if (ROUTED_EXPERTS_FILL !== 0) next.fill(ROUTED_EXPERTS_FILL, this.experts?.length ?? 0);
+    this.experts = next;
   }
 
   private ensure(capacity: number): void {

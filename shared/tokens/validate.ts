@@ -9,6 +9,10 @@ export interface TrajectoryShape {
   logprobs: ArrayLike<number> | null | undefined;
   num_turns: number;
   metrics: { generate_sequences: number; tool_calls: number; compute_score: number; num_preempted: number };
+  /** Flat int32 `[P + R, layers, top_k]` routed experts, when recorded. */
+  routed_experts?: ArrayLike<number>;
+  /** `[layers, top_k]`, present exactly when `routed_experts` is. */
+  routed_experts_shape?: readonly [number, number] | readonly number[];
 }
 
 /** Limits the trajectory was built under. */
@@ -39,7 +43,11 @@ export interface ValidateOptions {
  * - `context_length`: `len(prompt_ids) + len(response_ids) ≤ max_model_len`, when given;
  * - `num_preempted` (invariant 6): an integer ≥ −1 (−1 = unknown);
  * - `metrics_nonnegative`: timing metrics are finite seconds ≥ 0;
- * - `num_turns`: an integer ≥ 1 once a prompt exists.
+ * - `num_turns`: an integer ≥ 1 once a prompt exists;
+ * - `routed_experts` (when present): `routed_experts_shape` is `[layers ≥ 1,
+ *   top_k ≥ 1]` and the array holds exactly `(P + R) · layers · top_k`
+ *   integers ≥ −1 (−1: SGLang's placeholder for a layer without routed
+ *   experts), aligned with `prompt_ids ‖ response_ids`; both or neither.
  *
  * @throws TrajectoryInvariantError naming the broken invariant and, for
  *   per-token checks, the first index where it breaks.
@@ -109,5 +117,29 @@ export function validateTrajectory(t: TrajectoryShape, opts: ValidateOptions): v
   }
   if (!Number.isInteger(t.num_turns) || (t.prompt_ids.length > 0 && t.num_turns < 1)) {
     throw new TrajectoryInvariantError("num_turns", `num_turns ${t.num_turns} is not an integer >= 1`);
+  }
+  validateRoutedExperts(t);
+}
+
+/** The `routed_experts` check of {@link validateTrajectory}. */
+function validateRoutedExperts(t: TrajectoryShape): void {
+  const re = t.routed_experts;
+  const shape = t.routed_experts_shape;
+  if (re === undefined && shape === undefined) return;
+  if (re === undefined || shape === undefined) {
+    throw new TrajectoryInvariantError("routed_experts", `routed_experts and routed_experts_shape go together; only ${re === undefined ? "routed_experts_shape" : "routed_experts"} is present`);
+  }
+  const [layers, topK] = shape;
+  if (shape.length !== 2 || !Number.isInteger(layers) || !Number.isInteger(topK) || layers! < 1 || topK! < 1) {
+    throw new TrajectoryInvariantError("routed_experts", `routed_experts_shape ${JSON.stringify(shape)} is not [layers >= 1, top_k >= 1]`);
+  }
+  const tokens = t.prompt_ids.length + t.response_ids.length;
+  const want = tokens * layers! * topK!;
+  if (re.length !== want) {
+    throw new TrajectoryInvariantError("routed_experts", `routed_experts has ${re.length} values, expected (${t.prompt_ids.length} + ${t.response_ids.length}) tokens × ${layers} × ${topK} = ${want}`);
+  }
+  for (let i = 0; i < re.length; i++) {
+    const v = re[i]!;
+    if ((v | 0) !== v || v < -1) throw new TrajectoryInvariantError("routed_experts", `routed_experts[${i}] = ${v} is not an int32 expert id >= -1`, Math.floor(i / (layers! * topK!)));
   }
 }

@@ -189,6 +189,54 @@ describe.skipIf(missing !== null)("the Python reader package", () => {
     comparePadded(d, lines);
   }, 60_000);
 
+  test.skipIf(!hasRedis)("a CLI batch with routed experts (2 sim replicas behind the gateway, SGLang's wire, 3 × top-2): the Python package reads every array, routed_experts included, equal to the JSONL", async () => {
+    const prefix = randomPrefix("pyreader-experts");
+    prefixes.push(prefix);
+    writeFileSync(join(dir, "experts.yaml"), "rollout:\n  return_routed_experts: true\nengine:\n  format: sglang\n  replicas: 2\n  moe: {layers: 3, top_k: 2, num_experts: 8}\n");
+    const cli = await run(["node", BIN, "rollout", "--config", "experts.yaml", "--data", "rows.jsonl", "--n", "2", "--out", "experts.jsonl", "--seed", "9", "--no-progress", "--store", REDIS_URL, "--store-prefix", prefix], { cwd: dir });
+    expect(cli.stderr).toContain("wrote 12 records to experts.jsonl");
+    expect(cli.code).toBe(0);
+    const lines = readFileSync(join(dir, "experts.jsonl"), "utf8").trim().split("\n");
+    const jsonl = lines.map((l) => JSON.parse(l) as TrajectoryRecord);
+    const byKey = new Map(jsonl.map((r) => [r.key, r]));
+    for (const r of jsonl) {
+      expect(r.routed_experts_shape).toEqual([3, 2]);
+      expect(r.routed_experts!.length).toBe((r.prompt_ids.length + r.response_ids.length) * 6);
+      // The final sampled token was never forwarded: the fill value 0.
+      expect(r.routed_experts!.slice(-6)).toEqual([0, 0, 0, 0, 0, 0]);
+    }
+    const d = await dump(prefix);
+    expect(d.groups.length).toBe(6);
+    const read = d.groups.flatMap((g) => g.records);
+    expect(read.map((r) => r.key).sort()).toEqual(jsonl.map((r) => r.key).sort());
+    for (const r of read) {
+      const { _bytes, teacher_log_probs, routed_experts, ...rest } = r;
+      const { routed_experts: wantExperts, routed_experts_shape: _shape, ...want } = byKey.get(r.key as string)!;
+      expect(rest).toEqual(want as unknown as Record<string, unknown>);
+      expect(teacher_log_probs).toBeNull();
+      // [tokens][layers][top_k] in Python, flat row-major in the JSONL.
+      expect((routed_experts as number[][][]).flat(2)).toEqual(wantExperts!);
+      expect((routed_experts as number[][][])[0]!.length).toBe(3);
+      expect(_bytes).toEqual({ ...expectedBytes(byKey.get(r.key as string)!), routed_experts: `<i4:${hex(Int32Array.from(wantExperts!))}` });
+    }
+    // to_padded: routed_experts int32 [B, P + R, 3, 2], aligned with input_ids (left-padded prompt, right-padded response), pads 0.
+    const recs = d.groups[0]!.records.map((r) => byKey.get(r.key as string)!);
+    const P = Math.max(...recs.map((r) => r.prompt_ids.length));
+    const R = Math.max(...recs.map((r) => r.response_ids.length));
+    const padded = recs.map((r) => {
+      const rows: number[][][] = [];
+      for (let i = 0; i < P - r.prompt_ids.length; i++) rows.push([[0, 0], [0, 0], [0, 0]]);
+      for (let t = 0; t < r.prompt_ids.length + r.response_ids.length; t++) {
+        const v = r.routed_experts!.slice(t * 6, t * 6 + 6);
+        rows.push([v.slice(0, 2), v.slice(2, 4), v.slice(4, 6)]);
+      }
+      for (let i = 0; i < R - r.response_ids.length; i++) rows.push([[0, 0], [0, 0], [0, 0]]);
+      return rows;
+    });
+    expect(d.padded!.routed_experts).toEqual(padded);
+    expect(d.padded_dtypes!.routed_experts).toBe("<i4");
+  }, 60_000);
+
   test.skipIf(!hasRedis)("a CLI batch written through the Upstash REST bridge reads back the same way", async () => {
     const prefix = randomPrefix("pyreader-upstash");
     prefixes.push(prefix);

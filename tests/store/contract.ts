@@ -340,6 +340,47 @@ export function transferQueueContract(name: string, target: ContractTarget, pref
       }
     });
 
+    test("routed experts: stored as base64 little-endian int32 + JSON shape, read back exactly; a record without them has exactly the old fields, byte for byte", async () => {
+      const q = open();
+      // Old-style record: every stored field written out by hand.
+      const old = makeRecord("re", 0, { rollout_log_probs: [-0.5, -0.25, -0.125] });
+      await q.put(old);
+      const got = await q.get("re_0_0");
+      expect(got).toEqual(old);
+      expect("routed_experts" in got!).toBe(false);
+      expect("routed_experts_shape" in got!).toBe(false);
+      const experts = [0, 7, 3, 4, 2147483647, -1, 5, 6, 1, 2, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25];
+      const rec = makeRecord("re", 1, { routed_experts: experts, routed_experts_shape: [2, 2] });
+      // 4 prompt + 3 response tokens × 2 layers × 2 top_k = 28 values.
+      expect(experts.length).toBe(28);
+      await q.put(rec);
+      expect(await q.get("re_1_0")).toEqual(rec);
+      expect(JSON.stringify(await q.get("re_1_0"))).toBe(JSON.stringify(rec));
+      if (target.rawRecord) {
+        expect(await target.rawRecord(prefix, "re_0_0")).toEqual({
+          meta: '{"key":"re_0_0","uid":"re","session_id":0,"output_index":0,"agent_name":"tool_agent","data_source":"gsm8k","reward_score":1,"num_turns":2,"truncated":false,"finish_reason":"stop","error":null,"metrics":{"generate_sequences":0.5,"tool_calls":0,"compute_score":0.01,"num_preempted":-1},"extra_fields":{"model_versions":[3],"tool_rewards":[],"turn_scores":[]}}',
+          prompt_ids: "XFACAGgDAADGAAAAAAAAAA==",
+          response_ids: "6yUAAAsAAABdUAIA",
+          response_mask: "AQEB",
+          rollout_log_probs: "AAAAvwAAgL4AAAC+",
+        });
+        const raw = await target.rawRecord(prefix, "re_1_0");
+        expect(Object.keys(raw).sort()).toEqual(["meta", "prompt_ids", "response_ids", "response_mask", "rollout_log_probs", "routed_experts", "routed_experts_shape"]);
+        expect(raw.routed_experts).toBe(Buffer.from(Int32Array.from(experts).buffer).toString("base64"));
+        expect(raw.routed_experts!.slice(0, 16)).toBe("AAAAAAcAAAADAAAA");
+        expect(raw.routed_experts_shape).toBe("[2,2]");
+        expect(JSON.parse(raw.meta!)).not.toHaveProperty("routed_experts");
+      }
+      const e = await rejects(q.put(makeRecord("re", 2, { routed_experts: [1, 2, 3], routed_experts_shape: [2, 2] })));
+      expect(e).toBeInstanceOf(InputError);
+      expect((e as InputError).field).toBe("record.routed_experts");
+      expect((e as InputError).message).toContain("has 3 values, expected (prompt + response) 7 tokens × 2 layers × 2 top_k = 28");
+      const e2 = await rejects(q.put(makeRecord("re", 2, { routed_experts: experts })));
+      expect((e2 as InputError).field).toBe("record.routed_experts_shape");
+      const e3 = await rejects(q.put(makeRecord("re", 2, { routed_experts: experts.map((v, i) => (i === 5 ? 1.5 : v)), routed_experts_shape: [2, 2] })));
+      expect((e3 as InputError).field).toBe("record.routed_experts[5]");
+    });
+
     test("bad keys and records are rejected with an InputError naming the field", async () => {
       const q = open();
       const check = async (p: Promise<unknown>, field: string, msg: RegExp) => {

@@ -58,7 +58,9 @@ def to_padded(groups, pad_token_id, prompt_length=None, response_length=None, in
     - ``response_mask`` int64 ``[B, R]`` (1 on model-sampled tokens; 0 on observation tokens and pads);
     - ``rollout_log_probs`` float32 ``[B, R]`` (pads 0.0), or None when the records have none;
     - ``teacher_log_probs`` float32 ``[B, R]`` (pads 0.0), or None when the records have none;
-    - ``routed_experts`` int32 ``[B, P+R, layers, top_k]`` aligned with ``input_ids`` (pads 0), or None;
+    - ``routed_experts`` int32 ``[B, P+R, layers, top_k]`` aligned with ``input_ids`` (pads 0), or None
+      when no record has them; a record without them among records with them (its trajectory made no
+      engine call) gets the fill value 0 on every row;
     - ``rewards`` float32 ``[B]`` (``reward_score``; NaN when the record has none);
     - ``rm_scores`` float32 ``[B, R]``: the reward at each row's last response token, 0 elsewhere;
     - ``uid`` object ``[B]`` (GRPO's grouping key), ``key`` object ``[B]``.
@@ -66,7 +68,7 @@ def to_padded(groups, pad_token_id, prompt_length=None, response_length=None, in
     Integer dtypes are int64 as verl's tensors (``torch.long``), so
     ``torch.from_numpy`` gives them as verl builds them. Raises ``ValueError``
     when a record is longer than ``prompt_length``/``response_length`` (no
-    silent truncation), when an optional array is on some records only, or
+    silent truncation), when log-probs are on some records only, or
     when records disagree on the routed experts' ``[layers, top_k]``.
     """
     recs = _records(groups, include_failed)
@@ -87,12 +89,13 @@ def to_padded(groups, pad_token_id, prompt_length=None, response_length=None, in
     response_mask = np.zeros((B, R), dtype=np.int64)
     has_lp = _all_or_none(recs, "rollout_log_probs")
     has_teacher = _all_or_none(recs, "teacher_log_probs")
-    has_experts = _all_or_none(recs, "routed_experts")
+    # Routed experts may be missing on a record whose trajectory made no engine call: its rows keep the fill value 0.
+    has_experts = any(r.get("routed_experts") is not None for r in recs)
     logp = np.zeros((B, R), dtype=np.float32) if has_lp else None
     teacher = np.zeros((B, R), dtype=np.float32) if has_teacher else None
     experts = None
     if has_experts:
-        shapes = {r["routed_experts"].shape[1:] for r in recs}
+        shapes = {r["routed_experts"].shape[1:] for r in recs if r.get("routed_experts") is not None}
         if len(shapes) != 1:
             raise ValueError(f"records disagree on routed_experts [layers, top_k]: {sorted(shapes)}")
         experts = np.zeros((B, P + R) + shapes.pop(), dtype=np.int32)
@@ -109,7 +112,7 @@ def to_padded(groups, pad_token_id, prompt_length=None, response_length=None, in
             logp[i, :n] = r["rollout_log_probs"]
         if has_teacher:
             teacher[i, :n] = r["teacher_log_probs"]
-        if has_experts:
+        if has_experts and r.get("routed_experts") is not None:
             experts[i, P - p:P + n] = r["routed_experts"]
         score = r.get("reward_score")
         if score is not None:

@@ -80,6 +80,16 @@ class PaddingTest(unittest.TestCase):
         empty = to_padded([], pad_token_id=0, prompt_length=3, response_length=2)
         self.assertEqual(empty["input_ids"].shape, (0, 5))
 
+    def test_a_record_without_routed_experts_gets_the_fill_value(self):
+        # A trajectory that made no engine call (e.g. its first call overflowed the context) has no routed experts.
+        none = rec("g1_2_0", [51, 52], [], [], [], reward=0.0, teacher=[])
+        out = to_padded([A, B, none], pad_token_id=0, prompt_length=4, response_length=5)
+        eq = np.testing.assert_array_equal
+        self.assertEqual(out["routed_experts"].shape, (3, 9, 2, 1))
+        eq(out["routed_experts"][2], np.zeros((9, 2, 1), dtype=np.int32))
+        eq(out["routed_experts"][1, 3:6, :, 0], [[200, 300], [201, 301], [202, 302]])
+        self.assertIsNone(to_padded([none], pad_token_id=0)["routed_experts"])
+
     def test_refusals_name_the_record(self):
         with self.assertRaisesRegex(ValueError, r"record g1_0_0 has 4 response tokens, more than response_length=3"):
             to_padded([A, B], pad_token_id=0, response_length=3)

@@ -1,7 +1,7 @@
 // The trajectory viewer (browser code, bundled by infra/viewer/build.ts into ../assets.generated.ts).
 // It reads the same HTTP API a trainer uses: GET /v1/rollouts, the NDJSON stream of a batch's
 // records, and GET /v1/trajectories/{key}?decode=1 for the per-token text (the browser has no tokenizer).
-import { heat, segments, toolCallTokens, versionStarts } from "./segments.ts";
+import { expertsAt, heat, segments, toolCallTokens, versionStarts } from "./segments.ts";
 
 interface Rec {
   key: string;
@@ -20,6 +20,9 @@ interface Rec {
   error: string | null;
   metrics: Record<string, number>;
   extra_fields: Record<string, unknown>;
+  /** Flat int32 `[P + R, layers, top_k]`, absent unless routed experts were requested. */
+  routed_experts?: number[];
+  routed_experts_shape?: [number, number];
   decoded?: { prompt: string[]; response: string[] };
 }
 
@@ -221,6 +224,8 @@ function renderTrajectory(r: Rec): void {
   // Policy versions (extra_fields.token_versions): a label where each version's tokens start.
   const versions = versionStarts(r.extra_fields.token_versions, r.response_ids.length);
   if (versions.size) summary.append(h("dt", {}, "versions"), h("dd", { "data-field": "versions" }, [...versions].map(([i, v]) => `${v} from #${i}`).join(" · ")));
+  // Routed experts (R3): the shape here, each token's experts on hover.
+  if (r.routed_experts_shape) summary.append(h("dt", {}, "experts"), h("dd", { "data-field": "experts" }, `${r.routed_experts_shape[0]} layers × top-${r.routed_experts_shape[1]} per token (hover a token)`));
   const parts: Node[] = [summary];
   if (r.error) parts.push(h("p", { class: "error" }, `error: ${r.error}`));
   parts.push(
@@ -273,8 +278,15 @@ function renderTrajectory(r: Rec): void {
     const lp = t.dataset.lp === undefined ? null : Number(t.dataset.lp);
     $("hover-info").textContent =
       `#${i}  id ${t.dataset.id}  ${JSON.stringify(pieces[i] ?? "")}  mask ${t.dataset.mask}` +
-      (lp === null || t.dataset.mask === "0" ? "" : `  log-prob ${lp.toFixed(4)}  p ${Math.exp(lp).toFixed(3)}`);
+      (lp === null || t.dataset.mask === "0" ? "" : `  log-prob ${lp.toFixed(4)}  p ${Math.exp(lp).toFixed(3)}`) +
+      routedExpertsHover(r, r.prompt_ids.length + i);
   });
+}
+
+/** The hover text's routed-experts part for position `pos` of prompt ‖ response ("" when the record has none). */
+function routedExpertsHover(r: Rec, pos: number): string {
+  const e = expertsAt(r.routed_experts, r.routed_experts_shape, pos);
+  return e === null ? "" : `  experts ${e}`;
 }
 
 // ---- wiring --------------------------------------------------------------

@@ -84,3 +84,19 @@ export function versionStarts(tokenVersions: unknown, length: number): Map<numbe
   }
   return out;
 }
+
+/**
+ * The routed experts of one token of `prompt ‖ response` (position `pos`),
+ * as `l0 [3 4] l1 [0 1]` (layer, then its top_k expert ids), from a record's
+ * flat `routed_experts` and `routed_experts_shape: [layers, top_k]`; null
+ * when the record has none or `pos` is outside them.
+ */
+export function expertsAt(experts: readonly number[] | undefined, shape: readonly number[] | undefined, pos: number): string | null {
+  if (!experts || !shape || shape.length !== 2) return null;
+  const [layers, topK] = shape as [number, number];
+  const per = layers * topK;
+  if (!(per > 0) || pos < 0 || (pos + 1) * per > experts.length) return null;
+  const rows: string[] = [];
+  for (let l = 0; l < layers; l++) rows.push(`l${l} [${experts.slice(pos * per + l * topK, pos * per + (l + 1) * topK).join(" ")}]`);
+  return rows.join(" ");
+}
