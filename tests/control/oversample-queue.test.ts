@@ -237,4 +237,144 @@ describe.skipIf(!redisUp)("over-sampling in queue mode (Redis, workers)", () => 
       await redis.quit();
     }
   }, 90_000);
+
+  test("partial_rollout carry across two workers: the stopped trajectories stay checkpointed in Redis and resume in the next batch with the tokens of an uninterrupted run, versions recorded per token", async () => {
+    const sim = await startSimEngine({ script: { ...POLICY, seed: 7 }, tokenizer: tok, latency: LATENCY });
+    sims.push(sim);
+    const carry = { rollout: { partial_rollout: "carry" } };
+    // The reference: the same rows (same uids, so the same per-trajectory seeds) run to the end inline.
+    const ref = await buildRuntime({ engine: sim.urls[0]!, engineFormat: "vllm", n: N, seed: 7, maxModelLen: 4096, concurrency: ROW_COUNT * N });
+    rts.push(ref);
+    const whole = await ref.service.accept({ rows: rowsWith("qk"), global_steps: 1, model_version: null, validate: false, config: carry } as never);
+    await whole.run.run();
+    const expected = new Map(whole.run.records().map((r) => [r.key, tokensOf(r)]));
+    expect(expected.size).toBe(ROW_COUNT * N);
+
+    const { api, app, prefix } = await cluster(sim, 2);
+    await api.service.policy.set("A");
+    const first = await post(app, { rows: rowsWith("qk"), target_groups: TARGET, config: carry });
+    const run1 = await api.service.lookup(first.batch_id);
+    await Promise.race([run1.run(), Bun.sleep(45_000)]);
+    const s1 = run1.stats();
+    expect(s1.done).toBe(true);
+    const o = s1.oversample!;
+    expect(o).toMatchObject({ delivered: TARGET, reached: true, cancelled: 0, groups_withdrawn: 0, groups_carried: ROW_COUNT - TARGET, partial_rollout: "carry" });
+    expect(s1.counts.finished + o.carried).toBe(ROW_COUNT * N);
+    expect(o.carried).toBeGreaterThan(0);
+    const recorded = new Set(run1.records().map((r) => r.key));
+    const carriedKeys = first.keys.filter((k) => !recorded.has(k));
+    expect(carriedKeys.length).toBe(o.carried);
+    const carriedUids = [...new Set(carriedKeys.map(uidOf))];
+    expect(carriedUids.length).toBe(ROW_COUNT - TARGET);
+    const redis = rawRedis();
+    try {
+      // Carried: no record, the group open (neither withdrawn nor delivered); the interrupted ones keep their session hash.
+      let kept = 0;
+      for (const k of carriedKeys) {
+        expect(await redis.exists(`${prefix}traj:${k}`)).toBe(0);
+        kept += await redis.exists(`${prefix}session:${k}`);
+      }
+      expect(kept).toBeGreaterThanOrEqual(o.interrupted);
+      for (const u of carriedUids) expect(await api.store.groupStatus(u)).toMatchObject({ complete: false });
+      for (const u of carriedUids) expect((await api.store.groupStatus(u)).cancelled).toBeUndefined();
+    } finally {
+      await redis.quit();
+    }
+
+    // The next batch (a plain one) names the carried uids: finished sessions handed back, the others resumed.
+    const engine = sim.replicas[0]!.engine;
+    const secondStart = Date.now();
+    await api.service.policy.set("B");
+    const idx = carriedUids.map((u) => Number(u.slice(2)));
+    const second = await post(app, { rows: idx.map((i) => ({ ...ROWS[i]!, uid: `qk${i}` })).reverse(), config: { rollout: { partial_rollout: "cancel" } } });
+    const run2 = await api.service.lookup(second.batch_id);
+    await Promise.race([run2.run(), Bun.sleep(45_000)]);
+    const s2 = run2.stats();
+    expect(s2.done).toBe(true);
+    expect(s2.counts.finished).toBe(carriedUids.length * N);
+    expect(s2.counts.failed).toBe(0);
+    const all = new Map([...run1.records(), ...run2.records()].map((r) => [r.key, tokensOf(r)]));
+    expect(all.size).toBe(ROW_COUNT * N);
+    for (const [k, v] of expected) expect(all.get(k)).toEqual(v);
+    const streamed = await api.store.readCompleteGroups({ consumer: "t", max: 100, block_ms: 0, partition: "train" });
+    expect(streamed.map((g) => g.uid).filter((u) => u.startsWith("qk")).length).toBe(ROW_COUNT);
+    // Resumed, not rerun: fewer engine calls in batch 2 than turns; tokens sampled before the stop keep version A, the rest B.
+    const resumed = run2.records().filter((r) => engine.requests.filter((l) => l.routing_key === r.key && l.received_ms! >= secondStart).length < r.num_turns);
+    expect(resumed.length).toBeGreaterThan(0);
+    const versions = run2.records().map((r) => (r.extra_fields.token_versions as [number, unknown][]).map((seg) => seg[1]));
+    expect(versions.filter((v) => v[0] === "A" && v.at(-1) === "B").length).toBeGreaterThan(0);
+    console.log(`queue carry: ${o.carried} sessions carried (${o.interrupted} interrupted); ${resumed.length} resumed mid-trajectory in batch 2`);
+  }, 120_000);
+
+  test("two workers racing to complete the last groups (no decode latency, 5 rounds): never target+1 delivered", async () => {
+    const sim = await startSimEngine({ script: { ...POLICY, seed: 7 }, tokenizer: tok });
+    sims.push(sim);
+    const { api, app } = await cluster(sim, 2);
+    for (let round = 0; round < 5; round++) {
+      const { batch_id } = await post(app, { rows: rowsWith(`qr${round}x`, 0, 8), target_groups: 3 });
+      const run = await api.service.lookup(batch_id);
+      await Promise.race([run.run(), Bun.sleep(30_000)]);
+      const s = run.stats();
+      expect(s.done).toBe(true);
+      expect(s.oversample!.delivered).toBe(3);
+      expect(s.counts.finished + s.oversample!.cancelled).toBe(16);
+      const groups = await api.store.readCompleteGroups({ consumer: `r${round}`, max: 100, block_ms: 0, partition: "train" });
+      expect(groups.filter((g) => g.uid.startsWith(`qr${round}x`)).length).toBe(3);
+    }
+  }, 120_000);
+
+  test("an `edgeloop worker` process SIGKILLed mid-batch: its jobs are reclaimed, exactly the target delivered, the batch ends", async () => {
+    const sim = await startSimEngine({ script: { ...POLICY, seed: 7 }, tokenizer: tok, latency: { prefill_ms_per_token: 0, decode_ms_per_token: 3 } });
+    sims.push(sim);
+    const prefix = randomPrefix("osq");
+    prefixes.push(prefix);
+    const api = await buildRuntime({ engine: sim.urls[0]!, engineFormat: "vllm", n: N, seed: 7, maxModelLen: 4096, store: REDIS_URL, storePrefix: prefix }, { jobs: "queue", jobQueue: { leaseMs: 1500 } });
+    rts.push(api);
+    const app = createRolloutsApp({ service: api.service, apiToken: null });
+    const main = join(ROOT, "infra", "cli", "main.ts");
+    const procs: ReturnType<typeof Bun.spawn>[] = [];
+    const spawn = (name: string) => {
+      const p = Bun.spawn([process.execPath, main, "worker", "--store", REDIS_URL, "--store-prefix", prefix, "--engine", sim.urls[0]!, "--max-model-len", "4096", "--concurrency", "8", "--idle-exit", "3", "--lease", "1.5", "--consumer", name], {
+        stdout: "pipe",
+        stderr: "pipe",
+        env: { ...process.env, NO_COLOR: "1" },
+      });
+      procs.push(p);
+      return p;
+    };
+    const redis = rawRedis();
+    try {
+      const { batch_id, keys } = await post(app, { rows: rowsWith("qv"), target_groups: TARGET });
+      const pendingOf = async (c: string) => {
+        const [, , , consumers] = (await redis.xpending(`${prefix}jobs`, "workers")) as [number, string, string, [string, string][] | null];
+        return Number((consumers ?? []).find(([x]) => x === c)?.[1] ?? 0);
+      };
+      const victim = spawn("victim");
+      await waitUntil(async () => (await pendingOf("victim")) > 0, 30_000);
+      const survivor = spawn("survivor");
+      await waitUntil(async () => (await redis.keys(`${prefix}traj:qv*`)).length >= 4 && (await pendingOf("victim")) > 0, 30_000);
+      victim.kill("SIGKILL");
+      await victim.exited;
+      const run = await api.service.lookup(batch_id);
+      await Promise.race([run.run(), Bun.sleep(60_000)]);
+      const s = run.stats();
+      expect(s.done).toBe(true);
+      expect(s.oversample!.delivered).toBe(TARGET);
+      expect(s.counts.finished + s.oversample!.cancelled).toBe(ROW_COUNT * N);
+      const streamed = (await redis.xrange(`${prefix}groups:train`, "-", "+")).map(([, f]) => f[f.indexOf("uid") + 1]!);
+      expect(streamed.length).toBe(TARGET);
+      const recorded = new Set(run.records().map((r) => r.key));
+      for (const k of keys) expect(await redis.exists(`${prefix}traj:${k}`)).toBe(recorded.has(k) ? 1 : 0);
+      const code = await survivor.exited;
+      const out = await new Response(survivor.stdout).text();
+      if (code !== 0) throw new Error(`survivor exited ${code}: ${await new Response(survivor.stderr).text()}`);
+      const summary = JSON.parse(out.trim().split("\n").pop()!) as WorkerSummary;
+      console.log(`killed victim; survivor ${JSON.stringify(summary)}`);
+      expect(summary.reclaimed).toBeGreaterThan(0);
+      expect((await redis.xrange(`${prefix}jobs`, "-", "+")).length).toBe(0);
+    } finally {
+      for (const p of procs) p.kill("SIGKILL");
+      await redis.quit();
+    }
+  }, 120_000);
 });
