@@ -253,6 +253,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
         // (whatever its own partial_rollout says): never generate a carried trajectory again from scratch.
         return {
           agentNameFor: (t) => plain.agentNameFor(t),
+          discard: (t) => sessions.discard!(t),
           run: async (t, plan, signal) => ((await carryStorage.stepOf(t.key)) !== null ? sessions.run(t, plan, signal) : plain.run(t, plan, signal)),
         };
       };

@@ -1,5 +1,5 @@
 import { ConflictError } from "../errors.ts";
-import type { BatchPlan } from "../rollout/batch.ts";
+import type { BatchPlan, PlannedTrajectory } from "../rollout/batch.ts";
 import { BatchRun, TrajectoryAbandonedError, type TrajectoryExecutor } from "../rollout/batch-run.ts";
 import type { ExecutorFactory } from "../rollout/service.ts";
 import type { TransferQueue } from "../store/types.ts";
@@ -390,6 +390,7 @@ interface RunEntry {
 function abandonOnConflict(ex: TrajectoryExecutor): TrajectoryExecutor {
   return {
     agentNameFor: (t) => ex.agentNameFor(t),
+    ...(ex.discard ? { discard: (t: PlannedTrajectory) => ex.discard!(t) } : {}),
     run: (t, plan, signal) =>
       ex.run(t, plan, signal).catch((e: unknown) => {
         if (e instanceof ConflictError) throw new TrajectoryAbandonedError(e.message);

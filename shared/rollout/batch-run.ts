@@ -22,6 +22,13 @@ export interface TrajectoryExecutor {
   run(t: PlannedTrajectory, plan: BatchPlan, signal?: AbortSignal): Promise<{ agentName: string; outputs: AgentLoopOutput[]; toolLatenciesMs?: number[] }>;
   /** The agent name a row routes to, for failure records (`default_agent_loop` when absent/null). */
   agentNameFor(t: PlannedTrajectory): string;
+  /**
+   * Drops whatever durable state `t` left (its session checkpoint): called
+   * once the batch stored nothing for it because it was cancelled (batch
+   * cancel, or surplus with `partial_rollout: cancel`). Optional: executors
+   * without durable state have nothing to drop.
+   */
+  discard?(t: PlannedTrajectory): Promise<void>;
 }
 
 /**
@@ -676,11 +683,14 @@ export class BatchRun {
     this.s.counts.running--;
     if (stored === "surplus") {
       this.surplus(t, true);
+      // Cancelled surplus leaves nothing; carried surplus keeps its checkpoint (a worker's run, which knows no mode, leaves it to the worker).
+      if ((this.stopMode ?? this.plan.oversample?.partial_rollout) === "cancel") await this.discard(t);
       this.wake();
       return;
     }
     if (stored === "cancelled") {
       this.stoppedSessions++;
+      await this.discard(t);
       this.wake();
       return;
     }
@@ -852,6 +862,11 @@ export class BatchRun {
     const ws = [...this.queueWaiters];
     this.queueWaiters.clear();
     for (const w of ws) w();
+  }
+
+  /** Drops a stopped trajectory's durable state (see {@link TrajectoryExecutor.discard}); a failure only costs a stale checkpoint that expires. */
+  private async discard(t: PlannedTrajectory): Promise<void> {
+    await this.opts.executor.discard?.(t).catch(() => {});
   }
 
   /** A loop that returned no output: its session is finished with none (the group does not wait for it). */

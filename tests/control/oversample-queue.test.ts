@@ -377,4 +377,39 @@ describe.skipIf(!redisUp)("over-sampling in queue mode (Redis, workers)", () => 
       await redis.quit();
     }
   }, 120_000);
+
+  test("inline on a Redis store (serve --jobs inline): surplus cancelled by over-sampling and trajectories aborted by DELETE leave no durable session hash", async () => {
+    const sim = await startSimEngine({ script: { ...POLICY, seed: 7 }, tokenizer: tok, latency: LATENCY });
+    sims.push(sim);
+    const prefix = randomPrefix("osq");
+    prefixes.push(prefix);
+    const rt = await buildRuntime({ engine: sim.urls[0]!, engineFormat: "vllm", n: N, seed: 7, maxModelLen: 4096, concurrency: ROW_COUNT * N, store: REDIS_URL, storePrefix: prefix }, { jobs: "inline" });
+    rts.push(rt);
+    const app = createRolloutsApp({ service: rt.service, apiToken: null });
+    const redis = rawRedis();
+    try {
+      const { batch_id, keys } = await post(app, { rows: rowsWith("qi"), target_groups: TARGET });
+      const run = rt.service.batch(batch_id);
+      await run.run();
+      const o = run.stats().oversample!;
+      expect(o.delivered).toBe(TARGET);
+      expect(o.cancelled).toBeGreaterThan(0);
+      const recorded = new Set(run.records().map((r) => r.key));
+      const stopped = keys.filter((k) => !recorded.has(k));
+      expect(stopped.length).toBe(o.cancelled);
+      for (const k of stopped) expect(await redis.exists(`${prefix}session:${k}`)).toBe(0);
+      for (const k of recorded) expect(await redis.exists(`${prefix}session:${k}`)).toBe(1);
+
+      // DELETE with trajectories in flight: the aborted ones' sessions are dropped too.
+      const b = await post(app, { rows: rowsWith("qd", 0, 6) });
+      await waitUntil(async () => (await redis.keys(`${prefix}session:qd*`)).length >= 6 && sim.replicas[0]!.engine.stats.inflight > 0);
+      const del = (await (await app.request(`/v1/rollouts/${b.batch_id}`, { method: "DELETE" })).json()) as BatchStats;
+      expect(del.cancelled!.sessions).toBeGreaterThan(0);
+      const run2 = rt.service.batch(b.batch_id);
+      const kept = new Set(run2.records().map((r) => r.key));
+      for (const k of b.keys) expect(await redis.exists(`${prefix}session:${k}`)).toBe(kept.has(k) ? 1 : 0);
+    } finally {
+      await redis.quit();
+    }
+  }, 90_000);
 });
