@@ -1,5 +1,5 @@
 import { ConflictError } from "../errors.ts";
-import type { BatchPlan, PlannedTrajectory } from "../rollout/batch.ts";
+import { failedRecord, type BatchPlan, type PlannedTrajectory } from "../rollout/batch.ts";
 import { BatchRun, TrajectoryAbandonedError, type TrajectoryExecutor } from "../rollout/batch-run.ts";
 import type { ExecutorFactory } from "../rollout/service.ts";
 import type { TransferQueue } from "../store/types.ts";
@@ -268,16 +268,6 @@ export class JobWorker {
       await jobs.ack([job.id]);
       return;
     }
-    const max = this.opts.maxDeliveries ?? 5;
-    if (job.deliveries > max) {
-      await store.markFailed(t.key, `job failed: delivered ${job.deliveries} times without completing (worker crashes?)`, {
-        agent_name: t.row?.agent_name ?? spec.rollout.agent.default_agent_loop,
-        data_source: t.row?.data_source ?? "unknown",
-        extra_fields: { trajectory_info: t.trajectory_info },
-      });
-      await this.finish(job, true);
-      return;
-    }
     const os = spec.oversample ?? null;
     if (os) {
       entry.oversampled = true;
@@ -291,6 +281,21 @@ export class JobWorker {
       // A reserve row's job registers its group first (the worker that started the row may have died before it did).
       if (job.expect) await retry(() => store.expectGroup(t.uid, job.expect!.n, job.expect!.part, job.expect!.fp));
     }
+    const groupGate = os ? new QueuedGroupGate({ jobs, store, batchId: job.batch_id, plan: os, log: (l) => this.log(l) }) : undefined;
+    const max = this.opts.maxDeliveries ?? 5;
+    if (job.deliveries > max) {
+      const error = `job failed: delivered ${job.deliveries} times without completing (worker crashes?)`;
+      const agentName = t.row?.agent_name ?? spec.rollout.agent.default_agent_loop;
+      // An over-sampled batch's failed record completes its group like any other: it needs the gate's admission too.
+      if (groupGate && !(await groupGate.admit(t, [failedRecord(t, agentName, error)]))) {
+        await this.dropSurplus(job, os!.partial_rollout, false);
+        return;
+      }
+      await store.markFailed(t.key, error, { agent_name: agentName, data_source: t.row?.data_source ?? "unknown", extra_fields: { trajectory_info: t.trajectory_info } });
+      await groupGate?.settled(t, true);
+      await this.finish(job, true);
+      return;
+    }
     const plan: BatchPlan = {
       batch_id: spec.batch_id,
       validate: spec.validate,
@@ -300,7 +305,6 @@ export class JobWorker {
       groups: new Map([[t.uid, t.group_size]]),
     };
     const executor = abandonOnConflict(this.opts.executorFor(spec.rollout, { model_version: spec.model_version, validate: spec.validate }));
-    const groupGate = os ? new QueuedGroupGate({ jobs, store, batchId: job.batch_id, plan: os, log: (l) => this.log(l) }) : undefined;
     const run = new BatchRun(plan, { executor, store, rollout: spec.rollout, concurrency: 1, ...(groupGate ? { groupGate } : {}) });
     entry.run = run;
     if (entry.cancelled) run.cancel();
