@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { createRolloutsApp } from "../../functions/rollouts.ts";
 import { buildRuntime, type Runtime } from "../../infra/cli/runtime.ts";
 import { startSimEngine, type RunningSimEngine } from "../../infra/sim-engine/server.ts";
+import { startUpstashBridge, type UpstashBridge } from "../../infra/upstash-bridge/upstash-bridge.ts";
 import { JobWorker, type WorkerSummary } from "../../shared/jobs/job-worker.ts";
 import type { BatchStats } from "../../shared/rollout/batch-run.ts";
 import type { TrajectoryRecord } from "../../shared/schema/index.ts";
@@ -46,6 +47,8 @@ describe.skipIf(!redisUp)("over-sampling in queue mode (Redis, workers)", () => 
   const sims: RunningSimEngine[] = [];
   const workers: { w: JobWorker; done: Promise<WorkerSummary> }[] = [];
   let reward: ReturnType<typeof Bun.serve> | undefined;
+  let bridge: UpstashBridge | undefined;
+  const scored: string[] = [];
   const dir = mkdtempSync(join(tmpdir(), "osq-"));
   afterAll(async () => {
     for (const { w } of workers) w.stop();
@@ -53,12 +56,13 @@ describe.skipIf(!redisUp)("over-sampling in queue mode (Redis, workers)", () => 
     for (const rt of rts) await rt.close();
     for (const s of sims) await s.stop();
     reward?.stop(true);
+    await bridge?.stop();
     for (const p of prefixes) await deleteByPrefix(p);
     rmSync(dir, { recursive: true, force: true });
   });
 
   /** An API runtime (queue mode) and `count` in-process workers, each with its own runtime over the same Redis prefix. */
-  const cluster = async (sim: RunningSimEngine, count: number, extra: { config?: string } = {}) => {
+  const cluster = async (sim: RunningSimEngine, count: number, extra: { config?: string; store?: string } = {}) => {
     const prefix = randomPrefix("osq");
     prefixes.push(prefix);
     const flags = { engine: sim.urls[0]!, engineFormat: "vllm" as const, n: N, seed: 7, maxModelLen: 4096, concurrency: ROW_COUNT * N, store: REDIS_URL, storePrefix: prefix, ...extra };
@@ -173,9 +177,10 @@ describe.skipIf(!redisUp)("over-sampling in queue mode (Redis, workers)", () => 
     }
   }, 30_000);
 
-  test("filter_groups (DAPO) across two workers: all-equal groups filtered and readable with include_filtered=1, reserve rows started in their place until 4 are delivered", async () => {
-    const scored: string[] = [];
-    reward = Bun.serve({
+  for (const transport of ["redis", "upstash"] as const)
+  test(`filter_groups (DAPO) across two workers (${transport === "redis" ? "Redis TCP" : "Upstash REST via the bridge"}): all-equal groups filtered and readable with include_filtered=1, reserve rows started in their place until 4 are delivered`, async () => {
+    scored.length = 0;
+    reward ??= Bun.serve({
       port: 0,
       hostname: "127.0.0.1",
       fetch: async (req) => {
@@ -185,11 +190,16 @@ describe.skipIf(!redisUp)("over-sampling in queue mode (Redis, workers)", () => 
         return Response.json({ score: uid!.startsWith("qmix") ? (sid === "0" ? 1 : 0) : 1 });
       },
     });
+    if (transport === "upstash" && !bridge) {
+      bridge = await startUpstashBridge({ port: 0, redisUrl: REDIS_URL, token: "osq-token" });
+      process.env.UPSTASH_REDIS_REST_URL = bridge.url;
+      process.env.UPSTASH_REDIS_REST_TOKEN = "osq-token";
+    }
     const cfg = join(dir, "config.json");
     writeFileSync(cfg, JSON.stringify({ reward: { url: `http://127.0.0.1:${reward.port}/score` } }));
     const sim = await startSimEngine({ script: { ...POLICY, seed: 7 }, tokenizer: tok, latency: { prefill_ms_per_token: 0, decode_ms_per_token: 1 } });
     sims.push(sim);
-    const { api, app, prefix } = await cluster(sim, 2, { config: cfg });
+    const { api, app, prefix } = await cluster(sim, 2, { config: cfg, ...(transport === "upstash" ? { store: "upstash" } : {}) });
     const uids = ["qeqa0", "qeqa1", "qmix2", "qeqa3", "qeqa4", "qmix5", "qmix6", "qmix7", "qmix8", "qmix9"];
     const { batch_id } = await post(app, {
       rows: uids.map((u, i) => ({ ...ROWS[i]!, uid: u, reward_model: { style: "webhook", ground_truth: "x" } })),
