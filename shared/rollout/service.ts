@@ -198,10 +198,12 @@ export class RolloutService {
       const m = /^(.*)_(\d+)_\d+$/.exec(key)!;
       return { key, uid: m[1]!, session_id: Number(m[2]), row_index: -1, row: null, row_error: null, group_size: 0, trajectory_info: { step: spec.global_steps, sample_index: -1, rollout_n: Number(m[2]), validate: spec.validate } } satisfies PlannedTrajectory;
     });
-    // The groups (uid → n, row order) from the keys: an over-sampled batch tells its eager rows and reserve apart by them.
+    // An over-sampled batch's groups (uid → n, row order, from the keys) tell its eager rows and reserve apart.
     const groups = new Map<string, number>();
-    for (const t of trajectories) groups.set(t.uid, (groups.get(t.uid) ?? 0) + 1);
-    for (const t of trajectories) t.group_size = groups.get(t.uid)!;
+    if (spec.oversample) {
+      for (const t of trajectories) groups.set(t.uid, (groups.get(t.uid) ?? 0) + 1);
+      for (const t of trajectories) t.group_size = groups.get(t.uid)!;
+    }
     this.follow({ batch_id: id, validate: spec.validate, global_steps: spec.global_steps, model_version: spec.model_version, trajectories, groups, oversample: spec.oversample ?? null }, spec.started_at);
     return this.caughtUp(id);
   }
