@@ -262,6 +262,8 @@ describe.skipIf(!redisUp)("over-sampling in queue mode (Redis, workers)", () => 
 
     const { api, app, prefix } = await cluster(sim, 2);
     await api.service.policy.set("A");
+    // Workers cache the current version for 250 ms (a trainer's pause → version → resume drops the cache; here nothing pauses).
+    await Bun.sleep(300);
     const first = await post(app, { rows: rowsWith("qk"), target_groups: TARGET, config: carry });
     const run1 = await api.service.lookup(first.batch_id);
     await Promise.race([run1.run(), Bun.sleep(45_000)]);
@@ -295,6 +297,7 @@ describe.skipIf(!redisUp)("over-sampling in queue mode (Redis, workers)", () => 
     const engine = sim.replicas[0]!.engine;
     const secondStart = Date.now();
     await api.service.policy.set("B");
+    await Bun.sleep(300);
     const idx = carriedUids.map((u) => Number(u.slice(2)));
     const second = await post(app, { rows: idx.map((i) => ({ ...ROWS[i]!, uid: `qk${i}` })).reverse(), config: { rollout: { partial_rollout: "cancel" } } });
     const run2 = await api.service.lookup(second.batch_id);
