@@ -130,7 +130,16 @@ export interface RuntimeHooks {
    * refused password or token and a bad configuration still fail at once.
    */
   waitForStore?: boolean;
+  /**
+   * Memory store: milliseconds a trajectory carried to the next batch
+   * (`partial_rollout: carry`) keeps its in-process checkpoint without being
+   * resumed before it is dropped (default {@link CARRY_IDLE_TTL_MS}).
+   */
+  carryIdleTtlMs?: number;
 }
+
+/** How long an in-process carried checkpoint waits for a batch to resume it: 6 hours (a Redis store keeps sessions in Redis instead). */
+export const CARRY_IDLE_TTL_MS = 6 * 3600 * 1000;
 
 /**
  * Resolves the config (file, then CLI flags over it; relative paths inside
@@ -240,7 +249,8 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       batchStore = hooks.wrapStore ? hooks.wrapStore(store) : store;
       // Partial rollouts carried to the next batch need checkpoints: with the memory store they live in this process.
       let carryHost: SessionHost | null = null;
-      const carryStorage = new MemorySessionStorage();
+      // A carried trajectory no later batch names would otherwise stay in memory for the life of the process.
+      const carryStorage = new MemorySessionStorage(undefined, { idleTtlMs: hooks.carryIdleTtlMs ?? CARRY_IDLE_TTL_MS });
       executorFor = (rollout, batch) => {
         validateRollout(rollout, registry);
         const plain = createAgentExecutor(deps, rollout, batch);
@@ -256,6 +266,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
         // (whatever its own partial_rollout says): never generate a carried trajectory again from scratch.
         return {
           agentNameFor: (t) => plain.agentNameFor(t),
+          discard: (t) => sessions.discard!(t),
           run: async (t, plan, signal) => ((await carryStorage.stepOf(t.key)) !== null ? sessions.run(t, plan, signal) : plain.run(t, plan, signal)),
         };
       };

@@ -81,7 +81,7 @@ export function followBatch(run: BatchRun, jobs: JobQueue, store: TransferQueue,
    * completion event is counted instead), missing for longer than the grace.
    */
   const checkLost = async () => {
-    const open = allKeys.filter((k) => !run.observedKeys().has(k));
+    const open = run.openKeys();
     if (open.length === 0) return;
     const batchGone = !(await jobs.batchStored(run.plan.batch_id));
     if (!batchGone && Date.now() - lastProgress < graceMs) return;
@@ -129,7 +129,7 @@ export function followBatch(run: BatchRun, jobs: JobQueue, store: TransferQueue,
           lastProgress = Date.now();
         }
         for (const e of events) if (e.reused) reusedKeys.add(e.key);
-        const keys = [...retry, ...events.map((e) => e.key)].filter((k) => k && !run.observedKeys().has(k));
+        const keys = [...retry, ...events.filter((e) => !e.surplus).map((e) => e.key)].filter((k) => k && !run.observedKeys().has(k));
         retry.clear();
         const sessions = await Promise.all(
           keys.map((k) => {
@@ -138,6 +138,8 @@ export function followBatch(run: BatchRun, jobs: JobQueue, store: TransferQueue,
           }),
         );
         sessions.forEach((recs, i) => (recs ? run.observeSession(keys[i]!, recs, { handedBack: reusedKeys.has(keys[i]!) }) : retry.add(keys[i]!)));
+        // Sessions of an over-sampled batch stopped as surplus (nothing stored for them); a key with a completion wins.
+        for (const e of events) if (e.surplus && !retry.has(e.key)) run.observeSurplus(e.key, e.surplus.running);
         if (opts.started && Date.now() - lastStartedCheck > 1000 && !run.stats().done) {
           lastStartedCheck = Date.now();
           if (opts.cancelled && (await opts.cancelled())) {
@@ -147,9 +149,11 @@ export function followBatch(run: BatchRun, jobs: JobQueue, store: TransferQueue,
             run.setCancellation({ withdrawn: st.filter((g) => g.cancelled).length, complete: st.filter((g) => g.complete).length });
             break;
           }
-          const open = allKeys.filter((k) => !run.observedKeys().has(k)).slice(0, 10_000);
+          const open = run.openKeys().slice(0, 10_000);
           run.setRunning(await opts.started(open));
         }
+        // Read after the events: a reserve row is started before the completion event of the session that filtered its group.
+        if (run.plan.oversample && !run.stats().done && (await followOversample(run, jobs, store))) break;
         if (Date.now() - lastLostCheck >= checkEveryMs && !run.stats().done) {
           lastLostCheck = Date.now();
           await checkLost();
@@ -173,4 +177,38 @@ export function followBatch(run: BatchRun, jobs: JobQueue, store: TransferQueue,
     },
     ready,
   };
+}
+
+/**
+ * One poll of an over-sampled queued batch's cross-process state: the
+ * figures workers keep in the batch hash and the reserve rows started
+ * since; once every session of the started groups is counted (finished,
+ * surplus or lost), settles the batch — once per batch, whichever API
+ * process gets there first (`JobQueue.settleOversample`): reserve rows
+ * never started are `unused`; when the target was reached, the started
+ * groups left incomplete are withdrawn (`cancel`, `TransferQueue.cancelGroups`:
+ * never delivered) or left open for the next batch (`carry`). Returns true
+ * once the batch is settled.
+ */
+async function followOversample(run: BatchRun, jobs: JobQueue, store: TransferQueue): Promise<boolean> {
+  const id = run.plan.batch_id;
+  const known = run.launchedUids().length - run.plan.oversample!.eager_rows;
+  const st = await jobs.oversampleState(id, Math.max(0, known));
+  run.setOversampleProgress({ delivered: st.delivered, filtered: st.filtered, replacements: st.replacements, reached: st.stopped !== null, launched: st.launched });
+  if (run.openKeys().length > 0) return false;
+  let settled = await jobs.oversampleSettlement(id);
+  if (!settled) {
+    const launched = new Set(run.launchedUids());
+    const unused = [...run.plan.groups].filter(([u]) => !launched.has(u));
+    const s = { groups_withdrawn: 0, groups_carried: 0, unused_groups: unused.length, unused_sessions: unused.reduce((n, [, k]) => n + k, 0) };
+    if (st.stopped) {
+      const statuses = await Promise.all([...launched].map((u) => store.groupStatus(u)));
+      const open = statuses.filter((g) => !g.complete).map((g) => g.uid);
+      if (st.stopped === "carry") s.groups_carried = open.length;
+      else if (open.length && store.cancelGroups) s.groups_withdrawn = (await store.cancelGroups(open)).withdrawn.length;
+    }
+    settled = await jobs.settleOversample(id, s);
+  }
+  run.settleExternal(settled);
+  return true;
 }

@@ -1,10 +1,11 @@
 import { EdgeloopError, StoreError } from "../errors.ts";
-import type { PlannedTrajectory } from "../rollout/batch.ts";
+import type { OversamplePlan, PlannedTrajectory } from "../rollout/batch.ts";
 import type { RolloutConfig } from "../schema/index.ts";
 import type { RedisArg, RedisCommander, RedisReply } from "../store/redis-commander.ts";
 import { replyToFields } from "../store/redis-transfer-queue.ts";
 import { parseEntries, parseRead, StreamConsumer, type StreamEntry } from "../store/stream-consumer.ts";
 import { checkCommand, commandBytes } from "../store/request-size.ts";
+import { ADMIT_LUA, COMMIT_LUA, FILTERED_LUA, RELEASE_LUA, RESERVE_LUA } from "./oversample-lua.ts";
 
 /** What every job of a batch shares; stored once per batch (`{p}jobs:batch:{id}`, field `spec`). */
 export interface BatchSpec {
@@ -18,6 +19,43 @@ export interface BatchSpec {
   total: number;
   /** Epoch milliseconds of the submit. */
   started_at: number;
+  /** Over-sampling and dynamic sampling of the batch (absent or null: a plain batch). */
+  oversample?: OversamplePlan | null;
+}
+
+/** A group a worker registers (`TransferQueue.expectGroup`) before running a job of a reserve row (job entry field `x`). */
+export interface ExpectedGroup {
+  n: number;
+  part: "train" | "val";
+  /** The prompt group's fingerprint, when computed. */
+  fp?: string;
+}
+
+/** A reserve row started in place of a filtered group ({@link JobQueue.groupFiltered}): its uid and group. */
+export interface StartedReserveRow {
+  uid: string;
+  group: ExpectedGroup;
+}
+
+/** The cross-process state of an over-sampled batch, from its batch hash and launched list ({@link JobQueue.oversampleState}). */
+export interface QueuedOversampleState {
+  delivered: number;
+  filtered: number;
+  replacements: number;
+  /** How the surplus was stopped once the target was reached; null while not reached. */
+  stopped: "cancel" | "carry" | null;
+  /** Reserve uids started so far, in launch order. */
+  launched: string[];
+  /** Reserve rows not started. */
+  reserve: number;
+}
+
+/** What settling an over-sampled batch decided (stored once per batch: {@link JobQueue.settleOversample}). */
+export interface OversampleSettlement {
+  groups_withdrawn: number;
+  groups_carried: number;
+  unused_groups: number;
+  unused_sessions: number;
 }
 
 /** One claimed job: the stream entry id (ack it), the trajectory to run and how often it was delivered. */
@@ -33,6 +71,8 @@ export interface Job {
   rowBytes?: number;
   /** The job's row was not found in the batch's rows hash when claimed (expired, or the store lost its data). */
   rowLost?: boolean;
+  /** A reserve row's job (over-sampled batches): its group, registered by the worker before it runs (entry field `x`). */
+  expect?: ExpectedGroup;
 }
 
 /** A batch's writes, built and size-checked by {@link JobQueue.prepare}; nothing is written yet. */
@@ -43,6 +83,8 @@ export interface PreparedBatch {
   rows: RedisArg[][];
   batch: RedisArg[][];
   entries: RedisArg[][];
+  /** Over-sampled batches: the reserve rows' job entries (a hash) and their uids in row order (a list). */
+  reserve: RedisArg[][];
 }
 
 /** `GET /v1/queue`: the autoscaler's signal. */
@@ -140,6 +182,26 @@ export class JobQueue {
     return `${this.prefix}jobs:batch:${batchId}:rows`;
   }
 
+  /** Over-sampled batches: the reserve rows' uids not started yet, in row order (LIST). */
+  reserveKey(batchId: string): string {
+    return `${this.prefix}jobs:batch:${batchId}:reserve`;
+  }
+
+  /** Over-sampled batches: the reserve uids started in place of filtered groups, in launch order (LIST). */
+  launchedKey(batchId: string): string {
+    return `${this.prefix}jobs:batch:${batchId}:launched`;
+  }
+
+  /** Over-sampled batches: per reserve uid, its group and job entries (HASH, JSON values). */
+  reserveJobsKey(batchId: string): string {
+    return `${this.prefix}jobs:batch:${batchId}:reserve-jobs`;
+  }
+
+  /** Over-sampled batches: the session ids of `uid`'s group admitted to write (SET). */
+  admittedKey(batchId: string, uid: string): string {
+    return `${this.prefix}jobs:batch:${batchId}:w:${uid}`;
+  }
+
   /**
    * Builds every write of a batch and checks each against the store's
    * request limit (`RedisCommander.maxRequestBytes`) before anything is
@@ -149,13 +211,14 @@ export class JobQueue {
    * @throws StoreError (413, code `request_too_large`, field `rows[i]` for a row) when one write alone is
    *   over the limit: the batch is refused and nothing has been written.
    */
-  prepare(spec: BatchSpec, keys: readonly string[], jobs: readonly PlannedTrajectory[]): PreparedBatch {
+  prepare(spec: BatchSpec, keys: readonly string[], jobs: readonly PlannedTrajectory[], opts: { reserve?: readonly PlannedTrajectory[]; fingerprints?: ReadonlyMap<string, string> } = {}): PreparedBatch {
     const max = this.redis.maxRequestBytes ?? Infinity;
     const ttl = String(this.opts.batchTtlSeconds ?? 7 * 24 * 3600);
     const rowsKey = this.rowsKey(spec.batch_id);
     const rows: RedisArg[][] = [];
     const rowBytes = new Map<number, number>();
-    for (const t of jobs) {
+    const reserveJobs = opts.reserve ?? [];
+    for (const t of [...jobs, ...reserveJobs]) {
       if (!t.row || rowBytes.has(t.row_index)) continue;
       const json = JSON.stringify(t.row);
       rowBytes.set(t.row_index, json.length);
@@ -175,7 +238,8 @@ export class JobQueue {
     const chunkKeys = Math.max(1, Math.min(10_000, Math.floor(max / 4 / (keys.reduce((m, k) => Math.max(m, k.length), 1) + 8))));
     const chunks: string[] = [];
     for (let i = 0; i < keys.length; i += chunkKeys) chunks.push(JSON.stringify(keys.slice(i, i + chunkKeys)));
-    const batch: RedisArg[][] = [["HSET", this.batchKey(spec.batch_id), "spec", JSON.stringify(spec), "kn", String(chunks.length)]];
+    const os = spec.oversample ? ["os:target", String(spec.oversample.target_groups), "os:mode", spec.oversample.partial_rollout] : [];
+    const batch: RedisArg[][] = [["HSET", this.batchKey(spec.batch_id), "spec", JSON.stringify(spec), "kn", String(chunks.length), ...os]];
     chunks.forEach((c, i) => batch.push(["HSET", this.batchKey(spec.batch_id), `k:${i}`, c]));
     batch.push(["EXPIRE", this.batchKey(spec.batch_id), ttl]);
     const entries = jobs.map((t) => {
@@ -183,8 +247,22 @@ export class JobQueue {
       // `rb`: the row's size, so a worker reads rows in requests of bounded size.
       return ["XADD", this.stream, "*", "batch", spec.batch_id, "key", t.key, ...(ref ? ["r", "1", "rb", String(rowBytes.get(t.row_index))] : []), "t", JSON.stringify(ref ? { ...t, row: null } : t)];
     });
-    for (const c of [...batch, ...entries]) checkCommand(c, max, "json");
-    return { spec, jobs: jobs.length, rows, batch, entries };
+    // Reserve rows (over-sampled batches): their job entries wait in a hash until a filtered group starts them (FILTERED_LUA).
+    const reserve: RedisArg[][] = [];
+    const byUid = new Map<string, PlannedTrajectory[]>();
+    for (const t of reserveJobs) byUid.set(t.uid, [...(byUid.get(t.uid) ?? []), t]);
+    const part = spec.validate ? "val" : "train";
+    for (const [uid, ts] of byUid) {
+      const fp = opts.fingerprints?.get(uid);
+      const x = JSON.stringify({ n: ts[0]!.group_size, part, ...(fp ? { fp } : {}) } satisfies ExpectedGroup);
+      const entry = { uid, x, jobs: ts.map((t) => (t.row !== null ? { key: t.key, rb: String(rowBytes.get(t.row_index)), t: JSON.stringify({ ...t, row: null }) } : { key: t.key, t: JSON.stringify(t) })) };
+      reserve.push(["HSET", this.reserveJobsKey(spec.batch_id), uid, JSON.stringify(entry)]);
+    }
+    if (byUid.size) {
+      reserve.push(["RPUSH", this.reserveKey(spec.batch_id), ...byUid.keys()], ["EXPIRE", this.reserveKey(spec.batch_id), ttl], ["EXPIRE", this.reserveJobsKey(spec.batch_id), ttl]);
+    }
+    for (const c of [...batch, ...entries, ...reserve]) checkCommand(c, max, "json");
+    return { spec, jobs: jobs.length, rows, batch, entries, reserve };
   }
 
   /**
@@ -197,10 +275,10 @@ export class JobQueue {
     await this.submitPrepared(this.prepare(spec, keys, jobs));
   }
 
-  /** Writes a {@link prepare}d batch: rows first, then spec and keys, then the jobs (a job never refers to a row not yet stored). */
+  /** Writes a {@link prepare}d batch: rows (and the reserve) first, then spec and keys, then the jobs (a job never refers to a row not yet stored). */
   async submitPrepared(b: PreparedBatch): Promise<void> {
     await this.consumers.ensure();
-    for (const cmds of [b.rows, b.batch, b.entries]) {
+    for (const cmds of [b.rows, b.reserve, b.batch, b.entries]) {
       for (let i = 0; i < cmds.length; i += 500) await this.pipe(cmds.slice(i, i + 500));
     }
   }
@@ -342,9 +420,173 @@ export class JobQueue {
   }
 
   /** Completion events of a batch after stream id `after` (exclusive; `0-0` for all), at most `count`; `reused` as {@link completed} wrote it. */
-  async completions(batchId: string, after: string, count = 1000): Promise<{ id: string; key: string; reused: boolean }[]> {
+  async completions(batchId: string, after: string, count = 1000): Promise<{ id: string; key: string; reused: boolean; surplus?: { running: boolean } }[]> {
     const r = await this.call(["XRANGE", this.doneKey(batchId), after === "0-0" ? "-" : `(${after}`, "+", "COUNT", String(count)]);
-    return parseEntries(r).map((e) => ({ id: e.id, key: e.fields?.key ?? "", reused: e.fields?.reused === "1" }));
+    return parseEntries(r).map((e) => ({
+      id: e.id,
+      key: e.fields?.key ?? "",
+      reused: e.fields?.reused === "1",
+      ...(e.fields?.surplus !== undefined ? { surplus: { running: e.fields.surplus === "running" } } : {}),
+    }));
+  }
+
+  /**
+   * Records that `keys`' sessions were stopped as surplus of an over-sampled
+   * batch (nothing stored for them): events `key`, `surplus` (`running`: it
+   * was inside its loop; `queued`: never started) on the batch's done
+   * stream, counted by followers as cancelled or carried.
+   */
+  async surplus(batchId: string, keys: readonly string[], running: boolean): Promise<void> {
+    if (!keys.length) return;
+    const ttl = String(this.opts.batchTtlSeconds ?? 7 * 24 * 3600);
+    const cmds: RedisArg[][] = keys.map((k) => ["XADD", this.doneKey(batchId), "*", "key", k, "surplus", running ? "running" : "queued"]);
+    for (let i = 0; i < cmds.length; i += 500) await this.pipe([...cmds.slice(i, i + 500), ["EXPIRE", this.doneKey(batchId), ttl]]);
+  }
+
+  /**
+   * Over-sampled batches: admits a finished session's write ({@link ADMIT_LUA}):
+   * `write`, `last` (it completes its group), `surplus` or `cancelled`.
+   */
+  async admitSession(batchId: string, uid: string, sessionId: number, n: number): Promise<"write" | "last" | "surplus" | "cancelled"> {
+    const ttl = String(this.opts.batchTtlSeconds ?? 7 * 24 * 3600);
+    return String(await this.eval(ADMIT_LUA, [this.batchKey(batchId), this.admittedKey(batchId, uid)], [String(sessionId), String(n), ttl])) as "write" | "last" | "surplus" | "cancelled";
+  }
+
+  /** Whether `uid`'s session `sessionId` was admitted to write ({@link admitSession}) and whether the batch is stopped. */
+  async admission(batchId: string, uid: string, sessionId: number): Promise<{ admitted: boolean; stopped: "cancel" | "carry" | null }> {
+    const [stopped, member] = await this.pipe([["HGET", this.batchKey(batchId), "stopped"], ["SISMEMBER", this.admittedKey(batchId, uid), String(sessionId)]]);
+    return { admitted: Number(member) === 1, stopped: stopped == null ? null : (String(stopped) as "cancel" | "carry") };
+  }
+
+  /** Reserves a delivery slot for the write completing `uid`'s group ({@link RESERVE_LUA}); false: none free (surplus). */
+  async reserveDelivery(batchId: string, uid: string): Promise<boolean> {
+    return Number(await this.eval(RESERVE_LUA, [this.batchKey(batchId)], [uid])) === 1;
+  }
+
+  /** The write completing `uid`'s group is stored ({@link COMMIT_LUA}); true when this delivery reached the target and stopped the batch. */
+  async commitDelivery(batchId: string, uid: string): Promise<boolean> {
+    return Number(await this.eval(COMMIT_LUA, [this.batchKey(batchId)], [uid])) === 2;
+  }
+
+  /** The write completing `uid`'s group failed: its slot is freed ({@link RELEASE_LUA}). */
+  async releaseDelivery(batchId: string, uid: string): Promise<void> {
+    await this.eval(RELEASE_LUA, [this.batchKey(batchId)], [uid]);
+  }
+
+  /**
+   * `uid`'s group was filtered: counts it and starts the next reserve row,
+   * its jobs enqueued atomically ({@link FILTERED_LUA}). Returns the row
+   * started (the same one for a repeated call), or null.
+   */
+  async groupFiltered(batchId: string, uid: string): Promise<StartedReserveRow | null> {
+    const ttl = String(this.opts.batchTtlSeconds ?? 7 * 24 * 3600);
+    await this.consumers.ensure();
+    const r = await this.eval(FILTERED_LUA, [this.batchKey(batchId), this.reserveKey(batchId), this.launchedKey(batchId), this.reserveJobsKey(batchId), this.stream], [uid, batchId, ttl]);
+    if (typeof r !== "string" || r === "") return null;
+    const e = JSON.parse(r) as { uid: string; x: string };
+    return { uid: e.uid, group: JSON.parse(e.x) as ExpectedGroup };
+  }
+
+  /** The over-sampling figures of a batch as workers keep them, the reserve rows started (from index `from` of the launched list) and left. */
+  async oversampleState(batchId: string, from = 0): Promise<QueuedOversampleState> {
+    const [h, launched, left] = await this.pipe([
+      ["HMGET", this.batchKey(batchId), "os:delivered", "os:filtered", "os:replacements", "stopped"],
+      ["LRANGE", this.launchedKey(batchId), String(from), "-1"],
+      ["LLEN", this.reserveKey(batchId)],
+    ]);
+    const f = h as (string | null)[];
+    return {
+      delivered: Number(f[0] ?? 0),
+      filtered: Number(f[1] ?? 0),
+      replacements: Number(f[2] ?? 0),
+      stopped: f[3] == null ? null : (String(f[3]) as "cancel" | "carry"),
+      launched: (launched as string[]).map(String),
+      reserve: Number(left),
+    };
+  }
+
+  /**
+   * Seeds an over-sampled batch's state before its jobs run: sessions
+   * already finished (a re-posted uid's, handed back) admitted, groups
+   * already complete counted delivered or filtered (as BatchRun does
+   * inline), and `stopped` set when they alone reach the target.
+   */
+  async seedOversample(batchId: string, seed: { admitted: { uid: string; session_id: number }[]; delivered: string[]; filtered: string[]; mode: "cancel" | "carry"; target: number }): Promise<void> {
+    const ttl = String(this.opts.batchTtlSeconds ?? 7 * 24 * 3600);
+    const cmds: RedisArg[][] = seed.admitted.flatMap(({ uid, session_id }) => [["SADD", this.admittedKey(batchId, uid), String(session_id)], ["EXPIRE", this.admittedKey(batchId, uid), ttl]]);
+    const fields = [...seed.delivered.map((u) => [`d:${u}`, "1"]), ...seed.filtered.map((u) => [`f:${u}`, "1"])].flat();
+    if (fields.length) cmds.push(["HSET", this.batchKey(batchId), ...fields, "os:delivered", String(seed.delivered.length), "os:filtered", String(seed.filtered.length)]);
+    if (seed.delivered.length >= seed.target) cmds.push(["HSET", this.batchKey(batchId), "stopped", seed.mode]);
+    for (let i = 0; i < cmds.length; i += 500) await this.pipe(cmds.slice(i, i + 500));
+  }
+
+  /**
+   * Removes the jobs of a stopped over-sampled batch that no worker holds
+   * (waiting in the stream, not in the consumer group's pending list: XDEL,
+   * never claimed then) and records them as surplus (`queued`); running ones are stopped by their
+   * workers, which poll the batch's `stopped` flag. Returns the keys removed.
+   * A job claimed meanwhile is dropped by its worker (it sees the flag); a
+   * key reported twice is counted once by followers.
+   */
+  async stopQueued(batchId: string): Promise<string[]> {
+    const waiting: StreamEntry[] = [];
+    let start = "-";
+    for (;;) {
+      const entries = parseEntries(await this.call(["XRANGE", this.stream, start, "+", "COUNT", "500"]));
+      for (const e of entries) if (e.fields?.batch === batchId) waiting.push(e);
+      if (entries.length < 500) break;
+      start = `(${entries[entries.length - 1]!.id}`;
+    }
+    if (!waiting.length) return [];
+    const held = new Set<string>();
+    start = "-";
+    for (;;) {
+      const r = (await this.consumers.withGroup(() => this.call(["XPENDING", this.stream, this.group, start, "+", "500"]))) as RedisReply[];
+      for (const p of r) held.add(String((p as RedisReply[])[0]));
+      if (r.length < 500) break;
+      start = `(${String((r[r.length - 1] as RedisReply[])[0])}`;
+    }
+    const free = waiting.filter((e) => !held.has(e.id));
+    // Only entries this call deleted are reported: one acknowledged meanwhile (its job finished) is not surplus.
+    const keys: string[] = [];
+    for (let i = 0; i < free.length; i += 500) {
+      const chunk = free.slice(i, i + 500);
+      const r = await this.pipe(chunk.map((e) => ["XDEL", this.stream, e.id]));
+      chunk.forEach((e, j) => Number(r[j]) === 1 && e.fields?.key && keys.push(e.fields.key));
+    }
+    await this.surplus(batchId, keys, false);
+    return keys;
+  }
+
+  /**
+   * Stores the settlement of an over-sampled batch once (`os:settled`,
+   * HSETNX) and returns the one stored: two API processes following the
+   * batch report the same figures.
+   */
+  async settleOversample(batchId: string, s: OversampleSettlement): Promise<OversampleSettlement> {
+    const [, got] = await this.pipe([["HSETNX", this.batchKey(batchId), "os:settled", JSON.stringify(s)], ["HGET", this.batchKey(batchId), "os:settled"]]);
+    return typeof got === "string" ? (JSON.parse(got) as OversampleSettlement) : s;
+  }
+
+  /** The stored settlement of an over-sampled batch, or null while it is not settled. */
+  async oversampleSettlement(batchId: string): Promise<OversampleSettlement | null> {
+    const got = await this.call(["HGET", this.batchKey(batchId), "os:settled"]);
+    return typeof got === "string" ? (JSON.parse(got) as OversampleSettlement) : null;
+  }
+
+  /** Of `batchIds`, the stopped ones (over-sampled batches that reached their target) and how: one pipelined HGET each. */
+  async stoppedBatches(batchIds: readonly string[]): Promise<Map<string, "cancel" | "carry">> {
+    const ids = [...new Set(batchIds)];
+    if (ids.length === 0) return new Map();
+    const r = await this.pipe(ids.map((id) => ["HGET", this.batchKey(id), "stopped"]));
+    const out = new Map<string, "cancel" | "carry">();
+    ids.forEach((id, i) => r[i] != null && out.set(id, String(r[i]) as "cancel" | "carry"));
+    return out;
+  }
+
+  /** EVAL of a script (Redis over TCP and Upstash REST alike; scripts here are small, so no EVALSHA cache). */
+  private eval(script: string, keys: string[], args: string[]): Promise<RedisReply> {
+    return this.call(["EVAL", script, String(keys.length), ...keys, ...args]);
   }
 
   /**
@@ -504,7 +746,14 @@ export function storeError(e: unknown): EdgeloopError {
 function toJob(e: StreamEntry, deliveries: number): Job | null {
   if (!e.fields?.t || !e.fields.batch) return null;
   try {
-    return { id: e.id, batch_id: e.fields.batch, trajectory: JSON.parse(e.fields.t) as PlannedTrajectory, deliveries, ...(e.fields.r === "1" ? { rowRef: true, rowBytes: Number(e.fields.rb ?? 0) } : {}) };
+    return {
+      id: e.id,
+      batch_id: e.fields.batch,
+      trajectory: JSON.parse(e.fields.t) as PlannedTrajectory,
+      deliveries,
+      ...(e.fields.r === "1" ? { rowRef: true, rowBytes: Number(e.fields.rb ?? 0) } : {}),
+      ...(e.fields.x ? { expect: JSON.parse(e.fields.x) as ExpectedGroup } : {}),
+    };
   } catch {
     return null;
   }

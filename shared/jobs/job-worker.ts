@@ -1,10 +1,11 @@
 import { ConflictError } from "../errors.ts";
-import type { BatchPlan } from "../rollout/batch.ts";
+import { failedRecord, type BatchPlan, type PlannedTrajectory } from "../rollout/batch.ts";
 import { BatchRun, TrajectoryAbandonedError, type TrajectoryExecutor } from "../rollout/batch-run.ts";
 import type { ExecutorFactory } from "../rollout/service.ts";
 import type { TransferQueue } from "../store/types.ts";
 import { holdWhileStoreDown } from "../store/store-outage.ts";
 import type { BatchSpec, Job, JobQueue } from "./job-queue.ts";
+import { QueuedGroupGate } from "./queued-oversample.ts";
 
 /** Options of a {@link JobWorker}. */
 export interface JobWorkerOptions {
@@ -50,6 +51,12 @@ export interface WorkerSummary {
   abandoned: number;
   /** Jobs of cancelled batches: dropped before running, or aborted while running (nothing stored). */
   cancelled: number;
+  /**
+   * Jobs of over-sampled batches stopped as surplus once their batch
+   * reached `target_groups` (nothing stored): dropped before running, or
+   * aborted (`cancel`) or suspended at their checkpoint (`carry`) while running.
+   */
+  surplus: number;
   /** Why the loop ended: `idle` (scale to zero) or `stopped`. */
   exit: "idle" | "stopped";
 }
@@ -73,9 +80,9 @@ export class JobWorker {
   private readonly runningKeys = new Map<string, number>();
   private readonly specs = new Map<string, Promise<BatchSpec | null>>();
   /** The one-trajectory run of each running job (by job id), with its batch: what a cancel aborts. */
-  private readonly runs = new Map<string, { batch: string; run: BatchRun | null; cancelled: boolean }>();
+  private readonly runs = new Map<string, RunEntry>();
   private stopped = false;
-  private readonly summary: WorkerSummary = { claimed: 0, completed: 0, failed: 0, reclaimed: 0, abandoned: 0, cancelled: 0, exit: "stopped" };
+  private readonly summary: WorkerSummary = { claimed: 0, completed: 0, failed: 0, reclaimed: 0, abandoned: 0, cancelled: 0, surplus: 0, exit: "stopped" };
 
   constructor(opts: JobWorkerOptions) {
     this.opts = opts;
@@ -105,15 +112,22 @@ export class JobWorker {
         },
       );
     }, Math.max(50, Math.floor(jobs.leaseMs / 3)));
-    // Cancelled batches (DELETE /v1/rollouts/{id}): their running jobs are aborted.
+    // Cancelled batches (DELETE /v1/rollouts/{id}): their running jobs are aborted. Over-sampled batches that
+    // reached their target: their running jobs are aborted (cancel) or suspended (carry).
     let polling = false;
     const cancelPoll = setInterval(() => {
       if (!this.runs.size || polling) return;
       polling = true;
-      jobs
-        .cancelledBatches([...this.runs.values()].map((r) => r.batch))
-        .then((gone) => {
+      const batches = [...this.runs.values()].map((r) => r.batch);
+      const oversampled = [...this.runs.values()].filter((r) => r.oversampled).map((r) => r.batch);
+      Promise.all([jobs.cancelledBatches(batches), jobs.stoppedBatches(oversampled)])
+        .then(([gone, stopped]) => {
           for (const r of this.runs.values()) {
+            const mode = stopped.get(r.batch);
+            if (mode && !r.stopped) {
+              r.stopped = mode;
+              r.run?.stop(mode);
+            }
             if (!gone.has(r.batch) || r.cancelled) continue;
             r.cancelled = true;
             r.run?.cancel();
@@ -223,7 +237,7 @@ export class JobWorker {
   }
 
   private async runJob(job: Job): Promise<void> {
-    const entry = { batch: job.batch_id, run: null as BatchRun | null, cancelled: false };
+    const entry: RunEntry = { batch: job.batch_id, run: null, cancelled: false, oversampled: false, stopped: null };
     this.runs.set(job.id, entry);
     try {
       await this.runTracked(job, entry);
@@ -232,7 +246,7 @@ export class JobWorker {
     }
   }
 
-  private async runTracked(job: Job, entry: { batch: string; run: BatchRun | null; cancelled: boolean }): Promise<void> {
+  private async runTracked(job: Job, entry: RunEntry): Promise<void> {
     const { jobs, store } = this.opts;
     const t = job.trajectory;
     const spec = await this.spec(job.batch_id);
@@ -254,13 +268,31 @@ export class JobWorker {
       await jobs.ack([job.id]);
       return;
     }
+    const os = spec.oversample ?? null;
+    if (os) {
+      entry.oversampled = true;
+      // Stopped before this job ran (claimed before the stop removed it, or reclaimed after): surplus, unless its
+      // session was admitted to write before the stop (a redelivery: it must complete its group).
+      const adm = await retry(() => jobs.admission(job.batch_id, t.uid, t.session_id));
+      if (adm.stopped && !adm.admitted) {
+        await this.dropSurplus(job, adm.stopped, false);
+        return;
+      }
+      // A reserve row's job registers its group first (the worker that started the row may have died before it did).
+      if (job.expect) await retry(() => store.expectGroup(t.uid, job.expect!.n, job.expect!.part, job.expect!.fp));
+    }
+    const groupGate = os ? new QueuedGroupGate({ jobs, store, batchId: job.batch_id, plan: os, log: (l) => this.log(l) }) : undefined;
     const max = this.opts.maxDeliveries ?? 5;
     if (job.deliveries > max) {
-      await store.markFailed(t.key, `job failed: delivered ${job.deliveries} times without completing (worker crashes?)`, {
-        agent_name: t.row?.agent_name ?? spec.rollout.agent.default_agent_loop,
-        data_source: t.row?.data_source ?? "unknown",
-        extra_fields: { trajectory_info: t.trajectory_info },
-      });
+      const error = `job failed: delivered ${job.deliveries} times without completing (worker crashes?)`;
+      const agentName = t.row?.agent_name ?? spec.rollout.agent.default_agent_loop;
+      // An over-sampled batch's failed record completes its group like any other: it needs the gate's admission too.
+      if (groupGate && !(await groupGate.admit(t, [failedRecord(t, agentName, error)]))) {
+        await this.dropSurplus(job, os!.partial_rollout, false);
+        return;
+      }
+      await store.markFailed(t.key, error, { agent_name: agentName, data_source: t.row?.data_source ?? "unknown", extra_fields: { trajectory_info: t.trajectory_info } });
+      await groupGate?.settled(t, true);
       await this.finish(job, true);
       return;
     }
@@ -273,9 +305,10 @@ export class JobWorker {
       groups: new Map([[t.uid, t.group_size]]),
     };
     const executor = abandonOnConflict(this.opts.executorFor(spec.rollout, { model_version: spec.model_version, validate: spec.validate }));
-    const run = new BatchRun(plan, { executor, store, rollout: spec.rollout, concurrency: 1 });
+    const run = new BatchRun(plan, { executor, store, rollout: spec.rollout, concurrency: 1, ...(groupGate ? { groupGate } : {}) });
     entry.run = run;
     if (entry.cancelled) run.cancel();
+    if (entry.stopped) run.stop(entry.stopped);
     await run.run().catch((e: unknown) => {
       if (!run.isCancelled) throw e;
     });
@@ -290,6 +323,11 @@ export class JobWorker {
       this.log(`${t.key}: batch ${job.batch_id} was cancelled; aborted, nothing stored`);
       return;
     }
+    const surplus = run.surplusOutcome;
+    if (os && surplus.sessions > 0) {
+      await this.dropSurplus(job, os.partial_rollout, surplus.interrupted > 0);
+      return;
+    }
     if (run.abandoned) {
       this.summary.abandoned++;
       this.log(`${t.key} was taken over by another worker`);
@@ -301,6 +339,21 @@ export class JobWorker {
     // Stored before by another batch (the same uid posted twice): counted there, not again. A redelivered job's
     // records found stored were written by its own earlier delivery (a worker that died after writing): counted here.
     await this.finish(job, run.records().some((r) => r.error !== null), run.stats().counts.reused > 0 && job.deliveries === 1);
+  }
+
+  /**
+   * A job of an over-sampled batch stopped as surplus: nothing stored;
+   * `cancel` drops its durable session, `carry` keeps it (the next batch
+   * naming its uid resumes it from there); a `surplus` event tells
+   * followers, then the job is acknowledged.
+   */
+  private async dropSurplus(job: Job, mode: "cancel" | "carry", running: boolean): Promise<void> {
+    const key = job.trajectory.key;
+    if (mode === "cancel") await retry(() => this.opts.jobs.dropSessions([key])).catch(() => {});
+    await retry(() => this.opts.jobs.surplus(job.batch_id, [key], running));
+    await retry(() => this.opts.jobs.ack([job.id]));
+    this.summary.surplus++;
+    this.log(`${key}: batch ${job.batch_id} reached its target; ${mode === "carry" ? "carried (session kept)" : "cancelled, nothing stored"}${running ? " (was running)" : ""}`);
   }
 
   private async finish(job: Job, failed: boolean, reused = false): Promise<void> {
@@ -326,12 +379,24 @@ export class JobWorker {
   }
 }
 
+/** What the worker tracks of a running job: its batch, its one-trajectory run, and what stopped it. */
+interface RunEntry {
+  batch: string;
+  run: BatchRun | null;
+  cancelled: boolean;
+  /** Its batch is over-sampled (polled for `stopped`). */
+  oversampled: boolean;
+  /** Set once its over-sampled batch reached the target. */
+  stopped: "cancel" | "carry" | null;
+}
+
 /** Maps the session fence's ConflictError (another owner committed a newer step) to {@link TrajectoryAbandonedError}. */
 function abandonOnConflict(ex: TrajectoryExecutor): TrajectoryExecutor {
   return {
     agentNameFor: (t) => ex.agentNameFor(t),
-    run: (t, plan) =>
-      ex.run(t, plan).catch((e: unknown) => {
+    ...(ex.discard ? { discard: (t: PlannedTrajectory) => ex.discard!(t) } : {}),
+    run: (t, plan, signal) =>
+      ex.run(t, plan, signal).catch((e: unknown) => {
         if (e instanceof ConflictError) throw new TrajectoryAbandonedError(e.message);
         throw e;
       }),

@@ -22,6 +22,13 @@ export interface TrajectoryExecutor {
   run(t: PlannedTrajectory, plan: BatchPlan, signal?: AbortSignal): Promise<{ agentName: string; outputs: AgentLoopOutput[]; toolLatenciesMs?: number[] }>;
   /** The agent name a row routes to, for failure records (`default_agent_loop` when absent/null). */
   agentNameFor(t: PlannedTrajectory): string;
+  /**
+   * Drops whatever durable state `t` left (its session checkpoint): called
+   * once the batch stored nothing for it because it was cancelled (batch
+   * cancel, or surplus with `partial_rollout: cancel`). Optional: executors
+   * without durable state have nothing to drop.
+   */
+  discard?(t: PlannedTrajectory): Promise<void>;
 }
 
 /**
@@ -168,6 +175,26 @@ export class TrajectoryAbandonedError extends Error {
   override name = "TrajectoryAbandonedError";
 }
 
+/**
+ * Decides, across processes, the writes of an over-sampled batch whose
+ * trajectories run in job-queue workers (the worker's one-trajectory
+ * {@link BatchRun} asks it instead of its own in-process rule): whether a
+ * finished session is written (its group's last one only within
+ * `target_groups`, or when dynamic sampling filtered the group), and — once
+ * written or not — settles what it reserved. Implemented over Redis by
+ * `QueuedGroupGate` (shared/jobs/queued-oversample.ts).
+ */
+export interface GroupWriteGate {
+  /**
+   * Whether `t`'s finished session, with `records` (its outputs, 0…k), is
+   * stored; false: it is surplus (the batch reached its target, or no
+   * delivery slot was free) and nothing is stored for it.
+   */
+  admit(t: PlannedTrajectory, records: readonly TrajectoryRecord[]): Promise<boolean>;
+  /** After an admitted session's writes: `stored` false when a write failed (a reserved delivery slot is released). */
+  settled(t: PlannedTrajectory, stored: boolean): Promise<void>;
+}
+
 /** Options of a {@link BatchRun}. */
 export interface BatchRunOptions {
   executor: TrajectoryExecutor;
@@ -193,6 +220,11 @@ export interface BatchRunOptions {
   reusedUids?: ReadonlySet<string>;
   /** Start time (epoch ms) to report instead of now (a batch rebuilt from the store). */
   startedAt?: number;
+  /**
+   * Cross-process write decisions of an over-sampled batch (job-queue
+   * workers): replaces the in-process rule ({@link GroupWriteGate}).
+   */
+  groupGate?: GroupWriteGate;
 }
 
 /**
@@ -249,6 +281,10 @@ export class BatchRun {
   private readonly filteredUids = new Set<string>();
   /** Group-completing writes admitted but not finished yet (they count toward the target). */
   private readonly completing = new Set<string>();
+  /** Sessions this run stopped as surplus (any batch, over-sampled or gated) and how many of them were running. */
+  private readonly surplusOut = { sessions: 0, interrupted: 0 };
+  /** External over-sampled batches: session keys stopped as surplus (counted once). */
+  private readonly surplusSeen = new Set<string>();
   /**
    * Why the batch ended early (e.g. its groups could not be registered in
    * the store), or null. A failed batch is done: {@link run} rejects with
@@ -297,6 +333,11 @@ export class BatchRun {
       started_at: opts.startedAt ?? (opts.now ?? Date.now)(),
       finished_at: null,
     };
+    if (opts.external && plan.oversample) {
+      const uids = [...plan.groups.keys()];
+      for (const u of uids.slice(0, plan.oversample.eager_rows)) this.launched.add(u);
+      this.reserve = uids.slice(plan.oversample.eager_rows);
+    }
   }
 
   /** Starts the batch (once) and resolves when every trajectory is stored. */
@@ -325,9 +366,80 @@ export class BatchRun {
     if (this.s.counts.pending > 0) this.s.counts.pending--;
     else if (this.s.counts.running > 0) this.s.counts.running--;
     this.sessionDone(records, opts.handedBack === true);
-    if (this.s.counts.finished + (this.s.lost?.count ?? 0) >= this.s.counts.total) this.finishExternal();
+    // An over-sampled batch ends when its follower settles it ({@link settleExternal}), not when every key is counted.
+    if (!this.plan.oversample && this.s.counts.finished + (this.s.lost?.count ?? 0) >= this.s.counts.total) this.finishExternal();
     this.wake();
     return true;
+  }
+
+  /**
+   * Counts a session of an external over-sampled batch that a worker stopped
+   * as surplus (`running`: it was inside its loop; else never started):
+   * nothing stored for it. Returns false for a key already counted
+   * (events are at-least-once).
+   */
+  observeSurplus(key: string, running: boolean): boolean {
+    if (this.seen.has(key) || this.s.done || this.cancelledAt !== null || !this.s.oversample) return false;
+    this.seen.add(key);
+    this.surplusSeen.add(key);
+    if (this.s.counts.pending > 0) this.s.counts.pending--;
+    else if (this.s.counts.running > 0) this.s.counts.running--;
+    const o = this.s.oversample;
+    if (this.plan.oversample!.partial_rollout === "carry") o.carried++;
+    else o.cancelled++;
+    if (running) o.interrupted++;
+    this.wake();
+    return true;
+  }
+
+  /**
+   * The cross-process figures of an external over-sampled batch, as the job
+   * queue's batch hash holds them (delivered, filtered, replacements,
+   * reached), and the reserve rows started so far (row order; registered
+   * as launched).
+   */
+  setOversampleProgress(p: { delivered: number; filtered: number; replacements: number; reached: boolean; launched: readonly string[] }): void {
+    const o = this.s.oversample;
+    if (!o || this.s.done) return;
+    o.delivered = p.delivered;
+    o.filtered = p.filtered;
+    o.replacements = p.replacements;
+    o.reached = p.reached;
+    for (const u of p.launched) {
+      if (this.launched.has(u)) continue;
+      this.launched.add(u);
+      this.reserve = this.reserve.filter((x) => x !== u);
+    }
+  }
+
+  /**
+   * Session keys of an external batch still to be counted: of an
+   * over-sampled batch, only those of started groups (eager rows and
+   * replacements; the reserve is not waited for).
+   */
+  openKeys(): string[] {
+    const os = this.plan.oversample;
+    return this.plan.trajectories.filter((t) => !this.seen.has(t.key) && (!os || this.launched.has(t.uid))).map((t) => t.key);
+  }
+
+  /** uids of the started groups of an over-sampled batch (eager rows, then replacements in launch order). */
+  launchedUids(): string[] {
+    return [...this.launched];
+  }
+
+  /**
+   * Ends an external over-sampled batch once every session of its started
+   * groups is counted: the reserve rows never started leave `pending`
+   * (`unused_*`), and the groups left incomplete are reported withdrawn
+   * (`cancel`) or carried (`carry`), as the follower settled them in the
+   * store (once per batch: see `JobQueue.settleOversample`).
+   */
+  settleExternal(st: { groups_withdrawn: number; groups_carried: number; unused_groups: number; unused_sessions: number }): void {
+    const o = this.s.oversample;
+    if (!o || this.s.done) return;
+    Object.assign(o, st);
+    this.finishExternal();
+    this.wake();
   }
 
   private finishExternal(): void {
@@ -363,7 +475,7 @@ export class BatchRun {
   /** Sets how many of the uncounted sessions are running elsewhere (external batches; the rest are pending). */
   setRunning(n: number): void {
     if (this.s.done) return;
-    const open = this.s.counts.total - this.s.counts.finished - (this.s.lost?.count ?? 0);
+    const open = this.s.counts.total - this.s.counts.finished - (this.s.lost?.count ?? 0) - this.surplusSeen.size;
     this.s.counts.running = Math.max(0, Math.min(n, open));
     this.s.counts.pending = open - this.s.counts.running;
   }
@@ -543,7 +655,8 @@ export class BatchRun {
       if (this.cancelledAt !== null) return "cancelled" as const;
       // Over the target (or stopped since): nothing stored; a group-completing write reserves its delivery first.
       if (this.stopMode !== null) return "surplus" as const;
-      const admitted = await this.admitGroupWrite(t, records);
+      const gate = this.opts.groupGate;
+      const admitted = gate ? await gate.admit(t, records) : await this.admitGroupWrite(t, records);
       if (!admitted) return "surplus" as const;
       span.setAttribute(SpanAttr.agentName, agentName);
       const r0 = records[0];
@@ -564,16 +677,20 @@ export class BatchRun {
         out.push(w.record);
         fresh ||= w.stored;
       }
+      if (gate) await gate.settled(t, !out.some((r) => this.unstored.has(r.key)));
       return { out, fresh };
     }).finally(() => this.controllers.delete(t.key));
     this.s.counts.running--;
     if (stored === "surplus") {
       this.surplus(t, true);
+      // Cancelled surplus leaves nothing; carried surplus keeps its checkpoint (a worker's run, which knows no mode, leaves it to the worker).
+      if ((this.stopMode ?? this.plan.oversample?.partial_rollout) === "cancel") await this.discard(t);
       this.wake();
       return;
     }
     if (stored === "cancelled") {
       this.stoppedSessions++;
+      await this.discard(t);
       this.wake();
       return;
     }
@@ -673,19 +790,42 @@ export class BatchRun {
 
   /** `target_groups` delivered: aborts (cancel) or suspends (carry) every running trajectory; queued ones will not start. */
   private stopSurplus(): void {
-    if (this.stopMode !== null) return;
     const os = this.plan.oversample!;
-    this.stopMode = os.partial_rollout;
-    this.s.oversample!.reached = true;
-    const msg = `batch ${this.plan.batch_id} delivered its ${os.target_groups} target groups`;
+    this.stop(os.partial_rollout, os.target_groups);
+  }
+
+  /**
+   * Stops the batch's surplus (its over-sampled batch reached
+   * `target_groups`, here or — for a worker's one-trajectory run — in
+   * another process): running trajectories are aborted (`cancel`:
+   * {@link SurplusCancelledError}) or suspended at their last checkpoint
+   * (`carry`: {@link TrajectoryCarriedError}); queued ones do not start;
+   * nothing more is stored except writes already admitted. Idempotent.
+   */
+  stop(mode: "cancel" | "carry", target?: number): void {
+    if (this.stopMode !== null) return;
+    this.stopMode = mode;
+    if (this.s.oversample) this.s.oversample.reached = true;
+    const msg = `batch ${this.plan.batch_id} delivered its ${target ?? this.plan.oversample?.target_groups ?? ""} target groups`;
     const reason = this.stopMode === "carry" ? new TrajectoryCarriedError(`${msg}: carried to the next batch`) : new SurplusCancelledError(`${msg}: surplus cancelled`);
     for (const c of this.controllers.values()) c.abort(reason);
     this.wakeQueue();
   }
 
+  /**
+   * Sessions this run stopped as surplus (nothing stored for them), and of
+   * them those that were running: what a worker reports for its job.
+   */
+  get surplusOutcome(): { sessions: number; interrupted: number } {
+    return { ...this.surplusOut };
+  }
+
   /** A session stopped by over-sampling (`running`: it was inside its loop): nothing stored for it. */
   private surplus(t: PlannedTrajectory, running: boolean): void {
-    const o = this.s.oversample!;
+    this.surplusOut.sessions++;
+    if (running) this.surplusOut.interrupted++;
+    const o = this.s.oversample;
+    if (!o) return;
     if (this.plan.oversample!.partial_rollout === "carry") o.carried++;
     else o.cancelled++;
     if (running) o.interrupted++;
@@ -722,6 +862,11 @@ export class BatchRun {
     const ws = [...this.queueWaiters];
     this.queueWaiters.clear();
     for (const w of ws) w();
+  }
+
+  /** Drops a stopped trajectory's durable state (see {@link TrajectoryExecutor.discard}); a failure only costs a stale checkpoint that expires. */
+  private async discard(t: PlannedTrajectory): Promise<void> {
+    await this.opts.executor.discard?.(t).catch(() => {});
   }
 
   /** A loop that returned no output: its session is finished with none (the group does not wait for it). */

@@ -215,6 +215,7 @@ export function createSessionExecutor(
   const { registry } = deps;
   return {
     agentNameFor: (t) => t.row?.agent_name ?? rollout.agent.default_agent_loop,
+    discard: (t) => host.drop(t.key),
     async run(t: PlannedTrajectory, plan: BatchPlan, signal?: AbortSignal) {
       const row = t.row!;
       const agentName = registry.resolve(row.agent_name, rollout.agent.default_agent_loop);

@@ -113,21 +113,22 @@ export class RolloutService {
     if (!jobs) throw new ConfigError("jobs", "queue mode needs a job queue (a Redis or Upstash store)");
     const cfg = this.effectiveConfig(req);
     const plan = await withFingerprints(planBatch(req, cfg.rollout, cfg.max_batch_trajectories));
-    if (plan.oversample) {
-      throw new NotImplementedError("over-sampling (target_groups, rollout.oversample) and rollout.filter_groups run inline only for now (serve --jobs inline, or rollout): in queue mode the follower of a batch cannot stop its surplus yet", {
-        field: req.target_groups !== undefined ? "target_groups" : cfg.rollout.oversample != null ? "rollout.oversample" : "rollout.filter_groups",
-      });
-    }
     const reuse = await checkPlanGroups(this.store, plan);
+    // Over-sampled: the first eager_rows rows start; the rest wait in Redis as the reserve (started by workers, one per filtered group).
+    const os = plan.oversample ?? null;
+    const eager = os ? new Set([...plan.groups.keys()].slice(0, os.eager_rows)) : null;
+    const started = (uid: string) => !eager || eager.has(uid);
     // Sessions of re-posted uids that already finished are handed back as stored, not run (or counted) again.
     const reusedSet = new Set(reuse.reused_uids);
     const handedBack = new Map<string, TrajectoryRecord[]>();
     for (const t of plan.trajectories) {
-      if (!reusedSet.has(t.uid)) continue;
+      if (!reusedSet.has(t.uid) || !started(t.uid)) continue;
       const recs = await this.store.sessionRecords(t.uid, t.session_id);
       if (recs) handedBack.set(t.key, recs);
     }
-    const runnable = plan.trajectories.filter((t) => !t.row_error && !handedBack.has(t.key));
+    // An over-sampled batch's invalid rows run as jobs too (failed by the worker): their group-completing write needs a delivery slot like any other.
+    const runnable = plan.trajectories.filter((t) => started(t.uid) && (os || !t.row_error) && !handedBack.has(t.key));
+    const reserveRows = os ? plan.trajectories.filter((t) => !started(t.uid)) : [];
     const spec: BatchSpec = {
       batch_id: plan.batch_id,
       validate: plan.validate,
@@ -136,13 +137,15 @@ export class RolloutService {
       rollout: cfg.rollout,
       total: plan.trajectories.length,
       started_at: Date.now(),
+      ...(os ? { oversample: os } : {}),
     };
     const keys = plan.trajectories.map((t) => t.key);
     // Every write is built and checked against the store's request limit first: a batch refused for size writes nothing.
-    const prepared = jobs.prepare(spec, keys, runnable);
+    const prepared = jobs.prepare(spec, keys, runnable, { reserve: reserveRows, ...(plan.fingerprints ? { fingerprints: plan.fingerprints } : {}) });
     await jobs.reserve(runnable.length);
     const mode = plan.validate ? "val" : "train";
-    for (const [uid, n] of plan.groups) await this.store.expectGroup(uid, n, mode, plan.fingerprints?.get(uid));
+    for (const [uid, n] of plan.groups) if (started(uid)) await this.store.expectGroup(uid, n, mode, plan.fingerprints?.get(uid));
+    if (os) await this.seedOversample(plan, os, handedBack);
     await jobs.submitPrepared(prepared);
     const run = this.follow(plan, spec.started_at);
     for (const [key, recs] of handedBack) {
@@ -156,6 +159,25 @@ export class RolloutService {
       await jobs.completed(plan.batch_id, t.key);
     }
     return { batch_id: plan.batch_id, keys, run, ...reuse };
+  }
+
+  /**
+   * Seeds a queued over-sampled batch's state in Redis before its jobs run,
+   * as BatchRun's set-up does inline: handed-back sessions (a carried
+   * group's, finished in an earlier batch) are admitted, and re-posted
+   * groups already complete count as delivered or filtered.
+   */
+  private async seedOversample(plan: BatchPlan, os: NonNullable<BatchPlan["oversample"]>, handedBack: ReadonlyMap<string, TrajectoryRecord[]>): Promise<void> {
+    const admitted = [...handedBack.keys()].map((k) => parseTrajectoryKey(k));
+    const perUid = new Map<string, number>();
+    for (const a of admitted) perUid.set(a.uid, (perUid.get(a.uid) ?? 0) + 1);
+    const delivered: string[] = [];
+    const filtered: string[] = [];
+    for (const [uid, k] of perUid) {
+      if (k < plan.groups.get(uid)!) continue;
+      ((await this.store.groupStatus(uid)).filtered ? filtered : delivered).push(uid);
+    }
+    await this.jobs!.seedOversample(plan.batch_id, { admitted, delivered, filtered, mode: os.partial_rollout, target: os.target_groups });
   }
 
   /**
@@ -176,7 +198,13 @@ export class RolloutService {
       const m = /^(.*)_(\d+)_\d+$/.exec(key)!;
       return { key, uid: m[1]!, session_id: Number(m[2]), row_index: -1, row: null, row_error: null, group_size: 0, trajectory_info: { step: spec.global_steps, sample_index: -1, rollout_n: Number(m[2]), validate: spec.validate } } satisfies PlannedTrajectory;
     });
-    this.follow({ batch_id: id, validate: spec.validate, global_steps: spec.global_steps, model_version: spec.model_version, trajectories, groups: new Map() }, spec.started_at);
+    // An over-sampled batch's groups (uid → n, row order, from the keys) tell its eager rows and reserve apart.
+    const groups = new Map<string, number>();
+    if (spec.oversample) {
+      for (const t of trajectories) groups.set(t.uid, (groups.get(t.uid) ?? 0) + 1);
+      for (const t of trajectories) t.group_size = groups.get(t.uid)!;
+    }
+    this.follow({ batch_id: id, validate: spec.validate, global_steps: spec.global_steps, model_version: spec.model_version, trajectories, groups, oversample: spec.oversample ?? null }, spec.started_at);
     return this.caughtUp(id);
   }
 

@@ -236,6 +236,15 @@ export class SessionHost {
     for (const w of ws) w.reject(e);
   }
 
+  /**
+   * Deletes the stored session of `key` (its checkpoint hash: Redis `{p}session:{key}`, or the memory entry),
+   * after every earlier operation on it: a trajectory cancelled (a cancelled batch, or surplus of an
+   * over-sampled one with `partial_rollout: cancel`) leaves nothing behind. No-op when absent.
+   */
+  async drop(key: string): Promise<void> {
+    await this.serial(key, () => this.opts.storage.delete(key));
+  }
+
   /** Runs `fn` after every earlier operation on `key` (one at a time per key). */
   private serial<T>(key: string, fn: () => Promise<T>): Promise<T> {
     return this.chains.run(key, fn);

@@ -65,6 +65,13 @@ export function isStaleStep(e: unknown): boolean {
 export interface MemorySessionStorageOptions {
   /** Largest stored value in bytes (UTF-8; default 1 MiB): longer deltas are kept as several parts, as on the other backends. */
   maxValueBytes?: number;
+  /**
+   * Milliseconds an entry may go unwritten before it is dropped (default:
+   * never): for checkpoints that may never be resumed, e.g. trajectories
+   * carried to a next batch that never comes. Expired entries are dropped
+   * when read, and swept at most once per `min(idleTtlMs, 60 s)` on writes.
+   */
+  idleTtlMs?: number;
 }
 
 /**
@@ -73,23 +80,40 @@ export interface MemorySessionStorageOptions {
  * runs and tests. Entries with a TTL are dropped lazily when read after expiry.
  */
 export class MemorySessionStorage implements SessionStorage {
-  private readonly m = new Map<string, { input: string[] | null; parts: string[]; step: number; expires: number }>();
+  private readonly m = new Map<string, { input: string[] | null; parts: string[]; step: number; expires: number; written: number }>();
   private readonly nowMs: () => number;
   readonly maxValueBytes: number;
+  private readonly idleTtlMs: number | null;
+  private lastSweep: number;
 
   constructor(nowMs: () => number = () => Date.now(), opts: MemorySessionStorageOptions = {}) {
     this.nowMs = nowMs;
     this.maxValueBytes = opts.maxValueBytes ?? 1024 * 1024;
+    this.idleTtlMs = opts.idleTtlMs ?? null;
+    this.lastSweep = nowMs();
+  }
+
+  private expired(e: { expires: number; written: number }, now: number): boolean {
+    return (e.expires !== 0 && e.expires <= now) || (this.idleTtlMs !== null && e.written + this.idleTtlMs <= now);
   }
 
   private entry(key: string) {
     const e = this.m.get(key);
     if (!e) return null;
-    if (e.expires && e.expires <= this.nowMs()) {
+    if (this.expired(e, this.nowMs())) {
       this.m.delete(key);
       return null;
     }
     return e;
+  }
+
+  /** Drops every expired entry (idle TTL), at most once per min(idleTtlMs, 60 s). */
+  private sweep(): void {
+    if (this.idleTtlMs === null) return;
+    const now = this.nowMs();
+    if (now - this.lastSweep < Math.min(this.idleTtlMs, 60_000)) return;
+    this.lastSweep = now;
+    for (const [k, e] of this.m) if (this.expired(e, now)) this.m.delete(k);
   }
 
   async get(key: string): Promise<StoredSession | null> {
@@ -99,6 +123,7 @@ export class MemorySessionStorage implements SessionStorage {
   }
 
   async append(key: string, step: number, delta: string, opts: AppendOptions = {}): Promise<void> {
+    this.sweep();
     const cur = this.entry(key);
     if (cur && cur.step >= step) throw staleStep(key, step, cur.step);
     const parts = toParts(delta, this.maxValueBytes);
@@ -107,6 +132,7 @@ export class MemorySessionStorage implements SessionStorage {
       parts: cur ? (cur.parts.push(...parts), cur.parts) : parts,
       step,
       expires: opts.ttlSeconds ? this.nowMs() + opts.ttlSeconds * 1000 : 0,
+      written: this.nowMs(),
     });
   }
 

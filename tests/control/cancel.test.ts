@@ -173,21 +173,6 @@ describe("cancel in queue mode (Redis, a worker)", () => {
     const redis = rawRedis();
     try {
       const countTraj = async () => (await redis.keys(`${prefix}traj:*`)).length;
-      // Over-sampling and DAPO filtering are inline-only: a queued batch asking for them is a 501 that says so and names its field.
-      for (const [extra, field] of [
-        [{ target_groups: 1 }, "target_groups"],
-        [{ config: { rollout: { filter_groups: { metric: "reward", drop_if: "all_equal" } } } }, "rollout.filter_groups"],
-      ] as const) {
-        const r = await app.request("/v1/rollouts", { method: "POST", headers: json, body: JSON.stringify({ rows: ROWS.slice(0, 2).map((x, i) => ({ ...x, uid: `q501-${field.length}-${i}` })), ...extra }) });
-        expect(r.status).toBe(501);
-        expect(await r.json()).toEqual({
-          error: {
-            code: "not_implemented",
-            message: "over-sampling (target_groups, rollout.oversample) and rollout.filter_groups run inline only for now (serve --jobs inline, or rollout): in queue mode the follower of a batch cannot stop its surplus yet",
-            field,
-          },
-        });
-      }
       const { batch_id, keys, stats } = await cancelInFlight(app, sim, "cq", countTraj, 300); // a worker learns of it within its poll (100 ms)
       expectCancelledCounts(stats, ROW_COUNT * N);
       await waitUntil(() => worker.running === 0, 5_000);
