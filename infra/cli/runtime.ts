@@ -6,7 +6,7 @@ import { mergeConfig, parseAppConfig, type AppConfig } from "../../shared/config
 import { ConfigError, StoreError, TemplateError } from "../../shared/errors.ts";
 import { createEngineClient } from "../../shared/inference/create-engine-client.ts";
 import type { InferenceClient } from "../../shared/inference/types.ts";
-import { createAgentExecutor, createSessionExecutor, sessionLoopFactory, endLoopTrace, type ExecutorDeps } from "../../shared/rollout/executor.ts";
+import { createAgentExecutor, createSessionExecutor, sessionLoopFactory, sessionOutputFinisher, endLoopTrace, type ExecutorDeps } from "../../shared/rollout/executor.ts";
 import { RedisSessionStorage } from "../../shared/session/redis-session-storage.ts";
 import { SessionHost } from "../../shared/session/session-host.ts";
 import { MemorySessionStorage } from "../../shared/session/session-storage.ts";
@@ -217,7 +217,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     let executorFor: ExecutorFactory;
     let jobs: JobQueue | null = null;
     if (storage && built) {
-      const host = new SessionHost({ storage, createLoop: sessionLoopFactory(deps), onPause: endLoopTrace });
+      const host = new SessionHost({ storage, createLoop: sessionLoopFactory(deps), finishOutputs: sessionOutputFinisher(deps), onPause: endLoopTrace });
       closers.push(async () => host.close());
       sessions = host;
       batchStore = sessionCompletingQueue(hooks.wrapStore ? hooks.wrapStore(store) : store, storage, host);
@@ -243,7 +243,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
         const plain = createAgentExecutor(deps, rollout, batch);
         if (rollout.partial_rollout !== "carry" && !carryHost) return plain;
         if (!carryHost) {
-          const host = new SessionHost({ storage: carryStorage, createLoop: sessionLoopFactory(deps), onPause: endLoopTrace });
+          const host = new SessionHost({ storage: carryStorage, createLoop: sessionLoopFactory(deps), finishOutputs: sessionOutputFinisher(deps), onPause: endLoopTrace });
           closers.push(async () => host.close());
           carryHost = host;
         }

@@ -37,6 +37,8 @@ export const VllmCompletionRequest = z.looseObject({
   prompt: z.union([Ids.min(1), z.string().min(1)]),
   max_tokens: z.number().int().min(1).nullish(),
   logprobs: z.number().int().min(-1).nullish(),
+  /** Scoring (a teacher): log-probs of the prompt tokens (`choices[0].prompt_logprobs`). */
+  prompt_logprobs: z.number().int().min(-1).nullish(),
   stop_token_ids: Ids.nullish(),
   stop: Stop.nullish(),
   include_stop_str_in_output: z.boolean().nullish(),
@@ -57,6 +59,8 @@ export const VllmGenerateRequest = z.looseObject({
     .looseObject({
       max_tokens: z.number().int().min(1).nullish(),
       logprobs: z.number().int().min(-1).nullish(),
+      /** Scoring (a teacher): top-level `prompt_logprobs` of the reply. */
+      prompt_logprobs: z.number().int().min(-1).nullish(),
       stop_token_ids: Ids.nullish(),
       stop: Stop.nullish(),
       include_stop_str_in_output: z.boolean().nullish(),
@@ -76,7 +80,8 @@ export const SglangGenerateRequest = z.looseObject({
   text: z.string().min(1).nullish(),
   sampling_params: z
     .looseObject({
-      max_new_tokens: z.number().int().min(1).nullish(),
+      /** 0: prefill only (a teacher's scoring call), as SGLang serves it. */
+      max_new_tokens: z.number().int().min(0).nullish(),
       stop_token_ids: Ids.nullish(),
       stop: Stop.nullish(),
       no_stop_trim: z.boolean().nullish(),
@@ -85,6 +90,8 @@ export const SglangGenerateRequest = z.looseObject({
     })
     .default({}),
   return_logprob: z.boolean().nullish(),
+  /** −1 (default): output tokens only; L ≥ 0: also `input_token_logprobs` of positions L…n−1. */
+  logprob_start_len: z.number().int().min(-1).nullish(),
   rid: z.string().nullish(),
   stream: z.literal(false).nullish(),
 });

@@ -5,7 +5,8 @@ import { parseTrajectoryKey, TrajectoryRecord } from "../schema/index.ts";
  * Record hash fields as stored in Redis (docs/queue-layout.md): `meta` is the
  * JSON of every scalar/object field, token arrays are base64 text of
  * little-endian bytes (`prompt_ids`/`response_ids` Int32, `response_mask`
- * Uint8, `rollout_log_probs` Float32, absent when null). Base64 text keeps the
+ * Uint8, `rollout_log_probs` Float32, absent when null; `teacher_log_probs`
+ * Float32, absent without a teacher). Base64 text keeps the
  * layout identical over TCP and Upstash REST (JSON bodies cannot carry raw bytes).
  */
 export interface EncodedRecord {
@@ -14,6 +15,8 @@ export interface EncodedRecord {
   response_ids: string;
   response_mask: string;
   rollout_log_probs?: string;
+  /** Base64 little-endian Float32, one per response token; absent without a teacher (`rollout.teacher`). */
+  teacher_log_probs?: string;
 }
 
 const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
@@ -124,7 +127,7 @@ export function decodeUint8(text: string): number[] {
 }
 
 /** The record schema without its token arrays, which {@link validateAndEncode} checks with plain loops. */
-const RecordMeta = TrajectoryRecord.omit({ prompt_ids: true, response_ids: true, response_mask: true, rollout_log_probs: true });
+const RecordMeta = TrajectoryRecord.omit({ prompt_ids: true, response_ids: true, response_mask: true, rollout_log_probs: true, teacher_log_probs: true });
 
 function arrayOf(field: string, v: unknown): ArrayLike<unknown> {
   if (Array.isArray(v) || (ArrayBuffer.isView(v) && !(v instanceof DataView))) return v as ArrayLike<unknown>;
@@ -148,11 +151,11 @@ export function validateRecord(input: unknown): TrajectoryRecord {
 }
 
 /** A record's fields other than its token arrays, checked (what the queue needs to route and count a write). */
-export type RecordHead = Omit<TrajectoryRecord, "prompt_ids" | "response_ids" | "response_mask" | "rollout_log_probs">;
+export type RecordHead = Omit<TrajectoryRecord, "prompt_ids" | "response_ids" | "response_mask" | "rollout_log_probs" | "teacher_log_probs">;
 
 /** `meta`'s keys in the schema's order, as `encodeRecord` writes them (byte-identical JSON). */
 const META_FIELDS = (Object.keys(TrajectoryRecord.shape) as (keyof TrajectoryRecord)[]).filter(
-  (k) => k !== "prompt_ids" && k !== "response_ids" && k !== "response_mask" && k !== "rollout_log_probs",
+  (k) => k !== "prompt_ids" && k !== "response_ids" && k !== "response_mask" && k !== "rollout_log_probs" && k !== "teacher_log_probs",
 ) as (keyof RecordHead)[];
 
 function idsInto(field: string, v: unknown): Int32Array {
@@ -180,14 +183,14 @@ function maskInto(v: unknown): Uint8Array {
   return out;
 }
 
-function logprobsInto(v: unknown): Float32Array | null {
+function logprobsInto(v: unknown, field = "rollout_log_probs"): Float32Array | null {
   if (v === null) return null;
-  const a = arrayOf("rollout_log_probs", v);
+  const a = arrayOf(field, v);
   const out = new Float32Array(a.length);
   for (let i = 0; i < a.length; i++) {
     const x = a[i];
     if (typeof x !== "number" || !Number.isFinite(x)) {
-      throw new InputError(`record.rollout_log_probs[${i}]`, `must be a finite number, got ${String(x)}`);
+      throw new InputError(`record.${field}[${i}]`, `must be a finite number, got ${String(x)}`);
     }
     out[i] = x;
   }
@@ -211,6 +214,8 @@ export function validateAndEncode(input: unknown): { head: RecordHead; encoded: 
   const response = idsInto("response_ids", o.response_ids);
   const mask = maskInto(o.response_mask);
   const logprobs = logprobsInto(o.rollout_log_probs);
+  // Teacher log-probs (rollout.teacher): absent without a teacher; null is not a stored value.
+  const teacher = o.teacher_log_probs === undefined ? null : logprobsInto(arrayOf("teacher_log_probs", o.teacher_log_probs), "teacher_log_probs");
   const data = r.data as RecordHead;
   const parsed = parseTrajectoryKey(data.key);
   if (parsed.uid !== data.uid || parsed.session_id !== data.session_id || parsed.output_index !== data.output_index) {
@@ -225,6 +230,9 @@ export function validateAndEncode(input: unknown): { head: RecordHead; encoded: 
   if (logprobs && logprobs.length !== n) {
     throw new InputError("record.rollout_log_probs", `has ${logprobs.length} entries, response_ids has ${n}`, { key: data.key });
   }
+  if (teacher && teacher.length !== n) {
+    throw new InputError("record.teacher_log_probs", `has ${teacher.length} entries, response_ids has ${n}`, { key: data.key });
+  }
   const head = {} as Record<string, unknown>;
   for (const k of META_FIELDS) head[k] = data[k];
   const encoded: EncodedRecord = {
@@ -234,12 +242,13 @@ export function validateAndEncode(input: unknown): { head: RecordHead; encoded: 
     response_mask: bytesToBase64(mask),
   };
   if (logprobs) encoded.rollout_log_probs = bytesToBase64(leBytes(logprobs));
+  if (teacher) encoded.teacher_log_probs = bytesToBase64(leBytes(teacher));
   return { head: head as RecordHead, encoded };
 }
 
 /** The stored hash fields of a validated record. */
 export function encodeRecord(rec: TrajectoryRecord): EncodedRecord {
-  const { prompt_ids, response_ids, response_mask, rollout_log_probs, ...meta } = rec;
+  const { prompt_ids, response_ids, response_mask, rollout_log_probs, teacher_log_probs, ...meta } = rec;
   const out: EncodedRecord = {
     meta: JSON.stringify(meta),
     prompt_ids: encodeInt32("prompt_ids", prompt_ids),
@@ -247,6 +256,7 @@ export function encodeRecord(rec: TrajectoryRecord): EncodedRecord {
     response_mask: encodeUint8(response_mask),
   };
   if (rollout_log_probs) out.rollout_log_probs = encodeFloat32(rollout_log_probs);
+  if (teacher_log_probs) out.teacher_log_probs = encodeFloat32(teacher_log_probs);
   return out;
 }
 
@@ -254,6 +264,7 @@ export function encodeRecord(rec: TrajectoryRecord): EncodedRecord {
 export function encodedFields(enc: EncodedRecord): string[] {
   const out = ["meta", enc.meta, "prompt_ids", enc.prompt_ids, "response_ids", enc.response_ids, "response_mask", enc.response_mask];
   if (enc.rollout_log_probs !== undefined) out.push("rollout_log_probs", enc.rollout_log_probs);
+  if (enc.teacher_log_probs !== undefined) out.push("teacher_log_probs", enc.teacher_log_probs);
   return out;
 }
 
@@ -267,15 +278,18 @@ export function decodeRecord(fields: Record<string, string>): TrajectoryRecord {
     throw new StoreError("stored record meta is not JSON", { cause, retryable: false });
   }
   return inSchemaOrder({
-    ...(meta as Omit<TrajectoryRecord, "prompt_ids" | "response_ids" | "response_mask" | "rollout_log_probs">),
+    ...(meta as RecordHead),
     prompt_ids: decodeInt32("prompt_ids", fields.prompt_ids ?? ""),
     response_ids: decodeInt32("response_ids", fields.response_ids ?? ""),
     response_mask: decodeUint8(fields.response_mask ?? "") as (0 | 1)[],
     rollout_log_probs: fields.rollout_log_probs === undefined ? null : decodeFloat32("rollout_log_probs", fields.rollout_log_probs),
+    ...(fields.teacher_log_probs === undefined ? {} : { teacher_log_probs: decodeFloat32("teacher_log_probs", fields.teacher_log_probs) }),
   });
 }
 
 const FIELD_ORDER = Object.keys(TrajectoryRecord.shape) as (keyof TrajectoryRecord)[];
+/** Side channels that are absent (no key at all) when not recorded. */
+const OPTIONAL_FIELDS = new Set<keyof TrajectoryRecord>(["teacher_log_probs"]);
 
 /**
  * The record with its fields in the `TrajectoryRecord` schema's order, so that
@@ -284,7 +298,7 @@ const FIELD_ORDER = Object.keys(TrajectoryRecord.shape) as (keyof TrajectoryReco
  */
 export function inSchemaOrder(rec: TrajectoryRecord): TrajectoryRecord {
   const out = {} as Record<string, unknown>;
-  for (const k of FIELD_ORDER) out[k] = rec[k];
+  for (const k of FIELD_ORDER) if (rec[k] !== undefined || !OPTIONAL_FIELDS.has(k)) out[k] = rec[k];
   return out as TrajectoryRecord;
 }
 
