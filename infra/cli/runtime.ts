@@ -47,6 +47,7 @@ import { readConfigFile, resolveConfigPaths } from "./files.ts";
 import { processStoreHealth, watchStore } from "./store-watch.ts";
 import type { StoreHealth } from "../../shared/store/store-health.ts";
 import { overridesFromFlags, type ConfigFlags } from "./flags.ts";
+import { checkConfiguredTeacher, teacherClientsFor } from "./teacher.ts";
 
 /** The package root (where examples/ and infra/ live). */
 export const PACKAGE_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -173,6 +174,13 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     if (unreachable) warnings.push(`warning    engine ${config.engine.url} does not answer (${unreachable}); trajectories fail until it is up`);
     const maxModelLen = config.rollout.max_model_len ?? probed ?? config.rollout.prompt_length + config.rollout.response_length;
     describe.push(`context    max_model_len ${maxModelLen}`);
+    const teacher = teacherClientsFor(config, tokenizer);
+    const teacherCfg = config.rollout.teacher;
+    if (teacherCfg) {
+      const warning = await checkConfiguredTeacher(config, tokenizer, teacher, checkTimeoutMs);
+      if (warning) warnings.push(warning);
+      describe.push(`teacher    ${teacher(teacherCfg).describe}${teacherCfg.urls ? ` (${teacherCfg.urls.length} replicas behind the gateway)` : ""}, on_error ${teacherCfg.on_error}${warning ? "" : ", same tokenizer"}`);
+    }
 
     const tools = await buildTools(config, closers, describe);
     const store = buildStore(config, flags.storeTimeout);
@@ -201,6 +209,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       client,
       maxModelLen,
       tools,
+      teacher,
       reward: { ...(config.reward.url ? { webhook: { url: config.reward.url, timeout_ms: 30_000, max_retries: 2 } } : {}), ...(config.tools.secret ? { secret: config.tools.secret } : {}) },
     };
     const built = buildSessionStorage(config, closers, flags.storeTimeout);

@@ -1,4 +1,4 @@
-import { ConfigError, TeacherError } from "../errors.ts";
+import { ConfigError, EngineAbortedError, EngineUnavailableError, TeacherError } from "../errors.ts";
 import { createTeacherClient, type TeacherClient, type TeacherClientOptions } from "../inference/teacher-client.ts";
 import type { AgentLoopOutput, TeacherConfig } from "../schema/index.ts";
 import { SpanAttr, withSpan } from "../telemetry/tracer.ts";
@@ -106,14 +106,18 @@ export const TOKENIZER_PROBE = "edgeloop teacher check: The quick brown fox jump
  * tokenizes {@link TOKENIZER_PROBE} (vLLM `POST /tokenize`, SGLang `POST
  * /v1/tokenize`, no special tokens added) and its ids must equal
  * `policyIds` (the policy tokenizer's ids of the same text). Teacher
- * log-probs are only meaningful on the policy's own token ids.
- * @throws ConfigError naming `rollout.teacher` when the ids differ or the teacher cannot tokenize
+ * log-probs are only meaningful on the policy's own token ids. A teacher
+ * that does not answer (refused, 5xx, past `signal`) is not refused: the
+ * reason is returned (the caller warns; its trajectories fail or keep per
+ * `on_error` until it is up).
+ * @throws ConfigError naming `rollout.teacher` when the ids differ or the teacher answers but cannot tokenize (no tokenize endpoint, garbled reply)
  */
-export async function checkTeacherTokenizer(client: TeacherClient, policyIds: readonly number[], signal?: AbortSignal): Promise<void> {
+export async function checkTeacherTokenizer(client: TeacherClient, policyIds: readonly number[], signal?: AbortSignal): Promise<string | null> {
   let ids: number[];
   try {
     ids = await client.tokenize(TOKENIZER_PROBE, signal);
   } catch (e) {
+    if (e instanceof EngineUnavailableError || e instanceof EngineAbortedError) return (e as Error).message;
     throw new ConfigError("rollout.teacher", `cannot check the teacher's tokenizer (${client.describe}): ${(e as Error).message}`, { cause: e });
   }
   const at = firstDifference(ids, policyIds);
@@ -123,6 +127,7 @@ export async function checkTeacherTokenizer(client: TeacherClient, policyIds: re
       `the teacher (${client.describe}) uses another tokenizer than the policy: its ids of a probe text differ at position ${at} (${ids.length} ids: ${JSON.stringify(ids.slice(at, at + 4))}…, the policy's ${policyIds.length}: ${JSON.stringify(policyIds.slice(at, at + 4))}…); teacher log-probs need the policy's token ids — serve a teacher with the same tokenizer`,
     );
   }
+  return null;
 }
 
 function firstDifference(a: readonly number[], b: readonly number[]): number {
