@@ -127,7 +127,7 @@ function comparePadded(d: Dump, lines: string[]) {
   for (const k of ["input_ids", "attention_mask", "position_ids", "response_mask", "rollout_log_probs", "rewards"] as const) {
     expect(p[k]).toEqual(rows.map((x) => x[k]));
   }
-  expect(p.teacher_log_probs).toEqual(rows.every((x) => x.teacher_log_probs) ? rows.map((x) => x.teacher_log_probs) : null);
+  expect(p.teacher_log_probs).toEqual((rows.every((x) => x.teacher_log_probs) ? rows.map((x) => x.teacher_log_probs) : null) as unknown[]);
   expect(p.routed_experts).toBeNull();
   expect(d.padded_dtypes).toMatchObject({ input_ids: "<i8", attention_mask: "<i8", position_ids: "<i8", response_mask: "<i8", rollout_log_probs: "<f4", rewards: "<f4" });
 }
