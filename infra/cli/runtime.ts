@@ -47,7 +47,7 @@ import { readConfigFile, resolveConfigPaths } from "./files.ts";
 import { processStoreHealth, watchStore } from "./store-watch.ts";
 import type { StoreHealth } from "../../shared/store/store-health.ts";
 import { overridesFromFlags, type ConfigFlags } from "./flags.ts";
-import { checkConfiguredTeacher, teacherClientsFor } from "./teacher.ts";
+import { checkConfiguredTeacher, teacherClientsFor, validateBatchTeacher } from "./teacher.ts";
 
 /** The package root (where examples/ and infra/ live). */
 export const PACKAGE_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -343,7 +343,18 @@ class ValidatingRolloutService extends RolloutService {
     super(opts);
   }
 
+  override async accept(req: RolloutRequest): Promise<AcceptedBatch> {
+    this.check(req);
+    return super.accept(req);
+  }
+
   override async enqueue(req: RolloutRequest): Promise<AcceptedBatch> {
+    this.check(req);
+    return super.enqueue(req);
+  }
+
+  /** A batch's own config: registered names (parser, default loop) and what it may ask of the teacher. */
+  private check(req: RolloutRequest): void {
     if (req.config) {
       let rollout: RolloutConfig | null = null;
       try {
@@ -351,9 +362,11 @@ class ValidatingRolloutService extends RolloutService {
       } catch {
         // The service reports a config that does not parse (or sets other sections) itself.
       }
-      if (rollout) validateRollout(rollout, this.registry);
+      if (rollout) {
+        validateRollout(rollout, this.registry);
+        validateBatchTeacher(rollout.teacher, this.config.rollout.teacher);
+      }
     }
-    return super.enqueue(req);
   }
 }
 

@@ -1,4 +1,5 @@
 import { createGatewayApp } from "../../functions/gateway.ts";
+import { ConfigError } from "../../shared/errors.ts";
 import type { AppConfig } from "../../shared/config/app-config.ts";
 import type { TeacherConfig } from "../../shared/schema/config.ts";
 import type { TeacherClientOptions } from "../../shared/inference/teacher-client.ts";
@@ -54,4 +55,24 @@ export async function checkConfiguredTeacher(config: AppConfig, tokenizer: ChatT
   const client = clients(cfg);
   const unreachable = await checkTeacherTokenizer(client, tokenizer.encode(TOKENIZER_PROBE), AbortSignal.timeout(timeoutMs));
   return unreachable === null ? null : `warning    teacher ${client.describe} does not answer (${unreachable}); its tokenizer is unchecked and trajectories ${cfg.on_error === "fail" ? "fail" : "are kept without teacher_log_probs"} until it is up`;
+}
+
+/**
+ * What a batch's own config (`POST /v1/rollouts` `config.rollout.teacher`)
+ * may do with the process's teacher: turn it off (null) or change its
+ * `on_error` and `timeout_ms`. Another teacher (url, urls, format, model) is
+ * refused: its tokenizer was never checked, and an API caller must not make
+ * the server send token streams to a URL of its choosing.
+ * @throws ConfigError naming `rollout.teacher`
+ */
+export function validateBatchTeacher(batch: TeacherConfig | null, configured: TeacherConfig | null): void {
+  if (batch === null) return;
+  const where = (t: TeacherConfig) => JSON.stringify([t.url ?? null, t.urls ?? null, t.format, t.model]);
+  if (configured && where(batch) === where(configured)) return;
+  throw new ConfigError(
+    "rollout.teacher",
+    configured
+      ? "a batch may turn the configured teacher off (null) or change its on_error and timeout_ms, not name another teacher: start serve/worker with that teacher (its tokenizer is checked at start)"
+      : "no teacher is configured for this process: start serve/worker with rollout.teacher (its tokenizer is checked at start)",
+  );
 }
