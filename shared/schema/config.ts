@@ -49,14 +49,14 @@ export const AgentConfig = z.strictObject({
  */
 export const TeacherConfig = z
   .strictObject({
-    url: z.union([z.literal("sim"), z.string().url("rollout.teacher.url must be \"sim\" or an http(s) URL")]).optional(),
-    urls: z.array(z.string().url("rollout.teacher.urls[i] must be an http(s) URL")).min(1, "rollout.teacher.urls must name at least one replica").optional(),
+    url: z.union([z.literal("sim"), z.string().url("rollout.teacher.url must be \"sim\" or an http(s) URL")]).nullish(),
+    urls: z.array(z.string().url("rollout.teacher.urls[i] must be an http(s) URL")).min(1, "rollout.teacher.urls must name at least one replica").nullish(),
     format: z.enum(["vllm", "vllm-generate", "sglang"]).default("vllm"),
     model: z.string().nullable().default(null),
     timeout_ms: z.number().int().positive().default(600_000),
     on_error: z.enum(["fail", "keep"]).default("fail"),
   })
-  .refine((t) => (t.url === undefined) !== (t.urls === undefined), { message: "rollout.teacher needs exactly one of url or urls" });
+  .refine((t) => (t.url == null) !== (t.urls == null), { message: "rollout.teacher needs exactly one of url or urls (the other null or absent)" });
 export type TeacherConfig = z.infer<typeof TeacherConfig>;
 
 /**
