@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { BadEngineResponseError, TeacherError } from "../../shared/errors.ts";
 import { createTeacherClient, teacherScoreBody, type TeacherFormat } from "../../shared/inference/teacher-client.ts";
 import { scoreWithTeacher, withTeacherLogProbs } from "../../shared/rollout/teacher-scoring.ts";
+import { loopOutputs } from "../../shared/agent-loop/registry.ts";
 import type { AgentLoopOutput, TeacherConfig } from "../../shared/schema/index.ts";
 
 // A short tool trajectory: prompt P (3 ids) ‖ A1 (2 sampled) ‖ O1 (2 observation ids, mask 0) ‖ A2 (1 sampled).
@@ -141,5 +142,11 @@ describe("teacher scoring wire forms and offsets", () => {
 
   test("teacher values are rounded to float32 on sampled tokens (as the queue stores them)", () => {
     expect(withTeacherLogProbs(output(), [-0.1, -0.2, -5, -6, -0.3]).teacher_log_probs).toEqual([Math.fround(-0.1), Math.fround(-0.2), 0, 0, Math.fround(-0.3)]);
+  });
+
+  test("a loop cannot set teacher_log_probs itself: loopOutputs drops them (only the teacher call sets them)", () => {
+    const [o] = loopOutputs("custom", { ...output(), teacher_log_probs: [-1, -1, -1, -1, -1] });
+    expect("teacher_log_probs" in o!).toBe(false);
+    expect(o!.response_ids).toEqual(RESPONSE);
   });
 });
