@@ -60,7 +60,7 @@ export async function scoreWithTeacher(outputs: AgentLoopOutput[], s: TeacherSco
     try {
       if (!s.clients) throw new TeacherError("rollout.teacher is set but this deployment builds no teacher client");
       const client = s.clients(cfg);
-      const scores = await withSpan("inference.score", { [SpanAttr.key]: s.key, "edgeloop.output_index": i, "edgeloop.teacher": client.describe }, () =>
+      const scores = await withSpan("inference.score", { [SpanAttr.key]: s.key, "edgeloop.output_index": i, [SpanAttr.promptTokens]: o.prompt_ids.length, [SpanAttr.responseTokens]: o.response_ids.length, "edgeloop.teacher": client.describe }, () =>
         client.score({
           request_id: s.newRequestId?.() ?? crypto.randomUUID(),
           routing_key: s.key,
