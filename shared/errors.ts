@@ -236,3 +236,17 @@ export class GroupCancelledError extends EdgeloopError {
     super(`group ${uid.slice(0, 200)} was withdrawn by a cancelled batch: nothing is stored for it`, { status: 409, code: "group_cancelled", retryable: false });
   }
 }
+
+/**
+ * The teacher engine (`rollout.teacher`) could not score a finished
+ * trajectory after retries: its reply was unusable or the engine failed. The
+ * trajectory fails with this (`on_error: fail`) or is kept without
+ * `teacher_log_probs` and with `extra_fields.teacher_error` (`on_error: keep`).
+ * Code `teacher_error`; the message names the teacher and the cause.
+ */
+export class TeacherError extends EdgeloopError {
+  override name = "TeacherError";
+  constructor(message: string, opts: EdgeloopErrorOptions = {}) {
+    super(message, { status: 502, code: "teacher_error", ...opts });
+  }
+}

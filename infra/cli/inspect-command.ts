@@ -96,7 +96,29 @@ export function summaryLine(r: TrajectoryRecord): string {
     `tokens prompt=${r.prompt_ids.length} sampled=${sampled} observation=${r.response_ids.length - sampled}`,
   ];
   if (r.error !== null) parts.push(`error=${JSON.stringify(r.error)}`);
+  const teacher = teacherSummary(r);
+  if (teacher) parts.push(teacher);
   return parts.join("  ");
+}
+
+/**
+ * The teacher part of the summary (`rollout.teacher`): the mean teacher and
+ * rollout log-prob over sampled tokens (4 decimals), or the teacher's error
+ * when it was kept without them; null without a teacher.
+ */
+export function teacherSummary(r: TrajectoryRecord): string | null {
+  if (!r.teacher_log_probs) return typeof r.extra_fields.teacher_error === "string" ? `teacher_error=${JSON.stringify(r.extra_fields.teacher_error)}` : null;
+  let n = 0;
+  let t = 0;
+  let p = 0;
+  for (let i = 0; i < r.response_mask.length; i++) {
+    if (r.response_mask[i] !== 1) continue;
+    n++;
+    t += r.teacher_log_probs[i]!;
+    p += r.rollout_log_probs?.[i] ?? 0;
+  }
+  const mean = (x: number) => (n === 0 ? "–" : (x / n).toFixed(4));
+  return `teacher lp mean=${mean(t)}${r.rollout_log_probs ? ` (rollout ${mean(p)})` : ""}`;
 }
 
 /**

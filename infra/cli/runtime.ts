@@ -6,7 +6,7 @@ import { mergeConfig, parseAppConfig, type AppConfig } from "../../shared/config
 import { ConfigError, StoreError, TemplateError } from "../../shared/errors.ts";
 import { createEngineClient } from "../../shared/inference/create-engine-client.ts";
 import type { InferenceClient } from "../../shared/inference/types.ts";
-import { createAgentExecutor, createSessionExecutor, sessionLoopFactory, endLoopTrace, type ExecutorDeps } from "../../shared/rollout/executor.ts";
+import { createAgentExecutor, createSessionExecutor, sessionLoopFactory, sessionOutputFinisher, endLoopTrace, type ExecutorDeps } from "../../shared/rollout/executor.ts";
 import { RedisSessionStorage } from "../../shared/session/redis-session-storage.ts";
 import { SessionHost } from "../../shared/session/session-host.ts";
 import { MemorySessionStorage } from "../../shared/session/session-storage.ts";
@@ -48,6 +48,7 @@ import { readConfigFile, resolveConfigPaths } from "./files.ts";
 import { processStoreHealth, watchStore } from "./store-watch.ts";
 import type { StoreHealth } from "../../shared/store/store-health.ts";
 import { overridesFromFlags, type ConfigFlags } from "./flags.ts";
+import { checkConfiguredTeacher, teacherClientsFor, validateBatchTeacher } from "./teacher.ts";
 
 /** The package root (where examples/ and infra/ live). */
 export const PACKAGE_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -185,6 +186,13 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     if (fetchCap) warnings.push(fetchCap);
     const maxModelLen = config.rollout.max_model_len ?? probed ?? config.rollout.prompt_length + config.rollout.response_length;
     describe.push(`context    max_model_len ${maxModelLen}`);
+    const teacher = teacherClientsFor(config, tokenizer);
+    const teacherCfg = config.rollout.teacher;
+    if (teacherCfg) {
+      const warning = await checkConfiguredTeacher(config, tokenizer, teacher, checkTimeoutMs);
+      if (warning) warnings.push(warning);
+      describe.push(`teacher    ${teacher(teacherCfg).describe}${teacherCfg.urls ? ` (${teacherCfg.urls.length} replicas behind the gateway)` : ""}, on_error ${teacherCfg.on_error}${warning ? "" : ", same tokenizer"}`);
+    }
 
     const tools = await buildTools(config, closers, describe);
     const store = buildStore(config, flags.storeTimeout);
@@ -213,6 +221,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       client,
       maxModelLen,
       tools,
+      teacher,
       reward: { ...(config.reward.url ? { webhook: { url: config.reward.url, timeout_ms: 30_000, max_retries: 2 } } : {}), ...(config.tools.secret ? { secret: config.tools.secret } : {}) },
     };
     const built = buildSessionStorage(config, closers, flags.storeTimeout);
@@ -229,7 +238,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     let executorFor: ExecutorFactory;
     let jobs: JobQueue | null = null;
     if (storage && built) {
-      const host = new SessionHost({ storage, createLoop: sessionLoopFactory(deps), onPause: endLoopTrace });
+      const host = new SessionHost({ storage, createLoop: sessionLoopFactory(deps), finishOutputs: sessionOutputFinisher(deps), onPause: endLoopTrace });
       closers.push(async () => host.close());
       sessions = host;
       batchStore = sessionCompletingQueue(hooks.wrapStore ? hooks.wrapStore(store) : store, storage, host);
@@ -256,7 +265,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
         const plain = createAgentExecutor(deps, rollout, batch);
         if (rollout.partial_rollout !== "carry" && !carryHost) return plain;
         if (!carryHost) {
-          const host = new SessionHost({ storage: carryStorage, createLoop: sessionLoopFactory(deps), onPause: endLoopTrace });
+          const host = new SessionHost({ storage: carryStorage, createLoop: sessionLoopFactory(deps), finishOutputs: sessionOutputFinisher(deps), onPause: endLoopTrace });
           closers.push(async () => host.close());
           carryHost = host;
         }
@@ -348,7 +357,18 @@ class ValidatingRolloutService extends RolloutService {
     super(opts);
   }
 
+  override async accept(req: RolloutRequest): Promise<AcceptedBatch> {
+    this.check(req);
+    return super.accept(req);
+  }
+
   override async enqueue(req: RolloutRequest): Promise<AcceptedBatch> {
+    this.check(req);
+    return super.enqueue(req);
+  }
+
+  /** A batch's own config: registered names (parser, default loop) and what it may ask of the teacher. */
+  private check(req: RolloutRequest): void {
     if (req.config) {
       let rollout: RolloutConfig | null = null;
       try {
@@ -356,9 +376,11 @@ class ValidatingRolloutService extends RolloutService {
       } catch {
         // The service reports a config that does not parse (or sets other sections) itself.
       }
-      if (rollout) validateRollout(rollout, this.registry);
+      if (rollout) {
+        validateRollout(rollout, this.registry);
+        validateBatchTeacher(rollout.teacher, this.config.rollout.teacher);
+      }
     }
-    return super.enqueue(req);
   }
 }
 

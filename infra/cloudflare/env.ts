@@ -5,6 +5,8 @@ import { parseAppConfig, type AppConfig } from "../../shared/config/app-config.t
 import { ConfigError } from "../../shared/errors.ts";
 import { createEngineClient } from "../../shared/inference/create-engine-client.ts";
 import type { ExecutorDeps } from "../../shared/rollout/executor.ts";
+import { cachedTeacherClients } from "../../shared/rollout/teacher-scoring.ts";
+import { createGatewayApp } from "../../functions/gateway.ts";
 import type { TransferQueue } from "../../shared/store/types.ts";
 import { createUpstashTransferQueue } from "../../shared/store/upstash-transfer-queue.ts";
 import { defaultTokenizer, DEFAULT_MODEL } from "../../shared/tokens/tokenizer.ts";
@@ -128,6 +130,14 @@ async function build(env: Env): Promise<WorkerRuntime> {
     prefix: env.EDGELOOP_STORE_PREFIX ?? config.store.prefix,
     ...(maxRequest > 0 ? { maxRequestBytes: maxRequest } : {}),
   });
+  if (config.rollout.teacher?.url === "sim") throw new ConfigError("rollout.teacher.url", "the Worker has no embedded simulated engine: point rollout.teacher.url (or urls) at a teacher engine");
+  // Teacher replicas (`urls`) go through an in-process gateway, as in `edgeloop serve`; its tokenizer is checked by the CLI processes.
+  const teacher = cachedTeacherClients((cfg) => {
+    const base = { format: cfg.format, timeoutMs: cfg.timeout_ms, retry: { retries: 3 }, ...(cfg.model ? { model: cfg.model } : {}) };
+    if (!cfg.urls) return { ...base, url: cfg.url! };
+    const gateway = createGatewayApp({ replicas: cfg.urls, policy: "least_inflight_sticky" });
+    return { ...base, url: "http://teacher-gateway.local", fetch: (input, init) => gateway.fetch(new Request(input, init)) };
+  });
   const registry = defaultAgentLoopRegistry();
   for (const [name, loop] of extraLoops) registry.register(name, loop);
   const deps: ExecutorDeps = {
@@ -137,6 +147,7 @@ async function build(env: Env): Promise<WorkerRuntime> {
     ...(config.rollout.max_model_len ? { maxModelLen: config.rollout.max_model_len } : {}),
     ...(tools ? { tools } : {}),
     reward: secret ? { secret } : {},
+    teacher,
   };
   return { config, deps, queue, secret, ...agentSettings(env, config) };
 }

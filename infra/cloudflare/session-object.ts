@@ -4,7 +4,7 @@ import { createSessionsApp } from "../../functions/sessions.ts";
 import { AgentGateway } from "../../shared/agent-gateway/agent-gateway.ts";
 import type { AgentGatewayLink } from "../../shared/agent-gateway/openai-agent-loop.ts";
 import { NotFoundError } from "../../shared/errors.ts";
-import { sessionLoopFactory, endLoopTrace } from "../../shared/rollout/executor.ts";
+import { sessionLoopFactory, sessionOutputFinisher, endLoopTrace } from "../../shared/rollout/executor.ts";
 import { SessionInput } from "../../shared/session/checkpoint.ts";
 import { queueWriter } from "../../shared/session/session-records.ts";
 import { TrajectorySession, type SessionDeps } from "../../shared/session/trajectory-session.ts";
@@ -157,7 +157,7 @@ export class TrajectorySessionObject {
   private async open(key: string, input?: SessionInput): Promise<TrajectorySession | null> {
     const rt = await workerRuntime(this.env);
     const { link } = await this.agentGateway();
-    const deps: SessionDeps = { storage: this.storage, createLoop: sessionLoopFactory({ ...rt.deps, agentGateway: link }), onPause: endLoopTrace, writeOutputs: queueWriter(rt.queue) };
+    const deps: SessionDeps = { storage: this.storage, createLoop: sessionLoopFactory({ ...rt.deps, agentGateway: link }), finishOutputs: sessionOutputFinisher(rt.deps), onPause: endLoopTrace, writeOutputs: queueWriter(rt.queue) };
     return TrajectorySession.open(key, deps, input);
   }
 

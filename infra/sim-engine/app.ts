@@ -16,6 +16,7 @@ import {
   VllmGenerateRequest,
   vllmGenerateReply,
 } from "./wire.ts";
+import { sglangInputTokenLogprobs, vllmPromptLogprobsBody } from "./prompt-logprobs.ts";
 
 type Rendered = { status: number; body: unknown };
 type Format = { error: (status: number, message: string) => Rendered; fault: (f: SimEngineFault) => Rendered };
@@ -30,6 +31,9 @@ const SGLANG: Format = { error: sglangError, fault: sglangFault };
  * `GET /health` (200 empty, 503 when `engine.healthy` is false);
  * `GET /v1/models` (with `max_model_len`); `POST /tokenize` / `/v1/tokenize`,
  * `POST /detokenize` / `/v1/detokenize`; `POST /reset_prefix_cache`, `/flush_cache`.
+ * Scoring (a teacher's calls): vLLM `prompt_logprobs` (completions and
+ * generate), SGLang `max_new_tokens: 0` with `logprob_start_len` ≥ 0
+ * (`input_token_logprobs`); see `prompt-logprobs.ts`.
  * The routing key (`X-Session-ID`, else `X-SMG-Routing-Key`) goes to the request log.
  * Any model name is accepted. Pass a {@link SimEngine} (to keep a handle on
  * its cache, faults and request log) or the options to build one.
@@ -74,7 +78,7 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
     });
     if (out instanceof Response) return out;
     return c.json(
-      vllmCompletionReply(engine, out, {
+      withPromptLogprobs(engine, prompt, body.prompt_logprobs, vllmCompletionReply(engine, out, {
         requestId,
         promptIds: prompt,
         logprobs: body.logprobs != null,
@@ -82,7 +86,7 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
         asTokenIds: body.return_tokens_as_token_ids === true,
         skipSpecial: body.skip_special_tokens ?? true,
         includeStopStr: body.include_stop_str_in_output ?? false,
-      }),
+      })),
     );
   });
 
@@ -100,7 +104,9 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
       endpoint: "/inference/v1/generate",
     });
     if (out instanceof Response) return out;
-    return c.json(vllmGenerateReply(out, { requestId, logprobs: sp.logprobs != null }));
+    const reply = vllmGenerateReply(out, { requestId, logprobs: sp.logprobs != null });
+    if (sp.prompt_logprobs != null) reply.prompt_logprobs = vllmPromptLogprobsBody(engine, body.token_ids);
+    return c.json(reply);
   });
 
   app.post("/generate", async (c) => {
@@ -122,8 +128,7 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
       endpoint: "/generate",
     });
     if (out instanceof Response) return out;
-    return c.json(
-      sglangReply(engine, out, {
+    const reply = sglangReply(engine, out, {
         rid,
         logprob: body.return_logprob === true,
         skipSpecial: sp.skip_special_tokens ?? true,
@@ -131,8 +136,10 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
         latencyS: Math.round(performance.now() - started) / 1000,
         weightVersion: out.weight_version,
         ...(body.return_routed_experts === true ? { routedExpertsFor: prompt } : {}),
-      }),
-    );
+      });
+    const start = body.logprob_start_len ?? -1;
+    if (body.return_logprob === true && start >= 0) (reply.meta_info as Record<string, unknown>).input_token_logprobs = sglangInputTokenLogprobs(engine, prompt, start);
+    return c.json(reply);
   });
 
   const tokenize = (shape: "vllm" | "sglang") => async (c: Context) => {
@@ -212,6 +219,14 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
   app.notFound((c) => c.json({ detail: "Not Found" }, 404));
   app.onError((e, c) => send(c, vllmError(500, `simulated engine error: ${e.message}`)));
   return app;
+}
+
+/** A `/v1/completions` reply with `choices[0].prompt_logprobs` filled when the request asked for them. */
+function withPromptLogprobs(engine: SimEngine, prompt: readonly number[], asked: number | null | undefined, reply: Record<string, unknown>): Record<string, unknown> {
+  if (asked == null) return reply;
+  const choices = reply.choices as Record<string, unknown>[];
+  choices[0]!.prompt_logprobs = vllmPromptLogprobsBody(engine, prompt);
+  return reply;
 }
 
 function send(c: Context, r: Rendered): Response {

@@ -31,6 +31,8 @@ export interface StartSimEngineOptions {
    * injected from `replicas[0].engine.faultRate`.
    */
   faultRate?: SimFaultRateInput;
+  /** Seed of the replicas' prompt log-probs (a simulated teacher; see `SimEngineOptions.scoreSeed`). */
+  scoreSeed?: number;
 }
 
 /** One served replica: its engine, app and server, which a test can kill and revive. */
@@ -83,6 +85,7 @@ export async function startSimEngine(opts: StartSimEngineOptions = {}): Promise<
         moe: opts.moe,
         fault: opts.faults?.[i],
         faultRate,
+        ...(opts.scoreSeed !== undefined ? { scoreSeed: opts.scoreSeed } : {}),
       });
       replicas.push(serveReplica(engine, hostname, opts.port ? opts.port + i : 0));
     }

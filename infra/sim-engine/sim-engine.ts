@@ -58,6 +58,12 @@ export interface SimEngineOptions {
   faultRate?: SimFaultRateInput | FaultRateInjector;
   /** MoE shape for routed experts (default {@link DEFAULT_SIM_MOE}); `num_experts` defaults to `max(16, top_k)`. */
   moe?: { layers: number; top_k: number; num_experts?: number };
+  /**
+   * Seed of the prompt log-probs this engine scores with (vLLM
+   * `prompt_logprobs`, SGLang `input_token_logprobs`; see `simPromptLogProbs`):
+   * a simulated teacher is an engine with its own `scoreSeed` (default 0).
+   */
+  scoreSeed?: number;
 }
 
 /** One generation request as the core sees it (after an HTTP layer has parsed its wire format). */
@@ -213,6 +219,8 @@ export class SimEngine {
    * `POST /update_weight_version {"new_version"}` or directly.
    */
   weightVersion = "default";
+  /** Seed of this engine's prompt log-probs (see {@link SimEngineOptions.scoreSeed}). */
+  readonly scoreSeed: number;
   /** Every pause of this replica, oldest first. */
   readonly pauses: SimPauseRecord[] = [];
   private pauseState: { mode: SimPauseMode; resumed: Promise<void>; resume: () => void } | null = null;
@@ -227,6 +235,7 @@ export class SimEngine {
     this.name = opts.name ?? "sim";
     this.model = opts.model ?? DEFAULT_SIM_MODEL;
     this.maxModelLen = opts.maxModelLen ?? DEFAULT_MAX_MODEL_LEN;
+    this.scoreSeed = opts.scoreSeed ?? 0;
     this.cache = new PrefixKvCache({ capacityBlocks: opts.kvCacheBlocks ?? DEFAULT_KV_CACHE_BLOCKS, blockSize: opts.blockSize ?? DEFAULT_BLOCK_SIZE });
     this.latency = { prefill_ms_per_token: opts.latency?.prefill_ms_per_token ?? 0, decode_ms_per_token: opts.latency?.decode_ms_per_token ?? 0 };
     const moe = opts.moe ?? DEFAULT_SIM_MOE;

@@ -38,6 +38,8 @@ export const VllmCompletionRequest = z.looseObject({
   prompt: z.union([Ids.min(1), z.string().min(1)]),
   max_tokens: z.number().int().min(1).nullish(),
   logprobs: z.number().int().min(-1).nullish(),
+  /** Scoring (a teacher): log-probs of the prompt tokens (`choices[0].prompt_logprobs`). */
+  prompt_logprobs: z.number().int().min(-1).nullish(),
   stop_token_ids: Ids.nullish(),
   stop: Stop.nullish(),
   include_stop_str_in_output: z.boolean().nullish(),
@@ -58,6 +60,8 @@ export const VllmGenerateRequest = z.looseObject({
     .looseObject({
       max_tokens: z.number().int().min(1).nullish(),
       logprobs: z.number().int().min(-1).nullish(),
+      /** Scoring (a teacher): top-level `prompt_logprobs` of the reply. */
+      prompt_logprobs: z.number().int().min(-1).nullish(),
       stop_token_ids: Ids.nullish(),
       stop: Stop.nullish(),
       include_stop_str_in_output: z.boolean().nullish(),
@@ -77,7 +81,8 @@ export const SglangGenerateRequest = z.looseObject({
   text: z.string().min(1).nullish(),
   sampling_params: z
     .looseObject({
-      max_new_tokens: z.number().int().min(1).nullish(),
+      /** 0: prefill only (a teacher's scoring call), as SGLang serves it. */
+      max_new_tokens: z.number().int().min(0).nullish(),
       stop_token_ids: Ids.nullish(),
       stop: Stop.nullish(),
       no_stop_trim: z.boolean().nullish(),
@@ -88,6 +93,8 @@ export const SglangGenerateRequest = z.looseObject({
   return_logprob: z.boolean().nullish(),
   /** SGLang `GenerateReqInput.return_routed_experts` (server flag `--enable-return-routed-experts`). */
   return_routed_experts: z.boolean().nullish(),
+  /** −1 (default): output tokens only; L ≥ 0: also `input_token_logprobs` of positions L…n−1. */
+  logprob_start_len: z.number().int().min(-1).nullish(),
   rid: z.string().nullish(),
   stream: z.literal(false).nullish(),
 });

@@ -150,7 +150,8 @@ export async function runAgentLoop(
 }
 
 /** What a loop's output must be, token arrays aside (they are checked with plain loops by the validator, not zod). */
-const OutputScalars = AgentLoopOutput.omit({ prompt_ids: true, response_ids: true, response_mask: true, response_logprobs: true, routed_experts: true });
+// `teacher_log_probs` is edgeloop's to set after the loop (rollout.teacher): a loop's own is dropped here.
+const OutputScalars = AgentLoopOutput.omit({ prompt_ids: true, response_ids: true, response_mask: true, response_logprobs: true, teacher_log_probs: true, routed_experts: true });
 
 function isTokenArray(v: unknown): boolean {
   return Array.isArray(v) || (ArrayBuffer.isView(v) && !(v instanceof DataView));

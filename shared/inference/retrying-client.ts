@@ -36,24 +36,7 @@ export class RetryingClient implements InferenceClient {
   ) {}
 
   async generate(req: GenerateRequest): Promise<TokenOutput> {
-    const retries = this.opts.retries ?? 3;
-    const deadline = this.opts.deadlineMs ? AbortSignal.timeout(this.opts.deadlineMs) : undefined;
-    const signal = deadline ? (req.signal ? AbortSignal.any([req.signal, deadline]) : deadline) : req.signal;
-    const expired = () => new EngineUnavailableError(`engine call ${req.request_id} got no reply within its ${this.opts.deadlineMs} ms deadline`);
-    for (let attempt = 0; ; attempt++) {
-      try {
-        return await this.inner.generate({ ...req, request_id: attempt === 0 ? req.request_id : `${req.request_id}-r${attempt}`, ...(signal ? { signal } : {}) });
-      } catch (e) {
-        if (deadline?.aborted && !req.signal?.aborted) throw expired();
-        const retryable = e instanceof EngineUnavailableError || (e instanceof BadEngineResponseError && e.retryable);
-        if (!retryable || attempt >= retries || req.signal?.aborted) throw e;
-        const base = Math.min(this.opts.maxDelayMs ?? 5_000, (this.opts.minDelayMs ?? 200) * 2 ** attempt);
-        const ms = base * (0.75 + 0.5 * (this.opts.random ?? Math.random)());
-        await sleep(ms, signal);
-        if (deadline?.aborted && !req.signal?.aborted) throw expired();
-        if (req.signal?.aborted) throw new EngineAbortedError(`engine call ${req.request_id} aborted by the caller`);
-      }
-    }
+    return retryEngineCall(req, this.opts, (request_id, signal) => this.inner.generate({ ...req, request_id, ...(signal ? { signal } : {}) }));
   }
 
   maxModelLen(): Promise<number | undefined> {
@@ -71,4 +54,37 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
     }
     signal?.addEventListener("abort", done, { once: true });
   });
+}
+
+/**
+ * The retry loop of {@link RetryingClient} for any engine call (a generation,
+ * a teacher's scoring call): `call(requestId, signal)` is attempted, and
+ * retried with exponential backoff under a fresh request id (`<id>-r<i>`)
+ * after an {@link EngineUnavailableError} or a `retryable`
+ * {@link BadEngineResponseError}, within `opts.deadlineMs` when set.
+ * @throws the last error; EngineUnavailableError when the overall deadline passes; EngineAbortedError when `req.signal` aborts during a backoff.
+ */
+export async function retryEngineCall<T>(
+  req: { request_id: string; signal?: AbortSignal },
+  opts: RetryOptions,
+  call: (requestId: string, signal: AbortSignal | undefined) => Promise<T>,
+): Promise<T> {
+  const retries = opts.retries ?? 3;
+  const deadline = opts.deadlineMs ? AbortSignal.timeout(opts.deadlineMs) : undefined;
+  const signal = deadline ? (req.signal ? AbortSignal.any([req.signal, deadline]) : deadline) : req.signal;
+  const expired = () => new EngineUnavailableError(`engine call ${req.request_id} got no reply within its ${opts.deadlineMs} ms deadline`);
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await call(attempt === 0 ? req.request_id : `${req.request_id}-r${attempt}`, signal);
+    } catch (e) {
+      if (deadline?.aborted && !req.signal?.aborted) throw expired();
+      const retryable = e instanceof EngineUnavailableError || (e instanceof BadEngineResponseError && e.retryable);
+      if (!retryable || attempt >= retries || req.signal?.aborted) throw e;
+      const base = Math.min(opts.maxDelayMs ?? 5_000, (opts.minDelayMs ?? 200) * 2 ** attempt);
+      const ms = base * (0.75 + 0.5 * (opts.random ?? Math.random)());
+      await sleep(ms, signal);
+      if (deadline?.aborted && !req.signal?.aborted) throw expired();
+      if (req.signal?.aborted) throw new EngineAbortedError(`engine call ${req.request_id} aborted by the caller`);
+    }
+  }
 }

@@ -190,6 +190,7 @@ export function toTrajectoryRecord(
     response_ids: out.response_ids,
     response_mask: out.response_mask,
     rollout_log_probs: out.response_logprobs,
+    ...(out.teacher_log_probs ? { teacher_log_probs: out.teacher_log_probs } : {}),
     reward_score: out.reward_score,
     num_turns: out.num_turns,
     truncated: out.truncated,

@@ -10,6 +10,7 @@ import { TrajectoryTracer } from "../telemetry/trajectory-tracer.ts";
 import { routedExpertsFields, type BatchPlan, type PlannedTrajectory } from "./batch.ts";
 import { waitForAdmission, type Admission } from "./policy-version.ts";
 import { TrajectoryCarriedError, type TrajectoryExecutor } from "./batch-run.ts";
+import { scoreWithTeacher, type TeacherClientFactory } from "./teacher-scoring.ts";
 
 /** What the agent loops of a process share: built once at start-up. */
 export interface ExecutorDeps extends Omit<AgentLoopContext, "config" | "client" | "signal"> {
@@ -17,6 +18,8 @@ export interface ExecutorDeps extends Omit<AgentLoopContext, "config" | "client"
   client: InferenceClient;
   /** The deployment's pause gate (`POST /v1/engine/pause`): no engine call of a loop starts while it is closed. */
   gate?: EngineGate;
+  /** The teacher clients of `rollout.teacher` (on-policy distillation); absent where none can run. */
+  teacher?: TeacherClientFactory;
   /** Milliseconds between admission re-checks while a trajectory is held by `rollout.max_staleness` (default 50; memory policies wake at once). */
   admissionPollMs?: number;
 }
@@ -144,13 +147,14 @@ export function createAgentExecutor(
       const tracer = new TrajectoryTracer(t.key);
       const ctx: AgentLoopContext = { ...shared, client: tracer.client(client), ...(shared.tools ? { tools: tracer.tools(shared.tools) } : {}), config: rollout, ...(signal ? { signal } : {}) };
       try {
-        const outputs = await runAgentLoop(registry, ctx, samplingParamsFor(rollout, plan.validate, t), {
+        const loopOutputs = await runAgentLoop(registry, ctx, samplingParamsFor(rollout, plan.validate, t), {
           ...row,
           uid: t.uid,
           session_id: t.session_id,
           global_steps: plan.global_steps,
           key: t.key,
         });
+        const outputs = await scoreWithTeacher(loopOutputs, { teacher: rollout.teacher, ...(deps.teacher ? { clients: deps.teacher } : {}), key: t.key, ...(signal ? { signal } : {}) });
         return { agentName, outputs: withAdmission(outputs, admission), toolLatenciesMs: tracer.toolLatenciesMs };
       } finally {
         tracer.end();
@@ -189,6 +193,19 @@ export function sessionLoopFactory(deps: ExecutorDeps): (input: SessionInput) =>
 }
 
 const loopTracers = new WeakMap<AgentLoop, TrajectoryTracer>();
+
+/**
+ * What a durable session does with its finished outputs before it commits
+ * them (`SessionDeps.finishOutputs`): the teacher's scores
+ * ({@link scoreWithTeacher}, per the session input's `rollout.teacher`).
+ * Pass it with {@link sessionLoopFactory} wherever sessions are hosted.
+ */
+export function sessionOutputFinisher(deps: ExecutorDeps): (input: SessionInput, outputs: AgentLoopOutput[]) => Promise<AgentLoopOutput[]> {
+  return (input, outputs) => {
+    const signal = signalsOf(deps).get(input.key);
+    return scoreWithTeacher(outputs, { teacher: input.rollout.teacher ?? null, ...(deps.teacher ? { clients: deps.teacher } : {}), key: input.key, ...(signal ? { signal } : {}) });
+  };
+}
 
 /** Ends the open turn span of a session loop made by {@link sessionLoopFactory}: pass it as `SessionDeps.onPause`. */
 export function endLoopTrace(loop: AgentLoop): void {
@@ -262,6 +279,7 @@ export function outputOfRecord(r: TrajectoryRecord): AgentLoopOutput {
     response_ids: r.response_ids,
     response_mask: r.response_mask,
     response_logprobs: r.rollout_log_probs,
+    ...(r.teacher_log_probs ? { teacher_log_probs: r.teacher_log_probs } : {}),
     reward_score: r.reward_score,
     num_turns: r.num_turns,
     truncated: r.truncated,

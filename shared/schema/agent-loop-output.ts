@@ -28,6 +28,12 @@ export const AgentLoopOutput = z.object({
   response_ids: z.array(z.number().int().min(0)),
   response_mask: z.array(z.union([z.literal(0), z.literal(1)])),
   response_logprobs: z.array(z.number()).nullable(),
+  /**
+   * The teacher's log-prob of each response token (`rollout.teacher`), float32,
+   * 0.0 under mask 0; absent (not null) without a teacher or when it failed
+   * under `on_error: keep`. Set by edgeloop after the loop, never by loops.
+   */
+  teacher_log_probs: z.array(z.number()).optional(),
   reward_score: z.number().nullable().default(null),
   num_turns: z.number().int().min(0),
   truncated: z.boolean().default(false),

@@ -36,6 +36,30 @@ export const AgentConfig = z.strictObject({
 });
 
 /**
+ * `rollout.teacher`: a teacher engine that scores every finished trajectory
+ * with one prefill-only call on `prompt_ids ‖ response_ids` (on-policy
+ * distillation); the record then carries `teacher_log_probs`. `url` (or
+ * `urls`, replicas routed as engine replicas are: sticky per trajectory key,
+ * failed replicas ejected), `format` as `engine.format`, `model` the vLLM
+ * `model` field, `timeout_ms` per call. `on_error`: `fail` (default) fails a
+ * trajectory the teacher could not score after retries; `keep` stores it
+ * without `teacher_log_probs` and with `extra_fields.teacher_error`. `url:
+ * "sim"` scores with an embedded simulated engine (its own log-probs, seeded
+ * apart from the policy's). null (default) = no teacher.
+ */
+export const TeacherConfig = z
+  .strictObject({
+    url: z.union([z.literal("sim"), z.string().url("rollout.teacher.url must be \"sim\" or an http(s) URL")]).nullish(),
+    urls: z.array(z.string().url("rollout.teacher.urls[i] must be an http(s) URL")).min(1, "rollout.teacher.urls must name at least one replica").nullish(),
+    format: z.enum(["vllm", "vllm-generate", "sglang"]).default("vllm"),
+    model: z.string().nullable().default(null),
+    timeout_ms: z.number().int().positive().default(600_000),
+    on_error: z.enum(["fail", "keep"]).default("fail"),
+  })
+  .refine((t) => (t.url == null) !== (t.urls == null), { message: "rollout.teacher needs exactly one of url or urls (the other null or absent)" });
+export type TeacherConfig = z.infer<typeof TeacherConfig>;
+
+/**
  * The rollout section, with verl's names, nesting and defaults
  * (`verl/trainer/config/rollout/rollout.yaml`): a config file reads
  * `{"rollout": {"n": 4, "multi_turn": {…}, "agent": {…}}}`.
@@ -104,6 +128,8 @@ export const RolloutConfig = z
      * trainers (kept as filtered, readable with `GET /v1/groups?include_filtered=1`),
      * and a reserve row of the batch is started in its place. null = off.
      */
+    /** On-policy distillation teacher (see {@link TeacherConfig}); null = none. */
+    teacher: TeacherConfig.nullable().default(null),
     filter_groups: z
       .strictObject({ metric: z.literal("reward").default("reward"), drop_if: z.literal("all_equal").default("all_equal") })
       .nullable()

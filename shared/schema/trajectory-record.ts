@@ -13,7 +13,8 @@ export const Uid = z
 /**
  * One finished trajectory as stored in the transfer queue (DESIGN §4.5),
  * ragged (no padding). `rollout_log_probs` is null when log-probs were not
- * requested. Readers derive `loss_mask = response_mask`,
+ * requested; `teacher_log_probs` is absent (not null) without a teacher.
+ * Readers derive `loss_mask = response_mask`,
  * `input_ids = prompt_ids ‖ response_ids`, `position_ids = 0..len−1`.
  * `error` is set (and the arrays may be empty) when the trajectory failed.
  */
@@ -28,6 +29,8 @@ export const TrajectoryRecord = z.object({
   response_ids: z.array(z.number().int().min(0)),
   response_mask: z.array(z.union([z.literal(0), z.literal(1)])),
   rollout_log_probs: z.array(z.number()).nullable(),
+  /** The teacher's log-prob of each response token (float32, 0.0 under mask 0); absent without a teacher (`rollout.teacher`). */
+  teacher_log_probs: z.array(z.number()).optional(),
   reward_score: z.number().nullable(),
   num_turns: z.number().int().min(0),
   truncated: z.boolean(),

@@ -128,31 +128,36 @@ export const StoredOutput = AgentLoopOutput.extend({
   logprobs_f64: z.literal(true).optional(),
   /** Routed experts as base64 little-endian int32 (not a JSON number array). */
   routed_experts: z.string().optional(),
+  /** Teacher log-probs (already float32) as base64 Float32; absent without them. */
+  teacher_log_probs: z.string().optional(),
 });
 export type StoredOutput = z.infer<typeof StoredOutput>;
 
 /** An output packed for a checkpoint ({@link StoredOutput}). */
 export function packOutput(o: AgentLoopOutput): StoredOutput {
+  const { teacher_log_probs: teacher, ...rest } = o;
   const lp = o.response_logprobs;
   const f32 = !lp || lp.every((x) => Math.fround(x) === x);
   return {
-    ...o,
+    ...rest,
     prompt_ids: encodeInt32(o.prompt_ids),
     response_ids: encodeInt32(o.response_ids),
     response_mask: encodeUint8(o.response_mask),
     response_logprobs: lp ? (f32 ? encodeFloat32(lp) : encodeFloat64(lp)) : null,
     ...(f32 ? {} : { logprobs_f64: true as const }),
     routed_experts: o.routed_experts !== undefined ? encodeInt32(o.routed_experts) : undefined,
+    ...(teacher ? { teacher_log_probs: encodeFloat32(teacher) } : {}),
   } as StoredOutput;
 }
 
 /** The output a {@link packOutput} result stands for (the same values, bit for bit). */
 export function unpackOutput(s: StoredOutput): AgentLoopOutput {
-  const { logprobs_f64, ...rest } = s;
+  const { logprobs_f64, teacher_log_probs, ...rest } = s;
   const lp = s.response_logprobs;
   if (rest.routed_experts === undefined) delete rest.routed_experts;
   return {
     ...rest,
+    ...(teacher_log_probs === undefined ? {} : { teacher_log_probs: Array.from(decodeFloat32(teacher_log_probs)) }),
     prompt_ids: Array.from(decodeInt32(s.prompt_ids)),
     response_ids: Array.from(decodeInt32(s.response_ids)),
     response_mask: Array.from(decodeUint8(s.response_mask)) as (0 | 1)[],

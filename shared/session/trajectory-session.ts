@@ -24,6 +24,14 @@ export interface SessionDeps {
    * them, then calls {@link TrajectorySession.markDone}.
    */
   writeOutputs?(input: SessionInput, outputs: AgentLoopOutput[]): Promise<void>;
+  /**
+   * Post-processes a finished trajectory's outputs before they are committed
+   * as `finished` (the teacher's scores: `sessionOutputFinisher`). Runs on
+   * every resume that reaches the end of the loop again, never after the
+   * `finished` commit (its result is checkpointed with the outputs). A throw
+   * fails the session with the error's text.
+   */
+  finishOutputs?(input: SessionInput, outputs: AgentLoopOutput[]): Promise<AgentLoopOutput[]>;
   /** In-place retries of a commit that failed with a retryable storage error (default 3; backoff 50 ms × 4ⁱ). */
   commitRetries?: number;
   /** Epoch milliseconds (deadlines, `updated_ms`); default `Date.now()`. */
@@ -248,6 +256,7 @@ export class TrajectorySession {
       let outputs: AgentLoopOutput[];
       try {
         outputs = loopOutputs(this.input.agent_name, await loop.run(this.input.sampling_params, this.input.kwargs as AgentLoopKwargs));
+        if (this.deps.finishOutputs) outputs = await this.deps.finishOutputs(this.input, outputs);
       } catch (e) {
         await this.commit("failed", "whole", { error: errorText(e) });
         return;
@@ -260,8 +269,10 @@ export class TrajectorySession {
     let next: LoopState;
     let output: AgentLoopOutput | undefined;
     try {
-      if (state === "terminated") output = await loop.finishData(d);
-      else next = await loop.advance(state, d);
+      if (state === "terminated") {
+        output = await loop.finishData(d);
+        if (this.deps.finishOutputs) output = (await this.deps.finishOutputs(this.input, [output]))[0];
+      } else next = await loop.advance(state, d);
     } catch (e) {
       await this.commit("failed", state, { error: errorText(e) });
       return;

@@ -5,7 +5,8 @@ import { parseTrajectoryKey, RoutedExpertsShape, TrajectoryRecord } from "../sch
  * Record hash fields as stored in Redis (docs/queue-layout.md): `meta` is the
  * JSON of every scalar/object field, token arrays are base64 text of
  * little-endian bytes (`prompt_ids`/`response_ids` Int32, `response_mask`
- * Uint8, `rollout_log_probs` Float32, absent when null; `routed_experts` Int32
+ * Uint8, `rollout_log_probs` Float32, absent when null; `teacher_log_probs`
+ * Float32, absent without a teacher; `routed_experts` Int32
  * `[P + R, layers, top_k]` with `routed_experts_shape` = JSON `[layers, top_k]`,
  * both absent unless routed experts were recorded). Base64 text keeps the
  * layout identical over TCP and Upstash REST (JSON bodies cannot carry raw bytes).
@@ -18,6 +19,8 @@ export interface EncodedRecord {
   rollout_log_probs?: string;
   routed_experts?: string;
   routed_experts_shape?: string;
+  /** Base64 little-endian Float32, one per response token; absent without a teacher (`rollout.teacher`). */
+  teacher_log_probs?: string;
 }
 
 const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
@@ -127,8 +130,8 @@ export function decodeUint8(text: string): number[] {
   return out;
 }
 
-/** The record schema without its token arrays (and routed experts), which {@link validateAndEncode} checks with plain loops. */
-const RecordMeta = TrajectoryRecord.omit({ prompt_ids: true, response_ids: true, response_mask: true, rollout_log_probs: true, routed_experts: true, routed_experts_shape: true });
+/** The record schema without its token arrays (and side channels), which {@link validateAndEncode} checks with plain loops. */
+const RecordMeta = TrajectoryRecord.omit({ prompt_ids: true, response_ids: true, response_mask: true, rollout_log_probs: true, teacher_log_probs: true, routed_experts: true, routed_experts_shape: true });
 
 function arrayOf(field: string, v: unknown): ArrayLike<unknown> {
   if (Array.isArray(v) || (ArrayBuffer.isView(v) && !(v instanceof DataView))) return v as ArrayLike<unknown>;
@@ -152,10 +155,10 @@ export function validateRecord(input: unknown): TrajectoryRecord {
 }
 
 /** A record's fields other than its token arrays, checked (what the queue needs to route and count a write). */
-export type RecordHead = Omit<TrajectoryRecord, "prompt_ids" | "response_ids" | "response_mask" | "rollout_log_probs" | "routed_experts" | "routed_experts_shape">;
+export type RecordHead = Omit<TrajectoryRecord, "prompt_ids" | "response_ids" | "response_mask" | "rollout_log_probs" | "teacher_log_probs" | "routed_experts" | "routed_experts_shape">;
 
 /** Record fields stored as their own hash fields, not in `meta`. */
-const ARRAY_FIELDS = new Set<string>(["prompt_ids", "response_ids", "response_mask", "rollout_log_probs", "routed_experts", "routed_experts_shape"]);
+const ARRAY_FIELDS = new Set<string>(["prompt_ids", "response_ids", "response_mask", "rollout_log_probs", "teacher_log_probs", "routed_experts", "routed_experts_shape"]);
 
 /** `meta`'s keys in the schema's order, as `encodeRecord` writes them (byte-identical JSON). */
 const META_FIELDS = (Object.keys(TrajectoryRecord.shape) as (keyof TrajectoryRecord)[]).filter((k) => !ARRAY_FIELDS.has(k)) as (keyof RecordHead)[];
@@ -185,14 +188,14 @@ function maskInto(v: unknown): Uint8Array {
   return out;
 }
 
-function logprobsInto(v: unknown): Float32Array | null {
+function logprobsInto(v: unknown, field = "rollout_log_probs"): Float32Array | null {
   if (v === null) return null;
-  const a = arrayOf("rollout_log_probs", v);
+  const a = arrayOf(field, v);
   const out = new Float32Array(a.length);
   for (let i = 0; i < a.length; i++) {
     const x = a[i];
     if (typeof x !== "number" || !Number.isFinite(x)) {
-      throw new InputError(`record.rollout_log_probs[${i}]`, `must be a finite number, got ${String(x)}`);
+      throw new InputError(`record.${field}[${i}]`, `must be a finite number, got ${String(x)}`);
     }
     out[i] = x;
   }
@@ -244,6 +247,8 @@ export function validateAndEncode(input: unknown): { head: RecordHead; encoded: 
   const response = idsInto("response_ids", o.response_ids);
   const mask = maskInto(o.response_mask);
   const logprobs = logprobsInto(o.rollout_log_probs);
+  // Teacher log-probs (rollout.teacher): absent without a teacher; null is not a stored value.
+  const teacher = o.teacher_log_probs === undefined ? null : logprobsInto(arrayOf("teacher_log_probs", o.teacher_log_probs), "teacher_log_probs");
   const data = r.data as RecordHead;
   const parsed = parseTrajectoryKey(data.key);
   if (parsed.uid !== data.uid || parsed.session_id !== data.session_id || parsed.output_index !== data.output_index) {
@@ -259,6 +264,9 @@ export function validateAndEncode(input: unknown): { head: RecordHead; encoded: 
     throw new InputError("record.rollout_log_probs", `has ${logprobs.length} entries, response_ids has ${n}`, { key: data.key });
   }
   const experts = routedExpertsInto(o, prompt.length + n, data.key);
+  if (teacher && teacher.length !== n) {
+    throw new InputError("record.teacher_log_probs", `has ${teacher.length} entries, response_ids has ${n}`, { key: data.key });
+  }
   const head = {} as Record<string, unknown>;
   for (const k of META_FIELDS) head[k] = data[k];
   const encoded: EncodedRecord = {
@@ -272,12 +280,13 @@ export function validateAndEncode(input: unknown): { head: RecordHead; encoded: 
     encoded.routed_experts = bytesToBase64(leBytes(experts.data));
     encoded.routed_experts_shape = JSON.stringify(experts.shape);
   }
+  if (teacher) encoded.teacher_log_probs = bytesToBase64(leBytes(teacher));
   return { head: head as RecordHead, encoded };
 }
 
 /** The stored hash fields of a validated record. */
 export function encodeRecord(rec: TrajectoryRecord): EncodedRecord {
-  const { prompt_ids, response_ids, response_mask, rollout_log_probs, routed_experts, routed_experts_shape, ...meta } = rec;
+  const { prompt_ids, response_ids, response_mask, rollout_log_probs, teacher_log_probs, routed_experts, routed_experts_shape, ...meta } = rec;
   const out: EncodedRecord = {
     meta: JSON.stringify(meta),
     prompt_ids: encodeInt32("prompt_ids", prompt_ids),
@@ -289,6 +298,7 @@ export function encodeRecord(rec: TrajectoryRecord): EncodedRecord {
     out.routed_experts = bytesToBase64(leBytes(Int32Array.from(routed_experts)));
     out.routed_experts_shape = JSON.stringify(routed_experts_shape);
   }
+  if (teacher_log_probs) out.teacher_log_probs = encodeFloat32(teacher_log_probs);
   return out;
 }
 
@@ -297,6 +307,7 @@ export function encodedFields(enc: EncodedRecord): string[] {
   const out = ["meta", enc.meta, "prompt_ids", enc.prompt_ids, "response_ids", enc.response_ids, "response_mask", enc.response_mask];
   if (enc.rollout_log_probs !== undefined) out.push("rollout_log_probs", enc.rollout_log_probs);
   if (enc.routed_experts !== undefined && enc.routed_experts_shape !== undefined) out.push("routed_experts", enc.routed_experts, "routed_experts_shape", enc.routed_experts_shape);
+  if (enc.teacher_log_probs !== undefined) out.push("teacher_log_probs", enc.teacher_log_probs);
   return out;
 }
 
@@ -315,6 +326,7 @@ export function decodeRecord(fields: Record<string, string>): TrajectoryRecord {
     response_ids: decodeInt32("response_ids", fields.response_ids ?? ""),
     response_mask: decodeUint8(fields.response_mask ?? "") as (0 | 1)[],
     rollout_log_probs: fields.rollout_log_probs === undefined ? null : decodeFloat32("rollout_log_probs", fields.rollout_log_probs),
+    ...(fields.teacher_log_probs === undefined ? {} : { teacher_log_probs: decodeFloat32("teacher_log_probs", fields.teacher_log_probs) }),
     ...decodeRoutedExperts(fields),
   });
 }
@@ -353,7 +365,8 @@ export function inSchemaOrder(rec: TrajectoryRecord): TrajectoryRecord {
   return out as TrajectoryRecord;
 }
 
-const OPTIONAL_FIELDS = new Set<string>(["routed_experts", "routed_experts_shape"]);
+/** Side channels that are absent (no key at all) when not recorded. */
+const OPTIONAL_FIELDS = new Set<string>(["teacher_log_probs", "routed_experts", "routed_experts_shape"]);
 
 /** The empty record `markFailed` stores for `key`, with `error = reason` and `finish_reason = "error"`. */
 export function failedRecord(key: string, reason: string, fields: Partial<TrajectoryRecord> = {}): TrajectoryRecord {

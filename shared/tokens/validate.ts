@@ -7,6 +7,8 @@ export interface TrajectoryShape {
   response_mask: ArrayLike<number>;
   /** `response_logprobs` (AgentLoopOutput) or `rollout_log_probs` (TrajectoryRecord). */
   logprobs: ArrayLike<number> | null | undefined;
+  /** The teacher's log-probs (`rollout.teacher`), when recorded. */
+  teacher_log_probs?: ArrayLike<number> | null | undefined;
   num_turns: number;
   metrics: { generate_sequences: number; tool_calls: number; compute_score: number; num_preempted: number };
   /** Flat int32 `[P + R, layers, top_k]` routed experts, when recorded. */
@@ -38,6 +40,9 @@ export interface ValidateOptions {
  *   is also an error: they would be unaligned by construction);
  * - `observation_logprob_zero` (invariant 2): mask-0 tokens have log-prob 0.0;
  * - `sampled_logprob_range`: mask-1 log-probs are finite and ≤ 0;
+ * - teacher log-probs, when present: `aligned_lengths` (one per response
+ *   token), `observation_logprob_zero` (0.0 under mask 0) and
+ *   `teacher_logprob_finite` (a finite value under mask 1);
  * - `response_budget` (invariant 4): `len(response_ids) ≤ response_length`;
  * - `prompt_length` (invariant 5): `len(prompt_ids) ≤ prompt_length`;
  * - `context_length`: `len(prompt_ids) + len(response_ids) ≤ max_model_len`, when given;
@@ -89,6 +94,16 @@ export function validateTrajectory(t: TrajectoryShape, opts: ValidateOptions): v
     }
   } else if (lp != null) {
     throw new TrajectoryInvariantError("aligned_lengths", "log-probs are present although they were not requested");
+  }
+  const tlp = t.teacher_log_probs;
+  if (tlp != null) {
+    if (tlp.length !== n) throw new TrajectoryInvariantError("aligned_lengths", `teacher log-probs have ${tlp.length} entries for ${n} response ids`, Math.min(n, tlp.length));
+    for (let i = 0; i < n; i++) {
+      const v = tlp[i]!;
+      if (t.response_mask[i] === 0) {
+        if (v !== 0) throw new TrajectoryInvariantError("observation_logprob_zero", `observation token has teacher log-prob ${v}, expected 0.0`, i);
+      } else if (!Number.isFinite(v)) throw new TrajectoryInvariantError("teacher_logprob_finite", `sampled token has teacher log-prob ${v}, expected a finite value`, i);
+    }
   }
   if (n > opts.responseLength) {
     throw new TrajectoryInvariantError("response_budget", `response has ${n} tokens, more than response_length ${opts.responseLength}`, opts.responseLength);

@@ -61,6 +61,7 @@ function expectedBytes(r: TrajectoryRecord): Record<string, string> {
     response_mask: `|u1:${hex(Uint8Array.from(r.response_mask))}`,
   };
   if (r.rollout_log_probs) out.rollout_log_probs = `<f4:${hex(Float32Array.from(r.rollout_log_probs))}`;
+  if (r.teacher_log_probs) out.teacher_log_probs = `<f4:${hex(Float32Array.from(r.teacher_log_probs))}`;
   return out;
 }
 
@@ -90,8 +91,9 @@ function compareWithJsonl(d: Dump, lines: string[]) {
   for (const r of read) {
     const { _bytes, teacher_log_probs, routed_experts, ...rest } = r;
     const want = byKey.get(r.key as string)!;
-    expect(rest).toEqual(want as unknown as Record<string, unknown>);
-    expect([teacher_log_probs, routed_experts]).toEqual([null, null]);
+    const { teacher_log_probs: wantTeacher, ...wantRest } = want;
+    expect(rest).toEqual(wantRest as unknown as Record<string, unknown>);
+    expect([teacher_log_probs, routed_experts]).toEqual([wantTeacher ?? null, null]);
     expect(_bytes).toEqual(expectedBytes(want));
   }
   // Tool trajectories: observation tokens (mask 0) and log-probs are really there.
@@ -118,13 +120,14 @@ function comparePadded(d: Dump, lines: string[]) {
       response_mask: [...r.response_mask, ...Array(rp).fill(0)],
       rollout_log_probs: [...r.rollout_log_probs!.map((x) => Math.fround(x)), ...Array(rp).fill(0)],
       rewards: Math.fround(r.reward_score!),
+      teacher_log_probs: r.teacher_log_probs ? [...r.teacher_log_probs, ...Array(rp).fill(0)] : null,
     };
   });
   const p = d.padded!;
   for (const k of ["input_ids", "attention_mask", "position_ids", "response_mask", "rollout_log_probs", "rewards"] as const) {
     expect(p[k]).toEqual(rows.map((x) => x[k]));
   }
-  expect(p.teacher_log_probs).toBeNull();
+  expect(p.teacher_log_probs).toEqual((rows.every((x) => x.teacher_log_probs) ? rows.map((x) => x.teacher_log_probs) : null) as unknown[]);
   expect(p.routed_experts).toBeNull();
   expect(d.padded_dtypes).toMatchObject({ input_ids: "<i8", attention_mask: "<i8", position_ids: "<i8", response_mask: "<i8", rollout_log_probs: "<f4", rewards: "<f4" });
 }
@@ -235,6 +238,25 @@ describe.skipIf(missing !== null)("the Python reader package", () => {
     });
     expect(d.padded!.routed_experts).toEqual(padded);
     expect(d.padded_dtypes!.routed_experts).toBe("<i4");
+  }, 60_000);
+
+  test.skipIf(!hasRedis)("with a teacher (rollout.teacher): teacher_log_probs read by Python equal the JSONL's bit for bit", async () => {
+    const prefix = randomPrefix("pyreader-teacher");
+    prefixes.push(prefix);
+    writeFileSync(join(dir, "teacher.json"), JSON.stringify({ rollout: { teacher: { url: "sim", format: "sglang" } } }));
+    const cli = await run(["node", BIN, "rollout", "--config", "teacher.json", "--data", "rows.jsonl", "--n", "2", "--out", "teacher.jsonl", "--seed", "9", "--no-progress", "--store", REDIS_URL, "--store-prefix", prefix], { cwd: dir });
+    expect(cli.stderr).toContain("wrote 12 records to teacher.jsonl");
+    expect(cli.code).toBe(0);
+    const lines = readFileSync(join(dir, "teacher.jsonl"), "utf8").trim().split("\n");
+    const jsonl = lines.map((l) => JSON.parse(l) as TrajectoryRecord);
+    expect(jsonl.every((r) => r.teacher_log_probs?.length === r.response_ids.length)).toBe(true);
+    expect(jsonl.some((r) => r.response_mask.includes(0) && r.teacher_log_probs!.some((v, i) => r.response_mask[i] === 1 && v !== 0))).toBe(true);
+    const d = await dump(prefix);
+    expect(d.groups.length).toBe(6);
+    compareWithJsonl(d, lines);
+    for (const r of d.groups.flatMap((g) => g.records)) expect(r._bytes.teacher_log_probs).toMatch(/^<f4:[0-9a-f]+$/);
+    comparePadded(d, lines);
+    expect(d.padded_dtypes).toMatchObject({ teacher_log_probs: "<f4" });
   }, 60_000);
 
   test.skipIf(!hasRedis)("a CLI batch written through the Upstash REST bridge reads back the same way", async () => {

@@ -2,6 +2,7 @@ import { afterAll, describe } from "bun:test";
 import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue.ts";
 import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { transferQueueContract } from "./contract.ts";
+import { teacherLogProbsContract } from "./teacher-contract.ts";
 
 const hasRedis = await requireRedis();
 const base = randomPrefix("store-redis-tcp");
@@ -22,4 +23,5 @@ describe.skipIf(!hasRedis)("redis tcp (ioredis)", () => {
     },
     base,
   );
+  teacherLogProbsContract("redis tcp", { open: (opts) => createRedisTransferQueue({ url: REDIS_URL, ...opts }), sharesState: true, rawRecord: (prefix, key) => raw.hgetall(`${prefix}traj:${key}`) }, base);
 });

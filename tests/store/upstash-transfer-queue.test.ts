@@ -3,6 +3,7 @@ import { startUpstashBridge, type UpstashBridge } from "../../infra/upstash-brid
 import { createUpstashTransferQueue } from "../../shared/store/upstash-transfer-queue.ts";
 import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { transferQueueContract } from "./contract.ts";
+import { teacherLogProbsContract } from "./teacher-contract.ts";
 
 const hasRedis = await requireRedis();
 const base = randomPrefix("store-upstash");
@@ -29,4 +30,5 @@ describe.skipIf(!hasRedis)("upstash rest via the local bridge", () => {
     },
     base,
   );
+  teacherLogProbsContract("upstash rest", { open: (opts) => createUpstashTransferQueue({ url: bridge.url, token, retries: 0, ...opts }), sharesState: true, rawRecord: (prefix, key) => raw.hgetall(`${prefix}traj:${key}`) }, base);
 });

@@ -13,6 +13,8 @@ interface Rec {
   response_ids: number[];
   response_mask: number[];
   rollout_log_probs: number[] | null;
+  /** The teacher's log-probs (rollout.teacher), when recorded. */
+  teacher_log_probs?: number[];
   reward_score: number | null;
   num_turns: number;
   truncated: boolean;
@@ -260,6 +262,7 @@ function renderTrajectory(r: Rec): void {
         "data-mask": r.response_mask[i],
         "data-id": r.response_ids[i],
         "data-lp": lp ?? undefined,
+        "data-tlp": r.teacher_log_probs?.[i],
       });
       el.textContent = pieces[i] ?? "";
       if (seg.kind === "sampled") el.style.setProperty("--h", heat(lp).toFixed(3));
@@ -276,10 +279,12 @@ function renderTrajectory(r: Rec): void {
     if (!t) return;
     const i = Number(t.dataset.i);
     const lp = t.dataset.lp === undefined ? null : Number(t.dataset.lp);
+    const tlp = t.dataset.tlp === undefined ? null : Number(t.dataset.tlp);
     $("hover-info").textContent =
       `#${i}  id ${t.dataset.id}  ${JSON.stringify(pieces[i] ?? "")}  mask ${t.dataset.mask}` +
       (lp === null || t.dataset.mask === "0" ? "" : `  log-prob ${lp.toFixed(4)}  p ${Math.exp(lp).toFixed(3)}`) +
-      routedExpertsHover(r, r.prompt_ids.length + i);
+      routedExpertsHover(r, r.prompt_ids.length + i) +
+      (tlp === null || t.dataset.mask === "0" ? "" : `  teacher ${tlp.toFixed(4)}`);
   });
 }
 
