@@ -278,6 +278,15 @@ export class BatchRun {
   /** Per uid: sessions finished and their records (over-sampled batches). */
   private readonly groupDone = new Map<string, number>();
   private readonly groupRecords = new Map<string, TrajectoryRecord[]>();
+  /**
+   * Sessions of each group admitted to write (counted when admitted, before
+   * their writes finish) and their records: the session that completes the
+   * count is its group's last, even when two finish at once and an earlier
+   * one's write is still in flight (counting stored sessions instead let both
+   * pass as "not the last" and complete a group past `target_groups`).
+   */
+  private readonly groupAdmitted = new Map<string, number>();
+  private readonly groupAdmittedRecords = new Map<string, TrajectoryRecord[]>();
   private readonly filteredUids = new Set<string>();
   /** Group-completing writes admitted but not finished yet (they count toward the target). */
   private readonly completing = new Set<string>();
@@ -720,6 +729,8 @@ export class BatchRun {
       this.preFinished.set(t.key, recs);
       this.groupDone.set(t.uid, (this.groupDone.get(t.uid) ?? 0) + 1);
       this.groupRecords.set(t.uid, [...(this.groupRecords.get(t.uid) ?? []), ...recs]);
+      this.groupAdmitted.set(t.uid, (this.groupAdmitted.get(t.uid) ?? 0) + 1);
+      this.groupAdmittedRecords.set(t.uid, [...(this.groupAdmittedRecords.get(t.uid) ?? []), ...recs]);
     }
     const o = this.s.oversample!;
     for (const uid of reused) {
@@ -745,10 +756,18 @@ export class BatchRun {
   private async admitGroupWrite(t: PlannedTrajectory, records: readonly TrajectoryRecord[]): Promise<boolean> {
     const os = this.plan.oversample;
     if (!os) return true;
-    if ((this.groupDone.get(t.uid) ?? 0) + 1 < t.group_size) return true;
-    const all = [...(this.groupRecords.get(t.uid) ?? []), ...records];
+    // Decided synchronously (no await before the count): a concurrent finisher of the same group sees this one.
+    const admitted = this.groupAdmitted.get(t.uid) ?? 0;
+    const all = [...(this.groupAdmittedRecords.get(t.uid) ?? []), ...records];
+    const admit = () => {
+      this.groupAdmitted.set(t.uid, admitted + 1);
+      this.groupAdmittedRecords.set(t.uid, all);
+      return true;
+    };
+    if (admitted + 1 < t.group_size) return admit();
     const first = all[0]?.reward_score ?? null;
     if (os.filter && first !== null && all.every((r) => r.error === null && r.reward_score === first)) {
+      admit();
       const filter = this.queue.filterGroup ? await holdWhileStoreDown(() => this.queue.filterGroup!(t.uid, `reward all_equal ${first}`)) : false;
       if (filter) {
         this.filteredUids.add(t.uid);
@@ -756,11 +775,20 @@ export class BatchRun {
         await this.launchReserve();
         return true;
       }
+      // Not filtered after all (the store cannot, or the group was already delivered): a delivery slot as any group.
+      const o = this.s.oversample!;
+      if (o.delivered + this.completing.size >= o.target_groups) {
+        this.groupAdmitted.set(t.uid, admitted);
+        this.groupAdmittedRecords.set(t.uid, all.slice(0, all.length - records.length));
+        return false;
+      }
+      this.completing.add(t.uid);
+      return true;
     }
     const o = this.s.oversample!;
     if (o.delivered + this.completing.size >= o.target_groups) return false;
     this.completing.add(t.uid);
-    return true;
+    return admit();
   }
 
   /** Starts the next reserve row (registers its group, queues its sessions) unless the batch is stopping. */
