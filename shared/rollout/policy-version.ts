@@ -204,9 +204,11 @@ export class RedisPolicyVersions implements PolicyVersions {
 
   async current(): Promise<PolicyVersion | null> {
     if (this.cache && Date.now() - this.cache.at < this.cacheMs) return this.cache.v;
+    // A read is fresh as of when it was sent: a slow reply must not extend a value a `set` may have replaced meanwhile.
+    const at = Date.now();
     const f = replyToFields(await this.call(["HGETALL", this.key]));
     const v = f.current === undefined ? null : { version: JSON.parse(f.current) as string | number, seq: Number(f.seq) };
-    this.cache = { at: Date.now(), v };
+    this.cache = { at, v };
     return v;
   }
 
@@ -250,9 +252,10 @@ export class RedisPolicyVersions implements PolicyVersions {
 
   /** One HMGET, uncached (it refreshes the cached current version too). */
   async admissionState(): Promise<{ current: PolicyVersion | null; consumed: PolicyVersion | null }> {
+    const at = Date.now();
     const [cur, seq, con, conSeq] = (await this.call(["HMGET", this.key, "current", "seq", "consumed", "consumed_seq"])) as (string | null)[];
     const current = cur == null ? null : { version: JSON.parse(cur) as string | number, seq: Number(seq) };
-    this.cache = { at: Date.now(), v: current };
+    this.cache = { at, v: current };
     return { current, consumed: con == null ? null : { version: JSON.parse(con) as string | number, seq: Number(conSeq) } };
   }
 
