@@ -114,7 +114,7 @@ export class SglangClient implements InferenceClient {
   /** One generation call; see the class docs for the error mapping. */
   async generate(req: GenerateRequest): Promise<TokenOutput> {
     const url = joinUrl(this.url, "/generate");
-    const reply = await postEngineJson(this.fetchFn, url, this.generateBody(req), engineHeaders(req.routing_key, req.request_id), {
+    const reply = await postEngineJson(this.fetchFn, url, this.generateBody(req), engineHeaders(req.routing_key, req.request_id, req.prefix_key), {
       timeoutMs: this.timeoutMs,
       signal: req.signal,
     });
