@@ -68,7 +68,30 @@ export interface GatewayOptions {
    * If the state fails (store unreachable), the call is routed in-process.
    */
   routingState?: RoutingState | null;
+  /**
+   * Shared state: ε of the cap past which a pinned session moves to another
+   * replica (default {@link DEFAULT_STICKY_EPSILON}; never below
+   * {@link DEFAULT_STICKY_MIN_LOAD} calls); `epsilon` (default
+   * {@link DEFAULT_SHARED_EPSILON} with a shared state) places new sessions.
+   */
+  stickyEpsilon?: number;
 }
+
+/** Default ε past which a pinned session leaves its replica (shared state): 1, i.e. more than twice the mean in-flight load. */
+export const DEFAULT_STICKY_EPSILON = 1;
+/**
+ * Shared state: a pinned session never leaves its replica for load while the
+ * replica holds fewer than 16 calls (engines batch far more sequences than
+ * that: vLLM's `max_num_seqs` defaults to 256 and above).
+ */
+export const DEFAULT_STICKY_MIN_LOAD = 16;
+/**
+ * Shared state: default ε for placing new sessions. 0.2 rather than the
+ * stateless hash's 0.25: first turns all follow their prefix key's order, so
+ * the first replica of a popular prefix runs at the cap, and the whole run's
+ * max/mean requests lands a little above 1 + ε (bench/shared-routing.ts).
+ */
+export const DEFAULT_SHARED_EPSILON = 0.2;
 
 /** A gateway: its Hono app plus the controls the CLI and tests use. */
 export interface Gateway {
@@ -97,6 +120,7 @@ const GatewayOptionsSchema = z.object({
   ejectAfter: z.number().int().min(1).default(3),
   cooldownMs: z.number().int().min(0).default(10_000),
   maxBodyBytes: z.number().int().positive().default(64 * 1024 * 1024),
+  stickyEpsilon: z.number().positive().optional(),
 });
 
 const ReplicaBody = z.object({ url: z.url({ protocol: /^https?$/ }) });
@@ -155,7 +179,8 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
   }
   const fetchFn: FetchLike = options.fetch ?? ((input, init) => fetch(input, init));
   const state = options.routingState ?? null;
-  const epsilon = opts.epsilon ?? DEFAULT_EPSILON;
+  const epsilon = opts.epsilon ?? (state ? DEFAULT_SHARED_EPSILON : DEFAULT_EPSILON);
+  const stickyEpsilon = opts.stickyEpsilon ?? DEFAULT_STICKY_EPSILON;
   let stateErrors = 0;
   const pool = new ReplicaPool(opts.replicas, createRoutingPolicy(opts.policy, { epsilon: opts.epsilon, maxKeys: opts.maxStickyKeys }), {
     ejectAfter: opts.ejectAfter,
@@ -206,7 +231,7 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
   app.get("/admin/replicas", (c) =>
     c.json({
       policy: pool.policy.name,
-      shared_state: state ? { rule: "sticky_bounded_load", epsilon, errors: stateErrors } : null,
+      shared_state: state ? { rule: "sticky_bounded_load", epsilon, sticky_epsilon: stickyEpsilon, sticky_min_load: DEFAULT_STICKY_MIN_LOAD, errors: stateErrors } : null,
       breaker: { eject_after: pool.ejectAfter, cooldown_ms: pool.cooldownMs, attempt_timeout_ms: opts.attemptTimeoutMs ?? null },
       repins: pool.repins,
       replicas: pool.status(),
@@ -343,7 +368,7 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
       const order = orderKey === undefined ? candidates : rendezvousOrder(orderKey, candidates.map((url) => ({ url }))).map((c) => c.url);
       let r: Awaited<ReturnType<RoutingState["route"]>> | undefined;
       try {
-        r = await state.route({ key, order, epsilon, ordered: orderKey !== undefined });
+        r = await state.route({ key, order, epsilon, stickyEpsilon, stickyMinLoad: DEFAULT_STICKY_MIN_LOAD, ordered: orderKey !== undefined });
       } catch {
         stateErrors++;
       }

@@ -10,7 +10,7 @@ import { DEFAULT_LEASE_TTL_MS, DEFAULT_PIN_TTL_MS, type RouteRequest, type Route
  * lease ZSET of the i-th replica of `order`.
  * ARGV = now (epoch ms), has_key (1/0: read and write the pin), ordered (1/0:
  * first of `order` under the cap, else least-loaded), ε, pin TTL ms, lease
- * TTL ms, lease id, then the replica URLs in `order`.
+ * TTL ms, lease id, the replica URLs in `order`, then the sticky ε and the sticky minimum load.
  * Replies {url, probe (1/0), previous pin or "", {url, until, ...} of ejected replicas}.
  */
 export const ROUTE_LUA = `
@@ -19,7 +19,7 @@ local haskey = ARGV[2] == '1'
 local ordered = ARGV[3] == '1'
 local eps = tonumber(ARGV[4])
 local leasettl = tonumber(ARGV[6])
-local n = #ARGV - 7
+local n = #ARGV - 9
 local fields = {}
 for i = 1, n do
   fields[2 * i - 1] = ARGV[7 + i]
@@ -61,9 +61,10 @@ if not chosen then
   local t = total + 1
   local m = #open
   local cap = math.max(math.ceil(t / m), math.floor((1 + eps) * t / m))
+  local stickycap = math.max(tonumber(ARGV[9 + n]), math.ceil(t / m), math.floor((1 + tonumber(ARGV[8 + n])) * t / m))
   if prev then
     for j, i in ipairs(open) do
-      if ARGV[7 + i] == prev and loads[j] < cap then chosen = i end
+      if ARGV[7 + i] == prev and loads[j] < stickycap then chosen = i end
     end
   end
   if not chosen then
@@ -171,7 +172,7 @@ export class RedisRoutingState implements RoutingState {
     const hasKey = req.key !== undefined;
     const keys = [hasKey ? this.pinKey(req.key!) : `${this.prefix}routing:pin:`, this.healthKey, ...req.order.map((u) => this.leaseKey(u))];
     const ordered = req.ordered ?? hasKey;
-    const args = [String(this.now()), hasKey ? "1" : "0", ordered ? "1" : "0", String(req.epsilon), String(this.pinTtlMs), String(this.leaseTtlMs), lease, ...req.order];
+    const args = [String(this.now()), hasKey ? "1" : "0", ordered ? "1" : "0", String(req.epsilon), String(this.pinTtlMs), String(this.leaseTtlMs), lease, ...req.order, String(req.stickyEpsilon ?? req.epsilon), String(req.stickyMinLoad ?? 0)];
     const raw = await this.script(keys, args);
     const parsed = RouteReply.safeParse(raw);
     if (!parsed.success) throw new StoreError(`routing script replied ${JSON.stringify(raw).slice(0, 200)}`);

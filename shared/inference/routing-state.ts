@@ -18,8 +18,17 @@ export interface RouteRequest {
   order: readonly string[];
   /** True: a key with no usable pin takes the first replica of `order` under the cap; false: the least-loaded one (default: whether `key` is set). */
   ordered?: boolean;
-  /** ε of the bounded-load cap `max(⌈t/n⌉, ⌊(1+ε)·t/n⌋)` over live leases (t includes this call). */
+  /** ε of the bounded-load cap `max(⌈t/n⌉, ⌊(1+ε)·t/n⌋)` over live leases (t includes this call), for placing a key with no usable pin. */
   epsilon: number;
+  /** ε of the cap past which a pinned key moves (default `epsilon`); larger keeps sessions (and their cached prefixes) in place through bursts. */
+  stickyEpsilon?: number;
+  /**
+   * A pinned key never moves for load while its replica holds fewer live
+   * leases than this (default 0): at a handful of calls in flight the cap's
+   * `⌈t/n⌉` floor is 1–2, and moving a session there throws its cached prefix
+   * away for nothing.
+   */
+  stickyMinLoad?: number;
 }
 
 /** What {@link RoutingState.route} decided. */
@@ -47,7 +56,8 @@ export interface RouteResult {
  *    one instance probes it);
  * 2. otherwise the open replicas (not ejected; all of `order` when every one is)
  *    are loaded with their live leases; `cap = max(⌈(t+1)/n⌉, ⌊(1+ε)(t+1)/n⌋)`;
- * 3. the key's pin is kept when its replica is open and under the cap; else
+ * 3. the key's pin is kept when its replica is open and under the sticky cap
+ *    (the same formula with `stickyEpsilon`, at least `stickyMinLoad`); else
  *    (`ordered`) the first open replica of `order` under the cap (else the
  *    first open one), or (not `ordered`) the least-loaded open replica;
  * 4. the pin is written with its TTL and a lease is taken on the replica.
@@ -90,13 +100,13 @@ export interface RoutingStateOptions {
  * tests and the memory state (the Redis script applies the same steps).
  * `loads[i]` = live leases of `open[i]`.
  */
-export function chooseOpen(open: readonly string[], loads: readonly number[], pinned: string | null, ordered: boolean, epsilon: number): string {
+export function chooseOpen(open: readonly string[], loads: readonly number[], pinned: string | null, ordered: boolean, epsilon: number, stickyEpsilon = epsilon, stickyMinLoad = 0): string {
   let total = 0;
   for (const l of loads) total += l;
   const cap = boundedLoadCap(total + 1, open.length, epsilon);
   if (pinned !== null) {
     const i = open.indexOf(pinned);
-    if (i >= 0 && loads[i] < cap) return pinned;
+    if (i >= 0 && loads[i] < Math.max(stickyMinLoad, boundedLoadCap(total + 1, open.length, stickyEpsilon))) return pinned;
   }
   if (!ordered) {
     let best = 0;
@@ -148,7 +158,7 @@ export class MemoryRoutingState implements RoutingState {
     let open = req.order.filter((u) => ejected[u] === undefined);
     if (open.length === 0) open = [...req.order];
     const loads = open.map((u) => this.count(u, now));
-    const url = chooseOpen(open, loads, previous, req.ordered ?? req.key !== undefined, req.epsilon);
+    const url = chooseOpen(open, loads, previous, req.ordered ?? req.key !== undefined, req.epsilon, req.stickyEpsilon ?? req.epsilon, req.stickyMinLoad ?? 0);
     if (req.key !== undefined) this.pins.set(req.key, { url, until: now + this.pinTtlMs });
     return { url, lease: this.take(url, now), probe: false, previous, ejected };
   }

@@ -111,6 +111,32 @@ for (const be of backends) {
       await s.close();
     });
 
+    test("stickyEpsilon and stickyMinLoad keep a pin through load that would move it under ε", async () => {
+      const c = clock();
+      const ns = crypto.randomUUID().slice(0, 6);
+      const s = be.make(c.now, ns);
+      const k = await s.route({ key: "k", order: [A, B], epsilon: EPS });
+      await s.release(A, k.lease);
+      const a1 = await s.route({ key: "a1", order: [B, A], epsilon: EPS, stickyEpsilon: 1 });
+      expect(a1.url).toBe(B); // t=1: B
+      const a2 = await s.route({ key: "a2", order: [A, B], epsilon: EPS }); // t=2: cap 1 → A
+      const a3 = await s.route({ key: "a3", order: [A, B], epsilon: EPS }); // t=3: cap max(2, 1) = 2 → A
+      expect([a2.url, a3.url]).toEqual([A, A]);
+      // k pinned to A, which holds 2 of 3: under ε = 0.25 (cap 2 at t=4) it would move ...
+      // ... under stickyEpsilon 1 the cap is max(2, ⌊2·4/2⌋) = 4: it stays.
+      const k2 = await s.route({ key: "k", order: [A, B], epsilon: EPS, stickyEpsilon: 1 });
+      expect([k2.url, k2.previous]).toEqual([A, A]);
+      // A now holds 3 of 4: cap under stickyEpsilon 0.5 at t=5 is max(3, ⌊1.5·5/2⌋=3) = 3: it moves, unless stickyMinLoad 4 holds it.
+      await s.release(A, k2.lease);
+      await s.route({ key: "a4", order: [A, B], epsilon: 1 }); // t=4: cap max(2, 4) = 4 → A (3 of 4)
+      const k3 = await s.route({ key: "k", order: [A, B], epsilon: EPS, stickyEpsilon: 0.5, stickyMinLoad: 4 });
+      expect([k3.url, k3.previous]).toEqual([A, A]);
+      await s.release(A, k3.lease);
+      const k4 = await s.route({ key: "k", order: [A, B], epsilon: EPS, stickyEpsilon: 0.5 });
+      expect([k4.url, k4.previous]).toEqual([B, A]);
+      await s.close();
+    });
+
     test("leases expire after the lease TTL; pins after the pin TTL", async () => {
       const c = clock();
       const ns = crypto.randomUUID().slice(0, 6);
@@ -198,7 +224,7 @@ describe.skipIf(!hasRedis)("RedisRoutingState: the bytes in Redis", () => {
       expect(await raw.get(`${p}routing:pin:u1_0_0`)).toBe(A);
       const ttl = await raw.pttl(`${p}routing:pin:u1_0_0`);
       expect(ttl > 3_590_000 && ttl <= 3_600_000).toBe(true);
-      expect(await raw.zrange(`${p}routing:leases:${A}`, 0, -1, "WITHSCORES")).toEqual(["gw1:2", String(now + 30_000)]);
+      expect(await raw.zrange(`${p}routing:leases:${A}`, "0", "-1", "WITHSCORES")).toEqual(["gw1:2", String(now + 30_000)]);
       await s.eject(B, now + 10_000);
       expect(await raw.hgetall(`${p}routing:health`)).toEqual({ [B]: String(now + 10_000) });
       await s.release(A, r.lease);
