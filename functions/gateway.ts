@@ -338,7 +338,7 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
         const usage = cacheUsage(inUrl.pathname, buf);
         if (usage) {
           pool.noteCache(replica, usage.prompt_tokens, usage.cached_tokens);
-          recordCacheUsage(replica, usage.prompt_tokens, usage.cached_tokens);
+          recordCacheUsage(replica, usage.prompt_tokens, usage.cached_tokens ?? 0);
         }
       }
       return withReplica(res, replica, buf);

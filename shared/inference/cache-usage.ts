@@ -5,8 +5,12 @@ import { z } from "zod";
 export interface CacheUsage {
   /** Prompt tokens of the request. */
   prompt_tokens: number;
-  /** Of them, tokens the engine served from its prefix cache. */
-  cached_tokens: number;
+  /**
+   * Of them, tokens the engine served from its prefix cache; null when the
+   * reply does not say (vLLM: 0 cached tokens and a server that does not
+   * report them look the same, see {@link cacheUsage}).
+   */
+  cached_tokens: number | null;
 }
 
 const Count = z.number().int().min(0);
@@ -16,14 +20,18 @@ const VllmUsage = z.looseObject({
 const SglangMeta = z.looseObject({ meta_info: z.looseObject({ prompt_tokens: Count, cached_tokens: Count }) });
 
 /**
- * The prefix-cache report of a buffered engine reply, or null when the reply
- * does not carry one. vLLM (`/v1/completions`, `/inference/v1/generate`):
- * `usage.prompt_tokens` and `usage.prompt_tokens_details.cached_tokens`
- * (present when the server runs with `--enable-prompt-tokens-details`; null
- * otherwise, and then no report). SGLang (`/generate`, one reply or a batch
- * array): `meta_info.prompt_tokens` and `meta_info.cached_tokens`, summed over
- * the batch. Never throws.
- * @see vLLM `UsageInfo.prompt_tokens_details` (`PromptTokenUsageInfo.cached_tokens`)
+ * The prompt and prefix-cache counts of a buffered engine reply, or null when
+ * it carries no prompt count. vLLM (`/v1/completions`, `/inference/v1/generate`):
+ * `usage.prompt_tokens`, and `usage.prompt_tokens_details.cached_tokens` —
+ * vLLM sets `prompt_tokens_details` only when the server runs with
+ * `--enable-prompt-tokens-details` **and** the count is non-zero
+ * (`if self.enable_prompt_tokens_details and final_res.num_cached_tokens`), so
+ * an absent value is `cached_tokens: null` ("0 or not reported"), and the
+ * caller decides (the gateway counts it as 0 for a replica that has reported
+ * before). SGLang (`/generate`, one reply or a batch array):
+ * `meta_info.prompt_tokens` and `meta_info.cached_tokens` (always sent), summed
+ * over the batch. Never throws.
+ * @see vLLM `entrypoints/openai` serving_completion `UsageInfo.prompt_tokens_details` (`PromptTokenUsageInfo.cached_tokens`)
  * @see SGLang `meta_info.cached_tokens` of the native /generate reply
  */
 export function cacheUsage(path: string, body: ArrayBuffer | string): CacheUsage | null {
@@ -46,15 +54,14 @@ export function cacheUsage(path: string, body: ArrayBuffer | string): CacheUsage
     return items.length > 0 ? { prompt_tokens: prompt, cached_tokens: cached } : null;
   }
   const r = VllmUsage.safeParse(json);
-  const cached = r.success ? r.data.usage.prompt_tokens_details?.cached_tokens : undefined;
-  if (!r.success || cached === undefined || cached === null) return null;
-  return { prompt_tokens: r.data.usage.prompt_tokens, cached_tokens: cached };
+  if (!r.success) return null;
+  return { prompt_tokens: r.data.usage.prompt_tokens, cached_tokens: r.data.usage.prompt_tokens_details?.cached_tokens ?? null };
 }
 
 let counters: { prompt: Counter; cached: Counter } | undefined;
 
 /**
- * Adds one reply's report to the OpenTelemetry counters
+ * Adds one reply's counts to the OpenTelemetry counters
  * `edgeloop.gateway.prompt_tokens` and `edgeloop.gateway.cached_tokens`
  * (attribute `replica`); their ratio per replica is its prefix hit rate.
  * A no-op until an OpenTelemetry SDK registers a meter provider.

@@ -123,9 +123,11 @@ export interface RedisRoutingStateOptions extends RoutingStateOptions {
  *
  * Round trips per call: one `EVALSHA` to route (`EVAL` once on `NOSCRIPT`), one
  * `ZREM` to release (not awaited by the gateway); an ejection or a recovery adds one.
- * Clock: the instances' wall clocks (passed to the script), so lease expiry
- * is exact to the instances' clock skew.
- * @see https://redis.io/docs/latest/commands/zremrangebyscore/ and https://redis.io/docs/latest/commands/eval/ (scripts run atomically)
+ * Clock: the instances' wall clocks (passed to the script, which stays
+ * deterministic as Upstash asks of scripts), so lease expiry is exact to the
+ * instances' clock skew. Every key the script touches is passed in KEYS.
+ * @see https://redis.io/docs/latest/commands/eval/ (a script runs atomically)
+ * @see https://upstash.com/docs/redis/commands/scripting/eval (Upstash runs EVAL/EVALSHA atomically; keys in KEYS, values from ARGV, not from a clock)
  */
 export class RedisRoutingState implements RoutingState {
   private readonly redis: RedisCommander;

@@ -60,14 +60,15 @@ export interface ReplicaStatus {
   repins_by_reason: Record<RepinReason, number>;
   /** While ejected: when (epoch ms) a half-open probe may go. */
   ejected_until_ms: number | null;
-  /** Prompt tokens of the replies it served that reported their cache use (see `cached_tokens`). */
+  /** Prompt tokens of the 2xx replies it served (their `usage.prompt_tokens` / `meta_info.prompt_tokens`). */
   prompt_tokens: number;
   /**
    * Prompt tokens it reported as served from its prefix cache: vLLM's
-   * `usage.prompt_tokens_details.cached_tokens`, SGLang's `meta_info.cached_tokens`.
+   * `usage.prompt_tokens_details.cached_tokens` (absent counts as 0: vLLM omits
+   * a zero), SGLang's `meta_info.cached_tokens`.
    */
   cached_tokens: number;
-  /** `cached_tokens / prompt_tokens`, null before any reply reported it. */
+  /** `cached_tokens / prompt_tokens`; null until the replica has reported a cache count at all (vLLM without `--enable-prompt-tokens-details`). */
   prefix_hit_rate: number | null;
 }
 
@@ -100,9 +101,10 @@ export function createRoutingPolicy(name: RoutingPolicyName, opts: { epsilon?: n
   }
 }
 
-/** Internal record: the status plus the probe flag. */
+/** Internal record: the status plus the probe flag and whether it ever reported a cache count. */
 interface Replica extends ReplicaStatus {
   probing: boolean;
+  cache_reported: boolean;
 }
 
 /**
@@ -178,11 +180,11 @@ export class ReplicaPool {
 
   /** A snapshot of every replica's status. */
   status(): ReplicaStatus[] {
-    return [...this.replicas.values()].map(({ probing: _p, ...r }) => ({
+    return [...this.replicas.values()].map(({ probing: _p, cache_reported: _c, ...r }) => ({
       ...r,
       failures_by_kind: { ...r.failures_by_kind },
       repins_by_reason: { ...r.repins_by_reason },
-      prefix_hit_rate: r.prompt_tokens > 0 ? r.cached_tokens / r.prompt_tokens : null,
+      prefix_hit_rate: r.prompt_tokens > 0 && _c ? r.cached_tokens / r.prompt_tokens : null,
     }));
   }
 
@@ -240,12 +242,19 @@ export class ReplicaPool {
     old.repins_by_reason[reason]++;
   }
 
-  /** Adds one reply's prefix-cache report (`prompt` tokens, `cached` of them from the cache) to `url`'s hit rate. */
-  noteCache(url: string, prompt: number, cached: number): void {
+  /**
+   * Adds one reply's counts to `url`'s hit rate: `prompt` tokens, `cached` of
+   * them from its prefix cache (null: not reported, counted as 0; the hit rate
+   * stays null until some reply reported a number).
+   */
+  noteCache(url: string, prompt: number, cached: number | null): void {
     const r = this.replicas.get(url);
     if (!r || !(prompt > 0)) return;
     r.prompt_tokens += prompt;
-    r.cached_tokens += Math.min(cached, prompt);
+    if (cached !== null) {
+      r.cache_reported = true;
+      r.cached_tokens += Math.min(cached, prompt);
+    }
   }
 
   /**
@@ -402,6 +411,7 @@ function fresh(url: string): Replica {
     cached_tokens: 0,
     prefix_hit_rate: null,
     probing: false,
+    cache_reported: false,
   };
 }
 

@@ -48,13 +48,27 @@ describe("prefixKeyOf", () => {
 describe("cacheUsage", () => {
   test("vLLM usage.prompt_tokens_details.cached_tokens; SGLang meta_info.cached_tokens (batches summed); nothing else", () => {
     expect(cacheUsage("/v1/completions", JSON.stringify({ usage: { prompt_tokens: 100, completion_tokens: 3, prompt_tokens_details: { cached_tokens: 64 } } }))).toEqual({ prompt_tokens: 100, cached_tokens: 64 });
-    expect(cacheUsage("/v1/completions", JSON.stringify({ usage: { prompt_tokens: 100, prompt_tokens_details: null } }))).toBeNull();
+    // vLLM leaves prompt_tokens_details out for 0 cached tokens (and when not enabled): "not said".
+    expect(cacheUsage("/v1/completions", JSON.stringify({ usage: { prompt_tokens: 100, prompt_tokens_details: null } }))).toEqual({ prompt_tokens: 100, cached_tokens: null });
+    expect(cacheUsage("/v1/completions", JSON.stringify({ choices: [] }))).toBeNull();
     expect(cacheUsage("/inference/v1/generate", JSON.stringify({ usage: { prompt_tokens: 40, prompt_tokens_details: { cached_tokens: 32 } } }))).toEqual({ prompt_tokens: 40, cached_tokens: 32 });
     const sg = (p: number, c: number) => ({ text: "", output_ids: [1], meta_info: { prompt_tokens: p, cached_tokens: c } });
     expect(cacheUsage("/generate", JSON.stringify(sg(50, 48)))).toEqual({ prompt_tokens: 50, cached_tokens: 48 });
     expect(cacheUsage("/generate", JSON.stringify([sg(50, 48), sg(10, 0)]))).toEqual({ prompt_tokens: 60, cached_tokens: 48 });
     expect(cacheUsage("/generate", JSON.stringify({ meta_info: { prompt_tokens: 5 } }))).toBeNull();
     expect(cacheUsage("/v1/completions", "not json")).toBeNull();
+  });
+});
+
+describe("ReplicaPool.noteCache", () => {
+  test("unreported counts are 0 once the replica has reported; the hit rate is null before", async () => {
+    const { ReplicaPool, createRoutingPolicy } = await import("../../shared/inference/replica-pool.ts");
+    const pool = new ReplicaPool(["http://a:1"], createRoutingPolicy("round_robin"));
+    pool.noteCache("http://a:1", 100, null);
+    expect(pool.status()[0]).toMatchObject({ prompt_tokens: 100, cached_tokens: 0, prefix_hit_rate: null });
+    pool.noteCache("http://a:1", 100, 96);
+    pool.noteCache("http://a:1", 200, null);
+    expect(pool.status()[0]).toMatchObject({ prompt_tokens: 400, cached_tokens: 96, prefix_hit_rate: 0.24 });
   });
 });
 
