@@ -156,7 +156,8 @@ const DROP_RESPONSE_HEADERS = ["connection", "content-length", "content-encoding
  * when every attempt got a garbled 2xx, 502 `{"error":{"code":"bad_reply",...}}`.
  *
  * Admin API (bearer `adminToken` when one is set; otherwise put it behind the deployment's auth):
- * `GET /admin/replicas`, `POST /admin/replicas {"url"}`, `DELETE /admin/replicas {"url"}`.
+ * `GET /admin/replicas` (with a shared state also `shared_state.inflight`: live
+ * leases per replica over every instance), `POST /admin/replicas {"url"}`, `DELETE /admin/replicas {"url"}`.
  * `GET /health` is 200 while at least one replica is healthy, else 503.
  * `GET /metrics`: Prometheus text (`gatewayMetricsText`: health, state,
  * failures by kind, ejections, probes, re-pins per replica).
@@ -228,15 +229,17 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
 
   app.get("/metrics", () => new Response(gatewayMetricsText(pool.status()), { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } }));
 
-  app.get("/admin/replicas", (c) =>
-    c.json({
+  app.get("/admin/replicas", async (c) => {
+    // Calls in flight at each replica across every instance (live leases); null when the store does not answer.
+    const inflight = state ? await state.inflight(pool.urls()).catch(() => null) : null;
+    return c.json({
       policy: pool.policy.name,
-      shared_state: state ? { rule: "sticky_bounded_load", epsilon, sticky_epsilon: stickyEpsilon, sticky_min_load: DEFAULT_STICKY_MIN_LOAD, errors: stateErrors } : null,
+      shared_state: state ? { rule: "sticky_bounded_load", epsilon, sticky_epsilon: stickyEpsilon, sticky_min_load: DEFAULT_STICKY_MIN_LOAD, errors: stateErrors, inflight } : null,
       breaker: { eject_after: pool.ejectAfter, cooldown_ms: pool.cooldownMs, attempt_timeout_ms: opts.attemptTimeoutMs ?? null },
       repins: pool.repins,
       replicas: pool.status(),
-    }),
-  );
+    });
+  });
   app.post("/admin/replicas", async (c) => {
     const body = ReplicaBody.safeParse(await c.req.json().catch(() => undefined));
     if (!body.success) return c.json({ error: { code: "invalid_input", message: "url: expected an http(s) URL", field: "url" } }, 400);

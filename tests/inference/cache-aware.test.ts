@@ -124,7 +124,7 @@ describe("gateway: prefix placement and the per-replica hit rate", () => {
     expect(metrics).toContain(`edgeloop_gateway_cached_tokens_total{replica="${home}"} ${status.cached_tokens}`);
     expect(metrics).toContain(`edgeloop_gateway_prefix_hit_rate{replica="${home}"} ${status.prefix_hit_rate}`);
     const admin = (await (await gw.fetch(new Request("http://gw.local/admin/replicas"))).json()) as { shared_state: unknown; replicas: { url: string; prefix_hit_rate: number | null }[] };
-    expect(admin.shared_state).toEqual({ rule: "sticky_bounded_load", epsilon: 0.2, sticky_epsilon: 1, sticky_min_load: 16, errors: 0 });
+    expect(admin.shared_state).toEqual({ rule: "sticky_bounded_load", epsilon: 0.2, sticky_epsilon: 1, sticky_min_load: 16, errors: 0, inflight: Object.fromEntries(sim.urls.map((u) => [u, 0])) });
     expect(admin.replicas.find((r) => r.url === home)!.prefix_hit_rate).toBe(status.prefix_hit_rate);
   });
 });
