@@ -375,7 +375,9 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
       } catch {
         stateErrors++;
       }
-      if (r && pool.stateOf(r.url) !== undefined) {
+      // A replica removed here while the script ran: give its lease back and route in-process.
+      if (r && pool.stateOf(r.url) === undefined) void state.release(r.url, r.lease).catch(() => stateErrors++);
+      else if (r) {
         const routed = r;
         for (const u of order) pool.mirror(u, routed.ejected[u] ?? null);
         pool.begin(routed.url, routed.probe);
