@@ -1,9 +1,12 @@
 import { Hono, type Context } from "hono";
 import { z } from "zod";
 import { AuthError, ConfigError, EdgeloopError } from "../shared/errors.ts";
-import { DEADLINE_HEADER, joinUrl, type FetchLike } from "../shared/inference/engine-http.ts";
+import { DEADLINE_HEADER, joinUrl, PREFIX_KEY_HEADER, type FetchLike } from "../shared/inference/engine-http.ts";
 import { gatewayMetricsText } from "../shared/inference/gateway-metrics.ts";
 import { createRoutingPolicy, normaliseUrl, ReplicaPool, type FailureKind, type ReplicaStatus } from "../shared/inference/replica-pool.ts";
+import { DEFAULT_EPSILON, rendezvousOrder } from "../shared/inference/bounded-load-hash.ts";
+import { cacheUsage, recordCacheUsage } from "../shared/inference/cache-usage.ts";
+import type { RoutingState } from "../shared/inference/routing-state.ts";
 import { replyProblem } from "../shared/inference/reply-check.ts";
 import { PROMETHEUS_CONTENT_TYPE } from "../shared/telemetry/prometheus.ts";
 import type { RoutingPolicyName } from "../shared/inference/routing-policy.ts";
@@ -11,6 +14,14 @@ import { bearerAuth, limitBody } from "./http-util.ts";
 
 /** Response header naming the replica that served a call. */
 export const REPLICA_HEADER = "x-edgeloop-replica";
+
+/**
+ * Request header carrying the prompt's prefix key (the engine clients send
+ * `GenerateRequest.prefix_key`): with a shared routing state, a routing key
+ * with no pin yet goes to the replica this key's rendezvous order prefers
+ * (bounded-load), where its prefix is most likely cached.
+ */
+export { PREFIX_KEY_HEADER };
 
 /** Options of {@link createGatewayApp}. */
 export interface GatewayOptions {
@@ -48,7 +59,39 @@ export interface GatewayOptions {
   adminToken?: string | null;
   /** Largest proxied request body in bytes (default 64 MiB; 413 above it). Admin bodies are capped at 64 KiB. */
   maxBodyBytes?: number;
+  /**
+   * Routing state shared with the deployment's other gateway instances
+   * (`RedisRoutingState` over the store's Redis): pins, in-flight leases and
+   * ejections live there, and `policy` is replaced by its rule (sticky pins
+   * under a bounded-load cap of ε, first turns placed by the prompt's prefix
+   * key). Absent: this instance's own {@link ReplicaPool} routes (the default).
+   * If the state fails (store unreachable), the call is routed in-process.
+   */
+  routingState?: RoutingState | null;
+  /**
+   * Shared state: ε of the cap past which a pinned session moves to another
+   * replica (default {@link DEFAULT_STICKY_EPSILON}; never below
+   * {@link DEFAULT_STICKY_MIN_LOAD} calls); `epsilon` (default
+   * {@link DEFAULT_SHARED_EPSILON} with a shared state) places new sessions.
+   */
+  stickyEpsilon?: number;
 }
+
+/** Default ε past which a pinned session leaves its replica (shared state): 1, i.e. more than twice the mean in-flight load. */
+export const DEFAULT_STICKY_EPSILON = 1;
+/**
+ * Shared state: a pinned session never leaves its replica for load while the
+ * replica holds fewer than 16 calls (engines batch far more sequences than
+ * that: vLLM's `max_num_seqs` defaults to 256 and above).
+ */
+export const DEFAULT_STICKY_MIN_LOAD = 16;
+/**
+ * Shared state: default ε for placing new sessions. 0.2 rather than the
+ * stateless hash's 0.25: first turns all follow their prefix key's order, so
+ * the first replica of a popular prefix runs at the cap, and the whole run's
+ * max/mean requests lands a little above 1 + ε (bench/shared-routing.ts).
+ */
+export const DEFAULT_SHARED_EPSILON = 0.2;
 
 /** A gateway: its Hono app plus the controls the CLI and tests use. */
 export interface Gateway {
@@ -77,6 +120,7 @@ const GatewayOptionsSchema = z.object({
   ejectAfter: z.number().int().min(1).default(3),
   cooldownMs: z.number().int().min(0).default(10_000),
   maxBodyBytes: z.number().int().positive().default(64 * 1024 * 1024),
+  stickyEpsilon: z.number().positive().optional(),
 });
 
 const ReplicaBody = z.object({ url: z.url({ protocol: /^https?$/ }) });
@@ -112,7 +156,8 @@ const DROP_RESPONSE_HEADERS = ["connection", "content-length", "content-encoding
  * when every attempt got a garbled 2xx, 502 `{"error":{"code":"bad_reply",...}}`.
  *
  * Admin API (bearer `adminToken` when one is set; otherwise put it behind the deployment's auth):
- * `GET /admin/replicas`, `POST /admin/replicas {"url"}`, `DELETE /admin/replicas {"url"}`.
+ * `GET /admin/replicas` (with a shared state also `shared_state.inflight`: live
+ * leases per replica over every instance), `POST /admin/replicas {"url"}`, `DELETE /admin/replicas {"url"}`.
  * `GET /health` is 200 while at least one replica is healthy, else 503.
  * `GET /metrics`: Prometheus text (`gatewayMetricsText`: health, state,
  * failures by kind, ejections, probes, re-pins per replica).
@@ -134,6 +179,10 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
     seen.add(url);
   }
   const fetchFn: FetchLike = options.fetch ?? ((input, init) => fetch(input, init));
+  const state = options.routingState ?? null;
+  const epsilon = opts.epsilon ?? (state ? DEFAULT_SHARED_EPSILON : DEFAULT_EPSILON);
+  const stickyEpsilon = opts.stickyEpsilon ?? DEFAULT_STICKY_EPSILON;
+  let stateErrors = 0;
   const pool = new ReplicaPool(opts.replicas, createRoutingPolicy(opts.policy, { epsilon: opts.epsilon, maxKeys: opts.maxStickyKeys }), {
     ejectAfter: opts.ejectAfter,
     cooldownMs: opts.cooldownMs,
@@ -180,14 +229,17 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
 
   app.get("/metrics", () => new Response(gatewayMetricsText(pool.status()), { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } }));
 
-  app.get("/admin/replicas", (c) =>
-    c.json({
+  app.get("/admin/replicas", async (c) => {
+    // Calls in flight at each replica across every instance (live leases); null when the store does not answer.
+    const inflight = state ? await state.inflight(pool.urls()).catch(() => null) : null;
+    return c.json({
       policy: pool.policy.name,
+      shared_state: state ? { rule: "sticky_bounded_load", epsilon, sticky_epsilon: stickyEpsilon, sticky_min_load: DEFAULT_STICKY_MIN_LOAD, errors: stateErrors, inflight } : null,
       breaker: { eject_after: pool.ejectAfter, cooldown_ms: pool.cooldownMs, attempt_timeout_ms: opts.attemptTimeoutMs ?? null },
       repins: pool.repins,
       replicas: pool.status(),
-    }),
-  );
+    });
+  });
   app.post("/admin/replicas", async (c) => {
     const body = ReplicaBody.safeParse(await c.req.json().catch(() => undefined));
     if (!body.success) return c.json({ error: { code: "invalid_input", message: "url: expected an http(s) URL", field: "url" } }, 400);
@@ -213,6 +265,7 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
 
   async function proxy(req: Request): Promise<Response> {
     const key = req.headers.get("x-session-id") || req.headers.get("x-smg-routing-key") || undefined;
+    const prefixKey = req.headers.get(PREFIX_KEY_HEADER) || undefined;
     const inUrl = new URL(req.url);
     const body = req.method === "GET" || req.method === "HEAD" ? undefined : await req.arrayBuffer();
     // The request is read once, to judge each reply against what it asked for (token ids, log-probs).
@@ -227,8 +280,9 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
     let lastFailure: Response | undefined;
     let lastError = "no replica configured";
     for (let attempt = 0; attempt < opts.maxAttempts; attempt++) {
-      const replica = pool.acquire(key, tried);
-      if (replica === undefined) break;
+      const call = await acquire(key, prefixKey, tried);
+      if (call === undefined) break;
+      const replica = call.url;
       tried.add(replica);
       // The attempt deadline covers the reply up to its last byte for JSON, up to the headers for an
       // event stream (whose chunks may legitimately flow for longer).
@@ -253,28 +307,28 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
         if (req.signal.aborted) {
           // The caller gave up. At (about) its deadline, with the replica still silent, that is the
           // replica's failure; earlier, it is the caller's choice.
-          if (abortDeadline !== undefined && Date.now() - t0 >= 0.9 * abortDeadline) pool.fail(replica, "client_abort");
-          else pool.release(replica);
+          if (abortDeadline !== undefined && Date.now() - t0 >= 0.9 * abortDeadline) call.fail("client_abort");
+          else call.release();
           return new Response(null, { status: 499 });
         }
         const kind: FailureKind = timedOut ? "timeout" : "connect";
-        pool.fail(replica, kind);
+        call.fail(kind);
         lastError = `${replica}: ${kind === "timeout" ? `no reply within ${opts.attemptTimeoutMs} ms` : ((e as Error)?.message ?? String(e))}`;
         continue;
       } finally {
         clearTimeout(timer);
       }
       if (res.status >= 500) {
-        pool.fail(replica, "http_5xx");
+        call.fail("http_5xx");
         lastFailure = withReplica(new Response(buf ?? null, { status: res.status, headers: res.headers }), replica);
         lastError = `${replica}: HTTP ${res.status}`;
         if (buf === undefined) await res.body?.cancel().catch(() => undefined);
         continue;
       }
-      if (buf === undefined) return relayStream(res, replica, (ok) => (ok ? pool.succeed(replica, res.status < 300) : pool.release(replica)));
+      if (buf === undefined) return relayStream(res, replica, (ok) => (ok ? call.succeed(res.status < 300) : call.release()));
       const problem = res.status < 300 ? replyProblem(inUrl.pathname, res.headers.get("content-type"), new TextDecoder().decode(buf), requestText) : null;
       if (problem) {
-        pool.fail(replica, "bad_reply");
+        call.fail("bad_reply");
         lastError = `${replica}: ${problem}`;
         lastFailure = withReplica(
           Response.json({ error: { code: "bad_reply", type: "BadGatewayError", message: `engine replica sent an unusable reply: ${lastError}` } }, { status: 502 }),
@@ -282,7 +336,14 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
         );
         continue;
       }
-      pool.succeed(replica, res.status < 300);
+      call.succeed(res.status < 300);
+      if (res.status < 300) {
+        const usage = cacheUsage(inUrl.pathname, buf);
+        if (usage) {
+          pool.noteCache(replica, usage.prompt_tokens, usage.cached_tokens);
+          recordCacheUsage(replica, usage.prompt_tokens, usage.cached_tokens ?? 0);
+        }
+      }
       return withReplica(res, replica, buf);
     }
     if (lastFailure) return lastFailure;
@@ -290,6 +351,62 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
       { error: { code: "no_available_workers", type: "ServiceUnavailableError", message: `no engine replica could serve the call (${lastError})` } },
       { status: 503 },
     );
+  }
+
+  /**
+   * One attempt's replica and the calls that end it. With a shared state:
+   * candidates are the replicas not tried yet, minus those refusing
+   * connections here (all of them when that leaves none), in the rendezvous
+   * order of the prefix key (else the routing key); the state picks, and the
+   * outcome goes to both this pool (counters, local breaker) and the state
+   * (lease released; an ejection or a recovery published).
+   */
+  async function acquire(key: string | undefined, prefixKey: string | undefined, tried: ReadonlySet<string>): Promise<Attempt | undefined> {
+    if (state) {
+      const all = pool.urls().filter((u) => !tried.has(u));
+      if (all.length === 0) return undefined;
+      const up = all.filter((u) => pool.stateOf(u) !== "unhealthy");
+      const candidates = up.length > 0 ? up : all;
+      const orderKey = prefixKey ?? key;
+      const order = orderKey === undefined ? candidates : rendezvousOrder(orderKey, candidates.map((url) => ({ url }))).map((c) => c.url);
+      let r: Awaited<ReturnType<RoutingState["route"]>> | undefined;
+      try {
+        r = await state.route({ key, order, epsilon, stickyEpsilon, stickyMinLoad: DEFAULT_STICKY_MIN_LOAD, ordered: orderKey !== undefined });
+      } catch {
+        stateErrors++;
+      }
+      // A replica removed here while the script ran: give its lease back and route in-process.
+      if (r && pool.stateOf(r.url) === undefined) void state.release(r.url, r.lease).catch(() => stateErrors++);
+      else if (r) {
+        const routed = r;
+        for (const u of order) pool.mirror(u, routed.ejected[u] ?? null);
+        pool.begin(routed.url, routed.probe);
+        if (routed.previous !== null && routed.previous !== routed.url) pool.countRepin(routed.previous, tried, routed.ejected[routed.previous] !== undefined);
+        const recovered = routed.probe || routed.ejected[routed.url] !== undefined;
+        const bg = (p: Promise<void>) => void p.catch(() => stateErrors++);
+        return {
+          url: routed.url,
+          succeed: (served) => {
+            pool.succeed(routed.url, served);
+            bg(state.release(routed.url, routed.lease));
+            if (recovered) bg(state.restore(routed.url));
+          },
+          fail: (kind) => {
+            const ejected = pool.fail(routed.url, kind);
+            bg(state.release(routed.url, routed.lease));
+            if (ejected) bg(state.eject(routed.url, pool.status().find((s) => s.url === routed.url)?.ejected_until_ms ?? Date.now() + opts.cooldownMs));
+          },
+          release: () => {
+            pool.release(routed.url);
+            bg(state.release(routed.url, routed.lease));
+            if (routed.probe) bg(state.endProbe(routed.url));
+          },
+        };
+      }
+    }
+    const url = pool.acquire(key, tried);
+    if (url === undefined) return undefined;
+    return { url, succeed: (served) => pool.succeed(url, served), fail: (kind) => void pool.fail(url, kind), release: () => pool.release(url) };
   }
 
   return {
@@ -301,6 +418,14 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
     replicas: () => pool.status(),
     checkHealth,
   };
+}
+
+/** One attempt at one replica: its URL and exactly one of the three endings. */
+interface Attempt {
+  url: string;
+  succeed(served: boolean): void;
+  fail(kind: FailureKind): void;
+  release(): void;
 }
 
 /** A replica's response with the replica header, hop-by-hop headers dropped. */

@@ -9,7 +9,7 @@ import { loadTokenizer } from "../node/model-dir.ts";
 import { startUpstashBridge } from "../upstash-bridge/upstash-bridge.ts";
 import { checkRedis, maskRedisUrl } from "../redis/redis-check.ts";
 import { readConfigFile } from "./files.ts";
-import { DEFAULT_SCRIPT } from "./runtime.ts";
+import { buildRoutingState, DEFAULT_SCRIPT } from "./runtime.ts";
 
 /** Resolves when SIGINT or SIGTERM arrives. */
 export function untilSignal(): Promise<void> {
@@ -52,8 +52,12 @@ export function parseMoeFlag(text: string): { layers: number; top_k: number; num
 /**
  * `edgeloop gateway --replicas URL,URL --port P [--policy …] [--config FILE]
  * [--attempt-timeout-ms MS] [--eject-after N] [--cooldown-ms MS] [--max-attempts N]`:
+ * [--store URL] [--store-prefix P] [--no-shared-state]`:
  * the sticky-routing gateway; the failure-handling settings come from the
- * config file's `gateway` section with the flags over it.
+ * config file's `gateway` section with the flags over it. With a Redis or
+ * Upstash store (`--store`, or the config's `store.url`) and
+ * `gateway.shared_state` (default true), routing state is shared by every
+ * instance through the store (`RedisRoutingState`) and `--policy` is not used.
  * `EDGELOOP_ADMIN_TOKEN` (environment, so it stays out of `ps` and shell
  * history), when set, guards `/admin/*` with `Authorization: Bearer <token>`.
  * @throws ConfigError for an unreadable config file or an invalid value (named by its path)
@@ -68,16 +72,26 @@ export async function gatewayCommand(o: {
   ejectAfter?: number;
   cooldownMs?: number;
   maxAttempts?: number;
+  store?: string;
+  storePrefix?: string;
+  sharedState?: boolean;
 }): Promise<void> {
   const replicas = replicaUrls(o.replicas);
   const adminToken = process.env.EDGELOOP_ADMIN_TOKEN || null;
   const fileCfg = o.config ? await readConfigFile(o.config) : {};
-  const flags = { gateway: { attempt_timeout_ms: o.attemptTimeoutMs, eject_after: o.ejectAfter, cooldown_ms: o.cooldownMs, max_attempts: o.maxAttempts } };
-  const g = parseAppConfig(mergeConfig(fileCfg, flags), o.config ?? "flags").gateway;
+  const flags = {
+    gateway: { attempt_timeout_ms: o.attemptTimeoutMs, eject_after: o.ejectAfter, cooldown_ms: o.cooldownMs, max_attempts: o.maxAttempts, shared_state: o.sharedState === false ? false : undefined },
+    store: { url: o.store, prefix: o.storePrefix },
+  };
+  const cfg = parseAppConfig(mergeConfig(fileCfg, flags), o.config ?? "flags");
+  const g = cfg.gateway;
+  const closers: (() => Promise<void>)[] = [];
+  const routingState = buildRoutingState(cfg, closers);
   const gw = createGatewayApp({
     replicas,
     policy: o.policy,
     adminToken,
+    routingState,
     ...(g.attempt_timeout_ms ? { attemptTimeoutMs: g.attempt_timeout_ms } : {}),
     ejectAfter: g.eject_after,
     cooldownMs: g.cooldown_ms,
@@ -86,12 +100,14 @@ export async function gatewayCommand(o: {
   const server = Bun.serve({ port: o.port, hostname: o.host, fetch: gw.fetch, idleTimeout: 0 });
   const breaker = `attempt timeout ${g.attempt_timeout_ms ? `${g.attempt_timeout_ms} ms` : "none"}, eject after ${g.eject_after}, cool-down ${g.cooldown_ms} ms`;
   if (!g.attempt_timeout_ms) console.error(NO_ATTEMPT_TIMEOUT_WARNING);
+  const routing = routingState ? `routing state shared in ${maskRedisUrl(cfg.store.url)} (prefix ${cfg.store.prefix}; sticky, bounded load)` : o.policy;
   console.log(
-    `edgeloop gateway on http://${o.host}:${server.port} -> ${replicas.join(", ")} (${o.policy}; ${breaker}); ` +
+    `edgeloop gateway on http://${o.host}:${server.port} -> ${replicas.join(", ")} (${routing}; ${breaker}); ` +
       (adminToken ? "/admin/* needs the bearer token from EDGELOOP_ADMIN_TOKEN" : "/admin/* is open (set EDGELOOP_ADMIN_TOKEN to require a bearer token)"),
   );
   await untilSignal();
   server.stop(true);
+  for (const close of closers) await close().catch(() => undefined);
 }
 
 /** Printed at start when the gateway has no per-attempt deadline (its default). */

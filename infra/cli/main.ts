@@ -144,6 +144,9 @@ program
   .option("--eject-after <n>", "gateway.eject_after: consecutive failures that eject a replica (default 3)", intFlag("--eject-after", 1))
   .option("--cooldown-ms <ms>", "gateway.cooldown_ms: cool-down of an ejected replica before a half-open probe (default 10000)", intFlag("--cooldown-ms", 0))
   .option("--max-attempts <n>", "gateway.max_attempts: replicas one call may try (default 3)", intFlag("--max-attempts", 1))
+  .option("--store <store>", "store.url: redis://host:port or upstash: pins, in-flight leases and ejections shared by every gateway instance (default memory: per process)")
+  .option("--store-prefix <prefix>", "store.prefix: prefix of the routing keys (default edgeloop:)")
+  .option("--no-shared-state", "gateway.shared_state false: keep routing state per process even with a store")
   .action(async (opts) => (await import("./engine-commands.ts")).gatewayCommand(opts));
 
 program

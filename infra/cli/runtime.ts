@@ -44,6 +44,8 @@ import { createGatewayApp } from "../../functions/gateway.ts";
 import { createSimEngineApp } from "../sim-engine/app.ts";
 import { EngineControl, GatedClient, MemoryEngineGate, RedisEngineGate, type EngineGate, type EngineReplicaTarget } from "../../shared/inference/engine-control.ts";
 import { DEADLINE_HEADER } from "../../shared/inference/engine-http.ts";
+import { RedisRoutingState } from "../../shared/inference/redis-routing-state.ts";
+import type { RoutingState } from "../../shared/inference/routing-state.ts";
 import { readConfigFile, resolveConfigPaths } from "./files.ts";
 import { processStoreHealth, watchStore } from "./store-watch.ts";
 import type { StoreHealth } from "../../shared/store/store-health.ts";
@@ -525,15 +527,17 @@ async function buildEngine(
   closers.push(() => sim.stop());
   targets.push(...sim.urls.map((url) => ({ url })));
   const g = config.gateway;
+  const routingState = buildRoutingState(config, closers);
   const gateway = createGatewayApp({
     replicas: sim.urls,
     policy: "least_inflight_sticky",
+    routingState,
     ...(g.attempt_timeout_ms ? { attemptTimeoutMs: g.attempt_timeout_ms } : {}),
     ejectAfter: g.eject_after,
     cooldownMs: g.cooldown_ms,
     maxAttempts: g.max_attempts,
   });
-  describe.push(`engine     simulated, ${e.replicas} replicas on loopback behind the gateway (script ${scriptPath})`);
+  describe.push(`engine     simulated, ${e.replicas} replicas on loopback behind the gateway (script ${scriptPath}${routingState ? "; routing state shared in the store" : ""})`);
   const simMoe = sim.replicas[0]!.engine.moe;
   return createEngineClient({
     url: "http://gateway.local",
@@ -630,6 +634,30 @@ function buildGate(config: AppConfig, policy: PolicyVersions, closers: (() => Pr
       : new IoRedisCommander(url, { ...sizeLimit(config), storeTimeoutS });
   closers.push(() => commander.close());
   return new RedisEngineGate(commander, { prefix: config.store.prefix, onChange });
+}
+
+/**
+ * The gateway's shared routing state (pins, in-flight leases, ejections) in
+ * the store's Redis, over its own connection: with a `redis://` or `upstash`
+ * store and `gateway.shared_state` (default true); null for the memory store
+ * or when switched off (each gateway process then routes on its own state).
+ */
+export function buildRoutingState(config: AppConfig, closers: (() => Promise<void>)[], storeTimeoutS?: number): RoutingState | null {
+  const url = config.store.url;
+  if (url === "memory" || !config.gateway.shared_state) return null;
+  if (url === "upstash" && (!process.env.UPSTASH_REDIS_REST_URL || !process.env.UPSTASH_REDIS_REST_TOKEN)) {
+    throw new ConfigError("store.url", "upstash needs UPSTASH_REDIS_REST_URL and UPSTASH_REDIS_REST_TOKEN in the environment");
+  }
+  const commander =
+    url === "upstash"
+      ? new UpstashCommander({ url: process.env.UPSTASH_REDIS_REST_URL!, token: process.env.UPSTASH_REDIS_REST_TOKEN!, ...sizeLimit(config) })
+      : new IoRedisCommander(url, { ...sizeLimit(config), storeTimeoutS });
+  const state = new RedisRoutingState(commander, { prefix: config.store.prefix, leaseTtlMs: config.gateway.lease_ttl_ms, pinTtlMs: config.gateway.pin_ttl_ms });
+  closers.push(async () => {
+    await state.close();
+    await commander.close();
+  });
+  return state;
 }
 
 /** Policy versions shared through the store's Redis (API and workers see one), or in-process for the memory store. */

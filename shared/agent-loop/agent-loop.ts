@@ -10,6 +10,7 @@ import type { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
 import type { InteractionClient } from "../tools/interaction-client.ts";
 import type { ToolCallParser } from "../tools/tool-call-parser.ts";
 import type { ToolExecutor } from "../tools/webhook-tool-client.ts";
+import { prefixKeyOf } from "../inference/prefix-key.ts";
 
 /**
  * What every loop is built with (once per trajectory, cheap to construct).
@@ -132,7 +133,9 @@ export abstract class AgentLoop {
 
   /**
    * One assistant turn for the builder's current context: an engine call with
-   * a fresh request id, the trajectory key as routing key and
+   * a fresh request id, the trajectory key as routing key, the prompt's
+   * prefix key (`prefixKeyOf`: its leading system+tools block, for the
+   * gateway's first-turn placement) and
    * `max_tokens = builder.nextMaxTokens()` (at most `maxTokensCap` when given:
    * a caller's own `max_tokens`), asking for routed experts when
    * `returnRoutedExperts` (default `rollout.return_routed_experts`). Returns `undefined` without
@@ -186,6 +189,7 @@ export abstract class AgentLoop {
           out = await this.ctx.client.generate({
             request_id: (this.ctx.newRequestId ?? (() => crypto.randomUUID()))(),
             routing_key: key,
+            prefix_key: prefixKeyOf(base, this.ctx.tokenizer.turnEndIds),
             prompt_ids: ids.length ? base.concat(ids) : base,
             sampling_params: withStopIds(samplingParams, this.ctx.tokenizer.stopTokenIds),
             max_tokens: maxTokens - ids.length,

@@ -83,6 +83,16 @@ export const GatewayConfig = z.strictObject({
   cooldown_ms: z.number().int().min(0).default(10_000),
   /** Replicas one call may try. */
   max_attempts: z.number().int().min(1).default(3),
+  /**
+   * With a Redis or Upstash store, route through routing state shared by every
+   * gateway instance (session pins, in-flight leases, ejections in the store;
+   * see `RedisRoutingState`); false keeps each process's own state.
+   */
+  shared_state: z.boolean().default(true),
+  /** Shared state: lifetime of an in-flight lease whose instance stopped renewing it (a crashed gateway's load is gone after it), ms. */
+  lease_ttl_ms: z.number().int().min(300).default(30_000),
+  /** Shared state: lifetime of a session's pin after its last call, ms. */
+  pin_ttl_ms: z.number().int().min(1_000).default(3_600_000),
 });
 export type GatewayConfig = z.infer<typeof GatewayConfig>;
 

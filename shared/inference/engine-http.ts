@@ -38,9 +38,20 @@ export function engineTopK(topK: number, engine: "vllm" | "sglang"): number {
  */
 export const DEADLINE_HEADER = "x-edgeloop-timeout-ms";
 
-/** Headers sent on every engine call: the routing key twice (vllm-router and SGLang's gateway) and the request id. */
-export function engineHeaders(routingKey: string, requestId: string): Record<string, string> {
+/**
+ * Request header with the prompt's prefix key (`GenerateRequest.prefix_key`):
+ * edgeloop's gateway places a key's first call by it (see `functions/gateway.ts`).
+ * Other routers ignore it.
+ */
+export const PREFIX_KEY_HEADER = "x-edgeloop-prefix-key";
+
+/**
+ * Headers sent on every engine call: the routing key twice (vllm-router and
+ * SGLang's gateway), the request id, and the prefix key when there is one.
+ */
+export function engineHeaders(routingKey: string, requestId: string, prefixKey?: string): Record<string, string> {
   return {
+    ...(prefixKey ? { [PREFIX_KEY_HEADER]: prefixKey } : {}),
     "content-type": "application/json",
     accept: "application/json",
     "x-session-id": routingKey,

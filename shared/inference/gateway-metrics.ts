@@ -9,7 +9,9 @@ const STATES: readonly ReplicaState[] = ["healthy", "unhealthy", "ejected", "hal
  * `…_replica_state{state}` (1 for the current state), `…_inflight`,
  * `…_requests_total`, `…_failures_total{kind}` (timeout, client_abort,
  * connect, http_5xx, bad_reply), `…_ejections_total`, `…_probes_total{result}`
- * and `…_repins_total{reason}` (routing keys that left the replica).
+ * `…_repins_total{reason}` (routing keys that left the replica),
+ * `…_prompt_tokens_total`, `…_cached_tokens_total` and `…_prefix_hit_rate`
+ * (the replica's reported prefix-cache hits; 0 before any report).
  */
 export function gatewayMetricsText(replicas: readonly ReplicaStatus[]): string {
   const per = (name: string, help: string, type: PromFamily["type"], value: (r: ReplicaStatus) => number): PromFamily => ({
@@ -51,6 +53,9 @@ export function gatewayMetricsText(replicas: readonly ReplicaStatus[]): string {
       type: "counter",
       samples: replicas.flatMap((r) => REPIN_REASONS.map((reason) => ({ labels: { replica: r.url, reason }, value: r.repins_by_reason[reason] }))),
     },
+    per("edgeloop_gateway_prompt_tokens_total", "Prompt tokens of served calls whose reply reported prefix-cache use", "counter", (r) => r.prompt_tokens),
+    per("edgeloop_gateway_cached_tokens_total", "Prompt tokens the replica reported as served from its prefix cache", "counter", (r) => r.cached_tokens),
+    per("edgeloop_gateway_prefix_hit_rate", "cached_tokens / prompt_tokens of the replica's reports (0 before any)", "gauge", (r) => r.prefix_hit_rate ?? 0),
   ];
   return formatPrometheus(families);
 }

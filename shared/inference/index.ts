@@ -13,3 +13,7 @@ export * from "./bounded-load-hash.ts";
 export * from "./replica-pool.ts";
 export * from "./hash.ts";
 export { RetryingClient, type RetryOptions } from "./retrying-client.ts";
+export * from "./routing-state.ts";
+export * from "./redis-routing-state.ts";
+export * from "./prefix-key.ts";
+export * from "./cache-usage.ts";

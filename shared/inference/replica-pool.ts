@@ -60,6 +60,16 @@ export interface ReplicaStatus {
   repins_by_reason: Record<RepinReason, number>;
   /** While ejected: when (epoch ms) a half-open probe may go. */
   ejected_until_ms: number | null;
+  /** Prompt tokens of the 2xx replies it served (their `usage.prompt_tokens` / `meta_info.prompt_tokens`). */
+  prompt_tokens: number;
+  /**
+   * Prompt tokens it reported as served from its prefix cache: vLLM's
+   * `usage.prompt_tokens_details.cached_tokens` (absent counts as 0: vLLM omits
+   * a zero), SGLang's `meta_info.cached_tokens`.
+   */
+  cached_tokens: number;
+  /** `cached_tokens / prompt_tokens`; null until the replica has reported a cache count at all (vLLM without `--enable-prompt-tokens-details`). */
+  prefix_hit_rate: number | null;
 }
 
 /** The circuit breaker's settings. */
@@ -91,9 +101,10 @@ export function createRoutingPolicy(name: RoutingPolicyName, opts: { epsilon?: n
   }
 }
 
-/** Internal record: the status plus the probe flag. */
+/** Internal record: the status plus the probe flag and whether it ever reported a cache count. */
 interface Replica extends ReplicaStatus {
   probing: boolean;
+  cache_reported: boolean;
 }
 
 /**
@@ -169,7 +180,81 @@ export class ReplicaPool {
 
   /** A snapshot of every replica's status. */
   status(): ReplicaStatus[] {
-    return [...this.replicas.values()].map(({ probing: _p, ...r }) => ({ ...r, failures_by_kind: { ...r.failures_by_kind }, repins_by_reason: { ...r.repins_by_reason } }));
+    return [...this.replicas.values()].map(({ probing: _p, cache_reported: _c, ...r }) => ({
+      ...r,
+      failures_by_kind: { ...r.failures_by_kind },
+      repins_by_reason: { ...r.repins_by_reason },
+      prefix_hit_rate: r.prompt_tokens > 0 && _c ? r.cached_tokens / r.prompt_tokens : null,
+    }));
+  }
+
+  /** A replica's circuit state (undefined for an unknown URL). */
+  stateOf(url: string): ReplicaState | undefined {
+    return this.replicas.get(normaliseUrl(url))?.state;
+  }
+
+  /**
+   * Counts one call the shared routing state placed on `url` (see
+   * `RoutingState`): in flight, attempted, and, for a `probe`, the replica's
+   * half-open probe (its outcome is then judged by {@link succeed} / {@link fail}
+   * as for a probe this pool chose). Returns false for an unknown URL.
+   */
+  begin(url: string, probe: boolean): boolean {
+    const r = this.replicas.get(url);
+    if (!r) return false;
+    r.inflight++;
+    r.attempts++;
+    if (probe) {
+      r.state = "half_open";
+      r.healthy = false;
+      r.probing = true;
+      r.probes++;
+    }
+    return true;
+  }
+
+  /**
+   * Mirrors the shared state's view of `url`'s ejection: `untilMs` (epoch ms)
+   * when another instance ejected it, null when it is not ejected there (a
+   * replica ejected here but restored elsewhere comes back). A probe in flight
+   * here is left alone. Unknown URLs are ignored.
+   */
+  mirror(url: string, untilMs: number | null): void {
+    const r = this.replicas.get(url);
+    if (!r || r.probing) return;
+    if (untilMs !== null) {
+      r.state = "ejected";
+      r.healthy = false;
+      r.ejected_until_ms = untilMs;
+    } else if (r.state === "ejected" || r.state === "half_open") this.restore(r);
+  }
+
+  /**
+   * Counts a routing key that left `from` (the shared state moved its pin):
+   * reason `unhealthy` when `from` is not healthy here or `ejectedElsewhere`,
+   * `failover` when this call already tried it, else `load`.
+   */
+  countRepin(from: string, exclude: ReadonlySet<string> | undefined, ejectedElsewhere: boolean): void {
+    const old = this.replicas.get(from);
+    if (!old) return;
+    const reason: RepinReason = old.state !== "healthy" || ejectedElsewhere ? "unhealthy" : exclude?.has(from) ? "failover" : "load";
+    old.repins++;
+    old.repins_by_reason[reason]++;
+  }
+
+  /**
+   * Adds one reply's counts to `url`'s hit rate: `prompt` tokens, `cached` of
+   * them from its prefix cache (null: not reported, counted as 0; the hit rate
+   * stays null until some reply reported a number).
+   */
+  noteCache(url: string, prompt: number, cached: number | null): void {
+    const r = this.replicas.get(url);
+    if (!r || !(prompt > 0)) return;
+    r.prompt_tokens += prompt;
+    if (cached !== null) {
+      r.cache_reported = true;
+      r.cached_tokens += Math.min(cached, prompt);
+    }
   }
 
   /**
@@ -322,7 +407,11 @@ function fresh(url: string): Replica {
     repins: 0,
     repins_by_reason: Object.fromEntries(REPIN_REASONS.map((k) => [k, 0])) as Record<RepinReason, number>,
     ejected_until_ms: null,
+    prompt_tokens: 0,
+    cached_tokens: 0,
+    prefix_hit_rate: null,
     probing: false,
+    cache_reported: false,
   };
 }
 

@@ -134,7 +134,7 @@ export class SglangClient implements InferenceClient {
       throw new ConfigError("engine.moe", "rollout.return_routed_experts needs engine.moe {layers, top_k} of the served model: SGLang's meta_info.routed_experts carries no shape");
     }
     const url = joinUrl(this.url, "/generate");
-    const reply = await postEngineJson(this.fetchFn, url, this.generateBody(req), engineHeaders(req.routing_key, req.request_id), {
+    const reply = await postEngineJson(this.fetchFn, url, this.generateBody(req), engineHeaders(req.routing_key, req.request_id, req.prefix_key), {
       timeoutMs: this.timeoutMs,
       signal: req.signal,
     });

@@ -12,6 +12,13 @@ import type { SamplingParams, TokenOutput } from "../schema/index.ts";
 export interface GenerateRequest {
   request_id: string;
   routing_key: string;
+  /**
+   * Key of the prompt's shared prefix (see {@link prefixKeyOf}): the same for
+   * every trajectory whose prompt starts with the same system+tools block, so
+   * a gateway can send a trajectory's first turn where that prefix is cached.
+   * Sent as `x-edgeloop-prefix-key`; optional.
+   */
+  prefix_key?: string;
   /** The whole running token stream: prompt ‖ response so far. */
   prompt_ids: ArrayLike<number>;
   sampling_params: SamplingParams;

@@ -127,7 +127,7 @@ export class VllmClient implements InferenceClient {
     const path = this.endpoint === "generate" ? "/inference/v1/generate" : "/v1/completions";
     const url = joinUrl(this.url, path);
     const body = this.endpoint === "generate" ? this.generateBody(req) : this.completionsBody(req);
-    const reply = await postEngineJson(this.fetchFn, url, body, engineHeaders(req.routing_key, req.request_id), {
+    const reply = await postEngineJson(this.fetchFn, url, body, engineHeaders(req.routing_key, req.request_id, req.prefix_key), {
       timeoutMs: this.timeoutMs,
       signal: req.signal,
     });
