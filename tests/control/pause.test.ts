@@ -134,8 +134,10 @@ describe("POST /v1/engine/pause → model-version → resume with trajectories i
       // after edgeloop's own calls drained) and ends when the engines resumed.
       const start = ps.since_ms;
       expect(start).toBeLessThanOrEqual(pause.paused_ms);
-      // No engine request started during the pause.
-      const during = engine.requests.filter((l) => l.received_ms! > start && l.received_ms! < pause.resumed_ms!);
+      // No engine request reached the paused engine. (A call the gate admitted before it closed may still reach
+      // the engine between the gate's close and the engine's pause — under load that gap is hundreds of ms — and
+      // runs, or is aborted, under the old weights.)
+      const during = engine.requests.filter((l) => l.received_ms! >= pause.paused_ms && l.received_ms! < pause.resumed_ms!);
       expect(during).toEqual([]);
       // The mode did what it says to the requests in flight.
       const spanning = engine.requests.filter((l) => l.started_ms! < start && l.ended_ms! >= start);
