@@ -9,7 +9,7 @@ import { startSimEngine, type RunningSimEngine } from "../../infra/sim-engine/se
 import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { POLICY, ROWS } from "../session/fixtures.ts";
 import { spawnWorker, triggerFor, workerArgs, writeConfig } from "./harness.ts";
-import { kedaMetric, type RedisStreamsTrigger } from "./manifests.ts";
+import { kedaMetric, type KedaMode, type RedisStreamsTrigger } from "./manifests.ts";
 
 // The ScaledObject's metric (KEDA's redis-streams scaler in the mode the manifest selects, computed
 // with the same command) against real Redis, in every state the job stream goes through: jobs nobody
@@ -74,7 +74,7 @@ describe.skipIf(!redis)("KEDA metric of the worker ScaledObject, against real Re
       pendingEntriesCount: await kedaMetric(r, pendingMode),
       lagCount: await kedaMetric(r, lagMode),
     });
-    const m = (value: number, mode: string) => ({ mode, value, active: value > 0 });
+    const m = (value: number, mode: KedaMode) => ({ mode, value, active: value > 0 });
 
     // 1. Jobs queued, no worker has ever run: nobody claimed them, so the PEL is empty.
     await r.call("XGROUP", "CREATE", trigger.stream!, "workers", "0", "MKSTREAM");
