@@ -1,9 +1,9 @@
 // Cloudflare limits, measured on the real bundle in the real workerd (Miniflare):
 //   bun bench/cloudflare-limits.ts
 // 1. bundle size: `wrangler deploy --dry-run --outdir`, raw and gzipped (Cloudflare counts the compressed size);
-// 2. memory: RSS of the workerd process before any request and after trajectories ran (the Qwen3 tokenizer
-//    loaded in the Worker and in the Durable Object): workerd exposes no per-isolate heap, so this is the
-//    whole process, an upper bound of one isolate's memory;
+// 2. memory: the user Worker isolate's V8 heap (the Worker and its Durable Objects share it), read through
+//    workerd's inspector (no forced GC: an upper bound of the live heap), before any request and after trajectories ran (the Qwen3 tokenizer
+//    loaded); beside it the RSS of the whole workerd process;
 // 3. Durable Object value size: the largest value in any object's SQLite storage (persisted to disk,
 //    read with bun:sqlite) after a normal tool trajectory and a long one (one ~20,000-token turn), with the
 //    default part size (1 MB) and with EDGELOOP_DO_MAX_VALUE_BYTES=131072 (a KV-backed object's 128 KiB);
@@ -34,6 +34,29 @@ function bundle(): { dir: string; module: string; raw: number; gzip: number } {
   let raw = 0;
   for (const f of readdirSync(dir)) if (!f.endsWith(".map")) raw += statSync(join(dir, f)).size;
   return { dir, module, raw, gzip: Bun.gzipSync(bytes, { level: 9 }).length };
+}
+
+/**
+ * The user Worker isolate's V8 heap (bytes used, garbage not yet collected included: workerd's
+ * inspector does not answer HeapProfiler.collectGarbage) through workerd's inspector (Chrome
+ * DevTools protocol, Runtime.getHeapUsage).
+ */
+async function isolateHeap(port: number): Promise<{ used: number; total: number }> {
+  const list = (await (await fetch(`http://127.0.0.1:${port}/json`)).json()) as { id: string; webSocketDebuggerUrl: string }[];
+  const target = list.find((t) => t.id === "core:user:");
+  if (!target) throw new Error(`no user worker among inspector targets ${list.map((t) => t.id).join(", ")}`);
+  const ws = new WebSocket(target.webSocketDebuggerUrl);
+  await new Promise((r, j) => ((ws.onopen = r), (ws.onerror = j)));
+  let id = 0;
+  const waiting = new Map<number, (v: any) => void>();
+  ws.onmessage = (e) => {
+    const m = JSON.parse(String(e.data));
+    waiting.get(m.id)?.(m.result);
+  };
+  const call = (method: string) => new Promise<any>((r) => (waiting.set(++id, r), ws.send(JSON.stringify({ id, method }))));
+  const u = await call("Runtime.getHeapUsage");
+  ws.close();
+  return { used: u.usedSize + (u.embedderHeapUsedSize ?? 0), total: u.totalSize };
 }
 
 /** RSS (bytes) of workerd processes that are children of this process. */
@@ -72,6 +95,7 @@ async function run(maxValueBytes: number | null) {
   const engine = await startSimEngine({ script: { ...POLICY, seed: 7, rules: [{ when: "Say a, many times.", turns: [LONG] }, ...POLICY.rules] }, maxModelLen: 40960 });
   const b = bundle();
   const persist = mkdtempSync(join(tmpdir(), "edgeloop-cf-do-"));
+  const inspectorPort = 9200 + Math.floor(Math.random() * 700);
   const counts = new Map<string, number>();
   const origin = (u: string) => (u.startsWith(engine.urls[0]!) ? "engine" : u.startsWith(s.bridge.url) ? "upstash" : u.includes(`:${s.tools.port}/`) ? "tools" : "other");
   const mf = new Miniflare({
@@ -86,6 +110,7 @@ async function run(maxValueBytes: number | null) {
       EDGELOOP_CONFIG: JSON.stringify({ rollout: { ...RUNTIME_CONFIG.rollout, n: 1, response_length: 32768, max_model_len: 40960 } }),
       ...(maxValueBytes ? { EDGELOOP_DO_MAX_VALUE_BYTES: String(maxValueBytes) } : {}),
     },
+    inspectorPort,
     outboundService: (req: Request) => {
       const k = origin(req.url);
       counts.set(k, (counts.get(k) ?? 0) + 1);
@@ -94,6 +119,7 @@ async function run(maxValueBytes: number | null) {
   });
   await mf.ready;
   const rssIdle = workerdRss();
+  const heapIdle = await isolateHeap(inspectorPort);
   const rows = batchRows("cfl").slice(0, 4);
   const res = await mf.dispatchFetch("http://localhost/v1/rollouts", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows }) });
   if (res.status !== 202) throw new Error(`POST: ${res.status} ${await res.text()}`);
@@ -103,6 +129,7 @@ async function run(maxValueBytes: number | null) {
   const turns = [...recs.values()].map((r) => r.num_turns);
   const perTrajectory = Object.fromEntries([...counts].map(([k, v]) => [k, v / rows.length]));
   const rssAfter = workerdRss();
+  const heapAfter = await isolateHeap(inspectorPort);
   const normal = largestValue(persist);
   counts.clear();
   const res2 = await mf.dispatchFetch("http://localhost/v1/rollouts", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows: [longRow] }) });
@@ -112,18 +139,20 @@ async function run(maxValueBytes: number | null) {
   if (longRec.error) throw new Error(`long trajectory failed: ${longRec.error}`);
   const longCounts = Object.fromEntries(counts);
   const longest = largestValue(persist);
+  const heapLong = await isolateHeap(inspectorPort);
   await mf.dispose();
   await s.stop();
   await engine.stop();
   rmSync(b.dir, { recursive: true, force: true });
   rmSync(persist, { recursive: true, force: true });
-  return { bundle: { raw: b.raw, gzip: b.gzip }, rssIdle, rssAfter, records: recs.size, turns, perTrajectory, normal, long: { tokens: longRec.response_ids.length, largest: longest, subrequests: longCounts } };
+  return { bundle: { raw: b.raw, gzip: b.gzip }, rssIdle, rssAfter, heapIdle, heapAfter, heapLong, records: recs.size, turns, perTrajectory, normal, long: { tokens: longRec.response_ids.length, largest: longest, subrequests: longCounts } };
 }
 
 const mb = (n: number) => `${(n / 1e6).toFixed(2)} MB`;
 const a = await run(null);
 const k = await run(131_072);
 console.log(`bundle (wrangler deploy --dry-run)   ${mb(a.bundle.raw)} raw, ${mb(a.bundle.gzip)} gzipped`);
+console.log(`isolate heap (V8, used)               ${mb(a.heapIdle.used)} idle, ${mb(a.heapAfter.used)} after ${a.records} tool trajectories, ${mb(a.heapLong.used)} after the ${a.long.tokens}-token one (heap size ${mb(a.heapLong.total)})`);
 console.log(`workerd RSS                           ${mb(a.rssIdle)} idle, ${mb(a.rssAfter)} after ${a.records} tool trajectories (tokenizer loaded)`);
 console.log(`subrequests per tool trajectory       ${JSON.stringify(a.perTrajectory)} (num_turns ${JSON.stringify(a.turns)})`);
 console.log(`subrequests, one ${a.long.tokens}-token trajectory ${JSON.stringify(a.long.subrequests)}`);
