@@ -12,6 +12,14 @@ export interface WorkerFlags extends ConfigFlags {
   lease?: number;
   /** Consumer name in the `workers` group (default `<host>-<pid>-<random>`). */
   consumer?: string;
+  /**
+   * Seconds the running jobs get to finish after SIGINT/SIGTERM; past it the
+   * process exits and leaves them pending, to be reclaimed by another worker
+   * after the lease and resumed from their checkpoints. Absent: wait for them
+   * however long they take. Kubernetes: keep `terminationGracePeriodSeconds`
+   * above it (infra/k8s/worker.yaml), or the kubelet's SIGKILL comes first.
+   */
+  drainTimeout?: number;
 }
 
 /**
@@ -20,7 +28,11 @@ export interface WorkerFlags extends ConfigFlags {
  * runs their durable sessions (resuming from checkpoints), stores the
  * records, acknowledges the jobs, and exits when idle for `--idle-exit`
  * seconds. SIGINT/SIGTERM stop claiming and let running jobs finish. Prints
- * a JSON summary line on exit.
+ * a JSON summary line on exit; with `--drain-timeout S`, a signal gives the
+ * running jobs S seconds, then the process exits 0 printing
+ * `{"consumer", "exit": "drain_timeout", "running"}` and the jobs stay pending
+ * for another worker (the same path as a crash: reclaim after the lease,
+ * resume from the checkpoint).
  * @throws ConfigError with the memory store (workers need a shared Redis).
  */
 export async function workerCommand(flags: WorkerFlags): Promise<void> {
@@ -48,10 +60,22 @@ export async function workerCommand(flags: WorkerFlags): Promise<void> {
       `worker     ${consumer}: ${runtime.config.concurrency} jobs at once from ${runtime.jobs.stream}, lease ${runtime.jobs.leaseMs} ms` +
         (flags.idleExit === undefined ? "" : `, exits after ${flags.idleExit} s idle`),
     );
-    const onSignal = () => worker.stop();
+    let drainTimer: ReturnType<typeof setTimeout> | undefined;
+    const onSignal = () => {
+      worker.stop();
+      if (flags.drainTimeout === undefined || drainTimer) return;
+      const leaseMs = runtime.jobs!.leaseMs;
+      drainTimer = setTimeout(() => {
+        const running = worker.running;
+        console.error(`worker     ${consumer}: drain timeout (${flags.drainTimeout} s) with ${running} jobs running: they stay pending, to be reclaimed after the lease (${leaseMs} ms) and resumed from their checkpoints`);
+        console.log(JSON.stringify({ consumer, exit: "drain_timeout", running }));
+        process.exit(0);
+      }, Math.round(flags.drainTimeout * 1000));
+    };
     process.once("SIGINT", onSignal);
     process.once("SIGTERM", onSignal);
     const summary = await worker.run();
+    clearTimeout(drainTimer);
     process.off("SIGINT", onSignal);
     process.off("SIGTERM", onSignal);
     await runtime.jobs.forgetConsumer(consumer).catch(() => {});
