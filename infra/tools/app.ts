@@ -5,16 +5,13 @@ import { AuthError, ConflictError, EdgeloopError, inputErrorFromZod, NotFoundErr
 import { fnv1a32, hashInt, unitFloat } from "../../shared/inference/hash.ts";
 import { SIGNATURE_HEADER, verifySignature } from "../../shared/tools/signature.ts";
 import { InteractionRequestBody, type InteractionReply } from "../../shared/tools/interaction-client.ts";
+import { ToolCallRequestBody } from "../../shared/tools/webhook-tool-client.ts";
 import { limitBody } from "../../functions/http-util.ts";
 import { calcToolContent } from "./calc.ts";
 import { DEFAULT_FACTS, lookupFact, type FactTable } from "./lookup.ts";
 
-/** The body edgeloop POSTs to a webhook tool. */
-export const ToolCallBody = z.object({
-  call_id: z.string().min(1),
-  name: z.string().min(1),
-  arguments: z.record(z.string(), z.unknown()),
-  key: z.string(),
+/** The body edgeloop POSTs to a webhook tool ({@link ToolCallRequestBody}), read leniently: `turn` any integer, `create_kwargs` optional. */
+export const ToolCallBody = ToolCallRequestBody.extend({
   turn: z.number().int(),
   create_kwargs: z.record(z.string(), z.unknown()).default({}),
 });

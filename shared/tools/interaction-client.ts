@@ -44,7 +44,9 @@ export interface InteractionRequest {
  * HTTP: `POST url` with `{"key", "turn", "messages", "interaction_kwargs"}`
  * (the last field is an addition to the issue's body, so a simulated user can
  * see e.g. the ground truth), signed like tool calls, answering
- * `{"terminate": bool, "content": string, "score"?: number}`.
+ * `{"terminate": bool, "content": string, "score"?: number}`. Configured by
+ * the tools file's `interactions` ({@link interactionClients}); the contract
+ * is docs/tool-webhooks.md §5.
  * @see verl `BaseInteraction.generate_response` (§8 of the verl spec; removed upstream in April 2026)
  */
 export class InteractionClient {
