@@ -118,9 +118,9 @@ export function reasonClass(error: string): string {
 const WORKER = join(import.meta.dir, "chaos-worker.ts");
 
 function toolsFileText(port: number, timeoutMs: number): string {
-  const example = JSON.parse(readFileSync(join(PACKAGE_ROOT, "infra", "tools", "tools.example.json"), "utf8")) as { tools: { url: string; timeout_ms: number; max_retries: number }[] };
+  // The whole file's {port}: its tools and its simulated user (interactions) live on the same server.
+  const example = JSON.parse(readFileSync(join(PACKAGE_ROOT, "infra", "tools", "tools.example.json"), "utf8").replaceAll("{port}", String(port))) as { tools: { url: string; timeout_ms: number; max_retries: number }[] };
   for (const t of example.tools) {
-    t.url = t.url.replace("{port}", String(port));
     t.timeout_ms = timeoutMs;
     t.max_retries = 3;
   }

@@ -30,6 +30,8 @@ import type { TransferQueue } from "../../shared/store/types.ts";
 import { createUpstashTransferQueue } from "../../shared/store/upstash-transfer-queue.ts";
 import { parseToolsFile } from "../../shared/tools/tools-file.ts";
 import { WebhookToolClient } from "../../shared/tools/webhook-tool-client.ts";
+import { interactionClients, type InteractionClient } from "../../shared/tools/interaction-client.ts";
+import type { ToolsFile } from "../../shared/schema/index.ts";
 import { loadTokenizer } from "../node/model-dir.ts";
 import { ObservationEncoder } from "../../shared/tokens/observation.ts";
 import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
@@ -196,7 +198,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       describe.push(`teacher    ${teacher(teacherCfg).describe}${teacherCfg.urls ? ` (${teacherCfg.urls.length} replicas behind the gateway)` : ""}, on_error ${teacherCfg.on_error}${warning ? "" : ", same tokenizer"}`);
     }
 
-    const tools = await buildTools(config, closers, describe);
+    const { tools, interactions } = await buildTools(config, closers, describe);
     const store = buildStore(config, flags.storeTimeout);
     closers.push(() => store.close());
     describe.push(`store      ${config.store.url === "memory" ? "memory (in-process)" : maskRedisUrl(config.store.url)}`);
@@ -223,6 +225,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       client,
       maxModelLen,
       tools,
+      interactions,
       teacher,
       reward: { ...(config.reward.url ? { webhook: { url: config.reward.url, timeout_ms: 30_000, max_retries: 2 } } : {}), ...(config.tools.secret ? { secret: config.tools.secret } : {}) },
     };
@@ -567,22 +570,28 @@ function routedExpertsEngineShape(config: AppConfig): { layers: number; top_k: n
   return moe;
 }
 
-async function buildTools(config: AppConfig, closers: (() => Promise<void>)[], describe: string[]): Promise<WebhookToolClient> {
+/**
+ * The webhook tools and simulated users (`interactions`) of `tools.file`, both
+ * signed with `tools.secret`; with no file, the example tool server's (its
+ * `calc`, `lookup` and the `gsm8k_user` simulated user) on a free loopback port.
+ */
+async function buildTools(config: AppConfig, closers: (() => Promise<void>)[], describe: string[]): Promise<{ tools: WebhookToolClient; interactions: Record<string, InteractionClient> }> {
   const secret = config.tools.secret ?? undefined;
+  const users = (file: ToolsFile) => (file.interactions.length > 0 ? `; simulated users ${file.interactions.map((i) => i.name).join(", ")}` : "");
   if (config.tools.file) {
     const text = await readFile(config.tools.file, "utf8").catch((e) => {
       throw new ConfigError("tools.file", `cannot read ${config.tools.file}: ${(e as Error).message}`);
     });
     const file = parseToolsFile(text, { source: config.tools.file });
-    describe.push(`tools      ${file.tools.map((t) => t.name).join(", ")} from ${config.tools.file}`);
-    return new WebhookToolClient(file.tools, { secret });
+    describe.push(`tools      ${file.tools.map((t) => t.name).join(", ")} from ${config.tools.file}${users(file)}`);
+    return { tools: new WebhookToolClient(file.tools, { secret }), interactions: interactionClients(file.interactions, { secret }) };
   }
   const server = startToolServer({ port: 0, secret });
   closers.push(() => server.stop());
   const text = await readFile(join(PACKAGE_ROOT, "infra", "tools", "tools.example.json"), "utf8");
   const file = parseToolsFile(text, { source: "infra/tools/tools.example.json", vars: { port: server.port } });
-  describe.push(`tools      ${file.tools.map((t) => t.name).join(", ")} (example tool server on ${server.url})`);
-  return new WebhookToolClient(file.tools, { secret });
+  describe.push(`tools      ${file.tools.map((t) => t.name).join(", ")} (example tool server on ${server.url})${users(file)}`);
+  return { tools: new WebhookToolClient(file.tools, { secret }), interactions: interactionClients(file.interactions, { secret }) };
 }
 
 /** Session storage in the store's Redis (its own connection, shared with the job queue), or null for the memory store (no durable sessions). */

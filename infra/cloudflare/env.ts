@@ -11,6 +11,7 @@ import type { TransferQueue } from "../../shared/store/types.ts";
 import { createUpstashTransferQueue } from "../../shared/store/upstash-transfer-queue.ts";
 import { defaultTokenizer, DEFAULT_MODEL } from "../../shared/tokens/tokenizer.ts";
 import { parseToolsFile } from "../../shared/tools/tools-file.ts";
+import { interactionClients } from "../../shared/tools/interaction-client.ts";
 import { WebhookToolClient } from "../../shared/tools/webhook-tool-client.ts";
 import type { DurableObjectNamespace } from "./cf-types.ts";
 
@@ -122,7 +123,10 @@ async function build(env: Env): Promise<WorkerRuntime> {
     format: (env.EDGELOOP_ENGINE_FORMAT ?? "vllm") as "vllm",
     timeoutMs: config.engine.timeout_ms,
   });
-  const tools = env.EDGELOOP_TOOLS ? new WebhookToolClient(parseToolsFile(env.EDGELOOP_TOOLS, { source: "EDGELOOP_TOOLS" }).tools, { secret: secret ?? undefined }) : undefined;
+  const toolsFile = env.EDGELOOP_TOOLS ? parseToolsFile(env.EDGELOOP_TOOLS, { source: "EDGELOOP_TOOLS" }) : undefined;
+  const tools = toolsFile ? new WebhookToolClient(toolsFile.tools, { secret: secret ?? undefined }) : undefined;
+  // The tools file's simulated users (`interactions`), signed like its tools.
+  const interactions = toolsFile ? interactionClients(toolsFile.interactions, { secret: secret ?? undefined }) : {};
   const maxRequest = Number(env.EDGELOOP_STORE_MAX_REQUEST_BYTES || config.store.max_request_bytes || 0);
   const queue = createUpstashTransferQueue({
     url: env.UPSTASH_REDIS_REST_URL,
@@ -146,6 +150,7 @@ async function build(env: Env): Promise<WorkerRuntime> {
     client,
     ...(config.rollout.max_model_len ? { maxModelLen: config.rollout.max_model_len } : {}),
     ...(tools ? { tools } : {}),
+    interactions,
     reward: secret ? { secret } : {},
     teacher,
   };

@@ -4,16 +4,14 @@ import { z } from "zod";
 import { AuthError, ConflictError, EdgeloopError, inputErrorFromZod, NotFoundError } from "../../shared/errors.ts";
 import { fnv1a32, hashInt, unitFloat } from "../../shared/inference/hash.ts";
 import { SIGNATURE_HEADER, verifySignature } from "../../shared/tools/signature.ts";
+import { InteractionRequestBody, type InteractionReply } from "../../shared/tools/interaction-client.ts";
+import { ToolCallRequestBody } from "../../shared/tools/webhook-tool-client.ts";
 import { limitBody } from "../../functions/http-util.ts";
 import { calcToolContent } from "./calc.ts";
 import { DEFAULT_FACTS, lookupFact, type FactTable } from "./lookup.ts";
 
-/** The body edgeloop POSTs to a webhook tool. */
-export const ToolCallBody = z.object({
-  call_id: z.string().min(1),
-  name: z.string().min(1),
-  arguments: z.record(z.string(), z.unknown()),
-  key: z.string(),
+/** The body edgeloop POSTs to a webhook tool ({@link ToolCallRequestBody}), read leniently: `turn` any integer, `create_kwargs` optional. */
+export const ToolCallBody = ToolCallRequestBody.extend({
   turn: z.number().int(),
   create_kwargs: z.record(z.string(), z.unknown()).default({}),
 });
@@ -73,6 +71,35 @@ export function toolTimeoutDecision(rate: number, seed: number, callId: string, 
   return unitFloat(hashInt(hashInt(hashInt(0x51ed270b, seed), fnv1a32(callId)), attempt)) < rate;
 }
 
+/**
+ * The example simulated user `gsm8k_user` (the tools file's `interactions`;
+ * docs/tool-webhooks.md): reads the final answer after `####` in the last
+ * assistant message and compares it with `interaction_kwargs.ground_truth`
+ * (as text, trimmed, commas dropped). Right: `{terminate: true, score: 1}`.
+ * Wrong or missing: `{terminate: false, score: 0}` with a user turn asking
+ * the model to check its work — until `interaction_kwargs.max_turns`
+ * assistant turns (default 3), then `{terminate: true, score: 0}`.
+ * Stateless (everything it needs is in the request), so a retried request
+ * gets the same answer. In the spirit of verl's `Gsm8kInteraction`
+ * (`verl/interactions/gsm8k_interaction.py`: score 1.0 and stop when the
+ * answer is right, else ask again).
+ */
+export function gsm8kUserReply(body: InteractionRequestBody): InteractionReply {
+  const ik = body.interaction_kwargs;
+  const truth = ik.ground_truth;
+  if (truth === undefined || truth === null) return { terminate: true, content: "I have no reference answer for this question.", score: null };
+  const maxTurns = typeof ik.max_turns === "number" && ik.max_turns >= 1 ? ik.max_turns : 3;
+  const last = [...body.messages].reverse().find((m) => m.role === "assistant");
+  const text = typeof last?.content === "string" ? last.content : "";
+  const m = /####\s*([^\n]+)/.exec(text);
+  const norm = (v: string) => v.trim().replace(/,/g, "");
+  const answer = m ? norm(m[1]!) : null;
+  if (answer !== null && answer === norm(String(truth))) return { terminate: true, content: "That is correct.", score: 1 };
+  if (body.turn >= maxTurns) return { terminate: true, content: `That is not right; the answer is ${norm(String(truth))}.`, score: 0 };
+  const what = answer === null ? "I cannot find a final answer after ####." : `${answer} is not right.`;
+  return { terminate: false, content: `${what} Check your work and give the final number after ####.`, score: 0 };
+}
+
 type Reply = { content: string };
 type Handler = (args: Record<string, unknown>) => Reply;
 
@@ -86,8 +113,11 @@ function stringArg(args: Record<string, unknown>, name: string): string | undefi
  * - `POST /tools/calc` `{arguments: {expression}}` → the value as text
  *   (mathjs, restricted; errors come back as `Error: …` content);
  * - `POST /tools/lookup` `{arguments: {query}}` → a fact from the table;
- * - `GET /stats` → `{executions, by_tool}` (calls actually executed; with a
- *   fault rate also `faults: {timeouts}`);
+ * - `POST /interactions/gsm8k_user` → the example simulated user
+ *   ({@link gsm8kUserReply}), signed like the tools;
+ * - `GET /stats` → `{executions, by_tool}` (tool calls actually executed;
+ *   once a simulated user was asked, also `interactions: {name: requests}`;
+ *   with a fault rate also `faults: {timeouts}`);
  * - `GET /health` → `{ok: true}`.
  *
  * Calls are deduplicated by `call_id`: a repeated id (a retry) gets the same
@@ -107,7 +137,8 @@ export function createToolsApp(opts: ToolsAppOptions = {}): Hono {
     },
   };
   const seen = new LRUCache<string, { fingerprint: string; reply: Reply }>({ max: opts.dedupeSize ?? 10_000 });
-  const stats: { executions: number; by_tool: Record<string, number>; faults?: { timeouts: number } } = { executions: 0, by_tool: {} };
+  const stats: { executions: number; by_tool: Record<string, number>; interactions?: Record<string, number>; faults?: { timeouts: number } } = { executions: 0, by_tool: {} };
+  const users: Record<string, (body: InteractionRequestBody) => InteractionReply> = { gsm8k_user: gsm8kUserReply };
   const rate = opts.faultRate;
   if (rate) stats.faults = { timeouts: 0 };
   const attempts = new LRUCache<string, number>({ max: 100_000 });
@@ -120,6 +151,27 @@ export function createToolsApp(opts: ToolsAppOptions = {}): Hono {
   app.get("/health", (c) => c.json({ ok: true }));
   app.get("/stats", (c) => c.json(stats));
   app.use("/tools/*", limitBody(opts.maxBodyBytes ?? DEFAULT_TOOLS_MAX_BODY));
+  app.use("/interactions/*", limitBody(opts.maxBodyBytes ?? DEFAULT_TOOLS_MAX_BODY));
+  app.post("/interactions/:name", async (c) => {
+    const name = c.req.param("name");
+    const raw = await c.req.text();
+    if (opts.secret && !(await verifySignature(opts.secret, c.req.header(SIGNATURE_HEADER), raw, now(), opts.windowSeconds))) {
+      throw new AuthError("missing, bad or stale x-edgeloop-signature");
+    }
+    const user = users[name];
+    if (!user) throw new NotFoundError(`unknown simulated user '${name}'; simulated users: ${Object.keys(users).join(", ")}`);
+    let json: unknown;
+    try {
+      json = JSON.parse(raw);
+    } catch {
+      throw inputErrorFromZod("body", [{ path: [], message: "not valid JSON" }]);
+    }
+    const r = InteractionRequestBody.safeParse(json);
+    if (!r.success) throw inputErrorFromZod("body", r.error.issues);
+    stats.interactions ??= {};
+    stats.interactions[name] = (stats.interactions[name] ?? 0) + 1;
+    return c.json(user(r.data));
+  });
   app.post("/tools/:name", async (c) => {
     const name = c.req.param("name");
     const raw = await c.req.text();

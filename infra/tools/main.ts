@@ -19,7 +19,7 @@ export interface ServeToolsOptions {
 export async function serveTools(opts: ServeToolsOptions): Promise<void> {
   const secret = opts.secret ?? (process.env.EDGELOOP_TOOLS_SECRET || undefined);
   const server = startToolServer({ port: opts.port, hostname: opts.host, secret });
-  console.log(`edgeloop tools listening on ${server.url} (POST /tools/calc, /tools/lookup)${secret ? ", signatures required" : ""}`);
+  console.log(`edgeloop tools listening on ${server.url} (POST /tools/calc, /tools/lookup; simulated user POST /interactions/gsm8k_user)${secret ? ", signatures required" : ""}`);
   await new Promise<void>((resolve) => {
     const stop = () => void server.stop().then(resolve);
     process.once("SIGINT", stop);

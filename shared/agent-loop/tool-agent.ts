@@ -465,7 +465,14 @@ export class ToolAgentLoop extends AgentLoop {
     return tools;
   }
 
-  /** The simulated user for this row (`extra_info.interaction_kwargs.name`, or the only one configured). */
+  /**
+   * The simulated user for this row: the one `extra_info.interaction_kwargs.name`
+   * names, or — name absent — the first configured (the tools file's first
+   * `interactions` entry; verl requires the name, edgeloop defaults it).
+   * No `interaction_kwargs`: none (the row runs without a simulated user).
+   * @throws InputError naming `extra_info.interaction_kwargs.name` for an unknown name, or a
+   *   row asking for a simulated user when none is configured.
+   */
   private pickInteraction(ik: unknown, d: ToolAgentData): InteractionClient | undefined {
     if (!ik || typeof ik !== "object") return undefined;
     d.interactionKwargs = ik as Record<string, unknown>;
@@ -477,7 +484,8 @@ export class ToolAgentLoop extends AgentLoop {
       if (!it) throw new InputError("extra_info.interaction_kwargs.name", `unknown interaction '${name}'; configured interactions: ${pyList(names)}`);
       return it;
     }
-    if (names.length === 1) return all[names[0]!];
-    throw new InputError("extra_info.interaction_kwargs.name", `must name one of the configured interactions ${pyList(names)}`);
+    if (name !== undefined && name !== null) throw new InputError("extra_info.interaction_kwargs.name", `must be a string naming one of the configured interactions ${pyList(names)}`);
+    if (names.length > 0) return all[names[0]!];
+    throw new InputError("extra_info.interaction_kwargs", "the row asks for a simulated user but none is configured (add `interactions: [{name, url}]` to the tools file)");
   }
 }

@@ -33,8 +33,33 @@ export const ToolSpec = z
   });
 export type ToolSpec = z.infer<typeof ToolSpec>;
 
-/** A tools file (YAML or JSON): `{tools: [...]}`. Tool names must be unique. */
+/**
+ * Where a simulated user lives: `{name, url, timeout_ms, max_retries}` (an
+ * `interactions` entry of the tools file). `timeout_ms` is per attempt,
+ * milliseconds (default 30 000); `max_retries` counts retries after the first
+ * attempt (default 2), as for tools. Unknown keys are errors.
+ * A row picks one by verl's `extra_info.interaction_kwargs.name`
+ * (verl `ToolAgentLoop.run`: `interaction_map[interaction_kwargs["name"]]`).
+ */
+export const InteractionSpec = z.strictObject({
+  name: z.string().min(1).default("interaction"),
+  url: z.string().url(),
+  timeout_ms: z.number().int().positive().default(30_000),
+  max_retries: z.number().int().min(0).default(2),
+});
+export type InteractionSpec = z.infer<typeof InteractionSpec>;
+
+/**
+ * A tools file (YAML or JSON): `{tools: [...], interactions?: [...]}`. Tool
+ * names must be unique, and so must interaction names. `interactions`
+ * (default `[]`) are the simulated users rows reach through
+ * `extra_info.interaction_kwargs` (docs/tool-webhooks.md).
+ */
 export const ToolsFile = z.strictObject({
   tools: z.array(ToolSpec).refine((ts) => new Set(ts.map((t) => t.name)).size === ts.length, "tool names must be unique"),
+  interactions: z
+    .array(InteractionSpec)
+    .refine((is) => new Set(is.map((i) => i.name)).size === is.length, "interaction names must be unique")
+    .default([]),
 });
 export type ToolsFile = z.infer<typeof ToolsFile>;

@@ -12,8 +12,10 @@ export interface ParseToolsFileOptions {
 
 /**
  * Parses and validates a tools file, YAML or JSON text:
- * `tools: [{name, url, schema (OpenAI function format), timeout_ms, max_retries}]`.
- * `{name}` placeholders in URLs are filled from `vars` before validation.
+ * `tools: [{name, url, schema (OpenAI function format), timeout_ms, max_retries}]`
+ * and, optionally, `interactions: [{name, url, timeout_ms, max_retries}]`
+ * (simulated users, docs/tool-webhooks.md).
+ * `{name}` placeholders in tool and interaction URLs are filled from `vars` before validation.
  * @throws ConfigError naming the file and the failing path (e.g. `tools[1].url`),
  *   for bad syntax, a schema mismatch, duplicate names, or an unfilled placeholder.
  */
@@ -25,11 +27,13 @@ export function parseToolsFile(text: string, opts: ParseToolsFileOptions = {}): 
   } catch (e) {
     throw new ConfigError(source, `not valid YAML or JSON: ${(e as Error).message}`, { cause: e });
   }
-  if (doc && typeof doc === "object" && Array.isArray((doc as { tools?: unknown }).tools)) {
-    for (const t of (doc as { tools: unknown[] }).tools) {
+  for (const list of ["tools", "interactions"] as const) {
+    const entries = doc && typeof doc === "object" ? (doc as Record<string, unknown>)[list] : undefined;
+    if (!Array.isArray(entries)) continue;
+    for (const t of entries) {
       if (t && typeof t === "object" && typeof (t as { url?: unknown }).url === "string") {
-        const tool = t as { url: string };
-        tool.url = tool.url.replace(/\{(\w+)\}/g, (m, k: string) => (opts.vars && k in opts.vars ? String(opts.vars[k]) : m));
+        const entry = t as { url: string };
+        entry.url = entry.url.replace(/\{(\w+)\}/g, (m, k: string) => (opts.vars && k in opts.vars ? String(opts.vars[k]) : m));
       }
     }
   }

@@ -51,7 +51,26 @@ export interface ToolExecutor {
   select?(names: readonly string[]): ToolExecutor;
 }
 
-/** The body a tool webhook must answer with `200`. */
+/**
+ * The JSON body edgeloop POSTs to a webhook tool: `call_id` (the idempotency
+ * key `{key}:{turn}:{index}`, the same on every retry), `name` (the tool),
+ * `arguments` (the model's parsed arguments, a JSON object), `key` (trajectory
+ * key `{uid}_{session_id}_{output_index}`), `turn` (the assistant turn that
+ * made the call, 1-based), `create_kwargs` (the row's
+ * `extra_info.tools_kwargs.<name>.create_kwargs`, `{}` when absent).
+ * docs/schemas/tool-call-request.json is generated from it.
+ */
+export const ToolCallRequestBody = z.object({
+  call_id: z.string().min(1),
+  name: z.string().min(1),
+  arguments: z.record(z.string(), z.unknown()),
+  key: z.string(),
+  turn: z.number().int().min(1),
+  create_kwargs: z.record(z.string(), z.unknown()),
+});
+export type ToolCallRequestBody = z.infer<typeof ToolCallRequestBody>;
+
+/** The body a tool webhook must answer with `200` (docs/schemas/tool-reply.json is generated from it). */
 export const ToolReply = z.object({
   content: z.string(),
   reward: z.number().nullish(),
@@ -72,7 +91,8 @@ export function pyList(names: readonly string[]): string {
 /**
  * Calls webhook tools (DESIGN §4.3, issue 4 §5): `POST url` with
  * `content-type: application/json` and body
- * `{"call_id", "name", "arguments", "key", "turn", "create_kwargs"}`, signed
+ * `{"call_id", "name", "arguments", "key", "turn", "create_kwargs"}`
+ * ({@link ToolCallRequestBody}; the contract is docs/tool-webhooks.md), signed
  * with `x-edgeloop-signature` when a secret is set, per-tool `timeout_ms` and
  * `max_retries` (backoff on 5xx/timeouts/connection errors, same `call_id`).
  * The reply must be `200 {"content": string, "reward"?: number, "metrics"?: object}`.
@@ -111,7 +131,7 @@ export class WebhookToolClient implements ToolExecutor {
     const argError = checkArguments(spec, req.arguments);
     if (argError) return { ok: false, call_id: "", attempts: 0, content: `Invalid arguments for '${req.name}': ${argError}` };
     const call_id = toolCallId(req.key, req.turn, req.index);
-    const body = { call_id, name: req.name, arguments: req.arguments, key: req.key, turn: req.turn, create_kwargs: req.create_kwargs ?? {} };
+    const body: ToolCallRequestBody = { call_id, name: req.name, arguments: req.arguments as Record<string, unknown>, key: req.key, turn: req.turn, create_kwargs: req.create_kwargs ?? {} };
     const fail = (reason: string, attempts: number): ToolResult => ({ ok: false, call_id, attempts, content: `Error executing tool '${req.name}': ${reason}` });
     let reply;
     try {

@@ -321,6 +321,25 @@ describe("metrics, rewards, versions, interactions", () => {
     await expect(p).rejects.toThrow("extra_info.interaction_kwargs.name: unknown interaction 'nope'; configured interactions: []");
     expect(client.requests.length).toBe(0);
   });
+
+  test("no interaction_kwargs.name: the first configured interaction; none configured, or a non-string name: the row fails before any request", async () => {
+    const asked: string[] = [];
+    const user = (name: string) => ({ spec: { name }, respond: async () => (asked.push(name), { terminate: true, content: "ok", score: 1 }) }) as any;
+    const client = new ScriptedClient(tok, [{ text: "A1" }]);
+    const o = await new ToolAgentLoop(ctxOf(tok, client, config(), { interactions: { first: user("first"), second: user("second") } })).run(SP, {
+      ...row(),
+      extra_info: { interaction_kwargs: { ground_truth: 1 } },
+    });
+    expect([asked, o.extra_fields.turn_scores, o.extra_fields.terminated_by]).toEqual([["first"], [1], "interaction"]);
+    const none = new ScriptedClient(tok, []);
+    await expect(new ToolAgentLoop(ctxOf(tok, none, config(), { interactions: {} })).run(SP, { ...row(), extra_info: { interaction_kwargs: {} } })).rejects.toThrow(
+      "extra_info.interaction_kwargs: the row asks for a simulated user but none is configured (add `interactions: [{name, url}]` to the tools file)",
+    );
+    await expect(new ToolAgentLoop(ctxOf(tok, none, config(), { interactions: { first: user("first") } })).run(SP, { ...row(), extra_info: { interaction_kwargs: { name: 3 } } })).rejects.toThrow(
+      "extra_info.interaction_kwargs.name: must be a string naming one of the configured interactions ['first']",
+    );
+    expect(none.requests.length).toBe(0);
+  });
 });
 
 describe("single_turn_agent", () => {
