@@ -696,13 +696,24 @@ export class JobQueue {
   }
 
   /**
-   * Refuses (503) when `n` more jobs would exceed `maxPending`; nothing is
+   * Refuses when `n` more jobs would exceed `maxPending`; nothing is
    * written. Called before a batch's other writes so a refused batch leaves
    * no trace.
-   * @throws StoreError (503, code `queue_full`)
+   * @throws StoreError 413 (code `batch_too_large`, field `rows`, not retryable) when `n` alone exceeds
+   *   `maxPending` (it would never fit; the message states the limit); 503 (code `queue_full`, retry
+   *   later) when the jobs already waiting leave too little room.
    */
   async reserve(n: number): Promise<void> {
     if (this.opts.maxPending === undefined) return;
+    if (n > this.opts.maxPending) {
+      // Could never fit, however long the client waits: not a 503 to retry.
+      throw new StoreError(`batch too large for the job queue: it has ${n} trajectories to run and serve accepts at most ${this.opts.maxPending} pending jobs (--max-pending ${this.opts.maxPending}); split the batch or raise --max-pending`, {
+        status: 413,
+        retryable: false,
+        code: "batch_too_large",
+        field: "rows",
+      });
+    }
     const len = Number(await this.call(["XLEN", this.stream]));
     if (len + n > this.opts.maxPending) {
       throw new StoreError(`job queue full: ${len} jobs pending, ${n} more would exceed max pending ${this.opts.maxPending}`, { code: "queue_full" });
