@@ -4,7 +4,7 @@ import type { RolloutConfig, TrajectoryRecord } from "../schema/index.ts";
 import type { TransferQueue } from "../store/types.ts";
 import { followBatch } from "../jobs/batch-follower.ts";
 import { MemoryPolicyVersions, type PolicyVersions } from "./policy-version.ts";
-import type { BatchSpec, JobQueue, QueueStats } from "../jobs/job-queue.ts";
+import { batchIndexMember, type BatchSpec, type JobQueue, type QueueStats } from "../jobs/job-queue.ts";
 import { failedRecord, planBatch, type BatchPlan, type PlannedTrajectory, type RolloutRequest } from "./batch.ts";
 import { BatchRun, type BatchStats, type TrajectoryExecutor } from "./batch-run.ts";
 import { parseTrajectoryKey } from "../schema/index.ts";
@@ -349,6 +349,36 @@ export class RolloutService {
     const b = this.batches.get(id);
     if (!b) throw new NotFoundError(`no batch '${id.slice(0, 100)}'`, { field: "batch_id" });
     return b;
+  }
+
+  /**
+   * One page of batches, newest first (`GET /v1/rollouts?limit=&cursor=`).
+   * Queue mode: the batches stored in the job queue's index (any API
+   * process's, and this one's before a restart), each rebuilt from the store
+   * as {@link lookup} does. Inline mode: the batches this process holds (an
+   * inline batch stores records and groups, no batch metadata, so it is not
+   * listed after a restart). `cursor` is the previous page's `next_cursor`;
+   * `next_cursor` is null on the last page.
+   * @throws StoreError (503) when the store fails.
+   */
+  async listBatches(opts: { limit: number; cursor?: string | null }): Promise<{ runs: BatchRun[]; next_cursor: string | null }> {
+    if (this.jobs) {
+      const page = await this.jobs.listBatches(opts);
+      const runs: BatchRun[] = [];
+      for (const id of page.batch_ids) {
+        try {
+          runs.push(await this.lookup(id));
+        } catch (e) {
+          // Collected between the index read and the lookup: not listed.
+          if (!(e instanceof NotFoundError)) throw e;
+        }
+      }
+      return { runs, next_cursor: page.next_cursor };
+    }
+    const all = [...this.batches].map(([id, run]) => ({ member: batchIndexMember(run.stats().started_at, id), run })).sort((a, b) => (a.member < b.member ? 1 : a.member > b.member ? -1 : 0));
+    const after = opts.cursor ? all.filter((b) => b.member < opts.cursor!) : all;
+    const page = after.slice(0, opts.limit);
+    return { runs: page.map((b) => b.run), next_cursor: after.length > opts.limit ? page.at(-1)!.member : null };
   }
 
   /** Ids of the batches kept in memory, oldest first. */
