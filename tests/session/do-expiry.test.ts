@@ -61,6 +61,6 @@ test("an alarm before the expiry re-arms it and keeps the session", async () => 
   const at = await scheduleExpiry(st, Date.now(), 3600);
   st.alarm = null;
   await object(st).alarm();
-  expect(st.alarm).toBe(at);
+  expect(st.alarm as number | null).toBe(at);
   expect(Object.fromEntries(st.m)).toEqual({ start: '{"key":"k_0_0"}', n: 3, [EXPIRE_AT_ENTRY]: at });
 });
