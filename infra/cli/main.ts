@@ -72,7 +72,9 @@ configFlags(
     .option("--validate", "validation batch: rollout.val_kwargs sampling, val partition")
     .option("--global-steps <n>", "global_steps recorded in trajectory_info", intFlag("--global-steps", -1))
     .option("--model-version <v>", "policy version recorded for every turn")
-    .option("--no-progress", "plain lines instead of a progress bar"),
+    .option("--no-progress", "plain lines instead of a progress bar")
+    .option("--stall-warn <seconds>", "warn when no session has finished for this long (default 60; 0: never)", secondsFlag("--stall-warn", { allowZero: true }))
+    .addOption(new Option("--jobs <mode>", "inline (default): run the batch here; queue: enqueue it for `edgeloop worker`s (Redis/Upstash store) and wait for them").choices(["inline", "queue"])),
 ).action(async (opts) => (await import("./rollout-command.ts")).rolloutCommand(opts));
 
 configFlags(
