@@ -45,7 +45,7 @@ test.skipIf(!redis)("queue mode: batches are listed from Redis, newest first, pa
   // Exactly the index entries the three batches wrote.
   const raw = rawRedis();
   cleanups.push(() => raw.quit());
-  const members = await raw.zrange(`${prefix}jobs:batches`, 0, -1);
+  const members = await raw.zrange(`${prefix}jobs:batches`, "0", "-1");
   expect(members.map((m) => m.slice(16))).toEqual(ids);
   expect(members.every((m) => /^\d{15}:/.test(m))).toBe(true);
 
