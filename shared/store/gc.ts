@@ -71,6 +71,7 @@ const BATCH_ID = /^[0-9a-f-]{36}$/;
  * Idempotent; safe to run while batches run. Runtime-free (any {@link RedisCommander}).
  * @throws whatever the commander throws (a Redis error, an unreachable store).
  * @see https://redis.io/docs/latest/commands/scan/ (SCAN's guarantees: a key present for the whole scan is returned at least once)
+ * @see https://github.com/antirez/redis/pull/6116 (`SCAN … TYPE type`, Redis 6.0 and later)
  */
 export async function collectGarbage(redis: RedisCommander, opts: GcOptions): Promise<GcReport> {
   const p = opts.prefix ?? "edgeloop:";
