@@ -18,7 +18,7 @@ export interface RolloutProgressOptions {
   log: (line: string) => void;
   /** Seconds without a finished session before a stall warning (repeated every as many seconds while stalled); 0: never. */
   stallWarnS: number;
-  /** Seconds between plain progress lines (default 10). */
+  /** Seconds between plain progress lines (default 1, as before: logs and tests follow them). */
   lineEveryS?: number;
   /** What the stall warning suggests checking (the engine and its timeout, or workers in queue mode). */
   stallHint: string;
@@ -32,7 +32,7 @@ export interface RolloutProgressOptions {
  * The progress of `edgeloop rollout` (sessions finished of the batch, records,
  * failed, rate in sessions/s and the ETA at that rate): a cli-progress bar on
  * a terminal, else a plain `progress` line at most every `lineEveryS` seconds
- * and one when the batch completes. Independently of either, while no session
+ * and one (once) when the batch completes. Independently of either, while no session
  * has finished for `stallWarnS` seconds it prints a `warning` line saying so
  * (how long, how many are running, {@link RolloutProgressOptions.stallHint}),
  * once per such period. Call {@link update} on every change and {@link tick}
@@ -47,6 +47,7 @@ export class RolloutProgress {
   private lastStallWarn = -Infinity;
   private counts: ProgressCounts = { finished: 0, records: 0, failed: 0, running: 0 };
   private stopped = false;
+  private finalShown = false;
 
   constructor(private readonly opts: RolloutProgressOptions) {
     this.now = opts.nowMs ?? (() => performance.now());
@@ -120,8 +121,9 @@ export class RolloutProgress {
       return;
     }
     const t = this.now();
-    const every = (this.opts.lineEveryS ?? 10) * 1000;
-    if (!final && t - this.lastLine < every) return;
+    const every = (this.opts.lineEveryS ?? 1) * 1000;
+    if (final ? this.finalShown : t - this.lastLine < every) return;
+    if (final) this.finalShown = true;
     if (!final && this.counts.finished === 0 && this.counts.records === 0) return;
     this.lastLine = t;
     const { perS, etaS } = this.rate();

@@ -277,28 +277,30 @@ export class JobQueue {
   /**
    * Lists stored batches newest first (`GET /v1/rollouts` in queue mode): up
    * to `limit` ids after `cursor` (a member of {@link batchesKey}, as the
-   * previous page's `next_cursor` gave it; absent: from the newest), and the
+   * previous page's `next_cursor` gave it; absent: from the newest), their
+   * index members, and the
    * cursor of the next page (null on the last). Index entries whose batch
    * hash is gone (expired, collected by `edgeloop gc`) are dropped on the way.
    * @see https://redis.io/docs/latest/commands/zrevrangebylex/
    */
-  async listBatches(opts: { limit: number; cursor?: string | null }): Promise<{ batch_ids: string[]; next_cursor: string | null }> {
+  async listBatches(opts: { limit: number; cursor?: string | null }): Promise<{ batch_ids: string[]; members: string[]; next_cursor: string | null }> {
     const out: string[] = [];
+    const kept: string[] = [];
     let from = opts.cursor ? `(${opts.cursor}` : "+";
     let last: string | null = null;
     for (;;) {
       const want = opts.limit - out.length;
       const members = (await this.call(["ZREVRANGEBYLEX", this.batchesKey(), from, "-", "LIMIT", "0", String(want)])) as string[];
-      if (!members.length) return { batch_ids: out, next_cursor: null };
+      if (!members.length) return { batch_ids: out, members: kept, next_cursor: null };
       const ids = members.map((m) => m.slice(m.indexOf(":") + 1));
       const exists = await this.pipe(ids.map((id) => ["EXISTS", this.batchKey(id)]));
       const gone: string[] = [];
-      members.forEach((m, i) => (Number(exists[i]) ? out.push(ids[i]!) : gone.push(m)));
+      members.forEach((m, i) => (Number(exists[i]) ? (out.push(ids[i]!), kept.push(m)) : gone.push(m)));
       if (gone.length) await this.call(["ZREM", this.batchesKey(), ...gone]);
       last = members.at(-1)!;
       from = `(${last}`;
-      if (members.length < want) return { batch_ids: out, next_cursor: null };
-      if (out.length >= opts.limit) return { batch_ids: out, next_cursor: last };
+      if (members.length < want) return { batch_ids: out, members: kept, next_cursor: null };
+      if (out.length >= opts.limit) return { batch_ids: out, members: kept, next_cursor: last };
     }
   }
 

@@ -10,10 +10,10 @@ function clock() {
   return { now: () => t, at: (s: number) => void (t = s * 1000) };
 }
 
-test("plain lines: the first at once, then at most every 10 s, with sessions/s and the ETA; the last when done", () => {
+test("plain lines: the first at once, then at most every lineEveryS, with sessions/s and the ETA; the last once when done", () => {
   const c = clock();
   const lines: string[] = [];
-  const p = new RolloutProgress({ total: 100, tty: false, log: (l) => lines.push(l), stallWarnS: 0, stallHint: "-", nowMs: c.now });
+  const p = new RolloutProgress({ total: 100, tty: false, log: (l) => lines.push(l), stallWarnS: 0, lineEveryS: 10, stallHint: "-", nowMs: c.now });
   c.at(2);
   p.update({ finished: 4, records: 4, failed: 1, running: 8 });
   c.at(5);
@@ -22,6 +22,7 @@ test("plain lines: the first at once, then at most every 10 s, with sessions/s a
   p.tick();
   p.update({ finished: 25, records: 25, failed: 1, running: 8 });
   c.at(40);
+  p.update({ finished: 100, records: 100, failed: 2, running: 0 });
   p.update({ finished: 100, records: 100, failed: 2, running: 0 });
   p.stop();
   expect(lines).toEqual([

@@ -61,8 +61,13 @@ test.skipIf(!redis)("queue mode: batches are listed from Redis, newest first, pa
   const all = (await (await fetch(`${s.url}/v1/rollouts`)).json()) as { batches: { batch_id: string }[]; next_cursor: string | null };
   expect(all.batches.map((b) => b.batch_id)).toEqual([ids[2]!, ids[1]!, ids[0]!]);
 
-  // A batch whose hash is gone (expired, collected) is not listed, and its index entry is dropped.
+  // A batch whose hash is gone is still listed by a process that holds it (reported lost there)…
   await raw.del(`${prefix}jobs:batch:${ids[1]}`);
+  const held = (await (await fetch(`${s.url}/v1/rollouts`)).json()) as { batches: { batch_id: string }[] };
+  expect(held.batches.map((b) => b.batch_id)).toEqual([ids[2]!, ids[1]!, ids[0]!]);
+  // …but not by another one (expired, collected by gc), and its index entry is dropped.
+  await s.stop();
+  s = await serve(port);
   const after = (await (await fetch(`${s.url}/v1/rollouts?limit=2`)).json()) as { batches: { batch_id: string }[]; next_cursor: string | null };
   expect(after.batches.map((b) => b.batch_id)).toEqual([ids[2]!, ids[0]!]);
   expect(await raw.zcard(`${prefix}jobs:batches`)).toBe(2);
