@@ -27,6 +27,18 @@ export const GroupsQuery = z.object({
   include_filtered: z.enum(["0", "1", "true", "false"]).optional(),
 });
 
+/**
+ * Query of `GET /v1/rollouts`: `limit` batches per page (1–100, default 20),
+ * `cursor` the previous page's `next_cursor` (`{started_at, 15 digits}:{batch_id}`).
+ */
+export const RolloutsListQuery = z.object({
+  limit: z.coerce.number().int().min(1).max(100).default(20),
+  cursor: z
+    .string()
+    .regex(/^\d{15}:[A-Za-z0-9-]{1,100}$/, "must be the next_cursor of an earlier page")
+    .optional(),
+});
+
 /** Body of `POST /v1/model-version`: the policy version now being served (after a weight update). */
 export const ModelVersionRequest = z.strictObject({
   version: z.union([z.string().min(1).max(200), z.number().finite()]),
@@ -83,7 +95,8 @@ export interface BatchSummary {
 /**
  * The rollouts function (Hono, runtime-neutral):
  * - `POST /v1/rollouts` `{rows, config?, global_steps?, model_version?, validate?}` → `202 {batch_id, keys, reused_uids, complete_uids}`
- * - `GET /v1/rollouts` → `{batches: BatchSummary[]}`, newest first (the batches held in memory)
+ * - `GET /v1/rollouts?limit=&cursor=` → `{batches: BatchSummary[], next_cursor}`, newest first: in queue mode
+ *   the batches stored in Redis (listed by any `serve`, also after a restart), inline the ones this process holds
  * - `GET /v1/rollouts/{batch_id}` → progress and metrics (`BatchStats`: verl's `agent_loop/*`, latency percentiles)
  * - `GET /v1/rollouts/{batch_id}/trajectories` → NDJSON of `TrajectoryRecord`s as they finish
  * - `GET /v1/trajectories/{key}` → the stored `TrajectoryRecord`; `?decode=1` adds
@@ -137,15 +150,15 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
   mountViewer(app);
   app.use("/v1/*", bearerAuth(opts.apiToken ?? null));
 
-  app.get("/v1/rollouts", (c) => {
-    const batches: BatchSummary[] = service
-      .batchIds()
-      .reverse()
-      .map((id) => {
-        const s = service.batch(id).stats();
-        return { batch_id: s.batch_id, validate: s.validate, done: s.done, counts: s.counts, reward: s.reward, lost: s.lost?.count ?? 0, started_at: s.started_at, finished_at: s.finished_at };
-      });
-    return c.json({ batches });
+  app.get("/v1/rollouts", async (c) => {
+    const q = RolloutsListQuery.safeParse(c.req.query());
+    if (!q.success) throw inputErrorFromZod("", q.error.issues);
+    const page = await service.listBatches({ limit: q.data.limit, cursor: q.data.cursor ?? null });
+    const batches: BatchSummary[] = page.runs.map((run) => {
+      const s = run.stats();
+      return { batch_id: s.batch_id, validate: s.validate, done: s.done, counts: s.counts, reward: s.reward, lost: s.lost?.count ?? 0, started_at: s.started_at, finished_at: s.finished_at };
+    });
+    return c.json({ batches, next_cursor: page.next_cursor });
   });
 
   let tokenizer: Promise<ChatTokenizer> | null = null;
@@ -295,7 +308,11 @@ export function openApiDocument(): Record<string, unknown> {
     security: [{ bearer: [] }],
     paths: {
       "/v1/rollouts": {
-        get: { summary: "Batches held in memory, newest first", responses: { "200": { description: "{batches: BatchSummary[]}" } } },
+        get: {
+          summary: "Batches newest first, paged (queue mode: every batch stored in Redis; inline: this process's)",
+          parameters: ["limit", "cursor"].map((name) => ({ name, in: "query", required: false, schema: { type: "string" } })),
+          responses: { "200": { description: "{batches: BatchSummary[], next_cursor: string | null}" }, "400": err },
+        },
         post: { summary: "Submit a batch of dataset rows", requestBody: json(RolloutRequest), responses: { "202": { description: "accepted: {batch_id, keys, reused_uids, complete_uids} (uids whose group already existed resume it; complete ones are returned as they are)" }, "400": err, "401": err, "409": err, "415": err } },
       },
       "/v1/queue": {

@@ -37,3 +37,19 @@ export function secondsFlag(flag: string, opts: { allowZero?: boolean } = {}): (
 
 /** A TCP port, 0..65535 (0: any free port). */
 export const portFlag = intFlag("--port", 0, 65535);
+
+const UNIT_S: Record<string, number> = { s: 1, m: 60, h: 3600, d: 86_400, w: 604_800 };
+
+/**
+ * Parses a duration flag (`--older-than`): a number with a unit `s`, `m`,
+ * `h`, `d` or `w` (`36h`, `7d`, `1.5d`), or plain seconds (`3600`); 0 is
+ * allowed (everything finished, whatever its age). Returns seconds.
+ * @throws InvalidArgumentError naming the flag (exit 2).
+ */
+export function durationFlag(flag: string): (v: string) => number {
+  return (v) => {
+    const m = /^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$/.exec(v);
+    if (!m) throw new InvalidArgumentError(`${flag} must be a duration such as 90s, 30m, 12h, 7d or 2w (or seconds), got '${v}'`);
+    return Number(m[1]) * UNIT_S[m[2] || "s"]!;
+  };
+}

@@ -1,6 +1,6 @@
 /**
  * The `edgeloop` command line (run as `npx edgeloop …` after `npm install`).
- * Subcommands: rollout, serve, worker, cancel, inspect, sim-engine, gateway, tools, agent-example, upstash-bridge.
+ * Subcommands: rollout, serve, worker, cancel, gc, inspect, sim-engine, gateway, tools, agent-example, upstash-bridge.
  * Every subcommand's flags are listed by `edgeloop <cmd> --help`.
  * With `OTEL_EXPORTER_OTLP_ENDPOINT` set, spans go to that OTLP/HTTP collector
  * (flushed when the command ends).
@@ -14,7 +14,7 @@
 import { Command, CommanderError, Option } from "commander";
 import { EdgeloopError } from "../../shared/errors.ts";
 import { setupTelemetryFromEnv, type Telemetry } from "../telemetry/setup.ts";
-import { intFlag, portFlag as port, secondsFlag } from "./flag-parsers.ts";
+import { durationFlag, intFlag, portFlag as port, secondsFlag } from "./flag-parsers.ts";
 import { watchLauncher } from "./launcher-watch.ts";
 import { registerSelfImports } from "./self-imports.ts";
 
@@ -72,7 +72,9 @@ configFlags(
     .option("--validate", "validation batch: rollout.val_kwargs sampling, val partition")
     .option("--global-steps <n>", "global_steps recorded in trajectory_info", intFlag("--global-steps", -1))
     .option("--model-version <v>", "policy version recorded for every turn")
-    .option("--no-progress", "plain lines instead of a progress bar"),
+    .option("--no-progress", "plain lines instead of a progress bar")
+    .option("--stall-warn <seconds>", "warn when no session has finished for this long (default 60; 0: never)", secondsFlag("--stall-warn", { allowZero: true }))
+    .addOption(new Option("--jobs <mode>", "inline (default): run the batch here; queue: enqueue it for `edgeloop worker`s (Redis/Upstash store) and wait for them").choices(["inline", "queue"])),
 ).action(async (opts) => (await import("./rollout-command.ts")).rolloutCommand(opts));
 
 configFlags(
@@ -107,6 +109,17 @@ program
   .argument("<batch>", "batch id, as POST /v1/rollouts answered")
   .option("--url <url>", "the edgeloop API (edgeloop serve)", "http://127.0.0.1:8787")
   .action(async (batch: string, opts) => (await import("./cancel-command.ts")).cancelCommand(batch, opts));
+
+program
+  .command("gc")
+  .description("delete what the store no longer needs: acknowledged groups and their records, finished sessions, finished batches' metadata, older than store.retention (SCAN by prefix; never an incomplete group, a running session or batch)")
+  .option("--config <file>", "config file: its store section (url, prefix, retention)")
+  .option("--store <store>", "store.url: redis://host:port | upstash")
+  .option("--store-prefix <prefix>", "store.prefix: prefix of every Redis key (default edgeloop:)")
+  .option("--older-than <duration>", "one age for records, groups, sessions and batches instead of store.retention: 90s, 30m, 12h, 7d, 2w", durationFlag("--older-than"))
+  .option("--dry-run", "print what would be deleted; delete nothing")
+  .option("--json", "print the report as JSON")
+  .action(async (opts) => (await import("./gc-command.ts")).gcCommand(opts));
 
 program
   .command("inspect")

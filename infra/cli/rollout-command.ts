@@ -1,5 +1,4 @@
 import { createWriteStream, type WriteStream } from "node:fs";
-import { SingleBar, Presets } from "cli-progress";
 import { RolloutRequest } from "../../shared/rollout/batch.ts";
 import { inputErrorFromZod } from "../../shared/errors.ts";
 import type { TrajectoryRecord } from "../../shared/schema/index.ts";
@@ -9,6 +8,7 @@ import { buildRuntime, type Runtime } from "./runtime.ts";
 import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
 import { startAgentServer } from "../agent-example/server.ts";
 import { formatSummary } from "./summary.ts";
+import { RolloutProgress } from "./progress.ts";
 
 /** Flags of `edgeloop rollout`. */
 export interface RolloutFlags extends ConfigFlags {
@@ -18,6 +18,10 @@ export interface RolloutFlags extends ConfigFlags {
   globalSteps?: number;
   modelVersion?: string;
   progress?: boolean;
+  /** `queue`: enqueue the batch for `edgeloop worker`s (Redis/Upstash store) and wait for them; default `inline` (run here). */
+  jobs?: "inline" | "queue";
+  /** Seconds without a finished session before a stall warning (default 60; 0: never). */
+  stallWarn?: number;
 }
 
 /** At most this many warnings about `.jsonl` lines that are not JSON; the rest are counted. */
@@ -47,7 +51,7 @@ export async function rolloutCommand(flags: RolloutFlags): Promise<void> {
   if (flags.agent) for (const r of rows) if (r && typeof r === "object" && !Array.isArray(r)) (r as Record<string, unknown>).agent_name = "openai_agent";
   let runtime;
   try {
-    runtime = await buildRuntime(agentServer ? { ...flags, agent: `${agentServer.url}/tasks` } : flags);
+    runtime = await buildRuntime(agentServer ? { ...flags, agent: `${agentServer.url}/tasks` } : flags, { jobs: flags.jobs ?? "inline" });
   } catch (e) {
     await agentServer?.stop();
     throw e;
@@ -89,11 +93,23 @@ export async function rolloutCommand(flags: RolloutFlags): Promise<void> {
       process.on("SIGTERM", onSignal);
     });
 
-    const tty = flags.progress !== false && process.stderr.isTTY;
-    const bar = tty ? new SingleBar({ format: "rollout |{bar}| {value}/{total} sessions | {records} records | {failed} failed | {eta_formatted} left", stream: process.stderr }, Presets.shades_classic) : null;
-    bar?.start(keys.length, 0, { failed: 0, records: 0 });
+    const queued = runtime.service.jobs !== null;
+    const progress = new RolloutProgress({
+      total: keys.length,
+      tty: flags.progress !== false && Boolean(process.stderr.isTTY),
+      log,
+      stallWarnS: flags.stallWarn ?? 60,
+      stallHint: queued
+        ? `its jobs wait in ${runtime.service.jobs!.stream} for workers: is an \`edgeloop worker\` running with the same --store?`
+        : `is the engine hung? A request waits up to engine.timeout_ms (${runtime.config.engine.timeout_ms} ms) and is retried 3 times before its trajectory fails`,
+    });
+    const ticker = setInterval(() => {
+      const s = run.stats();
+      // Sessions finishing count even when they stream no record (a loop may emit none).
+      if (written >= s.counts.records) progress.update({ finished: s.counts.finished, records: written, failed: s.counts.failed, running: s.counts.running });
+      progress.tick();
+    }, 1000);
     let written = 0;
-    let lastLine = -Infinity;
     const records = run.stream()[Symbol.asyncIterator]();
     try {
       for (;;) {
@@ -102,16 +118,13 @@ export async function rolloutCommand(flags: RolloutFlags): Promise<void> {
         written++;
         if (out && !out.write(JSON.stringify(next.value) + "\n")) await new Promise((r) => out!.once("drain", r));
         // A session emits 0…k records: progress counts finished sessions, records apart. The run counts a
-        // session before its records reach this stream, so the line waits until the stream has caught up.
+        // session before its records reach this stream, so the counts wait until the stream has caught up.
         const s = run.stats();
-        if (bar) bar.update(s.counts.finished, { failed: s.counts.failed, records: written });
-        else if (written >= s.counts.records && (s.counts.finished === keys.length || performance.now() - lastLine > 1000)) {
-          lastLine = performance.now();
-          log(`progress   ${s.counts.finished}/${keys.length} sessions, ${written} records (${s.counts.failed} failed)`);
-        }
+        if (written >= s.counts.records) progress.update({ finished: s.counts.finished, records: written, failed: s.counts.failed, running: s.counts.running });
       }
     } finally {
-      bar?.stop();
+      clearInterval(ticker);
+      progress.stop();
     }
     if (!interrupted) await run.run();
     const wall = (performance.now() - t0) / 1000;

@@ -232,7 +232,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     const built = buildSessionStorage(config, closers, flags.storeTimeout);
     const storage = built?.storage ?? null;
     // Agent sessions live with the trajectory sessions (Redis), else in this process.
-    const agentGateway = new AgentGateway({ storage: storage ?? new MemorySessionStorage(), tokenizer, client: new GatedClient(client, gate, { version: async () => (await policy.current())?.version ?? null }), maxModelLen, modelName: config.engine.model ?? tokenizer.name });
+    const agentGateway = new AgentGateway({ storage: storage ?? new MemorySessionStorage(), tokenizer, client: new GatedClient(client, gate, { version: async () => (await policy.current())?.version ?? null }), maxModelLen, modelName: config.engine.model ?? tokenizer.name, retainSeconds: config.store.retention.sessions });
     let publicUrl: string | null = config.agent.public_url;
     deps.agentGateway = { gateway: agentGateway, publicUrl: () => publicUrl, agent: { url: config.agent.url, timeout_ms: config.agent.timeout_ms, secret: config.agent.secret } };
     if (config.agent.url) describe.push(`agent      openai_agent tasks to ${config.agent.url} (timeout ${config.agent.timeout_ms} ms${config.agent.secret ? ", signed" : ""})`);
@@ -243,7 +243,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     let executorFor: ExecutorFactory;
     let jobs: JobQueue | null = null;
     if (storage && built) {
-      const host = new SessionHost({ storage, createLoop: sessionLoopFactory(deps), finishOutputs: sessionOutputFinisher(deps), onPause: endLoopTrace });
+      const host = new SessionHost({ storage, createLoop: sessionLoopFactory(deps), finishOutputs: sessionOutputFinisher(deps), onPause: endLoopTrace, terminalTtlSeconds: config.store.retention.sessions });
       closers.push(async () => host.close());
       sessions = host;
       batchStore = sessionCompletingQueue(hooks.wrapStore ? hooks.wrapStore(store) : store, storage, host);
@@ -251,7 +251,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
         validateRollout(rollout, registry);
         return createSessionExecutor(deps, host, store, rollout, batch);
       };
-      jobs = new JobQueue(built.commander, { prefix: config.store.prefix, ...hooks.jobQueue });
+      jobs = new JobQueue(built.commander, { prefix: config.store.prefix, batchTtlSeconds: config.store.retention.batches, ...hooks.jobQueue });
       const queued = hooks.jobs === "queue" || hooks.jobs === "auto";
       service = new ValidatingRolloutService(registry, { config, store: batchStore, executorFor, policy, ...(queued ? { jobs } : {}), ...(hooks.lostGraceMs !== undefined ? { lostGraceMs: hooks.lostGraceMs } : {}) });
       closers.push(async () => service.close());

@@ -8,7 +8,7 @@ import { sessionLoopFactory, sessionOutputFinisher, endLoopTrace } from "../../s
 import { SessionInput } from "../../shared/session/checkpoint.ts";
 import { queueWriter } from "../../shared/session/session-records.ts";
 import { TrajectorySession, type SessionDeps } from "../../shared/session/trajectory-session.ts";
-import type { DurableObjectState } from "./cf-types.ts";
+import type { DurableObjectState, DurableObjectStorage } from "./cf-types.ts";
 import { AGENT_ENTRY_PREFIX, DurableObjectSessionStorage, readMany, SQLITE_BACKEND_VALUE_BYTES, writeMany } from "./do-session-storage.ts";
 import { toParts } from "../../shared/session/value-parts.ts";
 import { isStoreOutage } from "../../shared/store/store-outage.ts";
@@ -23,7 +23,10 @@ import { workerRuntime, type Env } from "./env.ts";
  *   object's storage); a session waiting for tool callbacks re-arms the alarm
  *   for its earliest deadline and returns — it holds no CPU and may be
  *   evicted; a finished session writes its record to the transfer queue
- *   (Upstash) and commits `done`; a failed one writes a failed record.
+ *   (Upstash) and commits `done`; a failed one writes a failed record. Either
+ *   way the object then deletes its storage `store.retention.sessions`
+ *   seconds later (EDGELOOP_CONFIG; default 7 days), by alarm
+ *   ({@link scheduleExpiry}, {@link expireIfDue}).
  * - `POST /v1/sessions/{key}/tool-results`, `GET /v1/sessions/{key}`: the
  *   sessions function, answered by the object that owns the session.
  * - `POST /v1/sessions/{key}/openai/v1/chat/completions`,
@@ -121,6 +124,7 @@ export class TrajectorySessionObject {
 
   private async runAlarm(): Promise<void> {
     await this.serial(async () => {
+      if ((await expireIfDue(this.ctx.storage, Date.now())) !== "live") return;
       const start = await this.ctx.storage.get<number | string>("start");
       if (start === undefined) return;
       const startJson = typeof start === "string" ? start : (await readMany(this.ctx.storage, Array.from({ length: start }, (_, j) => `start:${j}`), "start")).join("");
@@ -151,6 +155,9 @@ export class TrajectorySessionObject {
         });
         await s.markDone();
       }
+      // Done or failed: the object's storage goes `store.retention.sessions` seconds from now.
+      const rt = await workerRuntime(this.env);
+      await scheduleExpiry(this.ctx.storage, Date.now(), rt.config.store.retention.sessions);
     });
   }
 
@@ -205,6 +212,43 @@ export class TrajectorySessionObject {
 export function outageAlarmDelayMs(e: unknown, retries: number): number | null {
   if (!isStoreOutage(e)) return null;
   return Math.min(1_000 * 2 ** Math.min(retries, 10), 30_000);
+}
+
+/** Storage entry of a finished session's object: epoch ms at which its storage is deleted ({@link expireIfDue}). */
+export const EXPIRE_AT_ENTRY = "expire_at";
+
+/**
+ * Marks a finished (done or failed) session's object for deletion
+ * `retentionSeconds` after `nowMs` and arms its alarm for then (the alarm of
+ * a finished session has nothing else to do). Idempotent: a later call moves
+ * the time.
+ * @see https://developers.cloudflare.com/durable-objects/api/alarms/ (one alarm per object; setAlarm replaces it)
+ */
+export async function scheduleExpiry(storage: DurableObjectStorage, nowMs: number, retentionSeconds: number): Promise<number> {
+  const at = nowMs + retentionSeconds * 1000;
+  await storage.put(EXPIRE_AT_ENTRY, at);
+  await storage.setAlarm(at);
+  return at;
+}
+
+/**
+ * The first thing an alarm does: `live` for a session not marked by
+ * {@link scheduleExpiry}; `expired` when its time has come — then every
+ * entry of the object (trajectory and agent session) is deleted
+ * (`deleteAll`) and the alarm cleared; `waiting` when an alarm came early
+ * (re-armed for the expiry time).
+ * @see https://developers.cloudflare.com/durable-objects/api/storage-api/ (deleteAll)
+ */
+export async function expireIfDue(storage: DurableObjectStorage, nowMs: number): Promise<"live" | "expired" | "waiting"> {
+  const at = await storage.get<number>(EXPIRE_AT_ENTRY);
+  if (at === undefined) return "live";
+  if (nowMs < at) {
+    await storage.setAlarm(at);
+    return "waiting";
+  }
+  await storage.deleteAll();
+  await storage.deleteAlarm();
+  return "expired";
 }
 
 /** Whether `path` is one of the agent gateway's routes (`/v1/sessions/{key}/openai/…`, `/v1/sessions/{key}/finish`). */

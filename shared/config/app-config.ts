@@ -52,6 +52,29 @@ export const ToolsConfig = z.strictObject({
   secret: z.string().nullable().default(null),
 });
 
+const DAY_S = 24 * 3600;
+
+/**
+ * How long a Redis/Upstash store keeps what edgeloop wrote, in seconds
+ * (docs/queue-layout.md, "Retention"). `sessions` and `batches` are the
+ * expiries set when a durable session finishes and when a batch is
+ * submitted; `records` and `groups` carry no expiry (a trainer may read
+ * late) and are removed by `edgeloop gc` once their group is complete,
+ * delivered and acknowledged (or withdrawn / filtered) for that long.
+ * `null` for records or groups: `gc` never removes them.
+ */
+export const RetentionConfig = z.strictObject({
+  /** Records (`traj:{key}`) of a finished, acknowledged group (default 7 days). */
+  records: z.number().int().min(1, "store.retention.records must be >= 1 (seconds) or null").nullable().default(7 * DAY_S),
+  /** The group's hash, key set and stream entry, after the same condition (default 7 days; its records go with it). */
+  groups: z.number().int().min(1, "store.retention.groups must be >= 1 (seconds) or null").nullable().default(7 * DAY_S),
+  /** Finished durable sessions (`session:{key}`, `session:agent:{key}`): expiry after done/failed (default 7 days). */
+  sessions: z.number().int().min(1, "store.retention.sessions must be >= 1 (seconds)").default(7 * DAY_S),
+  /** Batch metadata (`jobs:batch:{id}` and its rows, done stream, over-sampling keys): expiry after submission (default 7 days). */
+  batches: z.number().int().min(1, "store.retention.batches must be >= 1 (seconds)").default(7 * DAY_S),
+});
+export type RetentionConfig = z.infer<typeof RetentionConfig>;
+
 /** The transfer queue: `memory` (embedded default), a `redis://` URL, or `upstash` (reads UPSTASH_REDIS_REST_URL/TOKEN). */
 export const StoreConfig = z.strictObject({
   url: z
@@ -66,6 +89,8 @@ export const StoreConfig = z.strictObject({
    * split to fit; a single value too large for it is refused (413) before anything is written.
    */
   max_request_bytes: z.number().int().min(64 * 1024).nullable().default(null),
+  /** What is kept how long (seconds); see {@link RetentionConfig}. */
+  retention: RetentionConfig.default(RetentionConfig.parse({})),
 });
 
 /**

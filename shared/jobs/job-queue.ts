@@ -172,6 +172,15 @@ export class JobQueue {
     return `${this.prefix}jobs:batch:${batchId}`;
   }
 
+  /**
+   * The batch index (ZSET, every score 0): one member `{started_at, 15 digits}:{batch_id}` per
+   * submitted batch, so `ZREVRANGEBYLEX` lists batches newest first with a stable cursor (the last
+   * member seen). Members of batches whose hash expired or was collected are skipped and removed.
+   */
+  batchesKey(): string {
+    return `${this.prefix}jobs:batches`;
+  }
+
   /** The stream of a batch's completion events. */
   doneKey(batchId: string): string {
     return `${this.prefix}jobs:batch:${batchId}:done`;
@@ -241,7 +250,7 @@ export class JobQueue {
     const os = spec.oversample ? ["os:target", String(spec.oversample.target_groups), "os:mode", spec.oversample.partial_rollout] : [];
     const batch: RedisArg[][] = [["HSET", this.batchKey(spec.batch_id), "spec", JSON.stringify(spec), "kn", String(chunks.length), ...os]];
     chunks.forEach((c, i) => batch.push(["HSET", this.batchKey(spec.batch_id), `k:${i}`, c]));
-    batch.push(["EXPIRE", this.batchKey(spec.batch_id), ttl]);
+    batch.push(["EXPIRE", this.batchKey(spec.batch_id), ttl], ["ZADD", this.batchesKey(), "0", batchIndexMember(spec.started_at, spec.batch_id)]);
     const entries = jobs.map((t) => {
       const ref = t.row !== null;
       // `rb`: the row's size, so a worker reads rows in requests of bounded size.
@@ -263,6 +272,36 @@ export class JobQueue {
     }
     for (const c of [...batch, ...entries, ...reserve]) checkCommand(c, max, "json");
     return { spec, jobs: jobs.length, rows, batch, entries, reserve };
+  }
+
+  /**
+   * Lists stored batches newest first (`GET /v1/rollouts` in queue mode): up
+   * to `limit` ids after `cursor` (a member of {@link batchesKey}, as the
+   * previous page's `next_cursor` gave it; absent: from the newest), their
+   * index members, and the
+   * cursor of the next page (null on the last). Index entries whose batch
+   * hash is gone (expired, collected by `edgeloop gc`) are dropped on the way.
+   * @see https://redis.io/docs/latest/commands/zrevrangebylex/
+   */
+  async listBatches(opts: { limit: number; cursor?: string | null }): Promise<{ batch_ids: string[]; members: string[]; next_cursor: string | null }> {
+    const out: string[] = [];
+    const kept: string[] = [];
+    let from = opts.cursor ? `(${opts.cursor}` : "+";
+    let last: string | null = null;
+    for (;;) {
+      const want = opts.limit - out.length;
+      const members = (await this.call(["ZREVRANGEBYLEX", this.batchesKey(), from, "-", "LIMIT", "0", String(want)])) as string[];
+      if (!members.length) return { batch_ids: out, members: kept, next_cursor: null };
+      const ids = members.map((m) => m.slice(m.indexOf(":") + 1));
+      const exists = await this.pipe(ids.map((id) => ["EXISTS", this.batchKey(id)]));
+      const gone: string[] = [];
+      members.forEach((m, i) => (Number(exists[i]) ? (out.push(ids[i]!), kept.push(m)) : gone.push(m)));
+      if (gone.length) await this.call(["ZREM", this.batchesKey(), ...gone]);
+      last = members.at(-1)!;
+      from = `(${last}`;
+      if (members.length < want) return { batch_ids: out, members: kept, next_cursor: null };
+      if (out.length >= opts.limit) return { batch_ids: out, members: kept, next_cursor: last };
+    }
   }
 
   /**
@@ -696,13 +735,24 @@ export class JobQueue {
   }
 
   /**
-   * Refuses (503) when `n` more jobs would exceed `maxPending`; nothing is
+   * Refuses when `n` more jobs would exceed `maxPending`; nothing is
    * written. Called before a batch's other writes so a refused batch leaves
    * no trace.
-   * @throws StoreError (503, code `queue_full`)
+   * @throws StoreError 413 (code `batch_too_large`, field `rows`, not retryable) when `n` alone exceeds
+   *   `maxPending` (it would never fit; the message states the limit); 503 (code `queue_full`, retry
+   *   later) when the jobs already waiting leave too little room.
    */
   async reserve(n: number): Promise<void> {
     if (this.opts.maxPending === undefined) return;
+    if (n > this.opts.maxPending) {
+      // Could never fit, however long the client waits: not a 503 to retry.
+      throw new StoreError(`batch too large for the job queue: it has ${n} trajectories to run and serve accepts at most ${this.opts.maxPending} pending jobs (--max-pending ${this.opts.maxPending}); split the batch or raise --max-pending`, {
+        status: 413,
+        retryable: false,
+        code: "batch_too_large",
+        field: "rows",
+      });
+    }
     const len = Number(await this.call(["XLEN", this.stream]));
     if (len + n > this.opts.maxPending) {
       throw new StoreError(`job queue full: ${len} jobs pending, ${n} more would exceed max pending ${this.opts.maxPending}`, { code: "queue_full" });
@@ -733,6 +783,11 @@ export class JobQueue {
     if (bad) throw storeError(bad);
     return out as RedisReply[];
   }
+}
+
+/** The batch index's member for a batch: its start (epoch ms, zero-padded to 15 digits, so members sort by time) and id. */
+export function batchIndexMember(startedAt: number, batchId: string): string {
+  return `${String(Math.max(0, Math.floor(startedAt))).padStart(15, "0")}:${batchId}`;
 }
 
 /** A Redis failure as a 503 StoreError; `OOM` (maxmemory reached) says the store is full. */

@@ -21,7 +21,7 @@ export interface RewardInput {
   final_answer: string;
 }
 
-/** A reward and the time it took (seconds, for `metrics.compute_score`); `error` when the webhook failed. */
+/** A reward and the time it took (seconds, for `metrics.compute_score`); `error` when it could not be computed (webhook failed, no ground truth). */
 export interface RewardResult {
   score: number | null;
   seconds: number;
@@ -30,7 +30,9 @@ export interface RewardResult {
 
 /**
  * Scores one trajectory (issue 4 §8): `style: "rule"` → {@link ruleReward}
- * (1.0/0.0); `style: "webhook"` → {@link webhookReward}; no `reward_model`,
+ * (1.0/0.0), or `score: null` with `error` when the row has no
+ * `reward_model.ground_truth` (null or absent: nothing to compare with; the
+ * loops record it as `extra_fields.reward_error`); `style: "webhook"` → {@link webhookReward}; no `reward_model`,
  * or another style (e.g. `model`, scored later by the trainer) → null. A
  * failing webhook gives `score: null` with `error`, never an exception, so the
  * trajectory is still written.
@@ -42,6 +44,10 @@ export async function computeReward(input: RewardInput, opts: RewardOptions = {}
   const style = input.reward_model?.style ?? "rule";
   if (!input.reward_model) return { score: null, seconds: 0 };
   if (style === "rule") {
+    // Nothing to compare with: an unscored trajectory, said as such, not a silent 0.0 the trainer would learn from.
+    if (input.reward_model.ground_truth === undefined || input.reward_model.ground_truth === null) {
+      return { score: null, seconds: seconds(), error: "reward_model.ground_truth is missing: the rule reward compares the final answer with it" };
+    }
     const score = ruleReward(input.final_answer, input.reward_model.ground_truth);
     return { score, seconds: seconds() };
   }

@@ -4,7 +4,7 @@ import type { RolloutConfig, TrajectoryRecord } from "../schema/index.ts";
 import type { TransferQueue } from "../store/types.ts";
 import { followBatch } from "../jobs/batch-follower.ts";
 import { MemoryPolicyVersions, type PolicyVersions } from "./policy-version.ts";
-import type { BatchSpec, JobQueue, QueueStats } from "../jobs/job-queue.ts";
+import { batchIndexMember, type BatchSpec, type JobQueue, type QueueStats } from "../jobs/job-queue.ts";
 import { failedRecord, planBatch, type BatchPlan, type PlannedTrajectory, type RolloutRequest } from "./batch.ts";
 import { BatchRun, type BatchStats, type TrajectoryExecutor } from "./batch-run.ts";
 import { parseTrajectoryKey } from "../schema/index.ts";
@@ -349,6 +349,50 @@ export class RolloutService {
     const b = this.batches.get(id);
     if (!b) throw new NotFoundError(`no batch '${id.slice(0, 100)}'`, { field: "batch_id" });
     return b;
+  }
+
+  /**
+   * One page of batches, newest first (`GET /v1/rollouts?limit=&cursor=`).
+   * Queue mode: the batches stored in the job queue's index (any API
+   * process's, and this one's before a restart), each rebuilt from the store
+   * as {@link lookup} does, merged with the batches this process holds (a
+   * batch whose stored hash Redis lost is still listed here). Inline mode:
+   * the batches this process holds (an
+   * inline batch stores records and groups, no batch metadata, so it is not
+   * listed after a restart). `cursor` is the previous page's `next_cursor`;
+   * `next_cursor` is null on the last page.
+   * @throws StoreError (503) when the store fails.
+   */
+  async listBatches(opts: { limit: number; cursor?: string | null }): Promise<{ runs: BatchRun[]; next_cursor: string | null }> {
+    const desc = (a: { member: string }, b: { member: string }) => (a.member < b.member ? 1 : a.member > b.member ? -1 : 0);
+    // This process's batches: all of them inline; in queue mode also the ones whose stored hash Redis lost (still reported, `lost`).
+    const held = [...this.batches].map(([id, run]) => ({ id, member: batchIndexMember(run.stats().started_at, id), run: run as BatchRun | null }));
+    const after = (opts.cursor ? held.filter((b) => b.member < opts.cursor!) : held).sort(desc);
+    if (!this.jobs) {
+      const page = after.slice(0, opts.limit);
+      return { runs: page.map((b) => b.run!), next_cursor: after.length > opts.limit ? page.at(-1)!.member : null };
+    }
+    // The next `limit` of the index and of memory hold the next `limit` of their union.
+    const stored = await this.jobs.listBatches(opts);
+    const merged = new Map<string, { id: string; member: string; run: BatchRun | null }>();
+    for (const b of after.slice(0, opts.limit)) merged.set(b.id, b);
+    for (const m of stored.members) {
+      const id = m.slice(m.indexOf(":") + 1);
+      if (!merged.has(id)) merged.set(id, { id, member: m, run: null });
+    }
+    const all = [...merged.values()].sort(desc);
+    const page = all.slice(0, opts.limit);
+    const runs: BatchRun[] = [];
+    for (const b of page) {
+      try {
+        runs.push(b.run ?? (await this.lookup(b.id)));
+      } catch (e) {
+        // Collected between the index read and the lookup: not listed.
+        if (!(e instanceof NotFoundError)) throw e;
+      }
+    }
+    const more = stored.next_cursor !== null || after.length > opts.limit || all.length > opts.limit;
+    return { runs, next_cursor: more && page.length ? page.at(-1)!.member : null };
   }
 
   /** Ids of the batches kept in memory, oldest first. */

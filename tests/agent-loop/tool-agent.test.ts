@@ -111,6 +111,18 @@ describe("tool_agent: turn counts and the exact token stream", () => {
   });
 });
 
+describe("rule reward without ground_truth", () => {
+  test("the record says so: reward_score null and extra_fields.reward_error", async () => {
+    const client = new ScriptedClient(tok, [{ text: "#### 4" }]);
+    const loop = new ToolAgentLoop(ctxOf(tok, client, config(), { tools: new FakeTools(["calc"], () => "4") }));
+    const o = await loop.run(SP, row("What is 2+2?", { reward_model: { style: "rule" } }));
+    expect(o.reward_score).toBeNull();
+    expect(o.extra_fields.reward_error).toBe("reward_model.ground_truth is missing: the rule reward compares the final answer with it");
+    const scored = await new ToolAgentLoop(ctxOf(tok, new ScriptedClient(tok, [{ text: "#### 4" }]), config(), { tools: new FakeTools(["calc"], () => "4") })).run(SP, row("What is 2+2?", { reward_model: { style: "rule", ground_truth: "4" } }));
+    expect([scored.reward_score, scored.extra_fields.reward_error]).toEqual([1.0, undefined]);
+  });
+});
+
 describe("C10: unknown tool, bad JSON → error observations, the loop goes on", () => {
   test("unknown tool", async () => {
     const client = new ScriptedClient(tok, [{ text: call("solve", { x: "1" }) }, { text: "sorry" }]);

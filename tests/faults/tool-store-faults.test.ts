@@ -169,9 +169,19 @@ describe.skipIf(!redis)("store faults", () => {
 
     const fullCmd = new IoRedisCommander(REDIS_URL);
     closers.push(() => fullCmd.close());
-    const full = new RolloutService({ config: parseAppConfig({}), store: createRedisTransferQueue({ url: REDIS_URL, prefix }), executorFor: () => ({ agentNameFor: () => "x", run: () => Promise.reject(new Error("x")) }), jobs: new JobQueue(fullCmd, { prefix: `${prefix}full:`, maxPending: 0 }) });
+    const full = new RolloutService({ config: parseAppConfig({}), store: createRedisTransferQueue({ url: REDIS_URL, prefix }), executorFor: () => ({ agentNameFor: () => "x", run: () => Promise.reject(new Error("x")) }), jobs: new JobQueue(fullCmd, { prefix: `${prefix}full:`, maxPending: 1 }) });
     closers.push(() => full.store.close(), async () => full.close());
-    const res2 = await createRolloutsApp({ service: full }).request("/v1/rollouts", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows: [{ prompt: [{ role: "user", content: "a" }] }] }) });
+    const fullApp = createRolloutsApp({ service: full });
+    const post = (rows: unknown[]) => fullApp.request("/v1/rollouts", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows }) });
+    // Larger than --max-pending: it would never fit, so a 413 that states the limit (no Retry-After).
+    const tooBig = await post([{ prompt: [{ role: "user", content: "a" }] }, { prompt: [{ role: "user", content: "b" }] }]);
+    expect(tooBig.status).toBe(413);
+    expect(tooBig.headers.get("retry-after")).toBeNull();
+    expect(await tooBig.json()).toEqual({
+      error: { code: "batch_too_large", field: "rows", message: "batch too large for the job queue: it has 2 trajectories to run and serve accepts at most 1 pending jobs (--max-pending 1); split the batch or raise --max-pending" },
+    });
+    expect((await post([{ prompt: [{ role: "user", content: "a" }] }])).status).toBe(202);
+    const res2 = await post([{ prompt: [{ role: "user", content: "c" }] }]);
     expect(res2.status).toBe(503);
     expect(res2.headers.get("retry-after")).toBe("1");
     expect((await res2.json()).error.code).toBe("queue_full");

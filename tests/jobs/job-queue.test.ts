@@ -110,18 +110,24 @@ describe.skipIf(!redis)("job queue", () => {
     expect((await jobs.claim("rescuer", 5)).length).toBe(0);
   });
 
-  test("max pending: a batch that would overflow the queue is refused with 503 before anything is written", async () => {
+  test("max pending: a batch larger than the limit is a 413 stating it; one that would overflow the waiting jobs is a 503; nothing is written", async () => {
     const { jobs, store } = setup(1000, 3);
     const service = new RolloutService({ config: cfg, store, executorFor: () => fakeExecutor(), jobs, followPollMs: 20 });
     closers.push(async () => service.close());
     const req = RolloutRequest.parse({ rows: [{ prompt: [{ role: "user", content: "a" }], uid: "full0" }, { prompt: [{ role: "user", content: "b" }], uid: "full1" }] });
-    const err = await service.accept(req).catch((e) => e);
-    expect(err).toBeInstanceOf(StoreError);
-    expect([err.status, err.code]).toEqual([503, "queue_full"]);
+    const big = await service.accept(req).catch((e) => e);
+    expect(big).toBeInstanceOf(StoreError);
+    expect([big.status, big.code, big.field, big.retryable]).toEqual([413, "batch_too_large", "rows", false]);
+    expect(big.message).toBe("batch too large for the job queue: it has 4 trajectories to run and serve accepts at most 3 pending jobs (--max-pending 3); split the batch or raise --max-pending");
     expect((await store.groupStatus("full0")).expected).toBeNull();
     expect((await jobs.stats()).depth).toBe(0);
     const one = RolloutRequest.parse({ rows: [{ prompt: [{ role: "user", content: "a" }], uid: "fits0" }] });
     expect((await service.accept(one)).keys).toEqual(["fits0_0_0", "fits0_1_0"]);
+    const two = RolloutRequest.parse({ rows: [{ prompt: [{ role: "user", content: "c" }], uid: "fits1" }] });
+    const full = await service.accept(two).catch((e) => e);
+    expect([full.status, full.code]).toEqual([503, "queue_full"]);
+    expect(full.message).toBe("job queue full: 2 jobs pending, 2 more would exceed max pending 3");
+    expect((await store.groupStatus("fits1")).expected).toBeNull();
   });
 
   test("worker: runs every job once, writes records and completion events, acks, exits when idle; progress comes from the store", async () => {

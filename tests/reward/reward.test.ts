@@ -76,6 +76,13 @@ describe("computeReward", () => {
       seconds: 0.25,
     });
   });
+  test("rule style without ground_truth → score null with an error naming the field, never a silent 0.0", async () => {
+    const error = "reward_model.ground_truth is missing: the rule reward compares the final answer with it";
+    expect(await computeReward({ key: "k", data_source: "gsm8k", reward_model: { style: "rule" }, final_answer: "#### 72" }, { nowMs: clock() })).toEqual({ score: null, seconds: 0.25, error });
+    expect(await computeReward({ key: "k", data_source: "gsm8k", reward_model: { ground_truth: null }, final_answer: "#### 72" }, { nowMs: clock() })).toEqual({ score: null, seconds: 0.25, error });
+    // A ground truth of 0 or "" is a value, scored as usual.
+    expect(await computeReward({ key: "k", data_source: "gsm8k", reward_model: { style: "rule", ground_truth: 0 }, final_answer: "#### 0" }, { nowMs: clock() })).toEqual({ score: 1.0, seconds: 0.25 });
+  });
   test("no reward_model or another style → null", async () => {
     expect(await computeReward({ key: "k", data_source: "d", final_answer: "1" })).toEqual({ score: null, seconds: 0 });
     expect(await computeReward({ key: "k", data_source: "d", reward_model: { style: "model" }, final_answer: "1" })).toEqual({ score: null, seconds: 0 });

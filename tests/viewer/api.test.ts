@@ -40,7 +40,7 @@ test("GET /viewer serves the page, script and stylesheet without auth", async ()
 });
 
 test("GET /v1/rollouts lists batches newest first; GET /v1/trajectories/{key} returns the record, decode=1 the text of every token", async () => {
-  expect(await (await app.request("/v1/rollouts", { headers: auth })).json()).toEqual({ batches: [] });
+  expect(await (await app.request("/v1/rollouts", { headers: auth })).json()).toEqual({ batches: [], next_cursor: null });
   expect((await app.request("/v1/rollouts")).status).toBe(401);
   const a = runtime.service.submit({ rows: rows.slice(0, 2), global_steps: 1, model_version: null, validate: false });
   await a.run.run();
