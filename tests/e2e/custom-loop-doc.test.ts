@@ -93,7 +93,7 @@ describe("§3 in your own program (Bun), the loop of §2 registered by the YAML"
     test(where, async () => {
       const r = await runIn(dir);
       expect({ code: r.code, stderr: r.code === 0 ? "" : r.stderr }).toEqual({ code: 0, stderr: "" });
-      const out = JSON.parse(r.stdout.trim().split("\n").at(-1)!) as { key: string; num_turns: number; reward_score: number; text: string; mask: number[] }[];
+      const out = JSON.parse(r.stdout.trim().split("\n").at(-1)!) as { num_turns: number; reward_score: number; text: string; mask: number[] }[];
       expect(out.map(({ mask: _m, ...o }) => o)).toEqual(EXPECTED);
       // Sampled turns mask 1, the fixed user turn (and the template's boundaries) mask 0.
       expect(out[0]!.mask.filter((m) => m === 0).length).toBeGreaterThan(10);
