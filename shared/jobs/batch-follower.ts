@@ -107,9 +107,12 @@ export function followBatch(run: BatchRun, jobs: JobQueue, store: TransferQueue,
     // Every uid of the batch: a group whose hash vanished is never delivered, even when its later records land.
     const uids = [...new Set(allKeys.map((k) => parseTrajectoryKey(k).uid))];
     const statuses = await Promise.all(uids.map((u) => store.groupStatus(u)));
+    // A group is named when its hash vanished, or when one of its sessions is lost: repairStore may have put the
+    // hash back (another of its sessions landed), but the group can never complete, so it is never delivered.
+    const lostUids = new Set(lost.map((k) => parseTrajectoryKey(k).uid));
     const missing = [
       ...(batchGone ? [jobs.batchKey(run.plan.batch_id)] : []),
-      ...uids.filter((_, i) => statuses[i]!.expected === null).map((u) => `${prefix}group:${u}`),
+      ...uids.filter((u, i) => statuses[i]!.expected === null || (lostUids.has(u) && !statuses[i]!.complete)).map((u) => `${prefix}group:${u}`),
     ];
     const reason =
       `no job in ${jobs.stream}, no session hash and no record for ${Math.round(graceMs / 1000)} s` +

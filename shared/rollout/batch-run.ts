@@ -63,8 +63,9 @@ export interface BatchStats extends BatchMetrics {
    * Trajectories the store lost (queue mode: Redis lost their job, session
    * and record — a restart without persistence, eviction, FLUSHALL): they
    * will never finish, so the batch is done without them. `keys` names them
-   * (at most 1000), `missing` the Redis keys found gone, `reason` says how it
-   * was decided. Null when none.
+   * (at most 1000), `missing` the Redis keys found gone (the batch hash, and
+   * the hash of every group that will never be delivered: gone, or holding a
+   * lost session), `reason` says how it was decided. Null when none.
    */
   lost: { count: number; keys: string[]; missing: string[]; reason: string } | null;
   /**
