@@ -1,5 +1,5 @@
 import IORedis from "ioredis";
-import { StoreError } from "../../shared/errors.ts";
+import { ConfigError, StoreError } from "../../shared/errors.ts";
 
 /** Start-up connectivity checks give up after this long (milliseconds) by default. */
 export const DEFAULT_CHECK_TIMEOUT_MS = 3_000;
@@ -36,6 +36,7 @@ export async function checkRedis(url: string, opts: { timeoutMs?: number; what?:
   } catch (e) {
     throw new StoreError(`cannot reach Redis at ${where}: ${(e as Error).message}`, { cause: e, retryable: false });
   }
+  const db = redisDatabase(url);
   let lastError: Error | null = null;
   c.on("error", (e: Error) => (lastError = e));
   let timer: ReturnType<typeof setTimeout> | undefined;
@@ -47,10 +48,20 @@ export async function checkRedis(url: string, opts: { timeoutMs?: number; what?:
       (async () => {
         await c.connect();
         await c.ping();
+        // ioredis answers a SELECT refused at connect ("ERR DB index is out of range") by reconnecting without
+        // it, on database 0: ask again here so a wrong database number stops the start instead.
+        if (db !== null) {
+          try {
+            await c.select(db);
+          } catch (e) {
+            throw new ConfigError("store.url", `database ${db} of ${maskRedisUrl(url)}: ${(e as Error).message}`);
+          }
+        }
       })(),
       timeout,
     ]);
   } catch (e) {
+    if (e instanceof ConfigError) throw e;
     // ioredis rejects with "Connection is closed." once it gives up; the socket's own error says why.
     const err = lastError as Error | null;
     const msg = err?.message || (e as Error).message || String(e);
@@ -59,4 +70,21 @@ export async function checkRedis(url: string, opts: { timeoutMs?: number; what?:
     clearTimeout(timer);
     c.disconnect();
   }
+}
+
+/**
+ * The database number a `redis://host:port/N` URL names (the path, as
+ * ioredis reads it), or null when it names none.
+ * @throws ConfigError (`store.url`) when the path is not a database number.
+ */
+export function redisDatabase(url: string): number | null {
+  let path: string;
+  try {
+    path = new URL(url).pathname.replace(/^\//, "");
+  } catch {
+    return null;
+  }
+  if (path === "") return null;
+  if (!/^\d+$/.test(path)) throw new ConfigError("store.url", `'/${path.slice(0, 50)}' is not a database number (redis://host:port/N)`);
+  return Number(path);
 }

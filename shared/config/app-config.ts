@@ -82,7 +82,7 @@ export const StoreConfig = z.strictObject({
     .default("memory")
     .refine((s) => s === "memory" || s === "upstash" || /^rediss?:\/\//.test(s), "store.url must be memory, upstash or a redis:// URL"),
   /** Key prefix of every Redis key edgeloop writes. */
-  prefix: z.string().default("edgeloop:"),
+  prefix: z.string().min(1, "must not be empty: an empty prefix writes edgeloop's keys unprefixed into the database (and gc would scan all of it)").default("edgeloop:"),
   /**
    * Largest request to the store, bytes: one Upstash REST body (default 10 MB, Upstash's limit —
    * set your plan's) or one Redis TCP command / pipeline write (default 64 MiB). Pipelines are
@@ -180,13 +180,22 @@ export function parseAppConfig(raw: unknown, source = "config"): AppConfig {
   throw new ConfigError(path, `${issue.message} (in ${source})`);
 }
 
-/** Deep-merges `override` into `base` (objects merge, everything else replaces); used for CLI flags and per-batch config. */
+/**
+ * Deep-merges `override` into `base` (objects merge, everything else
+ * replaces); used for CLI flags and per-batch config. A `base` that is
+ * neither an object, null nor absent where `override` holds a section (a
+ * config file whose `rollout:` is a list or a number, or a whole file that
+ * is not a mapping) is kept as it is, so that parsing names it instead of the
+ * override silently replacing it.
+ */
 export function mergeConfig(base: unknown, override: unknown): unknown {
-  if (!isPlainObject(base) || !isPlainObject(override)) return override === undefined ? base : override;
-  const out: Record<string, unknown> = { ...base };
+  if (override === undefined) return base;
+  if (!isPlainObject(override)) return override;
+  if (base !== undefined && base !== null && !isPlainObject(base)) return base;
+  const out: Record<string, unknown> = { ...(base ?? {}) };
   for (const [k, v] of Object.entries(override)) {
     if (v === undefined) continue;
-    out[k] = mergeConfig(base[k], v);
+    out[k] = mergeConfig(isPlainObject(base) ? base[k] : undefined, v);
   }
   return out;
 }
