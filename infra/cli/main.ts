@@ -98,7 +98,12 @@ configFlags(
     .option("--idle-exit <seconds>", "exit after this many seconds without a job (scale to zero; 0: as soon as none is waiting)", secondsFlag("--idle-exit", { allowZero: true }))
     .option("--lease <seconds>", "seconds without a heartbeat before another worker reclaims a job (default 30)", secondsFlag("--lease"))
     .option("--consumer <name>", "consumer name in the workers group (default <host>-<pid>-<random>)"),
-).action(async (opts) => (await import("./worker-command.ts")).workerCommand(opts));
+)
+  .action(async (opts) => (await import("./worker-command.ts")).workerCommand(opts));
+// Jobs carry their batch's rollout section: these flags are refused on a worker (worker-command.ts), so not listed.
+for (const o of program.commands.find((c) => c.name() === "worker")!.options) {
+  if (["--n", "--prompt-length", "--response-length", "--max-assistant-turns", "--default-agent"].includes(o.long ?? "")) o.hideHelp();
+}
 
 program
   .command("cancel")

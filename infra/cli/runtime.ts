@@ -47,7 +47,7 @@ import { DEADLINE_HEADER } from "../../shared/inference/engine-http.ts";
 import { readConfigFile, resolveConfigPaths } from "./files.ts";
 import { processStoreHealth, watchStore } from "./store-watch.ts";
 import type { StoreHealth } from "../../shared/store/store-health.ts";
-import { overridesFromFlags, type ConfigFlags } from "./flags.ts";
+import { flagConfigError, overridesFromFlags, type ConfigFlags } from "./flags.ts";
 import { checkConfiguredTeacher, teacherClientsFor, validateBatchTeacher } from "./teacher.ts";
 
 /** The package root (where examples/ and infra/ live). */
@@ -157,7 +157,12 @@ export const CARRY_IDLE_TTL_MS = 6 * 3600 * 1000;
  */
 export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {}): Promise<Runtime> {
   const fileCfg = flags.config ? resolveConfigPaths(await readConfigFile(flags.config), flags.config) : {};
-  const config = parseAppConfig(mergeConfig(fileCfg, overridesFromFlags(flags)), flags.config ?? "flags");
+  let config: AppConfig;
+  try {
+    config = parseAppConfig(mergeConfig(fileCfg, overridesFromFlags(flags)), flags.config ?? "flags");
+  } catch (e) {
+    throw flagConfigError(e, flags);
+  }
   // The parser is checked before anything starts; the default agent loop once the registry is loaded (a file may add loops).
   validateRollout(config.rollout, null);
   const checkTimeoutMs = hooks.checkTimeoutMs ?? 3_000;

@@ -1,5 +1,21 @@
 import { z } from "zod";
 
+/**
+ * An absolute `http:` or `https:` URL (engines, webhooks, public URLs): zod's
+ * `url()` alone accepts any scheme (`ftp://…`, `mailto:…`), which would pass
+ * at start and fail every request later.
+ */
+export function httpUrl(message: string) {
+  return z.string().refine((s) => {
+    try {
+      const u = new URL(s);
+      return u.protocol === "http:" || u.protocol === "https:";
+    } catch {
+      return false;
+    }
+  }, message);
+}
+
 /** `rollout.val_kwargs`: sampling used for validation batches (verl defaults: greedy, n = 1). */
 export const ValKwargs = z.strictObject({
   temperature: z.number().min(0).default(0),
@@ -49,8 +65,8 @@ export const AgentConfig = z.strictObject({
  */
 export const TeacherConfig = z
   .strictObject({
-    url: z.union([z.literal("sim"), z.string().url("rollout.teacher.url must be \"sim\" or an http(s) URL")]).nullish(),
-    urls: z.array(z.string().url("rollout.teacher.urls[i] must be an http(s) URL")).min(1, "rollout.teacher.urls must name at least one replica").nullish(),
+    url: z.union([z.literal("sim"), httpUrl("rollout.teacher.url must be \"sim\" or an http(s) URL")], { error: "rollout.teacher.url must be \"sim\" or an http(s) URL" }).nullish(),
+    urls: z.array(httpUrl("rollout.teacher.urls[i] must be an http(s) URL")).min(1, "rollout.teacher.urls must name at least one replica").nullish(),
     format: z.enum(["vllm", "vllm-generate", "sglang"]).default("vllm"),
     model: z.string().nullable().default(null),
     timeout_ms: z.number().int().positive().default(600_000),
