@@ -350,6 +350,22 @@ export function validateRollout(rollout: RolloutConfig, registry: AgentLoopRegis
 }
 
 /**
+ * A batch's `rollout.agent.agent_loop_config_path`: custom loops are imported
+ * once, at start, from the process's own config; a batch naming another file
+ * (or any file, when none was configured) would be accepted and its loops
+ * never loaded, so it is refused. The configured path itself (or null) is
+ * accepted, as a no-op.
+ * @throws ConfigError (400) naming `rollout.agent.agent_loop_config_path`.
+ */
+export function validateBatchLoops(batch: string | null, configured: string | null): void {
+  if (batch === configured) return;
+  throw new ConfigError(
+    "rollout.agent.agent_loop_config_path",
+    `custom agent loops are loaded once at start from the server's config (${configured ?? "none configured"}); a batch cannot load others: leave the key out and name a loaded loop in agent_name or default_agent_loop`,
+  );
+}
+
+/**
  * The rollout service with the batch's config validated before anything is
  * planned or written, in queue mode too (where no executor is built in this
  * process): an unknown parser or agent loop is a 400, not a batch of failures.
@@ -384,6 +400,7 @@ class ValidatingRolloutService extends RolloutService {
       if (rollout) {
         validateRollout(rollout, this.registry);
         validateBatchTeacher(rollout.teacher, this.config.rollout.teacher);
+        validateBatchLoops(rollout.agent.agent_loop_config_path, this.config.rollout.agent.agent_loop_config_path);
       }
     }
   }

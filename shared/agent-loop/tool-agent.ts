@@ -41,7 +41,9 @@ export type ToolCallOutcome = ToolResult | AwaitedToolCall;
  * simulated user said terminate), `max_assistant_turns`, `max_user_turns`,
  * `response_length` (the response budget is used up or an observation
  * overflowed it), `max_model_len` (no room left in the context), `length_stop`
- * (the engine stopped a turn on its length limit), `abort`, `error`.
+ * (the engine stopped a turn on its length limit), `multi_turn_disabled`
+ * (`rollout.multi_turn.enable: false`: the first assistant turn is final; its
+ * calls are not run and no simulated user answers), `abort`, `error`.
  */
 export type TerminatedBy =
   | "model"
@@ -51,6 +53,7 @@ export type TerminatedBy =
   | "response_length"
   | "max_model_len"
   | "length_stop"
+  | "multi_turn_disabled"
   | "abort"
   | "error";
 
@@ -330,6 +333,7 @@ export class ToolAgentLoop extends AgentLoop {
     if (b.remainingBudget <= 0) return wantsMore ? this.end(d, "length", "response_length", true) : this.end(d, "stop", "model");
     if (mt.max_assistant_turns != null && d.assistantTurns >= mt.max_assistant_turns) return this.end(d, "stop", "max_assistant_turns");
     if (mt.max_user_turns != null && d.userTurns >= mt.max_user_turns) return this.end(d, "stop", "max_user_turns");
+    if (!mt.enable && wantsMore) return this.end(d, "stop", "multi_turn_disabled");
     if (lengthStop && attempts.length === 0) return this.end(d, "length", "length_stop", true);
 
     if (attempts.length > 0) {

@@ -22,11 +22,13 @@ export const ValKwargs = z.strictObject({
   top_p: z.number().gt(0).max(1).default(1.0),
   top_k: z.number().int().min(-1).default(-1),
   n: z.number().int().min(1, "rollout.val_kwargs.n must be >= 1").default(1),
+  /** false (verl's default): validation decodes greedily (temperature 0, top_p 1, top_k -1) whatever the values above say; true: it samples with them. */
   do_sample: z.boolean().default(false),
 });
 
 /** `rollout.multi_turn` limits of the tool agent (verl's names and defaults). */
 export const MultiTurnConfig = z.strictObject({
+  /** false: `tool_agent`'s first assistant turn is final (its calls are not run, no simulated user; `terminated_by: "multi_turn_disabled"`). */
   enable: z.boolean().default(true),
   max_assistant_turns: z.number().int().min(1).nullable().default(null),
   max_user_turns: z.number().int().min(1).nullable().default(null),

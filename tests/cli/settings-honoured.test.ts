@@ -1,0 +1,110 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { createRolloutsApp } from "../../functions/rollouts.ts";
+import { buildRuntime, type Runtime } from "../../infra/cli/runtime.ts";
+import { startSimEngine, type RunningSimEngine } from "../../infra/sim-engine/server.ts";
+import type { RolloutRequest } from "../../shared/rollout/batch.ts";
+import type { TrajectoryRecord } from "../../shared/schema/index.ts";
+
+// Settings that used to be accepted and ignored (issue 18 item 10): each is now honoured, or refused.
+const rows = readFileSync(join(import.meta.dir, "..", "..", "examples", "gsm8k-tool.jsonl"), "utf8")
+  .trim()
+  .split("\n")
+  .map((l) => JSON.parse(l));
+
+let sim: RunningSimEngine;
+let proxy: ReturnType<typeof Bun.serve>;
+/** Every body POSTed to the engine's /v1/completions, as the engine received it. */
+const bodies: Record<string, unknown>[] = [];
+let runtime: Runtime;
+
+beforeAll(async () => {
+  sim = await startSimEngine({ replicas: 1, script: JSON.parse(readFileSync(join(import.meta.dir, "..", "..", "examples", "policy.json"), "utf8")) });
+  // A real engine URL in front of the simulator that records what each request asked for.
+  proxy = Bun.serve({
+    port: 0,
+    hostname: "127.0.0.1",
+    async fetch(req) {
+      const url = new URL(req.url);
+      const body = req.method === "POST" ? await req.text() : undefined;
+      if (url.pathname === "/v1/completions" && body) bodies.push(JSON.parse(body));
+      return fetch(`${sim.urls[0]}${url.pathname}${url.search}`, { method: req.method, headers: req.headers, ...(body === undefined ? {} : { body }) });
+    },
+  });
+  runtime = await buildRuntime({ engine: `http://127.0.0.1:${proxy.port}` });
+});
+afterAll(async () => {
+  await runtime.close();
+  proxy.stop(true);
+  await sim.stop();
+});
+
+async function records(req: Partial<RolloutRequest> & { rows: unknown[] }): Promise<TrajectoryRecord[]> {
+  const { run } = await runtime.service.accept({ global_steps: -1, model_version: null, validate: false, ...req });
+  const out: TrajectoryRecord[] = [];
+  for await (const r of run.stream()) out.push(r);
+  return out;
+}
+
+describe("rollout.val_kwargs.do_sample", () => {
+  test("false (verl's default): a validation batch is greedy whatever val_kwargs' temperature, top_p and top_k say", async () => {
+    bodies.length = 0;
+    const recs = await records({ rows: rows.slice(0, 2), validate: true, config: { rollout: { val_kwargs: { temperature: 0.7, top_p: 0.9, top_k: 20, do_sample: false } } } });
+    expect(recs.map((r) => r.error)).toEqual([null, null]);
+    expect(bodies.length).toBeGreaterThanOrEqual(2);
+    expect(new Set(bodies.map((b) => JSON.stringify([b.temperature, b.top_p, b.top_k])))).toEqual(new Set(["[0,1,0]"]));
+  }, 30_000);
+
+  test("true: a validation batch samples with val_kwargs' values", async () => {
+    bodies.length = 0;
+    await records({ rows: rows.slice(0, 2), validate: true, config: { rollout: { val_kwargs: { temperature: 0.7, top_p: 0.9, top_k: 20, do_sample: true } } } });
+    expect(new Set(bodies.map((b) => JSON.stringify([b.temperature, b.top_p, b.top_k])))).toEqual(new Set(["[0.7,0.9,20]"]));
+  }, 30_000);
+
+  test("training batches are untouched by val_kwargs", async () => {
+    bodies.length = 0;
+    await records({ rows: rows.slice(0, 1), config: { rollout: { temperature: 0.6, val_kwargs: { temperature: 0.7, do_sample: false } } } });
+    expect(new Set(bodies.map((b) => b.temperature))).toEqual(new Set([0.6]));
+  }, 30_000);
+});
+
+describe("rollout.multi_turn.enable", () => {
+  test("false: tool_agent's first assistant turn is final; its tool calls are not run", async () => {
+    bodies.length = 0;
+    const recs = await records({ rows: rows.slice(0, 3), config: { rollout: { multi_turn: { enable: false } } } });
+    expect(recs.map((r) => [r.num_turns, r.extra_fields.terminated_by, r.extra_fields.tool_calls, r.metrics.tool_calls])).toEqual([
+      [2, "multi_turn_disabled", 0, 0],
+      [2, "multi_turn_disabled", 0, 0],
+      [2, "multi_turn_disabled", 0, 0],
+    ]);
+    // One engine call per trajectory, and the response is exactly the sampled turn (no observation).
+    expect(bodies.length).toBe(3);
+    for (const r of recs) expect(r.response_mask.every((m) => m === 1)).toBe(true);
+  }, 30_000);
+
+  test("true (default): the same rows call their tools", async () => {
+    const recs = await records({ rows: rows.slice(0, 3) });
+    for (const r of recs) expect(r.extra_fields.tool_calls as number).toBeGreaterThan(0);
+  }, 30_000);
+});
+
+describe("a batch's own rollout.agent.agent_loop_config_path", () => {
+  test("is refused with a 400 naming it (loops are loaded once, at start), and nothing is run", async () => {
+    const app = createRolloutsApp({ service: runtime.service });
+    const res = await app.request("/v1/rollouts", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ rows: rows.slice(0, 1), config: { rollout: { agent: { agent_loop_config_path: "/nonexistent/loops.json" } } } }),
+    });
+    expect(res.status).toBe(400);
+    expect(await res.json()).toEqual({
+      error: {
+        code: "invalid_config",
+        field: "rollout.agent.agent_loop_config_path",
+        message:
+          "config rollout.agent.agent_loop_config_path: custom agent loops are loaded once at start from the server's config (none configured); a batch cannot load others: leave the key out and name a loaded loop in agent_name or default_agent_loop",
+      },
+    });
+  });
+});
