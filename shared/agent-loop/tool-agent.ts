@@ -57,6 +57,17 @@ export type TerminatedBy =
   | "abort"
   | "error";
 
+/**
+ * One tool reply's `metrics` object as recorded in `extra_fields.tool_metrics`:
+ * the assistant turn whose call it answered (1-based), the tool's name and
+ * the object as the tool sent it (synchronous reply or callback).
+ */
+export interface ToolMetricsEntry {
+  turn: number;
+  name: string;
+  metrics: Record<string, unknown>;
+}
+
 /** Mutable state of one tool-agent run (what a durable session would checkpoint). */
 export interface ToolAgentData {
   key: string;
@@ -82,6 +93,8 @@ export interface ToolAgentData {
   lastAssistantText: string;
   metrics: AgentLoopMetrics;
   toolRewards: number[];
+  /** `metrics` of tool replies that carried one, in call order (`extra_fields.tool_metrics`). */
+  toolMetrics?: ToolMetricsEntry[];
   turnScores: number[];
   modelVersions: unknown[];
   /** Policy versions of the response tokens so far, run-length (`extra_fields.token_versions`). */
@@ -133,7 +146,8 @@ export interface ToolAgentData {
  * accumulated over turns (`generate_sequences`; `tool_calls` includes
  * interaction calls; `compute_score`), `num_preempted` summed (−1 when no call
  * reported one). `extra_fields`: `turn_scores`, `tool_rewards`,
- * `model_versions` (per assistant turn, when the engine reports
+ * `tool_metrics` (`[{turn, name, metrics}]`, the `metrics` objects tool
+ * replies carried; absent when none did), `model_versions` (per assistant turn, when the engine reports
  * `extra_fields.model_version`), `token_versions` (run-length segments
  * `[[start, version], …]` over `response_ids`: each sampled token's policy
  * version — the engine's reported one, else the version current when its
@@ -239,14 +253,14 @@ export class ToolAgentLoop extends AgentLoop {
    * Records the asynchronous result of an awaited call.
    * @returns `unknown` when no call of the current round has this id, `answered` when it already has a result.
    */
-  deliverToolResult(d: ToolAgentData, callId: string, result: { content: string; reward?: number | null; ok?: boolean }, nowMs: number): "ok" | "unknown" | "answered" {
+  deliverToolResult(d: ToolAgentData, callId: string, result: { content: string; reward?: number | null; ok?: boolean; metrics?: Record<string, unknown> | null }, nowMs: number): "ok" | "unknown" | "answered" {
     const rs = d.toolResults ?? [];
     const i = rs.findIndex((r) => r !== null && r.call_id === callId);
     if (i < 0) return "unknown";
     const r = rs[i]!;
     if (!("awaiting" in r)) return "answered";
     d.metrics.tool_calls += Math.max(0, (nowMs - r.accepted_ms) / 1000);
-    rs[i] = { ok: result.ok ?? true, call_id: callId, attempts: 1, content: result.content, ...(result.reward != null ? { reward: result.reward } : {}) };
+    rs[i] = { ok: result.ok ?? true, call_id: callId, attempts: 1, content: result.content, ...(result.reward != null ? { reward: result.reward } : {}), ...(result.metrics != null ? { metrics: result.metrics } : {}) };
     return "ok";
   }
 
@@ -390,6 +404,7 @@ export class ToolAgentLoop extends AgentLoop {
     const toolMessages: ChatMessage[] = results.map((r, i) => {
       if (!r.ok) d.toolErrors++;
       if (r.reward != null) d.toolRewards.push(r.reward);
+      if (r.metrics != null && names[i]) (d.toolMetrics ??= []).push({ turn: d.assistantTurns, name: names[i]!, metrics: r.metrics });
       const content = truncateToolResponse(r.content, mt.max_tool_response_length, mt.tool_response_truncate_side);
       const name = names[i];
       return name ? { role: "tool", name, content } : { role: "tool", content };
@@ -429,6 +444,8 @@ export class ToolAgentLoop extends AgentLoop {
       tool_errors: d.toolErrors,
       terminated_by: d.terminatedBy,
     };
+    // Absent when no tool sent metrics, so records without them are unchanged byte for byte.
+    if (d.toolMetrics?.length) extra.tool_metrics = d.toolMetrics;
     if (d.modelVersions.some((v) => v !== null)) extra.model_versions = d.modelVersions;
     const tv = finalTokenVersions(d.tokenVersions, d.builder!.responseLength);
     if (tv) extra.token_versions = tv;
