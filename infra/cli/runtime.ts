@@ -537,10 +537,18 @@ async function buildEngine(
   }
   if (config.rollout.seed !== undefined) script = { ...script, seed: config.rollout.seed };
   if (e.replicas === 1) {
-    describe.push(`engine     simulated, in-process (script ${scriptPath})`);
     const engine = new SimEngine({ tokenizer, script, maxModelLen: config.rollout.max_model_len ?? undefined, latency: simLatency(e), ...(e.moe ? { moe: e.moe } : {}) });
     const app = createSimEngineApp(engine);
-    targets.push({ url: "http://sim.local", fetch: async (input, init) => app.fetch(new Request(input, init)) });
+    const simFetch = async (input: RequestInfo | URL, init?: RequestInit) => app.fetch(new Request(input, init));
+    targets.push({ url: "http://sim.local", fetch: simFetch });
+    // `engine.format` other than vllm is honoured: the format's own client speaks its wire form to the
+    // simulator's routes in-process (no socket). Routed experts with vllm-generate stay on the direct path,
+    // which answers any format (the vLLM wire forms refuse the option).
+    if (e.format !== "vllm" && !(config.rollout.return_routed_experts && e.format !== "sglang")) {
+      describe.push(`engine     simulated, in-process, ${e.format} wire format (script ${scriptPath})`);
+      return createEngineClient({ url: "http://sim.local", format: e.format, timeoutMs: e.timeout_ms, retry: { retries: 3 }, fetch: simFetch, moe: { layers: engine.moe.layers, top_k: engine.moe.top_k } });
+    }
+    describe.push(`engine     simulated, in-process (script ${scriptPath})`);
     return new SimEngineClient(engine);
   }
   const sim = await startSimEngine({ replicas: e.replicas, script, tokenizer, maxModelLen: config.rollout.max_model_len ?? undefined, latency: simLatency(e), ...(e.moe ? { moe: e.moe } : {}) });

@@ -108,3 +108,33 @@ describe("a batch's own rollout.agent.agent_loop_config_path", () => {
     });
   });
 });
+
+describe("engine.format with the embedded simulator and one replica", () => {
+  test("sglang and vllm-generate speak their wire forms to the simulator in-process; the records equal the direct path's", async () => {
+    const runOne = async (engineFormat?: "sglang" | "vllm-generate") => {
+      const rt = await buildRuntime({ seed: 7, n: 2, ...(engineFormat ? { engineFormat } : {}) });
+      try {
+        const { run } = await rt.service.accept({ rows: rows.slice(0, 4), global_steps: -1, model_version: null, validate: false });
+        const recs: TrajectoryRecord[] = [];
+        for await (const r of run.stream()) recs.push(r);
+        const byPrompt = recs
+          .map((r) => [JSON.stringify(r.prompt_ids), r.session_id, r.response_ids, r.response_mask, r.rollout_log_probs, r.reward_score] as const)
+          .sort((x, y) => (x[0] + x[1] < y[0] + y[1] ? -1 : 1));
+        return { engine: rt.describe.find((l) => l.startsWith("engine"))!, byPrompt };
+      } finally {
+        await rt.close();
+      }
+    };
+    const direct = await runOne();
+    const sglang = await runOne("sglang");
+    const generate = await runOne("vllm-generate");
+    expect([direct.engine, sglang.engine, generate.engine].map((l) => l.replace(/ \(script .*\)$/, ""))).toEqual([
+      "engine     simulated, in-process",
+      "engine     simulated, in-process, sglang wire format",
+      "engine     simulated, in-process, vllm-generate wire format",
+    ]);
+    expect(direct.byPrompt.length).toBe(8);
+    expect(sglang.byPrompt).toEqual(direct.byPrompt);
+    expect(generate.byPrompt).toEqual(direct.byPrompt);
+  }, 60_000);
+});
