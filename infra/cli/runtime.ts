@@ -163,8 +163,9 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
   } catch (e) {
     throw flagConfigError(e, flags);
   }
-  // The parser is checked before anything starts; the default agent loop once the registry is loaded (a file may add loops).
-  validateRollout(config.rollout, null);
+  // The parser is checked before anything starts, unless loop modules are configured (a module may register
+  // its own parser with registerToolCallParser); the default agent loop once the registry is loaded.
+  if (!config.rollout.agent.agent_loop_config_path) validateRollout(config.rollout, null);
   const checkTimeoutMs = hooks.checkTimeoutMs ?? 3_000;
   if (hooks.waitForStore) await waitForStore(config, checkTimeoutMs, flags.storeTimeout, hooks.onStoreTimeout);
   else await checkStore(config, checkTimeoutMs);
@@ -175,10 +176,6 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     const tokenizer = await loadTokenizer(config.model ?? undefined);
     probeTemplate(tokenizer);
     describe.push(`model      ${describeModel(tokenizer, config.rollout.multi_turn.format)}`);
-    const parser = config.rollout.multi_turn.format ?? tokenizer.traits.defaultParser;
-    if (!toolCallParserNames().includes(parser)) {
-      warnings.push(`warning    tool-call parser '${parser}' (default of ${tokenizer.traits.family}) is not registered in this build; tool_agent trajectories fail until rollout.multi_turn.format names one of: ${toolCallParserNames().join(", ")}`);
-    }
 
     const targets: EngineReplicaTarget[] = [];
     const client = await buildEngine(config, tokenizer, closers, describe, targets);
@@ -213,6 +210,10 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       await registry.loadConfig(parseAgentLoopConfig(text, loopsPath), { baseUrl: pathToFileURL(resolve(loopsPath)).href });
     }
     validateRollout(config.rollout, registry);
+    const parser = config.rollout.multi_turn.format ?? tokenizer.traits.defaultParser;
+    if (!toolCallParserNames().includes(parser)) {
+      warnings.push(`warning    tool-call parser '${parser}' (default of ${tokenizer.traits.family}) is not registered in this build; tool_agent trajectories fail until rollout.multi_turn.format names one of: ${toolCallParserNames().join(", ")}`);
+    }
     describe.push(`loops      ${registry.names().join(", ")} (default ${config.rollout.agent.default_agent_loop})`);
 
     const policy = buildPolicy(config, closers, flags.storeTimeout);

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createRolloutsApp } from "../../functions/rollouts.ts";
 import { buildRuntime, type Runtime } from "../../infra/cli/runtime.ts";
@@ -137,4 +138,41 @@ describe("engine.format with the embedded simulator and one replica", () => {
     expect(sglang.byPrompt).toEqual(direct.byPrompt);
     expect(generate.byPrompt).toEqual(direct.byPrompt);
   }, 60_000);
+});
+
+describe("a tool-call parser registered by a loop module", () => {
+  test("rollout.multi_turn.format may name it: the format is checked after agent_loop_config_path's modules load, and tool_agent parses with it", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "edgeloop-parser-"));
+    const repo = join(import.meta.dir, "..", "..");
+    try {
+      // The module registers a parser (Hermes underneath, counting its calls) and exports a loop.
+      writeFileSync(
+        join(dir, "counting-parser.ts"),
+        [
+          `import { registerToolCallParser } from ${JSON.stringify(join(repo, "shared/tools/parser-registry.ts"))};`,
+          `import { HermesToolCallParser } from ${JSON.stringify(join(repo, "shared/tools/hermes-parser.ts"))};`,
+          `export { ToolAgentLoop as CountingToolAgent } from ${JSON.stringify(join(repo, "shared/agent-loop/tool-agent.ts"))};`,
+          `export const seen = { turns: 0 };`,
+          `registerToolCallParser("counting_hermes", () => { const h = new HermesToolCallParser(); return { extract: (t: string) => { seen.turns++; return h.extract(t); } } as never; });`,
+        ].join("\n"),
+      );
+      writeFileSync(join(dir, "loops.yaml"), "- name: counting_agent\n  module: ./counting-parser.ts\n  export: CountingToolAgent\n");
+      writeFileSync(join(dir, "config.yaml"), "rollout:\n  multi_turn: {format: counting_hermes}\n  agent: {agent_loop_config_path: loops.yaml, default_agent_loop: tool_agent}\n");
+      const rt = await buildRuntime({ config: join(dir, "config.yaml") });
+      try {
+        expect(rt.warnings.filter((w) => w.includes("parser"))).toEqual([]);
+        const { run } = await rt.service.accept({ rows: rows.slice(0, 1), global_steps: -1, model_version: null, validate: false });
+        const recs: TrajectoryRecord[] = [];
+        for await (const r of run.stream()) recs.push(r);
+        const { seen } = await import(join(dir, "counting-parser.ts"));
+        expect([recs[0]!.error, (recs[0]!.extra_fields.tool_calls as number) > 0]).toEqual([null, true]);
+        // The first example row: one calc call, then the answer — two assistant turns, both parsed by it.
+        expect([recs[0]!.num_turns, recs[0]!.extra_fields.tool_calls, seen.turns]).toEqual([4, 1, 2]);
+      } finally {
+        await rt.close();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 30_000);
 });
