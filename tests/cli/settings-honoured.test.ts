@@ -176,3 +176,16 @@ describe("a tool-call parser registered by a loop module", () => {
     }
   }, 30_000);
 });
+
+describe("verl rows that carry only raw_prompt", () => {
+  test("run with raw_prompt as their messages (same prompt_ids as the same row with prompt); neither is still a row error", async () => {
+    const { prompt, ...rest } = rows[0] as { prompt: unknown };
+    const { run, keys } = await runtime.service.accept({ rows: [rows[0], { ...rest, raw_prompt: prompt }, rest], config: { rollout: { n: 1 } }, global_steps: -1, model_version: null, validate: false });
+    const byKey = new Map<string, TrajectoryRecord>();
+    for await (const r of run.stream()) byKey.set(r.key, r);
+    const [withPrompt, withRaw, neither] = keys.map((k) => byKey.get(k)!);
+    expect(withRaw!.error).toBe(null);
+    expect(withRaw!.prompt_ids).toEqual(withPrompt!.prompt_ids);
+    expect(neither!.error).toBe("rows[2].prompt: Invalid input: expected array, received undefined");
+  }, 30_000);
+});
