@@ -228,7 +228,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       maxModelLen,
       tools,
       teacher,
-      reward: { ...(config.reward.url ? { webhook: { url: config.reward.url, timeout_ms: 30_000, max_retries: 2 } } : {}), ...(config.tools.secret ? { secret: config.tools.secret } : {}) },
+      reward: { ...(config.reward.url ? { webhook: { url: config.reward.url, timeout_ms: config.reward.timeout_ms, max_retries: config.reward.max_retries } } : {}), ...(config.tools.secret ? { secret: config.tools.secret } : {}) },
     };
     const built = buildSessionStorage(config, closers, flags.storeTimeout);
     const storage = built?.storage ?? null;
@@ -527,7 +527,7 @@ async function buildEngine(
   if (e.url !== "sim") {
     targets.push(...(e.admin_urls ?? [e.url]).map((url) => ({ url })));
     describe.push(`engine     ${e.url} (${e.format})`);
-    return createEngineClient({ url: e.url, format: e.format, model: e.model ?? undefined, timeoutMs: e.timeout_ms, retry: { retries: 3 }, ...(moe ? { moe } : {}) });
+    return createEngineClient({ url: e.url, format: e.format, model: e.model ?? undefined, timeoutMs: e.timeout_ms, retry: { retries: e.max_retries }, ...(moe ? { moe } : {}) });
   }
   const scriptPath = e.script ?? DEFAULT_SCRIPT;
   let script: Record<string, unknown>;
@@ -538,7 +538,7 @@ async function buildEngine(
   }
   if (config.rollout.seed !== undefined) script = { ...script, seed: config.rollout.seed };
   if (e.replicas === 1) {
-    const engine = new SimEngine({ tokenizer, script, maxModelLen: config.rollout.max_model_len ?? undefined, latency: simLatency(e), ...(e.moe ? { moe: e.moe } : {}) });
+    const engine = new SimEngine({ tokenizer, script, maxModelLen: config.rollout.max_model_len ?? undefined, latency: simLatency(e), ...(e.moe ? { moe: e.moe } : {}), ...(e.sim_kv_cache_blocks ? { kvCacheBlocks: e.sim_kv_cache_blocks } : {}) });
     const app = createSimEngineApp(engine);
     const simFetch = async (input: RequestInfo | URL, init?: RequestInit) => app.fetch(new Request(input, init));
     targets.push({ url: "http://sim.local", fetch: simFetch });
@@ -547,12 +547,12 @@ async function buildEngine(
     // which answers any format (the vLLM wire forms refuse the option).
     if (e.format !== "vllm" && !(config.rollout.return_routed_experts && e.format !== "sglang")) {
       describe.push(`engine     simulated, in-process, ${e.format} wire format (script ${scriptPath})`);
-      return createEngineClient({ url: "http://sim.local", format: e.format, timeoutMs: e.timeout_ms, retry: { retries: 3 }, fetch: simFetch, moe: { layers: engine.moe.layers, top_k: engine.moe.top_k } });
+      return createEngineClient({ url: "http://sim.local", format: e.format, timeoutMs: e.timeout_ms, retry: { retries: e.max_retries }, fetch: simFetch, moe: { layers: engine.moe.layers, top_k: engine.moe.top_k } });
     }
     describe.push(`engine     simulated, in-process (script ${scriptPath})`);
     return new SimEngineClient(engine);
   }
-  const sim = await startSimEngine({ replicas: e.replicas, script, tokenizer, maxModelLen: config.rollout.max_model_len ?? undefined, latency: simLatency(e), ...(e.moe ? { moe: e.moe } : {}) });
+  const sim = await startSimEngine({ replicas: e.replicas, script, tokenizer, maxModelLen: config.rollout.max_model_len ?? undefined, latency: simLatency(e), ...(e.moe ? { moe: e.moe } : {}), ...(e.sim_kv_cache_blocks ? { kvCacheBlocks: e.sim_kv_cache_blocks } : {}) });
   closers.push(() => sim.stop());
   targets.push(...sim.urls.map((url) => ({ url })));
   const g = config.gateway;
@@ -570,7 +570,7 @@ async function buildEngine(
     url: "http://gateway.local",
     format: e.format,
     timeoutMs: e.timeout_ms,
-    retry: { retries: 3 },
+    retry: { retries: e.max_retries },
     fetch: (input, init) => gateway.fetch(new Request(input, init)),
     moe: { layers: simMoe.layers, top_k: simMoe.top_k },
   });

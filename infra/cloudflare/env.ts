@@ -135,6 +135,7 @@ async function build(env: Env): Promise<WorkerRuntime> {
     url: engineUrl,
     format,
     timeoutMs: config.engine.timeout_ms,
+    retry: { retries: config.engine.max_retries },
     ...(config.engine.model ? { model: config.engine.model } : {}),
     ...(config.engine.moe ? { moe: { layers: config.engine.moe.layers, top_k: config.engine.moe.top_k } } : {}),
   });
@@ -162,8 +163,8 @@ async function build(env: Env): Promise<WorkerRuntime> {
     client,
     ...(config.rollout.max_model_len ? { maxModelLen: config.rollout.max_model_len } : {}),
     ...(tools ? { tools } : {}),
-    // As `edgeloop serve`: a webhook reward for rows whose reward_model.style is "webhook" (30 s, 2 retries).
-    reward: { ...(config.reward.url ? { webhook: { url: config.reward.url, timeout_ms: 30_000, max_retries: 2 } } : {}), ...(secret ? { secret } : {}) },
+    // As `edgeloop serve`: a webhook reward for rows whose reward_model.style is "webhook".
+    reward: { ...(config.reward.url ? { webhook: { url: config.reward.url, timeout_ms: config.reward.timeout_ms, max_retries: config.reward.max_retries } } : {}), ...(secret ? { secret } : {}) },
     teacher,
   };
   return { config, deps, queue, secret, ...agentSettings(env, config) };
@@ -190,6 +191,7 @@ export function refuseOnWorkers(config: AppConfig): void {
     ["engine.script", "the Worker has no simulated engine"],
     ["engine.replicas", "the Worker has no simulated engine: put replicas behind `edgeloop gateway` and point EDGELOOP_ENGINE_URL at it"],
     ["engine.sim_latency", "the Worker has no simulated engine"],
+    ["engine.sim_kv_cache_blocks", "the Worker has no simulated engine"],
     ["engine.admin_urls", "the Worker serves no /v1/engine/pause|resume: pause engines through edgeloop serve"],
     ["tools.file", "the Worker has no file system: put the tools file's JSON in EDGELOOP_TOOLS"],
     ["concurrency", "each trajectory runs in its own Durable Object: there is no per-process limit to set"],

@@ -15,6 +15,10 @@ export const EngineConfig = z.strictObject({
   model: z.string().nullable().default(null),
   /** Per-request deadline in milliseconds. */
   timeout_ms: z.number().int().positive().default(600_000),
+  /** Retries of a failed engine call (5xx, refused, past `timeout_ms`), each under a fresh request id, with backoff; 0: none. */
+  max_retries: z.number().int().min(0).max(100).default(3),
+  /** The simulated engine's prefix KV cache per replica, in blocks of 16 tokens (sim only); null: the simulator's default (16,384 blocks). */
+  sim_kv_cache_blocks: z.number().int().min(1).nullable().default(null),
   /**
    * Base URLs of the engine replicas behind `url` when `url` is a router
    * (SMG, vllm-router): `POST /v1/engine/pause` and `/resume` reach each
@@ -101,8 +105,15 @@ export const AgentConfig = z.strictObject({
 });
 export type AgentWebhookSection = z.infer<typeof AgentConfig>;
 
-/** A webhook reward used for rows whose `reward_model.style` is `webhook`. */
-export const RewardConfig = z.strictObject({ url: httpUrl("reward.url must be an http(s) URL").nullable().default(null) });
+/**
+ * A webhook reward used for rows whose `reward_model.style` is `webhook`:
+ * its URL, the deadline of one call in ms and the retries of a failed call.
+ */
+export const RewardConfig = z.strictObject({
+  url: httpUrl("reward.url must be an http(s) URL").nullable().default(null),
+  timeout_ms: z.number().int().positive().default(30_000),
+  max_retries: z.number().int().min(0).max(100).default(2),
+});
 
 /**
  * The whole edgeloop configuration: verl's `rollout` section plus where the

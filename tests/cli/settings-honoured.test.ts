@@ -189,3 +189,59 @@ describe("verl rows that carry only raw_prompt", () => {
     expect(neither!.error).toBe("rows[2].prompt: Invalid input: expected array, received undefined");
   }, 30_000);
 });
+
+describe("reward.timeout_ms, reward.max_retries and engine.max_retries", () => {
+  test("reward.max_retries and timeout_ms are the webhook reward's (were fixed at 2 and 30 s)", async () => {
+    let calls = 0;
+    // Fails the first three calls of each trajectory's reward, then scores 0.25.
+    const reward = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => (++calls % 4 === 0 ? Response.json({ score: 0.25 }) : new Response("busy", { status: 503 })) });
+    const dir = mkdtempSync(join(tmpdir(), "edgeloop-reward-"));
+    const row = { ...rows[0], agent_name: "single_turn_agent", reward_model: { style: "webhook" } };
+    try {
+      const run = async (maxRetries: number) => {
+        calls = 0;
+        writeFileSync(join(dir, "c.json"), JSON.stringify({ reward: { url: `http://127.0.0.1:${reward.port}/r`, timeout_ms: 2000, max_retries: maxRetries }, engine: { max_retries: 0 } }));
+        const rt = await buildRuntime({ config: join(dir, "c.json") });
+        try {
+          const { run } = await rt.service.accept({ rows: [row], global_steps: -1, model_version: null, validate: false });
+          const out: TrajectoryRecord[] = [];
+          for await (const r of run.stream()) out.push(r);
+          return { calls, score: out[0]!.reward_score, error: out[0]!.extra_fields.reward_error ?? null, timeout: (rt.config.reward.timeout_ms) };
+        } finally {
+          await rt.close();
+        }
+      };
+      expect(await run(3)).toEqual({ calls: 4, score: 0.25, error: null, timeout: 2000 });
+      const two = await run(2);
+      expect([two.calls, two.score]).toEqual([3, null]);
+      expect(two.error).toBe(`webhook http://127.0.0.1:${reward.port}/r: HTTP 503`);
+    } finally {
+      reward.stop(true);
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+});
+
+test("engine.max_retries is the engine client's retry count (was fixed at 3)", async () => {
+  let attempts = 0;
+  const down = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: (req) => (new URL(req.url).pathname === "/v1/completions" ? (attempts++, new Response("down", { status: 500 })) : new Response("no", { status: 404 })) });
+  const dir = mkdtempSync(join(tmpdir(), "edgeloop-engine-"));
+  try {
+    const count = async (maxRetries: number) => {
+      attempts = 0;
+      writeFileSync(join(dir, "c.json"), JSON.stringify({ engine: { url: `http://127.0.0.1:${down.port}`, max_retries: maxRetries }, rollout: { max_model_len: 4096 } }));
+      const rt = await buildRuntime({ config: join(dir, "c.json") });
+      try {
+        const { run } = await rt.service.accept({ rows: [{ ...rows[0], agent_name: "single_turn_agent" }], global_steps: -1, model_version: null, validate: false });
+        for await (const r of run.stream()) expect(r.error).not.toBe(null);
+        return attempts;
+      } finally {
+        await rt.close();
+      }
+    };
+    expect([await count(0), await count(2)]).toEqual([1, 3]);
+  } finally {
+    down.stop(true);
+    rmSync(dir, { recursive: true, force: true });
+  }
+}, 60_000);
