@@ -37,3 +37,13 @@ export function secondsFlag(flag: string, opts: { allowZero?: boolean } = {}): (
 
 /** A TCP port, 0..65535 (0: any free port). */
 export const portFlag = intFlag("--port", 0, 65535);
+
+/** Milliseconds per token, >= 0 (a fraction allowed): the simulator's latency model flags. */
+export function msPerTokenFlag(flag: string): (v: string) => number {
+  return (v) => {
+    const s = v.trim();
+    const n = Number(s);
+    if (!NUM.test(s) || !Number.isFinite(n) || n < 0) throw new InvalidArgumentError(`${flag} must be a number of milliseconds >= 0, got '${v}'`);
+    return n;
+  };
+}

@@ -14,7 +14,7 @@
 import { Command, CommanderError, Option } from "commander";
 import { EdgeloopError } from "../../shared/errors.ts";
 import { setupTelemetryFromEnv, type Telemetry } from "../telemetry/setup.ts";
-import { intFlag, portFlag as port, secondsFlag } from "./flag-parsers.ts";
+import { intFlag, msPerTokenFlag, portFlag as port, secondsFlag } from "./flag-parsers.ts";
 import { watchLauncher } from "./launcher-watch.ts";
 import { registerSelfImports } from "./self-imports.ts";
 
@@ -135,6 +135,10 @@ program
   .option("--host <host>", "address to bind", "127.0.0.1")
   .option("--model <name|dir>", "the model whose tokens the engine samples: qwen3 (default), llama3_1, deepseek_v3, gpt_oss, gemma3, or a model directory")
   .option("--moe <layers,top_k,num_experts>", "MoE shape of the routed experts SGLang's /generate returns with return_routed_experts (default 4,2,16)")
+  .option("--max-model-len <n>", "context size the engine reports (/v1/models max_model_len) and enforces (default 40960)", intFlag("--max-model-len", 2))
+  .option("--kv-cache-blocks <n>", "prefix KV cache per replica, in 16-token blocks (default 16384)", intFlag("--kv-cache-blocks", 1))
+  .option("--prefill-ms-per-token <ms>", "latency model: milliseconds per uncached prompt token (default 0)", msPerTokenFlag("--prefill-ms-per-token"))
+  .option("--decode-ms-per-token <ms>", "latency model: milliseconds per generated token (default 0)", msPerTokenFlag("--decode-ms-per-token"))
   .action(async (opts) => (await import("./engine-commands.ts")).simEngineCommand(opts));
 
 program

@@ -43,6 +43,8 @@ const CASES: [string[], string][] = [
   [["gateway", "--replicas", "http://127.0.0.1:1", "--attempt-timeout-ms", "0"], "--attempt-timeout-ms must be an integer >= 1, got '0' (see edgeloop gateway --help)"],
   [["sim-engine", "--replicas", "0"], "--replicas must be an integer 1..64, got '0' (see edgeloop sim-engine --help)"],
   [["inspect"], "missing required argument 'key' (see edgeloop inspect --help)"],
+  [["sim-engine", "--decode-ms-per-token", "-1"], "--decode-ms-per-token must be a number of milliseconds >= 0, got '-1' (see edgeloop sim-engine --help)"],
+  [["sim-engine", "--kv-cache-blocks", "0"], "--kv-cache-blocks must be an integer >= 1, got '0' (see edgeloop sim-engine --help)"],
   // Values a parser accepts but no request could use: refused at start, naming the flag (before any data is read).
   [["rollout", "--data", "x.jsonl", "--out", "no-such-folder/out.jsonl"], `--out: the folder ${join(dir, "no-such-folder")} does not exist (create it first, or write elsewhere)`],
   [["rollout", "--data", "x.jsonl", "--out", "."], `--out: ${dir} is a folder; name a file (e.g. ${dir}/rollouts.jsonl)`],
