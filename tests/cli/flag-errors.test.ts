@@ -67,7 +67,7 @@ describe("flag and argument errors: one line naming the flag, exit 2", () => {
     test(args.join(" "), () => {
       const r = edgeloop(args);
       expect({ code: r.code, stderr: r.stderr, stdout: r.stdout }).toEqual({ code: 2, stderr: `edgeloop: ${line}\n`, stdout: "" });
-    });
+    }, 30_000);
   }
   test("--help still exits 0 with the help on stdout", () => {
     const r = edgeloop(["worker", "--help"]);
