@@ -542,13 +542,6 @@ async function buildEngine(
     const app = createSimEngineApp(engine);
     const simFetch = async (input: RequestInfo | URL, init?: RequestInit) => app.fetch(new Request(input, init));
     targets.push({ url: "http://sim.local", fetch: simFetch });
-    // `engine.format` other than vllm is honoured: the format's own client speaks its wire form to the
-    // simulator's routes in-process (no socket). Routed experts with vllm-generate stay on the direct path,
-    // which answers any format (the vLLM wire forms refuse the option).
-    if (e.format !== "vllm" && !(config.rollout.return_routed_experts && e.format !== "sglang")) {
-      describe.push(`engine     simulated, in-process, ${e.format} wire format (script ${scriptPath})`);
-      return createEngineClient({ url: "http://sim.local", format: e.format, timeoutMs: e.timeout_ms, retry: { retries: e.max_retries }, fetch: simFetch, moe: { layers: engine.moe.layers, top_k: engine.moe.top_k } });
-    }
     describe.push(`engine     simulated, in-process (script ${scriptPath})`);
     return new SimEngineClient(engine);
   }

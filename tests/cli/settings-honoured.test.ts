@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createRolloutsApp } from "../../functions/rollouts.ts";
 import { buildRuntime, type Runtime } from "../../infra/cli/runtime.ts";
+import { unregisterToolCallParser } from "../../shared/tools/parser-registry.ts";
 import { startSimEngine, type RunningSimEngine } from "../../infra/sim-engine/server.ts";
 import type { RolloutRequest } from "../../shared/rollout/batch.ts";
 import type { TrajectoryRecord } from "../../shared/schema/index.ts";
@@ -110,36 +111,6 @@ describe("a batch's own rollout.agent.agent_loop_config_path", () => {
   });
 });
 
-describe("engine.format with the embedded simulator and one replica", () => {
-  test("sglang and vllm-generate speak their wire forms to the simulator in-process; the records equal the direct path's", async () => {
-    const runOne = async (engineFormat?: "sglang" | "vllm-generate") => {
-      const rt = await buildRuntime({ seed: 7, n: 2, ...(engineFormat ? { engineFormat } : {}) });
-      try {
-        const { run } = await rt.service.accept({ rows: rows.slice(0, 4), global_steps: -1, model_version: null, validate: false });
-        const recs: TrajectoryRecord[] = [];
-        for await (const r of run.stream()) recs.push(r);
-        const byPrompt = recs
-          .map((r) => [JSON.stringify(r.prompt_ids), r.session_id, r.response_ids, r.response_mask, r.rollout_log_probs, r.reward_score] as const)
-          .sort((x, y) => (x[0] + x[1] < y[0] + y[1] ? -1 : 1));
-        return { engine: rt.describe.find((l) => l.startsWith("engine"))!, byPrompt };
-      } finally {
-        await rt.close();
-      }
-    };
-    const direct = await runOne();
-    const sglang = await runOne("sglang");
-    const generate = await runOne("vllm-generate");
-    expect([direct.engine, sglang.engine, generate.engine].map((l) => l.replace(/ \(script .*\)$/, ""))).toEqual([
-      "engine     simulated, in-process",
-      "engine     simulated, in-process, sglang wire format",
-      "engine     simulated, in-process, vllm-generate wire format",
-    ]);
-    expect(direct.byPrompt.length).toBe(8);
-    expect(sglang.byPrompt).toEqual(direct.byPrompt);
-    expect(generate.byPrompt).toEqual(direct.byPrompt);
-  }, 60_000);
-});
-
 describe("a tool-call parser registered by a loop module", () => {
   test("rollout.multi_turn.format may name it: the format is checked after agent_loop_config_path's modules load, and tool_agent parses with it", async () => {
     const dir = mkdtempSync(join(tmpdir(), "edgeloop-parser-"));
@@ -172,6 +143,7 @@ describe("a tool-call parser registered by a loop module", () => {
         await rt.close();
       }
     } finally {
+      unregisterToolCallParser("counting_hermes");
       rmSync(dir, { recursive: true, force: true });
     }
   }, 30_000);
