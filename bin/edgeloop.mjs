@@ -28,6 +28,19 @@ const child = spawn(bun, [join(root, "infra", "cli", "main.ts"), ...process.argv
 // Forward signals so that Ctrl-C or a kill of this launcher reaches the CLI (which then flushes and
 // prints its partial summary), and exit with the CLI's own status once it is gone.
 for (const sig of ["SIGINT", "SIGTERM", "SIGHUP"]) process.on(sig, () => child.kill(sig));
+// Under `npx`/`npm exec` (npm_command=exec) npm starts this launcher through `sh -c` and forwards a
+// signal only to that shell, which dies without passing it on: `npx edgeloop serve & kill $!` left the
+// launcher and the CLI running. So follow npm's lifetime: once the process that started this launcher
+// is gone (re-parented), stop the CLI as if it had been sent SIGTERM. Run directly, nothing changes.
+if (process.env.npm_command === "exec") {
+  const parent = process.ppid;
+  const watch = setInterval(() => {
+    if (process.ppid === parent) return;
+    clearInterval(watch);
+    child.kill("SIGTERM");
+  }, 500);
+  watch.unref();
+}
 child.on("error", (e) => {
   console.error(`edgeloop: cannot start bun (${e.message}); run npm install first`);
   process.exit(127);

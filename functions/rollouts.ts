@@ -16,6 +16,7 @@ import { STORE_UNREACHABLE, storeOutageOf } from "../shared/store/store-outage.t
 export type { StoreHealth };
 import { mountViewer } from "./viewer/viewer-app.ts";
 import { EnginePauseRequest, type EngineControl } from "../shared/inference/engine-control.ts";
+import { ToolResultCallback } from "../shared/session/tool-result-callback.ts";
 
 /** Query of `GET /v1/groups`. */
 export const GroupsQuery = z.object({
@@ -313,7 +314,16 @@ export function openApiDocument(): Record<string, unknown> {
           parameters: ["limit", "cursor"].map((name) => ({ name, in: "query", required: false, schema: { type: "string" } })),
           responses: { "200": { description: "{batches: BatchSummary[], next_cursor: string | null}" }, "400": err },
         },
-        post: { summary: "Submit a batch of dataset rows", requestBody: json(RolloutRequest), responses: { "202": { description: "accepted: {batch_id, keys, reused_uids, complete_uids} (uids whose group already existed resume it; complete ones are returned as they are)" }, "400": err, "401": err, "409": err, "415": err } },
+        post: { summary: "Submit a batch of dataset rows", requestBody: json(RolloutRequest), responses: {
+            "202": { description: "accepted: {batch_id, keys, reused_uids, complete_uids} (uids whose group already existed resume it; complete ones are returned as they are)" },
+            "400": err,
+            "401": err,
+            "409": err,
+            "413": { ...err, description: "request_too_large: the body is over 32 MiB, or a row cannot fit in one store request (names rows[i]); nothing was written" },
+            "415": err,
+            "503": { ...err, description: "queue_full (more jobs than --max-pending would wait) or the store refuses writes; Retry-After says when to try again", headers: { "Retry-After": { schema: { type: "integer" } } } },
+          },
+        },
       },
       "/v1/queue": {
         get: { summary: "Job-queue depth, in-flight jobs and the oldest job's age (the autoscaler's signal)", responses: { "200": { description: "{mode, depth, in_flight, oldest_age_ms, workers?}" } } },
@@ -360,6 +370,47 @@ export function openApiDocument(): Record<string, unknown> {
         },
       },
       "/v1/groups/ack": { post: { summary: "Acknowledge delivered groups", requestBody: json(AckRequest), responses: { "200": { description: "{acked}" }, "400": err } } },
+      "/v1/sessions/{key}/tool-results": {
+        post: {
+          summary: "An asynchronous tool's result (the tool answered its call 202 Accepted): signed like tool calls, not by the bearer token",
+          security: [],
+          parameters: [
+            { name: "key", in: "path", required: true, schema: { type: "string" } },
+            { name: "x-edgeloop-signature", in: "header", required: true, description: "t=<unix seconds>,v1=<hex HMAC-SHA256 of \"<t>.<body>\"> with tools.secret; refused outside a 5-minute window", schema: { type: "string" } },
+          ],
+          requestBody: json(ToolResultCallback),
+          responses: {
+            "200": { description: "{ok: true, key, call_id}" },
+            "400": err,
+            "401": { ...err, description: "missing, bad or stale x-edgeloop-signature" },
+            "403": { ...err, description: "no tools.secret configured: callbacks are never accepted unsigned" },
+            "404": { ...err, description: "no session with this key" },
+            "409": { ...err, description: "the session waits for no call with this call_id, or it was already answered" },
+            "413": { ...err, description: "body over 4 MiB" },
+          },
+        },
+      },
+      "/v1/sessions/{key}": {
+        get: {
+          summary: "A durable session's phase, step and the tool calls it awaits",
+          parameters: [{ name: "key", in: "path", required: true, schema: { type: "string" } }],
+          responses: { "200": { description: "{phase, step, loop_state, deadline_ms, awaited: [{call_id, name, deadline_ms}]} (phase running | waiting | finished | done | failed)" }, "401": err, "404": err },
+        },
+      },
+      "/metrics": {
+        get: {
+          summary: "Prometheus text exposition: edgeloop_sessions_total, edgeloop_trajectories_total{outcome}, the batches' agent_loop/* figures",
+          security: [],
+          responses: { "200": { description: "Prometheus text format 0.0.4", content: { "text/plain": { schema: { type: "string" } } } } },
+        },
+      },
+      "/health": {
+        get: {
+          summary: "Liveness and the store's reachability",
+          security: [],
+          responses: { "200": { description: "{ok: true, …}" }, "503": { ...err, description: "{ok: false, store, error: {code: store_unreachable, …}} while the store does not answer" } },
+        },
+      },
     },
   };
 }

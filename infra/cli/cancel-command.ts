@@ -21,6 +21,9 @@ export async function cancelCommand(batchId: string, flags: CancelFlags, env: Re
   } catch {
     throw new InputError("--url", `'${flags.url}' is not a URL`);
   }
+  if (base.protocol !== "http:" && base.protocol !== "https:") {
+    throw new InputError("--url", `'${flags.url}' is not an http(s) URL`);
+  }
   const url = `${base.href.replace(/\/+$/, "")}/v1/rollouts/${encodeURIComponent(batchId)}`;
   const token = env.EDGELOOP_API_TOKEN;
   let res: Response;

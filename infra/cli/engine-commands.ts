@@ -20,7 +20,18 @@ export function untilSignal(): Promise<void> {
 }
 
 /** `edgeloop sim-engine --port P [--replicas K] [--script FILE] [--model NAME|DIR]`: serves K simulated replicas on ports P..P+K−1. */
-export async function simEngineCommand(o: { port: number; replicas: number; script?: string; host: string; model?: string; moe?: string }): Promise<void> {
+export async function simEngineCommand(o: {
+  port: number;
+  replicas: number;
+  script?: string;
+  host: string;
+  model?: string;
+  moe?: string;
+  maxModelLen?: number;
+  kvCacheBlocks?: number;
+  prefillMsPerToken?: number;
+  decodeMsPerToken?: number;
+}): Promise<void> {
   const moe = o.moe === undefined ? undefined : parseMoeFlag(o.moe);
   const path = o.script ?? DEFAULT_SCRIPT;
   let script: unknown;
@@ -30,7 +41,18 @@ export async function simEngineCommand(o: { port: number; replicas: number; scri
     throw new ConfigError("--script", `cannot read ${path}: ${(e as Error).message}`);
   }
   const tokenizer = await loadTokenizer(o.model);
-  const sim = await startSimEngine({ port: o.port, replicas: o.replicas, hostname: o.host, script, tokenizer, ...(moe ? { moe } : {}) });
+  const latency = o.prefillMsPerToken !== undefined || o.decodeMsPerToken !== undefined ? { prefill_ms_per_token: o.prefillMsPerToken ?? 0, decode_ms_per_token: o.decodeMsPerToken ?? 0 } : undefined;
+  const sim = await startSimEngine({
+    port: o.port,
+    replicas: o.replicas,
+    hostname: o.host,
+    script,
+    tokenizer,
+    ...(moe ? { moe } : {}),
+    ...(o.maxModelLen !== undefined ? { maxModelLen: o.maxModelLen } : {}),
+    ...(o.kvCacheBlocks !== undefined ? { kvCacheBlocks: o.kvCacheBlocks } : {}),
+    ...(latency ? { latency } : {}),
+  });
   const m = sim.replicas[0]!.engine.moe;
   console.log(`edgeloop sim-engine: ${sim.urls.join(" ")} (vLLM /v1/completions, /inference/v1/generate; SGLang /generate; script ${path}; model ${tokenizer.name}; routed experts ${m.layers} layers × top-${m.top_k} of ${m.num_experts})`);
   await untilSignal();

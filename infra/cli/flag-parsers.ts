@@ -53,3 +53,13 @@ export function durationFlag(flag: string): (v: string) => number {
     return Number(m[1]) * UNIT_S[m[2] || "s"]!;
   };
 }
+
+/** Milliseconds per token, >= 0 (a fraction allowed): the simulator's latency model flags. */
+export function msPerTokenFlag(flag: string): (v: string) => number {
+  return (v) => {
+    const s = v.trim();
+    const n = Number(s);
+    if (!NUM.test(s) || !Number.isFinite(n) || n < 0) throw new InvalidArgumentError(`${flag} must be a number of milliseconds >= 0, got '${v}'`);
+    return n;
+  };
+}

@@ -1,4 +1,4 @@
-import { ConfigError } from "../../shared/errors.ts";
+import { ConfigError, InputError } from "../../shared/errors.ts";
 /** CLI flags as commander parses them (camelCase), for `rollout` and `serve`. */
 export interface ConfigFlags {
   config?: string;
@@ -57,4 +57,46 @@ export function overridesFromFlags(f: ConfigFlags): Record<string, unknown> {
     model: f.model,
     agent: { url: f.agent === "example" ? undefined : f.agent, timeout_ms: f.agentTimeoutMs, secret: f.agentSecret, public_url: f.publicUrl },
   };
+}
+
+/** The flag that sets each config path (for errors about a value that came from a flag). */
+export const FLAG_OF_PATH: Readonly<Record<string, { flag: string; key: keyof ConfigFlags }>> = {
+  "rollout.n": { flag: "--n", key: "n" },
+  "rollout.prompt_length": { flag: "--prompt-length", key: "promptLength" },
+  "rollout.response_length": { flag: "--response-length", key: "responseLength" },
+  "rollout.max_model_len": { flag: "--max-model-len", key: "maxModelLen" },
+  "rollout.seed": { flag: "--seed", key: "seed" },
+  "rollout.multi_turn.max_assistant_turns": { flag: "--max-assistant-turns", key: "maxAssistantTurns" },
+  "rollout.agent.default_agent_loop": { flag: "--default-agent", key: "defaultAgent" },
+  "engine.url": { flag: "--engine", key: "engine" },
+  "engine.format": { flag: "--engine-format", key: "engineFormat" },
+  "engine.script": { flag: "--script", key: "script" },
+  "engine.replicas": { flag: "--replicas", key: "replicas" },
+  "tools.file": { flag: "--tools", key: "tools" },
+  "tools.secret": { flag: "--tools-secret", key: "toolsSecret" },
+  "store.url": { flag: "--store", key: "store" },
+  "store.prefix": { flag: "--store-prefix", key: "storePrefix" },
+  concurrency: { flag: "--concurrency", key: "concurrency" },
+  model: { flag: "--model", key: "model" },
+  "agent.url": { flag: "--agent", key: "agent" },
+  "agent.timeout_ms": { flag: "--agent-timeout-ms", key: "agentTimeoutMs" },
+  "agent.secret": { flag: "--agent-secret", key: "agentSecret" },
+  "agent.public_url": { flag: "--public-url", key: "publicUrl" },
+};
+
+/**
+ * Names the flag in a config error about a value the flag set: `--engine
+ * 'ftp://x': engine.url must be "sim" or an http(s) URL` rather than the
+ * config path alone, so the one line says what to change on the command line.
+ * Errors about values from the config file, or about paths no flag sets, are
+ * returned unchanged. Secrets are never echoed.
+ */
+export function flagConfigError(e: unknown, f: ConfigFlags): unknown {
+  if (!(e instanceof ConfigError) || !e.field) return e;
+  const by = FLAG_OF_PATH[e.field];
+  const v = by ? f[by.key] : undefined;
+  if (!by || v === undefined) return e;
+  const shown = by.key === "toolsSecret" || by.key === "agentSecret" ? "" : ` (got '${String(v)}')`;
+  const reason = e.message.replace(/^config [^:]+: /, "").replace(/ \(in [^()]*\)$/, "");
+  return new InputError(by.flag, `${reason}${shown}`, { cause: e });
 }

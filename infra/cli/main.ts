@@ -14,7 +14,7 @@
 import { Command, CommanderError, Option } from "commander";
 import { EdgeloopError } from "../../shared/errors.ts";
 import { setupTelemetryFromEnv, type Telemetry } from "../telemetry/setup.ts";
-import { durationFlag, intFlag, portFlag as port, secondsFlag } from "./flag-parsers.ts";
+import { durationFlag, intFlag, msPerTokenFlag, portFlag as port, secondsFlag } from "./flag-parsers.ts";
 import { watchLauncher } from "./launcher-watch.ts";
 import { registerSelfImports } from "./self-imports.ts";
 
@@ -101,7 +101,12 @@ configFlags(
     .option("--lease <seconds>", "seconds without a heartbeat before another worker reclaims a job (default 30)", secondsFlag("--lease"))
     .option("--consumer <name>", "consumer name in the workers group (default <host>-<pid>-<random>)")
     .option("--drain-timeout <seconds>", "after SIGINT/SIGTERM, seconds the running jobs get to finish before the worker exits and leaves them to be reclaimed (default: wait for them)", secondsFlag("--drain-timeout")),
-).action(async (opts) => (await import("./worker-command.ts")).workerCommand(opts));
+)
+  .action(async (opts) => (await import("./worker-command.ts")).workerCommand(opts));
+// Jobs carry their batch's rollout section: these flags are refused on a worker (worker-command.ts), so not listed.
+for (const o of program.commands.find((c) => c.name() === "worker")!.options) {
+  if (["--n", "--prompt-length", "--response-length", "--max-assistant-turns", "--default-agent"].includes(o.long ?? "")) o.hideHelp();
+}
 
 program
   .command("cancel")
@@ -144,6 +149,10 @@ program
   .option("--host <host>", "address to bind", "127.0.0.1")
   .option("--model <name|dir>", "the model whose tokens the engine samples: qwen3 (default), llama3_1, deepseek_v3, gpt_oss, gemma3, or a model directory")
   .option("--moe <layers,top_k,num_experts>", "MoE shape of the routed experts SGLang's /generate returns with return_routed_experts (default 4,2,16)")
+  .option("--max-model-len <n>", "context size the engine reports (/v1/models max_model_len) and enforces (default 40960)", intFlag("--max-model-len", 2))
+  .option("--kv-cache-blocks <n>", "prefix KV cache per replica, in 16-token blocks (default 16384)", intFlag("--kv-cache-blocks", 1))
+  .option("--prefill-ms-per-token <ms>", "latency model: milliseconds per uncached prompt token (default 0)", msPerTokenFlag("--prefill-ms-per-token"))
+  .option("--decode-ms-per-token <ms>", "latency model: milliseconds per generated token (default 0)", msPerTokenFlag("--decode-ms-per-token"))
   .action(async (opts) => (await import("./engine-commands.ts")).simEngineCommand(opts));
 
 program

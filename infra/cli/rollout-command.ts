@@ -1,6 +1,7 @@
-import { createWriteStream, type WriteStream } from "node:fs";
+import { accessSync, constants, createWriteStream, statSync, type WriteStream } from "node:fs";
+import { dirname, resolve } from "node:path";
 import { RolloutRequest } from "../../shared/rollout/batch.ts";
-import { inputErrorFromZod } from "../../shared/errors.ts";
+import { InputError, inputErrorFromZod } from "../../shared/errors.ts";
 import type { TrajectoryRecord } from "../../shared/schema/index.ts";
 import { readDataFile, type BadDataLine } from "./files.ts";
 import type { ConfigFlags } from "./flags.ts";
@@ -45,6 +46,7 @@ export function badLineWarnings(file: string, bad: readonly BadDataLine[]): stri
  */
 export async function rolloutCommand(flags: RolloutFlags): Promise<void> {
   const log = (s: string) => process.stderr.write(s + "\n");
+  if (flags.out !== undefined) checkOutPath(flags.out);
   const { rows, badLines } = await readDataFile(flags.data);
   // --agent: every row runs through openai_agent; `example` starts the example agent here.
   const agentServer = flags.agent === "example" ? startAgentServer({ port: 0, secret: flags.agentSecret ?? null }) : null;
@@ -155,6 +157,42 @@ export async function rolloutCommand(flags: RolloutFlags): Promise<void> {
     gatewayServer?.stop(true);
     await agentServer?.stop();
     await runtime.close();
+  }
+}
+
+/**
+ * Checks `--out` before any work starts: its folder must exist and be
+ * writable, and the path must not be a folder itself (an existing file is
+ * replaced). Without this a batch ran to the end and then failed on a bare
+ * ENOENT.
+ * @throws InputError naming `--out`.
+ */
+export function checkOutPath(out: string): void {
+  const path = resolve(out);
+  const dir = dirname(path);
+  let st: ReturnType<typeof statSync> | undefined;
+  try {
+    st = statSync(dir);
+  } catch {
+    throw new InputError("--out", `the folder ${dir} does not exist (create it first, or write elsewhere)`);
+  }
+  if (!st.isDirectory()) throw new InputError("--out", `${dir} is not a folder`);
+  try {
+    accessSync(dir, constants.W_OK);
+  } catch {
+    throw new InputError("--out", `the folder ${dir} is not writable`);
+  }
+  let target: ReturnType<typeof statSync> | undefined;
+  try {
+    target = statSync(path);
+  } catch {
+    return;
+  }
+  if (target.isDirectory()) throw new InputError("--out", `${path} is a folder; name a file (e.g. ${path}/rollouts.jsonl)`);
+  try {
+    accessSync(path, constants.W_OK);
+  } catch {
+    throw new InputError("--out", `${path} exists and is not writable`);
   }
 }
 

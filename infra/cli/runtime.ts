@@ -51,7 +51,7 @@ import type { RoutingState } from "../../shared/inference/routing-state.ts";
 import { readConfigFile, resolveConfigPaths } from "./files.ts";
 import { processStoreHealth, watchStore } from "./store-watch.ts";
 import type { StoreHealth } from "../../shared/store/store-health.ts";
-import { overridesFromFlags, type ConfigFlags } from "./flags.ts";
+import { flagConfigError, overridesFromFlags, type ConfigFlags } from "./flags.ts";
 import { checkConfiguredTeacher, teacherClientsFor, validateBatchTeacher } from "./teacher.ts";
 
 /** The package root (where examples/ and infra/ live). */
@@ -161,9 +161,15 @@ export const CARRY_IDLE_TTL_MS = 6 * 3600 * 1000;
  */
 export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {}): Promise<Runtime> {
   const fileCfg = flags.config ? resolveConfigPaths(await readConfigFile(flags.config), flags.config) : {};
-  const config = parseAppConfig(mergeConfig(fileCfg, overridesFromFlags(flags)), flags.config ?? "flags");
-  // The parser is checked before anything starts; the default agent loop once the registry is loaded (a file may add loops).
-  validateRollout(config.rollout, null);
+  let config: AppConfig;
+  try {
+    config = parseAppConfig(mergeConfig(fileCfg, overridesFromFlags(flags)), flags.config ?? "flags");
+  } catch (e) {
+    throw flagConfigError(e, flags);
+  }
+  // The parser is checked before anything starts, unless loop modules are configured (a module may register
+  // its own parser with registerToolCallParser); the default agent loop once the registry is loaded.
+  if (!config.rollout.agent.agent_loop_config_path) validateRollout(config.rollout, null);
   const checkTimeoutMs = hooks.checkTimeoutMs ?? 3_000;
   if (hooks.waitForStore) await waitForStore(config, checkTimeoutMs, flags.storeTimeout, hooks.onStoreTimeout);
   else await checkStore(config, checkTimeoutMs);
@@ -174,10 +180,6 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     const tokenizer = await loadTokenizer(config.model ?? undefined);
     probeTemplate(tokenizer);
     describe.push(`model      ${describeModel(tokenizer, config.rollout.multi_turn.format)}`);
-    const parser = config.rollout.multi_turn.format ?? tokenizer.traits.defaultParser;
-    if (!toolCallParserNames().includes(parser)) {
-      warnings.push(`warning    tool-call parser '${parser}' (default of ${tokenizer.traits.family}) is not registered in this build; tool_agent trajectories fail until rollout.multi_turn.format names one of: ${toolCallParserNames().join(", ")}`);
-    }
 
     const targets: EngineReplicaTarget[] = [];
     const client = await buildEngine(config, tokenizer, closers, describe, targets);
@@ -212,6 +214,10 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       await registry.loadConfig(parseAgentLoopConfig(text, loopsPath), { baseUrl: pathToFileURL(resolve(loopsPath)).href });
     }
     validateRollout(config.rollout, registry);
+    const parser = config.rollout.multi_turn.format ?? tokenizer.traits.defaultParser;
+    if (!toolCallParserNames().includes(parser)) {
+      warnings.push(`warning    tool-call parser '${parser}' (default of ${tokenizer.traits.family}) is not registered in this build; tool_agent trajectories fail until rollout.multi_turn.format names one of: ${toolCallParserNames().join(", ")}`);
+    }
     describe.push(`loops      ${registry.names().join(", ")} (default ${config.rollout.agent.default_agent_loop})`);
 
     const policy = buildPolicy(config, closers, flags.storeTimeout);
@@ -227,7 +233,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       tools,
       interactions,
       teacher,
-      reward: { ...(config.reward.url ? { webhook: { url: config.reward.url, timeout_ms: 30_000, max_retries: 2 } } : {}), ...(config.tools.secret ? { secret: config.tools.secret } : {}) },
+      reward: { ...(config.reward.url ? { webhook: { url: config.reward.url, timeout_ms: config.reward.timeout_ms, max_retries: config.reward.max_retries } } : {}), ...(config.tools.secret ? { secret: config.tools.secret } : {}) },
     };
     const built = buildSessionStorage(config, closers, flags.storeTimeout);
     const storage = built?.storage ?? null;
@@ -350,6 +356,22 @@ export function validateRollout(rollout: RolloutConfig, registry: AgentLoopRegis
 }
 
 /**
+ * A batch's `rollout.agent.agent_loop_config_path`: custom loops are imported
+ * once, at start, from the process's own config; a batch naming another file
+ * (or any file, when none was configured) would be accepted and its loops
+ * never loaded, so it is refused. The configured path itself (or null) is
+ * accepted, as a no-op.
+ * @throws ConfigError (400) naming `rollout.agent.agent_loop_config_path`.
+ */
+export function validateBatchLoops(batch: string | null, configured: string | null): void {
+  if (batch === configured) return;
+  throw new ConfigError(
+    "rollout.agent.agent_loop_config_path",
+    `custom agent loops are loaded once at start from the server's config (${configured ?? "none configured"}); a batch cannot load others: leave the key out and name a loaded loop in agent_name or default_agent_loop`,
+  );
+}
+
+/**
  * The rollout service with the batch's config validated before anything is
  * planned or written, in queue mode too (where no executor is built in this
  * process): an unknown parser or agent loop is a 400, not a batch of failures.
@@ -384,6 +406,7 @@ class ValidatingRolloutService extends RolloutService {
       if (rollout) {
         validateRollout(rollout, this.registry);
         validateBatchTeacher(rollout.teacher, this.config.rollout.teacher);
+        validateBatchLoops(rollout.agent.agent_loop_config_path, this.config.rollout.agent.agent_loop_config_path);
       }
     }
   }
@@ -509,7 +532,7 @@ async function buildEngine(
   if (e.url !== "sim") {
     targets.push(...(e.admin_urls ?? [e.url]).map((url) => ({ url })));
     describe.push(`engine     ${e.url} (${e.format})`);
-    return createEngineClient({ url: e.url, format: e.format, model: e.model ?? undefined, timeoutMs: e.timeout_ms, retry: { retries: 3 }, ...(moe ? { moe } : {}) });
+    return createEngineClient({ url: e.url, format: e.format, model: e.model ?? undefined, timeoutMs: e.timeout_ms, retry: { retries: e.max_retries }, ...(moe ? { moe } : {}) });
   }
   const scriptPath = e.script ?? DEFAULT_SCRIPT;
   let script: Record<string, unknown>;
@@ -520,13 +543,14 @@ async function buildEngine(
   }
   if (config.rollout.seed !== undefined) script = { ...script, seed: config.rollout.seed };
   if (e.replicas === 1) {
-    describe.push(`engine     simulated, in-process (script ${scriptPath})`);
-    const engine = new SimEngine({ tokenizer, script, maxModelLen: config.rollout.max_model_len ?? undefined, latency: simLatency(e), ...(e.moe ? { moe: e.moe } : {}) });
+    const engine = new SimEngine({ tokenizer, script, maxModelLen: config.rollout.max_model_len ?? undefined, latency: simLatency(e), ...(e.moe ? { moe: e.moe } : {}), ...(e.sim_kv_cache_blocks ? { kvCacheBlocks: e.sim_kv_cache_blocks } : {}) });
     const app = createSimEngineApp(engine);
-    targets.push({ url: "http://sim.local", fetch: async (input, init) => app.fetch(new Request(input, init)) });
+    const simFetch = async (input: RequestInfo | URL, init?: RequestInit) => app.fetch(new Request(input, init));
+    targets.push({ url: "http://sim.local", fetch: simFetch });
+    describe.push(`engine     simulated, in-process (script ${scriptPath})`);
     return new SimEngineClient(engine);
   }
-  const sim = await startSimEngine({ replicas: e.replicas, script, tokenizer, maxModelLen: config.rollout.max_model_len ?? undefined, latency: simLatency(e), ...(e.moe ? { moe: e.moe } : {}) });
+  const sim = await startSimEngine({ replicas: e.replicas, script, tokenizer, maxModelLen: config.rollout.max_model_len ?? undefined, latency: simLatency(e), ...(e.moe ? { moe: e.moe } : {}), ...(e.sim_kv_cache_blocks ? { kvCacheBlocks: e.sim_kv_cache_blocks } : {}) });
   closers.push(() => sim.stop());
   targets.push(...sim.urls.map((url) => ({ url })));
   const g = config.gateway;
@@ -546,7 +570,7 @@ async function buildEngine(
     url: "http://gateway.local",
     format: e.format,
     timeoutMs: e.timeout_ms,
-    retry: { retries: 3 },
+    retry: { retries: e.max_retries },
     fetch: (input, init) => gateway.fetch(new Request(input, init)),
     moe: { layers: simMoe.layers, top_k: simMoe.top_k },
   });

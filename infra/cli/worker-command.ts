@@ -1,5 +1,5 @@
 import { hostname } from "node:os";
-import { ConfigError } from "../../shared/errors.ts";
+import { ConfigError, InputError } from "../../shared/errors.ts";
 import { JobWorker } from "../../shared/jobs/job-worker.ts";
 import { refuseExampleAgent, type ConfigFlags } from "./flags.ts";
 import { buildRuntime, unsignedToolsWarning } from "./runtime.ts";
@@ -23,6 +23,32 @@ export interface WorkerFlags extends ConfigFlags {
 }
 
 /**
+ * The `rollout` settings a job brings with it: a job runs with the rollout
+ * section of the batch `serve` enqueued (serve's config merged with the
+ * batch's own `config.rollout`), so these flags would be accepted and
+ * ignored on a worker.
+ */
+export const WORKER_REFUSED_FLAGS: readonly (readonly [keyof WorkerFlags, string, string])[] = [
+  ["n", "--n", "rollout.n"],
+  ["promptLength", "--prompt-length", "rollout.prompt_length"],
+  ["responseLength", "--response-length", "rollout.response_length"],
+  ["maxAssistantTurns", "--max-assistant-turns", "rollout.multi_turn.max_assistant_turns"],
+  ["defaultAgent", "--default-agent", "rollout.agent.default_agent_loop"],
+];
+
+/**
+ * Refuses the `rollout` flags a worker cannot honour (see {@link WORKER_REFUSED_FLAGS}).
+ * @throws InputError naming the flag and where the setting belongs.
+ */
+export function refuseBatchFlags(flags: WorkerFlags): void {
+  for (const [key, flag, path] of WORKER_REFUSED_FLAGS) {
+    if (flags[key] !== undefined) {
+      throw new InputError(flag, `a worker runs each job with its batch's ${path} (serve's config, or the batch's config.rollout); set it on edgeloop serve or in the POST, not on the worker`);
+    }
+  }
+}
+
+/**
  * `edgeloop worker [--concurrency C] [--idle-exit S] …`: claims trajectory
  * jobs that `edgeloop serve` (queue mode) enqueued in the store's Redis,
  * runs their durable sessions (resuming from checkpoints), stores the
@@ -36,6 +62,7 @@ export interface WorkerFlags extends ConfigFlags {
  * @throws ConfigError with the memory store (workers need a shared Redis).
  */
 export async function workerCommand(flags: WorkerFlags): Promise<void> {
+  refuseBatchFlags(flags);
   refuseExampleAgent(flags, "worker");
   if (!flags.store && !flags.config) throw new ConfigError("store.url", "edgeloop worker needs a shared store: pass --store redis://host:port (or upstash), the same as edgeloop serve");
   const runtime = await buildRuntime(flags, { waitForStore: true, ...(flags.lease !== undefined ? { jobQueue: { leaseMs: Math.round(flags.lease * 1000) } } : {}) });

@@ -1,7 +1,8 @@
 import { defaultAgentLoopRegistry } from "../../shared/agent-loop/index.ts";
 import type { AgentLoopExport } from "../../shared/agent-loop/registry.ts";
 import type { AgentWebhookConfig } from "../../shared/agent-gateway/openai-agent-loop.ts";
-import { parseAppConfig, type AppConfig } from "../../shared/config/app-config.ts";
+import { AppConfig as AppConfigSchema, parseAppConfig, type AppConfig } from "../../shared/config/app-config.ts";
+import type { RolloutConfig } from "../../shared/schema/config.ts";
 import { ConfigError } from "../../shared/errors.ts";
 import { createEngineClient } from "../../shared/inference/create-engine-client.ts";
 import type { ExecutorDeps } from "../../shared/rollout/executor.ts";
@@ -19,9 +20,9 @@ import type { DurableObjectNamespace } from "./cf-types.ts";
 export interface Env {
   /** Durable Object namespace of {@link TrajectorySessionObject} (wrangler.toml `durable_objects.bindings`). */
   SESSIONS: DurableObjectNamespace;
-  /** The inference engine or gateway base URL. */
-  EDGELOOP_ENGINE_URL: string;
-  /** `vllm` (default), `vllm-generate` or `sglang`. */
+  /** The inference engine or gateway base URL (default `engine.url` of `EDGELOOP_CONFIG`). */
+  EDGELOOP_ENGINE_URL?: string;
+  /** `vllm`, `vllm-generate` or `sglang` (default `engine.format` of `EDGELOOP_CONFIG`, itself `vllm` by default). */
   EDGELOOP_ENGINE_FORMAT?: string;
   /** The tools file as JSON text (tool URLs inside). */
   EDGELOOP_TOOLS?: string;
@@ -109,9 +110,22 @@ async function build(env: Env): Promise<WorkerRuntime> {
   if (!env.UPSTASH_REDIS_REST_URL || !env.UPSTASH_REDIS_REST_TOKEN) {
     throw new ConfigError("UPSTASH_REDIS_REST_URL", "set UPSTASH_REDIS_REST_URL and UPSTASH_REDIS_REST_TOKEN (the transfer queue)");
   }
-  if (!env.EDGELOOP_ENGINE_URL) throw new ConfigError("EDGELOOP_ENGINE_URL", "set EDGELOOP_ENGINE_URL to the engine or gateway URL");
-  const config = parseAppConfig(env.EDGELOOP_CONFIG ? JSON.parse(env.EDGELOOP_CONFIG) : {}, "EDGELOOP_CONFIG");
-  const secret = env.EDGELOOP_TOOLS_SECRET || null;
+  let raw: unknown = {};
+  try {
+    raw = env.EDGELOOP_CONFIG ? JSON.parse(env.EDGELOOP_CONFIG) : {};
+  } catch (e) {
+    throw new ConfigError("EDGELOOP_CONFIG", `is not JSON: ${(e as Error).message}`);
+  }
+  const config = parseAppConfig(raw, "EDGELOOP_CONFIG");
+  refuseOnWorkers(config);
+  refuseRolloutOnWorkers(config.rollout, "EDGELOOP_CONFIG");
+  const engineUrl = env.EDGELOOP_ENGINE_URL || (config.engine.url !== "sim" ? config.engine.url : null);
+  if (!engineUrl) throw new ConfigError("EDGELOOP_ENGINE_URL", "set EDGELOOP_ENGINE_URL (or engine.url in EDGELOOP_CONFIG) to the engine or gateway URL: the Worker has no embedded simulated engine");
+  const format = env.EDGELOOP_ENGINE_FORMAT || config.engine.format;
+  if (format !== "vllm" && format !== "vllm-generate" && format !== "sglang") {
+    throw new ConfigError("EDGELOOP_ENGINE_FORMAT", `must be vllm, vllm-generate or sglang, got '${format.slice(0, 50)}'`);
+  }
+  const secret = env.EDGELOOP_TOOLS_SECRET || config.tools.secret || null;
   // Only Qwen3's files are bundled into the Worker (the other families' tokenizers are 8-33 MB of JSON
   // each, past the Worker size limit): refuse any other model rather than write Qwen3 tokens for it.
   if (config.model != null && config.model !== DEFAULT_MODEL) {
@@ -119,9 +133,12 @@ async function build(env: Env): Promise<WorkerRuntime> {
   }
   const tokenizer = await defaultTokenizer();
   const client = createEngineClient({
-    url: env.EDGELOOP_ENGINE_URL,
-    format: (env.EDGELOOP_ENGINE_FORMAT ?? "vllm") as "vllm",
+    url: engineUrl,
+    format,
     timeoutMs: config.engine.timeout_ms,
+    retry: { retries: config.engine.max_retries },
+    ...(config.engine.model ? { model: config.engine.model } : {}),
+    ...(config.engine.moe ? { moe: { layers: config.engine.moe.layers, top_k: config.engine.moe.top_k } } : {}),
   });
   const toolsFile = env.EDGELOOP_TOOLS ? parseToolsFile(env.EDGELOOP_TOOLS, { source: "EDGELOOP_TOOLS" }) : undefined;
   const tools = toolsFile ? new WebhookToolClient(toolsFile.tools, { secret: secret ?? undefined }) : undefined;
@@ -151,10 +168,64 @@ async function build(env: Env): Promise<WorkerRuntime> {
     ...(config.rollout.max_model_len ? { maxModelLen: config.rollout.max_model_len } : {}),
     ...(tools ? { tools } : {}),
     interactions,
-    reward: secret ? { secret } : {},
+    // As `edgeloop serve`: a webhook reward for rows whose reward_model.style is "webhook".
+    reward: { ...(config.reward.url ? { webhook: { url: config.reward.url, timeout_ms: config.reward.timeout_ms, max_retries: config.reward.max_retries } } : {}), ...(secret ? { secret } : {}) },
     teacher,
   };
   return { config, deps, queue, secret, ...agentSettings(env, config) };
+}
+
+/** A non-default value at `path` of `config` (defaults from the schema). */
+function isSet(config: AppConfig, path: string): boolean {
+  const get = (o: unknown) => path.split(".").reduce<unknown>((v, k) => (v as Record<string, unknown> | null)?.[k], o);
+  return JSON.stringify(get(config)) !== JSON.stringify(get(DEFAULTS));
+}
+const DEFAULTS = AppConfigSchema.parse({});
+
+/**
+ * Settings of `EDGELOOP_CONFIG` the Worker has no way to honour, refused at
+ * start instead of accepted and ignored: the simulated engine's (`script`,
+ * `replicas`, `sim_latency`), `engine.admin_urls` (no `/v1/engine/*` here),
+ * `tools.file` (no file system: `EDGELOOP_TOOLS` holds the file's JSON), a
+ * store other than Upstash, `concurrency` (one Durable Object per
+ * trajectory), and the `gateway` section (no engine gateway here).
+ * @throws ConfigError naming the path and what to use instead.
+ */
+export function refuseOnWorkers(config: AppConfig): void {
+  const refuse: [string, string][] = [
+    ["engine.script", "the Worker has no simulated engine"],
+    ["engine.replicas", "the Worker has no simulated engine: put replicas behind `edgeloop gateway` and point EDGELOOP_ENGINE_URL at it"],
+    ["engine.sim_latency", "the Worker has no simulated engine"],
+    ["engine.sim_kv_cache_blocks", "the Worker has no simulated engine"],
+    ["engine.admin_urls", "the Worker serves no /v1/engine/pause|resume: pause engines through edgeloop serve"],
+    ["tools.file", "the Worker has no file system: put the tools file's JSON in EDGELOOP_TOOLS"],
+    ["concurrency", "each trajectory runs in its own Durable Object: there is no per-process limit to set"],
+    ["gateway", "the Worker runs no engine gateway: run `edgeloop gateway` and point EDGELOOP_ENGINE_URL at it"],
+  ];
+  for (const [path, why] of refuse) if (isSet(config, path)) throw new ConfigError(path, `${why} (in EDGELOOP_CONFIG)`);
+  if (config.store.url !== "memory" && config.store.url !== "upstash") {
+    throw new ConfigError("store.url", "the Worker's store is Upstash (UPSTASH_REDIS_REST_URL/TOKEN); leave store.url out (in EDGELOOP_CONFIG)");
+  }
+}
+
+/**
+ * Rollout settings the Worker entry cannot honour, from `EDGELOOP_CONFIG` or
+ * a batch's own `config.rollout`: `agent_loop_config_path` (no file system:
+ * {@link registerWorkerAgentLoop}), `max_staleness` (no policy-version store:
+ * `POST /v1/model-version` is served by `edgeloop serve`), and over-sampling
+ * (`oversample`, `filter_groups`, `partial_rollout: carry`), whose group
+ * gate lives in `edgeloop serve` and its workers.
+ * @throws ConfigError naming the path (`source` says where it came from).
+ */
+export function refuseRolloutOnWorkers(rollout: RolloutConfig, source: string): void {
+  const r: [boolean, string, string][] = [
+    [rollout.agent.agent_loop_config_path != null, "rollout.agent.agent_loop_config_path", "the Worker has no file system: register custom loops with registerWorkerAgentLoop(name, loop) in your Worker entry"],
+    [rollout.max_staleness != null, "rollout.max_staleness", "the Worker keeps no policy versions (POST /v1/model-version, /v1/consumed-version are served by edgeloop serve): run admission-controlled batches there"],
+    [rollout.oversample != null, "rollout.oversample", "over-sampling runs in edgeloop serve and its workers, not on the Worker"],
+    [rollout.filter_groups != null, "rollout.filter_groups", "dynamic sampling runs in edgeloop serve and its workers, not on the Worker"],
+    [rollout.partial_rollout === "carry", "rollout.partial_rollout", "carrying partial rollouts runs in edgeloop serve and its workers, not on the Worker"],
+  ];
+  for (const [bad, path, why] of r) if (bad) throw new ConfigError(path, `${why} (in ${source})`);
 }
 
 /**

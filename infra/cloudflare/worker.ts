@@ -20,7 +20,7 @@ import { checkPlanGroups, withFingerprints } from "../../shared/rollout/group-fi
 import { samplingParamsFor } from "../../shared/rollout/executor.ts";
 import type { SessionInputArg } from "../../shared/session/checkpoint.ts";
 import type { ExecutionContext } from "./cf-types.ts";
-import { workerRuntime, type Env } from "./env.ts";
+import { refuseRolloutOnWorkers, workerRuntime, type Env } from "./env.ts";
 import { healthResponse, storeHealthProbe } from "../../shared/store/store-health.ts";
 import { UpstashCommander } from "../../shared/store/upstash-transfer-queue.ts";
 
@@ -48,6 +48,8 @@ app.post("/v1/rollouts", async (c) => {
   const req = r.data;
   if (req.config && Object.keys(req.config).some((k) => k !== "rollout")) throw new ConfigError("config", "only the rollout section can be set per batch");
   const cfg = req.config ? parseAppConfig(mergeConfig(rt.config, req.config), "request config") : rt.config;
+  refuseRolloutOnWorkers(cfg.rollout, "request config");
+  if (req.target_groups !== undefined) throw new ConfigError("target_groups", "over-sampling runs in edgeloop serve and its workers, not on the Worker");
   const plan = await withFingerprints(planBatch(req, cfg.rollout, cfg.max_batch_trajectories));
   const mode = plan.validate ? "val" : "train";
   // Every group is checked before any is registered: a 409 (another n, partition or prompt under a known uid) writes nothing.
@@ -98,6 +100,31 @@ app.get("/v1/groups/:uid", async (c) => {
   const rt = await workerRuntime(c.env);
   return c.json(await rt.queue.groupStatus(c.req.param("uid")));
 });
+
+/** The routes this entry serves (named in its 404s: `edgeloop serve` serves more, see the README). */
+export const WORKER_ROUTES = [
+  "GET /health",
+  "POST /v1/rollouts",
+  "GET /v1/groups/{uid}",
+  "GET /v1/sessions/{key}",
+  "POST /v1/sessions/{key}/tool-results",
+  "POST /v1/sessions/{key}/openai/v1/chat/completions",
+  "GET /v1/sessions/{key}/openai/v1/models",
+  "POST /v1/sessions/{key}/finish",
+] as const;
+
+// workerd answers an unmatched route with Hono's plain-text "404 Not Found": the API's JSON envelope instead.
+app.notFound((c) =>
+  c.json(
+    {
+      error: {
+        code: "not_found",
+        message: `no route ${c.req.method} ${c.req.path.slice(0, 200)} on the Workers entry; it serves ${WORKER_ROUTES.join(", ")} (batch progress, trajectories, groups to consume, /metrics and the viewer are served by edgeloop serve)`,
+      },
+    },
+    404,
+  ),
+);
 
 export default {
   fetch: (req: Request, env: Env, ctx: ExecutionContext) => app.fetch(req, env, ctx as never),

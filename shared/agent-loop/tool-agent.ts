@@ -41,7 +41,9 @@ export type ToolCallOutcome = ToolResult | AwaitedToolCall;
  * simulated user said terminate), `max_assistant_turns`, `max_user_turns`,
  * `response_length` (the response budget is used up or an observation
  * overflowed it), `max_model_len` (no room left in the context), `length_stop`
- * (the engine stopped a turn on its length limit), `abort`, `error`.
+ * (the engine stopped a turn on its length limit), `multi_turn_disabled`
+ * (`rollout.multi_turn.enable: false`: the first assistant turn is final; its
+ * calls are not run and no simulated user answers), `abort`, `error`.
  */
 export type TerminatedBy =
   | "model"
@@ -51,8 +53,20 @@ export type TerminatedBy =
   | "response_length"
   | "max_model_len"
   | "length_stop"
+  | "multi_turn_disabled"
   | "abort"
   | "error";
+
+/**
+ * One tool reply's `metrics` object as recorded in `extra_fields.tool_metrics`:
+ * the assistant turn whose call it answered (1-based), the tool's name and
+ * the object as the tool sent it (synchronous reply or callback).
+ */
+export interface ToolMetricsEntry {
+  turn: number;
+  name: string;
+  metrics: Record<string, unknown>;
+}
 
 /** Mutable state of one tool-agent run (what a durable session would checkpoint). */
 export interface ToolAgentData {
@@ -79,6 +93,8 @@ export interface ToolAgentData {
   lastAssistantText: string;
   metrics: AgentLoopMetrics;
   toolRewards: number[];
+  /** `metrics` of tool replies that carried one, in call order (`extra_fields.tool_metrics`). */
+  toolMetrics?: ToolMetricsEntry[];
   turnScores: number[];
   modelVersions: unknown[];
   /** Policy versions of the response tokens so far, run-length (`extra_fields.token_versions`). */
@@ -130,7 +146,8 @@ export interface ToolAgentData {
  * accumulated over turns (`generate_sequences`; `tool_calls` includes
  * interaction calls; `compute_score`), `num_preempted` summed (−1 when no call
  * reported one). `extra_fields`: `turn_scores`, `tool_rewards`,
- * `model_versions` (per assistant turn, when the engine reports
+ * `tool_metrics` (`[{turn, name, metrics}]`, the `metrics` objects tool
+ * replies carried; absent when none did), `model_versions` (per assistant turn, when the engine reports
  * `extra_fields.model_version`), `token_versions` (run-length segments
  * `[[start, version], …]` over `response_ids`: each sampled token's policy
  * version — the engine's reported one, else the version current when its
@@ -236,14 +253,14 @@ export class ToolAgentLoop extends AgentLoop {
    * Records the asynchronous result of an awaited call.
    * @returns `unknown` when no call of the current round has this id, `answered` when it already has a result.
    */
-  deliverToolResult(d: ToolAgentData, callId: string, result: { content: string; reward?: number | null; ok?: boolean }, nowMs: number): "ok" | "unknown" | "answered" {
+  deliverToolResult(d: ToolAgentData, callId: string, result: { content: string; reward?: number | null; ok?: boolean; metrics?: Record<string, unknown> | null }, nowMs: number): "ok" | "unknown" | "answered" {
     const rs = d.toolResults ?? [];
     const i = rs.findIndex((r) => r !== null && r.call_id === callId);
     if (i < 0) return "unknown";
     const r = rs[i]!;
     if (!("awaiting" in r)) return "answered";
     d.metrics.tool_calls += Math.max(0, (nowMs - r.accepted_ms) / 1000);
-    rs[i] = { ok: result.ok ?? true, call_id: callId, attempts: 1, content: result.content, ...(result.reward != null ? { reward: result.reward } : {}) };
+    rs[i] = { ok: result.ok ?? true, call_id: callId, attempts: 1, content: result.content, ...(result.reward != null ? { reward: result.reward } : {}), ...(result.metrics != null ? { metrics: result.metrics } : {}) };
     return "ok";
   }
 
@@ -330,6 +347,7 @@ export class ToolAgentLoop extends AgentLoop {
     if (b.remainingBudget <= 0) return wantsMore ? this.end(d, "length", "response_length", true) : this.end(d, "stop", "model");
     if (mt.max_assistant_turns != null && d.assistantTurns >= mt.max_assistant_turns) return this.end(d, "stop", "max_assistant_turns");
     if (mt.max_user_turns != null && d.userTurns >= mt.max_user_turns) return this.end(d, "stop", "max_user_turns");
+    if (!mt.enable && wantsMore) return this.end(d, "stop", "multi_turn_disabled");
     if (lengthStop && attempts.length === 0) return this.end(d, "length", "length_stop", true);
 
     if (attempts.length > 0) {
@@ -386,6 +404,7 @@ export class ToolAgentLoop extends AgentLoop {
     const toolMessages: ChatMessage[] = results.map((r, i) => {
       if (!r.ok) d.toolErrors++;
       if (r.reward != null) d.toolRewards.push(r.reward);
+      if (r.metrics != null && names[i]) (d.toolMetrics ??= []).push({ turn: d.assistantTurns, name: names[i]!, metrics: r.metrics });
       const content = truncateToolResponse(r.content, mt.max_tool_response_length, mt.tool_response_truncate_side);
       const name = names[i];
       return name ? { role: "tool", name, content } : { role: "tool", content };
@@ -425,6 +444,8 @@ export class ToolAgentLoop extends AgentLoop {
       tool_errors: d.toolErrors,
       terminated_by: d.terminatedBy,
     };
+    // Absent when no tool sent metrics, so records without them are unchanged byte for byte.
+    if (d.toolMetrics?.length) extra.tool_metrics = d.toolMetrics;
     if (d.modelVersions.some((v) => v !== null)) extra.model_versions = d.modelVersions;
     const tv = finalTokenVersions(d.tokenVersions, d.builder!.responseLength);
     if (tv) extra.token_versions = tv;

@@ -1,10 +1,10 @@
 import { z } from "zod";
 import { ConfigError, formatPath } from "../errors.ts";
-import { RolloutConfig } from "../schema/config.ts";
+import { httpUrl, RolloutConfig } from "../schema/config.ts";
 
 /** Where generation happens: `"sim"` (the embedded simulated engine) or an engine/gateway base URL. */
 export const EngineConfig = z.strictObject({
-  url: z.union([z.literal("sim"), z.string().url("engine.url must be \"sim\" or an http(s) URL")]).default("sim"),
+  url: z.union([z.literal("sim"), httpUrl("engine.url must be \"sim\" or an http(s) URL")], { error: "engine.url must be \"sim\" or an http(s) URL" }).default("sim"),
   /** Wire format of the engine behind `url`: vLLM's OpenAI completions (`vllm`), vLLM's token-in/token-out /inference/v1/generate (`vllm-generate`) or SGLang's native /generate. */
   format: z.enum(["vllm", "vllm-generate", "sglang"]).default("vllm"),
   /** Scripted policy file for the simulated engine (ignored for a real engine). */
@@ -15,12 +15,16 @@ export const EngineConfig = z.strictObject({
   model: z.string().nullable().default(null),
   /** Per-request deadline in milliseconds. */
   timeout_ms: z.number().int().positive().default(600_000),
+  /** Retries of a failed engine call (5xx, refused, past `timeout_ms`), each under a fresh request id, with backoff; 0: none. */
+  max_retries: z.number().int().min(0).max(100).default(3),
+  /** The simulated engine's prefix KV cache per replica, in blocks of 16 tokens (sim only); null: the simulator's default (16,384 blocks). */
+  sim_kv_cache_blocks: z.number().int().min(1).nullable().default(null),
   /**
    * Base URLs of the engine replicas behind `url` when `url` is a router
    * (SMG, vllm-router): `POST /v1/engine/pause` and `/resume` reach each
    * replica's own pause API there. Default: `url` itself (one engine).
    */
-  admin_urls: z.array(z.string().url("engine.admin_urls[i] must be an http(s) URL")).nullable().default(null),
+  admin_urls: z.array(httpUrl("engine.admin_urls[i] must be an http(s) URL")).nullable().default(null),
   /**
    * Latency model of the simulated engine (sim only): milliseconds per
    * uncached prompt token and per generated token (decoding is token by
@@ -129,15 +133,22 @@ export type GatewayConfig = z.infer<typeof GatewayConfig>;
  * address `serve` listens on, or the loopback server of `rollout --agent`).
  */
 export const AgentConfig = z.strictObject({
-  url: z.string().url().nullable().default(null),
+  url: httpUrl("agent.url must be an http(s) URL").nullable().default(null),
   timeout_ms: z.number().int().positive().default(600_000),
   secret: z.string().nullable().default(null),
-  public_url: z.string().url().nullable().default(null),
+  public_url: httpUrl("agent.public_url must be an http(s) URL").nullable().default(null),
 });
 export type AgentWebhookSection = z.infer<typeof AgentConfig>;
 
-/** A webhook reward used for rows whose `reward_model.style` is `webhook`. */
-export const RewardConfig = z.strictObject({ url: z.string().url().nullable().default(null) });
+/**
+ * A webhook reward used for rows whose `reward_model.style` is `webhook`:
+ * its URL, the deadline of one call in ms and the retries of a failed call.
+ */
+export const RewardConfig = z.strictObject({
+  url: httpUrl("reward.url must be an http(s) URL").nullable().default(null),
+  timeout_ms: z.number().int().positive().default(30_000),
+  max_retries: z.number().int().min(0).max(100).default(2),
+});
 
 /**
  * The whole edgeloop configuration: verl's `rollout` section plus where the

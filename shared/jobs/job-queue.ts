@@ -147,6 +147,12 @@ export class JobQueue {
   readonly prefix: string;
   readonly group: string;
   readonly leaseMs: number;
+  /**
+   * Sorted set of the workers that claimed or heart-beat lately (`{prefix}jobs:workers`, member =
+   * consumer name, score = the worker's clock in epoch ms at its last claim or heartbeat): how
+   * {@link stats} tells live workers from dead ones (XINFO's idle time is not reset by an empty read on Redis 7.0).
+   */
+  readonly workersKey: string;
   readonly stream: string;
   /** The wake stream (`{p}jobs:wake`): one entry `key` per tool result delivered to a waiting session. */
   readonly wakeStream: string;
@@ -164,6 +170,7 @@ export class JobQueue {
     this.leaseMs = opts.leaseMs ?? DEFAULT_LEASE_MS;
     this.stream = `${this.prefix}jobs`;
     this.wakeStream = `${this.prefix}jobs:wake`;
+    this.workersKey = `${this.prefix}jobs:workers`;
     this.consumers = new StreamConsumer({ call: (c, b) => this.call(c, b), pipe: (c) => this.pipe(c) }, this.stream, this.group);
   }
 
@@ -382,6 +389,7 @@ export class JobQueue {
    * new ones, blocking up to `blockMs` when there are none.
    */
   async claim(consumer: string, max: number, blockMs = 0): Promise<Job[]> {
+    await this.call(["ZADD", this.workersKey, String(Date.now()), consumer]);
     const out: Job[] = [];
     const reclaimed = await this.consumers.autoclaim(consumer, this.leaseMs, max);
     const counts = await this.consumers.deliveries(reclaimed.map((e) => e.id));
@@ -406,6 +414,7 @@ export class JobQueue {
    * another worker reclaimed (and heart-beats) is left alone.
    */
   async heartbeat(consumer: string, ids: readonly string[]): Promise<void> {
+    await this.call(["ZADD", this.workersKey, String(Date.now()), consumer]);
     await this.consumers.touch(consumer, Math.floor(this.leaseMs / 2), ids);
   }
 
@@ -631,20 +640,38 @@ export class JobQueue {
   /**
    * Depth (jobs not yet claimed), in flight (claimed, not acknowledged) and
    * the oldest unacknowledged job's age (from its stream id's milliseconds
-   * and the Redis clock).
+   * and the Redis clock). `workers.known` counts workers that claimed or
+   * heart-beat within two leases (a worker blocked on an empty queue claims
+   * every second; a busy one heart-beats), `busy` those of them holding
+   * jobs. A worker silent for longer (SIGKILLed, its host gone) is pruned:
+   * dropped from `{prefix}jobs:workers` and, once its jobs have been
+   * reclaimed (no pending entries), from the consumer group (XGROUP
+   * DELCONSUMER), so it is not counted forever.
    */
   async stats(): Promise<QueueStats> {
     const { pending: inFlight, consumers: cs } = await this.consumers.info();
-    const [len, first, time] = await this.pipe([["XLEN", this.stream], ["XRANGE", this.stream, "-", "+", "COUNT", "1"], ["TIME"]]);
+    const [len, first, time, seen] = await this.pipe([["XLEN", this.stream], ["XRANGE", this.stream, "-", "+", "COUNT", "1"], ["TIME"], ["ZRANGE", this.workersKey, "0", "-1", "WITHSCORES"]]);
     const oldest = parseEntries(first)[0]?.id;
     const t = time as RedisReply[];
     const nowMs = Number(t[0]) * 1000 + Math.floor(Number(t[1]) / 1000);
+    // Worker clocks may drift from Redis's by seconds; two leases (60 s by default) absorb that.
+    const horizon = nowMs - 2 * this.leaseMs;
+    const live = new Set<string>();
+    // ZRANGE WITHSCORES: flat [member, score, …] (RESP2, Upstash) or [[member, score], …] (RESP3).
+    const reply = (seen as RedisReply[] | null) ?? [];
+    const pairs = reply.every(Array.isArray) ? (reply as RedisReply[][]) : reply.flatMap((v, i) => (i % 2 === 0 ? [[v, reply[i + 1]] as RedisReply[]] : []));
+    for (const [member, score] of pairs) if (Number(score) >= horizon) live.add(String(member));
+    const dead = cs.filter((c) => !live.has(String(c.name)) && Number(c.pending ?? 0) === 0);
+    await Promise.all([
+      this.call(["ZREMRANGEBYSCORE", this.workersKey, "-inf", `(${horizon}`]),
+      ...dead.map((c) => this.call(["XGROUP", "DELCONSUMER", this.stream, this.group, String(c.name)])),
+    ]).catch(() => {});
     return {
       mode: "queue",
       depth: Math.max(0, Number(len) - inFlight),
       in_flight: inFlight,
       oldest_age_ms: oldest ? Math.max(0, nowMs - Number(oldest.split("-")[0])) : 0,
-      workers: { known: cs.length, busy: cs.filter((c) => Number(c.pending ?? 0) > 0).length },
+      workers: { known: live.size, busy: cs.filter((c) => live.has(String(c.name)) && Number(c.pending ?? 0) > 0).length },
     };
   }
 
@@ -761,6 +788,7 @@ export class JobQueue {
 
   /** Removes a consumer that has exited (its pending jobs, if any, stay for reclaim). */
   async forgetConsumer(consumer: string): Promise<void> {
+    await this.call(["ZREM", this.workersKey, consumer]);
     await this.consumers.forget(consumer);
   }
 

@@ -105,7 +105,7 @@ export function planBatch(req: RolloutRequest, rollout: RolloutConfig, maxTrajec
     );
   }
   req.rows.forEach((raw, i) => {
-    const parsed = DatasetRow.safeParse(raw);
+    const parsed = DatasetRow.safeParse(withRawPrompt(raw));
     let row: DatasetRow | null = null;
     let rowError: string | null = null;
     if (parsed.success) row = parsed.data;
@@ -218,4 +218,16 @@ export function failedRecord(t: PlannedTrajectory, agentName: string, error: str
 /** `routed_experts` and `routed_experts_shape` of an output or record, as an object to spread: empty when absent (so the record keeps neither key). */
 export function routedExpertsFields(o: { routed_experts?: number[]; routed_experts_shape?: [number, number] }): { routed_experts?: number[]; routed_experts_shape?: [number, number] } {
   return o.routed_experts !== undefined && o.routed_experts_shape !== undefined ? { routed_experts: o.routed_experts, routed_experts_shape: o.routed_experts_shape } : {};
+}
+
+/**
+ * A row that carries its messages only as verl's `raw_prompt` (what verl's
+ * `RLHFDataset` stores with `return_raw_chat: true`), with `prompt` absent,
+ * is read with `prompt = raw_prompt`; the row is otherwise unchanged (the
+ * stored row keeps both as given). A row with a `prompt` is never touched.
+ */
+export function withRawPrompt(raw: unknown): unknown {
+  if (raw === null || typeof raw !== "object" || Array.isArray(raw)) return raw;
+  const r = raw as Record<string, unknown>;
+  return r.prompt === undefined && r.raw_prompt !== undefined ? { ...r, prompt: r.raw_prompt } : raw;
 }

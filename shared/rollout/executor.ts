@@ -50,7 +50,11 @@ function signalsOf(deps: ExecutorDeps): Map<string, AbortSignal> {
 
 /**
  * The sampling parameters of a batch: `rollout.{temperature, top_p, top_k}`
- * for training, `rollout.val_kwargs` for validation batches (verl); log-probs
+ * for training, `rollout.val_kwargs` for validation batches (verl); a
+ * validation batch with `val_kwargs.do_sample: false` (the default) is greedy:
+ * temperature 0, top_p 1, top_k -1, whatever val_kwargs' own values (verl's
+ * vLLM rollout replaces the sampling kwargs so when `meta_info.do_sample` is
+ * false, which its trainer sets from `val_kwargs.do_sample`); log-probs
  * per `calculate_log_probs`. With `rollout.seed` set, each trajectory gets its
  * own seed derived from (seed, row, session), so the `n` sessions of a prompt
  * differ while a rerun repeats them. With `partial_rollout: carry` the seed
@@ -58,7 +62,9 @@ function signalsOf(deps: ExecutorDeps): Map<string, AbortSignal> {
  * carried into the next batch at another position samples as it would have.
  */
 export function samplingParamsFor(rollout: RolloutConfig, validate: boolean, t?: Pick<PlannedTrajectory, "row_index" | "session_id"> & { uid?: string }): SamplingParams {
-  const src = validate ? rollout.val_kwargs : rollout;
+  // verl: a validation batch with `val_kwargs.do_sample: false` decodes greedily whatever val_kwargs' temperature says.
+  const greedy = validate && !rollout.val_kwargs.do_sample;
+  const src = greedy ? GREEDY : validate ? rollout.val_kwargs : rollout;
   const pos = rollout.partial_rollout === "carry" && t?.uid !== undefined ? fnv1a(t.uid) % 1_000_003 : (t?.row_index ?? 0);
   const seed = rollout.seed === undefined || !t ? undefined : (rollout.seed * 1_000_003 + pos * 9_973 + t.session_id) % 2_147_483_647;
   return {
@@ -69,6 +75,9 @@ export function samplingParamsFor(rollout: RolloutConfig, validate: boolean, t?:
     ...(seed === undefined ? {} : { seed }),
   };
 }
+
+/** Greedy decoding as verl sends it for `do_sample: false` (`temperature: 0, top_p: 1.0, top_k: -1`). */
+const GREEDY = { temperature: 0, top_p: 1, top_k: -1 } as const;
 
 /** FNV-1a over a string's UTF-16 code units: a stable 32-bit hash. */
 function fnv1a(s: string): number {

@@ -1,16 +1,34 @@
 import { z } from "zod";
 
+/**
+ * An absolute `http:` or `https:` URL (engines, webhooks, public URLs): zod's
+ * `url()` alone accepts any scheme (`ftp://…`, `mailto:…`), which would pass
+ * at start and fail every request later.
+ */
+export function httpUrl(message: string) {
+  return z.string().refine((s) => {
+    try {
+      const u = new URL(s);
+      return u.protocol === "http:" || u.protocol === "https:";
+    } catch {
+      return false;
+    }
+  }, message);
+}
+
 /** `rollout.val_kwargs`: sampling used for validation batches (verl defaults: greedy, n = 1). */
 export const ValKwargs = z.strictObject({
   temperature: z.number().min(0).default(0),
   top_p: z.number().gt(0).max(1).default(1.0),
   top_k: z.number().int().min(-1).default(-1),
   n: z.number().int().min(1, "rollout.val_kwargs.n must be >= 1").default(1),
+  /** false (verl's default): validation decodes greedily (temperature 0, top_p 1, top_k -1) whatever the values above say; true: it samples with them. */
   do_sample: z.boolean().default(false),
 });
 
 /** `rollout.multi_turn` limits of the tool agent (verl's names and defaults). */
 export const MultiTurnConfig = z.strictObject({
+  /** false: `tool_agent`'s first assistant turn is final (its calls are not run, no simulated user; `terminated_by: "multi_turn_disabled"`). */
   enable: z.boolean().default(true),
   max_assistant_turns: z.number().int().min(1).nullable().default(null),
   max_user_turns: z.number().int().min(1).nullable().default(null),
@@ -49,8 +67,8 @@ export const AgentConfig = z.strictObject({
  */
 export const TeacherConfig = z
   .strictObject({
-    url: z.union([z.literal("sim"), z.string().url("rollout.teacher.url must be \"sim\" or an http(s) URL")]).nullish(),
-    urls: z.array(z.string().url("rollout.teacher.urls[i] must be an http(s) URL")).min(1, "rollout.teacher.urls must name at least one replica").nullish(),
+    url: z.union([z.literal("sim"), httpUrl("rollout.teacher.url must be \"sim\" or an http(s) URL")], { error: "rollout.teacher.url must be \"sim\" or an http(s) URL" }).nullish(),
+    urls: z.array(httpUrl("rollout.teacher.urls[i] must be an http(s) URL")).min(1, "rollout.teacher.urls must name at least one replica").nullish(),
     format: z.enum(["vllm", "vllm-generate", "sglang"]).default("vllm"),
     model: z.string().nullable().default(null),
     timeout_ms: z.number().int().positive().default(600_000),

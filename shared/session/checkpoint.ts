@@ -57,6 +57,8 @@ export const ToolAgentFields = z.object({
   last_assistant_text: z.string(),
   metrics: AgentLoopMetrics,
   tool_rewards: z.array(z.number()),
+  /** `metrics` of tool replies (`extra_fields.tool_metrics`); absent when none came or in checkpoints written before it existed. */
+  tool_metrics: z.array(z.object({ turn: z.number().int(), name: z.string(), metrics: z.record(z.string(), z.unknown()) })).optional(),
   turn_scores: z.array(z.number()),
   model_versions: z.array(z.unknown()),
   /** Run-length policy versions over the response (`[[start, version], …]`); absent in checkpoints written before it existed. */
@@ -267,6 +269,7 @@ export function saveToolAgentFields(d: ToolAgentData): ToolAgentFields {
     last_assistant_text: d.lastAssistantText,
     metrics: { ...d.metrics },
     tool_rewards: d.toolRewards,
+    ...(d.toolMetrics?.length ? { tool_metrics: d.toolMetrics } : {}),
     turn_scores: d.turnScores,
     model_versions: d.modelVersions,
     token_versions: d.tokenVersions,
@@ -294,6 +297,7 @@ export function restoreToolAgentFields(loop: ToolAgentLoop, s: ToolAgentFields, 
   d.lastAssistantText = s.last_assistant_text;
   d.metrics = { ...s.metrics };
   d.toolRewards = s.tool_rewards;
+  if (s.tool_metrics?.length) d.toolMetrics = s.tool_metrics;
   d.turnScores = s.turn_scores;
   d.modelVersions = s.model_versions;
   d.tokenVersions = (s.token_versions ?? []) as ToolAgentData["tokenVersions"];

@@ -3,11 +3,19 @@ import { AuthError, EdgeloopError, inputErrorFromZod, InputError } from "../erro
 import { SIGNATURE_HEADER, verifySignature } from "../tools/signature.ts";
 import type { ToolResultDelivery } from "./trajectory-session.ts";
 
-/** Body of `POST /v1/sessions/{key}/tool-results`: the awaited call's id, its result text and an optional reward. */
+/**
+ * Body of `POST /v1/sessions/{key}/tool-results`: the awaited call's id, its
+ * result text, an optional reward, `ok: false` when the tool failed (then
+ * `content` is the error text the model sees, counted in
+ * `extra_fields.tool_errors`), and optional `metrics` (recorded in
+ * `extra_fields.tool_metrics`), as a synchronous reply's.
+ */
 export const ToolResultCallback = z.object({
   call_id: z.string().min(1).max(1000),
   content: z.string(),
   reward: z.number().nullish(),
+  ok: z.boolean().optional(),
+  metrics: z.record(z.string(), z.unknown()).nullish(),
 });
 export type ToolResultCallback = z.infer<typeof ToolResultCallback>;
 
@@ -39,7 +47,13 @@ export async function parseToolResultCallback(
   }
   const r = ToolResultCallback.safeParse(json);
   if (!r.success) throw inputErrorFromZod("", r.error.issues);
-  return { call_id: r.data.call_id, content: r.data.content, ...(r.data.reward != null ? { reward: r.data.reward } : {}) };
+  return {
+    call_id: r.data.call_id,
+    content: r.data.content,
+    ...(r.data.reward != null ? { reward: r.data.reward } : {}),
+    ...(r.data.ok !== undefined ? { ok: r.data.ok } : {}),
+    ...(r.data.metrics != null ? { metrics: r.data.metrics } : {}),
+  };
 }
 
 /** A callback refused because no webhook secret (`tools.secret`) is configured: 403, code `forbidden`. */

@@ -73,6 +73,10 @@ export interface ToolResultDelivery {
   call_id: string;
   content: string;
   reward?: number | null;
+  /** false: the tool reports a failure; `content` is its error text (counted in `extra_fields.tool_errors`). Default true. */
+  ok?: boolean;
+  /** The tool's metrics for this call (`extra_fields.tool_metrics`). */
+  metrics?: Record<string, unknown> | null;
 }
 
 const DEFAULT_TERMINAL_TTL = 7 * 24 * 3600;
@@ -237,7 +241,7 @@ export class TrajectorySession {
     if (!(this.loop instanceof ToolAgentLoop) || !this.data || this.cp.loop_state !== "awaiting_tools") {
       throw new ConflictError(`session '${this.key}' is not waiting for tool results (state ${this.cp.phase}/${this.cp.loop_state})`, { field: "call_id" });
     }
-    const res = this.loop.deliverToolResult(this.data, r.call_id, { content: r.content, reward: r.reward }, this.wall());
+    const res = this.loop.deliverToolResult(this.data, r.call_id, { content: r.content, reward: r.reward, ...(r.ok !== undefined ? { ok: r.ok } : {}), metrics: r.metrics ?? null }, this.wall());
     if (res === "unknown") throw new ConflictError(`session '${this.key}' has no tool call '${r.call_id}'`, { field: "call_id" });
     if (res === "answered") throw new ConflictError(`tool call '${r.call_id}' was already answered`, { field: "call_id" });
     await this.commit("running", "awaiting_tools");

@@ -27,6 +27,11 @@ export function registerToolCallParser(name: string, factory: ToolCallParserFact
   factories.set(name, factory);
 }
 
+/** Removes the parser registered under `name` (a module's own, e.g. when a test is done with it); built-ins can be removed too. */
+export function unregisterToolCallParser(name: string): void {
+  factories.delete(name);
+}
+
 /** Names of the registered parsers, sorted. */
 export function toolCallParserNames(): string[] {
   return [...factories.keys()].sort();

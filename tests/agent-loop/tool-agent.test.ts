@@ -281,6 +281,20 @@ describe("metrics, rewards, versions, interactions", () => {
     expect(o.extra_fields.tool_rewards).toEqual([0.5]);
   });
 
+  test("a tool reply's metrics land in extra_fields.tool_metrics, per call in order; absent when no reply has any", async () => {
+    const client = new ScriptedClient(tok, [{ text: call("calc") + call("lookup") }, { text: call("calc") }, { text: "done" }]);
+    let n = 0;
+    const tools = new FakeTools(["calc", "lookup"], (req) => (req.name === "calc" ? { content: "4", metrics: { n: ++n, sandbox: "py" } } : "no metrics"));
+    const cfg = config({ multi_turn: { max_parallel_calls: 2 } });
+    const o = await new ToolAgentLoop(ctxOf(tok, client, cfg, { tools })).run(SP, row());
+    expect(o.extra_fields.tool_metrics).toEqual([
+      { turn: 1, name: "calc", metrics: { n: 1, sandbox: "py" } },
+      { turn: 2, name: "calc", metrics: { n: 2, sandbox: "py" } },
+    ]);
+    const plain = await new ToolAgentLoop(ctxOf(tok, new ScriptedClient(tok, [{ text: call("calc") }, { text: "x" }]), config(), { tools: new FakeTools(["calc"], () => "1") })).run(SP, row());
+    expect("tool_metrics" in plain.extra_fields).toBe(false);
+  });
+
   test("num_preempted stays -1 when no call reports it", async () => {
     const client = new ScriptedClient(tok, [{ text: call("calc") }, { text: "x" }]);
     const o = await new ToolAgentLoop(ctxOf(tok, client, config(), { tools: new FakeTools(["calc"], () => "1") })).run(SP, row());

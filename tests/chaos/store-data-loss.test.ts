@@ -5,6 +5,9 @@ import { privateRedis, type PrivateRedis } from "../helpers/redis-server.ts";
 import { POLICY } from "../session/fixtures.ts";
 import { drainGroups, post, progress, spawnCli, spawnServe, until, type CliProc } from "./store-harness.ts";
 
+/** The flags shared with serve minus --n: a worker runs each job with its batch's rollout section and refuses --n. */
+const workerFlags = (flags: string[]): string[] => flags.filter((_, i) => flags[i] !== "--n" && flags[i - 1] !== "--n");
+
 // E2: `serve` and one `worker` on a Redis store; Redis loses its data (FLUSHALL stands in for a
 // restart without persistence) between two batches, and again while a batch is in flight.
 // On main the worker logged NOGROUP every 5 s forever and GET /v1/groups failed the same way.
@@ -30,7 +33,7 @@ for (const transport of ["redis", "upstash"] as const) describe(`E2 (${transport
     engine = await startSimEngine({ script: { ...POLICY, seed: 3 }, latency: { prefill_ms_per_token: 0, decode_ms_per_token: 25 } });
     const common = ["--store", store, "--store-prefix", prefix, "--engine", engine.urls[0]!, "--n", "2", "--max-model-len", "4096"];
     serve = await spawnServe([...common, "--lost-grace", String(GRACE_S)], env);
-    worker = spawnCli(["worker", ...common, "--concurrency", "2", "--lease", "3", "--consumer", "e2w"], env);
+    worker = spawnCli(["worker", ...workerFlags(common), "--concurrency", "2", "--lease", "3", "--consumer", "e2w"], env);
   }, 60_000);
   afterAll(async () => {
     worker?.proc.kill("SIGKILL");

@@ -7,6 +7,9 @@ import { privateRedis, type PrivateRedis } from "../helpers/redis-server.ts";
 import { POLICY, ROWS } from "../session/fixtures.ts";
 import { drainGroups, post, progress, spawnCli, spawnServe, summaryOf, until, type CliProc } from "./store-harness.ts";
 
+/** The flags shared with serve minus --n: a worker runs each job with its batch's rollout section and refuses --n. */
+const workerFlags = (flags: string[]): string[] => flags.filter((_, i) => flags[i] !== "--n" && flags[i - 1] !== "--n");
+
 // E7 (store chaos): Redis goes away for OUTAGE_S seconds in the middle of a queue-mode batch
 // (serve + 2 workers) and comes back — with its data (append-only file: a pure outage) or without
 // it (no persistence: the outage is also E2's data loss). Every trajectory lands exactly once or is
@@ -66,7 +69,7 @@ describe(`E7: a ${OUTAGE_S} s Redis outage in the middle of a queue-mode batch`,
         const common = ["--store", redis.url, "--store-prefix", prefix, "--engine", engine.urls[0]!, "--n", String(N), "--max-model-len", "4096"];
         const serve = await spawnServe([...common, "--lost-grace", "5"], env);
         procs.push(serve);
-        const workers = ["wa", "wb"].map((c) => spawnCli(["worker", ...common, "--concurrency", "4", "--lease", "3", "--idle-exit", "4", "--consumer", c], env));
+        const workers = ["wa", "wb"].map((c) => spawnCli(["worker", ...workerFlags(common), "--concurrency", "4", "--lease", "3", "--idle-exit", "4", "--consumer", c], env));
         procs.push(...workers);
         const b = await post(serve.url, rows);
         expect(b.keys.length).toBe(ROWS_N * N);
@@ -106,7 +109,7 @@ describe(`E7: a ${OUTAGE_S} s Redis outage in the middle of a queue-mode batch`,
           for (const u of whole) expect([u, delivered.get(u)]).toEqual([u, [[`${u}_0_0`, `${u}_1_0`]]]);
           // The queue heals: a batch submitted afterwards runs (on a fresh worker: the others may have idled out) and its group is delivered.
           const next = await post(serve.url, [{ ...rows[0], uid: "outnext" }]);
-          const fresh = spawnCli(["worker", ...common, "--concurrency", "4", "--idle-exit", "3", "--consumer", "wc"], env);
+          const fresh = spawnCli(["worker", ...workerFlags(common), "--concurrency", "4", "--idle-exit", "3", "--consumer", "wc"], env);
           procs.push(fresh);
           await until(async () => (await progress(serve.url, next.batch_id)).done, "a batch after the outage", 60_000);
           expect((await progress(serve.url, next.batch_id)).counts).toMatchObject({ ok: 2, failed: 0 });

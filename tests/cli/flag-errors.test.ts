@@ -1,5 +1,5 @@
 import { afterAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
@@ -9,6 +9,8 @@ import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helper
 // never a silently ignored value, a default in its place, or commander's exit code 1 with help text.
 const MAIN = join(import.meta.dir, "..", "..", "infra", "cli", "main.ts");
 const dir = mkdtempSync(join(tmpdir(), "edgeloop-flags-"));
+// A readable data file, so that a case's error is the flag's and not --data's.
+writeFileSync(join(dir, "x.jsonl"), readFileSync(join(import.meta.dir, "..", "..", "examples", "gsm8k-tool.jsonl"), "utf8").split("\n")[0] + "\n");
 const prefixes: string[] = [];
 afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
@@ -41,6 +43,22 @@ const CASES: [string[], string][] = [
   [["gateway", "--replicas", "http://127.0.0.1:1", "--attempt-timeout-ms", "0"], "--attempt-timeout-ms must be an integer >= 1, got '0' (see edgeloop gateway --help)"],
   [["sim-engine", "--replicas", "0"], "--replicas must be an integer 1..64, got '0' (see edgeloop sim-engine --help)"],
   [["inspect"], "missing required argument 'key' (see edgeloop inspect --help)"],
+  [["sim-engine", "--decode-ms-per-token", "-1"], "--decode-ms-per-token must be a number of milliseconds >= 0, got '-1' (see edgeloop sim-engine --help)"],
+  [["sim-engine", "--kv-cache-blocks", "0"], "--kv-cache-blocks must be an integer >= 1, got '0' (see edgeloop sim-engine --help)"],
+  // Values a parser accepts but no request could use: refused at start, naming the flag (before any data is read).
+  [["rollout", "--data", "x.jsonl", "--out", "no-such-folder/out.jsonl"], `--out: the folder ${join(dir, "no-such-folder")} does not exist (create it first, or write elsewhere)`],
+  [["rollout", "--data", "x.jsonl", "--out", "."], `--out: ${dir} is a folder; name a file (e.g. ${dir}/rollouts.jsonl)`],
+  [["rollout", "--data", "x.jsonl", "--engine", "ftp://gpu1:8000"], `--engine: engine.url must be "sim" or an http(s) URL (got 'ftp://gpu1:8000')`],
+  [["rollout", "--data", "x.jsonl", "--agent", "mailto:x@y"], "--agent: agent.url must be an http(s) URL (got 'mailto:x@y')"],
+  [["rollout", "--data", "x.jsonl", "--public-url", "localhost:8787"], "--public-url: agent.public_url must be an http(s) URL (got 'localhost:8787')"],
+  [["rollout", "--data", "x.jsonl", "--store", "ftp://x"], "--store: store.url must be memory, upstash or a redis:// URL (got 'ftp://x')"],
+  [["worker", "--idle-exit", "abc"], "--idle-exit must be a number of seconds >= 0, got 'abc' (see edgeloop worker --help)"],
+  [["worker", "--lease", "-5"], "--lease must be a positive number of seconds, got '-5' (see edgeloop worker --help)"],
+  [["worker", "--lease", "NaN"], "--lease must be a positive number of seconds, got 'NaN' (see edgeloop worker --help)"],
+  // Jobs run with their batch's rollout section: the worker refuses the flags it would ignore.
+  [["worker", "--n", "4"], "--n: a worker runs each job with its batch's rollout.n (serve's config, or the batch's config.rollout); set it on edgeloop serve or in the POST, not on the worker"],
+  [["worker", "--default-agent", "tool_agent"], "--default-agent: a worker runs each job with its batch's rollout.agent.default_agent_loop (serve's config, or the batch's config.rollout); set it on edgeloop serve or in the POST, not on the worker"],
+  [["cancel", "b1", "--url", "ftp://x"], "--url: 'ftp://x' is not an http(s) URL"],
   [["nonsense"], "unknown command 'nonsense' (see edgeloop --help)"],
 ];
 
@@ -49,7 +67,7 @@ describe("flag and argument errors: one line naming the flag, exit 2", () => {
     test(args.join(" "), () => {
       const r = edgeloop(args);
       expect({ code: r.code, stderr: r.stderr, stdout: r.stdout }).toEqual({ code: 2, stderr: `edgeloop: ${line}\n`, stdout: "" });
-    });
+    }, 30_000);
   }
   test("--help still exits 0 with the help on stdout", () => {
     const r = edgeloop(["worker", "--help"]);

@@ -88,3 +88,40 @@ describe("the bun child leaves when its launcher is SIGKILLed", () => {
     expect(await launcher.exited).toBe(0);
   }, 30_000);
 });
+
+describe("run through npx (npm_command=exec): the CLI follows npm's lifetime", () => {
+  test("`npx edgeloop serve & kill $!`: npm forwards SIGTERM to its `sh -c`, which dies alone; the launcher notices it was re-parented and stops the CLI", async () => {
+    // The shape npm exec gives: npm → sh -c → node bin/edgeloop.mjs → bun. `; true` keeps sh from exec-ing node.
+    const sh = Bun.spawn(["sh", "-c", `node ${LAUNCHER} serve --port 0; true`], { stdout: "pipe", stderr: "pipe", env: { ...process.env, NO_COLOR: "1", npm_command: "exec" } });
+    pids.push(sh.pid);
+    let out = "";
+    void (async () => {
+      for await (const chunk of sh.stdout as ReadableStream<Uint8Array>) out += new TextDecoder().decode(chunk);
+    })();
+    for (let i = 0; i < 300 && !/edgeloop serving on http/.test(out); i++) await Bun.sleep(50);
+    expect(out).toMatch(/edgeloop serving on http/);
+    const launcher = childrenOf(sh.pid)[0]!;
+    const child = childrenOf(launcher)[0]!;
+    pids.push(launcher, child);
+    sh.kill("SIGTERM");
+    await goneWithin(child, 8_000);
+    await goneWithin(launcher, 4_000);
+    expect([alive(child), alive(launcher)]).toEqual([false, false]);
+  }, 30_000);
+
+  test("without npm_command=exec (the bin run directly, e.g. under nohup or a supervisor) a re-parented launcher keeps serving", async () => {
+    const sh = Bun.spawn(["sh", "-c", `node ${LAUNCHER} serve --port 0; true`], { stdout: "pipe", stderr: "pipe", env: { ...process.env, NO_COLOR: "1", npm_command: "" } });
+    pids.push(sh.pid);
+    let out = "";
+    void (async () => {
+      for await (const chunk of sh.stdout as ReadableStream<Uint8Array>) out += new TextDecoder().decode(chunk);
+    })();
+    for (let i = 0; i < 300 && !/edgeloop serving on http/.test(out); i++) await Bun.sleep(50);
+    const launcher = childrenOf(sh.pid)[0]!;
+    const child = childrenOf(launcher)[0]!;
+    pids.push(launcher, child);
+    sh.kill("SIGTERM");
+    await Bun.sleep(2_000);
+    expect([alive(child), alive(launcher)]).toEqual([true, true]);
+  }, 30_000);
+});

@@ -7,6 +7,9 @@ import { spawnCli, spawnServe, until, type CliProc } from "../chaos/store-harnes
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { POLICY, ROWS } from "../session/fixtures.ts";
 
+/** The flags shared with serve minus --n: a worker runs each job with its batch's rollout section and refuses --n. */
+const workerFlags = (flags: string[]): string[] => flags.filter((_, i) => flags[i] !== "--n" && flags[i - 1] !== "--n");
+
 // The Redis engine gate across processes: `edgeloop serve --jobs queue` takes the trainer's
 // pause → model-version → resume while one `edgeloop worker` (another process) runs the batch
 // against a simulated vLLM replica in this process. The worker must start no engine call while
@@ -53,7 +56,7 @@ describe.skipIf(!redisUp)("Redis engine gate: serve pauses, a worker process hol
     const common = ["--store", REDIS_URL, "--store-prefix", prefix, "--engine", sim.urls[0]!, "--n", String(N), "--seed", "7", "--max-model-len", "4096"];
     const serve = await spawnServe([...common, "--jobs", "queue"]);
     procs.push(serve);
-    const worker = spawnCli(["worker", ...common, "--concurrency", "16", "--idle-exit", "20", "--consumer", "rg-w1"]);
+    const worker = spawnCli(["worker", ...workerFlags(common), "--concurrency", "16", "--idle-exit", "20", "--consumer", "rg-w1"]);
     procs.push(worker);
     const api = (path: string, body?: unknown) => fetch(`${serve.url}${path}`, { method: "POST", headers: json, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
 

@@ -67,6 +67,12 @@ describe("edgeloop rollout (the README's first command)", () => {
     for (const s of groups.values()) expect(s.sort()).toEqual([0, 1, 2, 3]);
 
     const s = summary(first.stdout);
+    // The README shows the summary as the CLI prints it: the same lines in the same order, label and value only.
+    const readme = readFileSync(join(ROOT, "README.md"), "utf8");
+    const block = /then this summary \(on stdout\)[\s\S]*?```\n([\s\S]*?)```/.exec(readme)![1]!.trimEnd().split("\n");
+    const printed = first.stdout.trimEnd().split("\n");
+    expect(block.map((l) => l.split(/\s{2,}/).filter(Boolean).length)).toEqual(block.map(() => 2));
+    expect(block.map((l) => l.slice(0, 25))).toEqual(printed.map((l) => l.slice(0, 25)));
     const sampled = records.reduce((n, r) => n + r.response_mask.filter((m) => m === 1).length, 0);
     const response = records.reduce((n, r) => n + r.response_ids.length, 0);
     expect([s["sessions (trajectories)"], s["finished"], s["records"]]).toEqual(["240", "240", "240"]);

@@ -176,7 +176,13 @@ describe("openapi", () => {
   test("documents every endpoint with schemas generated from zod", async () => {
     const doc = await (await app.request("/openapi.json")).json();
     expect(doc.openapi).toBe("3.1.0");
-    expect(Object.keys(doc.paths).sort()).toEqual(["/v1/consumed-version", "/v1/engine/pause", "/v1/engine/resume", "/v1/engine/status", "/v1/groups", "/v1/groups/ack", "/v1/groups/{uid}", "/v1/model-version", "/v1/queue", "/v1/rollouts", "/v1/rollouts/{batch_id}", "/v1/rollouts/{batch_id}/trajectories", "/v1/trajectories/{key}"]);
+    expect(Object.keys(doc.paths).sort()).toEqual(["/health", "/metrics", "/v1/consumed-version", "/v1/engine/pause", "/v1/engine/resume", "/v1/engine/status", "/v1/groups", "/v1/groups/ack", "/v1/groups/{uid}", "/v1/model-version", "/v1/queue", "/v1/rollouts", "/v1/rollouts/{batch_id}", "/v1/rollouts/{batch_id}/trajectories", "/v1/sessions/{key}", "/v1/sessions/{key}/tool-results", "/v1/trajectories/{key}"]);
+    // The documented status codes of a batch POST include the size limit and the full queue.
+    expect(Object.keys(doc.paths["/v1/rollouts"].post.responses).sort()).toEqual(["202", "400", "401", "409", "413", "415", "503"]);
+    // The tool-result callback: signed, not bearer-authenticated; its body schema comes from the zod type (ok and metrics included).
+    const cb = doc.paths["/v1/sessions/{key}/tool-results"].post;
+    expect([cb.security, Object.keys(cb.responses).sort()]).toEqual([[], ["200", "400", "401", "403", "404", "409", "413"]]);
+    expect(Object.keys(cb.requestBody.content["application/json"].schema.properties).sort()).toEqual(["call_id", "content", "metrics", "ok", "reward"]);
     const req = doc.paths["/v1/rollouts"].post.requestBody.content["application/json"].schema;
     expect(req.required).toEqual(["rows"]);
     expect(doc.components.schemas.TrajectoryRecord.properties.response_mask.type).toBe("array");

@@ -63,6 +63,31 @@ const fakeExecutor = (hook?: (t: PlannedTrajectory) => Promise<void>): Trajector
 });
 
 describe.skipIf(!redis)("job queue", () => {
+  test("workers.known counts live workers only: a worker silent for two leases (SIGKILLed) is pruned, from the group too once its jobs are reclaimed", async () => {
+    const { jobs, prefix } = setup(300);
+    const { p, spec } = plan(1);
+    await jobs.submit(spec, p.trajectories.map((t) => t.key), p.trajectories);
+    const dead = await jobs.claim("dead", 1);
+    const mine = await jobs.claim("live", 1);
+    expect((await jobs.stats()).workers).toEqual({ known: 2, busy: 2 });
+    // "dead" never claims nor heart-beats again; "live" heart-beats its job and reclaims dead's after the lease.
+    await Bun.sleep(350);
+    await jobs.heartbeat("live", mine.map((j) => j.id));
+    const reclaimed = await jobs.claim("live", 1);
+    expect(reclaimed.map((j) => [j.id, j.deliveries])).toEqual([[dead[0]!.id, 2]]);
+    await Bun.sleep(500);
+    await jobs.heartbeat("live", [...mine, ...reclaimed].map((j) => j.id));
+    expect((await jobs.stats()).workers).toEqual({ known: 1, busy: 1 });
+    const r = rawRedis();
+    const consumers = (await r.xinfo("CONSUMERS", `${prefix}jobs`, "workers")) as unknown[][];
+    expect(consumers.map((c) => c[1])).toEqual(["live"]);
+    expect(await r.zrange(`${prefix}jobs:workers`, "0", "-1")).toEqual(["live"]);
+    await jobs.ack([...mine, ...reclaimed].map((j) => j.id));
+    await jobs.forgetConsumer("live");
+    expect(await r.zrange(`${prefix}jobs:workers`, "0", "-1")).toEqual([]);
+  });
+
+
   test("submit → claim (each job to one consumer) → heartbeat → ack; stats follow", async () => {
     const { jobs, prefix } = setup(10_000);
     const { p, spec } = plan(2);

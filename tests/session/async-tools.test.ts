@@ -117,6 +117,27 @@ describe.each(storages)("async tool results (%s storage)", (_name, makeStorage) 
     expect(host.timed).toBe(0);
   });
 
+  test("a callback may report a failure (ok: false → an error observation counted in tool_errors) and metrics (extra_fields.tool_metrics)", async () => {
+    const { host, post, tok } = await setup(makeStorage(), 60_000);
+    const input = inputFor(0, 0, undefined, `fail${_name}`);
+    const done = host.run(input);
+    const callId = `${input.key}:1:0`;
+    await until(async () => (await host.status(input.key))?.phase === "waiting");
+    expect(await post(input.key, { call_id: callId, content: "Error executing tool 'calc': sandbox crashed", ok: false, metrics: { sandbox_ms: 1200, exit: 137 } })).toEqual({
+      status: 200,
+      body: { ok: true, key: input.key, call_id: callId },
+    });
+    const r = (await done) as Extract<SessionResult, { status: "finished" }>;
+    const out = r.outputs[0]!;
+    expect([out.extra_fields.tool_calls, out.extra_fields.tool_errors, out.extra_fields.tool_rewards]).toEqual([1, 1, []]);
+    expect(out.extra_fields.tool_metrics).toEqual([{ turn: 1, name: "calc", metrics: { sandbox_ms: 1200, exit: 137 } }]);
+    expect(tok.decode(out.response_ids)).toContain("<tool_response>\nError executing tool 'calc': sandbox crashed\n</tool_response>");
+    expect(await post(input.key, { call_id: callId, content: "x", ok: "no" })).toEqual({
+      status: 400,
+      body: { error: { code: "invalid_input", message: "ok: Invalid input: expected boolean, received string", field: "ok" } },
+    });
+  });
+
   test("a missing result becomes an error observation at the tool's timeout_ms; a late callback is 409", async () => {
     const { host, post, tok } = await setup(makeStorage(), 150);
     const input = inputFor(0, 1, undefined, `to${_name}`);

@@ -1,0 +1,124 @@
+import { expect, test } from "bun:test";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import type { z } from "zod";
+import { AppConfig } from "../../shared/config/app-config.ts";
+
+// Configuration honesty (issue 18 item 10): no setting may be accepted and then ignored. Every leaf key of
+// AppConfig is listed here with the file that reads it and the code that reads it there; the test walks the
+// schema, so a new key fails until its reader is named, and a reader that is removed or renamed fails too.
+// (A key the CLI refuses instead — e.g. the worker's rollout flags — needs no entry: it is not a config key.)
+const ROOT = join(import.meta.dir, "..", "..");
+
+/** leaf path → [file, code that reads the value there]. */
+const READERS: Record<string, [string, string]> = {
+  "rollout.n": ["shared/rollout/batch.ts", "const defaultN = req.validate ? rollout.val_kwargs.n : rollout.n;"],
+  "rollout.prompt_length": ["shared/rollout/batch.ts", "promptLength: rollout.prompt_length"],
+  "rollout.response_length": ["shared/rollout/batch.ts", "responseLength: rollout.response_length"],
+  "rollout.max_model_len": ["shared/agent-loop/agent-loop.ts", "if (config.max_model_len) return"],
+  "rollout.calculate_log_probs": ["shared/rollout/executor.ts", "logprobs: rollout.calculate_log_probs"],
+  "rollout.return_routed_experts": ["shared/agent-loop/agent-loop.ts", "this.ctx.config?.return_routed_experts === true"],
+  "rollout.temperature": ["shared/rollout/executor.ts", "temperature: src.temperature"],
+  "rollout.top_p": ["shared/rollout/executor.ts", "top_p: src.top_p"],
+  "rollout.top_k": ["shared/rollout/executor.ts", "top_k: src.top_k"],
+  "rollout.seed": ["shared/rollout/executor.ts", "rollout.seed === undefined"],
+  "rollout.val_kwargs.temperature": ["shared/rollout/executor.ts", "validate ? rollout.val_kwargs : rollout"],
+  "rollout.val_kwargs.top_p": ["shared/rollout/executor.ts", "validate ? rollout.val_kwargs : rollout"],
+  "rollout.val_kwargs.top_k": ["shared/rollout/executor.ts", "validate ? rollout.val_kwargs : rollout"],
+  "rollout.val_kwargs.n": ["shared/rollout/batch.ts", "req.validate ? rollout.val_kwargs.n"],
+  "rollout.val_kwargs.do_sample": ["shared/rollout/executor.ts", "validate && !rollout.val_kwargs.do_sample"],
+  "rollout.multi_turn.enable": ["shared/agent-loop/tool-agent.ts", "if (!mt.enable && wantsMore)"],
+  "rollout.multi_turn.max_assistant_turns": ["shared/agent-loop/tool-agent.ts", "d.assistantTurns >= mt.max_assistant_turns"],
+  "rollout.multi_turn.max_user_turns": ["shared/agent-loop/tool-agent.ts", "d.userTurns >= mt.max_user_turns"],
+  "rollout.multi_turn.max_parallel_calls": ["shared/agent-loop/tool-agent.ts", "attempts.slice(0, mt.max_parallel_calls)"],
+  "rollout.multi_turn.max_tool_response_length": ["shared/agent-loop/tool-agent.ts", "mt.max_tool_response_length, mt.tool_response_truncate_side"],
+  "rollout.multi_turn.tool_response_truncate_side": ["shared/agent-loop/tool-agent.ts", "mt.max_tool_response_length, mt.tool_response_truncate_side"],
+  "rollout.multi_turn.format": ["shared/agent-loop/tool-agent.ts", "createToolCallParser(ctx.config.multi_turn.format"],
+  "rollout.multi_turn.execute_calls_on_length": ["shared/agent-loop/tool-agent.ts", "!mt.execute_calls_on_length"],
+  "rollout.agent.default_agent_loop": ["shared/jobs/job-worker.ts", "t.row?.agent_name ?? spec.rollout.agent.default_agent_loop"],
+  "rollout.agent.agent_loop_config_path": ["infra/cli/runtime.ts", "const loopsPath = config.rollout.agent.agent_loop_config_path;"],
+  "rollout.chat_template_kwargs": ["shared/agent-loop/tool-agent.ts", "chatTemplateKwargs: this.ctx.config.chat_template_kwargs"],
+  "rollout.max_staleness": ["shared/rollout/executor.ts", "waitForAdmission(deps.policy, rollout.max_staleness"],
+  "rollout.staleness_policy": ["shared/rollout/executor.ts", 'rollout.staleness_policy !== "admit"'],
+  "rollout.oversample": ["shared/rollout/batch.ts", "Math.ceil(rows / rollout.oversample)"],
+  "rollout.partial_rollout": ["shared/rollout/batch.ts", "partial_rollout: rollout.partial_rollout"],
+  "rollout.teacher.url": ["infra/cli/teacher.ts", 'cfg.url === "sim"'],
+  "rollout.teacher.urls": ["infra/cli/teacher.ts", "replicas: cfg.urls"],
+  "rollout.teacher.format": ["infra/cli/teacher.ts", "format: cfg.format"],
+  "rollout.teacher.model": ["infra/cli/teacher.ts", "model: cfg.model"],
+  "rollout.teacher.timeout_ms": ["infra/cli/teacher.ts", "timeoutMs: cfg.timeout_ms"],
+  "rollout.teacher.on_error": ["shared/rollout/teacher-scoring.ts", 'cfg.on_error === "fail"'],
+  // Each has one allowed value: the group filter (`rollout.filter_groups` set) is what reads them.
+  "rollout.filter_groups.metric": ["shared/rollout/batch.ts", "const filter = rollout.filter_groups;"],
+  "rollout.filter_groups.drop_if": ["shared/rollout/batch.ts", "const filter = rollout.filter_groups;"],
+  "engine.url": ["infra/cli/runtime.ts", 'if (e.url !== "sim") {'],
+  "engine.format": ["infra/cli/runtime.ts", "format: e.format"],
+  "engine.script": ["infra/cli/runtime.ts", "const scriptPath = e.script ?? DEFAULT_SCRIPT;"],
+  "engine.replicas": ["infra/cli/runtime.ts", "if (e.replicas === 1) {"],
+  "engine.model": ["infra/cli/runtime.ts", "model: e.model ?? undefined"],
+  "engine.timeout_ms": ["infra/cli/runtime.ts", "timeoutMs: e.timeout_ms"],
+  "engine.max_retries": ["infra/cli/runtime.ts", "retry: { retries: e.max_retries }"],
+  "engine.sim_kv_cache_blocks": ["infra/cli/runtime.ts", "kvCacheBlocks: e.sim_kv_cache_blocks"],
+  "engine.admin_urls": ["infra/cli/runtime.ts", "(e.admin_urls ?? [e.url])"],
+  "engine.sim_latency.prefill_ms_per_token": ["infra/sim-engine/sim-engine.ts", "this.latency.prefill_ms_per_token > 0"],
+  "engine.sim_latency.decode_ms_per_token": ["infra/sim-engine/sim-engine.ts", "const decodeMs = this.latency.decode_ms_per_token;"],
+  "engine.moe.layers": ["shared/inference/sglang-client.ts", "this.moe = [opts.moe.layers, opts.moe.top_k]"],
+  "engine.moe.top_k": ["shared/inference/sglang-client.ts", "this.moe = [opts.moe.layers, opts.moe.top_k]"],
+  "engine.moe.num_experts": ["infra/sim-engine/sim-engine.ts", "num_experts: moe.num_experts ??"],
+  "tools.file": ["infra/cli/runtime.ts", "await readFile(config.tools.file"],
+  "tools.secret": ["infra/cli/serve-command.ts", "secret: runtime.config.tools.secret"],
+  "store.url": ["infra/cli/runtime.ts", "const url = config.store.url;"],
+  "store.prefix": ["infra/cli/runtime.ts", "new JobQueue(built.commander, { prefix: config.store.prefix"],
+  "store.max_request_bytes": ["infra/cli/runtime.ts", "{ maxRequestBytes: config.store.max_request_bytes }"],
+  "reward.url": ["infra/cli/runtime.ts", "config.reward.url ? { webhook: { url: config.reward.url"],
+  "reward.timeout_ms": ["infra/cli/runtime.ts", "timeout_ms: config.reward.timeout_ms"],
+  "reward.max_retries": ["infra/cli/runtime.ts", "max_retries: config.reward.max_retries"],
+  "gateway.attempt_timeout_ms": ["infra/cli/runtime.ts", "attemptTimeoutMs: g.attempt_timeout_ms"],
+  "gateway.eject_after": ["infra/cli/runtime.ts", "ejectAfter: g.eject_after"],
+  "gateway.cooldown_ms": ["infra/cli/runtime.ts", "cooldownMs: g.cooldown_ms"],
+  "gateway.max_attempts": ["infra/cli/runtime.ts", "maxAttempts: g.max_attempts"],
+  "gateway.shared_state": ["infra/cli/runtime.ts", "if (url === \"memory\" || !config.gateway.shared_state) return null;"],
+  "gateway.lease_ttl_ms": ["infra/cli/runtime.ts", "leaseTtlMs: config.gateway.lease_ttl_ms"],
+  "gateway.pin_ttl_ms": ["infra/cli/runtime.ts", "pinTtlMs: config.gateway.pin_ttl_ms"],
+  "store.retention.records": ["infra/cli/gc-command.ts", "{ records: r.records, groups: r.groups, sessions: r.sessions, batches: r.batches }"],
+  "store.retention.groups": ["infra/cli/gc-command.ts", "{ records: r.records, groups: r.groups, sessions: r.sessions, batches: r.batches }"],
+  "store.retention.sessions": ["infra/cli/runtime.ts", "terminalTtlSeconds: config.store.retention.sessions"],
+  "store.retention.batches": ["infra/cli/runtime.ts", "batchTtlSeconds: config.store.retention.batches"],
+  "agent.url": ["infra/cli/runtime.ts", "agent: { url: config.agent.url"],
+  "agent.timeout_ms": ["infra/cli/runtime.ts", "timeout_ms: config.agent.timeout_ms"],
+  "agent.secret": ["infra/cli/runtime.ts", "secret: config.agent.secret"],
+  "agent.public_url": ["infra/cli/runtime.ts", "let publicUrl: string | null = config.agent.public_url;"],
+  max_batch_trajectories: ["shared/rollout/service.ts", "planBatch(req, cfg.rollout, cfg.max_batch_trajectories)"],
+  concurrency: ["infra/cli/worker-command.ts", "concurrency: runtime.config.concurrency"],
+  model: ["infra/cli/runtime.ts", "loadTokenizer(config.model ?? undefined)"],
+};
+
+/** The schema under wrappers (default, optional, nullable, pipe). */
+function unwrap(s: z.ZodType): z.ZodType {
+  let t = s as z.ZodType & { def: { type: string; innerType?: z.ZodType; in?: z.ZodType } };
+  while (["default", "optional", "nullable", "prefault", "readonly", "pipe"].includes(t.def.type)) t = (t.def.innerType ?? t.def.in) as typeof t;
+  return t;
+}
+
+/** Every leaf path of an object schema; records and arrays are leaves. */
+function leafPaths(s: z.ZodType, prefix = ""): string[] {
+  const t = unwrap(s) as z.ZodType & { def: { type: string; shape?: Record<string, z.ZodType> } };
+  if (t.def.type !== "object") return [prefix];
+  return Object.entries(t.def.shape!).flatMap(([k, v]) => leafPaths(v, prefix ? `${prefix}.${k}` : k));
+}
+
+test("every config key has a named reader, and only config keys are listed", () => {
+  const leaves = leafPaths(AppConfig).sort();
+  expect(Object.keys(READERS).sort()).toEqual(leaves);
+});
+
+test("every named reader is in its file (the code that reads the key is still there)", () => {
+  const missing: string[] = [];
+  const files = new Map<string, string>();
+  for (const [key, [file, code]] of Object.entries(READERS)) {
+    const text = files.get(file) ?? readFileSync(join(ROOT, file), "utf8");
+    files.set(file, text);
+    if (!text.includes(code)) missing.push(`${key}: ${file} no longer contains ${JSON.stringify(code)}`);
+  }
+  expect(missing).toEqual([]);
+});
