@@ -33,7 +33,8 @@ export interface RewardResult {
  * (1.0/0.0), or `score: null` with `error` when the row has no
  * `reward_model.ground_truth` (null or absent: nothing to compare with; the
  * loops record it as `extra_fields.reward_error`); `style: "webhook"` → {@link webhookReward}; no `reward_model`,
- * or another style (e.g. `model`, scored later by the trainer) → null. A
+ * or `style: "model"` (verl's reward-model style, scored later by the trainer) → null; any other style → null
+ * with `error` naming it (a misspelled style is not silently unscored). A
  * failing webhook gives `score: null` with `error`, never an exception, so the
  * trajectory is still written.
  */
@@ -64,5 +65,7 @@ export async function computeReward(input: RewardInput, opts: RewardOptions = {}
       return { score: null, seconds: seconds(), error: (e as Error).message };
     }
   }
-  return { score: null, seconds: 0 };
+  // `model` (verl's reward-model style) is the trainer's to score; any other style is one edgeloop does not know.
+  if (style === "model") return { score: null, seconds: 0 };
+  return { score: null, seconds: 0, error: `reward_model.style '${String(style).slice(0, 50)}' is not one edgeloop scores (rule, webhook) or leaves to the trainer (model)` };
 }

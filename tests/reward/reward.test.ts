@@ -86,6 +86,12 @@ describe("computeReward", () => {
   test("no reward_model or another style → null", async () => {
     expect(await computeReward({ key: "k", data_source: "d", final_answer: "1" })).toEqual({ score: null, seconds: 0 });
     expect(await computeReward({ key: "k", data_source: "d", reward_model: { style: "model" }, final_answer: "1" })).toEqual({ score: null, seconds: 0 });
+    // A style edgeloop neither scores nor leaves to the trainer (a typo) says so instead of going unscored silently.
+    expect(await computeReward({ key: "k", data_source: "d", reward_model: { style: "nosuch" }, final_answer: "1" })).toEqual({
+      score: null,
+      seconds: 0,
+      error: "reward_model.style 'nosuch' is not one edgeloop scores (rule, webhook) or leaves to the trainer (model)",
+    });
   });
   test("webhook style over loopback", async () => {
     const r = await computeReward(
