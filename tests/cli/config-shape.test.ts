@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { buildRuntime } from "../../infra/cli/runtime.ts";
 import { mergeConfig, parseAppConfig } from "../../shared/config/app-config.ts";
 import { ConfigError } from "../../shared/errors.ts";
+import { REDIS_URL } from "../helpers/redis.ts";
 
 // A config section of the wrong type (a list, a number, a string; a whole file that is not a mapping) used to be
 // replaced by the flags' section of the same name and ignored: the run went on with defaults.
@@ -54,7 +55,7 @@ test("a Redis URL naming a database that does not exist, or a path that is no da
   const { checkRedis, redisDatabase } = await import("../../infra/redis/redis-check.ts");
   expect([redisDatabase("redis://h:6379"), redisDatabase("redis://h:6379/"), redisDatabase("redis://:pw@h:6379/3")]).toEqual([null, null, 3]);
   expect(() => redisDatabase("redis://h:6379/abc")).toThrow("config store.url: '/abc' is not a database number (redis://host:port/N)");
-  const url = process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
+  const url = REDIS_URL;
   const e = await checkRedis(`${url.replace(/\/\d*$/, "")}/99`).then(() => null, (err: unknown) => err);
   expect(e).toBeInstanceOf(ConfigError);
   expect((e as ConfigError).message).toMatch(/^config store\.url: database 99 of redis:\/\/.+\/99: ERR DB index is out of range$/);
