@@ -16,7 +16,7 @@ import { join } from "node:path";
 import IORedis from "ioredis";
 import { createRedisTransferQueue } from "../infra/redis/redis-transfer-queue.ts";
 import type { TrajectoryRecord } from "../shared/schema/index.ts";
-import { arg, printTable } from "./util.ts";
+import { arg, printTable, syntheticRecord } from "./util.ts";
 
 const G = Number(arg("--groups", "256"));
 const T = Number(arg("--tokens", "2048"));
@@ -27,25 +27,8 @@ const RUN = `bench:pyreader:${crypto.randomUUID().slice(0, 8)}:`;
 
 function record(uid: string, sid: number, tokens: number, rnd: () => number): TrajectoryRecord {
   const half = tokens >> 1;
-  return {
-    key: `${uid}_${sid}_0`,
-    uid,
-    session_id: sid,
-    output_index: 0,
-    agent_name: "tool_agent",
-    data_source: "gsm8k",
-    prompt_ids: Array.from({ length: half }, () => Math.floor(rnd() * 151000)),
-    response_ids: Array.from({ length: half }, () => Math.floor(rnd() * 151000)),
-    response_mask: Array.from({ length: half }, (_, j) => (j % 7 < 5 ? 1 : 0)),
-    rollout_log_probs: Array.from({ length: half }, () => Math.log(rnd() + 1e-9)),
-    reward_score: 1,
-    num_turns: 3,
-    truncated: false,
-    finish_reason: "stop",
-    error: null,
-    metrics: { generate_sequences: 1.5, tool_calls: 0.2, compute_score: 0.01, num_preempted: -1 },
-    extra_fields: { model_versions: [7, 7], tool_rewards: [0], turn_scores: [0, 1] },
-  };
+  const prompt = Array.from({ length: half }, () => Math.floor(rnd() * 151000));
+  return syntheticRecord(uid, sid, prompt, half, rnd);
 }
 
 async function cleanup(): Promise<void> {

@@ -20,7 +20,7 @@ import type { RedisArg, RedisCommander, RedisReply } from "../shared/store/redis
 import { RedisTransferQueue } from "../shared/store/redis-transfer-queue.ts";
 import type { TransferQueue } from "../shared/store/types.ts";
 import { createUpstashTransferQueue } from "../shared/store/upstash-transfer-queue.ts";
-import { arg, median, printTable } from "./util.ts";
+import { arg, median, printTable, syntheticRecord } from "./util.ts";
 
 const N = Number(arg("--n", "10000"));
 const T = Number(arg("--tokens", "2048"));
@@ -54,25 +54,7 @@ function makeRecords(n: number, tokens: number): TrajectoryRecord[] {
   const prompt = Array.from({ length: half }, () => Math.floor(rnd() * 151000));
   for (let i = 0; i < n; i++) {
     const uid = `b${Math.floor(i / 8)}`;
-    out.push({
-      key: `${uid}_${i % 8}_0`,
-      uid,
-      session_id: i % 8,
-      output_index: 0,
-      agent_name: "tool_agent",
-      data_source: "gsm8k",
-      prompt_ids: prompt,
-      response_ids: Array.from({ length: half }, () => Math.floor(rnd() * 151000)),
-      response_mask: Array.from({ length: half }, (_, j) => (j % 7 < 5 ? 1 : 0)),
-      rollout_log_probs: Array.from({ length: half }, () => Math.log(rnd() + 1e-9)),
-      reward_score: 1,
-      num_turns: 3,
-      truncated: false,
-      finish_reason: "stop",
-      error: null,
-      metrics: { generate_sequences: 1.5, tool_calls: 0.2, compute_score: 0.01, num_preempted: -1 },
-      extra_fields: { model_versions: [7, 7], tool_rewards: [0], turn_scores: [0, 1] },
-    });
+    out.push(syntheticRecord(uid, i % 8, prompt, half, rnd));
   }
   return out;
 }

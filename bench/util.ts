@@ -1,3 +1,4 @@
+import type { TrajectoryRecord } from "../shared/schema/index.ts";
 /** Small helpers shared by the benchmarks. */
 
 /** The median of a non-empty list. */
@@ -21,4 +22,32 @@ export function printTable(title: string, rows: string[][]): void {
     console.log(r.map((v, c) => (v ?? "").padEnd(widths[c]!)).join("  "));
     if (i === 0) console.log(widths.map((w) => "-".repeat(w)).join("  "));
   }
+}
+
+/**
+ * A synthetic 2-turn-tool-style record for the queue benchmarks: `prompt`
+ * as given, `half` random response ids (5 of every 7 sampled), float32-ish
+ * log-probs, fixed scalars — drawn from `rnd` in this order: response ids,
+ * then log-probs.
+ */
+export function syntheticRecord(uid: string, sessionId: number, prompt: number[], half: number, rnd: () => number): TrajectoryRecord {
+  return {
+    key: `${uid}_${sessionId}_0`,
+    uid,
+    session_id: sessionId,
+    output_index: 0,
+    agent_name: "tool_agent",
+    data_source: "gsm8k",
+    prompt_ids: prompt,
+    response_ids: Array.from({ length: half }, () => Math.floor(rnd() * 151000)),
+    response_mask: Array.from({ length: half }, (_, j) => (j % 7 < 5 ? 1 : 0)),
+    rollout_log_probs: Array.from({ length: half }, () => Math.log(rnd() + 1e-9)),
+    reward_score: 1,
+    num_turns: 3,
+    truncated: false,
+    finish_reason: "stop",
+    error: null,
+    metrics: { generate_sequences: 1.5, tool_calls: 0.2, compute_score: 0.01, num_preempted: -1 },
+    extra_fields: { model_versions: [7, 7], tool_rewards: [0], turn_scores: [0, 1] },
+  };
 }
