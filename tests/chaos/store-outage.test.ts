@@ -147,7 +147,7 @@ describe(`E7: a ${OUTAGE_S} s Redis outage in the middle of a queue-mode batch`,
       writeFileSync(data, rows.map((r) => JSON.stringify(r)).join("\n") + "\n");
       const p = spawnCli(["rollout", "--data", data, "--out", out, "--store", redis.url, "--store-prefix", "e7r:", "--engine", engine.urls[0]!, "--n", String(N), "--max-model-len", "4096", "--concurrency", "4", "--no-progress"], env);
       procs.push(p);
-      await until(async () => (/progress\s+(\d+)\//.exec(p.err().split("\n").filter((l) => l.startsWith("progress")).pop() ?? "")?.[1] ?? "0") >= "6" || null, "six records", 60_000, 50);
+      await until(async () => Number(/progress\s+(\d+)\//.exec(p.err().split("\n").filter((l) => l.startsWith("progress")).pop() ?? "")?.[1] ?? 0) >= 6 || null, "six records", 60_000, 50);
       await outage(redis, null, [p]);
       expect(await p.proc.exited).toBe(0);
       const keys = readFileSync(out, "utf8").trim().split("\n").map((l) => JSON.parse(l) as { key: string; error: string | null });
