@@ -3,13 +3,15 @@ import { mergeConfig, parseAppConfig } from "../../shared/config/app-config.ts";
 import { ConfigError, InputError } from "../../shared/errors.ts";
 import { DEFAULT_ENGINE_TIMEOUT_MS } from "../../shared/inference/engine-http.ts";
 import { normaliseUrl } from "../../shared/inference/replica-pool.ts";
-import { createGatewayApp } from "../../functions/gateway.ts";
+import { createGatewayApp, DEFAULT_SHARED_EPSILON, DEFAULT_STICKY_EPSILON } from "../../functions/gateway.ts";
+import { DEFAULT_EPSILON } from "../../shared/inference/bounded-load-hash.ts";
 import { startSimEngine } from "../sim-engine/server.ts";
 import { loadTokenizer } from "../node/model-dir.ts";
 import { startUpstashBridge } from "../upstash-bridge/upstash-bridge.ts";
 import { checkRedis, maskRedisUrl } from "../redis/redis-check.ts";
 import { readConfigFile } from "./files.ts";
 import { buildRoutingState, DEFAULT_SCRIPT } from "./runtime.ts";
+import { gatewayOptions } from "./gateway-options.ts";
 
 /** Resolves when SIGINT or SIGTERM arrives. */
 export function untilSignal(): Promise<void> {
@@ -94,6 +96,9 @@ export async function gatewayCommand(o: {
   ejectAfter?: number;
   cooldownMs?: number;
   maxAttempts?: number;
+  healthIntervalMs?: number;
+  epsilon?: number;
+  maxStickyKeys?: number;
   store?: string;
   storePrefix?: string;
   sharedState?: boolean;
@@ -102,7 +107,7 @@ export async function gatewayCommand(o: {
   const adminToken = process.env.EDGELOOP_ADMIN_TOKEN || null;
   const fileCfg = o.config ? await readConfigFile(o.config) : {};
   const flags = {
-    gateway: { attempt_timeout_ms: o.attemptTimeoutMs, eject_after: o.ejectAfter, cooldown_ms: o.cooldownMs, max_attempts: o.maxAttempts, shared_state: o.sharedState === false ? false : undefined },
+    gateway: { attempt_timeout_ms: o.attemptTimeoutMs, eject_after: o.ejectAfter, cooldown_ms: o.cooldownMs, max_attempts: o.maxAttempts, health_interval_ms: o.healthIntervalMs, epsilon: o.epsilon, max_sticky_keys: o.maxStickyKeys, shared_state: o.sharedState === false ? false : undefined },
     store: { url: o.store, prefix: o.storePrefix },
   };
   const cfg = parseAppConfig(mergeConfig(fileCfg, flags), o.config ?? "flags");
@@ -114,15 +119,22 @@ export async function gatewayCommand(o: {
     policy: o.policy,
     adminToken,
     routingState,
-    ...(g.attempt_timeout_ms ? { attemptTimeoutMs: g.attempt_timeout_ms } : {}),
-    ejectAfter: g.eject_after,
-    cooldownMs: g.cooldown_ms,
-    maxAttempts: g.max_attempts,
+    ...gatewayOptions(g),
   });
   const server = Bun.serve({ port: o.port, hostname: o.host, fetch: gw.fetch, idleTimeout: 0 });
-  const breaker = `attempt timeout ${g.attempt_timeout_ms ? `${g.attempt_timeout_ms} ms` : "none"}, eject after ${g.eject_after}, cool-down ${g.cooldown_ms} ms`;
+  const breaker =
+    `attempt timeout ${g.attempt_timeout_ms ? `${g.attempt_timeout_ms} ms` : "none"}, eject after ${g.eject_after}, cool-down ${g.cooldown_ms} ms, ` +
+    `health checks ${g.health_interval_ms > 0 ? `every ${g.health_interval_ms} ms` : "on demand"}`;
   if (!g.attempt_timeout_ms) console.error(NO_ATTEMPT_TIMEOUT_WARNING);
-  const routing = routingState ? `routing state shared in ${maskRedisUrl(cfg.store.url)} (prefix ${cfg.store.prefix}; sticky, bounded load)` : o.policy;
+  // The routing rule with the settings it uses (defaults as createGatewayApp applies them).
+  const eps = (d: number) => `ε ${g.epsilon ?? d}`;
+  const routing = routingState
+    ? `routing state shared in ${maskRedisUrl(cfg.store.url)} (prefix ${cfg.store.prefix}; sticky, bounded load, ${eps(DEFAULT_SHARED_EPSILON)}, sticky ε ${g.sticky_epsilon ?? DEFAULT_STICKY_EPSILON})`
+    : o.policy === "bounded_load_hash"
+      ? `${o.policy} (${eps(DEFAULT_EPSILON)})`
+      : o.policy === "least_inflight_sticky"
+        ? `${o.policy} (${g.max_sticky_keys} sticky keys)`
+        : o.policy;
   console.log(
     `edgeloop gateway on http://${o.host}:${server.port} -> ${replicas.join(", ")} (${routing}; ${breaker}); ` +
       (adminToken ? "/admin/* needs the bearer token from EDGELOOP_ADMIN_TOKEN" : "/admin/* is open (set EDGELOOP_ADMIN_TOKEN to require a bearer token)"),

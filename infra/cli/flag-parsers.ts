@@ -63,3 +63,13 @@ export function msPerTokenFlag(flag: string): (v: string) => number {
     return n;
   };
 }
+
+/** A positive number (a fraction allowed): `--epsilon`. */
+export function positiveNumberFlag(flag: string): (v: string) => number {
+  return (v) => {
+    const s = v.trim();
+    const n = Number(s);
+    if (!NUM.test(s) || !Number.isFinite(n) || n <= 0) throw new InvalidArgumentError(`${flag} must be a number > 0, got '${v}'`);
+    return n;
+  };
+}

@@ -14,7 +14,7 @@
 import { Command, CommanderError, Option } from "commander";
 import { EdgeloopError } from "../../shared/errors.ts";
 import { setupTelemetryFromEnv, type Telemetry } from "../telemetry/setup.ts";
-import { durationFlag, intFlag, msPerTokenFlag, portFlag as port, secondsFlag } from "./flag-parsers.ts";
+import { durationFlag, intFlag, msPerTokenFlag, portFlag as port, positiveNumberFlag, secondsFlag } from "./flag-parsers.ts";
 import { watchLauncher } from "./launcher-watch.ts";
 import { registerSelfImports } from "./self-imports.ts";
 
@@ -162,11 +162,14 @@ program
   .option("--port <port>", "port", port, 8080)
   .addOption(new Option("--policy <policy>", "routing policy").choices(["least_inflight_sticky", "bounded_load_hash", "round_robin"]).default("least_inflight_sticky"))
   .option("--host <host>", "address to bind", "127.0.0.1")
-  .option("--config <file>", "config file: its gateway section (attempt_timeout_ms, eject_after, cooldown_ms, max_attempts)")
+  .option("--config <file>", "config file: its gateway and store sections")
   .option("--attempt-timeout-ms <ms>", "gateway.attempt_timeout_ms: deadline of one attempt at one replica (then the next replica)", intFlag("--attempt-timeout-ms", 1))
   .option("--eject-after <n>", "gateway.eject_after: consecutive failures that eject a replica (default 3)", intFlag("--eject-after", 1))
   .option("--cooldown-ms <ms>", "gateway.cooldown_ms: cool-down of an ejected replica before a half-open probe (default 10000)", intFlag("--cooldown-ms", 0))
   .option("--max-attempts <n>", "gateway.max_attempts: replicas one call may try (default 3)", intFlag("--max-attempts", 1))
+  .option("--health-interval-ms <ms>", "gateway.health_interval_ms: period of the replicas' /health probes, 0 = only on demand (default 5000)", intFlag("--health-interval-ms", 0))
+  .option("--epsilon <x>", "gateway.epsilon: bounded-load ε, a replica takes at most (1+ε) × the mean load (default 0.25; 0.2 with a shared state)", positiveNumberFlag("--epsilon"))
+  .option("--max-sticky-keys <n>", "gateway.max_sticky_keys: sticky keys a per-process gateway remembers (default 10000)", intFlag("--max-sticky-keys", 1))
   .option("--store <store>", "store.url: redis://host:port or upstash: pins, in-flight leases and ejections shared by every gateway instance (default memory: per process)")
   .option("--store-prefix <prefix>", "store.prefix: prefix of the routing keys (default edgeloop:)")
   .option("--no-shared-state", "gateway.shared_state false: keep routing state per process even with a store")

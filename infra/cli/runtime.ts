@@ -43,6 +43,7 @@ import { SimEngineClient } from "../sim-engine/sim-engine-client.ts";
 import { startSimEngine } from "../sim-engine/server.ts";
 import { startToolServer } from "../tools/server.ts";
 import { createGatewayApp } from "../../functions/gateway.ts";
+import { gatewayOptions } from "./gateway-options.ts";
 import { createSimEngineApp } from "../sim-engine/app.ts";
 import { EngineControl, GatedClient, MemoryEngineGate, RedisEngineGate, type EngineGate, type EngineReplicaTarget } from "../../shared/inference/engine-control.ts";
 import { DEADLINE_HEADER } from "../../shared/inference/engine-http.ts";
@@ -559,10 +560,7 @@ async function buildEngine(
     replicas: sim.urls,
     policy: "least_inflight_sticky",
     routingState,
-    ...(g.attempt_timeout_ms ? { attemptTimeoutMs: g.attempt_timeout_ms } : {}),
-    ejectAfter: g.eject_after,
-    cooldownMs: g.cooldown_ms,
-    maxAttempts: g.max_attempts,
+    ...gatewayOptions(g),
   });
   describe.push(`engine     simulated, ${e.replicas} replicas on loopback behind the gateway (script ${scriptPath}${routingState ? "; routing state shared in the store" : ""})`);
   const simMoe = sim.replicas[0]!.engine.moe;

@@ -1,4 +1,5 @@
 import { createGatewayApp } from "../../functions/gateway.ts";
+import { gatewayOptions } from "./gateway-options.ts";
 import { ConfigError } from "../../shared/errors.ts";
 import type { AppConfig } from "../../shared/config/app-config.ts";
 import type { TeacherConfig } from "../../shared/schema/config.ts";
@@ -31,10 +32,7 @@ export function teacherClientsFor(config: AppConfig, tokenizer: ChatTokenizer): 
       const gateway = createGatewayApp({
         replicas: cfg.urls,
         policy: "least_inflight_sticky",
-        ...(g.attempt_timeout_ms ? { attemptTimeoutMs: g.attempt_timeout_ms } : {}),
-        ejectAfter: g.eject_after,
-        cooldownMs: g.cooldown_ms,
-        maxAttempts: g.max_attempts,
+        ...gatewayOptions(g),
       });
       return { ...base, url: "http://teacher-gateway.local", fetch: (input, init) => gateway.fetch(new Request(input, init)) };
     }

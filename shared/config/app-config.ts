@@ -112,6 +112,18 @@ export const GatewayConfig = z.strictObject({
   cooldown_ms: z.number().int().min(0).default(10_000),
   /** Replicas one call may try. */
   max_attempts: z.number().int().min(1).default(3),
+  /** Period of the replicas' `GET /health` probes, in ms (run lazily, on traffic); 0: only when a call finds no healthy replica. */
+  health_interval_ms: z.number().int().min(0).default(5_000),
+  /**
+   * ε of the bounded-load cap (a replica takes at most (1 + ε) × the mean load):
+   * `bounded_load_hash`'s, and with a shared state the cap new sessions are
+   * placed under. null: the default (0.25; 0.2 with a shared state).
+   */
+  epsilon: z.number().positive().nullable().default(null),
+  /** Shared state: ε past which a pinned session moves to a less loaded replica (never below 16 calls at its replica); null: the default, 1. */
+  sticky_epsilon: z.number().positive().nullable().default(null),
+  /** Sticky keys (trajectories) a per-process gateway remembers, least recently used dropped first. */
+  max_sticky_keys: z.number().int().min(1).default(10_000),
   /**
    * With a Redis or Upstash store, route through routing state shared by every
    * gateway instance (session pins, in-flight leases, ejections in the store;

@@ -1,0 +1,117 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { gatewayOptions } from "../../infra/cli/gateway-options.ts";
+import { parseAppConfig } from "../../shared/config/app-config.ts";
+
+// The gateway's health-check period, ε and sticky-key capacity reach `edgeloop gateway` from flags and from
+// the config file (issue 18 item 10: nothing built and unreachable), and every gateway built from a config
+// (gateway command, embedded gateway, teacher urls) gets them through one mapping.
+const ROOT = join(import.meta.dir, "..", "..");
+const MAIN = join(ROOT, "infra", "cli", "main.ts");
+const procs: ReturnType<typeof Bun.spawn>[] = [];
+let dir: string;
+let replica: ReturnType<typeof Bun.serve>;
+let healthHits = 0;
+
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), "edgeloop-gwcfg-"));
+  // A replica that counts its health probes and answers /v1/models.
+  replica = Bun.serve({
+    port: 0,
+    hostname: "127.0.0.1",
+    fetch(req) {
+      const path = new URL(req.url).pathname;
+      if (path === "/health") {
+        healthHits++;
+        return new Response("ok");
+      }
+      return Response.json({ object: "list", data: [{ id: "m", object: "model", max_model_len: 4096 }] });
+    },
+  });
+});
+afterAll(async () => {
+  for (const p of procs) {
+    p.kill("SIGTERM");
+    await p.exited;
+  }
+  replica.stop(true);
+  rmSync(dir, { recursive: true, force: true });
+});
+
+async function startGateway(args: string[]): Promise<{ url: string; banner: string }> {
+  const p = Bun.spawn([process.execPath, MAIN, "gateway", "--replicas", `http://127.0.0.1:${replica.port}`, ...args, "--port", "0"], { stdout: "pipe", stderr: "pipe" });
+  procs.push(p);
+  const reader = p.stdout.getReader();
+  let out = "";
+  while (!out.includes("\n")) {
+    const { done, value } = await reader.read();
+    if (done) throw new Error(`gateway exited: ${await new Response(p.stderr).text()}`);
+    out += new TextDecoder().decode(value);
+  }
+  reader.releaseLock();
+  return { url: /on (http:\/\/\S+)/.exec(out)![1]!, banner: out.trim() };
+}
+
+/** Health probes the replica saw while `calls` proxied calls went through the gateway, 60 ms apart. */
+async function probesDuring(url: string, calls: number): Promise<number> {
+  const before = healthHits;
+  for (let i = 0; i < calls; i++) {
+    const res = await fetch(`${url}/v1/models`);
+    expect(res.status).toBe(200);
+    await res.arrayBuffer();
+    await Bun.sleep(60);
+  }
+  await Bun.sleep(100);
+  return healthHits - before;
+}
+
+describe("gateway settings from flags and config", () => {
+  test("--health-interval-ms 100 probes the replica while traffic flows; 0 never probes it", async () => {
+    const often = await startGateway(["--health-interval-ms", "100"]);
+    expect(often.banner).toContain("health checks every 100 ms");
+    // 12 calls 60 ms apart span ~720 ms: a probe is due every other call.
+    const n = await probesDuring(often.url, 12);
+    expect(n).toBeGreaterThanOrEqual(3);
+
+    const never = await startGateway(["--health-interval-ms", "0"]);
+    expect(never.banner).toContain("health checks on demand");
+    expect(await probesDuring(never.url, 12)).toBe(0);
+  }, 30_000);
+
+  test("the config file's gateway section sets ε and the sticky-key capacity; a flag overrides the file", async () => {
+    const cfg = join(dir, "gw.json");
+    writeFileSync(cfg, JSON.stringify({ gateway: { epsilon: 0.5, max_sticky_keys: 64, health_interval_ms: 0 } }));
+    const hash = await startGateway(["--config", cfg, "--policy", "bounded_load_hash"]);
+    expect(hash.banner).toContain("bounded_load_hash (ε 0.5)");
+    expect(hash.banner).toContain("health checks on demand");
+    const sticky = await startGateway(["--config", cfg, "--max-sticky-keys", "32"]);
+    expect(sticky.banner).toContain("least_inflight_sticky (32 sticky keys)");
+    const defaults = await startGateway(["--policy", "bounded_load_hash"]);
+    expect(defaults.banner).toContain("bounded_load_hash (ε 0.25)");
+    expect(defaults.banner).toContain("health checks every 5000 ms");
+  }, 30_000);
+
+  test("bad values exit 2 naming the flag or the config key", async () => {
+    const run = (args: string[]) => Bun.spawnSync([process.execPath, MAIN, "gateway", "--replicas", "http://127.0.0.1:1", "--port", "0", ...args], { stdout: "pipe", stderr: "pipe" });
+    let r = run(["--epsilon", "0"]);
+    expect(r.exitCode).toBe(2);
+    expect(r.stderr.toString()).toBe("edgeloop: --epsilon must be a number > 0, got '0' (see edgeloop gateway --help)\n");
+    r = run(["--health-interval-ms", "-1"]);
+    expect(r.exitCode).toBe(2);
+    expect(r.stderr.toString()).toBe("edgeloop: --health-interval-ms must be an integer >= 0, got '-1' (see edgeloop gateway --help)\n");
+    const cfg = join(dir, "bad.json");
+    writeFileSync(cfg, JSON.stringify({ gateway: { max_sticky_keys: 0 } }));
+    r = run(["--config", cfg]);
+    expect(r.exitCode).toBe(2);
+    expect(r.stderr.toString()).toContain("gateway.max_sticky_keys");
+  }, 30_000);
+
+  test("gatewayOptions maps every key; null ε keeps the gateway's own defaults", () => {
+    const d = parseAppConfig({}, "test").gateway;
+    expect(gatewayOptions(d)).toEqual({ ejectAfter: 3, cooldownMs: 10_000, maxAttempts: 3, healthIntervalMs: 5_000, maxStickyKeys: 10_000 });
+    const set = parseAppConfig({ gateway: { attempt_timeout_ms: 900, epsilon: 0.3, sticky_epsilon: 2, max_sticky_keys: 7, health_interval_ms: 0 } }, "test").gateway;
+    expect(gatewayOptions(set)).toEqual({ attemptTimeoutMs: 900, ejectAfter: 3, cooldownMs: 10_000, maxAttempts: 3, healthIntervalMs: 0, epsilon: 0.3, stickyEpsilon: 2, maxStickyKeys: 7 });
+  });
+});
