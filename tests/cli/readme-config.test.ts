@@ -45,6 +45,18 @@ test("the README's config example sets every key of AppConfig, and only those, a
     600_000,
     null,
     null,
-    { attempt_timeout_ms: null, eject_after: 3, cooldown_ms: 10_000, max_attempts: 3, shared_state: true, lease_ttl_ms: 30_000, pin_ttl_ms: 3_600_000 },
+    {
+      attempt_timeout_ms: null,
+      eject_after: 3,
+      cooldown_ms: 10_000,
+      max_attempts: 3,
+      health_interval_ms: 5_000,
+      epsilon: null,
+      sticky_epsilon: null,
+      max_sticky_keys: 10_000,
+      shared_state: true,
+      lease_ttl_ms: 30_000,
+      pin_ttl_ms: 3_600_000,
+    },
   ]);
 });
