@@ -548,8 +548,15 @@ async function buildEngine(
     const app = createSimEngineApp(engine);
     const simFetch = async (input: RequestInfo | URL, init?: RequestInit) => app.fetch(new Request(input, init));
     targets.push({ url: "http://sim.local", fetch: simFetch });
-    describe.push(`engine     simulated, in-process (script ${scriptPath})`);
-    return new SimEngineClient(engine);
+    if (e.format === "vllm") {
+      // The default: the engine called directly (vLLM's semantics, no JSON in between).
+      describe.push(`engine     simulated, in-process (script ${scriptPath})`);
+      return new SimEngineClient(engine);
+    }
+    // Another wire format named: every call goes through that format's client and the sim's HTTP app
+    // (in-process, no socket), so the run exercises what it would send to a real engine of that kind.
+    describe.push(`engine     simulated, in-process over the ${e.format} wire format (script ${scriptPath})`);
+    return createEngineClient({ url: "http://sim.local", format: e.format, timeoutMs: e.timeout_ms, retry: { retries: e.max_retries }, fetch: simFetch, moe: { layers: engine.moe.layers, top_k: engine.moe.top_k } });
   }
   const sim = await startSimEngine({ replicas: e.replicas, script, tokenizer, maxModelLen: config.rollout.max_model_len ?? undefined, latency: simLatency(e), ...(e.moe ? { moe: e.moe } : {}), ...(e.sim_kv_cache_blocks ? { kvCacheBlocks: e.sim_kv_cache_blocks } : {}) });
   closers.push(() => sim.stop());
@@ -586,7 +593,8 @@ function routedExpertsEngineShape(config: AppConfig): { layers: number; top_k: n
   const e = config.engine;
   const moe = e.moe ? { layers: e.moe.layers, top_k: e.moe.top_k } : undefined;
   if (!config.rollout.return_routed_experts) return moe;
-  const inProcessSim = e.url === "sim" && e.replicas === 1;
+  // The in-process sim called directly (format vllm, one replica) returns experts without a wire form.
+  const inProcessSim = e.url === "sim" && e.replicas === 1 && e.format === "vllm";
   if (!inProcessSim && e.format !== "sglang") throw vllmRoutedExpertsRefused();
   if (e.url !== "sim" && !moe) throw new ConfigError("engine.moe", "rollout.return_routed_experts with engine.format sglang needs engine.moe {layers, top_k} of the served model (SGLang's meta_info.routed_experts carries no shape)");
   return moe;
