@@ -17,6 +17,7 @@ import { setupTelemetryFromEnv, type Telemetry } from "../telemetry/setup.ts";
 import { durationFlag, intFlag, msPerTokenFlag, portFlag as port, positiveNumberFlag, secondsFlag } from "./flag-parsers.ts";
 import { watchLauncher } from "./launcher-watch.ts";
 import { registerSelfImports } from "./self-imports.ts";
+import pkg from "../../package.json" with { type: "json" };
 
 watchLauncher();
 registerSelfImports();
@@ -52,6 +53,7 @@ function configFlags(cmd: Command): Command {
 let telemetry: Telemetry | null = null;
 const program = new Command("edgeloop")
   .description("The agent loop of agentic RL as edge-style functions: prompts in, token-exact trajectories out.")
+  .version(pkg.version, "-V, --version", "print edgeloop's version (package.json) and exit")
   // Flag and argument errors end the run with one line and exit code 2 (main's catch), not
   // commander's own message, help text and exit code 1. Subcommands inherit both settings.
   .exitOverride()

@@ -69,6 +69,11 @@ describe("flag and argument errors: one line naming the flag, exit 2", () => {
       expect({ code: r.code, stderr: r.stderr, stdout: r.stdout }).toEqual({ code: 2, stderr: `edgeloop: ${line}\n`, stdout: "" });
     }, 30_000);
   }
+  test("--version / -V print package.json's version on stdout and exit 0", () => {
+    const version = JSON.parse(readFileSync(join(import.meta.dir, "..", "..", "package.json"), "utf8")).version as string;
+    expect(version).toMatch(/^\d+\.\d+\.\d+/);
+    for (const flag of ["--version", "-V"]) expect(edgeloop([flag])).toEqual({ code: 0, stdout: `${version}\n`, stderr: "" });
+  });
   test("--help still exits 0 with the help on stdout", () => {
     const r = edgeloop(["worker", "--help"]);
     expect(r.code).toBe(0);
