@@ -87,8 +87,12 @@ export interface BatchSummary {
   /** Sessions and records counted apart (`BatchCounts`). */
   counts: BatchCounts;
   reward: { count: number; mean: number | null; min: number | null; max: number | null };
-  /** Sessions the store lost (queue mode; `GET /v1/rollouts/{batch_id}` names their keys), 0 when none. */
-  lost: number;
+  /**
+   * Sessions the store lost (queue mode): how many and why, null when none —
+   * the same field as `GET /v1/rollouts/{batch_id}`'s `lost`, without its key
+   * lists (`keys`, `missing`), which that call gives.
+   */
+  lost: { count: number; reason: string } | null;
   started_at: number;
   finished_at: number | null;
 }
@@ -157,7 +161,7 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
     const page = await service.listBatches({ limit: q.data.limit, cursor: q.data.cursor ?? null });
     const batches: BatchSummary[] = page.runs.map((run) => {
       const s = run.stats();
-      return { batch_id: s.batch_id, validate: s.validate, done: s.done, counts: s.counts, reward: s.reward, lost: s.lost?.count ?? 0, started_at: s.started_at, finished_at: s.finished_at };
+      return { batch_id: s.batch_id, validate: s.validate, done: s.done, counts: s.counts, reward: s.reward, lost: s.lost ? { count: s.lost.count, reason: s.lost.reason } : null, started_at: s.started_at, finished_at: s.finished_at };
     });
     return c.json({ batches, next_cursor: page.next_cursor });
   });
