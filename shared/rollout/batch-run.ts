@@ -109,6 +109,8 @@ export interface BatchCancellation {
  */
 export interface OversampleStats {
   target_groups: number;
+  /** Which setting gave `target_groups`: the request's `target_groups` (wins over `rollout.oversample`), `rollout.oversample`, or `filter_groups` alone; null for a plan stored without it. */
+  target_from: "target_groups" | "rollout.oversample" | "filter_groups" | null;
   /** Rows started at once (the rest are the reserve). */
   eager_rows: number;
   partial_rollout: "cancel" | "carry";
@@ -325,6 +327,7 @@ export class BatchRun {
       oversample: plan.oversample
         ? {
             target_groups: plan.oversample.target_groups,
+            target_from: plan.oversample.target_from ?? null,
             eager_rows: plan.oversample.eager_rows,
             partial_rollout: plan.oversample.partial_rollout,
             delivered: 0,

@@ -62,7 +62,8 @@ export interface BatchPlan {
  * reserve, started one row per group that dynamic sampling filters out.
  * Once `target_groups` groups are delivered (complete, not filtered) the
  * rest of the batch is stopped per `partial_rollout`.
- * - `target_groups` = the request's `target_groups`, else `ceil(R /
+ * - `target_groups` = the request's `target_groups` (it wins over
+ *   `rollout.oversample`; `target_from` says which applied), else `ceil(R /
  *   rollout.oversample)`, else (only `filter_groups` set) R;
  * - `eager_rows` = `target_groups` with `filter_groups` (the rows beyond the
  *   target are the reserve, as DAPO draws more prompts when filtering left
@@ -73,6 +74,12 @@ export interface OversamplePlan {
   eager_rows: number;
   partial_rollout: "cancel" | "carry";
   filter: { metric: "reward"; drop_if: "all_equal" } | null;
+  /**
+   * Where `target_groups` came from: the request's `target_groups` (which wins
+   * when `rollout.oversample` is also set), `rollout.oversample`, or
+   * `filter_groups` alone (every row). Absent in plans stored by older versions.
+   */
+  target_from?: "target_groups" | "rollout.oversample" | "filter_groups";
 }
 
 /** A fresh id that cannot be guessed from outside and holds no `_` (safe as a uid). */
@@ -152,9 +159,11 @@ export function oversamplePlan(req: RolloutRequest, rollout: RolloutConfig): Ove
     throw new InputError("target_groups", `target_groups ${req.target_groups} is more than the batch's ${rows} rows (one group per row)`);
   }
   const filter = rollout.filter_groups;
-  const target = req.target_groups ?? (rollout.oversample != null ? Math.ceil(rows / rollout.oversample) : filter ? rows : null);
-  if (target === null) return null;
-  return { target_groups: target, eager_rows: filter ? target : rows, partial_rollout: rollout.partial_rollout, filter };
+  const from: OversamplePlan["target_from"] | null =
+    req.target_groups !== undefined ? "target_groups" : rollout.oversample != null ? "rollout.oversample" : filter ? "filter_groups" : null;
+  if (from === null) return null;
+  const target = from === "target_groups" ? req.target_groups! : from === "rollout.oversample" ? Math.ceil(rows / rollout.oversample!) : rows;
+  return { target_groups: target, eager_rows: filter ? target : rows, partial_rollout: rollout.partial_rollout, filter, target_from: from };
 }
 
 /**

@@ -213,6 +213,7 @@ describe.skipIf(!redisUp)("over-sampling in queue mode (Redis, workers)", () => 
     // The same figures as the inline run of this batch (tests/control/dapo.test.ts).
     expect(s.oversample).toEqual({
       target_groups: 4,
+      target_from: "target_groups",
       eager_rows: 4,
       partial_rollout: "cancel",
       delivered: 4,
