@@ -110,6 +110,17 @@ function sleepOrAbort(ms: number, signal: AbortSignal | undefined, wake?: (fn: (
   });
 }
 
+/**
+ * The identity of a policy version: its text, so that a number and its
+ * decimal string name one version (`3` and `"3"`: a trainer posting its step
+ * as a number while SGLang reports `weight_version` as a string). Returned as
+ * JSON of that text (the form of the Redis `v:` fields). A version keeps the
+ * form it was first set with wherever it is reported.
+ */
+export function versionKey(version: string | number): string {
+  return JSON.stringify(String(version));
+}
+
 /** In-process {@link PolicyVersions} (the memory store: one process). */
 export class MemoryPolicyVersions implements PolicyVersions {
   private cur: PolicyVersion | null = null;
@@ -120,20 +131,21 @@ export class MemoryPolicyVersions implements PolicyVersions {
     return this.cur;
   }
   async set(version: string | number): Promise<PolicyVersion> {
-    if (this.cur && this.cur.version === version) return this.cur;
+    if (this.cur && versionKey(this.cur.version) === versionKey(version)) return this.cur;
     this.cur = { version, seq: (this.cur?.seq ?? 0) + 1 };
-    if (!this.seqs.has(JSON.stringify(version))) this.seqs.set(JSON.stringify(version), this.cur.seq);
+    if (!this.seqs.has(versionKey(version))) this.seqs.set(versionKey(version), this.cur.seq);
     this.changed();
     return this.cur;
   }
   async seqOf(version: unknown): Promise<number | null> {
-    return this.seqs.get(JSON.stringify(version)) ?? null;
+    if (typeof version !== "string" && typeof version !== "number") return null;
+    return this.seqs.get(versionKey(version)) ?? null;
   }
   async consumed(): Promise<PolicyVersion | null> {
     return this.con;
   }
   async setConsumed(version: string | number): Promise<PolicyVersion> {
-    const seq = this.seqs.get(JSON.stringify(version));
+    const seq = this.seqs.get(versionKey(version));
     if (seq === undefined) throw new InputError("version", `policy version ${JSON.stringify(version).slice(0, 200)} was never set (POST /v1/model-version first)`);
     if (!this.con || seq > this.con.seq) this.con = { version, seq };
     this.changed();
@@ -154,24 +166,26 @@ export class MemoryPolicyVersions implements PolicyVersions {
 }
 
 /**
- * Set-if-changed: KEYS = the policy hash; ARGV = the version as JSON. Bumps
- * `seq`, sets `current` and records `v:<json>` → seq (first time only),
- * atomically; returns `[json, seq]` of the current version.
+ * Set-if-changed: KEYS = the policy hash; ARGV = the version as JSON, its
+ * {@link versionKey}. Bumps `seq`, sets `current` (and `current_key`) and
+ * records `v:<key>` → seq (first time only), atomically; returns `[json, seq]`
+ * of the current version (as first set, when the key is unchanged).
  */
-const SET_LUA = `local cur = redis.call('HGET', KEYS[1], 'current')
-if cur == ARGV[1] then return {cur, tonumber(redis.call('HGET', KEYS[1], 'seq'))} end
+const SET_LUA = `if redis.call('HGET', KEYS[1], 'current_key') == ARGV[2] then
+  return {redis.call('HGET', KEYS[1], 'current'), tonumber(redis.call('HGET', KEYS[1], 'seq'))}
+end
 local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
-redis.call('HSET', KEYS[1], 'current', ARGV[1])
-redis.call('HSETNX', KEYS[1], 'v:' .. ARGV[1], seq)
+redis.call('HSET', KEYS[1], 'current', ARGV[1], 'current_key', ARGV[2])
+redis.call('HSETNX', KEYS[1], 'v:' .. ARGV[2], seq)
 return {ARGV[1], seq}`;
 
 /**
- * Consumed-if-newer: KEYS = the policy hash; ARGV = the version as JSON.
+ * Consumed-if-newer: KEYS = the policy hash; ARGV = the version as JSON, its {@link versionKey}.
  * Replies `UNKNOWN` for a version never set; otherwise records `consumed` /
  * `consumed_seq` when its seq is newer than the recorded one; returns
  * `[json, seq]` of the recorded consumed version.
  */
-const CONSUMED_LUA = `local seq = redis.call('HGET', KEYS[1], 'v:' .. ARGV[1])
+const CONSUMED_LUA = `local seq = redis.call('HGET', KEYS[1], 'v:' .. ARGV[2])
 if not seq then return redis.error_reply('UNKNOWN version') end
 local cur = tonumber(redis.call('HGET', KEYS[1], 'consumed_seq') or '0')
 if tonumber(seq) > cur then
@@ -182,7 +196,7 @@ return {redis.call('HGET', KEYS[1], 'consumed'), cur}`;
 
 /**
  * {@link PolicyVersions} in Redis (`{p}policy` HASH: `current` = version
- * JSON, `seq`, `v:<version JSON>` = its seq, `consumed` / `consumed_seq` = the
+ * JSON, `current_key` = its {@link versionKey}, `seq`, `v:<versionKey>` = its seq, `consumed` / `consumed_seq` = the
  * trainer's consumed version), shared by the API and its
  * workers. Reads are cached for `cacheMs` (default 250) so a turn costs no
  * round trip in steady state. Runtime-free.
@@ -218,7 +232,7 @@ export class RedisPolicyVersions implements PolicyVersions {
   }
 
   async set(version: string | number): Promise<PolicyVersion> {
-    const r = (await this.call(["EVAL", SET_LUA, "1", this.key, JSON.stringify(version)], false)) as [string, number];
+    const r = (await this.call(["EVAL", SET_LUA, "1", this.key, JSON.stringify(version), versionKey(version)], false)) as [string, number];
     const v = { version: JSON.parse(String(r[0])) as string | number, seq: Number(r[1]) };
     this.cache = { at: Date.now(), v };
     return v;
@@ -226,7 +240,7 @@ export class RedisPolicyVersions implements PolicyVersions {
 
   async seqOf(version: unknown): Promise<number | null> {
     if (typeof version !== "string" && typeof version !== "number") return null;
-    const k = JSON.stringify(version);
+    const k = versionKey(version);
     const hit = this.seqCache.get(k);
     if (hit !== undefined) return hit;
     const r = await this.call(["HGET", this.key, `v:${k}`]);
@@ -242,7 +256,7 @@ export class RedisPolicyVersions implements PolicyVersions {
   async setConsumed(version: string | number): Promise<PolicyVersion> {
     let r: [string, number];
     try {
-      r = (await this.call(["EVAL", CONSUMED_LUA, "1", this.key, JSON.stringify(version)], false)) as [string, number];
+      r = (await this.call(["EVAL", CONSUMED_LUA, "1", this.key, JSON.stringify(version), versionKey(version)], false)) as [string, number];
     } catch (e) {
       if (/UNKNOWN version/.test((e as Error)?.message ?? "")) throw new InputError("version", `policy version ${JSON.stringify(version).slice(0, 200)} was never set (POST /v1/model-version first)`);
       throw e;
