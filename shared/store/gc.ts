@@ -37,8 +37,25 @@ export interface GcReport {
   dry_run: boolean;
   /** Keys removed (or to be removed), by kind. */
   deleted: { records: number; groups: number; sessions: number; batches: number; keys: number };
-  /** What was kept although old enough to be considered, and why. */
-  kept: { incomplete_groups: number; undelivered_groups: number; running_sessions: number; running_batches: number };
+  /**
+   * What was kept, and why: groups not finished (`incomplete_groups`),
+   * delivered but not yet acknowledged by the trainers
+   * (`undelivered_groups`), finished but younger than the ages
+   * (`recent_groups`), finished without a delivery (filtered, withdrawn) and
+   * seen by gc for the first time — their age counts from this pass, so a
+   * later pass removes them (`first_seen_groups`; a dry run marks nothing and
+   * counts them here every time); sessions and batches still running.
+   * Every scanned group is in exactly one of these or in `deleted.groups`,
+   * or had only its records removed (`deleted.records`, `ages.records` < `ages.groups`).
+   */
+  kept: {
+    incomplete_groups: number;
+    undelivered_groups: number;
+    recent_groups: number;
+    first_seen_groups: number;
+    running_sessions: number;
+    running_batches: number;
+  };
   scanned: { groups: number; sessions: number; batches: number };
 }
 
@@ -82,7 +99,7 @@ export async function collectGarbage(redis: RedisCommander, opts: GcOptions): Pr
   const report: GcReport = {
     dry_run: dry,
     deleted: { records: 0, groups: 0, sessions: 0, batches: 0, keys: 0 },
-    kept: { incomplete_groups: 0, undelivered_groups: 0, running_sessions: 0, running_batches: 0 },
+    kept: { incomplete_groups: 0, undelivered_groups: 0, recent_groups: 0, first_seen_groups: 0, running_sessions: 0, running_batches: 0 },
     scanned: { groups: 0, sessions: 0, batches: 0 },
   };
   // Counts the keys that exist (a batch may lack its over-sampling keys): EXISTS in a dry run, UNLINK's reply otherwise.
@@ -139,12 +156,16 @@ export async function collectGarbage(redis: RedisCommander, opts: GcOptions): Pr
       } else {
         // First sight of a finished group that was never enqueued: its clock starts now.
         if (!dry) await redis.exec(["HSETNX", keys[i]!, "gc_seen", String(now)]);
+        report.kept.first_seen_groups++;
         continue;
       }
       const ageS = (now - since) / 1000;
       const dropGroup = opts.ages.groups !== null && ageS >= opts.ages.groups;
       const dropRecords = dropGroup || (opts.ages.records !== null && ageS >= opts.ages.records);
-      if (!dropRecords) continue;
+      if (!dropRecords) {
+        report.kept.recent_groups++;
+        continue;
+      }
       if (enqueued === "1" && deliveryId && !(await acknowledged(redis, stream, trainers, deliveryId, await readUpTo(stream)))) {
         report.kept.undelivered_groups++;
         continue;

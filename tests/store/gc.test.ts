@@ -104,7 +104,7 @@ test.skipIf(!redis)("gc: dry-run changes nothing; then exactly the finished, ack
   expect(dry).toEqual({
     dry_run: true,
     deleted: { records: 1, groups: 1, sessions: 1, batches: 1, keys: 1 + 2 + 1 + 3 },
-    kept: { incomplete_groups: 1, undelivered_groups: 2, running_sessions: 1, running_batches: 1 },
+    kept: { incomplete_groups: 1, undelivered_groups: 2, recent_groups: 0, first_seen_groups: 1, running_sessions: 1, running_batches: 1 },
     scanned: { groups: 5, sessions: 3, batches: 2 },
   });
   expect(await keysUnder(prefix)).toEqual(before);
@@ -124,9 +124,14 @@ test.skipIf(!redis)("gc: dry-run changes nothing; then exactly the finished, ack
   const again = await collectGarbage(commander, { ...opts, nowMs: () => later + 2 * HOUR * 1000 });
   expect([again.deleted, again.kept]).toEqual([
     { records: 1, groups: 1, sessions: 0, batches: 0, keys: 3 },
-    { incomplete_groups: 1, undelivered_groups: 2, running_sessions: 1, running_batches: 1 },
+    { incomplete_groups: 1, undelivered_groups: 2, recent_groups: 0, first_seen_groups: 0, running_sessions: 1, running_batches: 1 },
   ]);
   expect(await raw.exists(`${prefix}group:withdrawn`, `${prefix}traj:withdrawn_0_0`, `${prefix}group:open`, `${prefix}traj:open_0_0`)).toBe(2);
+  // Every scanned group is accounted for: deleted, or kept for one stated reason (records and groups share one age here).
+  for (const r of [dry, real, again]) {
+    const k = r.kept;
+    expect(r.deleted.groups + k.incomplete_groups + k.undelivered_groups + k.recent_groups + k.first_seen_groups).toBe(r.scanned.groups);
+  }
 });
 
 test.skipIf(!redis)("edgeloop gc --older-than 1h --dry-run then for real, through the CLI", async () => {
@@ -141,7 +146,11 @@ test.skipIf(!redis)("edgeloop gc --older-than 1h --dry-run then for real, throug
   // Delivery times are now: only the session finished 2 h ago and the batch submitted 3 h ago are older than 1 h.
   const dry = await run("--older-than", "1h", "--dry-run");
   expect(dry).toEqual({
-    out: "would delete             0 records, 0 groups, 1 sessions, 1 batches (4 keys)\nkept                     1 incomplete groups, 0 groups not acknowledged by trainers, 1 running sessions, 1 running batches\nscanned                  5 groups, 3 sessions, 2 batches\n",
+    out:
+      "would delete             0 records, 0 groups, 1 sessions, 1 batches (4 keys)\n" +
+      "kept                     1 incomplete groups, 0 groups not acknowledged by trainers, 3 groups younger than --older-than, " +
+      "1 undelivered (filtered/withdrawn) groups first seen now (their age starts here), 1 running sessions, 1 running batches\n" +
+      "scanned                  5 groups, 3 sessions, 2 batches\n",
     err: "",
     code: 0,
   });
