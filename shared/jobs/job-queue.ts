@@ -312,6 +312,17 @@ export class JobQueue {
   }
 
   /**
+   * Whether each batch's stored hash (`{p}jobs:batch:{id}`) still exists: it
+   * is gone once `edgeloop gc` collected the batch or its retention expired
+   * (or Redis lost it). One pipelined EXISTS per id.
+   */
+  async batchesExist(ids: readonly string[]): Promise<boolean[]> {
+    if (!ids.length) return [];
+    const exists = await this.pipe(ids.map((id) => ["EXISTS", this.batchKey(id)]));
+    return exists.map((x) => Number(x) === 1);
+  }
+
+  /**
    * Stores the batch's rows, spec and keys, then enqueues one job per
    * trajectory (XADD; pipelines split by bytes by the commander, and at most
    * 500 commands each).

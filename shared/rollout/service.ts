@@ -374,8 +374,16 @@ export class RolloutService {
     }
     // The next `limit` of the index and of memory hold the next `limit` of their union.
     const stored = await this.jobs.listBatches(opts);
+    const indexed = new Set(stored.members);
+    // A finished batch this process holds whose stored hash is gone, with nothing lost, was collected
+    // (`edgeloop gc`, or its retention expired): every other process has forgotten it, so this one does too.
+    const held0 = after.slice(0, opts.limit);
+    const unindexed = held0.filter((b) => !indexed.has(b.member) && b.run!.stats().done && !b.run!.stats().lost);
+    const exist = await this.jobs.batchesExist(unindexed.map((b) => b.id));
+    const collected = new Set(unindexed.filter((_, i) => !exist[i]).map((b) => b.id));
+    for (const id of collected) this.forget(id);
     const merged = new Map<string, { id: string; member: string; run: BatchRun | null }>();
-    for (const b of after.slice(0, opts.limit)) merged.set(b.id, b);
+    for (const b of held0) if (!collected.has(b.id)) merged.set(b.id, b);
     for (const m of stored.members) {
       const id = m.slice(m.indexOf(":") + 1);
       if (!merged.has(id)) merged.set(id, { id, member: m, run: null });
@@ -398,6 +406,13 @@ export class RolloutService {
   /** Ids of the batches kept in memory, oldest first. */
   batchIds(): string[] {
     return [...this.batches.keys()];
+  }
+
+  /** Drops a batch this process holds (and stops following it). */
+  private forget(id: string): void {
+    this.batches.delete(id);
+    this.followers.get(id)?.();
+    this.followers.delete(id);
   }
 
   private remember(id: string, run: BatchRun): void {

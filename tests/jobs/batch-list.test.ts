@@ -77,3 +77,29 @@ test.skipIf(!redis)("queue mode: batches are listed from Redis, newest first, pa
   expect(await bad.json()).toEqual({ error: { code: "invalid_input", field: "cursor", message: "cursor: must be the next_cursor of an earlier page" } });
   expect((await fetch(`${s.url}/v1/rollouts?limit=0`)).status).toBe(400);
 }, 60_000);
+
+test.skipIf(!redis)("a finished batch collected by edgeloop gc is no longer listed by the process that ran it", async () => {
+  const port = await freePort();
+  const s = await serve(port);
+  const worker = Bun.spawn([process.execPath, MAIN, "worker", "--store", REDIS_URL, "--store-prefix", prefix, "--idle-exit", "30"], { stdout: "pipe", stderr: "pipe" });
+  cleanups.push(async () => {
+    worker.kill("SIGKILL");
+    await worker.exited;
+  });
+  const r = await fetch(`${s.url}/v1/rollouts`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows: [row("bl-gc")] }) });
+  expect(r.status).toBe(202);
+  const id = ((await r.json()) as { batch_id: string }).batch_id;
+  let done = false;
+  for (let i = 0; i < 400 && !done; i++) {
+    done = ((await (await fetch(`${s.url}/v1/rollouts/${id}`)).json()) as { done: boolean }).done;
+    if (!done) await Bun.sleep(50);
+  }
+  expect(done).toBe(true);
+  const listed = async () => ((await (await fetch(`${s.url}/v1/rollouts?limit=100`)).json()) as { batches: { batch_id: string }[] }).batches.map((b) => b.batch_id);
+  expect(await listed()).toContain(id);
+  const gc = Bun.spawnSync([process.execPath, MAIN, "gc", "--store", REDIS_URL, "--store-prefix", prefix, "--older-than", "0", "--json"], { stdout: "pipe", stderr: "pipe" });
+  expect(gc.exitCode).toBe(0);
+  expect((JSON.parse(gc.stdout.toString()) as { deleted: { batches: number } }).deleted.batches).toBeGreaterThanOrEqual(1);
+  expect(await listed()).not.toContain(id);
+  expect((await fetch(`${s.url}/v1/rollouts/${id}`)).status).toBe(404);
+}, 60_000);
