@@ -1,4 +1,3 @@
-import { readFile } from "node:fs/promises";
 import { mergeConfig, parseAppConfig } from "../../shared/config/app-config.ts";
 import { ConfigError, InputError } from "../../shared/errors.ts";
 import { DEFAULT_ENGINE_TIMEOUT_MS } from "../../shared/inference/engine-http.ts";
@@ -6,6 +5,7 @@ import { normaliseUrl } from "../../shared/inference/replica-pool.ts";
 import { createGatewayApp, DEFAULT_SHARED_EPSILON, DEFAULT_STICKY_EPSILON } from "../../functions/gateway.ts";
 import { DEFAULT_EPSILON } from "../../shared/inference/bounded-load-hash.ts";
 import { startSimEngine } from "../sim-engine/server.ts";
+import { readSimScriptFile } from "../sim-engine/script-file.ts";
 import { loadTokenizer } from "../node/model-dir.ts";
 import { startUpstashBridge } from "../upstash-bridge/upstash-bridge.ts";
 import { checkRedis, maskRedisUrl } from "../redis/redis-check.ts";
@@ -38,7 +38,7 @@ export async function simEngineCommand(o: {
   const path = o.script ?? DEFAULT_SCRIPT;
   let script: unknown;
   try {
-    script = JSON.parse(await readFile(path, "utf8"));
+    script = await readSimScriptFile(path);
   } catch (e) {
     throw new ConfigError("--script", `cannot read ${path}: ${(e as Error).message}`);
   }

@@ -38,6 +38,7 @@ import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { describeModel } from "../../shared/models/index.ts";
 import { createRedisTransferQueue } from "../redis/redis-transfer-queue.ts";
 import { SimEngine } from "../sim-engine/sim-engine.ts";
+import { readSimScriptFile } from "../sim-engine/script-file.ts";
 import { vllmRoutedExpertsRefused } from "../../shared/inference/vllm-client.ts";
 import { SimEngineClient } from "../sim-engine/sim-engine-client.ts";
 import { startSimEngine } from "../sim-engine/server.ts";
@@ -538,7 +539,7 @@ async function buildEngine(
   const scriptPath = e.script ?? DEFAULT_SCRIPT;
   let script: Record<string, unknown>;
   try {
-    script = JSON.parse(await readFile(scriptPath, "utf8"));
+    script = await readSimScriptFile(scriptPath);
   } catch (err) {
     throw new ConfigError("engine.script", `cannot read the scripted policy ${scriptPath}: ${(err as Error).message}`);
   }

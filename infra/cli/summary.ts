@@ -5,7 +5,8 @@ import type { BatchStats } from "../../shared/rollout/batch-run.ts";
  * one per prompt and session_id) planned, finished and handed back, then the
  * records they emitted (0…k per session) ok/failed/truncated, turns, tokens
  * by kind, tool calls and errors, mean reward, what a store repair put back
- * and what was lost (only when there was any), throughput. Plain text, one
+ * and what was lost (only when there was any), over-sampling and dynamic
+ * sampling figures (only for such a batch), throughput. Plain text, one
  * figure a line, so tests can read it.
  */
 export function formatSummary(s: BatchStats, wallSeconds: number): string {
@@ -27,6 +28,7 @@ export function formatSummary(s: BatchStats, wallSeconds: number): string {
     ["tool errors", String(s.tool_errors)],
     ["mean reward", s.reward.mean === null ? "n/a" : s.reward.mean.toFixed(4)],
     ["reward errors", String(s.reward.errors)],
+    ...oversampleRows(s),
     ...(s.repaired ? ([["store repairs", `${s.repaired.groups} groups, ${s.repaired.records} records written again (the store lost data)`]] as [string, string][]) : []),
     ...(s.lost ? ([["lost", `${s.lost.count} sessions; groups not delivered: ${s.lost.missing.length}`]] as [string, string][]) : []),
     ["wall time (s)", wallSeconds.toFixed(2)],
@@ -41,4 +43,23 @@ export function formatSummary(s: BatchStats, wallSeconds: number): string {
     for (const e of s.errors.slice(0, 5)) lines.push(`  ${e.key}: ${e.error.slice(0, 200)}`);
   }
   return lines.join("\n");
+}
+
+/**
+ * Summary rows of an over-sampled or filtered batch (`target_groups`,
+ * `rollout.oversample`, `rollout.filter_groups`): the target and where it
+ * came from, groups delivered and filtered, sessions stopped; none for a plain batch.
+ */
+function oversampleRows(s: BatchStats): [string, string][] {
+  const o = s.oversample;
+  if (!o) return [];
+  const rows: [string, string][] = [
+    ["target groups", `${o.target_groups}${o.target_from ? ` (${o.target_from})` : ""}${o.reached ? ", reached" : ""}`],
+    ["groups delivered", String(o.delivered)],
+    ["  filtered (all equal)", String(o.filtered)],
+  ];
+  if (o.replacements) rows.push(["  reserve rows started", String(o.replacements)]);
+  if (o.cancelled) rows.push(["sessions cancelled", `${o.cancelled} (${o.groups_withdrawn} groups withdrawn)`]);
+  if (o.carried) rows.push(["sessions carried", `${o.carried} (${o.groups_carried} groups left open)`]);
+  return rows;
 }

@@ -63,10 +63,20 @@ export const SimTurn = z.union([
 ]);
 export type SimTurn = z.infer<typeof SimTurn>;
 
-/** A rule: applies when `when` occurs in the decoded prompt; its turns are indexed by assistant turn. */
+/**
+ * A rule: applies when `when` occurs in the decoded prompt; its turns are
+ * indexed by assistant turn. `variants` are other turn lists for the same
+ * prompt, so that the `n` samples of a prompt differ (a group with mixed
+ * rewards, what dynamic sampling keeps): each trajectory plays `turns` or one
+ * variant, drawn uniformly from the `1 + variants.length` lists by (script
+ * seed, rule index, the trajectory's session index — the `{session_id}` of
+ * its routing key `{uid}_{session_id}_{output}`). A request without such a
+ * routing key plays `turns`. Independent of the uid, so a run repeats.
+ */
 export const SimRule = z.strictObject({
   when: z.string().min(1, "must be a non-empty substring of the decoded prompt"),
   turns: z.array(SimTurn),
+  variants: z.array(z.array(SimTurn)).optional(),
   fault: SimFault.optional(),
 });
 export type SimRule = z.infer<typeof SimRule>;

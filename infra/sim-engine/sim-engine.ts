@@ -422,7 +422,7 @@ export class SimEngine {
   }
 
   /** The rule index that applies to a prompt (−1: none) and the turn to play. */
-  resolve(ids: readonly number[]): { rule_index: number; turn_index: number; turn: SimTurn; open: number[] | undefined; scripted: boolean } {
+  resolve(ids: readonly number[], routingKey?: string): { rule_index: number; turn_index: number; turn: SimTurn; open: number[] | undefined; scripted: boolean; variant: number } {
     const { count, open } = this.assistantTurns(ids);
     let ruleIndex = -1;
     let rule: SimRule | undefined;
@@ -431,17 +431,32 @@ export class SimEngine {
       ruleIndex = this.script.rules.findIndex((r) => text.includes(r.when));
       rule = ruleIndex >= 0 ? this.script.rules[ruleIndex] : undefined;
     }
+    const variant = rule ? this.variantOf(rule, ruleIndex, routingKey) : 0;
+    const turns = rule ? (variant === 0 ? rule.turns : rule.variants![variant - 1]!) : [];
     let turn: SimTurn;
     let scripted = false;
-    if (rule && count < rule.turns.length) {
-      turn = rule.turns[count];
+    if (rule && count < turns.length) {
+      turn = turns[count];
       scripted = true;
     }
     else {
       const d = this.script.default;
-      turn = d[Math.min(count - (rule?.turns.length ?? 0), d.length - 1)];
+      turn = d[Math.min(count - turns.length, d.length - 1)];
     }
-    return { rule_index: ruleIndex, turn_index: count, turn, open, scripted };
+    return { rule_index: ruleIndex, turn_index: count, turn, open, scripted, variant };
+  }
+
+  /**
+   * Which turn list of `rule` a trajectory plays (see `SimRule.variants`): 0
+   * for `turns`, k for `variants[k − 1]`, drawn from (seed, rule index, the
+   * session index in the routing key `{uid}_{session_id}_{output}`).
+   */
+  private variantOf(rule: SimRule, ruleIndex: number, routingKey: string | undefined): number {
+    const n = rule.variants?.length ?? 0;
+    if (n === 0 || routingKey === undefined) return 0;
+    const m = /_(\d+)_\d+$/.exec(routingKey);
+    if (!m) return 0;
+    return fnv1a32(`${this.script.seed}:variant:${ruleIndex}:${m[1]}`) % (n + 1);
   }
 
   /**
@@ -500,7 +515,7 @@ export class SimEngine {
       });
     if (P + req.max_tokens > this.maxModelLen) throw overflow();
 
-    const r = this.resolve(prompt);
+    const r = this.resolve(prompt, req.routing_key);
     let fault = this.takeFault(r.rule_index, r.turn_index);
     let drawn: { attempt: number } | undefined;
     if (!fault && this.faultRate) {
