@@ -11,7 +11,9 @@
  * gateway's `EDGELOOP_AGENT_URL` (openai_agent tasks; also makes openai_agent the
  * default loop), `EDGELOOP_AGENT_SECRET`, `EDGELOOP_AGENT_TIMEOUT_MS`,
  * `EDGELOOP_PUBLIC_URL` (the URL agents reach this server at; default the
- * address it listens on).
+ * address it listens on); `OTEL_EXPORTER_OTLP_ENDPOINT` (or
+ * `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`), `OTEL_SERVICE_NAME`,
+ * `OTEL_SDK_DISABLED`: spans over OTLP/HTTP as the CLI sends them.
  * Prints `edgeloop (deno) serving on http://host:port` once listening.
  */
 import { Hono } from "hono";
@@ -20,13 +22,23 @@ import { createSessionsApp } from "../../functions/sessions.ts";
 import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
 import { buildRuntime } from "../cli/runtime.ts";
 import { healthResponse } from "../../shared/store/store-health.ts";
+import { setupTelemetryFromEnv } from "../telemetry/setup.ts";
 
 declare const Deno: {
-  env: { get(name: string): string | undefined };
+  env: { get(name: string): string | undefined; toObject(): Record<string, string> };
+  addSignalListener(signal: "SIGTERM" | "SIGINT", handler: () => void): void;
+  exit(code: number): never;
   serve(opts: { port: number; hostname: string; onListen?: (a: { hostname: string; port: number }) => void }, handler: (req: Request) => Response | Promise<Response>): { finished: Promise<void> };
 };
 
 const env = (name: string) => Deno.env.get(name) || undefined;
+// Spans over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set (as the CLI commands do); flushed on SIGTERM/SIGINT.
+const telemetry = setupTelemetryFromEnv(Deno.env.toObject());
+if (telemetry) {
+  for (const signal of ["SIGTERM", "SIGINT"] as const) {
+    Deno.addSignalListener(signal, () => void telemetry.shutdown().finally(() => Deno.exit(signal === "SIGINT" ? 130 : 143)));
+  }
+}
 const runtime = await buildRuntime({
   config: env("EDGELOOP_CONFIG"),
   engine: env("EDGELOOP_ENGINE"),

@@ -17,12 +17,23 @@ let url = "";
 let dir = "";
 let startMs = 0;
 let agent: AgentServer | undefined;
+// An OTLP/HTTP collector on loopback: the Deno entry exports its spans here (OTEL_EXPORTER_OTLP_ENDPOINT).
+const otlp: { path: string; body: string }[] = [];
+let collector: ReturnType<typeof Bun.serve> | undefined;
 
 beforeAll(async () => {
   if (!redis) return;
   s = await startServices("deno");
   // The example agent (openai SDK) behind its task webhook: rows with agent_name openai_agent run through it.
   agent = startAgentServer({ port: 0, secret: "agent-secret" });
+  collector = Bun.serve({
+    port: 0,
+    hostname: "127.0.0.1",
+    async fetch(req) {
+      otlp.push({ path: new URL(req.url).pathname, body: await req.text() });
+      return Response.json({});
+    },
+  });
   dir = mkdtempSync(join(tmpdir(), "edgeloop-deno-"));
   writeFileSync(join(dir, "tools.json"), s.toolsJson);
   // The multi-output loop of edge case E1 is registered too (rows pick it by agent_name).
@@ -46,6 +57,8 @@ beforeAll(async () => {
       EDGELOOP_AGENT_URL: `${agent.url}/tasks`,
       EDGELOOP_AGENT_SECRET: "agent-secret",
       EDGELOOP_AGENT_TIMEOUT_MS: "30000",
+      OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${collector.port}`,
+      OTEL_SERVICE_NAME: "edgeloop-deno-test",
     },
     stdin: "ignore",
     stdout: "pipe",
@@ -72,6 +85,7 @@ afterAll(async () => {
     await proc.exited;
   }
   await agent?.stop();
+  collector?.stop(true);
   await s?.stop();
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
@@ -147,4 +161,21 @@ describe.skipIf(!redis)("Deno entry (deno task serve)", () => {
       expect(r.reward_score).toBe(ref.reward_score);
     }
   }, 60_000);
+  test("tracing: with OTEL_EXPORTER_OTLP_ENDPOINT the Deno entry exports its spans over OTLP/HTTP (JSON)", async () => {
+    const res = await fetch(`${url}/v1/rollouts`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows: batchRows("dnt").slice(0, 1) }) });
+    expect(res.status).toBe(202);
+    await awaitRecords(s.prefix, ["dnt0"], 2);
+    // The batch span processor exports within its 5 s schedule.
+    const names = () => otlp.flatMap((r) => (JSON.parse(r.body).resourceSpans ?? []).flatMap((rs: any) => rs.scopeSpans.flatMap((ss: any) => ss.spans.map((x: { name: string }) => x.name))));
+    for (let i = 0; i < 150 && !names().includes("inference.generate"); i++) await Bun.sleep(100);
+    expect(otlp.every((r) => r.path === "/v1/traces")).toBe(true);
+    for (const n of ["agent_loop.run", "agent_loop.turn", "inference.generate", "tool.call"]) expect(names()).toContain(n);
+    expect(otlp.some((r) => r.body.includes('"stringValue":"edgeloop-deno-test"'))).toBe(true);
+    // Context propagates across awaits on Deno (AsyncLocalStorage): every engine call's parent is a turn span.
+    const spans = otlp.flatMap((r) => (JSON.parse(r.body).resourceSpans ?? []).flatMap((rs: any) => rs.scopeSpans.flatMap((ss: any) => ss.spans))) as { name: string; spanId: string; parentSpanId?: string }[];
+    const turns = new Set(spans.filter((x) => x.name === "agent_loop.turn").map((x) => x.spanId));
+    const calls = spans.filter((x) => x.name === "inference.generate");
+    expect(calls.length).toBeGreaterThan(0);
+    expect(calls.filter((c) => !turns.has(c.parentSpanId ?? "")).length).toBe(0);
+  }, 30_000);
 });
