@@ -1,3 +1,4 @@
+import type { TelemetryEnv } from "./telemetry.ts";
 import { defaultAgentLoopRegistry } from "../../shared/agent-loop/index.ts";
 import type { AgentLoopExport } from "../../shared/agent-loop/registry.ts";
 import type { AgentWebhookConfig } from "../../shared/agent-gateway/openai-agent-loop.ts";
@@ -17,7 +18,7 @@ import { WebhookToolClient } from "../../shared/tools/webhook-tool-client.ts";
 import type { DurableObjectNamespace } from "./cf-types.ts";
 
 /** The worker's bindings and variables (wrangler.toml `[vars]`, secrets, the Durable Object binding). */
-export interface Env {
+export interface Env extends TelemetryEnv {
   /** Durable Object namespace of {@link TrajectorySessionObject} (wrangler.toml `durable_objects.bindings`). */
   SESSIONS: DurableObjectNamespace;
   /** The inference engine or gateway base URL (default `engine.url` of `EDGELOOP_CONFIG`). */

@@ -1,4 +1,5 @@
 import type { Hono } from "hono";
+import { flushSpans, workerTelemetry } from "./telemetry.ts";
 import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
 import { createSessionsApp } from "../../functions/sessions.ts";
 import { AgentGateway } from "../../shared/agent-gateway/agent-gateway.ts";
@@ -62,6 +63,15 @@ export class TrajectorySessionObject {
   }
 
   async fetch(req: Request): Promise<Response> {
+    const telemetry = workerTelemetry(this.env);
+    try {
+      return await this.handle(req);
+    } finally {
+      await flushSpans(telemetry);
+    }
+  }
+
+  private async handle(req: Request): Promise<Response> {
     const url = new URL(req.url);
     if (req.method === "POST" && url.pathname === "/start") {
       const input = SessionInput.parse(await req.json());
@@ -111,6 +121,7 @@ export class TrajectorySessionObject {
    * is kept in the object's storage meanwhile.
    */
   async alarm(): Promise<void> {
+    const telemetry = workerTelemetry(this.env);
     try {
       await this.runAlarm();
       this.outageRetries = 0;
@@ -119,6 +130,9 @@ export class TrajectorySessionObject {
       if (delay === null) throw e;
       this.outageRetries++;
       await this.ctx.storage.setAlarm(Date.now() + delay);
+    } finally {
+      // The loop's spans (turns, engine and tool calls) leave before the alarm ends.
+      await flushSpans(telemetry);
     }
   }
 

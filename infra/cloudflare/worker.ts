@@ -10,6 +10,7 @@
  *   `POST /v1/sessions/{key}/finish` (agent gateway; bearer = the session token) → forwarded to the key's object
  * - `GET /health` (503 naming the Upstash store while it is unreachable)
  */
+import { flushSpans, workerTelemetry } from "./telemetry.ts";
 import { Hono } from "hono";
 import { bearerAuth, readJson } from "../../functions/http-util.ts";
 import { errorResponse } from "../../functions/rollouts.ts";
@@ -127,5 +128,11 @@ app.notFound((c) =>
 );
 
 export default {
-  fetch: (req: Request, env: Env, ctx: ExecutionContext) => app.fetch(req, env, ctx as never),
+  async fetch(req: Request, env: Env, ctx: ExecutionContext): Promise<Response> {
+    const telemetry = workerTelemetry(env);
+    const res = await app.fetch(req, env, ctx as never);
+    // Spans of this request (and of work it left to waitUntil by then) leave after the response.
+    if (telemetry) ctx.waitUntil(flushSpans(telemetry));
+    return res;
+  },
 };

@@ -58,8 +58,19 @@ export function setupTelemetry(opts: TelemetryOptions = {}): Telemetry {
  * registered (tracing stays the API's no-op).
  */
 export function setupTelemetryFromEnv(env: Record<string, string | undefined> = process.env): Telemetry | null {
-  if (env.OTEL_SDK_DISABLED?.toLowerCase() === "true") return null;
-  const url = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || (env.OTEL_EXPORTER_OTLP_ENDPOINT ? `${env.OTEL_EXPORTER_OTLP_ENDPOINT.replace(/\/+$/, "")}/v1/traces` : "");
+  const url = otlpTracesUrl(env);
   if (!url) return null;
   return setupTelemetry({ exporter: new OTLPTraceExporter({ url }), serviceName: env.OTEL_SERVICE_NAME });
+}
+
+/**
+ * The OTLP/HTTP traces URL the environment names: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`
+ * as is, else `OTEL_EXPORTER_OTLP_ENDPOINT` + `/v1/traces` (the OTLP
+ * exporter specification's rule); null without either, or with
+ * `OTEL_SDK_DISABLED=true`.
+ * @see https://opentelemetry.io/docs/specs/otel/protocol/exporter/
+ */
+export function otlpTracesUrl(env: Record<string, string | undefined>): string | null {
+  if (env.OTEL_SDK_DISABLED?.toLowerCase() === "true") return null;
+  return env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || (env.OTEL_EXPORTER_OTLP_ENDPOINT ? `${env.OTEL_EXPORTER_OTLP_ENDPOINT.replace(/\/+$/, "")}/v1/traces` : null);
 }
