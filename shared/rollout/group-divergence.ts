@@ -20,20 +20,24 @@ export interface DivergenceSample {
 }
 
 /**
- * How one sample leaves the others.
- * - `at`: the first position (in `prompt ‖ response`) no other sample shares with it,
- *   i.e. the largest LCP with any other sample; positions before it are shared with `nearest`.
+ * How one sample leaves the others. Samples equal to it token for token
+ * (`same_as`) go together: what counts is where they, as one, leave the rest.
+ * - `at`: the first position (in `prompt ‖ response`) that no sample other than
+ *   its equals shares with it — the largest LCP with any sample that differs;
+ *   positions before it are shared with `nearest`. When every sample is equal, its length.
  * - `kind`: `token` — the sample has a token at `at` that `nearest` does not
  *   (another token, or `nearest` ended there); `ended` — the sample ends at `at`
- *   while `nearest` goes on; `identical` — equal to `nearest` token for token.
- * - `nearest`: the key of the sample it shares that prefix with (the first such in input order;
- *   for a sample ending at `at`, the first one equal to it when there is one).
+ *   while `nearest` goes on; `identical` — every other sample equals it.
+ * - `nearest`: the differing sample it shares that prefix with (the first such in
+ *   input order), null when every sample equals it.
  */
 export interface SampleDivergence {
   key: string;
   at: number;
   kind: "token" | "ended" | "identical";
-  nearest: string;
+  nearest: string | null;
+  /** Keys of the other samples equal to this one, in input order. */
+  same_as: string[];
   /** Length of this sample's `prompt ‖ response`. */
   length: number;
 }
@@ -42,7 +46,7 @@ export interface SampleDivergence {
  * A group's divergence: `common_prefix` is the number of leading tokens every
  * sample shares (the first position where they do not all agree; the length
  * of the shortest sample when all agree up to it); `samples` follows the input
- * order. A group of one sample has `common_prefix` = its length and no samples entries.
+ * order. A group of one sample has `common_prefix` = its length and no `samples` entries.
  */
 export interface GroupDivergence {
   common_prefix: number;
@@ -68,31 +72,38 @@ function compareIds(a: ArrayLike<number>, b: ArrayLike<number>): number {
  * {@link SampleDivergence}). Pure; the input is not modified. Ties in `nearest`
  * go to the sample earlier in the input.
  * @example groupDivergence([{key: "a", ids: [1, 2, 3]}, {key: "b", ids: [1, 2, 4]}]) →
- *   `{common_prefix: 2, samples: [{key: "a", at: 2, kind: "token", nearest: "b", length: 3}, {key: "b", at: 2, …}]}`
+ *   `{common_prefix: 2, samples: [{key: "a", at: 2, kind: "token", nearest: "b", same_as: [], length: 3}, {key: "b", at: 2, …}]}`
  */
 export function groupDivergence(samples: readonly DivergenceSample[]): GroupDivergence {
   if (samples.length === 0) return { common_prefix: 0, samples: [] };
   if (samples.length === 1) return { common_prefix: samples[0]!.ids.length, samples: [] };
   const order = samples.map((_, i) => i).sort((x, y) => compareIds(samples[x]!.ids, samples[y]!.ids) || x - y);
-  // lcpNext[r]: LCP of the sorted samples r and r+1.
-  const lcpNext = order.slice(0, -1).map((x, r) => commonPrefix(samples[x]!.ids, samples[order[r + 1]!]!.ids));
-  const common = Math.min(...lcpNext);
-  const rank = new Array<number>(samples.length);
-  order.forEach((x, r) => (rank[x] = r));
-  const out = samples.map((s, i): SampleDivergence => {
-    const r = rank[i]!;
-    const best = Math.max(r > 0 ? lcpNext[r - 1]! : -1, r < order.length - 1 ? lcpNext[r]! : -1);
-    // Every sample sharing `best` leading tokens with this one; its nearest is the first in input order
-    // (one equal to it first, when it ends at `best`).
-    const peers: number[] = [];
-    for (let lo = r - 1; lo >= 0 && lcpNext[lo]! >= best; lo--) peers.push(order[lo]!);
-    for (let hi = r; hi < lcpNext.length && lcpNext[hi]! >= best; hi++) peers.push(order[hi + 1]!);
-    peers.sort((x, y) => x - y);
-    const len = s.ids.length;
-    const nearest = (best === len ? peers.find((p) => samples[p]!.ids.length === len) : undefined) ?? peers[0]!;
-    const other = samples[nearest]!;
-    const kind = best === len ? (other.ids.length === len ? "identical" : "ended") : "token";
-    return { key: s.key, at: best, kind, nearest: other.key, length: len };
+  // Equal sequences sit next to each other once sorted: one cluster each (members in input order).
+  const clusters: number[][] = [];
+  for (const x of order) {
+    const last = clusters.at(-1);
+    if (last && compareIds(samples[last[0]!]!.ids, samples[x]!.ids) === 0) last.push(x);
+    else clusters.push([x]);
+  }
+  const ids = (c: number) => samples[clusters[c]![0]!]!.ids;
+  // lcpNext[c]: LCP of the sorted clusters c and c+1.
+  const lcpNext = clusters.slice(0, -1).map((_, c) => commonPrefix(ids(c), ids(c + 1)));
+  const common = clusters.length === 1 ? ids(0).length : Math.min(...lcpNext);
+  const out = new Array<SampleDivergence>(samples.length);
+  clusters.forEach((members, c) => {
+    const len = ids(c).length;
+    let at = len;
+    let nearest: number | null = null;
+    if (clusters.length > 1) {
+      at = Math.max(c > 0 ? lcpNext[c - 1]! : -1, c < clusters.length - 1 ? lcpNext[c]! : -1);
+      // The clusters sharing `at` leading tokens with this one, outward from it; nearest = first in input order.
+      for (let lo = c - 1; lo >= 0 && lcpNext[lo]! >= at; lo--) nearest = Math.min(nearest ?? Infinity, clusters[lo]![0]!);
+      for (let hi = c; hi < lcpNext.length && lcpNext[hi]! >= at; hi++) nearest = Math.min(nearest ?? Infinity, clusters[hi + 1]![0]!);
+    }
+    const kind = nearest === null ? "identical" : at === len ? "ended" : "token";
+    for (const i of members) {
+      out[i] = { key: samples[i]!.key, at, kind, nearest: nearest === null ? null : samples[nearest]!.key, same_as: members.filter((j) => j !== i).map((j) => samples[j]!.key), length: len };
+    }
   });
   return { common_prefix: common, samples: out };
 }
