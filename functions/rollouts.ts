@@ -58,13 +58,13 @@ const QueryNumber = z
  * (inclusive), `uid`.
  */
 export const SummariesQuery = z.object({
-  limit: z.string().regex(/^\d{1,4}$/, "must be an integer from 1 to 500").transform(Number).pipe(z.number().int().min(1).max(500)).default(50),
-  cursor: z.string().regex(/^\d{1,9}$/, "must be the next_cursor of an earlier page").optional(),
+  limit: z.string().regex(/^\d{1,4}$/, "must be an integer from 1 to 500").transform(Number).pipe(z.number().int().min(1).max(500)).default(50).describe("summaries per page, 1–500 (default 50)"),
+  cursor: z.string().regex(/^\d{1,9}$/, "must be the next_cursor of an earlier page").optional().describe("the previous page's next_cursor"),
   status: z.enum(["ok", "failed"]).optional(),
   truncated: QueryFlag.optional(),
-  reward_min: QueryNumber.optional(),
-  reward_max: QueryNumber.optional(),
-  uid: Uid.optional(),
+  reward_min: QueryNumber.optional().describe("inclusive lower bound on reward_score (records without one never match)"),
+  reward_max: QueryNumber.optional().describe("inclusive upper bound on reward_score"),
+  uid: Uid.optional().describe("only this prompt group's records"),
 });
 
 /** Query of `GET /v1/rollouts/{batch_id}/groups/{uid}`: `decode=1` adds each record's per-token text. */
