@@ -7,7 +7,7 @@ import { defaultTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { groupRows, writeGroupScript } from "../viewer/group-fixture.ts";
 
 // Real groups: four samples of each of three prompts from the simulated engine playing one text
-// at a length drawn per trajectory key (deterministic: fixed uids, seed 5), Qwen3 tokens.
+// at a length drawn per trajectory key (deterministic: fixed uids, seed 1), Qwen3 tokens.
 let runtime: Runtime;
 let records: TrajectoryRecord[];
 const group = (uid: string) => records.filter((r) => r.uid === uid).sort((a, b) => a.session_id - b.session_id);

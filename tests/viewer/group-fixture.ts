@@ -17,7 +17,7 @@ export const GROUP_TEXT = "#### 4 is the answer. ";
 export function writeGroupScript(): string {
   const base = JSON.parse(readFileSync(join(import.meta.dir, "..", "..", "examples", "policy.json"), "utf8")) as Record<string, unknown>;
   const path = join(mkdtempSync(join(tmpdir(), "edgeloop-group-")), "policy.json");
-  writeFileSync(path, JSON.stringify({ ...base, seed: 5, lengths: { median: 10, sigma: 0.7, min: 3, max: 40 }, default: [GROUP_TEXT] }));
+  writeFileSync(path, JSON.stringify({ ...base, lengths: { median: 10, sigma: 0.7, min: 3, max: 40 }, default: [GROUP_TEXT] }));
   return path;
 }
 

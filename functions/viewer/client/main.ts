@@ -4,7 +4,7 @@
 // (GET /v1/trajectories/{key}?decode=1: the browser has no tokenizer), and a prompt group's records with
 // where its samples diverge (GET /v1/rollouts/{id}/groups/{uid}?decode=1).
 import { textAround, type GroupDivergence } from "../../../shared/rollout/group-divergence.ts";
-import { expertsAt, heat, segments, toolCallTokens, versionStarts } from "./segments.ts";
+import { expertsAt, heat, segments, toolCallTokens, versionStarts, visibleToken } from "./segments.ts";
 
 interface Rec {
   key: string;
@@ -215,7 +215,25 @@ function renderTrajectoryList(): void {
     h(
       "table",
       {},
-      h("thead", {}, h("tr", {}, ...["key", "status", "reward", "trunc", "turns", "sampled/obs", ""].map((c) => h("th", {}, c)))),
+      h(
+        "thead",
+        {},
+        h(
+          "tr",
+          {},
+          ...(
+            [
+              ["key", "trajectory key {uid}_{session_id}_{output_index}"],
+              ["status", "ok or failed"],
+              ["reward", "reward_score"],
+              ["✂", "truncated"],
+              ["turns", "num_turns"],
+              ["s/obs", "response tokens sampled (mask 1) / observation (mask 0)"],
+              ["", "open the prompt group: its n samples side by side"],
+            ] as const
+          ).map(([c, title]) => h("th", { title }, c)),
+        ),
+      ),
       h("tbody", {}, ...body),
     ),
   ];
@@ -354,9 +372,6 @@ async function openGroup(uid: string, allRows = false): Promise<void> {
   }
 }
 
-/** Visible text of a token in a grid cell: newlines and tabs shown as marks. */
-const cellText = (t: string) => t.replaceAll("\n", "↵").replaceAll("\t", "⇥");
-
 function renderGroup(uid: string, recs: Rec[], div: GroupDivergence, allRows: boolean): void {
   const pane = $("detail");
   if (recs.length === 0) {
@@ -422,7 +437,7 @@ function renderGroup(uid: string, recs: Rec[], div: GroupDivergence, allRows: bo
       const m = inPrompt ? null : r.response_mask[p - r.prompt_ids.length];
       const d = at.get(r.key);
       const cls = `tok ${inPrompt ? "p" : m === 1 ? "s" : "o"}${d && d.at === p ? " div" : ""}`;
-      tr.append(h("td", { class: cls, "data-sample": i, "data-pos": p, "data-id": id, title: `#${p} id ${id}` }, cellText(pieces[i]![p] ?? "")));
+      tr.append(h("td", { class: cls, "data-sample": i, "data-pos": p, "data-id": id, title: `#${p} id ${id}` }, visibleToken(pieces[i]![p] ?? "")));
     });
     grid.append(tr);
   }
