@@ -215,6 +215,15 @@ describe.skipIf(!HAVE_CHROMIUM)("viewer in headless chromium", () => {
     await page.screenshot({ path: join(ARTIFACTS, "viewer-group.png"), fullPage: false });
     expect(existsSync(join(ARTIFACTS, "viewer-group.png"))).toBe(true);
 
+    // A column's header opens that sample; its page leads back to the group.
+    await page.click('#group-tokens th[data-sample="1"] a');
+    await page.waitForSelector("#response .tok");
+    expect(await page.textContent('dd[data-field="key"]')).toBe("grp-2_1_0");
+    expect(await page.locator("#response .tok").count()).toBe(6);
+    await page.click("#open-group");
+    await page.waitForSelector("#group-tokens");
+    expect(await page.$$eval('#group-summary td[data-field="key"]', (els) => els.map((e) => e.textContent))).toEqual(["grp-2_0_0", "grp-2_1_0", "grp-2_2_0", "grp-2_3_0"]);
+
     // The group is reachable by its URL too.
     await page.goto(`${base}/viewer#batch=${groupBatch}&group=grp-1`);
     await page.waitForSelector("#group-tokens");

@@ -243,21 +243,21 @@ function renderTrajectoryList(): void {
 
 // ---- one trajectory ------------------------------------------------------
 
-async function openTrajectory(key: string): Promise<void> {
-  const inBatch = currentBatch !== null && summaries.some((r) => r.key === key);
+/** Opens one trajectory; `inBatch`: it belongs to the open batch (listed, or named with it in the URL). */
+async function openTrajectory(key: string, inBatch = currentBatch !== null && summaries.some((r) => r.key === key)): Promise<void> {
   setHash(inBatch ? `batch=${encodeURIComponent(currentBatch!)}&key=${encodeURIComponent(key)}` : `key=${encodeURIComponent(key)}`);
   for (const tr of document.querySelectorAll<HTMLElement>("tr[data-key]")) tr.classList.toggle("active", tr.dataset.key === key);
   const pane = $("detail");
   pane.replaceChildren(h("p", { class: "muted" }, "loading…"));
   try {
     const rec = (await (await api(`/v1/trajectories/${encodeURIComponent(key)}?decode=1`)).json()) as Rec;
-    renderTrajectory(rec);
+    renderTrajectory(rec, inBatch);
   } catch (e) {
     showError(pane, e);
   }
 }
 
-function renderTrajectory(r: Rec): void {
+function renderTrajectory(r: Rec, inBatch: boolean): void {
   const pieces = r.decoded!.response;
   const sampled = r.response_mask.reduce((n, m) => n + m, 0);
   const terminated = r.extra_fields.terminated_by as string | undefined;
@@ -282,6 +282,8 @@ function renderTrajectory(r: Rec): void {
   if (versions.size) summary.append(h("dt", {}, "versions"), h("dd", { "data-field": "versions" }, [...versions].map(([i, v]) => `${v} from #${i}`).join(" · ")));
   // Routed experts (R3): the shape here, each token's experts on hover.
   if (r.routed_experts_shape) summary.append(h("dt", {}, "experts"), h("dd", { "data-field": "experts" }, `${r.routed_experts_shape[0]} layers × top-${r.routed_experts_shape[1]} per token (hover a token)`));
+  // In a batch: open this prompt's group (its n samples side by side).
+  if (inBatch) summary.append(h("dt", {}, "group"), h("dd", {}, h("button", { class: "group-open", "data-uid": r.uid, id: "open-group" }, `compare the samples of ${r.uid}`)));
   const parts: Node[] = [summary];
   if (r.error) parts.push(h("p", { class: "error" }, `error: ${r.error}`));
   parts.push(
@@ -384,7 +386,8 @@ function renderGroup(uid: string, recs: Rec[], div: GroupDivergence, allRows: bo
   const promptLen = Math.min(...recs.map((r) => r.prompt_ids.length));
   const pos = (p: number, r: Rec) => (p >= r.prompt_ids.length ? `#${p} (response #${p - r.prompt_ids.length})` : `#${p} (prompt)`);
 
-  const head = (r: Rec, i: number) => h("th", { "data-sample": i, title: r.key }, `session ${r.session_id}${r.output_index ? ` · output ${r.output_index}` : ""}`);
+  const head = (r: Rec, i: number) =>
+    h("th", { "data-sample": i }, h("a", { href: `#batch=${encodeURIComponent(currentBatch!)}&key=${encodeURIComponent(r.key)}`, title: `open ${r.key}` }, `session ${r.session_id}${r.output_index ? ` · output ${r.output_index}` : ""}`));
   const row = (label: string, field: string, cell: (r: Rec, i: number) => Node | string) =>
     h("tr", {}, h("th", {}, label), ...recs.map((r, i) => h("td", { "data-field": field, "data-sample": i }, cell(r, i))));
   const summary = h(
@@ -470,7 +473,7 @@ function route(): void {
   const key = q.get("key");
   const group = q.get("group");
   if (batch && batch !== currentBatch) void openBatch(batch);
-  if (key) void openTrajectory(key);
+  if (key) void openTrajectory(key, batch !== null && batch === currentBatch);
   else if (group && batch) void openGroup(group);
 }
 
@@ -504,6 +507,10 @@ document.addEventListener("DOMContentLoaded", () => {
       delete $("trajectories").dataset.loaded;
       typing = setTimeout(() => void loadTrajectories(false), 250);
     });
+  $("detail").addEventListener("click", (e) => {
+    const g = (e.target as HTMLElement).closest<HTMLElement>("#open-group");
+    if (g) void openGroup(g.dataset.uid!);
+  });
   $("open-key").addEventListener("submit", (e) => {
     e.preventDefault();
     const k = ($("key-input") as HTMLInputElement).value.trim();
