@@ -100,7 +100,7 @@ test("agrees with the pairwise definition on 400 random groups (n 2–8, small a
     const samples: DivergenceSample[] = [];
     for (let i = 0; i < n; i++) {
       // Branch off an earlier sample sometimes, so that equal samples and long shared prefixes occur.
-      const base = i > 0 && rnd(2) ? [...samples[rnd(i)]!.ids].slice(0, rnd(12)) : [];
+      const base = i > 0 && rnd(2) ? Array.from(samples[rnd(i)]!.ids).slice(0, rnd(12)) : [];
       const ids = [...base, ...Array.from({ length: rnd(6) }, () => rnd(3))];
       samples.push({ key: `k${i}`, ids });
     }
