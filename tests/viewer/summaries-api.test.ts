@@ -1,4 +1,6 @@
 import { afterAll, describe, expect, test } from "bun:test";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { createRolloutsApp } from "../../functions/rollouts.ts";
 import { JobWorker } from "../../shared/jobs/job-worker.ts";
 import { buildRuntime, type Runtime } from "../../infra/cli/runtime.ts";
@@ -40,7 +42,7 @@ async function streamed(app: App, batchId: string): Promise<TrajectoryRecord[]> 
  * Posts three rows × n=4 through `poster`, runs `work` (queue mode: a worker), then reads everything
  * through `app` (another API process in queue mode, which rebuilds the batch from Redis).
  */
-async function scenario(app: App, uidPrefix: string, opts: { poster?: App; work?: () => Promise<void> } = {}): Promise<void> {
+async function scenario(app: App, uidPrefix: string, opts: { poster?: App; work?: () => Promise<void> } = {}): Promise<string> {
   const post = await (opts.poster ?? app).request("/v1/rollouts", {
     method: "POST",
     headers: { "content-type": "application/json" },
@@ -102,13 +104,28 @@ async function scenario(app: App, uidPrefix: string, opts: { poster?: App; work?
   expect((await missing.json()).error).toEqual({ code: "not_found", message: `batch '${batchId}' has no group 'nope'`, field: "uid" });
   expect((await (await app.request(`/v1/rollouts/${batchId}/groups/a_b`)).json()).error.field).toBe("uid");
   expect((await (await app.request(`/v1/rollouts/${batchId}/groups/${uid}?decode=2`)).json()).error.field).toBe("decode");
+  return batchId;
+}
+
+/** The `curl … localhost:8787/v1/…` URLs of a doc that read a batch's summaries or groups, as paths. */
+function documentedPaths(file: string): string[] {
+  const text = readFileSync(join(import.meta.dir, "..", "..", file), "utf8");
+  return [...text.matchAll(/curl -s "?localhost:8787(\/v1\/rollouts\/\$BATCH_ID\/(?:summaries|groups)[^"\s]*)"?/g)].map((m) => m[1]!);
 }
 
 describe("the viewer's paged list and group API", () => {
   test("memory store", async () => {
     const rt = await buildRuntime({ n: 1, seed: 1, script: SCRIPT });
     runtimes.push(rt);
-    await scenario(createRolloutsApp({ service: rt.service }), "grp");
+    const app = createRolloutsApp({ service: rt.service });
+    const batchId = await scenario(app, "grp");
+    // The examples of docs/viewer.md and the README answer 200 as written.
+    const paths = [...documentedPaths("docs/viewer.md"), ...documentedPaths("README.md")];
+    expect(paths.length).toBe(5);
+    for (const p of paths) {
+      const res = await app.request(p.replaceAll("$BATCH_ID", batchId).replaceAll("$GROUP_UID", "grp-0").replaceAll("$NEXT", "3"));
+      expect([p, res.status]).toEqual([p, 200]);
+    }
   }, 60_000);
   test.skipIf(!redis)("Redis store (durable sessions)", async () => {
     const prefix = randomPrefix("viewer-summaries");
