@@ -131,8 +131,9 @@ export interface BatchSummary {
  * - `GET /v1/rollouts/{batch_id}` → progress and metrics (`BatchStats`: verl's `agent_loop/*`, latency percentiles)
  * - `GET /v1/rollouts/{batch_id}/trajectories` → NDJSON of `TrajectoryRecord`s as they finish
  * - `GET /v1/rollouts/{batch_id}/summaries?limit=&cursor=&status=&truncated=&reward_min=&reward_max=&uid=` →
- *   `{summaries: TrajectorySummary[], next_cursor, total, matched}`: the batch's records without their
- *   token arrays, in completion order, one page at a time (`SummariesQuery`, `pageSummaries`)
+ *   `{summaries: TrajectorySummary[], next_cursor, total, matched, done}`: the batch's records without their
+ *   token arrays, in completion order, one page at a time (`SummariesQuery`, `pageSummaries`); to follow a
+ *   running batch (`done: false`) past the last page, ask again with `cursor=<total>`
  * - `GET /v1/rollouts/{batch_id}/groups/{uid}?decode=` → `{batch_id, uid, records, divergence}`: the
  *   group's records in the batch (by session_id, output_index; `decode=1` adds `decoded` as
  *   `/v1/trajectories/{key}` does) and where each sample diverges from the others (`groupDivergence`)
@@ -277,7 +278,9 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
     if (!q.success) throw inputErrorFromZod("", q.error.issues);
     const run = await service.lookup(c.req.param("batch_id"));
     const { limit, cursor, ...filter } = q.data;
-    return c.json(pageSummaries(run.records(), { limit, cursor: cursor ?? null, filter }));
+    // `done` read before the page: a batch done then has every record in it.
+    const done = run.stats().done;
+    return c.json({ ...pageSummaries(run.records(), { limit, cursor: cursor ?? null, filter }), done });
   });
 
   app.get("/v1/rollouts/:batch_id/groups/:uid", async (c) => {
@@ -434,7 +437,7 @@ export function openApiDocument(): Record<string, unknown> {
             ...queryParameters(SummariesQuery),
           ],
           responses: {
-            "200": { description: "{summaries: [{key, uid, session_id, output_index, status, reward_score, num_turns, truncated, finish_reason, prompt_length, response_length, sampled, error}], next_cursor: string | null, total, matched}" },
+            "200": { description: "{summaries: [{key, uid, session_id, output_index, status, reward_score, num_turns, truncated, finish_reason, prompt_length, response_length, sampled, error}], next_cursor: string | null, total, matched, done} (a running batch: after the last page, cursor=<total> reads what finished since)" },
             "400": { ...err, description: "a query parameter is invalid (field names it)" },
             "401": err,
             "404": err,

@@ -82,8 +82,9 @@ export interface SummaryPage {
  * `next_cursor`: the position in `records` after that page's last record, as
  * decimal text, so pages stay stable while a running batch appends records
  * (they arrive on later pages). Without a cursor the page starts at the first
- * record. `next_cursor` is null when nothing after the page matches now (a
- * running batch may still add records: `total` grows; read the list again).
+ * record. `next_cursor` is null when nothing after the page matches now; a
+ * running batch may still add records, which `cursor = String(total)` reads
+ * later (every record before `total` was scanned).
  * A cursor past the end gives an empty page.
  */
 export function pageSummaries(records: readonly TrajectoryRecord[], opts: { limit: number; cursor?: string | null; filter?: SummaryFilter }): SummaryPage {

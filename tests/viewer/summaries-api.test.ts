@@ -58,7 +58,7 @@ async function scenario(app: App, uidPrefix: string, opts: { poster?: App; work?
   // Pages of 5: 5 + 5 + 2, in completion order, cursors are positions; summaries carry no token arrays.
   const base = `/v1/rollouts/${batchId}/summaries`;
   const p1 = await (await app.request(`${base}?limit=5`)).json();
-  expect(p1).toEqual({ summaries: all.slice(0, 5).map(summarizeTrajectory), next_cursor: "5", total: 12, matched: 12 });
+  expect(p1).toEqual({ summaries: all.slice(0, 5).map(summarizeTrajectory), next_cursor: "5", total: 12, matched: 12, done: true });
   expect(Object.keys(p1.summaries[0]).sort()).toEqual(["error", "finish_reason", "key", "num_turns", "output_index", "prompt_length", "response_length", "reward_score", "sampled", "session_id", "status", "truncated", "uid"]);
   const p2 = await (await app.request(`${base}?limit=5&cursor=5`)).json();
   expect(p2.summaries.map((s: { key: string }) => s.key)).toEqual(all.slice(5, 10).map((r) => r.key));
@@ -67,6 +67,8 @@ async function scenario(app: App, uidPrefix: string, opts: { poster?: App; work?
   expect(p3.summaries.map((s: { key: string }) => s.key)).toEqual(all.slice(10).map((r) => r.key));
   expect(p3.next_cursor).toBeNull();
   expect((await (await app.request(`${base}?cursor=99`)).json()).summaries).toEqual([]);
+  // Following a batch past its last page: cursor=<total> gives what finished since (here nothing).
+  expect(await (await app.request(`${base}?cursor=12`)).json()).toEqual({ summaries: [], next_cursor: null, total: 12, matched: 12, done: true });
 
   // Filters are the server's: reward, uid; the cursor skips past non-matching records.
   const rewarded = all.filter((r) => r.reward_score !== null && r.reward_score >= 0.5);

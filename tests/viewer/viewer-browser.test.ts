@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdirSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { chromium, type Browser, type Page } from "playwright-core";
 import { createRolloutsApp } from "../../functions/rollouts.ts";
@@ -235,6 +236,29 @@ describe.skipIf(!HAVE_CHROMIUM)("viewer in headless chromium", () => {
     ]);
     expect(await page.$$eval('#group-summary td[data-field="reward"]', (els) => els.map((e) => e.textContent))).toEqual(["0", "0", "1", "1"]);
   });
+
+  test("a running batch: the list grows as trajectories finish, read from the server after its last page", async () => {
+    // Its own runtime with a slow simulated engine (150 ms per token: the 8 samples end 0.5–6 s in).
+    const cfg = join(mkdtempSync(join(tmpdir(), "edgeloop-viewer-live-")), "config.json");
+    writeFileSync(cfg, JSON.stringify({ engine: { sim_latency: { decode_ms_per_token: 150 } } }));
+    const live = await buildRuntime({ n: 4, seed: 1, script: writeGroupScript(), config: cfg });
+    const liveServer = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: createRolloutsApp({ service: live.service }).fetch });
+    try {
+      const run = live.service.submit({ rows: groupRows(2, "live"), global_steps: 1, model_version: null, validate: false });
+      await page.goto(`http://127.0.0.1:${liveServer.port}/viewer#batch=${run.batch_id}`);
+      await loaded();
+      const first = await page.locator("tr[data-key]").count();
+      expect(first).toBeLessThan(8);
+      await run.run.run();
+      await page.waitForFunction(() => document.querySelectorAll("tr[data-key]").length === 8, undefined, { timeout: 10_000 });
+      expect(await page.$$eval("tr[data-key]", (els) => els.map((e) => (e as HTMLElement).dataset.key))).toEqual(run.run.records().map((r) => r.key));
+      expect(await page.textContent("#list-count")).toBe("8 shown · 8 match · 8 in the batch");
+      expect(await page.locator("#more-trajectories").count()).toBe(0);
+    } finally {
+      liveServer.stop(true);
+      await live.close();
+    }
+  }, 30_000);
 
   test("a truncated trajectory opened by key shows the truncation point", async () => {
     const rec = records.get(truncatedKey)!;

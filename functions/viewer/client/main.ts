@@ -106,6 +106,8 @@ let listEpoch = 0;
 /** The next page's cursor of the batch list (null: no older batches). */
 let batchCursor: string | null = null;
 let currentBatch: string | null = null;
+/** The trajectory open in the detail pane (its list row stays marked across list renders). */
+let openKey: string | null = null;
 /** The hash this page set itself, so that its own hashchange is not routed again. */
 let ownHash = "";
 
@@ -184,6 +186,7 @@ async function loadTrajectories(more: boolean): Promise<void> {
       next_cursor: string | null;
       total: number;
       matched: number;
+      done: boolean;
     };
     if (epoch !== listEpoch) return;
     summaries = more ? [...summaries, ...page.summaries] : page.summaries;
@@ -191,16 +194,50 @@ async function loadTrajectories(more: boolean): Promise<void> {
     listCounts = { total: page.total, matched: page.matched };
     renderTrajectoryList();
     table.dataset.loaded = "1";
+    if (listCursor === null && !page.done) follow(epoch, page.total);
   } catch (e) {
     if (epoch === listEpoch) showError(table, e);
   }
+}
+
+/** Milliseconds between reads of a running batch's new records. */
+const FOLLOW_MS = 1500;
+
+/**
+ * While the batch runs and the whole list is shown, appends the records that
+ * finish (read from position `from`, the batch's record count at the last
+ * read), until the batch is done or another list is loaded (`epoch`).
+ */
+function follow(epoch: number, from: number): void {
+  setTimeout(async () => {
+    if (epoch !== listEpoch || listCursor !== null || currentBatch === null) return;
+    try {
+      const q = listQuery();
+      q.set("cursor", String(from));
+      const page = (await (await api(`/v1/rollouts/${encodeURIComponent(currentBatch)}/summaries?${q}`)).json()) as {
+        summaries: Summary[];
+        next_cursor: string | null;
+        total: number;
+        matched: number;
+        done: boolean;
+      };
+      if (epoch !== listEpoch || listCursor !== null) return;
+      summaries = [...summaries, ...page.summaries];
+      listCursor = page.next_cursor;
+      listCounts = { total: page.total, matched: page.matched };
+      renderTrajectoryList();
+      if (listCursor === null && !page.done) follow(epoch, page.total);
+    } catch {
+      if (epoch === listEpoch) follow(epoch, from);
+    }
+  }, FOLLOW_MS);
 }
 
 function renderTrajectoryList(): void {
   const body = summaries.map((r) =>
     h(
       "tr",
-      { "data-key": r.key, class: r.status === "failed" ? "failed" : r.truncated ? "trunc" : "" },
+      { "data-key": r.key, class: [r.status === "failed" ? "failed" : r.truncated ? "trunc" : "", r.key === openKey ? "active" : ""].join(" ").trim() },
       h("td", { class: "key" }, r.key),
       h("td", {}, r.status),
       h("td", { class: "num" }, fmt(r.reward_score, 2)),
@@ -246,6 +283,7 @@ function renderTrajectoryList(): void {
 /** Opens one trajectory; `inBatch`: it belongs to the open batch (listed, or named with it in the URL). */
 async function openTrajectory(key: string, inBatch = currentBatch !== null && summaries.some((r) => r.key === key)): Promise<void> {
   setHash(inBatch ? `batch=${encodeURIComponent(currentBatch!)}&key=${encodeURIComponent(key)}` : `key=${encodeURIComponent(key)}`);
+  openKey = key;
   for (const tr of document.querySelectorAll<HTMLElement>("tr[data-key]")) tr.classList.toggle("active", tr.dataset.key === key);
   const pane = $("detail");
   pane.replaceChildren(h("p", { class: "muted" }, "loading…"));
@@ -360,6 +398,8 @@ const GROUP_ROWS = 400;
 async function openGroup(uid: string, allRows = false): Promise<void> {
   if (currentBatch === null) return;
   setHash(`batch=${encodeURIComponent(currentBatch)}&group=${encodeURIComponent(uid)}`);
+  openKey = null;
+  for (const tr of document.querySelectorAll<HTMLElement>("tr[data-key]")) tr.classList.remove("active");
   const pane = $("detail");
   pane.replaceChildren(h("p", { class: "muted" }, "loading…"));
   try {
