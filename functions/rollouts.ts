@@ -8,6 +8,8 @@ import { parseTrajectoryKey, TrajectoryRecord, Uid } from "../shared/schema/inde
 import { formatPrometheus, PROMETHEUS_CONTENT_TYPE } from "../shared/telemetry/prometheus.ts";
 import { RolloutMetricsCollector } from "../shared/telemetry/rollout-metrics.ts";
 import { tokenPieces } from "../shared/telemetry/token-pieces.ts";
+import { groupDivergence } from "../shared/rollout/group-divergence.ts";
+import { pageSummaries } from "../shared/rollout/trajectory-summary.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../shared/tokens/tokenizer.ts";
 import { bearerAuth, limitBody, readJson } from "./http-util.ts";
 import { healthResponse, type StoreHealth } from "../shared/store/store-health.ts";
@@ -39,6 +41,34 @@ export const RolloutsListQuery = z.object({
     .regex(/^\d{15}:[A-Za-z0-9-]{1,100}$/, "must be the next_cursor of an earlier page")
     .optional(),
 });
+
+/** A boolean query flag: `1`/`true` or `0`/`false`. */
+const QueryFlag = z.enum(["0", "1", "true", "false"]).transform((v) => v === "1" || v === "true");
+/** A finite number in a query (`1.5`, `-2`, `1e-3`); empty text is refused, not read as 0. */
+const QueryNumber = z
+  .string()
+  .regex(/^-?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i, "must be a number")
+  .transform(Number)
+  .refine(Number.isFinite, "must be a finite number");
+
+/**
+ * Query of `GET /v1/rollouts/{batch_id}/summaries`: `limit` summaries per page
+ * (1–500, default 50), `cursor` the previous page's `next_cursor`, and filters:
+ * `status` (`ok`|`failed`), `truncated` (`1`|`0`), `reward_min`/`reward_max`
+ * (inclusive), `uid`.
+ */
+export const SummariesQuery = z.object({
+  limit: z.string().regex(/^\d{1,4}$/, "must be an integer from 1 to 500").transform(Number).pipe(z.number().int().min(1).max(500)).default(50).describe("summaries per page, 1–500 (default 50)"),
+  cursor: z.string().regex(/^\d{1,9}$/, "must be the next_cursor of an earlier page").optional().describe("the previous page's next_cursor"),
+  status: z.enum(["ok", "failed"]).optional(),
+  truncated: QueryFlag.optional(),
+  reward_min: QueryNumber.optional().describe("inclusive lower bound on reward_score (records without one never match)"),
+  reward_max: QueryNumber.optional().describe("inclusive upper bound on reward_score"),
+  uid: Uid.optional().describe("only this prompt group's records"),
+});
+
+/** Query of `GET /v1/rollouts/{batch_id}/groups/{uid}`: `decode=1` adds each record's per-token text. */
+export const GroupRecordsQuery = z.object({ decode: QueryFlag.optional() });
 
 /** Body of `POST /v1/model-version`: the policy version now being served (after a weight update). */
 export const ModelVersionRequest = z.strictObject({
@@ -104,6 +134,13 @@ export interface BatchSummary {
  *   the batches stored in Redis (listed by any `serve`, also after a restart), inline the ones this process holds
  * - `GET /v1/rollouts/{batch_id}` → progress and metrics (`BatchStats`: verl's `agent_loop/*`, latency percentiles)
  * - `GET /v1/rollouts/{batch_id}/trajectories` → NDJSON of `TrajectoryRecord`s as they finish
+ * - `GET /v1/rollouts/{batch_id}/summaries?limit=&cursor=&status=&truncated=&reward_min=&reward_max=&uid=` →
+ *   `{summaries: TrajectorySummary[], next_cursor, total, matched, done}`: the batch's records without their
+ *   token arrays, in completion order, one page at a time (`SummariesQuery`, `pageSummaries`); to follow a
+ *   running batch (`done: false`) past the last page, ask again with `cursor=<total>`
+ * - `GET /v1/rollouts/{batch_id}/groups/{uid}?decode=` → `{batch_id, uid, records, divergence}`: the
+ *   group's records in the batch (by session_id, output_index; `decode=1` adds `decoded` as
+ *   `/v1/trajectories/{key}` does) and where each sample diverges from the others (`groupDivergence`)
  * - `GET /v1/trajectories/{key}` → the stored `TrajectoryRecord`; `?decode=1` adds
  *   `decoded: {prompt: string[], response: string[]}`, the text of every token
  * - `GET /metrics` → Prometheus text (no auth, like `/health`)
@@ -240,6 +277,37 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
     return new Response(body, { headers: { "content-type": "application/x-ndjson", "cache-control": "no-cache" } });
   });
 
+  app.get("/v1/rollouts/:batch_id/summaries", async (c) => {
+    const q = SummariesQuery.safeParse(c.req.query());
+    if (!q.success) throw inputErrorFromZod("", q.error.issues);
+    const run = await service.lookup(c.req.param("batch_id"));
+    const { limit, cursor, ...filter } = q.data;
+    // `done` read before the page: a batch done then has every record in it.
+    const done = run.stats().done;
+    return c.json({ ...pageSummaries(run.records(), { limit, cursor: cursor ?? null, filter }), done });
+  });
+
+  app.get("/v1/rollouts/:batch_id/groups/:uid", async (c) => {
+    const uid = Uid.safeParse(c.req.param("uid"));
+    if (!uid.success) throw inputErrorFromZod("uid", uid.error.issues);
+    const q = GroupRecordsQuery.safeParse(c.req.query());
+    if (!q.success) throw inputErrorFromZod("", q.error.issues);
+    const batchId = c.req.param("batch_id");
+    const run = await service.lookup(batchId);
+    const records = run
+      .records()
+      .filter((r) => r.uid === uid.data)
+      .sort((a, b) => a.session_id - b.session_id || a.output_index - b.output_index);
+    if (records.length === 0 && !run.plan.trajectories.some((t) => t.uid === uid.data)) {
+      throw new NotFoundError(`batch '${batchId.slice(0, 100)}' has no group '${uid.data}'`, { field: "uid" });
+    }
+    const divergence = groupDivergence(records.map((r) => ({ key: r.key, ids: [...r.prompt_ids, ...r.response_ids] })));
+    if (!q.data.decode) return c.json({ batch_id: batchId, uid: uid.data, records, divergence });
+    const tok = await getTokenizer();
+    const decoded = records.map((r) => ({ ...r, decoded: { prompt: tokenPieces(tok, r.prompt_ids), response: tokenPieces(tok, r.response_ids) } }));
+    return c.json({ batch_id: batchId, uid: uid.data, records: decoded, divergence });
+  });
+
   app.get("/v1/groups", async (c) => {
     const q = GroupsQuery.safeParse(c.req.query());
     if (!q.success) throw inputErrorFromZod("", q.error.issues);
@@ -290,6 +358,12 @@ export function errorResponse(err: unknown, c: Context): Response {
     return c.json({ error: { code: "bad_request", message: (err as Error).message } }, status as 400);
   }
   return c.json({ error: { code: "internal", message: "internal error" } }, 500);
+}
+
+/** OpenAPI query parameters of a query schema (an object of string fields), each with its JSON schema. */
+function queryParameters(q: z.ZodObject): Record<string, unknown>[] {
+  const doc = z.toJSONSchema(q, { io: "input", unrepresentable: "any" }) as { properties?: Record<string, unknown> };
+  return Object.entries(doc.properties ?? {}).map(([name, schema]) => ({ name, in: "query", required: false, schema }));
 }
 
 /** The OpenAPI 3.1 document, generated from the zod schemas of the boundary. */
@@ -358,6 +432,37 @@ export function openApiDocument(): Record<string, unknown> {
       },
       "/v1/rollouts/{batch_id}/trajectories": {
         get: { summary: "NDJSON stream of TrajectoryRecords as they finish", responses: { "200": { description: "application/x-ndjson" }, "404": err } },
+      },
+      "/v1/rollouts/{batch_id}/summaries": {
+        get: {
+          summary: "One page of the batch's trajectories as summaries (no token arrays), in completion order, filtered",
+          parameters: [
+            { name: "batch_id", in: "path", required: true, schema: { type: "string" } },
+            ...queryParameters(SummariesQuery),
+          ],
+          responses: {
+            "200": { description: "{summaries: [{key, uid, session_id, output_index, status, reward_score, num_turns, truncated, finish_reason, prompt_length, response_length, sampled, error}], next_cursor: string | null, total, matched, done} (a running batch: after the last page, cursor=<total> reads what finished since)" },
+            "400": { ...err, description: "a query parameter is invalid (field names it)" },
+            "401": err,
+            "404": err,
+          },
+        },
+      },
+      "/v1/rollouts/{batch_id}/groups/{uid}": {
+        get: {
+          summary: "The records of one prompt group in the batch and where its samples diverge (on prompt ‖ response token ids)",
+          parameters: [
+            { name: "batch_id", in: "path", required: true, schema: { type: "string" } },
+            { name: "uid", in: "path", required: true, schema: { type: "string" } },
+            ...queryParameters(GroupRecordsQuery),
+          ],
+          responses: {
+            "200": { description: "{batch_id, uid, records: TrajectoryRecord[] (by session_id; decode=1 adds decoded), divergence: {common_prefix, samples: [{key, at, kind: token|ended|identical, nearest, length}]}}" },
+            "400": err,
+            "401": err,
+            "404": { ...err, description: "unknown batch, or no trajectory of this uid in it" },
+          },
+        },
       },
       "/v1/groups": {
         get: {

@@ -176,7 +176,7 @@ describe("openapi", () => {
   test("documents every endpoint with schemas generated from zod", async () => {
     const doc = await (await app.request("/openapi.json")).json();
     expect(doc.openapi).toBe("3.1.0");
-    expect(Object.keys(doc.paths).sort()).toEqual(["/health", "/metrics", "/v1/consumed-version", "/v1/engine/pause", "/v1/engine/resume", "/v1/engine/status", "/v1/groups", "/v1/groups/ack", "/v1/groups/{uid}", "/v1/model-version", "/v1/queue", "/v1/rollouts", "/v1/rollouts/{batch_id}", "/v1/rollouts/{batch_id}/trajectories", "/v1/sessions/{key}", "/v1/sessions/{key}/tool-results", "/v1/trajectories/{key}"]);
+    expect(Object.keys(doc.paths).sort()).toEqual(["/health", "/metrics", "/v1/consumed-version", "/v1/engine/pause", "/v1/engine/resume", "/v1/engine/status", "/v1/groups", "/v1/groups/ack", "/v1/groups/{uid}", "/v1/model-version", "/v1/queue", "/v1/rollouts", "/v1/rollouts/{batch_id}", "/v1/rollouts/{batch_id}/groups/{uid}", "/v1/rollouts/{batch_id}/summaries", "/v1/rollouts/{batch_id}/trajectories", "/v1/sessions/{key}", "/v1/sessions/{key}/tool-results", "/v1/trajectories/{key}"]);
     // The documented status codes of a batch POST include the size limit and the full queue.
     expect(Object.keys(doc.paths["/v1/rollouts"].post.responses).sort()).toEqual(["202", "400", "401", "409", "413", "415", "503"]);
     // The tool-result callback: signed, not bearer-authenticated; its body schema comes from the zod type (ok and metrics included).
@@ -186,6 +186,12 @@ describe("openapi", () => {
     const req = doc.paths["/v1/rollouts"].post.requestBody.content["application/json"].schema;
     expect(req.required).toEqual(["rows"]);
     expect(doc.components.schemas.TrajectoryRecord.properties.response_mask.type).toBe("array");
+    // The viewer's paged list: its query parameters come from the zod schema that validates them.
+    const list = doc.paths["/v1/rollouts/{batch_id}/summaries"].get;
+    expect(list.parameters.map((p: { name: string; in: string }) => `${p.in}:${p.name}`)).toEqual(["path:batch_id", "query:limit", "query:cursor", "query:status", "query:truncated", "query:reward_min", "query:reward_max", "query:uid"]);
+    expect(list.parameters[3].schema.enum).toEqual(["ok", "failed"]);
+    expect(Object.keys(list.responses).sort()).toEqual(["200", "400", "401", "404"]);
+    expect(doc.paths["/v1/rollouts/{batch_id}/groups/{uid}"].get.parameters.map((p: { name: string }) => p.name)).toEqual(["batch_id", "uid", "decode"]);
   });
 });
 

@@ -122,6 +122,15 @@ describe("rollouts + sessions + viewer API", () => {
       {
         weight: 2,
         arbitrary: fc.record({
+          r: fc.constant("GET /v1/rollouts/:id/summaries"),
+          id: segment(batches),
+          q: fc.dictionary(fc.constantFrom("limit", "cursor", "status", "truncated", "reward_min", "reward_max", "uid", "zz"), fc.oneof(fc.string({ maxLength: 12 }), fc.integer().map(String), fc.constantFrom("ok", "failed", "1", "0", "-0.5", "1e3", "1e999"))),
+        }),
+      },
+      { weight: 1, arbitrary: fc.record({ r: fc.constant("GET /v1/rollouts/:id/groups/:uid"), id: segment(batches), uid: segment(() => keys.map((k) => k.split("_")[0]!)), q: fc.constantFrom("", "?decode=1", "?decode=x") }) },
+      {
+        weight: 2,
+        arbitrary: fc.record({
           r: fc.constant("GET /v1/groups"),
           q: fc.dictionary(fc.constantFrom("max", "block_ms", "consumer", "partition", "zz"), fc.oneof(fc.string({ maxLength: 12 }), fc.integer().map(String))),
         }),
@@ -177,6 +186,12 @@ describe("rollouts + sessions + viewer API", () => {
             break;
           case "GET /v1/sessions/:key":
             path = `/v1/sessions/${r.key}`;
+            break;
+          case "GET /v1/rollouts/:id/summaries":
+            path = `/v1/rollouts/${r.id}/summaries?${new URLSearchParams(r.q).toString()}`;
+            break;
+          case "GET /v1/rollouts/:id/groups/:uid":
+            path = `/v1/rollouts/${r.id}/groups/${r.uid}${r.q}`;
             break;
           case "GET /v1/groups":
             path = `/v1/groups?${new URLSearchParams(r.q).toString()}`;

@@ -1,14 +1,21 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdirSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { chromium, type Browser, type Page } from "playwright-core";
 import { createRolloutsApp } from "../../functions/rollouts.ts";
 import { buildRuntime, type Runtime } from "../../infra/cli/runtime.ts";
 import type { TrajectoryRecord } from "../../shared/schema/index.ts";
+import { tokenPieces } from "../../shared/telemetry/token-pieces.ts";
 import { defaultTokenizer } from "../../shared/tokens/tokenizer.ts";
+import { visibleToken } from "../../functions/viewer/client/segments.ts";
+import { groupRows, writeGroupScript } from "./group-fixture.ts";
 
 // The viewer in a real headless Chromium (Debian's /usr/bin/chromium via playwright-core)
 // against `edgeloop serve`'s app over loopback: real runtime, simulated engine, example tools.
+// Batches: the example rows (n = 2), one truncated, a group batch (6 prompts × n = 4 samples that
+// differ in length, see group-fixture.ts) and 20 newer one-trajectory batches, so that the first
+// three are on the batch list's second page.
 const ROOT = join(import.meta.dir, "..", "..");
 const ARTIFACTS = join(ROOT, "tests", "artifacts");
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
@@ -32,10 +39,12 @@ describe.skipIf(!HAVE_CHROMIUM)("viewer in headless chromium", () => {
   let base: string;
   let batchId: string;
   let truncatedKey: string;
+  let groupBatch: string;
+  let groupRecords: TrajectoryRecord[];
   const records = new Map<string, TrajectoryRecord>();
 
   beforeAll(async () => {
-    runtime = await buildRuntime({ n: 2, seed: 1 });
+    runtime = await buildRuntime({ n: 2, seed: 1, script: writeGroupScript() });
     const app = createRolloutsApp({ service: runtime.service });
     server = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: app.fetch });
     base = `http://127.0.0.1:${server.port}`;
@@ -45,6 +54,12 @@ describe.skipIf(!HAVE_CHROMIUM)("viewer in headless chromium", () => {
     batchId = a.batch_id;
     for (const r of [...a.run.records(), ...b.run.records()]) records.set(r.key, r);
     truncatedKey = b.run.records()[0]!.key;
+    const c = runtime.service.submit({ rows: groupRows(6), global_steps: 1, model_version: null, validate: false, config: { rollout: { n: 4 } } });
+    await c.run.run();
+    groupBatch = c.batch_id;
+    groupRecords = [...c.run.records()];
+    await Bun.sleep(2);
+    for (let i = 0; i < 20; i++) await runtime.service.submit({ rows: groupRows(1, `fill${i}`), global_steps: 1, model_version: null, validate: false, config: { rollout: { n: 1 } } }).run.run();
     browser = await chromium.launch({
       executablePath: CHROMIUM,
       headless: true,
@@ -59,23 +74,42 @@ describe.skipIf(!HAVE_CHROMIUM)("viewer in headless chromium", () => {
     await runtime?.close();
   });
 
-  test("lists batches and trajectories; filters by status, truncated and reward", async () => {
+  const loaded = () => page.waitForSelector('#trajectories[data-loaded="1"]');
+
+  test("lists batches page by page (older ones after the newest 20) and trajectories; filters by status, truncated and reward on the server", async () => {
     await page.goto(`${base}/viewer`);
+    await page.waitForSelector(".batch");
+    expect(await page.locator(".batch").count()).toBe(20);
+    expect(await page.locator(`.batch[data-batch="${batchId}"]`).count()).toBe(0);
+    await page.click("#more-batches");
+    await page.waitForSelector(`.batch[data-batch="${batchId}"]`);
+    expect(await page.locator(".batch").count()).toBe(23);
+    expect(await page.locator("#more-batches").count()).toBe(0);
     await page.click(`.batch[data-batch="${batchId}"]`);
-    await page.waitForSelector('#trajectories[data-loaded="1"]');
-    expect(await page.locator(".batch").count()).toBe(2);
+    await loaded();
     expect(await page.locator("tr[data-key]").count()).toBe(8);
     await page.selectOption("#f-status", "failed");
+    await loaded();
     expect(await page.locator("tr[data-key]").count()).toBe(0);
     await page.selectOption("#f-status", "ok");
+    await loaded();
     await page.selectOption("#f-truncated", "no");
+    await loaded();
     expect(await page.locator("tr[data-key]").count()).toBe(8);
     await page.fill("#f-rmin", "0.5");
-    const rewarded = [...records.values()].filter((r) => r.key.length && r.reward_score !== null && r.reward_score >= 0.5 && !r.key.startsWith(truncatedKey.split("_")[0]!));
+    await loaded();
+    const inA = [...records.values()].filter((r) => !r.key.startsWith(truncatedKey.split("_")[0]!));
+    const rewarded = inA.filter((r) => r.reward_score !== null && r.reward_score >= 0.5);
+    expect(rewarded.length).toBeGreaterThan(0);
+    expect(rewarded.length).toBeLessThan(8);
     expect(await page.locator("tr[data-key]").count()).toBe(rewarded.length);
+    expect(await page.textContent("#list-count")).toBe(`${rewarded.length} shown · ${rewarded.length} match · 8 in the batch`);
     await page.fill("#f-rmin", "");
+    await loaded();
     await page.selectOption("#f-truncated", "");
+    await loaded();
     await page.selectOption("#f-status", "");
+    await loaded();
   });
 
   test("one trajectory: every response token is a span coloured by its mask; turns, tool call, reward; screenshot", async () => {
@@ -116,6 +150,115 @@ describe.skipIf(!HAVE_CHROMIUM)("viewer in headless chromium", () => {
     await page.screenshot({ path: join(ARTIFACTS, "viewer-trajectory.png"), fullPage: false });
     expect(existsSync(join(ARTIFACTS, "viewer-trajectory.png"))).toBe(true);
   });
+
+  test("a group batch: the list is paged from the server; the group view shows the n samples side by side, where each diverges, tokens aligned; screenshot", async () => {
+    await page.click(`.batch[data-batch="${groupBatch}"]`);
+    await loaded();
+    expect(await page.locator("tr[data-key]").count()).toBe(24);
+    await page.selectOption("#f-limit", "10");
+    await loaded();
+    const keys = () => page.$$eval("tr[data-key]", (els) => els.map((e) => (e as HTMLElement).dataset.key));
+    expect(await keys()).toEqual(groupRecords.slice(0, 10).map((r) => r.key));
+    expect(await page.textContent("#list-count")).toBe("10 shown · 24 match · 24 in the batch");
+    await page.click("#more-trajectories");
+    await page.waitForSelector('tr[data-key]:nth-child(20)');
+    await loaded();
+    await page.click("#more-trajectories");
+    await page.waitForSelector('tr[data-key]:nth-child(24)');
+    await loaded();
+    expect(await keys()).toEqual(groupRecords.map((r) => r.key));
+    expect(await page.locator("#more-trajectories").count()).toBe(0);
+
+    await page.click('tr[data-key="grp-2_0_0"] .group-open');
+    await page.waitForSelector("#group-tokens");
+    const recs = groupRecords.filter((r) => r.uid === "grp-2").sort((a, b) => a.session_id - b.session_id);
+    const cells = (field: string) => page.$$eval(`#group-summary td[data-field="${field}"]`, (els) => els.map((e) => e.textContent));
+    expect(await cells("key")).toEqual(["grp-2_0_0", "grp-2_1_0", "grp-2_2_0", "grp-2_3_0"]);
+    expect(await cells("reward")).toEqual(recs.map((r) => String(r.reward_score)));
+    expect(await cells("reward")).toEqual(["1", "1", "1", "1"]);
+    expect(await cells("length")).toEqual(["29 tokens (29 sampled · 0 obs)", "6 tokens (6 sampled · 0 obs)", "4 tokens (4 sampled · 0 obs)", "9 tokens (9 sampled · 0 obs)"]);
+    expect(await cells("turns")).toEqual(recs.map((r) => String(r.num_turns)));
+    expect(await cells("finish")).toEqual(["ok · stop", "ok · stop", "ok · stop", "ok · stop"]);
+    // Positions in prompt ‖ response (the prompt is 20 tokens), as tests/rollout/group-divergence.test.ts computes them.
+    expect(recs.map((r) => r.prompt_ids.length)).toEqual([20, 20, 20, 20]);
+    expect(await cells("diverges")).toEqual([
+      "#28 (response #8) · leaves grp-2_3_0",
+      "#25 (response #5) · leaves grp-2_0_0",
+      "#23 (response #3) · leaves grp-2_0_0",
+      "#28 (response #8) · leaves grp-2_0_0",
+    ]);
+    const tok = await defaultTokenizer();
+    const pieces = recs.map((r) => tokenPieces(tok, [...r.prompt_ids, ...r.response_ids]));
+    expect(await page.$$eval("#group-summary td[data-field=context] mark", (els) => els.map((e) => e.textContent))).toEqual(["####", "<|im_end|>", "<|im_end|>", "<|im_end|>"]);
+    expect([pieces[0]![28], pieces[1]![25], pieces[2]![23], pieces[3]![28]]).toEqual(["####", "<|im_end|>", "<|im_end|>", "<|im_end|>"]);
+    // The aligned view: from 6 tokens before the first divergence (23) to the longest sample's end, one row per position.
+    const rows = await page.$$eval("#group-tokens tbody tr", (els) => els.map((e) => Number((e as HTMLElement).dataset.pos)));
+    expect(rows).toEqual(Array.from({ length: 49 - 17 }, (_, i) => 17 + i));
+    const grid = await page.$$eval("#group-tokens td[data-sample]", (els) =>
+      els.map((e) => ({ s: Number((e as HTMLElement).dataset.sample), p: Number((e as HTMLElement).dataset.pos), id: (e as HTMLElement).dataset.id, cls: e.className, text: e.textContent })),
+    );
+    for (const c of grid) {
+      const r = recs[c.s]!;
+      const ids = [...r.prompt_ids, ...r.response_ids];
+      if (c.p >= ids.length) expect([c.cls, c.id]).toEqual(["gone", undefined]);
+      else expect([Number(c.id), c.text]).toEqual([ids[c.p]!, visibleToken(pieces[c.s]![c.p]!)]);
+    }
+    expect(grid.filter((c) => c.cls.includes("div")).map((c) => [c.s, c.p])).toEqual([
+      [2, 23],
+      [1, 25],
+      [0, 28],
+      [3, 28],
+    ]);
+    const differs = await page.$$eval("#group-tokens tr.differs", (els) => els.map((e) => Number((e as HTMLElement).dataset.pos)));
+    expect(differs[0]).toBe(23);
+    expect(await page.textContent("#group-common")).toContain("all 4 share the first 23 tokens (prompt 20)");
+    mkdirSync(ARTIFACTS, { recursive: true });
+    await page.screenshot({ path: join(ARTIFACTS, "viewer-group.png"), fullPage: false });
+    expect(existsSync(join(ARTIFACTS, "viewer-group.png"))).toBe(true);
+
+    // A column's header opens that sample; its page leads back to the group.
+    await page.click('#group-tokens th[data-sample="1"] a');
+    await page.waitForSelector("#response .tok");
+    expect(await page.textContent('dd[data-field="key"]')).toBe("grp-2_1_0");
+    expect(await page.locator("#response .tok").count()).toBe(6);
+    await page.click("#open-group");
+    await page.waitForSelector("#group-tokens");
+    expect(await page.$$eval('#group-summary td[data-field="key"]', (els) => els.map((e) => e.textContent))).toEqual(["grp-2_0_0", "grp-2_1_0", "grp-2_2_0", "grp-2_3_0"]);
+
+    // The group is reachable by its URL too.
+    await page.goto(`${base}/viewer#batch=${groupBatch}&group=grp-1`);
+    await page.waitForSelector("#group-tokens");
+    expect(await page.$$eval('#group-summary td[data-field="diverges"]', (els) => els.map((e) => e.textContent))).toEqual([
+      "#22 (response #2) · leaves grp-1_2_0 (with 1_0, equal to it)",
+      "#22 (response #2) · leaves grp-1_2_0 (with 0_0, equal to it)",
+      "#32 (response #12) · leaves grp-1_3_0",
+      "#32 (response #12) · leaves grp-1_2_0",
+    ]);
+    expect(await page.$$eval('#group-summary td[data-field="reward"]', (els) => els.map((e) => e.textContent))).toEqual(["0", "0", "1", "1"]);
+  });
+
+  test("a running batch: the list grows as trajectories finish, read from the server after its last page", async () => {
+    // Its own runtime with a slow simulated engine (150 ms per token: the 8 samples end 0.5–6 s in).
+    const cfg = join(mkdtempSync(join(tmpdir(), "edgeloop-viewer-live-")), "config.json");
+    writeFileSync(cfg, JSON.stringify({ engine: { sim_latency: { decode_ms_per_token: 150 } } }));
+    const live = await buildRuntime({ n: 4, seed: 1, script: writeGroupScript(), config: cfg });
+    const liveServer = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: createRolloutsApp({ service: live.service }).fetch });
+    try {
+      const run = live.service.submit({ rows: groupRows(2, "live"), global_steps: 1, model_version: null, validate: false });
+      await page.goto(`http://127.0.0.1:${liveServer.port}/viewer#batch=${run.batch_id}`);
+      await loaded();
+      const first = await page.locator("tr[data-key]").count();
+      expect(first).toBeLessThan(8);
+      await run.run.run();
+      await page.waitForFunction(() => document.querySelectorAll("tr[data-key]").length === 8, undefined, { timeout: 10_000 });
+      expect(await page.$$eval("tr[data-key]", (els) => els.map((e) => (e as HTMLElement).dataset.key))).toEqual(run.run.records().map((r) => r.key));
+      expect(await page.textContent("#list-count")).toBe("8 shown · 8 match · 8 in the batch");
+      expect(await page.locator("#more-trajectories").count()).toBe(0);
+    } finally {
+      liveServer.stop(true);
+      await live.close();
+    }
+  }, 30_000);
 
   test("a truncated trajectory opened by key shows the truncation point", async () => {
     const rec = records.get(truncatedKey)!;

@@ -1,12 +1,16 @@
 // The trajectory viewer (browser code, bundled by infra/viewer/build.ts into ../assets.generated.ts).
-// It reads the same HTTP API a trainer uses: GET /v1/rollouts, the NDJSON stream of a batch's
-// records, and GET /v1/trajectories/{key}?decode=1 for the per-token text (the browser has no tokenizer).
-import { expertsAt, heat, segments, toolCallTokens, versionStarts } from "./segments.ts";
+// It reads the same HTTP API a trainer uses: GET /v1/rollouts (paged), a batch's trajectory summaries
+// page by page (GET /v1/rollouts/{id}/summaries), one record with the text of every token on click
+// (GET /v1/trajectories/{key}?decode=1: the browser has no tokenizer), and a prompt group's records with
+// where its samples diverge (GET /v1/rollouts/{id}/groups/{uid}?decode=1).
+import { textAround, type GroupDivergence } from "../../../shared/rollout/group-divergence.ts";
+import { expertsAt, heat, segments, toolCallTokens, versionStarts, visibleToken } from "./segments.ts";
 
 interface Rec {
   key: string;
   uid: string;
   session_id: number;
+  output_index: number;
   agent_name: string;
   data_source: string;
   prompt_ids: number[];
@@ -78,8 +82,32 @@ function showError(where: HTMLElement, e: unknown): void {
 
 // ---- batches -------------------------------------------------------------
 
-let records: Rec[] = [];
+/** A row of the trajectory list (`GET /v1/rollouts/{id}/summaries`): no token arrays. */
+interface Summary {
+  key: string;
+  uid: string;
+  session_id: number;
+  status: "ok" | "failed";
+  reward_score: number | null;
+  num_turns: number;
+  truncated: boolean;
+  finish_reason: string;
+  prompt_length: number;
+  response_length: number;
+  sampled: number;
+}
+
+let summaries: Summary[] = [];
+/** The next page's cursor of the trajectory list (null: no more), and the list's counts. */
+let listCursor: string | null = null;
+let listCounts = { total: 0, matched: 0 };
+/** Bumped by every (re)load of the list, so that a page answered after a newer load started is dropped. */
+let listEpoch = 0;
+/** The next page's cursor of the batch list (null: no older batches). */
+let batchCursor: string | null = null;
 let currentBatch: string | null = null;
+/** The trajectory open in the detail pane (its list row stays marked across list renders). */
+let openKey: string | null = null;
 /** The hash this page set itself, so that its own hashchange is not routed again. */
 let ownHash = "";
 
@@ -88,26 +116,35 @@ function setHash(h: string): void {
   location.hash = h;
 }
 
-async function loadBatches(): Promise<void> {
+function batchButton(b: BatchSummary): HTMLElement {
+  return h(
+    "button",
+    { class: `batch${b.batch_id === currentBatch ? " active" : ""}`, "data-batch": b.batch_id, title: b.batch_id },
+    h("span", { class: "bid" }, b.batch_id.slice(0, 8)),
+    h("span", { class: b.done ? "done" : "running" }, b.done ? "done" : "running"),
+    h("span", { title: "records ok / failed · sessions finished / planned" }, `${b.counts.ok}✓ ${b.counts.failed}✗ · ${b.counts.finished}/${b.counts.total}`),
+    h("span", {}, `r̄ ${fmt(b.reward.mean, 2)}`),
+  );
+}
+
+/** Loads the first page of the batch list (`more`: the next, older page, appended). */
+async function loadBatches(more = false): Promise<void> {
   const list = $("batches");
   try {
-    const { batches } = (await (await api("/v1/rollouts")).json()) as { batches: BatchSummary[] };
-    if (batches.length === 0) {
+    const q = new URLSearchParams({ limit: "20" });
+    if (more && batchCursor) q.set("cursor", batchCursor);
+    const page = (await (await api(`/v1/rollouts?${q}`)).json()) as { batches: BatchSummary[]; next_cursor: string | null };
+    batchCursor = page.next_cursor;
+    if (!more && page.batches.length === 0) {
       list.replaceChildren(h("p", { class: "muted" }, "No batches yet: POST /v1/rollouts."));
       return;
     }
-    list.replaceChildren(
-      ...batches.map((b) =>
-        h(
-          "button",
-          { class: `batch${b.batch_id === currentBatch ? " active" : ""}`, "data-batch": b.batch_id, title: b.batch_id },
-          h("span", { class: "bid" }, b.batch_id.slice(0, 8)),
-          h("span", { class: b.done ? "done" : "running" }, b.done ? "done" : "running"),
-          h("span", { title: "records ok / failed · sessions finished / planned" }, `${b.counts.ok}✓ ${b.counts.failed}✗ · ${b.counts.finished}/${b.counts.total}`),
-          h("span", {}, `r̄ ${fmt(b.reward.mean, 2)}`),
-        ),
-      ),
-    );
+    const buttons = page.batches.map(batchButton);
+    if (more) {
+      list.querySelector("#more-batches")?.remove();
+      list.append(...buttons);
+    } else list.replaceChildren(...buttons);
+    if (batchCursor) list.append(h("button", { id: "more-batches", class: "more", title: "GET /v1/rollouts?cursor=…" }, "older batches…"));
   } catch (e) {
     showError(list, e);
   }
@@ -115,95 +152,150 @@ async function loadBatches(): Promise<void> {
 
 async function openBatch(id: string): Promise<void> {
   currentBatch = id;
-  records = [];
   setHash(`batch=${encodeURIComponent(id)}`);
   for (const b of document.querySelectorAll<HTMLElement>(".batch")) b.classList.toggle("active", b.dataset.batch === id);
+  await loadTrajectories(false);
+}
+
+/** The list's query: page size and the filters, as `GET /v1/rollouts/{id}/summaries` takes them. */
+function listQuery(): URLSearchParams {
+  const q = new URLSearchParams({ limit: ($("f-limit") as HTMLSelectElement).value });
+  const status = ($("f-status") as HTMLSelectElement).value;
+  const trunc = ($("f-truncated") as HTMLSelectElement).value;
+  const rmin = ($("f-rmin") as HTMLInputElement).value.trim();
+  const rmax = ($("f-rmax") as HTMLInputElement).value.trim();
+  if (status) q.set("status", status);
+  if (trunc) q.set("truncated", trunc === "yes" ? "1" : "0");
+  if (rmin !== "") q.set("reward_min", rmin);
+  if (rmax !== "") q.set("reward_max", rmax);
+  return q;
+}
+
+/** Loads the first page of the current batch's trajectory list (`more`: the next page, appended). */
+async function loadTrajectories(more: boolean): Promise<void> {
+  if (currentBatch === null) return;
+  const epoch = more ? listEpoch : ++listEpoch;
   const table = $("trajectories");
-  table.replaceChildren(h("p", { class: "muted" }, "loading…"));
+  delete table.dataset.loaded;
+  if (!more) table.replaceChildren(h("p", { class: "muted" }, "loading…"));
   try {
-    const res = await api(`/v1/rollouts/${encodeURIComponent(id)}/trajectories`);
-    const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
-    let buf = "";
-    let last = 0;
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      buf += value;
-      const lines = buf.split("\n");
-      buf = lines.pop()!;
-      for (const l of lines) if (l.trim()) records.push(JSON.parse(l) as Rec);
-      if (performance.now() - last > 250) {
-        renderTrajectoryList();
-        last = performance.now();
-      }
-    }
-    if (buf.trim()) records.push(JSON.parse(buf) as Rec);
+    const q = listQuery();
+    if (more && listCursor) q.set("cursor", listCursor);
+    const page = (await (await api(`/v1/rollouts/${encodeURIComponent(currentBatch)}/summaries?${q}`)).json()) as {
+      summaries: Summary[];
+      next_cursor: string | null;
+      total: number;
+      matched: number;
+      done: boolean;
+    };
+    if (epoch !== listEpoch) return;
+    summaries = more ? [...summaries, ...page.summaries] : page.summaries;
+    listCursor = page.next_cursor;
+    listCounts = { total: page.total, matched: page.matched };
     renderTrajectoryList();
-    $("trajectories").dataset.loaded = "1";
+    table.dataset.loaded = "1";
+    if (listCursor === null && !page.done) follow(epoch, page.total);
   } catch (e) {
-    showError(table, e);
+    if (epoch === listEpoch) showError(table, e);
   }
 }
 
-function filtered(): Rec[] {
-  const status = ($("f-status") as HTMLSelectElement).value;
-  const trunc = ($("f-truncated") as HTMLSelectElement).value;
-  const rmin = ($("f-rmin") as HTMLInputElement).value;
-  const rmax = ($("f-rmax") as HTMLInputElement).value;
-  return records.filter((r) => {
-    if (status === "ok" && r.error !== null) return false;
-    if (status === "failed" && r.error === null) return false;
-    if (trunc === "yes" && !r.truncated) return false;
-    if (trunc === "no" && r.truncated) return false;
-    if (rmin !== "" && (r.reward_score === null || r.reward_score < Number(rmin))) return false;
-    if (rmax !== "" && (r.reward_score === null || r.reward_score > Number(rmax))) return false;
-    return true;
-  });
+/** Milliseconds between reads of a running batch's new records. */
+const FOLLOW_MS = 1500;
+
+/**
+ * While the batch runs and the whole list is shown, appends the records that
+ * finish (read from position `from`, the batch's record count at the last
+ * read), until the batch is done or another list is loaded (`epoch`).
+ */
+function follow(epoch: number, from: number): void {
+  setTimeout(async () => {
+    if (epoch !== listEpoch || listCursor !== null || currentBatch === null) return;
+    try {
+      const q = listQuery();
+      q.set("cursor", String(from));
+      const page = (await (await api(`/v1/rollouts/${encodeURIComponent(currentBatch)}/summaries?${q}`)).json()) as {
+        summaries: Summary[];
+        next_cursor: string | null;
+        total: number;
+        matched: number;
+        done: boolean;
+      };
+      if (epoch !== listEpoch || listCursor !== null) return;
+      summaries = [...summaries, ...page.summaries];
+      listCursor = page.next_cursor;
+      listCounts = { total: page.total, matched: page.matched };
+      renderTrajectoryList();
+      if (listCursor === null && !page.done) follow(epoch, page.total);
+    } catch {
+      if (epoch === listEpoch) follow(epoch, from);
+    }
+  }, FOLLOW_MS);
 }
 
 function renderTrajectoryList(): void {
-  const rows = filtered();
-  const body = rows.map((r) => {
-    const sampled = r.response_mask.reduce((n, m) => n + m, 0);
-    return h(
+  const body = summaries.map((r) =>
+    h(
       "tr",
-      { "data-key": r.key, class: r.error ? "failed" : r.truncated ? "trunc" : "" },
+      { "data-key": r.key, class: [r.status === "failed" ? "failed" : r.truncated ? "trunc" : "", r.key === openKey ? "active" : ""].join(" ").trim() },
       h("td", { class: "key" }, r.key),
-      h("td", {}, r.error ? "failed" : "ok"),
+      h("td", {}, r.status),
       h("td", { class: "num" }, fmt(r.reward_score, 2)),
       h("td", {}, r.truncated ? "✂" : ""),
       h("td", { class: "num" }, String(r.num_turns)),
-      h("td", { class: "num" }, `${sampled}/${r.response_ids.length - sampled}`),
-    );
-  });
-  $("trajectories").replaceChildren(
-    h("p", { class: "muted" }, `${rows.length} of ${records.length} trajectories`),
+      h("td", { class: "num" }, `${r.sampled}/${r.response_length - r.sampled}`),
+      h("td", {}, h("button", { class: "group-open", "data-uid": r.uid, title: `compare the samples of ${r.uid}` }, "group")),
+    ),
+  );
+  const parts: Node[] = [
+    h("p", { class: "muted", id: "list-count" }, `${summaries.length} shown · ${listCounts.matched} match · ${listCounts.total} in the batch`),
     h(
       "table",
       {},
-      h("thead", {}, h("tr", {}, ...["key", "status", "reward", "trunc", "turns", "sampled/obs"].map((c) => h("th", {}, c)))),
+      h(
+        "thead",
+        {},
+        h(
+          "tr",
+          {},
+          ...(
+            [
+              ["key", "trajectory key {uid}_{session_id}_{output_index}"],
+              ["status", "ok or failed"],
+              ["reward", "reward_score"],
+              ["✂", "truncated"],
+              ["turns", "num_turns"],
+              ["s/obs", "response tokens sampled (mask 1) / observation (mask 0)"],
+              ["", "open the prompt group: its n samples side by side"],
+            ] as const
+          ).map(([c, title]) => h("th", { title }, c)),
+        ),
+      ),
       h("tbody", {}, ...body),
     ),
-  );
+  ];
+  if (listCursor) parts.push(h("button", { id: "more-trajectories", class: "more" }, `next ${($("f-limit") as HTMLSelectElement).value}…`));
+  $("trajectories").replaceChildren(...parts);
 }
 
 // ---- one trajectory ------------------------------------------------------
 
-async function openTrajectory(key: string): Promise<void> {
-  const inBatch = currentBatch !== null && records.some((r) => r.key === key);
+/** Opens one trajectory; `inBatch`: it belongs to the open batch (listed, or named with it in the URL). */
+async function openTrajectory(key: string, inBatch = currentBatch !== null && summaries.some((r) => r.key === key)): Promise<void> {
   setHash(inBatch ? `batch=${encodeURIComponent(currentBatch!)}&key=${encodeURIComponent(key)}` : `key=${encodeURIComponent(key)}`);
+  openKey = key;
   for (const tr of document.querySelectorAll<HTMLElement>("tr[data-key]")) tr.classList.toggle("active", tr.dataset.key === key);
   const pane = $("detail");
   pane.replaceChildren(h("p", { class: "muted" }, "loading…"));
   try {
     const rec = (await (await api(`/v1/trajectories/${encodeURIComponent(key)}?decode=1`)).json()) as Rec;
-    renderTrajectory(rec);
+    renderTrajectory(rec, inBatch);
   } catch (e) {
     showError(pane, e);
   }
 }
 
-function renderTrajectory(r: Rec): void {
+function renderTrajectory(r: Rec, inBatch: boolean): void {
   const pieces = r.decoded!.response;
   const sampled = r.response_mask.reduce((n, m) => n + m, 0);
   const terminated = r.extra_fields.terminated_by as string | undefined;
@@ -228,6 +320,8 @@ function renderTrajectory(r: Rec): void {
   if (versions.size) summary.append(h("dt", {}, "versions"), h("dd", { "data-field": "versions" }, [...versions].map(([i, v]) => `${v} from #${i}`).join(" · ")));
   // Routed experts (R3): the shape here, each token's experts on hover.
   if (r.routed_experts_shape) summary.append(h("dt", {}, "experts"), h("dd", { "data-field": "experts" }, `${r.routed_experts_shape[0]} layers × top-${r.routed_experts_shape[1]} per token (hover a token)`));
+  // In a batch: open this prompt's group (its n samples side by side).
+  if (inBatch) summary.append(h("dt", {}, "group"), h("dd", {}, h("button", { class: "group-open", "data-uid": r.uid, id: "open-group" }, `compare the samples of ${r.uid}`)));
   const parts: Node[] = [summary];
   if (r.error) parts.push(h("p", { class: "error" }, `error: ${r.error}`));
   parts.push(
@@ -294,14 +388,133 @@ function routedExpertsHover(r: Rec, pos: number): string {
   return e === null ? "" : `  experts ${e}`;
 }
 
+// ---- one group: its n samples side by side ----------------------------------
+
+/** Tokens of context shown before the group's first divergence in the aligned view. */
+const GROUP_CONTEXT = 6;
+/** Rows of the aligned token view rendered before "show all". */
+const GROUP_ROWS = 400;
+
+async function openGroup(uid: string, allRows = false): Promise<void> {
+  if (currentBatch === null) return;
+  setHash(`batch=${encodeURIComponent(currentBatch)}&group=${encodeURIComponent(uid)}`);
+  openKey = null;
+  for (const tr of document.querySelectorAll<HTMLElement>("tr[data-key]")) tr.classList.remove("active");
+  const pane = $("detail");
+  pane.replaceChildren(h("p", { class: "muted" }, "loading…"));
+  try {
+    const g = (await (await api(`/v1/rollouts/${encodeURIComponent(currentBatch)}/groups/${encodeURIComponent(uid)}?decode=1`)).json()) as {
+      uid: string;
+      records: Rec[];
+      divergence: GroupDivergence;
+    };
+    renderGroup(g.uid, g.records, g.divergence, allRows);
+  } catch (e) {
+    showError(pane, e);
+  }
+}
+
+function renderGroup(uid: string, recs: Rec[], div: GroupDivergence, allRows: boolean): void {
+  const pane = $("detail");
+  if (recs.length === 0) {
+    pane.replaceChildren(h("p", { class: "muted" }, `group ${uid}: no finished trajectory yet`));
+    return;
+  }
+  const seqs = recs.map((r) => [...r.prompt_ids, ...r.response_ids]);
+  const pieces = recs.map((r) => [...r.decoded!.prompt, ...r.decoded!.response]);
+  const at = new Map(div.samples.map((s) => [s.key, s]));
+  const promptLen = Math.min(...recs.map((r) => r.prompt_ids.length));
+  const pos = (p: number, r: Rec) => (p >= r.prompt_ids.length ? `#${p} (response #${p - r.prompt_ids.length})` : `#${p} (prompt)`);
+
+  const head = (r: Rec, i: number) =>
+    h("th", { "data-sample": i }, h("a", { href: `#batch=${encodeURIComponent(currentBatch!)}&key=${encodeURIComponent(r.key)}`, title: `open ${r.key}` }, `session ${r.session_id}${r.output_index ? ` · output ${r.output_index}` : ""}`));
+  const row = (label: string, field: string, cell: (r: Rec, i: number) => Node | string) =>
+    h("tr", {}, h("th", {}, label), ...recs.map((r, i) => h("td", { "data-field": field, "data-sample": i }, cell(r, i))));
+  const summary = h(
+    "table",
+    { class: "group-summary", id: "group-summary" },
+    h("thead", {}, h("tr", {}, h("th", {}, ""), ...recs.map(head))),
+    h(
+      "tbody",
+      {},
+      row("key", "key", (r) => r.key),
+      row("reward", "reward", (r) => fmt(r.reward_score, 3)),
+      row("response", "length", (r) => {
+        const sampled = r.response_mask.reduce((n, m) => n + m, 0);
+        return `${r.response_ids.length} tokens (${sampled} sampled · ${r.response_ids.length - sampled} obs)`;
+      }),
+      row("turns", "turns", (r) => String(r.num_turns)),
+      row("finish", "finish", (r) => `${r.error ? "failed" : "ok"} · ${r.finish_reason}${r.truncated ? " · truncated" : ""}`),
+      row("diverges at", "diverges", (r) => {
+        const d = at.get(r.key);
+        if (!d) return "–";
+        if (d.kind === "identical") return "all samples identical";
+        const with_ = d.same_as.length ? ` (with ${d.same_as.map((k) => k.slice(k.indexOf("_") + 1)).join(", ")}, equal to it)` : "";
+        return `${pos(d.at, r)} · ${d.kind === "ended" ? "ends; " : "leaves "}${d.nearest}${d.kind === "ended" ? " goes on" : ""}${with_}`;
+      }),
+      row("there", "context", (r, i) => {
+        const d = at.get(r.key);
+        if (!d) return "–";
+        const t = textAround(pieces[i]!, d.at);
+        return h("span", { class: "ctx" }, t.before, h("mark", {}, t.at === "" ? "∅ end" : t.at), t.after);
+      }),
+    ),
+  );
+
+  // Token-by-token from a little before the first divergence, one row per position, one column per sample.
+  const start = Math.max(0, Math.min(div.common_prefix, ...div.samples.map((s) => s.at)) - GROUP_CONTEXT);
+  const end = Math.max(...seqs.map((s) => s.length));
+  const last = allRows ? end : Math.min(end, start + GROUP_ROWS);
+  const grid = h("tbody", {});
+  for (let p = start; p < last; p++) {
+    const ids = seqs.map((s) => s[p]);
+    const differs = ids.some((x) => x !== ids[0]);
+    const tr = h("tr", { "data-pos": p, class: differs ? "differs" : "" }, h("th", { class: "num" }, p >= promptLen ? `r${p - promptLen}` : `p${p}`));
+    recs.forEach((r, i) => {
+      const id = ids[i];
+      if (id === undefined) {
+        tr.append(h("td", { class: "gone", "data-sample": i, "data-pos": p }, ""));
+        return;
+      }
+      const inPrompt = p < r.prompt_ids.length;
+      const m = inPrompt ? null : r.response_mask[p - r.prompt_ids.length];
+      const d = at.get(r.key);
+      const cls = `tok ${inPrompt ? "p" : m === 1 ? "s" : "o"}${d && d.at === p ? " div" : ""}`;
+      tr.append(h("td", { class: cls, "data-sample": i, "data-pos": p, "data-id": id, title: `#${p} id ${id}` }, visibleToken(pieces[i]![p] ?? "")));
+    });
+    grid.append(tr);
+  }
+  const parts: Node[] = [
+    h("h2", {}, `group ${uid} · ${recs.length} samples`),
+    summary,
+    h(
+      "p",
+      { class: "muted", id: "group-common" },
+      `all ${recs.length} share the first ${div.common_prefix} tokens (prompt ${promptLen}); `,
+      "positions from ",
+      String(start),
+      ": rows where the samples differ are marked, each sample's divergence point outlined",
+    ),
+    h("table", { class: "group-tokens", id: "group-tokens" }, h("thead", {}, h("tr", {}, h("th", {}, "pos"), ...recs.map(head))), grid),
+  ];
+  if (last < end) {
+    const more = h("button", { id: "group-all", class: "more" }, `show all ${end - start} positions`);
+    more.addEventListener("click", () => void openGroup(uid, true));
+    parts.push(more);
+  }
+  pane.replaceChildren(...parts);
+}
+
 // ---- wiring --------------------------------------------------------------
 
 function route(): void {
   const q = new URLSearchParams(location.hash.slice(1));
   const batch = q.get("batch");
   const key = q.get("key");
+  const group = q.get("group");
   if (batch && batch !== currentBatch) void openBatch(batch);
-  if (key) void openTrajectory(key);
+  if (key) void openTrajectory(key, batch !== null && batch === currentBatch);
+  else if (group && batch) void openGroup(group);
 }
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -312,14 +525,32 @@ document.addEventListener("DOMContentLoaded", () => {
     void loadBatches();
   });
   $("batches").addEventListener("click", (e) => {
-    const b = (e.target as HTMLElement).closest<HTMLElement>("[data-batch]");
+    const t = e.target as HTMLElement;
+    if (t.closest("#more-batches")) return void loadBatches(true);
+    const b = t.closest<HTMLElement>("[data-batch]");
     if (b) void openBatch(b.dataset.batch!);
   });
   $("trajectories").addEventListener("click", (e) => {
-    const tr = (e.target as HTMLElement).closest<HTMLElement>("tr[data-key]");
+    const t = e.target as HTMLElement;
+    if (t.closest("#more-trajectories")) return void loadTrajectories(true);
+    const g = t.closest<HTMLElement>("[data-uid]");
+    if (g) return void openGroup(g.dataset.uid!);
+    const tr = t.closest<HTMLElement>("tr[data-key]");
     if (tr) void openTrajectory(tr.dataset.key!);
   });
-  for (const id of ["f-status", "f-truncated", "f-rmin", "f-rmax"]) $(id).addEventListener("input", renderTrajectoryList);
+  // Filters and page size ask the server again (debounced while typing a bound).
+  let typing: ReturnType<typeof setTimeout> | undefined;
+  for (const id of ["f-status", "f-truncated", "f-limit"]) $(id).addEventListener("change", () => void loadTrajectories(false));
+  for (const id of ["f-rmin", "f-rmax"])
+    $(id).addEventListener("input", () => {
+      clearTimeout(typing);
+      delete $("trajectories").dataset.loaded;
+      typing = setTimeout(() => void loadTrajectories(false), 250);
+    });
+  $("detail").addEventListener("click", (e) => {
+    const g = (e.target as HTMLElement).closest<HTMLElement>("#open-group");
+    if (g) void openGroup(g.dataset.uid!);
+  });
   $("open-key").addEventListener("submit", (e) => {
     e.preventDefault();
     const k = ($("key-input") as HTMLInputElement).value.trim();

@@ -100,3 +100,12 @@ export function expertsAt(experts: readonly number[] | undefined, shape: readonl
   for (let l = 0; l < layers; l++) rows.push(`l${l} [${experts.slice(pos * per + l * topK, pos * per + (l + 1) * topK).join(" ")}]`);
   return rows.join(" ");
 }
+
+/**
+ * A token's text as a cell of the group view shows it: newlines as `↵`, tabs
+ * as `⇥`, and a token made only of spaces as `␣` per space (so it is seen).
+ */
+export function visibleToken(text: string): string {
+  if (text !== "" && /^ +$/.test(text)) return "␣".repeat(text.length);
+  return text.replaceAll("\n", "↵").replaceAll("\t", "⇥");
+}
