@@ -28,7 +28,7 @@ let isolate: { telemetry: Telemetry | null } | undefined;
  */
 export function workerTelemetry(env: TelemetryEnv): Telemetry | null {
   if (!isolate) {
-    const url = otlpTracesUrl(env);
+    const url = otlpTracesUrl({ ...env });
     isolate = { telemetry: url ? setupTelemetry({ exporter: new FetchSpanExporter({ url }), serviceName: env.OTEL_SERVICE_NAME || "edgeloop" }) : null };
   }
   return isolate.telemetry;

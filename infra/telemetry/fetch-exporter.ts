@@ -29,7 +29,7 @@ export class FetchSpanExporter implements SpanExporter {
       fetch(this.opts.url, {
         method: "POST",
         headers: { "content-type": "application/json", ...this.opts.headers },
-        body,
+        body: body as Uint8Array<ArrayBuffer>,
         signal: AbortSignal.timeout(this.opts.timeoutMs ?? 10_000),
       }),
     ).then(
