@@ -131,9 +131,9 @@ export async function gatewayCommand(o: {
   const routing = routingState
     ? `routing state shared in ${maskRedisUrl(cfg.store.url)} (prefix ${cfg.store.prefix}; sticky, bounded load, ${eps(DEFAULT_SHARED_EPSILON)}, sticky ε ${g.sticky_epsilon ?? DEFAULT_STICKY_EPSILON})`
     : o.policy === "bounded_load_hash"
-      ? `${o.policy} (${eps(DEFAULT_EPSILON)})`
+      ? `${o.policy}, ${eps(DEFAULT_EPSILON)}`
       : o.policy === "least_inflight_sticky"
-        ? `${o.policy} (${g.max_sticky_keys} sticky keys)`
+        ? `${o.policy}, ${g.max_sticky_keys} sticky keys`
         : o.policy;
   console.log(
     `edgeloop gateway on http://${o.host}:${server.port} -> ${replicas.join(", ")} (${routing}; ${breaker}); ` +

@@ -143,6 +143,8 @@ export interface SimRequestLog {
   fault?: string;
   /** Epoch ms the request arrived (before any hold by a pause). */
   received_ms?: number;
+  /** Arrival order on this replica (1, 2, …): orders requests and pauses within one millisecond (see `SimPauseRecord.after_seq`). */
+  seq?: number;
   /** Epoch ms generation started (after a hold by a pause; = `received_ms` when none). */
   started_ms?: number;
   /** Epoch ms the reply was ready. */
@@ -169,6 +171,8 @@ export interface SimPauseRecord {
   clear_cache: boolean;
   paused_ms: number;
   resumed_ms: number | null;
+  /** `seq` of the last request that arrived before the pause began: later ones arrived during it (or after it). */
+  after_seq: number;
 }
 
 /** Counters of one replica. */
@@ -284,7 +288,7 @@ export class SimEngine {
       let resume!: () => void;
       const resumed = new Promise<void>((r) => (resume = r));
       this.pauseState = { mode, resumed, resume };
-      this.pauses.push({ mode, clear_cache: clearCache, paused_ms: Date.now(), resumed_ms: null });
+      this.pauses.push({ mode, clear_cache: clearCache, paused_ms: Date.now(), resumed_ms: null, after_seq: this.stats.requests });
     }
     await this.whenIdle();
     if (clearCache) this.cache.clear();
@@ -473,6 +477,7 @@ export class SimEngine {
     this.requests.push(log);
     if (this.requests.length > LOG_LIMIT) this.requests.splice(0, this.requests.length - LOG_LIMIT);
     this.stats.requests++;
+    log.seq = this.stats.requests;
     this.stats.inflight++;
     this.stats.max_inflight = Math.max(this.stats.max_inflight, this.stats.inflight);
     let counted = false;

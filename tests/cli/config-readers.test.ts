@@ -40,7 +40,7 @@ const READERS: Record<string, [string, string]> = {
   "rollout.chat_template_kwargs": ["shared/agent-loop/tool-agent.ts", "chatTemplateKwargs: this.ctx.config.chat_template_kwargs"],
   "rollout.max_staleness": ["shared/rollout/executor.ts", "waitForAdmission(deps.policy, rollout.max_staleness"],
   "rollout.staleness_policy": ["shared/rollout/executor.ts", 'rollout.staleness_policy !== "admit"'],
-  "rollout.oversample": ["shared/rollout/batch.ts", "Math.ceil(rows / rollout.oversample)"],
+  "rollout.oversample": ["shared/rollout/batch.ts", "Math.ceil(rows / rollout.oversample!)"],
   "rollout.partial_rollout": ["shared/rollout/batch.ts", "partial_rollout: rollout.partial_rollout"],
   "rollout.teacher.url": ["infra/cli/teacher.ts", 'cfg.url === "sim"'],
   "rollout.teacher.urls": ["infra/cli/teacher.ts", "replicas: cfg.urls"],

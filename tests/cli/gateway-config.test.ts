@@ -84,12 +84,12 @@ describe("gateway settings from flags and config", () => {
     const cfg = join(dir, "gw.json");
     writeFileSync(cfg, JSON.stringify({ gateway: { epsilon: 0.5, max_sticky_keys: 64, health_interval_ms: 0 } }));
     const hash = await startGateway(["--config", cfg, "--policy", "bounded_load_hash"]);
-    expect(hash.banner).toContain("bounded_load_hash (ε 0.5)");
+    expect(hash.banner).toContain("(bounded_load_hash, ε 0.5;");
     expect(hash.banner).toContain("health checks on demand");
     const sticky = await startGateway(["--config", cfg, "--max-sticky-keys", "32"]);
-    expect(sticky.banner).toContain("least_inflight_sticky (32 sticky keys)");
+    expect(sticky.banner).toContain("(least_inflight_sticky, 32 sticky keys;");
     const defaults = await startGateway(["--policy", "bounded_load_hash"]);
-    expect(defaults.banner).toContain("bounded_load_hash (ε 0.25)");
+    expect(defaults.banner).toContain("(bounded_load_hash, ε 0.25;");
     expect(defaults.banner).toContain("health checks every 5000 ms");
   }, 30_000);
 

@@ -62,7 +62,7 @@ describe("E8: one of three replicas hangs", () => {
     const cfgPath = join(dir, "gateway.yaml");
     writeFileSync(cfgPath, "gateway:\n  eject_after: 3\n  cooldown_ms: 5000\n");
     const { url, banner } = await startGateway(["--replicas", [a, ...sim.urls].join(","), "--policy", "bounded_load_hash", "--config", cfgPath, "--cooldown-ms", "60000"]);
-    expect(banner).toContain("(bounded_load_hash; attempt timeout none, eject after 3, cool-down 60000 ms)");
+    expect(banner).toContain("(bounded_load_hash, ε 0.25; attempt timeout none, eject after 3, cool-down 60000 ms, health checks every 5000 ms)");
 
     const rows = readFileSync(join(ROOT, "examples", "gsm8k-tool.jsonl"), "utf8").trim().split("\n").slice(0, 24);
     writeFileSync(join(dir, "rows.jsonl"), rows.join("\n") + "\n");

@@ -140,7 +140,8 @@ describe("POST /v1/engine/pause → model-version → resume with trajectories i
       // Known race (issue note): a call sent just before the gate closed can still reach the engine after the
       // engine's pause (another connection); it is then held and runs after the resume. Nothing runs on a paused
       // engine; such a late call's vLLM version stamp (read before the close) is not exact, so it is listed.
-      const during = engine.requests.filter((l) => l.received_ms! >= pause.paused_ms && l.received_ms! < pause.resumed_ms!);
+      // Arrival order, not the millisecond: a request that arrived in the pause's millisecond but before it is not "during".
+      const during = engine.requests.filter((l) => l.seq! > pause.after_seq && l.received_ms! < pause.resumed_ms!);
       expect(during.filter((l) => l.started_ms! < pause.resumed_ms!)).toEqual([]);
       const late = new Set(during.map((l) => l.routing_key));
       // The mode did what it says to the requests in flight.

@@ -128,7 +128,7 @@ describe.skipIf(!hasRedis)("two `edgeloop gateway` processes sharing routing sta
   test("control: two instances with --no-shared-state split sessions between replicas", async () => {
     const p1 = await spawnGateway(["--store", REDIS_URL, "--no-shared-state"]);
     const p2 = await spawnGateway(["--store", REDIS_URL, "--no-shared-state"]);
-    expect(p1.out()).toContain("(least_inflight_sticky;");
+    expect(p1.out()).toContain("(least_inflight_sticky, 10000 sticky keys;");
     await Promise.all(Array.from({ length: 24 }, (_, i) => session([p1.url, p2.url], `c${i}_0_0`, 500 + i, 3, i)));
     const byKey = keysByReplica();
     const split = Array.from({ length: 24 }, (_, i) => byKey.get(`c${i}_0_0`)!.size).filter((n) => n > 1).length;

@@ -183,7 +183,8 @@ describe("infra/k8s manifests", () => {
       expect(built.exitCode, built.stderr.toString()).toBe(0);
       const inputs = Object.keys(JSON.parse(readFileSync(join(out, "meta.json"), "utf8")).inputs);
       expect(inputs.length).toBeGreaterThan(100);
-      for (const f of inputs) expect(["shared/", "functions/", "infra/", "examples/"].some((p) => f.startsWith(p)), f).toBe(true);
+      // package.json is copied too (the CLI's --version reads it).
+      for (const f of inputs) expect(f === "package.json" || ["shared/", "functions/", "infra/", "examples/"].some((p) => f.startsWith(p)), f).toBe(true);
     } finally {
       rmSync(out, { recursive: true, force: true });
     }

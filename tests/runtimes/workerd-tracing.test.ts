@@ -41,7 +41,8 @@ describe.skipIf(!redis)("tracing in workerd", () => {
     expect(res.status).toBe(202);
     await awaitRecords(s.prefix, ["wdt0", "wdt1"], 2);
     // Each alarm flushes before it ends; allow the last export to land.
-    for (let i = 0; i < 100 && spans().filter((x) => x.name === "reward.compute").length < 4; i++) await Bun.sleep(100);
+    const n = (name: string) => spans().filter((x) => x.name === name).length;
+    for (let i = 0; i < 150 && (n("reward.compute") < 4 || n("agent_loop.turn") < 8); i++) await Bun.sleep(100);
     expect(otlp.every((r) => r.path === "/v1/traces" && r.type === "application/json")).toBe(true);
     const all = spans();
     const count = (n: string) => all.filter((x) => x.name === n).length;
