@@ -5,12 +5,12 @@ import { DEADLINE_HEADER, joinUrl, PREFIX_KEY_HEADER, type FetchLike } from "../
 import { gatewayMetricsText } from "../shared/inference/gateway-metrics.ts";
 import { createRoutingPolicy, normaliseUrl, ReplicaPool, type FailureKind, type ReplicaStatus } from "../shared/inference/replica-pool.ts";
 import { DEFAULT_EPSILON, rendezvousOrder } from "../shared/inference/bounded-load-hash.ts";
-import { cacheUsage, recordCacheUsage } from "../shared/inference/cache-usage.ts";
+import { cacheUsage, cacheUsageOf, recordCacheUsage } from "../shared/inference/cache-usage.ts";
 import type { RoutingState } from "../shared/inference/routing-state.ts";
-import { replyProblem } from "../shared/inference/reply-check.ts";
+import { judgeReply } from "../shared/inference/reply-check.ts";
 import { PROMETHEUS_CONTENT_TYPE } from "../shared/telemetry/prometheus.ts";
 import type { RoutingPolicyName } from "../shared/inference/routing-policy.ts";
-import { bearerAuth, limitBody } from "./http-util.ts";
+import { bearerAuth, limitBody, tooLarge } from "./http-util.ts";
 
 /** Response header naming the replica that served a call. */
 export const REPLICA_HEADER = "x-edgeloop-replica";
@@ -125,6 +125,15 @@ const GatewayOptionsSchema = z.object({
 
 const ReplicaBody = z.object({ url: z.url({ protocol: /^https?$/ }) });
 
+const decoder = new TextDecoder();
+
+/**
+ * Paths `Gateway.fetch` leaves to the Hono app: its own routes (`/health`,
+ * `/metrics`, `/admin/*`), fragments, and percent-encoded paths (which Hono
+ * decodes before matching).
+ */
+const APP_PATHS = /health|metrics|admin|%|#/;
+
 /** Hop-by-hop and encoding headers that must not be forwarded as they are. */
 const DROP_REQUEST_HEADERS = ["host", "connection", "content-length", "accept-encoding", "keep-alive", "transfer-encoding"];
 const DROP_RESPONSE_HEADERS = ["connection", "content-length", "content-encoding", "keep-alive", "transfer-encoding"];
@@ -213,12 +222,13 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
   };
 
   const app = new Hono();
-  app.onError((err) => {
+  const onError = (err: unknown): Response => {
     if (err instanceof EdgeloopError) {
       return err.toResponse(err instanceof AuthError ? { "www-authenticate": 'Bearer realm="edgeloop-gateway"' } : {});
     }
     return Response.json({ error: { code: "internal", message: "internal error" } }, { status: 500 });
-  });
+  };
+  app.onError(onError);
   app.use("/admin/*", bearerAuth(options.adminToken ?? null), limitBody(64 * 1024));
   app.use("*", limitBody(opts.maxBodyBytes));
 
@@ -255,21 +265,50 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
 
   app.all("/admin/*", (c) => c.json({ error: { code: "not_found", message: `no admin route ${c.req.method} ${c.req.path.slice(0, 200)}` } }, 404));
 
-  app.all("*", async (c) => {
+  app.all("*", (c) => serveProxy(c.req.raw, c));
+
+  /** The catch-all route: a lazy health check when one is due, then the proxied call. */
+  function serveProxy(req: Request, c?: Context): Promise<Response> {
     if (opts.healthIntervalMs > 0 && Date.now() - lastHealthCheck >= opts.healthIntervalMs && !healthRun) {
       const run = checkHealth().catch(() => undefined);
-      waitUntil(c, run);
+      if (c) waitUntil(c, run);
     }
-    return proxy(c.req.raw);
-  });
+    return proxy(req);
+  }
+
+  /**
+   * `Gateway.fetch`: an engine call (a POST to a path the app's own routes
+   * cannot match, with a declared length) goes straight to the catch-all
+   * route with the body-size check Hono's middleware would make; every other
+   * request goes through the Hono app. Same responses either way: it saves
+   * the router and middleware chain on the hot path.
+   */
+  async function fetchGateway(req: Request): Promise<Response> {
+    if (req.method !== "POST") return app.fetch(req);
+    const url = req.url;
+    const start = url.indexOf("/", url.indexOf(":") + 4);
+    let end = url.indexOf("?", start);
+    if (end < 0) end = url.length;
+    if (start < 0 || APP_PATHS.test(url.slice(start, end))) return app.fetch(req);
+    const declared = req.headers.get("content-length");
+    if (declared === null || req.headers.has("transfer-encoding")) return app.fetch(req);
+    if (parseInt(declared, 10) > opts.maxBodyBytes && req.body) return onError(tooLarge(opts.maxBodyBytes));
+    try {
+      return await serveProxy(req);
+    } catch (e) {
+      return onError(e);
+    }
+  }
 
   async function proxy(req: Request): Promise<Response> {
     const key = req.headers.get("x-session-id") || req.headers.get("x-smg-routing-key") || undefined;
     const prefixKey = req.headers.get(PREFIX_KEY_HEADER) || undefined;
     const inUrl = new URL(req.url);
+    // Forwarded as the bytes that came in: never decoded unless a reply's verdict depends on what
+    // was asked (token ids, log-probs), which only a doubtful reply does (see judgeReply).
     const body = req.method === "GET" || req.method === "HEAD" ? undefined : await req.arrayBuffer();
-    // The request is read once, to judge each reply against what it asked for (token ids, log-probs).
-    const requestText = body && body.byteLength > 0 ? new TextDecoder().decode(body) : undefined;
+    let requestText: string | undefined;
+    const readRequest = () => (requestText ??= body && body.byteLength > 0 ? decoder.decode(body) : undefined);
     const headers = new Headers(req.headers);
     for (const h of DROP_REQUEST_HEADERS) headers.delete(h);
     // The deadline a caller's abort is judged against: its declared per-attempt deadline, or ours.
@@ -302,7 +341,7 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
         res = await fetchFn(joinUrl(replica, inUrl.pathname + inUrl.search), { method: req.method, headers, body, signal });
         // A JSON reply is read whole under the attempt's deadline: a replica that sends headers and
         // then stalls, or sends garbage, fails here, before anything reached the caller.
-        if (!isEventStream(res)) buf = res.body ? await res.arrayBuffer() : new ArrayBuffer(0);
+        if (!isEventStream(res)) buf = await res.arrayBuffer();
       } catch (e) {
         if (req.signal.aborted) {
           // The caller gave up. At (about) its deadline, with the replica still silent, that is the
@@ -326,7 +365,8 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
         continue;
       }
       if (buf === undefined) return relayStream(res, replica, (ok) => (ok ? call.succeed(res.status < 300) : call.release()));
-      const problem = res.status < 300 ? replyProblem(inUrl.pathname, res.headers.get("content-type"), new TextDecoder().decode(buf), requestText) : null;
+      const verdict = res.status < 300 ? judgeReply(inUrl.pathname, res.headers.get("content-type"), decoder.decode(buf), readRequest) : undefined;
+      const problem = verdict?.problem ?? null;
       if (problem) {
         call.fail("bad_reply");
         lastError = `${replica}: ${problem}`;
@@ -338,7 +378,7 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
       }
       call.succeed(res.status < 300);
       if (res.status < 300) {
-        const usage = cacheUsage(inUrl.pathname, buf);
+        const usage = verdict?.parsed ? cacheUsageOf(inUrl.pathname, verdict.json) : cacheUsage(inUrl.pathname, buf);
         if (usage) {
           pool.noteCache(replica, usage.prompt_tokens, usage.cached_tokens);
           recordCacheUsage(replica, usage.prompt_tokens, usage.cached_tokens ?? 0);
@@ -411,7 +451,7 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
 
   return {
     app,
-    fetch: (req) => Promise.resolve(app.fetch(req)),
+    fetch: fetchGateway,
     pool,
     addReplica: (url) => pool.add(url),
     removeReplica: (url) => pool.remove(normaliseUrl(url)),
@@ -436,9 +476,13 @@ function withReplica(res: Response, replica: string, body: BodyInit | null = res
   return new Response(body, { status: res.status, statusText: res.statusText, headers });
 }
 
-/** Whether a reply is an event stream (relayed chunk by chunk, not read whole). */
+/**
+ * Whether a reply is an event stream (relayed chunk by chunk, not read whole).
+ * `res.body` is looked at only then: on Bun, touching it makes a stream that
+ * slows the whole-body read of every other reply.
+ */
 function isEventStream(res: Response): boolean {
-  return res.body !== null && (res.headers.get("content-type") ?? "").includes("text/event-stream");
+  return (res.headers.get("content-type") ?? "").includes("text/event-stream") && res.body !== null;
 }
 
 /**
