@@ -325,15 +325,15 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
       tried.add(replica);
       // The attempt deadline covers the reply up to its last byte for JSON, up to the headers for an
       // event stream (whose chunks may legitimately flow for longer).
-      const deadline = new AbortController();
+      const deadline = opts.attemptTimeoutMs ? new AbortController() : undefined;
       let timedOut = false;
-      const timer = opts.attemptTimeoutMs
+      const timer = deadline
         ? setTimeout(() => {
             timedOut = true;
             deadline.abort(new DOMException(`no reply within ${opts.attemptTimeoutMs} ms`, "TimeoutError"));
           }, opts.attemptTimeoutMs)
         : undefined;
-      const signal = timer !== undefined ? AbortSignal.any([req.signal, deadline.signal]) : req.signal;
+      const signal = deadline ? AbortSignal.any([req.signal, deadline.signal]) : req.signal;
       const t0 = Date.now();
       let res: Response;
       let buf: ArrayBuffer | undefined;

@@ -125,13 +125,15 @@ export interface ReplyVerdict {
  * well-formed generation reply carrying token ids and one finite log-prob
  * per id — is settled by {@link surelyUsableReply} without zod and without
  * reading the request; anything else takes the full check (wire schema,
- * then the clients' parsers), which words the problem.
+ * then the clients' parsers), which words the problem. `settleFast: false`
+ * skips that shortcut (tests hold the two paths to one verdict with it).
  */
 export function judgeReply(
   path: string,
   contentType: string | null,
   text: string,
   request?: string | (() => string | undefined),
+  settleFast = true,
 ): ReplyVerdict {
   const ct = (contentType ?? "").toLowerCase();
   if (ct.includes("text/event-stream")) return { problem: null, parsed: false, json: undefined };
@@ -143,7 +145,7 @@ export function judgeReply(
   } catch {
     return { problem: `body is not JSON (${JSON.stringify(text.slice(0, 60))})`, parsed: false, json: undefined };
   }
-  if (!schema || surelyUsableReply(path, body)) return { problem: null, parsed: true, json: body };
+  if (!schema || (settleFast && surelyUsableReply(path, body))) return { problem: null, parsed: true, json: body };
   const items = path === "/generate" && Array.isArray(body) ? body : [body];
   for (const item of items) {
     const r = schema.safeParse(item);

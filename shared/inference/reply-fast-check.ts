@@ -55,6 +55,18 @@ function endOk(ids: readonly number[], finish: unknown, logprobCount: number, lo
   return true;
 }
 
+/**
+ * Whether `items` spell `ids` exactly as `"token_id:<id>"` strings (vLLM's
+ * `return_tokens_as_token_ids` form): then the ids read from them are `ids`,
+ * without a regular expression per token. Any other spelling → false (the
+ * caller reads the strings the general way).
+ */
+function spellsIds<T>(items: readonly T[], ids: readonly number[], token: (item: T) => unknown): boolean {
+  if (items.length !== ids.length) return false;
+  for (let i = 0; i < ids.length; i++) if (token(items[i]!) !== `token_id:${ids[i]}`) return false;
+  return true;
+}
+
 const sameIds = (a: readonly number[], b: readonly number[]) => a.length === b.length && a.every((v, i) => v === b[i]);
 
 /** The fields shared by both vLLM replies (`usage`, `choices` non-empty), then every choice. */
@@ -88,7 +100,7 @@ function completionChoiceOk(c: Obj): boolean {
   if (!absent(tokens)) {
     if (!Array.isArray(tokens)) return false;
     for (const t of tokens) if (typeof t !== "string") return false;
-    fromStrings = idsFromTokenIdStrings(tokens as string[]);
+    fromStrings = tokenIds && spellsIds(tokens, tokenIds, (t) => t) ? tokenIds : idsFromTokenIdStrings(tokens as string[]);
     if (fromStrings && !fromStrings.every(isTokenId)) return false;
   }
   const ids = tokenIds ?? fromStrings;
@@ -107,7 +119,10 @@ function generateChoiceOk(c: Obj): boolean {
   const content = lp.content;
   if (!Array.isArray(content)) return false;
   for (const e of content) if (!isObj(e) || !optString(e.token) || !Number.isFinite(e.logprob)) return false;
-  const fromStrings = idsFromTokenIdStrings(content.map((e) => (e as Obj).token as string | null | undefined));
+  const fromStrings =
+    tokenIds && spellsIds(content, tokenIds, (e) => (e as Obj).token)
+      ? tokenIds
+      : idsFromTokenIdStrings(content.map((e) => (e as Obj).token as string | null | undefined));
   if (fromStrings && !fromStrings.every(isTokenId)) return false;
   const ids = tokenIds ?? fromStrings;
   if (!ids || (tokenIds && fromStrings && !sameIds(tokenIds, fromStrings))) return false;
