@@ -268,20 +268,21 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
   app.all("*", (c) => serveProxy(c.req.raw, c));
 
   /** The catch-all route: a lazy health check when one is due, then the proxied call. */
-  function serveProxy(req: Request, c?: Context): Promise<Response> {
+  function serveProxy(req: Request, c?: Context, body?: ArrayBuffer): Promise<Response> {
     if (opts.healthIntervalMs > 0 && Date.now() - lastHealthCheck >= opts.healthIntervalMs && !healthRun) {
       const run = checkHealth().catch(() => undefined);
       if (c) waitUntil(c, run);
     }
-    return proxy(req);
+    return proxy(req, body);
   }
 
   /**
    * `Gateway.fetch`: an engine call (a POST to a path the app's own routes
-   * cannot match, with a declared length) goes straight to the catch-all
-   * route with the body-size check Hono's middleware would make; every other
-   * request goes through the Hono app. Same responses either way: it saves
-   * the router and middleware chain on the hot path.
+   * cannot match) goes straight to the catch-all route with the body-size
+   * check Hono's middleware would make (by the declared length, else while
+   * the body is read); every other request goes through the Hono app. Same
+   * responses either way: it saves the router and middleware chain on the
+   * hot path.
    */
   async function fetchGateway(req: Request): Promise<Response> {
     if (req.method !== "POST") return app.fetch(req);
@@ -290,23 +291,29 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
     let end = url.indexOf("?", start);
     if (end < 0) end = url.length;
     if (start < 0 || APP_PATHS.test(url.slice(start, end))) return app.fetch(req);
-    const declared = req.headers.get("content-length");
-    if (declared === null || req.headers.has("transfer-encoding")) return app.fetch(req);
-    if (parseInt(declared, 10) > opts.maxBodyBytes && req.body) return onError(tooLarge(opts.maxBodyBytes));
     try {
-      return await serveProxy(req);
+      const declared = req.headers.get("content-length");
+      let body: ArrayBuffer | undefined;
+      if (declared === null || req.headers.has("transfer-encoding")) {
+        // No declared length (a streamed body, or an in-process Request): read it under the limit.
+        const read = await readLimited(req, opts.maxBodyBytes);
+        if (read === null) return onError(tooLarge(opts.maxBodyBytes));
+        body = read;
+      } else if (parseInt(declared, 10) > opts.maxBodyBytes && req.body) return onError(tooLarge(opts.maxBodyBytes));
+      return await serveProxy(req, undefined, body);
     } catch (e) {
       return onError(e);
     }
   }
 
-  async function proxy(req: Request): Promise<Response> {
+  /** One proxied call; `read` is the request body when the caller already read it. */
+  async function proxy(req: Request, read?: ArrayBuffer): Promise<Response> {
     const key = req.headers.get("x-session-id") || req.headers.get("x-smg-routing-key") || undefined;
     const prefixKey = req.headers.get(PREFIX_KEY_HEADER) || undefined;
     const inUrl = new URL(req.url);
     // Forwarded as the bytes that came in: never decoded unless a reply's verdict depends on what
     // was asked (token ids, log-probs), which only a doubtful reply does (see judgeReply).
-    const body = req.method === "GET" || req.method === "HEAD" ? undefined : await req.arrayBuffer();
+    const body = req.method === "GET" || req.method === "HEAD" ? undefined : (read ?? (await req.arrayBuffer()));
     let requestText: string | undefined;
     const readRequest = () => (requestText ??= body && body.byteLength > 0 ? decoder.decode(body) : undefined);
     const headers = new Headers(req.headers);
@@ -517,6 +524,36 @@ function relayStream(res: Response, replica: string, done: (ok: boolean) => void
     },
   });
   return withReplica(res, replica, stream);
+}
+
+/**
+ * A request body read whole, or null as soon as it passes `maxBytes` (the
+ * rest is not read), as Hono's body-limit middleware does for a body of
+ * undeclared length. A request without a body reads as 0 bytes.
+ */
+async function readLimited(req: Request, maxBytes: number): Promise<ArrayBuffer | null> {
+  if (!req.body) return new ArrayBuffer(0);
+  const reader = req.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > maxBytes) {
+      await reader.cancel().catch(() => undefined);
+      return null;
+    }
+    chunks.push(value);
+  }
+  if (chunks.length === 1 && chunks[0]!.byteOffset === 0 && chunks[0]!.byteLength === chunks[0]!.buffer.byteLength) return chunks[0]!.buffer as ArrayBuffer;
+  const out = new Uint8Array(size);
+  let at = 0;
+  for (const c of chunks) {
+    out.set(c, at);
+    at += c.byteLength;
+  }
+  return out.buffer;
 }
 
 /** Keeps a background promise alive on workerd (`executionCtx.waitUntil`); elsewhere it just runs. */

@@ -1,8 +1,8 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { createGatewayApp, REPLICA_HEADER } from "../../functions/gateway.ts";
 
-// Gateway.fetch sends engine POSTs with a declared length straight to the proxy and everything else
-// through the Hono app. These pin down that both ways answer alike: the body limit, a streamed
+// Gateway.fetch sends engine POSTs straight to the proxy (body size checked by the declared length, else
+// while read) and everything else through the Hono app. These pin down that both ways answer alike: the body limit, a streamed
 // (chunked) request body, the admin routes and their auth, and the bytes that reach the replica.
 
 const ADMIN = "dispatch-admin-token";
@@ -63,6 +63,18 @@ describe("Gateway.fetch dispatch", () => {
     expect(bodyFetch).toEqual(await viaApp.json());
     expect((bodyFetch as { error: { code: string } }).error.code).toBe("request_too_large");
     expect(seen).toHaveLength(0);
+  });
+
+  test("an in-process Request without a declared length: read under the limit, proxied whole or 413", async () => {
+    const { gw, seen } = gateway(64);
+    const small = '{"prompt":[1,2,3],"max_tokens":2}';
+    const ok = await gw.fetch(new Request("http://gw.test/v1/completions", { method: "POST", body: small }));
+    expect(ok.status).toBe(200);
+    expect(seen.map((s) => s.body)).toEqual([small]);
+    const big = await gw.fetch(new Request("http://gw.test/v1/completions", { method: "POST", body: JSON.stringify({ prompt: Array.from({ length: 40 }, (_, i) => i) }) }));
+    expect(big.status).toBe(413);
+    expect(((await big.json()) as { error: { code: string } }).error.code).toBe("request_too_large");
+    expect(seen).toHaveLength(1);
   });
 
   test("admin routes keep their auth through Gateway.fetch, percent-encoded paths included", async () => {
