@@ -63,8 +63,20 @@ function endOk(ids: readonly number[], finish: unknown, logprobCount: number, lo
  */
 function spellsIds<T>(items: readonly T[], ids: readonly number[], token: (item: T) => unknown): boolean {
   if (items.length !== ids.length) return false;
-  for (let i = 0; i < ids.length; i++) if (token(items[i]!) !== `token_id:${ids[i]}`) return false;
+  for (let i = 0; i < ids.length; i++) if (!spellsId(token(items[i]!), ids[i]!)) return false;
   return true;
+}
+
+/** `t` is `"token_id:"` and 1–15 digits whose value is `id` (no string built per token; 15 digits stay exact in a double). */
+function spellsId(t: unknown, id: number): boolean {
+  if (typeof t !== "string" || t.length < 10 || t.length > 24 || !t.startsWith("token_id:")) return false;
+  let v = 0;
+  for (let k = 9; k < t.length; k++) {
+    const d = t.charCodeAt(k) - 48;
+    if (d < 0 || d > 9) return false;
+    v = v * 10 + d;
+  }
+  return v === id;
 }
 
 const sameIds = (a: readonly number[], b: readonly number[]) => a.length === b.length && a.every((v, i) => v === b[i]);
