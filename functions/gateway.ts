@@ -151,9 +151,12 @@ const DROP_RESPONSE_HEADERS = ["connection", "content-length", "content-encoding
  * whose body is not JSON, not the engine's wire schema, or lacks what the
  * request asked for — token ids with `return_token_ids`, log-probs with
  * `logprobs` — judged by the engine clients' own parsers (`bad_reply`, see
- * `replyProblem`), and a caller that gives up at its own deadline while the
- * replica is still silent (`client_abort`: the engine clients declare their
- * per-attempt deadline in `x-edgeloop-timeout-ms`; an abort at ≥ 90 % of it, or
+ * `replyProblem`; a well-formed reply carrying ids and log-probs is settled
+ * by a structural check without them, `surelyUsableReply`, and the request
+ * body is neither decoded nor parsed unless the verdict depends on it), and a
+ * caller that gives up at its own deadline while the replica is still silent
+ * (`client_abort`: the engine clients declare their per-attempt deadline in
+ * `x-edgeloop-timeout-ms`; an abort at ≥ 90 % of it, or
  * of `attemptTimeoutMs`, is the replica's failure, an earlier one is the
  * caller's choice and counts for nothing). `ejectAfter` failures in a row
  * eject the replica: the keys pinned to it are re-pinned on their next call
