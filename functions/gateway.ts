@@ -329,7 +329,8 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
     let lastFailure: Response | undefined;
     let lastError = "no replica configured";
     for (let attempt = 0; attempt < opts.maxAttempts; attempt++) {
-      const call = await acquire(key, prefixKey, tried);
+      // Without a shared state the pick is synchronous: no promise, no extra turn of the event loop.
+      const call = state ? await acquire(key, prefixKey, tried) : acquireLocal(key, tried);
       if (call === undefined) break;
       const replica = call.url;
       tried.add(replica);
@@ -454,6 +455,11 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
         };
       }
     }
+    return acquireLocal(key, tried);
+  }
+
+  /** One attempt's replica picked by this instance's own {@link ReplicaPool}. */
+  function acquireLocal(key: string | undefined, tried: ReadonlySet<string>): Attempt | undefined {
     const url = pool.acquire(key, tried);
     if (url === undefined) return undefined;
     return { url, succeed: (served) => pool.succeed(url, served), fail: (kind) => void pool.fail(url, kind), release: () => pool.release(url) };
