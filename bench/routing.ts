@@ -10,16 +10,23 @@
  * cache fed with every call's tokens), max/mean requests per replica, max/mean
  * prefill tokens computed per replica, and the run's wall time. Medians of 3 runs.
  *
- * Part 2 (real HTTP over loopback, Bun.serve, latency model off): the same call
- * to one replica directly and through the gateway; median latency of each and
- * their ratio. The same measurement in-process (app.fetch) is shown too.
+ * Part 2, the gateway hop (latency model off), for each wire format (vLLM
+ * `/v1/completions`, vLLM `/inference/v1/generate`, SGLang `/generate`): the
+ * same call straight to one replica over loopback HTTP (the floor), through a
+ * bare HTTP relay (what any extra hop costs on this machine), through the
+ * gateway with its own routing state and with the shared Redis state (when
+ * REDIS_URL / 127.0.0.1:6379 answers); and in-process (app.fetch, no sockets)
+ * direct vs gateway. Median latency of each, the gateway's ratio to the floor
+ * and the added ms, all measured in one interleaved run.
  *
- * Run: ./node_modules/.bin/bun bench/routing.ts
+ * Run: ./node_modules/.bin/bun bench/routing.ts   (`--hop-only`: part 2 only)
  */
 import { createGatewayApp } from "../functions/gateway.ts";
 import { createSimEngineApp, SimEngine, type SimLatency } from "../infra/sim-engine/index.ts";
 import { PrefixKvCache } from "../infra/sim-engine/kv-cache.ts";
-import { VllmClient, type FetchLike, type RoutingPolicyName } from "../shared/inference/index.ts";
+import IORedis from "ioredis";
+import { IoRedisCommander } from "../infra/redis/ioredis-commander.ts";
+import { RedisRoutingState, SglangClient, VllmClient, type FetchLike, type InferenceClient, type RoutingPolicyName } from "../shared/inference/index.ts";
 import { SamplingParams } from "../shared/schema/index.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../shared/tokens/tokenizer.ts";
 
@@ -137,57 +144,128 @@ async function routingRun(tok: ChatTokenizer, policy: RoutingPolicyName): Promis
   return { hitRate: cached / prompt, ideal: idealCached / idealPrompt, reqMaxMean: maxMean(reqs), prefillMaxMean: maxMean(prefill), wallS, callMs: median(callMs) };
 }
 
-async function overhead(tok: ChatTokenizer): Promise<{ directMs: number; gatewayMs: number; inDirectMs: number; inGatewayMs: number }> {
-  const engine = new SimEngine({ tokenizer: tok, script: SCRIPT });
-  const app = createSimEngineApp(engine);
+type Format = "vLLM /v1/completions" | "vLLM /inference/v1/generate" | "SGLang /generate";
+const FORMATS: [Format, (url: string, fetch?: FetchLike) => InferenceClient][] = [
+  ["vLLM /v1/completions", (url, fetch) => new VllmClient({ url, fetch })],
+  ["vLLM /inference/v1/generate", (url, fetch) => new VllmClient({ url, fetch, endpoint: "generate" })],
+  ["SGLang /generate", (url, fetch) => new SglangClient({ url, fetch })],
+];
+type Hop = "direct" | "relay" | "gateway" | "gatewayShared" | "inDirect" | "inGateway";
+const OVERHEAD_CALLS = 1_000;
+const OVERHEAD_WARMUP = 200;
+
+/** The local Redis for the shared-state row, or null (row skipped) when it does not answer within 500 ms. */
+async function sharedState(): Promise<{ state: RedisRoutingState; close(): Promise<void> } | null> {
+  const url = process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
+  const probe = new IORedis(url, { lazyConnect: true, connectTimeout: 500, maxRetriesPerRequest: 0, retryStrategy: () => null });
+  try {
+    await probe.connect();
+    await probe.ping();
+  } catch {
+    probe.disconnect();
+    return null;
+  }
+  const prefix = `bench:routing:${crypto.randomUUID().slice(0, 8)}:`;
+  const commander = new IoRedisCommander(url);
+  const state = new RedisRoutingState(commander, { prefix });
+  return {
+    state,
+    async close() {
+      await state.close();
+      await commander.close();
+      let cursor = "0";
+      do {
+        const [next, keys] = await probe.scan(cursor, "MATCH", `${prefix}*`, "COUNT", 1000);
+        cursor = next;
+        if (keys.length) await probe.unlink(...keys);
+      } while (cursor !== "0");
+      await probe.quit();
+    },
+  };
+}
+
+/**
+ * Median latency of one call per hop, for one wire format: straight to the
+ * replica (the floor), through a bare relay (`fetch` of the request's bytes to
+ * the replica, its reply passed back: what any HTTP hop costs here), through
+ * the gateway (its own routing state; the shared Redis state when Redis
+ * answers), and the same pair in-process (app.fetch, no sockets: the
+ * gateway's own CPU). Interleaved, in a rotating order, so every hop sees the
+ * same machine state.
+ */
+async function overhead(tok: ChatTokenizer, make: (url: string, fetch?: FetchLike) => InferenceClient): Promise<Partial<Record<Hop, number>>> {
+  const app = createSimEngineApp(new SimEngine({ tokenizer: tok, script: SCRIPT }));
   const replica = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: app.fetch });
   const replicaUrl = `http://127.0.0.1:${replica.port}`;
-  const gw = createGatewayApp({ replicas: [replicaUrl], policy: "least_inflight_sticky", healthIntervalMs: 0 });
-  const gateway = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: gw.fetch });
+  const relay = Bun.serve({
+    port: 0,
+    hostname: "127.0.0.1",
+    fetch: async (req) => {
+      const u = new URL(req.url);
+      return fetch(replicaUrl + u.pathname + u.search, { method: req.method, headers: req.headers, body: await req.arrayBuffer() });
+    },
+  });
+  const gateway = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: createGatewayApp({ replicas: [replicaUrl], healthIntervalMs: 0 }).fetch });
+  const shared = await sharedState();
+  const gatewayShared = shared
+    ? Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: createGatewayApp({ replicas: [replicaUrl], healthIntervalMs: 0, routingState: shared.state }).fetch })
+    : undefined;
   const gwInProc = createGatewayApp({ replicas: ["http://replica.sim"], healthIntervalMs: 0, fetch: inProcessFetch(new Map([["replica.sim", app]])) });
-  const clients = {
-    direct: new VllmClient({ url: replicaUrl }),
-    gateway: new VllmClient({ url: `http://127.0.0.1:${gateway.port}` }),
-    inDirect: new VllmClient({ url: "http://replica.sim", fetch: inProcessFetch(new Map([["replica.sim", app]])) }),
-    inGateway: new VllmClient({ url: "http://gw.sim", fetch: inProcessFetch(new Map([["gw.sim", gwInProc]])) }),
+  const clients: Partial<Record<Hop, InferenceClient>> = {
+    direct: make(replicaUrl),
+    relay: make(`http://127.0.0.1:${relay.port}`),
+    gateway: make(`http://127.0.0.1:${gateway.port}`),
+    ...(gatewayShared ? { gatewayShared: make(`http://127.0.0.1:${gatewayShared.port}`) } : {}),
+    inDirect: make("http://replica.sim", inProcessFetch(new Map([["replica.sim", app]]))),
+    inGateway: make("http://gw.sim", inProcessFetch(new Map([["gw.sim", gwInProc]]))),
   };
+  const hops = Object.keys(clients) as Hop[];
   const sp = SamplingParams.parse({});
   const prompt = firstPrompt(tok, 7);
-  const times: Record<keyof typeof clients, number[]> = { direct: [], gateway: [], inDirect: [], inGateway: [] };
-  for (let i = 0; i < 1_200; i++) {
-    // Interleaved so both paths see the same machine state.
-    for (const k of Object.keys(clients) as (keyof typeof clients)[]) {
+  const times = Object.fromEntries(hops.map((h) => [h, [] as number[]])) as Record<Hop, number[]>;
+  for (let i = 0; i < OVERHEAD_WARMUP + OVERHEAD_CALLS; i++) {
+    for (let j = 0; j < hops.length; j++) {
+      const hop = hops[(i + j) % hops.length]!;
       const t0 = performance.now();
-      await clients[k].generate({ request_id: `o-${i}-${k}`, routing_key: "overhead", prompt_ids: prompt, sampling_params: sp, max_tokens: 16 });
-      if (i >= 200) times[k].push(performance.now() - t0);
+      await clients[hop]!.generate({ request_id: `o-${i}-${hop}`, routing_key: "overhead", prompt_ids: prompt, sampling_params: sp, max_tokens: 16 });
+      if (i >= OVERHEAD_WARMUP) times[hop].push(performance.now() - t0);
     }
   }
-  await gateway.stop(true);
-  await replica.stop(true);
-  return { directMs: median(times.direct), gatewayMs: median(times.gateway), inDirectMs: median(times.inDirect), inGatewayMs: median(times.inGateway) };
+  for (const server of [gatewayShared, gateway, relay, replica]) await server?.stop(true);
+  await shared?.close();
+  return Object.fromEntries(hops.map((h) => [h, median(times[h])]));
 }
 
 const tok = await defaultTokenizer();
 const f = (x: number, d = 3) => x.toFixed(d);
 
-console.log(`routing quality: ${REPLICAS} sim replicas (in-process app.fetch), ${TRAJECTORIES} trajectories × ${TURNS} turns, ${CONCURRENCY} in flight,`);
-console.log(`latency model prefill ${LATENCY.prefill_ms_per_token} ms/uncached token, decode ${LATENCY.decode_ms_per_token} ms/token; KV cache 16,384 blocks × 16 tokens per replica; medians of ${RUNS} runs\n`);
-const rows: string[][] = [["policy", "prefix hit rate", "ideal", "hit/ideal", "max/mean requests", "max/mean prefill tokens", "wall s", "median call ms"]];
-for (const policy of POLICIES) {
-  const runs: RoutingResult[] = [];
-  for (let r = 0; r < RUNS; r++) runs.push(await routingRun(tok, policy));
-  const m = (k: keyof RoutingResult) => median(runs.map((x) => x[k]));
-  rows.push([policy, f(m("hitRate")), f(m("ideal")), f(median(runs.map((x) => x.hitRate / x.ideal))), f(m("reqMaxMean")), f(m("prefillMaxMean")), f(m("wallS"), 2), f(m("callMs"), 2)]);
-}
-printTable(rows);
+if (!process.argv.includes("--hop-only")) await routingQuality();
 
-const o = await overhead(tok);
-console.log(`\ngateway overhead per call (1,000 calls each, interleaved, median; sim latency model off; 16 generated tokens):\n`);
-printTable([
-  ["path", "direct ms", "via gateway ms", "ratio gateway/direct", "added ms"],
-  ["loopback HTTP (Bun.serve)", f(o.directMs), f(o.gatewayMs), f(o.gatewayMs / o.directMs, 2), f(o.gatewayMs - o.directMs)],
-  ["in-process (app.fetch)", f(o.inDirectMs), f(o.inGatewayMs), f(o.inGatewayMs / o.inDirectMs, 2), f(o.inGatewayMs - o.inDirectMs)],
-]);
+async function routingQuality(): Promise<void> {
+  console.log(`routing quality: ${REPLICAS} sim replicas (in-process app.fetch), ${TRAJECTORIES} trajectories × ${TURNS} turns, ${CONCURRENCY} in flight,`);
+  console.log(`latency model prefill ${LATENCY.prefill_ms_per_token} ms/uncached token, decode ${LATENCY.decode_ms_per_token} ms/token; KV cache 16,384 blocks × 16 tokens per replica; medians of ${RUNS} runs\n`);
+  const rows: string[][] = [["policy", "prefix hit rate", "ideal", "hit/ideal", "max/mean requests", "max/mean prefill tokens", "wall s", "median call ms"]];
+  for (const policy of POLICIES) {
+    const runs: RoutingResult[] = [];
+    for (let r = 0; r < RUNS; r++) runs.push(await routingRun(tok, policy));
+    const m = (k: keyof RoutingResult) => median(runs.map((x) => x[k]));
+    rows.push([policy, f(m("hitRate")), f(m("ideal")), f(median(runs.map((x) => x.hitRate / x.ideal))), f(m("reqMaxMean")), f(m("prefillMaxMean")), f(m("wallS"), 2), f(m("callMs"), 2)]);
+  }
+  printTable(rows);
+}
+
+console.log(`\ngateway hop per call (${OVERHEAD_CALLS.toLocaleString("en")} calls per hop after ${OVERHEAD_WARMUP} warm-up, interleaved, median ms; sim latency model off; 16 generated tokens):`);
+console.log("floor = the direct call; relay = a bare HTTP relay (fetch of the request's bytes, reply passed back), what any extra HTTP hop costs here\n");
+const hopRows: string[][] = [["wire format", "hop", "floor ms", "relay ms", "gateway ms", "gateway/floor", "relay/floor", "added ms"]];
+for (const [format, make] of FORMATS) {
+  const o = await overhead(tok, make);
+  const row = (hop: string, floor: number, gw: number | undefined, relay?: number) =>
+    hopRows.push([format, hop, f(floor), relay === undefined ? "" : f(relay), gw === undefined ? "(no Redis)" : f(gw), gw === undefined ? "" : f(gw / floor, 2), relay === undefined ? "" : f(relay / floor, 2), gw === undefined ? "" : f(gw - floor)]);
+  row("loopback HTTP, own state", o.direct!, o.gateway, o.relay);
+  row("loopback HTTP, Redis state", o.direct!, o.gatewayShared);
+  row("in-process (app.fetch)", o.inDirect!, o.inGateway);
+}
+printTable(hopRows);
 
 function printTable(t: string[][]): void {
   const w = t[0].map((_, c) => Math.max(...t.map((r) => r[c].length)));

@@ -5,12 +5,12 @@ import { DEADLINE_HEADER, joinUrl, PREFIX_KEY_HEADER, type FetchLike } from "../
 import { gatewayMetricsText } from "../shared/inference/gateway-metrics.ts";
 import { createRoutingPolicy, normaliseUrl, ReplicaPool, type FailureKind, type ReplicaStatus } from "../shared/inference/replica-pool.ts";
 import { DEFAULT_EPSILON, rendezvousOrder } from "../shared/inference/bounded-load-hash.ts";
-import { cacheUsage, recordCacheUsage } from "../shared/inference/cache-usage.ts";
+import { cacheUsage, cacheUsageOf, recordCacheUsage } from "../shared/inference/cache-usage.ts";
 import type { RoutingState } from "../shared/inference/routing-state.ts";
-import { replyProblem } from "../shared/inference/reply-check.ts";
+import { judgeReply } from "../shared/inference/reply-check.ts";
 import { PROMETHEUS_CONTENT_TYPE } from "../shared/telemetry/prometheus.ts";
 import type { RoutingPolicyName } from "../shared/inference/routing-policy.ts";
-import { bearerAuth, limitBody } from "./http-util.ts";
+import { bearerAuth, limitBody, tooLarge } from "./http-util.ts";
 
 /** Response header naming the replica that served a call. */
 export const REPLICA_HEADER = "x-edgeloop-replica";
@@ -125,6 +125,15 @@ const GatewayOptionsSchema = z.object({
 
 const ReplicaBody = z.object({ url: z.url({ protocol: /^https?$/ }) });
 
+const decoder = new TextDecoder();
+
+/**
+ * Paths `Gateway.fetch` leaves to the Hono app: its own routes (`/health`,
+ * `/metrics`, `/admin/*`), fragments, and percent-encoded paths (which Hono
+ * decodes before matching).
+ */
+const APP_PATHS = /health|metrics|admin|%|#/;
+
 /** Hop-by-hop and encoding headers that must not be forwarded as they are. */
 const DROP_REQUEST_HEADERS = ["host", "connection", "content-length", "accept-encoding", "keep-alive", "transfer-encoding"];
 const DROP_RESPONSE_HEADERS = ["connection", "content-length", "content-encoding", "keep-alive", "transfer-encoding"];
@@ -142,9 +151,12 @@ const DROP_RESPONSE_HEADERS = ["connection", "content-length", "content-encoding
  * whose body is not JSON, not the engine's wire schema, or lacks what the
  * request asked for — token ids with `return_token_ids`, log-probs with
  * `logprobs` — judged by the engine clients' own parsers (`bad_reply`, see
- * `replyProblem`), and a caller that gives up at its own deadline while the
- * replica is still silent (`client_abort`: the engine clients declare their
- * per-attempt deadline in `x-edgeloop-timeout-ms`; an abort at ≥ 90 % of it, or
+ * `replyProblem`; a well-formed reply carrying ids and log-probs is settled
+ * by a structural check without them, `surelyUsableReply`, and the request
+ * body is neither decoded nor parsed unless the verdict depends on it), and a
+ * caller that gives up at its own deadline while the replica is still silent
+ * (`client_abort`: the engine clients declare their per-attempt deadline in
+ * `x-edgeloop-timeout-ms`; an abort at ≥ 90 % of it, or
  * of `attemptTimeoutMs`, is the replica's failure, an earlier one is the
  * caller's choice and counts for nothing). `ejectAfter` failures in a row
  * eject the replica: the keys pinned to it are re-pinned on their next call
@@ -213,12 +225,13 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
   };
 
   const app = new Hono();
-  app.onError((err) => {
+  const onError = (err: unknown): Response => {
     if (err instanceof EdgeloopError) {
       return err.toResponse(err instanceof AuthError ? { "www-authenticate": 'Bearer realm="edgeloop-gateway"' } : {});
     }
     return Response.json({ error: { code: "internal", message: "internal error" } }, { status: 500 });
-  });
+  };
+  app.onError(onError);
   app.use("/admin/*", bearerAuth(options.adminToken ?? null), limitBody(64 * 1024));
   app.use("*", limitBody(opts.maxBodyBytes));
 
@@ -255,21 +268,57 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
 
   app.all("/admin/*", (c) => c.json({ error: { code: "not_found", message: `no admin route ${c.req.method} ${c.req.path.slice(0, 200)}` } }, 404));
 
-  app.all("*", async (c) => {
+  app.all("*", (c) => serveProxy(c.req.raw, c));
+
+  /** The catch-all route: a lazy health check when one is due, then the proxied call. */
+  function serveProxy(req: Request, c?: Context, body?: ArrayBuffer): Promise<Response> {
     if (opts.healthIntervalMs > 0 && Date.now() - lastHealthCheck >= opts.healthIntervalMs && !healthRun) {
       const run = checkHealth().catch(() => undefined);
-      waitUntil(c, run);
+      if (c) waitUntil(c, run);
     }
-    return proxy(c.req.raw);
-  });
+    return proxy(req, body);
+  }
 
-  async function proxy(req: Request): Promise<Response> {
+  /**
+   * `Gateway.fetch`: an engine call (a POST to a path the app's own routes
+   * cannot match) goes straight to the catch-all route with the body-size
+   * check Hono's middleware would make (by the declared length, else while
+   * the body is read); every other request goes through the Hono app. Same
+   * responses either way: it saves the router and middleware chain on the
+   * hot path.
+   */
+  async function fetchGateway(req: Request): Promise<Response> {
+    if (req.method !== "POST") return app.fetch(req);
+    const url = req.url;
+    const start = url.indexOf("/", url.indexOf(":") + 4);
+    let end = url.indexOf("?", start);
+    if (end < 0) end = url.length;
+    if (start < 0 || APP_PATHS.test(url.slice(start, end))) return app.fetch(req);
+    try {
+      const declared = req.headers.get("content-length");
+      let body: ArrayBuffer | undefined;
+      if (declared === null || req.headers.has("transfer-encoding")) {
+        // No declared length (a streamed body, or an in-process Request): read it under the limit.
+        const read = await readLimited(req, opts.maxBodyBytes);
+        if (read === null) return onError(tooLarge(opts.maxBodyBytes));
+        body = read;
+      } else if (parseInt(declared, 10) > opts.maxBodyBytes && req.body) return onError(tooLarge(opts.maxBodyBytes));
+      return await serveProxy(req, undefined, body);
+    } catch (e) {
+      return onError(e);
+    }
+  }
+
+  /** One proxied call; `read` is the request body when the caller already read it. */
+  async function proxy(req: Request, read?: ArrayBuffer): Promise<Response> {
     const key = req.headers.get("x-session-id") || req.headers.get("x-smg-routing-key") || undefined;
     const prefixKey = req.headers.get(PREFIX_KEY_HEADER) || undefined;
     const inUrl = new URL(req.url);
-    const body = req.method === "GET" || req.method === "HEAD" ? undefined : await req.arrayBuffer();
-    // The request is read once, to judge each reply against what it asked for (token ids, log-probs).
-    const requestText = body && body.byteLength > 0 ? new TextDecoder().decode(body) : undefined;
+    // Forwarded as the bytes that came in: never decoded unless a reply's verdict depends on what
+    // was asked (token ids, log-probs), which only a doubtful reply does (see judgeReply).
+    const body = req.method === "GET" || req.method === "HEAD" ? undefined : (read ?? (await req.arrayBuffer()));
+    let requestText: string | undefined;
+    const readRequest = () => (requestText ??= body && body.byteLength > 0 ? decoder.decode(body) : undefined);
     const headers = new Headers(req.headers);
     for (const h of DROP_REQUEST_HEADERS) headers.delete(h);
     // The deadline a caller's abort is judged against: its declared per-attempt deadline, or ours.
@@ -280,21 +329,22 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
     let lastFailure: Response | undefined;
     let lastError = "no replica configured";
     for (let attempt = 0; attempt < opts.maxAttempts; attempt++) {
-      const call = await acquire(key, prefixKey, tried);
+      // Without a shared state the pick is synchronous: no promise, no extra turn of the event loop.
+      const call = state ? await acquire(key, prefixKey, tried) : acquireLocal(key, tried);
       if (call === undefined) break;
       const replica = call.url;
       tried.add(replica);
       // The attempt deadline covers the reply up to its last byte for JSON, up to the headers for an
       // event stream (whose chunks may legitimately flow for longer).
-      const deadline = new AbortController();
+      const deadline = opts.attemptTimeoutMs ? new AbortController() : undefined;
       let timedOut = false;
-      const timer = opts.attemptTimeoutMs
+      const timer = deadline
         ? setTimeout(() => {
             timedOut = true;
             deadline.abort(new DOMException(`no reply within ${opts.attemptTimeoutMs} ms`, "TimeoutError"));
           }, opts.attemptTimeoutMs)
         : undefined;
-      const signal = timer !== undefined ? AbortSignal.any([req.signal, deadline.signal]) : req.signal;
+      const signal = deadline ? AbortSignal.any([req.signal, deadline.signal]) : req.signal;
       const t0 = Date.now();
       let res: Response;
       let buf: ArrayBuffer | undefined;
@@ -302,7 +352,7 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
         res = await fetchFn(joinUrl(replica, inUrl.pathname + inUrl.search), { method: req.method, headers, body, signal });
         // A JSON reply is read whole under the attempt's deadline: a replica that sends headers and
         // then stalls, or sends garbage, fails here, before anything reached the caller.
-        if (!isEventStream(res)) buf = res.body ? await res.arrayBuffer() : new ArrayBuffer(0);
+        if (!isEventStream(res)) buf = await res.arrayBuffer();
       } catch (e) {
         if (req.signal.aborted) {
           // The caller gave up. At (about) its deadline, with the replica still silent, that is the
@@ -326,7 +376,8 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
         continue;
       }
       if (buf === undefined) return relayStream(res, replica, (ok) => (ok ? call.succeed(res.status < 300) : call.release()));
-      const problem = res.status < 300 ? replyProblem(inUrl.pathname, res.headers.get("content-type"), new TextDecoder().decode(buf), requestText) : null;
+      const verdict = res.status < 300 ? judgeReply(inUrl.pathname, res.headers.get("content-type"), decoder.decode(buf), readRequest) : undefined;
+      const problem = verdict?.problem ?? null;
       if (problem) {
         call.fail("bad_reply");
         lastError = `${replica}: ${problem}`;
@@ -338,7 +389,7 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
       }
       call.succeed(res.status < 300);
       if (res.status < 300) {
-        const usage = cacheUsage(inUrl.pathname, buf);
+        const usage = verdict?.parsed ? cacheUsageOf(inUrl.pathname, verdict.json) : cacheUsage(inUrl.pathname, buf);
         if (usage) {
           pool.noteCache(replica, usage.prompt_tokens, usage.cached_tokens);
           recordCacheUsage(replica, usage.prompt_tokens, usage.cached_tokens ?? 0);
@@ -404,6 +455,11 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
         };
       }
     }
+    return acquireLocal(key, tried);
+  }
+
+  /** One attempt's replica picked by this instance's own {@link ReplicaPool}. */
+  function acquireLocal(key: string | undefined, tried: ReadonlySet<string>): Attempt | undefined {
     const url = pool.acquire(key, tried);
     if (url === undefined) return undefined;
     return { url, succeed: (served) => pool.succeed(url, served), fail: (kind) => void pool.fail(url, kind), release: () => pool.release(url) };
@@ -411,7 +467,7 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
 
   return {
     app,
-    fetch: (req) => Promise.resolve(app.fetch(req)),
+    fetch: fetchGateway,
     pool,
     addReplica: (url) => pool.add(url),
     removeReplica: (url) => pool.remove(normaliseUrl(url)),
@@ -436,9 +492,13 @@ function withReplica(res: Response, replica: string, body: BodyInit | null = res
   return new Response(body, { status: res.status, statusText: res.statusText, headers });
 }
 
-/** Whether a reply is an event stream (relayed chunk by chunk, not read whole). */
+/**
+ * Whether a reply is an event stream (relayed chunk by chunk, not read whole).
+ * `res.body` is looked at only then: on Bun, touching it makes a stream that
+ * slows the whole-body read of every other reply.
+ */
 function isEventStream(res: Response): boolean {
-  return res.body !== null && (res.headers.get("content-type") ?? "").includes("text/event-stream");
+  return (res.headers.get("content-type") ?? "").includes("text/event-stream") && res.body !== null;
 }
 
 /**
@@ -473,6 +533,36 @@ function relayStream(res: Response, replica: string, done: (ok: boolean) => void
     },
   });
   return withReplica(res, replica, stream);
+}
+
+/**
+ * A request body read whole, or null as soon as it passes `maxBytes` (the
+ * rest is not read), as Hono's body-limit middleware does for a body of
+ * undeclared length. A request without a body reads as 0 bytes.
+ */
+async function readLimited(req: Request, maxBytes: number): Promise<ArrayBuffer | null> {
+  if (!req.body) return new ArrayBuffer(0);
+  const reader = req.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > maxBytes) {
+      await reader.cancel().catch(() => undefined);
+      return null;
+    }
+    chunks.push(value);
+  }
+  if (chunks.length === 1 && chunks[0]!.byteOffset === 0 && chunks[0]!.byteLength === chunks[0]!.buffer.byteLength) return chunks[0]!.buffer as ArrayBuffer;
+  const out = new Uint8Array(size);
+  let at = 0;
+  for (const c of chunks) {
+    out.set(c, at);
+    at += c.byteLength;
+  }
+  return out.buffer;
 }
 
 /** Keeps a background promise alive on workerd (`executionCtx.waitUntil`); elsewhere it just runs. */

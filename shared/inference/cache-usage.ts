@@ -1,5 +1,4 @@
 import { metrics, type Counter } from "@opentelemetry/api";
-import { z } from "zod";
 
 /** What one engine reply says about its prompt and the engine's prefix cache. */
 export interface CacheUsage {
@@ -13,11 +12,9 @@ export interface CacheUsage {
   cached_tokens: number | null;
 }
 
-const Count = z.number().int().min(0);
-const VllmUsage = z.looseObject({
-  usage: z.looseObject({ prompt_tokens: Count, prompt_tokens_details: z.looseObject({ cached_tokens: Count.nullish() }).nullish() }),
-});
-const SglangMeta = z.looseObject({ meta_info: z.looseObject({ prompt_tokens: Count, cached_tokens: Count }) });
+/** A count as the wire schemas define one: a safe integer ≥ 0 (zod's `z.number().int().min(0)`). */
+const isCount = (v: unknown): v is number => Number.isSafeInteger(v) && (v as number) >= 0;
+const isObj = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
 
 /**
  * The prompt and prefix-cache counts of a buffered engine reply, or null when
@@ -41,21 +38,34 @@ export function cacheUsage(path: string, body: ArrayBuffer | string): CacheUsage
   } catch {
     return null;
   }
+  return cacheUsageOf(path, json);
+}
+
+/**
+ * {@link cacheUsage} of a reply body already parsed from JSON (the gateway
+ * parses each reply once). Never throws.
+ */
+export function cacheUsageOf(path: string, json: unknown): CacheUsage | null {
   if (path === "/generate") {
     const items = Array.isArray(json) ? json : [json];
     let prompt = 0;
     let cached = 0;
     for (const item of items) {
-      const r = SglangMeta.safeParse(item);
-      if (!r.success) return null;
-      prompt += r.data.meta_info.prompt_tokens;
-      cached += r.data.meta_info.cached_tokens;
+      const meta = isObj(item) ? item.meta_info : undefined;
+      if (!isObj(meta) || !isCount(meta.prompt_tokens) || !isCount(meta.cached_tokens)) return null;
+      prompt += meta.prompt_tokens;
+      cached += meta.cached_tokens;
     }
     return items.length > 0 ? { prompt_tokens: prompt, cached_tokens: cached } : null;
   }
-  const r = VllmUsage.safeParse(json);
-  if (!r.success) return null;
-  return { prompt_tokens: r.data.usage.prompt_tokens, cached_tokens: r.data.usage.prompt_tokens_details?.cached_tokens ?? null };
+  const usage = isObj(json) ? json.usage : undefined;
+  if (!isObj(usage) || !isCount(usage.prompt_tokens)) return null;
+  const details = usage.prompt_tokens_details;
+  if (details === undefined || details === null) return { prompt_tokens: usage.prompt_tokens, cached_tokens: null };
+  if (!isObj(details)) return null;
+  const c = details.cached_tokens;
+  if (c === undefined || c === null) return { prompt_tokens: usage.prompt_tokens, cached_tokens: null };
+  return isCount(c) ? { prompt_tokens: usage.prompt_tokens, cached_tokens: c } : null;
 }
 
 let counters: { prompt: Counter; cached: Counter } | undefined;

@@ -1,6 +1,7 @@
 import type { z } from "zod";
 import { BadEngineResponseError } from "../errors.ts";
 import { parseSglangReply, SglangGenerateReply } from "./sglang-client.ts";
+import { surelyUsableReply } from "./reply-fast-check.ts";
 import { parseCompletionReply, parseGenerateReply } from "./vllm-client.ts";
 import { ModelsReply, VllmCompletionReply, VllmGenerateReply } from "./vllm-wire.ts";
 
@@ -104,25 +105,55 @@ function contentProblem(path: string, body: unknown, wants: ReplyWants): string 
  * @see ../shared/fixtures/wire-contracts.md §1.3, §1.6, §2.2
  */
 export function replyProblem(path: string, contentType: string | null, text: string, requestText?: string): string | null {
+  return judgeReply(path, contentType, text, requestText).problem;
+}
+
+/** What {@link judgeReply} found: the reply's problem, and its body parsed once (for the caller's other uses). */
+export interface ReplyVerdict {
+  /** What is wrong with the reply, or null when it is usable (see {@link replyProblem}). */
+  problem: string | null;
+  /** Whether the body was parsed as JSON (false: an event stream, a non-JSON path, or a body that is not JSON). */
+  parsed: boolean;
+  /** The parsed body when `parsed`, else undefined. */
+  json: unknown;
+}
+
+/**
+ * {@link replyProblem}, plus the parsed body, for a caller that has the
+ * request only as a thunk: the request is decoded and parsed only when the
+ * reply's verdict depends on what was asked. The common case — a
+ * well-formed generation reply carrying token ids and one finite log-prob
+ * per id — is settled by {@link surelyUsableReply} without zod and without
+ * reading the request; anything else takes the full check (wire schema,
+ * then the clients' parsers), which words the problem. `settleFast: false`
+ * skips that shortcut (tests hold the two paths to one verdict with it).
+ */
+export function judgeReply(
+  path: string,
+  contentType: string | null,
+  text: string,
+  request?: string | (() => string | undefined),
+  settleFast = true,
+): ReplyVerdict {
   const ct = (contentType ?? "").toLowerCase();
-  if (ct.includes("text/event-stream")) return null;
+  if (ct.includes("text/event-stream")) return { problem: null, parsed: false, json: undefined };
   const schema = SCHEMAS[path];
-  if (!schema && !ct.includes("json")) return null;
+  if (!schema && !ct.includes("json")) return { problem: null, parsed: false, json: undefined };
   let body: unknown;
   try {
     body = JSON.parse(text);
   } catch {
-    return `body is not JSON (${JSON.stringify(text.slice(0, 60))})`;
+    return { problem: `body is not JSON (${JSON.stringify(text.slice(0, 60))})`, parsed: false, json: undefined };
   }
-  if (!schema) return null;
+  if (!schema || (settleFast && surelyUsableReply(path, body))) return { problem: null, parsed: true, json: body };
   const items = path === "/generate" && Array.isArray(body) ? body : [body];
   for (const item of items) {
     const r = schema.safeParse(item);
     if (!r.success) {
       const i = r.error.issues[0];
-      return `not a ${path} reply (${i?.path.join(".") || "body"}: ${i?.message})`;
+      return { problem: `not a ${path} reply (${i?.path.join(".") || "body"}: ${i?.message})`, parsed: true, json: body };
     }
   }
-  const wants = replyWants(path, requestText);
-  return wants ? contentProblem(path, body, wants) : null;
+  const wants = replyWants(path, typeof request === "function" ? request() : request);
+  return { problem: wants ? contentProblem(path, body, wants) : null, parsed: true, json: body };
 }
