@@ -73,7 +73,10 @@ export class ChatTokenizer {
   private readonly tok: Tokenizer;
   private readonly template: Template;
   private readonly templateVars: Record<string, unknown>;
-  /** Added tokens that cut text into independent pieces (no lstrip, single_word or normalisation), longest first. */
+  /**
+   * Added tokens that cut text into independent pieces (no lstrip or single_word; not normalized, or
+   * normalized by an identity normalizer), longest first.
+   */
   private readonly boundaryTokens: string[];
   private maxChars: number | undefined;
 
@@ -105,8 +108,12 @@ export class ChatTokenizer {
     }
     this.turnEndIds = ends;
     this.templateVars = { bos_token: tokenText(cfg.bos_token) ?? "", eos_token: eos };
+    // A `normalized` added token is matched in the normalized text; with an identity normalizer
+    // (none, or an empty sequence: DeepSeek V3) that is the text itself, so it cuts the text too.
+    const normalizer = (files.tokenizer as { normalizer?: { type?: string; normalizers?: unknown[] } | null }).normalizer;
+    const identity = normalizer == null || (normalizer.type === "Sequence" && Array.isArray(normalizer.normalizers) && normalizer.normalizers.length === 0);
     this.boundaryTokens = [...this.tok.get_added_tokens_decoder().values()]
-      .filter((t) => !t.lstrip && !t.single_word && !t.normalized)
+      .filter((t) => !t.lstrip && !t.single_word && (!t.normalized || identity))
       .map((t) => t.content)
       .sort((a, b) => b.length - a.length);
   }
