@@ -2,7 +2,7 @@ import { TemplateError } from "../errors.ts";
 import type { ChatMessage, ToolSchema } from "../schema/index.ts";
 import { LRUCache } from "lru-cache";
 import { contentText, type ChatTokenizer } from "./tokenizer.ts";
-import { deriveTextFormula, evaluateFormula, renderOptionsKey, type FormulaResult } from "./text-formula.ts";
+import { deriveTextFormula, evaluateFormula, FORMULA_PROBES, renderOptionsKey, type TextFormula } from "./text-formula.ts";
 
 /** Options for {@link ObservationEncoder}. */
 export interface ObservationOptions {
@@ -186,8 +186,12 @@ const FORMULA_SAMPLES: readonly (readonly ChatMessage[])[] = [
   ],
 ];
 
-/** An observation formula: the text formula of the new messages and the generation prompt, values as {@link observationShape} lists them. */
-type ObservationFormula = FormulaResult;
+/**
+ * An observation formula: the text formula of the new messages (values as
+ * {@link observationShape} lists them) and the generation prompt's ids, or
+ * why the shape is rendered.
+ */
+type ObservationFormula = { ok: true; formula: TextFormula; genIds: number[] } | { ok: false; reason: string };
 
 /** Per (tokenizer, tools, template kwargs) state shared by every encoder of a run: separator, synthetic histories, formulas. */
 const cores = new WeakMap<ChatTokenizer, LRUCache<string, ObservationCore>>();
@@ -256,9 +260,7 @@ class ObservationCore {
       f = this.derive(newMessages, shape.values.length);
       this.formulas.set(shape.key, f);
     }
-    if (!f.ok) return undefined;
-    const text = evaluateFormula(f.formula, shape.values);
-    return text === "" ? [] : this.tok.encode(text);
+    return f.ok ? this.idsOf(f, shape.values) : undefined;
   }
 
   /**
@@ -269,24 +271,42 @@ class ObservationCore {
    * one, so that one encode of the text equals the render path's two.
    */
   private derive(like: readonly ChatMessage[], count: number): ObservationFormula {
-    const nTools = like.findIndex((m) => m.role !== "tool");
+    const n = like.findIndex((m) => m.role !== "tool");
+    const nTools = n < 0 ? like.length : n;
     const gens = new Set<string>();
     const r = deriveTextFormula(count, (values) => {
-      const parts = this.renderParts(withValues(like, values), nTools < 0 ? like.length : nTools);
+      const parts = this.renderParts(withValues(like, values), nTools);
       if (!parts) throw new TemplateError("the observation text does not start with a boundary token");
       gens.add(parts.gen);
       return parts.body + parts.gen;
     });
     if (!r.ok) return r;
     const gen = [...gens][0]!;
-    if (gens.size !== 1 || !r.formula.texts[r.formula.texts.length - 1]!.endsWith(gen)) {
-      return { ok: false, reason: "the generation prompt depends on the messages" };
+    const { texts, slots } = r.formula;
+    const last = texts[texts.length - 1]!;
+    if (gens.size !== 1 || !last.endsWith(gen)) return { ok: false, reason: "the generation prompt depends on the messages" };
+    // The generation prompt is encoded once: the render path encodes it apart from the messages too.
+    const formula = { texts: [...texts.slice(0, -1), last.slice(0, last.length - gen.length)], slots };
+    const empty = slots.length === 0 && formula.texts[0] === "";
+    if (!empty && !this.tok.startsWithBoundaryToken(formula.texts[0]!)) return { ok: false, reason: "the observation text does not start with a boundary token" };
+    const f: ObservationFormula = { ok: true, formula, genIds: gen === "" ? [] : this.tok.encode(gen) };
+    // The ids, not only the texts, must agree: check them on the probes as well.
+    for (let p = 0; p < FORMULA_PROBES.length; p++) {
+      const values = Array.from({ length: count }, (_, i) => FORMULA_PROBES[(p + i) % FORMULA_PROBES.length]!);
+      const want = this.renderIds(withValues(like, values), nTools);
+      const got = this.idsOf(f, values);
+      if (got.length !== want.length || got.some((id, i) => id !== want[i])) {
+        return { ok: false, reason: `the ids of the formula's text differ from the render's for content ${JSON.stringify(values[0])}` };
+      }
     }
-    const first = r.formula.texts[0]!;
-    if (!(first === "" && r.formula.slots.length === 0) && !this.tok.startsWithBoundaryToken(first)) {
-      return { ok: false, reason: "the observation text does not start with a boundary token" };
-    }
-    return r;
+    return f;
+  }
+
+  /** Ids of the new messages and the generation prompt from a formula: one tokenization of the messages' text, then the cached generation prompt. */
+  private idsOf(f: ObservationFormula & { ok: true }, values: readonly string[]): number[] {
+    const text = evaluateFormula(f.formula, values);
+    const body = text === "" ? [] : this.tok.encode(text);
+    return f.genIds.length === 0 ? body : body.concat(f.genIds);
   }
 
   /**

@@ -78,6 +78,8 @@ export class ChatTokenizer {
    * normalized by an identity normalizer), longest first.
    */
   private readonly boundaryTokens: string[];
+  /** Every added token's text (what the tokenizer matches before its model runs). */
+  private readonly addedTexts: string[];
   private maxChars: number | undefined;
 
   constructor(files: ModelFiles) {
@@ -116,6 +118,29 @@ export class ChatTokenizer {
       .filter((t) => !t.lstrip && !t.single_word && (!t.normalized || identity))
       .map((t) => t.content)
       .sort((a, b) => b.length - a.length);
+    this.addedTexts = [...this.tok.get_added_tokens_decoder().values()].map((t) => t.content).filter((t) => t.length > 1);
+  }
+
+  /**
+   * True when a text known to hold `piece` (its characters before and after
+   * unknown) may be encoded in two parts cut at `piece[at]`: a boundary token
+   * starts there ({@link startsWithBoundaryToken}) and no added token can
+   * match across the cut, whatever surrounds the piece (Gemma 3's `\n` is an
+   * added token, and so is `\n\n`: a cut between two newlines would split a
+   * match). Then `encode(text) = encode(before) ‖ encode(from the cut)`.
+   */
+  isSafeCut(piece: string, at: number): boolean {
+    if (!this.startsWithBoundaryToken(piece.slice(at))) return false;
+    for (const x of this.addedTexts) {
+      // x placed to start d characters before the cut; unknown characters (outside the piece) match anything.
+      for (let d = 1; d < x.length; d++) {
+        const lo = Math.max(0, at - d);
+        if (x.slice(lo - (at - d), d) !== piece.slice(lo, at)) continue;
+        const after = Math.min(x.length - d, piece.length - at);
+        if (piece.startsWith(x.slice(d, d + after), at)) return false;
+      }
+    }
+    return true;
   }
 
   /**
