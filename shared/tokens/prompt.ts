@@ -261,7 +261,7 @@ function promptParts(tok: ChatTokenizer, messages: readonly ChatMessage[], opts:
  * Why prompts of `messages`' shape are rendered whole instead of built from
  * a formula with a cached system + tools block, or undefined when they use
  * the formula (or the shape is one the formula does not cover: more than
- * four messages, other roles). Derives and caches the formula; never
+ * four messages, other roles; or one the template cannot render at all). Derives and caches the formula; never
  * throws. The CLI prints it in its start lines.
  */
 export function promptFormulaFallback(tok: ChatTokenizer, messages: readonly ChatMessage[], opts: Omit<PromptOptions, "promptLength">): string | undefined {
@@ -273,5 +273,11 @@ export function promptFormulaFallback(tok: ChatTokenizer, messages: readonly Cha
     f = derivePromptFormula(tok, messages, shape.values.length, shape.lastFrom, { ...opts, promptLength: 1 });
     plan.formulas.set(shape.key, f);
   }
-  return typeof f === "string" ? f : undefined;
+  if (typeof f !== "string") return undefined;
+  try {
+    tok.renderText(messages, { tools: opts.tools, addGenerationPrompt: true, chatTemplateKwargs: opts.chatTemplateKwargs });
+  } catch {
+    return undefined; // the template cannot render this shape at all: not a fallback
+  }
+  return f;
 }
