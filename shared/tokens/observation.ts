@@ -209,6 +209,8 @@ class ObservationCore {
   private readonly toolHistories = new Map<number, ChatMessage[]>();
   /** Formulas by shape key ({@link observationShape}); failures are kept too, so a shape is derived once. */
   private readonly formulas = new Map<string, ObservationFormula>();
+  /** Shapes seen once by {@link formulaIds}. */
+  private readonly seen = new Set<string>();
 
   private constructor(tok: ChatTokenizer, opts: ObservationOptions) {
     this.tok = tok;
@@ -250,13 +252,19 @@ class ObservationCore {
   /**
    * Ids of the new messages and the generation prompt from the shape's
    * formula: one tokenization of the formula's text. Undefined when the
-   * shape has no formula (the caller renders).
+   * shape has no formula, or is seen for the first time (the formula is
+   * derived on its second use): the caller renders.
    */
   formulaIds(newMessages: readonly ChatMessage[]): number[] | undefined {
     const shape = observationShape(newMessages);
     if (!shape) return undefined;
     let f = this.formulas.get(shape.key);
     if (!f) {
+      // Derived the second time a shape is seen: a one-off tools list (agent gateway) costs no derivation.
+      if (!this.seen.has(shape.key)) {
+        this.seen.add(shape.key);
+        return undefined;
+      }
       f = this.derive(newMessages, shape.values.length);
       this.formulas.set(shape.key, f);
     }

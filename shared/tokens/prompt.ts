@@ -32,6 +32,13 @@ export interface PromptOptions {
  * A text prompt longer than `promptLength` tokens is left-truncated — the
  * rightmost `promptLength` ids are kept, so the generation prompt survives —
  * and `truncated` is true (verl's `truncation: "left"`).
+ *
+ * Cost: the system + tools block is encoded once per (model, tools, kwargs,
+ * system text) and only the text after it is tokenized, when the prompt's
+ * shape (`[user]`, `[system, user]`, … up to four system/user messages)
+ * has a checked text formula (derived from the template the second time a
+ * shape is seen; see `deriveTextFormula`); other prompts are rendered and
+ * encoded whole. Either way the ids are the full render's.
  * @throws InputError (field `prompt`) when a message holds an image, video or
  *   audio part: cutting placeholders would corrupt features, so such prompts
  *   are rejected rather than truncated.
@@ -57,7 +64,7 @@ export function buildPromptIds(
     // The system + tools block repeats across rows: with a formula for this prompt's shape, its ids
     // come from a cache and only the text after its last boundary token is tokenized.
     const parts = opts.method === "render" ? undefined : promptParts(tok, messages, opts);
-    const length = parts ? parts.prefix.text.length + parts.rest.length : -1;
+    const length = parts ? parts.prefix.length + parts.rest.length : -1;
     const text = parts ? undefined : tok.renderText(messages, { tools: opts.tools, addGenerationPrompt: true, chatTemplateKwargs: opts.chatTemplateKwargs });
     // A huge prompt (say 30 MB of text) is never tokenized whole: only its tail can survive left
     // truncation, and a tail of (prompt_length + margin) × the longest token's characters is sure to
@@ -65,13 +72,14 @@ export function buildPromptIds(
     // last ids of the whole text's encoding (the margin absorbs the cut word).
     const tailChars = (opts.promptLength + 64) * tok.maxTokenChars();
     if ((text?.length ?? length) > 2 * tailChars) {
-      const whole = text ?? parts!.prefix.text + parts!.rest;
+      const whole = text ?? parts!.prefix + parts!.rest;
       const tail = tok.encode(whole.slice(whole.length - tailChars));
       return { promptIds: checkedTail(tok, messages, opts, tail, Number.POSITIVE_INFINITY), truncated: true };
     }
     if (parts) {
+      const prefixIds = parts.prefixIds();
       const rest = tok.encode(parts.rest);
-      cached = parts.prefix.ids.length === 0 ? rest : parts.prefix.ids.concat(rest);
+      cached = prefixIds.length === 0 ? rest : prefixIds.concat(rest);
     } else {
       cached = tok.encode(text!);
     }
@@ -124,8 +132,10 @@ interface PromptFormula {
 /** Per (tokenizer, tools, kwargs): prompt formulas by shape (failures kept) and encoded prefixes. */
 interface PromptPlan {
   formulas: Map<string, PromptFormula | string>;
-  /** Encoded prefixes by shape and prefix values; bounded by characters held. */
-  prefixes: LRUCache<string, { text: string; ids: number[] }>;
+  /** Shapes seen once (derived when seen again). */
+  seen: Set<string>;
+  /** Encoded prefixes by shape and prefix values; bounded by size. */
+  prefixes: LRUCache<string, number[]>;
 }
 
 const plans = new WeakMap<ChatTokenizer, LRUCache<string, PromptPlan>>();
@@ -144,7 +154,8 @@ function planFor(tok: ChatTokenizer, tools: readonly ToolSchema[] | undefined, k
   if (!plan) {
     plan = {
       formulas: new Map(),
-      prefixes: new LRUCache({ maxSize: 16 * 1024 * 1024, sizeCalculation: (v, k) => k.length + v.text.length + v.ids.length * 8 }),
+      seen: new Set(),
+      prefixes: new LRUCache({ maxSize: 4 * 1024 * 1024, sizeCalculation: (v, k) => k.length + v.length * 8 }),
     };
     byKey.set(key, plan);
   }
@@ -231,30 +242,41 @@ function splitText(f: PromptFormula, values: readonly string[]): { prefix: strin
 }
 
 /**
- * The prompt as an encoded prefix (system + tools block, cached) and the
- * text after it, from the shape's formula; undefined when the shape has no
- * formula (the caller renders the whole prompt).
+ * The prompt's text from the shape's formula, as the part before the cut
+ * (system + tools block) and the rest, with the prefix's ids (cached per
+ * shape and system text; asked for only once the prompt is known not to
+ * be huge); undefined when the shape has no formula (the caller renders the
+ * whole prompt). A shape's formula is derived the second time it is seen,
+ * so one-off tools lists and kwargs cost no derivation.
  */
-function promptParts(tok: ChatTokenizer, messages: readonly ChatMessage[], opts: PromptOptions): { prefix: { text: string; ids: number[] }; rest: string } | undefined {
+function promptParts(tok: ChatTokenizer, messages: readonly ChatMessage[], opts: PromptOptions): { prefix: string; rest: string; prefixIds: () => number[] } | undefined {
   const shape = promptShape(messages);
   if (!shape) return undefined;
   const plan = planFor(tok, opts.tools, opts.chatTemplateKwargs);
   let f = plan.formulas.get(shape.key);
   if (f === undefined) {
+    if (!plan.seen.has(shape.key)) {
+      plan.seen.add(shape.key);
+      return undefined;
+    }
     f = derivePromptFormula(tok, messages, shape.values.length, shape.lastFrom, opts);
     plan.formulas.set(shape.key, f);
   }
   if (typeof f === "string") return undefined;
-  if (f.cutPiece < 0) return { prefix: { text: "", ids: [] }, rest: evaluateFormula(f.formula, shape.values) };
-  let prefixKey = shape.key;
-  for (let i = 0; i < f.prefixSlots; i++) prefixKey += "\u0000" + shape.values[f.formula.slots[i]!.value]!;
-  const parts = splitText(f, shape.values);
-  let prefix = plan.prefixes.get(prefixKey);
-  if (!prefix) {
-    prefix = { text: parts.prefix, ids: parts.prefix === "" ? [] : tok.encode(parts.prefix) };
-    if (prefixKey.length < 1_000_000) plan.prefixes.set(prefixKey, prefix);
-  }
-  return { prefix, rest: parts.rest };
+  const { prefix, rest } = splitText(f, shape.values);
+  const formula = f;
+  const prefixIds = (): number[] => {
+    if (prefix === "") return [];
+    let prefixKey = shape.key;
+    for (let i = 0; i < formula.prefixSlots; i++) prefixKey += "\u0000" + shape.values[formula.formula.slots[i]!.value]!;
+    let ids = plan.prefixes.get(prefixKey);
+    if (!ids) {
+      ids = tok.encode(prefix);
+      if (prefixKey.length < 1_000_000) plan.prefixes.set(prefixKey, ids);
+    }
+    return ids;
+  };
+  return { prefix, rest, prefixIds };
 }
 
 /**

@@ -145,3 +145,20 @@ describe("observation formula equals the render path", () => {
     expect(ids).toEqual(tok.encode("<|start_header_id|>ipython<|end_header_id|>\n\nresult \n\u0085<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"));
   });
 });
+
+describe("huge prompts through the formula", () => {
+  test("a huge system text: only the tail is tokenized, and the kept ids equal the whole encoding's last ids", () => {
+    const tok = toks.get("qwen3")!;
+    const words = ["alpha", " beta", "  gamma", "\n", "数学", "x+1=2", "emoji 🎉", "----", "tab\tsep", "  "];
+    let s = "";
+    for (let i = 0; s.length < 1_000_000; i++) s += words[(i * 7919) % words.length] + (i % 13 === 0 ? " " : "");
+    const msgs: ChatMessage[] = [{ role: "system", content: s }, { role: "user", content: "and the question" }];
+    expect(promptFormulaFallback(tok, msgs, { tools })).toBeUndefined();
+    const full = tok.renderIds(msgs, { tools, addGenerationPrompt: true });
+    for (const promptLength of [64, 500]) {
+      const { promptIds, truncated } = buildPromptIds(tok, msgs, { tools, promptLength });
+      expect(truncated).toBe(true);
+      expect(promptIds).toEqual(full.slice(full.length - promptLength));
+    }
+  }, 30_000);
+});
