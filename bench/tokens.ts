@@ -19,6 +19,7 @@ import { BUILTIN_MODELS, builtinModelFiles } from "../shared/models/builtin-fami
 import type { ChatMessage, ToolSchema } from "../shared/schema/index.ts";
 import { ObservationEncoder } from "../shared/tokens/observation.ts";
 import { buildPromptIds } from "../shared/tokens/prompt.ts";
+import { tokenMethodFallbacks } from "../shared/tokens/token-methods.ts";
 import { ChatTokenizer, loadDefaultModelFiles } from "../shared/tokens/tokenizer.ts";
 import { TrajectoryBuilder } from "../shared/tokens/trajectory-builder.ts";
 import { median, printTable, arg } from "./util.ts";
@@ -170,6 +171,7 @@ async function formulaBench(): Promise<void> {
     return runs.map(median);
   }
   const table: string[][] = [["family", "what", "render µs", "formula µs", "floor µs", "render/floor", "formula/floor"]];
+  const derive: string[][] = [["family", "ms", "fallbacks"]];
   let salt = 0;
   for (const name of BUILTIN_MODELS) {
     const tok = new ChatTokenizer(await builtinModelFiles(name));
@@ -178,6 +180,10 @@ async function formulaBench(): Promise<void> {
       return p.map((m, k) => (k === p.length - 1 ? { ...m, content: `${m.content} (case ${salt++})` } : m));
     };
     const opts = (method: "render" | "formula") => ({ tools, promptLength: 100_000, method });
+    // One-time cost: deriving and checking the formulas (5 observation shapes, 2 prompt shapes).
+    const d0 = performance.now();
+    const fallbacks = tokenMethodFallbacks(tok, { tools });
+    derive.push([name, (performance.now() - d0).toFixed(0), fallbacks.length === 0 ? "none" : fallbacks.join(" / ")]);
     // Warm-up: derive the formulas, JIT both paths.
     for (let i = 0; i < 20; i++) {
       buildPromptIds(tok, row(i), opts("formula"));
@@ -213,5 +219,6 @@ async function formulaBench(): Promise<void> {
       table.push([name, what, oRender.toFixed(1), oFormula.toFixed(1), oFloor.toFixed(1), (oRender / oFloor).toFixed(2), (oFormula / oFloor).toFixed(2)]);
     }
   }
+  printTable("formula derivation at start-up (ms, once per tokenizer, tools and kwargs)", derive);
   printTable(`token formulas vs render path, per family (µs per call, median of ${RUNS} runs x ${rowsN} calls; floor = raw tokenization of the same text)`, table);
 }

@@ -64,6 +64,15 @@ function what(messages: readonly ChatMessage[]): string {
  *    turn) applies as in every render;
  * 3. the generation prompt of the next assistant turn.
  *
+ * Steps 2 and 3 are rendered once per observation *shape* (roles, and
+ * which of content, `name`, `tool_call_id` are absent, empty or set), not
+ * once per observation: the render with marker contents is split into the
+ * constant texts around each value (`deriveTextFormula`, which also finds
+ * the values the template trims), checked against renders with probe
+ * contents (texts and ids), and then an observation costs one tokenization
+ * of its text. A shape whose check fails is rendered every time as
+ * described above (see {@link ObservationEncoder.formulaFallbacks}).
+ *
  * All of it is observation (mask 0). With an append-only template, prompt ‖
  * response then equals the template's own render of the whole conversation.
  *
@@ -282,10 +291,12 @@ class ObservationCore {
     const n = like.findIndex((m) => m.role !== "tool");
     const nTools = n < 0 ? like.length : n;
     const gens = new Set<string>();
+    const rendered = new Map<string, { body: string; gen: string }>();
     const r = deriveTextFormula(count, (values) => {
       const parts = this.renderParts(withValues(like, values), nTools);
       if (!parts) throw new TemplateError("the observation text does not start with a boundary token");
       gens.add(parts.gen);
+      rendered.set(values.join("\u0001"), parts);
       return parts.body + parts.gen;
     });
     if (!r.ok) return r;
@@ -301,7 +312,9 @@ class ObservationCore {
     // The ids, not only the texts, must agree: check them on the probes as well.
     for (let p = 0; p < FORMULA_PROBES.length; p++) {
       const values = Array.from({ length: count }, (_, i) => FORMULA_PROBES[(p + i) % FORMULA_PROBES.length]!);
-      const want = this.renderIds(withValues(like, values), nTools);
+      // The render path's ids for these texts (both start at a boundary token: one encode each).
+      const parts = rendered.get(values.join("\u0001"));
+      const want = parts ? [...(parts.body === "" ? [] : this.tok.encode(parts.body)), ...(parts.gen === "" ? [] : this.tok.encode(parts.gen))] : this.renderIds(withValues(like, values), nTools);
       const got = this.idsOf(f, values);
       if (got.length !== want.length || got.some((id, i) => id !== want[i])) {
         return { ok: false, reason: `the ids of the formula's text differ from the render's for content ${JSON.stringify(values[0])}` };
