@@ -3,14 +3,32 @@
  * `@huggingface/tokenizers` (pure JS, what edgeloop uses) next to the Rust
  * binding `@anush008/tokenizers` on the same texts in the same run, and the
  * bytes per token the TrajectoryBuilder holds at 10,000 live trajectories of
- * 4,096 tokens. Prints medians and ratios.
+ * 4,096 tokens; and, per built-in model family (issue 19), the CPU of an
+ * initial prompt and of one observation built from the template's text
+ * formula (system + tools block encoded once; observation tokenized from its
+ * text alone) and through the render path (`method: "render"`, what every
+ * call did before), each beside its floor: raw tokenization of the same
+ * text, measured in the same run. Prints medians and ratios.
  *
- * Run: `npm run bench -- tokens` or `bun bench/tokens.ts [--live 10000] [--tokens 4096]`.
+ * Run: `npm run bench -- tokens` or `bun bench/tokens.ts [--live 10000] [--tokens 4096]
+ * [--only formulas|tokenizer] [--rows 200]`.
  */
+import { readFileSync } from "node:fs";
 import { Tokenizer as RustTokenizer } from "@anush008/tokenizers";
+import { BUILTIN_MODELS, builtinModelFiles } from "../shared/models/builtin-families.ts";
+import type { ChatMessage, ToolSchema } from "../shared/schema/index.ts";
+import { ObservationEncoder } from "../shared/tokens/observation.ts";
+import { buildPromptIds } from "../shared/tokens/prompt.ts";
+import { tokenMethodFallbacks } from "../shared/tokens/token-methods.ts";
 import { ChatTokenizer, loadDefaultModelFiles } from "../shared/tokens/tokenizer.ts";
 import { TrajectoryBuilder } from "../shared/tokens/trajectory-builder.ts";
 import { median, printTable, arg } from "./util.ts";
+
+const only = arg("--only", "");
+if (only === "formulas") {
+  await formulaBench();
+  process.exit(0);
+}
 
 const live = Number(arg("--live", "10000"));
 const tokensPer = Number(arg("--tokens", "4096"));
@@ -113,3 +131,94 @@ printTable(`builder memory: ${live} live trajectories x ${tokensPer} tokens`, [
   ["process RSS delta", String(rss), (rss / heldTokens).toFixed(2)],
 ]);
 if (builders.length !== live) throw new Error("unreachable");
+
+if (only !== "tokenizer") await formulaBench();
+
+/**
+ * Issue 19, per family: µs per initial prompt (distinct rows of the example
+ * data set with the example tools) and per observation (one named tool
+ * result; one user turn), formula path vs render path vs the floor (raw
+ * tokenization of the same text), medians of 5 runs over `--rows` calls.
+ * Every call is a distinct row or content, so no whole-prompt cache hit is
+ * counted.
+ */
+async function formulaBench(): Promise<void> {
+  const rowsN = Number(arg("--rows", "200"));
+  const root = new URL("..", import.meta.url).pathname;
+  const tools: ToolSchema[] = JSON.parse(readFileSync(`${root}infra/tools/tools.example.json`, "utf8")).tools.map((t: { schema: ToolSchema }) => t.schema);
+  const rows: ChatMessage[][] = readFileSync(`${root}examples/gsm8k-tool.jsonl`, "utf8")
+    .split("\n")
+    .filter((l) => l.trim())
+    .map((l) => JSON.parse(l).prompt as ChatMessage[]);
+  const results = ["42", "The population of Paris is 2,102,650 (2023 estimate).", "Error: unknown function 'sqr'", "3.14159", "299792458 m/s", "1 mile = 1.609344 km"];
+  const replies = ["Are you sure? Please check the arithmetic again.", "Thanks, that is right.", "Try again with the calc tool."];
+  const RUNS = 7;
+  /**
+   * Median µs per call of each of `fs` over `n` calls on fresh inputs from
+   * `input(i)`; the functions take turns within each run (render, formula,
+   * floor, render, …) so that load on the shared machine hits them alike.
+   */
+  function time<T>(n: number, input: (i: number) => T, fs: ((x: T) => unknown)[]): number[] {
+    const runs: number[][] = fs.map(() => []);
+    for (let r = 0; r < RUNS; r++) {
+      fs.forEach((f, k) => {
+        const xs = Array.from({ length: n }, (_, i) => input(i));
+        const s = performance.now();
+        for (const x of xs) f(x);
+        runs[k]!.push(((performance.now() - s) * 1000) / n);
+      });
+    }
+    return runs.map(median);
+  }
+  const table: string[][] = [["family", "what", "render µs", "formula µs", "floor µs", "render/floor", "formula/floor"]];
+  const derive: string[][] = [["family", "ms", "fallbacks"]];
+  let salt = 0;
+  for (const name of BUILTIN_MODELS) {
+    const tok = new ChatTokenizer(await builtinModelFiles(name));
+    const row = (i: number): ChatMessage[] => {
+      const p = rows[i % rows.length]!;
+      return p.map((m, k) => (k === p.length - 1 ? { ...m, content: `${m.content} (case ${salt++})` } : m));
+    };
+    const opts = (method: "render" | "formula") => ({ tools, promptLength: 100_000, method });
+    // One-time cost: deriving and checking the formulas (5 observation shapes, 2 prompt shapes).
+    const d0 = performance.now();
+    const fallbacks = tokenMethodFallbacks(tok, { tools });
+    derive.push([name, (performance.now() - d0).toFixed(0), fallbacks.length === 0 ? "none" : fallbacks.join(" / ")]);
+    // Warm-up: derive the formulas, JIT both paths.
+    for (let i = 0; i < 20; i++) {
+      buildPromptIds(tok, row(i), opts("formula"));
+      buildPromptIds(tok, row(i), opts("render"));
+    }
+    const [pRender, pFormula, pFloor] = time(rowsN, (i) => {
+      const m = row(i);
+      return { m, text: tok.renderText(m, { tools, addGenerationPrompt: true }) };
+    }, [
+      (x) => buildPromptIds(tok, x.m, opts("render")),
+      (x) => buildPromptIds(tok, x.m, opts("formula")),
+      (x) => tok.encode(x.text),
+    ]) as [number, number, number];
+    table.push([name, "initial prompt (system + user, example tools)", pRender.toFixed(1), pFormula.toFixed(1), pFloor.toFixed(1), (pRender / pFloor).toFixed(2), (pFormula / pFloor).toFixed(2)]);
+
+    const eos = tok.eosTokenId;
+    const fast = new ObservationEncoder(tok, { tools });
+    const slow = new ObservationEncoder(tok, { tools, method: "render" });
+    const sepLength = fast.turnClose(eos).length;
+    for (const [what, make] of [
+      ["observation: one tool result", (i: number): ChatMessage[] => [{ role: "tool", name: "calc", content: `${results[i % results.length]} [${salt++}]` }]],
+      ["observation: one user turn", (i: number): ChatMessage[] => [{ role: "user", content: `${replies[i % replies.length]} [${salt++}]` }]],
+    ] as const) {
+      for (let i = 0; i < 20; i++) {
+        fast.encode(make(i), eos);
+        slow.encode(make(i), eos);
+      }
+      // The floor: tokenizing the observation's text (its ids past the turn separator, decoded) raw.
+      const [oRender, oFormula, oFloor] = time(rowsN, (i) => {
+        const m = make(i);
+        return { m, text: tok.decode(slow.encode(m, eos).slice(sepLength)) };
+      }, [(x) => slow.encode(x.m, eos), (x) => fast.encode(x.m, eos), (x) => tok.encode(x.text)]) as [number, number, number];
+      table.push([name, what, oRender.toFixed(1), oFormula.toFixed(1), oFloor.toFixed(1), (oRender / oFloor).toFixed(2), (oFormula / oFloor).toFixed(2)]);
+    }
+  }
+  printTable("formula derivation at start-up (ms, once per tokenizer, tools and kwargs)", derive);
+  printTable(`token formulas vs render path, per family (µs per call, median of ${RUNS} runs x ${rowsN} calls; floor = raw tokenization of the same text)`, table);
+}

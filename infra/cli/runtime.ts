@@ -34,6 +34,7 @@ import { interactionClients, type InteractionClient } from "../../shared/tools/i
 import type { ToolsFile } from "../../shared/schema/index.ts";
 import { loadTokenizer } from "../node/model-dir.ts";
 import { ObservationEncoder } from "../../shared/tokens/observation.ts";
+import { tokenMethodFallbacks } from "../../shared/tokens/token-methods.ts";
 import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { describeModel } from "../../shared/models/index.ts";
 import { createRedisTransferQueue } from "../redis/redis-transfer-queue.ts";
@@ -182,6 +183,8 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     const tokenizer = await loadTokenizer(config.model ?? undefined);
     probeTemplate(tokenizer);
     describe.push(`model      ${describeModel(tokenizer, config.rollout.multi_turn.format)}`);
+    // Where the template falls back from token formulas to a render per prompt or observation (issue 19).
+    for (const line of tokenMethodFallbacks(tokenizer, { chatTemplateKwargs: config.rollout.chat_template_kwargs })) describe.push(`tokens     ${line}`);
 
     const targets: EngineReplicaTarget[] = [];
     const client = await buildEngine(config, tokenizer, closers, describe, targets);

@@ -1,6 +1,8 @@
 import { TemplateError } from "../errors.ts";
 import type { ChatMessage, ToolSchema } from "../schema/index.ts";
-import type { ChatTokenizer } from "./tokenizer.ts";
+import { LRUCache } from "lru-cache";
+import { contentText, type ChatTokenizer } from "./tokenizer.ts";
+import { deriveTextFormula, evaluateFormula, FORMULA_PROBES, renderOptionsKey, type TextFormula } from "./text-formula.ts";
 
 /** Options for {@link ObservationEncoder}. */
 export interface ObservationOptions {
@@ -8,6 +10,13 @@ export interface ObservationOptions {
   tools?: readonly ToolSchema[];
   /** Extra chat-template variables, e.g. `{enable_thinking: false}`; also shape the generation prompt. */
   chatTemplateKwargs?: Record<string, unknown>;
+  /**
+   * `formula` (default): observations of a shape with a checked text formula
+   * are one tokenization of their text; `render`: always render the
+   * synthetic conversation (the reference path, kept for benchmarks and
+   * tests). Both give the same ids.
+   */
+  method?: "formula" | "render";
 }
 
 const SYNTHETIC_SYSTEM: ChatMessage = { role: "system", content: "continuous token synthetic system" };
@@ -55,6 +64,15 @@ function what(messages: readonly ChatMessage[]): string {
  *    turn) applies as in every render;
  * 3. the generation prompt of the next assistant turn.
  *
+ * Steps 2 and 3 are rendered once per observation *shape* (roles, and
+ * which of content, `name`, `tool_call_id` are absent, empty or set), not
+ * once per observation: the render with marker contents is split into the
+ * constant texts around each value (`deriveTextFormula`, which also finds
+ * the values the template trims), checked against renders with probe
+ * contents (texts and ids), and then an observation costs one tokenization
+ * of its text. A shape whose check fails is rendered every time as
+ * described above (see {@link ObservationEncoder.formulaFallbacks}).
+ *
  * All of it is observation (mask 0). With an append-only template, prompt ‖
  * response then equals the template's own render of the whole conversation.
  *
@@ -63,19 +81,25 @@ function what(messages: readonly ChatMessage[]): string {
  */
 export class ObservationEncoder {
   private readonly tok: ChatTokenizer;
-  private readonly opts: ObservationOptions;
-  private separator: number[] | undefined;
-  private separatorStr: string | undefined;
-  private readonly toolHistories = new Map<number, ChatMessage[]>();
+  private readonly core: ObservationCore;
+  private readonly useFormula: boolean;
 
   constructor(tok: ChatTokenizer, opts: ObservationOptions = {}) {
     this.tok = tok;
-    this.opts = opts;
+    this.core = ObservationCore.for(tok, opts);
+    this.useFormula = opts.method !== "render";
   }
 
   /**
    * Observation ids for `newMessages` appended after a turn whose last sampled
    * id is `lastTokenId` (undefined when nothing was sampled yet).
+   *
+   * Step 2 below (the new messages and the generation prompt) costs one
+   * tokenization of their text: the text comes from the observation's
+   * formula for this shape (see {@link formulaFallbacks}), derived once per
+   * tokenizer, tools and template kwargs. Shapes without a formula, and
+   * encoders built with `method: "render"`, render the synthetic
+   * conversation each time; both give the same ids.
    *
    * @param newMessages what follows an assistant turn: a run of `tool`
    *   messages, then zero or more `user` (or `system`) messages (`tool_agent`
@@ -96,13 +120,246 @@ export class ObservationEncoder {
     // A run of tool results, then (optionally) user/system turns: what may follow an assistant turn.
     const tools = newMessages.findIndex((m) => m.role !== "tool");
     const nTools = tools < 0 ? newMessages.length : tools;
-    const rest = newMessages.slice(nTools);
-    if (!rest.every((m) => m.role === "user" || m.role === "system")) {
-      throw new TemplateError(
-        `observation: expected tool results and/or user/system messages after an assistant turn, got roles [${newMessages.map((m) => m.role).join(", ")}]`,
-      );
+    for (let i = nTools; i < newMessages.length; i++) {
+      const role = newMessages[i]!.role;
+      if (role !== "user" && role !== "system") {
+        throw new TemplateError(
+          `observation: expected tool results and/or user/system messages after an assistant turn, got roles [${newMessages.map((m) => m.role).join(", ")}]`,
+        );
+      }
     }
-    const history = nTools > 0 ? this.toolHistory(nTools) : this.answerHistory();
+    const body = (this.useFormula && this.core.formulaIds(newMessages)) || this.core.renderIds(newMessages, nTools);
+    const close = opts.closeTurn && !this.tok.isStopToken(lastTokenId) ? [this.core.closeId(), ...this.core.turnSeparator()] : this.core.turnClose(lastTokenId);
+    return close.length === 0 ? body : [...close, ...body];
+  }
+
+  /**
+   * The ids that close an assistant turn whose last sampled id is
+   * `lastTokenId` (step 1 of {@link encode}): the separator after a turn-end
+   * id (`ChatTokenizer.turnEndIds`: the end-of-turn token, and e.g. Llama
+   * 3.1's `<|eom_id|>`); end-of-turn token + separator after another stop id;
+   * nothing otherwise.
+   */
+  turnClose(lastTokenId: number | undefined): number[] {
+    return this.core.turnClose(lastTokenId);
+  }
+
+  /**
+   * The ids the template puts after an assistant's end-of-turn token before
+   * the next message (`[198]` for Qwen), found from a render; empty for
+   * templates that put nothing there.
+   */
+  turnSeparator(): number[] {
+    return this.core.turnSeparator();
+  }
+
+  /**
+   * Which observation shapes this encoder renders per turn instead of using
+   * a token formula, and why: one line per failing shape among `samples`
+   * (default: one tool result, one with a `name`, two tool results, a user
+   * turn, a tool result then a user turn), e.g.
+   * `a tool result: the render with content "  x  " differs from the formula`.
+   * Empty when every sample has a formula; shapes the template cannot
+   * render at all are not listed. Derives (and caches) the formulas it
+   * checks; never throws. The CLI prints the result in its start lines.
+   */
+  formulaFallbacks(samples: readonly (readonly ChatMessage[])[] = FORMULA_SAMPLES): string[] {
+    const out: string[] = [];
+    for (const msgs of samples) {
+      const r = this.core.formulaFor(msgs);
+      if (r?.ok) continue;
+      const nTools = msgs.findIndex((m) => m.role !== "tool");
+      try {
+        this.core.renderIds(msgs, nTools < 0 ? msgs.length : nTools);
+      } catch {
+        continue; // the template cannot render this shape at all (Gemma 3: tool results then a user turn): not a fallback
+      }
+      out.push(`${what(msgs)}: ${r ? r.reason : "not a shape the formula covers"}`);
+    }
+    return out;
+  }
+}
+
+/** The shapes {@link ObservationEncoder.formulaFallbacks} checks by default. */
+const FORMULA_SAMPLES: readonly (readonly ChatMessage[])[] = [
+  [{ role: "tool", content: "result" }],
+  [{ role: "tool", content: "result", name: "tool" }],
+  [
+    { role: "tool", content: "result" },
+    { role: "tool", content: "result" },
+  ],
+  [{ role: "user", content: "reply" }],
+  [
+    { role: "tool", content: "result" },
+    { role: "user", content: "reply" },
+  ],
+];
+
+/**
+ * An observation formula: the text formula of the new messages (values as
+ * {@link observationShape} lists them) and the generation prompt's ids, or
+ * why the shape is rendered.
+ */
+type ObservationFormula = { ok: true; formula: TextFormula; genIds: number[] } | { ok: false; reason: string };
+
+/** Per (tokenizer, tools, template kwargs) state shared by every encoder of a run: separator, synthetic histories, formulas. */
+const cores = new WeakMap<ChatTokenizer, LRUCache<string, ObservationCore>>();
+
+/**
+ * The part of {@link ObservationEncoder} that depends only on the tokenizer,
+ * the tools and the template kwargs, shared by every encoder built with them
+ * (a run builds one encoder per trajectory; the formulas are derived once).
+ */
+class ObservationCore {
+  private readonly tok: ChatTokenizer;
+  private readonly opts: ObservationOptions;
+  private separator: number[] | undefined;
+  private separatorStr: string | undefined;
+  private readonly toolHistories = new Map<number, ChatMessage[]>();
+  /** Formulas by shape key ({@link observationShape}); failures are kept too, so a shape is derived once. */
+  private readonly formulas = new Map<string, ObservationFormula>();
+  /** Shapes seen once by {@link formulaIds}. */
+  private readonly seen = new Set<string>();
+
+  private constructor(tok: ChatTokenizer, opts: ObservationOptions) {
+    this.tok = tok;
+    this.opts = { tools: opts.tools, chatTemplateKwargs: opts.chatTemplateKwargs };
+  }
+
+  /** The shared core for `tok` and the options' tools and kwargs (at most 64 per tokenizer kept, least recently used dropped). */
+  static for(tok: ChatTokenizer, opts: ObservationOptions): ObservationCore {
+    let byKey = cores.get(tok);
+    if (!byKey) {
+      byKey = new LRUCache<string, ObservationCore>({ max: 64 });
+      cores.set(tok, byKey);
+    }
+    const key = renderOptionsKey(opts.tools, opts.chatTemplateKwargs);
+    let core = byKey.get(key);
+    if (!core) {
+      core = new ObservationCore(tok, opts);
+      byKey.set(key, core);
+    }
+    return core;
+  }
+
+  /**
+   * The formula for the shape of `newMessages` (derived on first use), or
+   * undefined when the messages carry fields the formula does not cover
+   * (tool calls, reasoning).
+   */
+  formulaFor(newMessages: readonly ChatMessage[]): ObservationFormula | undefined {
+    const shape = observationShape(newMessages);
+    if (!shape) return undefined;
+    let f = this.formulas.get(shape.key);
+    if (!f) {
+      f = this.derive(newMessages, shape.values.length);
+      this.formulas.set(shape.key, f);
+    }
+    return f;
+  }
+
+  /**
+   * Ids of the new messages and the generation prompt from the shape's
+   * formula: one tokenization of the formula's text. Undefined when the
+   * shape has no formula, or is seen for the first time (the formula is
+   * derived on its second use): the caller renders.
+   */
+  formulaIds(newMessages: readonly ChatMessage[]): number[] | undefined {
+    const shape = observationShape(newMessages);
+    if (!shape) return undefined;
+    let f = this.formulas.get(shape.key);
+    if (!f) {
+      // Derived the second time a shape is seen: a one-off tools list (agent gateway) costs no derivation.
+      if (!this.seen.has(shape.key)) {
+        this.seen.add(shape.key);
+        return undefined;
+      }
+      f = this.derive(newMessages, shape.values.length);
+      this.formulas.set(shape.key, f);
+    }
+    return f.ok ? this.idsOf(f, shape.values) : undefined;
+  }
+
+  /**
+   * Derives the formula of `like`'s shape: the synthetic conversation's
+   * render (see {@link renderText}) with marker and probe values in the
+   * shape's non-empty value slots. Requires the text to start with a
+   * boundary token and the generation prompt to be constant and start with
+   * one, so that one encode of the text equals the render path's two.
+   */
+  private derive(like: readonly ChatMessage[], count: number): ObservationFormula {
+    const n = like.findIndex((m) => m.role !== "tool");
+    const nTools = n < 0 ? like.length : n;
+    const gens = new Set<string>();
+    const rendered = new Map<string, { body: string; gen: string }>();
+    const r = deriveTextFormula(count, (values) => {
+      const parts = this.renderParts(withValues(like, values), nTools);
+      if (!parts) throw new TemplateError("the observation text does not start with a boundary token");
+      gens.add(parts.gen);
+      rendered.set(values.join("\u0001"), parts);
+      return parts.body + parts.gen;
+    });
+    if (!r.ok) return r;
+    const gen = [...gens][0]!;
+    const { texts, slots } = r.formula;
+    const last = texts[texts.length - 1]!;
+    if (gens.size !== 1 || !last.endsWith(gen)) return { ok: false, reason: "the generation prompt depends on the messages" };
+    // The generation prompt is encoded once: the render path encodes it apart from the messages too.
+    const formula = { texts: [...texts.slice(0, -1), last.slice(0, last.length - gen.length)], slots };
+    const empty = slots.length === 0 && formula.texts[0] === "";
+    if (!empty && !this.tok.startsWithBoundaryToken(formula.texts[0]!)) return { ok: false, reason: "the observation text does not start with a boundary token" };
+    const f: ObservationFormula = { ok: true, formula, genIds: gen === "" ? [] : this.tok.encode(gen) };
+    // The ids, not only the texts, must agree: check them on the probes as well.
+    for (let p = 0; p < FORMULA_PROBES.length; p++) {
+      const values = Array.from({ length: count }, (_, i) => FORMULA_PROBES[(p + i) % FORMULA_PROBES.length]!);
+      // The render path's ids for these texts (both start at a boundary token: one encode each).
+      const parts = rendered.get(values.join("\u0001"));
+      const want = parts ? [...(parts.body === "" ? [] : this.tok.encode(parts.body)), ...(parts.gen === "" ? [] : this.tok.encode(parts.gen))] : this.renderIds(withValues(like, values), nTools);
+      const got = this.idsOf(f, values);
+      if (got.length !== want.length || got.some((id, i) => id !== want[i])) {
+        return { ok: false, reason: `the ids of the formula's text differ from the render's for content ${JSON.stringify(values[0])}` };
+      }
+    }
+    return f;
+  }
+
+  /** Ids of the new messages and the generation prompt from a formula: one tokenization of the messages' text, then the cached generation prompt. */
+  private idsOf(f: ObservationFormula & { ok: true }, values: readonly string[]): number[] {
+    const text = evaluateFormula(f.formula, values);
+    const body = text === "" ? [] : this.tok.encode(text);
+    return f.genIds.length === 0 ? body : body.concat(f.genIds);
+  }
+
+  /**
+   * The render path: ids of the new messages and of the generation prompt,
+   * from one render of the synthetic conversation with them (and one with
+   * the generation prompt); see {@link ObservationEncoder}.
+   */
+  renderIds(newMessages: readonly ChatMessage[], nTools: number): number[] {
+    const { history, fullText, prefixText } = this.renderFull(newMessages, nTools);
+    const body = this.suffix({ text: prefixText }, { text: fullText }, "new messages");
+    const genPrompt = this.suffix({ text: fullText }, { text: this.renderText([...history, ...newMessages], true) }, "generation prompt");
+    return genPrompt.length === 0 ? body : [...body, ...genPrompt];
+  }
+
+  /**
+   * The render path's texts when its ids are one tokenization each: the
+   * new messages' text (`body`, empty or starting with a boundary token)
+   * and the generation prompt's (`gen`, likewise); undefined otherwise.
+   */
+  private renderParts(newMessages: readonly ChatMessage[], nTools: number): { body: string; gen: string } | undefined {
+    const { history, fullText, prefixText } = this.renderFull(newMessages, nTools);
+    const withGen = this.renderText([...history, ...newMessages], true);
+    if (!fullText.startsWith(prefixText) || !withGen.startsWith(fullText)) return undefined;
+    const body = fullText.slice(prefixText.length);
+    const gen = withGen.slice(fullText.length);
+    if ((body !== "" && !this.tok.startsWithBoundaryToken(body)) || (gen !== "" && !this.tok.startsWithBoundaryToken(gen))) return undefined;
+    return { body, gen };
+  }
+
+  /** The synthetic conversation's render with `newMessages` and the text up to the new messages (see {@link ObservationEncoder}). */
+  private renderFull(newMessages: readonly ChatMessage[], nTools: number): { history: ChatMessage[]; fullText: string; prefixText: string } {
+    const history = nTools > 0 ? this.toolHistory(nTools) : ANSWER_HISTORY;
     const full = [...history, ...newMessages];
     const fullText = this.renderText(full, false);
     // After the last synthetic call: harmony closes each call message with its own <|call|>.
@@ -118,38 +375,25 @@ export class ObservationEncoder {
       // A template that writes no end-of-turn token after the assistant turn: diff against the history's own render.
       prefixText = this.renderText(history, false);
     }
-    const body = this.suffix({ text: prefixText }, { text: fullText }, "new messages");
-    const genPrompt = this.suffix({ text: fullText }, { text: this.renderText(full, true) }, "generation prompt");
-    const close = opts.closeTurn && !this.tok.isStopToken(lastTokenId) ? [this.closeId(), ...this.turnSeparator()] : this.turnClose(lastTokenId);
-    return [...close, ...body, ...genPrompt];
+    return { history, fullText, prefixText };
   }
 
   /** The id written after a non-turn-end stop id: the family's `closeToken` (harmony: `<|end|>`), else the end-of-turn token. */
-  private closeId(): number {
+  closeId(): number {
     const t = this.tok.traits.closeToken;
     const id = t === undefined ? undefined : this.tok.tokenId(t);
     if (t !== undefined && id === undefined) throw new TemplateError(`model ${this.tok.name}: close token ${t} is not in the vocabulary`);
     return id ?? this.tok.eosTokenId;
   }
 
-  /**
-   * The ids that close an assistant turn whose last sampled id is
-   * `lastTokenId` (step 1 of {@link encode}): the separator after a turn-end
-   * id (`ChatTokenizer.turnEndIds`: the end-of-turn token, and e.g. Llama
-   * 3.1's `<|eom_id|>`); end-of-turn token + separator after another stop id;
-   * nothing otherwise.
-   */
+  /** See {@link ObservationEncoder.turnClose}. */
   turnClose(lastTokenId: number | undefined): number[] {
     if (lastTokenId !== undefined && this.tok.turnEndIds.includes(lastTokenId)) return this.turnSeparator();
     if (this.tok.isStopToken(lastTokenId)) return [this.closeId(), ...this.turnSeparator()];
     return [];
   }
 
-  /**
-   * The ids the template puts after an assistant's end-of-turn token before
-   * the next message (`[198]` for Qwen), found from a render; empty for
-   * templates that put nothing there.
-   */
+  /** See {@link ObservationEncoder.turnSeparator}. */
   turnSeparator(): number[] {
     if (this.separator) return this.separator;
     const text = this.renderText(ANSWER_HISTORY, false);
@@ -199,11 +443,6 @@ export class ObservationEncoder {
     return best;
   }
 
-  /** Synthetic history before a user turn: system, user, and a plain assistant answer (the shape a real conversation has there). */
-  private answerHistory(): ChatMessage[] {
-    return ANSWER_HISTORY;
-  }
-
   /** Synthetic history for a tool group: system, user, an assistant turn with one call per tool message. */
   private toolHistory(calls: number): ChatMessage[] {
     let h = this.toolHistories.get(calls);
@@ -227,16 +466,12 @@ export class ObservationEncoder {
     return h;
   }
 
-  private renderText(messages: ChatMessage[], addGenerationPrompt: boolean): string {
+  private renderText(messages: readonly ChatMessage[], addGenerationPrompt: boolean): string {
     return this.tok.renderText(messages, {
       tools: this.opts.tools,
       addGenerationPrompt,
       chatTemplateKwargs: this.opts.chatTemplateKwargs,
     });
-  }
-
-  private render(messages: ChatMessage[], addGenerationPrompt: boolean): number[] {
-    return this.tok.encode(this.renderText(messages, addGenerationPrompt));
   }
 
   /**
@@ -265,6 +500,44 @@ export class ObservationEncoder {
     }
     return b.slice(n);
   }
+}
+
+/**
+ * The shape of an observation for its formula, and its values: per message
+ * the role, then for its content, `name` and `tool_call_id` whether each is
+ * absent (`-`), empty (`0`, a constant of the shape: templates test `if
+ * content`) or a value (`1`). The values are the non-empty ones in message
+ * order (content, name, tool_call_id). Undefined for messages with tool
+ * calls or reasoning, which the formula does not cover.
+ */
+function observationShape(messages: readonly ChatMessage[]): { key: string; values: string[] } | undefined {
+  let key = "";
+  const values: string[] = [];
+  const field = (v: string | undefined) => {
+    if (v === undefined) return "-";
+    if (v === "") return "0";
+    values.push(v);
+    return "1";
+  };
+  for (const m of messages) {
+    if ((m.tool_calls && m.tool_calls.length > 0) || m.reasoning_content !== undefined) return undefined;
+    key += m.role + field(contentText(m.content)) + field(m.name) + field(m.tool_call_id) + "|";
+  }
+  return { key, values };
+}
+
+/** Messages of `like`'s shape with `values` in its non-empty value slots (the inverse of {@link observationShape}). */
+function withValues(like: readonly ChatMessage[], values: readonly string[]): ChatMessage[] {
+  let i = 0;
+  const pick = (v: string | undefined) => (v === undefined ? undefined : v === "" ? "" : values[i++]!);
+  return like.map((m) => {
+    const out: ChatMessage = { role: m.role, content: pick(contentText(m.content))! };
+    const name = pick(m.name);
+    if (name !== undefined) out.name = name;
+    const id = pick(m.tool_call_id);
+    if (id !== undefined) out.tool_call_id = id;
+    return out;
+  });
 }
 
 /** A render: its text, and its ids when already encoded. */

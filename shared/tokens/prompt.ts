@@ -1,21 +1,11 @@
 import { InputError } from "../errors.ts";
 import { hasMultimodalContent, type ChatMessage, type ToolSchema } from "../schema/index.ts";
-import type { ChatTokenizer } from "./tokenizer.ts";
+import { contentText, type ChatTokenizer } from "./tokenizer.ts";
+import { deriveTextFormula, evaluateFormula, FORMULA_PROBES, renderOptionsKey, templateTrim, toolsKey, type FormulaSlot, type TextFormula } from "./text-formula.ts";
 import { LRUCache } from "lru-cache";
 
 /** Encoded initial prompts by (model, tools, template kwargs, messages); bounded by total key characters. */
 const promptCache = new LRUCache<string, number[]>({ maxSize: 32 * 1024 * 1024, sizeCalculation: (v, k) => k.length + v.length * 8 });
-const toolKeys = new WeakMap<readonly ToolSchema[], string>();
-/** A cache key for a tools list (its JSON, computed once per list object). */
-function toolsKey(tools: readonly ToolSchema[] | undefined): string {
-  if (!tools || tools.length === 0) return "";
-  let k = toolKeys.get(tools);
-  if (k === undefined) {
-    k = JSON.stringify(tools);
-    toolKeys.set(tools, k);
-  }
-  return k;
-}
 
 /** Options for {@link buildPromptIds}. */
 export interface PromptOptions {
@@ -25,6 +15,14 @@ export interface PromptOptions {
   promptLength: number;
   /** Extra chat-template variables, e.g. `{enable_thinking: false}`. */
   chatTemplateKwargs?: Record<string, unknown>;
+  /**
+   * `formula` (default): prompts of a shape with a checked text formula
+   * (see {@link promptFormulaFallback}) reuse the encoded system + tools
+   * block and tokenize only the rest; `render`: always render and encode the
+   * whole prompt (the reference path, kept for benchmarks and tests). Both
+   * give the same ids.
+   */
+  method?: "formula" | "render";
 }
 
 /**
@@ -34,6 +32,13 @@ export interface PromptOptions {
  * A text prompt longer than `promptLength` tokens is left-truncated — the
  * rightmost `promptLength` ids are kept, so the generation prompt survives —
  * and `truncated` is true (verl's `truncation: "left"`).
+ *
+ * Cost: the system + tools block is encoded once per (model, tools, kwargs,
+ * system text) and only the text after it is tokenized, when the prompt's
+ * shape (`[user]`, `[system, user]`, … up to four system/user messages)
+ * has a checked text formula (derived from the template the second time a
+ * shape is seen; see `deriveTextFormula`); other prompts are rendered and
+ * encoded whole. Either way the ids are the full render's.
  * @throws InputError (field `prompt`) when a message holds an image, video or
  *   audio part: cutting placeholders would corrupt features, so such prompts
  *   are rejected rather than truncated.
@@ -56,17 +61,28 @@ export function buildPromptIds(
   const cacheKey = `${tok.name}\u0000${toolsKey(opts.tools)}\u0000${JSON.stringify(opts.chatTemplateKwargs ?? {})}\u0000${JSON.stringify(messages)}`;
   let cached = promptCache.get(cacheKey);
   if (!cached) {
-    const text = tok.renderText(messages, { tools: opts.tools, addGenerationPrompt: true, chatTemplateKwargs: opts.chatTemplateKwargs });
+    // The system + tools block repeats across rows: with a formula for this prompt's shape, its ids
+    // come from a cache and only the text after its last boundary token is tokenized.
+    const parts = opts.method === "render" ? undefined : promptParts(tok, messages, opts);
+    const length = parts ? parts.prefix.length + parts.rest.length : -1;
+    const text = parts ? undefined : tok.renderText(messages, { tools: opts.tools, addGenerationPrompt: true, chatTemplateKwargs: opts.chatTemplateKwargs });
     // A huge prompt (say 30 MB of text) is never tokenized whole: only its tail can survive left
     // truncation, and a tail of (prompt_length + margin) × the longest token's characters is sure to
     // hold more than prompt_length tokens. Pre-tokenization is local, so the kept ids equal the
     // last ids of the whole text's encoding (the margin absorbs the cut word).
     const tailChars = (opts.promptLength + 64) * tok.maxTokenChars();
-    if (text.length > 2 * tailChars) {
-      const tail = tok.encode(text.slice(text.length - tailChars));
+    if ((text?.length ?? length) > 2 * tailChars) {
+      const whole = text ?? parts!.prefix + parts!.rest;
+      const tail = tok.encode(whole.slice(whole.length - tailChars));
       return { promptIds: checkedTail(tok, messages, opts, tail, Number.POSITIVE_INFINITY), truncated: true };
     }
-    cached = tok.encode(text);
+    if (parts) {
+      const prefixIds = parts.prefixIds();
+      const rest = tok.encode(parts.rest);
+      cached = prefixIds.length === 0 ? rest : prefixIds.concat(rest);
+    } else {
+      cached = tok.encode(text!);
+    }
     if (cacheKey.length < 1_000_000) promptCache.set(cacheKey, cached);
   }
   const ids = cached.slice();
@@ -95,4 +111,195 @@ function checkedTail(tok: ChatTokenizer, messages: readonly ChatMessage[], opts:
     );
   }
   return ids.slice(ids.length - opts.promptLength);
+}
+
+/**
+ * A prompt's formula: the text formula of the rendered prompt (generation
+ * prompt included) for one shape, and where its encoding may be cut: at
+ * the last boundary token of the constant texts before the first value of
+ * the last message. Everything before that cut depends only on the earlier
+ * messages (the system text), the tools and the kwargs.
+ */
+interface PromptFormula {
+  formula: TextFormula;
+  /** Slots before the cut: their values (all of earlier messages) key the prefix cache. */
+  prefixSlots: number;
+  /** The cut: inside `formula.texts[cutPiece]` at `cutAt`; cutPiece < 0 when there is no boundary token to cut at. */
+  cutPiece: number;
+  cutAt: number;
+}
+
+/** Per (tokenizer, tools, kwargs): prompt formulas by shape (failures kept) and encoded prefixes. */
+interface PromptPlan {
+  formulas: Map<string, PromptFormula | string>;
+  /** Shapes seen once (derived when seen again). */
+  seen: Set<string>;
+  /** Encoded prefixes by shape and prefix values; bounded by size. */
+  prefixes: LRUCache<string, number[]>;
+}
+
+const plans = new WeakMap<ChatTokenizer, LRUCache<string, PromptPlan>>();
+
+/** At most this many messages in a prompt shape with a formula (longer prompts are rendered whole). */
+const MAX_SHAPE_MESSAGES = 4;
+
+function planFor(tok: ChatTokenizer, tools: readonly ToolSchema[] | undefined, kwargs: Record<string, unknown> | undefined): PromptPlan {
+  let byKey = plans.get(tok);
+  if (!byKey) {
+    byKey = new LRUCache<string, PromptPlan>({ max: 64 });
+    plans.set(tok, byKey);
+  }
+  const key = renderOptionsKey(tools, kwargs);
+  let plan = byKey.get(key);
+  if (!plan) {
+    plan = {
+      formulas: new Map(),
+      seen: new Set(),
+      prefixes: new LRUCache({ maxSize: 4 * 1024 * 1024, sizeCalculation: (v, k) => k.length + v.length * 8 }),
+    };
+    byKey.set(key, plan);
+  }
+  return plan;
+}
+
+/**
+ * The shape of a prompt for its formula: per message its role and whether
+ * its content is empty (a constant of the shape), and the non-empty
+ * contents in order with the index of the first one of the last message.
+ * Undefined for prompts the formula does not cover: more than
+ * {@link MAX_SHAPE_MESSAGES} messages, roles other than system and user,
+ * or messages with a name, tool calls or reasoning.
+ */
+function promptShape(messages: readonly ChatMessage[]): { key: string; values: string[]; lastFrom: number } | undefined {
+  if (messages.length === 0 || messages.length > MAX_SHAPE_MESSAGES) return undefined;
+  let key = "";
+  const values: string[] = [];
+  let lastFrom = 0;
+  for (let i = 0; i < messages.length; i++) {
+    const m = messages[i]!;
+    if ((m.role !== "system" && m.role !== "user") || m.name !== undefined || m.tool_call_id !== undefined || m.tool_calls !== undefined || m.reasoning_content !== undefined) {
+      return undefined;
+    }
+    if (i === messages.length - 1) lastFrom = values.length;
+    const c = contentText(m.content);
+    if (c !== "") values.push(c);
+    key += m.role + (c === "" ? "0" : "1") + "|";
+  }
+  return { key, values, lastFrom };
+}
+
+/**
+ * Derives the formula of `like`'s shape: the prompt render (generation
+ * prompt included) with marker and probe contents, then the cut before the
+ * last message's first content. `lastFrom`: index of the last message's
+ * first value.
+ */
+function derivePromptFormula(tok: ChatTokenizer, like: readonly ChatMessage[], count: number, lastFrom: number, opts: PromptOptions): PromptFormula | string {
+  const r = deriveTextFormula(count, (values) => {
+    let i = 0;
+    const msgs = like.map((m) => ({ role: m.role, content: contentText(m.content) === "" ? "" : values[i++]! }));
+    return tok.renderText(msgs, { tools: opts.tools, addGenerationPrompt: true, chatTemplateKwargs: opts.chatTemplateKwargs });
+  });
+  if (!r.ok) return r.reason;
+  const { texts, slots } = r.formula;
+  // The first slot holding a value of the last message; everything before it is the prefix.
+  let prefixSlots = slots.findIndex((s: FormulaSlot) => s.value >= lastFrom);
+  if (prefixSlots < 0) prefixSlots = slots.length;
+  let f: PromptFormula = { formula: r.formula, prefixSlots: 0, cutPiece: -1, cutAt: 0 };
+  search: for (let piece = prefixSlots; piece >= 0; piece--) {
+    const t = texts[piece]!;
+    for (let at = t.length - 1; at >= 0; at--) {
+      if (tok.isSafeCut(t, at)) {
+        f = { formula: r.formula, prefixSlots: piece, cutPiece: piece, cutAt: at };
+        break search;
+      }
+    }
+  }
+  // The ids, not only the texts, must agree: check the cut encoding on the probes as well.
+  for (let p = 0; p < FORMULA_PROBES.length; p++) {
+    const values = Array.from({ length: count }, (_, i) => FORMULA_PROBES[(p + i) % FORMULA_PROBES.length]!);
+    const { prefix, rest } = splitText(f, values);
+    const got = [...(prefix === "" ? [] : tok.encode(prefix)), ...tok.encode(rest)];
+    const want = tok.encode(prefix + rest);
+    if (got.length !== want.length || got.some((id, i) => id !== want[i])) {
+      return `the ids of the prompt cut before its last message differ from the whole prompt's for content ${JSON.stringify(values[0])}`;
+    }
+  }
+  return f;
+}
+
+/** The prompt's text from its formula, as the part before the cut and the rest. */
+function splitText(f: PromptFormula, values: readonly string[]): { prefix: string; rest: string } {
+  const { texts, slots } = f.formula;
+  if (f.cutPiece < 0) return { prefix: "", rest: evaluateFormula(f.formula, values) };
+  const v = (s: FormulaSlot) => (s.trim ? templateTrim(values[s.value]!) : values[s.value]!);
+  let prefix = "";
+  for (let i = 0; i < f.cutPiece; i++) prefix += texts[i]! + v(slots[i]!);
+  prefix += texts[f.cutPiece]!.slice(0, f.cutAt);
+  let rest = texts[f.cutPiece]!.slice(f.cutAt);
+  for (let i = f.cutPiece; i < slots.length; i++) rest += v(slots[i]!) + texts[i + 1]!;
+  return { prefix, rest };
+}
+
+/**
+ * The prompt's text from the shape's formula, as the part before the cut
+ * (system + tools block) and the rest, with the prefix's ids (cached per
+ * shape and system text; asked for only once the prompt is known not to
+ * be huge); undefined when the shape has no formula (the caller renders the
+ * whole prompt). A shape's formula is derived the second time it is seen,
+ * so one-off tools lists and kwargs cost no derivation.
+ */
+function promptParts(tok: ChatTokenizer, messages: readonly ChatMessage[], opts: PromptOptions): { prefix: string; rest: string; prefixIds: () => number[] } | undefined {
+  const shape = promptShape(messages);
+  if (!shape) return undefined;
+  const plan = planFor(tok, opts.tools, opts.chatTemplateKwargs);
+  let f = plan.formulas.get(shape.key);
+  if (f === undefined) {
+    if (!plan.seen.has(shape.key)) {
+      plan.seen.add(shape.key);
+      return undefined;
+    }
+    f = derivePromptFormula(tok, messages, shape.values.length, shape.lastFrom, opts);
+    plan.formulas.set(shape.key, f);
+  }
+  if (typeof f === "string") return undefined;
+  const { prefix, rest } = splitText(f, shape.values);
+  const formula = f;
+  const prefixIds = (): number[] => {
+    if (prefix === "") return [];
+    let prefixKey = shape.key;
+    for (let i = 0; i < formula.prefixSlots; i++) prefixKey += "\u0000" + shape.values[formula.formula.slots[i]!.value]!;
+    let ids = plan.prefixes.get(prefixKey);
+    if (!ids) {
+      ids = tok.encode(prefix);
+      if (prefixKey.length < 1_000_000) plan.prefixes.set(prefixKey, ids);
+    }
+    return ids;
+  };
+  return { prefix, rest, prefixIds };
+}
+
+/**
+ * Why prompts of `messages`' shape are rendered whole instead of built from
+ * a formula with a cached system + tools block, or undefined when they use
+ * the formula (or the shape is one the formula does not cover: more than
+ * four messages, other roles; or one the template cannot render at all). Derives and caches the formula; never
+ * throws. The CLI prints it in its start lines.
+ */
+export function promptFormulaFallback(tok: ChatTokenizer, messages: readonly ChatMessage[], opts: Omit<PromptOptions, "promptLength">): string | undefined {
+  const shape = promptShape(messages);
+  if (!shape) return undefined;
+  const plan = planFor(tok, opts.tools, opts.chatTemplateKwargs);
+  let f = plan.formulas.get(shape.key);
+  if (f === undefined) {
+    f = derivePromptFormula(tok, messages, shape.values.length, shape.lastFrom, { ...opts, promptLength: 1 });
+    plan.formulas.set(shape.key, f);
+  }
+  if (typeof f !== "string") return undefined;
+  try {
+    tok.renderText(messages, { tools: opts.tools, addGenerationPrompt: true, chatTemplateKwargs: opts.chatTemplateKwargs });
+  } catch {
+    return undefined; // the template cannot render this shape at all: not a fallback
+  }
+  return f;
 }

@@ -73,8 +73,13 @@ export class ChatTokenizer {
   private readonly tok: Tokenizer;
   private readonly template: Template;
   private readonly templateVars: Record<string, unknown>;
-  /** Added tokens that cut text into independent pieces (no lstrip, single_word or normalisation), longest first. */
+  /**
+   * Added tokens that cut text into independent pieces (no lstrip or single_word; not normalized, or
+   * normalized by an identity normalizer), longest first.
+   */
   private readonly boundaryTokens: string[];
+  /** Every added token's text (what the tokenizer matches before its model runs). */
+  private readonly addedTexts: string[];
   private maxChars: number | undefined;
 
   constructor(files: ModelFiles) {
@@ -105,10 +110,37 @@ export class ChatTokenizer {
     }
     this.turnEndIds = ends;
     this.templateVars = { bos_token: tokenText(cfg.bos_token) ?? "", eos_token: eos };
+    // A `normalized` added token is matched in the normalized text; with an identity normalizer
+    // (none, or an empty sequence: DeepSeek V3) that is the text itself, so it cuts the text too.
+    const normalizer = (files.tokenizer as { normalizer?: { type?: string; normalizers?: unknown[] } | null }).normalizer;
+    const identity = normalizer == null || (normalizer.type === "Sequence" && Array.isArray(normalizer.normalizers) && normalizer.normalizers.length === 0);
     this.boundaryTokens = [...this.tok.get_added_tokens_decoder().values()]
-      .filter((t) => !t.lstrip && !t.single_word && !t.normalized)
+      .filter((t) => !t.lstrip && !t.single_word && (!t.normalized || identity))
       .map((t) => t.content)
       .sort((a, b) => b.length - a.length);
+    this.addedTexts = [...this.tok.get_added_tokens_decoder().values()].map((t) => t.content).filter((t) => t.length > 1);
+  }
+
+  /**
+   * True when a text known to hold `piece` (its characters before and after
+   * unknown) may be encoded in two parts cut at `piece[at]`: a boundary token
+   * starts there ({@link startsWithBoundaryToken}) and no added token can
+   * match across the cut, whatever surrounds the piece (Gemma 3's `\n` is an
+   * added token, and so is `\n\n`: a cut between two newlines would split a
+   * match). Then `encode(text) = encode(before) ‖ encode(from the cut)`.
+   */
+  isSafeCut(piece: string, at: number): boolean {
+    if (!this.startsWithBoundaryToken(piece.slice(at))) return false;
+    for (const x of this.addedTexts) {
+      // x placed to start d characters before the cut; unknown characters (outside the piece) match anything.
+      for (let d = 1; d < x.length; d++) {
+        const lo = Math.max(0, at - d);
+        if (x.slice(lo - (at - d), d) !== piece.slice(lo, at)) continue;
+        const after = Math.min(x.length - d, piece.length - at);
+        if (piece.startsWith(x.slice(d, d + after), at)) return false;
+      }
+    }
+    return true;
   }
 
   /**
