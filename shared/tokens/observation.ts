@@ -211,6 +211,8 @@ const cores = new WeakMap<ChatTokenizer, LRUCache<string, ObservationCore>>();
  * (a run builds one encoder per trajectory; the formulas are derived once).
  */
 class ObservationCore {
+  /** {@link writesCallName} per tool-message roles and names. */
+  private readonly callNameShapes = new Map<string, boolean>();
   private readonly tok: ChatTokenizer;
   private readonly opts: ObservationOptions;
   private separator: number[] | undefined;
@@ -375,7 +377,35 @@ class ObservationCore {
       // A template that writes no end-of-turn token after the assistant turn: diff against the history's own render.
       prefixText = this.renderText(history, false);
     }
+    // A template that writes the answered call's name into a tool result (harmony: `functions.{name}`) takes it
+    // from the message's `name`, else from the call it answers — here the synthetic one: never write that.
+    if (nTools > 0 && newMessages.some((m) => m.role === "tool" && !m.name) && this.writesCallName(newMessages, nTools)) {
+      throw new TemplateError(
+        `observation: the chat template of ${this.tok.name} writes the answered call's name into each tool result, and a tool message has no name: ` +
+          "give each tool message its call's function name (`name`, or a `tool_call_id` matching a call of the assistant turn)",
+      );
+    }
     return { history, fullText, prefixText };
+  }
+
+  /**
+   * Whether the template writes the answered call's name into these tool
+   * results (judged on a render with empty contents, so a result that merely
+   * mentions the synthetic name does not count). Cached per roles and names.
+   */
+  private writesCallName(newMessages: readonly ChatMessage[], nTools: number): boolean {
+    const key = `${nTools}:${newMessages.map((m) => `${m.role}:${m.name ?? ""}`).join("\u0001")}`;
+    let v = this.callNameShapes.get(key);
+    if (v === undefined) {
+      const bare = newMessages.map((m) => ({ ...m, content: "" }));
+      const history = this.toolHistory(nTools);
+      const text = this.renderText([...history, ...bare], false);
+      const at = this.turnEndIn(text, CALL_MARKER, nTools);
+      const prefix = at >= 0 ? at : this.renderText(history, false).length;
+      v = text.slice(prefix).includes(CALL_MARKER);
+      this.callNameShapes.set(key, v);
+    }
+    return v;
   }
 
   /** The id written after a non-turn-end stop id: the family's `closeToken` (harmony: `<|end|>`), else the end-of-turn token. */
