@@ -6,6 +6,7 @@ import type { TrajectoryRecord } from "../../shared/schema/index.ts";
 import { buildRuntime, PACKAGE_ROOT, type Runtime } from "../cli/runtime.ts";
 import { startSimEngine, type RunningSimEngine } from "../sim-engine/server.ts";
 import { createToolsApp, type ToolInjectedFault } from "../tools/app.ts";
+import { globEscape } from "../../shared/store/gc.ts";
 
 /** Options of {@link runChaos}. Defaults are the full run of issue 8 (`npm run chaos`). */
 export interface ChaosOptions {
@@ -146,7 +147,7 @@ async function deletePrefix(redisUrl: string, prefix: string): Promise<void> {
   try {
     let cursor = "0";
     do {
-      const [next, keys] = await c.scan(cursor, "MATCH", `${prefix}*`, "COUNT", 1000);
+      const [next, keys] = await c.scan(cursor, "MATCH", `${globEscape(prefix)}*`, "COUNT", 1000);
       cursor = next;
       if (keys.length) await c.unlink(...keys);
     } while (cursor !== "0");

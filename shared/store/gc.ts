@@ -134,7 +134,7 @@ export async function collectGarbage(redis: RedisCommander, opts: GcOptions): Pr
   };
 
   const grp = `${p}group:`;
-  for await (const keys of scan(`${grp}*`)) {
+  for await (const keys of scan(`${globEscape(grp)}*`)) {
     const uids = keys.map((k) => k.slice(grp.length));
     const rows = (await redis.pipeline(keys.map((k) => ["HMGET", k, "expected", "finished", "enqueued", "delivery_id", "partition", "cancelled", "filtered", "gc_seen"]))) as (RedisReply | Error)[];
     for (let i = 0; i < keys.length; i++) {
@@ -185,7 +185,7 @@ export async function collectGarbage(redis: RedisCommander, opts: GcOptions): Pr
 
   if (opts.ages.sessions !== null) {
     const ses = `${p}session:`;
-    for await (const keys of scan(`${ses}*`)) {
+    for await (const keys of scan(`${globEscape(ses)}*`)) {
       const own = keys.filter((k) => !k.startsWith(`${ses}agent:`));
       if (!own.length) continue;
       const ttls = (await redis.pipeline(own.map((k) => ["PTTL", k]))) as (RedisReply | Error)[];
@@ -208,7 +208,7 @@ export async function collectGarbage(redis: RedisCommander, opts: GcOptions): Pr
   if (opts.ages.batches !== null) {
     const running = await batchesWithJobs(redis, `${p}jobs`);
     const bat = `${p}jobs:batch:`;
-    for await (const keys of scan(`${bat}*`)) {
+    for await (const keys of scan(`${globEscape(bat)}*`)) {
       for (const k of keys) {
         const id = k.slice(bat.length);
         if (!BATCH_ID.test(id)) continue;
@@ -223,7 +223,7 @@ export async function collectGarbage(redis: RedisCommander, opts: GcOptions): Pr
         const extra: string[] = [];
         let cursor = "0";
         do {
-          const [next, found] = (await redis.exec(["SCAN", cursor, "MATCH", `${k}:w:*`, "COUNT", count])) as [string, string[]];
+          const [next, found] = (await redis.exec(["SCAN", cursor, "MATCH", `${globEscape(k)}:w:*`, "COUNT", count])) as [string, string[]];
           cursor = String(next);
           extra.push(...found.map(String));
         } while (cursor !== "0");
@@ -278,3 +278,13 @@ function compareIds(a: string, b: string): number {
   return am !== bm ? am - bm : (as ?? 0) - (bs ?? 0);
 }
 
+
+/**
+ * `s` as a literal in a Redis glob pattern (`SCAN … MATCH`, `KEYS`): `*`,
+ * `?`, `[`, `]` and `\` are escaped with a backslash, so a prefix holding
+ * them (`x*`, `a[b]`) matches only its own keys, never another prefix's.
+ * @see https://redis.io/docs/latest/commands/keys/ (the glob syntax; `\` escapes special characters)
+ */
+export function globEscape(s: string): string {
+  return s.replace(/[*?[\]\\]/g, (c) => `\\${c}`);
+}

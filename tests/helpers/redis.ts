@@ -1,3 +1,4 @@
+import { globEscape } from "../../shared/store/gc.ts";
 import IORedis from "ioredis";
 
 /** The Redis the tests use (`REDIS_URL`, default `redis://127.0.0.1:6379`). */
@@ -40,7 +41,7 @@ export async function deleteByPrefix(prefix: string): Promise<number> {
   try {
     let cursor = "0";
     do {
-      const [next, keys] = await c.scan(cursor, "MATCH", `${prefix}*`, "COUNT", 1000);
+      const [next, keys] = await c.scan(cursor, "MATCH", `${globEscape(prefix)}*`, "COUNT", 1000);
       cursor = next;
       if (keys.length) n += await c.unlink(...keys);
     } while (cursor !== "0");

@@ -163,3 +163,29 @@ test.skipIf(!redis)("edgeloop gc --older-than 1h --dry-run then for real, throug
   const mem = Bun.spawn([process.execPath, MAIN, "gc", "--store", "memory"], { stdout: "pipe", stderr: "pipe" });
   expect([await mem.exited, await new Response(mem.stderr).text()]).toEqual([2, "edgeloop: config store.url: edgeloop gc needs a Redis or Upstash store (--store redis://host:port or upstash): the memory store lives and dies with its process\n"]);
 }, 30_000);
+
+test.skipIf(!redis)("a prefix holding glob characters (*, ?, [ ]) scans only its own keys, never another prefix's", async () => {
+  const base = randomPrefix("gcglob");
+  // `${base}x*` as a glob would match `${base}xy:…`; `${base}[q]:` as a glob would match `${base}q:…` and not itself.
+  const star = `${base}x*`;
+  const other = `${base}xy:`;
+  const bracket = `${base}[q]:`;
+  const lookalike = `${base}q:`;
+  prefixes.push(star, other, bracket, lookalike);
+  const raw = rawRedis();
+  closers.push(() => raw.quit());
+  for (const p of [star, other, bracket, lookalike]) {
+    // A session that finished 2 h ago (expiry = retention − 2 h) under each prefix.
+    await raw.hset(`${p}session:old_0_0`, "n", "1");
+    await raw.expire(`${p}session:old_0_0`, 7 * DAY - 2 * HOUR);
+  }
+  const commander = new IoRedisCommander(REDIS_URL);
+  closers.push(() => commander.close());
+  const opts = { ages: ages(HOUR), sessionTtlSeconds: 7 * DAY };
+  const a = await collectGarbage(commander, { ...opts, prefix: star });
+  expect([a.scanned.sessions, a.deleted.sessions]).toEqual([1, 1]);
+  const b = await collectGarbage(commander, { ...opts, prefix: bracket });
+  expect([b.scanned.sessions, b.deleted.sessions]).toEqual([1, 1]);
+  // The look-alike prefixes' sessions are untouched.
+  expect(await raw.exists(`${other}session:old_0_0`, `${lookalike}session:old_0_0`, `${star}session:old_0_0`, `${bracket}session:old_0_0`)).toBe(2);
+});
