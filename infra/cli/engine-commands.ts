@@ -1,4 +1,4 @@
-import { mergeConfig, parseAppConfig } from "../../shared/config/app-config.ts";
+import { parseLayeredConfig } from "../../shared/config/app-config.ts";
 import { ConfigError, InputError } from "../../shared/errors.ts";
 import { DEFAULT_ENGINE_TIMEOUT_MS } from "../../shared/inference/engine-http.ts";
 import { normaliseUrl } from "../../shared/inference/replica-pool.ts";
@@ -110,7 +110,7 @@ export async function gatewayCommand(o: {
     gateway: { attempt_timeout_ms: o.attemptTimeoutMs, eject_after: o.ejectAfter, cooldown_ms: o.cooldownMs, max_attempts: o.maxAttempts, health_interval_ms: o.healthIntervalMs, epsilon: o.epsilon, max_sticky_keys: o.maxStickyKeys, shared_state: o.sharedState === false ? false : undefined },
     store: { url: o.store, prefix: o.storePrefix },
   };
-  const cfg = parseAppConfig(mergeConfig(fileCfg, flags), o.config ?? "flags");
+  const cfg = parseLayeredConfig(fileCfg, flags, o.config ?? "flags");
   const g = cfg.gateway;
   const closers: (() => Promise<void>)[] = [];
   const routingState = buildRoutingState(cfg, closers);

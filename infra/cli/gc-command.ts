@@ -1,4 +1,4 @@
-import { mergeConfig, parseAppConfig } from "../../shared/config/app-config.ts";
+import { parseLayeredConfig } from "../../shared/config/app-config.ts";
 import { ConfigError } from "../../shared/errors.ts";
 import { collectGarbage, type GcAges, type GcReport } from "../../shared/store/gc.ts";
 import { UpstashCommander } from "../../shared/store/upstash-transfer-queue.ts";
@@ -42,7 +42,7 @@ export function formatGcReport(r: GcReport): string {
  */
 export async function gcCommand(flags: GcFlags): Promise<void> {
   const fileCfg = flags.config ? resolveConfigPaths(await readConfigFile(flags.config), flags.config) : {};
-  const config = parseAppConfig(mergeConfig(fileCfg, { store: { url: flags.store, prefix: flags.storePrefix } }), flags.config ?? "flags");
+  const config = parseLayeredConfig(fileCfg, { store: { url: flags.store, prefix: flags.storePrefix } }, flags.config ?? "flags");
   if (config.store.url === "memory") throw new ConfigError("store.url", "edgeloop gc needs a Redis or Upstash store (--store redis://host:port or upstash): the memory store lives and dies with its process");
   await checkStore(config, 3_000);
   const redis =

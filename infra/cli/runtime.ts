@@ -2,7 +2,7 @@ import { readFile } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { defaultAgentLoopRegistry, parseAgentLoopConfig, type AgentLoopRegistry } from "../../shared/agent-loop/index.ts";
-import { mergeConfig, parseAppConfig, type AppConfig } from "../../shared/config/app-config.ts";
+import { checkConfigFile, mergeConfig, parseAppConfig, parseLayeredConfig, type AppConfig } from "../../shared/config/app-config.ts";
 import { ConfigError, StoreError, TemplateError } from "../../shared/errors.ts";
 import { createEngineClient } from "../../shared/inference/create-engine-client.ts";
 import type { InferenceClient } from "../../shared/inference/types.ts";
@@ -165,8 +165,11 @@ export const CARRY_IDLE_TTL_MS = 6 * 3600 * 1000;
 export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {}): Promise<Runtime> {
   const fileCfg = flags.config ? resolveConfigPaths(await readConfigFile(flags.config), flags.config) : {};
   let config: AppConfig;
+  // The file's own values are checked first, outside the flag attribution below: a bad value in the file
+  // is the file's error even when a flag replaces it.
+  if (flags.config) checkConfigFile(fileCfg, flags.config);
   try {
-    config = parseAppConfig(mergeConfig(fileCfg, overridesFromFlags(flags)), flags.config ?? "flags");
+    config = parseLayeredConfig(fileCfg, overridesFromFlags(flags), flags.config ?? "flags");
   } catch (e) {
     throw flagConfigError(e, flags);
   }

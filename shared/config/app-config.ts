@@ -7,7 +7,7 @@ export const EngineConfig = z.strictObject({
   url: z.union([z.literal("sim"), httpUrl("engine.url must be \"sim\" or an http(s) URL")], { error: "engine.url must be \"sim\" or an http(s) URL" }).default("sim"),
   /** Wire format of the engine behind `url`: vLLM's OpenAI completions (`vllm`), vLLM's token-in/token-out /inference/v1/generate (`vllm-generate`) or SGLang's native /generate. */
   format: z.enum(["vllm", "vllm-generate", "sglang"]).default("vllm"),
-  /** Scripted policy file for the simulated engine (ignored for a real engine). */
+  /** Scripted policy file for the simulated engine (refused with a real engine). */
   script: z.string().nullable().default(null),
   /** Simulated replicas behind the embedded gateway (sim only). */
   replicas: z.number().int().min(1).max(64).default(1),
@@ -47,6 +47,18 @@ export const EngineConfig = z.strictObject({
     .refine((m) => m.num_experts === undefined || m.num_experts >= m.top_k, { message: "engine.moe.num_experts must be >= top_k", path: ["num_experts"] })
     .nullable()
     .default(null),
+}).superRefine((e, ctx) => {
+  // The simulated engine's settings mean nothing to a real engine: refused, never ignored.
+  if (e.url === "sim") return;
+  const set: [keyof typeof e, boolean][] = [
+    ["script", e.script !== null],
+    ["replicas", e.replicas !== 1],
+    ["sim_latency", e.sim_latency !== null],
+    ["sim_kv_cache_blocks", e.sim_kv_cache_blocks !== null],
+  ];
+  for (const [key, isSet] of set) {
+    if (isSet) ctx.addIssue({ code: "custom", path: [key], message: `engine.${key} applies to the simulated engine only (engine.url "sim"), not to ${e.url}` });
+  }
 });
 
 /** Tool webhooks: a tools file, or (none given) the example tool server started in-process. */
@@ -201,6 +213,32 @@ export function parseAppConfig(raw: unknown, source = "config"): AppConfig {
   const issue = r.error.issues[0]!;
   const path = formatPath("", issue.path) || "(root)";
   throw new ConfigError(path, `${issue.message} (in ${source})`);
+}
+
+/**
+ * A config file with the CLI flags over it: the merged config, parsed. The
+ * file is checked on its own first, so a value it holds is never accepted
+ * unchecked because a flag replaced it (`rollout.n: "four"` with `--n 1` is
+ * still an error naming the file's key); only cross-key checks (code
+ * `custom`, e.g. a sim-only key beside a real `engine.url` that a flag
+ * changes) are left to the merged config.
+ * @throws ConfigError naming the first invalid path and `source`.
+ */
+export function parseLayeredConfig(file: unknown, overrides: unknown, source = "config"): AppConfig {
+  checkConfigFile(file, source);
+  return parseAppConfig(mergeConfig(file, overrides), source);
+}
+
+/**
+ * The per-key checks of {@link parseLayeredConfig} on a config file alone
+ * (types, ranges, unknown keys; cross-key checks are left to the merged config).
+ * @throws ConfigError naming the first invalid path and `source`.
+ */
+export function checkConfigFile(file: unknown, source = "config"): void {
+  const alone = AppConfig.safeParse(file ?? {});
+  if (alone.success) return;
+  const issue = alone.error.issues.find((i) => i.code !== "custom");
+  if (issue) throw new ConfigError(formatPath("", issue.path) || "(root)", `${issue.message} (in ${source})`);
 }
 
 /**

@@ -60,6 +60,9 @@ const CASES: [string[], string][] = [
   [["worker", "--default-agent", "tool_agent"], "--default-agent: a worker runs each job with its batch's rollout.agent.default_agent_loop (serve's config, or the batch's config.rollout); set it on edgeloop serve or in the POST, not on the worker"],
   [["cancel", "b1", "--url", "ftp://x"], "--url: 'ftp://x' is not an http(s) URL"],
   [["nonsense"], "unknown command 'nonsense' (see edgeloop --help)"],
+  // The simulated engine's settings with a real engine: refused, not ignored.
+  [["rollout", "--data", "x.jsonl", "--engine", "http://127.0.0.1:1", "--replicas", "4"], `--replicas: engine.replicas applies to the simulated engine only (engine.url "sim"), not to http://127.0.0.1:1 (got '4')`],
+  [["rollout", "--data", "x.jsonl", "--engine", "http://127.0.0.1:1", "--script", "p.json"], `--script: engine.script applies to the simulated engine only (engine.url "sim"), not to http://127.0.0.1:1 (got 'p.json')`],
 ];
 
 describe("flag and argument errors: one line naming the flag, exit 2", () => {
@@ -74,6 +77,11 @@ describe("flag and argument errors: one line naming the flag, exit 2", () => {
     expect(version).toMatch(/^\d+\.\d+\.\d+/);
     for (const flag of ["--version", "-V"]) expect(edgeloop([flag])).toEqual({ code: 0, stdout: `${version}\n`, stderr: "" });
   });
+  test("a config file's invalid value is its error even when a flag replaces it", () => {
+    writeFileSync(join(dir, "four.yaml"), 'rollout: {n: "four"}\n');
+    const r = edgeloop(["rollout", "--data", "x.jsonl", "--config", "four.yaml", "--n", "1"]);
+    expect({ code: r.code, stderr: r.stderr }).toEqual({ code: 2, stderr: `edgeloop: config rollout.n: Invalid input: expected number, received string (in four.yaml)\n` });
+  }, 30_000);
   test("--help still exits 0 with the help on stdout", () => {
     const r = edgeloop(["worker", "--help"]);
     expect(r.code).toBe(0);
