@@ -102,6 +102,8 @@ export async function gatewayCommand(o: {
   store?: string;
   storePrefix?: string;
   sharedState?: boolean;
+  /** Where `--policy` came from (commander's option value source): `cli` when given on the command line. */
+  policySource?: string;
 }): Promise<void> {
   const replicas = replicaUrls(o.replicas);
   const adminToken = process.env.EDGELOOP_ADMIN_TOKEN || null;
@@ -112,6 +114,7 @@ export async function gatewayCommand(o: {
   };
   const cfg = parseLayeredConfig(fileCfg, flags, o.config ?? "flags");
   const g = cfg.gateway;
+  checkRoutingSettings(o, cfg, (fileCfg as { gateway?: { max_sticky_keys?: unknown } }).gateway?.max_sticky_keys !== undefined);
   const closers: (() => Promise<void>)[] = [];
   const routingState = buildRoutingState(cfg, closers);
   const gw = createGatewayApp({
@@ -142,6 +145,40 @@ export async function gatewayCommand(o: {
   await untilSignal();
   server.stop(true);
   for (const close of closers) await close().catch(() => undefined);
+}
+
+/**
+ * Refuses routing settings the chosen routing would not use (nothing is
+ * accepted and ignored): with a shared routing state (a Redis/Upstash store,
+ * `gateway.shared_state`), an explicit `--policy` and `max_sticky_keys`
+ * (the state's own rule routes: sticky pins under a bounded-load cap);
+ * without one, `sticky_epsilon` (shared state only), `epsilon` unless the
+ * policy is `bounded_load_hash`, and `max_sticky_keys` unless it is
+ * `least_inflight_sticky`. Each error names the flag when a flag set the
+ * value, else the config key.
+ * @throws InputError / ConfigError (exit 2)
+ */
+export function checkRoutingSettings(
+  o: { policy: string; policySource?: string; epsilon?: number; maxStickyKeys?: number; config?: string },
+  cfg: { store: { url: string }; gateway: { shared_state: boolean; epsilon: number | null; sticky_epsilon: number | null; max_sticky_keys: number } },
+  stickyKeysInFile: boolean,
+): void {
+  const shared = cfg.store.url !== "memory" && cfg.gateway.shared_state;
+  const refuse = (flag: string | null, key: string, why: string): never => {
+    if (flag) throw new InputError(flag, why);
+    throw new ConfigError(key, `${why} (in ${o.config ?? "config"})`);
+  };
+  const stickyKeysSet = o.maxStickyKeys !== undefined || stickyKeysInFile;
+  const stickyKeysFlag = o.maxStickyKeys !== undefined ? "--max-sticky-keys" : null;
+  const epsFlag = o.epsilon !== undefined ? "--epsilon" : null;
+  if (shared) {
+    if (o.policySource === "cli") refuse("--policy", "gateway.policy", `is not used with routing state shared in the store (sticky pins under a bounded-load cap); add --no-shared-state to route with --policy ${o.policy}, or drop --policy`);
+    if (stickyKeysSet) refuse(stickyKeysFlag, "gateway.max_sticky_keys", "applies to a per-process least_inflight_sticky gateway; with routing state shared in the store, pins expire after gateway.pin_ttl_ms instead");
+    return;
+  }
+  if (cfg.gateway.sticky_epsilon !== null) refuse(null, "gateway.sticky_epsilon", "applies only with routing state shared in the store (a Redis/Upstash store and gateway.shared_state)");
+  if (cfg.gateway.epsilon !== null && o.policy !== "bounded_load_hash") refuse(epsFlag, "gateway.epsilon", `applies to --policy bounded_load_hash or to routing state shared in the store, not to ${o.policy}`);
+  if (stickyKeysSet && o.policy !== "least_inflight_sticky") refuse(stickyKeysFlag, "gateway.max_sticky_keys", `applies to --policy least_inflight_sticky, not to ${o.policy}`);
 }
 
 /** Printed at start when the gateway has no per-attempt deadline (its default). */

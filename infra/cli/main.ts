@@ -175,7 +175,7 @@ program
   .option("--store <store>", "store.url: redis://host:port or upstash: pins, in-flight leases and ejections shared by every gateway instance (default memory: per process)")
   .option("--store-prefix <prefix>", "store.prefix: prefix of the routing keys (default edgeloop:)")
   .option("--no-shared-state", "gateway.shared_state false: keep routing state per process even with a store")
-  .action(async (opts) => (await import("./engine-commands.ts")).gatewayCommand(opts));
+  .action(async (opts, cmd: Command) => (await import("./engine-commands.ts")).gatewayCommand({ ...opts, policySource: cmd.getOptionValueSource("policy") }));
 
 program
   .command("tools")

@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { gatewayOptions } from "../../infra/cli/gateway-options.ts";
 import { parseAppConfig } from "../../shared/config/app-config.ts";
+import { REDIS_URL } from "../helpers/redis.ts";
 
 // The gateway's health-check period, ε and sticky-key capacity reach `edgeloop gateway` from flags and from
 // the config file (issue 18 item 10: nothing built and unreachable), and every gateway built from a config
@@ -82,16 +83,38 @@ describe("gateway settings from flags and config", () => {
 
   test("the config file's gateway section sets ε and the sticky-key capacity; a flag overrides the file", async () => {
     const cfg = join(dir, "gw.json");
-    writeFileSync(cfg, JSON.stringify({ gateway: { epsilon: 0.5, max_sticky_keys: 64, health_interval_ms: 0 } }));
+    writeFileSync(cfg, JSON.stringify({ gateway: { epsilon: 0.5, health_interval_ms: 0 } }));
     const hash = await startGateway(["--config", cfg, "--policy", "bounded_load_hash"]);
     expect(hash.banner).toContain("(bounded_load_hash, ε 0.5;");
     expect(hash.banner).toContain("health checks on demand");
-    const sticky = await startGateway(["--config", cfg, "--max-sticky-keys", "32"]);
+    const keys = join(dir, "keys.json");
+    writeFileSync(keys, JSON.stringify({ gateway: { max_sticky_keys: 64 } }));
+    expect((await startGateway(["--config", keys])).banner).toContain("(least_inflight_sticky, 64 sticky keys;");
+    const sticky = await startGateway(["--config", keys, "--max-sticky-keys", "32"]);
     expect(sticky.banner).toContain("(least_inflight_sticky, 32 sticky keys;");
     const defaults = await startGateway(["--policy", "bounded_load_hash"]);
     expect(defaults.banner).toContain("(bounded_load_hash, ε 0.25;");
     expect(defaults.banner).toContain("health checks every 5000 ms");
   }, 30_000);
+
+  test("settings the chosen routing would not use exit 2, naming the flag or the config key", () => {
+    const run = (args: string[]) => Bun.spawnSync([process.execPath, MAIN, "gateway", "--replicas", "http://127.0.0.1:1", "--port", "0", ...args], { stdout: "pipe", stderr: "pipe" });
+    const cases: [string[], string][] = [
+      [["--epsilon", "0.5"], "edgeloop: --epsilon: applies to --policy bounded_load_hash or to routing state shared in the store, not to least_inflight_sticky"],
+      [["--epsilon", "0.5", "--policy", "round_robin"], "edgeloop: --epsilon: applies to --policy bounded_load_hash or to routing state shared in the store, not to round_robin"],
+      [["--max-sticky-keys", "5", "--policy", "bounded_load_hash"], "edgeloop: --max-sticky-keys: applies to --policy least_inflight_sticky, not to bounded_load_hash"],
+      [["--store", REDIS_URL, "--policy", "round_robin"], "edgeloop: --policy: is not used with routing state shared in the store (sticky pins under a bounded-load cap); add --no-shared-state to route with --policy round_robin, or drop --policy"],
+      [["--store", REDIS_URL, "--max-sticky-keys", "5"], "edgeloop: --max-sticky-keys: applies to a per-process least_inflight_sticky gateway; with routing state shared in the store, pins expire after gateway.pin_ttl_ms instead"],
+    ];
+    for (const [args, line] of cases) {
+      const r = run(args);
+      expect({ args, code: r.exitCode, stderr: r.stderr.toString() }).toEqual({ args, code: 2, stderr: `${line}\n` });
+    }
+    const cfg = join(dir, "sticky-eps.json");
+    writeFileSync(cfg, JSON.stringify({ gateway: { sticky_epsilon: 2 } }));
+    const r = run(["--config", cfg]);
+    expect([r.exitCode, r.stderr.toString()]).toEqual([2, `edgeloop: config gateway.sticky_epsilon: applies only with routing state shared in the store (a Redis/Upstash store and gateway.shared_state) (in ${cfg})\n`]);
+  }, 60_000);
 
   test("bad values exit 2 naming the flag or the config key", async () => {
     const run = (args: string[]) => Bun.spawnSync([process.execPath, MAIN, "gateway", "--replicas", "http://127.0.0.1:1", "--port", "0", ...args], { stdout: "pipe", stderr: "pipe" });
