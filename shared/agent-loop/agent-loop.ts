@@ -12,6 +12,9 @@ import type { ToolCallParser } from "../tools/tool-call-parser.ts";
 import type { ToolExecutor } from "../tools/webhook-tool-client.ts";
 import { prefixKeyOf } from "../inference/prefix-key.ts";
 
+/** A row's initial messages: built once (a zod schema costs more to build than to run). */
+const PROMPT_MESSAGES = ChatMessage.array().min(1);
+
 /**
  * What every loop is built with (once per trajectory, cheap to construct).
  * Loops read what they need and ignore the rest.
@@ -111,7 +114,7 @@ export abstract class AgentLoop {
    */
   protected messages(kwargs: AgentLoopKwargs): ChatMessage[] {
     const raw = kwargs.prompt ?? kwargs.raw_prompt;
-    const r = ChatMessage.array().min(1).safeParse(raw);
+    const r = PROMPT_MESSAGES.safeParse(raw);
     if (!r.success) {
       const i = r.error.issues[0];
       const path = ["prompt", ...(i?.path ?? [])].map((p, k) => (typeof p === "number" ? `[${p}]` : k === 0 ? String(p) : `.${String(p)}`)).join("");

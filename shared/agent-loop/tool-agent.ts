@@ -1,6 +1,6 @@
 import { InputError, ToolError } from "../errors.ts";
 import type { AgentLoopMetrics, AgentLoopOutput, ChatMessage, FinishReason, SamplingParams, ToolSchema } from "../schema/index.ts";
-import { ObservationEncoder } from "../tokens/observation.ts";
+import type { ObservationEncoder } from "../tokens/observation.ts";
 import { buildPromptIds } from "../tokens/prompt.ts";
 import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
 import type { InteractionClient } from "../tools/interaction-client.ts";
@@ -8,6 +8,7 @@ import { createToolCallParser } from "../tools/parser-registry.ts";
 import type { ParsedCall, ParseError, ToolCallParser } from "../tools/tool-call-parser.ts";
 import { truncateToolResponse } from "../tools/truncate.ts";
 import { pyList, type ToolExecutor, type ToolResult } from "../tools/webhook-tool-client.ts";
+import { sharedObservationEncoder } from "./encoder-cache.ts";
 import { addPreempted, AgentLoop, emptyMetrics, finalTokenVersions, modelVersionOf, recordTurnVersions, type AgentLoopContext, type AgentLoopKwargs, type TokenVersions } from "./agent-loop.ts";
 
 /**
@@ -245,8 +246,8 @@ export class ToolAgentLoop extends AgentLoop {
     const extra = (d.kwargs.extra_info ?? {}) as Record<string, unknown>;
     d.tools = this.activeTools(extra.tool_selection);
     d.interaction = this.pickInteraction(extra.interaction_kwargs, d);
-    const schemas: ToolSchema[] | undefined = d.tools && d.tools.schemas.length > 0 ? [...d.tools.schemas] : undefined;
-    d.encoder = new ObservationEncoder(this.ctx.tokenizer, { tools: schemas, chatTemplateKwargs: this.ctx.config.chat_template_kwargs });
+    // Shared across trajectories: an encoder derives its template facts once (see sharedObservationEncoder).
+    d.encoder = sharedObservationEncoder(this.ctx.tokenizer, d.tools?.schemas, this.ctx.config.chat_template_kwargs);
   }
 
   /**
@@ -288,7 +289,8 @@ export class ToolAgentLoop extends AgentLoop {
   protected async onPending(d: ToolAgentData): Promise<ToolAgentState> {
     const { config, tokenizer } = this.ctx;
     this.reattach(d);
-    const schemas: ToolSchema[] | undefined = d.tools && d.tools.schemas.length > 0 ? [...d.tools.schemas] : undefined;
+    // The executor's own list (not a copy): buildPromptIds keys its cache by the list object's JSON, computed once per list.
+    const schemas: readonly ToolSchema[] | undefined = d.tools && d.tools.schemas.length > 0 ? d.tools.schemas : undefined;
     const { promptIds, truncated } = buildPromptIds(tokenizer, d.messages, {
       tools: schemas,
       promptLength: config.prompt_length,
