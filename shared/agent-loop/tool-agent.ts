@@ -90,7 +90,7 @@ export interface ToolAgentData {
    * unanswered calls (with the same `call_id`) and waits for awaited ones.
    */
   toolResults?: Array<ToolCallOutcome | null>;
-  /** Decoded text (special tokens skipped) of the last assistant turn, for the reward. */
+  /** Decoded text (special tokens skipped) of the last assistant turn, for the reward (in data from `initData`, decoded when first read). */
   lastAssistantText: string;
   metrics: AgentLoopMetrics;
   toolRewards: number[];
@@ -108,6 +108,11 @@ export interface ToolAgentData {
   terminatedBy: TerminatedBy;
   error?: string;
 }
+
+/** Run data made by {@link ToolAgentLoop.initData}, whose `lastAssistantText` decodes on first read. */
+const lazyText = new WeakSet<ToolAgentData>();
+/** The last assistant turn's ids, not decoded yet (see `initData`). */
+const undecoded = new WeakMap<ToolAgentData, readonly number[]>();
 
 /**
  * `tool_agent`: multi-turn generation with webhook tools and, optionally, a
@@ -188,7 +193,9 @@ export class ToolAgentLoop extends AgentLoop {
    * @throws InputError when the row's prompt is invalid.
    */
   initData(samplingParams: SamplingParams, kwargs: AgentLoopKwargs): ToolAgentData {
-    return {
+    const tok = this.ctx.tokenizer;
+    let text = "";
+    const d: ToolAgentData = {
       key: this.key(kwargs),
       kwargs,
       samplingParams,
@@ -196,7 +203,19 @@ export class ToolAgentLoop extends AgentLoop {
       assistantTurns: 0,
       userTurns: 0,
       pending: [],
-      lastAssistantText: "",
+      // Decoded when first read (the reward, a checkpoint): most turns are not the last one.
+      get lastAssistantText(): string {
+        const ids = undecoded.get(d);
+        if (ids) {
+          text = tok.decode(ids, { skipSpecialTokens: true });
+          undecoded.delete(d);
+        }
+        return text;
+      },
+      set lastAssistantText(v: string) {
+        text = v;
+        undecoded.delete(d);
+      },
       metrics: emptyMetrics(),
       toolRewards: [],
       turnScores: [],
@@ -208,6 +227,8 @@ export class ToolAgentLoop extends AgentLoop {
       finishReason: "stop",
       terminatedBy: "model",
     };
+    lazyText.add(d);
+    return d;
   }
 
   /**
@@ -323,7 +344,8 @@ export class ToolAgentLoop extends AgentLoop {
     const appended = b.appendAction(out.token_ids, d.samplingParams.logprobs ? out.log_probs : null);
     b.applyRoutedExperts(out.routed_experts);
     const tok = this.ctx.tokenizer;
-    d.lastAssistantText = tok.decode(out.token_ids, { skipSpecialTokens: true });
+    if (lazyText.has(d)) undecoded.set(d, out.token_ids);
+    else d.lastAssistantText = tok.decode(out.token_ids, { skipSpecialTokens: true });
     if (out.finish_reason === "abort") return this.end(d, "abort", "abort");
     const lengthStop = out.finish_reason === "length";
     if (appended.truncated) return this.end(d, "length", "response_length", true);
