@@ -1,3 +1,4 @@
+import { asPlainArray } from "../tokens/plain-array.ts";
 import { z } from "zod";
 import { ConfigError } from "../errors.ts";
 import type { RoutedExpertsShape, RoutedExpertsSpan, TokenOutput } from "../schema/index.ts";
@@ -105,7 +106,7 @@ export class SglangClient implements InferenceClient {
   generateBody(req: GenerateRequest): Record<string, unknown> {
     const sp = req.sampling_params;
     return {
-      input_ids: Array.from(req.prompt_ids),
+      input_ids: asPlainArray(req.prompt_ids),
       sampling_params: {
         max_new_tokens: req.max_tokens,
         temperature: sp.temperature,

@@ -1,3 +1,4 @@
+import { asPlainArray } from "../tokens/plain-array.ts";
 import { ConfigError } from "../errors.ts";
 import { TokenOutput } from "../schema/index.ts";
 import {
@@ -72,7 +73,7 @@ export class VllmClient implements InferenceClient {
     const sp = req.sampling_params;
     return {
       ...(this.model ? { model: this.model } : {}),
-      prompt: Array.from(req.prompt_ids),
+      prompt: asPlainArray(req.prompt_ids),
       max_tokens: req.max_tokens,
       temperature: sp.temperature,
       top_p: sp.top_p,
@@ -102,7 +103,7 @@ export class VllmClient implements InferenceClient {
     return {
       ...(this.model ? { model: this.model } : {}),
       request_id: req.request_id,
-      token_ids: Array.from(req.prompt_ids),
+      token_ids: asPlainArray(req.prompt_ids),
       sampling_params: {
         max_tokens: req.max_tokens,
         temperature: sp.temperature,
