@@ -362,10 +362,22 @@ export type TokenVersions = Array<[number, unknown]>;
 /** Appends segment `[start, version]` unless the last segment already has that version. */
 export function pushVersion(segs: TokenVersions, start: number, version: unknown): void {
   const last = segs[segs.length - 1];
-  if (last && JSON.stringify(last[1] ?? null) === JSON.stringify(version ?? null)) return;
+  if (last && sameVersion(last[1], version)) return;
   if (last && last[0] === start) segs.pop();
-  if (segs.length && JSON.stringify(segs[segs.length - 1]![1] ?? null) === JSON.stringify(version ?? null)) return;
+  if (segs.length && sameVersion(segs[segs.length - 1]![1], version)) return;
   segs.push([start, version ?? null]);
+}
+
+/** Versions compare by their JSON (undefined as null); primitives, the usual case, without serialising. */
+function sameVersion(a: unknown, b: unknown): boolean {
+  const x = a ?? null;
+  const y = b ?? null;
+  if (x === y) return true;
+  if ((x === null || typeof x !== "object") && (y === null || typeof y !== "object")) {
+    // NaN/±Infinity serialise as null; -0 as 0 (=== already equal).
+    return typeof x === "number" && typeof y === "number" ? !Number.isFinite(x) && !Number.isFinite(y) : JSON.stringify(x) === JSON.stringify(y);
+  }
+  return JSON.stringify(x) === JSON.stringify(y);
 }
 
 /**

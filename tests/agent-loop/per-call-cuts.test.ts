@@ -1,5 +1,5 @@
 import { beforeAll, describe, expect, test } from "bun:test";
-import { builderPrefixKey, withStopIds } from "../../shared/agent-loop/agent-loop.ts";
+import { builderPrefixKey, pushVersion, withStopIds, type TokenVersions } from "../../shared/agent-loop/agent-loop.ts";
 import { ToolAgentLoop, type ToolAgentState } from "../../shared/agent-loop/tool-agent.ts";
 import { prefixKeyOf } from "../../shared/inference/prefix-key.ts";
 import { TrajectoryBuilder } from "../../shared/tokens/trajectory-builder.ts";
@@ -75,5 +75,21 @@ describe("tool_agent: the last assistant turn's text is decoded when read", () =
     expect({ ...d }.lastAssistantText).toBe("The answer is 4.\n#### 4");
     d.lastAssistantText = "restored";
     expect(d.lastAssistantText).toBe("restored");
+  });
+});
+
+describe("pushVersion compares versions by their JSON, primitives without serialising", () => {
+  test("same values merge; different ones start segments; null, undefined and non-finite numbers are one version (JSON null)", () => {
+    const segs: TokenVersions = [];
+    pushVersion(segs, 0, 7);
+    pushVersion(segs, 5, 7);
+    pushVersion(segs, 9, "7");
+    pushVersion(segs, 12, { v: 1 });
+    pushVersion(segs, 14, { v: 1 });
+    pushVersion(segs, 20, null);
+    pushVersion(segs, 22, undefined);
+    pushVersion(segs, 23, Number.NaN);
+    pushVersion(segs, 30, 8);
+    expect(segs).toEqual([[0, 7], [9, "7"], [12, { v: 1 }], [20, null], [30, 8]]);
   });
 });
