@@ -52,6 +52,7 @@ import { buildRuntime, DEFAULT_SCRIPT, PACKAGE_ROOT, type Runtime } from "../inf
 import { SimEngine } from "../infra/sim-engine/sim-engine.ts";
 import { SimEngineClient } from "../infra/sim-engine/sim-engine-client.ts";
 import { createEngineClient } from "../shared/inference/create-engine-client.ts";
+import { hashInt } from "../shared/inference/hash.ts";
 import type { GenerateRequest, InferenceClient } from "../shared/inference/types.ts";
 import { RolloutRequest } from "../shared/rollout/batch.ts";
 import type { TrajectoryRecord } from "../shared/schema/index.ts";
@@ -521,6 +522,17 @@ async function tokenWork(): Promise<void> {
   printTable("Tokenizer work inside the tool agent (Qwen3 tokenizer, the example tools' schemas)", t);
 }
 
+/** A cheap key for a prompt (length and two 32-bit hashes): the replay's lookup should cost next to nothing. */
+function idsKey(ids: ArrayLike<number>): string {
+  let a = 0x2f6b9c1d;
+  let b = 0x63d2a5e7;
+  for (let i = 0; i < ids.length; i++) {
+    a = hashInt(a, ids[i]!);
+    b = hashInt(b, ids[i]! + 0x9e3779b9);
+  }
+  return `${ids.length}-${a}-${b}`;
+}
+
 /**
  * Part 2b: per family, edgeloop's own CPU per engine call on the example
  * batch (engine replies and tool results replayed from memory after a real
@@ -554,7 +566,7 @@ async function familyCost(): Promise<void> {
       client.generate = async (q) => {
         calls++;
         // The session index (not the random uid) and the prompt ids decide the sim engine's reply.
-        const k = `${q.routing_key?.replace(/^.*_(\d+)_\d+$/, "$1")}|${Array.from(q.prompt_ids).join(",")}`;
+        const k = `${q.routing_key?.replace(/^.*_(\d+)_\d+$/, "$1")}|${idsKey(q.prompt_ids)}`;
         const hit = replay ? replies.get(k) : undefined;
         if (hit) {
           engineHits++;
