@@ -458,7 +458,9 @@ export class ToolAgentLoop extends AgentLoop {
   }
 
   protected async onTerminated(d: ToolAgentData): Promise<AgentLoopOutput> {
-    const reward = await this.reward(d.kwargs, d.key, d.lastAssistantText);
+    // The last turn's text is decoded only when a reward reads it (see AgentLoop.reward).
+    const scored = this.ctx.reward !== false && !!d.kwargs.reward_model;
+    const reward = await this.reward(d.kwargs, d.key, scored ? d.lastAssistantText : "");
     d.metrics.compute_score += reward.seconds;
     const extra: Record<string, unknown> = {
       turn_scores: d.turnScores,

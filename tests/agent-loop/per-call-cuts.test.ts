@@ -93,3 +93,34 @@ describe("pushVersion compares versions by their JSON, primitives without serial
     expect(segs).toEqual([[0, 7], [9, "7"], [12, { v: 1 }], [20, null], [30, 8]]);
   });
 });
+
+describe("tool_agent decodes the reward text once, and only when a reward reads it", () => {
+  const runCounting = async (reward: false | undefined, rewardModel: unknown) => {
+    const skips: number[][] = [];
+    const counting = Object.create(tok) as ChatTokenizer;
+    counting.decode = (ids, opts) => {
+      if (opts?.skipSpecialTokens) skips.push(Array.from(ids));
+      return tok.decode(ids, opts);
+    };
+    const tools = new FakeTools(["calc"], () => "4");
+    const client = new ScriptedClient(tok, [{ text: call("calc", { x: "2+2" }) }, { text: "The answer is 4.\n#### 4" }]);
+    const out = await new ToolAgentLoop(ctxOf(counting, client, config(), { tools, ...(reward === false ? { reward: false as const } : {}) })).run(SP, {
+      uid: "u",
+      session_id: 0,
+      prompt: [{ role: "user", content: "2+2?" }],
+      ...(rewardModel ? { reward_model: rewardModel as { style: string; ground_truth: string }, data_source: "gsm8k" } : {}),
+    });
+    return { skips, out, last: client.outputs[1]!.token_ids };
+  };
+  test("rule reward: one decode of the last turn (not one per turn); score from its text", async () => {
+    const r = await runCounting(undefined, { style: "rule", ground_truth: "4" });
+    expect(r.skips).toEqual([r.last]);
+    expect(r.out.reward_score).toBe(1);
+  });
+  test("rewards off, or a row without reward_model: no reward decode at all", async () => {
+    expect((await runCounting(false, { style: "rule", ground_truth: "4" })).skips).toEqual([]);
+    const none = await runCounting(undefined, undefined);
+    expect(none.skips).toEqual([]);
+    expect(none.out.reward_score).toBeNull();
+  });
+});
