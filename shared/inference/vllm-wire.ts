@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { isInt, isNum, isObj, nil, optIdArray, optInt, optStr } from "./fast-check.ts";
 
 /**
  * zod schemas of the vLLM replies edgeloop reads (only the fields it uses;
@@ -84,24 +85,6 @@ export function idsFromTokenIdStrings(tokens: readonly (string | null | undefine
 
 // ---- A fast path for the hot reply: the same verdict as the schemas above for replies they accept,
 // without zod's per-element work over the per-token arrays. Anything it does not vouch for goes to zod.
-
-const isObj = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
-const nil = (v: unknown): boolean => v === undefined || v === null;
-/** `z.number().int()` (safe integers; zod decides anything else). */
-const isInt = (v: unknown): boolean => typeof v === "number" && Number.isSafeInteger(v);
-const isNum = (v: unknown): boolean => typeof v === "number" && Number.isFinite(v);
-const optStr = (v: unknown): boolean => nil(v) || typeof v === "string";
-const optInt = (v: unknown): boolean => nil(v) || isInt(v);
-
-function optIdArray(v: unknown): boolean {
-  if (nil(v)) return true;
-  if (!Array.isArray(v)) return false;
-  for (let i = 0; i < v.length; i++) {
-    const x = v[i];
-    if (typeof x !== "number" || !Number.isSafeInteger(x) || x < 0) return false;
-  }
-  return true;
-}
 
 function usageOk(u: unknown): boolean {
   if (nil(u)) return true;

@@ -3,6 +3,7 @@ import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { fastVllmCompletionReply, fastVllmGenerateReply, VllmCompletionReply, VllmGenerateReply } from "../../shared/inference/vllm-wire.ts";
 import { parseCompletionReply } from "../../shared/inference/vllm-client.ts";
+import { fastSglangGenerateReply, parseSglangReply, SglangGenerateReply } from "../../shared/inference/sglang-client.ts";
 
 const DIR = join(import.meta.dir, "..", "fixtures", "engines");
 const bodies = (prefix: string) =>
@@ -27,10 +28,11 @@ function mutations(body: unknown): unknown[] {
   return out;
 }
 
-describe("vLLM reply fast path: accepts only what zod accepts, with the same data", () => {
+describe("engine reply fast paths: accept only what zod accepts, with the same data", () => {
   for (const [schema, fast, prefix] of [
     [VllmCompletionReply, fastVllmCompletionReply, "vllm-completion-"],
     [VllmGenerateReply, fastVllmGenerateReply, "vllm-generate-"],
+    [SglangGenerateReply, fastSglangGenerateReply, "sglang-generate-"],
   ] as const) {
     test(`${prefix}* recorded replies and every one-field mutation of them`, () => {
       let accepted = 0;
@@ -38,8 +40,8 @@ describe("vLLM reply fast path: accepts only what zod accepts, with the same dat
       for (const [, body] of bodies(prefix)) {
         for (const b of [body, ...mutations(body)]) {
           checked++;
-          const f = fast(b);
-          const z = schema.safeParse(b);
+          const f = (fast as (x: unknown) => unknown)(b);
+          const z = (schema as { safeParse: (x: unknown) => { success: boolean; data?: unknown } }).safeParse(b);
           if (f !== undefined) {
             accepted++;
             expect(z.success).toBe(true);
@@ -70,4 +72,18 @@ describe("vLLM reply fast path: accepts only what zod accepts, with the same dat
       extra_fields: {},
     } as never);
   });
+});
+
+test("SGLang: a bad triple keeps zod's message; a good reply parses as before", () => {
+  const [, body] = bodies("sglang-generate-stop")[0]!;
+  const lps = body.meta_info.output_token_logprobs as unknown[][];
+  const bad = { ...body, meta_info: { ...body.meta_info, output_token_logprobs: [lps[0], [lps[1]![0], -5, null], ...lps.slice(2)] } };
+  expect(fastSglangGenerateReply(bad)).toBeUndefined();
+  expect(() => parseSglangReply("http://e/generate", bad, true)).toThrow(
+    "engine at http://e/generate sent an unusable reply: not a /generate reply (meta_info.output_token_logprobs.1.1: Too small: expected number to be >=0)",
+  );
+  expect(fastSglangGenerateReply(body)).toBe(body);
+  const out = parseSglangReply("http://e/generate", body, true);
+  expect(out.token_ids).toEqual(body.output_ids);
+  expect(out.log_probs).toEqual(lps.map((t) => t[0]) as number[]);
 });
