@@ -6,11 +6,11 @@
  *   observation, engine call, validation) against a scripted zero-latency
  *   engine (the family's own turns, as the sim engine samples them) and an
  *   in-process tool, so every CPU microsecond is edgeloop's. Reported per
- *   engine call (÷ 2), with and without the token core's share measured in
- *   the same run — the observation encode (`ObservationEncoder.encode` of the
- *   same tool message) and the initial prompt (`buildPromptIds` of the same
- *   row, cached as in a batch) — and the observation beside its floor: raw
- *   tokenization (`encode`) of the observation's own text.
+ *   engine call (÷ 2), with and without the token core's share metered in
+ *   the same runs (CPU inside `ObservationEncoder.encode`, and inside the
+ *   tokenizer's `renderText` / `encode` elsewhere: the initial prompt, cached
+ *   after the first trajectory as in a batch), and the observation beside its
+ *   floor: raw tokenization (`encode`) of the observation's own text.
  * - one webhook tool call to the example tool server over loopback (signed),
  *   and a Qwen3 trajectory with that tool.
  * CPU is `process.cpuUsage()` (user + system) of this process; medians of `--runs`.
@@ -21,15 +21,13 @@ import { ToolAgentLoop } from "../shared/agent-loop/tool-agent.ts";
 import type { GenerateRequest, InferenceClient } from "../shared/inference/types.ts";
 import { BUILTIN_MODELS, builtinTokenizer } from "../shared/models/index.ts";
 import { RolloutConfig, type ChatMessage, type TokenOutput } from "../shared/schema/index.ts";
-import { ObservationEncoder } from "../shared/tokens/observation.ts";
-import { buildPromptIds } from "../shared/tokens/prompt.ts";
 import type { ChatTokenizer } from "../shared/tokens/tokenizer.ts";
 import { HermesToolCallParser } from "../shared/tools/hermes-parser.ts";
 import { parseToolsFile } from "../shared/tools/tools-file.ts";
 import { WebhookToolClient, type ToolExecutor } from "../shared/tools/webhook-tool-client.ts";
 import { SimEngine } from "../infra/sim-engine/sim-engine.ts";
 import { startToolServer } from "../infra/tools/server.ts";
-import { arg, median, printTable } from "./util.ts";
+import { arg, installTokenCoreMeter, median, printTable } from "./util.ts";
 
 const RUNS = Number(arg("--runs", "5"));
 const MODELS = arg("--models", BUILTIN_MODELS.join(",")).split(",");
@@ -99,13 +97,14 @@ const fam: string[][] = [
     "family",
     "traj µs",
     "per engine call µs (incl. token core)",
-    "prompt ids µs",
-    "observation µs",
+    "token core µs/call",
     "per engine call µs (excl. token core)",
+    "observation µs",
     "observation floor µs",
     "observation ÷ floor",
   ],
 ];
+const meter = installTokenCoreMeter();
 let qwen: { tok: ChatTokenizer; client: InferenceClient } | undefined;
 for (const family of MODELS) {
   const tok = await builtinTokenizer(family);
@@ -117,24 +116,38 @@ for (const family of MODELS) {
   if (out.num_turns !== 4 || out.extra_fields.tool_calls !== 1 || out.extra_fields.tool_errors !== 0) {
     throw new Error(`${family}: expected one clean tool round, got num_turns ${out.num_turns}, extra_fields ${JSON.stringify(out.extra_fields)}`);
   }
-  // The same token-core work the trajectory does, measured alone in this run.
-  const first = out.response_mask.indexOf(0);
-  const lastSampled = out.response_ids[first - 1];
-  const enc = new ObservationEncoder(tok, { tools: inProcess.schemas });
-  const obsMsg: ChatMessage[] = [{ role: "tool", name: "calc", content: "4" }];
-  const obsIds = enc.encode(obsMsg, lastSampled);
-  const obsText = tok.decode(obsIds);
-  const traj = await cpuAsync(300, runOne);
-  const promptUs = cpu(1000, () => buildPromptIds(tok, prompt, { tools: inProcess.schemas, promptLength: config.prompt_length }));
-  const obsUs = cpu(300, () => enc.encode(obsMsg, lastSampled));
+  for (let i = 0; i < 20; i++) await runOne();
+  // Whole trajectories, with the token core's CPU (observation encode, prompt render/encode) metered inside the same runs.
+  const ITER = 300;
+  const traj: number[] = [];
+  const core: number[] = [];
+  const obs: number[] = [];
+  for (let r = 0; r < RUNS; r++) {
+    meter.reset();
+    meter.on = true;
+    const c0 = process.cpuUsage();
+    for (let i = 0; i < ITER; i++) await runOne();
+    const c = process.cpuUsage(c0);
+    meter.on = false;
+    traj.push((c.user + c.system) / ITER);
+    core.push((meter.obsUs + meter.promptUs) / ITER);
+    obs.push(meter.obsUs / Math.max(1, meter.observations));
+  }
+  const obsText = tok.decode(meter.sample[0]!);
   const floorUs = cpu(3000, () => tok.encode(obsText));
-  fam.push([family, f0(traj), f0(traj / 2), f1(promptUs), f1(obsUs), f0((traj - promptUs - obsUs) / 2), f1(floorUs), f1(obsUs / floorUs)]);
+  const t = median(traj);
+  const k = median(core);
+  const o = median(obs);
+  fam.push([family, f0(t), f0(t / 2), f0(k / 2), f0((t - k) / 2), f1(o), f1(floorUs), f1(o / floorUs)]);
 }
 printTable(
   `tool_agent trajectory, 1 tool round, zero-latency engine: CPU per engine call (2 per trajectory), median of ${RUNS} runs`,
   fam,
 );
-console.log("token core = prompt ids + observation (measured alone in the same run); floor = encode() of the observation's own text");
+console.log(
+  "token core = CPU inside ObservationEncoder.encode and the tokenizer's renderText/encode elsewhere (the prompt, cached after the first row), metered in the same runs;\n" +
+    "floor = encode() of the observation's own text.",
+);
 
 if (qwen) {
   const { tok, client } = qwen;

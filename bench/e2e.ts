@@ -61,7 +61,7 @@ import { ObservationEncoder } from "../shared/tokens/observation.ts";
 import { ChatTokenizer, defaultTokenizer } from "../shared/tokens/tokenizer.ts";
 import { parseToolsFile } from "../shared/tools/tools-file.ts";
 import { WebhookToolClient, type ToolCallRequest } from "../shared/tools/webhook-tool-client.ts";
-import { arg, median, printTable } from "./util.ts";
+import { arg, installTokenCoreMeter, median, printTable } from "./util.ts";
 
 const RUNS = Number(arg("--runs", "3"));
 const N = Number(arg("--n", "8"));
@@ -164,33 +164,7 @@ let recordTools = false;
   };
 }
 
-/** CPU spent inside the token core (observation encodes; template renders and encodes elsewhere), and the observations made. */
-const tokenCore = { on: false, depth: 0, obsUs: 0, promptUs: 0, observations: 0, sample: [] as number[][] };
-{
-  const wrap = <T extends object>(proto: T, name: keyof T, into: "obsUs" | "promptUs") => {
-    const inner = proto[name] as unknown as (...a: unknown[]) => unknown;
-    (proto as Record<string, unknown>)[name as string] = function (this: unknown, ...a: unknown[]) {
-      if (!tokenCore.on || tokenCore.depth > 0) return inner.apply(this, a);
-      tokenCore.depth++;
-      const c0 = process.cpuUsage();
-      try {
-        const out = inner.apply(this, a);
-        if (into === "obsUs") {
-          tokenCore.observations++;
-          if (tokenCore.sample.length < 500) tokenCore.sample.push(out as number[]);
-        }
-        return out;
-      } finally {
-        const c = process.cpuUsage(c0);
-        tokenCore[into] += c.user + c.system;
-        tokenCore.depth--;
-      }
-    };
-  };
-  wrap(ObservationEncoder.prototype, "encode", "obsUs");
-  wrap(ChatTokenizer.prototype, "renderText", "promptUs");
-  wrap(ChatTokenizer.prototype, "encode", "promptUs");
-}
+const tokenCore = installTokenCoreMeter();
 
 interface BatchResult {
   wall_s: number;
@@ -604,7 +578,8 @@ async function familyCost(): Promise<void> {
         let obsUs = 0;
         for (let r = 0; r < RUNS; r++) {
           c0 = { calls, engineHits, toolCalls, toolHits };
-          Object.assign(tokenCore, { on: true, depth: 0, obsUs: 0, promptUs: 0, observations: 0 });
+          tokenCore.reset();
+          tokenCore.on = true;
           const cpu0 = process.cpuUsage();
           await rt.service.submit(RolloutRequest.parse({ rows })).run.run();
           const cpu = process.cpuUsage(cpu0);
