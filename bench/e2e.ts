@@ -15,6 +15,15 @@
  *    call of a run is recorded, then replayed directly — engine calls against a
  *    fresh client of the same kind, tool calls against a fresh `WebhookToolClient`,
  *    with the run's concurrency — and the CPU per call is compared.
+ * 2b. Orchestration CPU per engine call for every built-in family (`--models`, default
+ *    all five), the example batch on the in-process engine: after one real
+ *    batch, the same batch again with every engine reply and tool result
+ *    replayed from memory (keyed by prompt ids and session; by tool name and
+ *    arguments), so the CPU measured (`process.cpuUsage()`) is edgeloop's own.
+ *    The token core's share is measured in the same run (CPU inside
+ *    `ObservationEncoder.encode`, and inside the tokenizer's `renderText` /
+ *    `encode` elsewhere: the initial prompt), and each observation beside its
+ *    floor: raw `encode()` of the same observation texts.
  * 3. Scale (a fresh child process, `--trajectories` trajectories at once,
  *    config `concurrency` = trajectories): engine with a fixed latency
  *    per request (`--engine-latency-ms`, a `hang` fault with `ms` on the
@@ -24,7 +33,7 @@
  *    latency + tool rounds × tool latency of the longest trajectory), and the
  *    concurrency the engine and the tool server actually saw.
  *
- *   bun bench/e2e.ts [--runs 3] [--n 8] [--only throughput,cost,scale]
+ *   bun bench/e2e.ts [--runs 3] [--n 8] [--only throughput,cost,families,scale] [--models qwen3,llama3_1,…]
  *                    [--trajectories 10000] [--engine-latency-ms 200] [--tool-latency-ms 1000]
  *                    [--tool-timeout-ms 600000] [--max-http-requests default,65535]
  *
@@ -43,19 +52,22 @@ import { buildRuntime, DEFAULT_SCRIPT, PACKAGE_ROOT, type Runtime } from "../inf
 import { SimEngine } from "../infra/sim-engine/sim-engine.ts";
 import { SimEngineClient } from "../infra/sim-engine/sim-engine-client.ts";
 import { createEngineClient } from "../shared/inference/create-engine-client.ts";
+import { hashInt } from "../shared/inference/hash.ts";
 import type { GenerateRequest, InferenceClient } from "../shared/inference/types.ts";
 import { RolloutRequest } from "../shared/rollout/batch.ts";
 import type { TrajectoryRecord } from "../shared/schema/index.ts";
+import { BUILTIN_MODELS, builtinTokenizer } from "../shared/models/index.ts";
 import { ObservationEncoder } from "../shared/tokens/observation.ts";
-import { defaultTokenizer } from "../shared/tokens/tokenizer.ts";
+import { ChatTokenizer, defaultTokenizer } from "../shared/tokens/tokenizer.ts";
 import { parseToolsFile } from "../shared/tools/tools-file.ts";
 import { WebhookToolClient, type ToolCallRequest } from "../shared/tools/webhook-tool-client.ts";
-import { arg, median, printTable } from "./util.ts";
+import { arg, installTokenCoreMeter, median, printTable } from "./util.ts";
 
 const RUNS = Number(arg("--runs", "3"));
 const N = Number(arg("--n", "8"));
 const SEED = 1;
-const ONLY = arg("--only", "throughput,cost,scale").split(",");
+const ONLY = arg("--only", "throughput,cost,families,scale").split(",");
+const MODELS = arg("--models", BUILTIN_MODELS.join(",")).split(",");
 const TRAJECTORIES = Number(arg("--trajectories", "10000"));
 const ENGINE_MS = Number(arg("--engine-latency-ms", "200"));
 const TOOL_MS = Number(arg("--tool-latency-ms", "1000"));
@@ -151,6 +163,8 @@ let recordTools = false;
     return inner.call(this, req);
   };
 }
+
+const tokenCore = installTokenCoreMeter();
 
 interface BatchResult {
   wall_s: number;
@@ -351,6 +365,7 @@ console.log(`edgeloop end-to-end benchmark: ${rows.length} rows × n=${N} = ${ro
 try {
   if (ONLY.includes("throughput") || ONLY.includes("cost")) await throughputAndCost();
   if (ONLY.includes("cost")) await tokenWork();
+  if (ONLY.includes("families")) await familyCost();
   if (ONLY.includes("scale")) await scale();
 } finally {
   rmSync(dir, { recursive: true, force: true });
@@ -479,6 +494,140 @@ async function tokenWork(): Promise<void> {
   t.push(["observation: ObservationEncoder.encode(1 tool message)", f0(micro(300, () => enc.encode(obs, tok.eosTokenId))), "once per tool round"]);
   t.push([`  encode() of the observation's own text (${JSON.stringify(obsText).length} chars)`, f0(micro(3000, () => tok.encode(obsText))), "what the tokens alone cost"]);
   printTable("Tokenizer work inside the tool agent (Qwen3 tokenizer, the example tools' schemas)", t);
+}
+
+/** A cheap key for a prompt (length and two 32-bit hashes): the replay's lookup should cost next to nothing. */
+function idsKey(ids: ArrayLike<number>): string {
+  let a = 0x2f6b9c1d;
+  let b = 0x63d2a5e7;
+  for (let i = 0; i < ids.length; i++) {
+    a = hashInt(a, ids[i]!);
+    b = hashInt(b, ids[i]! + 0x9e3779b9);
+  }
+  return `${ids.length}-${a}-${b}`;
+}
+
+/**
+ * Part 2b: per family, edgeloop's own CPU per engine call on the example
+ * batch (engine replies and tool results replayed from memory after a real
+ * batch), with the token core's share and the observation floor measured in
+ * the same run.
+ */
+async function familyCost(): Promise<void> {
+  const table: string[][] = [
+    [
+      "family",
+      "engine calls",
+      "replayed (engine / tools)",
+      "µs/call incl. token core",
+      "token core µs/call",
+      "µs/call excl. token core",
+      "observations/call",
+      "observation µs",
+      "observation floor µs",
+      "÷ floor",
+    ],
+  ];
+  for (const model of MODELS) {
+    const rt = await buildRuntime({ n: N, seed: SEED, model });
+    try {
+      const client = rt.client as InferenceClient & { generate: InferenceClient["generate"] };
+      const inner = client.generate.bind(client);
+      const replies = new Map<string, Awaited<ReturnType<InferenceClient["generate"]>>>();
+      let replay = false;
+      let calls = 0;
+      let engineHits = 0;
+      client.generate = async (q) => {
+        calls++;
+        // The session index (not the random uid) and the prompt ids decide the sim engine's reply.
+        const k = `${q.routing_key?.replace(/^.*_(\d+)_\d+$/, "$1")}|${idsKey(q.prompt_ids)}`;
+        const hit = replay ? replies.get(k) : undefined;
+        if (hit) {
+          engineHits++;
+          return { ...hit, extra_fields: { ...hit.extra_fields } };
+        }
+        const out = await inner(q);
+        replies.set(k, out);
+        return out;
+      };
+      const results = new Map<string, Awaited<ReturnType<WebhookToolClient["call"]>>>();
+      let toolHits = 0;
+      let toolCalls = 0;
+      const proto = WebhookToolClient.prototype;
+      const innerCall = proto.call;
+      proto.call = async function (this: WebhookToolClient, req: ToolCallRequest) {
+        toolCalls++;
+        const k = `${req.name}|${JSON.stringify(req.arguments)}`;
+        const hit = replay ? results.get(k) : undefined;
+        if (hit) {
+          toolHits++;
+          return { ...hit, call_id: `${req.key}:${req.turn}:${req.index}` };
+        }
+        const r = await innerCall.call(this, req);
+        results.set(k, r);
+        return r;
+      };
+      try {
+        await rt.service.submit(RolloutRequest.parse({ rows })).run.run(); // real engine and tools; fills the replay maps
+        replay = true;
+        await rt.service.submit(RolloutRequest.parse({ rows })).run.run(); // warm-up of the replayed path
+        const perCall: number[] = [];
+        const corePerCall: number[] = [];
+        let c0 = { calls: 0, engineHits: 0, toolCalls: 0, toolHits: 0 };
+        let obsPer = 0;
+        let obsUs = 0;
+        for (let r = 0; r < RUNS; r++) {
+          c0 = { calls, engineHits, toolCalls, toolHits };
+          tokenCore.reset();
+          tokenCore.on = true;
+          const cpu0 = process.cpuUsage();
+          await rt.service.submit(RolloutRequest.parse({ rows })).run.run();
+          const cpu = process.cpuUsage(cpu0);
+          tokenCore.on = false;
+          const n = calls - c0.calls;
+          perCall.push((cpu.user + cpu.system) / n);
+          corePerCall.push((tokenCore.obsUs + tokenCore.promptUs) / n);
+          obsPer = tokenCore.observations / n;
+          obsUs = tokenCore.obsUs / Math.max(1, tokenCore.observations);
+        }
+        const tok = await builtinTokenizer(model);
+        const texts = tokenCore.sample.map((ids) => tok.decode(ids));
+        const floor = median(
+          Array.from({ length: Math.max(RUNS, 3) }, () => {
+            const f0 = process.cpuUsage();
+            for (let i = 0; i < 5; i++) for (const t of texts) tok.encode(t);
+            const f = process.cpuUsage(f0);
+            return (f.user + f.system) / (5 * texts.length);
+          }),
+        );
+        const n = calls - c0.calls;
+        const all = median(perCall);
+        const core = median(corePerCall);
+        table.push([
+          model,
+          String(n),
+          `${engineHits - c0.engineHits}/${n} / ${toolHits - c0.toolHits}/${toolCalls - c0.toolCalls}`,
+          f0(all),
+          f0(core),
+          f0(all - core),
+          f2(obsPer),
+          f0(obsUs),
+          f1(floor),
+          f1(obsUs / floor),
+        ]);
+      } finally {
+        proto.call = innerCall;
+        client.generate = inner;
+      }
+    } finally {
+      await rt.close();
+    }
+  }
+  printTable(`Orchestration CPU per engine call by family: the example batch, n=${N}, engine replies and tool results replayed from memory (medians of ${RUNS} batches)`, table);
+  console.log(
+    "token core = CPU inside ObservationEncoder.encode and the tokenizer's renderText/encode elsewhere (the initial prompt), measured in the same batches;\n" +
+      "observation floor = encode() of the same observations' text (up to 500 of them), in this process.",
+  );
 }
 
 async function scale(): Promise<void> {

@@ -1,4 +1,6 @@
 import type { TrajectoryRecord } from "../shared/schema/index.ts";
+import { ObservationEncoder } from "../shared/tokens/observation.ts";
+import { ChatTokenizer } from "../shared/tokens/tokenizer.ts";
 /** Small helpers shared by the benchmarks. */
 
 /** The median of a non-empty list. */
@@ -51,3 +53,66 @@ export function syntheticRecord(uid: string, sessionId: number, prompt: number[]
     extra_fields: { model_versions: [7, 7], tool_rewards: [0], turn_scores: [0, 1] },
   };
 }
+
+/** What {@link installTokenCoreMeter} counts while `on`. CPU in µs (`process.cpuUsage()`, user + system). */
+export interface TokenCoreMeter {
+  on: boolean;
+  depth: number;
+  /** CPU inside `ObservationEncoder.encode`. */
+  obsUs: number;
+  /** CPU inside the tokenizer's `renderText` / `encode` outside an observation encode (the initial prompt). */
+  promptUs: number;
+  /** Observations encoded. */
+  observations: number;
+  /** The first 500 observations' ids (for the floor: raw tokenization of their text). */
+  sample: number[][];
+  reset(): void;
+}
+
+/**
+ * Wraps `ObservationEncoder.prototype.encode` and `ChatTokenizer.prototype`'s
+ * `renderText` / `encode` (once per process) so that, while the meter is
+ * `on`, the CPU spent inside them — the token core's share of a run — is
+ * summed (outermost call only, so nested calls count once). The wrapper's own
+ * cost (two `cpuUsage()` calls per outermost call) falls on the token core's side.
+ */
+export function installTokenCoreMeter(): TokenCoreMeter {
+  if (meter) return meter;
+  const m: TokenCoreMeter = {
+    on: false,
+    depth: 0,
+    obsUs: 0,
+    promptUs: 0,
+    observations: 0,
+    sample: [],
+    reset() {
+      Object.assign(m, { depth: 0, obsUs: 0, promptUs: 0, observations: 0, sample: [] });
+    },
+  };
+  const wrap = <T extends object>(proto: T, name: keyof T, into: "obsUs" | "promptUs") => {
+    const inner = proto[name] as unknown as (...a: unknown[]) => unknown;
+    (proto as Record<string, unknown>)[name as string] = function (this: unknown, ...a: unknown[]) {
+      if (!m.on || m.depth > 0) return inner.apply(this, a);
+      m.depth++;
+      const c0 = process.cpuUsage();
+      try {
+        const out = inner.apply(this, a);
+        if (into === "obsUs") {
+          m.observations++;
+          if (m.sample.length < 500) m.sample.push(out as number[]);
+        }
+        return out;
+      } finally {
+        const c = process.cpuUsage(c0);
+        m[into] += c.user + c.system;
+        m.depth--;
+      }
+    };
+  };
+  wrap(ObservationEncoder.prototype, "encode", "obsUs");
+  wrap(ChatTokenizer.prototype, "renderText", "promptUs");
+  wrap(ChatTokenizer.prototype, "encode", "promptUs");
+  meter = m;
+  return m;
+}
+let meter: TokenCoreMeter | undefined;

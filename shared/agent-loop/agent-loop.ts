@@ -10,7 +10,10 @@ import type { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
 import type { InteractionClient } from "../tools/interaction-client.ts";
 import type { ToolCallParser } from "../tools/tool-call-parser.ts";
 import type { ToolExecutor } from "../tools/webhook-tool-client.ts";
-import { prefixKeyOf } from "../inference/prefix-key.ts";
+import { PREFIX_KEY_MAX_TOKENS, prefixKeyOf } from "../inference/prefix-key.ts";
+
+/** A row's initial messages: built once (a zod schema costs more to build than to run). */
+const PROMPT_MESSAGES = ChatMessage.array().min(1);
 
 /**
  * What every loop is built with (once per trajectory, cheap to construct).
@@ -111,7 +114,7 @@ export abstract class AgentLoop {
    */
   protected messages(kwargs: AgentLoopKwargs): ChatMessage[] {
     const raw = kwargs.prompt ?? kwargs.raw_prompt;
-    const r = ChatMessage.array().min(1).safeParse(raw);
+    const r = PROMPT_MESSAGES.safeParse(raw);
     if (!r.success) {
       const i = r.error.issues[0];
       const path = ["prompt", ...(i?.path ?? [])].map((p, k) => (typeof p === "number" ? `[${p}]` : k === 0 ? String(p) : `.${String(p)}`)).join("");
@@ -181,6 +184,7 @@ export abstract class AgentLoop {
     // The turn's policy versions as run-length segments over its tokens (a resume across a weight update starts one).
     const segs: TokenVersions = [];
     const signal = this.ctx.signal;
+    const stopParams = withStopIds(samplingParams, this.ctx.tokenizer.stopTokenIds);
     try {
       for (let attempt = 0; ; attempt++) {
         const canResume = attempt < MAX_RESUMES && !signal?.aborted;
@@ -189,9 +193,9 @@ export abstract class AgentLoop {
           out = await this.ctx.client.generate({
             request_id: (this.ctx.newRequestId ?? (() => crypto.randomUUID()))(),
             routing_key: key,
-            prefix_key: prefixKeyOf(base, this.ctx.tokenizer.turnEndIds),
+            prefix_key: builderPrefixKey(builder, base, this.ctx.tokenizer.turnEndIds),
             prompt_ids: ids.length ? base.concat(ids) : base,
-            sampling_params: withStopIds(samplingParams, this.ctx.tokenizer.stopTokenIds),
+            sampling_params: stopParams,
             max_tokens: maxTokens - ids.length,
             signal,
             ...(returnRoutedExperts ? { return_routed_experts: true } : {}),
@@ -276,10 +280,38 @@ export abstract class AgentLoop {
  * @see vLLM `stop_token_ids` / SGLang `sampling_params.stop_token_ids` (both a set of ids)
  */
 export function withStopIds(sp: SamplingParams, stopIds: readonly number[]): SamplingParams {
+  // The same (params, stop list) pair recurs on every turn of a trajectory (and every trajectory of a batch).
+  const memo = stopMemo.get(sp);
+  if (memo && memo.stopIds === stopIds) return memo.out;
   const own = sp.stop_token_ids ?? [];
   const add = stopIds.filter((id) => !own.includes(id));
-  if (add.length === 0) return sp;
-  return { ...sp, stop_token_ids: [...own, ...add] };
+  const out = add.length === 0 ? sp : { ...sp, stop_token_ids: [...own, ...add] };
+  stopMemo.set(sp, { stopIds, out });
+  return out;
+}
+
+/** {@link withStopIds} results by params object (the stop list is the tokenizer's own, fixed array). */
+const stopMemo = new WeakMap<SamplingParams, { stopIds: readonly number[]; out: SamplingParams }>();
+
+/** Prefix keys that depend on the prompt alone, by builder (see {@link builderPrefixKey}). */
+const prefixKeys = new WeakMap<TrajectoryBuilder, string>();
+
+/**
+ * `prefixKeyOf(context, turnEndIds)` for a builder's context, computed once
+ * per trajectory when it depends on the prompt alone: when the keyed block
+ * ends inside the prompt (at a turn-end id, or at the key's token cap) — the
+ * usual case, a system or first user turn — every later turn's context has
+ * the same block. A prompt without a turn end is keyed afresh each turn (its
+ * block runs into the response).
+ */
+export function builderPrefixKey(builder: TrajectoryBuilder, context: ArrayLike<number>, turnEndIds: readonly number[]): string {
+  const cached = prefixKeys.get(builder);
+  if (cached !== undefined) return cached;
+  const key = prefixKeyOf(context, turnEndIds);
+  const n = Number.parseInt(key, 10);
+  const p = builder.promptIds;
+  if (n <= p.length && (n === PREFIX_KEY_MAX_TOKENS || (n > 0 && turnEndIds.includes(p[n - 1]!)))) prefixKeys.set(builder, key);
+  return key;
 }
 
 /**
@@ -330,10 +362,22 @@ export type TokenVersions = Array<[number, unknown]>;
 /** Appends segment `[start, version]` unless the last segment already has that version. */
 export function pushVersion(segs: TokenVersions, start: number, version: unknown): void {
   const last = segs[segs.length - 1];
-  if (last && JSON.stringify(last[1] ?? null) === JSON.stringify(version ?? null)) return;
+  if (last && sameVersion(last[1], version)) return;
   if (last && last[0] === start) segs.pop();
-  if (segs.length && JSON.stringify(segs[segs.length - 1]![1] ?? null) === JSON.stringify(version ?? null)) return;
+  if (segs.length && sameVersion(segs[segs.length - 1]![1], version)) return;
   segs.push([start, version ?? null]);
+}
+
+/** Versions compare by their JSON (undefined as null); primitives, the usual case, without serialising. */
+function sameVersion(a: unknown, b: unknown): boolean {
+  const x = a ?? null;
+  const y = b ?? null;
+  if (x === y) return true;
+  if ((x === null || typeof x !== "object") && (y === null || typeof y !== "object")) {
+    // NaN/±Infinity serialise as null; -0 as 0 (=== already equal).
+    return typeof x === "number" && typeof y === "number" ? !Number.isFinite(x) && !Number.isFinite(y) : JSON.stringify(x) === JSON.stringify(y);
+  }
+  return JSON.stringify(x) === JSON.stringify(y);
 }
 
 /**

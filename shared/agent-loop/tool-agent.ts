@@ -1,6 +1,6 @@
 import { InputError, ToolError } from "../errors.ts";
 import type { AgentLoopMetrics, AgentLoopOutput, ChatMessage, FinishReason, SamplingParams, ToolSchema } from "../schema/index.ts";
-import { ObservationEncoder } from "../tokens/observation.ts";
+import type { ObservationEncoder } from "../tokens/observation.ts";
 import { buildPromptIds } from "../tokens/prompt.ts";
 import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
 import type { InteractionClient } from "../tools/interaction-client.ts";
@@ -8,6 +8,7 @@ import { createToolCallParser } from "../tools/parser-registry.ts";
 import type { ParsedCall, ParseError, ToolCallParser } from "../tools/tool-call-parser.ts";
 import { truncateToolResponse } from "../tools/truncate.ts";
 import { pyList, type ToolExecutor, type ToolResult } from "../tools/webhook-tool-client.ts";
+import { sharedObservationEncoder } from "./encoder-cache.ts";
 import { addPreempted, AgentLoop, emptyMetrics, finalTokenVersions, modelVersionOf, recordTurnVersions, type AgentLoopContext, type AgentLoopKwargs, type TokenVersions } from "./agent-loop.ts";
 
 /**
@@ -89,7 +90,7 @@ export interface ToolAgentData {
    * unanswered calls (with the same `call_id`) and waits for awaited ones.
    */
   toolResults?: Array<ToolCallOutcome | null>;
-  /** Decoded text (special tokens skipped) of the last assistant turn, for the reward. */
+  /** Decoded text (special tokens skipped) of the last assistant turn, for the reward (in data from `initData`, decoded when first read). */
   lastAssistantText: string;
   metrics: AgentLoopMetrics;
   toolRewards: number[];
@@ -107,6 +108,11 @@ export interface ToolAgentData {
   terminatedBy: TerminatedBy;
   error?: string;
 }
+
+/** Run data made by {@link ToolAgentLoop.initData}, whose `lastAssistantText` decodes on first read. */
+const lazyText = new WeakSet<ToolAgentData>();
+/** The last assistant turn's ids, not decoded yet (see `initData`). */
+const undecoded = new WeakMap<ToolAgentData, readonly number[]>();
 
 /**
  * `tool_agent`: multi-turn generation with webhook tools and, optionally, a
@@ -187,7 +193,9 @@ export class ToolAgentLoop extends AgentLoop {
    * @throws InputError when the row's prompt is invalid.
    */
   initData(samplingParams: SamplingParams, kwargs: AgentLoopKwargs): ToolAgentData {
-    return {
+    const tok = this.ctx.tokenizer;
+    let text = "";
+    const d: ToolAgentData = {
       key: this.key(kwargs),
       kwargs,
       samplingParams,
@@ -195,7 +203,19 @@ export class ToolAgentLoop extends AgentLoop {
       assistantTurns: 0,
       userTurns: 0,
       pending: [],
-      lastAssistantText: "",
+      // Decoded when first read (the reward, a checkpoint): most turns are not the last one.
+      get lastAssistantText(): string {
+        const ids = undecoded.get(d);
+        if (ids) {
+          text = tok.decode(ids, { skipSpecialTokens: true });
+          undecoded.delete(d);
+        }
+        return text;
+      },
+      set lastAssistantText(v: string) {
+        text = v;
+        undecoded.delete(d);
+      },
       metrics: emptyMetrics(),
       toolRewards: [],
       turnScores: [],
@@ -207,6 +227,8 @@ export class ToolAgentLoop extends AgentLoop {
       finishReason: "stop",
       terminatedBy: "model",
     };
+    lazyText.add(d);
+    return d;
   }
 
   /**
@@ -245,8 +267,8 @@ export class ToolAgentLoop extends AgentLoop {
     const extra = (d.kwargs.extra_info ?? {}) as Record<string, unknown>;
     d.tools = this.activeTools(extra.tool_selection);
     d.interaction = this.pickInteraction(extra.interaction_kwargs, d);
-    const schemas: ToolSchema[] | undefined = d.tools && d.tools.schemas.length > 0 ? [...d.tools.schemas] : undefined;
-    d.encoder = new ObservationEncoder(this.ctx.tokenizer, { tools: schemas, chatTemplateKwargs: this.ctx.config.chat_template_kwargs });
+    // Shared across trajectories: an encoder derives its template facts once (see sharedObservationEncoder).
+    d.encoder = sharedObservationEncoder(this.ctx.tokenizer, d.tools?.schemas, this.ctx.config.chat_template_kwargs);
   }
 
   /**
@@ -288,7 +310,8 @@ export class ToolAgentLoop extends AgentLoop {
   protected async onPending(d: ToolAgentData): Promise<ToolAgentState> {
     const { config, tokenizer } = this.ctx;
     this.reattach(d);
-    const schemas: ToolSchema[] | undefined = d.tools && d.tools.schemas.length > 0 ? [...d.tools.schemas] : undefined;
+    // The executor's own list (not a copy): buildPromptIds keys its cache by the list object's JSON, computed once per list.
+    const schemas: readonly ToolSchema[] | undefined = d.tools && d.tools.schemas.length > 0 ? d.tools.schemas : undefined;
     const { promptIds, truncated } = buildPromptIds(tokenizer, d.messages, {
       tools: schemas,
       promptLength: config.prompt_length,
@@ -321,7 +344,8 @@ export class ToolAgentLoop extends AgentLoop {
     const appended = b.appendAction(out.token_ids, d.samplingParams.logprobs ? out.log_probs : null);
     b.applyRoutedExperts(out.routed_experts);
     const tok = this.ctx.tokenizer;
-    d.lastAssistantText = tok.decode(out.token_ids, { skipSpecialTokens: true });
+    if (lazyText.has(d)) undecoded.set(d, out.token_ids);
+    else d.lastAssistantText = tok.decode(out.token_ids, { skipSpecialTokens: true });
     if (out.finish_reason === "abort") return this.end(d, "abort", "abort");
     const lengthStop = out.finish_reason === "length";
     if (appended.truncated) return this.end(d, "length", "response_length", true);
@@ -434,7 +458,9 @@ export class ToolAgentLoop extends AgentLoop {
   }
 
   protected async onTerminated(d: ToolAgentData): Promise<AgentLoopOutput> {
-    const reward = await this.reward(d.kwargs, d.key, d.lastAssistantText);
+    // The last turn's text is decoded only when a reward reads it (see AgentLoop.reward).
+    const scored = this.ctx.reward !== false && !!d.kwargs.reward_model;
+    const reward = await this.reward(d.kwargs, d.key, scored ? d.lastAssistantText : "");
     d.metrics.compute_score += reward.seconds;
     const extra: Record<string, unknown> = {
       turn_scores: d.turnScores,

@@ -51,6 +51,9 @@ export function finishOutput(url: string, raw: RawEngineOutput): TokenOutput {
     logProbs = lps as number[];
   }
 
+  const fast = fastTokenOutput(raw.ids, logProbs, reason, raw.stopReason, raw.cachedTokens, extra, raw.routedExperts);
+  if (fast) return fast;
+  // Something the fast path does not vouch for: zod decides, and names the field.
   const out = TokenOutput.safeParse({
     token_ids: raw.ids,
     ...(logProbs ? { log_probs: logProbs } : {}),
@@ -96,4 +99,42 @@ export function cachedModelMaxLen(fetchFn: FetchLike, base: string, timeoutMs: n
     }
     return pending;
   };
+}
+
+/** An integer id ≥ 0 that `z.number().int().min(0)` accepts (safe integers only; anything else goes to zod). */
+function isId(v: unknown): boolean {
+  return typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
+}
+
+/**
+ * The {@link TokenOutput} that `TokenOutput.safeParse` would return for these
+ * fields, built without zod when every field is one zod surely accepts
+ * (ids: safe integers ≥ 0; log-probs: already checked finite, one per id;
+ * `stop_reason` a string, finite number or null; `cached_tokens` a safe
+ * integer ≥ 0; no routed experts); otherwise undefined and the caller runs
+ * zod, so errors are zod's, naming the field, as before. Same keys in the
+ * schema's order; the id and log-prob arrays are the reply's own (not copied:
+ * nothing downstream writes to a TokenOutput's arrays).
+ */
+function fastTokenOutput(
+  ids: readonly number[],
+  logProbs: number[] | undefined,
+  reason: "stop" | "length" | "abort",
+  stopReason: number | string | null | undefined,
+  cachedTokens: number | undefined,
+  extra: Record<string, unknown>,
+  routedExperts: RoutedExpertsSpan | undefined,
+): TokenOutput | undefined {
+  if (routedExperts !== undefined || !Array.isArray(ids)) return undefined;
+  for (let i = 0; i < ids.length; i++) if (!isId(ids[i])) return undefined;
+  if (stopReason !== undefined && stopReason !== null && typeof stopReason !== "string" && !(typeof stopReason === "number" && Number.isFinite(stopReason))) return undefined;
+  if (cachedTokens !== undefined && !isId(cachedTokens)) return undefined;
+  const out: TokenOutput = { token_ids: ids as number[] } as TokenOutput;
+  if (logProbs) out.log_probs = logProbs;
+  out.finish_reason = reason;
+  if (stopReason !== undefined) out.stop_reason = stopReason;
+  out.num_preempted = -1;
+  if (cachedTokens !== undefined) out.cached_tokens = cachedTokens;
+  out.extra_fields = extra;
+  return out;
 }

@@ -1,3 +1,5 @@
+import { asPlainArray } from "../tokens/plain-array.ts";
+import { isInt, isNum, isObj, nil, optId, optIdArray, optInt, optStr } from "./fast-check.ts";
 import { z } from "zod";
 import { ConfigError } from "../errors.ts";
 import type { RoutedExpertsShape, RoutedExpertsSpan, TokenOutput } from "../schema/index.ts";
@@ -69,6 +71,35 @@ export const SglangGenerateReply = z.looseObject({
 });
 
 /**
+ * `body` itself, typed, when {@link SglangGenerateReply} surely accepts it;
+ * undefined otherwise (then zod parses it and names the field). Checks every
+ * field the schema checks — `output_token_logprobs` triples included — by
+ * hand. zod's output holds the same values: the schema has no defaults or
+ * transforms, and a triple's rest elements pass through.
+ */
+export function fastSglangGenerateReply(body: unknown): z.infer<typeof SglangGenerateReply> | undefined {
+  if (!isObj(body) || !optStr(body.text) || !optIdArray(body.output_ids) || !optIdArray(body.token_ids)) return undefined;
+  const m = body.meta_info;
+  if (!isObj(m) || !optStr(m.id) || !optInt(m.prompt_tokens) || !optInt(m.completion_tokens) || !optId(m.cached_tokens)) return undefined;
+  if (!optStr(m.weight_version) || !optStr(m.routed_experts)) return undefined;
+  const fr = m.finish_reason;
+  if (!nil(fr)) {
+    if (!isObj(fr) || typeof fr.type !== "string" || !optStr(fr.message)) return undefined;
+    if (!(nil(fr.matched) || typeof fr.matched === "string" || isNum(fr.matched))) return undefined;
+  }
+  const lps = m.output_token_logprobs;
+  if (!nil(lps)) {
+    if (!Array.isArray(lps)) return undefined;
+    for (let i = 0; i < lps.length; i++) {
+      const t = lps[i];
+      if (!Array.isArray(t) || t.length < 2) return undefined;
+      if (!(t[0] === null || isNum(t[0])) || !(t[1] === null || (isInt(t[1]) && t[1] >= 0))) return undefined;
+    }
+  }
+  return body as z.infer<typeof SglangGenerateReply>;
+}
+
+/**
  * Token-in/token-out client for SGLang's native `POST /generate`.
  *
  * Sends `input_ids`, `sampling_params.max_new_tokens` (always set),
@@ -105,7 +136,7 @@ export class SglangClient implements InferenceClient {
   generateBody(req: GenerateRequest): Record<string, unknown> {
     const sp = req.sampling_params;
     return {
-      input_ids: Array.from(req.prompt_ids),
+      input_ids: asPlainArray(req.prompt_ids),
       sampling_params: {
         max_new_tokens: req.max_tokens,
         temperature: sp.temperature,
@@ -159,7 +190,8 @@ export class SglangClient implements InferenceClient {
  */
 export function parseSglangReply(url: string, body: unknown, wantLogprobs: boolean, experts?: { shape: RoutedExpertsShape; promptTokens: number }): TokenOutput {
   if (Array.isArray(body)) throw badReply(url, "a batch (array) reply to a single request");
-  const parsed = SglangGenerateReply.safeParse(body);
+  const fast = fastSglangGenerateReply(body);
+  const parsed = fast ? { success: true as const, data: fast } : SglangGenerateReply.safeParse(body);
   if (!parsed.success) throw badReply(url, `not a /generate reply (${parsed.error.issues[0]?.path.join(".")}: ${parsed.error.issues[0]?.message})`);
   const { meta_info: meta } = parsed.data;
   const triples = meta.output_token_logprobs ?? undefined;

@@ -1,3 +1,4 @@
+import { asPlainArray } from "../tokens/plain-array.ts";
 import { ConfigError } from "../errors.ts";
 import { TokenOutput } from "../schema/index.ts";
 import {
@@ -13,7 +14,7 @@ import {
 } from "./engine-http.ts";
 import { cachedModelMaxLen, finishOutput } from "./finish-output.ts";
 import type { GenerateRequest, InferenceClient } from "./types.ts";
-import { idsFromTokenIdStrings, VllmCompletionReply, VllmGenerateReply } from "./vllm-wire.ts";
+import { fastVllmCompletionReply, fastVllmGenerateReply, idsFromTokenIdStrings, VllmCompletionReply, VllmGenerateReply } from "./vllm-wire.ts";
 
 /** Options of {@link VllmClient}. */
 export interface VllmClientOptions {
@@ -72,7 +73,7 @@ export class VllmClient implements InferenceClient {
     const sp = req.sampling_params;
     return {
       ...(this.model ? { model: this.model } : {}),
-      prompt: Array.from(req.prompt_ids),
+      prompt: asPlainArray(req.prompt_ids),
       max_tokens: req.max_tokens,
       temperature: sp.temperature,
       top_p: sp.top_p,
@@ -102,7 +103,7 @@ export class VllmClient implements InferenceClient {
     return {
       ...(this.model ? { model: this.model } : {}),
       request_id: req.request_id,
-      token_ids: Array.from(req.prompt_ids),
+      token_ids: asPlainArray(req.prompt_ids),
       sampling_params: {
         max_tokens: req.max_tokens,
         temperature: sp.temperature,
@@ -154,7 +155,8 @@ export class VllmClient implements InferenceClient {
  * @throws BadEngineResponseError, EngineAbortedError (abort without tokens)
  */
 export function parseCompletionReply(url: string, body: unknown, wantLogprobs: boolean): TokenOutput {
-  const parsed = VllmCompletionReply.safeParse(body);
+  const fast = fastVllmCompletionReply(body);
+  const parsed = fast ? { success: true as const, data: fast } : VllmCompletionReply.safeParse(body);
   if (!parsed.success) throw badReply(url, `not a completion reply (${parsed.error.issues[0]?.path.join(".")}: ${parsed.error.issues[0]?.message})`);
   const choice = parsed.data.choices[0];
   const fromStrings = choice.logprobs?.tokens ? idsFromTokenIdStrings(choice.logprobs.tokens) : undefined;
@@ -186,7 +188,8 @@ export function parseCompletionReply(url: string, body: unknown, wantLogprobs: b
  * @throws BadEngineResponseError, EngineAbortedError (abort without tokens)
  */
 export function parseGenerateReply(url: string, body: unknown, wantLogprobs: boolean): TokenOutput {
-  const parsed = VllmGenerateReply.safeParse(body);
+  const fast = fastVllmGenerateReply(body);
+  const parsed = fast ? { success: true as const, data: fast } : VllmGenerateReply.safeParse(body);
   if (!parsed.success) throw badReply(url, `not a generate reply (${parsed.error.issues[0]?.path.join(".")}: ${parsed.error.issues[0]?.message})`);
   const choice = parsed.data.choices[0];
   const content = choice.logprobs?.content ?? undefined;

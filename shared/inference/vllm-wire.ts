@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { isInt, isNum, isObj, nil, optIdArray, optInt, optStr } from "./fast-check.ts";
 
 /**
  * zod schemas of the vLLM replies edgeloop reads (only the fields it uses;
@@ -80,4 +81,71 @@ export function idsFromTokenIdStrings(tokens: readonly (string | null | undefine
     out.push(Number(m[1]));
   }
   return out;
+}
+
+// ---- A fast path for the hot reply: the same verdict as the schemas above for replies they accept,
+// without zod's per-element work over the per-token arrays. Anything it does not vouch for goes to zod.
+
+function usageOk(u: unknown): boolean {
+  if (nil(u)) return true;
+  if (!isObj(u) || !optInt(u.prompt_tokens) || !optInt(u.completion_tokens)) return false;
+  const d = u.prompt_tokens_details;
+  return nil(d) || (isObj(d) && (nil(d.cached_tokens) || (isInt(d.cached_tokens) && (d.cached_tokens as number) >= 0)));
+}
+
+function completionLogprobsOk(lp: unknown): boolean {
+  if (nil(lp)) return true;
+  if (!isObj(lp)) return false;
+  const t = lp.token_logprobs;
+  if (!nil(t)) {
+    if (!Array.isArray(t)) return false;
+    for (let i = 0; i < t.length; i++) if (t[i] !== null && !isNum(t[i])) return false;
+  }
+  const s = lp.tokens;
+  if (!nil(s)) {
+    if (!Array.isArray(s)) return false;
+    for (let i = 0; i < s.length; i++) if (typeof s[i] !== "string") return false;
+  }
+  return true;
+}
+
+/**
+ * `body` itself, typed, when {@link VllmCompletionReply} surely accepts it
+ * (its schema has no defaults or transforms, so zod's output holds the same
+ * values); undefined otherwise — then parse with zod, which names the field.
+ * Checks every field the schema checks, on every choice.
+ */
+export function fastVllmCompletionReply(body: unknown): VllmCompletionReply | undefined {
+  if (!isObj(body) || !optStr(body.id) || !usageOk(body.usage)) return undefined;
+  const choices = body.choices;
+  if (!Array.isArray(choices) || choices.length < 1) return undefined;
+  for (const c of choices) {
+    if (!isObj(c) || !optInt(c.index) || !optStr(c.text) || !optStr(c.finish_reason)) return undefined;
+    if (!(nil(c.stop_reason) || typeof c.stop_reason === "string" || isNum(c.stop_reason))) return undefined;
+    if (!optIdArray(c.token_ids) || !completionLogprobsOk(c.logprobs)) return undefined;
+  }
+  return body as VllmCompletionReply;
+}
+
+/** Like {@link fastVllmCompletionReply}, for {@link VllmGenerateReply}. */
+export function fastVllmGenerateReply(body: unknown): VllmGenerateReply | undefined {
+  if (!isObj(body) || !optStr(body.request_id) || !usageOk(body.usage)) return undefined;
+  const choices = body.choices;
+  if (!Array.isArray(choices) || choices.length < 1) return undefined;
+  for (const c of choices) {
+    if (!isObj(c) || !optInt(c.index) || !optStr(c.finish_reason)) return undefined;
+    if (!(nil(c.stop_reason) || typeof c.stop_reason === "string" || isNum(c.stop_reason))) return undefined;
+    if (!optIdArray(c.token_ids)) return undefined;
+    const lp = c.logprobs;
+    if (nil(lp)) continue;
+    if (!isObj(lp)) return undefined;
+    const content = lp.content;
+    if (nil(content)) continue;
+    if (!Array.isArray(content)) return undefined;
+    for (let i = 0; i < content.length; i++) {
+      const e = content[i];
+      if (!isObj(e) || !optStr(e.token) || !(e.logprob === null || isNum(e.logprob))) return undefined;
+    }
+  }
+  return body as VllmGenerateReply;
 }

@@ -4,11 +4,12 @@ import { RoutedExpertsShape } from "./routed-experts.ts";
 import { InputError } from "../errors.ts";
 
 /** A prompt-group id: 1–128 characters of `[A-Za-z0-9.:-]`; `_` is reserved as the key separator. */
+const UID_PATTERN = /^[A-Za-z0-9.:-]+$/;
 export const Uid = z
   .string()
   .min(1)
   .max(128)
-  .regex(/^[A-Za-z0-9.:-]+$/, "uid may only hold letters, digits, '.', ':' and '-' ('_' separates key parts)");
+  .regex(UID_PATTERN, "uid may only hold letters, digits, '.', ':' and '-' ('_' separates key parts)");
 
 /**
  * One finished trajectory as stored in the transfer queue (DESIGN §4.5),
@@ -51,8 +52,10 @@ export type TrajectoryRecord = z.infer<typeof TrajectoryRecord>;
 
 /** The trajectory key `{uid}_{session_id}_{output_index}`. Throws {@link InputError} for a bad uid. */
 export function trajectoryKey(uid: string, sessionId: number, outputIndex = 0): string {
-  const r = Uid.safeParse(uid);
-  if (!r.success) throw new InputError("uid", r.error.issues[0]?.message ?? "invalid uid");
+  // The common case checked by hand (the same three rules as Uid); anything else goes to zod for its message.
+  const plain = typeof uid === "string" && uid.length >= 1 && uid.length <= 128 && UID_PATTERN.test(uid);
+  const r = plain ? null : Uid.safeParse(uid);
+  if (r && !r.success) throw new InputError("uid", r.error.issues[0]?.message ?? "invalid uid");
   if (!Number.isInteger(sessionId) || sessionId < 0) throw new InputError("session_id", "must be an integer >= 0");
   if (!Number.isInteger(outputIndex) || outputIndex < 0) throw new InputError("output_index", "must be an integer >= 0");
   return `${uid}_${sessionId}_${outputIndex}`;

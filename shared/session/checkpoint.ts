@@ -1,3 +1,4 @@
+import { toPlainArray } from "../tokens/plain-array.ts";
 import { z } from "zod";
 import type { ToolAgentData, ToolAgentLoop, ToolCallOutcome } from "../agent-loop/tool-agent.ts";
 import type { AgentLoopKwargs } from "../agent-loop/agent-loop.ts";
@@ -159,12 +160,12 @@ export function unpackOutput(s: StoredOutput): AgentLoopOutput {
   if (rest.routed_experts === undefined) delete rest.routed_experts;
   return {
     ...rest,
-    ...(teacher_log_probs === undefined ? {} : { teacher_log_probs: Array.from(decodeFloat32(teacher_log_probs)) }),
-    prompt_ids: Array.from(decodeInt32(s.prompt_ids)),
-    response_ids: Array.from(decodeInt32(s.response_ids)),
-    response_mask: Array.from(decodeUint8(s.response_mask)) as (0 | 1)[],
-    response_logprobs: lp === null ? null : Array.from(logprobs_f64 ? decodeFloat64(lp) : decodeFloat32(lp)),
-    ...(s.routed_experts !== undefined ? { routed_experts: Array.from(decodeInt32(s.routed_experts)) } : {}),
+    ...(teacher_log_probs === undefined ? {} : { teacher_log_probs: toPlainArray(decodeFloat32(teacher_log_probs)) }),
+    prompt_ids: toPlainArray(decodeInt32(s.prompt_ids)),
+    response_ids: toPlainArray(decodeInt32(s.response_ids)),
+    response_mask: toPlainArray(decodeUint8(s.response_mask)) as (0 | 1)[],
+    response_logprobs: lp === null ? null : toPlainArray(logprobs_f64 ? decodeFloat64(lp) : decodeFloat32(lp)),
+    ...(s.routed_experts !== undefined ? { routed_experts: toPlainArray(decodeInt32(s.routed_experts)) } : {}),
   } as AgentLoopOutput;
 }
 

@@ -1,6 +1,7 @@
 import { InputError, TrajectoryInvariantError } from "../errors.ts";
 import { ROUTED_EXPERTS_FILL, type AgentLoopMetrics, type AgentLoopOutput, type FinishReason, type RoutedExpertsShape, type RoutedExpertsSpan } from "../schema/index.ts";
 import { decodeInt32, encodeInt32 } from "../session/typed-base64.ts";
+import { toPlainArray } from "./plain-array.ts";
 import { validateTrajectory } from "./validate.ts";
 
 /** Options for {@link TrajectoryBuilder}. */
@@ -89,7 +90,7 @@ export class TrajectoryBuilder {
     if (!Number.isInteger(opts.maxModelLen) || opts.maxModelLen < 1) {
       throw new InputError("rollout.max_model_len", "must be an integer >= 1");
     }
-    this.promptIds = Int32Array.from(opts.promptIds);
+    this.promptIds = new Int32Array(opts.promptIds);
     this.responseBudget = opts.responseLength;
     this.maxModelLen = opts.maxModelLen;
     this.trackLogProbs = opts.trackLogProbs;
@@ -192,17 +193,17 @@ export class TrajectoryBuilder {
 
   /** The response ids so far, as a plain array. */
   responseIds(): number[] {
-    return Array.from(this.ids.subarray(0, this.len));
+    return toPlainArray(this.ids.subarray(0, this.len));
   }
 
   /** The response mask so far (1 = sampled by the policy). */
   responseMask(): (0 | 1)[] {
-    return Array.from(this.mask.subarray(0, this.len)) as (0 | 1)[];
+    return toPlainArray(this.mask.subarray(0, this.len)) as (0 | 1)[];
   }
 
   /** The response log-probs so far (float32 values), or null when not tracked. */
   responseLogprobs(): number[] | null {
-    return this.lps ? Array.from(this.lps.subarray(0, this.len)) : null;
+    return this.lps ? toPlainArray(this.lps.subarray(0, this.len)) : null;
   }
 
   /**
@@ -299,7 +300,7 @@ export class TrajectoryBuilder {
   /** The state as plain JSON, for checkpoints. */
   snapshot(): BuilderSnapshot {
     return {
-      prompt_ids: Array.from(this.promptIds),
+      prompt_ids: toPlainArray(this.promptIds),
       response_ids: this.responseIds(),
       response_mask: this.responseMask(),
       response_logprobs: this.responseLogprobs(),
@@ -330,7 +331,7 @@ export class TrajectoryBuilder {
     finishReason: FinishReason;
   }): AgentLoopOutput {
     const out: AgentLoopOutput = {
-      prompt_ids: Array.from(this.promptIds),
+      prompt_ids: toPlainArray(this.promptIds),
       response_ids: this.responseIds(),
       response_mask: this.responseMask(),
       response_logprobs: this.responseLogprobs(),
@@ -343,7 +344,7 @@ export class TrajectoryBuilder {
     };
     const re = this.routedExperts();
     if (re) {
-      out.routed_experts = Array.from(re.data);
+      out.routed_experts = toPlainArray(re.data);
       out.routed_experts_shape = re.shape;
     }
     validateTrajectory(
