@@ -368,11 +368,17 @@ export function pushVersion(segs: TokenVersions, start: number, version: unknown
   segs.push([start, version ?? null]);
 }
 
-/** Versions compare by their JSON (undefined as null); primitives, the usual case, without serialising. */
+/**
+ * Versions compare by their JSON (undefined as null), except that a number
+ * and its decimal string are one version (`3` and `"3"`: a trainer's step and
+ * SGLang's `weight_version`; see `versionKey`); primitives, the usual case,
+ * without serialising.
+ */
 function sameVersion(a: unknown, b: unknown): boolean {
   const x = a ?? null;
   const y = b ?? null;
   if (x === y) return true;
+  if ((typeof x === "number" && typeof y === "string") || (typeof x === "string" && typeof y === "number")) return String(x) === String(y);
   if ((x === null || typeof x !== "object") && (y === null || typeof y !== "object")) {
     // NaN/±Infinity serialise as null; -0 as 0 (=== already equal).
     return typeof x === "number" && typeof y === "number" ? !Number.isFinite(x) && !Number.isFinite(y) : JSON.stringify(x) === JSON.stringify(y);

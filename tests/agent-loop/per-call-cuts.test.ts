@@ -79,18 +79,20 @@ describe("tool_agent: the last assistant turn's text is decoded when read", () =
 });
 
 describe("pushVersion compares versions by their JSON, primitives without serialising", () => {
-  test("same values merge; different ones start segments; null, undefined and non-finite numbers are one version (JSON null)", () => {
+  test("same values merge (7 and \"7\" too); different ones start segments; null, undefined and non-finite numbers are one version (JSON null)", () => {
     const segs: TokenVersions = [];
     pushVersion(segs, 0, 7);
     pushVersion(segs, 5, 7);
+    // A number and its decimal string are one version (versionKey); another string is another.
     pushVersion(segs, 9, "7");
+    pushVersion(segs, 10, "07");
     pushVersion(segs, 12, { v: 1 });
     pushVersion(segs, 14, { v: 1 });
     pushVersion(segs, 20, null);
     pushVersion(segs, 22, undefined);
     pushVersion(segs, 23, Number.NaN);
     pushVersion(segs, 30, 8);
-    expect(segs).toEqual([[0, 7], [9, "7"], [12, { v: 1 }], [20, null], [30, 8]]);
+    expect(segs).toEqual([[0, 7], [10, "07"], [12, { v: 1 }], [20, null], [30, 8]]);
   });
 });
 
