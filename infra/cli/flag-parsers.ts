@@ -73,3 +73,11 @@ export function positiveNumberFlag(flag: string): (v: string) => number {
     return n;
   };
 }
+
+/** A policy version (`--model-version`): 1–200 characters, not blank (the API's rule, `PolicyVersionValue`). */
+export function versionFlag(flag: string): (v: string) => string {
+  return (v) => {
+    if (!/\S/.test(v) || v.length > 200) throw new InvalidArgumentError(`${flag} must be 1 to 200 characters and not blank, got '${v.slice(0, 50)}'`);
+    return v;
+  };
+}

@@ -14,7 +14,7 @@
 import { Command, CommanderError, Option } from "commander";
 import { EdgeloopError } from "../../shared/errors.ts";
 import { setupTelemetryFromEnv, type Telemetry } from "../telemetry/setup.ts";
-import { durationFlag, intFlag, msPerTokenFlag, portFlag as port, positiveNumberFlag, secondsFlag } from "./flag-parsers.ts";
+import { durationFlag, intFlag, msPerTokenFlag, portFlag as port, positiveNumberFlag, secondsFlag, versionFlag } from "./flag-parsers.ts";
 import { watchLauncher } from "./launcher-watch.ts";
 import { registerSelfImports } from "./self-imports.ts";
 import pkg from "../../package.json" with { type: "json" };
@@ -73,7 +73,7 @@ configFlags(
     .option("--out <file>", "write every TrajectoryRecord to this JSONL file")
     .option("--validate", "validation batch: rollout.val_kwargs sampling, val partition")
     .option("--global-steps <n>", "global_steps recorded in trajectory_info", intFlag("--global-steps", -1))
-    .option("--model-version <v>", "policy version recorded for every turn")
+    .option("--model-version <v>", "policy version recorded for every turn (until one is posted to /v1/model-version)", versionFlag("--model-version"))
     .option("--no-progress", "plain lines instead of a progress bar")
     .option("--stall-warn <seconds>", "warn when no session has finished for this long (default 60; 0: never)", secondsFlag("--stall-warn", { allowZero: true }))
     .addOption(new Option("--jobs <mode>", "inline (default): run the batch here; queue: enqueue it for `edgeloop worker`s (Redis/Upstash store) and wait for them").choices(["inline", "queue"])),

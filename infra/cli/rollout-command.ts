@@ -46,7 +46,7 @@ export function badLineWarnings(file: string, bad: readonly BadDataLine[]): stri
  */
 export async function rolloutCommand(flags: RolloutFlags): Promise<void> {
   const log = (s: string) => process.stderr.write(s + "\n");
-  if (flags.out !== undefined) checkOutPath(flags.out);
+  if (flags.out !== undefined) checkOutPath(flags.out, flags.data);
   const { rows, badLines } = await readDataFile(flags.data);
   // --agent: every row runs through openai_agent; `example` starts the example agent here.
   const agentServer = flags.agent === "example" ? startAgentServer({ port: 0, secret: flags.agentSecret ?? null }) : null;
@@ -163,11 +163,11 @@ export async function rolloutCommand(flags: RolloutFlags): Promise<void> {
 /**
  * Checks `--out` before any work starts: its folder must exist and be
  * writable, and the path must not be a folder itself (an existing file is
- * replaced). Without this a batch ran to the end and then failed on a bare
+ * replaced) nor the `--data` file (`data`). Without this a batch ran to the end and then failed on a bare
  * ENOENT.
  * @throws InputError naming `--out`.
  */
-export function checkOutPath(out: string): void {
+export function checkOutPath(out: string, data?: string): void {
   const path = resolve(out);
   const dir = dirname(path);
   let st: ReturnType<typeof statSync> | undefined;
@@ -189,6 +189,16 @@ export function checkOutPath(out: string): void {
     return;
   }
   if (target.isDirectory()) throw new InputError("--out", `${path} is a folder; name a file (e.g. ${path}/rollouts.jsonl)`);
+  // The same file as --data (by device and inode, so links and relative spellings count): writing would destroy the dataset.
+  if (data !== undefined) {
+    let src: ReturnType<typeof statSync> | undefined;
+    try {
+      src = statSync(resolve(data));
+    } catch {
+      src = undefined;
+    }
+    if (src && src.dev === target.dev && src.ino === target.ino) throw new InputError("--out", `${path} is the --data file; the records would overwrite the dataset (write elsewhere)`);
+  }
   try {
     accessSync(path, constants.W_OK);
   } catch {

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { PolicyVersionValue } from "./policy-version.ts";
 import { formatPath, InputError } from "../errors.ts";
 import { DatasetRow, Uid, trajectoryKey, type AgentLoopOutput, type RolloutConfig, type TrajectoryRecord } from "../schema/index.ts";
 import { validateTrajectory } from "../tokens/validate.ts";
@@ -15,7 +16,7 @@ export const RolloutRequest = z.strictObject({
   rows: z.array(z.unknown()).min(1, "rows must hold at least one row").max(100_000, "rows may hold at most 100000 rows"),
   config: z.record(z.string(), z.unknown()).optional(),
   global_steps: z.number().int().min(-1).default(-1),
-  model_version: z.union([z.string().max(200), z.number()]).nullable().default(null),
+  model_version: PolicyVersionValue.nullable().default(null),
   validate: z.boolean().default(false),
   /**
    * Over-sampling: deliver this many complete groups out of the batch's rows

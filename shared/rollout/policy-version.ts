@@ -1,3 +1,4 @@
+import { z } from "zod";
 import type { RedisCommander } from "../store/redis-commander.ts";
 import { replyToFields } from "../store/redis-transfer-queue.ts";
 import { InputError, StoreError } from "../errors.ts";
@@ -109,6 +110,17 @@ function sleepOrAbort(ms: number, signal: AbortSignal | undefined, wake?: (fn: (
     signal?.addEventListener("abort", onAbort, { once: true });
   });
 }
+
+/**
+ * A policy version as the API and CLI accept it: a string of 1–200
+ * characters holding a non-blank character, or a finite number
+ * (`POST /v1/model-version`, `/v1/consumed-version`, a batch's
+ * `model_version`, `--model-version`).
+ */
+export const PolicyVersionValue = z.union([
+  z.string().max(200, "a version is at most 200 characters").regex(/\S/, "a version must not be empty or blank"),
+  z.number().finite(),
+]);
 
 /**
  * The identity of a policy version: its text, so that a number and its

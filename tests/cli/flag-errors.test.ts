@@ -1,5 +1,5 @@
 import { afterAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
@@ -60,6 +60,8 @@ const CASES: [string[], string][] = [
   [["worker", "--default-agent", "tool_agent"], "--default-agent: a worker runs each job with its batch's rollout.agent.default_agent_loop (serve's config, or the batch's config.rollout); set it on edgeloop serve or in the POST, not on the worker"],
   [["cancel", "b1", "--url", "ftp://x"], "--url: 'ftp://x' is not an http(s) URL"],
   [["nonsense"], "unknown command 'nonsense' (see edgeloop --help)"],
+  [["rollout", "--data", "x.jsonl", "--out", "./x.jsonl"], `--out: ${join(realpathSync(dir), "x.jsonl")} is the --data file; the records would overwrite the dataset (write elsewhere)`],
+  [["rollout", "--data", "x.jsonl", "--model-version", ""], "--model-version must be 1 to 200 characters and not blank, got '' (see edgeloop rollout --help)"],
   // The simulated engine's settings with a real engine: refused, not ignored.
   [["rollout", "--data", "x.jsonl", "--engine", "http://127.0.0.1:1", "--replicas", "4"], `--replicas: engine.replicas applies to the simulated engine only (engine.url "sim"), not to http://127.0.0.1:1 (got '4')`],
   [["rollout", "--data", "x.jsonl", "--engine", "http://127.0.0.1:1", "--script", "p.json"], `--script: engine.script applies to the simulated engine only (engine.url "sim"), not to http://127.0.0.1:1 (got 'p.json')`],

@@ -1,6 +1,7 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { IoRedisCommander } from "../../infra/redis/ioredis-commander.ts";
-import { MemoryPolicyVersions, RedisPolicyVersions, versionKey, type PolicyVersions } from "../../shared/rollout/policy-version.ts";
+import { MemoryPolicyVersions, PolicyVersionValue, RedisPolicyVersions, versionKey, type PolicyVersions } from "../../shared/rollout/policy-version.ts";
+import { RolloutRequest } from "../../shared/rollout/batch.ts";
 import { InputError } from "../../shared/errors.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 
@@ -51,4 +52,15 @@ describe.each(impls)("%s policy versions", (_name, make) => {
     expect(e).toBeInstanceOf(InputError);
     expect(e.message).toContain('policy version "5" was never set');
   });
+});
+
+test("blank versions are refused everywhere a version enters: PolicyVersionValue and a batch's model_version", () => {
+  for (const bad of ["", "   ", "\t\n", "x".repeat(201)]) {
+    expect(PolicyVersionValue.safeParse(bad).success).toBe(false);
+    const r = RolloutRequest.safeParse({ rows: [{}], model_version: bad });
+    expect(r.success).toBe(false);
+    expect(r.error!.issues[0]!.path).toEqual(["model_version"]);
+  }
+  expect(PolicyVersionValue.safeParse(Number.NaN).success).toBe(false);
+  for (const ok of ["step-42", " 3 ", 3, 0, -1.5]) expect(PolicyVersionValue.safeParse(ok).success).toBe(true);
 });
