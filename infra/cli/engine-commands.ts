@@ -216,6 +216,8 @@ export function replicaUrls(flag: string): string[] {
  * @throws StoreError naming the (masked) URL when Redis does not answer within a few seconds.
  */
 export async function upstashBridgeCommand(o: { port: number; redis: string; token: string; host: string }): Promise<void> {
+  // An empty or blank token would start a bridge that answers 401 to every client (none can send it).
+  if (!/\S/.test(o.token)) throw new InputError("--token", "must not be empty: clients send it as `Authorization: Bearer <token>`");
   await checkRedis(o.redis, { what: "--redis" });
   const bridge = await startUpstashBridge({ port: o.port, hostname: o.host, redisUrl: o.redis, token: o.token });
   console.log(`edgeloop upstash-bridge on ${bridge.url} -> ${maskRedisUrl(o.redis)}`);

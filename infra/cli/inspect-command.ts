@@ -168,6 +168,10 @@ function openStore(url: string, prefix: string | undefined): TransferQueue {
 export async function inspectCommand(key: string, flags: InspectFlags): Promise<void> {
   parseTrajectoryKey(key);
   let record: TrajectoryRecord | null;
+  // One source: a file and a store together would leave one of them silently unread.
+  if (flags.file && (flags.store !== undefined || flags.storePrefix !== undefined)) {
+    throw new InputError(flags.store !== undefined ? "--store" : "--store-prefix", "reads the store; --file reads a JSONL file: give one of them");
+  }
   if (flags.file) record = await recordFromFile(flags.file, key);
   else {
     const store = openStore(flags.store ?? "memory", flags.storePrefix);

@@ -1,4 +1,5 @@
 import { Hono } from "hono";
+import { InputError } from "../../shared/errors.ts";
 import { createRolloutsApp, errorResponse } from "../../functions/rollouts.ts";
 import { createSessionsApp } from "../../functions/sessions.ts";
 import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
@@ -22,6 +23,13 @@ export async function serveCommand(flags: ConfigFlags & { port: number; host: st
     ...(flags.maxPending !== undefined ? { jobQueue: { maxPending: flags.maxPending } } : {}),
     ...(flags.lostGrace !== undefined ? { lostGraceMs: Math.round(flags.lostGrace * 1000) } : {}),
   });
+  // Queue-mode settings without a job queue (the memory store, or --jobs inline) would be ignored: refused.
+  for (const [flag, set] of [["--max-pending", flags.maxPending !== undefined], ["--lost-grace", flags.lostGrace !== undefined]] as const) {
+    if (set && !runtime.jobs) {
+      await runtime.close();
+      throw new InputError(flag, "applies to queue mode (a Redis or Upstash store, --jobs queue or auto); here batches run inside serve");
+    }
+  }
   const rollouts = createRolloutsApp({
     service: runtime.service,
     health: runtime.storeHealth,

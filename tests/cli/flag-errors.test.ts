@@ -60,6 +60,10 @@ const CASES: [string[], string][] = [
   [["worker", "--default-agent", "tool_agent"], "--default-agent: a worker runs each job with its batch's rollout.agent.default_agent_loop (serve's config, or the batch's config.rollout); set it on edgeloop serve or in the POST, not on the worker"],
   [["cancel", "b1", "--url", "ftp://x"], "--url: 'ftp://x' is not an http(s) URL"],
   [["nonsense"], "unknown command 'nonsense' (see edgeloop --help)"],
+  [["serve", "--port", "0", "--max-pending", "2"], "--max-pending: applies to queue mode (a Redis or Upstash store, --jobs queue or auto); here batches run inside serve"],
+  [["serve", "--port", "0", "--lost-grace", "5"], "--lost-grace: applies to queue mode (a Redis or Upstash store, --jobs queue or auto); here batches run inside serve"],
+  [["inspect", "k_0_0", "--file", "x.jsonl", "--store", "redis://127.0.0.1:6379"], "--store: reads the store; --file reads a JSONL file: give one of them"],
+  [["upstash-bridge", "--token", ""], "--token: must not be empty: clients send it as `Authorization: Bearer <token>`"],
   [["rollout", "--data", "x.jsonl", "--out", "./x.jsonl"], `--out: ${join(realpathSync(dir), "x.jsonl")} is the --data file; the records would overwrite the dataset (write elsewhere)`],
   [["rollout", "--data", "x.jsonl", "--model-version", ""], "--model-version must be 1 to 200 characters and not blank, got '' (see edgeloop rollout --help)"],
   // The simulated engine's settings with a real engine: refused, not ignored.
