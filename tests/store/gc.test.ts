@@ -148,8 +148,8 @@ test.skipIf(!redis)("edgeloop gc --older-than 1h --dry-run then for real, throug
   expect(dry).toEqual({
     out:
       "would delete             0 records, 0 groups, 1 sessions, 1 batches (4 keys)\n" +
-      "kept                     1 incomplete groups, 0 groups not acknowledged by trainers, 3 groups younger than --older-than, " +
-      "1 undelivered (filtered/withdrawn) groups first seen now (their age starts here), 1 running sessions, 1 running batches\n" +
+      "kept                     1 incomplete groups, 0 delivered groups not yet acknowledged by trainers, 3 groups younger than their age, " +
+      "1 filtered/withdrawn groups first seen now (their age starts here), 1 running sessions, 1 running batches\n" +
       "scanned                  5 groups, 3 sessions, 2 batches\n",
     err: "",
     code: 0,
