@@ -81,6 +81,10 @@ export async function rolloutCommand(flags: RolloutFlags): Promise<void> {
     const { run, keys } = await runtime.service.accept(req.data);
     const n = req.data.validate ? runtime.config.rollout.val_kwargs.n : runtime.config.rollout.n;
     log(`batch      ${run.plan.batch_id}: ${rows.length} rows x n=${n} -> ${keys.length} trajectories`);
+    // verl's validation samples with val_kwargs (n included): say so when --n asked for another n.
+    if (req.data.validate && flags.n !== undefined && flags.n !== n) {
+      log(`note       --validate samples rollout.val_kwargs.n = ${n} per row (verl's val_kwargs); --n ${flags.n} is the training n (set rollout.val_kwargs.n in --config to change it)`);
+    }
 
     const stop = new Promise<"interrupted">((resolve) => {
       onSignal = (sig: string) => {
