@@ -7,12 +7,16 @@ export const RewardModelSpec = z.looseObject({
   ground_truth: z.unknown().optional(),
 });
 
-/** `extra_info` of a verl dataset row. */
+/**
+ * `extra_info` of a verl dataset row. A field that is `null` counts as absent
+ * (Parquet rows carry null for a missing struct field); `index` is the
+ * sample's index in its dataset (default: the row's position in the batch).
+ */
 export const ExtraInfo = z.looseObject({
-  index: z.number().int().optional(),
-  tools_kwargs: z.record(z.string(), z.looseObject({ create_kwargs: z.record(z.string(), z.unknown()).optional() })).optional(),
-  interaction_kwargs: z.record(z.string(), z.unknown()).optional(),
-  tool_selection: z.array(z.string()).optional(),
+  index: z.number().int().min(0, "extra_info.index must be >= 0").nullish(),
+  tools_kwargs: z.record(z.string(), z.looseObject({ create_kwargs: z.record(z.string(), z.unknown()).nullish() })).nullish(),
+  interaction_kwargs: z.record(z.string(), z.unknown()).nullish(),
+  tool_selection: z.array(z.string()).nullish(),
 });
 
 /**
