@@ -109,8 +109,8 @@ export const ConsumedVersionRequest = z.strictObject({
   version: z.union([z.string().min(1).max(200), z.number().finite()]),
 });
 
-/** Body of `POST /v1/groups/ack`. */
-export const AckRequest = z.object({
+/** Body of `POST /v1/groups/ack` (strict: an unknown key is a 400, so a misspelt `partition` does not ack the train partition). */
+export const AckRequest = z.strictObject({
   delivery_ids: z.array(z.string().regex(/^\d{1,20}-\d{1,20}$/, "a delivery id is a stream id such as 1796002889517-0")).min(1).max(1000),
   partition: z.enum(["train", "val"]).default("train"),
 });

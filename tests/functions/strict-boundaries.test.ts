@@ -86,6 +86,15 @@ describe("query parameters are strict on every route with a query schema", () =>
   });
 });
 
+describe("POST /v1/groups/ack is strict", () => {
+  test("a misspelt partition is a 400 naming it, not an ack of the train partition", async () => {
+    const res = await app.request("/v1/groups/ack", { method: "POST", headers: jsonAuth, body: JSON.stringify({ delivery_ids: ["1796002889517-0"], partiton: "val" }) });
+    expect([res.status, await res.json()]).toEqual([400, invalid("body", 'Unrecognized key: "partiton"')]);
+    const ok = await app.request("/v1/groups/ack", { method: "POST", headers: jsonAuth, body: JSON.stringify({ delivery_ids: ["1796002889517-0"], partition: "val" }) });
+    expect([ok.status, await ok.json()]).toEqual([200, { acked: 0 }]);
+  });
+});
+
 describe("GET /v1/rollouts shows a cancelled batch as cancelled", () => {
   test("each BatchSummary carries the detail's cancelled (null when never cancelled)", async () => {
     const prefix = `c-${crypto.randomUUID().slice(0, 8)}-`;
