@@ -99,7 +99,11 @@ export interface Gateway {
   /** `app.fetch`, bound. */
   fetch: (req: Request) => Promise<Response>;
   pool: ReplicaPool;
-  /** Adds a replica at run time (also `POST /admin/replicas {"url": ...}`). */
+  /**
+   * Adds a replica at run time; one already present is restored (its breaker
+   * reset). `POST /admin/replicas {"url": ...}` adds too, but answers 409 for
+   * a present replica and leaves it as it is.
+   */
   addReplica(url: string): void;
   /** Removes a replica at run time (also `DELETE /admin/replicas {"url": ...}`); its keys move. */
   removeReplica(url: string): boolean;
