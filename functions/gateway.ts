@@ -1,6 +1,6 @@
 import { Hono, type Context } from "hono";
 import { z } from "zod";
-import { AuthError, ConfigError, EdgeloopError } from "../shared/errors.ts";
+import { AuthError, ConfigError, ConflictError, EdgeloopError, inputErrorFromZod } from "../shared/errors.ts";
 import { DEADLINE_HEADER, joinUrl, PREFIX_KEY_HEADER, type FetchLike } from "../shared/inference/engine-http.ts";
 import { gatewayMetricsText } from "../shared/inference/gateway-metrics.ts";
 import { createRoutingPolicy, normaliseUrl, ReplicaPool, type FailureKind, type ReplicaStatus } from "../shared/inference/replica-pool.ts";
@@ -10,7 +10,7 @@ import type { RoutingState } from "../shared/inference/routing-state.ts";
 import { judgeReply } from "../shared/inference/reply-check.ts";
 import { PROMETHEUS_CONTENT_TYPE } from "../shared/telemetry/prometheus.ts";
 import type { RoutingPolicyName } from "../shared/inference/routing-policy.ts";
-import { bearerAuth, limitBody, tooLarge } from "./http-util.ts";
+import { bearerAuth, limitBody, readJson, tooLarge } from "./http-util.ts";
 
 /** Response header naming the replica that served a call. */
 export const REPLICA_HEADER = "x-edgeloop-replica";
@@ -99,7 +99,11 @@ export interface Gateway {
   /** `app.fetch`, bound. */
   fetch: (req: Request) => Promise<Response>;
   pool: ReplicaPool;
-  /** Adds a replica at run time (also `POST /admin/replicas {"url": ...}`). */
+  /**
+   * Adds a replica at run time; one already present is restored (its breaker
+   * reset). `POST /admin/replicas {"url": ...}` adds too, but answers 409 for
+   * a present replica and leaves it as it is.
+   */
   addReplica(url: string): void;
   /** Removes a replica at run time (also `DELETE /admin/replicas {"url": ...}`); its keys move. */
   removeReplica(url: string): boolean;
@@ -123,7 +127,22 @@ const GatewayOptionsSchema = z.object({
   stickyEpsilon: z.number().positive().optional(),
 });
 
-const ReplicaBody = z.object({ url: z.url({ protocol: /^https?$/ }) });
+/** Largest `/admin/*` request body in bytes. */
+const ADMIN_MAX_BODY = 64 * 1024;
+
+/** Body of `POST` and `DELETE /admin/replicas`: `{url}` and nothing else (strict). */
+const ReplicaBody = z.strictObject({ url: z.url({ protocol: /^https?$/, error: "expected an http(s) URL" }) });
+
+/**
+ * Reads an admin body as {@link ReplicaBody}.
+ * @throws InputError: 415 (field `content-type`) unless sent as `application/json`; 400 (field
+ *   `body`) for a missing or malformed body or an unknown key; 400 (field `url`) for a bad url.
+ */
+async function readReplicaBody(c: Context): Promise<{ url: string }> {
+  const r = ReplicaBody.safeParse(await readJson(c, ADMIN_MAX_BODY));
+  if (!r.success) throw inputErrorFromZod("", r.error.issues);
+  return r.data;
+}
 
 const decoder = new TextDecoder();
 
@@ -169,7 +188,10 @@ const DROP_RESPONSE_HEADERS = ["connection", "content-length", "content-encoding
  *
  * Admin API (bearer `adminToken` when one is set; otherwise put it behind the deployment's auth):
  * `GET /admin/replicas` (with a shared state also `shared_state.inflight`: live
- * leases per replica over every instance), `POST /admin/replicas {"url"}`, `DELETE /admin/replicas {"url"}`.
+ * leases per replica over every instance), `POST /admin/replicas {"url"}` → 201 (409 `conflict`,
+ * field `url`, when the replica is already present: nothing changes), `DELETE /admin/replicas {"url"}`
+ * → 200 (404 when unknown). Bodies are `application/json` (415 otherwise) holding `url` only
+ * (400 field `body` for malformed JSON or another key; 400 field `url` for a non-http(s) URL).
  * `GET /health` is 200 while at least one replica is healthy, else 503.
  * `GET /metrics`: Prometheus text (`gatewayMetricsText`: health, state,
  * failures by kind, ejections, probes, re-pins per replica).
@@ -232,7 +254,7 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
     return Response.json({ error: { code: "internal", message: "internal error" } }, { status: 500 });
   };
   app.onError(onError);
-  app.use("/admin/*", bearerAuth(options.adminToken ?? null), limitBody(64 * 1024));
+  app.use("/admin/*", bearerAuth(options.adminToken ?? null), limitBody(ADMIN_MAX_BODY));
   app.use("*", limitBody(opts.maxBodyBytes));
 
   app.get("/health", (c) => {
@@ -254,16 +276,16 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
     });
   });
   app.post("/admin/replicas", async (c) => {
-    const body = ReplicaBody.safeParse(await c.req.json().catch(() => undefined));
-    if (!body.success) return c.json({ error: { code: "invalid_input", message: "url: expected an http(s) URL", field: "url" } }, 400);
-    pool.add(body.data.url);
+    const { url } = await readReplicaBody(c);
+    // Symmetric with DELETE's 404: adding is not a way to reset a replica's breaker (that stays the breaker's job).
+    if (pool.stateOf(url) !== undefined) throw new ConflictError(`replica ${normaliseUrl(url)} is already present`, { field: "url" });
+    pool.add(url);
     return c.json({ replicas: pool.status() }, 201);
   });
   app.delete("/admin/replicas", async (c) => {
-    const body = ReplicaBody.safeParse(await c.req.json().catch(() => undefined));
-    if (!body.success) return c.json({ error: { code: "invalid_input", message: "url: expected an http(s) URL", field: "url" } }, 400);
-    const removed = pool.remove(body.data.url);
-    return removed ? c.json({ replicas: pool.status() }) : c.json({ error: { code: "not_found", message: `no replica ${body.data.url}` } }, 404);
+    const { url } = await readReplicaBody(c);
+    const removed = pool.remove(url);
+    return removed ? c.json({ replicas: pool.status() }) : c.json({ error: { code: "not_found", message: `no replica ${url}` } }, 404);
   });
 
   app.all("/admin/*", (c) => c.json({ error: { code: "not_found", message: `no admin route ${c.req.method} ${c.req.path.slice(0, 200)}` } }, 404));

@@ -22,6 +22,33 @@ export function limitBody(maxBytes: number): MiddlewareHandler {
   });
 }
 
+/** The media type of a request's `content-type` header, lower-cased (`""` when absent). */
+function mediaType(c: Context): string {
+  return (c.req.header("content-type") ?? "").split(";")[0]!.trim().toLowerCase();
+}
+
+/** The 415 of a body not sent as `application/json` (field `content-type`). */
+export function notJson(type: string): InputError {
+  return new InputError("content-type", `expected application/json, got ${type ? `'${type.slice(0, 100)}'` : "none"}`, { status: 415 });
+}
+
+/** Reads at most `maxBytes` of the request body (413 past them, by the declared length first). */
+async function readBody(c: Context, maxBytes: number): Promise<ArrayBuffer> {
+  const declared = Number(c.req.header("content-length") ?? "0");
+  if (declared > maxBytes) throw tooLarge(maxBytes);
+  const buf = await c.req.arrayBuffer();
+  if (buf.byteLength > maxBytes) throw tooLarge(maxBytes);
+  return buf;
+}
+
+function parseJson(buf: ArrayBuffer): unknown {
+  try {
+    return JSON.parse(new TextDecoder().decode(buf));
+  } catch {
+    throw new InputError("body", "malformed JSON");
+  }
+}
+
 /**
  * Reads a JSON body of at most `maxBytes` bytes, sent as `application/json`.
  * @throws InputError: 415 (field `content-type`) for another content type; 413 for an
@@ -30,20 +57,36 @@ export function limitBody(maxBytes: number): MiddlewareHandler {
 export async function readJson(c: Context, maxBytes: number): Promise<unknown> {
   // Only JSON bodies: a browser page cannot send application/json cross-origin without a CORS
   // preflight, so this also keeps a token-less local server out of reach of drive-by form posts.
-  const type = (c.req.header("content-type") ?? "").split(";")[0]!.trim().toLowerCase();
-  if (type !== "application/json") {
-    throw new InputError("content-type", `expected application/json, got ${type ? `'${type.slice(0, 100)}'` : "none"}`, { status: 415 });
-  }
-  const declared = Number(c.req.header("content-length") ?? "0");
-  if (declared > maxBytes) throw tooLarge(maxBytes);
-  const buf = await c.req.arrayBuffer();
-  if (buf.byteLength > maxBytes) throw tooLarge(maxBytes);
+  const type = mediaType(c);
+  if (type !== "application/json") throw notJson(type);
+  const buf = await readBody(c, maxBytes);
   if (buf.byteLength === 0) throw new InputError("body", "expected a JSON body");
-  try {
-    return JSON.parse(new TextDecoder().decode(buf));
-  } catch {
-    throw new InputError("body", "malformed JSON");
-  }
+  return parseJson(buf);
+}
+
+/**
+ * Reads an optional JSON body (routes such as `POST /v1/engine/resume` that
+ * take none today): `undefined` for an empty body, whatever its content type;
+ * a non-empty one is read as {@link readJson} reads it.
+ * @throws InputError: 415 (field `content-type`) for a non-empty body not sent as
+ *   `application/json`; 413 for an oversized body; 400 (field `body`) for malformed JSON.
+ */
+export async function readOptionalJson(c: Context, maxBytes: number): Promise<unknown> {
+  const buf = await readBody(c, maxBytes);
+  if (buf.byteLength === 0) return undefined;
+  const type = mediaType(c);
+  if (type !== "application/json") throw notJson(type);
+  return parseJson(buf);
+}
+
+/**
+ * Whether a request's body is declared as `application/json`, for routes that
+ * read the raw text themselves (signed callbacks).
+ * @throws InputError 415 (field `content-type`) otherwise.
+ */
+export function requireJsonType(c: Context): void {
+  const type = mediaType(c);
+  if (type !== "application/json") throw notJson(type);
 }
 
 /** Constant-time string comparison (no early exit on the first differing byte). */

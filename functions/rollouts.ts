@@ -1,8 +1,8 @@
 import { Hono, type Context } from "hono";
 import { z } from "zod";
-import { AuthError, EdgeloopError, inputErrorFromZod, NotFoundError, NotImplementedError } from "../shared/errors.ts";
+import { AuthError, EdgeloopError, InputError, inputErrorFromZod, NotFoundError, NotImplementedError } from "../shared/errors.ts";
 import { RolloutRequest } from "../shared/rollout/batch.ts";
-import type { BatchCounts } from "../shared/rollout/batch-run.ts";
+import type { BatchCancellation, BatchCounts } from "../shared/rollout/batch-run.ts";
 import type { RolloutService } from "../shared/rollout/service.ts";
 import { parseTrajectoryKey, TrajectoryRecord, Uid } from "../shared/schema/index.ts";
 import { formatPrometheus, PROMETHEUS_CONTENT_TYPE } from "../shared/telemetry/prometheus.ts";
@@ -11,7 +11,7 @@ import { tokenPieces } from "../shared/telemetry/token-pieces.ts";
 import { groupDivergence } from "../shared/rollout/group-divergence.ts";
 import { pageSummaries } from "../shared/rollout/trajectory-summary.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../shared/tokens/tokenizer.ts";
-import { bearerAuth, limitBody, readJson } from "./http-util.ts";
+import { bearerAuth, limitBody, readJson, readOptionalJson } from "./http-util.ts";
 import { healthResponse, type StoreHealth } from "../shared/store/store-health.ts";
 import { STORE_UNREACHABLE, storeOutageOf } from "../shared/store/store-outage.ts";
 
@@ -20,8 +20,8 @@ import { mountViewer } from "./viewer/viewer-app.ts";
 import { EnginePauseRequest, type EngineControl } from "../shared/inference/engine-control.ts";
 import { ToolResultCallback } from "../shared/session/tool-result-callback.ts";
 
-/** Query of `GET /v1/groups`. */
-export const GroupsQuery = z.object({
+/** Query of `GET /v1/groups` (strict: an unknown parameter is a 400 naming it, as on every query below). */
+export const GroupsQuery = z.strictObject({
   max: z.coerce.number().int().min(1).max(1000).default(16),
   block_ms: z.coerce.number().int().min(0).max(60_000).default(0),
   consumer: z.string().min(1).max(200).regex(/^[A-Za-z0-9._:-]+$/, "consumer may only hold letters, digits, '.', '_', ':' and '-'").default("trainer"),
@@ -34,7 +34,7 @@ export const GroupsQuery = z.object({
  * Query of `GET /v1/rollouts`: `limit` batches per page (1–100, default 20),
  * `cursor` the previous page's `next_cursor` (`{started_at, 15 digits}:{batch_id}`).
  */
-export const RolloutsListQuery = z.object({
+export const RolloutsListQuery = z.strictObject({
   limit: z.coerce.number().int().min(1).max(100).default(20),
   cursor: z
     .string()
@@ -55,9 +55,9 @@ const QueryNumber = z
  * Query of `GET /v1/rollouts/{batch_id}/summaries`: `limit` summaries per page
  * (1–500, default 50), `cursor` the previous page's `next_cursor`, and filters:
  * `status` (`ok`|`failed`), `truncated` (`1`|`0`), `reward_min`/`reward_max`
- * (inclusive), `uid`.
+ * (inclusive; `reward_min` above `reward_max` is a 400 naming `reward_min`), `uid`.
  */
-export const SummariesQuery = z.object({
+export const SummariesQuery = z.strictObject({
   limit: z.string().regex(/^\d{1,4}$/, "must be an integer from 1 to 500").transform(Number).pipe(z.number().int().min(1).max(500)).default(50).describe("summaries per page, 1–500 (default 50)"),
   cursor: z.string().regex(/^\d{1,9}$/, "must be the next_cursor of an earlier page").optional().describe("the previous page's next_cursor"),
   status: z.enum(["ok", "failed"]).optional(),
@@ -65,10 +65,39 @@ export const SummariesQuery = z.object({
   reward_min: QueryNumber.optional().describe("inclusive lower bound on reward_score (records without one never match)"),
   reward_max: QueryNumber.optional().describe("inclusive upper bound on reward_score"),
   uid: Uid.optional().describe("only this prompt group's records"),
+}).refine((q) => q.reward_min === undefined || q.reward_max === undefined || q.reward_min <= q.reward_max, {
+  path: ["reward_min"],
+  message: "must be <= reward_max",
 });
 
-/** Query of `GET /v1/rollouts/{batch_id}/groups/{uid}`: `decode=1` adds each record's per-token text. */
-export const GroupRecordsQuery = z.object({ decode: QueryFlag.optional() });
+/**
+ * Query of `GET /v1/rollouts/{batch_id}/groups/{uid}`: `decode=1` (or `true`) adds each
+ * record's per-token text; `0`/`false` or absent: none; anything else is a 400 naming `decode`.
+ */
+export const GroupRecordsQuery = z.strictObject({ decode: QueryFlag.optional().describe("1 or true: add the text of every token") });
+
+/** Query of `GET /v1/trajectories/{key}`: `decode` as {@link GroupRecordsQuery}'s. */
+export const TrajectoryQuery = GroupRecordsQuery;
+
+/** Body of `POST /v1/engine/resume`: none, or `{}` (strict: any key is refused, as pause's body refuses unknown ones). */
+export const EngineResumeRequest = z.strictObject({});
+
+/**
+ * Parses a route's query (`c.req.query()`: the first value of each name) with
+ * its strict schema.
+ * @throws InputError 400: an unknown parameter named as the field (`stauts: unknown
+ *   query parameter; expected one of …`), else the first invalid one (`inputErrorFromZod`).
+ */
+function parseQuery<S extends z.ZodType>(schema: S, query: Record<string, string>, known: readonly string[]): z.output<S> {
+  const r = schema.safeParse(query);
+  if (r.success) return r.data;
+  const unknown = r.error.issues.find((i) => i.code === "unrecognized_keys");
+  if (unknown && unknown.code === "unrecognized_keys") {
+    const name = unknown.keys[0]!.slice(0, 100);
+    throw new InputError(name, `unknown query parameter; expected one of ${known.join(", ")}`);
+  }
+  throw inputErrorFromZod("", r.error.issues);
+}
 
 /** Body of `POST /v1/model-version`: the policy version now being served (after a weight update). */
 export const ModelVersionRequest = z.strictObject({
@@ -80,8 +109,8 @@ export const ConsumedVersionRequest = z.strictObject({
   version: z.union([z.string().min(1).max(200), z.number().finite()]),
 });
 
-/** Body of `POST /v1/groups/ack`. */
-export const AckRequest = z.object({
+/** Body of `POST /v1/groups/ack` (strict: an unknown key is a 400, so a misspelt `partition` does not ack the train partition). */
+export const AckRequest = z.strictObject({
   delivery_ids: z.array(z.string().regex(/^\d{1,20}-\d{1,20}$/, "a delivery id is a stream id such as 1796002889517-0")).min(1).max(1000),
   partition: z.enum(["train", "val"]).default("train"),
 });
@@ -123,6 +152,12 @@ export interface BatchSummary {
    * lists (`keys`, `missing`), which that call gives.
    */
   lost: { count: number; reason: string } | null;
+  /**
+   * Set once the batch was cancelled (`DELETE /v1/rollouts/{batch_id}`): the
+   * detail's `cancelled` `{at (epoch ms), sessions, groups_withdrawn,
+   * groups_complete}` as it is; null for a batch never cancelled.
+   */
+  cancelled: BatchCancellation | null;
   started_at: number;
   finished_at: number | null;
 }
@@ -130,7 +165,7 @@ export interface BatchSummary {
 /**
  * The rollouts function (Hono, runtime-neutral):
  * - `POST /v1/rollouts` `{rows, config?, global_steps?, model_version?, validate?}` → `202 {batch_id, keys, reused_uids, complete_uids}`
- * - `GET /v1/rollouts?limit=&cursor=` → `{batches: BatchSummary[], next_cursor}`, newest first: in queue mode
+ * - `GET /v1/rollouts?limit=&cursor=` → `{batches: BatchSummary[], next_cursor}` (each with `cancelled`, null unless cancelled), newest first: in queue mode
  *   the batches stored in Redis (listed by any `serve`, also after a restart), inline the ones this process holds
  * - `GET /v1/rollouts/{batch_id}` → progress and metrics (`BatchStats`: verl's `agent_loop/*`, latency percentiles)
  * - `GET /v1/rollouts/{batch_id}/trajectories` → NDJSON of `TrajectoryRecord`s as they finish
@@ -161,7 +196,7 @@ export interface BatchSummary {
  *   batch already done, 404 for an unknown one.
  * - `POST /v1/engine/pause` `{mode?: "abort"|"wait"|"keep", clear_cache?: bool}` → `EngineStatus`
  *   `{paused, mode, since_ms, epoch, inflight, replicas}`: pauses every engine replica through its own
- *   API and holds new engine calls (see `EngineControl`); `POST /v1/engine/resume` → `EngineStatus`;
+ *   API and holds new engine calls (see `EngineControl`); `POST /v1/engine/resume` (no body, or `{}`) → `EngineStatus`;
  *   `GET /v1/engine/status` → `EngineStatus` (with each vLLM replica's `is_paused`). A trainer's step:
  *   pause → update weights → `POST /v1/model-version` → resume. 502 naming the replicas that failed.
  * - `GET /v1/groups?max=K&block_ms=&consumer=&partition=&include_filtered=` → complete groups for a trainer
@@ -171,6 +206,7 @@ export interface BatchSummary {
  *   failed, complete, fingerprint}`; a uid never registered gives `expected: null` (200, not 404)
  * - `POST /v1/groups/ack` `{delivery_ids, partition?}` → `{acked}`
  * - `GET /openapi.json`, `GET /health` (503 naming the store while it is unreachable, when `health` is given)
+ * Every query is strict: an unknown parameter is a 400 naming it (`field`).
  * Errors are `{error: {code, message, field?}}`; a 400 names the field.
  */
 export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
@@ -193,12 +229,21 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
   app.use("/v1/*", bearerAuth(opts.apiToken ?? null));
 
   app.get("/v1/rollouts", async (c) => {
-    const q = RolloutsListQuery.safeParse(c.req.query());
-    if (!q.success) throw inputErrorFromZod("", q.error.issues);
-    const page = await service.listBatches({ limit: q.data.limit, cursor: q.data.cursor ?? null });
+    const q = parseQuery(RolloutsListQuery, c.req.query(), Object.keys(RolloutsListQuery.shape));
+    const page = await service.listBatches({ limit: q.limit, cursor: q.cursor ?? null });
     const batches: BatchSummary[] = page.runs.map((run) => {
       const s = run.stats();
-      return { batch_id: s.batch_id, validate: s.validate, done: s.done, counts: s.counts, reward: s.reward, lost: s.lost ? { count: s.lost.count, reason: s.lost.reason } : null, started_at: s.started_at, finished_at: s.finished_at };
+      return {
+        batch_id: s.batch_id,
+        validate: s.validate,
+        done: s.done,
+        counts: s.counts,
+        reward: s.reward,
+        lost: s.lost ? { count: s.lost.count, reason: s.lost.reason } : null,
+        cancelled: s.cancelled,
+        started_at: s.started_at,
+        finished_at: s.finished_at,
+      };
     });
     return c.json({ batches, next_cursor: page.next_cursor });
   });
@@ -213,10 +258,10 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
   app.get("/v1/trajectories/:key", async (c) => {
     const key = c.req.param("key");
     parseTrajectoryKey(key);
+    const q = parseQuery(TrajectoryQuery, c.req.query(), Object.keys(TrajectoryQuery.shape));
     const record = await service.store.get(key);
     if (!record) throw new NotFoundError(`no trajectory '${key}'`, { field: "key" });
-    const decode = c.req.query("decode");
-    if (decode !== "1" && decode !== "true") return c.json(record);
+    if (!q.decode) return c.json(record);
     const tok = await getTokenizer();
     return c.json({ ...record, decoded: { prompt: tokenPieces(tok, record.prompt_ids), response: tokenPieces(tok, record.response_ids) } });
   });
@@ -257,7 +302,14 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
     if (!r.success) throw inputErrorFromZod("", r.error.issues);
     return c.json(await engine().pause(r.data));
   });
-  app.post("/v1/engine/resume", async (c) => c.json(await engine().resume()));
+  app.post("/v1/engine/resume", async (c) => {
+    const body = await readOptionalJson(c, 64 * 1024);
+    if (body !== undefined) {
+      const r = EngineResumeRequest.safeParse(body);
+      if (!r.success) throw inputErrorFromZod("", r.error.issues);
+    }
+    return c.json(await engine().resume());
+  });
   app.get("/v1/engine/status", async (c) => c.json(await engine().status()));
 
   app.get("/v1/rollouts/:batch_id/trajectories", async (c) => {
@@ -278,10 +330,9 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
   });
 
   app.get("/v1/rollouts/:batch_id/summaries", async (c) => {
-    const q = SummariesQuery.safeParse(c.req.query());
-    if (!q.success) throw inputErrorFromZod("", q.error.issues);
+    const q = parseQuery(SummariesQuery, c.req.query(), Object.keys(SummariesQuery.shape));
     const run = await service.lookup(c.req.param("batch_id"));
-    const { limit, cursor, ...filter } = q.data;
+    const { limit, cursor, ...filter } = q;
     // `done` read before the page: a batch done then has every record in it.
     const done = run.stats().done;
     return c.json({ ...pageSummaries(run.records(), { limit, cursor: cursor ?? null, filter }), done });
@@ -290,8 +341,7 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
   app.get("/v1/rollouts/:batch_id/groups/:uid", async (c) => {
     const uid = Uid.safeParse(c.req.param("uid"));
     if (!uid.success) throw inputErrorFromZod("uid", uid.error.issues);
-    const q = GroupRecordsQuery.safeParse(c.req.query());
-    if (!q.success) throw inputErrorFromZod("", q.error.issues);
+    const q = parseQuery(GroupRecordsQuery, c.req.query(), Object.keys(GroupRecordsQuery.shape));
     const batchId = c.req.param("batch_id");
     const run = await service.lookup(batchId);
     const records = run
@@ -302,16 +352,15 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
       throw new NotFoundError(`batch '${batchId.slice(0, 100)}' has no group '${uid.data}'`, { field: "uid" });
     }
     const divergence = groupDivergence(records.map((r) => ({ key: r.key, ids: [...r.prompt_ids, ...r.response_ids] })));
-    if (!q.data.decode) return c.json({ batch_id: batchId, uid: uid.data, records, divergence });
+    if (!q.decode) return c.json({ batch_id: batchId, uid: uid.data, records, divergence });
     const tok = await getTokenizer();
     const decoded = records.map((r) => ({ ...r, decoded: { prompt: tokenPieces(tok, r.prompt_ids), response: tokenPieces(tok, r.response_ids) } }));
     return c.json({ batch_id: batchId, uid: uid.data, records: decoded, divergence });
   });
 
   app.get("/v1/groups", async (c) => {
-    const q = GroupsQuery.safeParse(c.req.query());
-    if (!q.success) throw inputErrorFromZod("", q.error.issues);
-    const { include_filtered, ...read } = q.data;
+    const q = parseQuery(GroupsQuery, c.req.query(), Object.keys(GroupsQuery.shape));
+    const { include_filtered, ...read } = q;
     const groups = await service.store.readCompleteGroups(read);
     if (include_filtered !== "1" && include_filtered !== "true") return c.json({ groups });
     const filtered = service.store.filteredGroups ? await service.store.filteredGroups({ partition: read.partition, max: read.max }) : [];
@@ -417,7 +466,7 @@ export function openApiDocument(): Record<string, unknown> {
       "/v1/engine/pause": {
         post: { summary: "Pause every engine replica (abort: in-flight requests end and are resumed after; wait: drain first; keep: frozen) and hold new engine calls", requestBody: json(EnginePauseRequest), responses: { "200": { description: "{paused, mode, since_ms, epoch, inflight, replicas}" }, "400": err, "401": err, "502": err } },
       },
-      "/v1/engine/resume": { post: { summary: "Resume every engine replica and let engine calls go", responses: { "200": { description: "{paused, mode, since_ms, epoch, inflight, replicas}" }, "401": err, "502": err } } },
+      "/v1/engine/resume": { post: { summary: "Resume every engine replica and let engine calls go (no body, or {})", requestBody: { required: false, ...json(EngineResumeRequest) }, responses: { "200": { description: "{paused, mode, since_ms, epoch, inflight, replicas}" }, "400": err, "401": err, "415": err, "502": err } } },
       "/v1/engine/status": { get: { summary: "Pause state, engine calls in flight, each replica's is_paused", responses: { "200": { description: "{paused, mode, since_ms, epoch, inflight, replicas}" }, "401": err } } },
       "/v1/rollouts/{batch_id}": {
         get: { summary: "Batch progress and metrics", responses: { "200": { description: "BatchStats" }, "404": err } },
@@ -426,8 +475,8 @@ export function openApiDocument(): Record<string, unknown> {
       "/v1/trajectories/{key}": {
         get: {
           summary: "One stored trajectory; decode=1 adds the text of every token",
-          parameters: [{ name: "decode", in: "query", required: false, schema: { type: "string", enum: ["0", "1"] } }],
-          responses: { "200": { description: "TrajectoryRecord (plus decoded: {prompt, response} per-token strings)" }, "400": err, "404": err },
+          parameters: [{ name: "key", in: "path", required: true, schema: { type: "string" } }, ...queryParameters(TrajectoryQuery)],
+          responses: { "200": { description: "TrajectoryRecord (plus decoded: {prompt, response} per-token strings)" }, "400": { ...err, description: "a bad key, an unknown query parameter or a decode other than 0/1/true/false (field names it)" }, "404": err },
         },
       },
       "/v1/rollouts/{batch_id}/trajectories": {
@@ -493,6 +542,7 @@ export function openApiDocument(): Record<string, unknown> {
             "400": err,
             "401": { ...err, description: "missing, bad or stale x-edgeloop-signature" },
             "403": { ...err, description: "no tools.secret configured: callbacks are never accepted unsigned" },
+            "415": { ...err, description: "the body is not sent as application/json (judged after the signature)" },
             "404": { ...err, description: "no session with this key" },
             "409": { ...err, description: "the session waits for no call with this call_id, or it was already answered" },
             "413": { ...err, description: "body over 4 MiB" },

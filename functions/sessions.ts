@@ -33,11 +33,13 @@ export interface SessionsAppOptions {
 
 /**
  * The sessions function (Hono, runtime-neutral):
- * - `POST /v1/sessions/{key}/tool-results` `{call_id, content, reward?}`, signed
- *   with `x-edgeloop-signature` → `200 {ok, key, call_id}`; 403 when no secret
- *   is configured (call ids are predictable, so unsigned callbacks are never
- *   accepted), 401 bad/missing/stale signature, 400 bad body (names the
- *   field), 404 unknown session, 409 unknown or already-answered `call_id`.
+ * - `POST /v1/sessions/{key}/tool-results` `{call_id, content, reward?, ok?, metrics?}`
+ *   as `application/json`, signed with `x-edgeloop-signature` → `200 {ok, key, call_id}`;
+ *   403 when no secret is configured (call ids are predictable, so unsigned
+ *   callbacks are never accepted), 401 bad/missing/stale signature (both
+ *   judged first), 415 another content type, 400 bad body (names the field;
+ *   an unknown key is refused), 404 unknown session, 409 unknown or
+ *   already-answered `call_id`.
  * - `GET /v1/sessions/{key}` → the session's phase, step and awaited calls (404 when none).
  * Errors are `{error: {code, message, field?}}`.
  */
@@ -55,6 +57,7 @@ export function createSessionsApp(opts: SessionsAppOptions): Hono {
     const result = await parseToolResultCallback(raw, c.req.header(SIGNATURE_HEADER), {
       secret: opts.secret,
       nowSeconds: (opts.nowSeconds ?? (() => Date.now() / 1000))(),
+      contentType: c.req.header("content-type") ?? null,
     });
     await opts.backend.deliver(key, result);
     return c.json({ ok: true, key, call_id: result.call_id });

@@ -8,9 +8,10 @@ import type { ToolResultDelivery } from "./trajectory-session.ts";
  * result text, an optional reward, `ok: false` when the tool failed (then
  * `content` is the error text the model sees, counted in
  * `extra_fields.tool_errors`), and optional `metrics` (recorded in
- * `extra_fields.tool_metrics`), as a synchronous reply's.
+ * `extra_fields.tool_metrics`), as a synchronous reply's. Strict: any other
+ * key is refused (400 naming it), so a misspelt `reward` is not dropped silently.
  */
-export const ToolResultCallback = z.object({
+export const ToolResultCallback = z.strictObject({
   call_id: z.string().min(1).max(1000),
   content: z.string(),
   reward: z.number().nullish(),
@@ -23,21 +24,30 @@ export type ToolResultCallback = z.infer<typeof ToolResultCallback>;
  * Checks and parses a tool-result callback: the raw body must carry a
  * valid, fresh `x-edgeloop-signature` (the scheme tool calls are signed
  * with: `t=<unix s>,v1=<hex HMAC-SHA256 of "<t>.<body>">`), checked before
- * the body is read; then the body must be JSON of {@link ToolResultCallback}.
+ * the body is read; then, when `contentType` is given (an HTTP request's
+ * `content-type` header, `null` when absent), it must be `application/json`;
+ * then the body must be JSON of {@link ToolResultCallback}.
  * Without a secret every callback is refused: call ids (`{key}:{turn}:{index}`)
  * are predictable, so an unsigned callback would let anyone who reaches the
  * port inject observations.
  * @throws {@link CallbacksDisabledError} (403) when no secret is configured; AuthError (401) for a
- *   missing, bad or stale signature; InputError (400) naming the field.
+ *   missing, bad or stale signature; InputError 415 (field `content-type`) for a body
+ *   not sent as `application/json`; InputError (400) naming the field.
  */
 export async function parseToolResultCallback(
   raw: string,
   signature: string | null | undefined,
-  opts: { secret?: string | null; nowSeconds?: number; windowSeconds?: number } = {},
+  opts: { secret?: string | null; nowSeconds?: number; windowSeconds?: number; contentType?: string | null } = {},
 ): Promise<ToolResultDelivery> {
   if (!opts.secret) throw new CallbacksDisabledError();
   if (!(await verifySignature(opts.secret, signature, raw, opts.nowSeconds ?? Date.now() / 1000, opts.windowSeconds))) {
     throw new AuthError(`missing, bad or stale ${SIGNATURE_HEADER}`);
+  }
+  if (opts.contentType !== undefined) {
+    const type = (opts.contentType ?? "").split(";")[0]!.trim().toLowerCase();
+    if (type !== "application/json") {
+      throw new InputError("content-type", `expected application/json, got ${type ? `'${type.slice(0, 100)}'` : "none"}`, { status: 415 });
+    }
   }
   let json: unknown;
   try {

@@ -181,7 +181,7 @@ describe("openapi", () => {
     expect(Object.keys(doc.paths["/v1/rollouts"].post.responses).sort()).toEqual(["202", "400", "401", "409", "413", "415", "503"]);
     // The tool-result callback: signed, not bearer-authenticated; its body schema comes from the zod type (ok and metrics included).
     const cb = doc.paths["/v1/sessions/{key}/tool-results"].post;
-    expect([cb.security, Object.keys(cb.responses).sort()]).toEqual([[], ["200", "400", "401", "403", "404", "409", "413"]]);
+    expect([cb.security, Object.keys(cb.responses).sort()]).toEqual([[], ["200", "400", "401", "403", "404", "409", "413", "415"]]);
     expect(Object.keys(cb.requestBody.content["application/json"].schema.properties).sort()).toEqual(["call_id", "content", "metrics", "ok", "reward"]);
     const req = doc.paths["/v1/rollouts"].post.requestBody.content["application/json"].schema;
     expect(req.required).toEqual(["rows"]);

@@ -89,7 +89,7 @@ describe("HMAC signatures and the 5-minute replay window", () => {
     });
     const raw = JSON.stringify({ call_id: "k_0_0:1:0", content: "42" });
     const sig = await signatureHeader(SECRET, raw, now);
-    const post = () => app.request("/v1/sessions/k_0_0/tool-results", { method: "POST", headers: { "x-edgeloop-signature": sig }, body: raw });
+    const post = () => app.request("/v1/sessions/k_0_0/tool-results", { method: "POST", headers: { "content-type": "application/json", "x-edgeloop-signature": sig }, body: raw });
     expect((await post()).status).toBe(200);
     now += 100;
     const again = await post();

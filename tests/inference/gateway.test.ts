@@ -188,15 +188,15 @@ describe("gateway routing", () => {
   test("replicas can be added and removed at run time; health follows the replicas", async () => {
     const { gw, url } = serveGateway({ replicas: [sim.urls[0]] });
     expect((await (await fetch(`${url}/admin/replicas`)).json()).replicas.map((r: { url: string }) => r.url)).toEqual([sim.urls[0]]);
-    const add = await fetch(`${url}/admin/replicas`, { method: "POST", body: JSON.stringify({ url: sim.urls[1] }) });
+    const add = await fetch(`${url}/admin/replicas`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ url: sim.urls[1] }) });
     expect(add.status).toBe(201);
     expect(gw.replicas().map((r) => r.url)).toEqual(sim.urls);
-    const del = await fetch(`${url}/admin/replicas`, { method: "DELETE", body: JSON.stringify({ url: sim.urls[0] }) });
+    const del = await fetch(`${url}/admin/replicas`, { method: "DELETE", headers: { "content-type": "application/json" }, body: JSON.stringify({ url: sim.urls[0] }) });
     expect(del.status).toBe(200);
     const res = await fetch(`${url}/v1/completions`, { method: "POST", body: JSON.stringify({ prompt: [1, 2], max_tokens: 1 }), headers: { "x-session-id": "k" } });
     expect(res.headers.get(REPLICA_HEADER)).toBe(sim.urls[1]);
     await res.arrayBuffer();
-    const bad = await fetch(`${url}/admin/replicas`, { method: "POST", body: JSON.stringify({ url: "ftp://x" }) });
+    const bad = await fetch(`${url}/admin/replicas`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ url: "ftp://x" }) });
     expect([bad.status, (await bad.json()).error.field]).toEqual([400, "url"]);
     expect((await fetch(`${url}/health`)).status).toBe(200);
     await sim.replicas[1].kill();

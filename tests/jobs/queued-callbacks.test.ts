@@ -125,7 +125,7 @@ describe.skipIf(!redis)("queue mode: asynchronous tool results", () => {
     const raw = JSON.stringify({ call_id: "async0_0_0:1:0", content: "31" });
     const again = await fetch(`http://127.0.0.1:${apiServer!.port}/v1/sessions/async0_0_0/tool-results`, {
       method: "POST",
-      headers: { "x-edgeloop-signature": await signatureHeader(SECRET, raw, Date.now() / 1000) },
+      headers: { "content-type": "application/json", "x-edgeloop-signature": await signatureHeader(SECRET, raw, Date.now() / 1000) },
       body: raw,
     });
     expect(again.status).toBe(409);

@@ -49,7 +49,7 @@ test("GET /v1/rollouts lists batches newest first; GET /v1/trajectories/{key} re
   const { batches } = await (await app.request("/v1/rollouts", { headers: auth })).json();
   expect(batches.map((x: { batch_id: string }) => x.batch_id)).toEqual([b.batch_id, a.batch_id]);
   const sa = a.run.stats();
-  expect(batches[1]).toEqual({ batch_id: a.batch_id, validate: false, done: true, counts: sa.counts, reward: sa.reward, lost: null, started_at: sa.started_at, finished_at: sa.finished_at });
+  expect(batches[1]).toEqual({ batch_id: a.batch_id, validate: false, done: true, counts: sa.counts, reward: sa.reward, lost: null, cancelled: null, started_at: sa.started_at, finished_at: sa.finished_at });
 
   const rec = a.run.records()[0]!;
   const plain = await app.request(`/v1/trajectories/${rec.key}`, { headers: auth });
