@@ -1,4 +1,5 @@
 import { Hono, type Context } from "hono";
+import { PolicyVersionValue } from "../shared/rollout/policy-version.ts";
 import { z } from "zod";
 import { AuthError, EdgeloopError, InputError, inputErrorFromZod, NotFoundError, NotImplementedError } from "../shared/errors.ts";
 import { RolloutRequest } from "../shared/rollout/batch.ts";
@@ -101,12 +102,12 @@ function parseQuery<S extends z.ZodType>(schema: S, query: Record<string, string
 
 /** Body of `POST /v1/model-version`: the policy version now being served (after a weight update). */
 export const ModelVersionRequest = z.strictObject({
-  version: z.union([z.string().min(1).max(200), z.number().finite()]),
+  version: PolicyVersionValue,
 });
 
 /** Body of `POST /v1/consumed-version`: the newest policy version whose groups the trainer has consumed (a version set with `POST /v1/model-version`). */
 export const ConsumedVersionRequest = z.strictObject({
-  version: z.union([z.string().min(1).max(200), z.number().finite()]),
+  version: PolicyVersionValue,
 });
 
 /** Body of `POST /v1/groups/ack` (strict: an unknown key is a 400, so a misspelt `partition` does not ack the train partition). */

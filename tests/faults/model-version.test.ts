@@ -56,6 +56,11 @@ describe("policy versions", () => {
     expect(bad.status).toBe(400);
     expect((await bad.json()).error.field).toBe("version");
     expect((await s.post("/v1/model-version", { version: 3, extra: 1 })).status).toBe(400);
+    // A blank version is refused like an empty one, on both version routes.
+    for (const path of ["/v1/model-version", "/v1/consumed-version"]) {
+      const blank = await s.post(path, { version: "   " });
+      expect([blank.status, (await blank.json()).error]).toEqual([400, { code: "invalid_input", field: "version", message: "version: a version must not be empty or blank" }]);
+    }
 
     const rec = await runOne(s);
     expect(rec.error).toBeNull();
