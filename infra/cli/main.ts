@@ -133,7 +133,7 @@ program
   .description("print one trajectory decoded, sampled tokens (mask 1) and observations (mask 0) in colour, with a one-line summary")
   .argument("<key>", "trajectory key {uid}_{session_id}_{output_index}")
   .option("--file <file>", "read the record from a JSONL file of records (what rollout --out writes)")
-  .option("--store <store>", "read it from a transfer queue: redis://host:port | upstash (memory holds nothing across processes)", "memory")
+  .option("--store <store>", "read it from a transfer queue: redis://host:port | upstash (memory holds nothing across processes)")
   .option("--store-prefix <prefix>", "prefix of every Redis key (default edgeloop:)")
   .option("--json", "print the record as JSON instead")
   .option("--model <name|dir>", "model: qwen3 (default), llama3_1, deepseek_v3, gpt_oss, gemma3, or a Hugging Face model directory (tokenizer.json, tokenizer_config.json, optional chat_template.jinja and generation_config.json)")
