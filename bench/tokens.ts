@@ -8,10 +8,12 @@
  * formula (system + tools block encoded once; observation tokenized from its
  * text alone) and through the render path (`method: "render"`, what every
  * call did before), each beside its floor: raw tokenization of the same
- * text, measured in the same run. Prints medians and ratios.
+ * text, measured in the same run; and, per family, `ChatTokenizer.decode`
+ * (the byte-level table) beside the library's decode of the same ids.
+ * Prints medians and ratios.
  *
  * Run: `npm run bench -- tokens` or `bun bench/tokens.ts [--live 10000] [--tokens 4096]
- * [--only formulas|tokenizer] [--rows 200]`.
+ * [--only formulas|tokenizer|decode] [--rows 200]`.
  */
 import { readFileSync } from "node:fs";
 import { Tokenizer as RustTokenizer } from "@anush008/tokenizers";
@@ -27,6 +29,10 @@ import { median, printTable, arg } from "./util.ts";
 const only = arg("--only", "");
 if (only === "formulas") {
   await formulaBench();
+  process.exit(0);
+}
+if (only === "decode") {
+  await decodeBench();
   process.exit(0);
 }
 
@@ -132,7 +138,77 @@ printTable(`builder memory: ${live} live trajectories x ${tokensPer} tokens`, [
 ]);
 if (builders.length !== live) throw new Error("unreachable");
 
-if (only !== "tokenizer") await formulaBench();
+if (only !== "tokenizer") {
+  await formulaBench();
+  await decodeBench();
+}
+
+/**
+ * Issue 19, per family: µs per `ChatTokenizer.decode` of a 45-token assistant
+ * turn (text and a tool call, ending in the end-of-turn id) and of a
+ * 2,000-token response, both skip settings: the library's decode
+ * (`libraryDecode`, what every call did before) and the byte-level table
+ * (`decode`), taking turns within each run; medians of 7 runs; the floor is a
+ * `TextDecoder` over the text's UTF-8 bytes alone. Also the
+ * one-time cost of building the table (first decode). Families without a
+ * ByteLevel decoder (gemma3) use the library in both columns.
+ */
+async function decodeBench(): Promise<void> {
+  const RUNS = 7;
+  const N_SHORT = 400;
+  const N_LONG = 20;
+  const table: string[][] = [["family", "ids", "skip special", "library µs", "table µs", "floor µs", "library/table", "table/floor"]];
+  const builds: string[][] = [["family", "first decode (builds the table), ms"]];
+  for (const name of BUILTIN_MODELS) {
+    const tok = new ChatTokenizer(await builtinModelFiles(name));
+    const b0 = performance.now();
+    tok.decode([0]);
+    builds.push([name, (performance.now() - b0).toFixed(1)]);
+    const eos = tok.eosTokenId;
+    const vocabWords = ["the", "result", "of", "calc", "is", "42", "Paris", "temperature", "sunny", "(x+1)*3", "城市", "naïve", "\n", "{\"a\": 1}", "tool", "🙂"];
+    const say = (n: number, seed: number): string => {
+      let s = "";
+      for (let i = 0, x = seed; i < n; i++) {
+        x = (x * 1103515245 + 12345) & 0x7fffffff;
+        s += vocabWords[x % vocabWords.length] + " ";
+      }
+      return s;
+    };
+    const turn = (i: number): number[] => {
+      const ids = tok.encode(`Let me compute ${say(16, i)} with the tool.\n<tool_call>\n{"name": "calc", "arguments": {"expr": "(${i}+1)*3 城市 naïve"}}\n</tool_call>`);
+      return [...ids.slice(0, 44), eos];
+    };
+    const long = (i: number): number[] => [...tok.encode(say(3000, i + 7)).slice(0, 1999), eos];
+    const shorts = Array.from({ length: N_SHORT }, (_, i) => turn(i));
+    const longs = Array.from({ length: N_LONG }, (_, i) => long(i));
+    if (shorts.some((x) => x.length !== 45) || longs.some((x) => x.length !== 2000)) throw new Error(`${name}: inputs are not 45 / 2000 ids: ${shorts.map((x) => x.length).filter((l) => l !== 45).slice(0, 5)} ${longs.map((x) => x.length).filter((l) => l !== 2000).slice(0, 5)}`);
+    for (const [what, xs] of [["45 (one turn)", shorts], ["2000 (a response)", longs]] as const) {
+      for (const skip of [false, true]) {
+        const opts = { skipSpecialTokens: skip };
+        for (const x of xs.slice(0, 20)) if (tok.decode(x, opts) !== tok.libraryDecode(x, opts)) throw new Error(`${name}: decode differs from the library`);
+        // The floor: UTF-8 decoding of the text's bytes alone (what any decode must do).
+        const utf8 = new TextDecoder("utf-8", { fatal: false, ignoreBOM: true });
+        const bytes = xs.map((x) => new TextEncoder().encode(tok.decode(x, opts)));
+        const runs: [number[], number[], number[]] = [[], [], []];
+        for (let r = 0; r < RUNS; r++) {
+          let f = performance.now();
+          for (const b of bytes) utf8.decode(b);
+          runs[2].push(((performance.now() - f) * 1000) / xs.length);
+          let s = performance.now();
+          for (const x of xs) tok.libraryDecode(x, opts);
+          runs[0].push(((performance.now() - s) * 1000) / xs.length);
+          s = performance.now();
+          for (const x of xs) tok.decode(x, opts);
+          runs[1].push(((performance.now() - s) * 1000) / xs.length);
+        }
+        const [l, t, fl] = [median(runs[0]), median(runs[1]), median(runs[2])];
+        table.push([name, what, String(skip), l.toFixed(1), t.toFixed(1), fl.toFixed(1), (l / t).toFixed(1), (t / fl).toFixed(1)]);
+      }
+    }
+  }
+  printTable("decode table build (once per tokenizer)", builds);
+  printTable(`ChatTokenizer.decode vs the library's decode, per family (µs per call, median of ${RUNS} runs)`, table);
+}
 
 /**
  * Issue 19, per family: µs per initial prompt (distinct rows of the example

@@ -3,6 +3,7 @@ import { Template } from "@huggingface/jinja";
 import { ConfigError, TemplateError } from "../errors.ts";
 import type { ChatMessage, ToolSchema } from "../schema/index.ts";
 import { CUSTOM_TRAITS, QWEN3_TRAITS, type MessageShaping, type ModelTraits } from "../models/model-family.ts";
+import { ByteLevelDecodeTable } from "./byte-level-decode.ts";
 
 /**
  * The files that define a model for edgeloop (Hugging Face layout): its
@@ -81,6 +82,10 @@ export class ChatTokenizer {
   /** Every added token's text (what the tokenizer matches before its model runs). */
   private readonly addedTexts: string[];
   private maxChars: number | undefined;
+  /** `tokenizer.json`'s `decoder` config, for {@link ByteLevelDecodeTable.build}. */
+  private readonly decoderConfig: unknown;
+  /** The byte-level decode table, built on the first decode; null when the decoder is not exactly ByteLevel. */
+  private fastDecode: ByteLevelDecodeTable | null | undefined;
 
   constructor(files: ModelFiles) {
     this.name = files.name;
@@ -89,6 +94,7 @@ export class ChatTokenizer {
       throw new ConfigError(`${files.name}/tokenizer_config.json`, "chat_template is missing or not a string");
     }
     this.tok = new Tokenizer(files.tokenizer as object, cfg);
+    this.decoderConfig = (files.tokenizer as { decoder?: unknown }).decoder;
     try {
       this.template = new Template(cfg.chat_template);
     } catch (e) {
@@ -177,9 +183,28 @@ export class ChatTokenizer {
    * `skipSpecialTokens`, and never the tokenizer config's
    * `clean_up_tokenization_spaces` (which would turn a sampled `x , y !` into
    * `x, y!` — tool arguments and reward text must be what was sampled).
+   *
+   * For a byte-level tokenizer (decoder exactly `ByteLevel`: Qwen3, Llama 3.1,
+   * DeepSeek V3, gpt-oss) the text comes from a per-id table built on the
+   * first call ({@link ByteLevelDecodeTable}), the same string the library
+   * returns without its per-token scan of all added tokens; otherwise, and for
+   * input the table declines, from `@huggingface/tokenizers`.
    */
   decode(ids: ArrayLike<number>, opts: { skipSpecialTokens?: boolean } = {}): string {
     // The library rejects an empty list; the text of no tokens is "".
+    if (ids.length === 0) return "";
+    if (this.fastDecode === undefined) this.fastDecode = ByteLevelDecodeTable.build(this.tok, this.decoderConfig) ?? null;
+    const fast = this.fastDecode?.decode(ids, opts.skipSpecialTokens ?? false);
+    if (fast !== undefined) return fast;
+    return this.libraryDecode(ids, opts);
+  }
+
+  /**
+   * {@link decode} through `@huggingface/tokenizers` alone (the reference the
+   * byte-level table is tested and benchmarked against). Throws the library's
+   * error for a list whose first id is not an integer.
+   */
+  libraryDecode(ids: ArrayLike<number>, opts: { skipSpecialTokens?: boolean } = {}): string {
     if (ids.length === 0) return "";
     return this.tok.decode(Array.from(ids), { skip_special_tokens: opts.skipSpecialTokens ?? false, clean_up_tokenization_spaces: false });
   }
