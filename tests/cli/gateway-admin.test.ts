@@ -1,4 +1,5 @@
 import { afterAll, describe, expect, test } from "bun:test";
+import { startGatewayProcess } from "../helpers/gateway-process.ts";
 import { join } from "node:path";
 
 // `edgeloop gateway` takes its admin token from EDGELOOP_ADMIN_TOKEN: /admin/* then needs it, proxied calls do not.
@@ -13,17 +14,7 @@ afterAll(async () => {
 });
 
 async function startGateway(env: Record<string, string | undefined>): Promise<{ url: string; banner: string }> {
-  const p = Bun.spawn([process.execPath, MAIN, "gateway", "--replicas", "http://127.0.0.1:9", "--port", "0"], { stdout: "pipe", stderr: "pipe", env: { ...process.env, ...env } });
-  procs.push(p);
-  const reader = p.stdout.getReader();
-  let out = "";
-  while (!out.includes("\n")) {
-    const { done, value } = await reader.read();
-    if (done) throw new Error(`gateway exited: ${await new Response(p.stderr).text()}`);
-    out += new TextDecoder().decode(value);
-  }
-  reader.releaseLock();
-  return { url: /on (http:\/\/\S+)/.exec(out)![1]!, banner: out.trim() };
+  return startGatewayProcess(["--replicas", "http://127.0.0.1:9", "--port", "0"], procs, env);
 }
 
 describe("edgeloop gateway admin token", () => {

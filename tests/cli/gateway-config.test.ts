@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { startGatewayProcess } from "../helpers/gateway-process.ts";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -42,17 +43,7 @@ afterAll(async () => {
 });
 
 async function startGateway(args: string[]): Promise<{ url: string; banner: string }> {
-  const p = Bun.spawn([process.execPath, MAIN, "gateway", "--replicas", `http://127.0.0.1:${replica.port}`, ...args, "--port", "0"], { stdout: "pipe", stderr: "pipe" });
-  procs.push(p);
-  const reader = p.stdout.getReader();
-  let out = "";
-  while (!out.includes("\n")) {
-    const { done, value } = await reader.read();
-    if (done) throw new Error(`gateway exited: ${await new Response(p.stderr).text()}`);
-    out += new TextDecoder().decode(value);
-  }
-  reader.releaseLock();
-  return { url: /on (http:\/\/\S+)/.exec(out)![1]!, banner: out.trim() };
+  return startGatewayProcess(["--replicas", `http://127.0.0.1:${replica.port}`, ...args, "--port", "0"], procs);
 }
 
 /** Health probes the replica saw while `calls` proxied calls went through the gateway, 60 ms apart. */

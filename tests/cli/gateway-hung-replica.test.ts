@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { startGatewayProcess } from "../helpers/gateway-process.ts";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -43,17 +44,7 @@ afterAll(async () => {
 });
 
 async function startGateway(args: string[]): Promise<{ url: string; banner: string }> {
-  const p = Bun.spawn([process.execPath, MAIN, "gateway", ...args, "--port", "0"], { stdout: "pipe", stderr: "pipe" });
-  procs.push(p);
-  const reader = p.stdout.getReader();
-  let out = "";
-  while (!out.includes("\n")) {
-    const { done, value } = await reader.read();
-    if (done) throw new Error(`gateway exited: ${await new Response(p.stderr).text()}`);
-    out += new TextDecoder().decode(value);
-  }
-  reader.releaseLock();
-  return { url: /on (http:\/\/\S+)/.exec(out)![1]!, banner: out.trim() };
+  return startGatewayProcess([...args, "--port", "0"], procs);
 }
 
 describe("E8: one of three replicas hangs", () => {
