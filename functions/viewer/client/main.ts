@@ -4,6 +4,7 @@
 // (GET /v1/trajectories/{key}?decode=1: the browser has no tokenizer), and a prompt group's records with
 // where its samples diverge (GET /v1/rollouts/{id}/groups/{uid}?decode=1).
 import { textAround, type GroupDivergence } from "../../../shared/rollout/group-divergence.ts";
+import type { TrajectorySummary } from "../../../shared/rollout/trajectory-summary.ts";
 import { expertsAt, heat, segments, toolCallTokens, versionStarts, visibleToken } from "./segments.ts";
 
 interface Rec {
@@ -83,19 +84,7 @@ function showError(where: HTMLElement, e: unknown): void {
 // ---- batches -------------------------------------------------------------
 
 /** A row of the trajectory list (`GET /v1/rollouts/{id}/summaries`): no token arrays. */
-interface Summary {
-  key: string;
-  uid: string;
-  session_id: number;
-  status: "ok" | "failed";
-  reward_score: number | null;
-  num_turns: number;
-  truncated: boolean;
-  finish_reason: string;
-  prompt_length: number;
-  response_length: number;
-  sampled: number;
-}
+type Summary = TrajectorySummary;
 
 let summaries: Summary[] = [];
 /** The next page's cursor of the trajectory list (null: no more), and the list's counts. */
