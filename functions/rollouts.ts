@@ -1,4 +1,4 @@
-import { Hono, type Context } from "hono";
+import { Hono, type Context, type Next } from "hono";
 import { PolicyVersionValue } from "../shared/rollout/policy-version.ts";
 import { z } from "zod";
 import { AuthError, EdgeloopError, InputError, inputErrorFromZod, NotFoundError, NotImplementedError } from "../shared/errors.ts";
@@ -98,6 +98,27 @@ function parseQuery<S extends z.ZodType>(schema: S, query: Record<string, string
     throw new InputError(name, `unknown query parameter; expected one of ${known.join(", ")}`);
   }
   throw inputErrorFromZod("", r.error.issues);
+}
+
+/**
+ * Routes that take query parameters (each parses them with its strict schema);
+ * every other `/v1/*` route of this app takes none.
+ */
+const QUERY_ROUTES: readonly RegExp[] = [/^\/v1\/rollouts$/, /^\/v1\/trajectories\/[^/]+$/, /^\/v1\/rollouts\/[^/]+\/summaries$/, /^\/v1\/rollouts\/[^/]+\/groups\/[^/]+$/, /^\/v1\/groups$/];
+
+/**
+ * Middleware: a query parameter on a route that takes none is a 400 naming
+ * it (never ignored: `POST /v1/engine/pause?mode=abort` would otherwise pause
+ * with the body's mode and drop the query's).
+ * @throws InputError naming the first parameter.
+ */
+async function refuseUnknownQuery(c: Context, next: Next): Promise<void> {
+  const path = c.req.path;
+  if (!QUERY_ROUTES.some((r) => r.test(path))) {
+    const name = new URL(c.req.url).searchParams.keys().next().value;
+    if (name !== undefined) throw new InputError(name.slice(0, 100), "unknown query parameter; this route takes none");
+  }
+  await next();
 }
 
 /** Body of `POST /v1/model-version`: the policy version now being served (after a weight update). */
@@ -228,6 +249,7 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
   app.get("/metrics", () => new Response(formatPrometheus(collector.families()), { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } }));
   mountViewer(app);
   app.use("/v1/*", bearerAuth(opts.apiToken ?? null));
+  app.use("/v1/*", refuseUnknownQuery);
 
   app.get("/v1/rollouts", async (c) => {
     const q = parseQuery(RolloutsListQuery, c.req.query(), Object.keys(RolloutsListQuery.shape));

@@ -68,6 +68,22 @@ describe("query parameters are strict on every route with a query schema", () =>
     await app.request(`/v1/rollouts/${batch}`, { method: "DELETE", headers: auth });
   });
 
+  test("a route that takes no query refuses any parameter, naming it (never ignored: pause?x=1 does not pause)", async () => {
+    const batch = await postBatch(`nq-${crypto.randomUUID().slice(0, 8)}-`);
+    const none = (name: string) => invalid(name, "unknown query parameter; this route takes none");
+    for (const path of [`/v1/rollouts/${batch}`, `/v1/rollouts/${batch}/trajectories`, "/v1/groups/nq0", "/v1/model-version", "/v1/consumed-version", "/v1/queue", "/v1/engine/status"]) {
+      expect([path, ...(await get(`${path}?x=1`))]).toEqual([path, 400, none("x")]);
+    }
+    const pause = await app.request("/v1/engine/pause?mode=abort", { method: "POST", headers: jsonAuth, body: JSON.stringify({ mode: "keep" }) });
+    expect([pause.status, await pause.json()]).toEqual([400, none("mode")]);
+    expect(sim.paused).toBe(false);
+    const del = await app.request(`/v1/rollouts/${batch}?force=1`, { method: "DELETE", headers: auth });
+    expect([del.status, await del.json()]).toEqual([400, none("force")]);
+    // Without the parameter each answers as before.
+    expect((await get(`/v1/rollouts/${batch}`))[0]).toBe(200);
+    expect((await app.request(`/v1/rollouts/${batch}`, { method: "DELETE", headers: auth })).status).toBe(200);
+  });
+
   test("decode other than 0/1/true/false is a 400 naming decode on both the trajectory and the group route", async () => {
     const batch = await postBatch(`d-${crypto.randomUUID().slice(0, 8)}-`);
     const decodeErr = invalid("decode", 'Invalid option: expected one of "0"|"1"|"true"|"false"');
