@@ -192,7 +192,9 @@ const DROP_RESPONSE_HEADERS = ["connection", "content-length", "content-encoding
  * field `url`, when the replica is already present: nothing changes), `DELETE /admin/replicas {"url"}`
  * → 200 (404 when unknown). Bodies are `application/json` (415 otherwise) holding `url` only
  * (400 field `body` for malformed JSON or another key; 400 field `url` for a non-http(s) URL).
- * `GET /health` is 200 while at least one replica is healthy, else 503.
+ * `GET /health` is 200 while at least one replica is healthy, else 503; when
+ * the last probes are older than `healthIntervalMs` it probes the replicas
+ * first (probes otherwise run lazily, on traffic).
  * `GET /metrics`: Prometheus text (`gatewayMetricsText`: health, state,
  * failures by kind, ejections, probes, re-pins per replica).
  *
@@ -257,7 +259,10 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
   app.use("/admin/*", bearerAuth(options.adminToken ?? null), limitBody(ADMIN_MAX_BODY));
   app.use("*", limitBody(opts.maxBodyBytes));
 
-  app.get("/health", (c) => {
+  app.get("/health", async (c) => {
+    // Probes run lazily, on traffic; a readiness check on an idle gateway must not read health that is
+    // older than the period: it runs the probes first (at most once per period, shared with traffic).
+    if (opts.healthIntervalMs > 0 && (Date.now() - lastHealthCheck >= opts.healthIntervalMs || healthRun)) await checkHealth().catch(() => undefined);
     const healthy = pool.status().filter((r) => r.healthy).length;
     return c.json({ status: healthy > 0 ? "ok" : "unavailable", healthy, replicas: pool.urls().length }, healthy > 0 ? 200 : 503);
   });
