@@ -208,10 +208,12 @@ export class StoreError extends EdgeloopError {
 /** Turns a zod error into an {@link InputError} naming the first failing field under `prefix`. */
 export function inputErrorFromZod(
   prefix: string,
-  issues: ReadonlyArray<{ path: ReadonlyArray<PropertyKey>; message: string }>,
+  issues: ReadonlyArray<{ path: ReadonlyArray<PropertyKey>; message: string; code?: string; keys?: readonly string[] }>,
 ): InputError {
   const first = issues[0];
-  const path = first ? formatPath(prefix, first.path) : prefix;
+  // An unknown key is named as the field itself (`bogus`, `config.rollout.respone_length`), not its parent object.
+  const unknownKey = first?.code === "unrecognized_keys" && first.keys?.length ? [first.keys[0]!] : [];
+  const path = first ? formatPath(prefix, [...first.path, ...unknownKey]) : prefix;
   const more = issues.length > 1 ? ` (and ${issues.length - 1} more issue${issues.length > 2 ? "s" : ""})` : "";
   return new InputError(path || "body", `${first?.message ?? "invalid"}${more}`);
 }

@@ -199,7 +199,7 @@ describe("unknown keys are errors, not silently ignored", () => {
   test("a typo in the body or in a config key names the key", async () => {
     const body = await post("/v1/rollouts", { rows: [rows[0]], validte: true });
     expect(body.status).toBe(400);
-    expect((await body.json()).error).toEqual({ code: "invalid_input", message: 'body: Unrecognized key: "validte"', field: "body" });
+    expect((await body.json()).error).toEqual({ code: "invalid_input", message: 'validte: Unrecognized key: "validte"', field: "validte" });
     const cfg = await post("/v1/rollouts", { rows: [rows[0]], config: { rollout: { respone_length: 8 } } });
     expect(cfg.status).toBe(400);
     expect((await cfg.json()).error.message).toBe('config rollout: Unrecognized key: "respone_length" (in request config)');

@@ -105,7 +105,7 @@ describe("query parameters are strict on every route with a query schema", () =>
 describe("POST /v1/groups/ack is strict", () => {
   test("a misspelt partition is a 400 naming it, not an ack of the train partition", async () => {
     const res = await app.request("/v1/groups/ack", { method: "POST", headers: jsonAuth, body: JSON.stringify({ delivery_ids: ["1796002889517-0"], partiton: "val" }) });
-    expect([res.status, await res.json()]).toEqual([400, invalid("body", 'Unrecognized key: "partiton"')]);
+    expect([res.status, await res.json()]).toEqual([400, invalid("partiton", 'Unrecognized key: "partiton"')]);
     const ok = await app.request("/v1/groups/ack", { method: "POST", headers: jsonAuth, body: JSON.stringify({ delivery_ids: ["1796002889517-0"], partition: "val" }) });
     expect([ok.status, await ok.json()]).toEqual([200, { acked: 0 }]);
   });
@@ -135,7 +135,7 @@ describe("GET /v1/rollouts shows a cancelled batch as cancelled", () => {
 describe("POST /v1/engine/resume takes no body or {}", () => {
   test("an unknown key is a 400 (as pause's), a non-JSON body a 415; no body and {} resume", async () => {
     const x = await app.request("/v1/engine/resume", { method: "POST", headers: jsonAuth, body: JSON.stringify({ x: 1 }) });
-    expect([x.status, await x.json()]).toEqual([400, invalid("body", 'Unrecognized key: "x"')]);
+    expect([x.status, await x.json()]).toEqual([400, invalid("x", 'Unrecognized key: "x"')]);
     const text = await app.request("/v1/engine/resume", { method: "POST", headers: { ...auth, "content-type": "text/plain" }, body: "{}" });
     expect([text.status, await text.json()]).toEqual([415, invalid("content-type", "expected application/json, got 'text/plain'")]);
     const broken = await app.request("/v1/engine/resume", { method: "POST", headers: jsonAuth, body: "{" });
@@ -169,7 +169,7 @@ describe("POST /v1/sessions/{key}/tool-results is as strict as the README says",
 
   test("an unknown key is a 400; text/plain or no content type a 415; nothing is delivered", async () => {
     const json = { "content-type": "application/json" };
-    expect(await send(JSON.stringify({ call_id: "k_0_0:1:0", content: "4", bogus: 1 }), json)).toEqual([400, invalid("body", 'Unrecognized key: "bogus"')]);
+    expect(await send(JSON.stringify({ call_id: "k_0_0:1:0", content: "4", bogus: 1 }), json)).toEqual([400, invalid("bogus", 'Unrecognized key: "bogus"')]);
     const body = JSON.stringify({ call_id: "k_0_0:1:0", content: "4" });
     expect(await send(body, { "content-type": "text/plain" })).toEqual([415, invalid("content-type", "expected application/json, got 'text/plain'")]);
     expect(await send(body, {})).toEqual([415, invalid("content-type", "expected application/json, got none")]);

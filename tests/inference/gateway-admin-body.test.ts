@@ -25,7 +25,7 @@ describe("/admin/replicas bodies", () => {
     for (const method of ["POST", "DELETE"]) {
       expect(await call(gw, method, add, auth)).toEqual([415, invalid("content-type", "expected application/json, got none")]);
       expect(await call(gw, method, add, { ...auth, "content-type": "text/plain" })).toEqual([415, invalid("content-type", "expected application/json, got 'text/plain'")]);
-      expect(await call(gw, method, JSON.stringify({ url: "http://r2.test", weight: 2 }))).toEqual([400, invalid("body", 'Unrecognized key: "weight"')]);
+      expect(await call(gw, method, JSON.stringify({ url: "http://r2.test", weight: 2 }))).toEqual([400, invalid("weight", 'Unrecognized key: "weight"')]);
       expect(await call(gw, method, '{"url": "http://r2.test"')).toEqual([400, invalid("body", "malformed JSON")]);
       expect(await call(gw, method, "")).toEqual([400, invalid("body", "expected a JSON body")]);
       expect(await call(gw, method, JSON.stringify({ url: "ftp://r2.test" }))).toEqual([400, invalid("url", "expected an http(s) URL")]);
