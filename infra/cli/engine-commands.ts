@@ -115,6 +115,7 @@ export async function gatewayCommand(o: {
   const cfg = parseLayeredConfig(fileCfg, flags, o.config ?? "flags");
   const g = cfg.gateway;
   checkRoutingSettings(o, cfg, (fileCfg as { gateway?: { max_sticky_keys?: unknown } }).gateway?.max_sticky_keys !== undefined);
+  if (o.storePrefix !== undefined && cfg.store.url === "memory") throw new InputError("--store-prefix", "applies with --store (routing state shared in Redis/Upstash); without a store the gateway keeps its state in memory");
   const closers: (() => Promise<void>)[] = [];
   const routingState = buildRoutingState(cfg, closers);
   const gw = createGatewayApp({

@@ -3,7 +3,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { defaultAgentLoopRegistry, parseAgentLoopConfig, type AgentLoopRegistry } from "../../shared/agent-loop/index.ts";
 import { checkConfigFile, mergeConfig, parseAppConfig, parseLayeredConfig, type AppConfig } from "../../shared/config/app-config.ts";
-import { ConfigError, StoreError, TemplateError } from "../../shared/errors.ts";
+import { ConfigError, InputError, StoreError, TemplateError } from "../../shared/errors.ts";
 import { createEngineClient } from "../../shared/inference/create-engine-client.ts";
 import type { InferenceClient } from "../../shared/inference/types.ts";
 import { createAgentExecutor, createSessionExecutor, sessionLoopFactory, sessionOutputFinisher, endLoopTrace, type ExecutorDeps } from "../../shared/rollout/executor.ts";
@@ -176,6 +176,13 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
   // The parser is checked before anything starts, unless loop modules are configured (a module may register
   // its own parser with registerToolCallParser); the default agent loop once the registry is loaded.
   if (!config.rollout.agent.agent_loop_config_path) validateRollout(config.rollout, null);
+  // Store flags mean nothing to the memory store (no keys, nothing to reach): refused, not ignored.
+  if (config.store.url === "memory") {
+    if (flags.storePrefix !== undefined) throw new InputError("--store-prefix", "applies to a Redis or Upstash store (--store); the memory store has no keys");
+    if (flags.storeTimeout !== undefined) throw new InputError("--store-timeout", "applies to a Redis or Upstash store (--store); the memory store is never unreachable");
+  }
+  // An empty secret would sign nothing and leave callbacks refused (403): say so instead of running unsigned.
+  if (flags.toolsSecret !== undefined && !/\S/.test(flags.toolsSecret)) throw new InputError("--tools-secret", "must not be empty (omit it to run without signatures)");
   const checkTimeoutMs = hooks.checkTimeoutMs ?? 3_000;
   if (hooks.waitForStore) await waitForStore(config, checkTimeoutMs, flags.storeTimeout, hooks.onStoreTimeout);
   else await checkStore(config, checkTimeoutMs);

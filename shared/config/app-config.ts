@@ -59,6 +59,9 @@ export const EngineConfig = z.strictObject({
   for (const [key, isSet] of set) {
     if (isSet) ctx.addIssue({ code: "custom", path: [key], message: `engine.${key} applies to the simulated engine only (engine.url "sim"), not to ${e.url}` });
   }
+  if (e.moe?.num_experts !== undefined) {
+    ctx.addIssue({ code: "custom", path: ["moe", "num_experts"], message: `engine.moe.num_experts sizes the simulated engine's experts only; a real engine's replies carry their expert ids (not to ${e.url})` });
+  }
 });
 
 /** Tool webhooks: a tools file, or (none given) the example tool server started in-process. */
