@@ -78,6 +78,7 @@ export function positiveNumberFlag(flag: string): (v: string) => number {
 export function versionFlag(flag: string): (v: string) => string {
   return (v) => {
     if (!/\S/.test(v) || v.length > 200) throw new InvalidArgumentError(`${flag} must be 1 to 200 characters and not blank, got '${v.slice(0, 50)}'`);
+    if (v.trim() !== v || /[\u0000-\u001f\u007f]/.test(v)) throw new InvalidArgumentError(`${flag} must not start or end with whitespace or hold control characters, got ${JSON.stringify(v.slice(0, 50))}`);
     return v;
   };
 }

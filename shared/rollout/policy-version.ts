@@ -113,12 +113,26 @@ function sleepOrAbort(ms: number, signal: AbortSignal | undefined, wake?: (fn: (
 
 /**
  * A policy version as the API and CLI accept it: a string of 1–200
- * characters holding a non-blank character, or a finite number
+ * characters, not blank, without leading/trailing whitespace or control
+ * characters, or a finite number
  * (`POST /v1/model-version`, `/v1/consumed-version`, a batch's
  * `model_version`, `--model-version`).
  */
 export const PolicyVersionValue = z.union([
-  z.string().max(200, "a version is at most 200 characters").regex(/\S/, "a version must not be empty or blank"),
+  z
+    .string()
+    .max(200, "a version is at most 200 characters")
+    .superRefine((v, ctx) => {
+      // One message per value: the first rule it breaks.
+      const why = !/\S/.test(v)
+        ? "a version must not be empty or blank"
+        : v.trim() !== v
+          ? 'a version must not start or end with whitespace ("3 " would be another version than 3)'
+          : /[\u0000-\u001f\u007f]/.test(v)
+            ? "a version must not hold control characters"
+            : null;
+      if (why) ctx.addIssue({ code: "custom", message: why });
+    }),
   z.number().finite(),
 ]);
 
