@@ -98,7 +98,10 @@ for (const transport of ["redis", "upstash"] as const) describe(`E2 (${transport
     await c.quit();
     const named = lost.missing.filter((m) => m.startsWith(`${prefix}group:`));
     rows.forEach((r, i) => expect([r.uid, enqueued[i] !== named.includes(`${prefix}group:${r.uid}`)]).toEqual([r.uid, true]));
-    for (const uid of landed.map((k) => k.split("_")[0]!)) expect([uid, enqueued[rows.findIndex((r) => r.uid === uid)]]).toEqual([uid, true]);
+    // A group all of whose sessions landed is delivered; one with a landed and a lost session (the flush fell
+    // between them) is named in `missing` above, not delivered.
+    const whole = rows.filter((r) => b.keys.filter((k) => k.startsWith(`${r.uid}_`)).every((k) => landed.includes(k)));
+    for (const r of whole) expect([r.uid, enqueued[rows.indexOf(r)]]).toEqual([r.uid, true]);
     // Work submitted afterwards still runs.
     const after = await post(serve.url, [{ ...ROW, uid: "after0" }]);
     const pa = await until(async () => ((await progress(serve.url, after.batch_id)).done ? progress(serve.url, after.batch_id) : null), "after0 done", 30_000);
