@@ -4,7 +4,7 @@
 // (GET /v1/trajectories/{key}?decode=1: the browser has no tokenizer), and a prompt group's records with
 // where its samples diverge (GET /v1/rollouts/{id}/groups/{uid}?decode=1).
 import { textAround, type GroupDivergence } from "../../../shared/rollout/group-divergence.ts";
-import type { TrajectorySummary } from "../../../shared/rollout/trajectory-summary.ts";
+import type { SummaryPage, TrajectorySummary } from "../../../shared/rollout/trajectory-summary.ts";
 import { expertsAt, heat, segments, toolCallTokens, versionStarts, visibleToken } from "./segments.ts";
 
 interface Rec {
@@ -170,13 +170,7 @@ async function loadTrajectories(more: boolean): Promise<void> {
   try {
     const q = listQuery();
     if (more && listCursor) q.set("cursor", listCursor);
-    const page = (await (await api(`/v1/rollouts/${encodeURIComponent(currentBatch)}/summaries?${q}`)).json()) as {
-      summaries: Summary[];
-      next_cursor: string | null;
-      total: number;
-      matched: number;
-      done: boolean;
-    };
+    const page = await summariesPage(currentBatch, q);
     if (epoch !== listEpoch) return;
     summaries = more ? [...summaries, ...page.summaries] : page.summaries;
     listCursor = page.next_cursor;
@@ -187,6 +181,11 @@ async function loadTrajectories(more: boolean): Promise<void> {
   } catch (e) {
     if (epoch === listEpoch) showError(table, e);
   }
+}
+
+/** One page of `GET /v1/rollouts/{batch}/summaries` with query `q` (the server's SummaryPage plus `done`). */
+async function summariesPage(batch: string, q: URLSearchParams): Promise<SummaryPage & { done: boolean }> {
+  return (await (await api(`/v1/rollouts/${encodeURIComponent(batch)}/summaries?${q}`)).json()) as SummaryPage & { done: boolean };
 }
 
 /** Milliseconds between reads of a running batch's new records. */
@@ -203,13 +202,7 @@ function follow(epoch: number, from: number): void {
     try {
       const q = listQuery();
       q.set("cursor", String(from));
-      const page = (await (await api(`/v1/rollouts/${encodeURIComponent(currentBatch)}/summaries?${q}`)).json()) as {
-        summaries: Summary[];
-        next_cursor: string | null;
-        total: number;
-        matched: number;
-        done: boolean;
-      };
+      const page = await summariesPage(currentBatch, q);
       if (epoch !== listEpoch || listCursor !== null) return;
       summaries = [...summaries, ...page.summaries];
       listCursor = page.next_cursor;
