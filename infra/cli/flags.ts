@@ -5,6 +5,8 @@ export interface ConfigFlags {
   n?: number;
   engine?: string;
   engineFormat?: "vllm" | "vllm-generate" | "sglang";
+  engineApiKey?: string;
+  engineAdminApiKey?: string;
   script?: string;
   replicas?: number;
   tools?: string;
@@ -38,8 +40,13 @@ export function refuseExampleAgent(f: ConfigFlags, command: string): void {
   }
 }
 
-/** The config overrides the flags stand for, in `AppConfig`'s shape (undefined leaves the file's value). */
-export function overridesFromFlags(f: ConfigFlags): Record<string, unknown> {
+/**
+ * The config overrides the flags stand for, in `AppConfig`'s shape (undefined
+ * leaves the file's value). The engine's keys also come from the environment
+ * (`EDGELOOP_ENGINE_API_KEY`, `EDGELOOP_ENGINE_ADMIN_API_KEY`, below a flag):
+ * a key in the environment stays out of `ps` and shell history.
+ */
+export function overridesFromFlags(f: ConfigFlags, env: Record<string, string | undefined> = process.env): Record<string, unknown> {
   return {
     rollout: {
       n: f.n,
@@ -50,7 +57,14 @@ export function overridesFromFlags(f: ConfigFlags): Record<string, unknown> {
       multi_turn: { max_assistant_turns: f.maxAssistantTurns },
       agent: { default_agent_loop: f.defaultAgent ?? (f.agent ? "openai_agent" : undefined) },
     },
-    engine: { url: f.engine, format: f.engineFormat, script: f.script, replicas: f.replicas },
+    engine: {
+      url: f.engine,
+      format: f.engineFormat,
+      script: f.script,
+      replicas: f.replicas,
+      api_key: f.engineApiKey ?? (env.EDGELOOP_ENGINE_API_KEY || undefined),
+      admin_api_key: f.engineAdminApiKey ?? (env.EDGELOOP_ENGINE_ADMIN_API_KEY || undefined),
+    },
     tools: { file: f.tools, secret: f.toolsSecret },
     store: { url: f.store, prefix: f.storePrefix },
     concurrency: f.concurrency,
@@ -72,6 +86,8 @@ export const FLAG_OF_PATH: Readonly<Record<string, { flag: string; key: keyof Co
   "engine.format": { flag: "--engine-format", key: "engineFormat" },
   "engine.script": { flag: "--script", key: "script" },
   "engine.replicas": { flag: "--replicas", key: "replicas" },
+  "engine.api_key": { flag: "--engine-api-key", key: "engineApiKey" },
+  "engine.admin_api_key": { flag: "--engine-admin-api-key", key: "engineAdminApiKey" },
   "tools.file": { flag: "--tools", key: "tools" },
   "tools.secret": { flag: "--tools-secret", key: "toolsSecret" },
   "store.url": { flag: "--store", key: "store" },
@@ -83,6 +99,9 @@ export const FLAG_OF_PATH: Readonly<Record<string, { flag: string; key: keyof Co
   "agent.secret": { flag: "--agent-secret", key: "agentSecret" },
   "agent.public_url": { flag: "--public-url", key: "publicUrl" },
 };
+
+/** Flags whose values are secrets: never echoed in an error. */
+const SECRET_FLAGS: ReadonlySet<keyof ConfigFlags> = new Set(["toolsSecret", "agentSecret", "engineApiKey", "engineAdminApiKey"]);
 
 /**
  * Names the flag in a config error about a value the flag set: `--engine
@@ -96,7 +115,7 @@ export function flagConfigError(e: unknown, f: ConfigFlags): unknown {
   const by = FLAG_OF_PATH[e.field];
   const v = by ? f[by.key] : undefined;
   if (!by || v === undefined) return e;
-  const shown = by.key === "toolsSecret" || by.key === "agentSecret" ? "" : ` (got '${String(v)}')`;
+  const shown = SECRET_FLAGS.has(by.key) ? "" : ` (got '${String(v)}')`;
   const reason = e.message.replace(/^config [^:]+: /, "").replace(/ \(in [^()]*\)$/, "");
   return new InputError(by.flag, `${reason}${shown}`, { cause: e });
 }

@@ -29,6 +29,8 @@ function configFlags(cmd: Command): Command {
     .option("--n <n>", "rollout.n: sessions per prompt", intFlag("--n", 1))
     .option("--engine <sim|url>", "engine.url: 'sim' (embedded simulated engine) or an engine/gateway URL")
     .addOption(new Option("--engine-format <format>", "engine.format: vllm (/v1/completions), vllm-generate (/inference/v1/generate), sglang (/generate)").choices(["vllm", "vllm-generate", "sglang"]))
+    .option("--engine-api-key <key>", "engine.api_key: the engine's --api-key, sent as Authorization: Bearer (prefer env EDGELOOP_ENGINE_API_KEY: a flag shows in ps)")
+    .option("--engine-admin-api-key <key>", "engine.admin_api_key: SGLang's --admin-api-key for pause/resume (prefer env EDGELOOP_ENGINE_ADMIN_API_KEY)")
     .option("--script <file>", "engine.script: scripted policy for the simulated engine")
     .option("--replicas <k>", "engine.replicas: simulated replicas behind the embedded gateway", intFlag("--replicas", 1, 64))
     .option("--tools <file>", "tools.file: tools file (default: the example tool server, started in-process)")

@@ -545,9 +545,10 @@ async function buildEngine(
   const e = config.engine;
   const moe = routedExpertsEngineShape(config);
   if (e.url !== "sim") {
-    targets.push(...(e.admin_urls ?? [e.url]).map((url) => ({ url })));
-    describe.push(`engine     ${e.url} (${e.format})`);
-    return createEngineClient({ url: e.url, format: e.format, model: e.model ?? undefined, timeoutMs: e.timeout_ms, retry: { retries: e.max_retries }, ...(moe ? { moe } : {}) });
+    const controlKey = e.admin_api_key ?? e.api_key;
+    targets.push(...(e.admin_urls ?? [e.url]).map((url) => ({ url, ...(controlKey ? { apiKey: controlKey } : {}) })));
+    describe.push(`engine     ${e.url} (${e.format}${e.api_key ? ", API key set" : ""}${e.admin_api_key ? ", admin key set" : ""})`);
+    return createEngineClient({ url: e.url, format: e.format, model: e.model ?? undefined, timeoutMs: e.timeout_ms, retry: { retries: e.max_retries }, apiKey: e.api_key, ...(moe ? { moe } : {}) });
   }
   const scriptPath = e.script ?? DEFAULT_SCRIPT;
   let script: Record<string, unknown>;

@@ -25,6 +25,8 @@ export interface Env extends TelemetryEnv {
   EDGELOOP_ENGINE_URL?: string;
   /** `vllm`, `vllm-generate` or `sglang` (default `engine.format` of `EDGELOOP_CONFIG`, itself `vllm` by default). */
   EDGELOOP_ENGINE_FORMAT?: string;
+  /** The engine's `--api-key` (a Worker secret; default `engine.api_key` of `EDGELOOP_CONFIG`), sent as `Authorization: Bearer`. */
+  EDGELOOP_ENGINE_API_KEY?: string;
   /** The tools file as JSON text (tool URLs inside). */
   EDGELOOP_TOOLS?: string;
   /** HMAC secret for tool webhooks and their callbacks. */
@@ -139,6 +141,7 @@ async function build(env: Env): Promise<WorkerRuntime> {
     timeoutMs: config.engine.timeout_ms,
     retry: { retries: config.engine.max_retries },
     ...(config.engine.model ? { model: config.engine.model } : {}),
+    apiKey: env.EDGELOOP_ENGINE_API_KEY || config.engine.api_key,
     ...(config.engine.moe ? { moe: { layers: config.engine.moe.layers, top_k: config.engine.moe.top_k } } : {}),
   });
   const toolsFile = env.EDGELOOP_TOOLS ? parseToolsFile(env.EDGELOOP_TOOLS, { source: "EDGELOOP_TOOLS" }) : undefined;

@@ -1,7 +1,7 @@
 import { ContextOverflowError, EdgeloopError, EngineAbortedError, InputError } from "../errors.ts";
 import type { PolicyVersions } from "../rollout/policy-version.ts";
 import type { AgentGatewayLink } from "../agent-gateway/openai-agent-loop.ts";
-import type { InferenceClient } from "../inference/types.ts";
+import { servableLength, type InferenceClient } from "../inference/types.ts";
 import { computeReward, type RewardOptions, type RewardResult } from "../reward/compute-reward.ts";
 import { traceReward } from "../telemetry/reward-span.ts";
 import { ChatMessage, trajectoryKey, type AgentLoopMetrics, type AgentLoopOutput, type RolloutConfig, type SamplingParams, type TokenOutput } from "../schema/index.ts";
@@ -318,9 +318,16 @@ export function builderPrefixKey(builder: TrajectoryBuilder, context: ArrayLike<
  * The context size a trajectory of `config` is budgeted against (see
  * {@link AgentLoop.maxModelLen}): `config.max_model_len` capped by the
  * process's context `processLen`; else `processLen`; else the engine's
- * answer; else `prompt_length + response_length`. Tokens.
+ * answer; else `prompt_length + response_length`; then cut to what the
+ * engine serves ({@link InferenceClient.servableLength}: SGLang one token
+ * less). Tokens.
  */
 export async function contextSize(config: RolloutConfig, processLen: number | undefined, client: InferenceClient): Promise<number> {
+  return servableLength(client, await modelContext(config, processLen, client));
+}
+
+/** The model's context before the engine's own rule ({@link contextSize}). */
+async function modelContext(config: RolloutConfig, processLen: number | undefined, client: InferenceClient): Promise<number> {
   if (config.max_model_len) return processLen ? Math.min(config.max_model_len, processLen) : config.max_model_len;
   if (processLen) return processLen;
   const engine = await client.maxModelLen?.();

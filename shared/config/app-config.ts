@@ -13,6 +13,19 @@ export const EngineConfig = z.strictObject({
   replicas: z.number().int().min(1).max(64).default(1),
   /** Model name sent to a real engine (`model` field of vLLM requests). */
   model: z.string().nullable().default(null),
+  /**
+   * The engine's API key (vLLM and SGLang `--api-key`), sent as
+   * `Authorization: Bearer` on every generate, tokenize and models call
+   * (flag `--engine-api-key`, env `EDGELOOP_ENGINE_API_KEY`); never printed.
+   * @see docs/engines.md §2.10 and §3.7
+   */
+  api_key: z.string().min(1, "engine.api_key must not be empty (omit it for an engine without --api-key)").nullable().default(null),
+  /**
+   * SGLang's `--admin-api-key`: sent on the pause/resume/flush control calls
+   * (which SGLang then refuses with the plain key); absent, control calls send
+   * `api_key` (flag `--engine-admin-api-key`, env `EDGELOOP_ENGINE_ADMIN_API_KEY`); never printed.
+   */
+  admin_api_key: z.string().min(1, "engine.admin_api_key must not be empty").nullable().default(null),
   /** Per-request deadline in milliseconds. */
   timeout_ms: z.number().int().positive().default(600_000),
   /** Retries of a failed engine call (5xx, refused, past `timeout_ms`), each under a fresh request id, with backoff; 0: none. */
@@ -48,8 +61,14 @@ export const EngineConfig = z.strictObject({
     .nullable()
     .default(null),
 }).superRefine((e, ctx) => {
-  // The simulated engine's settings mean nothing to a real engine: refused, never ignored.
-  if (e.url === "sim") return;
+  // The simulated engine's settings mean nothing to a real engine, and a key means nothing to the embedded
+  // simulator: refused, never ignored (a simulator with keys runs as `edgeloop sim-engine --api-key`).
+  if (e.url === "sim") {
+    for (const key of ["api_key", "admin_api_key"] as const) {
+      if (e[key] !== null) ctx.addIssue({ code: "custom", path: [key], message: `engine.${key} applies to a real engine (engine.url an http(s) URL); the embedded simulated engine takes no key` });
+    }
+    return;
+  }
   const set: [keyof typeof e, boolean][] = [
     ["script", e.script !== null],
     ["replicas", e.replicas !== 1],

@@ -19,6 +19,8 @@ export interface EngineClientOptions {
   fetch?: FetchLike;
   /** `[layers, top_k]` of the served MoE model (`engine.moe`), for SGLang's routed experts. */
   moe?: { layers: number; top_k: number };
+  /** The engine's `--api-key` (`engine.api_key`): `Authorization: Bearer` on every call. */
+  apiKey?: string | null;
   /** Retry failed calls (5xx, refused, attempt deadline) with backoff: a {@link RetryingClient} around the adapter. Default: no retries. */
   retry?: RetryOptions;
 }

@@ -3,7 +3,7 @@ import { z } from "zod";
 import { EngineUnavailableError } from "../errors.ts";
 import type { RedisCommander } from "../store/redis-commander.ts";
 import { replyToFields } from "../store/redis-transfer-queue.ts";
-import { joinUrl, type FetchLike } from "./engine-http.ts";
+import { ENGINE_AUTH_HINT, joinUrl, type FetchLike } from "./engine-http.ts";
 import type { GenerateRequest, InferenceClient } from "./types.ts";
 import type { TokenOutput } from "../schema/index.ts";
 
@@ -18,11 +18,22 @@ import type { TokenOutput } from "../schema/index.ts";
 export const EnginePauseMode = z.enum(["abort", "wait", "keep"]);
 export type EnginePauseMode = z.infer<typeof EnginePauseMode>;
 
-/** Body of `POST /v1/engine/pause`: `{mode?: "abort"|"wait"|"keep" (default abort, as vLLM), clear_cache?: bool (default false)}`. */
-export const EnginePauseRequest = z.strictObject({
-  mode: EnginePauseMode.default("abort"),
-  clear_cache: z.boolean().default(false),
-});
+/**
+ * Body of `POST /v1/engine/pause`: `{mode?: "abort"|"wait"|"keep" (default
+ * abort, as vLLM), clear_cache?: bool (default false)}`. `clear_cache` with
+ * `keep` is refused (field `clear_cache`): frozen requests hold their KV, so
+ * vLLM ignores the flag then and SGLang's flush fails while they sit in its
+ * running batch (see docs/engines.md §3.5).
+ */
+export const EnginePauseRequest = z
+  .strictObject({
+    mode: EnginePauseMode.default("abort"),
+    clear_cache: z.boolean().default(false),
+  })
+  .refine((r) => !(r.clear_cache && r.mode === "keep"), {
+    path: ["clear_cache"],
+    message: "cannot be combined with mode keep: frozen requests keep their KV cache (vLLM ignores clear_cache then; SGLang's flush fails while they sit in its running batch). Pause with abort or wait to flush the cache",
+  });
 export type EnginePauseRequest = z.infer<typeof EnginePauseRequest>;
 
 /** The deployment's pause gate as stored: paused or not, the mode, since when (epoch ms), and `epoch` (+1 per pause and per resume). */
@@ -278,12 +289,22 @@ export class GatedClient implements InferenceClient {
   maxModelLen(): Promise<number | undefined> {
     return this.inner.maxModelLen?.() ?? Promise.resolve(undefined);
   }
+  servableLength(contextLen: number): number {
+    return this.inner.servableLength ? this.inner.servableLength(contextLen) : contextLen;
+  }
 }
 
-/** One engine replica the control plane reaches: its base URL and how to fetch it (default global fetch). */
+/** One engine replica the control plane reaches: its base URL, how to fetch it (default global fetch) and the key its control routes take. */
 export interface EngineReplicaTarget {
   url: string;
   fetch?: FetchLike;
+  /**
+   * Sent as `Authorization: Bearer` on every control call: SGLang's
+   * `--admin-api-key` when the server has one, else its `--api-key` (SGLang's
+   * control routes are `ADMIN_OPTIONAL`); vLLM's dev routes take none (its
+   * `--api-key` guards `/v1` paths only), sending it is harmless.
+   */
+  apiKey?: string | null;
 }
 
 /** What one replica answered to a control call. */
@@ -313,10 +334,13 @@ export interface EngineStatus extends EngineGateState {
  *   given), `POST /resume`, `GET /is_paused` → `{"is_paused": bool}`.
  *   @see https://docs.vllm.ai/en/latest/training/async_rl/ and `vllm/entrypoints/serve/rlhf/api_router.py`
  * - SGLang: `POST /pause_generation {"mode": "abort"|"in_place"|"retract"}`,
- *   `POST /continue_generation`; `abort` → `abort`, `keep` → `in_place`,
- *   `wait` → the gate closes (no new call), edgeloop waits for its calls in
- *   flight to end, then `in_place`; `clear_cache` → `POST /flush_cache` after pausing.
- *   @see SGLang `http_server.py` (`PauseGenerationReqInput`, `/continue_generation`, `/flush_cache`)
+ *   `POST /continue_generation {}` (SGLang validates a JSON body there: a
+ *   bodiless call is a 400), `POST /flush_cache {}`; `abort` → `abort`,
+ *   `keep` → `in_place`, `wait` → the gate closes (no new call), edgeloop
+ *   waits for its calls in flight to end, then `in_place`; `clear_cache` →
+ *   `/flush_cache` after pausing (refused with `keep`, see {@link EnginePauseRequest}).
+ *   Every SGLang control call carries a JSON body (`{}` at least).
+ *   @see docs/engines.md §3.4–3.5; SGLang `http_server.py` (`PauseGenerationReqInput`, `ContinueGenerationReqInput`, `/flush_cache`)
  *
  * Order: pause = close the gate, wait for the calls it admitted before the
  * close to be sent (`EngineGate.starting`), then pause the replicas (concurrently);
@@ -356,12 +380,12 @@ export class EngineControl {
       if (!sglang) return this.call(t, "POST", `/pause?mode=${req.mode}&clear_cache=${req.clear_cache}`);
       const r = await this.call(t, "POST", "/pause_generation", { mode: req.mode === "abort" ? "abort" : "in_place" });
       if (!r.ok || !req.clear_cache) return r;
-      return this.call(t, "POST", "/flush_cache");
+      return this.call(t, "POST", "/flush_cache", {});
     });
     if (results.some((r) => !r.ok)) {
       // All or nothing: a pause that failed at a replica is rolled back (the replicas that paused are resumed,
       // the gate opened), so a 502 always means "nothing is paused" and a trainer never leaves the gate shut.
-      await this.fanOut((t) => this.call(t, "POST", sglang ? "/continue_generation" : "/resume"));
+      await this.fanOut((t) => this.resumeReplica(t));
       await this.opts.gate.open();
       return this.finish("pause", results, "; rolled back: the replicas that paused were resumed and the gate is open, nothing is paused");
     }
@@ -371,7 +395,7 @@ export class EngineControl {
   /** Resumes every replica, then opens the gate. @throws EngineUnavailableError naming the replicas that failed (the gate is opened anyway) */
   async resume(): Promise<EngineStatus> {
     const sglang = this.opts.format === "sglang";
-    const results = await this.fanOut((t) => this.call(t, "POST", sglang ? "/continue_generation" : "/resume"));
+    const results = await this.fanOut((t) => this.resumeReplica(t));
     await this.opts.gate.open();
     return this.finish("resume", results, "; the gate is open (edgeloop sends calls again) but those replicas may still be paused: resume them by their own API or retry");
   }
@@ -396,20 +420,28 @@ export class EngineControl {
     return { ...st, inflight, replicas: results };
   }
 
+  /** vLLM `POST /resume`; SGLang `POST /continue_generation {}`. */
+  private resumeReplica(t: EngineReplicaTarget): Promise<ReplicaControlResult> {
+    return this.opts.format === "sglang" ? this.call(t, "POST", "/continue_generation", {}) : this.call(t, "POST", "/resume");
+  }
+
   private fanOut(fn: (t: EngineReplicaTarget) => Promise<ReplicaControlResult>): Promise<ReplicaControlResult[]> {
     return Promise.all(this.opts.replicas().map((t) => fn(t).catch((e) => ({ url: t.url, ok: false, status: 0, error: (e as Error)?.message ?? String(e) }))));
   }
 
   private async call(t: EngineReplicaTarget, method: "GET" | "POST", path: string, body?: unknown): Promise<ReplicaControlResult> {
     const f: FetchLike = t.fetch ?? ((input, init) => fetch(input, init));
+    const headers: Record<string, string> = t.apiKey ? { authorization: `Bearer ${t.apiKey}` } : {};
+    if (body !== undefined) headers["content-type"] = "application/json";
     const res = await f(joinUrl(t.url, path), {
       method,
-      ...(body === undefined ? {} : { headers: { "content-type": "application/json" }, body: JSON.stringify(body) }),
+      headers,
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
       signal: AbortSignal.timeout(this.opts.timeoutMs ?? 600_000),
     });
     const text = await res.text();
     const out: ReplicaControlResult = { url: t.url, ok: res.ok, status: res.status };
-    if (!res.ok) out.error = `HTTP ${res.status}: ${text.slice(0, 200)}`;
+    if (!res.ok) out.error = `HTTP ${res.status}: ${text.slice(0, 200)}${res.status === 401 || res.status === 403 ? ` (${ENGINE_AUTH_HINT})` : ""}`;
     else if (path === "/is_paused") {
       try {
         const p = (JSON.parse(text) as { is_paused?: unknown }).is_paused;

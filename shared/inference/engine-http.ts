@@ -13,11 +13,20 @@ export type FetchLike = (input: Request | string | URL, init?: RequestInit) => P
 export const DEFAULT_ENGINE_TIMEOUT_MS = 600_000;
 
 /**
- * Wording of the engines' context-overflow 400s (vLLM's three phrasings, SGLang's two).
- * @see ../shared/fixtures/wire-contracts.md §1.9 and §2.4
+ * Wording of the engines' context-overflow 400s. vLLM, current: "You passed N
+ * input tokens and requested M output tokens. However, the model's context
+ * length is only L tokens, resulting in a maximum input length of K tokens…"
+ * (`TokenizeParams._token_len_check`) and "max_tokens=… cannot be greater than
+ * max_model_len=…" (`TokenizeParams.__post_init__`); vLLM, older: "This
+ * model's maximum context length is L tokens…", "… is longer than the maximum
+ * model length of L"; SGLang: "The input (N tokens) is longer than the model's
+ * context length (L tokens)." and "Requested token count exceeds the model's
+ * maximum context length of L tokens…" (`TokenizerManager._validate_one_request`).
+ * Every alternative is a literal (no quantifier): the scan is linear in the message.
+ * @see docs/engines.md §2.7 (vLLM) and §3.3 (SGLang)
  */
 export const CONTEXT_OVERFLOW_PATTERN =
-  /maximum context length|longer than the maximum model length|longer than the model's context length/i;
+  /maximum context length|longer than the maximum model length|longer than the model's context length|context length is only|maximum input length of|cannot be greater than max_model_len/i;
 
 /**
  * Translates verl's `top_k` convention (−1 or 0 = disabled) to an engine's.
@@ -47,11 +56,14 @@ export const PREFIX_KEY_HEADER = "x-edgeloop-prefix-key";
 
 /**
  * Headers sent on every engine call: the routing key twice (vllm-router and
- * SGLang's gateway), the request id, and the prefix key when there is one.
+ * SGLang's gateway), the request id, the prefix key when there is one, and
+ * `Authorization: Bearer <apiKey>` when the engine needs a key (vLLM
+ * `--api-key`, SGLang `--api-key`; see docs/engines.md §2.10 and §3.7).
  */
-export function engineHeaders(routingKey: string, requestId: string, prefixKey?: string): Record<string, string> {
+export function engineHeaders(routingKey: string, requestId: string, prefixKey?: string, apiKey?: string | null): Record<string, string> {
   return {
     ...(prefixKey ? { [PREFIX_KEY_HEADER]: prefixKey } : {}),
+    ...(apiKey ? { authorization: `Bearer ${apiKey}` } : {}),
     "content-type": "application/json",
     accept: "application/json",
     "x-session-id": routingKey,
@@ -148,10 +160,28 @@ export function engineErrorFromReply(url: string, reply: EngineHttpReply): Engin
   const message = engineErrorMessage(reply.body, reply.text);
   const what = `engine at ${url} answered HTTP ${reply.status}: ${message}`;
   if (reply.status === 400 && CONTEXT_OVERFLOW_PATTERN.test(message)) return new ContextOverflowError(what, { status: 400 });
+  if (reply.status === 401 || reply.status === 403) return new BadEngineResponseError(`${what} (${ENGINE_AUTH_HINT})`);
+  if (reply.status === 404 && url.endsWith(VLLM_GENERATE_PATH)) return new BadEngineResponseError(`${what} (${VLLM_GENERATE_HINT})`);
   if (reply.status === 499) return new EngineAbortedError(what);
   if (reply.status === 408 || reply.status === 429 || reply.status >= 500) return new EngineUnavailableError(what);
   return new BadEngineResponseError(what);
 }
+
+/** What a 401/403 from an engine means and how to fix it. */
+export const ENGINE_AUTH_HINT =
+  "the engine wants an API key: set engine.api_key (--engine-api-key, env EDGELOOP_ENGINE_API_KEY) to the server's --api-key; SGLang's control routes take --admin-api-key when the server has one (engine.admin_api_key, --engine-admin-api-key, env EDGELOOP_ENGINE_ADMIN_API_KEY)";
+
+/** vLLM's tokens-only endpoint (`engine.format: vllm-generate`). */
+export const VLLM_GENERATE_PATH = "/inference/v1/generate";
+
+/**
+ * Why `POST /inference/v1/generate` answers 404 and how to switch it on: the
+ * server mounts it only with `--enable-scale-out` (vLLM main, PR #55176) or
+ * `VLLM_ENABLE_SCALE_OUT_ENDPOINTS=1` (vLLM 0.2x), or with `--tokens-only`.
+ * @see docs/engines.md §2.5
+ */
+export const VLLM_GENERATE_HINT =
+  "vLLM serves /inference/v1/generate only when switched on: start it with --enable-scale-out (vLLM main) or VLLM_ENABLE_SCALE_OUT_ENDPOINTS=1 (vLLM 0.2x), or use engine.format vllm (/v1/completions)";
 
 /** A retryable {@link BadEngineResponseError} naming the URL and what was wrong with a 2xx body. */
 export function badReply(url: string, problem: string, cause?: unknown): BadEngineResponseError {

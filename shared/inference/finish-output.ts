@@ -18,6 +18,8 @@ export interface RawEngineOutput {
   defaultFinish?: "stop";
   /** The call's routed experts, already decoded and checked by the adapter. */
   routedExperts?: RoutedExpertsSpan;
+  /** Preemptions the engine reports for this call (SGLang `meta_info.num_retractions`); absent: unknown (−1). */
+  numPreempted?: number;
 }
 
 /**
@@ -51,15 +53,19 @@ export function finishOutput(url: string, raw: RawEngineOutput): TokenOutput {
     logProbs = lps as number[];
   }
 
+  const preempted = raw.numPreempted !== undefined && Number.isSafeInteger(raw.numPreempted) && raw.numPreempted >= 0 ? raw.numPreempted : -1;
   const fast = fastTokenOutput(raw.ids, logProbs, reason, raw.stopReason, raw.cachedTokens, extra, raw.routedExperts);
-  if (fast) return fast;
+  if (fast) {
+    fast.num_preempted = preempted;
+    return fast;
+  }
   // Something the fast path does not vouch for: zod decides, and names the field.
   const out = TokenOutput.safeParse({
     token_ids: raw.ids,
     ...(logProbs ? { log_probs: logProbs } : {}),
     finish_reason: reason,
     ...(raw.stopReason !== undefined ? { stop_reason: raw.stopReason } : {}),
-    num_preempted: -1,
+    num_preempted: preempted,
     ...(raw.cachedTokens !== undefined ? { cached_tokens: raw.cachedTokens } : {}),
     extra_fields: extra,
     ...(raw.routedExperts ? { routed_experts: raw.routedExperts } : {}),
@@ -70,13 +76,14 @@ export function finishOutput(url: string, raw: RawEngineOutput): TokenOutput {
 
 /**
  * `max_model_len` of the first model listed by `GET {base}/v1/models`, or
- * undefined when the server does not say (or cannot be reached).
+ * undefined when the server does not say (or cannot be reached). `apiKey`:
+ * sent as `Authorization: Bearer` (vLLM protects every `/v1` path with `--api-key`).
  */
-export async function modelMaxLen(fetchFn: FetchLike, base: string, timeoutMs: number): Promise<number | undefined> {
+export async function modelMaxLen(fetchFn: FetchLike, base: string, timeoutMs: number, apiKey?: string | null): Promise<number | undefined> {
   const url = joinUrl(base, "/v1/models");
   try {
     const ms = Math.min(timeoutMs, 30_000);
-    const res = await fetchFn(url, { headers: { [DEADLINE_HEADER]: String(ms) }, signal: AbortSignal.timeout(ms) });
+    const res = await fetchFn(url, { headers: { [DEADLINE_HEADER]: String(ms), ...(apiKey ? { authorization: `Bearer ${apiKey}` } : {}) }, signal: AbortSignal.timeout(ms) });
     if (!res.ok) return undefined;
     const parsed = ModelsReply.safeParse(await res.json());
     return parsed.success ? (parsed.data.data[0]?.max_model_len ?? undefined) : undefined;
@@ -90,11 +97,11 @@ export async function modelMaxLen(fetchFn: FetchLike, base: string, timeoutMs: n
  * first answer that names a length; a miss (undefined or unreachable) is asked
  * again next time.
  */
-export function cachedModelMaxLen(fetchFn: FetchLike, base: string, timeoutMs: number): () => Promise<number | undefined> {
+export function cachedModelMaxLen(fetchFn: FetchLike, base: string, timeoutMs: number, apiKey?: string | null): () => Promise<number | undefined> {
   let pending: Promise<number | undefined> | undefined;
   return () => {
     if (!pending) {
-      pending = modelMaxLen(fetchFn, base, timeoutMs);
+      pending = modelMaxLen(fetchFn, base, timeoutMs, apiKey);
       pending.then((v) => v === undefined && (pending = undefined), () => (pending = undefined));
     }
     return pending;
@@ -137,4 +144,58 @@ function fastTokenOutput(
   if (cachedTokens !== undefined) out.cached_tokens = cachedTokens;
   out.extra_fields = extra;
   return out;
+}
+
+/**
+ * Says once that an engine's replies carry no `cached_tokens` (vLLM reports
+ * `usage.prompt_tokens_details.cached_tokens` only when started with
+ * `--enable-prompt-tokens-details`), so prefix-hit metrics stay empty for a
+ * reason the operator can see. {@link saw} is called per reply; the first
+ * reply without the field calls `warn` (default `console.warn`) with one line
+ * naming the fix; later replies are silent.
+ * @see docs/engines.md §2.11
+ */
+export class CachedTokensNotice {
+  /** Whether a reply without `cached_tokens` was seen. */
+  missing = false;
+  constructor(
+    private readonly engine: string,
+    private readonly fix: string,
+    private readonly warn: (line: string) => void = (line) => console.warn(line),
+  ) {}
+  /** One reply: `present` is whether it carried `cached_tokens`. */
+  saw(present: boolean): void {
+    if (present || this.missing) return;
+    this.missing = true;
+    this.warn(`edgeloop: warning: the ${this.engine} engine does not report cached prompt tokens, so prefix-cache hit metrics stay empty (${this.fix})`);
+  }
+}
+
+/**
+ * An engine's per-token weight-version spans → run-length `token_versions`
+ * `[[start, version], …]` over the call's `outputTokens` output tokens
+ * (positions relative to the call), or undefined when absent or unusable
+ * (then the client's stamp stays the version). Spans are half-open
+ * `[start, end)` over output positions, as SGLang (`meta_info.weight_versions`,
+ * `WeightVersionSpan {version, start, end}`, serialised as an object or as a
+ * `[version, start, end]` array) and vLLM (`choices[].weight_versions`) send
+ * them; they must start at 0, be contiguous and end at `outputTokens`.
+ * Linear in the number of spans.
+ * @see docs/engines.md §2.5 and §3.2
+ */
+export function engineVersionSpans(raw: unknown, outputTokens: number): Array<[number, string]> | undefined {
+  if (!Array.isArray(raw) || raw.length === 0 || outputTokens === 0) return undefined;
+  const out: Array<[number, string]> = [];
+  let at = 0;
+  for (const span of raw) {
+    let version: unknown, start: unknown, end: unknown;
+    if (Array.isArray(span)) [version, start, end] = span;
+    else if (span && typeof span === "object") ({ version, start, end } = span as Record<string, unknown>);
+    else return undefined;
+    if (typeof version === "number" && Number.isFinite(version)) version = String(version);
+    if (typeof version !== "string" || version === "" || start !== at || !Number.isSafeInteger(end) || (end as number) <= at) return undefined;
+    if (out.length === 0 || out[out.length - 1]![1] !== version) out.push([at, version]);
+    at = end as number;
+  }
+  return at === outputTokens ? out : undefined;
 }

@@ -42,6 +42,9 @@ export class RetryingClient implements InferenceClient {
   maxModelLen(): Promise<number | undefined> {
     return this.inner.maxModelLen?.() ?? Promise.resolve(undefined);
   }
+  servableLength(contextLen: number): number {
+    return this.inner.servableLength ? this.inner.servableLength(contextLen) : contextLen;
+  }
 }
 
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {

@@ -15,7 +15,7 @@ import {
   postEngineJson,
   type FetchLike,
 } from "./engine-http.ts";
-import { cachedModelMaxLen, finishOutput } from "./finish-output.ts";
+import { cachedModelMaxLen, engineVersionSpans, finishOutput } from "./finish-output.ts";
 import type { GenerateRequest, InferenceClient } from "./types.ts";
 
 /** Options of {@link SglangClient}. */
@@ -32,6 +32,8 @@ export interface SglangClientOptions {
    * with `return_routed_experts` is refused with a `ConfigError`.
    */
   moe?: { layers: number; top_k: number };
+  /** The server's `--api-key` (`engine.api_key`), sent as `Authorization: Bearer` on every call; never logged. */
+  apiKey?: string | null;
 }
 
 /**
@@ -67,6 +69,10 @@ export const SglangGenerateReply = z.looseObject({
     weight_version: z.string().nullish(),
     /** Routed experts (`return_routed_experts: true`): base64 of int32 `[P + C − 1, layers, top_k]` (see {@link decodeSglangRoutedExperts}). */
     routed_experts: z.string().nullish(),
+    /** Times the scheduler retracted (preempted) the request: edgeloop's `num_preempted`. */
+    num_retractions: z.number().int().min(0).nullish(),
+    /** Per-token weight-version spans (read by {@link engineVersionSpans}; unusable spans are ignored). */
+    weight_versions: z.unknown().optional(),
   }),
 });
 
@@ -81,7 +87,7 @@ export function fastSglangGenerateReply(body: unknown): z.infer<typeof SglangGen
   if (!isObj(body) || !optStr(body.text) || !optIdArray(body.output_ids) || !optIdArray(body.token_ids)) return undefined;
   const m = body.meta_info;
   if (!isObj(m) || !optStr(m.id) || !optInt(m.prompt_tokens) || !optInt(m.completion_tokens) || !optId(m.cached_tokens)) return undefined;
-  if (!optStr(m.weight_version) || !optStr(m.routed_experts)) return undefined;
+  if (!optStr(m.weight_version) || !optStr(m.routed_experts) || !optId(m.num_retractions)) return undefined;
   const fr = m.finish_reason;
   if (!nil(fr)) {
     if (!isObj(fr) || typeof fr.type !== "string" || !optStr(fr.message)) return undefined;
@@ -108,7 +114,9 @@ export function fastSglangGenerateReply(body: unknown): z.infer<typeof SglangGen
  * `return_logprob: true` with `logprob_start_len: -1` (output tokens only) and
  * `rid` = the request id. Reads `output_ids` (or the ids inside the
  * `output_token_logprobs` triples), the finish-reason object and
- * `meta_info.cached_tokens`. `num_preempted` is always −1 (SGLang does not say).
+ * `meta_info.cached_tokens`, `meta_info.num_retractions` (→ `num_preempted`) and
+ * `meta_info.weight_versions` spans (→ `extra_fields.token_versions`, else
+ * `weight_version` → `extra_fields.model_version`).
  * With `req.return_routed_experts` it also sends `return_routed_experts:
  * true` and reads `meta_info.routed_experts` (see
  * {@link decodeSglangRoutedExperts}; the server must run with
@@ -123,13 +131,15 @@ export class SglangClient implements InferenceClient {
   private readonly fetchFn: FetchLike;
   private readonly askMaxLen: () => Promise<number | undefined>;
   private readonly moe?: RoutedExpertsShape;
+  private readonly apiKey: string | null;
 
   constructor(opts: SglangClientOptions) {
     this.url = opts.url;
     if (opts.moe) this.moe = [opts.moe.layers, opts.moe.top_k];
+    this.apiKey = opts.apiKey ?? null;
     this.timeoutMs = opts.timeoutMs ?? DEFAULT_ENGINE_TIMEOUT_MS;
     this.fetchFn = opts.fetch ?? ((input, init) => fetch(input, init));
-    this.askMaxLen = cachedModelMaxLen(this.fetchFn, this.url, this.timeoutMs);
+    this.askMaxLen = cachedModelMaxLen(this.fetchFn, this.url, this.timeoutMs, this.apiKey);
   }
 
   /** The body sent to `POST /generate` for `req`. */
@@ -165,7 +175,7 @@ export class SglangClient implements InferenceClient {
       throw new ConfigError("engine.moe", "rollout.return_routed_experts needs engine.moe {layers, top_k} of the served model: SGLang's meta_info.routed_experts carries no shape");
     }
     const url = joinUrl(this.url, "/generate");
-    const reply = await postEngineJson(this.fetchFn, url, this.generateBody(req), engineHeaders(req.routing_key, req.request_id, req.prefix_key), {
+    const reply = await postEngineJson(this.fetchFn, url, this.generateBody(req), engineHeaders(req.routing_key, req.request_id, req.prefix_key, this.apiKey), {
       timeoutMs: this.timeoutMs,
       signal: req.signal,
     });
@@ -178,6 +188,16 @@ export class SglangClient implements InferenceClient {
   /** `max_model_len` from `GET /v1/models` (cached after the first success); undefined when absent. */
   maxModelLen(): Promise<number | undefined> {
     return this.askMaxLen();
+  }
+
+  /**
+   * `contextLen − 1`: SGLang refuses `input >= context_len` and `input +
+   * max_new_tokens >= context_len` (`TokenizerManager._validate_one_request`),
+   * so the longest stream it serves is one token short of its context.
+   * @see docs/engines.md §3.3
+   */
+  servableLength(contextLen: number): number {
+    return Math.max(1, contextLen - 1);
   }
 }
 
@@ -209,9 +229,16 @@ export function parseSglangReply(url: string, body: unknown, wantLogprobs: boole
     finishReason: fr?.type,
     stopReason: fr?.type === "stop" ? (fr.matched ?? null) : undefined,
     cachedTokens: meta.cached_tokens ?? undefined,
+    ...(typeof meta.num_retractions === "number" ? { numPreempted: meta.num_retractions } : {}),
     ...(experts ? { routedExperts: decodeSglangRoutedExperts(url, meta.routed_experts, experts.shape, experts.promptTokens, ids.length) } : {}),
   });
-  // SGLang reports the weights' version; its unset default ("default") says nothing.
+  // SGLang reports the weights' version; its unset default ("default") says nothing. Per-token spans
+  // (`weight_versions`, a weight update during the call) say more: they become the call's token_versions.
+  const spans = engineVersionSpans(meta.weight_versions, ids.length);
+  if (spans && spans.some(([, v]) => v !== SGLANG_DEFAULT_WEIGHT_VERSION)) {
+    out.extra_fields = { ...out.extra_fields, model_version: spans[spans.length - 1]![1], token_versions: spans.map(([a, v]) => [a, v === SGLANG_DEFAULT_WEIGHT_VERSION ? null : v]) };
+    return out;
+  }
   const wv = meta.weight_version;
   if (typeof wv === "string" && wv !== "" && wv !== SGLANG_DEFAULT_WEIGHT_VERSION) out.extra_fields = { ...out.extra_fields, model_version: wv };
   return out;

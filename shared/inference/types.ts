@@ -45,4 +45,18 @@ export interface InferenceClient {
   generate(req: GenerateRequest): Promise<TokenOutput>;
   /** The engine's `max_model_len` (context size in tokens), when it can tell. */
   maxModelLen?(): Promise<number | undefined>;
+  /**
+   * The longest stream (prompt ‖ response, tokens) this engine serves for a
+   * model whose context is `contextLen` tokens: vLLM allows `input +
+   * max_tokens == max_model_len` (returns `contextLen`); SGLang refuses
+   * `input + max_new_tokens >= context_len` (returns `contextLen − 1`).
+   * Absent: `contextLen`. Wrappers forward it.
+   * @see docs/engines.md §2.7 and §3.3
+   */
+  servableLength?(contextLen: number): number;
+}
+
+/** {@link InferenceClient.servableLength} of `client` for `contextLen` (`contextLen` when the client does not say). */
+export function servableLength(client: InferenceClient, contextLen: number): number {
+  return client.servableLength ? client.servableLength(contextLen) : contextLen;
 }

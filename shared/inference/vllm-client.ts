@@ -10,9 +10,10 @@ import {
   engineTopK,
   joinUrl,
   postEngineJson,
+  VLLM_GENERATE_PATH,
   type FetchLike,
 } from "./engine-http.ts";
-import { cachedModelMaxLen, finishOutput } from "./finish-output.ts";
+import { CachedTokensNotice, cachedModelMaxLen, engineVersionSpans, finishOutput } from "./finish-output.ts";
 import type { GenerateRequest, InferenceClient } from "./types.ts";
 import { fastVllmCompletionReply, fastVllmGenerateReply, idsFromTokenIdStrings, VllmCompletionReply, VllmGenerateReply } from "./vllm-wire.ts";
 
@@ -29,9 +30,12 @@ export interface VllmClientOptions {
   /**
    * `completions` (default): `POST /v1/completions` with a token-id prompt.
    * `generate`: `POST /inference/v1/generate`, the tokens-only endpoint, which the
-   * server must enable (`--enable-scale-out`; a 404 means it is off).
+   * server must switch on (`--enable-scale-out` on vLLM main,
+   * `VLLM_ENABLE_SCALE_OUT_ENDPOINTS=1` on 0.2x; a 404 names both).
    */
   endpoint?: "completions" | "generate";
+  /** The server's `--api-key` (`engine.api_key`), sent as `Authorization: Bearer` on every call; never logged. */
+  apiKey?: string | null;
 }
 
 /**
@@ -58,13 +62,16 @@ export class VllmClient implements InferenceClient {
   private readonly fetchFn: FetchLike;
   private readonly endpoint: "completions" | "generate";
   private readonly askMaxLen: () => Promise<number | undefined>;
+  private readonly apiKey: string | null;
+  private readonly cachedTokens = new CachedTokensNotice("vLLM", "start vLLM with --enable-prompt-tokens-details");
 
   constructor(opts: VllmClientOptions) {
     this.url = opts.url;
     this.model = opts.model;
+    this.apiKey = opts.apiKey ?? null;
     this.timeoutMs = opts.timeoutMs ?? DEFAULT_ENGINE_TIMEOUT_MS;
     this.fetchFn = opts.fetch ?? ((input, init) => fetch(input, init));
-    this.askMaxLen = cachedModelMaxLen(this.fetchFn, this.url, this.timeoutMs);
+    this.askMaxLen = cachedModelMaxLen(this.fetchFn, this.url, this.timeoutMs, this.apiKey);
     this.endpoint = opts.endpoint ?? "completions";
   }
 
@@ -125,21 +132,26 @@ export class VllmClient implements InferenceClient {
   /** One generation call; see the class docs for the error mapping. */
   async generate(req: GenerateRequest): Promise<TokenOutput> {
     if (req.return_routed_experts) throw vllmRoutedExpertsRefused();
-    const path = this.endpoint === "generate" ? "/inference/v1/generate" : "/v1/completions";
+    const path = this.endpoint === "generate" ? VLLM_GENERATE_PATH : "/v1/completions";
     const url = joinUrl(this.url, path);
     const body = this.endpoint === "generate" ? this.generateBody(req) : this.completionsBody(req);
-    const reply = await postEngineJson(this.fetchFn, url, body, engineHeaders(req.routing_key, req.request_id, req.prefix_key), {
+    const reply = await postEngineJson(this.fetchFn, url, body, engineHeaders(req.routing_key, req.request_id, req.prefix_key, this.apiKey), {
       timeoutMs: this.timeoutMs,
       signal: req.signal,
     });
     if (reply.status < 200 || reply.status >= 300) throw engineErrorFromReply(url, reply);
     if (reply.body === undefined) throw badReply(url, "body is not JSON");
-    return withReplica(
+    const out =
       this.endpoint === "generate"
         ? parseGenerateReply(url, reply.body, req.sampling_params.logprobs)
-        : parseCompletionReply(url, reply.body, req.sampling_params.logprobs),
-      reply,
-    );
+        : parseCompletionReply(url, reply.body, req.sampling_params.logprobs);
+    this.cachedTokens.saw(out.cached_tokens !== undefined);
+    return withReplica(out, reply);
+  }
+
+  /** Whether a reply lacked `cached_tokens` (the server runs without `--enable-prompt-tokens-details`); said once per client. */
+  get cachedTokensNotice(): CachedTokensNotice {
+    return this.cachedTokens;
   }
 
   /** `max_model_len` from `GET /v1/models` (cached after the first success); undefined when absent. */
@@ -193,13 +205,15 @@ export function parseGenerateReply(url: string, body: unknown, wantLogprobs: boo
   if (!parsed.success) throw badReply(url, `not a generate reply (${parsed.error.issues[0]?.path.join(".")}: ${parsed.error.issues[0]?.message})`);
   const choice = parsed.data.choices[0];
   const content = choice.logprobs?.content ?? undefined;
-  const fromStrings = content ? idsFromTokenIdStrings(content.map((c) => c.token)) : undefined;
+  // vLLM main names each entry's id (`token_id`); older servers a `token_id:<id>` string.
+  const fromEntries = content?.length && content.every((c) => typeof c.token_id === "number") ? content.map((c) => c.token_id as number) : undefined;
+  const fromStrings = fromEntries ?? (content ? idsFromTokenIdStrings(content.map((c) => c.token)) : undefined);
   const ids = choice.token_ids ?? fromStrings;
-  if (!ids) throw badReply(url, "no token ids: choices[0].token_ids is missing and logprobs.content tokens are not 'token_id:<id>' strings");
+  if (!ids) throw badReply(url, "no token ids: choices[0].token_ids is missing and logprobs.content names no token ids (token_id or 'token_id:<id>')");
   if (choice.token_ids && fromStrings && !sameIds(choice.token_ids, fromStrings)) {
     throw badReply(url, "choices[0].token_ids disagree with the ids in logprobs.content");
   }
-  return finishOutput(url, {
+  const out = finishOutput(url, {
     ids,
     logProbs: content?.map((c) => c.logprob),
     wantLogprobs,
@@ -208,6 +222,10 @@ export function parseGenerateReply(url: string, body: unknown, wantLogprobs: boo
     cachedTokens: parsed.data.usage?.prompt_tokens_details?.cached_tokens ?? undefined,
     defaultFinish: "stop",
   });
+  // vLLM main reports per-token weight-version spans: they are the call's token_versions.
+  const spans = engineVersionSpans(choice.weight_versions, ids.length);
+  if (spans) out.extra_fields = { ...out.extra_fields, model_version: spans[spans.length - 1]![1], token_versions: spans };
+  return out;
 }
 
 function sameIds(a: readonly number[], b: readonly number[]): boolean {

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { isInt, isNum, isObj, nil, optIdArray, optInt, optStr } from "./fast-check.ts";
+import { isInt, isNum, isObj, nil, optId, optIdArray, optInt, optStr } from "./fast-check.ts";
 
 /**
  * zod schemas of the vLLM replies edgeloop reads (only the fields it uses;
@@ -39,7 +39,13 @@ export const VllmCompletionReply = z.looseObject({
 });
 export type VllmCompletionReply = z.infer<typeof VllmCompletionReply>;
 
-/** `POST /inference/v1/generate` reply: chat-style log-probs `{content: [{token, logprob}]}`. */
+/**
+ * `POST /inference/v1/generate` reply. Log-prob entries: older servers send
+ * chat-style `{token: "token_id:N", logprob}`, vLLM main `{token_id, logprob,
+ * rank}` (`output_mode: "tokens"`); `choices[].weight_versions` (vLLM main):
+ * per-token weight-version spans.
+ * @see docs/engines.md §2.5
+ */
 export const VllmGenerateReply = z.looseObject({
   request_id: z.string().nullish(),
   choices: z
@@ -51,9 +57,10 @@ export const VllmGenerateReply = z.looseObject({
         token_ids: z.array(z.number().int().min(0)).nullish(),
         logprobs: z
           .looseObject({
-            content: z.array(z.looseObject({ token: z.string().nullish(), logprob: z.number().nullable() })).nullish(),
+            content: z.array(z.looseObject({ token: z.string().nullish(), token_id: z.number().int().min(0).nullish(), logprob: z.number().nullable() })).nullish(),
           })
           .nullish(),
+        weight_versions: z.unknown().optional(),
       }),
     )
     .min(1),
@@ -144,7 +151,7 @@ export function fastVllmGenerateReply(body: unknown): VllmGenerateReply | undefi
     if (!Array.isArray(content)) return undefined;
     for (let i = 0; i < content.length; i++) {
       const e = content[i];
-      if (!isObj(e) || !optStr(e.token) || !(e.logprob === null || isNum(e.logprob))) return undefined;
+      if (!isObj(e) || !optStr(e.token) || !optId(e.token_id) || !(e.logprob === null || isNum(e.logprob))) return undefined;
     }
   }
   return body as VllmGenerateReply;

@@ -116,6 +116,9 @@ class VersionStampingClient implements InferenceClient {
   maxModelLen(): Promise<number | undefined> {
     return this.inner.maxModelLen?.() ?? Promise.resolve(undefined);
   }
+  servableLength(contextLen: number): number {
+    return this.inner.servableLength ? this.inner.servableLength(contextLen) : contextLen;
+  }
 }
 
 /**

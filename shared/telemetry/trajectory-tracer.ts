@@ -138,6 +138,9 @@ class TracingInferenceClient implements InferenceClient {
   maxModelLen(): Promise<number | undefined> {
     return this.inner.maxModelLen?.() ?? Promise.resolve(undefined);
   }
+  servableLength(contextLen: number): number {
+    return this.inner.servableLength ? this.inner.servableLength(contextLen) : contextLen;
+  }
 }
 
 /** A {@link ToolExecutor} that traces (`tool.call`) and times every call; a failed call (`ok: false`) gets ERROR status. */
