@@ -197,7 +197,10 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     for (const line of tokenMethodFallbacks(tokenizer, { chatTemplateKwargs: config.rollout.chat_template_kwargs })) describe.push(`tokens     ${line}`);
 
     const targets: EngineReplicaTarget[] = [];
-    const client = await buildEngine(config, tokenizer, closers, describe, targets);
+    // The embedded gateway's health probes ask the pause gate (built below) whether the engines are paused on purpose.
+    let healthGate: EngineGate | undefined;
+    const enginesPaused = async () => (healthGate ? (await healthGate.state()).paused : false);
+    const client = await buildEngine(config, tokenizer, closers, describe, targets, enginesPaused);
     const [probed, unreachable] = await Promise.all([
       client.maxModelLen?.().catch(() => undefined),
       config.engine.url === "sim" ? Promise.resolve(null) : probeEngine(config.engine.url, checkTimeoutMs),
@@ -237,6 +240,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
 
     const policy = buildPolicy(config, closers, flags.storeTimeout);
     const gate = buildGate(config, policy, closers, flags.storeTimeout);
+    healthGate = gate;
     const engine = new EngineControl({ gate, format: config.engine.format, replicas: () => targets });
     const deps: ExecutorDeps = {
       gate,
@@ -541,6 +545,7 @@ async function buildEngine(
   closers: (() => Promise<void>)[],
   describe: string[],
   targets: EngineReplicaTarget[],
+  enginesPaused: () => Promise<boolean>,
 ): Promise<InferenceClient> {
   const e = config.engine;
   const moe = routedExpertsEngineShape(config);
@@ -560,7 +565,7 @@ async function buildEngine(
   if (config.rollout.seed !== undefined) script = { ...script, seed: config.rollout.seed };
   if (e.replicas === 1) {
     const engine = new SimEngine({ tokenizer, script, maxModelLen: config.rollout.max_model_len ?? undefined, latency: simLatency(e), ...(e.moe ? { moe: e.moe } : {}), ...(e.sim_kv_cache_blocks ? { kvCacheBlocks: e.sim_kv_cache_blocks } : {}) });
-    const app = createSimEngineApp(engine);
+    const app = createSimEngineApp(engine, { engineVersion: e.sim_engine_version ?? "main" });
     const simFetch = async (input: RequestInfo | URL, init?: RequestInit) => app.fetch(new Request(input, init));
     targets.push({ url: "http://sim.local", fetch: simFetch });
     if (e.format === "vllm") {
@@ -573,7 +578,7 @@ async function buildEngine(
     describe.push(`engine     simulated, in-process over the ${e.format} wire format (script ${scriptPath})`);
     return createEngineClient({ url: "http://sim.local", format: e.format, timeoutMs: e.timeout_ms, retry: { retries: e.max_retries }, fetch: simFetch, moe: { layers: engine.moe.layers, top_k: engine.moe.top_k } });
   }
-  const sim = await startSimEngine({ replicas: e.replicas, script, tokenizer, maxModelLen: config.rollout.max_model_len ?? undefined, latency: simLatency(e), ...(e.moe ? { moe: e.moe } : {}), ...(e.sim_kv_cache_blocks ? { kvCacheBlocks: e.sim_kv_cache_blocks } : {}) });
+  const sim = await startSimEngine({ replicas: e.replicas, script, tokenizer, wire: { engineVersion: e.sim_engine_version ?? "main" }, maxModelLen: config.rollout.max_model_len ?? undefined, latency: simLatency(e), ...(e.moe ? { moe: e.moe } : {}), ...(e.sim_kv_cache_blocks ? { kvCacheBlocks: e.sim_kv_cache_blocks } : {}) });
   closers.push(() => sim.stop());
   targets.push(...sim.urls.map((url) => ({ url })));
   const g = config.gateway;
@@ -582,6 +587,7 @@ async function buildEngine(
     replicas: sim.urls,
     policy: "least_inflight_sticky",
     routingState,
+    enginesPaused,
     ...gatewayOptions(g),
   });
   describe.push(`engine     simulated, ${e.replicas} replicas on loopback behind the gateway (script ${scriptPath}${routingState ? "; routing state shared in the store" : ""})`);
