@@ -55,7 +55,7 @@ describe("1. SGLang control calls carry a JSON body", () => {
     // A pause that fails at one replica is rolled back at the others with the same (bodied) call.
     const dead: EngineReplicaTarget = { url: "http://dead.local", fetch: async () => new Response("down", { status: 503 }) };
     const both = new EngineControl({ gate: new MemoryEngineGate(), format: "sglang", replicas: () => [s, dead] });
-    const err = await both.pause({ mode: "abort", clear_cache: false }).catch((e) => e as Error);
+    const err = (await both.pause({ mode: "abort", clear_cache: false }).catch((e) => e)) as Error;
     expect(err.message).toContain("rolled back");
     expect(s.engine.paused).toBe(false);
     expect(s.engine.pauses.map((p) => p.resumed_ms !== null)).toEqual([true, true]);
@@ -172,14 +172,14 @@ describe("5. engine auth", () => {
       expect((await keyed.generate(req(p))).token_ids.length).toBeGreaterThan(0);
       expect(await keyed.maxModelLen!()).toBe(s.engine.maxModelLen);
       const bare = createEngineClient({ url: s.url, format, fetch: s.fetch });
-      const e = await bare.generate(req(p)).catch((x) => x as Error);
+      const e = (await bare.generate(req(p)).catch((x) => x)) as Error;
       expect(e).toBeInstanceOf(BadEngineResponseError);
       expect(e.message).toContain("HTTP 401: Unauthorized");
       expect(e.message).toContain("EDGELOOP_ENGINE_API_KEY");
     }
     // SGLang with both keys: control routes take the admin key only.
     const withData = new EngineControl({ gate: new MemoryEngineGate(), format: "sglang", replicas: () => [{ ...s, apiKey: "k-data" }] });
-    const refused = await withData.pause({ mode: "abort", clear_cache: false }).catch((x) => x as Error);
+    const refused = (await withData.pause({ mode: "abort", clear_cache: false }).catch((x) => x)) as Error;
     expect(refused.message).toContain("HTTP 401");
     expect(s.engine.paused).toBe(false);
     const withAdmin = new EngineControl({ gate: new MemoryEngineGate(), format: "sglang", replicas: () => [{ ...s, apiKey: "k-admin" }] });
