@@ -17,7 +17,7 @@
  *   bun bench/version-stamp.ts [--runs 5] [--calls 2000]
  */
 import { IoRedisCommander } from "../infra/redis/ioredis-commander.ts";
-import { GatedClient, RedisEngineGate } from "../shared/inference/engine-control.ts";
+import { GatedClient, RedisEngineGate, type GateAdmission } from "../shared/inference/engine-control.ts";
 import type { InferenceClient } from "../shared/inference/types.ts";
 import { RedisPolicyVersions } from "../shared/rollout/policy-version.ts";
 import type { RedisArg, RedisCommander } from "../shared/store/redis-commander.ts";
@@ -35,7 +35,7 @@ const counting: RedisCommander = {
   pipeline: (cs: RedisArg[][]) => ((counts.removals += cs.length), base.pipeline(cs)),
   close: () => base.close(),
 };
-const engine: InferenceClient = { generate: async () => ({ token_ids: [1, 2, 3], finish_reason: "stop", num_preempted: 0 }) };
+const engine: InferenceClient = { generate: async () => ({ token_ids: [1, 2, 3], finish_reason: "stop", num_preempted: 0, extra_fields: {} }) };
 const req = { prompt_ids: [1, 2, 3], sampling_params: { max_tokens: 3 } } as never;
 
 const policy = new RedisPolicyVersions(counting, { prefix });
@@ -47,8 +47,8 @@ const variants: Variant[] = [
   { name: "gate + current()", client: new GatedClient(engine, new RedisEngineGate(counting, { prefix }), { version: async () => (await policy.current())?.version ?? null }) },
   {
     name: "gate (policyKey) + admission",
-    client: new GatedClient(engine, new RedisEngineGate(counting, { prefix, policyKey } as never), {
-      version: async (at?: { policy?: { version: string | number } | null }) => (at?.policy !== undefined ? at.policy : await policy.current())?.version ?? null,
+    client: new GatedClient(engine, new RedisEngineGate(counting, { prefix, policyKey }), {
+      version: async (at: GateAdmission) => (at?.policy !== undefined ? at.policy : await policy.current())?.version ?? null,
     }),
   },
   {

@@ -21,7 +21,7 @@ afterAll(async () => {
   if (redis) await deleteByPrefix(prefix);
 });
 
-const engine: InferenceClient = { generate: async () => ({ token_ids: [7, 8], finish_reason: "stop", num_preempted: 0 }) };
+const engine: InferenceClient = { generate: async () => ({ token_ids: [7, 8], finish_reason: "stop", num_preempted: 0, extra_fields: {} }) };
 const req = { request_id: "r", routing_key: "k", prompt_ids: [1, 2], sampling_params: { max_tokens: 2 } } as unknown as GenerateRequest;
 
 /** A commander that logs each command's name (pipelines as `pipeline:<names>`). */
