@@ -126,8 +126,8 @@ export class MemoryEngineGate implements EngineGate {
  * with its `current` (version JSON) and `seq` (nil when no version was set):
  * the version a call is stamped with, read in the same script, so it costs no
  * round trip and is ordered after every `set` that returned before the call.
- * (A Redis Cluster layout would need these keys in one slot, e.g. under one
- * hash tag `{p}`; today they share only the prefix.)
+ * (A Redis Cluster layout would need all four keys in one slot — one hash
+ * tag around the prefix, e.g. `{edgeloop}:` — today they only share the prefix.)
  */
 const ADMIT_LUA = `local g = redis.call('HMGET', KEYS[1], 'paused', 'epoch')
 local e = tonumber(g[2] or '0') or 0
