@@ -6,7 +6,7 @@ import { checkConfigFile, mergeConfig, parseAppConfig, parseLayeredConfig, type 
 import { ConfigError, InputError, StoreError, TemplateError } from "../../shared/errors.ts";
 import { createEngineClient } from "../../shared/inference/create-engine-client.ts";
 import type { InferenceClient } from "../../shared/inference/types.ts";
-import { createAgentExecutor, createSessionExecutor, sessionLoopFactory, sessionOutputFinisher, endLoopTrace, type ExecutorDeps } from "../../shared/rollout/executor.ts";
+import { createAgentExecutor, createSessionExecutor, sessionLoopFactory, sessionOutputFinisher, endLoopTrace, versionStampedClient, type ExecutorDeps } from "../../shared/rollout/executor.ts";
 import { RedisSessionStorage } from "../../shared/session/redis-session-storage.ts";
 import { SessionHost } from "../../shared/session/session-host.ts";
 import { MemorySessionStorage } from "../../shared/session/session-storage.ts";
@@ -47,7 +47,7 @@ import { startToolServer } from "../tools/server.ts";
 import { createGatewayApp } from "../../functions/gateway.ts";
 import { gatewayOptions } from "./gateway-options.ts";
 import { createSimEngineApp } from "../sim-engine/app.ts";
-import { EngineControl, GatedClient, MemoryEngineGate, RedisEngineGate, type EngineGate, type EngineReplicaTarget } from "../../shared/inference/engine-control.ts";
+import { EngineControl, MemoryEngineGate, RedisEngineGate, type EngineGate, type EngineReplicaTarget } from "../../shared/inference/engine-control.ts";
 import { DEADLINE_HEADER } from "../../shared/inference/engine-http.ts";
 import { RedisRoutingState } from "../../shared/inference/redis-routing-state.ts";
 import type { RoutingState } from "../../shared/inference/routing-state.ts";
@@ -257,7 +257,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     const built = buildSessionStorage(config, closers, flags.storeTimeout);
     const storage = built?.storage ?? null;
     // Agent sessions live with the trajectory sessions (Redis), else in this process.
-    const agentGateway = new AgentGateway({ storage: storage ?? new MemorySessionStorage(), tokenizer, client: new GatedClient(client, gate, { version: async () => (await policy.current())?.version ?? null }), maxModelLen, modelName: config.engine.model ?? tokenizer.name, retainSeconds: config.store.retention.sessions });
+    const agentGateway = new AgentGateway({ storage: storage ?? new MemorySessionStorage(), tokenizer, client: versionStampedClient(deps, null), maxModelLen, modelName: config.engine.model ?? tokenizer.name, retainSeconds: config.store.retention.sessions });
     let publicUrl: string | null = config.agent.public_url;
     deps.agentGateway = { gateway: agentGateway, publicUrl: () => publicUrl, agent: { url: config.agent.url, timeout_ms: config.agent.timeout_ms, secret: config.agent.secret } };
     if (config.agent.url) describe.push(`agent      openai_agent tasks to ${config.agent.url} (timeout ${config.agent.timeout_ms} ms${config.agent.secret ? ", signed" : ""})`);
@@ -681,19 +681,18 @@ function simLatency(e: AppConfig["engine"]): { prefill_ms_per_token?: number; de
 
 /**
  * The deployment's pause gate: in the store's Redis (API and workers share
- * it; a change of its epoch drops this process's cached policy version), or
- * in-process for the memory store.
+ * it; its admission also reads the policy version every engine call is
+ * stamped with), or in-process for the memory store.
  */
 function buildGate(config: AppConfig, policy: PolicyVersions, closers: (() => Promise<void>)[], storeTimeoutS?: number): EngineGate {
   const url = config.store.url;
-  const onChange = () => (policy as { invalidate?: () => void }).invalidate?.();
-  if (url === "memory") return new MemoryEngineGate(onChange);
+  if (url === "memory") return new MemoryEngineGate();
   const commander =
     url === "upstash"
       ? new UpstashCommander({ url: process.env.UPSTASH_REDIS_REST_URL!, token: process.env.UPSTASH_REDIS_REST_TOKEN!, ...sizeLimit(config) })
       : new IoRedisCommander(url, { ...sizeLimit(config), storeTimeoutS });
   closers.push(() => commander.close());
-  return new RedisEngineGate(commander, { prefix: config.store.prefix, onChange });
+  return new RedisEngineGate(commander, { prefix: config.store.prefix, ...(policy instanceof RedisPolicyVersions ? { policyKey: policy.key } : {}) });
 }
 
 /**
