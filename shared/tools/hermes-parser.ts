@@ -17,27 +17,52 @@ export function readHermesBody(text: string, start: number): BlockBody {
   return { body: text.slice(start), end: text.length, closed: false };
 }
 
-/** Turns one block body into a call or an error; never throws. */
+/**
+ * The arguments value of a JSON call object: `arguments`, or `parameters`
+ * (SGLang's `BaseFormatDetector.parse_base_json` reads either; llama3_json
+ * uses `parameters`). Both present with different values is an error message
+ * (the engines disagree on which wins), returned as `{ error }`.
+ * @see SGLang `BaseFormatDetector.parse_base_json` (`python/sglang/srt/function_call/base_format_detector.py`)
+ */
+export function callArgumentsValue(v: Record<string, unknown>): { value: unknown } | { error: string } {
+  const hasArgs = Object.hasOwn(v, "arguments");
+  const hasParams = Object.hasOwn(v, "parameters");
+  if (hasArgs && hasParams && JSON.stringify(v.arguments) !== JSON.stringify(v.parameters)) {
+    return { error: `both "arguments" and "parameters" are given with different values; give the arguments once` };
+  }
+  return { value: hasArgs ? v.arguments : v.parameters };
+}
+
+/**
+ * Turns one block body into a call or an error; never throws. A block that
+ * never closes is still a call when its body (whitespace trimmed) is a
+ * complete JSON call object — the end tag is the only thing missing, as both
+ * engines read it; any other unclosed body is an error.
+ * @see vLLM `Hermes2ProToolParser.extract_tool_calls` (`<tool_call>(.*)` to the end of the text)
+ * @see SGLang `HermesDetector.detect_and_parse` (one JSON value after each `<tool_call>`, no end tag needed)
+ */
 export function parseHermesBody(index: number, b: BlockBody): ParsedCall | ParseError {
   const raw = b.body;
   const callShape = `a tool call must be <tool_call>{"name": <tool name>, "arguments": <JSON object>}</tool_call>`;
-  if (!b.closed) {
-    const name = recoverName(raw);
-    return { index, name, raw, message: `The tool call${name ? ` to '${name}'` : ""} was not closed with </tool_call>; ${callShape}.` };
-  }
   let v: unknown;
   try {
     v = JSON.parse(raw);
   } catch {
     const name = recoverName(raw);
+    if (!b.closed) return { index, name, raw, message: `The tool call${name ? ` to '${name}'` : ""} was not closed with </tool_call>; ${callShape}.` };
     return { index, name, raw, message: `Invalid JSON in tool call${name ? ` for '${name}'` : ""}; ${callShape}.` };
   }
-  if (!isPlainObject(v)) return { index, raw, message: `Invalid tool call: ${callShape}.` };
+  if (!isPlainObject(v)) {
+    if (!b.closed) return { index, raw, message: `The tool call was not closed with </tool_call>; ${callShape}.` };
+    return { index, raw, message: `Invalid tool call: ${callShape}.` };
+  }
   const name = v.name;
   if (typeof name !== "string" || name.length === 0) {
     return { index, raw, message: `Invalid tool call: "name" is missing or not a non-empty string; ${callShape}.` };
   }
-  let args = v.arguments;
+  const picked = callArgumentsValue(v);
+  if ("error" in picked) return { index, name, raw, message: `Invalid tool call to '${name}': ${picked.error}; ${callShape}.` };
+  let args = picked.value;
   if (args === undefined || args === null) args = {};
   if (typeof args === "string") {
     try {
@@ -55,15 +80,20 @@ export function parseHermesBody(index: number, b: BlockBody): ParsedCall | Parse
 /**
  * The Hermes/Qwen parser: `<tool_call>{"name": …, "arguments": {…}}</tool_call>`,
  * any number per turn. Calls inside `<think>` do not count (case C9); the end
- * tag is found outside JSON strings; `arguments` given as a JSON string holding
- * an object is parsed; a missing or null `arguments` is `{}`. A block that is
- * not valid JSON, has no name, has non-object arguments or never closes is a
- * {@link ParseError} (case C10).
+ * tag is found outside JSON strings; `parameters` is read like `arguments`;
+ * `arguments` given as a JSON string holding an object is parsed; a missing or
+ * null `arguments` is `{}`; a last block whose complete JSON object is not
+ * followed by `</tool_call>` is a call. A block that is not valid JSON, has no
+ * name, has non-object arguments, gives `arguments` and `parameters` that
+ * differ, or never closes around a complete object is a {@link ParseError}
+ * (case C10).
  *
  * Differences from verl: verl drops bad blocks silently (logging them) and
  * ignores a turn without both tags; here they surface as errors the loop
  * shows to the model. `content` drops only the blocks that were parsed.
  * @see verl `HermesToolParser` (`verl/experimental/agent_loop/tool_parser.py`)
+ * @see vLLM `Hermes2ProToolParser` (`vllm/tool_parsers/hermes_tool_parser.py`), `HermesParser` (`vllm/parser/hermes.py`)
+ * @see SGLang `HermesDetector` (`python/sglang/srt/function_call/hermes_detector.py`), `Qwen25Detector` (`qwen25_detector.py`)
  */
 export class HermesToolCallParser implements ToolCallParser {
   readonly name = "hermes";
