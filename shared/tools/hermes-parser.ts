@@ -1,4 +1,4 @@
-import { indexOutsideJsonStrings, isPlainObject, recoverName } from "./json-aware-scan.ts";
+import { callArgumentsValue, indexOutsideJsonStrings, isPlainObject, recoverName } from "./json-aware-scan.ts";
 import { scanBlocks, type BlockBody, type ExtractResult, type ParseError, type ParsedCall, type ToolCallParser } from "./tool-call-parser.ts";
 
 const OPEN = "<tool_call>";
@@ -15,22 +15,6 @@ export function readHermesBody(text: string, start: number): BlockBody {
   const at = indexOutsideJsonStrings(text, CLOSE, start);
   if (at >= 0) return { body: text.slice(start, at), end: at + CLOSE.length, closed: true };
   return { body: text.slice(start), end: text.length, closed: false };
-}
-
-/**
- * The arguments value of a JSON call object: `arguments`, or `parameters`
- * (SGLang's `BaseFormatDetector.parse_base_json` reads either; llama3_json
- * uses `parameters`). Both present with different values is an error message
- * (the engines disagree on which wins), returned as `{ error }`.
- * @see SGLang `BaseFormatDetector.parse_base_json` (`python/sglang/srt/function_call/base_format_detector.py`)
- */
-export function callArgumentsValue(v: Record<string, unknown>): { value: unknown } | { error: string } {
-  const hasArgs = Object.hasOwn(v, "arguments");
-  const hasParams = Object.hasOwn(v, "parameters");
-  if (hasArgs && hasParams && JSON.stringify(v.arguments) !== JSON.stringify(v.parameters)) {
-    return { error: `both "arguments" and "parameters" are given with different values; give the arguments once` };
-  }
-  return { value: hasArgs ? v.arguments : v.parameters };
 }
 
 /**

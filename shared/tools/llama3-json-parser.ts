@@ -1,4 +1,4 @@
-import { isPlainObject, recoverName } from "./json-aware-scan.ts";
+import { callArgumentsValue, isPlainObject, recoverName } from "./json-aware-scan.ts";
 import { THINK_CLOSE, THINK_OPEN, type ExtractResult, type ParseError, type ParsedCall, type ToolCallParser } from "./tool-call-parser.ts";
 
 const PYTHON_TAG = "<|python_tag|>";
@@ -7,8 +7,11 @@ const CALL_SHAPE = `a tool call must be a JSON object {"name": <tool name>, "par
 /**
  * The Llama 3.1 JSON tool-call parser (`llama3_json`): a turn that starts
  * (after whitespace and an optional `<|python_tag|>`) with `{` is one or more
- * JSON objects `{"name": …, "parameters": {…}}` (`"arguments"` accepted too),
- * separated by `;`. Otherwise the turn is text and has no calls.
+ * JSON objects `{"name": …, "parameters": {…}}` (`"arguments"` accepted too;
+ * both with different values is an error), separated by `;`, by whitespace
+ * or by nothing (after a call, a further object that looks like a call — it
+ * has a `name`, `parameters` or `arguments` key — is the next call).
+ * Otherwise the turn is text and has no calls.
  *
  * - Objects are delimited by matching braces outside JSON strings, so a `}`,
  *   `;` or `{` inside an argument string is kept (the C13 kind of case).
@@ -19,7 +22,8 @@ const CALL_SHAPE = `a tool call must be a JSON object {"name": <tool name>, "par
  *   reads), never dropped. A JSON object with neither `name` nor
  *   `parameters`/`arguments` is an answer written as JSON, not a call.
  * - Text after the last call (not a `;`) stays as content.
- * @see vLLM `Llama3JsonToolParser` (`vllm/entrypoints/openai/tool_parsers/llama_tool_parser.py`)
+ * @see vLLM `Llama3JsonToolParser.extract_tool_calls` (`vllm/tool_parsers/llama_tool_parser.py`), `vllm/parser/llama_json.py`
+ * @see SGLang `Llama32Detector.detect_and_parse` (`python/sglang/srt/function_call/llama32_detector.py`)
  * @see https://github.com/meta-llama/llama-models/blob/main/models/llama3_1/prompt_format.md
  */
 export class Llama3JsonToolCallParser implements ToolCallParser {
@@ -64,6 +68,15 @@ export class Llama3JsonToolCallParser implements ToolCallParser {
         i = skipWs(text, j + 1);
         continue;
       }
+      // Calls may also follow each other with only whitespace (a newline) or nothing between them, as vLLM and SGLang
+      // read them; there a following object counts only when it looks like a call (else it is the answer's text).
+      if (text[j] === "{") {
+        const e2 = matchBrace(text, j);
+        if (parseCall(index, e2 < 0 ? text.slice(j) : text.slice(j, e2)) !== "not-a-call") {
+          i = j;
+          continue;
+        }
+      }
       const rest = text.slice(j);
       return { content: head + (rest === ";" ? "" : rest), calls, errors };
     }
@@ -107,7 +120,9 @@ function parseCall(index: number, raw: string): ParsedCall | ParseError | "not-a
   if (typeof name !== "string" || name.length === 0) {
     return { index, raw, message: `Invalid tool call: "name" is missing or not a non-empty string; ${CALL_SHAPE}.` };
   }
-  let args = "parameters" in v ? v.parameters : v.arguments;
+  const picked = callArgumentsValue(v);
+  if ("error" in picked) return { index, name, raw, message: `Invalid tool call to '${name}': ${picked.error}; ${CALL_SHAPE}.` };
+  let args = picked.value;
   if (args === undefined || args === null) args = {};
   if (typeof args === "string") {
     try {
