@@ -1,5 +1,5 @@
 import { indexOutsideJsonStrings, isPlainObject } from "./json-aware-scan.ts";
-import { scanBlocks, type BlockBody, type ExtractResult, type ParseError, type ParsedCall, type ToolCallParser } from "./tool-call-parser.ts";
+import { contentWithoutParsed, scanBlocks, type BlockBody, type ExtractResult, type ParseError, type ParsedCall, type ToolCallParser } from "./tool-call-parser.ts";
 
 export const DSV3_CALLS_BEGIN = "<｜tool▁calls▁begin｜>";
 export const DSV3_CALLS_END = "<｜tool▁calls▁end｜>";
@@ -95,13 +95,15 @@ export class DeepSeekV3ToolCallParser implements ToolCallParser {
     const calls: ParsedCall[] = [];
     const errors: ParseError[] = [];
     try {
-      const { blocks, content } = scanBlocks(text, DSV3_CALL_BEGIN, (start) => readBody(text, start));
-      blocks.forEach((b, i) => {
+      const { blocks, at } = scanBlocks(text, DSV3_CALL_BEGIN, (start) => readBody(text, start));
+      const parsed = blocks.map((b, i) => {
         const r = parseBody(i, b);
         if ("arguments" in r) calls.push(r);
         else errors.push(r);
+        return "arguments" in r;
       });
-      const stripped = blocks.length > 0 ? content.replace(/<｜tool▁calls▁begin｜>\s*/g, "").replace(/\s*<｜tool▁calls▁end｜>/g, "") : content;
+      const content = contentWithoutParsed(text, at, blocks, parsed);
+      const stripped = calls.length > 0 && errors.length === 0 ? content.replace(/<｜tool▁calls▁begin｜>\s*/g, "").replace(/\s*<｜tool▁calls▁end｜>/g, "") : content;
       return { content: stripped, calls, errors };
     } catch {
       return { content: text, calls: [], errors: [] };

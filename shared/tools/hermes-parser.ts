@@ -1,5 +1,5 @@
 import { callArgumentsValue, indexOutsideJsonStrings, isPlainObject, recoverName } from "./json-aware-scan.ts";
-import { scanBlocks, type BlockBody, type ExtractResult, type ParseError, type ParsedCall, type ToolCallParser } from "./tool-call-parser.ts";
+import { contentWithoutParsed, scanBlocks, type BlockBody, type ExtractResult, type ParseError, type ParsedCall, type ToolCallParser } from "./tool-call-parser.ts";
 
 const OPEN = "<tool_call>";
 const CLOSE = "</tool_call>";
@@ -86,13 +86,14 @@ export class HermesToolCallParser implements ToolCallParser {
     const calls: ParsedCall[] = [];
     const errors: ParseError[] = [];
     try {
-      const { blocks, content } = scanBlocks(text, OPEN, (start) => readHermesBody(text, start));
-      blocks.forEach((b, i) => {
+      const { blocks, at } = scanBlocks(text, OPEN, (start) => readHermesBody(text, start));
+      const parsed = blocks.map((b, i) => {
         const r = parseHermesBody(i, b);
         if ("arguments" in r) calls.push(r);
         else errors.push(r);
+        return "arguments" in r;
       });
-      return { content, calls, errors };
+      return { content: contentWithoutParsed(text, at, blocks, parsed), calls, errors };
     } catch {
       return { content: text, calls: [], errors: [] };
     }

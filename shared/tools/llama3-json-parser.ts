@@ -21,7 +21,8 @@ const CALL_SHAPE = `a tool call must be a JSON object {"name": <tool name>, "par
  *   never closes is a {@link ParseError} (an error observation the model
  *   reads), never dropped. A JSON object with neither `name` nor
  *   `parameters`/`arguments` is an answer written as JSON, not a call.
- * - Text after the last call (not a `;`) stays as content.
+ * - Text after the last call (not a `;`) stays as content, and so do the
+ *   objects that became errors, as the model wrote them.
  * @see vLLM `Llama3JsonToolParser.extract_tool_calls` (`vllm/tool_parsers/llama_tool_parser.py`), `vllm/parser/llama_json.py`
  * @see SGLang `Llama32Detector.detect_and_parse` (`python/sglang/srt/function_call/llama32_detector.py`)
  * @see https://github.com/meta-llama/llama-models/blob/main/models/llama3_1/prompt_format.md
@@ -42,11 +43,14 @@ export class Llama3JsonToolCallParser implements ToolCallParser {
     if (text[i] !== "{") {
       if (text.startsWith(PYTHON_TAG, skipWs(text, start))) {
         errors.push({ index: 0, raw: text.slice(i), message: `Invalid tool call after <|python_tag|>: only JSON tool calls are supported; ${CALL_SHAPE}.` });
-        return { content: text.slice(0, start), calls, errors };
+        return { content: text, calls, errors };
       }
       return { content: text, calls, errors };
     }
     const head = text.slice(0, start);
+    // Calls that became errors stay in the content as the model wrote them (a caller showing only content sees them).
+    const kept: string[] = [];
+    const withKept = (rest: string): string => head + [...kept, rest].filter((x) => x !== "").join("\n");
     let index = 0;
     for (;;) {
       const end = matchBrace(text, i);
@@ -54,14 +58,19 @@ export class Llama3JsonToolCallParser implements ToolCallParser {
       if (end < 0) {
         const name = recoverName(raw);
         errors.push({ index, name, raw, message: `The tool call${name ? ` to '${name}'` : ""} is not a complete JSON object (its braces never close); ${CALL_SHAPE}.` });
-        return { content: head, calls, errors };
+        kept.push(raw);
+        return { content: withKept(""), calls, errors };
       }
       const r = parseCall(index, raw);
       if (r === "not-a-call") {
         if (index === 0) return { content: text, calls, errors };
         errors.push({ index, raw, message: `Invalid tool call: the object has no "name"; ${CALL_SHAPE}.` });
+        kept.push(raw);
       } else if ("arguments" in r) calls.push(r);
-      else errors.push(r);
+      else {
+        errors.push(r);
+        kept.push(raw);
+      }
       index++;
       const j = skipWs(text, end);
       if (text[j] === ";" && text[skipWs(text, j + 1)] === "{") {
@@ -78,7 +87,7 @@ export class Llama3JsonToolCallParser implements ToolCallParser {
         }
       }
       const rest = text.slice(j);
-      return { content: head + (rest === ";" ? "" : rest), calls, errors };
+      return { content: withKept(rest === ";" ? "" : rest), calls, errors };
     }
   }
 }

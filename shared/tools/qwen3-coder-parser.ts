@@ -1,5 +1,6 @@
 import { PyLiteralError, PyReader } from "./python-literal.ts";
 import {
+  contentWithoutParsed,
   scanBlocks,
   type BlockBody,
   type ExtractResult,
@@ -257,13 +258,15 @@ export class Qwen3CoderToolCallParser implements ToolCallParser {
     try {
       // A block ends at the `</tool_call>` that follows a `</function>` (else the first plain one).
       const blockEnd = structuralFinder(text, CLOSE, (k) => precededBy(text, k, FN_CLOSE));
-      const { blocks, content } = scanBlocks(text, OPEN, (start): BlockBody => {
+      const { blocks, at } = scanBlocks(text, OPEN, (start): BlockBody => {
         const end = blockEnd(start);
         if (end < 0) return { body: text.slice(start), end: text.length, closed: false };
         return { body: text.slice(start, end), end: end + CLOSE.length, closed: true };
       });
       let index = 0;
-      for (const b of blocks) {
+      // A block leaves the content only when every function in it became a call.
+      const parsed = blocks.map(() => false);
+      blocks.forEach((b, bi) => {
         const body = b.body;
         const fnAt: number[] = [];
         let first = 0;
@@ -277,19 +280,24 @@ export class Qwen3CoderToolCallParser implements ToolCallParser {
         if (!closed) {
           const name = fnAt.length > 0 ? /^([^>\n]*)>/.exec(body.slice(fnAt[0]! + FN_OPEN.length))?.[1]?.trim() : undefined;
           errors.push({ index: index++, name: name || undefined, raw: body, message: `The tool call${name ? ` to '${name}'` : ""} was not closed with </tool_call>; ${CALL_SHAPE}.` });
-          continue;
+          return;
         }
         if (fnAt.length === 0) {
           errors.push({ index: index++, raw: body, message: `Invalid tool call: expected <function=NAME> inside <tool_call>; ${CALL_SHAPE}.` });
-          continue;
+          return;
         }
-        fnAt.forEach((at, j) => {
-          const r = this.parseFunction(body.slice(at + FN_OPEN.length, fnAt[j + 1] ?? body.length), index++);
+        let ok = true;
+        fnAt.forEach((fa, j) => {
+          const r = this.parseFunction(body.slice(fa + FN_OPEN.length, fnAt[j + 1] ?? body.length), index++);
           if ("arguments" in r) calls.push(r);
-          else errors.push(r);
+          else {
+            errors.push(r);
+            ok = false;
+          }
         });
-      }
-      return { content, calls, errors };
+        parsed[bi] = ok;
+      });
+      return { content: contentWithoutParsed(text, at, blocks, parsed), calls, errors };
     } catch {
       return { content: text, calls: [], errors: [] };
     }

@@ -83,6 +83,13 @@ describe("deepseek_v3 parser", () => {
     }
   });
 
+  test("a call that became an error stays in content as written, with its wrapper tokens", () => {
+    const text = `<｜tool▁calls▁begin｜>${call("a", "{}")}\n${call("b", "[1]")}<｜tool▁calls▁end｜>`;
+    const r = p.extract(text);
+    expect([r.calls.map((c) => c.name), r.errors.map((e) => e.name)]).toEqual([["a"], ["b"]]);
+    expect(r.content).toBe(`<｜tool▁calls▁begin｜>\n${call("b", "[1]")}<｜tool▁calls▁end｜>`);
+  });
+
   test("empty arguments are {}; unicode survives", () => {
     const r = p.extract(`${call("météo", '{"ville": "Zürich 🌧 東京"}')}\n${call("now", "")}`);
     expect(r.calls.map((c) => [c.name, c.arguments])).toEqual([
@@ -110,7 +117,7 @@ describe("deepseek_v3 parser", () => {
         } catch {
           args = undefined;
         }
-        if (args !== null && typeof args === "object" && !Array.isArray(args)) expect(r.calls.map((c) => c.arguments)).toEqual([args]);
+        if (args !== null && typeof args === "object" && !Array.isArray(args)) expect(r.calls.map((c) => c.arguments)).toEqual([args as Record<string, unknown>]);
         else expect(r.calls).toEqual([]);
       }),
       { numRuns: 5000 },

@@ -149,6 +149,13 @@ describe("hermes parser", () => {
     }
   });
 
+  test("a block that became an error stays in content as written; parsed blocks leave it", () => {
+    const r = p.extract('A <tool_call>{"name": "a", "arguments": {}}</tool_call> B <tool_call>{"name": "b", oops}</tool_call> C');
+    expect(r.calls.map((c) => c.name)).toEqual(["a"]);
+    expect(r.errors.map((e) => e.name)).toEqual(["b"]);
+    expect(r.content).toBe('A  B <tool_call>{"name": "b", oops}</tool_call> C');
+  });
+
   test("unbalanced quotes fall back to the first plain end tag", () => {
     const r = p.extract('<tool_call>{"name": "a", "arguments": {"x": "oops}}</tool_call> then <tool_call>{"name": "b", "arguments": {}}</tool_call>');
     expect(r.errors.map((e) => e.index)).toEqual([0]);

@@ -125,6 +125,15 @@ describe("llama3_json parser", () => {
     }
   });
 
+  test("objects that became errors stay in content as written; parsed calls leave it", () => {
+    const r = p.extract('{"name": "a", "parameters": {}}; {"name": "b", "parameters": {oops}}; {"name": "c", "parameters": {}} done');
+    expect([r.calls.map((c) => c.name), r.errors.map((e) => e.name)]).toEqual([["a", "c"], ["b"]]);
+    expect(r.content).toBe('{"name": "b", "parameters": {oops}}\ndone');
+    const open = p.extract('{"name": "a", "parameters": {}}; {"name": "b", "parameters": {"x": 1');
+    expect(open.content).toBe('{"name": "b", "parameters": {"x": 1');
+    expect(p.extract("<|python_tag|>brave_search.call(query=1)").content).toBe("<|python_tag|>brave_search.call(query=1)");
+  });
+
   test("text after the last call stays content", () => {
     const r = p.extract('{"name": "a", "parameters": {}} then more');
     expect(r.calls.map((c) => c.name)).toEqual(["a"]);

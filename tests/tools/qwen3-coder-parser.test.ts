@@ -142,6 +142,12 @@ describe("qwen3_coder parser", () => {
     expect(r.calls[0]!.arguments).toEqual({ n: "1" });
   });
 
+  test("a block that became an error stays in content as written; a parsed block leaves it", () => {
+    const bad = "<tool_call>\n<function=list_tool>\n<parameter=broken\n</function>\n</tool_call>";
+    const r = p.extract(`A <tool_call>\n<function=list_tool>\n</function>\n</tool_call> B ${bad} C`);
+    expect([r.calls.length, r.errors.length, r.content]).toEqual([1, 1, `A  B ${bad} C`]);
+  });
+
   test("type conversion table", () => {
     expect(convertParamValue("NULL", "string")).toBe(null);
     expect(convertParamValue("3.5", "integer")).toBe("3.5");
