@@ -48,6 +48,15 @@ export interface GatewayOptions {
   ejectAfter?: number;
   /** Cool-down of an ejected replica before one half-open probe call, in ms (default 10,000). */
   cooldownMs?: number;
+  /**
+   * True while the deployment's engines are paused on purpose (the pause
+   * gate is closed): a failed health probe then marks nothing unhealthy. A
+   * paused SGLang replica whose `/health` runs a generation
+   * (`SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION`) cannot answer until resumed,
+   * and that is not the replica's fault. Default: never paused.
+   * @see docs/engines.md §3.6
+   */
+  enginesPaused?: () => boolean | Promise<boolean>;
   /** Wall clock in epoch ms (tests). */
   now?: () => number;
   /** Web-standard fetch used to reach replicas (default `globalThis.fetch`). */
@@ -228,6 +237,13 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
   let lastHealthCheck = Date.now();
   let healthRun: Promise<void> | undefined;
 
+  const enginesPaused = async (): Promise<boolean> => {
+    try {
+      return (await options.enginesPaused?.()) === true;
+    } catch {
+      return false;
+    }
+  };
   const checkHealth = (): Promise<void> => {
     healthRun ??= Promise.all(
       pool.urls().map(async (url) => {
@@ -239,6 +255,8 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
         } catch {
           ok = false;
         }
+        // A probe that failed while the engines are paused on purpose says nothing about the replica.
+        if (!ok && (await enginesPaused())) return;
         pool.setHealthy(url, ok);
       }),
     ).then(() => {

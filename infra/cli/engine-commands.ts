@@ -5,6 +5,8 @@ import { normaliseUrl } from "../../shared/inference/replica-pool.ts";
 import { createGatewayApp, DEFAULT_SHARED_EPSILON, DEFAULT_STICKY_EPSILON } from "../../functions/gateway.ts";
 import { DEFAULT_EPSILON } from "../../shared/inference/bounded-load-hash.ts";
 import { startSimEngine } from "../sim-engine/server.ts";
+import type { SimWireOptions } from "../sim-engine/app.ts";
+import type { SimEngineVersion } from "../sim-engine/wire.ts";
 import { readSimScriptFile } from "../sim-engine/script-file.ts";
 import { loadTokenizer } from "../node/model-dir.ts";
 import { startUpstashBridge } from "../upstash-bridge/upstash-bridge.ts";
@@ -33,8 +35,22 @@ export async function simEngineCommand(o: {
   kvCacheBlocks?: number;
   prefillMsPerToken?: number;
   decodeMsPerToken?: number;
+  engineVersion?: SimEngineVersion;
+  apiKey?: string;
+  adminApiKey?: string;
+  promptTokensDetails?: boolean;
+  scaleOut?: boolean;
 }): Promise<void> {
   const moe = o.moe === undefined ? undefined : parseMoeFlag(o.moe);
+  if (o.apiKey === "") throw new InputError("--api-key", "must not be empty");
+  if (o.adminApiKey === "") throw new InputError("--admin-api-key", "must not be empty");
+  const wire: SimWireOptions = {
+    engineVersion: o.engineVersion ?? "main",
+    apiKey: o.apiKey ?? process.env.EDGELOOP_SIM_API_KEY ?? null,
+    adminApiKey: o.adminApiKey ?? process.env.EDGELOOP_SIM_ADMIN_API_KEY ?? null,
+    promptTokensDetails: o.promptTokensDetails !== false,
+    scaleOut: o.scaleOut !== false,
+  };
   const path = o.script ?? DEFAULT_SCRIPT;
   let script: unknown;
   try {
@@ -54,9 +70,15 @@ export async function simEngineCommand(o: {
     ...(o.maxModelLen !== undefined ? { maxModelLen: o.maxModelLen } : {}),
     ...(o.kvCacheBlocks !== undefined ? { kvCacheBlocks: o.kvCacheBlocks } : {}),
     ...(latency ? { latency } : {}),
+    wire,
   });
   const m = sim.replicas[0]!.engine.moe;
-  console.log(`edgeloop sim-engine: ${sim.urls.join(" ")} (vLLM /v1/completions, /inference/v1/generate; SGLang /generate; script ${path}; model ${tokenizer.name}; routed experts ${m.layers} layers × top-${m.top_k} of ${m.num_experts})`);
+  const plays = [
+    `vLLM ${wire.engineVersion} /v1/completions${wire.scaleOut ? ", /inference/v1/generate" : " (scale-out off: no /inference/v1/generate)"}${wire.promptTokensDetails ? "" : ", no prompt-token details"}`,
+    "SGLang main /generate",
+    wire.apiKey || wire.adminApiKey ? `keys required (${[wire.apiKey ? "API" : "", wire.adminApiKey ? "admin" : ""].filter(Boolean).join(", ")})` : "no keys",
+  ];
+  console.log(`edgeloop sim-engine: ${sim.urls.join(" ")} (${plays.join("; ")}; script ${path}; model ${tokenizer.name}; routed experts ${m.layers} layers × top-${m.top_k} of ${m.num_experts})`);
   await untilSignal();
   await sim.stop();
 }

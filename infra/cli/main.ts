@@ -172,6 +172,11 @@ program
   .option("--kv-cache-blocks <n>", "prefix KV cache per replica, in 16-token blocks (default 16384)", intFlag("--kv-cache-blocks", 1))
   .option("--prefill-ms-per-token <ms>", "latency model: milliseconds per uncached prompt token (default 0)", msPerTokenFlag("--prefill-ms-per-token"))
   .option("--decode-ms-per-token <ms>", "latency model: milliseconds per generated token (default 0)", msPerTokenFlag("--decode-ms-per-token"))
+  .addOption(new Option("--engine-version <v>", "the vLLM version the vLLM endpoints play: main (newest) or 0.2x (see docs/engines.md §5)").choices(["main", "0.2x"]))
+  .option("--api-key <key>", "require Authorization: Bearer <key> as vLLM/SGLang --api-key does (or env EDGELOOP_SIM_API_KEY)")
+  .option("--admin-api-key <key>", "SGLang --admin-api-key: the control routes take this key only (or env EDGELOOP_SIM_ADMIN_API_KEY)")
+  .option("--no-prompt-tokens-details", "play a vLLM without --enable-prompt-tokens-details (no usage.prompt_tokens_details.cached_tokens)")
+  .option("--no-scale-out", "play a vLLM without --enable-scale-out (/inference/v1/generate answers 404)")
   .action(async (opts) => (await import("./engine-commands.ts")).simEngineCommand(opts));
 
 program

@@ -6,7 +6,7 @@ import { checkConfigFile, mergeConfig, parseAppConfig, parseLayeredConfig, type 
 import { ConfigError, InputError, StoreError, TemplateError } from "../../shared/errors.ts";
 import { createEngineClient } from "../../shared/inference/create-engine-client.ts";
 import type { InferenceClient } from "../../shared/inference/types.ts";
-import { createAgentExecutor, createSessionExecutor, sessionLoopFactory, sessionOutputFinisher, endLoopTrace, type ExecutorDeps } from "../../shared/rollout/executor.ts";
+import { createAgentExecutor, createSessionExecutor, sessionLoopFactory, sessionOutputFinisher, endLoopTrace, versionStampedClient, type ExecutorDeps } from "../../shared/rollout/executor.ts";
 import { RedisSessionStorage } from "../../shared/session/redis-session-storage.ts";
 import { SessionHost } from "../../shared/session/session-host.ts";
 import { MemorySessionStorage } from "../../shared/session/session-storage.ts";
@@ -47,7 +47,7 @@ import { startToolServer } from "../tools/server.ts";
 import { createGatewayApp } from "../../functions/gateway.ts";
 import { gatewayOptions } from "./gateway-options.ts";
 import { createSimEngineApp } from "../sim-engine/app.ts";
-import { EngineControl, GatedClient, MemoryEngineGate, RedisEngineGate, type EngineGate, type EngineReplicaTarget } from "../../shared/inference/engine-control.ts";
+import { EngineControl, MemoryEngineGate, RedisEngineGate, type EngineGate, type EngineReplicaTarget } from "../../shared/inference/engine-control.ts";
 import { DEADLINE_HEADER } from "../../shared/inference/engine-http.ts";
 import { RedisRoutingState } from "../../shared/inference/redis-routing-state.ts";
 import type { RoutingState } from "../../shared/inference/routing-state.ts";
@@ -197,7 +197,10 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     for (const line of tokenMethodFallbacks(tokenizer, { chatTemplateKwargs: config.rollout.chat_template_kwargs })) describe.push(`tokens     ${line}`);
 
     const targets: EngineReplicaTarget[] = [];
-    const client = await buildEngine(config, tokenizer, closers, describe, targets);
+    // The embedded gateway's health probes ask the pause gate (built below) whether the engines are paused on purpose.
+    let healthGate: EngineGate | undefined;
+    const enginesPaused = async () => (healthGate ? (await healthGate.state()).paused : false);
+    const client = await buildEngine(config, tokenizer, closers, describe, targets, enginesPaused);
     const [probed, unreachable] = await Promise.all([
       client.maxModelLen?.().catch(() => undefined),
       config.engine.url === "sim" ? Promise.resolve(null) : probeEngine(config.engine.url, checkTimeoutMs),
@@ -237,6 +240,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
 
     const policy = buildPolicy(config, closers, flags.storeTimeout);
     const gate = buildGate(config, policy, closers, flags.storeTimeout);
+    healthGate = gate;
     const engine = new EngineControl({ gate, format: config.engine.format, replicas: () => targets });
     const deps: ExecutorDeps = {
       gate,
@@ -253,7 +257,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     const built = buildSessionStorage(config, closers, flags.storeTimeout);
     const storage = built?.storage ?? null;
     // Agent sessions live with the trajectory sessions (Redis), else in this process.
-    const agentGateway = new AgentGateway({ storage: storage ?? new MemorySessionStorage(), tokenizer, client: new GatedClient(client, gate, { version: async () => (await policy.current())?.version ?? null }), maxModelLen, modelName: config.engine.model ?? tokenizer.name, retainSeconds: config.store.retention.sessions });
+    const agentGateway = new AgentGateway({ storage: storage ?? new MemorySessionStorage(), tokenizer, client: versionStampedClient(deps, null), maxModelLen, modelName: config.engine.model ?? tokenizer.name, retainSeconds: config.store.retention.sessions });
     let publicUrl: string | null = config.agent.public_url;
     deps.agentGateway = { gateway: agentGateway, publicUrl: () => publicUrl, agent: { url: config.agent.url, timeout_ms: config.agent.timeout_ms, secret: config.agent.secret } };
     if (config.agent.url) describe.push(`agent      openai_agent tasks to ${config.agent.url} (timeout ${config.agent.timeout_ms} ms${config.agent.secret ? ", signed" : ""})`);
@@ -541,6 +545,7 @@ async function buildEngine(
   closers: (() => Promise<void>)[],
   describe: string[],
   targets: EngineReplicaTarget[],
+  enginesPaused: () => Promise<boolean>,
 ): Promise<InferenceClient> {
   const e = config.engine;
   const moe = routedExpertsEngineShape(config);
@@ -560,7 +565,7 @@ async function buildEngine(
   if (config.rollout.seed !== undefined) script = { ...script, seed: config.rollout.seed };
   if (e.replicas === 1) {
     const engine = new SimEngine({ tokenizer, script, maxModelLen: config.rollout.max_model_len ?? undefined, latency: simLatency(e), ...(e.moe ? { moe: e.moe } : {}), ...(e.sim_kv_cache_blocks ? { kvCacheBlocks: e.sim_kv_cache_blocks } : {}) });
-    const app = createSimEngineApp(engine);
+    const app = createSimEngineApp(engine, { engineVersion: e.sim_engine_version ?? "main" });
     const simFetch = async (input: RequestInfo | URL, init?: RequestInit) => app.fetch(new Request(input, init));
     targets.push({ url: "http://sim.local", fetch: simFetch });
     if (e.format === "vllm") {
@@ -573,7 +578,7 @@ async function buildEngine(
     describe.push(`engine     simulated, in-process over the ${e.format} wire format (script ${scriptPath})`);
     return createEngineClient({ url: "http://sim.local", format: e.format, timeoutMs: e.timeout_ms, retry: { retries: e.max_retries }, fetch: simFetch, moe: { layers: engine.moe.layers, top_k: engine.moe.top_k } });
   }
-  const sim = await startSimEngine({ replicas: e.replicas, script, tokenizer, maxModelLen: config.rollout.max_model_len ?? undefined, latency: simLatency(e), ...(e.moe ? { moe: e.moe } : {}), ...(e.sim_kv_cache_blocks ? { kvCacheBlocks: e.sim_kv_cache_blocks } : {}) });
+  const sim = await startSimEngine({ replicas: e.replicas, script, tokenizer, wire: { engineVersion: e.sim_engine_version ?? "main" }, maxModelLen: config.rollout.max_model_len ?? undefined, latency: simLatency(e), ...(e.moe ? { moe: e.moe } : {}), ...(e.sim_kv_cache_blocks ? { kvCacheBlocks: e.sim_kv_cache_blocks } : {}) });
   closers.push(() => sim.stop());
   targets.push(...sim.urls.map((url) => ({ url })));
   const g = config.gateway;
@@ -582,6 +587,7 @@ async function buildEngine(
     replicas: sim.urls,
     policy: "least_inflight_sticky",
     routingState,
+    enginesPaused,
     ...gatewayOptions(g),
   });
   describe.push(`engine     simulated, ${e.replicas} replicas on loopback behind the gateway (script ${scriptPath}${routingState ? "; routing state shared in the store" : ""})`);
@@ -656,19 +662,18 @@ function simLatency(e: AppConfig["engine"]): { prefill_ms_per_token?: number; de
 
 /**
  * The deployment's pause gate: in the store's Redis (API and workers share
- * it; a change of its epoch drops this process's cached policy version), or
- * in-process for the memory store.
+ * it; its admission also reads the policy version every engine call is
+ * stamped with), or in-process for the memory store.
  */
 function buildGate(config: AppConfig, policy: PolicyVersions, closers: (() => Promise<void>)[], storeTimeoutS?: number): EngineGate {
   const url = config.store.url;
-  const onChange = () => (policy as { invalidate?: () => void }).invalidate?.();
-  if (url === "memory") return new MemoryEngineGate(onChange);
+  if (url === "memory") return new MemoryEngineGate();
   const commander =
     url === "upstash"
       ? new UpstashCommander({ url: process.env.UPSTASH_REDIS_REST_URL!, token: process.env.UPSTASH_REDIS_REST_TOKEN!, ...sizeLimit(config) })
       : new IoRedisCommander(url, { ...sizeLimit(config), storeTimeoutS });
   closers.push(() => commander.close());
-  return new RedisEngineGate(commander, { prefix: config.store.prefix, onChange });
+  return new RedisEngineGate(commander, { prefix: config.store.prefix, ...(policy instanceof RedisPolicyVersions ? { policyKey: policy.key } : {}) });
 }
 
 /**

@@ -10,7 +10,8 @@ import type { ExecutorDeps } from "../../shared/rollout/executor.ts";
 import { cachedTeacherClients } from "../../shared/rollout/teacher-scoring.ts";
 import { createGatewayApp } from "../../functions/gateway.ts";
 import type { TransferQueue } from "../../shared/store/types.ts";
-import { createUpstashTransferQueue } from "../../shared/store/upstash-transfer-queue.ts";
+import { createUpstashTransferQueue, UpstashCommander } from "../../shared/store/upstash-transfer-queue.ts";
+import { RedisPolicyVersions } from "../../shared/rollout/policy-version.ts";
 import { defaultTokenizer, DEFAULT_MODEL } from "../../shared/tokens/tokenizer.ts";
 import { parseToolsFile } from "../../shared/tools/tools-file.ts";
 import { interactionClients } from "../../shared/tools/interaction-client.ts";
@@ -149,12 +150,17 @@ async function build(env: Env): Promise<WorkerRuntime> {
   // The tools file's simulated users (`interactions`), signed like its tools.
   const interactions = toolsFile ? interactionClients(toolsFile.interactions, { secret: secret ?? undefined }) : {};
   const maxRequest = Number(env.EDGELOOP_STORE_MAX_REQUEST_BYTES || config.store.max_request_bytes || 0);
+  const prefix = env.EDGELOOP_STORE_PREFIX ?? config.store.prefix;
   const queue = createUpstashTransferQueue({
     url: env.UPSTASH_REDIS_REST_URL,
     token: env.UPSTASH_REDIS_REST_TOKEN,
-    prefix: env.EDGELOOP_STORE_PREFIX ?? config.store.prefix,
+    prefix,
     ...(maxRequest > 0 ? { maxRequestBytes: maxRequest } : {}),
   });
+  // The policy version `edgeloop serve` keeps in the same store (`POST /v1/model-version`), read by every engine
+  // call of the Durable Objects before it is sent (one Upstash request a call: no gate admission to ride on here),
+  // so a call dispatched after a POST returned carries the posted version; none posted: the batch's `model_version`.
+  const policy = new RedisPolicyVersions(new UpstashCommander({ url: env.UPSTASH_REDIS_REST_URL, token: env.UPSTASH_REDIS_REST_TOKEN }), { prefix });
   if (config.rollout.teacher?.url === "sim") throw new ConfigError("rollout.teacher.url", "the Worker has no embedded simulated engine: point rollout.teacher.url (or urls) at a teacher engine");
   // Teacher replicas (`urls`) go through an in-process gateway, as in `edgeloop serve`; its tokenizer is checked by the CLI processes.
   const teacher = cachedTeacherClients((cfg) => {
@@ -169,6 +175,7 @@ async function build(env: Env): Promise<WorkerRuntime> {
     registry,
     tokenizer,
     client,
+    policy,
     ...(config.rollout.max_model_len ? { maxModelLen: config.rollout.max_model_len } : {}),
     ...(tools ? { tools } : {}),
     interactions,

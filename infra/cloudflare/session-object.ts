@@ -5,7 +5,7 @@ import { createSessionsApp } from "../../functions/sessions.ts";
 import { AgentGateway } from "../../shared/agent-gateway/agent-gateway.ts";
 import type { AgentGatewayLink } from "../../shared/agent-gateway/openai-agent-loop.ts";
 import { NotFoundError } from "../../shared/errors.ts";
-import { sessionLoopFactory, sessionOutputFinisher, endLoopTrace } from "../../shared/rollout/executor.ts";
+import { sessionLoopFactory, sessionOutputFinisher, endLoopTrace, versionStampedClient } from "../../shared/rollout/executor.ts";
 import { SessionInput } from "../../shared/session/checkpoint.ts";
 import { queueWriter } from "../../shared/session/session-records.ts";
 import { TrajectorySession, type SessionDeps } from "../../shared/session/trajectory-session.ts";
@@ -195,7 +195,7 @@ export class TrajectorySessionObject {
         const gateway = new AgentGateway({
           storage: new DurableObjectSessionStorage(this.ctx.storage, { maxValueBytes: doValueBytes(this.env), prefix: AGENT_ENTRY_PREFIX }),
           tokenizer: rt.deps.tokenizer,
-          client: rt.deps.client,
+          client: versionStampedClient(rt.deps, null),
           ...(rt.deps.maxModelLen ? { maxModelLen: rt.deps.maxModelLen } : {}),
           modelName: rt.config.engine.model ?? rt.deps.tokenizer.name,
         });

@@ -3,6 +3,8 @@ import type { z } from "zod";
 import { SimEngine, SimEngineFault, type SimEngineOptions, type SimGenerateRequest, type SimGenerateResult } from "./sim-engine.ts";
 import {
   decodeText,
+  sglangSamplingProblem,
+  type SimEngineVersion,
   SglangGenerateRequest,
   sglangError,
   sglangFault,
@@ -20,8 +22,63 @@ import { sglangInputTokenLogprobs, vllmPromptLogprobsBody } from "./prompt-logpr
 
 type Rendered = { status: number; body: unknown };
 type Format = { error: (status: number, message: string) => Rendered; fault: (f: SimEngineFault) => Rendered };
-const VLLM: Format = { error: (s, m) => vllmError(s, m), fault: vllmFault };
 const SGLANG: Format = { error: sglangError, fault: sglangFault };
+
+/**
+ * How the simulated server was started: the engine version it plays and the
+ * server flags that change its wire (each default is the setting edgeloop's
+ * docs ask a real server to run with).
+ * @see docs/engines.md §2.10–2.11, §3.7 and §5
+ */
+export interface SimWireOptions {
+  /** The vLLM version played on the vLLM endpoints (default `main`). */
+  engineVersion?: SimEngineVersion;
+  /** The server's `--api-key`: every guarded route then wants `Authorization: Bearer <key>` (401 `{"error":"Unauthorized"}` otherwise). */
+  apiKey?: string | null;
+  /** SGLang's `--admin-api-key`: its control routes then take this key only. */
+  adminApiKey?: string | null;
+  /** vLLM `--enable-prompt-tokens-details` (default true): `usage.prompt_tokens_details.cached_tokens` in replies. */
+  promptTokensDetails?: boolean;
+  /** vLLM `--enable-scale-out` / `VLLM_ENABLE_SCALE_OUT_ENDPOINTS=1` (default true): `/inference/v1/generate` is mounted. */
+  scaleOut?: boolean;
+}
+
+/**
+ * Paths vLLM's `--api-key` guards (`serve/middleware/authenticate.py`
+ * `GUARDED_PREFIX`, 0.2x and main): `/tokenize`, `/health` and the dev
+ * routes (`/pause`, `/resume`, `/is_paused`) stay open.
+ */
+const VLLM_GUARDED = /^\/(v1|v2|inference|cohere)(\/|$)/;
+/** SGLang routes marked `ADMIN_OPTIONAL` (the control plane): the admin key when the server has one, else the API key. */
+const SGLANG_ADMIN = new Set(["/pause_generation", "/continue_generation", "/flush_cache", "/update_weight_version", "/update_weights_from_disk"]);
+/** SGLang's other routes (`NORMAL`): the API key when the server has one. */
+const SGLANG_NORMAL = new Set(["/generate", "/get_weight_version", "/v1/tokenize", "/v1/detokenize"]);
+
+/**
+ * The key a request to `path` must carry, or null when the route is open:
+ * SGLang's `decide_request_auth` for SGLang routes (health and metrics always
+ * open; `ADMIN_OPTIONAL` → admin key, else API key; `NORMAL` → API key),
+ * vLLM's prefix guard for the rest.
+ * @see docs/engines.md §2.10 (vLLM) and §3.7 (SGLang `python/sglang/srt/utils/auth.py`)
+ */
+export function simRequiredKey(path: string, o: SimWireOptions): string | null {
+  if (path.startsWith("/health") || path.startsWith("/metrics")) return null;
+  if (SGLANG_ADMIN.has(path)) return o.adminApiKey ?? o.apiKey ?? null;
+  if (SGLANG_NORMAL.has(path)) return o.apiKey ?? null;
+  return VLLM_GUARDED.test(path) ? (o.apiKey ?? null) : null;
+}
+
+/** `Authorization: Bearer <expected>` (scheme case-insensitive, as both engines compare it). */
+function bearerMatches(header: string | undefined, expected: string): boolean {
+  if (!header) return false;
+  const sp = header.indexOf(" ");
+  if (sp < 0 || header.slice(0, sp).toLowerCase() !== "bearer") return false;
+  const got = new TextEncoder().encode(header.slice(sp + 1));
+  const want = new TextEncoder().encode(expected);
+  let diff = got.length ^ want.length;
+  for (let i = 0; i < want.length; i++) diff |= (got[i] ?? 0) ^ want[i]!;
+  return diff === 0;
+}
 
 /**
  * The simulated engine's HTTP API as a runtime-neutral Hono app (serve it
@@ -39,9 +96,18 @@ const SGLANG: Format = { error: sglangError, fault: sglangFault };
  * its cache, faults and request log) or the options to build one.
  * @see infra/sim-engine/README.md
  */
-export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions): Hono {
+export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions, wire: SimWireOptions = {}): Hono {
   const engine = engineOrOptions instanceof SimEngine ? engineOrOptions : new SimEngine(engineOrOptions);
+  const version = wire.engineVersion ?? "main";
+  const details = wire.promptTokensDetails ?? true;
+  const VLLM: Format = { error: (s, m) => vllmError(s, m), fault: (f) => vllmFault(f, version) };
   const app = new Hono();
+
+  app.use("*", async (c, next) => {
+    const key = c.req.method === "OPTIONS" ? null : simRequiredKey(c.req.path, wire);
+    if (key !== null && !bearerMatches(c.req.header("authorization"), key)) return c.json({ error: "Unauthorized" }, 401);
+    await next();
+  });
 
   app.get("/health", (c) => (engine.healthy ? c.body(null, 200) : c.body(null, 503)));
 
@@ -84,6 +150,7 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
         logprobs: body.logprobs != null,
         returnTokenIds: body.return_token_ids === true,
         asTokenIds: body.return_tokens_as_token_ids === true,
+        promptTokensDetails: details,
         skipSpecial: body.skip_special_tokens ?? true,
         includeStopStr: body.include_stop_str_in_output ?? false,
       })),
@@ -91,6 +158,8 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
   });
 
   app.post("/inference/v1/generate", async (c) => {
+    // Mounted only with --enable-scale-out (main) / VLLM_ENABLE_SCALE_OUT_ENDPOINTS=1 (0.2x): FastAPI's 404 otherwise.
+    if (wire.scaleOut === false) return c.json({ detail: "Not Found" }, 404);
     const body = await parse(c, VllmGenerateRequest, VLLM);
     if (body instanceof Response) return body;
     const requestId = body.request_id ?? c.req.header("x-request-id") ?? crypto.randomUUID();
@@ -104,7 +173,7 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
       endpoint: "/inference/v1/generate",
     });
     if (out instanceof Response) return out;
-    const reply = vllmGenerateReply(out, { requestId, logprobs: sp.logprobs != null });
+    const reply = vllmGenerateReply(out, { requestId, logprobs: sp.logprobs != null, version, promptTokensDetails: details });
     if (sp.prompt_logprobs != null) reply.prompt_logprobs = vllmPromptLogprobsBody(engine, body.token_ids);
     return c.json(reply);
   });
@@ -115,6 +184,8 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
     if ((body.input_ids == null) === (body.text == null)) {
       return send(c, sglangError(400, "Either text or input_ids should be provided (exactly one)."));
     }
+    const problem = sglangSamplingProblem(body.sampling_params as Record<string, unknown>);
+    if (problem) return send(c, sglangError(400, problem));
     const prompt = body.input_ids ?? engine.tokenizer.encode(body.text!);
     const rid = body.rid ?? crypto.randomUUID().replaceAll("-", "");
     const sp = body.sampling_params;
@@ -126,6 +197,7 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
       stop_token_ids: sp.stop_token_ids ?? undefined,
       stop: stopList(sp.stop),
       endpoint: "/generate",
+      context_rule: "sglang",
     });
     if (out instanceof Response) return out;
     const reply = sglangReply(engine, out, {
@@ -170,12 +242,16 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
   app.post("/detokenize", detokenize("prompt"));
   app.post("/v1/detokenize", detokenize("text"));
 
-  const flush = (c: Context) => {
+  app.post("/reset_prefix_cache", (c) => {
     engine.cache.clear();
-    return c.text("Cache flushed.");
-  };
-  app.post("/reset_prefix_cache", flush);
-  app.on(["GET", "POST"], "/flush_cache", flush);
+    return c.body(null, 200);
+  });
+  // SGLang flushes only an idle scheduler: nothing waiting, nothing in the running batch (frozen requests included).
+  app.on(["GET", "POST"], "/flush_cache", (c) => {
+    if (engine.pending > 0) return c.text(`Cache not flushed because there are pending requests. #queue-req: 0, #running-req: ${engine.pending}`, 400);
+    engine.cache.clear();
+    return c.text("Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n");
+  });
 
   // Pause and resume, in both engines' forms (per replica).
   // vLLM (dev/RL server, VLLM_SERVER_DEV_MODE=1): POST /pause?mode=abort|wait|keep&clear_cache=true|false
@@ -198,21 +274,47 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
   // POST /update_weight_version {"new_version", "abort_all_requests"}; GET /get_weight_version.
   // @see sglang/srt/entrypoints/http_server.py (PauseGenerationReqInput, UpdateWeightVersionReqInput)
   app.post("/pause_generation", async (c) => {
-    const body = (await c.req.json().catch(() => ({}))) as { mode?: unknown } | null;
-    const mode = body?.mode ?? "abort";
+    const body = await sglangBody(c);
+    if (body instanceof Response) return body;
+    const mode = body.mode ?? "abort";
     if (mode !== "abort" && mode !== "in_place" && mode !== "retract") return send(c, sglangError(400, `mode: must be one of abort, in_place, retract; got ${JSON.stringify(mode)}`));
     await engine.pause(mode);
     return c.json({ message: "Generation paused successfully." });
   });
-  app.post("/continue_generation", (c) => {
+  app.post("/continue_generation", async (c) => {
+    const body = await sglangBody(c);
+    if (body instanceof Response) return body;
     engine.resume();
     return c.json({ message: "Generation continued successfully." });
   });
+  // `abort_all_requests` defaults to true here: every request not yet answered ends `abort`, frozen ones too.
   app.post("/update_weight_version", async (c) => {
-    const body = (await c.req.json().catch(() => null)) as { new_version?: unknown } | null;
-    if (typeof body?.new_version !== "string" || body.new_version === "") return send(c, sglangError(400, "new_version: expected a non-empty string"));
+    const body = await sglangBody(c);
+    if (body instanceof Response) return body;
+    if (typeof body.new_version !== "string" || body.new_version === "") return send(c, sglangError(400, "new_version: expected a non-empty string"));
+    if (body.abort_all_requests !== false) engine.abortAll();
     engine.weightVersion = body.new_version;
     return c.json({ success: true, message: `Weight version updated to ${body.new_version}`, new_version: body.new_version });
+  });
+  // A weight update (the trainer's call, simulated): `flush_cache` defaults to true and the scheduler asserts the
+  // flush worked, so with requests pending (frozen in place, retracted or running) the simulated scheduler dies.
+  app.post("/update_weights_from_disk", async (c) => {
+    const body = await sglangBody(c);
+    if (body instanceof Response) return body;
+    if (typeof body.model_path !== "string" || body.model_path === "") return send(c, sglangError(400, "model_path: expected a non-empty string"));
+    if (body.abort_all_requests === true) {
+      engine.abortAll();
+      await engine.whenNoPending();
+    }
+    if (body.flush_cache !== false) {
+      if (engine.pending > 0) {
+        engine.kill(`AssertionError: Cache flush failed after updating weights (#running-req: ${engine.pending})`);
+        return send(c, sglangError(500, `the scheduler died: ${engine.dead}`));
+      }
+      engine.cache.clear();
+    }
+    if (typeof body.weight_version === "string" && body.weight_version !== "") engine.weightVersion = body.weight_version;
+    return c.json({ success: true, message: "Succeeded to update model weights.", num_paused_requests: 0 });
   });
   app.get("/get_weight_version", (c) => c.json({ weight_version: engine.weightVersion }));
 
@@ -231,6 +333,26 @@ function withPromptLogprobs(engine: SimEngine, prompt: readonly number[], asked:
 
 function send(c: Context, r: Rendered): Response {
   return c.json(r.body as object, r.status as 400);
+}
+
+/**
+ * An SGLang control route's body: FastAPI validates a JSON object there
+ * (`Annotated[…ReqInput, Body()]`), so a missing or non-object body is a 400
+ * naming the missing body, as SGLang's validation handler answers it.
+ * @see SGLang `http_server.py` `continue_generation`, `pause_generation`; docs/engines.md §3.4
+ */
+async function sglangBody(c: Context): Promise<Record<string, unknown> | Response> {
+  const text = await c.req.text();
+  let raw: unknown;
+  try {
+    raw = text === "" ? undefined : JSON.parse(text);
+  } catch {
+    raw = undefined;
+  }
+  if (raw === null || typeof raw !== "object" || Array.isArray(raw)) {
+    return send(c, sglangError(400, "[{'type': 'missing', 'loc': ('body',), 'msg': 'Field required', 'input': None}]"));
+  }
+  return raw as Record<string, unknown>;
 }
 
 /** Parses a JSON body with `schema`; a 400 in the engine's error shape naming the field on failure. */

@@ -1,6 +1,6 @@
 import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import type { Hono } from "hono";
-import { createSimEngineApp } from "./app.ts";
+import { createSimEngineApp, type SimWireOptions } from "./app.ts";
 import { FaultRateInjector } from "./fault-rate.ts";
 import { parseSimScript, type SimFault, type SimFaultRateInput } from "./script.ts";
 import { SimEngine, type SimLatency } from "./sim-engine.ts";
@@ -33,6 +33,8 @@ export interface StartSimEngineOptions {
   faultRate?: SimFaultRateInput;
   /** Seed of the replicas' prompt log-probs (a simulated teacher; see `SimEngineOptions.scoreSeed`). */
   scoreSeed?: number;
+  /** How the simulated servers were started: engine version, keys, vLLM flags (see {@link SimWireOptions}). */
+  wire?: SimWireOptions;
 }
 
 /** One served replica: its engine, app and server, which a test can kill and revive. */
@@ -87,7 +89,7 @@ export async function startSimEngine(opts: StartSimEngineOptions = {}): Promise<
         faultRate,
         ...(opts.scoreSeed !== undefined ? { scoreSeed: opts.scoreSeed } : {}),
       });
-      replicas.push(serveReplica(engine, hostname, opts.port ? opts.port + i : 0));
+      replicas.push(serveReplica(engine, hostname, opts.port ? opts.port + i : 0, opts.wire));
     }
   } catch (e) {
     await Promise.all(replicas.map((r) => r.kill()));
@@ -102,8 +104,8 @@ export async function startSimEngine(opts: StartSimEngineOptions = {}): Promise<
   };
 }
 
-function serveReplica(engine: SimEngine, hostname: string, port: number): SimReplica {
-  const app = createSimEngineApp(engine);
+function serveReplica(engine: SimEngine, hostname: string, port: number, wire?: SimWireOptions): SimReplica {
+  const app = createSimEngineApp(engine, wire);
   const serve = (p: number) => Bun.serve({ hostname, port: p, fetch: app.fetch, idleTimeout: 0 });
   let server: ReturnType<typeof Bun.serve> | undefined = serve(port);
   const actualPort = server.port as number;

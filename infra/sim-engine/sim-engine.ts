@@ -84,6 +84,13 @@ export interface SimGenerateRequest {
   endpoint?: string;
   /** Client gone / deadline: ends a `hang`. */
   signal?: AbortSignal;
+  /**
+   * How the context limit is compared: `vllm` (default) refuses `prompt +
+   * max_tokens > max_model_len` (equality is served); `sglang` refuses
+   * `prompt >= context_len` and `prompt + max_new_tokens >= context_len`.
+   * @see docs/engines.md §2.7 (vLLM `TokenizeParams._token_len_check`) and §3.3 (SGLang `TokenizerManager._validate_one_request`)
+   */
+  context_rule?: "vllm" | "sglang";
 }
 
 /**
@@ -109,6 +116,8 @@ export interface SimGenerateResult {
   rule_index: number;
   /** The replica's weight version when the reply was ready (SGLang's `meta_info.weight_version`). */
   weight_version: string;
+  /** Times a `retract` pause took this request's KV away (SGLang `meta_info.num_retractions`). */
+  num_retractions: number;
 }
 
 /**
@@ -233,6 +242,15 @@ export class SimEngine {
   /** Of those, how many are frozen by a pause. */
   private frozen = 0;
   private idleWaiters: (() => void)[] = [];
+  private drainWaiters: (() => void)[] = [];
+  /** Bumped by {@link abortAll}; a request that saw another value ends `abort`. */
+  private abortEpoch = 0;
+  private abortWake: { promise: Promise<void>; wake: () => void } = wakeable();
+  /**
+   * Set when the simulated scheduler died (a weight update whose cache flush
+   * failed: SGLang asserts then); every later request fails and `/health` is 503.
+   */
+  dead: string | null = null;
 
   constructor(opts: SimEngineOptions) {
     this.tokenizer = opts.tokenizer;
@@ -262,6 +280,40 @@ export class SimEngine {
   /** Whether the replica is paused (vLLM `GET /is_paused`). */
   get paused(): boolean {
     return this.pauseState !== null;
+  }
+
+  /** Requests not yet answered: held by a pause, frozen, or generating (SGLang's waiting queue plus running batch). */
+  get pending(): number {
+    return this.stats.inflight;
+  }
+
+  /**
+   * Ends every request not yet answered with `finish_reason: abort` (the
+   * tokens generated so far kept): generating ones at their next token,
+   * frozen and held ones at once. SGLang `abort_all_requests`.
+   */
+  abortAll(): void {
+    this.abortEpoch++;
+    const w = this.abortWake;
+    this.abortWake = wakeable();
+    w.wake();
+  }
+
+  /** Resolves once no request is pending ({@link pending} 0). */
+  whenNoPending(): Promise<void> {
+    if (this.stats.inflight === 0) return Promise.resolve();
+    return new Promise((r) => this.drainWaiters.push(r));
+  }
+
+  /**
+   * The simulated scheduler dies (`reason` is what it died of): SGLang's
+   * `flush_cache_after_weight_update` asserts that the flush worked, and the
+   * server goes down with it.
+   */
+  kill(reason: string): void {
+    this.dead = reason;
+    this.healthy = false;
+    this.abortAll();
   }
 
   /** Requests generating now: past the pause hold and not frozen by a pause (0 = the replica is idle). */
@@ -313,15 +365,17 @@ export class SimEngine {
     if (this.active === this.frozen) for (const w of this.idleWaiters.splice(0)) w();
   }
 
-  /** Waits while paused (held or frozen); false when the client gave up meanwhile. */
-  private async holdWhilePaused(signal?: AbortSignal): Promise<boolean> {
+  /** Waits while paused (held or frozen); false when the client gave up meanwhile, "aborted" when {@link abortAll} ended it. */
+  private async holdWhilePaused(signal?: AbortSignal, epoch = this.abortEpoch): Promise<boolean | "aborted"> {
     while (this.pauseState) {
+      if (epoch !== this.abortEpoch) return "aborted";
       const p = this.pauseState;
       const gone = signal ? new Promise<false>((r) => (signal.aborted ? r(false) : signal.addEventListener("abort", () => r(false), { once: true }))) : undefined;
-      const ok = await (gone ? Promise.race([p.resumed.then(() => true), gone]) : p.resumed.then(() => true));
-      if (!ok) return false;
+      const woke = this.abortWake.promise.then(() => "aborted" as const);
+      const ok = await Promise.race([p.resumed.then(() => true), woke, ...(gone ? [gone] : [])]);
+      if (ok !== true) return ok;
     }
-    return true;
+    return epoch !== this.abortEpoch ? "aborted" : true;
   }
 
   /** Replaces the scripted policy (validated; fault counters restart). @throws ConfigError */
@@ -481,13 +535,18 @@ export class SimEngine {
     this.stats.inflight++;
     this.stats.max_inflight = Math.max(this.stats.max_inflight, this.stats.inflight);
     let counted = false;
+    const epoch = this.abortEpoch;
     try {
+      if (this.dead) throw new SimEngineFault("http_500", `the scheduler of ${this.name} died: ${this.dead}`);
       // New requests are held (not refused) while the replica is paused.
-      if (!(await this.holdWhilePaused(req.signal))) throw new SimEngineFault("client_gone", `client gave up on ${req.request_id}`);
+      const held = await this.holdWhilePaused(req.signal, epoch);
+      if (held === false) throw new SimEngineFault("client_gone", `client gave up on ${req.request_id}`);
       log.started_ms = Date.now();
       this.active++;
       counted = true;
-      const out = await this.run(req, log);
+      const out = held === "aborted" ? this.abortedResult(req) : await this.run(req, log, epoch);
+      // A scheduler that died under a request takes its connection with it: no reply, a 5xx.
+      if (this.dead) throw new SimEngineFault("http_500", `the scheduler of ${this.name} died: ${this.dead}`);
       log.ended_ms = Date.now();
       log.weight_version = this.weightVersion;
       log.cached_tokens = out.cached_tokens;
@@ -502,6 +561,7 @@ export class SimEngine {
       throw e;
     } finally {
       this.stats.inflight--;
+      if (this.stats.inflight === 0) for (const w of this.drainWaiters.splice(0)) w();
       if (counted) {
         this.active--;
         this.checkIdle();
@@ -509,7 +569,25 @@ export class SimEngine {
     }
   }
 
-  private async run(req: SimGenerateRequest, log: SimRequestLog): Promise<SimGenerateResult> {
+  /** What a request ended by {@link abortAll} before it generated answers: no tokens, `abort`. */
+  private abortedResult(req: SimGenerateRequest): SimGenerateResult {
+    return {
+      token_ids: [],
+      log_probs: [],
+      finish_reason: "abort",
+      stop_token: null,
+      stop_string: null,
+      stop_token_requested: false,
+      prompt_tokens: req.prompt_ids.length,
+      cached_tokens: 0,
+      turn_index: -1,
+      rule_index: -1,
+      weight_version: this.weightVersion,
+      num_retractions: 0,
+    };
+  }
+
+  private async run(req: SimGenerateRequest, log: SimRequestLog, epoch: number): Promise<SimGenerateResult> {
     const prompt = req.prompt_ids;
     const P = prompt.length;
     const overflow = () =>
@@ -518,7 +596,7 @@ export class SimEngine {
         max_tokens: req.max_tokens,
         max_model_len: this.maxModelLen,
       });
-    if (P + req.max_tokens > this.maxModelLen) throw overflow();
+    if (req.context_rule === "sglang" ? P >= this.maxModelLen || P + req.max_tokens >= this.maxModelLen : P + req.max_tokens > this.maxModelLen) throw overflow();
 
     const r = this.resolve(prompt, req.routing_key);
     let fault = this.takeFault(r.rule_index, r.turn_index);
@@ -595,7 +673,15 @@ export class SimEngine {
     const decodeMs = this.latency.decode_ms_per_token;
     let paceFrom = performance.now();
     let paced = 0;
+    let retractions = 0;
     for (let i = 0; i < ids.length; i++) {
+      if (epoch !== this.abortEpoch) {
+        ids = ids.slice(0, i);
+        finish = "abort";
+        stopToken = null;
+        stopString = null;
+        break;
+      }
       const p = this.pauseState;
       if (p && p.mode !== "wait") {
         if (p.mode === "abort") {
@@ -607,9 +693,14 @@ export class SimEngine {
         }
         this.frozen++;
         this.checkIdle();
-        const ok = await this.holdWhilePaused(req.signal);
+        if (p.mode === "retract") retractions++;
+        const ok = await this.holdWhilePaused(req.signal, epoch);
         this.frozen--;
-        if (!ok) throw gone();
+        if (ok === false) throw gone();
+        if (ok === "aborted") {
+          i--;
+          continue;
+        }
         if (p.mode === "retract" && this.latency.prefill_ms_per_token > 0 && !(await sleep((P + i) * this.latency.prefill_ms_per_token, req.signal))) throw gone();
         paceFrom = performance.now();
         paced = i;
@@ -637,6 +728,7 @@ export class SimEngine {
       turn_index: r.turn_index,
       rule_index: r.rule_index,
       weight_version: this.weightVersion,
+      num_retractions: retractions,
     };
   }
 
@@ -778,4 +870,11 @@ export function sleep(ms: number | undefined, signal?: AbortSignal): Promise<boo
     };
     signal?.addEventListener("abort", onAbort, { once: true });
   });
+}
+
+/** A promise and the function that resolves it. */
+function wakeable(): { promise: Promise<void>; wake: () => void } {
+  let wake!: () => void;
+  const promise = new Promise<void>((r) => (wake = r));
+  return { promise, wake };
 }

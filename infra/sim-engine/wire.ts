@@ -3,11 +3,26 @@ import { encodeInt32 } from "../../shared/session/typed-base64.ts";
 import type { SimEngine, SimEngineFault, SimGenerateResult } from "./sim-engine.ts";
 
 /**
- * The simulated engine's wire formats: request schemas (lenient like the real
- * servers: unknown fields are ignored) and reply/error bodies shaped as vLLM
- * and SGLang shape them.
- * @see ../shared/fixtures/wire-contracts.md §1.2–1.9 (vLLM) and §2.1–2.4 (SGLang)
+ * The simulated engine's wire formats: request schemas and reply/error bodies
+ * shaped as vLLM and SGLang shape them, per engine version
+ * ({@link SimEngineVersion}). Top-level request fields are lenient where the
+ * real servers are (vLLM's pydantic models allow extra fields; SGLang's
+ * request dataclass ignores them); SGLang's `sampling_params` is strict, as
+ * its msgspec struct is ({@link sglangSamplingProblem}).
+ * @see docs/engines.md §2 (vLLM) and §3 (SGLang)
  */
+
+/**
+ * The engine version the simulator plays on the vLLM endpoints: `main` (vLLM
+ * main after v0.29: the current context-overflow wording, `{token_id,
+ * logprob, rank}` log-prob entries on `/inference/v1/generate`) or `0.2x`
+ * (the older wording "This model's maximum context length is…" and
+ * `{token: "token_id:N", logprob}` entries). SGLang endpoints play SGLang main.
+ * @see docs/engines.md §5
+ */
+export type SimEngineVersion = "main" | "0.2x";
+/** Every {@link SimEngineVersion}, newest first. */
+export const SIM_ENGINE_VERSIONS: readonly SimEngineVersion[] = ["main", "0.2x"];
 
 const Ids = z.array(z.number().int().min(0));
 /** `stop`: a string or a list (vLLM and SGLang both take either); vLLM refuses an empty string. */
@@ -87,7 +102,7 @@ export const SglangGenerateRequest = z.looseObject({
       stop: Stop.nullish(),
       no_stop_trim: z.boolean().nullish(),
       skip_special_tokens: z.boolean().nullish(),
-      top_k: z.number().int().refine((k) => k !== 0, "top_k 0 is invalid in SGLang; use -1 to disable").nullish(),
+      top_k: z.number().int().nullish(),
     })
     .default({}),
   return_logprob: z.boolean().nullish(),
@@ -122,6 +137,8 @@ export function vllmCompletionReply(
   engine: SimEngine,
   out: SimGenerateResult,
   opts: {
+    /** `--enable-prompt-tokens-details`: `usage.prompt_tokens_details.cached_tokens` (default true). */
+    promptTokensDetails?: boolean;
     requestId: string;
     promptIds: readonly number[];
     logprobs: boolean;
@@ -166,14 +183,22 @@ export function vllmCompletionReply(
         prompt_logprobs: null,
       },
     ],
-    usage: usage(out),
+    usage: usage(out, opts.promptTokensDetails ?? true),
     system_fingerprint: null,
     kv_transfer_params: null,
   };
 }
 
-/** vLLM `/inference/v1/generate` reply body (chat-style log-probs with `token_id:` strings). */
-export function vllmGenerateReply(out: SimGenerateResult, opts: { requestId: string; logprobs: boolean }): Record<string, unknown> {
+/**
+ * vLLM `/inference/v1/generate` reply body: log-prob entries `{token_id,
+ * logprob, rank, top_logprobs}` (`main`, `output_mode: "tokens"`) or
+ * chat-style `{token: "token_id:N", logprob, bytes, top_logprobs}` (`0.2x`).
+ */
+export function vllmGenerateReply(out: SimGenerateResult, opts: { requestId: string; logprobs: boolean; version?: SimEngineVersion; promptTokensDetails?: boolean }): Record<string, unknown> {
+  const entry =
+    (opts.version ?? "main") === "main"
+      ? (id: number, lp: number) => ({ token_id: id, logprob: lp, rank: 1, top_logprobs: [{ token_id: id, logprob: lp, rank: 1 }] })
+      : (id: number, lp: number) => ({ token: tokenIdString(id), logprob: lp, bytes: null, top_logprobs: [{ token: tokenIdString(id), logprob: lp, bytes: null }] });
   return {
     request_id: `generate-tokens-${opts.requestId}`,
     choices: [
@@ -181,31 +206,81 @@ export function vllmGenerateReply(out: SimGenerateResult, opts: { requestId: str
         index: 0,
         finish_reason: out.finish_reason,
         token_ids: out.token_ids,
-        logprobs: opts.logprobs
-          ? {
-              content: out.token_ids.map((id, i) => ({
-                token: tokenIdString(id),
-                logprob: out.log_probs[i],
-                bytes: null,
-                top_logprobs: [{ token: tokenIdString(id), logprob: out.log_probs[i], bytes: null }],
-              })),
-            }
-          : null,
+        logprobs: opts.logprobs ? { content: out.token_ids.map((id, i) => entry(id, out.log_probs[i]!)) } : null,
       },
     ],
-    usage: usage(out),
+    usage: usage(out, opts.promptTokensDetails ?? true),
     prompt_logprobs: null,
     kv_transfer_params: null,
   };
 }
 
-function usage(out: SimGenerateResult) {
+/**
+ * vLLM's `usage`: `prompt_tokens_details.cached_tokens` only when the server
+ * runs with `--enable-prompt-tokens-details` (`details`), else null.
+ * @see docs/engines.md §2.11
+ */
+function usage(out: SimGenerateResult, details: boolean) {
   return {
     prompt_tokens: out.prompt_tokens,
     completion_tokens: out.token_ids.length,
     total_tokens: out.prompt_tokens + out.token_ids.length,
-    prompt_tokens_details: { cached_tokens: out.cached_tokens },
+    prompt_tokens_details: details ? { cached_tokens: out.cached_tokens } : null,
   };
+}
+
+/**
+ * The API fields of SGLang's `SamplingParams` (a msgspec struct, `kw_only`:
+ * any other key fails its construction).
+ * @see SGLang `python/sglang/srt/sampling/sampling_params.py` `SamplingParams`
+ */
+const SGLANG_SAMPLING_KEYS = new Set([
+  "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k", "min_p",
+  "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n", "json_schema", "regex", "ebnf",
+  "structural_tag", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
+  "custom_params", "stream_interval", "logit_bias", "sampling_seed",
+]);
+
+/**
+ * Why SGLang refuses `sampling_params` (its error text), or null when it
+ * takes them: an unknown key (msgspec's "Unexpected keyword argument"), then
+ * `SamplingParams.verify`'s ranges — temperature ≥ 0 and finite, top_p in
+ * (0, 1], min_p in [0, 1], top_k −1 or ≥ 1, penalties in range,
+ * max_new_tokens ≥ 0, min_new_tokens ≤ max_new_tokens. `null` values mean
+ * "the default", as `__post_init__` treats them.
+ * @see SGLang `SamplingParams.__post_init__` and `.verify` (sampling_params.py)
+ */
+export function sglangSamplingProblem(sp: Record<string, unknown>): string | null {
+  for (const k of Object.keys(sp)) if (!SGLANG_SAMPLING_KEYS.has(k)) return `Unexpected keyword argument '${k}'`;
+  const num = (k: string, d: number): number | string => {
+    const v = sp[k];
+    if (v == null) return d;
+    return typeof v === "number" ? v : `Expected \`number\`, got \`${typeof v}\` - at \`$.${k}\``;
+  };
+  const vals: Record<string, number> = {};
+  for (const [k, d] of [["temperature", 1], ["top_p", 1], ["top_k", -1], ["min_p", 0], ["frequency_penalty", 0], ["presence_penalty", 0], ["repetition_penalty", 1], ["min_new_tokens", 0]] as const) {
+    const v = num(k, d);
+    if (typeof v === "string") return v;
+    vals[k] = v;
+  }
+  const mnt = sp.max_new_tokens;
+  if (mnt != null && !(typeof mnt === "number" && Number.isInteger(mnt))) return `Expected \`int\`, got \`${typeof mnt}\` - at \`$.max_new_tokens\``;
+  const t = vals.temperature!;
+  // __post_init__: temperature ~0 means greedy (top_k 1); −1 means the whole vocabulary.
+  const topK = t >= 0 && t < 1e-6 ? 1 : vals.top_k!;
+  if (!Number.isFinite(t) || t < 0) return `temperature must be a non-negative finite number, got ${t}.`;
+  if (!(vals.top_p! > 0 && vals.top_p! <= 1)) return `top_p must be in (0, 1], got ${vals.top_p}.`;
+  if (!(vals.min_p! >= 0 && vals.min_p! <= 1)) return `min_p must be in [0, 1], got ${vals.min_p}.`;
+  if (topK !== -1 && topK < 1) return `top_k must be -1 (disable) or at least 1, got ${topK}.`;
+  if (!(vals.frequency_penalty! >= -2 && vals.frequency_penalty! <= 2)) return `frequency_penalty must be in [-2, 2], got ${vals.frequency_penalty}.`;
+  if (!(vals.presence_penalty! >= -2 && vals.presence_penalty! <= 2)) return `presence_penalty must be in [-2, 2], got ${vals.presence_penalty}.`;
+  if (!(vals.repetition_penalty! > 0 && vals.repetition_penalty! <= 2)) return `repetition_penalty must be in (0, 2] (1.0 = no penalty), got ${vals.repetition_penalty}.`;
+  if (!(vals.min_new_tokens! >= 0)) return `min_new_tokens must be in [0, max_new_tokens], got ${vals.min_new_tokens}.`;
+  if (typeof mnt === "number") {
+    if (mnt < 0) return `max_new_tokens must be at least 0, got ${mnt}.`;
+    if (!(vals.min_new_tokens! <= mnt)) return `min_new_tokens must be in [0, max_new_tokens(${mnt})], got ${vals.min_new_tokens}.`;
+  }
+  return null;
 }
 
 /** SGLang `/generate` reply body. */
@@ -240,6 +315,7 @@ export function sglangReply(
       prompt_tokens: out.prompt_tokens,
       completion_tokens: out.token_ids.length,
       cached_tokens: out.cached_tokens,
+      num_retractions: out.num_retractions,
       e2e_latency: opts.latencyS,
       // SGLang reports the weights' version (`--weight-version`, `/update_weight_version`) on every reply.
       weight_version: opts.weightVersion ?? engine.weightVersion,
@@ -271,10 +347,27 @@ export function sglangError(status: number, message: string): { status: number; 
   return status >= 500 ? { status, body: { detail: message } } : { status, body: { error: { message } } };
 }
 
-/** A fault rendered as the vLLM server answers it. */
-export function vllmFault(f: SimEngineFault): { status: number; body: unknown } {
+/**
+ * A fault rendered as the vLLM server of `version` answers it. Context
+ * overflow, `main`: "max_tokens=M cannot be greater than max_model_len=L"
+ * when M alone is too large (`TokenizeParams.__post_init__`), else "You passed
+ * P input tokens and requested M output tokens. However, the model's context
+ * length is only L tokens, resulting in a maximum input length of L−M tokens…"
+ * (`TokenizeParams._token_len_check`); `0.2x`: "This model's maximum context
+ * length is L tokens…".
+ * @see docs/engines.md §2.7
+ */
+export function vllmFault(f: SimEngineFault, version: SimEngineVersion = "main"): { status: number; body: unknown } {
   if (f.kind === "context_overflow") {
     const { prompt_tokens: p = 0, max_tokens: m = 0, max_model_len: n = 0 } = f.detail;
+    if (version === "main") {
+      if (m > n) return vllmError(400, `max_tokens=${m} cannot be greater than max_model_len=${n}. Please request fewer output tokens.`, "max_tokens");
+      return vllmError(
+        400,
+        `You passed ${p} input tokens and requested ${m} output tokens. However, the model's context length is only ${n} tokens, resulting in a maximum input length of ${n - m} tokens. Please reduce the length of the input prompt. (parameter=input_tokens, value=${p})`,
+        "input_tokens",
+      );
+    }
     return vllmError(
       400,
       `This model's maximum context length is ${n} tokens. However, you requested ${m} output tokens and your prompt contains at least ${p} input tokens, for a total of at least ${p + m} tokens. Please reduce the length of the input prompt or the number of requested output tokens. (parameter=input_tokens, value=${p})`,

@@ -30,6 +30,12 @@ export const EngineConfig = z.strictObject({
   timeout_ms: z.number().int().positive().default(600_000),
   /** Retries of a failed engine call (5xx, refused, past `timeout_ms`), each under a fresh request id, with backoff; 0: none. */
   max_retries: z.number().int().min(0).max(100).default(3),
+  /**
+   * The vLLM version the simulated engine plays on its vLLM wire formats
+   * (sim only): `main` (newest) or `0.2x` (docs/engines.md §5); null: `main`.
+   * Matters with `engine.format` `vllm-generate`, or `vllm` with replicas > 1.
+   */
+  sim_engine_version: z.enum(["main", "0.2x"]).nullable().default(null),
   /** The simulated engine's prefix KV cache per replica, in blocks of 16 tokens (sim only); null: the simulator's default (16,384 blocks). */
   sim_kv_cache_blocks: z.number().int().min(1).nullable().default(null),
   /**
@@ -74,6 +80,7 @@ export const EngineConfig = z.strictObject({
     ["replicas", e.replicas !== 1],
     ["sim_latency", e.sim_latency !== null],
     ["sim_kv_cache_blocks", e.sim_kv_cache_blocks !== null],
+    ["sim_engine_version", e.sim_engine_version !== null],
   ];
   for (const [key, isSet] of set) {
     if (isSet) ctx.addIssue({ code: "custom", path: [key], message: `engine.${key} applies to the simulated engine only (engine.url "sim"), not to ${e.url}` });

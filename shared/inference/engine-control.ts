@@ -45,6 +45,19 @@ export interface EngineGateState {
 }
 
 /**
+ * What a gate read atomically with a call's admission ({@link EngineGate.run}).
+ * `policy`: the deployment's current policy version (`{version, seq}`) as the
+ * admission saw it, null when none was ever set, absent when this gate does
+ * not read it (the memory gate; a Redis gate built without `policyKey`).
+ * Being read by the admission itself, it is ordered after every
+ * `POST /v1/model-version` that returned, at any process, before the call was
+ * dispatched.
+ */
+export interface GateAdmission {
+  policy?: { version: string | number; seq: number } | null;
+}
+
+/**
  * The client-side half of a pause, shared by every process of a deployment:
  * while closed, no new engine call starts (calls wait, then go after the
  * gate opens). Counts the calls in flight (past the gate, not yet answered),
@@ -63,12 +76,10 @@ export interface EngineGate {
    * `fn` calls `sent()` once its engine request is on its way (until then,
    * or until `fn` settles, the call counts as `starting`). Admission (the
    * gate is open → the call counts in flight) is atomic with respect to
-   * {@link close}. `onChange` (a constructor option) is called first when the
-   * gate's epoch moved since this process last looked (a pause happened:
-   * cached policy versions are stale).
+   * {@link close}; `fn`'s second argument is what was read with it ({@link GateAdmission}).
    * @throws the signal's reason when `signal` aborts while waiting
    */
-  run<T>(fn: (sent: () => void) => Promise<T>, signal?: AbortSignal): Promise<T>;
+  run<T>(fn: (sent: () => void, admission: GateAdmission) => Promise<T>, signal?: AbortSignal): Promise<T>;
   /** Engine calls in flight in the deployment (every process). */
   inflight(): Promise<number>;
   /** Engine calls admitted by the gate whose request is not yet sent (every process). */
@@ -81,7 +92,6 @@ export class MemoryEngineGate implements EngineGate {
   private waiters: (() => void)[] = [];
   private active = 0;
   private unsent = 0;
-  constructor(private readonly onChange?: () => void) {}
 
   async state(): Promise<EngineGateState> {
     return { ...this.st };
@@ -96,11 +106,8 @@ export class MemoryEngineGate implements EngineGate {
     for (const w of this.waiters.splice(0)) w();
     return { ...this.st };
   }
-  async run<T>(fn: (sent: () => void) => Promise<T>, signal?: AbortSignal): Promise<T> {
-    if (this.st.paused) {
-      while (this.st.paused) await waitFor(new Promise<void>((r) => this.waiters.push(r)), signal);
-      this.onChange?.();
-    }
+  async run<T>(fn: (sent: () => void, admission: GateAdmission) => Promise<T>, signal?: AbortSignal): Promise<T> {
+    while (this.st.paused) await waitFor(new Promise<void>((r) => this.waiters.push(r)), signal);
     this.active++;
     this.unsent++;
     let pending = true;
@@ -108,7 +115,7 @@ export class MemoryEngineGate implements EngineGate {
       if (pending) (pending = false), this.unsent--;
     };
     try {
-      return await fn(sent);
+      return await fn(sent, {});
     } finally {
       sent();
       this.active--;
@@ -123,15 +130,25 @@ export class MemoryEngineGate implements EngineGate {
 }
 
 /**
- * Admission, atomic with `close`: KEYS = gate, inflight, starting;
- * ARGV = member, inflight lease expiry, starting lease expiry (epoch ms).
- * Returns `[paused 0/1, epoch]`; when open, the member is added to both sets.
+ * Admission, atomic with `close`: KEYS = gate, inflight, starting, and
+ * optionally the policy hash; ARGV = member, inflight lease expiry, starting
+ * lease expiry (epoch ms). Returns `[paused 0/1, epoch]`; when open, the
+ * member is added to both sets and, with the policy key, the reply goes on
+ * with its `current` (version JSON) and `seq` (nil when no version was set):
+ * the version a call is stamped with, read in the same script, so it costs no
+ * round trip and is ordered after every `set` that returned before the call.
+ * (A Redis Cluster layout would need all four keys in one slot — one hash
+ * tag around the prefix, e.g. `{edgeloop}:` — today they only share the prefix.)
  */
 const ADMIT_LUA = `local g = redis.call('HMGET', KEYS[1], 'paused', 'epoch')
 local e = tonumber(g[2] or '0') or 0
 if g[1] == '1' then return {1, e} end
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
+if KEYS[4] then
+  local p = redis.call('HMGET', KEYS[4], 'current', 'seq')
+  return {0, e, p[1], p[2]}
+end
 return {0, e}`;
 
 /**
@@ -140,10 +157,12 @@ return {0, e}`;
  * `{p}engine:inflight` ZSET (one member per call in flight, scored by its
  * lease expiry in epoch ms, so a crashed process's calls stop counting) and
  * `{p}engine:starting` ZSET (calls admitted, request not yet sent; a short
- * lease, `startLeaseMs`, default 10 s).
+ * lease, `startLeaseMs`, default 10 s). With `policyKey` (the
+ * `RedisPolicyVersions` hash, `{p}policy`) the admission also reads the
+ * current policy version ({@link GateAdmission}).
  *
- * Cost per engine call: one EVAL on the call's path (gate read + both ZADDs,
- * atomic, so a `close` either holds the call or sees it in flight), then the
+ * Cost per engine call: one EVAL on the call's path (gate read + both ZADDs
+ * [+ the policy read], atomic, so a `close` either holds the call or sees it in flight), then the
  * two removals (sent, ended), which are not awaited by the call and are
  * coalesced per process: every removal queued in the same tick goes out as
  * one pipeline of at most one ZREM per set. A closed gate is polled every
@@ -153,18 +172,17 @@ export class RedisEngineGate implements EngineGate {
   readonly key: string;
   readonly inflightKey: string;
   readonly startingKey: string;
-  private lastEpoch: number | null = null;
+  private readonly policyKey?: string;
   private readonly pollMs: number;
   private readonly leaseMs: number;
   private readonly startLeaseMs: number;
-  private readonly onChange?: () => void;
   private readonly rem = { inflight: [] as string[], starting: [] as string[] };
   private scheduled = false;
   private lastFlush: Promise<void> = Promise.resolve();
 
   constructor(
     private readonly redis: RedisCommander,
-    opts: { prefix?: string; pollMs?: number; leaseMs?: number; startLeaseMs?: number; onChange?: () => void } = {},
+    opts: { prefix?: string; pollMs?: number; leaseMs?: number; startLeaseMs?: number; policyKey?: string } = {},
   ) {
     const p = opts.prefix ?? "edgeloop:";
     this.key = `${p}engine:gate`;
@@ -173,7 +191,7 @@ export class RedisEngineGate implements EngineGate {
     this.pollMs = opts.pollMs ?? 20;
     this.leaseMs = opts.leaseMs ?? 15 * 60_000;
     this.startLeaseMs = opts.startLeaseMs ?? 10_000;
-    this.onChange = opts.onChange;
+    if (opts.policyKey !== undefined) this.policyKey = opts.policyKey;
   }
 
   async state(): Promise<EngineGateState> {
@@ -196,19 +214,19 @@ export class RedisEngineGate implements EngineGate {
     if (cur.paused) await this.redis.pipeline([["HSET", this.key, "paused", "0"], ["HDEL", this.key, "mode", "since"], ["HINCRBY", this.key, "epoch", "1"]]);
     return this.state();
   }
-  async run<T>(fn: (sent: () => void) => Promise<T>, signal?: AbortSignal): Promise<T> {
+  async run<T>(fn: (sent: () => void, admission: GateAdmission) => Promise<T>, signal?: AbortSignal): Promise<T> {
     const id = crypto.randomUUID();
+    const keys = this.policyKey === undefined ? ["3", this.key, this.inflightKey, this.startingKey] : ["4", this.key, this.inflightKey, this.startingKey, this.policyKey];
+    let admission: GateAdmission;
     for (;;) {
       const now = Date.now();
       // On the trajectory path: a store outage holds the call until the store answers again (a session
       // is held, never failed, for an outage), as the policy-version reads do.
-      const [paused, epoch] = (await holdWhileStoreDown(() =>
-        this.redis.exec(["EVAL", ADMIT_LUA, "3", this.key, this.inflightKey, this.startingKey, id, String(now + this.leaseMs), String(now + this.startLeaseMs)]),
-      )) as [number, number];
-      const e = Number(epoch);
-      if (this.lastEpoch !== null && e !== this.lastEpoch) this.onChange?.();
-      this.lastEpoch = e;
-      if (Number(paused) !== 1) break;
+      const r = (await holdWhileStoreDown(() => this.redis.exec(["EVAL", ADMIT_LUA, ...keys, id, String(now + this.leaseMs), String(now + this.startLeaseMs)]))) as unknown[];
+      if (Number(r[0]) !== 1) {
+        admission = this.policyKey === undefined ? {} : { policy: r[2] == null ? null : { version: JSON.parse(String(r[2])) as string | number, seq: Number(r[3]) } };
+        break;
+      }
       await waitFor(new Promise<void>((r) => setTimeout(r, this.pollMs)), signal);
     }
     let pending = true;
@@ -216,7 +234,7 @@ export class RedisEngineGate implements EngineGate {
       if (pending) (pending = false), this.remove("starting", id);
     };
     try {
-      return await fn(sent);
+      return await fn(sent, admission);
     } finally {
       sent();
       this.remove("inflight", id);
@@ -265,8 +283,9 @@ function waitFor(p: Promise<void>, signal?: AbortSignal): Promise<void> {
  * An {@link InferenceClient} whose calls pass the {@link EngineGate} first: no
  * engine call starts while the deployment is paused. With `version`, every
  * reply that carries no engine-reported `extra_fields.model_version` is
- * stamped with the version `version()` gave once the gate let the call
- * through (a call held through a weight update carries the new version);
+ * stamped with the version `version(admission)` gave once the gate let the
+ * call through (`admission`: what the gate read with it, {@link GateAdmission};
+ * a call held through a weight update carries the new version);
  * `version()` returning null stamps nothing. The call counts as sent (see
  * {@link EngineGate.run}) once the inner client was called.
  */
@@ -274,11 +293,11 @@ export class GatedClient implements InferenceClient {
   constructor(
     readonly inner: InferenceClient,
     readonly gate: EngineGate,
-    private readonly opts: { version?: () => Promise<string | number | null> } = {},
+    private readonly opts: { version?: (admission: GateAdmission) => Promise<string | number | null> } = {},
   ) {}
   generate(req: GenerateRequest): Promise<TokenOutput> {
-    return this.gate.run(async (sent) => {
-      const v = this.opts.version ? await this.opts.version() : null;
+    return this.gate.run(async (sent, admission) => {
+      const v = this.opts.version ? await this.opts.version(admission) : null;
       const pending = this.inner.generate(req);
       sent();
       const out = await pending;

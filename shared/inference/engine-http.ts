@@ -1,3 +1,4 @@
+import { fnv1a32 } from "./hash.ts";
 import {
   BadEngineResponseError,
   ContextOverflowError,
@@ -61,16 +62,34 @@ export const PREFIX_KEY_HEADER = "x-edgeloop-prefix-key";
  * `--api-key`, SGLang `--api-key`; see docs/engines.md §2.10 and §3.7).
  */
 export function engineHeaders(routingKey: string, requestId: string, prefixKey?: string, apiKey?: string | null): Record<string, string> {
+  const rk = routingKeyHint(routingKey);
   return {
     ...(prefixKey ? { [PREFIX_KEY_HEADER]: prefixKey } : {}),
     ...(apiKey ? { authorization: `Bearer ${apiKey}` } : {}),
     "content-type": "application/json",
     accept: "application/json",
-    "x-session-id": routingKey,
-    "x-smg-routing-key": routingKey,
+    "x-session-id": rk,
+    "x-smg-routing-key": rk,
     // Lower priority than x-session-id in vllm-router, never a key in SMG: safe to carry the per-call id.
     "x-request-id": requestId,
   };
+}
+
+/** The longest routing key SGLang's Model Gateway takes (`ROUTING_KEY_HINT_MAX_BYTES`), in UTF-8 bytes. */
+export const ROUTING_KEY_MAX_BYTES = 128;
+
+/**
+ * The routing key as sent in the headers: unchanged when it fits in
+ * {@link ROUTING_KEY_MAX_BYTES} UTF-8 bytes (every trajectory key of a uid up
+ * to ~100 characters), else `edgeloop~` and a 64-bit hash of it in hex (25
+ * bytes): a longer key would not pin at SMG, and stickiness only needs the
+ * same key on every turn, which the hash keeps. Linear in the key.
+ * @see docs/engines.md §4 (SMG's routing-key hint)
+ */
+export function routingKeyHint(key: string): string {
+  if (key.length * 3 <= ROUTING_KEY_MAX_BYTES || new TextEncoder().encode(key).length <= ROUTING_KEY_MAX_BYTES) return key;
+  const hex = (n: number) => n.toString(16).padStart(8, "0");
+  return `edgeloop~${hex(fnv1a32(key))}${hex(fnv1a32(key, 0x9e3779b9))}`;
 }
 
 /** What {@link postEngineJson} hands back: the status and the parsed JSON body (`undefined` when not JSON). */

@@ -1,7 +1,7 @@
 import { runAgentLoop, type AgentLoopRegistry } from "../agent-loop/index.ts";
 import type { AgentLoop, AgentLoopContext } from "../agent-loop/agent-loop.ts";
 import type { GenerateRequest, InferenceClient } from "../inference/types.ts";
-import { GatedClient, type EngineGate } from "../inference/engine-control.ts";
+import { GatedClient, type EngineGate, type GateAdmission } from "../inference/engine-control.ts";
 import type { AgentLoopOutput, RolloutConfig, SamplingParams, TokenOutput, TrajectoryRecord } from "../schema/index.ts";
 import type { SessionInput } from "../session/checkpoint.ts";
 import type { SessionHost } from "../session/session-host.ts";
@@ -97,9 +97,7 @@ function carrySignal(signal: AbortSignal | undefined): AbortSignal | undefined {
 /**
  * Stamps every call's output, when the engine does not report a version,
  * with the policy version current when the call was sent (`POST
- * /v1/model-version`) or, when none was set, the batch's `model_version`.
- * Behind a pause gate the version is read after the gate opened, so a call
- * held through a weight update carries the new version.
+ * /v1/model-version`, read before the call is sent) or, when none was set, the batch's `model_version`.
  */
 class VersionStampingClient implements InferenceClient {
   constructor(
@@ -122,15 +120,24 @@ class VersionStampingClient implements InferenceClient {
 }
 
 /**
- * The engine client of a batch's loops: gated by the deployment's pause gate
- * (outermost, so the version is read once the gate let the call through),
- * stamping call versions (the policy's current one, else the batch's; no
- * stamping when neither can exist).
+ * The engine client of a batch's loops (and of the agent gateway, with
+ * `batchVersion` null): gated by the deployment's pause gate (outermost, so
+ * the version is read once the gate let the call through), stamping call
+ * versions (the policy's current one, else `batchVersion`; no stamping when
+ * neither can exist). The version is read per call, after the call was
+ * dispatched and before it is sent: from the gate's admission when the gate
+ * reads it ({@link GateAdmission}: no round trip), else from
+ * `policy.current()` (uncached) — either way ordered after every
+ * `POST /v1/model-version` that returned, at any process, before the dispatch.
  */
-function stamping(deps: ExecutorDeps, batchVersion: string | number | null): InferenceClient {
+export function versionStampedClient(deps: Pick<ExecutorDeps, "client" | "gate" | "policy">, batchVersion: string | number | null): InferenceClient {
   const policy = deps.policy;
   if (!policy && batchVersion == null) return deps.gate ? new GatedClient(deps.client, deps.gate) : deps.client;
-  const version = async () => (policy ? ((await policy.current())?.version ?? batchVersion) : batchVersion);
+  const version = async (admission?: GateAdmission) => {
+    if (!policy) return batchVersion;
+    const cur = admission?.policy !== undefined ? admission.policy : await policy.current();
+    return cur?.version ?? batchVersion;
+  };
   // Behind a gate, the gated client stamps (the version read after admission, the call marked sent once it went out).
   return deps.gate ? new GatedClient(deps.client, deps.gate, { version }) : new VersionStampingClient(deps.client, version);
 }
@@ -148,7 +155,7 @@ export function createAgentExecutor(
   rollout: RolloutConfig,
   batch: { model_version: string | number | null; validate: boolean },
 ): TrajectoryExecutor {
-  const client = stamping(deps, batch.model_version);
+  const client = versionStampedClient(deps, batch.model_version);
   const { registry, ...shared } = deps;
   return {
     agentNameFor: (t) => t.row?.agent_name ?? rollout.agent.default_agent_loop,
@@ -184,7 +191,7 @@ export function sessionLoopFactory(deps: ExecutorDeps): (input: SessionInput) =>
   const { registry, ...shared } = deps;
   const stamped = new Map<string | number | null, InferenceClient>();
   return (input) => {
-    const client = stamped.get(input.model_version) ?? stamping(deps, input.model_version);
+    const client = stamped.get(input.model_version) ?? versionStampedClient(deps, input.model_version);
     stamped.set(input.model_version, client);
     const name = registry.resolve(input.agent_name, input.rollout.agent.default_agent_loop);
     // Turns, engine calls and tool calls of a session are traced like the in-process path's;

@@ -1,6 +1,5 @@
 import { z } from "zod";
 import type { RedisCommander } from "../store/redis-commander.ts";
-import { replyToFields } from "../store/redis-transfer-queue.ts";
 import { InputError, StoreError } from "../errors.ts";
 import { holdWhileStoreDown } from "../store/store-outage.ts";
 
@@ -22,7 +21,12 @@ export interface PolicyVersion {
  * — fails a trajectory whose first turn is more than that many versions behind.
  */
 export interface PolicyVersions {
-  /** The current version, or null when none was ever set. */
+  /**
+   * The current version, or null when none was ever set. Never from a cache:
+   * a read started after a `set` returned (at any process of the deployment)
+   * sees that set or a later one, so a turn dispatched after
+   * `POST /v1/model-version` returned is stamped with the posted version.
+   */
   current(): Promise<PolicyVersion | null>;
   /** Makes `version` current; setting the current version again changes nothing. Returns it with its seq. */
   set(version: string | number): Promise<PolicyVersion>;
@@ -224,44 +228,32 @@ return {redis.call('HGET', KEYS[1], 'consumed'), cur}`;
  * {@link PolicyVersions} in Redis (`{p}policy` HASH: `current` = version
  * JSON, `current_key` = its {@link versionKey}, `seq`, `v:<versionKey>` = its seq, `consumed` / `consumed_seq` = the
  * trainer's consumed version), shared by the API and its
- * workers. Reads are cached for `cacheMs` (default 250) so a turn costs no
- * round trip in steady state. Runtime-free.
+ * workers. `current` is one HMGET per read, never cached: no process may
+ * stamp a call with a version another process has replaced. The engine
+ * calls of `edgeloop serve`/`worker` do not read it: their gate's admission
+ * script reads `{p}policy` too (`RedisEngineGate`'s `policyKey`), so a
+ * stamp costs no round trip. `seqOf` is cached (a version's seq never changes). Runtime-free.
  * @throws StoreError (retryable) on Redis failures; reads wait a store outage out ({@link holdWhileStoreDown}).
  */
 export class RedisPolicyVersions implements PolicyVersions {
   readonly key: string;
-  private cache: { at: number; v: PolicyVersion | null } | null = null;
   private readonly seqCache = new Map<string, number>();
 
   constructor(
     private readonly redis: RedisCommander,
-    opts: { prefix?: string; cacheMs?: number } = {},
+    opts: { prefix?: string } = {},
   ) {
     this.key = `${opts.prefix ?? "edgeloop:"}policy`;
-    this.cacheMs = opts.cacheMs ?? 250;
   }
-  private readonly cacheMs: number;
 
   async current(): Promise<PolicyVersion | null> {
-    if (this.cache && Date.now() - this.cache.at < this.cacheMs) return this.cache.v;
-    // A read is fresh as of when it was sent: a slow reply must not extend a value a `set` may have replaced meanwhile.
-    const at = Date.now();
-    const f = replyToFields(await this.call(["HGETALL", this.key]));
-    const v = f.current === undefined ? null : { version: JSON.parse(f.current) as string | number, seq: Number(f.seq) };
-    this.cache = { at, v };
-    return v;
-  }
-
-  /** Drops the cached current version: the next read goes to Redis (called when a pause ended: the version may have changed). */
-  invalidate(): void {
-    this.cache = null;
+    const [cur, seq] = (await this.call(["HMGET", this.key, "current", "seq"])) as (string | null)[];
+    return cur == null ? null : { version: JSON.parse(cur) as string | number, seq: Number(seq) };
   }
 
   async set(version: string | number): Promise<PolicyVersion> {
     const r = (await this.call(["EVAL", SET_LUA, "1", this.key, JSON.stringify(version), versionKey(version)], false)) as [string, number];
-    const v = { version: JSON.parse(String(r[0])) as string | number, seq: Number(r[1]) };
-    this.cache = { at: Date.now(), v };
-    return v;
+    return { version: JSON.parse(String(r[0])) as string | number, seq: Number(r[1]) };
   }
 
   async seqOf(version: unknown): Promise<number | null> {
@@ -290,12 +282,10 @@ export class RedisPolicyVersions implements PolicyVersions {
     return { version: JSON.parse(String(r[0])) as string | number, seq: Number(r[1]) };
   }
 
-  /** One HMGET, uncached (it refreshes the cached current version too). */
+  /** One HMGET. */
   async admissionState(): Promise<{ current: PolicyVersion | null; consumed: PolicyVersion | null }> {
-    const at = Date.now();
     const [cur, seq, con, conSeq] = (await this.call(["HMGET", this.key, "current", "seq", "consumed", "consumed_seq"])) as (string | null)[];
     const current = cur == null ? null : { version: JSON.parse(cur) as string | number, seq: Number(seq) };
-    this.cache = { at, v: current };
     return { current, consumed: con == null ? null : { version: JSON.parse(con) as string | number, seq: Number(conSeq) } };
   }
 

@@ -118,8 +118,9 @@ describe("POST /v1/engine/pause → model-version → resume with trajectories i
       await Bun.sleep(150); // the "weight update"
       expect((await post(app, "/v1/model-version", { version: "v2" })).status).toBe(200);
       if (c.format === "sglang") {
-        // What a trainer's update_weights_from_* {weight_version} does; SGLang's own route.
-        const r = await fetch(`${sim.urls[0]}/update_weight_version`, { method: "POST", headers: json, body: JSON.stringify({ new_version: "v2" }) });
+        // What a trainer's update_weights_from_* {weight_version} does; SGLang's own route. Its abort_all_requests
+        // defaults to true (every request aborted, frozen ones too): a trainer that keeps requests passes false.
+        const r = await fetch(`${sim.urls[0]}/update_weight_version`, { method: "POST", headers: json, body: JSON.stringify({ new_version: "v2", abort_all_requests: false }) });
         expect(r.status).toBe(200);
       }
       const resumed = await post(app, "/v1/engine/resume");
@@ -236,7 +237,11 @@ describe("sim engine pause endpoints", () => {
       await Bun.sleep(60);
       expect(engine.stats.inflight).toBe(2);
       expect(engine.requests.at(-1)!.started_ms).toBeUndefined();
-      await fetch(`${u}/continue_generation`, { method: "POST" });
+      // SGLang validates a JSON body on /continue_generation: a bodiless call is refused and resumes nothing.
+      const bare = await fetch(`${u}/continue_generation`, { method: "POST" });
+      expect([bare.status, ((await bare.json()) as { error: { message: string } }).error.message]).toEqual([400, "[{'type': 'missing', 'loc': ('body',), 'msg': 'Field required', 'input': None}]"]);
+      expect(engine.paused).toBe(true);
+      await fetch(`${u}/continue_generation`, { method: "POST", headers: json, body: "{}" });
       const [a, h] = await Promise.all([first, held]);
       expect(a).toMatchObject({ output_ids: plain.output_ids, meta_info: { output_token_logprobs: plain.meta_info.output_token_logprobs } });
       expect(h.output_ids).toEqual(plain.output_ids);

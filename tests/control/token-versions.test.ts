@@ -70,9 +70,14 @@ describe("/v1/engine/* on the API", () => {
     const bad = await app.request("/v1/engine/pause", { method: "POST", headers: h, body: JSON.stringify({ mode: "in_place" }) });
     expect(bad.status).toBe(400);
     expect(((await bad.json()) as { error: { field: string } }).error.field).toBe("mode");
-    const p = await app.request("/v1/engine/pause", { method: "POST", headers: h, body: JSON.stringify({ mode: "keep", clear_cache: true }) });
+    // keep + clear_cache: refused at the boundary (frozen requests hold their KV; SGLang's flush would fail), nothing paused.
+    const both = await app.request("/v1/engine/pause", { method: "POST", headers: h, body: JSON.stringify({ mode: "keep", clear_cache: true }) });
+    expect(both.status).toBe(400);
+    expect(((await both.json()) as { error: { field: string } }).error.field).toBe("clear_cache");
+    expect(sim.pauses).toEqual([]);
+    const p = await app.request("/v1/engine/pause", { method: "POST", headers: h, body: JSON.stringify({ mode: "keep" }) });
     expect(await p.json()).toEqual({ paused: true, mode: "keep", since_ms: expect.any(Number), epoch: 1, inflight: 0, replicas: [{ url: "http://sim.local", ok: true, status: 200 }] });
-    expect(sim.pauses.map((x) => [x.mode, x.clear_cache])).toEqual([["keep", true]]);
+    expect(sim.pauses.map((x) => [x.mode, x.clear_cache])).toEqual([["keep", false]]);
     const st = await app.request("/v1/engine/status", { headers: h });
     expect(await st.json()).toMatchObject({ paused: true, replicas: [{ paused: true }] });
     // A call while paused waits for the resume.

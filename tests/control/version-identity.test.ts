@@ -24,7 +24,7 @@ const impls: [string, () => PolicyVersions | null][] = [
       if (!redis) return null;
       const c = new IoRedisCommander(REDIS_URL);
       commanders.push(c);
-      return new RedisPolicyVersions(c, { prefix: `${prefix}${commanders.length}:`, cacheMs: 0 });
+      return new RedisPolicyVersions(c, { prefix: `${prefix}${commanders.length}:` });
     },
   ],
 ];

@@ -97,7 +97,7 @@ describe("replyProblem judges a reply against its request", () => {
   test("vLLM /inference/v1/generate", () => {
     const req = { token_ids: [1, 2], sampling_params: { max_tokens: 4, logprobs: 0 } };
     expect(ask("/inference/v1/generate", { choices: [{ finish_reason: "stop" }] }, req)).toBe(
-      "no token ids: choices[0].token_ids is missing and logprobs.content tokens are not 'token_id:<id>' strings",
+      "no token ids: choices[0].token_ids is missing and logprobs.content names no token ids (token_id or 'token_id:<id>')",
     );
     expect(ask("/inference/v1/generate", { choices: [{ token_ids: [5], finish_reason: "stop" }] }, req)).toBe("log-probs were requested but the reply has none for 1 tokens");
     expect(ask("/inference/v1/generate", { choices: [{ token_ids: [5], finish_reason: "stop" }] }, { ...req, sampling_params: { max_tokens: 4 } })).toBeNull();

@@ -4,6 +4,7 @@ import { createEngineClient } from "../../shared/inference/index.ts";
 import { SamplingParams } from "../../shared/schema/index.ts";
 import type { SimFault } from "../../infra/sim-engine/index.ts";
 import { startSimEngine, type RunningSimEngine } from "../../infra/sim-engine/server.ts";
+import type { SimEngineVersion } from "../../infra/sim-engine/wire.ts";
 import { loadReplyFixtures, loadRequestFixture, type EngineFixture } from "./replay-server.ts";
 
 /**
@@ -21,6 +22,8 @@ interface Case {
   maxTokens?: number;
   /** Replica whose max_model_len is 10 (shorter than the 13-token prompt). */
   tiny?: boolean;
+  /** The vLLM version the simulator plays (default main). */
+  version?: SimEngineVersion;
 }
 
 const CASES: Record<string, Case> = {
@@ -28,8 +31,11 @@ const CASES: Record<string, Case> = {
   "vllm-completion-length": { maxTokens: 3 },
   "vllm-completion-abort-partial": { fault: { kind: "abort_after", tokens: 1 } },
   "vllm-completion-abort-empty": { fault: { kind: "abort_after", tokens: 0 } },
-  "vllm-generate-tokens": {},
-  "vllm-error-context-overflow": { maxTokens: 50_000 },
+  "vllm-generate-tokens": { version: "0.2x" },
+  "vllm-generate-tokens-main": {},
+  "vllm-error-context-overflow": { version: "0.2x", maxTokens: 50_000 },
+  "vllm-error-context-overflow-current": { tiny: true, maxTokens: 1 },
+  "vllm-error-max-tokens-over-model-len": { maxTokens: 50_000 },
   "vllm-error-500-engine-dead": { fault: { kind: "http_500" } },
   "vllm-error-503": { fault: { kind: "http_503" } },
   "sglang-generate-stop": {},
@@ -70,14 +76,17 @@ const reqFixture = loadRequestFixture();
 const fixtures = new Map(loadReplyFixtures().map((f) => [f.name, f]));
 let sim: RunningSimEngine;
 let tiny: RunningSimEngine;
+let old: RunningSimEngine;
 
 beforeAll(async () => {
   sim = await startSimEngine({ replicas: 1 });
   tiny = await startSimEngine({ replicas: 1, maxModelLen: 10 });
+  old = await startSimEngine({ replicas: 1, wire: { engineVersion: "0.2x" } });
 });
 afterAll(async () => {
   await sim.stop();
   await tiny.stop();
+  await old.stop();
 });
 
 function bodyFor(f: EngineFixture, c: Case): Record<string, unknown> {
@@ -98,7 +107,7 @@ describe("sim engine replies have the recorded replies' shape", () => {
   for (const [name, c] of Object.entries(CASES)) {
     test(name, async () => {
       const f = fixtures.get(name)!;
-      const replica = (c.tiny ? tiny : sim).replicas[0];
+      const replica = (c.tiny ? tiny : c.version === "0.2x" ? old : sim).replicas[0];
       replica.engine.setFault(c.fault ?? null);
       const res = await fetch(replica.url + reqFixture[f.engine].path, {
         method: "POST",

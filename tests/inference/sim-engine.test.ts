@@ -263,7 +263,7 @@ describe("faults", () => {
     const e = await c.generate(req(p, { max_tokens: 12 })).catch((x) => x);
     expect(e).toBeInstanceOf(ContextOverflowError);
     expect(e.message).toBe(
-      "engine at sim:sim failed: This model's maximum context length is 20 tokens. However, you requested 12 output tokens and your prompt contains at least 9 input tokens, for a total of at least 21 tokens. Please reduce the length of the input prompt or the number of requested output tokens. (parameter=input_tokens, value=9)",
+      "engine at sim:sim failed: You passed 9 input tokens and requested 12 output tokens. However, the model's context length is only 20 tokens, resulting in a maximum input length of 8 tokens. Please reduce the length of the input prompt. (parameter=input_tokens, value=9)",
     );
   });
 
@@ -339,7 +339,10 @@ describe("HTTP endpoints", () => {
     const s = await fetch(`${base}/generate`, { method: "POST", body: JSON.stringify({ sampling_params: { max_new_tokens: 4 } }) });
     expect([s.status, await s.json()]).toEqual([400, { error: { message: "Either text or input_ids should be provided (exactly one)." } }]);
     const k = await fetch(`${base}/generate`, { method: "POST", body: JSON.stringify({ input_ids: [1], sampling_params: { top_k: 0 } }) });
-    expect((await k.json()).error.message).toBe("sampling_params.top_k: top_k 0 is invalid in SGLang; use -1 to disable");
+    // SGLang's own words (SamplingParams.verify), and msgspec's for a key SamplingParams does not have.
+    expect((await k.json()).error.message).toBe("top_k must be -1 (disable) or at least 1, got 0.");
+    const u = await fetch(`${base}/generate`, { method: "POST", body: JSON.stringify({ input_ids: [1], sampling_params: { max_new_tokens: 4, max_tokens: 4 } }) });
+    expect([u.status, (await u.json()).error.message]).toEqual([400, "Unexpected keyword argument 'max_tokens'"]);
   });
 
   test("each replica has its own cache and can be killed and revived", async () => {
