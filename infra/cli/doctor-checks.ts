@@ -153,7 +153,7 @@ class Doctor {
     const first = paused.length > 0 ? null : await this.generateChecks();
     this.tokenizerLine(probe, first);
     if (first) {
-      await this.cachedTokens(first.client);
+      await this.cachedTokens(first);
       await this.routedExperts();
     }
     await this.teacher(first?.out);
@@ -240,21 +240,25 @@ class Doctor {
     );
   }
 
-  /** The pause control over `engine.admin_urls` (else `engine.url`), each target's last answer recorded. */
-  private control(): { engine: EngineControl; targets: EngineReplicaTarget[]; last: Map<string, { path: string; status: number }> } {
-    const last = new Map<string, { path: string; status: number }>();
+  /**
+   * The pause control over `engine.admin_urls` (else `engine.url`); `failed`
+   * holds each target's first non-2xx answer since it was last cleared (a
+   * failed pause is rolled back by a resume, whose answer must not hide the pause's).
+   */
+  private control(): { engine: EngineControl; targets: EngineReplicaTarget[]; failed: Map<string, { path: string; status: number }> } {
+    const failed = new Map<string, { path: string; status: number }>();
     const urls = this.o.config.engine.admin_urls ?? [this.url];
     const targets = urls.map((url) => ({
       url,
       ...(this.controlKey ? { apiKey: this.controlKey } : {}),
       fetch: (async (input, init) => {
         const res = await this.f(input, init);
-        last.set(url, { path: new URL(String(input instanceof Request ? input.url : input)).pathname, status: res.status });
+        if ((res.status < 200 || res.status >= 300) && !failed.has(url)) failed.set(url, { path: new URL(String(input instanceof Request ? input.url : input)).pathname, status: res.status });
         return res;
       }) as FetchLike,
     }));
     const engine = new EngineControl({ gate: new MemoryEngineGate(), format: this.format, replicas: () => targets, timeoutMs: this.o.timeoutMs });
-    return { engine, targets, last };
+    return { engine, targets, failed };
   }
 
   /** The engine's ids of {@link TOKENIZER_PROBE} (vLLM `POST /tokenize`, SGLang `POST /v1/tokenize`), or why there are none. */
@@ -327,7 +331,7 @@ class Doctor {
    * The first probe call: `generate`, `token ids`, `log-probs` and `stop ids`.
    * Returns the client and the reply (for the later checks), or null when there is no usable reply.
    */
-  private async generateChecks(): Promise<{ client: InferenceClient; out: TokenOutput; body: unknown } | null> {
+  private async generateChecks(): Promise<{ client: InferenceClient; last: () => HttpReply | undefined; out: TokenOutput; body: unknown } | null> {
     const { client, last } = this.client();
     const dependent = ["token ids", "log-probs", "stop ids", "cached tokens", "routed experts"] as const;
     let out: TokenOutput | undefined;
@@ -360,7 +364,7 @@ class Doctor {
       this.set("log-probs", "ok", `${n}, one per id, finite${this.vllm ? " (vLLM: serve with --logprobs-mode processed_logprobs, which doctor cannot see)" : ""}`);
     }
     this.stopIds(idsOnly);
-    return { client, out: idsOnly, body: reply.body };
+    return { client, last, out: idsOnly, body: reply.body };
   }
 
   private generateFailure(reply: HttpReply | undefined, error: unknown): string {
@@ -475,12 +479,16 @@ class Doctor {
     this.set("tokenizer", "warn", `cannot compare tokenizers (${why}, and the reply has no text): make sure --model ${this.name} is the served model's`);
   }
 
-  private async cachedTokens(client: InferenceClient): Promise<void> {
+  /** A second identical call: `cached_tokens` (read from the ids-only parse when the adapter refuses the reply for its log-probs, which has its own line). */
+  private async cachedTokens(probe: { client: InferenceClient; last: () => HttpReply | undefined }): Promise<void> {
     let out: TokenOutput;
     try {
-      out = await client.generate(this.request());
+      out = await probe.client.generate(this.request());
     } catch (e) {
-      return this.set("cached tokens", "mismatch", `a second identical call failed: ${this.reason(e)}`);
+      const reply = probe.last();
+      const idsOnly = reply && reply.status >= 200 && reply.status < 300 ? this.parse(reply.body, false) : null;
+      if (!idsOnly || idsOnly instanceof Error) return this.set("cached tokens", "mismatch", `a second identical call failed: ${this.reason(e)}`);
+      out = idsOnly;
     }
     if (out.cached_tokens === undefined) {
       return this.set(
@@ -557,11 +565,12 @@ class Doctor {
     }
     const failed = (what: string) => {
       for (const t of control.targets) {
-        const l = control.last.get(t.url);
-        if (l && (l.status < 200 || l.status >= 300)) return this.controlFailure(t.url, l.path, l.status);
+        const l = control.failed.get(t.url);
+        if (l) return this.controlFailure(t.url, l.path, l.status);
       }
       return this.set("pause/resume", "mismatch", what);
     };
+    control.failed.clear();
     try {
       await control.engine.pause({ mode: "abort", clear_cache: false });
     } catch (e) {
@@ -569,6 +578,7 @@ class Doctor {
     }
     const during = this.vllm ? (await control.engine.status()).replicas : [];
     let resumeError: string | null = null;
+    control.failed.clear();
     try {
       await control.engine.resume();
     } catch (e) {

@@ -6,7 +6,7 @@
  * (flushed when the command ends).
  *
  * Exit codes: 0 done; 1 a run that produced nothing (every trajectory
- * failed) or an unexpected error; 2 bad flags (any flag or argument commander
+ * failed), a failing `doctor` check, or an unexpected error; 2 bad flags (any flag or argument commander
  * or a flag parser refuses: one line naming the flag), bad config, an
  * unreachable store, a port in use; 130 interrupted (SIGINT/SIGTERM during `rollout`). An error
  * prints one line `edgeloop: …`; `EDGELOOP_DEBUG=1` adds the stack trace.
