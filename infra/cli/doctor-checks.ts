@@ -162,7 +162,10 @@ class Doctor {
       if (this.apiKey) this.set("auth", "mismatch", `the server refused engine.api_key (${what}): set it to the server's --api-key`);
       else this.set("auth", "missing", `the server wants an API key (${what}): set EDGELOOP_ENGINE_API_KEY (or --engine-api-key, engine.api_key) to its --api-key`);
     } else this.set("auth", "ok", this.apiKey ? "API key accepted" : "no API key needed");
-    if (this.o.admin && paused.length === 0 && this.refused.length === 0) await this.pauseResume(control, before);
+    if (this.o.admin && paused.length === 0) {
+      if (this.refused.length > 0) this.set("pause/resume", "skipped", "the server refused the data calls (see auth)");
+      else await this.pauseResume(control, before);
+    }
     this.set("pause/resume", "skipped", "add --admin to pause and resume the engine once (only while no request is running)");
     this.set("routed experts", "skipped", "rollout.return_routed_experts is off");
     this.set("teacher", "skipped", "rollout.teacher is not set");
@@ -368,7 +371,8 @@ class Doctor {
   }
 
   private generateFailure(reply: HttpReply | undefined, error: unknown): string {
-    if (!reply) return `POST ${this.path}: ${this.reason(error)}`;
+    // SGLang has no is_paused to read first: a paused one holds the call until the deadline.
+    if (!reply) return `POST ${this.path}: ${this.reason(error)}${this.vllm ? "" : " (a paused SGLang holds every request: POST /continue_generation resumes it)"}`;
     const message = engineErrorMessage(reply.body, reply.text);
     if (reply.status === 404) {
       const err = (reply.body as { error?: { type?: unknown } } | undefined)?.error;
@@ -381,7 +385,7 @@ class Doctor {
     return `POST ${this.path} is HTTP ${reply.status}: ${message}`;
   }
 
-  /** The reply's raw ids field (any of the forms the adapters read), or undefined. */
+  /** Whether the reply carries no ids in any of the forms the adapters read (as against ids that are there but refused). */
   private idsAbsent(body: unknown): boolean {
     const b = (body ?? {}) as Record<string, unknown>;
     if (this.format === "sglang") {

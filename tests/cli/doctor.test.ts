@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createSimEngineApp, type SimWireOptions } from "../../infra/sim-engine/app.ts";
@@ -489,4 +489,22 @@ describe("edgeloop doctor flag and config errors (exit 2)", () => {
       stderr: "edgeloop: --force: applies with --admin only (it lets the pause/resume check run when doctor cannot tell whether requests are running)",
     });
   }, 30_000);
+});
+
+describe("the README's doctor samples", () => {
+  // Each sample is a command and what it printed; replayed against a simulator started the way the prose says.
+  const readme = readFileSync(join(ROOT, "README.md"), "utf8");
+  const at = readme.indexOf("### Checking an engine first: `edgeloop doctor`");
+  const samples = [...readme.slice(at).matchAll(/```\n\$ npx edgeloop doctor ([^\n]*)\n([\s\S]*?)```/g)].slice(0, 2).map((m) => ({ args: m[1]!.split(" "), out: m[2]!.trimEnd().split("\n") }));
+
+  test("a healthy vLLM, and a Qwen3 vLLM without prompt-token details and dev mode probed with --model llama3_1, print what the README shows", async () => {
+    expect(samples.length).toBe(2);
+    const engines = [healthy, sim(answer(["/pause", "/resume", "/is_paused"], 404, { detail: "Not Found" }), undefined, { promptTokensDetails: false })];
+    for (const [i, sample] of samples.entries()) {
+      const url = engines[i]!.url;
+      const r = await doctor(sample.args.map((a) => (a === "http://127.0.0.1:8000" ? url : a)));
+      expect(r.out).toEqual(sample.out.map((l) => l.replaceAll("http://127.0.0.1:8000", url)));
+      expect(r.code).toBe(i === 0 ? 0 : 1);
+    }
+  }, 60_000);
 });
