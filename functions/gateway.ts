@@ -208,7 +208,7 @@ const DROP_RESPONSE_HEADERS = ["connection", "content-length", "content-encoding
  * failures by kind, ejections, probes, re-pins per replica).
  *
  * @throws ConfigError on invalid options (a replica listed twice included)
- * @see vllm-project/router and SGLang Model Gateway (wire-contracts.md §1.10, §2.6)
+ * @see vllm-project/router and SGLang Model Gateway (docs/engines.md §4)
  */
 export function createGatewayApp(options: GatewayOptions): Gateway {
   const parsed = GatewayOptionsSchema.safeParse(options);

@@ -45,7 +45,7 @@ import { workerRuntime, type Env } from "./env.ts";
  * gateway serialises per key itself): an `openai_agent` loop holds the chain
  * for its whole run, waiting (timers, fetch: the input gate is open) for the
  * agent's calls, which must be answered meanwhile.
- * @see wire-contracts §5: Durable Objects (storage, alarms, input gates)
+ * @see https://developers.cloudflare.com/durable-objects/api/ (storage, alarms) and https://developers.cloudflare.com/durable-objects/reference/glossary/ (input gate)
  */
 export class TrajectorySessionObject {
   private chain: Promise<unknown> = Promise.resolve();

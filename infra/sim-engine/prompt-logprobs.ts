@@ -28,7 +28,7 @@ export function simPromptLogProbs(engine: SimEngine, ids: readonly number[]): (n
  * the prompt token's id (a JSON string) holding `{logprob, rank, decoded_token}`.
  * The simulator has no distribution over alternatives, so every entry holds
  * the prompt token alone with rank 1, whatever top-k was asked.
- * @see vllm/v1/engine/logprobs.py (`_update_prompt_logprobs`), vllm/logprobs.py (`Logprob`); ../shared/fixtures/wire-contracts.md §1.3
+ * @see vllm/v1/engine/logprobs.py (`_update_prompt_logprobs`), vllm/logprobs.py (`Logprob`); docs/engines.md §2.8
  */
 export function vllmPromptLogprobsBody(engine: SimEngine, ids: readonly number[]): (Record<string, { logprob: number; rank: number; decoded_token: string }> | null)[] {
   const lps = simPromptLogProbs(engine, ids);

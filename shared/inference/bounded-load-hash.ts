@@ -15,7 +15,7 @@ export const DEFAULT_EPSILON = 0.25;
  * nobody is overloaded; adding or removing a replica moves only ~1/n keys.
  * Calls without a key go to the least in-flight candidate.
  * @see Mirrokni, Thorup, Zadimoghaddam, "Consistent Hashing with Bounded Loads" (2018)
- * @see SGLang Model Gateway `consistent_hashing` (wire-contracts.md §2.6)
+ * @see SGLang Model Gateway `consistent_hashing` (docs/engines.md §4.1)
  */
 export class BoundedLoadHashRouter implements RoutingPolicy {
   readonly name = "bounded_load_hash" as const;

@@ -32,7 +32,7 @@ export const CONTEXT_OVERFLOW_PATTERN =
 /**
  * Translates verl's `top_k` convention (−1 or 0 = disabled) to an engine's.
  * vLLM wants 0 for disabled (some OpenAI-compatible servers reject −1); SGLang wants −1 (0 is invalid).
- * @see ../shared/fixtures/wire-contracts.md §1.2
+ * @see docs/engines.md §2.2 and §3.1
  */
 export function engineTopK(topK: number, engine: "vllm" | "sglang"): number {
   if (topK > 0) return topK;
@@ -149,7 +149,7 @@ export async function postEngineJson(
  * The human message inside any of the engines' error bodies: vLLM nested
  * `{error:{message}}`, old flat `{object:"error",message}`, FastAPI `{detail}`
  * (string or validation list), SMG `{error:{code,message}}`, `{error:"..."}`.
- * @see ../shared/fixtures/wire-contracts.md §7 item 7
+ * @see docs/engines.md §1.3
  */
 export function engineErrorMessage(body: unknown, text: string): string {
   if (body && typeof body === "object") {

@@ -33,7 +33,7 @@ const isObj = (v: unknown): v is Record<string, unknown> => typeof v === "object
  *   log-probs when `sampling_params.logprobs` is a number.
  * - SGLang `/generate`: ids when the prompt is `input_ids`; log-probs when
  *   `return_logprob: true`.
- * @see ../shared/fixtures/wire-contracts.md §1.2, §1.6, §2.1
+ * @see docs/engines.md §2.2, §2.5, §3.1
  */
 export function replyWants(path: string, requestText: string | undefined): ReplyWants | null {
   if (!requestText) return null;
@@ -102,7 +102,7 @@ function contentProblem(path: string, body: unknown, wants: ReplyWants): string 
  * the gateway fails over exactly the replies a client would reject. An event
  * stream is not checked here (its chunks are relayed as they come); other
  * paths only need JSON when they say so in `content-type`.
- * @see ../shared/fixtures/wire-contracts.md §1.3, §1.6, §2.2
+ * @see docs/engines.md §2.3, §2.5, §3.2
  */
 export function replyProblem(path: string, contentType: string | null, text: string, requestText?: string): string | null {
   return judgeReply(path, contentType, text, requestText).problem;

@@ -52,7 +52,7 @@ const LogprobTriple = z.tuple([z.number().nullable(), z.number().int().min(0).nu
 /**
  * `POST /generate` reply (single, non-streaming). Very old builds and
  * `--skip-tokenizer-init` variants put ids under `token_ids` instead of `output_ids`.
- * @see ../shared/fixtures/wire-contracts.md §2.2
+ * @see docs/engines.md §3.2
  */
 export const SglangGenerateReply = z.looseObject({
   text: z.string().nullish(),
@@ -123,7 +123,7 @@ export function fastSglangGenerateReply(body: unknown): z.infer<typeof SglangGen
  * `--enable-return-routed-experts`).
  *
  * @throws ContextOverflowError, EngineUnavailableError, EngineAbortedError, BadEngineResponseError
- * @see https://github.com/sgl-project/sglang `GenerateReqInput` (wire-contracts.md §2)
+ * @see https://github.com/sgl-project/sglang `GenerateReqInput` (docs/engines.md §3.1–3.2)
  */
 export class SglangClient implements InferenceClient {
   readonly url: string;

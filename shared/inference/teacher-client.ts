@@ -87,7 +87,7 @@ const TokenizeReply = z.looseObject({ tokens: z.array(z.number().int().min(0)) }
  *
  * So that the teacher scores a full context, a vLLM teacher's context must
  * hold `len(ids) + 1` tokens (the one generated token).
- * @see ../shared/fixtures/wire-contracts.md §1.2, §1.3, §1.6, §2.1, §2.2
+ * @see docs/engines.md §2.8 (vLLM) and §3.2 (SGLang, teacher scoring)
  */
 export function teacherScoreBody(format: TeacherFormat, ids: number[], start: number, requestId: string, model?: string): { path: string; body: Record<string, unknown> } {
   if (format === "sglang") {
@@ -215,7 +215,7 @@ export function createTeacherClient(opts: TeacherClientOptions): TeacherClient {
     describe: `${format} at ${opts.url}`,
     score: (req) => retryEngineCall(req, retry, (requestId, signal) => scoreOnce(req, requestId, signal)),
     async tokenize(text, signal) {
-      // vLLM serves POST /tokenize (bare path); SGLang POST /v1/tokenize (wire-contracts.md §1.5, §2.5).
+      // vLLM serves POST /tokenize (bare path); SGLang POST /v1/tokenize (docs/engines.md §2.4, §3.9).
       const url = joinUrl(opts.url, format === "sglang" ? "/v1/tokenize" : "/tokenize");
       const body = { ...(opts.model && format !== "sglang" ? { model: opts.model } : {}), prompt: text, add_special_tokens: false };
       const requestId = crypto.randomUUID();

@@ -53,7 +53,7 @@ export interface VllmClientOptions {
  * tokens it is an {@link EngineAbortedError}.
  *
  * @throws ContextOverflowError, EngineUnavailableError, EngineAbortedError, BadEngineResponseError
- * @see https://github.com/vllm-project/vllm `CompletionRequest` (wire-contracts.md §1.2–1.6)
+ * @see https://github.com/vllm-project/vllm `CompletionRequest` (docs/engines.md §2.2–2.5)
  */
 export class VllmClient implements InferenceClient {
   readonly url: string;

@@ -4,7 +4,7 @@ import { isInt, isNum, isObj, nil, optId, optIdArray, optInt, optStr } from "./f
 /**
  * zod schemas of the vLLM replies edgeloop reads (only the fields it uses;
  * unknown fields pass through, as vLLM adds fields between versions).
- * @see ../shared/fixtures/wire-contracts.md §1.3 and §1.6
+ * @see docs/engines.md §2.3, §2.5 and §2.6
  */
 
 const CompletionLogprobs = z.looseObject({

@@ -1,5 +1,5 @@
 import { indexOutsideJsonStrings, isPlainObject } from "./json-aware-scan.ts";
-import { scanBlocks, type BlockBody, type ExtractResult, type ParseError, type ParsedCall, type ToolCallParser } from "./tool-call-parser.ts";
+import { contentWithoutParsed, scanBlocks, type BlockBody, type ExtractResult, type ParseError, type ParsedCall, type ToolCallParser } from "./tool-call-parser.ts";
 
 export const DSV3_CALLS_BEGIN = "<｜tool▁calls▁begin｜>";
 export const DSV3_CALLS_END = "<｜tool▁calls▁end｜>";
@@ -26,6 +26,36 @@ function readBody(text: string, start: number): BlockBody {
   return { body: text.slice(start, end), end: end + DSV3_CALL_END.length, closed: true };
 }
 
+const isWs = (c: string | undefined): boolean => c !== undefined && /\s/.test(c);
+
+/**
+ * The text of a fenced block that is all of `s` (whitespace around it
+ * allowed): "```" with an optional `json` label, then the body, then "```".
+ * One spaces/tabs run and one newline next to each fence are not part of the
+ * body. Undefined when `s` is not one fenced block. Scans `s` once (a regex
+ * with a lazy body and a trailing whitespace run backtracked quadratically on
+ * long blank runs).
+ */
+function fencedBody(s: string): string | undefined {
+  const FENCE = "```";
+  let a = 0;
+  while (isWs(s[a])) a++;
+  let z = s.length;
+  while (z > a && isWs(s[z - 1])) z--;
+  if (!s.startsWith(FENCE, a)) return undefined;
+  let open = a + FENCE.length;
+  if (s.startsWith("json", open)) open += 4;
+  while (s[open] === " " || s[open] === "\t") open++;
+  if (s[open] === "\n") open++;
+  const close = z - FENCE.length;
+  // The closing fence cannot start inside the label/blank run after the opening one (no backticks there).
+  if (close < a + FENCE.length || !s.startsWith(FENCE, close)) return undefined;
+  let end = close;
+  while (end > open && (s[end - 1] === " " || s[end - 1] === "\t")) end--;
+  if (end > open && s[end - 1] === "\n") end--;
+  return s.slice(open, end);
+}
+
 function parseBody(index: number, b: BlockBody): ParsedCall | ParseError {
   const raw = b.body;
   const sep = raw.indexOf(DSV3_SEP);
@@ -33,11 +63,11 @@ function parseBody(index: number, b: BlockBody): ParsedCall | ParseError {
   const name = sep < 0 ? undefined : raw.slice(sep + DSV3_SEP.length, nl < 0 ? raw.length : nl).trim() || undefined;
   if (!b.closed) return { index, name, raw, message: `The tool call${name ? ` to '${name}'` : ""} was not closed with the tool-call end token; ${CALL_SHAPE}.` };
   if (sep < 0 || !name) return { index, raw, message: `Invalid tool call: no tool name; ${CALL_SHAPE}.` };
-  const m = /^\s*```(?:json)?[ \t]*\n?([\s\S]*?)\n?[ \t]*```\s*$/.exec(nl < 0 ? "" : raw.slice(nl + 1));
-  if (!m) return { index, name, raw, message: `Invalid tool call to '${name}': the arguments must be a \`\`\`json fenced block; ${CALL_SHAPE}.` };
+  const fenced = fencedBody(nl < 0 ? "" : raw.slice(nl + 1));
+  if (fenced === undefined) return { index, name, raw, message: `Invalid tool call to '${name}': the arguments must be a \`\`\`json fenced block; ${CALL_SHAPE}.` };
   let args: unknown;
   try {
-    args = m[1]!.trim() === "" ? {} : JSON.parse(m[1]!);
+    args = fenced.trim() === "" ? {} : JSON.parse(fenced);
   } catch {
     return { index, name, raw, message: `Invalid JSON in the arguments of '${name}'; ${CALL_SHAPE}.` };
   }
@@ -65,13 +95,15 @@ export class DeepSeekV3ToolCallParser implements ToolCallParser {
     const calls: ParsedCall[] = [];
     const errors: ParseError[] = [];
     try {
-      const { blocks, content } = scanBlocks(text, DSV3_CALL_BEGIN, (start) => readBody(text, start));
-      blocks.forEach((b, i) => {
+      const { blocks, at } = scanBlocks(text, DSV3_CALL_BEGIN, (start) => readBody(text, start));
+      const parsed = blocks.map((b, i) => {
         const r = parseBody(i, b);
         if ("arguments" in r) calls.push(r);
         else errors.push(r);
+        return "arguments" in r;
       });
-      const stripped = blocks.length > 0 ? content.replace(/<｜tool▁calls▁begin｜>\s*/g, "").replace(/\s*<｜tool▁calls▁end｜>/g, "") : content;
+      const content = contentWithoutParsed(text, at, blocks, parsed);
+      const stripped = calls.length > 0 && errors.length === 0 ? content.replace(/<｜tool▁calls▁begin｜>\s*/g, "").replace(/\s*<｜tool▁calls▁end｜>/g, "") : content;
       return { content: stripped, calls, errors };
     } catch {
       return { content: text, calls: [], errors: [] };

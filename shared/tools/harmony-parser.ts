@@ -49,20 +49,23 @@ export function parseHarmonyHeader(header: string): Pick<HarmonyMessage, "channe
  */
 export function splitHarmonyMessages(text: string): HarmonyMessage[] {
   const out: HarmonyMessage[] = [];
+  const nextMessage = nextFinder(text, H_MESSAGE);
+  const nextStartTag = nextFinder(text, H_START);
+  const plain = TERMINATORS.map((t) => nextFinder(text, t));
   let pos = 0;
   let first = true;
   while (pos < text.length) {
     let hStart = pos;
     if (text.startsWith(H_START, pos)) hStart = pos + H_START.length;
     else if (!first) {
-      const next = text.indexOf(H_START, pos);
+      const next = nextStartTag(pos);
       if (next < 0) break;
       pos = next;
       continue;
     }
     first = false;
-    const msgAt = text.indexOf(H_MESSAGE, hStart);
-    const nextStart = text.indexOf(H_START, hStart);
+    const msgAt = nextMessage(hStart);
+    const nextStart = nextStartTag(hStart);
     if (msgAt < 0 || (nextStart >= 0 && nextStart < msgAt)) {
       const end = nextStart >= 0 && (msgAt < 0 || nextStart < msgAt) ? nextStart : text.length;
       const header = text.slice(hStart, end);
@@ -73,7 +76,7 @@ export function splitHarmonyMessages(text: string): HarmonyMessage[] {
     const header = text.slice(hStart, msgAt);
     const h = parseHarmonyHeader(header);
     const cStart = msgAt + H_MESSAGE.length;
-    const found = h.recipient !== undefined ? firstOutsideJsonStrings(text, TERMINATORS, cStart) : firstPlain(text, cStart);
+    const found = h.recipient !== undefined ? firstOutsideJsonStrings(text, TERMINATORS, cStart) : firstPlain(plain, cStart);
     const cEnd = found.at < 0 ? text.length : found.at;
     const end = found.at < 0 ? text.length : found.at + found.close!.length;
     out.push({ header, ...h, content: text.slice(cStart, cEnd), terminator: found.close, start: pos, end });
@@ -82,16 +85,32 @@ export function splitHarmonyMessages(text: string): HarmonyMessage[] {
   return out;
 }
 
-function firstPlain(text: string, start: number): { at: number; close?: string } {
+/**
+ * `from => text.indexOf(tag, from)` for non-decreasing `from`, remembering the
+ * last answer, so asking once per message costs one pass over the text in all
+ * (a tag that never occurs is not searched for again and again).
+ */
+function nextFinder(text: string, tag: string): (from: number) => number {
+  let last = -2;
+  let lastFrom = 0;
+  return (from) => {
+    if (from < lastFrom) return text.indexOf(tag, from);
+    lastFrom = from;
+    if (last !== -1 && last < from) last = text.indexOf(tag, from);
+    return last;
+  };
+}
+
+function firstPlain(finders: readonly ((from: number) => number)[], start: number): { at: number; close?: string } {
   let best = -1;
   let which: string | undefined;
-  for (const t of TERMINATORS) {
-    const k = text.indexOf(t, start);
+  finders.forEach((find, i) => {
+    const k = find(start);
     if (k >= 0 && (best < 0 || k < best)) {
       best = k;
-      which = t;
+      which = TERMINATORS[i];
     }
-  }
+  });
   return { at: best, close: which };
 }
 
@@ -99,8 +118,11 @@ function toCall(index: number, m: HarmonyMessage, raw: string): ParsedCall | Par
   const recipient = m.recipient!;
   const name = recipient.startsWith("functions.") ? recipient.slice("functions.".length) : undefined;
   if (!name) return { index, raw, message: `Invalid tool call: unknown recipient '${recipient}'; only function tools are available; ${CALL_SHAPE}.` };
-  if (m.channel === "analysis") {
-    return { index, name, raw, message: `The call to '${name}' was sent on the analysis channel and was not executed; calls to functions must go to the commentary channel; ${CALL_SHAPE}.` };
+  // A message addressed to a function on the analysis channel and ended by `<|call|>` (or by the end of the turn,
+  // where the loop stripped the `<|call|>` stop id) is a call, as vLLM and SGLang read it; one the model ended with
+  // `<|end|>` is not a call in SGLang (reasoning there), so here it is an error, not executed.
+  if (m.channel === "analysis" && m.terminator !== undefined && m.terminator !== H_CALL) {
+    return { index, name, raw, message: `The call to '${name}' was sent on the analysis channel and ended as a message, so it was not executed; calls to functions must go to the commentary channel; ${CALL_SHAPE}.` };
   }
   let args: unknown;
   try {
@@ -119,10 +141,13 @@ function toCall(index: number, m: HarmonyMessage, raw: string): ParsedCall | Par
  * each ended by `<|end|>`, `<|call|>` or `<|return|>`. A message whose
  * recipient is `functions.NAME` is a call with its JSON content as arguments
  * (read outside JSON strings: `<|call|>` inside a string stays in it).
- * Text in the `analysis` channel is reasoning and never yields a call; a
- * message addressed to a function *on* the analysis channel, to a recipient
- * outside `functions.`, with bad JSON or non-object arguments
- * is a {@link ParseError}. The last message may run to the end of the text:
+ * Text in the `analysis` channel is reasoning and never yields a call (a
+ * call drafted in its text stays text); a message *addressed* to a function
+ * on the analysis channel is a call when `<|call|>` ends it (or the turn
+ * ends, the stop id stripped), as both engines read it, and a
+ * {@link ParseError} when it ends with `<|end|>`/`<|return|>`. A recipient
+ * outside `functions.`, bad JSON or non-object arguments is a
+ * {@link ParseError}. The last message may run to the end of the text:
  * the loop strips the stop id that ended the turn (`<|call|>`, `<|return|>`)
  * before parsing, so that is a complete message; a turn cut by a length stop
  * shows as bad JSON instead (and the loop executes nothing on a length stop
@@ -131,9 +156,12 @@ function toCall(index: number, m: HarmonyMessage, raw: string): ParsedCall | Par
  * with no `<|message|>` at all is plain text and all content.
  *
  * Difference from vLLM/openai-harmony: they execute any `functions.*`
- * recipient whatever its channel and raise on malformed output; here a
- * malformed or analysis-channel call is an error observation for the model.
+ * recipient whatever its channel and terminator, and pass malformed JSON on
+ * as the arguments text; here a malformed call, or an analysis-channel one
+ * ended with `<|end|>`, is an error observation for the model.
  * @see https://github.com/openai/harmony/blob/main/docs/format.md ("Receiving tool calls")
+ * @see vLLM `OpenAIToolParser.extract_tool_calls` (`vllm/tool_parsers/openai_tool_parser.py`)
+ * @see SGLang `GptOssDetector` (`python/sglang/srt/function_call/gpt_oss_detector.py`) and `CanonicalStrategy._parse_block` (`python/sglang/srt/harmony_parser.py`)
  */
 export class HarmonyToolCallParser implements ToolCallParser {
   readonly name = "harmony";

@@ -55,3 +55,19 @@ export function recoverName(body: string): string | undefined {
     return m[1];
   }
 }
+
+/**
+ * The arguments value of a JSON call object: `arguments`, or `parameters`
+ * (SGLang's `BaseFormatDetector.parse_base_json` reads either; llama3_json
+ * uses `parameters`). Both present with different values is an error message
+ * (the engines disagree on which wins), returned as `{ error }`.
+ * @see SGLang `BaseFormatDetector.parse_base_json` (`python/sglang/srt/function_call/base_format_detector.py`)
+ */
+export function callArgumentsValue(v: Record<string, unknown>): { value: unknown } | { error: string } {
+  const hasArgs = Object.hasOwn(v, "arguments");
+  const hasParams = Object.hasOwn(v, "parameters");
+  if (hasArgs && hasParams && JSON.stringify(v.arguments) !== JSON.stringify(v.parameters)) {
+    return { error: `both "arguments" and "parameters" are given with different values; give the arguments once` };
+  }
+  return { value: hasArgs ? v.arguments : v.parameters };
+}

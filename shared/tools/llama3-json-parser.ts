@@ -1,4 +1,4 @@
-import { isPlainObject, recoverName } from "./json-aware-scan.ts";
+import { callArgumentsValue, isPlainObject, recoverName } from "./json-aware-scan.ts";
 import { THINK_CLOSE, THINK_OPEN, type ExtractResult, type ParseError, type ParsedCall, type ToolCallParser } from "./tool-call-parser.ts";
 
 const PYTHON_TAG = "<|python_tag|>";
@@ -7,8 +7,11 @@ const CALL_SHAPE = `a tool call must be a JSON object {"name": <tool name>, "par
 /**
  * The Llama 3.1 JSON tool-call parser (`llama3_json`): a turn that starts
  * (after whitespace and an optional `<|python_tag|>`) with `{` is one or more
- * JSON objects `{"name": …, "parameters": {…}}` (`"arguments"` accepted too),
- * separated by `;`. Otherwise the turn is text and has no calls.
+ * JSON objects `{"name": …, "parameters": {…}}` (`"arguments"` accepted too;
+ * both with different values is an error), separated by `;`, by whitespace
+ * or by nothing (after a call, a further object that looks like a call — it
+ * has a `name`, `parameters` or `arguments` key — is the next call).
+ * Otherwise the turn is text and has no calls.
  *
  * - Objects are delimited by matching braces outside JSON strings, so a `}`,
  *   `;` or `{` inside an argument string is kept (the C13 kind of case).
@@ -18,8 +21,10 @@ const CALL_SHAPE = `a tool call must be a JSON object {"name": <tool name>, "par
  *   never closes is a {@link ParseError} (an error observation the model
  *   reads), never dropped. A JSON object with neither `name` nor
  *   `parameters`/`arguments` is an answer written as JSON, not a call.
- * - Text after the last call (not a `;`) stays as content.
- * @see vLLM `Llama3JsonToolParser` (`vllm/entrypoints/openai/tool_parsers/llama_tool_parser.py`)
+ * - Text after the last call (not a `;`) stays as content, and so do the
+ *   objects that became errors, as the model wrote them.
+ * @see vLLM `Llama3JsonToolParser.extract_tool_calls` (`vllm/tool_parsers/llama_tool_parser.py`), `vllm/parser/llama_json.py`
+ * @see SGLang `Llama32Detector.detect_and_parse` (`python/sglang/srt/function_call/llama32_detector.py`)
  * @see https://github.com/meta-llama/llama-models/blob/main/models/llama3_1/prompt_format.md
  */
 export class Llama3JsonToolCallParser implements ToolCallParser {
@@ -38,11 +43,14 @@ export class Llama3JsonToolCallParser implements ToolCallParser {
     if (text[i] !== "{") {
       if (text.startsWith(PYTHON_TAG, skipWs(text, start))) {
         errors.push({ index: 0, raw: text.slice(i), message: `Invalid tool call after <|python_tag|>: only JSON tool calls are supported; ${CALL_SHAPE}.` });
-        return { content: text.slice(0, start), calls, errors };
+        return { content: text, calls, errors };
       }
       return { content: text, calls, errors };
     }
     const head = text.slice(0, start);
+    // Calls that became errors stay in the content as the model wrote them (a caller showing only content sees them).
+    const kept: string[] = [];
+    const withKept = (rest: string): string => head + [...kept, rest].filter((x) => x !== "").join("\n");
     let index = 0;
     for (;;) {
       const end = matchBrace(text, i);
@@ -50,22 +58,36 @@ export class Llama3JsonToolCallParser implements ToolCallParser {
       if (end < 0) {
         const name = recoverName(raw);
         errors.push({ index, name, raw, message: `The tool call${name ? ` to '${name}'` : ""} is not a complete JSON object (its braces never close); ${CALL_SHAPE}.` });
-        return { content: head, calls, errors };
+        kept.push(raw);
+        return { content: withKept(""), calls, errors };
       }
       const r = parseCall(index, raw);
       if (r === "not-a-call") {
         if (index === 0) return { content: text, calls, errors };
         errors.push({ index, raw, message: `Invalid tool call: the object has no "name"; ${CALL_SHAPE}.` });
+        kept.push(raw);
       } else if ("arguments" in r) calls.push(r);
-      else errors.push(r);
+      else {
+        errors.push(r);
+        kept.push(raw);
+      }
       index++;
       const j = skipWs(text, end);
       if (text[j] === ";" && text[skipWs(text, j + 1)] === "{") {
         i = skipWs(text, j + 1);
         continue;
       }
+      // Calls may also follow each other with only whitespace (a newline) or nothing between them, as vLLM and SGLang
+      // read them; there a following object counts only when it looks like a call (else it is the answer's text).
+      if (text[j] === "{") {
+        const e2 = matchBrace(text, j);
+        if (parseCall(index, e2 < 0 ? text.slice(j) : text.slice(j, e2)) !== "not-a-call") {
+          i = j;
+          continue;
+        }
+      }
       const rest = text.slice(j);
-      return { content: head + (rest === ";" ? "" : rest), calls, errors };
+      return { content: withKept(rest === ";" ? "" : rest), calls, errors };
     }
   }
 }
@@ -107,7 +129,9 @@ function parseCall(index: number, raw: string): ParsedCall | ParseError | "not-a
   if (typeof name !== "string" || name.length === 0) {
     return { index, raw, message: `Invalid tool call: "name" is missing or not a non-empty string; ${CALL_SHAPE}.` };
   }
-  let args = "parameters" in v ? v.parameters : v.arguments;
+  const picked = callArgumentsValue(v);
+  if ("error" in picked) return { index, name, raw, message: `Invalid tool call to '${name}': ${picked.error}; ${CALL_SHAPE}.` };
+  let args = picked.value;
   if (args === undefined || args === null) args = {};
   if (typeof args === "string") {
     try {

@@ -2,9 +2,19 @@
  * A small reader for the Python literal syntax tool calls use (`[fn(a=1,
  * b="x")]`): strings (both quote kinds, triple quotes, `r` prefixes, escapes,
  * adjacent-literal concatenation), ints and floats (with `_`, hex/octal/binary,
- * signs), `True`/`False`/`None`, lists, tuples and dicts. It never evaluates
- * anything: any other expression is a {@link PyLiteralError}.
+ * signs), `True`/`False`/`None` (and the JSON spellings `true`/`false`/`null`),
+ * lists, tuples and dicts. It never evaluates anything: any other expression
+ * is a {@link PyLiteralError}.
+ *
+ * Two departures from Python, both taken from the engines: a raw line break
+ * (or any control character) inside a single-quoted string is kept as part of
+ * the value instead of being a syntax error — models write multi-line code
+ * that way, and the engines' LFM2 pythonic parsers escape such characters
+ * before `ast.parse`, which yields exactly the characters the model wrote; and
+ * `true`/`false`/`null` read as `True`/`False`/`None`.
  * @see Python `ast.literal_eval`, which vLLM's pythonic parser uses
+ * @see vLLM `escape_ctrl_chars_in_strings` and `get_parameter_value` (`vllm/tool_parsers/utils.py`, used by `Lfm2ToolParser.extract_tool_calls`)
+ * @see SGLang `_escape_ctrl_chars_in_strings` (`python/sglang/srt/function_call/lfm2_detector.py`)
  */
 export class PyLiteralError extends Error {
   constructor(
@@ -140,9 +150,9 @@ export class PyReader {
     if (isIdStart(c)) {
       const at = this.pos;
       const id = this.identifier();
-      if (id === "True") return true;
-      if (id === "False") return false;
-      if (id === "None") return null;
+      if (id === "True" || id === "true") return true;
+      if (id === "False" || id === "false") return false;
+      if (id === "None" || id === "null") return null;
       this.fail(`'${id}' at offset ${at} is not a literal (only strings, numbers, True, False, None, lists, tuples and dicts are allowed)`, at);
     }
     this.fail(`unexpected '${c}' at offset ${this.pos}`);
@@ -240,7 +250,6 @@ export class PyReader {
         this.pos += delim.length;
         return out;
       }
-      if (!triple && c === "\n") this.fail(`a string starting at offset ${start} runs past the end of the line`, start);
       if (c !== "\\") {
         out += c;
         this.pos++;

@@ -35,11 +35,17 @@ function readCallList(r: PyReader, start: number, end: number): { calls: PyCall[
  * bracket) is one {@link ParseError} with the reader's message; scanning
  * resumes after the text it covered, or stops when it ran to the end.
  *
+ * A raw line break inside a quoted argument (multi-line code written without
+ * `\n` escapes) is part of the value, and `true`/`false`/`null` are accepted
+ * as literals (see {@link PyReader}); `docs/tool-call-formats.md` has the table
+ * of what is accepted and refused, and which engine rule each row follows.
+ *
  * Differences from vLLM: vLLM's `pythonic` parser only accepts a turn that is
  * nothing but one call list and falls back to plain text otherwise; here
  * lists are found anywhere in the visible text, and a broken one is an error
  * the model sees, not prose.
- * @see vLLM `PythonicToolParser` (`vllm/entrypoints/openai/tool_parsers/pythonic_tool_parser.py`)
+ * @see vLLM `PythonicToolParser.extract_tool_calls` (`vllm/tool_parsers/pythonic_tool_parser.py`)
+ * @see SGLang `PythonicDetector.detect_and_parse` (`python/sglang/srt/function_call/pythonic_detector.py`)
  */
 export class PythonicToolCallParser implements ToolCallParser {
   readonly name = "pythonic";

@@ -1,4 +1,6 @@
+import { PyLiteralError, PyReader } from "./python-literal.ts";
 import {
+  contentWithoutParsed,
   scanBlocks,
   type BlockBody,
   type ExtractResult,
@@ -32,21 +34,31 @@ function precededBy(text: string, at: number, tag: string): boolean {
 }
 
 /**
- * First `tag` at or after `from` that sits where the format puts it
- * (`ok(index)`), else the first plain one, else -1. The XML format does not
- * quote values, so a value holding `</tool_call>` or `</parameter>` is told
- * apart from the real end tag by what surrounds the tag.
+ * A finder for the first `tag` at or after `from` that sits where the format
+ * puts it (`ok(index)`), else the first plain one, else -1. The XML format
+ * does not quote values, so a value holding `</tool_call>` is told apart from
+ * the real end tag by what surrounds it. Calls must come with non-decreasing
+ * `from`; the finder remembers where the last search for a well-placed tag
+ * ended, so a text full of badly placed tags is searched once, not once per
+ * block (linear in the text).
  */
-function structuralIndex(text: string, tag: string, from: number, ok: (at: number) => boolean): number {
-  for (let k = text.indexOf(tag, from); k >= 0; k = text.indexOf(tag, k + 1)) if (ok(k)) return k;
-  return text.indexOf(tag, from);
-}
-
-/** A block ends at the `</tool_call>` that follows a `</function>`. */
-function readBody(text: string, start: number): BlockBody {
-  const end = structuralIndex(text, CLOSE, start, (k) => precededBy(text, k, FN_CLOSE));
-  if (end < 0) return { body: text.slice(start), end: text.length, closed: false };
-  return { body: text.slice(start, end), end: end + CLOSE.length, closed: true };
+function structuralFinder(text: string, tag: string, ok: (at: number) => boolean): (from: number) => number {
+  let found = -2; // -2: not searched yet; -1: no well-placed tag after `searchedFrom`
+  let searchedFrom = 0;
+  return (from) => {
+    if (found === -2 || (found >= 0 && found < from)) {
+      found = -1;
+      for (let k = text.indexOf(tag, from); k >= 0; k = text.indexOf(tag, k + 1)) {
+        if (ok(k)) {
+          found = k;
+          break;
+        }
+      }
+      searchedFrom = from;
+    }
+    if (found >= from && from >= searchedFrom) return found;
+    return text.indexOf(tag, from);
+  };
 }
 
 /** Drops one leading and one trailing newline, as the Qwen3-Coder template writes values on their own lines. */
@@ -55,6 +67,120 @@ function trimOneNewline(v: string): string {
   if (s.startsWith("\n")) s = s.slice(1);
   if (s.endsWith("\n")) s = s.slice(0, -1);
   return s;
+}
+
+/**
+ * Where each parameter value of one function section ends. The Qwen3-Coder
+ * template puts every `<parameter=NAME>` on its own line and closes it with
+ * `</parameter>`; a value is plain text, so it may itself hold those tags.
+ * Following vLLM's `Qwen3CoderToolParser._find_true_param_end`, a value ends
+ * at the first `</parameter>` that is followed by the next `<parameter=` or
+ * by the function end, counting a line-start `<parameter=` inside the value
+ * as opening a nested literal that its own `</parameter>` closes. When no such
+ * end exists (the model left `</parameter>` out), the value ends at whichever
+ * comes first: a line-start `<parameter=NAME>` (NAME in the tool's schema,
+ * when there is one) or a plain `</parameter>` — SGLang's
+ * `Qwen3CoderDetector` rule — else at the function end when the function was
+ * closed. All positions are found in one pass over the section, so the scan
+ * is linear however the tags are arranged.
+ */
+class ParamEnds {
+  private readonly at: number[] = [];
+  private readonly open: boolean[] = [];
+  /** For token j: index of the first token (from j on, nested opens matched) that ends a value, or -1. */
+  private readonly endFrom: number[];
+  /** For token j: index of the first `</parameter>` token from j on, or -1. */
+  private readonly closeFrom: number[];
+  private cursor = 0;
+  /** -2: not searched yet; -1: none left; else the position found. */
+  private implicit = -2;
+
+  constructor(
+    private readonly fn: string,
+    private readonly names: ReadonlySet<string> | undefined,
+  ) {
+    let o = this.lineStartOpen(0);
+    let c = fn.indexOf(P_CLOSE);
+    const structural: boolean[] = [];
+    while (o >= 0 || c >= 0) {
+      if (c < 0 || (o >= 0 && o < c)) {
+        this.at.push(o);
+        this.open.push(true);
+        structural.push(false);
+        o = this.lineStartOpen(o + P_OPEN.length);
+      } else {
+        this.at.push(c);
+        this.open.push(false);
+        structural.push(followedBy(fn, c + P_CLOSE.length, [P_OPEN], true));
+        c = fn.indexOf(P_CLOSE, c + P_CLOSE.length);
+      }
+    }
+    const n = this.at.length;
+    const match = new Array<number>(n).fill(-1);
+    const stack: number[] = [];
+    for (let j = 0; j < n; j++) {
+      if (this.open[j]) stack.push(j);
+      else if (stack.length > 0) match[stack.pop()!] = j;
+    }
+    this.endFrom = new Array<number>(n + 1).fill(-1);
+    this.closeFrom = new Array<number>(n + 1).fill(-1);
+    for (let j = n - 1; j >= 0; j--) {
+      if (!this.open[j]) this.endFrom[j] = structural[j] ? j : this.endFrom[j + 1]!;
+      else this.endFrom[j] = match[j]! >= 0 ? this.endFrom[match[j]! + 1]! : -1;
+      this.closeFrom[j] = this.open[j] ? this.closeFrom[j + 1]! : j;
+    }
+  }
+
+  private lineStartOpen(from: number): number {
+    for (let k = this.fn.indexOf(P_OPEN, from); k >= 0; k = this.fn.indexOf(P_OPEN, k + 1)) if (k > 0 && this.fn[k - 1] === "\n") return k;
+    return -1;
+  }
+
+  /**
+   * The value starting at `v0` (right after its header's `>`): `end` (exclusive)
+   * and `next` (where the following parameter is looked for), or undefined
+   * when the value has no end. Calls must come with increasing `v0`.
+   */
+  end(v0: number, fnClosed: boolean): { end: number; next: number } | undefined {
+    while (this.cursor < this.at.length && this.at[this.cursor]! < v0) this.cursor++;
+    const e = this.endFrom[this.cursor] ?? -1;
+    if (e >= 0) return { end: this.at[e]!, next: this.at[e]! + P_CLOSE.length };
+    // The first line-start `<parameter=NAME>` with a known NAME at or after v0, remembered across calls.
+    if (this.implicit !== -1 && this.implicit < v0) {
+      this.implicit = -1;
+      for (let k = this.lineStartOpen(v0); k >= 0; k = this.lineStartOpen(k + 1)) {
+        let eol = this.fn.indexOf("\n", k + P_OPEN.length);
+        if (eol < 0) eol = this.fn.length;
+        let gt = k + P_OPEN.length;
+        while (gt < eol && this.fn.charCodeAt(gt) !== 0x3e) gt++;
+        const name = gt < eol ? this.fn.slice(k + P_OPEN.length, gt).trim() : undefined;
+        if (name && (!this.names || this.names.has(name))) {
+          this.implicit = k;
+          break;
+        }
+      }
+    }
+    const implicit = this.implicit;
+    const pj = this.closeFrom[this.cursor] ?? -1;
+    const plain = pj >= 0 ? this.at[pj]! : -1;
+    if (plain >= 0 && (implicit < 0 || plain < implicit)) return { end: plain, next: plain + P_CLOSE.length };
+    if (implicit >= 0) return { end: implicit, next: implicit };
+    if (fnClosed) return { end: this.fn.length, next: this.fn.length };
+    return undefined;
+  }
+}
+
+/** A whole value read as one Python literal (`{'k': 'v'}`, `(1, 2)`, `'x'`), or undefined. Never evaluates anything. */
+function pythonLiteral(t: string): { value: unknown } | undefined {
+  try {
+    const r = new PyReader(t, 0);
+    const value = r.value();
+    r.ws();
+    return r.pos === t.length ? { value } : undefined;
+  } catch (err) {
+    if (err instanceof PyLiteralError) return undefined;
+    throw err;
+  }
 }
 
 function schemaType(prop: unknown): string | undefined {
@@ -72,9 +198,11 @@ function schemaType(prop: unknown): string | undefined {
  * Converts a parameter's text by its schema type, as verl's qwen3_coder parser:
  * `"null"` → null; string-like → as is; int-like → integer (else text);
  * num/float → number (else text); bool → `=== "true"`; object and anything else
- * (array…) → JSON when it parses, else the text. A parameter absent from the
- * schema stays text. Never evaluates anything.
+ * (array…) → JSON when it parses, else a Python literal when the whole text is
+ * one (`{'k': 'v'}`, `(1, 2)`, `True`), else the text. A parameter absent
+ * from the schema stays text. Never evaluates anything.
  * @see verl `Qwen3XMLToolParser._convert_param_value`
+ * @see vLLM `Qwen3CoderToolParser._convert_param_value` and SGLang `Qwen3CoderDetector._convert_param_value` (`json.loads`, then `ast.literal_eval`)
  */
 export function convertParamValue(value: string, type: string | undefined): unknown {
   if (value.trim().toLowerCase() === "null") return null;
@@ -83,14 +211,15 @@ export function convertParamValue(value: string, type: string | undefined): unkn
   const t = value.trim();
   if (/^(int|uint|long|short|unsigned)/.test(type)) return /^[+-]?\d+$/.test(t) ? Number.parseInt(t, 10) : value;
   if (/^(num|float)/.test(type)) {
-    if (!/^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/.test(t)) return value;
+    if (!/^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$/.test(t)) return value;
     return Number(t);
   }
   if (["boolean", "bool", "binary"].includes(type)) return t.toLowerCase() === "true";
   try {
     return JSON.parse(t);
   } catch {
-    return value;
+    const lit = pythonLiteral(t);
+    return lit ? lit.value : value;
   }
 }
 
@@ -101,13 +230,19 @@ export function convertParamValue(value: string, type: string | undefined): unkn
  * puts them: a block ends at the `</tool_call>` that follows `</function>`, a
  * function starts at the block start or after `</function>`, and a value ends
  * at the `</parameter>` followed by the next `<parameter=` or the function's
- * end. A value holding `</tool_call>`, `<parameter=x>` or `</parameter>` in
- * prose therefore stays whole. A block that never closes, a header without
- * `>` or an unclosed parameter is a {@link ParseError} (verl instead keeps
- * what an unterminated block holds and skips a broken parameter silently).
+ * end ({@link ParamEnds}). A value holding `</tool_call>`, `<parameter=x>` or
+ * `</parameter>` in prose therefore stays whole. Following vLLM and SGLang, a
+ * value whose `</parameter>` is missing ends before the next line-start
+ * `<parameter=NAME>` or at `</function>`, and a last block whose function is
+ * closed needs no `</tool_call>`. A block that never closes its function, a
+ * header without `>` or a parameter with no end at all is a {@link ParseError}
+ * (verl instead keeps what an unterminated block holds and skips a broken
+ * parameter silently). Every scan is linear in the text.
  * Values are converted by the tool's parameter schema
  * ({@link convertParamValue}). Calls inside `<think>` do not count.
  * @see verl `Qwen3XMLToolParser` (`verl/experimental/agent_loop/tool_parser.py`)
+ * @see vLLM `Qwen3CoderToolParser` (`vllm/tool_parsers/qwen3coder_tool_parser.py`), `Qwen3Parser` (`vllm/parser/qwen3.py`)
+ * @see SGLang `Qwen3CoderDetector.detect_and_parse` (`python/sglang/srt/function_call/qwen3_coder_detector.py`)
  */
 export class Qwen3CoderToolCallParser implements ToolCallParser {
   readonly name = "qwen3_coder";
@@ -121,30 +256,48 @@ export class Qwen3CoderToolCallParser implements ToolCallParser {
     const calls: ParsedCall[] = [];
     const errors: ParseError[] = [];
     try {
-      const { blocks, content } = scanBlocks(text, OPEN, (start) => readBody(text, start));
+      // A block ends at the `</tool_call>` that follows a `</function>` (else the first plain one).
+      const blockEnd = structuralFinder(text, CLOSE, (k) => precededBy(text, k, FN_CLOSE));
+      const { blocks, at } = scanBlocks(text, OPEN, (start): BlockBody => {
+        const end = blockEnd(start);
+        if (end < 0) return { body: text.slice(start), end: text.length, closed: false };
+        return { body: text.slice(start, end), end: end + CLOSE.length, closed: true };
+      });
       let index = 0;
-      for (const b of blocks) {
+      // A block leaves the content only when every function in it became a call.
+      const parsed = blocks.map(() => false);
+      blocks.forEach((b, bi) => {
         const body = b.body;
         const fnAt: number[] = [];
+        let first = 0;
+        while (first < body.length && /\s/.test(body[first]!)) first++;
         for (let k = body.indexOf(FN_OPEN); k >= 0; k = body.indexOf(FN_OPEN, k + FN_OPEN.length)) {
-          if (body.slice(0, k).trim() === "" || precededBy(body, k, FN_CLOSE)) fnAt.push(k);
+          if (k === first || precededBy(body, k, FN_CLOSE)) fnAt.push(k);
         }
-        if (!b.closed) {
+        // The last block of the turn may lack `</tool_call>` when its function is closed: only the wrapper is missing
+        // (vLLM `Qwen3CoderToolParser._get_function_calls` and SGLang `Qwen3CoderDetector.detect_and_parse` read it too).
+        const closed = b.closed || (fnAt.length > 0 && precededBy(body, body.length, FN_CLOSE));
+        if (!closed) {
           const name = fnAt.length > 0 ? /^([^>\n]*)>/.exec(body.slice(fnAt[0]! + FN_OPEN.length))?.[1]?.trim() : undefined;
           errors.push({ index: index++, name: name || undefined, raw: body, message: `The tool call${name ? ` to '${name}'` : ""} was not closed with </tool_call>; ${CALL_SHAPE}.` });
-          continue;
+          return;
         }
         if (fnAt.length === 0) {
           errors.push({ index: index++, raw: body, message: `Invalid tool call: expected <function=NAME> inside <tool_call>; ${CALL_SHAPE}.` });
-          continue;
+          return;
         }
-        fnAt.forEach((at, j) => {
-          const r = this.parseFunction(body.slice(at + FN_OPEN.length, fnAt[j + 1] ?? body.length), index++);
+        let ok = true;
+        fnAt.forEach((fa, j) => {
+          const r = this.parseFunction(body.slice(fa + FN_OPEN.length, fnAt[j + 1] ?? body.length), index++);
           if ("arguments" in r) calls.push(r);
-          else errors.push(r);
+          else {
+            errors.push(r);
+            ok = false;
+          }
         });
-      }
-      return { content, calls, errors };
+        parsed[bi] = ok;
+      });
+      return { content: contentWithoutParsed(text, at, blocks, parsed), calls, errors };
     } catch {
       return { content: text, calls: [], errors: [] };
     }
@@ -159,20 +312,23 @@ export class Qwen3CoderToolCallParser implements ToolCallParser {
     if (gt < 0) return { index, raw, message: `Invalid tool call: the <function=NAME> header is not closed with '>'; ${CALL_SHAPE}.` };
     const name = fn.slice(0, gt).trim();
     if (!name) return { index, raw, message: `Invalid tool call: empty function name; ${CALL_SHAPE}.` };
-    const props = this.props.get(name) ?? {};
+    const known = this.props.get(name);
+    const props = known ?? {};
+    const ends = new ParamEnds(fn, known && Object.keys(known).length > 0 ? new Set(Object.keys(known)) : undefined);
     const args: Record<string, unknown> = {};
     let k = fn.indexOf(P_OPEN, gt);
     while (k >= 0) {
       const pStart = k + P_OPEN.length;
       const pgt = fn.indexOf(">", pStart);
-      const nl = fn.indexOf("\n", pStart);
-      if (pgt < 0 || (nl >= 0 && nl < pgt)) return { index, name, raw, message: `Invalid tool call to '${name}': a <parameter=NAME> header is not closed with '>'; ${CALL_SHAPE}.` };
+      let nl = false;
+      for (let i = pStart; i < pgt && !nl; i++) nl = fn.charCodeAt(i) === 0x0a;
+      if (pgt < 0 || nl) return { index, name, raw, message: `Invalid tool call to '${name}': a <parameter=NAME> header is not closed with '>'; ${CALL_SHAPE}.` };
       const pname = fn.slice(pStart, pgt).trim();
-      const vEnd = structuralIndex(fn, P_CLOSE, pgt + 1, (at) => followedBy(fn, at + P_CLOSE.length, [P_OPEN], true));
       if (!pname) return { index, name, raw, message: `Invalid tool call to '${name}': empty parameter name; ${CALL_SHAPE}.` };
-      if (vEnd < 0) return { index, name, raw, message: `Invalid tool call to '${name}': parameter '${pname}' is not closed with </parameter>; ${CALL_SHAPE}.` };
-      args[pname] = convertParamValue(trimOneNewline(fn.slice(pgt + 1, vEnd)), schemaType(props[pname]));
-      k = fn.indexOf(P_OPEN, vEnd + P_CLOSE.length);
+      const v = ends.end(pgt + 1, close >= 0);
+      if (!v) return { index, name, raw, message: `Invalid tool call to '${name}': parameter '${pname}' is not closed with </parameter>; ${CALL_SHAPE}.` };
+      args[pname] = convertParamValue(trimOneNewline(fn.slice(pgt + 1, v.end)), schemaType(props[pname]));
+      k = fn.indexOf(P_OPEN, v.next);
     }
     return { index, name, arguments: args, raw };
   }

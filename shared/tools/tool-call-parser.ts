@@ -30,7 +30,7 @@ export interface ParseError {
 
 /** What a parser extracts from one assistant turn. */
 export interface ExtractResult {
-  /** The turn's text without the blocks that were parsed (think text and prose kept). */
+  /** The turn's text without the blocks that were parsed into calls (think text, prose and blocks that became errors kept). */
   content: string;
   calls: ParsedCall[];
   errors: ParseError[];
@@ -68,14 +68,16 @@ export interface BlockBody {
  * count, case C9), an unclosed `<think>` hides the rest of the text, and an
  * orphan `</think>` (the template put `<think>` in the prompt) discards what
  * was found before it. `readBody(start)` reads one block starting right after
- * the open tag. Returns the blocks in order and the text outside them.
+ * the open tag. Returns the blocks in order, `at` (the index of each block's
+ * open tag) and the text outside them.
  */
 export function scanBlocks(
   text: string,
   open: string,
   readBody: (start: number) => BlockBody,
-): { blocks: BlockBody[]; content: string } {
+): { blocks: BlockBody[]; at: number[]; content: string } {
   let blocks: BlockBody[] = [];
+  let at: number[] = [];
   let content = "";
   let i = 0;
   let segStart = 0;
@@ -89,12 +91,14 @@ export function scanBlocks(
     } else if (text.startsWith(THINK_CLOSE, lt)) {
       i = lt + THINK_CLOSE.length;
       blocks = [];
+      at = [];
       content = text.slice(0, i);
       segStart = i;
     } else if (text.startsWith(open, lt)) {
       content += text.slice(segStart, lt);
       const b = readBody(lt + open.length);
       blocks.push(b);
+      at.push(lt);
       i = b.end;
       segStart = i;
     } else {
@@ -102,5 +106,23 @@ export function scanBlocks(
     }
   }
   content += text.slice(segStart);
-  return { blocks, content };
+  return { blocks, at, content };
+}
+
+/**
+ * The turn's text without the blocks that became calls: block `i` spans
+ * `[at[i], blocks[i].end)` and is dropped when `parsed[i]`; a block that
+ * became an error stays as the model wrote it (tags included), so a caller
+ * that only shows `content` — the agent gateway's OpenAI reply — still shows
+ * the broken call instead of nothing.
+ */
+export function contentWithoutParsed(text: string, at: readonly number[], blocks: readonly BlockBody[], parsed: readonly boolean[]): string {
+  let out = "";
+  let from = 0;
+  blocks.forEach((b, i) => {
+    if (!parsed[i]) return;
+    out += text.slice(from, at[i]);
+    from = b.end;
+  });
+  return out + text.slice(from);
 }

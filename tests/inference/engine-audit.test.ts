@@ -216,7 +216,7 @@ describe("6. cached_tokens only with --enable-prompt-tokens-details", () => {
 describe("7. /inference/v1/generate: both switches named, both reply shapes read", () => {
   test("a server without scale-out answers 404, and the error names --enable-scale-out and VLLM_ENABLE_SCALE_OUT_ENDPOINTS", async () => {
     const s = simServer({ scaleOut: false });
-    const e = await new VllmClient({ url: s.url, fetch: s.fetch, endpoint: "generate" }).generate(req(userPrompt())).catch((x) => x as Error);
+    const e = (await new VllmClient({ url: s.url, fetch: s.fetch, endpoint: "generate" }).generate(req(userPrompt())).catch((x) => x)) as Error;
     expect(e).toBeInstanceOf(BadEngineResponseError);
     expect(e.message).toContain("--enable-scale-out (vLLM main) or VLLM_ENABLE_SCALE_OUT_ENDPOINTS=1 (vLLM 0.2x)");
   });

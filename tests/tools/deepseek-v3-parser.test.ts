@@ -83,12 +83,56 @@ describe("deepseek_v3 parser", () => {
     }
   });
 
+  test("a call that became an error stays in content as written, with its wrapper tokens", () => {
+    const text = `<｜tool▁calls▁begin｜>${call("a", "{}")}\n${call("b", "[1]")}<｜tool▁calls▁end｜>`;
+    const r = p.extract(text);
+    expect([r.calls.map((c) => c.name), r.errors.map((e) => e.name)]).toEqual([["a"], ["b"]]);
+    expect(r.content).toBe(`<｜tool▁calls▁begin｜>\n${call("b", "[1]")}<｜tool▁calls▁end｜>`);
+  });
+
   test("empty arguments are {}; unicode survives", () => {
     const r = p.extract(`${call("météo", '{"ville": "Zürich 🌧 東京"}')}\n${call("now", "")}`);
     expect(r.calls.map((c) => [c.name, c.arguments])).toEqual([
       ["météo", { ville: "Zürich 🌧 東京" }],
       ["now", {}],
     ]);
+  });
+
+  test("the fenced block is read as the previous regex read it, for any mix of fences, labels and blanks (property)", () => {
+    // The reading this parser had before the scan was rewritten to be linear (kept here as the reference).
+    const reference = (body: string): string | undefined => /^\s*```(?:json)?[ \t]*\n?([\s\S]*?)\n?[ \t]*```\s*$/.exec(body)?.[1];
+    const pieces = fc.constantFrom("```", "``", "`", "json", "js", " ", "\t", "\n", "\r", "{", "}", '{"a": 1}', "x");
+    fc.assert(
+      fc.property(fc.array(pieces, { maxLength: 14 }).map((a) => a.join("")), (body) => {
+        const r = p.extract(`<｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n${body}<｜tool▁call▁end｜>`);
+        const want = reference(body);
+        if (want === undefined) {
+          expect(r.calls).toEqual([]);
+          expect(r.errors.map((e) => e.message.split(";")[0])).toEqual(["Invalid tool call to 'f': the arguments must be a ```json fenced block"]);
+          return;
+        }
+        let args: unknown;
+        try {
+          args = want.trim() === "" ? {} : JSON.parse(want);
+        } catch {
+          args = undefined;
+        }
+        if (args !== null && typeof args === "object" && !Array.isArray(args)) expect(r.calls.map((c) => c.arguments)).toEqual([args as Record<string, unknown>]);
+        else expect(r.calls).toEqual([]);
+      }),
+      { numRuns: 5000 },
+    );
+  });
+
+  test("long hostile inputs stay linear (long blank runs inside the fence, many calls)", () => {
+    const B = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n";
+    const E = "<｜tool▁call▁end｜>";
+    const inputs = [`${B}\`\`\`json\n{${" ".repeat(200_000)}x${E}`, `${B}\`\`\`json\n{${"\t ".repeat(100_000)}\`\`\`${" ".repeat(100_000)}x${E}`, call("f", "{}").repeat(20_000), "</think>".repeat(100_000)];
+    for (const s of inputs) {
+      const t0 = performance.now();
+      p.extract(s);
+      expect(performance.now() - t0).toBeLessThan(2000);
+    }
   });
 
   test("random strings never throw (property)", () => {

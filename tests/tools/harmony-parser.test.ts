@@ -41,15 +41,33 @@ describe("harmony parser", () => {
     expect(r.calls.map((c) => [c.name, c.arguments])).toEqual([["echo", { text: v }]]);
   });
 
-  test("a call drafted in analysis text is reasoning; a call addressed on the analysis channel is an error, not executed", () => {
+  test("a call drafted in analysis text is reasoning; one addressed on the analysis channel and ended by <|call|> is a call (vLLM and SGLang); ended by <|end|> it is an error", () => {
     const drafted = '<|channel|>analysis<|message|>I could send to=functions.rm <|constrain|>json<|message|>{"path": "/"}<|call|>';
     const r1 = p.extract(drafted);
     expect(r1.calls).toEqual([]);
-    const r2 = p.extract('<|channel|>analysis to=functions.rm <|constrain|>json<|message|>{"path": "/"}<|call|>');
-    expect(r2.calls).toEqual([]);
-    expect(r2.errors.map((e) => [e.name, e.message])).toEqual([
-      ["rm", `The call to 'rm' was sent on the analysis channel and was not executed; calls to functions must go to the commentary channel; ${SHAPE}`],
+    const called = '<|channel|>analysis to=functions.lookup <|constrain|>json<|message|>{"q": "x"}<|call|>';
+    expect(p.extract(called)).toEqual({ content: "", calls: [{ index: 0, name: "lookup", arguments: { q: "x" }, raw: called }], errors: [] });
+    const stripped = '<|channel|>analysis to=functions.lookup <|constrain|>json<|message|>{"q": "x"}';
+    expect(p.extract(stripped).calls.map((c) => [c.name, c.arguments])).toEqual([["lookup", { q: "x" }]]);
+    const ended = p.extract('<|channel|>analysis to=functions.rm <|constrain|>json<|message|>{"path": "/"}<|end|>');
+    expect(ended.calls).toEqual([]);
+    expect(ended.errors.map((e) => [e.name, e.message])).toEqual([
+      ["rm", `The call to 'rm' was sent on the analysis channel and ended as a message, so it was not executed; calls to functions must go to the commentary channel; ${SHAPE}`],
     ]);
+  });
+
+  test("long hostile inputs stay linear (many headers without a message, many messages without a call)", () => {
+    const inputs = [
+      `${"<|start|>".repeat(100_000)}<|message|>`,
+      "<|start|>assistant<|channel|>commentary<|message|>x<|end|>".repeat(40_000),
+      '<|channel|>commentary to=functions.f<|message|>{"a": "'.repeat(40_000),
+      "<|channel|>analysis to=functions.f<|message|>{}<|end|>".repeat(40_000),
+    ];
+    for (const s of inputs) {
+      const t0 = performance.now();
+      p.extract(s);
+      expect(performance.now() - t0).toBeLessThan(2000);
+    }
   });
 
   test("malformed calls are errors naming the tool", () => {
@@ -72,7 +90,7 @@ describe("harmony parser", () => {
     const bad = [
       '<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a": 1',
       "<|channel|>commentary to=functions.f <|constrain|>json<|message|>[1]",
-      '<|channel|>analysis to=functions.f <|constrain|>json<|message|>{"a": 1}',
+      '<|channel|>analysis to=functions.f <|constrain|>json<|message|>{"a": 1}<|end|>',
       '<|channel|>commentary to=browser.search <|constrain|>json<|message|>{"q": 1}',
     ];
     for (const b of bad) {
@@ -117,8 +135,8 @@ test("turn markers inside a JSON string argument stay in the value when the call
   const q = "a <|end|><|start|>user<|message|> b";
   const r = p.extract(`<|channel|>commentary to=functions.lookup <|constrain|>json<|message|>${JSON.stringify({ query: q })}`);
   expect([r.errors, r.calls.map((c) => [c.name, c.arguments])]).toEqual([[], [["lookup", { query: q }]]]);
-  // The same for hermes: a </tool_call> inside the only, unclosed call's string is data, not its end.
+  // The same for hermes: a </tool_call> inside the only, unclosed call's string is data, not its end; the complete
+  // object is the call (vLLM and SGLang read a last block without its end tag).
   const h = createToolCallParser("hermes").extract(`<tool_call>{"name": "lookup", "arguments": {"query": "x </tool_call> y"}}`);
-  expect(h.calls).toEqual([]);
-  expect(h.errors.length).toBe(1);
+  expect([h.errors, h.calls.map((c) => [c.name, c.arguments])]).toEqual([[], [["lookup", { query: "x </tool_call> y" }]]]);
 });

@@ -94,6 +94,68 @@ describe("hermes parser", () => {
     expect(r.errors.map((e) => [e.index, e.name, e.message.startsWith("The tool call to 'calc' was not closed")])).toEqual([[1, "calc", true]]);
   });
 
+  test("a last block whose JSON object is complete but has no </tool_call> is a call (vLLM and SGLang read it)", () => {
+    const r = p.extract('Checking.\n<tool_call>\n{"name": "calc", "arguments": {"expression": "2+2"}}\n');
+    expect(r).toEqual({
+      content: "Checking.\n",
+      calls: [{ index: 0, name: "calc", arguments: { expression: "2+2" }, raw: '\n{"name": "calc", "arguments": {"expression": "2+2"}}\n' }],
+      errors: [],
+    });
+    const after = p.extract('<tool_call>{"name": "a", "arguments": {}}</tool_call>\n<tool_call>{"name": "b", "arguments": {"x": 1}}');
+    expect(after.calls.map((c) => [c.index, c.name, c.arguments])).toEqual([
+      [0, "a", {}],
+      [1, "b", { x: 1 }],
+    ]);
+    expect(after.errors).toEqual([]);
+  });
+
+  test("an unclosed block with text after its JSON is still an error", () => {
+    const r = p.extract('<tool_call>{"name": "calc", "arguments": {}} and then');
+    expect(r.calls).toEqual([]);
+    expect(r.errors).toEqual([
+      {
+        index: 0,
+        name: "calc",
+        raw: '{"name": "calc", "arguments": {}} and then',
+        message: `The tool call to 'calc' was not closed with </tool_call>; a tool call must be <tool_call>{"name": <tool name>, "arguments": <JSON object>}</tool_call>.`,
+      },
+    ]);
+  });
+
+  test('"parameters" is read like "arguments" (SGLang parse_base_json); both with different values is an error', () => {
+    const r = p.extract('<tool_call>{"name": "get_weather", "parameters": {"city": "Paris"}}</tool_call>');
+    expect(r.calls).toEqual([{ index: 0, name: "get_weather", arguments: { city: "Paris" }, raw: '{"name": "get_weather", "parameters": {"city": "Paris"}}' }]);
+    expect(r.errors).toEqual([]);
+    const same = p.extract('<tool_call>{"name": "f", "arguments": {"a": 1}, "parameters": {"a": 1}}</tool_call>');
+    expect(same.calls.map((c) => c.arguments)).toEqual([{ a: 1 }]);
+    const both = p.extract('<tool_call>{"name": "f", "arguments": {"a": 1}, "parameters": {"a": 2}}</tool_call>');
+    expect(both.calls).toEqual([]);
+    expect(both.errors).toEqual([
+      {
+        index: 0,
+        name: "f",
+        raw: '{"name": "f", "arguments": {"a": 1}, "parameters": {"a": 2}}',
+        message: `Invalid tool call to 'f': both "arguments" and "parameters" are given with different values; give the arguments once; a tool call must be <tool_call>{"name": <tool name>, "arguments": <JSON object>}</tool_call>.`,
+      },
+    ]);
+  });
+
+  test("long hostile inputs on the unclosed-block path stay linear", () => {
+    const inputs = [`<tool_call>{"name": "f", "arguments": {"a": "${"x".repeat(400_000)}"}}`, "<tool_call>{".repeat(40_000), `<tool_call>${'{"a":'.repeat(50_000)}`];
+    for (const s of inputs) {
+      const t0 = performance.now();
+      p.extract(s);
+      expect(performance.now() - t0).toBeLessThan(2000);
+    }
+  });
+
+  test("a block that became an error stays in content as written; parsed blocks leave it", () => {
+    const r = p.extract('A <tool_call>{"name": "a", "arguments": {}}</tool_call> B <tool_call>{"name": "b", oops}</tool_call> C');
+    expect(r.calls.map((c) => c.name)).toEqual(["a"]);
+    expect(r.errors.map((e) => e.name)).toEqual(["b"]);
+    expect(r.content).toBe('A  B <tool_call>{"name": "b", oops}</tool_call> C');
+  });
+
   test("unbalanced quotes fall back to the first plain end tag", () => {
     const r = p.extract('<tool_call>{"name": "a", "arguments": {"x": "oops}}</tool_call> then <tool_call>{"name": "b", "arguments": {}}</tool_call>');
     expect(r.errors.map((e) => e.index)).toEqual([0]);

@@ -86,6 +86,54 @@ describe("llama3_json parser", () => {
     expect(after.content).toBe("<think>plan</think>");
   });
 
+  test("calls separated by a newline or by nothing are all calls (vLLM and SGLang read them)", () => {
+    const r = p.extract('{"name": "a", "parameters": {"x": 1}}\n{"name": "b", "parameters": {"y": 2}}{"name": "c", "arguments": {}}');
+    expect(r).toEqual({
+      content: "",
+      calls: [
+        { index: 0, name: "a", arguments: { x: 1 }, raw: '{"name": "a", "parameters": {"x": 1}}' },
+        { index: 1, name: "b", arguments: { y: 2 }, raw: '{"name": "b", "parameters": {"y": 2}}' },
+        { index: 2, name: "c", arguments: {}, raw: '{"name": "c", "arguments": {}}' },
+      ],
+      errors: [],
+    });
+  });
+
+  test("after a newline, a JSON object that is not a call stays content; a broken call there is an error", () => {
+    const answer = p.extract('{"name": "a", "parameters": {}}\n{"result": 4}');
+    expect([answer.calls.map((c) => c.name), answer.errors, answer.content]).toEqual([["a"], [], '{"result": 4}']);
+    const broken = p.extract('{"name": "a", "parameters": {}}\n{"name": "b", "parameters": {"y": ');
+    expect(broken.calls.map((c) => c.name)).toEqual(["a"]);
+    expect(broken.errors.map((e) => [e.index, e.name, e.message.split(";")[0]])).toEqual([[1, "b", "The tool call to 'b' is not a complete JSON object (its braces never close)"]]);
+  });
+
+  test('"parameters" and "arguments" with different values is an error; equal values are one call', () => {
+    const both = p.extract('{"name": "f", "parameters": {"a": 1}, "arguments": {"a": 2}}');
+    expect(both.calls).toEqual([]);
+    expect(both.errors.map((e) => [e.name, e.message.split("; a tool call")[0]])).toEqual([
+      ["f", `Invalid tool call to 'f': both "arguments" and "parameters" are given with different values; give the arguments once`],
+    ]);
+    expect(p.extract('{"name": "f", "parameters": {"a": 1}, "arguments": {"a": 1}}').calls.map((c) => c.arguments)).toEqual([{ a: 1 }]);
+  });
+
+  test("long hostile inputs stay linear", () => {
+    const inputs = ['{"name": "f", "parameters": {}}\n'.repeat(40_000), `{"name": "f", "parameters": {}}${"{".repeat(100_000)}`, `{"name": "f", "parameters": {}}\n${'{"a": "'.repeat(40_000)}`];
+    for (const s of inputs) {
+      const t0 = performance.now();
+      p.extract(s);
+      expect(performance.now() - t0).toBeLessThan(2000);
+    }
+  });
+
+  test("objects that became errors stay in content as written; parsed calls leave it", () => {
+    const r = p.extract('{"name": "a", "parameters": {}}; {"name": "b", "parameters": {oops}}; {"name": "c", "parameters": {}} done');
+    expect([r.calls.map((c) => c.name), r.errors.map((e) => e.name)]).toEqual([["a", "c"], ["b"]]);
+    expect(r.content).toBe('{"name": "b", "parameters": {oops}}\ndone');
+    const open = p.extract('{"name": "a", "parameters": {}}; {"name": "b", "parameters": {"x": 1');
+    expect(open.content).toBe('{"name": "b", "parameters": {"x": 1');
+    expect(p.extract("<|python_tag|>brave_search.call(query=1)").content).toBe("<|python_tag|>brave_search.call(query=1)");
+  });
+
   test("text after the last call stays content", () => {
     const r = p.extract('{"name": "a", "parameters": {}} then more');
     expect(r.calls.map((c) => c.name)).toEqual(["a"]);

@@ -98,6 +98,46 @@ describe("pythonic parser", () => {
     expect(p.extract(deep).errors.map((e) => e.message.split(";")[0])).toEqual(["Invalid tool call to 'f': literal nested deeper than 64 levels"]);
   });
 
+  test("a raw line break inside a quoted argument is part of the value (engines' LFM2 repair), exact characters kept", () => {
+    const r = p.extract("[run_python(code='import os\nprint(os.getcwd())\n', note=\"a\r\nb\tc\")]");
+    expect(r.errors).toEqual([]);
+    expect(r.calls).toEqual([
+      {
+        index: 0,
+        name: "run_python",
+        arguments: { code: "import os\nprint(os.getcwd())\n", note: "a\r\nb\tc" },
+        raw: "run_python(code='import os\nprint(os.getcwd())\n', note=\"a\r\nb\tc\")",
+      },
+    ]);
+    expect(r.content).toBe("");
+  });
+
+  test("a quote that never closes is still an error, also across lines", () => {
+    const src = "[f(a='x\n)]\nmore";
+    expect(p.extract(src)).toEqual({
+      content: src,
+      calls: [],
+      errors: [{ index: 0, name: "f", raw: src, message: `Invalid tool call to 'f': a string starting at offset 5 is not closed; ${SHAPE}` }],
+    });
+  });
+
+  test("JSON spellings true/false/null are literals (vLLM get_parameter_value)", () => {
+    const r = p.extract("[f(a=true, b=false, c=null, d=[true, {'k': null}])]");
+    expect(r.errors).toEqual([]);
+    expect(r.calls.map((c) => [c.name, c.arguments])).toEqual([["f", { a: true, b: false, c: null, d: [true, { k: null }] }]]);
+  });
+
+  test("long hostile inputs on the multi-line string path stay linear", () => {
+    const inputs = [`[f(a='${"x\n".repeat(200_000)}`, "[f(a='x\n".repeat(50_000), `[f(a='${"\n".repeat(100_000)}')${" ".repeat(100_000)}x]`];
+    for (const s of inputs) {
+      const t0 = performance.now();
+      const r = p.extract(s);
+      expect(r.calls).toEqual([]);
+      expect(r.errors.length).toBeGreaterThan(0);
+      expect(performance.now() - t0).toBeLessThan(2000);
+    }
+  });
+
   test("random strings never throw (property)", () => {
     const pieces = fc.constantFrom("[", "]", "(", ")", "f", "g(", "a=", "=", ",", "'", '"', '"""', "\\", "1", "-", "0x", "True", "None", "{", "}", ":", " ", "\n", "<think>", "</think>", "é", "🙂");
     fc.assert(

@@ -50,9 +50,61 @@ describe("qwen3_coder parser", () => {
     expect(r.errors.map((e) => [e.name, e.message.split(";")[0]])).toEqual([["list_tool", "Invalid tool call to 'list_tool': a <parameter=NAME> header is not closed with '>'"]]);
   });
 
-  test("a parameter without </parameter> is an error", () => {
+  test("a last parameter without </parameter> ends at </function> (vLLM and SGLang read it)", () => {
     const r = p.extract("<tool_call>\n<function=f>\n<parameter=a>\n1\n</function>\n</tool_call>");
-    expect(r.errors.map((e) => e.message.split(";")[0])).toEqual(["Invalid tool call to 'f': parameter 'a' is not closed with </parameter>"]);
+    expect(r).toEqual({ content: "", calls: [{ index: 0, name: "f", arguments: { a: "1" }, raw: "f>\n<parameter=a>\n1\n</function>" }], errors: [] });
+  });
+
+  test("a parameter without </parameter> ends before the next line-start parameter, not swallowing it", () => {
+    const text = "<tool_call>\n<function=list_tool>\n<parameter=s>\nfirst line\n<parameter=n>\n3\n</parameter>\n</function>\n</tool_call>";
+    expect(p.extract(text).calls.map((c) => [c.name, c.arguments])).toEqual([["list_tool", { s: "first line", n: 3 }]]);
+    const noSchema = new Qwen3CoderToolCallParser().extract("<tool_call>\n<function=f>\n<parameter=a>\n1\n<parameter=b>\n2\n</parameter>\n</function>\n</tool_call>");
+    expect(noSchema.calls.map((c) => c.arguments)).toEqual([{ a: "1", b: "2" }]);
+  });
+
+  test("a line-start <parameter=…>…</parameter> inside a value is a nested literal; with a schema an unknown name never splits", () => {
+    const v = "Example:\n<parameter=x>\n1\n</parameter>\nend";
+    const nested = p.extract(`<tool_call>\n<function=list_tool>\n<parameter=s>\n${v}\n</parameter>\n<parameter=n>\n2\n</parameter>\n</function>\n</tool_call>`);
+    expect(nested.calls.map((c) => c.arguments)).toEqual([{ s: v, n: 2 }]);
+    const unknown = p.extract("<tool_call>\n<function=list_tool>\n<parameter=s>\nsee\n<parameter=zz>\nmore\n</function>\n</tool_call>");
+    expect(unknown.calls.map((c) => c.arguments)).toEqual([{ s: "see\n<parameter=zz>\nmore" }]);
+  });
+
+  test("the last block may lack </tool_call> when its function is closed; an unclosed function is still an error", () => {
+    const r = p.extract("Run it.\n<tool_call>\n<function=list_tool>\n<parameter=n>\n4\n</parameter>\n</function>\n");
+    expect(r).toEqual({
+      content: "Run it.\n",
+      calls: [{ index: 0, name: "list_tool", arguments: { n: 4 }, raw: "list_tool>\n<parameter=n>\n4\n</parameter>\n</function>" }],
+      errors: [],
+    });
+    const open = p.extract("<tool_call>\n<function=list_tool>\n<parameter=n>\n4\n</parameter>\n");
+    expect(open.calls).toEqual([]);
+    expect(open.errors.map((e) => e.message.split(";")[0])).toEqual(["The tool call to 'list_tool' was not closed with </tool_call>"]);
+  });
+
+  test("object/array values written as Python literals are read like the engines' ast.literal_eval fallback (never evaluated)", () => {
+    const r = p.extract(
+      "<tool_call>\n<function=list_tool>\n<parameter=o>\n{'k': 'v', 'n': None}\n</parameter>\n<parameter=items>\n(1, 'two')\n</parameter>\n<parameter=s>\n{'k': 'v'}\n</parameter>\n</function>\n</tool_call>",
+    );
+    expect(r.calls.map((c) => c.arguments)).toEqual([{ o: { k: "v", n: null }, items: [1, "two"], s: "{'k': 'v'}" }]);
+    expect(convertParamValue("__import__('os')", "object")).toBe("__import__('os')");
+    expect(convertParamValue("{'a': 1} extra", "object")).toBe("{'a': 1} extra");
+  });
+
+  test("long hostile inputs stay linear (badly placed end tags, missing </parameter>, long numbers)", () => {
+    const inputs = [
+      "<tool_call>x</tool_call>".repeat(40_000),
+      `<tool_call><function=f>${"<parameter=a>x</parameter>y".repeat(40_000)}</function></tool_call>`,
+      `<tool_call>\n<function=list_tool>\n${"<parameter=s>\nv\n".repeat(40_000)}</parameter>\n</function>\n</tool_call>`,
+      `<tool_call>\n<function=list_tool>\n${"\n<parameter=".repeat(40_000)}`,
+      `<tool_call>\n<function=list_tool>\n<parameter=x>\n${"1".repeat(200_000)}x\n</parameter>\n</function>\n</tool_call>`,
+      `<tool_call>${" ".repeat(100_000)}${"<function=".repeat(40_000)}`,
+    ];
+    for (const s of inputs) {
+      const t0 = performance.now();
+      p.extract(s);
+      expect(performance.now() - t0).toBeLessThan(2000);
+    }
   });
 
   test("a function header without '>' is an error", () => {
@@ -88,6 +140,12 @@ describe("qwen3_coder parser", () => {
   test("no tools given: every value is text", () => {
     const r = new Qwen3CoderToolCallParser().extract("<tool_call>\n<function=f>\n<parameter=n>\n1\n</parameter>\n</function>\n</tool_call>");
     expect(r.calls[0]!.arguments).toEqual({ n: "1" });
+  });
+
+  test("a block that became an error stays in content as written; a parsed block leaves it", () => {
+    const bad = "<tool_call>\n<function=list_tool>\n<parameter=broken\n</function>\n</tool_call>";
+    const r = p.extract(`A <tool_call>\n<function=list_tool>\n</function>\n</tool_call> B ${bad} C`);
+    expect([r.calls.length, r.errors.length, r.content]).toEqual([1, 1, `A  B ${bad} C`]);
   });
 
   test("type conversion table", () => {
