@@ -23,7 +23,7 @@ export const SIM_TEACHER_SCORE_SEED = 7919;
 export function teacherClientsFor(config: AppConfig, tokenizer: ChatTokenizer): TeacherClientFactory {
   const g = config.gateway;
   return cachedTeacherClients((cfg: TeacherConfig): TeacherClientOptions => {
-    const base = { format: cfg.format, timeoutMs: cfg.timeout_ms, retry: { retries: 3 }, ...(cfg.model ? { model: cfg.model } : {}) };
+    const base = { format: cfg.format, timeoutMs: cfg.timeout_ms, retry: { retries: 3 }, apiKey: process.env.EDGELOOP_TEACHER_API_KEY || null, ...(cfg.model ? { model: cfg.model } : {}) };
     if (cfg.url === "sim") {
       const app = createSimEngineApp(new SimEngine({ tokenizer, name: "teacher-sim", model: "edgeloop/sim-teacher", scoreSeed: SIM_TEACHER_SCORE_SEED }));
       return { ...base, url: "http://teacher-sim.local", fetch: async (input, init) => app.fetch(new Request(input, init)) };

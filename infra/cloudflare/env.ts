@@ -26,6 +26,8 @@ export interface Env extends TelemetryEnv {
   EDGELOOP_ENGINE_URL?: string;
   /** `vllm`, `vllm-generate` or `sglang` (default `engine.format` of `EDGELOOP_CONFIG`, itself `vllm` by default). */
   EDGELOOP_ENGINE_FORMAT?: string;
+  /** The teacher engine's `--api-key` (a Worker secret), sent as `Authorization: Bearer` on scoring calls. */
+  EDGELOOP_TEACHER_API_KEY?: string;
   /** The engine's `--api-key` (a Worker secret; default `engine.api_key` of `EDGELOOP_CONFIG`), sent as `Authorization: Bearer`. */
   EDGELOOP_ENGINE_API_KEY?: string;
   /** The tools file as JSON text (tool URLs inside). */
@@ -164,7 +166,7 @@ async function build(env: Env): Promise<WorkerRuntime> {
   if (config.rollout.teacher?.url === "sim") throw new ConfigError("rollout.teacher.url", "the Worker has no embedded simulated engine: point rollout.teacher.url (or urls) at a teacher engine");
   // Teacher replicas (`urls`) go through an in-process gateway, as in `edgeloop serve`; its tokenizer is checked by the CLI processes.
   const teacher = cachedTeacherClients((cfg) => {
-    const base = { format: cfg.format, timeoutMs: cfg.timeout_ms, retry: { retries: 3 }, ...(cfg.model ? { model: cfg.model } : {}) };
+    const base = { format: cfg.format, timeoutMs: cfg.timeout_ms, retry: { retries: 3 }, apiKey: env.EDGELOOP_TEACHER_API_KEY || null, ...(cfg.model ? { model: cfg.model } : {}) };
     if (!cfg.urls) return { ...base, url: cfg.url! };
     const gateway = createGatewayApp({ replicas: cfg.urls, policy: "least_inflight_sticky" });
     return { ...base, url: "http://teacher-gateway.local", fetch: (input, init) => gateway.fetch(new Request(input, init)) };

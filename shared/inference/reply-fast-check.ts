@@ -122,7 +122,7 @@ function completionChoiceOk(c: Obj): boolean {
   return endOk(ids, c.finish_reason, lps.length, (i) => lps[i]);
 }
 
-/** `/inference/v1/generate` choice: ids in `token_ids` or the `logprobs.content[].token` strings, `logprobs.content[].logprob`. */
+/** `/inference/v1/generate` choice: ids in `token_ids` or the `logprobs.content[].token` strings (vLLM main: `token_id` numbers, which must agree), `logprobs.content[].logprob`. */
 function generateChoiceOk(c: Obj): boolean {
   const tokenIds = absent(c.token_ids) ? undefined : idArray(c.token_ids);
   if (!absent(c.token_ids) && !tokenIds) return false;
@@ -130,7 +130,7 @@ function generateChoiceOk(c: Obj): boolean {
   if (!isObj(lp)) return false;
   const content = lp.content;
   if (!Array.isArray(content)) return false;
-  for (const e of content) if (!isObj(e) || !optString(e.token) || !Number.isFinite(e.logprob)) return false;
+  for (const e of content) if (!isObj(e) || !optString(e.token) || !optCount(e.token_id) || !Number.isFinite(e.logprob)) return false;
   const fromStrings =
     tokenIds && spellsIds(content, tokenIds, (e) => (e as Obj).token)
       ? tokenIds
@@ -138,6 +138,8 @@ function generateChoiceOk(c: Obj): boolean {
   if (fromStrings && !fromStrings.every(isTokenId)) return false;
   const ids = tokenIds ?? fromStrings;
   if (!ids || (tokenIds && fromStrings && !sameIds(tokenIds, fromStrings))) return false;
+  // vLLM main names each entry's id (`token_id`): when every entry does, they must be the ids.
+  if (content.length > 0 && content.every((e) => typeof (e as Obj).token_id === "number") && !(content.length === ids.length && content.every((e, i) => (e as Obj).token_id === ids[i]))) return false;
   // The generate endpoint's missing finish reason means "stop" (as the server and the client read it).
   return endOk(ids, c.finish_reason ?? "stop", content.length, (i) => (content[i] as Obj).logprob);
 }

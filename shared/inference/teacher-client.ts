@@ -55,6 +55,8 @@ export interface TeacherClientOptions {
   fetch?: FetchLike;
   /** Retries of failed calls (5xx, refused, deadline, garbled 2xx), as the policy's engine client (default 3 retries). */
   retry?: RetryOptions;
+  /** The teacher server's `--api-key` (env `EDGELOOP_TEACHER_API_KEY`), sent as `Authorization: Bearer`; never logged. */
+  apiKey?: string | null;
 }
 
 /** One `{logprob, rank, decoded_token}` of vLLM's `prompt_logprobs` (only `logprob` is read). */
@@ -85,8 +87,9 @@ const TokenizeReply = z.looseObject({ tokens: z.array(z.number().int().min(0)) }
  *   `return_logprob: true`, `logprob_start_len: start − 1`; reply
  *   `meta_info.input_token_logprobs`.
  *
- * So that the teacher scores a full context, a vLLM teacher's context must
- * hold `len(ids) + 1` tokens (the one generated token).
+ * So that the teacher scores a full context, its context must hold
+ * `len(ids) + 1` tokens: vLLM generates one token, and SGLang refuses
+ * `input >= context_len` (docs/engines.md §3.3).
  * @see docs/engines.md §2.8 (vLLM) and §3.2 (SGLang, teacher scoring)
  */
 export function teacherScoreBody(format: TeacherFormat, ids: number[], start: number, requestId: string, model?: string): { path: string; body: Record<string, unknown> } {
@@ -193,7 +196,7 @@ export function createTeacherClient(opts: TeacherClientOptions): TeacherClient {
     if (start === 0) throw new BadEngineResponseError("a trajectory without prompt tokens cannot be scored (position 0 has no context)");
     const { path, body } = teacherScoreBody(format, ids, start, requestId, opts.model);
     const url = joinUrl(opts.url, path);
-    const reply = await postEngineJson(fetchFn, url, body, engineHeaders(req.routing_key, requestId), { timeoutMs, ...(signal ? { signal } : {}) });
+    const reply = await postEngineJson(fetchFn, url, body, engineHeaders(req.routing_key, requestId, undefined, opts.apiKey), { timeoutMs, ...(signal ? { signal } : {}) });
     if (reply.status < 200 || reply.status >= 300) throw engineErrorFromReply(url, reply);
     if (reply.body === undefined) throw badReply(url, "body is not JSON");
     if (format === "sglang") {
@@ -220,7 +223,7 @@ export function createTeacherClient(opts: TeacherClientOptions): TeacherClient {
       const body = { ...(opts.model && format !== "sglang" ? { model: opts.model } : {}), prompt: text, add_special_tokens: false };
       const requestId = crypto.randomUUID();
       const reply = await retryEngineCall({ request_id: requestId, ...(signal ? { signal } : {}) }, retry, (rid, sig) =>
-        postEngineJson(fetchFn, url, body, engineHeaders("edgeloop-teacher-check", rid), { timeoutMs, ...(sig ? { signal: sig } : {}) }).then((r) => {
+        postEngineJson(fetchFn, url, body, engineHeaders("edgeloop-teacher-check", rid, undefined, opts.apiKey), { timeoutMs, ...(sig ? { signal: sig } : {}) }).then((r) => {
           if (r.status < 200 || r.status >= 300) throw engineErrorFromReply(url, r);
           return r;
         }),

@@ -123,6 +123,7 @@ describe("surelyUsableReply", () => {
       "vllm-completion-token-id-strings": true,
       "vllm-completion-token-ids": true,
       "vllm-generate-tokens": true,
+      "vllm-generate-tokens-main": true,
     });
     // Whatever was asked, the full check agrees that the fast-settled ones are usable.
     for (const s of all) if (verdicts[s.name]) expect(fullProblems(s.path, JSON.stringify(s.body))).toEqual(REQUESTS[s.path]!.map(() => null));
