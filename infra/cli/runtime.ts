@@ -40,7 +40,7 @@ import { describeModel } from "../../shared/models/index.ts";
 import { createRedisTransferQueue } from "../redis/redis-transfer-queue.ts";
 import { SimEngine } from "../sim-engine/sim-engine.ts";
 import { readSimScriptFile } from "../sim-engine/script-file.ts";
-import { vllmRoutedExpertsRefused } from "../../shared/inference/vllm-client.ts";
+import { routedExpertsEngineShape } from "./routed-experts-config.ts";
 import { SimEngineClient } from "../sim-engine/sim-engine-client.ts";
 import { startSimEngine } from "../sim-engine/server.ts";
 import { startToolServer } from "../tools/server.ts";
@@ -600,25 +600,6 @@ async function buildEngine(
     fetch: (input, init) => gateway.fetch(new Request(input, init)),
     moe: { layers: simMoe.layers, top_k: simMoe.top_k },
   });
-}
-
-/**
- * Checks `rollout.return_routed_experts` against the engine at start and
- * returns `engine.moe`'s `[layers, top_k]` for the engine client: the vLLM
- * formats are refused (see `vllmRoutedExpertsRefused`), except the
- * in-process sim (one replica), which answers any format; SGLang needs
- * `engine.moe` (its reply carries no shape).
- * @throws ConfigError naming `rollout.return_routed_experts` or `engine.moe`
- */
-function routedExpertsEngineShape(config: AppConfig): { layers: number; top_k: number } | undefined {
-  const e = config.engine;
-  const moe = e.moe ? { layers: e.moe.layers, top_k: e.moe.top_k } : undefined;
-  if (!config.rollout.return_routed_experts) return moe;
-  // The in-process sim called directly (format vllm, one replica) returns experts without a wire form.
-  const inProcessSim = e.url === "sim" && e.replicas === 1 && e.format === "vllm";
-  if (!inProcessSim && e.format !== "sglang") throw vllmRoutedExpertsRefused();
-  if (e.url !== "sim" && !moe) throw new ConfigError("engine.moe", "rollout.return_routed_experts with engine.format sglang needs engine.moe {layers, top_k} of the served model (SGLang's meta_info.routed_experts carries no shape)");
-  return moe;
 }
 
 /**
