@@ -11,7 +11,7 @@ import { loadTokenizer } from "../../infra/node/model-dir.ts";
 // on loopback, healthy in each wire format and version and misconfigured one way at a time: with the
 // simulator's own server switches (API keys, prompt-token details, scale-out) where it has them, and a
 // small wrapper around its HTTP app that rewrites replies where it has none (ids or log-probs dropped,
-// a route answering 404, request gauges on /metrics).
+// a route answering 404, no /metrics).
 const ROOT = join(import.meta.dir, "..", "..");
 const MAIN = join(ROOT, "infra", "cli", "main.ts");
 const dir = mkdtempSync(join(tmpdir(), "edgeloop-doctor-"));
@@ -45,21 +45,6 @@ const answer =
   (paths: string[], status: number, body: unknown): Wrap =>
   async (req, next) =>
     paths.includes(new URL(req.url).pathname) ? Response.json(body, { status }) : next(req);
-
-/** `GET /metrics` with vLLM's request gauges read from the engine (what the simulator does not serve). */
-const vllmMetrics =
-  (engine: () => SimEngine): Wrap =>
-  async (req, next) => {
-    if (new URL(req.url).pathname !== "/metrics") return next(req);
-    const e = engine();
-    const page = [
-      "# HELP vllm:num_requests_running Number of requests in model execution batches.",
-      "# TYPE vllm:num_requests_running gauge",
-      `vllm:num_requests_running{engine="0",model_name="${e.model}"} ${e.generating}.0`,
-      `vllm:num_requests_waiting{engine="0",model_name="${e.model}"} 0.0`,
-    ].join("\n");
-    return new Response(page + "\n", { headers: { "content-type": "text/plain; version=0.0.4" } });
-  };
 
 interface Run {
   code: number;
@@ -369,9 +354,8 @@ describe("edgeloop doctor --admin", () => {
   }, 30_000);
 
   test("an idle vLLM with request gauges on /metrics: one abort pause and resume, /is_paused read back, exit 0", async () => {
-    let engine!: SimEngine;
-    const s = sim(vllmMetrics(() => engine));
-    engine = s.engine;
+    // The simulator serves vLLM's (and SGLang's) request gauges on /metrics.
+    const s = sim();
     const r = await doctor(["--engine", s.url, "--admin"]);
     expect(r.code).toBe(0);
     expect(line(r, "pause/resume")).toBe("pause/resume   ok: POST /pause?mode=abort and /resume answered; GET /is_paused said true, then false; a call was served after");
@@ -380,9 +364,8 @@ describe("edgeloop doctor --admin", () => {
   }, 30_000);
 
   test("a busy vLLM (a request generating): pause/resume skipped, the engine never paused", async () => {
-    let engine!: SimEngine;
-    const s = sim(vllmMetrics(() => engine), new SimEngine({ tokenizer, latency: { decode_ms_per_token: 60_000 } }));
-    engine = s.engine;
+    const s = sim(undefined, new SimEngine({ tokenizer, latency: { decode_ms_per_token: 60_000 } }));
+    const engine = s.engine;
     const held = fetch(`${s.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ prompt: [1, 2, 3], max_tokens: 2 }) }).catch(() => undefined);
     while (engine.generating === 0) await Bun.sleep(5);
     const r = await doctor(["--engine", s.url, "--admin", "--timeout", "1"]);
@@ -392,7 +375,8 @@ describe("edgeloop doctor --admin", () => {
   }, 30_000);
 
   test("no request counts to read: skipped unless --force", async () => {
-    const s = sim();
+    // A server without metrics (SGLang without --enable-metrics and no /get_load answer).
+    const s = sim(answer(["/metrics", "/get_load"], 404, { detail: "Not Found" }));
     const r = await doctor(["--engine", s.url, "--admin"]);
     expect(r.code).toBe(0);
     expect(line(r, "pause/resume")).toBe(
