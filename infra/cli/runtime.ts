@@ -677,6 +677,18 @@ function buildGate(config: AppConfig, policy: PolicyVersions, closers: (() => Pr
 }
 
 /**
+ * Whether the deployment's engines are paused on purpose (its pause gate in
+ * the store's Redis is closed), for a standalone `edgeloop gateway --store`:
+ * its health probes then count no failure against a replica. Null for the
+ * memory store (the gateway cannot see another process's gate).
+ */
+export function buildPausedReader(config: AppConfig, closers: (() => Promise<void>)[]): (() => Promise<boolean>) | null {
+  if (config.store.url === "memory") return null;
+  const gate = buildGate(config, new MemoryPolicyVersions(), closers);
+  return async () => (await gate.state()).paused;
+}
+
+/**
  * The gateway's shared routing state (pins, in-flight leases, ejections) in
  * the store's Redis, over its own connection: with a `redis://` or `upstash`
  * store and `gateway.shared_state` (default true); null for the memory store
