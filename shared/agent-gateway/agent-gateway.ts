@@ -1,3 +1,4 @@
+import { keyPart } from "../store/key-encoding.ts";
 import { KeyedChain } from "../session/keyed-chain.ts";
 import { LRUCache } from "lru-cache";
 import { AgentLoop, addPreempted, contextSize, modelVersionOf, turnVersions, type AgentLoopContext, type TokenVersions } from "../agent-loop/agent-loop.ts";
@@ -107,9 +108,9 @@ export class AgentGateway {
     this.turnLoop = new TurnRunner(opts);
   }
 
-  /** The storage key of a session. */
+  /** The storage key of a session: `agent:{key}`, the key encoded by {@link keyPart} (unchanged for a trajectory key). */
   static storageKey(key: string): string {
-    return `agent:${key}`;
+    return `agent:${keyPart(key)}`;
   }
 
   /**
