@@ -1,4 +1,5 @@
 import { keyPart } from "../store/key-encoding.ts";
+import { checkReward, DEFAULT_SESSION_LIMITS, SessionLimitError, type SessionLimits } from "../agent-loop/session-limits.ts";
 import { KeyedChain } from "../session/keyed-chain.ts";
 import { LRUCache } from "lru-cache";
 import { AgentLoop, addPreempted, contextSize, modelVersionOf, turnVersions, type AgentLoopContext, type TokenVersions } from "../agent-loop/agent-loop.ts";
@@ -55,6 +56,8 @@ export interface AgentGatewayOptions {
   cacheSize?: number;
   /** Seconds a session is kept after its deadline (default 7 days). */
   retainSeconds?: number;
+  /** Per-session outputs, engine calls and reward range (config `limits`; default `DEFAULT_SESSION_LIMITS`). */
+  limits?: SessionLimits;
 }
 
 /** A session closed by its finish call, the task's answer, its deadline or its trajectory's failure: 409, code `session_closed`. */
@@ -153,7 +156,9 @@ export class AgentGateway {
   /**
    * Answers one chat-completions call of session `key` (see the class doc).
    * @throws NotFoundError (404), AuthError (401), InputError (400, naming the field),
-   *   {@link SessionClosedError} (409), engine errors (502/503, the SDK retries them).
+   *   {@link SessionClosedError} (409), SessionLimitError (409, `session_limit`: the session
+   *   reached `limits.max_outputs_per_session` or `limits.max_engine_calls_per_session` and fails),
+   *   engine errors (502/503, the SDK retries them).
    */
   async chat(key: string, token: string | null, body: unknown): Promise<ChatReply> {
     await this.authorize(key, token);
@@ -181,6 +186,13 @@ export class AgentGateway {
             throw new InputError("logprobs", "this run does not record log-probs (rollout.calculate_log_probs is false); ask without logprobs");
           }
           try {
+            this.checkLimits(st, req);
+          } catch (e) {
+            // Past a per-session limit the session fails (its trajectory with this reason) and the call is refused.
+            if (e instanceof SessionLimitError) await this.commit(st, { e: "finish", by: "failed", reward: null, metadata: { error: e.message } });
+            throw e;
+          }
+          try {
             const ev = await this.turn(st, req, hash);
             await this.commit(st, ev);
             return ev.reply as unknown as ChatReply;
@@ -199,14 +211,33 @@ export class AgentGateway {
   }
 
   /**
+   * Refuses a call past the session's limits: an engine call beyond
+   * `limits.max_engine_calls_per_session`, or a call that would open an output
+   * beyond `limits.max_outputs_per_session` (a continuation of the current
+   * output opens none).
+   * @throws SessionLimitError (409, code `session_limit`)
+   */
+  private checkLimits(st: AgentSessionState, req: ChatRequest): void {
+    const limits = this.opts.limits ?? DEFAULT_SESSION_LIMITS;
+    if (st.engineCalls >= limits.maxEngineCalls) throw new SessionLimitError(st.input.key, "max_engine_calls_per_session", limits.maxEngineCalls);
+    if (st.outputs.length < limits.maxOutputs) return;
+    const cur = st.outputs[st.outputs.length - 1];
+    const tools = req.tools && req.tools.length ? req.tools : undefined;
+    const continues = cur && !cur.ended && cur.toolsKey === toolsKeyOf(tools) && continuation(cur.messages, req.messages) !== null;
+    if (!continues) throw new SessionLimitError(st.input.key, "max_outputs_per_session", limits.maxOutputs);
+  }
+
+  /**
    * Ends the session. `by`: `agent` (`POST …/finish`), `task` (the task's
    * answer), `timeout` (the deadline), `failed` (the trajectory failed). The
    * first end is kept: the agent repeating its own finish gets it again, an
    * agent's finish that would change it is refused; other late ends return it.
-   * @throws NotFoundError for an unknown key; {@link SessionClosedError} (409) for an agent's
+   * @throws InputError (400, `reward`) for an agent's or task's reward outside `limits.reward_min`/`reward_max`;
+   *   NotFoundError for an unknown key; {@link SessionClosedError} (409) for an agent's
    *   finish after another end or with another reward or metadata.
    */
   async finish(key: string, r: { by: FinishEvent["by"]; reward?: number | null; metadata?: Record<string, unknown> | null }): Promise<AgentSessionState> {
+    if (r.by === "agent" || r.by === "task") checkReward(r.reward, this.opts.limits ?? DEFAULT_SESSION_LIMITS, "reward");
     for (let attempt = 0; ; attempt++) {
       try {
         const st = await this.serial(key, async () => {
@@ -329,6 +360,9 @@ export class AgentGateway {
       truncatedByObs = out.builder.appendObservation(ids).truncated;
       out.userTurns++;
     } else {
+      // (checkLimits saw a continuation the template then could not render incrementally: still no output past the cap.)
+      const maxOutputs = (this.opts.limits ?? DEFAULT_SESSION_LIMITS).maxOutputs;
+      if (st.outputs.length >= maxOutputs) throw new SessionLimitError(input.key, "max_outputs_per_session", maxOutputs);
       const { promptIds, truncated } = buildPromptIds(tok, req.messages, { tools, promptLength: rollout.prompt_length, chatTemplateKwargs: rollout.chat_template_kwargs });
       const maxModelLen = await contextSize(rollout, this.opts.maxModelLen, this.opts.client);
       partial.open = {
@@ -481,6 +515,7 @@ export class AgentGateway {
       throw e;
     }
     if (ev.e !== "turn") applyEvent(st, ev);
+    else if (ev.action) st.engineCalls++; // turn() applied the rest of a live turn already
     st.step = step;
     this.cache.set(st.input.key, st);
   }

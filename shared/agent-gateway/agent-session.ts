@@ -145,6 +145,8 @@ export interface AgentSessionState {
   /** The step of the last applied event (−1 before the first). */
   step: number;
   outputs: AgentOutputState[];
+  /** Answered calls that sampled (engine calls), for `limits.max_engine_calls_per_session`. */
+  engineCalls: number;
   taskSent: boolean;
   finish: FinishEvent | null;
 }
@@ -200,7 +202,7 @@ export function toolsKeyOf(tools: readonly ToolSchema[] | undefined): string {
 
 /** A fresh state for `input` (no events applied). */
 export function newAgentState(input: AgentSessionInput): AgentSessionState {
-  return { input, step: -1, outputs: [], taskSent: false, finish: null, recent: new Map() };
+  return { input, step: -1, outputs: [], engineCalls: 0, taskSent: false, finish: null, recent: new Map() };
 }
 
 /**
@@ -230,6 +232,7 @@ export function applyEvent(st: AgentSessionState, ev: AgentSessionEvent): void {
         if (ev.obs !== undefined) out.builder.appendObservation(decodeInt32(ev.obs));
       }
       if (ev.action) {
+        st.engineCalls++;
         const ids = decodeInt32(ev.action.ids);
         recordActionVersions(out.tokenVersions, out.builder.responseLength, ids.length, ev.versions ?? [[0, ev.model_version ?? null]]);
         out.builder.appendAction(ids, ev.action.lps === null ? null : decodeFloat32(ev.action.lps));
