@@ -21,6 +21,7 @@ import {
   applyEvent,
   foldAgentSession,
   newAgentState,
+  tokenSha256,
   openOutput,
   recordActionVersions,
   rememberReply,
@@ -123,18 +124,50 @@ export class AgentGateway {
    * @throws InputError for a malformed input; StoreError when storage fails otherwise.
    */
   async create(input: AgentSessionInputArg): Promise<AgentSessionState> {
-    const inp = AgentSessionInput.parse(input);
-    return holdWhileStoreDown(() => this.createOnce(inp));
+    const parsed = AgentSessionInput.parse(input);
+    if (parsed.token === undefined) throw new InputError("token", "create needs the session's bearer token");
+    // The token is stored only as its SHA-256 (S17): whoever reads the store cannot act as the agent.
+    const { token, ...rest } = parsed;
+    const inp: AgentSessionInput = { ...rest, token_sha256: await tokenSha256(token) };
+    return holdWhileStoreDown(() => this.createOnce(inp, token));
   }
 
-  private createOnce(inp: AgentSessionInput): Promise<AgentSessionState> {
+  private createOnce(inp: AgentSessionInput, token: string): Promise<AgentSessionState> {
     return this.serial(inp.key, async () => {
       const existing = await this.load(inp.key);
       if (existing) return existing;
       const st = newAgentState(inp);
       await this.commit(st, { e: "open" }, JSON.stringify(inp));
+      st.token = token;
       return st;
     });
+  }
+
+  /**
+   * Gives the session a new bearer token (stored as its SHA-256; the old one
+   * stops working) and returns the state holding it in clear: for a loop that
+   * resumed a session whose task was never sent (a stored session keeps no
+   * token to send). Returns the state unchanged when it already holds its token.
+   * @throws NotFoundError for an unknown key.
+   */
+  async rekey(key: string, token: string): Promise<AgentSessionState> {
+    const sha256 = await tokenSha256(token);
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await holdWhileStoreDown(() =>
+          this.serial(key, async () => {
+            const st = await this.load(key);
+            if (!st) throw new NotFoundError(`no agent session '${key.slice(0, 200)}'`, { field: "key" });
+            if (st.token !== undefined) return st;
+            await this.commit(st, { e: "token", sha256 });
+            st.token = token;
+            return st;
+          }),
+        );
+      } catch (e) {
+        if (!isStaleStep(e) || attempt >= 5) throw e;
+      }
+    }
   }
 
   /** The session of `key` as stored now, or null. */
@@ -149,7 +182,8 @@ export class AgentGateway {
   async authorize(key: string, token: string | null): Promise<AgentSessionState> {
     const st = await this.get(key);
     if (!st) throw new NotFoundError(`no agent session '${key.slice(0, 200)}'`, { field: "key" });
-    if (!token || !constantTimeEqual(token, st.input.token)) throw new AuthError(`wrong or missing bearer token for agent session '${key.slice(0, 200)}'`);
+    const want = st.tokenSha256 ?? (st.input.token !== undefined ? await tokenSha256(st.input.token) : null);
+    if (!token || want === null || !constantTimeEqual(await tokenSha256(token), want)) throw new AuthError(`wrong or missing bearer token for agent session '${key.slice(0, 200)}'`);
     return st;
   }
 
