@@ -135,3 +135,69 @@ describe("custom loops: the executor enforces the same caps", () => {
   });
 });
 
+
+describe("the audit's S5 repro end to end: an agent past the cap cannot fill its group", () => {
+  test("n = 2, the agent of session 0 makes 10 chat calls with limits.max_outputs_per_session 3: its session fails, the group holds no more than the caps allow", async () => {
+    const { writeFileSync, mkdtempSync } = await import("node:fs");
+    const { tmpdir } = await import("node:os");
+    const { Hono } = await import("hono");
+    const { buildRuntime } = await import("../../infra/cli/runtime.ts");
+    const { createRolloutsApp } = await import("../../functions/rollouts.ts");
+    const statuses: number[][] = [[], []];
+    const agentDone: Promise<void>[] = [];
+    const agent = Bun.serve({
+      port: 0,
+      hostname: "127.0.0.1",
+      fetch: async (req) => {
+        const task = (await req.json()) as { key: string; session_id: number; base_url: string; api_key: string; finish_url: string };
+        const headers = { "content-type": "application/json", authorization: `Bearer ${task.api_key}` };
+        agentDone.push(
+          (async () => {
+            // Session 0 behaves as the audit's agent (a new conversation per call); session 1 makes one call.
+            const calls = task.session_id === 0 ? 10 : 1;
+            for (let i = 0; i < calls; i++) {
+              const r = await fetch(`${task.base_url}/chat/completions`, { method: "POST", headers, body: JSON.stringify({ model: "qwen3", messages: [{ role: "user", content: `edit ${i}` }] }) });
+              statuses[task.session_id]!.push(r.status);
+              await r.body?.cancel();
+            }
+            const f = await fetch(task.finish_url, { method: "POST", headers, body: JSON.stringify({ reward: 1 }) });
+            statuses[task.session_id]!.push(f.status);
+          })(),
+        );
+        return new Response(null, { status: 202 });
+      },
+    });
+    const dir = mkdtempSync(`${tmpdir()}/s5-`);
+    writeFileSync(`${dir}/config.json`, JSON.stringify({ limits: { max_outputs_per_session: 3 } }));
+    const rt = await buildRuntime({ config: `${dir}/config.json`, n: 2, seed: 7, agent: `http://127.0.0.1:${agent.port}/tasks` });
+    const app = new Hono();
+    app.route("/", createAgentGatewayApp({ gateway: rt.agentGateway }));
+    app.route("/", createRolloutsApp({ service: rt.service }));
+    const api = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: app.fetch });
+    rt.setPublicUrl(`http://127.0.0.1:${api.port}`);
+    try {
+      const res = await app.request("/v1/rollouts", {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ rows: [{ uid: "s5grp", agent_name: "openai_agent", prompt: [{ role: "user", content: "hello" }] }], config: { rollout: { n: 2, response_length: 64, multi_turn: { max_assistant_turns: 1 } } } }),
+      });
+      expect(res.status).toBe(202);
+      const { batch_id } = (await res.json()) as { batch_id: string };
+      await rt.service.batch(batch_id).run();
+      await Promise.all(agentDone);
+      // Session 0: three outputs, then 409 session_limit; the session is failed, so the rest and the finish are 409 too.
+      expect(statuses[0]).toEqual([200, 200, 200, 409, 409, 409, 409, 409, 409, 409, 409]);
+      expect(statuses[1]).toEqual([200, 200]);
+      const recs = rt.service.batch(batch_id).records().map((r) => [r.key, r.error, r.reward_score]);
+      expect(recs.sort()).toEqual([
+        ["s5grp_0_0", "AgentWebhookError: session_limit: session 's5grp_0_0' reached limits.max_outputs_per_session (3 outputs); the session fails", null],
+        ["s5grp_1_0", null, 1],
+      ]);
+      expect(await rt.store.groupStatus("s5grp")).toMatchObject({ expected: 2, finished: 2, records: 2, failed: 1, complete: true });
+    } finally {
+      await api.stop(true);
+      await agent.stop(true);
+      await rt.close();
+    }
+  }, 30_000);
+});
