@@ -1,0 +1,173 @@
+import { describe, expect, test } from "bun:test";
+import { parseReply, splitReasoning } from "../../shared/agent-gateway/conversation.ts";
+import { extractFinalAnswer, parseAnswerNumber } from "../../shared/reward/final-answer.ts";
+import { ruleReward } from "../../shared/reward/rule-reward.ts";
+import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
+import { createToolCallParser, toolCallParserNames } from "../../shared/tools/index.ts";
+import { visibleSpans } from "../../shared/tools/reasoning-spans.ts";
+import { truncateToolResponse } from "../../shared/tools/truncate.ts";
+import { familyText } from "../../infra/sim-engine/family-text.ts";
+import { harmonyText } from "../../infra/sim-engine/harmony-text.ts";
+import { lookupFact } from "../../infra/tools/lookup.ts";
+import { segments, toolCallTokens, visibleToken } from "../../functions/viewer/client/segments.ts";
+import { hostileTexts, LINEAR_BOUND, timeRatio } from "../helpers/linear-time.ts";
+
+/**
+ * Issue 26 item 2 (S3): every scan of sampled or tool text is linear. Each
+ * path gets long runs of blanks, newlines, repeated delimiters and
+ * unterminated markers (≥ 100,000 characters) and must cost at most
+ * LINEAR_BOUND plain scans of the same text, measured in the same run.
+ * `bun bench/linear-time.ts` prints the measured ratios.
+ */
+
+/** Delimiters of each parser's call syntax (a new parser without an entry still gets the generic texts). */
+export const PARSER_DELIMITERS: Record<string, string[]> = {
+  hermes: ["<tool_call>", "</tool_call>", '<tool_call>{"name": "f", "arguments": {', '{"a": "', "{"],
+  qwen3_coder: ["<tool_call>", "</tool_call>", "<function=", "<function=f>", "<parameter=a>", "</parameter>", "</function>", "\n<parameter="],
+  deepseek_v3: ["<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>", "```json\n", "<｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{"],
+  harmony: ["<|start|>", "<|channel|>", "<|message|>", "<|call|>", "<|end|>", "<|channel|>commentary to=functions.f", "<|constrain|>", ' to=functions.f<|message|>{"a": "'],
+  llama3_json: ["{", '{"name": "f", "parameters": {}}', '{"name": "f", "parameters": {}}\n', '{"a": "', '"', "; ", "<|python_tag|>"],
+  pythonic: ["[", "[f(", "[f(a='", "a='x\n", "(", ",", "'''", '"""', "\\"],
+};
+
+/** A well-formed call per parser: prefixed to hostile tails, it sends the text down the paths that run after a parsed call. */
+const VALID_CALL: Record<string, string> = {
+  hermes: '<tool_call>{"name": "f", "arguments": {}}</tool_call>',
+  qwen3_coder: "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>",
+  deepseek_v3: "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}\n```<｜tool▁call▁end｜>",
+  harmony: "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}<|call|>",
+  llama3_json: '{"name": "f", "parameters": {}}',
+  pythonic: "[f(a=1)]",
+};
+
+function hostileFor(name: string): Record<string, string> {
+  const base = hostileTexts(PARSER_DELIMITERS[name] ?? []);
+  const call = VALID_CALL[name];
+  if (call) {
+    base["call then blanks"] = `${call}${" ".repeat(100_000)}x`;
+    base["call then newlines"] = `${call}${"\n".repeat(100_000)}x`;
+    base["calls repeated"] = `${call} `.repeat(Math.ceil(100_000 / (call.length + 1)));
+  }
+  return base;
+}
+
+function expectLinear(what: string, text: string, fn: (t: string) => unknown): void {
+  expect(text.length).toBeGreaterThanOrEqual(100_000);
+  const r = timeRatio(text, fn, 3);
+  if (process.env.LINEAR_VERBOSE) console.log(`${r.ratio.toFixed(1).padStart(8)}×  ${r.ms.toFixed(2).padStart(9)} ms  ${what}`);
+  // The message names the case when it fails.
+  expect({ what, over: r.ratio > LINEAR_BOUND }).toEqual({ what, over: false });
+}
+
+describe("tool-call parsers (every registered family)", () => {
+  for (const name of toolCallParserNames()) {
+    test(`${name}: hostile text costs a bounded number of plain scans`, () => {
+      const p = createToolCallParser(name);
+      for (const [what, text] of Object.entries(hostileFor(name))) expectLinear(`${name}: ${what}`, text, (t) => p.extract(t));
+    });
+  }
+
+  test("reasoning spans (pythonic's visible parts)", () => {
+    for (const [what, text] of Object.entries(hostileTexts(["<", "<think", "</think"]))) expectLinear(what, text, visibleSpans);
+  });
+});
+
+/** A tokenizer stand-in whose decode returns the text under test: parseReply's own scans are what is measured. */
+function textTokenizer(family: string, text: () => string): ChatTokenizer {
+  return { decode: () => text(), isStopToken: () => false, traits: { family } } as unknown as ChatTokenizer;
+}
+
+describe("agent gateway: reasoning split and reply parsing", () => {
+  const FAMILIES: [family: string, parser: string][] = [
+    ["qwen3", "hermes"],
+    ["llama3_1", "llama3_json"],
+    ["deepseek_v3", "deepseek_v3"],
+    ["gemma3", "pythonic"],
+    ["gpt_oss", "harmony"],
+  ];
+  test("the audit's repro: 80,000 newlines inside <think> split in one pass, exactly", () => {
+    const text = `<think>\nx${"\n".repeat(80_000)}y</think>ok`;
+    expect(splitReasoning("qwen3", text)).toEqual({ reasoning: `x${"\n".repeat(80_000)}y`, rest: "ok" });
+    expect(splitReasoning("qwen3", `<think>\n\nr\n\n</think>\n\nanswer\n`)).toEqual({ reasoning: "r", rest: "answer\n" });
+    expectLinear("audit repro", text, (t) => splitReasoning("qwen3", t));
+  });
+
+  for (const [family, parserName] of FAMILIES) {
+    test(`${family}: splitReasoning and parseReply on hostile text`, () => {
+      const parser = createToolCallParser(parserName);
+      let current = "";
+      const tok = textTokenizer(family, () => current);
+      const texts = { ...hostileTexts(["</think>", "<think>"]), ...hostileFor(parserName) };
+      for (const [what, text] of Object.entries(texts)) {
+        expectLinear(`${family} split: ${what}`, text, (t) => splitReasoning(family, t));
+        expectLinear(`${family} reply: ${what}`, text, (t) => {
+          current = t;
+          return parseReply(tok, parser, [1], { toolChoice: "auto", outputIndex: 0, turn: 0, stop: ["never-there", "\u0000\u0001"] });
+        });
+      }
+    });
+  }
+
+  test("parseReply trims as before: leading newlines, trailing white space", () => {
+    const tok = textTokenizer("qwen3", () => `<think>r</think>\n\n  answer \n\t ${" ".repeat(50)}`);
+    expect(parseReply(tok, createToolCallParser("hermes"), [1], { toolChoice: "none", outputIndex: 0, turn: 0 }).message).toEqual({ role: "assistant", content: "  answer", reasoning_content: "r" });
+  });
+});
+
+describe("simulated engine: family text conversions", () => {
+  const fam = (family: string) => ({ traits: { family } }) as unknown as ChatTokenizer;
+  const texts = () => ({
+    ...hostileTexts(["<tool_call>", "</tool_call>", "<think>", "</think>", '<tool_call>{"name": "f", "arguments":', '{"name": "f", "arguments":']),
+    "audit repro (S21): a call then 320,000 spaces": `<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>${" ".repeat(320_000)}`,
+    "open arguments then blanks": `<tool_call>{"name": "f", "arguments":${" ".repeat(100_000)}x</tool_call>`,
+  });
+  for (const family of ["llama3_1", "deepseek_v3", "gemma3", "gpt_oss"]) {
+    test(`${family}: familyText is linear`, () => {
+      for (const [what, text] of Object.entries(texts())) expectLinear(`${family}: ${what}`, text, (t) => familyText(fam(family), t));
+    });
+  }
+  test("harmonyText is linear", () => {
+    for (const [what, text] of Object.entries(texts())) expectLinear(what, text, harmonyText);
+  });
+});
+
+describe("rewards on model answers", () => {
+  const texts = () => ({
+    ...hostileTexts(["####", "#### ", "1,", ",000", "$", "-", ".", "1", "-$.", "</think>"]),
+    digits: "1".repeat(100_000),
+    "grouped digits": "1,000".repeat(20_000),
+  });
+  test("extractFinalAnswer, parseAnswerNumber and the rule reward", () => {
+    for (const [what, text] of Object.entries(texts())) {
+      expectLinear(`extract: ${what}`, text, extractFinalAnswer);
+      expectLinear(`number: ${what}`, text, parseAnswerNumber);
+      expectLinear(`rule: ${what}`, text, (t) => ruleReward(t, "42"));
+    }
+  });
+});
+
+describe("tool text", () => {
+  test("truncation (every side) and the example lookup tool", () => {
+    for (const [what, text] of Object.entries(hostileTexts(["🙂", "é", "\ud83d"]))) {
+      for (const side of ["left", "right", "middle"] as const) expectLinear(`truncate ${side}: ${what}`, text, (t) => truncateToolResponse(t, 1000, side));
+      expectLinear(`lookup: ${what}`, text, lookupFact);
+    }
+  });
+});
+
+describe("viewer client: token segmentation (runs in the browser on stored text)", () => {
+  test("segments, tool-call tokens and token cells on long hostile responses", () => {
+    for (const [what, text] of Object.entries(hostileTexts(["<tool_call>", "</tool_call>", "<|im_start|>user", "<tool_response>"]))) {
+      // One piece per 4 characters, as tokens split text; alternating mask runs of 50 tokens.
+      const pieces: string[] = [];
+      for (let i = 0; i < text.length; i += 4) pieces.push(text.slice(i, i + 4));
+      const mask = pieces.map((_, i) => (Math.floor(i / 50) % 2 === 0 ? 1 : 0));
+      const oneRun = pieces.map(() => 1);
+      expectLinear(`segments: ${what}`, text, () => segments(mask, pieces));
+      expectLinear(`tool-call tokens, one run: ${what}`, text, () => toolCallTokens(pieces, 0, pieces.length));
+      expectLinear(`tool-call tokens, per run: ${what}`, text, () => segments(mask, pieces).map((s) => toolCallTokens(pieces, s.start, s.end)));
+      expectLinear(`cells: ${what}`, text, () => pieces.map(visibleToken));
+      expect(oneRun.length).toBe(pieces.length);
+    }
+  });
+});
