@@ -10,7 +10,7 @@ import { familyText } from "../../infra/sim-engine/family-text.ts";
 import { harmonyText } from "../../infra/sim-engine/harmony-text.ts";
 import { lookupFact } from "../../infra/tools/lookup.ts";
 import { segments, toolCallTokens, visibleToken } from "../../functions/viewer/client/segments.ts";
-import { hostileTexts, LINEAR_BOUND, timeRatio } from "../helpers/linear-time.ts";
+import { hostileTexts, linearCheck } from "../helpers/linear-time.ts";
 
 /**
  * Issue 26 item 2 (S3): every scan of sampled or tool text is linear. Each
@@ -53,10 +53,10 @@ function hostileFor(name: string): Record<string, string> {
 
 function expectLinear(what: string, text: string, fn: (t: string) => unknown): void {
   expect(text.length).toBeGreaterThanOrEqual(100_000);
-  const r = timeRatio(text, fn, 3);
-  if (process.env.LINEAR_VERBOSE) console.log(`${r.ratio.toFixed(1).padStart(8)}×  ${r.ms.toFixed(2).padStart(9)} ms  ${what}`);
+  const r = linearCheck(text, fn);
+  if (process.env.LINEAR_VERBOSE) console.log(`${r.ratio.toFixed(1).padStart(8)}×  ${r.ms.toFixed(2).padStart(9)} ms  ${r.ratio4 === undefined ? "" : `(4×: ${r.ratio4.toFixed(1)}×) `}${JSON.stringify(what)}`);
   // The message names the case when it fails.
-  expect({ what, over: r.ratio > LINEAR_BOUND }).toEqual({ what, over: false });
+  expect({ what, ...r, superLinear: r.superLinear }).toEqual({ what, ...r, superLinear: false });
 }
 
 describe("tool-call parsers (every registered family)", () => {
@@ -85,9 +85,9 @@ describe("agent gateway: reasoning split and reply parsing", () => {
     ["gemma3", "pythonic"],
     ["gpt_oss", "harmony"],
   ];
-  test("the audit's repro: 80,000 newlines inside <think> split in one pass, exactly", () => {
-    const text = `<think>\nx${"\n".repeat(80_000)}y</think>ok`;
-    expect(splitReasoning("qwen3", text)).toEqual({ reasoning: `x${"\n".repeat(80_000)}y`, rest: "ok" });
+  test("the audit's repro (80,000 newlines inside <think>; here 100,000) splits in one pass, exactly", () => {
+    const text = `<think>\nx${"\n".repeat(100_000)}y</think>ok`;
+    expect(splitReasoning("qwen3", text)).toEqual({ reasoning: `x${"\n".repeat(100_000)}y`, rest: "ok" });
     expect(splitReasoning("qwen3", `<think>\n\nr\n\n</think>\n\nanswer\n`)).toEqual({ reasoning: "r", rest: "answer\n" });
     expectLinear("audit repro", text, (t) => splitReasoning("qwen3", t));
   });
@@ -157,17 +157,26 @@ describe("tool text", () => {
 
 describe("viewer client: token segmentation (runs in the browser on stored text)", () => {
   test("segments, tool-call tokens and token cells on long hostile responses", () => {
-    for (const [what, text] of Object.entries(hostileTexts(["<tool_call>", "</tool_call>", "<|im_start|>user", "<tool_response>"]))) {
+    const piecesOf = (text: string) => {
       // One piece per 4 characters, as tokens split text; alternating mask runs of 50 tokens.
       const pieces: string[] = [];
       for (let i = 0; i < text.length; i += 4) pieces.push(text.slice(i, i + 4));
-      const mask = pieces.map((_, i) => (Math.floor(i / 50) % 2 === 0 ? 1 : 0));
-      const oneRun = pieces.map(() => 1);
-      expectLinear(`segments: ${what}`, text, () => segments(mask, pieces));
-      expectLinear(`tool-call tokens, one run: ${what}`, text, () => toolCallTokens(pieces, 0, pieces.length));
-      expectLinear(`tool-call tokens, per run: ${what}`, text, () => segments(mask, pieces).map((s) => toolCallTokens(pieces, s.start, s.end)));
-      expectLinear(`cells: ${what}`, text, () => pieces.map(visibleToken));
-      expect(oneRun.length).toBe(pieces.length);
+      return { pieces, mask: pieces.map((_, i) => (Math.floor(i / 50) % 2 === 0 ? 1 : 0)) };
+    };
+    for (const [what, text] of Object.entries(hostileTexts(["<tool_call>", "</tool_call>", "<tool_call>x</tool_call>", "<|im_start|>user", "<tool_response>"]))) {
+      expectLinear(`segments: ${what}`, text, (t) => {
+        const { pieces, mask } = piecesOf(t);
+        return segments(mask, pieces);
+      });
+      expectLinear(`tool-call tokens, one run: ${what}`, text, (t) => {
+        const { pieces } = piecesOf(t);
+        return toolCallTokens(pieces, 0, pieces.length);
+      });
+      expectLinear(`tool-call tokens, per run: ${what}`, text, (t) => {
+        const { pieces, mask } = piecesOf(t);
+        return segments(mask, pieces).map((s) => toolCallTokens(pieces, s.start, s.end));
+      });
+      expectLinear(`cells: ${what}`, text, (t) => piecesOf(t).pieces.map(visibleToken));
     }
   });
 });

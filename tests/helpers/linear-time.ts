@@ -60,6 +60,36 @@ export function timeRatio(text: string, fn: (text: string) => unknown, reps = 5)
  */
 export const LINEAR_BOUND = 2000;
 
+/** When a path costs more than this many plain scans, {@link linearCheck} also times it on the text repeated 4 times. */
+export const GROWTH_CHECK_FROM = 50;
+
+/** Result of {@link linearCheck}: the ratio at the given length, and at 4× that length when it was measured. */
+export interface LinearCheck {
+  ratio: number;
+  ms: number;
+  /** The ratio on `text.repeat(4)`; undefined when {@link GROWTH_CHECK_FROM} was not reached. */
+  ratio4?: number;
+  /** True when the path looks super-linear: over {@link LINEAR_BOUND}, or its ratio grew more than 2.5× on 4× the text. */
+  superLinear: boolean;
+}
+
+/**
+ * The linear-time check of one text path on one text: its cost in plain
+ * scans must stay under {@link LINEAR_BOUND}, and when it is high (over
+ * {@link GROWTH_CHECK_FROM}) it must not grow with the length — the text
+ * repeated 4 times costs about the same number of plain scans for a linear
+ * path and 4× as many for one quadratic in the number of structures (blocks,
+ * matches × tokens), whose ratio at 100,000 characters can stay under the
+ * bound. Quadratic rescans of one long run cost 10⁴× and more and fail the
+ * bound itself.
+ */
+export function linearCheck(text: string, fn: (text: string) => unknown, reps = 3): LinearCheck {
+  const r = timeRatio(text, fn, reps);
+  if (r.ratio <= GROWTH_CHECK_FROM) return { ratio: r.ratio, ms: r.ms, superLinear: false };
+  const r4 = timeRatio(text.repeat(4), fn, reps);
+  return { ratio: r.ratio, ms: r.ms, ratio4: r4.ratio, superLinear: r.ratio > LINEAR_BOUND || r4.ratio > 2.5 * r.ratio };
+}
+
 /** The hostile texts every text path is fed: long runs of whitespace, newlines, repeated delimiters and unterminated markers, each ≥ `n` characters. */
 export function hostileTexts(delimiters: readonly string[], n = 100_000): Record<string, string> {
   const fill = (unit: string) => unit.repeat(Math.ceil(n / unit.length));
