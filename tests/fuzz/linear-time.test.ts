@@ -9,6 +9,8 @@ import { truncateToolResponse } from "../../shared/tools/truncate.ts";
 import { familyText } from "../../infra/sim-engine/family-text.ts";
 import { harmonyText } from "../../infra/sim-engine/harmony-text.ts";
 import { lookupFact } from "../../infra/tools/lookup.ts";
+import { SimEngine } from "../../infra/sim-engine/sim-engine.ts";
+import { defaultTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { segments, toolCallTokens, visibleToken } from "../../functions/viewer/client/segments.ts";
 import { hostileTexts, linearCheck } from "../helpers/linear-time.ts";
 
@@ -128,6 +130,29 @@ describe("simulated engine: family text conversions", () => {
   }
   test("harmonyText is linear", () => {
     for (const [what, text] of Object.entries(texts())) expectLinear(what, text, harmonyText);
+  });
+});
+
+describe("simulated engine: stop strings", () => {
+  test("the token that completes a stop string, on ≥ 100,000 characters of reply (decode cost included)", async () => {
+    const tok = await defaultTokenizer();
+    const engine = new SimEngine({ tokenizer: tok });
+    const cases: Record<string, [text: string, stops: string[]]> = {
+      "words, stop at the end": [`${"word ".repeat(20_000)}STOP`, ["never", "STOP"]],
+      "newlines, stop at the end": [`${"\n".repeat(100_000)}x</stop>`, ["</stop>"]],
+      "stop near the start": [`a STOP ${"word ".repeat(20_000)}`, ["STOP"]],
+      "stop never there": ["word ".repeat(20_000), ["STOP", "\n\n"]],
+      "repeated delimiter, stop split over tokens": [`${"<tool_call>".repeat(10_000)}</tool_call>`, ["call></tool"]],
+    };
+    // Ids per text, encoded on the (untimed) warm-up call, so the check's 4× text is encoded too.
+    const encoded = new Map<string, number[]>();
+    const idsOf = (t: string) => encoded.get(t) ?? encoded.set(t, tok.encode(t)).get(t)!;
+    for (const [what, [text, stops]] of Object.entries(cases)) expectLinear(`stopStringAt: ${what}`, text, (t) => engine.stopStringAt(idsOf(t), stops));
+    const ids = tok.encode(cases["words, stop at the end"]![0]);
+    const hit = engine.stopStringAt(ids, ["STOP"])!;
+    expect(hit.stop).toBe("STOP");
+    expect(tok.decode(ids.slice(0, hit.index + 1)).endsWith("STOP")).toBe(true);
+    expect(tok.decode(ids.slice(0, hit.index)).includes("STOP")).toBe(false);
   });
 });
 

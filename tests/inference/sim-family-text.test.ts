@@ -1,6 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
+import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
+import { SimEngine } from "../../infra/sim-engine/sim-engine.ts";
 import { familyText } from "../../infra/sim-engine/family-text.ts";
 import { harmonyText } from "../../infra/sim-engine/harmony-text.ts";
 import { callHead, thinkBlocks, toolCallBlocks, without } from "../../infra/sim-engine/qwen-turn.ts";
@@ -73,5 +74,29 @@ describe("the sim's Qwen-turn readers equal the regexes they replace (property)"
         '{"expression":"6*7"}<|call|><|start|>assistant<|channel|>commentary to=functions.g <|constrain|>json<|message|>oops<|call|>',
     );
     expect(familyText(fam("qwen3"), t)).toBe(t);
+  });
+});
+
+describe("stopStringAt: the galloping search finds what decoding every prefix found (property)", () => {
+  test("random replies and stop strings, multi-byte characters split over tokens included", async () => {
+    const tok = await defaultTokenizer();
+    const engine = new SimEngine({ tokenizer: tok });
+    const naive = (ids: number[], stops: string[]) => {
+      const found = (text: string) => stops.find((s) => s.length > 0 && text.includes(s));
+      for (let k = 0; k < ids.length; k++) {
+        const stop = found(tok.decode(ids.slice(0, k + 1)));
+        if (stop !== undefined) return { index: k, stop };
+      }
+      return undefined;
+    };
+    const word = fc.constantFrom("I", " cannot", " help", " with", " that", ".", "\n", "  ", "é", "🙂", "你好", "<tool_call>", "</tool_call>", "<|im_end|>", "ab", "ba");
+    const stop = fc.constantFrom("help", " with th", "\n", "🙂", "好", "a", "ab", "</tool_call>", "<|im_end|>", "never", "\uFFFD");
+    fc.assert(
+      fc.property(fc.array(word, { maxLength: 30 }), fc.array(stop, { minLength: 1, maxLength: 3 }), (words, stops) => {
+        const ids = tok.encode(words.join(""));
+        expect(engine.stopStringAt(ids, stops)).toEqual(naive(ids, stops));
+      }),
+      { numRuns: 1500 },
+    );
   });
 });
