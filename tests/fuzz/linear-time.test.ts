@@ -10,9 +10,10 @@ import { familyText } from "../../infra/sim-engine/family-text.ts";
 import { harmonyText } from "../../infra/sim-engine/harmony-text.ts";
 import { lookupFact } from "../../infra/tools/lookup.ts";
 import { SimEngine } from "../../infra/sim-engine/sim-engine.ts";
+import { terminalSafe } from "../../infra/cli/terminal-text.ts";
 import { defaultTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { segments, toolCallTokens, visibleToken } from "../../functions/viewer/client/segments.ts";
-import { hostileTexts, linearCheck } from "../helpers/linear-time.ts";
+import { hostileFor, hostileTexts, linearCheck } from "../helpers/linear-time.ts";
 
 /**
  * Issue 26 item 2 (S3): every scan of sampled or tool text is linear. Each
@@ -21,37 +22,6 @@ import { hostileTexts, linearCheck } from "../helpers/linear-time.ts";
  * LINEAR_BOUND plain scans of the same text, measured in the same run.
  * `bun bench/linear-time.ts` prints the measured ratios.
  */
-
-/** Delimiters of each parser's call syntax (a new parser without an entry still gets the generic texts). */
-export const PARSER_DELIMITERS: Record<string, string[]> = {
-  hermes: ["<tool_call>", "</tool_call>", '<tool_call>{"name": "f", "arguments": {', '{"a": "', "{"],
-  qwen3_coder: ["<tool_call>", "</tool_call>", "<function=", "<function=f>", "<parameter=a>", "</parameter>", "</function>", "\n<parameter="],
-  deepseek_v3: ["<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>", "```json\n", "<｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{"],
-  harmony: ["<|start|>", "<|channel|>", "<|message|>", "<|call|>", "<|end|>", "<|channel|>commentary to=functions.f", "<|constrain|>", ' to=functions.f<|message|>{"a": "'],
-  llama3_json: ["{", '{"name": "f", "parameters": {}}', '{"name": "f", "parameters": {}}\n', '{"a": "', '"', "; ", "<|python_tag|>"],
-  pythonic: ["[", "[f(", "[f(a='", "a='x\n", "(", ",", "'''", '"""', "\\"],
-};
-
-/** A well-formed call per parser: prefixed to hostile tails, it sends the text down the paths that run after a parsed call. */
-const VALID_CALL: Record<string, string> = {
-  hermes: '<tool_call>{"name": "f", "arguments": {}}</tool_call>',
-  qwen3_coder: "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>",
-  deepseek_v3: "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}\n```<｜tool▁call▁end｜>",
-  harmony: "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}<|call|>",
-  llama3_json: '{"name": "f", "parameters": {}}',
-  pythonic: "[f(a=1)]",
-};
-
-function hostileFor(name: string): Record<string, string> {
-  const base = hostileTexts(PARSER_DELIMITERS[name] ?? []);
-  const call = VALID_CALL[name];
-  if (call) {
-    base["call then blanks"] = `${call}${" ".repeat(100_000)}x`;
-    base["call then newlines"] = `${call}${"\n".repeat(100_000)}x`;
-    base["calls repeated"] = `${call} `.repeat(Math.ceil(100_000 / (call.length + 1)));
-  }
-  return base;
-}
 
 function expectLinear(what: string, text: string, fn: (t: string) => unknown): void {
   expect(text.length).toBeGreaterThanOrEqual(100_000);
@@ -176,6 +146,15 @@ describe("tool text", () => {
     for (const [what, text] of Object.entries(hostileTexts(["🙂", "é", "\ud83d"]))) {
       for (const side of ["left", "right", "middle"] as const) expectLinear(`truncate ${side}: ${what}`, text, (t) => truncateToolResponse(t, 1000, side));
       expectLinear(`lookup: ${what}`, text, lookupFact);
+    }
+  });
+});
+
+describe("CLI output of model/tool text (S14)", () => {
+  test("terminalSafe on control-heavy and plain text", () => {
+    for (const [what, text] of Object.entries(hostileTexts(["\u001b[2J", "\u001b]0;x\u0007", "\u202e", "\u009b", "\r"]))) {
+      expectLinear(`keep newlines: ${what}`, text, (t) => terminalSafe(t));
+      expectLinear(`one line: ${what}`, text, (t) => terminalSafe(t, { newlines: false }));
     }
   });
 });

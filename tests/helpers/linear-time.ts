@@ -84,10 +84,15 @@ export interface LinearCheck {
  * bound itself.
  */
 export function linearCheck(text: string, fn: (text: string) => unknown, reps = 3): LinearCheck {
-  const r = timeRatio(text, fn, reps);
-  if (r.ratio <= GROWTH_CHECK_FROM) return { ratio: r.ratio, ms: r.ms, superLinear: false };
-  const r4 = timeRatio(text.repeat(4), fn, reps);
-  return { ratio: r.ratio, ms: r.ms, ratio4: r4.ratio, superLinear: r.ratio > LINEAR_BOUND || r4.ratio > 2.5 * r.ratio };
+  const once = (n: number): LinearCheck => {
+    const r = timeRatio(text, fn, n);
+    if (r.ratio <= GROWTH_CHECK_FROM) return { ratio: r.ratio, ms: r.ms, superLinear: false };
+    const r4 = timeRatio(text.repeat(4), fn, n);
+    return { ratio: r.ratio, ms: r.ms, ratio4: r4.ratio, superLinear: r.ratio > LINEAR_BOUND || r4.ratio > 2.5 * r.ratio };
+  };
+  const first = once(reps);
+  // A loaded machine can stall one sample set: a verdict of super-linear must hold on a second, longer measurement.
+  return first.superLinear ? once(2 * reps + 1) : first;
 }
 
 /** The hostile texts every text path is fed: long runs of whitespace, newlines, repeated delimiters and unterminated markers, each ≥ `n` characters. */
@@ -110,3 +115,40 @@ export function hostileTexts(delimiters: readonly string[], n = 100_000): Record
   }
   return out;
 }
+
+/** Delimiters of each parser's call syntax (a new parser without an entry still gets the generic texts). */
+export const PARSER_DELIMITERS: Record<string, string[]> = {
+  hermes: ["<tool_call>", "</tool_call>", '<tool_call>{"name": "f", "arguments": {', '{"a": "', "{"],
+  qwen3_coder: ["<tool_call>", "</tool_call>", "<function=", "<function=f>", "<parameter=a>", "</parameter>", "</function>", "\n<parameter="],
+  deepseek_v3: ["<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>", "```json\n", "<｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{"],
+  harmony: ["<|start|>", "<|channel|>", "<|message|>", "<|call|>", "<|end|>", "<|channel|>commentary to=functions.f", "<|constrain|>", ' to=functions.f<|message|>{"a": "'],
+  llama3_json: ["{", '{"name": "f", "parameters": {}}', '{"name": "f", "parameters": {}}\n', '{"a": "', '"', "; ", "<|python_tag|>"],
+  pythonic: ["[", "[f(", "[f(a='", "a='x\n", "(", ",", "'''", '"""', "\\"],
+};
+
+/** A well-formed call per parser: prefixed to hostile tails, it sends the text down the paths that run after a parsed call. */
+const VALID_CALL: Record<string, string> = {
+  hermes: '<tool_call>{"name": "f", "arguments": {}}</tool_call>',
+  qwen3_coder: "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>",
+  deepseek_v3: "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}\n```<｜tool▁call▁end｜>",
+  harmony: "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}<|call|>",
+  llama3_json: '{"name": "f", "parameters": {}}',
+  pythonic: "[f(a=1)]",
+};
+
+/** The marker that closes a parser's calls (a regex like `\s*END` rescans blank runs before it). */
+const END_MARKER: Record<string, string> = { hermes: "</tool_call>", qwen3_coder: "</tool_call>", deepseek_v3: "<｜tool▁calls▁end｜>", harmony: "<|call|>", llama3_json: "}", pythonic: "]" };
+
+/** {@link hostileTexts} for one parser: its delimiters, and a well-formed call followed by long runs or repeated. */
+export function hostileFor(name: string): Record<string, string> {
+  const base = hostileTexts(PARSER_DELIMITERS[name] ?? []);
+  const call = VALID_CALL[name];
+  if (call) {
+    base["call then blanks"] = `${call}${" ".repeat(100_000)}x`;
+    base["call then newlines"] = `${call}${"\n".repeat(100_000)}x`;
+    base["calls repeated"] = `${call} `.repeat(Math.ceil(100_000 / (call.length + 1)));
+    base["call, blanks, then an end marker"] = `${call}${" ".repeat(100_000)}x${END_MARKER[name] ?? ""}`;
+  }
+  return base;
+}
+
