@@ -9,6 +9,7 @@ import { truncateToolResponse } from "../../shared/tools/truncate.ts";
 import { familyText } from "../../infra/sim-engine/family-text.ts";
 import { harmonyText } from "../../infra/sim-engine/harmony-text.ts";
 import { lookupFact } from "../../infra/tools/lookup.ts";
+import { gsm8kUserReply } from "../../infra/tools/app.ts";
 import { SimEngine } from "../../infra/sim-engine/sim-engine.ts";
 import { terminalSafe } from "../../infra/cli/terminal-text.ts";
 import { defaultTokenizer } from "../../shared/tokens/tokenizer.ts";
@@ -128,7 +129,7 @@ describe("simulated engine: stop strings", () => {
 
 describe("rewards on model answers", () => {
   const texts = () => ({
-    ...hostileTexts(["####", "#### ", "1,", ",000", "$", "-", ".", "1", "-$.", "</think>"]),
+    ...hostileTexts(["####", "#### ", "####\n", "1,", ",000", "$", "-", ".", "1", "-$.", "</think>"]),
     digits: "1".repeat(100_000),
     "grouped digits": "1,000".repeat(20_000),
   });
@@ -137,6 +138,10 @@ describe("rewards on model answers", () => {
       expectLinear(`extract: ${what}`, text, extractFinalAnswer);
       expectLinear(`number: ${what}`, text, parseAnswerNumber);
       expectLinear(`rule: ${what}`, text, (t) => ruleReward(t, "42"));
+      // The example interaction (simulated user) reads the answer after #### too.
+      expectLinear(`gsm8k user: ${what}`, text, (t) =>
+        gsm8kUserReply({ messages: [{ role: "assistant", content: t }], interaction_kwargs: { ground_truth: "42" }, turn: 1 } as unknown as Parameters<typeof gsm8kUserReply>[0]),
+      );
     }
   });
 });
