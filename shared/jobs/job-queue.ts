@@ -91,10 +91,18 @@ export interface PreparedBatch {
 /** `GET /v1/queue`: the autoscaler's signal. */
 export interface QueueStats {
   mode: "queue" | "inline";
-  /** Jobs waiting to be claimed. */
+  /**
+   * Jobs a worker can claim now: never claimed, plus {@link stranded} ones (queue mode:
+   * `depth + in_flight` = XLEN, every job still to do).
+   */
   depth: number;
-  /** Jobs claimed by a worker and not yet acknowledged (running, or held by a dead worker until reclaimed). */
+  /** Jobs held by a worker that heart-beats them (running), not yet acknowledged. */
   in_flight: number;
+  /**
+   * Queue mode: of {@link depth}, jobs a worker claimed and stopped heart-beating (SIGKILLed, hung,
+   * its host gone) for longer than the lease: the next claim of any worker reclaims them.
+   */
+  stranded?: number;
   /** Age in milliseconds of the oldest job not yet acknowledged (0 when none). */
   oldest_age_ms: number;
   /** Workers (consumers) seen by the consumer group, and how many hold jobs. */
@@ -650,18 +658,30 @@ export class JobQueue {
   }
 
   /**
-   * Depth (jobs not yet claimed), in flight (claimed, not acknowledged) and
-   * the oldest unacknowledged job's age (from its stream id's milliseconds
-   * and the Redis clock). `workers.known` counts workers that claimed or
+   * Depth (jobs a worker can claim now: never claimed, plus stranded ones),
+   * in flight (held by a worker that heart-beats them), stranded (held by a
+   * consumer with a job idle past the lease: it stopped heart-beating, so the
+   * next claim reclaims them) and the oldest unacknowledged job's age (from
+   * its stream id's milliseconds and the Redis clock); `depth + in_flight` is
+   * XLEN, every job still to do. `workers.known` counts workers that claimed or
    * heart-beat within two leases (a worker blocked on an empty queue claims
    * every second; a busy one heart-beats), `busy` those of them holding
-   * jobs. A worker silent for longer (SIGKILLed, its host gone) is pruned:
+   * jobs that are not stranded. A worker silent for longer (SIGKILLed, its host gone) is pruned:
    * dropped from `{prefix}jobs:workers` and, once its jobs have been
    * reclaimed (no pending entries), from the consumer group (XGROUP
    * DELCONSUMER), so it is not counted forever.
    */
   async stats(): Promise<QueueStats> {
-    const { pending: inFlight, consumers: cs } = await this.consumers.info();
+    const { pending, consumers: cs } = await this.consumers.info();
+    // A consumer with a job idle past the lease has stopped heart-beating (a live worker's heartbeats keep
+    // each of its jobs below ~5/6 of the lease): its jobs are stranded, reclaimable by the next claim. One XPENDING IDLE … COUNT 1 per holder.
+    const holders = cs.filter((c) => Number(c.pending ?? 0) > 0);
+    const idle = holders.length
+      ? await this.consumers.withGroup(() => this.pipe(holders.map((c) => ["XPENDING", this.stream, this.group, "IDLE", String(this.leaseMs), "-", "+", "1", String(c.name)])))
+      : [];
+    const strandedBy = new Set(holders.filter((_, i) => Array.isArray(idle[i]) && (idle[i] as RedisReply[]).length > 0).map((c) => String(c.name)));
+    const stranded = holders.reduce((n, c) => n + (strandedBy.has(String(c.name)) ? Number(c.pending) : 0), 0);
+    const inFlight = Math.max(0, pending - stranded);
     const [len, first, time, seen] = await this.pipe([["XLEN", this.stream], ["XRANGE", this.stream, "-", "+", "COUNT", "1"], ["TIME"], ["ZRANGE", this.workersKey, "0", "-1", "WITHSCORES"]]);
     const oldest = parseEntries(first)[0]?.id;
     const t = time as RedisReply[];
@@ -682,8 +702,9 @@ export class JobQueue {
       mode: "queue",
       depth: Math.max(0, Number(len) - inFlight),
       in_flight: inFlight,
+      stranded: Math.min(stranded, Math.max(0, Number(len) - inFlight)),
       oldest_age_ms: oldest ? Math.max(0, nowMs - Number(oldest.split("-")[0])) : 0,
-      workers: { known: live.size, busy: cs.filter((c) => live.has(String(c.name)) && Number(c.pending ?? 0) > 0).length },
+      workers: { known: live.size, busy: cs.filter((c) => live.has(String(c.name)) && !strandedBy.has(String(c.name)) && Number(c.pending ?? 0) > 0).length },
     };
   }
 
@@ -796,6 +817,23 @@ export class JobQueue {
     if (len + n > this.opts.maxPending) {
       throw new StoreError(`job queue full: ${len} jobs pending, ${n} more would exceed max pending ${this.opts.maxPending}`, { code: "queue_full" });
     }
+  }
+
+  /**
+   * Jobs still to do that `consumer` does not hold: the stream's length (acknowledged and cancelled
+   * jobs are deleted, so XLEN is every job waiting, running or held by a dead worker) minus the
+   * entries pending for `consumer` itself. A worker with nothing running idle-exits only at 0
+   * ({@link JobWorker}): a job held by another worker may be reclaimed by this one once that
+   * worker stops heart-beating it (N1: the survivor of a SIGKILL waits for the lease, then reclaims).
+   * @throws StoreError (503) when Redis fails.
+   */
+  async outstanding(consumer: string): Promise<number> {
+    const [len, summary] = await this.consumers.withGroup(() => this.pipe([["XLEN", this.stream], ["XPENDING", this.stream, this.group]]));
+    // XPENDING summary: [count, first id, last id, [[consumer, count], …] | null]. Own entries pending while
+    // nothing runs here are abandoned jobs (their session taken over elsewhere): not work for this worker.
+    const per = ((summary as RedisReply[] | null)?.[3] ?? []) as RedisReply[];
+    const own = per.map((c) => c as RedisReply[]).find((c) => String(c[0]) === consumer)?.[1];
+    return Math.max(0, Number(len) - Number(own ?? 0));
   }
 
   /** Removes a consumer that has exited (its pending jobs, if any, stay for reclaim). */

@@ -18,7 +18,11 @@ export interface JobWorkerOptions {
   consumer: string;
   /** Jobs run at once. */
   concurrency: number;
-  /** Exit after this many milliseconds with nothing claimed and nothing running (null: run until stopped). */
+  /**
+   * Exit after this many milliseconds with nothing claimed, nothing running and no job left in the
+   * stream that this worker could claim now or reclaim after a lease ({@link JobQueue.outstanding};
+   * null: run until stopped).
+   */
   idleExitMs?: number | null;
   /** Longest XREADGROUP block, milliseconds (default 1000). */
   blockMs?: number;
@@ -138,6 +142,8 @@ export class JobWorker {
     }, this.opts.cancelPollMs ?? 250);
     let lastBusy = Date.now();
     let backoff = 100;
+    /** Said once per idle spell: the worker stays because other workers hold jobs. */
+    let waitingOnOthers = false;
     const wakes = this.opts.onWake ? await this.followWakes(blockMs) : null;
     try {
       while (!this.stopped) {
@@ -148,9 +154,24 @@ export class JobWorker {
         if (this.inflight.size > 0) lastBusy = Date.now();
         const idleMs = this.opts.idleExitMs;
         if (idleMs != null && this.inflight.size === 0 && Date.now() - lastBusy >= idleMs) {
-          this.summary.exit = "idle";
-          break;
-        }
+          // "Nothing is left" only when the stream holds no job this worker could claim, now or once
+          // another worker stops heart-beating it (N1: a SIGKILLed worker's jobs wait for their lease).
+          let left: number;
+          try {
+            left = await jobs.outstanding(consumer);
+          } catch (e) {
+            left = -1;
+            this.log(`idle check failed (${message(e)}); not exiting`);
+          }
+          if (left === 0) {
+            this.summary.exit = "idle";
+            break;
+          }
+          if (left > 0 && !waitingOnOthers) this.log(`idle, but ${left} jobs are left in the stream (held by other workers): staying to reclaim them if their worker stops heart-beating (lease ${jobs.leaseMs} ms)`);
+          waitingOnOthers = true;
+          // Idle is counted again from here: checked once more idleExitMs later (claims go on meanwhile).
+          lastBusy = Date.now();
+        } else if (this.inflight.size > 0) waitingOnOthers = false;
         let claimed: Job[];
         try {
           const wait = idleMs != null && this.inflight.size === 0 ? Math.min(blockMs, Math.max(1, idleMs - (Date.now() - lastBusy))) : blockMs;

@@ -135,6 +135,59 @@ describe.skipIf(!redis)("job queue", () => {
     expect((await jobs.claim("rescuer", 5)).length).toBe(0);
   });
 
+  test("N1 scaling signal: a dead consumer's jobs idle past the lease count as stranded, in depth (depth + in_flight = XLEN), not as a busy worker", async () => {
+    const { jobs, prefix } = setup(300);
+    const { p, spec } = plan(2);
+    await jobs.submit(spec, p.trajectories.map((t) => t.key), p.trajectories);
+    const held = await jobs.claim("dead", 3);
+    const alive = await jobs.claim("alive", 1);
+    expect([held.length, alive.length]).toEqual([3, 1]);
+    expect(await jobs.stats()).toMatchObject({ depth: 0, in_flight: 4, stranded: 0, workers: { known: 2, busy: 2 } });
+    // "dead" stops heart-beating; "alive" goes on. Waits on the store's own idle time, not a fixed sleep.
+    const r = rawRedis();
+    const idleOf = async (id: string) => Number(((await r.xpending(`${prefix}jobs`, "workers", "IDLE", 300, id, id, 1)) as unknown[]).length);
+    const deadline = Date.now() + 10_000;
+    while ((await idleOf(held[0]!.id)) === 0 && Date.now() < deadline) {
+      await jobs.heartbeat("alive", [alive[0]!.id]);
+      await Bun.sleep(20);
+    }
+    await jobs.heartbeat("alive", [alive[0]!.id]);
+    const s = await jobs.stats();
+    expect([s.depth, s.in_flight, s.stranded, s.workers]).toEqual([3, 1, 3, { known: 2, busy: 1 }]);
+    expect(s.depth + s.in_flight).toBe(await r.xlen(`${prefix}jobs`));
+    // The worker-side view: 1 job held by another worker is still work for "alive"'s peers; its own is not counted for it.
+    expect(await jobs.outstanding("alive")).toBe(3);
+    expect(await jobs.outstanding("someone-else")).toBe(4);
+    // Reclaimed: no longer stranded.
+    expect((await jobs.claim("alive", 5)).map((j) => j.deliveries)).toEqual([2, 2, 2]);
+    expect(await jobs.stats()).toMatchObject({ depth: 0, in_flight: 4, stranded: 0 });
+    await jobs.ack([...held, ...alive].map((j) => j.id));
+    expect(await jobs.outstanding("alive")).toBe(0);
+    expect(await jobs.stats()).toMatchObject({ depth: 0, in_flight: 0, stranded: 0 });
+    await r.quit();
+  });
+
+  test("N1 idle exit: a worker idle long before another worker dies holding jobs does not idle-exit; it waits for the lease, reclaims and runs them, then exits", async () => {
+    const { jobs, store } = setup(600);
+    const service = new RolloutService({ config: cfg, store, executorFor: () => fakeExecutor(), jobs, followPollMs: 20 });
+    closers.push(async () => service.close());
+    const req = RolloutRequest.parse({ rows: [0, 1, 2].map((i) => ({ prompt: [{ role: "user", content: `s${i}` }], uid: `strand${i}` })) });
+    const { run } = await service.accept(req);
+    // The victim claims every job and dies (never heart-beats, never acks).
+    expect((await jobs.claim("victim", 10)).length).toBe(6);
+    const lines: string[] = [];
+    const ran: string[] = [];
+    // idleExitMs (50) is far below the lease (600): before the fix this worker exits "idle" with 6 jobs stranded.
+    const survivor = new JobWorker({ jobs, store, executorFor: () => fakeExecutor(async (t) => void ran.push(t.key)), consumer: "survivor", concurrency: 8, idleExitMs: 50, blockMs: 20, log: (l) => lines.push(l) });
+    const summary = await survivor.run();
+    expect(summary).toEqual({ claimed: 6, completed: 6, failed: 0, reclaimed: 6, abandoned: 0, cancelled: 0, surplus: 0, exit: "idle" });
+    expect(ran.length).toBe(6);
+    expect(lines[0]).toBe("[survivor] idle, but 6 jobs are left in the stream (held by other workers): staying to reclaim them if their worker stops heart-beating (lease 600 ms)");
+    await run.run();
+    expect(run.stats().counts).toMatchObject({ total: 6, finished: 6, ok: 6 });
+    expect(await jobs.stats()).toMatchObject({ depth: 0, in_flight: 0, stranded: 0 });
+  });
+
   test("max pending: a batch larger than the limit is a 413 stating it; one that would overflow the waiting jobs is a 503; nothing is written", async () => {
     const { jobs, store } = setup(1000, 3);
     const service = new RolloutService({ config: cfg, store, executorFor: () => fakeExecutor(), jobs, followPollMs: 20 });
