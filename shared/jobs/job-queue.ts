@@ -162,6 +162,12 @@ export class JobQueue {
    * {@link stats} tells live workers from dead ones (XINFO's idle time is not reset by an empty read on Redis 7.0).
    */
   readonly workersKey: string;
+  /**
+   * The lease (milliseconds) the workers claim with (`{prefix}jobs:lease`, a string set by every
+   * claim; the last claimer's): how {@link stats} tells a stranded job from a running one in a
+   * process (`serve`) that does not know the workers' `--lease`.
+   */
+  readonly leaseKey: string;
   readonly stream: string;
   /** The wake stream (`{p}jobs:wake`): one entry `key` per tool result delivered to a waiting session. */
   readonly wakeStream: string;
@@ -180,6 +186,7 @@ export class JobQueue {
     this.stream = `${this.prefix}jobs`;
     this.wakeStream = `${this.prefix}jobs:wake`;
     this.workersKey = `${this.prefix}jobs:workers`;
+    this.leaseKey = `${this.prefix}jobs:lease`;
     this.consumers = new StreamConsumer({ call: (c, b) => this.call(c, b), pipe: (c) => this.pipe(c) }, this.stream, this.group);
   }
 
@@ -409,7 +416,7 @@ export class JobQueue {
    * new ones, blocking up to `blockMs` when there are none.
    */
   async claim(consumer: string, max: number, blockMs = 0): Promise<Job[]> {
-    await this.call(["ZADD", this.workersKey, String(Date.now()), consumer]);
+    await this.pipe([["ZADD", this.workersKey, String(Date.now()), consumer], ["SET", this.leaseKey, String(this.leaseMs)]]);
     const out: Job[] = [];
     const reclaimed = await this.consumers.autoclaim(consumer, this.leaseMs, max);
     const counts = await this.consumers.deliveries(reclaimed.map((e) => e.id));
@@ -673,21 +680,22 @@ export class JobQueue {
    */
   async stats(): Promise<QueueStats> {
     const { pending, consumers: cs } = await this.consumers.info();
+    const [len, first, time, seen, claimedWith] = await this.pipe([["XLEN", this.stream], ["XRANGE", this.stream, "-", "+", "COUNT", "1"], ["TIME"], ["ZRANGE", this.workersKey, "0", "-1", "WITHSCORES"], ["GET", this.leaseKey]]);
+    const leaseMs = Number(claimedWith) > 0 ? Number(claimedWith) : this.leaseMs;
     // A consumer with a job idle past the lease has stopped heart-beating (a live worker's heartbeats keep
     // each of its jobs below ~5/6 of the lease): its jobs are stranded, reclaimable by the next claim. One XPENDING IDLE … COUNT 1 per holder.
     const holders = cs.filter((c) => Number(c.pending ?? 0) > 0);
     const idle = holders.length
-      ? await this.consumers.withGroup(() => this.pipe(holders.map((c) => ["XPENDING", this.stream, this.group, "IDLE", String(this.leaseMs), "-", "+", "1", String(c.name)])))
+      ? await this.consumers.withGroup(() => this.pipe(holders.map((c) => ["XPENDING", this.stream, this.group, "IDLE", String(leaseMs), "-", "+", "1", String(c.name)])))
       : [];
     const strandedBy = new Set(holders.filter((_, i) => Array.isArray(idle[i]) && (idle[i] as RedisReply[]).length > 0).map((c) => String(c.name)));
     const stranded = holders.reduce((n, c) => n + (strandedBy.has(String(c.name)) ? Number(c.pending) : 0), 0);
     const inFlight = Math.max(0, pending - stranded);
-    const [len, first, time, seen] = await this.pipe([["XLEN", this.stream], ["XRANGE", this.stream, "-", "+", "COUNT", "1"], ["TIME"], ["ZRANGE", this.workersKey, "0", "-1", "WITHSCORES"]]);
     const oldest = parseEntries(first)[0]?.id;
     const t = time as RedisReply[];
     const nowMs = Number(t[0]) * 1000 + Math.floor(Number(t[1]) / 1000);
     // Worker clocks may drift from Redis's by seconds; two leases (60 s by default) absorb that.
-    const horizon = nowMs - 2 * this.leaseMs;
+    const horizon = nowMs - 2 * leaseMs;
     const live = new Set<string>();
     // ZRANGE WITHSCORES: flat [member, score, …] (RESP2, Upstash) or [[member, score], …] (RESP3).
     const reply = (seen as RedisReply[] | null) ?? [];

@@ -136,7 +136,9 @@ describe.skipIf(!redis)("job queue", () => {
   });
 
   test("N1 scaling signal: a dead consumer's jobs idle past the lease count as stranded, in depth (depth + in_flight = XLEN), not as a busy worker", async () => {
-    const { jobs, prefix } = setup(300);
+    const { jobs, prefix, commander } = setup(300);
+    // serve's own queue object does not know the workers' --lease (default 30 s): it reads the one they claim with.
+    const serveSide = new JobQueue(commander, { prefix });
     const { p, spec } = plan(2);
     await jobs.submit(spec, p.trajectories.map((t) => t.key), p.trajectories);
     const held = await jobs.claim("dead", 3);
@@ -155,6 +157,7 @@ describe.skipIf(!redis)("job queue", () => {
     const s = await jobs.stats();
     expect([s.depth, s.in_flight, s.stranded, s.workers]).toEqual([3, 1, 3, { known: 2, busy: 1 }]);
     expect(s.depth + s.in_flight).toBe(await r.xlen(`${prefix}jobs`));
+    expect(await serveSide.stats()).toMatchObject({ depth: 3, in_flight: 1, stranded: 3 });
     // The worker-side view: 1 job held by another worker is still work for "alive"'s peers; its own is not counted for it.
     expect(await jobs.outstanding("alive")).toBe(3);
     expect(await jobs.outstanding("someone-else")).toBe(4);
