@@ -7,7 +7,7 @@ import type { BatchCancellation, BatchCounts } from "../shared/rollout/batch-run
 import type { RolloutService } from "../shared/rollout/service.ts";
 import { parseTrajectoryKey, TrajectoryRecord, Uid } from "../shared/schema/index.ts";
 import { formatPrometheus, PROMETHEUS_CONTENT_TYPE } from "../shared/telemetry/prometheus.ts";
-import { RolloutMetricsCollector } from "../shared/telemetry/rollout-metrics.ts";
+import { queueFamilies, RolloutMetricsCollector } from "../shared/telemetry/rollout-metrics.ts";
 import { tokenPieces } from "../shared/telemetry/token-pieces.ts";
 import { groupDivergence } from "../shared/rollout/group-divergence.ts";
 import { pageSummaries } from "../shared/rollout/trajectory-summary.ts";
@@ -246,7 +246,11 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
   });
   app.get("/openapi.json", (c) => c.json(openApiDocument()));
   const collector = new RolloutMetricsCollector(service);
-  app.get("/metrics", () => new Response(formatPrometheus(collector.families()), { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } }));
+  // The queue's figures too (stranded jobs count as work, N1); a store outage leaves them out rather than failing the scrape.
+  app.get("/metrics", async () => {
+    const queue = await service.queueStats().then((q) => (q.mode === "queue" ? queueFamilies(q) : []), () => []);
+    return new Response(formatPrometheus([...collector.families(), ...queue]), { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } });
+  });
   mountViewer(app);
   app.use("/v1/*", bearerAuth(opts.apiToken ?? null));
   app.use("/v1/*", refuseUnknownQuery);

@@ -1,3 +1,4 @@
+import type { QueueStats } from "../jobs/job-queue.ts";
 import type { BatchStats } from "../rollout/batch-run.ts";
 import { TOOL_LATENCY_BUCKETS } from "./batch-metrics.ts";
 import type { PromFamily, PromSample } from "./prometheus.ts";
@@ -203,6 +204,35 @@ function latestBatchFamilies(s: BatchStats): PromFamily[] {
         { labels: { quantile: "0.9" }, value: l.p90! },
         { labels: { quantile: "0.99" }, value: l.p99! },
         { labels: { quantile: "1" }, value: l.max! },
+      ]),
+    );
+  }
+  return fams;
+}
+
+/**
+ * The job queue's figures as `GET /metrics` gauges (queue mode; the same as `GET /v1/queue`):
+ * `edgeloop_queue_jobs{state}` — `waiting` (never claimed), `stranded` (held by a worker that
+ * stopped heart-beating past the lease: the next claim reclaims them) and `in_flight` (running
+ * on a live worker); their sum is every job still to do, and `waiting + stranded` is what a
+ * worker can claim now (`depth`). Also `edgeloop_queue_oldest_job_age_seconds` and
+ * `edgeloop_queue_workers{state="known"|"busy"}`. Inline mode (no `workers`) gives the jobs only.
+ */
+export function queueFamilies(q: QueueStats): PromFamily[] {
+  const stranded = q.stranded ?? 0;
+  const fams = [
+    gauge("edgeloop_queue_jobs", "Jobs still to do, by state: waiting (never claimed), stranded (held past the lease by a worker that stopped heart-beating; reclaimed by the next claim), in_flight (running on a live worker). Scale on waiting + stranded (GET /v1/queue depth), or on the sum.", [
+      { labels: { state: "waiting" }, value: Math.max(0, q.depth - stranded) },
+      { labels: { state: "stranded" }, value: stranded },
+      { labels: { state: "in_flight" }, value: q.in_flight },
+    ]),
+    gauge("edgeloop_queue_oldest_job_age_seconds", "Age of the oldest job not yet acknowledged (0 when none).", [{ value: q.oldest_age_ms / 1000 }]),
+  ];
+  if (q.workers) {
+    fams.push(
+      gauge("edgeloop_queue_workers", "Workers that claimed or heart-beat within two leases (known), and those of them running jobs (busy).", [
+        { labels: { state: "known" }, value: q.workers.known },
+        { labels: { state: "busy" }, value: q.workers.busy },
       ]),
     );
   }

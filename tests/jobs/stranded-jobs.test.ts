@@ -190,6 +190,8 @@ describe.skipIf(!redis)("N1: jobs held by a SIGKILLed worker", () => {
     const q = await until(() => get<Queue>(`${url}/v1/queue`), (v) => v.stranded > 0);
     const visibleAt = performance.now();
     expect(q).toMatchObject({ depth: 64, in_flight: 0, stranded: 64, workers: { busy: 0 } });
+    const metrics = await (await fetch(`${url}/metrics`)).text();
+    expect(metrics.split("\n").filter((l) => l.startsWith("edgeloop_queue_jobs{"))).toEqual(['edgeloop_queue_jobs{state="waiting"} 0', 'edgeloop_queue_jobs{state="stranded"} 64', 'edgeloop_queue_jobs{state="in_flight"} 0']);
     const rescuer = worker(prefix, "rescuer", config("fast", 1), "0.5");
     const startedAt = performance.now();
     const reclaim = await rescuer.err.wait(/^\[rescuer\] reclaimed .* \(delivery 2\)$/);
