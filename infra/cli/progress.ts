@@ -1,4 +1,7 @@
 import { Presets, SingleBar } from "cli-progress";
+import type { AppConfig } from "../../shared/config/app-config.ts";
+import type { WaitCount } from "../../shared/telemetry/waits.ts";
+import { terminalSafe } from "./terminal-text.ts";
 
 /** Where a batch stands: sessions finished (of `total`), records streamed, failed records, sessions running. */
 export interface ProgressCounts {
@@ -20,8 +23,11 @@ export interface RolloutProgressOptions {
   stallWarnS: number;
   /** Seconds between plain progress lines (default 1, as before: logs and tests follow them). */
   lineEveryS?: number;
-  /** What the stall warning suggests checking (the engine and its timeout, or workers in queue mode). */
-  stallHint: string;
+  /**
+   * What the stall warning suggests checking (the engine and its timeout, or workers in queue mode);
+   * a function is asked at each warning (what the running sessions wait on then: {@link stallHintFor}).
+   */
+  stallHint: string | (() => string);
   /** Monotonic milliseconds (default `performance.now()`). */
   nowMs?: () => number;
   /** The bar's output stream (default stderr). */
@@ -93,7 +99,7 @@ export class RolloutProgress {
     const t = this.now();
     if (t - this.lastChange >= stallMs && t - this.lastStallWarn >= stallMs) {
       this.lastStallWarn = t;
-      const line = `warning    no session finished for ${formatDuration((t - this.lastChange) / 1000)}: ${this.counts.finished}/${this.opts.total} finished, ${this.counts.running} running; ${this.opts.stallHint}`;
+      const line = `warning    no session finished for ${formatDuration((t - this.lastChange) / 1000)}: ${this.counts.finished}/${this.opts.total} finished, ${this.counts.running} running; ${typeof this.opts.stallHint === "function" ? this.opts.stallHint() : this.opts.stallHint}`;
       if (this.bar) {
         // A line above the bar, which is redrawn below it.
         this.bar.stop();
@@ -138,4 +144,32 @@ export function formatDuration(s: number): string {
   if (t < 60) return `${t}s`;
   if (t < 3600) return `${Math.floor(t / 60)}m${String(t % 60).padStart(2, "0")}s`;
   return `${Math.floor(t / 3600)}h${String(Math.floor((t % 3600) / 60)).padStart(2, "0")}m`;
+}
+
+/**
+ * The stall warning's hint from what the running sessions wait on now (N5;
+ * {@link WaitCount}s from `sessionWaits.snapshot()`, most first): each wait
+ * named — the engine (with `engine.timeout_ms` and retries), a tool by name
+ * (its `timeout_ms` per attempt and `max_retries` in the tools file), the
+ * agent by URL (`agent.timeout_ms`), the reward webhook (`reward.*`) — as
+ * `waiting on …; …`. With none open, `idle` (queue mode: the workers hint;
+ * inline: sessions between calls, e.g. held by the admission gate).
+ * Tool names come from model output: shown escaped and cut to 64 characters.
+ */
+export function stallHintFor(waits: readonly WaitCount[], config: Pick<AppConfig, "engine" | "agent" | "reward">, idle: string): string {
+  if (waits.length === 0) return idle;
+  const n = (c: number, what: string) => `${c} ${what}${c === 1 ? "" : "s"}`;
+  const parts = waits.map((w) => {
+    switch (w.kind) {
+      case "engine":
+        return `the engine (${n(w.count, "call")}): is it hung? A request waits up to engine.timeout_ms (${config.engine.timeout_ms} ms) and is retried ${config.engine.max_retries} times before its trajectory fails`;
+      case "tool":
+        return `tool \`${terminalSafe((w.name ?? "?").slice(0, 64), { newlines: false })}\` (${n(w.count, "call")}): a call waits up to the tool's timeout_ms per attempt and is retried max_retries times (tools file) before it becomes an error observation`;
+      case "agent":
+        return `the agent at ${terminalSafe(w.name ?? "agent.url", { newlines: false })} (${n(w.count, "session")}): it has agent.timeout_ms (${config.agent.timeout_ms} ms) to call the model and finish`;
+      case "reward":
+        return `the reward (${n(w.count, "call")}): a webhook call waits up to reward.timeout_ms (${config.reward.timeout_ms} ms) and is retried ${config.reward.max_retries} times`;
+    }
+  });
+  return `waiting on ${parts.join("; ")}`;
 }

@@ -9,7 +9,8 @@ import { buildRuntime, type Runtime } from "./runtime.ts";
 import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
 import { startAgentServer } from "../agent-example/server.ts";
 import { formatSummary } from "./summary.ts";
-import { RolloutProgress } from "./progress.ts";
+import { RolloutProgress, stallHintFor } from "./progress.ts";
+import { sessionWaits } from "../../shared/telemetry/waits.ts";
 
 /** Flags of `edgeloop rollout`. */
 export interface RolloutFlags extends ConfigFlags {
@@ -105,9 +106,10 @@ export async function rolloutCommand(flags: RolloutFlags): Promise<void> {
       tty: flags.progress !== false && Boolean(process.stderr.isTTY),
       log,
       stallWarnS: flags.stallWarn ?? 60,
+      // What the running sessions wait on at the warning (engine, a tool by name, the agent, the reward): N5.
       stallHint: queued
         ? `its jobs wait in ${runtime.service.jobs!.stream} for workers: is an \`edgeloop worker\` running with the same --store?`
-        : `is the engine hung? A request waits up to engine.timeout_ms (${runtime.config.engine.timeout_ms} ms) and is retried 3 times before its trajectory fails`,
+        : () => stallHintFor(sessionWaits.snapshot(), runtime.config, "no engine, tool, agent or reward call is open: the running sessions are between calls (held by the admission gate or a pause?)"),
     });
     const ticker = setInterval(() => {
       const s = run.stats();

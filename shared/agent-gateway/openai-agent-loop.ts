@@ -6,6 +6,7 @@ import { holdWhileStoreDown } from "../store/store-outage.ts";
 import type { AgentGateway } from "./agent-gateway.ts";
 import { agentOutputs, lastActionIds, type AgentSessionState } from "./agent-session.ts";
 import { AgentTaskResult, type AgentTask } from "./task.ts";
+import { sessionWaits } from "../telemetry/waits.ts";
 
 /** The agent webhook settings (`agent` in the config). */
 export interface AgentWebhookConfig {
@@ -100,6 +101,8 @@ export class OpenAIAgentLoop extends AgentLoop {
       messages,
       model_version: null,
     });
+    // Until the session is finished, it waits on the agent (its calls, then its finish): what a stall warning names.
+    const waited = sessionWaits.begin({ kind: "agent", name: link.agent.url });
     try {
       if (!st.taskSent && !st.finish) {
         // A resumed session holds its token only as a hash: the task goes out with a new one.
@@ -111,6 +114,8 @@ export class OpenAIAgentLoop extends AgentLoop {
       // The trajectory fails: close its session so that the agent's later calls are refused, not answered into nothing.
       await gw.finish(key, { by: "failed", metadata: { error: (e as Error)?.message ?? String(e) } }).catch(() => {});
       throw e;
+    } finally {
+      waited();
     }
     const fin = st.finish!;
     if (fin.by === "failed") throw new AgentWebhookError(String(fin.metadata?.error ?? "the trajectory failed"));

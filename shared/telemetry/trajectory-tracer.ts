@@ -3,6 +3,7 @@ import type { GenerateRequest, InferenceClient } from "../inference/types.ts";
 import type { TokenOutput } from "../schema/index.ts";
 import type { ToolCallRequest, ToolExecutor, ToolResult } from "../tools/webhook-tool-client.ts";
 import { edgeloopTracer, recordError, SpanAttr } from "./tracer.ts";
+import { sessionWaits } from "./waits.ts";
 
 /** Options of a {@link TrajectoryTracer}. */
 export interface TrajectoryTracerOptions {
@@ -21,7 +22,8 @@ export interface TrajectoryTracerOptions {
  * an `inference.generate` child and the turn's tool calls as `tool.call`
  * children. A turn therefore spans one generation and the tool round that
  * follows it. Also collects each tool call's wall-clock latency (milliseconds,
- * in completion order) for the batch metrics, traced or not.
+ * in completion order) for the batch metrics, traced or not, and counts each
+ * open engine and tool call in {@link sessionWaits} (the stall warning's view).
  *
  * One instance per trajectory; call {@link end} when the loop returns.
  */
@@ -116,6 +118,7 @@ class TracingInferenceClient implements InferenceClient {
       },
       turnCtx,
     );
+    const waited = sessionWaits.begin({ kind: "engine" });
     try {
       const out = await context.with(trace.setSpan(turnCtx, span), () => this.inner.generate(req));
       if (span.isRecording()) {
@@ -131,6 +134,7 @@ class TracingInferenceClient implements InferenceClient {
       recordError(span, e);
       throw e;
     } finally {
+      waited();
       span.end();
     }
   }
@@ -166,6 +170,7 @@ class TracingToolExecutor implements ToolExecutor {
       parent,
     );
     const t0 = this.t.now();
+    const waited = sessionWaits.begin({ kind: "tool", name: req.name });
     try {
       const r = await context.with(trace.setSpan(parent, span), () => this.inner.call(req));
       if (span.isRecording()) {
@@ -179,6 +184,7 @@ class TracingToolExecutor implements ToolExecutor {
       recordError(span, e);
       throw e;
     } finally {
+      waited();
       this.t.toolLatenciesMs.push(Math.max(0, this.t.now() - t0));
       span.end();
     }

@@ -1,6 +1,8 @@
 import { expect, test } from "bun:test";
 import { PassThrough } from "node:stream";
-import { formatDuration, RolloutProgress } from "../../infra/cli/progress.ts";
+import { formatDuration, RolloutProgress, stallHintFor } from "../../infra/cli/progress.ts";
+import { parseAppConfig } from "../../shared/config/app-config.ts";
+import { WaitTracker } from "../../shared/telemetry/waits.ts";
 
 // The rollout progress with a stepped clock: plain lines with rate and ETA when not a terminal, a bar with
 // both on one, and a stall warning while no session finishes.
@@ -69,4 +71,44 @@ test("on a terminal: a bar with the rate and the ETA", () => {
 
 test("formatDuration", () => {
   expect([0.4, 42, 185, 7800].map(formatDuration)).toEqual(["0s", "42s", "3m05s", "2h10m"]);
+});
+
+test("N5: the stall hint names what the running sessions wait on: engine, a tool by name, the agent, the reward", () => {
+  const waits = new WaitTracker();
+  const config = parseAppConfig({ engine: { timeout_ms: 5000, max_retries: 1 }, agent: { timeout_ms: 9000 }, reward: { timeout_ms: 700, max_retries: 4 } });
+  const hint = () => stallHintFor(waits.snapshot(), config, "idle");
+  expect(hint()).toBe("idle");
+  const calc = [waits.begin({ kind: "tool", name: "calc" }), waits.begin({ kind: "tool", name: "calc" })];
+  const engine = waits.begin({ kind: "engine" });
+  expect(hint()).toBe(
+    "waiting on tool `calc` (2 calls): a call waits up to the tool's timeout_ms per attempt and is retried max_retries times (tools file) before it becomes an error observation; " +
+      "the engine (1 call): is it hung? A request waits up to engine.timeout_ms (5000 ms) and is retried 1 times before its trajectory fails",
+  );
+  calc.forEach((end) => end());
+  calc[0]!(); // ending twice changes nothing
+  engine();
+  const agent = waits.begin({ kind: "agent", name: "http://agent:9/run" });
+  const reward = waits.begin({ kind: "reward" });
+  // A tool name is model text: escaped, cut to 64 characters.
+  const evil = waits.begin({ kind: "tool", name: "x\u001b]0;owned\u0007" + "y".repeat(100) });
+  expect(hint()).toBe(
+    "waiting on tool `x\\x1b]0;owned\\x07" + "y".repeat(53) + "` (1 call): a call waits up to the tool's timeout_ms per attempt and is retried max_retries times (tools file) before it becomes an error observation; " +
+      "the agent at http://agent:9/run (1 session): it has agent.timeout_ms (9000 ms) to call the model and finish; " +
+      "the reward (1 call): a webhook call waits up to reward.timeout_ms (700 ms) and is retried 4 times",
+  );
+  [agent, reward, evil].forEach((end) => end());
+  expect(waits.snapshot()).toEqual([]);
+});
+
+test("N5: a stall hint given as a function is asked at each warning", () => {
+  const c = clock();
+  const lines: string[] = [];
+  let now = "waiting on A";
+  const p = new RolloutProgress({ total: 1, tty: false, log: (l) => lines.push(l), stallWarnS: 10, lineEveryS: 1000, stallHint: () => now, nowMs: c.now });
+  c.at(10);
+  p.tick();
+  now = "waiting on B";
+  c.at(20);
+  p.tick();
+  expect(lines).toEqual(["warning    no session finished for 10s: 0/1 finished, 0 running; waiting on A", "warning    no session finished for 20s: 0/1 finished, 0 running; waiting on B"]);
 });

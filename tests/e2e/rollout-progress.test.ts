@@ -45,8 +45,26 @@ test("a hung engine: a stall warning names the engine's timeout and retries whil
   const r = spawn(["rollout", "--data", "h.jsonl", "--n", "1", "--script", "hang.json", "--stall-warn", "1", "--no-progress"]);
   await until(() => r.err().includes("warning    no session finished"), 20_000);
   const warning = r.err().split("\n").find((l) => l.startsWith("warning    no session finished"))!;
-  expect(warning).toMatch(/^warning {4}no session finished for \ds: 1\/2 finished, 1 running; is the engine hung\? A request waits up to engine\.timeout_ms \(600000 ms\) and is retried 3 times before its trajectory fails$/);
+  expect(warning).toMatch(/^warning {4}no session finished for \ds: 1\/2 finished, 1 running; waiting on the engine \(1 call\): is it hung\? A request waits up to engine\.timeout_ms \(600000 ms\) and is retried 3 times before its trajectory fails$/);
   expect(r.err()).toMatch(/^progress {3}1\/2 sessions, 1 records \(0 failed\), \d+\.\d sessions\/s, ETA \d+s$/m);
+  r.p.kill("SIGINT");
+  expect(await r.p.exited).toBe(130);
+}, 40_000);
+
+test("N5: a hung tool webhook: the stall warning names the tool, not the engine", async () => {
+  // A tool server that accepts every request and never answers.
+  const hung = Bun.serve({ port: 0, fetch: () => new Promise<Response>(() => {}) });
+  kills.push(() => hung.stop(true));
+  const example = readFileSync(join(ROOT, "infra", "tools", "tools.example.json"), "utf8");
+  writeFileSync(join(dir, "tools-hang.json"), example.replaceAll("{port}", String(hung.port)));
+  writeFileSync(join(dir, "one.jsonl"), readFileSync(join(ROOT, "examples", "gsm8k-tool.jsonl"), "utf8").split("\n")[0] + "\n");
+  const r = spawn(["rollout", "--data", "one.jsonl", "--n", "1", "--tools", "tools-hang.json", "--stall-warn", "1", "--no-progress"]);
+  await until(() => r.err().includes("warning    no session finished"), 20_000);
+  const warning = r.err().split("\n").find((l) => l.startsWith("warning    no session finished"))!;
+  expect(warning).toMatch(
+    /^warning {4}no session finished for \ds: 0\/1 finished, 1 running; waiting on tool `calc` \(1 call\): a call waits up to the tool's timeout_ms per attempt and is retried max_retries times \(tools file\) before it becomes an error observation$/,
+  );
+  expect(r.err()).not.toContain("is it hung?");
   r.p.kill("SIGINT");
   expect(await r.p.exited).toBe(130);
 }, 40_000);
