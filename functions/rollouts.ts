@@ -202,7 +202,7 @@ export interface BatchSummary {
  *   `decoded: {prompt: string[], response: string[]}`, the text of every token
  * - `GET /metrics` → Prometheus text (no auth, like `/health`)
  * - `GET /viewer` → the trajectory viewer page (reads the API above)
- * - `GET /v1/queue` → `{mode, depth, in_flight, oldest_age_ms, workers?}`: jobs waiting, claimed
+ * - `GET /v1/queue` → `{mode, depth, in_flight, stranded?, oldest_age_ms, workers?}`: jobs a worker can claim now (waiting or stranded past the lease), claimed
  *   and the oldest one's age (queue mode), or this process's waiting and running trajectories (inline)
  * - `POST /v1/model-version` `{version}` → `{version, seq}`: the policy version turns are now
  *   recorded with (`extra_fields.model_versions`); `GET` reads it.
@@ -480,7 +480,7 @@ export function openApiDocument(): Record<string, unknown> {
         },
       },
       "/v1/queue": {
-        get: { summary: "Job-queue depth, in-flight jobs and the oldest job's age (the autoscaler's signal)", responses: { "200": { description: "{mode, depth, in_flight, oldest_age_ms, workers?}" } } },
+        get: { summary: "Job-queue depth, in-flight jobs and the oldest job's age (the autoscaler's signal)", responses: { "200": { description: "{mode, depth, in_flight, stranded?, oldest_age_ms, workers?}: depth = jobs a worker can claim now (waiting, plus stranded: held past the lease by a worker that stopped heart-beating)" } } },
       },
       "/v1/model-version": {
         get: { summary: "The current policy version", responses: { "200": { description: "{version, seq}" } } },
