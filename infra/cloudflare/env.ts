@@ -182,7 +182,7 @@ async function build(env: Env): Promise<WorkerRuntime> {
     ...(tools ? { tools } : {}),
     interactions,
     // As `edgeloop serve`: a webhook reward for rows whose reward_model.style is "webhook".
-    reward: { ...(config.reward.url ? { webhook: { url: config.reward.url, timeout_ms: config.reward.timeout_ms, max_retries: config.reward.max_retries } } : {}), ...(secret ? { secret } : {}) },
+    reward: { ...(config.reward.url ? { webhook: { url: config.reward.url, timeout_ms: config.reward.timeout_ms, max_retries: config.reward.max_retries, max_reply_bytes: config.reward.max_reply_bytes } } : {}), ...(secret ? { secret } : {}) },
     teacher,
   };
   return { config, deps, queue, secret, ...agentSettings(env, config) };

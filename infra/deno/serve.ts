@@ -23,6 +23,7 @@ import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
 import { buildRuntime } from "../cli/runtime.ts";
 import { healthResponse } from "../../shared/store/store-health.ts";
 import { setupTelemetryFromEnv } from "../telemetry/setup.ts";
+import { bodyTimeoutFromEnv, withBodyDeadline } from "../../functions/body-deadline.ts";
 
 declare const Deno: {
   env: { get(name: string): string | undefined; toObject(): Record<string, string> };
@@ -71,6 +72,7 @@ const server = Deno.serve(
       console.log(`edgeloop (deno) serving on http://${a.hostname}:${a.port}`);
     },
   },
-  app.fetch,
+  // Deno.serve has no idle or header timeout: request bodies get a deadline here (S9; EDGELOOP_BODY_TIMEOUT_S).
+  withBodyDeadline((req) => app.fetch(req), bodyTimeoutFromEnv(env("EDGELOOP_BODY_TIMEOUT_S"))),
 );
 await server.finished;

@@ -195,12 +195,14 @@ export type AgentWebhookSection = z.infer<typeof AgentConfig>;
 
 /**
  * A webhook reward used for rows whose `reward_model.style` is `webhook`:
- * its URL, the deadline of one call in ms and the retries of a failed call.
+ * its URL, the deadline of one call in ms, the retries of a failed call and
+ * the reply cap in bytes (default 4 MiB, counted while the reply streams).
  */
 export const RewardConfig = z.strictObject({
   url: httpUrl("reward.url must be an http(s) URL").nullable().default(null),
   timeout_ms: z.number().int().positive().default(30_000),
   max_retries: z.number().int().min(0).max(100).default(2),
+  max_reply_bytes: z.number().int().positive().default(4 * 1024 * 1024),
 });
 
 /**

@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { BadEngineResponseError, ConfigError } from "../errors.ts";
 import { badReply, DEFAULT_ENGINE_TIMEOUT_MS, engineErrorFromReply, engineHeaders, joinUrl, postEngineJson, type FetchLike } from "./engine-http.ts";
+import { redactUrl } from "../http/outbound.ts";
 import { retryEngineCall, type RetryOptions } from "./retrying-client.ts";
 
 /**
@@ -215,7 +216,7 @@ export function createTeacherClient(opts: TeacherClientOptions): TeacherClient {
   }
 
   return {
-    describe: `${format} at ${opts.url}`,
+    describe: `${format} at ${redactUrl(opts.url)}`,
     score: (req) => retryEngineCall(req, retry, (requestId, signal) => scoreOnce(req, requestId, signal)),
     async tokenize(text, signal) {
       // vLLM serves POST /tokenize (bare path); SGLang POST /v1/tokenize (docs/engines.md §2.4, §3.9).
