@@ -42,19 +42,20 @@ export class OutboundHttpError extends Error {
 /**
  * The URL as it may be shown in records, logs, metrics and traces:
  * `scheme://host[:port]/path`, without userinfo, query string or fragment
- * (a URL without any of them is returned as written)
- * (where webhook secrets such as `?token=…` live). A string that does not
- * parse as a URL shows as `(invalid URL)`. Secrets placed in the path itself
- * are not recognised: put them in a header, the query or the signature secret.
+ * (where webhook secrets such as `?token=…` live). A string without `?`, `#`
+ * or `@` is returned as written; one with them that does not parse as a URL
+ * shows as `(invalid URL)`. Secrets placed in the path itself are not
+ * recognised: put them in the query, the userinfo or the signature secret.
  */
 export function redactUrl(url: string): string {
+  // Without '?', '#' or '@' there is no query, fragment or userinfo: shown as written (no parse).
+  if (!/[?#@]/.test(url)) return url;
   let u: URL;
   try {
     u = new URL(url);
   } catch {
     return "(invalid URL)";
   }
-  if (!u.username && !u.password && !u.search && !u.hash && !url.includes("?") && !url.includes("#")) return url;
   return `${u.protocol}//${u.host}${u.pathname}`;
 }
 
