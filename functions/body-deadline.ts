@@ -63,7 +63,7 @@ export function withBodyDeadline<A extends unknown[]>(
     expired.catch(() => undefined);
     const body = new ReadableStream<Uint8Array>({
       async pull(c) {
-        let r: ReadableStreamReadResult<Uint8Array>;
+        let r: Awaited<ReturnType<typeof src.read>>;
         try {
           r = await Promise.race([src.read(), expired]);
         } catch (e) {

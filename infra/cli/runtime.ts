@@ -536,11 +536,11 @@ async function probeEngine(url: string, timeoutMs: number): Promise<string | nul
   for (const path of ["/v1/models", "/health"]) {
     try {
       // The deadline is declared so that a gateway counts a replica that stays silent through it.
-      const res = await fetch(url.replace(/\/+$/, "") + path, { headers: { [DEADLINE_HEADER]: String(timeoutMs) }, signal: AbortSignal.timeout(timeoutMs) });
+      const res = await fetch(url.replace(/\/+$/, "") + path, { headers: { [DEADLINE_HEADER]: String(timeoutMs) }, signal: AbortSignal.timeout(timeoutMs), redirect: "manual" });
       await res.body?.cancel();
       return null;
     } catch (e) {
-      reason ||= `GET ${url.replace(/\/+$/, "")}${path}: ${(e as Error).message}`;
+      reason ||= `GET ${redactUrl(url.replace(/\/+$/, "") + path)}: ${(e as Error).message}`;
     }
   }
   return reason;

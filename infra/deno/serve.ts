@@ -63,6 +63,8 @@ app.route("/", createRolloutsApp({ service: runtime.service, apiToken, engine: r
 app.notFound((c) => c.json({ error: { code: "not_found", message: `no route ${c.req.method} ${c.req.path}` } }, 404));
 app.onError((err, c) => errorResponse(err, c));
 for (const line of runtime.describe) console.error(line);
+// The start-up warnings (unsigned agent tasks among them, S20), as serve prints them.
+for (const line of runtime.warnings) console.error(line);
 const server = Deno.serve(
   {
     port: Number(env("PORT") ?? 8787),

@@ -103,7 +103,7 @@ export async function readTextCapped(res: Response, maxBytes: number, what: stri
 export interface OutboundRequest {
   method?: string;
   headers?: Record<string, string>;
-  body?: string | ArrayBuffer | Uint8Array | null;
+  body?: BodyInit | null;
   /** Deadline of the whole call (connect, headers, body), milliseconds. */
   timeoutMs: number;
   /** Reply body cap, bytes. */
