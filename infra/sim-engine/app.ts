@@ -111,6 +111,23 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
 
   app.get("/health", (c) => (engine.healthy ? c.body(null, 200) : c.body(null, 503)));
 
+  // Prometheus gauges of the running batch and the waiting queue, under both engines' names (vLLM
+  // `vllm:num_requests_running`/`_waiting`; SGLang `sglang:num_running_reqs`/`num_queue_reqs`, with --enable-metrics).
+  app.get("/metrics", (c) => {
+    const running = engine.running;
+    const waiting = engine.pending - running;
+    const label = `{model_name=${JSON.stringify(engine.model)}}`;
+    const gauge = (name: string, help: string, v: number) => `# HELP ${name} ${help}\n# TYPE ${name} gauge\n${name}${label} ${v}\n`;
+    return c.text(
+      gauge("vllm:num_requests_running", "Number of requests in model execution batches.", running) +
+        gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", waiting) +
+        gauge("sglang:num_running_reqs", "The number of running requests.", running) +
+        gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", waiting),
+      200,
+      { "content-type": "text/plain; version=0.0.4; charset=utf-8" },
+    );
+  });
+
   app.get("/v1/models", (c) =>
     c.json({
       object: "list",

@@ -316,6 +316,11 @@ export class SimEngine {
     this.abortAll();
   }
 
+  /** Requests past the pause hold, not yet answered (generating or frozen): the running batch. */
+  get running(): number {
+    return this.active;
+  }
+
   /** Requests generating now: past the pause hold and not frozen by a pause (0 = the replica is idle). */
   get generating(): number {
     return this.active - this.frozen;

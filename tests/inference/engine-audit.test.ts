@@ -266,6 +266,33 @@ describe("9. health probes while the engines are paused on purpose", () => {
   });
 });
 
+describe("9b. a standalone gateway with a store reads the deployment's pause gate", () => {
+  test("buildPausedReader follows the gate serve closes in Redis; the memory store has none", async () => {
+    const { buildPausedReader } = await import("../../infra/cli/runtime.ts");
+    const { parseAppConfig } = await import("../../shared/config/app-config.ts");
+    const { IoRedisCommander } = await import("../../infra/redis/ioredis-commander.ts");
+    const { RedisEngineGate } = await import("../../shared/inference/engine-control.ts");
+    const { REDIS_URL, randomPrefix, deleteByPrefix } = await import("../helpers/redis.ts");
+    const prefix = randomPrefix("audit-gate");
+    const closers: (() => Promise<void>)[] = [];
+    expect(buildPausedReader(parseAppConfig({}, "test"), closers)).toBeNull();
+    const paused = buildPausedReader(parseAppConfig({ store: { url: REDIS_URL, prefix } }, "test"), closers)!;
+    const commander = new IoRedisCommander(REDIS_URL);
+    try {
+      const gate = new RedisEngineGate(commander, { prefix });
+      expect(await paused()).toBe(false);
+      await gate.close("abort");
+      expect(await paused()).toBe(true);
+      await gate.open();
+      expect(await paused()).toBe(false);
+    } finally {
+      await commander.close();
+      for (const c of closers) await c();
+      await deleteByPrefix(prefix);
+    }
+  });
+});
+
 describe("10. routing keys fit SGLang Model Gateway's 128 bytes", () => {
   test("short keys pass unchanged; longer ones become one stable 25-byte key", () => {
     const short = `${"u".repeat(100)}_3_0`;
