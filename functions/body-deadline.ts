@@ -4,7 +4,11 @@
  * idle timer) or stops halfway is answered `408` with `connection: close`
  * once the deadline passes, and the body stream is cancelled. Bun listeners
  * add it to their idle timeout (`infra/cli/listen.ts`); the Deno entry, whose
- * `Deno.serve` has no idle or body timeout, relies on it alone.
+ * `Deno.serve` has no idle or body timeout, relies on it alone — there the
+ * handler is freed and the 408 sent, but Deno keeps the socket open until the
+ * client closes it (`connection: close` is not honoured with an unread body;
+ * measured on Deno 2.9), so a Deno server reachable by others needs a proxy
+ * with timeouts in front.
  */
 
 /** Default time a request body may take to arrive, seconds. */
