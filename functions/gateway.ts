@@ -1,7 +1,7 @@
 import { Hono, type Context } from "hono";
 import { z } from "zod";
 import { AuthError, ConfigError, ConflictError, EdgeloopError, inputErrorFromZod } from "../shared/errors.ts";
-import { DEFAULT_ENGINE_MAX_REPLY_BYTES } from "../shared/http/outbound.ts";
+import { DEFAULT_ENGINE_MAX_REPLY_BYTES, redactUrl } from "../shared/http/outbound.ts";
 import { DEADLINE_HEADER, joinUrl, PREFIX_KEY_HEADER, type FetchLike } from "../shared/inference/engine-http.ts";
 import { gatewayMetricsText } from "../shared/inference/gateway-metrics.ts";
 import { createRoutingPolicy, normaliseUrl, ReplicaPool, type FailureKind, type ReplicaStatus } from "../shared/inference/replica-pool.ts";
@@ -410,7 +410,7 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
         }
         const kind: FailureKind = timedOut ? "timeout" : "connect";
         call.fail(kind);
-        lastError = `${replica}: ${kind === "timeout" ? `no reply within ${opts.attemptTimeoutMs} ms` : ((e as Error)?.message ?? String(e))}`;
+        lastError = `${redactUrl(replica)}: ${kind === "timeout" ? `no reply within ${opts.attemptTimeoutMs} ms` : ((e as Error)?.message ?? String(e))}`;
         continue;
       } finally {
         clearTimeout(timer);
@@ -418,7 +418,7 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
       if (res.status >= 500) {
         call.fail("http_5xx");
         lastFailure = withReplica(new Response(buf ?? null, { status: res.status, headers: res.headers }), replica);
-        lastError = `${replica}: HTTP ${res.status}`;
+        lastError = `${redactUrl(replica)}: HTTP ${res.status}`;
         if (buf === undefined) await res.body?.cancel().catch(() => undefined);
         continue;
       }
@@ -427,7 +427,7 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
       const problem = verdict?.problem ?? null;
       if (problem) {
         call.fail("bad_reply");
-        lastError = `${replica}: ${problem}`;
+        lastError = `${redactUrl(replica)}: ${problem}`;
         lastFailure = withReplica(
           Response.json({ error: { code: "bad_reply", type: "BadGatewayError", message: `engine replica sent an unusable reply: ${lastError}` } }, { status: 502 }),
           replica,
@@ -535,7 +535,8 @@ interface Attempt {
 function withReplica(res: Response, replica: string, body: BodyInit | null = res.body): Response {
   const headers = new Headers(res.headers);
   for (const h of DROP_RESPONSE_HEADERS) headers.delete(h);
-  headers.set(REPLICA_HEADER, replica);
+  // The replica as records and spans may show it: no userinfo or query string (issue 26, S13).
+  headers.set(REPLICA_HEADER, redactUrl(replica));
   return new Response(body, { status: res.status, statusText: res.statusText, headers });
 }
 

@@ -4,7 +4,8 @@ import { DEFAULT_ENGINE_MAX_REPLY_BYTES } from "../../shared/http/outbound.ts";
 import { createEngineClient } from "../../shared/inference/create-engine-client.ts";
 import { postEngineJson } from "../../shared/inference/engine-http.ts";
 import { createTeacherClient } from "../../shared/inference/teacher-client.ts";
-import { countingTarget, hugeReply, redirecting, silent } from "../helpers/hostile-servers.ts";
+import { createGatewayApp } from "../../functions/gateway.ts";
+import { answering, countingTarget, hugeReply, redirecting, silent } from "../helpers/hostile-servers.ts";
 
 // Issue 26 item 1 for engine and teacher calls: no redirect followed, replies capped (64 MiB default:
 // long generations with log-probs are big), a deadline, and messages without the URL's userinfo or query.
@@ -72,5 +73,21 @@ describe("policy engine calls", () => {
     expect(e).toBeInstanceOf(EngineUnavailableError);
     expect(e.message.startsWith(`engine at http://127.0.0.1:${port}/generate unreachable: `)).toBe(true);
     expect(e.message).not.toContain("SECRET");
+  });
+});
+
+describe("gateway replicas with credentials in their URL", () => {
+  test("a failing replica's error, the replica header and /metrics name it without userinfo", async () => {
+    const bad = answering(500, { error: "down" });
+    const r = redirecting(302, target.url);
+    stops.push(bad.stop, r.stop);
+    const gw = createGatewayApp({ replicas: [withCreds(bad.base), withCreds(r.base)], healthIntervalMs: 0, maxAttempts: 2 });
+    const res = await gw.fetch(new Request("http://gw/v1/completions", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ prompt: [1], max_tokens: 1 }) }));
+    const text = await res.text();
+    const metrics = await (await gw.fetch(new Request("http://gw/metrics"))).text();
+    expect(metrics).toContain(`edgeloop_gateway_failures_total{replica="${bad.base}/",kind="http_5xx"} 1`);
+    for (const body of [text, metrics, JSON.stringify([...res.headers])]) expect(body).not.toContain("SECRET");
+    // The redirecting replica's 302 is relayed, never followed.
+    expect(target.hits()).toBe(0);
   });
 });
