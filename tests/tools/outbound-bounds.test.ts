@@ -94,6 +94,17 @@ describe("tool webhooks: reply bodies are capped while they stream (S2)", () => 
   });
 });
 
+describe("compressed replies: the cap counts decoded bytes", () => {
+  test("a 50 KB gzip reply that inflates to 50 MB: refused at the cap (the declared length is the compressed one)", async () => {
+    const gz = Bun.gzipSync(new Uint8Array(50 * 1024 * 1024).fill(0x41));
+    const server = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response(gz, { headers: { "content-encoding": "gzip", "content-type": "application/json" } }) });
+    stops.push(() => server.stop(true));
+    const res = await call(new WebhookToolClient([tool(`http://127.0.0.1:${server.port}/calc`)]));
+    expect(gz.byteLength).toBeLessThan(100_000);
+    expect(res.content).toBe(`Error executing tool 'calc': the reply is larger than ${DEFAULT_WEBHOOK_MAX_REPLY_BYTES} bytes (the tool's max_reply_bytes)`);
+  });
+});
+
 describe("tool webhooks: timeouts (S1)", () => {
   test("a tool that never answers: timed out after its timeout_ms", async () => {
     const s = silent();
