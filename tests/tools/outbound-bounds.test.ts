@@ -111,7 +111,6 @@ describe("tool webhooks: timeouts (S1)", () => {
     stops.push(s.stop);
     const res = await call(new WebhookToolClient([tool(`${s.base}/calc`, { timeout_ms: 150 })]));
     expect(res).toEqual({ ok: false, call_id: "u_0_0:1:0", attempts: 1, content: "Error executing tool 'calc': timed out after 150 ms (1 attempt)" });
-    expect(s.got()).toBe(1);
   });
   test("outboundRequest's deadline covers the body: headers then silence is a timeout", async () => {
     const server = Bun.serve({
