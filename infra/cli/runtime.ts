@@ -260,7 +260,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     // Agent sessions live with the trajectory sessions (Redis), else in this process.
     const agentGateway = new AgentGateway({ storage: storage ?? new MemorySessionStorage(), tokenizer, client: versionStampedClient(deps, null), maxModelLen, modelName: config.engine.model ?? tokenizer.name, retainSeconds: config.store.retention.sessions });
     let publicUrl: string | null = config.agent.public_url;
-    deps.agentGateway = { gateway: agentGateway, publicUrl: () => publicUrl, agent: { url: config.agent.url, timeout_ms: config.agent.timeout_ms, secret: config.agent.secret } };
+    deps.agentGateway = { gateway: agentGateway, publicUrl: () => publicUrl, agent: { url: config.agent.url, timeout_ms: config.agent.timeout_ms, secret: config.agent.secret, max_reply_bytes: config.agent.max_reply_bytes } };
     if (config.agent.url) describe.push(`agent      openai_agent tasks to ${redactUrl(config.agent.url)} (timeout ${config.agent.timeout_ms} ms${config.agent.secret ? ", signed" : ""})`);
     const agentUnsigned = unsignedAgentWarning(config);
     if (agentUnsigned) warnings.push(agentUnsigned);
@@ -566,7 +566,7 @@ async function buildEngine(
     const controlKey = e.admin_api_key ?? e.api_key;
     targets.push(...(e.admin_urls ?? [e.url]).map((url) => ({ url, ...(controlKey ? { apiKey: controlKey } : {}) })));
     describe.push(`engine     ${redactUrl(e.url)} (${e.format}${e.api_key ? ", API key set" : ""}${e.admin_api_key ? ", admin key set" : ""})`);
-    return createEngineClient({ url: e.url, format: e.format, model: e.model ?? undefined, timeoutMs: e.timeout_ms, retry: { retries: e.max_retries }, apiKey: e.api_key, ...(moe ? { moe } : {}) });
+    return createEngineClient({ url: e.url, format: e.format, model: e.model ?? undefined, timeoutMs: e.timeout_ms, maxReplyBytes: e.max_reply_bytes, retry: { retries: e.max_retries }, apiKey: e.api_key, ...(moe ? { moe } : {}) });
   }
   const scriptPath = e.script ?? DEFAULT_SCRIPT;
   let script: Record<string, unknown>;
