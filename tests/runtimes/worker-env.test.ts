@@ -12,7 +12,7 @@ describe("Worker env: the agent gateway's variables", () => {
       agent: { url: "https://a.example/t", timeout_ms: 1200, secret: "s1", max_reply_bytes: 4194304 },
       publicUrl: "https://w.example",
     });
-    expect(agentSettings(env({}), parseAppConfig({}, "t"))).toEqual({ agent: { url: null, timeout_ms: 600_000, secret: null }, publicUrl: null });
+    expect(agentSettings(env({}), parseAppConfig({}, "t"))).toEqual({ agent: { url: null, timeout_ms: 600_000, secret: null, max_reply_bytes: 4194304 }, publicUrl: null });
   });
 
   test("a bad value is a ConfigError naming the variable", () => {
