@@ -17,6 +17,7 @@ import { setupTelemetryFromEnv, type Telemetry } from "../telemetry/setup.ts";
 import { durationFlag, intFlag, msPerTokenFlag, portFlag as port, positiveNumberFlag, secondsFlag, versionFlag } from "./flag-parsers.ts";
 import { watchLauncher } from "./launcher-watch.ts";
 import { registerSelfImports } from "./self-imports.ts";
+import { terminalSafe } from "./terminal-text.ts";
 import pkg from "../../package.json" with { type: "json" };
 
 watchLauncher();
@@ -251,7 +252,8 @@ function reportError(e: unknown): number {
   } else {
     line = e instanceof Error ? (e.name && e.name !== "Error" ? `${e.name}: ${e.message}` : e.message) : String(e);
   }
-  console.error(`edgeloop: ${line}`);
+  // Errors may quote model, tool or engine text: no raw control sequences on the terminal.
+  console.error(`edgeloop: ${terminalSafe(line)}`);
   if (process.env.EDGELOOP_DEBUG === "1" && typeof err?.stack === "string") console.error(err.stack);
   return code;
 }

@@ -1,3 +1,4 @@
+import { sessionLimitsOf } from "../../shared/agent-loop/session-limits.ts";
 import { readFile } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -254,11 +255,12 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       interactions,
       teacher,
       reward: { ...(config.reward.url ? { webhook: { url: config.reward.url, timeout_ms: config.reward.timeout_ms, max_retries: config.reward.max_retries, max_reply_bytes: config.reward.max_reply_bytes } } : {}), ...(config.tools.secret ? { secret: config.tools.secret } : {}) },
+      sessionLimits: sessionLimitsOf(config.limits),
     };
     const built = buildSessionStorage(config, closers, flags.storeTimeout);
     const storage = built?.storage ?? null;
     // Agent sessions live with the trajectory sessions (Redis), else in this process.
-    const agentGateway = new AgentGateway({ storage: storage ?? new MemorySessionStorage(), tokenizer, client: versionStampedClient(deps, null), maxModelLen, modelName: config.engine.model ?? tokenizer.name, retainSeconds: config.store.retention.sessions });
+    const agentGateway = new AgentGateway({ storage: storage ?? new MemorySessionStorage(), tokenizer, client: versionStampedClient(deps, null), maxModelLen, modelName: config.engine.model ?? tokenizer.name, retainSeconds: config.store.retention.sessions, limits: sessionLimitsOf(config.limits) });
     let publicUrl: string | null = config.agent.public_url;
     deps.agentGateway = { gateway: agentGateway, publicUrl: () => publicUrl, agent: { url: config.agent.url, timeout_ms: config.agent.timeout_ms, secret: config.agent.secret, max_reply_bytes: config.agent.max_reply_bytes } };
     if (config.agent.url) describe.push(`agent      openai_agent tasks to ${redactUrl(config.agent.url)} (timeout ${config.agent.timeout_ms} ms${config.agent.secret ? ", signed" : ""})`);

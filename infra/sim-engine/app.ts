@@ -4,6 +4,7 @@ import { SimEngine, SimEngineFault, type SimEngineOptions, type SimGenerateReque
 import {
   decodeText,
   sglangSamplingProblem,
+  vllmSamplingProblem,
   type SimEngineVersion,
   SglangGenerateRequest,
   sglangError,
@@ -149,6 +150,8 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
   app.post("/v1/completions", async (c) => {
     const body = await parse(c, VllmCompletionRequest, VLLM);
     if (body instanceof Response) return body;
+    const bad = vllmSamplingProblem(body);
+    if (bad) return send(c, vllmError(400, bad));
     const prompt = typeof body.prompt === "string" ? engine.tokenizer.encode(body.prompt) : body.prompt;
     const requestId = body.request_id ?? c.req.header("x-request-id") ?? crypto.randomUUID();
     const out = await run(c, engine, VLLM, {
@@ -179,6 +182,8 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
     if (wire.scaleOut === false) return c.json({ detail: "Not Found" }, 404);
     const body = await parse(c, VllmGenerateRequest, VLLM);
     if (body instanceof Response) return body;
+    const bad = vllmSamplingProblem(body.sampling_params);
+    if (bad) return send(c, vllmError(400, bad));
     const requestId = body.request_id ?? c.req.header("x-request-id") ?? crypto.randomUUID();
     const sp = body.sampling_params;
     const out = await run(c, engine, VLLM, {

@@ -335,6 +335,24 @@ describe("11. what the engines report for free", () => {
   });
 });
 
+describe("the strict simulator refuses what vLLM's SamplingParams refuses", () => {
+  test("out-of-range values on both vLLM endpoints, in vLLM's words; what edgeloop sends passes", async () => {
+    const s = simServer();
+    const ask = async (path: string, sp: Record<string, unknown>) => {
+      const body = path === "/v1/completions" ? { prompt: [1, 2, 3], ...sp } : { token_ids: [1, 2, 3], sampling_params: sp };
+      const r = await s.app.request(path, { method: "POST", body: JSON.stringify(body) });
+      return r.status === 200 ? "ok" : ((await r.json()) as { error: { message: string } }).error.message;
+    };
+    for (const path of ["/v1/completions", "/inference/v1/generate"]) {
+      expect(await ask(path, { max_tokens: 2, temperature: -0.5 })).toBe("temperature must be non-negative, got -0.5.");
+      expect(await ask(path, { max_tokens: 2, top_p: 1.5 })).toBe("top_p must be in (0, 1], got 1.5.");
+      expect(await ask(path, { max_tokens: 2, top_k: -2 })).toBe("top_k must be 0 (disable), or at least 1, got -2.");
+      expect(await ask(path, { max_tokens: 0 })).toBe("max_tokens must be at least 1, got 0.");
+      expect(await ask(path, { max_tokens: 2, top_k: 0, temperature: 0, top_p: 1 })).toBe("ok");
+    }
+  });
+});
+
 describe("the strict simulator refuses what SGLang's SamplingParams refuses", () => {
   test("unknown keys, out-of-range values; accepts what edgeloop sends", async () => {
     const s = simServer();
