@@ -239,6 +239,15 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
   app.onError((err, c) => errorResponse(err, c));
   app.notFound((c) => c.json({ error: { code: "not_found", message: `no route ${c.req.method} ${c.req.path}` } }, 404));
   app.use("*", limitBody(maxBody));
+  // Every reply is what its content type says (no MIME sniffing of JSON or NDJSON as HTML).
+  app.use("*", async (c, next) => {
+    await next();
+    try {
+      c.res.headers.set("x-content-type-options", "nosniff");
+    } catch {
+      // Immutable headers (a relayed response): left as they are.
+    }
+  });
   app.get("/health", async (c) => {
     if (!opts.health) return c.json({ ok: true });
     const h = await opts.health();
