@@ -1,6 +1,6 @@
 import { Hono, type Context } from "hono";
 import { SessionClosedError, type AgentGateway } from "../shared/agent-gateway/agent-gateway.ts";
-import { chatCompletionBody, chatCompletionSse, modelsBody } from "../shared/agent-gateway/openai-wire.ts";
+import { chatCompletionBody, chatCompletionSse, ignoredChatKeys, modelsBody } from "../shared/agent-gateway/openai-wire.ts";
 import { AgentTaskResult } from "../shared/agent-gateway/task.ts";
 import { InputError, inputErrorFromZod } from "../shared/errors.ts";
 import { errorResponse } from "./rollouts.ts";
@@ -66,10 +66,13 @@ export function createAgentGatewayApp(opts: AgentGatewayAppOptions): Hono {
     await gw.authorize(key, token);
     const body = await jsonBody(c, maxBody);
     const reply = await gw.chatAuthorized(key, body);
+    // Keys accepted but not used are named, so an agent can tell what did not take effect.
+    const ignored = ignoredChatKeys(body);
+    const named: Record<string, string> = ignored.length > 0 ? { "x-edgeloop-ignored-keys": ignored.join(",") } : {};
     if ((body as { stream?: unknown }).stream === true) {
-      return new Response(chatCompletionSse(reply), { headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" } });
+      return new Response(chatCompletionSse(reply), { headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", ...named } });
     }
-    return c.json(chatCompletionBody(reply));
+    return c.json(chatCompletionBody(reply), 200, named);
   });
 
   app.get("/v1/sessions/:key/openai/v1/models", async (c) => {

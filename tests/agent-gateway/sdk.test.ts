@@ -242,6 +242,30 @@ describe("agent gateway through the openai SDK", () => {
     }
   });
 
+  test("S16: keys that would change sampling are refused with a 400 naming them (no engine call); ignored ones are named in the reply", async () => {
+    const { gw, fetchApp, engine } = setup();
+    await createSession(gw);
+    const client = sdk(fetchApp);
+    const body = { model: "qwen3", messages: rows[0]!.prompt as OpenAI.ChatCompletionMessageParam[], tools: sdkTools };
+    for (const [key, value] of [["top_k", 1], ["min_tokens", 5000], ["repetition_penalty", 1.2], ["chat_template_kwargs", { enable_thinking: false }], ["guided_json", {}]] as const) {
+      const err = await client.chat.completions.create({ ...body, [key]: value } as never).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(OpenAI.BadRequestError);
+      expect((err as InstanceType<typeof OpenAI.BadRequestError>).error).toEqual({
+        code: "invalid_input",
+        field: key,
+        message: `${key}: not supported by edgeloop's agent gateway (it samples only with model, messages, tools, tool_choice, temperature, top_p, seed, max_tokens, max_completion_tokens, stop, stream, logprobs): remove it`,
+      });
+    }
+    expect(engine.stats.requests).toBe(0);
+    // Bookkeeping keys are accepted, and the reply says they were not used.
+    const { response } = await client.chat.completions.create({ ...body, user: "u-1", metadata: { run: "x" }, parallel_tool_calls: false, service_tier: null } as never).withResponse();
+    expect(response.status).toBe(200);
+    expect(response.headers.get("x-edgeloop-ignored-keys")).toBe("user,metadata,parallel_tool_calls");
+    const plain = await client.chat.completions.create(body).withResponse();
+    expect(plain.response.headers.get("x-edgeloop-ignored-keys")).toBeNull();
+    expect(engine.stats.requests).toBe(1);
+  });
+
   test("a repeated request gets the identical reply and no engine call", async () => {
     const { gw, fetchApp, engine } = setup();
     await createSession(gw);
