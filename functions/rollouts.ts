@@ -148,6 +148,8 @@ export interface RolloutsAppOptions {
   health?: () => Promise<StoreHealth>;
   /** When set, every `/v1/*` request needs `Authorization: Bearer <token>` (`EDGELOOP_API_TOKEN`). */
   apiToken?: string | null;
+  /** `GET /metrics` needs the same bearer token (when `apiToken` is set); default false: public, like `/health`. */
+  metricsAuth?: boolean;
   /** Largest accepted request body in bytes (default 32 MiB). */
   maxBodyBytes?: number;
   /**
@@ -200,7 +202,7 @@ export interface BatchSummary {
  *   `/v1/trajectories/{key}` does) and where each sample diverges from the others (`groupDivergence`)
  * - `GET /v1/trajectories/{key}` → the stored `TrajectoryRecord`; `?decode=1` adds
  *   `decoded: {prompt: string[], response: string[]}`, the text of every token
- * - `GET /metrics` → Prometheus text (no auth, like `/health`)
+ * - `GET /metrics` → Prometheus text (no auth, like `/health`, unless `metricsAuth`)
  * - `GET /viewer` → the trajectory viewer page (reads the API above)
  * - `GET /v1/queue` → `{mode, depth, in_flight, oldest_age_ms, workers?}`: jobs waiting, claimed
  *   and the oldest one's age (queue mode), or this process's waiting and running trajectories (inline)
@@ -255,7 +257,7 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
   });
   app.get("/openapi.json", (c) => c.json(openApiDocument()));
   const collector = new RolloutMetricsCollector(service);
-  app.get("/metrics", () => new Response(formatPrometheus(collector.families()), { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } }));
+  app.get("/metrics", bearerAuth(opts.metricsAuth ? (opts.apiToken ?? null) : null), () => new Response(formatPrometheus(collector.families()), { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } }));
   mountViewer(app);
   app.use("/v1/*", bearerAuth(opts.apiToken ?? null));
   app.use("/v1/*", refuseUnknownQuery);

@@ -31,6 +31,13 @@ export function authLine(token: string | null, host: string, insecure: boolean):
 }
 
 /**
+ * Said at start by a `serve` on the memory store (S23): it never frees what
+ * it holds, so a long-running server grows with every batch.
+ */
+export const MEMORY_STORE_WARNING =
+  "warning    memory store: every batch, record and group stays in this process's memory until it exits (nothing is freed); for a long-running serve use --store redis://… and `edgeloop gc`";
+
+/**
  * Whether a `--host` value binds loopback only (`127.0.0.0/8`, `::1`, `localhost`).
  * `0.0.0.0`, `::` and every other address do not.
  */
@@ -51,7 +58,7 @@ export function isLoopbackBind(host: string): boolean {
  * them here instead).
  * @throws InputError (field `--host`) for a non-loopback `--host` without a token or `--insecure-no-auth`
  */
-export async function serveCommand(flags: ConfigFlags & { port: number; host: string; jobs?: "inline" | "queue"; maxPending?: number; lostGrace?: number; insecureNoAuth?: boolean }): Promise<void> {
+export async function serveCommand(flags: ConfigFlags & { port: number; host: string; jobs?: "inline" | "queue"; maxPending?: number; lostGrace?: number; insecureNoAuth?: boolean; metricsAuth?: boolean }): Promise<void> {
   refuseExampleAgent(flags, "serve");
   const apiToken = secretFromEnv("EDGELOOP_API_TOKEN");
   const insecure = flags.insecureNoAuth === true;
@@ -61,6 +68,7 @@ export async function serveCommand(flags: ConfigFlags & { port: number; host: st
       `${flags.host} is not a loopback address and no EDGELOOP_API_TOKEN is set: anyone reaching it could submit batches, read trajectories and pause engines. Set EDGELOOP_API_TOKEN (or EDGELOOP_API_TOKEN_FILE), or pass --insecure-no-auth to serve without auth anyway`,
     );
   }
+  if (flags.metricsAuth && !apiToken) throw new InputError("--metrics-auth", "puts /metrics behind EDGELOOP_API_TOKEN, which is not set");
   if (apiToken && insecure) throw new InputError("--insecure-no-auth", "EDGELOOP_API_TOKEN is set: the API requires it, so --insecure-no-auth would not apply");
   const runtime = await buildRuntime(flags, {
     waitForStore: true,
@@ -79,6 +87,7 @@ export async function serveCommand(flags: ConfigFlags & { port: number; host: st
     service: runtime.service,
     health: runtime.storeHealth,
     apiToken,
+    metricsAuth: flags.metricsAuth === true,
     tokenizer: () => loadTokenizer(runtime.config.model ?? undefined),
     engine: runtime.engine,
   });
@@ -105,6 +114,7 @@ export async function serveCommand(flags: ConfigFlags & { port: number; host: st
   const unsigned = unsignedToolsWarning(runtime.config);
   if (unsigned) console.error(unsigned);
   console.error(authLine(apiToken, flags.host, insecure));
+  if (runtime.config.store.url === "memory") console.error(MEMORY_STORE_WARNING);
   console.log(`edgeloop serving on http://${flags.host}:${server.port} (POST /v1/rollouts, GET /viewer, GET /metrics, GET /openapi.json)`);
   await untilSignal();
   server.stop(true);

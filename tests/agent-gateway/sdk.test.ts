@@ -284,7 +284,7 @@ describe("agent gateway through the openai SDK", () => {
     expect(engine.stats.requests).toBe(2);
   });
 
-  test("401, 404, 400 naming the field, 409 after finish (not retried by the SDK), finish idempotent", async () => {
+  test("401 (wrong token or unknown key alike), 400 naming the field, 409 after finish (not retried by the SDK), finish idempotent", async () => {
     const { gw, fetchApp, engine, seen } = setup();
     await createSession(gw);
     const msgs = rows[0]!.prompt as OpenAI.ChatCompletionMessageParam[];
@@ -301,8 +301,14 @@ describe("agent gateway through the openai SDK", () => {
     const noBearer = await fetchApp(`${BASE}/v1/sessions/u0_0_0/openai/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", messages: msgs }) });
     expect(noBearer.status).toBe(401);
     expect(noBearer.headers.get("www-authenticate")).toBe('Bearer realm="edgeloop"');
-    expect(await err(sdk(fetchApp, "nope_0_0").chat.completions.create({ model: "m", messages: msgs }))).toMatchObject({ status: 404, error: { code: "not_found", field: "key" } });
-    expect(await err(sdk(fetchApp, "nope_0_0").models.list())).toMatchObject({ status: 404 });
+    // S15: an unknown key is the same 401 as a wrong token (no session-existence oracle).
+    const unknown = await err(sdk(fetchApp, "nope_0_0").chat.completions.create({ model: "m", messages: msgs }));
+    expect(unknown).toEqual({ status: 401, error: { code: "unauthorized", message: "wrong or missing bearer token for agent session 'nope_0_0'" } });
+    expect(await err(sdk(fetchApp, "u0_0_0", "wrong").chat.completions.create({ model: "m", messages: msgs }))).toEqual({
+      status: 401,
+      error: { code: "unauthorized", message: "wrong or missing bearer token for agent session 'u0_0_0'" },
+    });
+    expect(await err(sdk(fetchApp, "nope_0_0").models.list())).toMatchObject({ status: 401 });
     const client = sdk(fetchApp);
     const bad = async (extra: Record<string, unknown>, messages = msgs) => err(client.chat.completions.create({ model: "m", messages, ...extra } as OpenAI.ChatCompletionCreateParamsNonStreaming));
     expect(await bad({ n: 2 })).toMatchObject({ status: 400, error: { code: "invalid_input", field: "n" } });
@@ -324,7 +330,7 @@ describe("agent gateway through the openai SDK", () => {
     expect(st.finish).toMatchObject({ by: "agent", reward: 1, metadata: { steps: 0 } });
     expect(st.step).toBe(1);
     expect((await finishCall(fetchApp, "u0_0_0", {}, "wrong")).status).toBe(401);
-    expect((await finishCall(fetchApp, "nope_0_0")).status).toBe(404);
+    expect((await finishCall(fetchApp, "nope_0_0")).status).toBe(401);
     expect((await finishCall(fetchApp, "u0_0_0", { reward: "high" })).body).toMatchObject({ error: { field: "reward" } });
 
     // 409 even with the SDK's default retries: answered once (x-should-retry: false), no engine call.

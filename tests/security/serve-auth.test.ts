@@ -54,6 +54,10 @@ describe("S7: token-less serve", () => {
     port = new URL(base).port;
     expect(new URL(base).hostname).toBe("127.0.0.1");
     expect(s.err().split("\n")).toContain(LOOPBACK_LINE);
+    // S23: the memory store never frees, and a serve on it says so.
+    expect(s.err().split("\n")).toContain(
+      "warning    memory store: every batch, record and group stays in this process's memory until it exits (nothing is freed); for a long-running serve use --store redis://… and `edgeloop gc`",
+    );
   }, 30_000);
 
   test("the audit's repro: Host/Origin of a rebinding domain are 403 forbidden_host; the engines are not paused", async () => {
@@ -117,7 +121,20 @@ describe("S7: serve with a token", () => {
     const host = { host: "edgeloop.internal:8787" };
     expect((await fetch(`${s.url}/v1/rollouts`, { headers: host })).status).toBe(401);
     expect((await fetch(`${s.url}/v1/rollouts`, { headers: { ...host, authorization: "Bearer file-token-123" } })).status).toBe(200);
+    // S15: /metrics, /health, /openapi.json and the viewer are public by default.
+    for (const path of ["/metrics", "/health", "/openapi.json", "/viewer"]) expect([path, (await fetch(`${s.url}${path}`)).status]).toEqual([path, 200]);
   }, 30_000);
+
+  test("S15: --metrics-auth puts /metrics behind the token (and needs one)", async () => {
+    const s = await serve(["--metrics-auth"], { EDGELOOP_API_TOKEN: "metrics-token", EDGELOOP_API_TOKEN_FILE: "" });
+    const none = await fetch(`${s.url}/metrics`);
+    expect([none.status, await none.json()]).toEqual([401, { error: { code: "unauthorized", message: "missing or wrong bearer token" } }]);
+    const ok = await fetch(`${s.url}/metrics`, { headers: { authorization: "Bearer metrics-token" } });
+    expect([ok.status, ok.headers.get("content-type")]).toEqual([200, "text/plain; version=0.0.4; charset=utf-8"]);
+    await ok.arrayBuffer();
+    expect((await fetch(`${s.url}/health`)).status).toBe(200);
+    expect(await refused(["--metrics-auth"], NO_TOKEN)).toEqual([2, "edgeloop: --metrics-auth: puts /metrics behind EDGELOOP_API_TOKEN, which is not set"]);
+  }, 60_000);
 
   test("a token and --insecure-no-auth together are refused; both EDGELOOP_API_TOKEN and _FILE too", async () => {
     expect(await refused(["--insecure-no-auth"], { EDGELOOP_API_TOKEN: "t", EDGELOOP_API_TOKEN_FILE: "" })).toEqual([
