@@ -65,8 +65,8 @@ export interface MemoryTransferQueueOptions extends TransferQueueOptions {
  * Nothing survives a restart, and nothing is freed before it: every record,
  * group and batch stays in memory for the life of the process (no retention,
  * no `gc`; an acknowledged delivery is kept too). Meant for `rollout`, tests
- * and short-lived servers; `edgeloop serve` on it warns at start (S23 of
- * docs/security.md). Long-running servers use the Redis/Upstash store.
+ * and short-lived servers; `edgeloop serve` on it warns at start (see
+ * docs/security.md, limits). Long-running servers use the Redis/Upstash store.
  */
 export class MemoryTransferQueue implements TransferQueue {
   private readonly records = new Map<string, EncodedRecord>();
