@@ -68,7 +68,7 @@ describe.skipIf(!redis)("S8: the Worker without EDGELOOP_API_TOKEN", () => {
     );
   }, 60_000);
 
-  test("EDGELOOP_ALLOW_ANONYMOUS=1 serves /v1/* without a token, said in the log; "yes" or "0" do not opt out", async () => {
+  test("EDGELOOP_ALLOW_ANONYMOUS=1 serves /v1/* without a token, said in the log; yes or 0 do not opt out", async () => {
     const { w, logged } = await worker({ EDGELOOP_ALLOW_ANONYMOUS: "1" });
     const r = await w.mf.dispatchFetch("http://localhost/v1/rollouts", post());
     expect(r.status).toBe(202);
