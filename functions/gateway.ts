@@ -352,9 +352,11 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
     // HEAD of a forwarded GET is a GET without a body (as Hono routes it).
     const method = c.req.method === "HEAD" ? "GET" : c.req.method;
     if (!PROXIED.has(`${method} ${path}`)) {
-      return c.json(
-        { error: { code: "not_found", type: "NotFoundError", message: `the gateway does not forward ${c.req.method} ${path.slice(0, 200)}: it forwards only ${PROXIED_ROUTES.join(", ")} (engine control goes through edgeloop's /v1/engine/*)` } },
-        404,
+      return Promise.resolve(
+        Response.json(
+          { error: { code: "not_found", type: "NotFoundError", message: `the gateway does not forward ${c.req.method} ${path.slice(0, 200)}: it forwards only ${PROXIED_ROUTES.join(", ")} (engine control goes through edgeloop's /v1/engine/*)` } },
+          { status: 404 },
+        ),
       );
     }
     return serveProxy(c.req.raw, c);
