@@ -13,7 +13,7 @@ import { loadTokenizer } from "../node/model-dir.ts";
 import { startUpstashBridge } from "../upstash-bridge/upstash-bridge.ts";
 import { checkRedis, maskRedisUrl } from "../redis/redis-check.ts";
 import { readConfigFile } from "./files.ts";
-import { buildRoutingState, DEFAULT_SCRIPT } from "./runtime.ts";
+import { buildPausedReader, buildRoutingState, DEFAULT_SCRIPT } from "./runtime.ts";
 import { gatewayOptions } from "./gateway-options.ts";
 
 /** Resolves when SIGINT or SIGTERM arrives. */
@@ -144,17 +144,19 @@ export async function gatewayCommand(o: {
   if (o.storePrefix !== undefined && cfg.store.url === "memory") throw new InputError("--store-prefix", "applies with --store (routing state shared in Redis/Upstash); without a store the gateway keeps its state in memory");
   const closers: (() => Promise<void>)[] = [];
   const routingState = buildRoutingState(cfg, closers);
+  const enginesPaused = buildPausedReader(cfg, closers);
   const gw = createGatewayApp({
     replicas,
     policy: o.policy,
     adminToken,
     routingState,
+    ...(enginesPaused ? { enginesPaused } : {}),
     ...gatewayOptions(g),
   });
   const server = Bun.serve({ port: o.port, hostname: o.host, fetch: gw.fetch, idleTimeout: 0 });
   const breaker =
     `attempt timeout ${g.attempt_timeout_ms ? `${g.attempt_timeout_ms} ms` : "none"}, eject after ${g.eject_after}, cool-down ${g.cooldown_ms} ms, ` +
-    `health checks ${g.health_interval_ms > 0 ? `every ${g.health_interval_ms} ms` : "on demand"}`;
+    `health checks ${g.health_interval_ms > 0 ? `every ${g.health_interval_ms} ms` : "on demand"}${enginesPaused ? " (not counted while the store's pause gate is closed)" : ""}`;
   if (!g.attempt_timeout_ms) console.error(NO_ATTEMPT_TIMEOUT_WARNING);
   // The routing rule with the settings it uses (defaults as createGatewayApp applies them).
   const eps = (d: number) => `ε ${g.epsilon ?? d}`;

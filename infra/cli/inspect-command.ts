@@ -8,6 +8,7 @@ import { createUpstashTransferQueue } from "../../shared/store/upstash-transfer-
 import { tokenPieces } from "../../shared/telemetry/token-pieces.ts";
 import { loadTokenizer } from "../node/model-dir.ts";
 import { createRedisTransferQueue } from "../redis/redis-transfer-queue.ts";
+import { terminalSafe, terminalSafeJson } from "./terminal-text.ts";
 
 /** Flags of `edgeloop inspect`. */
 export interface InspectFlags {
@@ -37,14 +38,16 @@ export interface RenderOptions {
  * `── assistant turn n ──` / `── observation n ──` header (so the mask reads
  * without colours too), the truncation point, and a one-line summary:
  * `key agent reward turns finish truncated tokens prompt/sampled/observation [error]`.
- * `pieces` are the per-token strings ({@link tokenPieces}).
+ * `pieces` are the per-token strings ({@link tokenPieces}). Text from the
+ * record (prompt, turns, observations, errors) is {@link terminalSafe}:
+ * control and bidi characters are shown escaped, never sent to the terminal.
  */
 export function renderTrajectory(r: TrajectoryRecord, pieces: { prompt: string[]; response: string[] }, opts: RenderOptions): string {
   const paint = (style: keyof typeof STYLE, s: string) => (opts.color && s ? `${STYLE[style]}${s}${STYLE.reset}` : s);
   const out: string[] = [];
   const block = (head: string, style: keyof typeof STYLE, text: string) => {
     out.push(paint("head", `── ${head} ──`) + "\n");
-    out.push(paint(style, text));
+    out.push(paint(style, terminalSafe(text)));
     if (!text.endsWith("\n")) out.push("\n");
   };
   if (opts.prompt !== false) block(`prompt (${r.prompt_ids.length} tokens)`, "prompt", pieces.prompt.join(""));
@@ -60,7 +63,7 @@ export function renderTrajectory(r: TrajectoryRecord, pieces: { prompt: string[]
     i = j;
   }
   const terminated = typeof r.extra_fields.terminated_by === "string" ? r.extra_fields.terminated_by : null;
-  if (r.truncated) out.push(paint("trunc", `✂ truncated after ${r.response_ids.length} response tokens (${r.finish_reason}${terminated ? `, ${terminated}` : ""})`) + "\n");
+  if (r.truncated) out.push(paint("trunc", terminalSafe(`✂ truncated after ${r.response_ids.length} response tokens (${r.finish_reason}${terminated ? `, ${terminated}` : ""})`, { newlines: false })) + "\n");
   const experts = routedExpertsLine(r);
   if (experts) out.push(experts + "\n");
   out.push(summaryLine(r) + "\n");
@@ -82,7 +85,7 @@ export function routedExpertsLine(r: TrajectoryRecord): string | null {
   return `routed experts: [layers, top_k] = [${layers}, ${topK}] over ${tokens} tokens (prompt ‖ response)${last}`;
 }
 
-/** The one-line summary of a record. */
+/** The one-line summary of a record ({@link terminalSafe}, newlines escaped too). */
 export function summaryLine(r: TrajectoryRecord): string {
   const sampled = r.response_mask.reduce<number>((n, m) => n + m, 0);
   const terminated = typeof r.extra_fields.terminated_by === "string" ? `(${r.extra_fields.terminated_by})` : "";
@@ -98,7 +101,7 @@ export function summaryLine(r: TrajectoryRecord): string {
   if (r.error !== null) parts.push(`error=${JSON.stringify(r.error)}`);
   const teacher = teacherSummary(r);
   if (teacher) parts.push(teacher);
-  return parts.join("  ");
+  return terminalSafe(parts.join("  "), { newlines: false });
 }
 
 /**
@@ -183,7 +186,7 @@ export async function inspectCommand(key: string, flags: InspectFlags): Promise<
     if (!record) throw new NotFoundError(`no trajectory '${key}' in ${flags.store}${flags.storePrefix ? ` (prefix ${flags.storePrefix})` : ""}`, { field: "key" });
   }
   if (flags.json) {
-    process.stdout.write(JSON.stringify(record) + "\n");
+    process.stdout.write(terminalSafeJson(JSON.stringify(record)) + "\n");
     return;
   }
   const tokenizer = await loadTokenizer(flags.model);

@@ -1,12 +1,12 @@
 /**
  * The `edgeloop` command line (run as `npx edgeloop …` after `npm install`).
- * Subcommands: rollout, serve, worker, cancel, gc, inspect, sim-engine, gateway, tools, agent-example, upstash-bridge.
+ * Subcommands: rollout, serve, worker, cancel, gc, inspect, doctor, sim-engine, gateway, tools, agent-example, upstash-bridge.
  * Every subcommand's flags are listed by `edgeloop <cmd> --help`.
  * With `OTEL_EXPORTER_OTLP_ENDPOINT` set, spans go to that OTLP/HTTP collector
  * (flushed when the command ends).
  *
  * Exit codes: 0 done; 1 a run that produced nothing (every trajectory
- * failed) or an unexpected error; 2 bad flags (any flag or argument commander
+ * failed), a failing `doctor` check, or an unexpected error; 2 bad flags (any flag or argument commander
  * or a flag parser refuses: one line naming the flag), bad config, an
  * unreachable store, a port in use; 130 interrupted (SIGINT/SIGTERM during `rollout`). An error
  * prints one line `edgeloop: …`; `EDGELOOP_DEBUG=1` adds the stack trace.
@@ -17,6 +17,7 @@ import { setupTelemetryFromEnv, type Telemetry } from "../telemetry/setup.ts";
 import { durationFlag, intFlag, msPerTokenFlag, portFlag as port, positiveNumberFlag, secondsFlag, versionFlag } from "./flag-parsers.ts";
 import { watchLauncher } from "./launcher-watch.ts";
 import { registerSelfImports } from "./self-imports.ts";
+import { terminalSafe } from "./terminal-text.ts";
 import pkg from "../../package.json" with { type: "json" };
 
 watchLauncher();
@@ -147,6 +148,21 @@ program
   .action(async (key: string, opts) => (await import("./inspect-command.ts")).inspectCommand(key, opts));
 
 program
+  .command("doctor")
+  .description("probe a running engine as edgeloop will call it (reachability, API key, max_model_len, token ids, log-probs, tokenizer, stop ids, cached tokens; pause/resume with --admin): one line per check, exit 0 when none fails")
+  .option("--config <file>", "config file: its engine section, model, rollout.max_model_len, rollout.return_routed_experts and rollout.teacher")
+  .option("--engine <url>", "engine.url: the engine or router to probe")
+  .addOption(new Option("--engine-format <format>", "engine.format: vllm (/v1/completions), vllm-generate (/inference/v1/generate), sglang (/generate)").choices(["vllm", "vllm-generate", "sglang"]))
+  .option("--engine-api-key <key>", "engine.api_key: the engine's --api-key (prefer env EDGELOOP_ENGINE_API_KEY: a flag shows in ps)")
+  .option("--engine-admin-api-key <key>", "engine.admin_api_key: SGLang's --admin-api-key for pause/resume (prefer env EDGELOOP_ENGINE_ADMIN_API_KEY)")
+  .option("--model <name|dir>", "model: qwen3 (default), llama3_1, deepseek_v3, gpt_oss, gemma3, or a Hugging Face model directory: the tokenizer the engine's ids are compared with")
+  .option("--max-model-len <n>", "rollout.max_model_len", intFlag("--max-model-len", 2))
+  .option("--admin", "also pause (mode abort) and resume the engine once through its control API, only while no request is running there")
+  .option("--force", "with --admin: pause and resume even when doctor cannot tell whether requests are running (no request counts on /metrics or /get_load)")
+  .option("--timeout <seconds>", "deadline of each probe call (default 30)", secondsFlag("--timeout"))
+  .action(async (opts) => (await import("./doctor-command.ts")).doctorCommand(opts));
+
+program
   .command("sim-engine")
   .description("serve the simulated inference engine (vLLM and SGLang wire formats)")
   .option("--port <port>", "first port (replica i listens on port+i)", port, 8000)
@@ -238,7 +254,8 @@ function reportError(e: unknown): number {
   } else {
     line = e instanceof Error ? (e.name && e.name !== "Error" ? `${e.name}: ${e.message}` : e.message) : String(e);
   }
-  console.error(`edgeloop: ${line}`);
+  // Errors may quote model, tool or engine text: no raw control sequences on the terminal.
+  console.error(`edgeloop: ${terminalSafe(line)}`);
   if (process.env.EDGELOOP_DEBUG === "1" && typeof err?.stack === "string") console.error(err.stack);
   return code;
 }

@@ -1,3 +1,4 @@
+import { sessionLimitsOf } from "../../shared/agent-loop/session-limits.ts";
 import { readFile } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -40,7 +41,7 @@ import { describeModel } from "../../shared/models/index.ts";
 import { createRedisTransferQueue } from "../redis/redis-transfer-queue.ts";
 import { SimEngine } from "../sim-engine/sim-engine.ts";
 import { readSimScriptFile } from "../sim-engine/script-file.ts";
-import { vllmRoutedExpertsRefused } from "../../shared/inference/vllm-client.ts";
+import { routedExpertsEngineShape } from "./routed-experts-config.ts";
 import { SimEngineClient } from "../sim-engine/sim-engine-client.ts";
 import { startSimEngine } from "../sim-engine/server.ts";
 import { startToolServer } from "../tools/server.ts";
@@ -253,11 +254,12 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       interactions,
       teacher,
       reward: { ...(config.reward.url ? { webhook: { url: config.reward.url, timeout_ms: config.reward.timeout_ms, max_retries: config.reward.max_retries } } : {}), ...(config.tools.secret ? { secret: config.tools.secret } : {}) },
+      sessionLimits: sessionLimitsOf(config.limits),
     };
     const built = buildSessionStorage(config, closers, flags.storeTimeout);
     const storage = built?.storage ?? null;
     // Agent sessions live with the trajectory sessions (Redis), else in this process.
-    const agentGateway = new AgentGateway({ storage: storage ?? new MemorySessionStorage(), tokenizer, client: versionStampedClient(deps, null), maxModelLen, modelName: config.engine.model ?? tokenizer.name, retainSeconds: config.store.retention.sessions });
+    const agentGateway = new AgentGateway({ storage: storage ?? new MemorySessionStorage(), tokenizer, client: versionStampedClient(deps, null), maxModelLen, modelName: config.engine.model ?? tokenizer.name, retainSeconds: config.store.retention.sessions, limits: sessionLimitsOf(config.limits) });
     let publicUrl: string | null = config.agent.public_url;
     deps.agentGateway = { gateway: agentGateway, publicUrl: () => publicUrl, agent: { url: config.agent.url, timeout_ms: config.agent.timeout_ms, secret: config.agent.secret } };
     if (config.agent.url) describe.push(`agent      openai_agent tasks to ${config.agent.url} (timeout ${config.agent.timeout_ms} ms${config.agent.secret ? ", signed" : ""})`);
@@ -603,25 +605,6 @@ async function buildEngine(
 }
 
 /**
- * Checks `rollout.return_routed_experts` against the engine at start and
- * returns `engine.moe`'s `[layers, top_k]` for the engine client: the vLLM
- * formats are refused (see `vllmRoutedExpertsRefused`), except the
- * in-process sim (one replica), which answers any format; SGLang needs
- * `engine.moe` (its reply carries no shape).
- * @throws ConfigError naming `rollout.return_routed_experts` or `engine.moe`
- */
-function routedExpertsEngineShape(config: AppConfig): { layers: number; top_k: number } | undefined {
-  const e = config.engine;
-  const moe = e.moe ? { layers: e.moe.layers, top_k: e.moe.top_k } : undefined;
-  if (!config.rollout.return_routed_experts) return moe;
-  // The in-process sim called directly (format vllm, one replica) returns experts without a wire form.
-  const inProcessSim = e.url === "sim" && e.replicas === 1 && e.format === "vllm";
-  if (!inProcessSim && e.format !== "sglang") throw vllmRoutedExpertsRefused();
-  if (e.url !== "sim" && !moe) throw new ConfigError("engine.moe", "rollout.return_routed_experts with engine.format sglang needs engine.moe {layers, top_k} of the served model (SGLang's meta_info.routed_experts carries no shape)");
-  return moe;
-}
-
-/**
  * The webhook tools and simulated users (`interactions`) of `tools.file`, both
  * signed with `tools.secret`; with no file, the example tool server's (its
  * `calc`, `lookup` and the `gsm8k_user` simulated user) on a free loopback port.
@@ -693,6 +676,18 @@ function buildGate(config: AppConfig, policy: PolicyVersions, closers: (() => Pr
       : new IoRedisCommander(url, { ...sizeLimit(config), storeTimeoutS });
   closers.push(() => commander.close());
   return new RedisEngineGate(commander, { prefix: config.store.prefix, ...(policy instanceof RedisPolicyVersions ? { policyKey: policy.key } : {}) });
+}
+
+/**
+ * Whether the deployment's engines are paused on purpose (its pause gate in
+ * the store's Redis is closed), for a standalone `edgeloop gateway --store`:
+ * its health probes then count no failure against a replica. Null for the
+ * memory store (the gateway cannot see another process's gate).
+ */
+export function buildPausedReader(config: AppConfig, closers: (() => Promise<void>)[]): (() => Promise<boolean>) | null {
+  if (config.store.url === "memory") return null;
+  const gate = buildGate(config, new MemoryPolicyVersions(), closers);
+  return async () => (await gate.state()).paused;
 }
 
 /**

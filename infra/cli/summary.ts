@@ -1,4 +1,5 @@
 import type { BatchStats } from "../../shared/rollout/batch-run.ts";
+import { terminalSafe } from "./terminal-text.ts";
 
 /**
  * The end-of-run summary table of `edgeloop rollout`: sessions (trajectories:
@@ -7,7 +8,8 @@ import type { BatchStats } from "../../shared/rollout/batch-run.ts";
  * by kind, tool calls and errors, mean reward, what a store repair put back
  * and what was lost (only when there was any), over-sampling and dynamic
  * sampling figures (only for such a batch), throughput. Plain text, one
- * figure a line, so tests can read it.
+ * figure a line, so tests can read it. Error texts (which may quote model or
+ * tool output) are {@link terminalSafe}.
  */
 export function formatSummary(s: BatchStats, wallSeconds: number): string {
   const c = s.counts;
@@ -40,7 +42,7 @@ export function formatSummary(s: BatchStats, wallSeconds: number): string {
   const lines = rows.map(([k, v]) => `${k.padEnd(w)}  ${v}`);
   if (s.errors.length) {
     lines.push("", `first errors (${Math.min(s.errors.length, 5)} of ${c.failed}):`);
-    for (const e of s.errors.slice(0, 5)) lines.push(`  ${e.key}: ${e.error.slice(0, 200)}`);
+    for (const e of s.errors.slice(0, 5)) lines.push(terminalSafe(`  ${e.key}: ${e.error.slice(0, 200)}`, { newlines: false }));
   }
   return lines.join("\n");
 }

@@ -1,3 +1,4 @@
+import { sessionLimitsOf } from "../../shared/agent-loop/session-limits.ts";
 import type { TelemetryEnv } from "./telemetry.ts";
 import { defaultAgentLoopRegistry } from "../../shared/agent-loop/index.ts";
 import type { AgentLoopExport } from "../../shared/agent-loop/registry.ts";
@@ -186,6 +187,7 @@ async function build(env: Env): Promise<WorkerRuntime> {
     // As `edgeloop serve`: a webhook reward for rows whose reward_model.style is "webhook".
     reward: { ...(config.reward.url ? { webhook: { url: config.reward.url, timeout_ms: config.reward.timeout_ms, max_retries: config.reward.max_retries } } : {}), ...(secret ? { secret } : {}) },
     teacher,
+    sessionLimits: sessionLimitsOf(config.limits),
   };
   return { config, deps, queue, secret, ...agentSettings(env, config) };
 }

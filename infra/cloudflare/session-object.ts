@@ -198,6 +198,7 @@ export class TrajectorySessionObject {
           client: versionStampedClient(rt.deps, null),
           ...(rt.deps.maxModelLen ? { maxModelLen: rt.deps.maxModelLen } : {}),
           modelName: rt.config.engine.model ?? rt.deps.tokenizer.name,
+          ...(rt.deps.sessionLimits ? { limits: rt.deps.sessionLimits } : {}),
         });
         const link: AgentGatewayLink = { gateway, publicUrl: () => rt.publicUrl, agent: rt.agent };
         return { link, app: createAgentGatewayApp({ gateway }) };

@@ -1,5 +1,6 @@
 import IORedis, { ReplyError } from "ioredis";
 import type { RedisArg, RedisCommander, RedisReply } from "../../shared/store/redis-commander.ts";
+import { StoreError } from "../../shared/errors.ts";
 import { StoreUnreachableError } from "../../shared/store/store-outage.ts";
 import { checkCommand, pipelineBySize, TCP_MAX_REQUEST_BYTES } from "../../shared/store/request-size.ts";
 import { maskRedisUrl } from "./redis-check.ts";
@@ -38,6 +39,48 @@ export interface IoRedisCommanderOptions {
    * command over it is refused (413 `request_too_large`) without being sent.
    */
   maxRequestBytes?: number;
+  /**
+   * Blocking commands (`XREADGROUP … BLOCK`, `XREAD … BLOCK`: `GET /v1/groups?block_ms=`, workers
+   * waiting for jobs) run at once, each on its own connection (default
+   * {@link DEFAULT_MAX_BLOCKING}). More wait in a FIFO queue for a free connection, each at most
+   * its own `BLOCK` time (then it answers as a timed-out read: null); past
+   * `maxBlockingQueue` waiters (default {@link DEFAULT_MAX_BLOCKING_QUEUE}) a call is refused
+   * with a retryable 503 (`blocking_reads_busy`).
+   */
+  maxBlocking?: number;
+  /** Waiters allowed beyond {@link maxBlocking} (see there). */
+  maxBlockingQueue?: number;
+  /**
+   * A blocking connection idle this long is closed, milliseconds (default
+   * {@link DEFAULT_BLOCKING_IDLE_MS}); at most {@link DEFAULT_MAX_IDLE_BLOCKING} are kept idle.
+   */
+  blockingIdleMs?: number;
+}
+
+/** Default {@link IoRedisCommanderOptions.maxBlocking}: blocking commands on their own connections at once. */
+export const DEFAULT_MAX_BLOCKING = 32;
+/** Default {@link IoRedisCommanderOptions.maxBlockingQueue}. */
+export const DEFAULT_MAX_BLOCKING_QUEUE = 1024;
+/** Default {@link IoRedisCommanderOptions.blockingIdleMs}. */
+export const DEFAULT_BLOCKING_IDLE_MS = 30_000;
+/** Idle blocking connections kept open at most (the rest are closed when released). */
+export const DEFAULT_MAX_IDLE_BLOCKING = 4;
+
+/** One blocking call waiting for a connection. */
+interface BlockingWaiter {
+  resolve(c: IORedis | null): void;
+  timer: ReturnType<typeof setTimeout> | undefined;
+}
+
+/** The `BLOCK <ms>` of a command, ms (null: not blocking, or BLOCK 0 = forever). */
+function blockMsOf(cmd: RedisArg[]): number | null {
+  for (let i = 0; i + 1 < cmd.length; i++) {
+    if (String(cmd[i]).toUpperCase() === "BLOCK") {
+      const ms = Number(cmd[i + 1]);
+      return Number.isFinite(ms) && ms > 0 ? ms : null;
+    }
+  }
+  return null;
 }
 
 /** Where a commander's connection stands. */
@@ -69,6 +112,13 @@ export class IoRedisCommander implements RedisCommander {
   private readonly main: IORedis;
   private readonly idle: IORedis[] = [];
   private readonly all = new Set<IORedis>();
+  private readonly idleTimers = new Map<IORedis, ReturnType<typeof setTimeout>>();
+  private readonly waiters: BlockingWaiter[] = [];
+  /** Blocking connections handed out now (≤ maxBlocking). */
+  private activeBlocking = 0;
+  private readonly maxBlocking: number;
+  private readonly maxBlockingQueue: number;
+  private readonly blockingIdleMs: number;
 
   private readonly onError: (message: string, error: Error) => void;
   private readonly url: string;
@@ -83,6 +133,9 @@ export class IoRedisCommander implements RedisCommander {
     this.storeTimeoutS = opts.storeTimeoutS;
     const cap = opts.reconnectMaxDelayMs ?? (Number(process.env.EDGELOOP_STORE_RECONNECT_MAX_MS) || 2_000);
     this.maxRequestBytes = opts.maxRequestBytes ?? TCP_MAX_REQUEST_BYTES;
+    this.maxBlocking = Math.max(1, opts.maxBlocking ?? DEFAULT_MAX_BLOCKING);
+    this.maxBlockingQueue = Math.max(0, opts.maxBlockingQueue ?? DEFAULT_MAX_BLOCKING_QUEUE);
+    this.blockingIdleMs = opts.blockingIdleMs ?? DEFAULT_BLOCKING_IDLE_MS;
     this.url = maskRedisUrl(url);
     this.onError = opts.onError ?? ((message) => process.stderr.write(`edgeloop: ${message}\n`));
     this.main = new IORedis(url, {
@@ -169,24 +222,98 @@ export class IoRedisCommander implements RedisCommander {
     });
   }
 
+  /**
+   * Runs a blocking command on a connection of the bounded blocking pool (see
+   * {@link IoRedisCommanderOptions.maxBlocking}): at most `maxBlocking` at once,
+   * the rest queued FIFO up to their own `BLOCK` time (then null, as a timed-out
+   * read answers); idle connections are closed after `blockingIdleMs`.
+   * @throws StoreError (503, retryable, `blocking_reads_busy`) past `maxBlockingQueue` waiters;
+   *   StoreUnreachableError when Redis is down.
+   */
   async execBlocking(cmd: RedisArg[]): Promise<RedisReply> {
-    let c = this.idle.pop();
-    if (!c) {
-      c = this.main.duplicate();
-      this.track(c);
-    }
+    const c = await this.acquireBlocking(blockMsOf(cmd));
+    if (c === null) return null;
     try {
       const [name, ...args] = cmd;
       return (await c.call(String(name), ...args.map(toArg))) as RedisReply;
     } catch (e) {
       throw this.outage(e);
     } finally {
-      this.idle.push(c);
+      this.releaseBlocking(c);
     }
+  }
+
+  /** The blocking pool now: connections in use, idle, open in all (in use + idle) and calls waiting for one. */
+  blockingStats(): { active: number; idle: number; open: number; waiting: number } {
+    return { active: this.activeBlocking, idle: this.idle.length, open: this.all.size - (this.all.has(this.main) ? 1 : 0), waiting: this.waiters.length };
+  }
+
+  private acquireBlocking(blockMs: number | null): Promise<IORedis | null> {
+    if (this.closing) return Promise.reject(this.outage(new Error("Connection is closed.")));
+    if (this.activeBlocking < this.maxBlocking) {
+      this.activeBlocking++;
+      let c = this.idle.pop();
+      if (c) {
+        clearTimeout(this.idleTimers.get(c));
+        this.idleTimers.delete(c);
+      } else {
+        c = this.main.duplicate();
+        this.track(c);
+      }
+      return Promise.resolve(c);
+    }
+    if (this.waiters.length >= this.maxBlockingQueue) {
+      return Promise.reject(
+        new StoreError(`store ${this.url}: ${this.maxBlocking} blocking reads running and ${this.waiters.length} waiting; try again`, { code: "blocking_reads_busy", retryable: true }),
+      );
+    }
+    return new Promise((resolve) => {
+      const w: BlockingWaiter = { resolve, timer: undefined };
+      if (blockMs !== null) {
+        w.timer = setTimeout(() => {
+          const i = this.waiters.indexOf(w);
+          if (i >= 0) this.waiters.splice(i, 1);
+          resolve(null);
+        }, blockMs);
+      }
+      this.waiters.push(w);
+    });
+  }
+
+  private releaseBlocking(c: IORedis): void {
+    const next = this.waiters.shift();
+    if (next) {
+      clearTimeout(next.timer);
+      next.resolve(c);
+      return;
+    }
+    this.activeBlocking--;
+    if (this.closing) return;
+    if (this.idle.length >= DEFAULT_MAX_IDLE_BLOCKING) return this.dropBlocking(c);
+    this.idle.push(c);
+    const t = setTimeout(() => {
+      this.idleTimers.delete(c);
+      const i = this.idle.indexOf(c);
+      if (i >= 0) this.idle.splice(i, 1);
+      this.dropBlocking(c);
+    }, this.blockingIdleMs);
+    (t as { unref?: () => void }).unref?.();
+    this.idleTimers.set(c, t);
+  }
+
+  private dropBlocking(c: IORedis): void {
+    this.all.delete(c);
+    c.quit().catch(() => c.disconnect());
   }
 
   async close(): Promise<void> {
     this.closing = true;
+    for (const t of this.idleTimers.values()) clearTimeout(t);
+    this.idleTimers.clear();
+    for (const w of this.waiters.splice(0)) {
+      clearTimeout(w.timer);
+      w.resolve(null);
+    }
     await Promise.all([...this.all].map((c) => c.quit().catch(() => c.disconnect())));
     this.all.clear();
     this.idle.length = 0;

@@ -1,5 +1,5 @@
 import { RedisTransferQueue, type RedisTransferQueueOptions } from "../../shared/store/redis-transfer-queue.ts";
-import { IoRedisCommander } from "./ioredis-commander.ts";
+import { IoRedisCommander, type IoRedisCommanderOptions } from "./ioredis-commander.ts";
 
 /** Options of {@link createRedisTransferQueue}: a `redis://` URL plus the queue options. */
 export interface TcpTransferQueueOptions extends RedisTransferQueueOptions {
@@ -9,6 +9,10 @@ export interface TcpTransferQueueOptions extends RedisTransferQueueOptions {
   maxRequestBytes?: number;
   /** `--store-timeout` in seconds, named in the outage line (see {@link IoRedisCommander}). */
   storeTimeoutS?: number;
+  /** Blocking reads at once, waiters, idle close (see {@link IoRedisCommanderOptions.maxBlocking}). */
+  maxBlocking?: number;
+  maxBlockingQueue?: number;
+  blockingIdleMs?: number;
 }
 
 /**
@@ -17,7 +21,13 @@ export interface TcpTransferQueueOptions extends RedisTransferQueueOptions {
  * and it also runs on Node and Deno).
  */
 export function createRedisTransferQueue(opts: TcpTransferQueueOptions = {}): RedisTransferQueue {
-  const commanderOpts = { ...(opts.maxRequestBytes ? { maxRequestBytes: opts.maxRequestBytes } : {}), ...(opts.storeTimeoutS !== undefined ? { storeTimeoutS: opts.storeTimeoutS } : {}) };
+  const commanderOpts: IoRedisCommanderOptions = {
+    ...(opts.maxRequestBytes ? { maxRequestBytes: opts.maxRequestBytes } : {}),
+    ...(opts.storeTimeoutS !== undefined ? { storeTimeoutS: opts.storeTimeoutS } : {}),
+    ...(opts.maxBlocking !== undefined ? { maxBlocking: opts.maxBlocking } : {}),
+    ...(opts.maxBlockingQueue !== undefined ? { maxBlockingQueue: opts.maxBlockingQueue } : {}),
+    ...(opts.blockingIdleMs !== undefined ? { blockingIdleMs: opts.blockingIdleMs } : {}),
+  };
   return new RedisTransferQueue(new IoRedisCommander(opts.url ?? "redis://127.0.0.1:6379", commanderOpts), opts);
 }
 

@@ -4,6 +4,7 @@ import { SimEngine, SimEngineFault, type SimEngineOptions, type SimGenerateReque
 import {
   decodeText,
   sglangSamplingProblem,
+  vllmSamplingProblem,
   type SimEngineVersion,
   SglangGenerateRequest,
   sglangError,
@@ -111,6 +112,23 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
 
   app.get("/health", (c) => (engine.healthy ? c.body(null, 200) : c.body(null, 503)));
 
+  // Prometheus gauges of the running batch and the waiting queue, under both engines' names (vLLM
+  // `vllm:num_requests_running`/`_waiting`; SGLang `sglang:num_running_reqs`/`num_queue_reqs`, with --enable-metrics).
+  app.get("/metrics", (c) => {
+    const running = engine.running;
+    const waiting = engine.pending - running;
+    const label = `{model_name=${JSON.stringify(engine.model)}}`;
+    const gauge = (name: string, help: string, v: number) => `# HELP ${name} ${help}\n# TYPE ${name} gauge\n${name}${label} ${v}\n`;
+    return c.text(
+      gauge("vllm:num_requests_running", "Number of requests in model execution batches.", running) +
+        gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", waiting) +
+        gauge("sglang:num_running_reqs", "The number of running requests.", running) +
+        gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", waiting),
+      200,
+      { "content-type": "text/plain; version=0.0.4; charset=utf-8" },
+    );
+  });
+
   app.get("/v1/models", (c) =>
     c.json({
       object: "list",
@@ -132,6 +150,8 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
   app.post("/v1/completions", async (c) => {
     const body = await parse(c, VllmCompletionRequest, VLLM);
     if (body instanceof Response) return body;
+    const bad = vllmSamplingProblem(body);
+    if (bad) return send(c, vllmError(400, bad));
     const prompt = typeof body.prompt === "string" ? engine.tokenizer.encode(body.prompt) : body.prompt;
     const requestId = body.request_id ?? c.req.header("x-request-id") ?? crypto.randomUUID();
     const out = await run(c, engine, VLLM, {
@@ -162,6 +182,8 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
     if (wire.scaleOut === false) return c.json({ detail: "Not Found" }, 404);
     const body = await parse(c, VllmGenerateRequest, VLLM);
     if (body instanceof Response) return body;
+    const bad = vllmSamplingProblem(body.sampling_params);
+    if (bad) return send(c, vllmError(400, bad));
     const requestId = body.request_id ?? c.req.header("x-request-id") ?? crypto.randomUUID();
     const sp = body.sampling_params;
     const out = await run(c, engine, VLLM, {

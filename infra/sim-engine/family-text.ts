@@ -1,6 +1,7 @@
 import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { harmonyText } from "./harmony-text.ts";
 import { pythonicCall } from "../../shared/models/gemma3-messages.ts";
+import { callHead, thinkBlocks, toolCallBlocks, without } from "./qwen-turn.ts";
 
 /**
  * A scripted policy's text turns are written once, in Qwen3's format
@@ -15,21 +16,23 @@ import { pythonicCall } from "../../shared/models/gemma3-messages.ts";
  * Families without a reasoning format (all three) drop the `<think>` block.
  * A call whose arguments are not valid JSON keeps its arguments text
  * verbatim in the family's shape, so malformed-call cases stay malformed.
+ * Linear in the text (one-pass readers of `qwen-turn.ts`).
  */
 export function familyText(tok: ChatTokenizer, text: string): string {
   const family = tok.traits.family;
   if (family === "gpt_oss") return harmonyText(text);
   if (family !== "llama3_1" && family !== "deepseek_v3" && family !== "gemma3") return text;
-  let rest = text.replace(/<think>[\s\S]*?<\/think>\s*/g, "");
+  const noThink = without(text, thinkBlocks(text));
   const calls: { name: string; args: string; parsed?: Record<string, unknown> }[] = [];
-  rest = rest.replace(/\s*<tool_call>\s*([\s\S]*?)\s*<\/tool_call>/g, (_m, body: string) => {
-    const m = /^\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"arguments"\s*:\s*([\s\S]*)\}$/.exec(body.trim());
-    if (!m) {
+  const blocks = toolCallBlocks(noThink);
+  for (const { body } of blocks) {
+    const head = callHead(body);
+    if (!head) {
       calls.push({ name: "", args: body });
-      return "";
+      continue;
     }
-    const name = JSON.parse(m[1]!) as string;
-    const args = m[2]!.trim();
+    const name = JSON.parse(head.name) as string;
+    const args = head.args.trim();
     let parsed: Record<string, unknown> | undefined;
     try {
       const v = JSON.parse(args);
@@ -38,8 +41,8 @@ export function familyText(tok: ChatTokenizer, text: string): string {
       parsed = undefined;
     }
     calls.push({ name, args, parsed });
-    return "";
-  });
+  }
+  const rest = without(noThink, blocks);
   const content = rest.trim();
   if (calls.length === 0) return content;
   const prefix = content ? content + (family === "deepseek_v3" ? "" : "\n") : "";
@@ -71,7 +74,7 @@ export function assistantOpeners(tok: ChatTokenizer): { openers: number[][]; tai
   const without = tok.renderText(probe);
   const withGen = tok.renderText(probe, { addGenerationPrompt: true });
   const gen = withGen.startsWith(without) ? withGen.slice(without.length) : "";
-  const head = gen.replace(/\s+$/, "");
+  const head = gen.trimEnd();
   const openers = head ? [tok.encode(head)] : [];
   if (tok.traits.family === "deepseek_v3") openers.push(tok.encode("<｜tool▁outputs▁end｜>"));
   return { openers, tail: tok.encode(gen.slice(head.length)) };

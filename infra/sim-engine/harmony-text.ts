@@ -1,3 +1,5 @@
+import { callHead, thinkBlocks, toolCallBlocks, without } from "./qwen-turn.ts";
+
 /**
  * A scripted policy turn written in Qwen3's format (`<think>…</think>`
  * reasoning, Hermes `<tool_call>{"name": N, "arguments": ARGS}</tool_call>`
@@ -14,20 +16,22 @@
  * Note for turn counting: one harmony turn holds several `<|start|>assistant`
  * (one per message), so a turn starts at a `<|start|>assistant` that follows
  * a non-assistant message, not at every one.
+ * Linear in the text (one-pass readers of `qwen-turn.ts`).
  * @see https://github.com/openai/harmony/blob/main/docs/format.md
  */
 export function harmonyText(text: string): string {
-  const think = /<think>([\s\S]*?)<\/think>\s*/.exec(text);
-  let rest = think ? text.slice(0, think.index) + text.slice(think.index + think[0].length) : text;
+  const think = thinkBlocks(text, true)[0];
+  const noThink = think ? without(text, [think]) : text;
   const calls: { name: string; args: string }[] = [];
-  rest = rest.replace(/\s*<tool_call>\s*([\s\S]*?)\s*<\/tool_call>/g, (_m, body: string) => {
-    const m = /^\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"arguments"\s*:\s*([\s\S]*)\}$/.exec(body.trim());
-    if (!m) {
+  const blocks = toolCallBlocks(noThink);
+  for (const { body } of blocks) {
+    const head = callHead(body);
+    if (!head) {
       calls.push({ name: "unknown", args: body });
-      return "";
+      continue;
     }
-    const name = JSON.parse(m[1]!) as string;
-    const raw = m[2]!.trim();
+    const name = JSON.parse(head.name) as string;
+    const raw = head.args.trim();
     let args = raw;
     try {
       args = JSON.stringify(JSON.parse(raw));
@@ -35,11 +39,11 @@ export function harmonyText(text: string): string {
       args = raw;
     }
     calls.push({ name, args });
-    return "";
-  });
+  }
+  const rest = without(noThink, blocks);
   const prose = rest.trim();
   const messages: string[] = [];
-  const reasoning = think?.[1]?.trim();
+  const reasoning = think?.body.trim();
   if (reasoning) messages.push(`<|channel|>analysis<|message|>${reasoning}<|end|>`);
   if (calls.length === 0) {
     messages.push(`<|channel|>final<|message|>${prose}<|return|>`);

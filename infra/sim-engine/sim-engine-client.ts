@@ -6,6 +6,65 @@ import { SimEngine, SimEngineFault } from "./sim-engine.ts";
 import { vllmFault } from "./wire.ts";
 
 /**
+ * Shares the event loop between in-process engine calls and everything else
+ * (HTTP handlers, health probes, timers). A simulated engine answers without
+ * I/O, so a large batch would otherwise run from start to end in microtasks
+ * and starve the process (31 s without an answer to `/health` for n = 100,000).
+ * Up to {@link EventLoopShare.perTurn} calls pass in one macrotask turn; the
+ * next ones wait for a `setImmediate` (`setTimeout(0)` where there is none),
+ * which lets timers and I/O run first,
+ * and are then let through `perTurn` at a time, in arrival order. One share
+ * serves every in-process engine of the process (they share its one thread).
+ */
+export class EventLoopShare {
+  /** Calls let through per macrotask turn. */
+  readonly perTurn: number;
+  private left: number;
+  private readonly waiting: (() => void)[] = [];
+  private armed = false;
+  /** Macrotask turns taken so far (for tests and benchmarks). */
+  turns = 0;
+
+  constructor(perTurn = 16) {
+    if (!Number.isInteger(perTurn) || perTurn < 1) throw new RangeError(`perTurn must be an integer >= 1, got ${perTurn}`);
+    this.perTurn = perTurn;
+    this.left = perTurn;
+  }
+
+  /** Resolves at once while this turn has room, else after the event loop has run other work. */
+  pass(): Promise<void> | undefined {
+    this.arm();
+    if (this.left > 0 && this.waiting.length === 0) {
+      this.left--;
+      return undefined;
+    }
+    return new Promise<void>((resolve) => this.waiting.push(resolve));
+  }
+
+  private arm(): void {
+    if (this.armed) return;
+    this.armed = true;
+    later(() => {
+      this.armed = false;
+      this.turns++;
+      this.left = this.perTurn;
+      for (const go of this.waiting.splice(0, this.perTurn)) {
+        this.left--;
+        go();
+      }
+      if (this.waiting.length > 0) this.arm();
+    });
+  }
+}
+
+/** The next macrotask: `setImmediate` (Bun, Node: no timer clamp) or `setTimeout(0)`. */
+const later: (fn: () => void) => void =
+  typeof (globalThis as { setImmediate?: unknown }).setImmediate === "function" ? (fn) => void setImmediate(fn) : (fn) => void setTimeout(fn, 0);
+
+/** The share of every {@link SimEngineClient} that is not given its own. */
+export const SIM_EVENT_LOOP_SHARE = new EventLoopShare();
+
+/**
  * An in-process {@link InferenceClient} over a {@link SimEngine}: the same
  * core as the HTTP endpoints, without HTTP, for fast in-process runs. Output
  * follows vLLM's conventions (`stop_reason` is the matched stop string, or the
@@ -18,13 +77,19 @@ export class SimEngineClient implements InferenceClient {
   readonly engine: SimEngine;
   private readonly label: string;
 
-  constructor(engine: SimEngine) {
+  private readonly share: EventLoopShare;
+
+  /** `share`: how the calls yield to the event loop (default: the process-wide {@link SIM_EVENT_LOOP_SHARE}). */
+  constructor(engine: SimEngine, share: EventLoopShare = SIM_EVENT_LOOP_SHARE) {
     this.engine = engine;
     this.label = `sim:${engine.name}`;
+    this.share = share;
   }
 
-  /** One generation call on the engine. */
+  /** One generation call on the engine, after its turn on the event loop ({@link EventLoopShare}). */
   async generate(req: GenerateRequest): Promise<TokenOutput> {
+    const wait = this.share.pass();
+    if (wait) await wait;
     let out;
     try {
       out = await this.engine.generate({

@@ -316,6 +316,11 @@ export class SimEngine {
     this.abortAll();
   }
 
+  /** Requests past the pause hold, not yet answered (generating or frozen): the running batch. */
+  get running(): number {
+    return this.active;
+  }
+
   /** Requests generating now: past the pause hold and not frozen by a pause (0 = the replica is idle). */
   get generating(): number {
     return this.active - this.frozen;
@@ -738,16 +743,34 @@ export class SimEngine {
    * there, as vLLM's `check_stop_strings` iterates); undefined when the text
    * never contains one. Special tokens are kept in the text, as with the
    * `skip_special_tokens: false` edgeloop sends.
+   *
+   * Found by a galloping then binary search over prefixes (a prefix's text
+   * only grows as tokens are added, so "holds a stop string" flips once):
+   * about 2·log2(index) decodes of at most `index + 1` tokens, where decoding
+   * every prefix in turn was quadratic in the reply's length.
    * @see vLLM `StopChecker.check_stop_strings` and v1 `IncrementalDetokenizer.update` (text truncated, token ids kept)
    */
   stopStringAt(ids: readonly number[], stops: readonly string[]): { index: number; stop: string } | undefined {
     const found = (text: string) => stops.find((s) => s.length > 0 && text.includes(s));
-    if (ids.length === 0 || !found(this.tokenizer.decode(ids))) return undefined;
-    for (let k = 0; k < ids.length; k++) {
-      const stop = found(this.tokenizer.decode(ids.slice(0, k + 1)));
-      if (stop !== undefined) return { index: k, stop };
+    const n = ids.length;
+    if (n === 0 || !found(this.tokenizer.decode(ids))) return undefined;
+    const at = (k: number) => found(this.tokenizer.decode(ids.slice(0, k + 1)));
+    // Invariant: no stop in prefix `lo` (−1: the empty prefix), one in prefix `hi` (n − 1: checked above).
+    let lo = -1;
+    let hi = n - 1;
+    for (let step = 1, k = 0; k < hi; k = lo + step, step *= 2) {
+      if (at(k) !== undefined) {
+        hi = k;
+        break;
+      }
+      lo = k;
     }
-    return undefined;
+    while (hi - lo > 1) {
+      const mid = lo + ((hi - lo) >> 1);
+      if (at(mid) !== undefined) hi = mid;
+      else lo = mid;
+    }
+    return { index: hi, stop: at(hi)! };
   }
 
   /** A scripted turn's ids and nominal finish reason. */

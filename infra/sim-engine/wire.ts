@@ -51,7 +51,10 @@ export function trimStopString(text: string, stop: string | null, keep: boolean)
 export const VllmCompletionRequest = z.looseObject({
   model: z.string().nullish(),
   prompt: z.union([Ids.min(1), z.string().min(1)]),
-  max_tokens: z.number().int().min(1).nullish(),
+  max_tokens: z.number().int().nullish(),
+  temperature: z.number().nullish(),
+  top_p: z.number().nullish(),
+  top_k: z.number().int().nullish(),
   logprobs: z.number().int().min(-1).nullish(),
   /** Scoring (a teacher): log-probs of the prompt tokens (`choices[0].prompt_logprobs`). */
   prompt_logprobs: z.number().int().min(-1).nullish(),
@@ -73,7 +76,10 @@ export const VllmGenerateRequest = z.looseObject({
   token_ids: Ids.min(1),
   sampling_params: z
     .looseObject({
-      max_tokens: z.number().int().min(1).nullish(),
+      max_tokens: z.number().int().nullish(),
+      temperature: z.number().nullish(),
+      top_p: z.number().nullish(),
+      top_k: z.number().int().nullish(),
       logprobs: z.number().int().min(-1).nullish(),
       /** Scoring (a teacher): top-level `prompt_logprobs` of the reply. */
       prompt_logprobs: z.number().int().min(-1).nullish(),
@@ -227,6 +233,24 @@ function usage(out: SimGenerateResult, details: boolean) {
     total_tokens: out.prompt_tokens + out.token_ids.length,
     prompt_tokens_details: details ? { cached_tokens: out.cached_tokens } : null,
   };
+}
+
+/**
+ * Why vLLM refuses a request's sampling values (its error text), or null:
+ * `SamplingParams._verify_args` — temperature ≥ 0, top_p in (0, 1], top_k
+ * −1, 0 or ≥ 1, max_tokens ≥ 1. `null`/absent values take vLLM's defaults.
+ * @see vLLM `vllm/sampling_params.py` `SamplingParams._verify_args`
+ */
+export function vllmSamplingProblem(sp: { temperature?: unknown; top_p?: unknown; top_k?: unknown; max_tokens?: unknown }): string | null {
+  const t = sp.temperature;
+  if (typeof t === "number" && t < 0) return `temperature must be non-negative, got ${t}.`;
+  const p = sp.top_p;
+  if (typeof p === "number" && !(p > 0 && p <= 1)) return `top_p must be in (0, 1], got ${p}.`;
+  const k = sp.top_k;
+  if (typeof k === "number" && k < -1) return `top_k must be 0 (disable), or at least 1, got ${k}.`;
+  const m = sp.max_tokens;
+  if (typeof m === "number" && m < 1) return `max_tokens must be at least 1, got ${m}.`;
+  return null;
 }
 
 /**

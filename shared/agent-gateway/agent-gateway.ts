@@ -1,3 +1,5 @@
+import { keyPart } from "../store/key-encoding.ts";
+import { checkReward, DEFAULT_SESSION_LIMITS, SessionLimitError, type SessionLimits } from "../agent-loop/session-limits.ts";
 import { KeyedChain } from "../session/keyed-chain.ts";
 import { LRUCache } from "lru-cache";
 import { AgentLoop, addPreempted, contextSize, modelVersionOf, turnVersions, type AgentLoopContext, type TokenVersions } from "../agent-loop/agent-loop.ts";
@@ -19,6 +21,7 @@ import {
   applyEvent,
   foldAgentSession,
   newAgentState,
+  tokenSha256,
   openOutput,
   recordActionVersions,
   rememberReply,
@@ -54,6 +57,8 @@ export interface AgentGatewayOptions {
   cacheSize?: number;
   /** Seconds a session is kept after its deadline (default 7 days). */
   retainSeconds?: number;
+  /** Per-session outputs, engine calls and reward range (config `limits`; default `DEFAULT_SESSION_LIMITS`). */
+  limits?: SessionLimits;
 }
 
 /** A session closed by its finish call, the task's answer, its deadline or its trajectory's failure: 409, code `session_closed`. */
@@ -107,9 +112,9 @@ export class AgentGateway {
     this.turnLoop = new TurnRunner(opts);
   }
 
-  /** The storage key of a session. */
+  /** The storage key of a session: `agent:{key}`, the key encoded by {@link keyPart} (unchanged for a trajectory key). */
   static storageKey(key: string): string {
-    return `agent:${key}`;
+    return `agent:${keyPart(key)}`;
   }
 
   /**
@@ -119,18 +124,50 @@ export class AgentGateway {
    * @throws InputError for a malformed input; StoreError when storage fails otherwise.
    */
   async create(input: AgentSessionInputArg): Promise<AgentSessionState> {
-    const inp = AgentSessionInput.parse(input);
-    return holdWhileStoreDown(() => this.createOnce(inp));
+    const parsed = AgentSessionInput.parse(input);
+    if (parsed.token === undefined) throw new InputError("token", "create needs the session's bearer token");
+    // The token is stored only as its SHA-256 (S17): whoever reads the store cannot act as the agent.
+    const { token, ...rest } = parsed;
+    const inp: AgentSessionInput = { ...rest, token_sha256: await tokenSha256(token) };
+    return holdWhileStoreDown(() => this.createOnce(inp, token));
   }
 
-  private createOnce(inp: AgentSessionInput): Promise<AgentSessionState> {
+  private createOnce(inp: AgentSessionInput, token: string): Promise<AgentSessionState> {
     return this.serial(inp.key, async () => {
       const existing = await this.load(inp.key);
       if (existing) return existing;
       const st = newAgentState(inp);
       await this.commit(st, { e: "open" }, JSON.stringify(inp));
+      st.token = token;
       return st;
     });
+  }
+
+  /**
+   * Gives the session a new bearer token (stored as its SHA-256; the old one
+   * stops working) and returns the state holding it in clear: for a loop that
+   * resumed a session whose task was never sent (a stored session keeps no
+   * token to send). Returns the state unchanged when it already holds its token.
+   * @throws NotFoundError for an unknown key.
+   */
+  async rekey(key: string, token: string): Promise<AgentSessionState> {
+    const sha256 = await tokenSha256(token);
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await holdWhileStoreDown(() =>
+          this.serial(key, async () => {
+            const st = await this.load(key);
+            if (!st) throw new NotFoundError(`no agent session '${key.slice(0, 200)}'`, { field: "key" });
+            if (st.token !== undefined) return st;
+            await this.commit(st, { e: "token", sha256 });
+            st.token = token;
+            return st;
+          }),
+        );
+      } catch (e) {
+        if (!isStaleStep(e) || attempt >= 5) throw e;
+      }
+    }
   }
 
   /** The session of `key` as stored now, or null. */
@@ -145,14 +182,17 @@ export class AgentGateway {
   async authorize(key: string, token: string | null): Promise<AgentSessionState> {
     const st = await this.get(key);
     if (!st) throw new NotFoundError(`no agent session '${key.slice(0, 200)}'`, { field: "key" });
-    if (!token || !constantTimeEqual(token, st.input.token)) throw new AuthError(`wrong or missing bearer token for agent session '${key.slice(0, 200)}'`);
+    const want = st.tokenSha256 ?? (st.input.token !== undefined ? await tokenSha256(st.input.token) : null);
+    if (!token || want === null || !constantTimeEqual(await tokenSha256(token), want)) throw new AuthError(`wrong or missing bearer token for agent session '${key.slice(0, 200)}'`);
     return st;
   }
 
   /**
    * Answers one chat-completions call of session `key` (see the class doc).
    * @throws NotFoundError (404), AuthError (401), InputError (400, naming the field),
-   *   {@link SessionClosedError} (409), engine errors (502/503, the SDK retries them).
+   *   {@link SessionClosedError} (409), SessionLimitError (409, `session_limit`: the session
+   *   reached `limits.max_outputs_per_session` or `limits.max_engine_calls_per_session` and fails),
+   *   engine errors (502/503, the SDK retries them).
    */
   async chat(key: string, token: string | null, body: unknown): Promise<ChatReply> {
     await this.authorize(key, token);
@@ -180,6 +220,13 @@ export class AgentGateway {
             throw new InputError("logprobs", "this run does not record log-probs (rollout.calculate_log_probs is false); ask without logprobs");
           }
           try {
+            this.checkLimits(st, req);
+          } catch (e) {
+            // Past a per-session limit the session fails (its trajectory with this reason) and the call is refused.
+            if (e instanceof SessionLimitError) await this.commit(st, { e: "finish", by: "failed", reward: null, metadata: { error: e.message } });
+            throw e;
+          }
+          try {
             const ev = await this.turn(st, req, hash);
             await this.commit(st, ev);
             return ev.reply as unknown as ChatReply;
@@ -198,14 +245,33 @@ export class AgentGateway {
   }
 
   /**
+   * Refuses a call past the session's limits: an engine call beyond
+   * `limits.max_engine_calls_per_session`, or a call that would open an output
+   * beyond `limits.max_outputs_per_session` (a continuation of the current
+   * output opens none).
+   * @throws SessionLimitError (409, code `session_limit`)
+   */
+  private checkLimits(st: AgentSessionState, req: ChatRequest): void {
+    const limits = this.opts.limits ?? DEFAULT_SESSION_LIMITS;
+    if (st.engineCalls >= limits.maxEngineCalls) throw new SessionLimitError(st.input.key, "max_engine_calls_per_session", limits.maxEngineCalls);
+    if (st.outputs.length < limits.maxOutputs) return;
+    const cur = st.outputs[st.outputs.length - 1];
+    const tools = req.tools && req.tools.length ? req.tools : undefined;
+    const continues = cur && !cur.ended && cur.toolsKey === toolsKeyOf(tools) && continuation(cur.messages, req.messages) !== null;
+    if (!continues) throw new SessionLimitError(st.input.key, "max_outputs_per_session", limits.maxOutputs);
+  }
+
+  /**
    * Ends the session. `by`: `agent` (`POST …/finish`), `task` (the task's
    * answer), `timeout` (the deadline), `failed` (the trajectory failed). The
    * first end is kept: the agent repeating its own finish gets it again, an
    * agent's finish that would change it is refused; other late ends return it.
-   * @throws NotFoundError for an unknown key; {@link SessionClosedError} (409) for an agent's
+   * @throws InputError (400, `reward`) for an agent's or task's reward outside `limits.reward_min`/`reward_max`;
+   *   NotFoundError for an unknown key; {@link SessionClosedError} (409) for an agent's
    *   finish after another end or with another reward or metadata.
    */
   async finish(key: string, r: { by: FinishEvent["by"]; reward?: number | null; metadata?: Record<string, unknown> | null }): Promise<AgentSessionState> {
+    if (r.by === "agent" || r.by === "task") checkReward(r.reward, this.opts.limits ?? DEFAULT_SESSION_LIMITS, "reward");
     for (let attempt = 0; ; attempt++) {
       try {
         const st = await this.serial(key, async () => {
@@ -328,6 +394,9 @@ export class AgentGateway {
       truncatedByObs = out.builder.appendObservation(ids).truncated;
       out.userTurns++;
     } else {
+      // (checkLimits saw a continuation the template then could not render incrementally: still no output past the cap.)
+      const maxOutputs = (this.opts.limits ?? DEFAULT_SESSION_LIMITS).maxOutputs;
+      if (st.outputs.length >= maxOutputs) throw new SessionLimitError(input.key, "max_outputs_per_session", maxOutputs);
       const { promptIds, truncated } = buildPromptIds(tok, req.messages, { tools, promptLength: rollout.prompt_length, chatTemplateKwargs: rollout.chat_template_kwargs });
       const maxModelLen = await contextSize(rollout, this.opts.maxModelLen, this.opts.client);
       partial.open = {
@@ -480,6 +549,7 @@ export class AgentGateway {
       throw e;
     }
     if (ev.e !== "turn") applyEvent(st, ev);
+    else if (ev.action) st.engineCalls++; // turn() applied the rest of a live turn already
     st.step = step;
     this.cache.set(st.input.key, st);
   }

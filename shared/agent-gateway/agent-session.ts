@@ -22,7 +22,14 @@ export const AgentSessionInput = z.object({
   key: z.string().min(1),
   uid: z.string(),
   session_id: z.number().int().min(0),
-  token: z.string().min(16),
+  /**
+   * The bearer token, given to {@link AgentGateway.create} and never stored:
+   * the stored input holds `token_sha256` instead (S17). An input stored
+   * before that (`token` in clear) is still read.
+   */
+  token: z.string().min(16).optional(),
+  /** SHA-256 (hex) of the bearer token: what is stored and compared. */
+  token_sha256: z.string().regex(/^[0-9a-f]{64}$/).optional(),
   created_ms: z.number(),
   deadline_ms: z.number(),
   sampling_params: SamplingParams,
@@ -30,7 +37,7 @@ export const AgentSessionInput = z.object({
   tools: z.array(ToolSchema),
   messages: z.array(ChatMessage),
   model_version: z.union([z.string(), z.number()]).nullable().default(null),
-});
+}).refine((i) => i.token !== undefined || i.token_sha256 !== undefined, { message: "an agent session needs token (or token_sha256)", path: ["token"] });
 export type AgentSessionInput = z.infer<typeof AgentSessionInput>;
 export type AgentSessionInputArg = z.input<typeof AgentSessionInput>;
 
@@ -86,6 +93,9 @@ export type TurnEvent = z.infer<typeof TurnEvent>;
 
 /** The task was accepted by the agent webhook (it is not sent again on resume). */
 export const TaskEvent = z.object({ e: z.literal("task") });
+/** A new bearer token (its SHA-256, hex) replaces the session's: a resumed loop that must send the task again. */
+export const TokenEvent = z.object({ e: z.literal("token"), sha256: z.string().regex(/^[0-9a-f]{64}$/) });
+export type TokenEvent = z.infer<typeof TokenEvent>;
 /**
  * The session's end: by the agent's finish call, by the task's answer, by the
  * deadline, or `failed` (the trajectory failed — a webhook that refused the
@@ -102,7 +112,7 @@ export type FinishEvent = z.infer<typeof FinishEvent>;
 export const OpenEvent = z.object({ e: z.literal("open") });
 
 /** One stored event of an agent session (a delta of the append-only session log). */
-export const AgentSessionEvent = z.discriminatedUnion("e", [OpenEvent, TaskEvent, TurnEvent, FinishEvent]);
+export const AgentSessionEvent = z.discriminatedUnion("e", [OpenEvent, TaskEvent, TokenEvent, TurnEvent, FinishEvent]);
 export type AgentSessionEvent = z.infer<typeof AgentSessionEvent>;
 
 /** One output of an agent session: a token trajectory and the conversation it holds. */
@@ -145,6 +155,15 @@ export interface AgentSessionState {
   /** The step of the last applied event (−1 before the first). */
   step: number;
   outputs: AgentOutputState[];
+  /** SHA-256 (hex) of the session's bearer token (the input's, or the last `token` event's); null for an input stored with `token` in clear. */
+  tokenSha256: string | null;
+  /**
+   * The bearer token in clear, held in memory only by the process that set it
+   * (create, {@link AgentGateway.rekey}); undefined in a state read back from storage.
+   */
+  token?: string;
+  /** Answered calls that sampled (engine calls), for `limits.max_engine_calls_per_session`. */
+  engineCalls: number;
   taskSent: boolean;
   finish: FinishEvent | null;
 }
@@ -200,7 +219,7 @@ export function toolsKeyOf(tools: readonly ToolSchema[] | undefined): string {
 
 /** A fresh state for `input` (no events applied). */
 export function newAgentState(input: AgentSessionInput): AgentSessionState {
-  return { input, step: -1, outputs: [], taskSent: false, finish: null, recent: new Map() };
+  return { input, step: -1, outputs: [], tokenSha256: input.token_sha256 ?? null, engineCalls: 0, taskSent: false, finish: null, recent: new Map() };
 }
 
 /**
@@ -214,6 +233,10 @@ export function applyEvent(st: AgentSessionState, ev: AgentSessionEvent): void {
       return;
     case "task":
       st.taskSent = true;
+      return;
+    case "token":
+      st.tokenSha256 = ev.sha256;
+      if (st.token !== undefined) delete st.token;
       return;
     case "finish":
       st.finish = ev;
@@ -230,6 +253,7 @@ export function applyEvent(st: AgentSessionState, ev: AgentSessionEvent): void {
         if (ev.obs !== undefined) out.builder.appendObservation(decodeInt32(ev.obs));
       }
       if (ev.action) {
+        st.engineCalls++;
         const ids = decodeInt32(ev.action.ids);
         recordActionVersions(out.tokenVersions, out.builder.responseLength, ids.length, ev.versions ?? [[0, ev.model_version ?? null]]);
         out.builder.appendAction(ids, ev.action.lps === null ? null : decodeFloat32(ev.action.lps));
@@ -330,4 +354,10 @@ export function agentOutputs(st: AgentSessionState, o: { reward: number | null; 
 export function lastActionIds(st: AgentSessionState): Int32Array | null {
   for (let i = st.outputs.length - 1; i >= 0; i--) if (st.outputs[i]!.lastActionIds) return st.outputs[i]!.lastActionIds;
   return null;
+}
+
+/** SHA-256 (lower-case hex) of a bearer token, via Web Crypto: what a session stores and compares. */
+export async function tokenSha256(token: string): Promise<string> {
+  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(token));
+  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
 }

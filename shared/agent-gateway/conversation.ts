@@ -102,7 +102,21 @@ export function splitReasoning(family: string, text: string): { reasoning: strin
   let r = text.slice(0, end);
   const start = r.indexOf("<think>");
   if (start >= 0) r = r.slice(start + "<think>".length);
-  return { reasoning: r.replace(/^\n+|\n+$/g, ""), rest: text.slice(end + "</think>".length).replace(/^\n+/, "") };
+  return { reasoning: stripNewlines(r, true), rest: stripNewlines(text.slice(end + "</think>".length), false) };
+}
+
+/**
+ * `s` without its leading newlines (and, with `trailing`, its trailing ones):
+ * what `/^\n+|\n+$/g` removes, in one pass. That regex is quadratic on a
+ * long newline run not at the end of the text (each start in the run
+ * rescans it), and sampled models do write such runs.
+ */
+function stripNewlines(s: string, trailing: boolean): string {
+  let a = 0;
+  while (a < s.length && s.charCodeAt(a) === 10) a++;
+  let z = s.length;
+  if (trailing) while (z > a && s.charCodeAt(z - 1) === 10) z--;
+  return a === 0 && z === s.length ? s : s.slice(a, z);
 }
 
 /** An assistant turn as the reply gives it and as the conversation then holds it. */
@@ -146,7 +160,8 @@ export function parseReply(
     calls = parsed.calls;
     content = parsed.content;
   }
-  content = content.replace(/^\n+/, "").replace(/\s+$/, "");
+  // trimEnd removes what /\s+$/ did (the same white space set), without its quadratic rescans.
+  content = stripNewlines(content, false).trimEnd();
   const toolCalls = calls.map((c, i) => ({ id: `call_${o.outputIndex}_${o.turn}_${i}`, type: "function" as const, function: { name: c.name, arguments: JSON.stringify(c.arguments) } }));
   const message: ChatReplyMessage = {
     role: "assistant",

@@ -101,7 +101,11 @@ export class OpenAIAgentLoop extends AgentLoop {
       model_version: null,
     });
     try {
-      if (!st.taskSent && !st.finish) await this.sendTask(st, base, link, kwargs, wall);
+      if (!st.taskSent && !st.finish) {
+        // A resumed session holds its token only as a hash: the task goes out with a new one.
+        if (st.token === undefined) st = await gw.rekey(key, newToken());
+        await this.sendTask(st, base, link, kwargs, wall);
+      }
       st = await gw.waitFinished(key, this.ctx.signal);
     } catch (e) {
       // The trajectory fails: close its session so that the agent's later calls are refused, not answered into nothing.
@@ -143,7 +147,7 @@ export class OpenAIAgentLoop extends AgentLoop {
       uid: st.input.uid,
       session_id: st.input.session_id,
       base_url: `${root}/openai/v1`,
-      api_key: st.input.token,
+      api_key: st.token!,
       finish_url: `${root}/finish`,
       model: link.gateway.modelName,
       messages: st.input.messages,

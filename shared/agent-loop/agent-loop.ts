@@ -1,3 +1,4 @@
+import type { SessionLimits } from "./session-limits.ts";
 import { ContextOverflowError, EdgeloopError, EngineAbortedError, InputError } from "../errors.ts";
 import type { PolicyVersions } from "../rollout/policy-version.ts";
 import type { AgentGatewayLink } from "../agent-gateway/openai-agent-loop.ts";
@@ -51,6 +52,8 @@ export interface AgentLoopContext {
   policy?: PolicyVersions;
   /** The agent gateway of this process (sessions, public URL, agent webhook): what `openai_agent` runs with. */
   agentGateway?: AgentGatewayLink;
+  /** The server's per-session limits (config `limits`; default `DEFAULT_SESSION_LIMITS`): the executors enforce them. */
+  sessionLimits?: SessionLimits;
 }
 
 /** A trajectory that fell more than `rollout.max_staleness` policy versions behind: it fails with this reason. */

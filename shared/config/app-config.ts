@@ -204,6 +204,31 @@ export const RewardConfig = z.strictObject({
 });
 
 /**
+ * Server-side limits no batch and no agent can raise (issue 26, S5/S18):
+ * - `max_outputs_per_session` (default 128): outputs (records) one session may
+ *   produce — an agent-gateway session's chat calls that open a new output, a
+ *   custom loop's returned list. Past it the session fails (`session_limit`), so
+ *   a group of `n` sessions never holds more than `n × max_outputs_per_session` records.
+ * - `max_engine_calls_per_session` (default 1024): generation calls of one
+ *   session (agent-gateway chat calls, a loop's engine requests); past it the session fails.
+ * - `reward_min` / `reward_max` (default null: unbounded): the range of a
+ *   self-reported reward (an agent's finish, a task's answer); outside it is a 400 naming `reward`.
+ * - `max_prompt_length` / `max_response_length` (default 131072 tokens each):
+ *   the largest `rollout.prompt_length` / `rollout.response_length` a batch may ask (a 400 naming it).
+ */
+export const LimitsConfig = z
+  .strictObject({
+    max_outputs_per_session: z.number().int().min(1).default(128),
+    max_engine_calls_per_session: z.number().int().min(1).default(1024),
+    reward_min: z.number().nullable().default(null),
+    reward_max: z.number().nullable().default(null),
+    max_prompt_length: z.number().int().min(1).default(131_072),
+    max_response_length: z.number().int().min(1).default(131_072),
+  })
+  .refine((l) => l.reward_min === null || l.reward_max === null || l.reward_min <= l.reward_max, { message: "limits.reward_min must be <= limits.reward_max", path: ["reward_min"] });
+export type LimitsConfig = z.infer<typeof LimitsConfig>;
+
+/**
  * The whole edgeloop configuration: verl's `rollout` section plus where the
  * engine, tools, store and reward live. One YAML/JSON file; every value can
  * be overridden by a CLI flag.
@@ -216,6 +241,7 @@ export const AppConfig = z.strictObject({
   reward: RewardConfig.default(RewardConfig.parse({})),
   gateway: GatewayConfig.default(GatewayConfig.parse({})),
   agent: AgentConfig.default(AgentConfig.parse({})),
+  limits: LimitsConfig.default(LimitsConfig.parse({})),
   /** The most trajectories (rows × n) one batch may hold; a larger batch is refused with a 400 before anything is planned. */
   max_batch_trajectories: z.number().int().min(1).max(10_000_000).default(100_000),
   /** Trajectories run at once in one process. */
@@ -229,6 +255,14 @@ export const AppConfig = z.strictObject({
    * `engine.model`, the served model name sent to a real engine.
    */
   model: z.string().nullable().default(null),
+}).superRefine((c, ctx) => {
+  // The server's maxima bound every rollout config, the file's and each batch's (S18).
+  if (c.rollout.prompt_length > c.limits.max_prompt_length) {
+    ctx.addIssue({ code: "custom", path: ["rollout", "prompt_length"], message: `must be <= limits.max_prompt_length ${c.limits.max_prompt_length}` });
+  }
+  if (c.rollout.response_length > c.limits.max_response_length) {
+    ctx.addIssue({ code: "custom", path: ["rollout", "response_length"], message: `must be <= limits.max_response_length ${c.limits.max_response_length}` });
+  }
 });
 export type AppConfig = z.infer<typeof AppConfig>;
 

@@ -1,3 +1,4 @@
+import { keyPart } from "../store/key-encoding.ts";
 import { z } from "zod";
 import { StoreError } from "../errors.ts";
 import type { RedisArg, RedisCommander, RedisReply } from "../store/redis-commander.ts";
@@ -153,9 +154,9 @@ export class RedisRoutingState implements RoutingState {
     this.instance = opts.instance ?? crypto.randomUUID().slice(0, 8);
   }
 
-  /** The Redis key of `key`'s pin. */
+  /** The Redis key of `key`'s pin (`key` encoded by {@link keyPart}: a client's `x-session-id` cannot name another key). */
   pinKey(key: string): string {
-    return `${this.prefix}routing:pin:${key}`;
+    return `${this.prefix}routing:pin:${keyPart(key, "x-session-id")}`;
   }
 
   /** The Redis key of `url`'s lease ZSET. */

@@ -233,17 +233,15 @@ function sameIds(a: readonly number[], b: readonly number[]): boolean {
 }
 
 /**
- * Why the vLLM adapters refuse `rollout.return_routed_experts`. vLLM has
- * routed-experts return, but not as a per-request field and not in one wire
- * form: it is a server switch (`--enable-return-routed-experts`, "no
- * per-request on/off switch" in the latest docs), v0.21 answered
- * `/v1/completions` with nested JSON int16 arrays split into top-level
- * `prompt_routed_experts` `[prompt_len, layers, top_k]` and per-choice
- * `choices[i].routed_experts` `[gen_len, layers, top_k]`, and 0.22+
- * `/inference/v1/generate` answers with a base64 npy buffer on
- * `choices[].routed_experts` (vime PR #49). Until one version is pinned and
- * contract-tested, edgeloop asks for them only over SGLang's `/generate`.
- * @see https://docs.vllm.ai/en/latest/training/routed_experts/, https://docs.vllm.ai/en/v0.21.0/training/routed_experts_replay/, vllm-project/vllm PR #28284
+ * Why the vLLM adapters refuse `rollout.return_routed_experts`. Current vLLM
+ * returns routed experts behind a server switch (`--enable-return-routed-experts`,
+ * no per-request flag) on both endpoints in one form —
+ * `CompletionResponseChoice.routed_experts` and `GenerateChoiceBase.routed_experts`:
+ * base64 of an `.npy` array shaped `(num_tokens − 1, layers, top_k)`, dtype
+ * uint8, uint16 or int32 by expert count, with `routed_experts_prompt_start`
+ * on the request — but edgeloop has not contract-tested that form yet, so it
+ * asks for experts only over SGLang's `/generate` (and the simulator).
+ * @see docs/engines.md §2.11; vLLM `CompletionResponseChoice.routed_experts`
  */
 export function vllmRoutedExpertsRefused(): ConfigError {
   return new ConfigError(

@@ -1,3 +1,4 @@
+import { keyPart } from "../store/key-encoding.ts";
 import type { BatchRun } from "../rollout/batch-run.ts";
 import { parseTrajectoryKey } from "../schema/index.ts";
 import type { TransferQueue } from "../store/types.ts";
@@ -112,7 +113,7 @@ export function followBatch(run: BatchRun, jobs: JobQueue, store: TransferQueue,
     const lostUids = new Set(lost.map((k) => parseTrajectoryKey(k).uid));
     const missing = [
       ...(batchGone ? [jobs.batchKey(run.plan.batch_id)] : []),
-      ...uids.filter((u, i) => statuses[i]!.expected === null || (lostUids.has(u) && !statuses[i]!.complete)).map((u) => `${prefix}group:${u}`),
+      ...uids.filter((u, i) => statuses[i]!.expected === null || (lostUids.has(u) && !statuses[i]!.complete)).map((u) => `${prefix}group:${keyPart(u, "uid")}`),
     ];
     const reason =
       `no job in ${jobs.stream}, no session hash and no record for ${Math.round(graceMs / 1000)} s` +

@@ -1,3 +1,4 @@
+import { keyPart } from "../store/key-encoding.ts";
 import { EdgeloopError, StoreError } from "../errors.ts";
 import type { OversamplePlan, PlannedTrajectory } from "../rollout/batch.ts";
 import type { RolloutConfig } from "../schema/index.ts";
@@ -176,7 +177,7 @@ export class JobQueue {
 
   /** The hash of a batch's spec and keys. */
   batchKey(batchId: string): string {
-    return `${this.prefix}jobs:batch:${batchId}`;
+    return `${this.prefix}jobs:batch:${keyPart(batchId, "batch_id")}`;
   }
 
   /**
@@ -190,32 +191,32 @@ export class JobQueue {
 
   /** The stream of a batch's completion events. */
   doneKey(batchId: string): string {
-    return `${this.prefix}jobs:batch:${batchId}:done`;
+    return `${this.prefix}jobs:batch:${keyPart(batchId, "batch_id")}:done`;
   }
 
   /** The hash of a batch's rows: field = the row's index in the request, value = the row (JSON); stored once per batch. */
   rowsKey(batchId: string): string {
-    return `${this.prefix}jobs:batch:${batchId}:rows`;
+    return `${this.prefix}jobs:batch:${keyPart(batchId, "batch_id")}:rows`;
   }
 
   /** Over-sampled batches: the reserve rows' uids not started yet, in row order (LIST). */
   reserveKey(batchId: string): string {
-    return `${this.prefix}jobs:batch:${batchId}:reserve`;
+    return `${this.prefix}jobs:batch:${keyPart(batchId, "batch_id")}:reserve`;
   }
 
   /** Over-sampled batches: the reserve uids started in place of filtered groups, in launch order (LIST). */
   launchedKey(batchId: string): string {
-    return `${this.prefix}jobs:batch:${batchId}:launched`;
+    return `${this.prefix}jobs:batch:${keyPart(batchId, "batch_id")}:launched`;
   }
 
   /** Over-sampled batches: per reserve uid, its group and job entries (HASH, JSON values). */
   reserveJobsKey(batchId: string): string {
-    return `${this.prefix}jobs:batch:${batchId}:reserve-jobs`;
+    return `${this.prefix}jobs:batch:${keyPart(batchId, "batch_id")}:reserve-jobs`;
   }
 
   /** Over-sampled batches: the session ids of `uid`'s group admitted to write (SET). */
   admittedKey(batchId: string, uid: string): string {
-    return `${this.prefix}jobs:batch:${batchId}:w:${uid}`;
+    return `${this.prefix}jobs:batch:${keyPart(batchId, "batch_id")}:w:${keyPart(uid, "uid")}`;
   }
 
   /**
@@ -723,7 +724,7 @@ export class JobQueue {
 
   /** Deletes the durable-session hashes (`{p}session:{key}`) of `keys`: a cancelled job's session leaves nothing behind. */
   async dropSessions(keys: readonly string[]): Promise<void> {
-    if (keys.length) await this.call(["DEL", ...keys.map((k) => `${this.prefix}session:${k}`)]);
+    if (keys.length) await this.call(["DEL", ...keys.map((k) => `${this.prefix}session:${keyPart(k)}`)]);
   }
 
   /** Whether a batch's hash (`{p}jobs:batch:{id}`) is still stored. */
@@ -753,7 +754,7 @@ export class JobQueue {
     const out = new Set<string>();
     for (let i = 0; i < keys.length; i += 1000) {
       const chunk = keys.slice(i, i + 1000);
-      const r = await this.pipe(chunk.map((k) => ["EXISTS", `${this.prefix}session:${k}`]));
+      const r = await this.pipe(chunk.map((k) => ["EXISTS", `${this.prefix}session:${keyPart(k)}`]));
       r.forEach((x, j) => Number(x) > 0 && out.add(chunk[j]!));
     }
     return out;
@@ -766,7 +767,7 @@ export class JobQueue {
   async sessionsStarted(keys: readonly string[]): Promise<number> {
     let n = 0;
     for (let i = 0; i < keys.length; i += 1000) {
-      const r = await this.pipe(keys.slice(i, i + 1000).map((k) => ["EXISTS", `${this.prefix}session:${k}`]));
+      const r = await this.pipe(keys.slice(i, i + 1000).map((k) => ["EXISTS", `${this.prefix}session:${keyPart(k)}`]));
       for (const x of r) n += Number(x);
     }
     return n;

@@ -1,3 +1,4 @@
+import { checkOutputCount, DEFAULT_SESSION_LIMITS, SessionCallLimiter } from "../agent-loop/session-limits.ts";
 import { runAgentLoop, type AgentLoopRegistry } from "../agent-loop/index.ts";
 import type { AgentLoop, AgentLoopContext } from "../agent-loop/agent-loop.ts";
 import type { GenerateRequest, InferenceClient } from "../inference/types.ts";
@@ -164,7 +165,8 @@ export function createAgentExecutor(
       const agentName = registry.resolve(row.agent_name, rollout.agent.default_agent_loop);
       const admission = await admit(deps, rollout, signal);
       const tracer = new TrajectoryTracer(t.key);
-      const ctx: AgentLoopContext = { ...shared, client: tracer.client(client), ...(shared.tools ? { tools: tracer.tools(shared.tools) } : {}), config: rollout, ...(signal ? { signal } : {}) };
+      const limits = shared.sessionLimits ?? DEFAULT_SESSION_LIMITS;
+      const ctx: AgentLoopContext = { ...shared, client: new SessionCallLimiter(tracer.client(client), t.key, limits), ...(shared.tools ? { tools: tracer.tools(shared.tools) } : {}), config: rollout, ...(signal ? { signal } : {}) };
       try {
         const loopOutputs = await runAgentLoop(registry, ctx, samplingParamsFor(rollout, plan.validate, t), {
           ...row,
@@ -173,6 +175,7 @@ export function createAgentExecutor(
           global_steps: plan.global_steps,
           key: t.key,
         });
+        checkOutputCount(t.key, loopOutputs.length, limits);
         const outputs = await scoreWithTeacher(loopOutputs, { teacher: rollout.teacher, ...(deps.teacher ? { clients: deps.teacher } : {}), key: t.key, ...(signal ? { signal } : {}) });
         return { agentName, outputs: withAdmission(outputs, admission), toolLatenciesMs: tracer.toolLatenciesMs };
       } finally {
@@ -201,7 +204,7 @@ export function sessionLoopFactory(deps: ExecutorDeps): (input: SessionInput) =>
     const loop = registry.create(name, {
       ...shared,
       ...(signal ? { signal } : {}),
-      client: tracer.client(client),
+      client: new SessionCallLimiter(tracer.client(client), input.key, shared.sessionLimits ?? DEFAULT_SESSION_LIMITS),
       ...(shared.tools ? { tools: tracer.tools(shared.tools) } : {}),
       config: input.rollout,
       asyncTools: shared.asyncTools ?? {},
@@ -221,6 +224,7 @@ const loopTracers = new WeakMap<AgentLoop, TrajectoryTracer>();
  */
 export function sessionOutputFinisher(deps: ExecutorDeps): (input: SessionInput, outputs: AgentLoopOutput[]) => Promise<AgentLoopOutput[]> {
   return (input, outputs) => {
+    checkOutputCount(input.key, outputs.length, deps.sessionLimits ?? DEFAULT_SESSION_LIMITS);
     const signal = signalsOf(deps).get(input.key);
     return scoreWithTeacher(outputs, { teacher: input.rollout.teacher ?? null, ...(deps.teacher ? { clients: deps.teacher } : {}), key: input.key, ...(signal ? { signal } : {}) });
   };

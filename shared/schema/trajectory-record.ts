@@ -3,13 +3,17 @@ import { AgentLoopMetrics, FinishReason } from "./agent-loop-output.ts";
 import { RoutedExpertsShape } from "./routed-experts.ts";
 import { InputError } from "../errors.ts";
 
-/** A prompt-group id: 1–128 characters of `[A-Za-z0-9.:-]`; `_` is reserved as the key separator. */
-const UID_PATTERN = /^[A-Za-z0-9.:-]+$/;
+/**
+ * A prompt-group id: 1–128 characters of `[A-Za-z0-9.-]`. `_` is reserved as
+ * the trajectory-key separator and `:` as the Redis key separator (a uid
+ * `g:keys` would otherwise name group `g`'s key set); verl's uids are UUIDs.
+ */
+const UID_PATTERN = /^[A-Za-z0-9.-]+$/;
 export const Uid = z
   .string()
   .min(1)
   .max(128)
-  .regex(UID_PATTERN, "uid may only hold letters, digits, '.', ':' and '-' ('_' separates key parts)");
+  .regex(UID_PATTERN, "uid may only hold letters, digits, '.' and '-' ('_' separates key parts, ':' Redis key words)");
 
 /**
  * One finished trajectory as stored in the transfer queue (DESIGN §4.5),
@@ -63,7 +67,7 @@ export function trajectoryKey(uid: string, sessionId: number, outputIndex = 0): 
 
 /** Splits a trajectory key into its parts. Throws {@link InputError} when it is not `{uid}_{int}_{int}`. */
 export function parseTrajectoryKey(key: string): { uid: string; session_id: number; output_index: number } {
-  const m = /^([A-Za-z0-9.:-]{1,128})_(\d+)_(\d+)$/.exec(key);
+  const m = /^([A-Za-z0-9.-]{1,128})_(\d+)_(\d+)$/.exec(key);
   if (!m) throw new InputError("key", `'${key.slice(0, 200)}' is not a trajectory key {uid}_{session_id}_{output_index}`);
   return { uid: m[1]!, session_id: Number(m[2]), output_index: Number(m[3]) };
 }

@@ -1,9 +1,13 @@
+import { keyPart } from "../store/key-encoding.ts";
 import { StoreError } from "../errors.ts";
 import type { RedisArg, RedisCommander, RedisReply } from "../store/redis-commander.ts";
 import { scriptSha } from "../store/redis-layout.ts";
 import { staleStep, type AppendOptions, type SessionStorage, type StoredSession } from "./session-storage.ts";
 import { fromParts, toParts } from "./value-parts.ts";
 import { commandBytes } from "../store/request-size.ts";
+
+/** A storage key built from encoded parts: `{part}` or `agent:{part}` (see `keyPart`). */
+const STORAGE_KEY = /^(?:agent:)?[A-Za-z0-9._~%-]+$/;
 
 /**
  * Fenced append. KEYS[1] the session hash; ARGV: step, ttl, the number of
@@ -99,9 +103,13 @@ export class RedisSessionStorage implements SessionStorage {
     this.maxValueBytes = Math.min(opts.maxValueBytes ?? DEFAULT_SESSION_VALUE_BYTES, this.maxCommandBytes - 1024);
   }
 
-  /** The Redis key of a session's hash. */
+  /**
+   * The Redis key of a session's hash: `{p}session:{key}`. `key` is a storage key whose parts the caller
+   * encoded with `keyPart` (a trajectory key, or `agent:{key}`); anything else is encoded whole, so no
+   * input can form a glob, a hash tag or another namespace's key.
+   */
   hashKey(key: string): string {
-    return `${this.prefix}session:${key}`;
+    return `${this.prefix}session:${STORAGE_KEY.test(key) ? key : keyPart(key)}`;
   }
 
   async get(key: string): Promise<StoredSession | null> {

@@ -1,3 +1,4 @@
+import { decodeKeyPart, keyPart } from "./key-encoding.ts";
 import type { RedisCommander, RedisReply } from "./redis-commander.ts";
 
 /** Ages (seconds) past which `edgeloop gc` removes each kind of data; null: never. */
@@ -171,7 +172,7 @@ export async function collectGarbage(redis: RedisCommander, opts: GcOptions): Pr
         continue;
       }
       const members = ((await redis.exec(["SMEMBERS", `${grp}${uids[i]}:keys`])) as RedisReply[]).map(String);
-      const trajKeys = members.map((k) => `${p}traj:${k}`);
+      const trajKeys = members.map((k) => `${p}traj:${keyPart(k)}`);
       const existing = trajKeys.length ? ((await redis.pipeline(trajKeys.map((k) => ["EXISTS", k]))) as RedisReply[]).filter((x) => Number(x) === 1).length : 0;
       report.deleted.records += existing;
       await del(trajKeys);
@@ -179,7 +180,7 @@ export async function collectGarbage(redis: RedisCommander, opts: GcOptions): Pr
       report.deleted.groups++;
       await del([keys[i]!, `${grp}${uids[i]}:keys`]);
       if (!dry && enqueued === "1" && deliveryId) await redis.exec(["XDEL", stream, deliveryId]);
-      if (!dry && filtered != null) await redis.exec(["LREM", `${p}groups:filtered:${partition === "val" ? "val" : "train"}`, "0", uids[i]!]);
+      if (!dry && filtered != null) await redis.exec(["LREM", `${p}groups:filtered:${partition === "val" ? "val" : "train"}`, "0", decodeKeyPart(uids[i]!) ?? uids[i]!]);
     }
   }
 

@@ -1,3 +1,4 @@
+import { keyPart } from "./key-encoding.ts";
 import type { Partition } from "./types.ts";
 
 /**
@@ -11,21 +12,26 @@ import type { Partition } from "./types.ts";
  * - `{p}groups:{partition}` STREAM — one entry per complete group, read with a consumer group.
  * - `{p}groups:filtered:{partition}` LIST — uids of groups filtered by dynamic sampling, in filter order.
  * - `{p}stage:{key}:{nonce}` HASH — a put's record before PUT_LUA renames it to `{p}traj:{key}` (expires after 60 s if orphaned).
+ *
+ * Every `{uid}` and `{key}` goes through {@link keyPart} (the identity on the
+ * uids and keys the API accepts; anything else percent-encoded), so no input
+ * can name another namespace's key or a hash tag. Values stored inside keys
+ * (stream entries, key sets) hold the raw uid and key.
  */
 export class RedisLayout {
   constructor(readonly prefix: string) {}
   traj(key: string): string {
-    return `${this.prefix}traj:${key}`;
+    return `${this.prefix}traj:${keyPart(key, "key")}`;
   }
   group(uid: string): string {
-    return `${this.prefix}group:${uid}`;
+    return `${this.prefix}group:${keyPart(uid, "uid")}`;
   }
   members(uid: string): string {
-    return `${this.prefix}group:${uid}:keys`;
+    return `${this.prefix}group:${keyPart(uid, "uid")}:keys`;
   }
   /** A put's staging hash (one per attempt, expiring): the record is written here, then renamed into place by PUT_LUA. */
   stage(key: string, nonce: string): string {
-    return `${this.prefix}stage:${key}:${nonce}`;
+    return `${this.prefix}stage:${keyPart(key, "key")}:${nonce}`;
   }
   stream(partition: Partition): string {
     return `${this.prefix}groups:${partition}`;

@@ -35,7 +35,7 @@ async function scenario(app: App): Promise<void> {
   expect(s.fingerprint).toMatch(/^[0-9a-f]{64}$/);
   const bad = await app.request("/v1/groups/a_b");
   expect(bad.status).toBe(400);
-  expect(await bad.json()).toEqual({ error: { code: "invalid_input", message: "uid: uid may only hold letters, digits, '.', ':' and '-' ('_' separates key parts)", field: "uid" } });
+  expect(await bad.json()).toEqual({ error: { code: "invalid_input", message: "uid: uid may only hold letters, digits, '.' and '-' ('_' separates key parts, ':' Redis key words)", field: "uid" } });
   const doc = await (await app.request("/openapi.json")).json();
   expect(Object.keys(doc.paths)).toContain("/v1/groups/{uid}");
 }

@@ -32,7 +32,7 @@ async function runBatch(engine: string | undefined, format: "vllm" | "vllm-gener
 
 /** What a trainer reads of a record, without what differs by wire (engine-reported extras, timings). */
 function trainerView(r: TrajectoryRecord) {
-  return { prompt_ids: r.prompt_ids, response_ids: r.response_ids, response_mask: r.response_mask, rollout_log_probs: r.rollout_log_probs, finish_reason: r.finish_reason, truncated: r.truncated, error: r.error, num_turns: r.num_turns, reward: r.reward };
+  return { prompt_ids: r.prompt_ids, response_ids: r.response_ids, response_mask: r.response_mask, rollout_log_probs: r.rollout_log_probs, finish_reason: r.finish_reason, truncated: r.truncated, error: r.error, num_turns: r.num_turns, reward_score: r.reward_score };
 }
 
 beforeAll(async () => {

@@ -266,6 +266,33 @@ describe("9. health probes while the engines are paused on purpose", () => {
   });
 });
 
+describe("9b. a standalone gateway with a store reads the deployment's pause gate", () => {
+  test("buildPausedReader follows the gate serve closes in Redis; the memory store has none", async () => {
+    const { buildPausedReader } = await import("../../infra/cli/runtime.ts");
+    const { parseAppConfig } = await import("../../shared/config/app-config.ts");
+    const { IoRedisCommander } = await import("../../infra/redis/ioredis-commander.ts");
+    const { RedisEngineGate } = await import("../../shared/inference/engine-control.ts");
+    const { REDIS_URL, randomPrefix, deleteByPrefix } = await import("../helpers/redis.ts");
+    const prefix = randomPrefix("audit-gate");
+    const closers: (() => Promise<void>)[] = [];
+    expect(buildPausedReader(parseAppConfig({}, "test"), closers)).toBeNull();
+    const paused = buildPausedReader(parseAppConfig({ store: { url: REDIS_URL, prefix } }, "test"), closers)!;
+    const commander = new IoRedisCommander(REDIS_URL);
+    try {
+      const gate = new RedisEngineGate(commander, { prefix });
+      expect(await paused()).toBe(false);
+      await gate.close("abort");
+      expect(await paused()).toBe(true);
+      await gate.open();
+      expect(await paused()).toBe(false);
+    } finally {
+      await commander.close();
+      for (const c of closers) await c();
+      await deleteByPrefix(prefix);
+    }
+  });
+});
+
 describe("10. routing keys fit SGLang Model Gateway's 128 bytes", () => {
   test("short keys pass unchanged; longer ones become one stable 25-byte key", () => {
     const short = `${"u".repeat(100)}_3_0`;
@@ -305,6 +332,24 @@ describe("11. what the engines report for free", () => {
     }, true);
     expect(out.extra_fields).toEqual({ model_version: "v4", token_versions: [[0, "v3"], [1, "v4"]] });
     expect(out.num_preempted).toBe(2);
+  });
+});
+
+describe("the strict simulator refuses what vLLM's SamplingParams refuses", () => {
+  test("out-of-range values on both vLLM endpoints, in vLLM's words; what edgeloop sends passes", async () => {
+    const s = simServer();
+    const ask = async (path: string, sp: Record<string, unknown>) => {
+      const body = path === "/v1/completions" ? { prompt: [1, 2, 3], ...sp } : { token_ids: [1, 2, 3], sampling_params: sp };
+      const r = await s.app.request(path, { method: "POST", body: JSON.stringify(body) });
+      return r.status === 200 ? "ok" : ((await r.json()) as { error: { message: string } }).error.message;
+    };
+    for (const path of ["/v1/completions", "/inference/v1/generate"]) {
+      expect(await ask(path, { max_tokens: 2, temperature: -0.5 })).toBe("temperature must be non-negative, got -0.5.");
+      expect(await ask(path, { max_tokens: 2, top_p: 1.5 })).toBe("top_p must be in (0, 1], got 1.5.");
+      expect(await ask(path, { max_tokens: 2, top_k: -2 })).toBe("top_k must be 0 (disable), or at least 1, got -2.");
+      expect(await ask(path, { max_tokens: 0 })).toBe("max_tokens must be at least 1, got 0.");
+      expect(await ask(path, { max_tokens: 2, top_k: 0, temperature: 0, top_p: 1 })).toBe("ok");
+    }
   });
 });
 

@@ -2,6 +2,7 @@ import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { HarmonyToolCallParser, splitHarmonyMessages } from "../../shared/tools/harmony-parser.ts";
 import { createToolCallParser } from "../../shared/tools/parser-registry.ts";
+import { linearCheck } from "../helpers/linear-time.ts";
 
 const p = new HarmonyToolCallParser();
 const SHAPE = "call a function with a message on the commentary channel addressed to functions.NAME whose content is a JSON object of its arguments.";
@@ -64,11 +65,10 @@ describe("harmony parser", () => {
       "<|channel|>analysis to=functions.f<|message|>{}<|end|>".repeat(40_000),
     ];
     for (const s of inputs) {
-      const t0 = performance.now();
-      p.extract(s);
-      expect(performance.now() - t0).toBeLessThan(2000);
+      // Cost relative to a plain scan of the same text, measured in the same run (tests/helpers/linear-time.ts).
+      expect(linearCheck(s, (t) => p.extract(t))).toMatchObject({ superLinear: false });
     }
-  });
+  }, 30_000);
 
   test("malformed calls are errors naming the tool", () => {
     const cases: [string, { name?: string; message: string }][] = [

@@ -28,11 +28,14 @@ import json
 
 import numpy as np
 
+from .keys import key_part
+
 __all__ = [
     "LayoutError",
     "ARRAY_FIELDS",
     "decode_record",
     "record_to_json",
+    "key_part",
 ]
 
 #: Stored array fields and their little-endian dtypes.

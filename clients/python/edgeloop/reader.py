@@ -14,7 +14,7 @@ from typing import List
 
 import redis
 
-from .layout import LayoutError, decode_record
+from .layout import LayoutError, decode_record, key_part
 
 __all__ = ["Group", "Reader", "read_all"]
 
@@ -165,7 +165,7 @@ class Reader:
         pipe = self.redis.pipeline(transaction=False)
         for _eid, _f, keys in groups:
             for k in keys:
-                pipe.hgetall(f"{self.prefix}traj:{k}")
+                pipe.hgetall(f"{self.prefix}traj:{key_part(k)}")
         replies = pipe.execute() if any(keys for _e, _f, keys in groups) else []
         out, i = [], 0
         for eid, f, keys in groups:

@@ -36,7 +36,8 @@ export function segments(mask: readonly number[], pieces: readonly string[]): Se
 
 /**
  * Indices of the tokens inside `<tool_call>…</tool_call>` (tags included)
- * within `[start, end)`, found on the decoded text of the tokens.
+ * within `[start, end)`, found on the decoded text of the tokens. Linear in
+ * the tokens and the calls.
  */
 export function toolCallTokens(pieces: readonly string[], start: number, end: number): Set<number> {
   const inCall = new Set<number>();
@@ -47,16 +48,15 @@ export function toolCallTokens(pieces: readonly string[], start: number, end: nu
     ends.push(text.length);
   }
   const re = /<tool_call>[\s\S]*?(<\/tool_call>|$)/g;
+  // Calls come in text order: one pointer walks the tokens (token k covers [ends[k-1], ends[k])),
+  // so the cost is the tokens plus the calls, not their product.
+  let k = 0;
   for (let m = re.exec(text); m; m = re.exec(text)) {
     if (m[0].length === 0) break;
     const a = m.index;
     const b = m.index + m[0].length;
-    let from = 0;
-    for (let k = 0; k < ends.length; k++) {
-      const to = ends[k]!;
-      if (to > a && from < b) inCall.add(start + k);
-      from = to;
-    }
+    while (k < ends.length && ends[k]! <= a) k++;
+    for (let j = k; j < ends.length && (j === 0 ? 0 : ends[j - 1]!) < b; j++) inCall.add(start + j);
   }
   return inCall;
 }
