@@ -28,6 +28,7 @@ import { healthResponse } from "../../shared/store/store-health.ts";
 import { setupTelemetryFromEnv } from "../telemetry/setup.ts";
 import { allowAnonymous, apiAuth, isLoopbackName, loopbackGuard, runtimeAuthLine } from "../../functions/http-util.ts";
 import { secretFromEnv } from "../cli/secrets.ts";
+import { bodyTimeoutFromEnv, withBodyDeadline } from "../../functions/body-deadline.ts";
 
 declare const Deno: {
   env: { get(name: string): string | undefined; toObject(): Record<string, string> };
@@ -74,6 +75,8 @@ app.notFound((c) => c.json({ error: { code: "not_found", message: `no route ${c.
 app.onError((err, c) => errorResponse(err, c));
 for (const line of runtime.describe) console.error(line);
 console.error(runtimeAuthLine(apiToken, anonymous));
+// The start-up warnings (unsigned agent tasks among them, S20), as serve prints them.
+for (const line of runtime.warnings) console.error(line);
 const server = Deno.serve(
   {
     port: Number(env("PORT") ?? 8787),
@@ -83,6 +86,7 @@ const server = Deno.serve(
       console.log(`edgeloop (deno) serving on http://${a.hostname}:${a.port}`);
     },
   },
-  app.fetch,
+  // Deno.serve has no idle or header timeout: request bodies get a deadline here (S9; EDGELOOP_BODY_TIMEOUT_S).
+  withBodyDeadline((req) => app.fetch(req), bodyTimeoutFromEnv(env("EDGELOOP_BODY_TIMEOUT_S"))),
 );
 await server.finished;
