@@ -1,8 +1,8 @@
 import { Hono, type Context } from "hono";
 import { SessionClosedError, type AgentGateway } from "../shared/agent-gateway/agent-gateway.ts";
-import { chatCompletionBody, chatCompletionSse, modelsBody } from "../shared/agent-gateway/openai-wire.ts";
+import { chatCompletionBody, chatCompletionSse, ignoredChatKeys, modelsBody } from "../shared/agent-gateway/openai-wire.ts";
 import { AgentTaskResult } from "../shared/agent-gateway/task.ts";
-import { InputError, inputErrorFromZod } from "../shared/errors.ts";
+import { AuthError, InputError, inputErrorFromZod, NotFoundError } from "../shared/errors.ts";
 import { errorResponse } from "./rollouts.ts";
 import { limitBody, tooLarge } from "./http-util.ts";
 
@@ -40,7 +40,8 @@ async function jsonBody(c: Context, maxBody: number): Promise<unknown> {
  *   ({@link AgentGateway.chat});
  * - `GET /v1/sessions/{key}/openai/v1/models` — the one model served;
  * - `POST /v1/sessions/{key}/finish` `{reward?, metadata?}` → `{ok, key, outputs}` (idempotent).
- * 404 unknown session, 401 wrong or missing token, 400 a request edgeloop
+ * 401 wrong or missing token, or an unknown session (the same answer, so
+ * keys cannot be probed), 400 a request edgeloop
  * cannot answer (names the field: `n`, `messages[1].content[0].type`, …),
  * 409 a closed session (code `session_closed`, with `x-should-retry: false`
  * so the OpenAI SDKs do not retry it), 502/503 engine failures
@@ -50,6 +51,19 @@ async function jsonBody(c: Context, maxBody: number): Promise<unknown> {
 export function createAgentGatewayApp(opts: AgentGatewayAppOptions): Hono {
   const app = new Hono();
   const gw = opts.gateway;
+  /**
+   * The session's state once its token checks out. An unknown key is the same
+   * 401 as a wrong token: a 404 would tell whoever guesses keys (rows often
+   * carry their own uids) which sessions exist.
+   */
+  const authorize = async (key: string, token: string | null) => {
+    try {
+      return await gw.authorize(key, token);
+    } catch (e) {
+      if (e instanceof NotFoundError) throw new AuthError(`wrong or missing bearer token for agent session '${key.slice(0, 200)}'`);
+      throw e;
+    }
+  };
   const maxBody = opts.maxBodyBytes ?? 16 * 1024 * 1024;
   app.onError((err, c) => {
     const res = errorResponse(err, c);
@@ -63,23 +77,26 @@ export function createAgentGatewayApp(opts: AgentGatewayAppOptions): Hono {
   app.post("/v1/sessions/:key/openai/v1/chat/completions", async (c) => {
     const key = c.req.param("key");
     const token = bearer(c);
-    await gw.authorize(key, token);
+    await authorize(key, token);
     const body = await jsonBody(c, maxBody);
     const reply = await gw.chatAuthorized(key, body);
+    // Keys accepted but not used are named, so an agent can tell what did not take effect.
+    const ignored = ignoredChatKeys(body);
+    const named: Record<string, string> = ignored.length > 0 ? { "x-edgeloop-ignored-keys": ignored.join(",") } : {};
     if ((body as { stream?: unknown }).stream === true) {
-      return new Response(chatCompletionSse(reply), { headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" } });
+      return new Response(chatCompletionSse(reply), { headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", ...named } });
     }
-    return c.json(chatCompletionBody(reply));
+    return c.json(chatCompletionBody(reply), 200, named);
   });
 
   app.get("/v1/sessions/:key/openai/v1/models", async (c) => {
-    const st = await gw.authorize(c.req.param("key"), bearer(c));
+    const st = await authorize(c.req.param("key"), bearer(c));
     return c.json(modelsBody(gw.modelName, Math.floor(st.input.created_ms / 1000)));
   });
 
   app.post("/v1/sessions/:key/finish", async (c) => {
     const key = c.req.param("key");
-    await gw.authorize(key, bearer(c));
+    await authorize(key, bearer(c));
     const raw = await c.req.text();
     let json: unknown = {};
     if (raw.trim() !== "") {

@@ -64,7 +64,9 @@ export interface GatewayOptions {
   fetch?: FetchLike;
   /**
    * When set, `/admin/*` needs `Authorization: Bearer <adminToken>` (compared
-   * in constant time; 401 otherwise). Proxied engine calls are not affected.
+   * in constant time; 401 otherwise). When absent (null or empty) the admin
+   * API is off: every `/admin/*` request is a 403 `admin_disabled`. Proxied
+   * engine calls are not affected.
    */
   adminToken?: string | null;
   /** Largest proxied request body in bytes (default 64 MiB; 413 above it). Admin bodies are capped at 64 KiB. */
@@ -157,11 +159,35 @@ async function readReplicaBody(c: Context): Promise<{ url: string }> {
 const decoder = new TextDecoder();
 
 /**
- * Paths `Gateway.fetch` leaves to the Hono app: its own routes (`/health`,
- * `/metrics`, `/admin/*`), fragments, and percent-encoded paths (which Hono
- * decodes before matching).
+ * The engine routes the gateway forwards, as `METHOD path` (exact, no
+ * decoding): the generation and tokenize routes edgeloop's engine clients and
+ * teacher call, and `GET /v1/models` (context size). Everything else — engine
+ * control such as vLLM `/pause`, `/resume`, `/is_paused`, SGLang
+ * `/pause_generation`, `/flush_cache`, `/update_weight_version`,
+ * `/update_weights_from_*` — is refused with 404: engine control goes through
+ * edgeloop's authenticated `/v1/engine/*` (to `engine.admin_urls`), never
+ * through the gateway.
+ * @see docs/engines.md §2.1, §3.9 (the routes the clients use)
  */
-const APP_PATHS = /health|metrics|admin|%|#/;
+export const PROXIED_ROUTES: readonly string[] = [
+  "POST /v1/completions",
+  "POST /inference/v1/generate",
+  "POST /generate",
+  "POST /tokenize",
+  "POST /v1/tokenize",
+  "GET /v1/models",
+];
+const PROXIED = new Set(PROXIED_ROUTES);
+/** POST routes `Gateway.fetch` sends straight to the proxy (the hot path). */
+const PROXIED_POST = new Set(PROXIED_ROUTES.filter((r) => r.startsWith("POST ")).map((r) => r.slice(5)));
+
+/** The 403 of `/admin/*` on a gateway started without an admin token. */
+function adminDisabled(): EdgeloopError {
+  return new EdgeloopError("the gateway's admin API is off: start it with EDGELOOP_ADMIN_TOKEN set to enable /admin/* behind that bearer token", {
+    status: 403,
+    code: "admin_disabled",
+  });
+}
 
 /** Hop-by-hop and encoding headers that must not be forwarded as they are. */
 const DROP_REQUEST_HEADERS = ["host", "connection", "content-length", "accept-encoding", "keep-alive", "transfer-encoding"];
@@ -169,8 +195,9 @@ const DROP_RESPONSE_HEADERS = ["connection", "content-length", "content-encoding
 
 /**
  * The inference gateway: a runtime-neutral Hono function in front of K engine
- * replicas. Every path other than `/health` and `/admin/*` (`/v1/completions`,
- * `/generate`, `/inference/v1/generate`, `/v1/models`, ...) is proxied with its
+ * replicas. The engine routes in {@link PROXIED_ROUTES} (`POST /v1/completions`,
+ * `/inference/v1/generate`, `/generate`, `/tokenize`, `/v1/tokenize`,
+ * `GET /v1/models`) are proxied with their
  * body unchanged to the replica the policy picks for the call's routing key
  * (`X-Session-ID`, else `X-SMG-Routing-Key`). A call that fails at a replica
  * before any token came back is retried on another one (up to `maxAttempts`
@@ -196,7 +223,9 @@ const DROP_RESPONSE_HEADERS = ["connection", "content-length", "content-encoding
  * code, vLLM's nested shape, so the engine clients read it as unavailable);
  * when every attempt got a garbled 2xx, 502 `{"error":{"code":"bad_reply",...}}`.
  *
- * Admin API (bearer `adminToken` when one is set; otherwise put it behind the deployment's auth):
+ * Any other path (engine control included) is a 404 `not_found` naming the forwarded routes.
+ *
+ * Admin API (bearer `adminToken`; without one the admin API is off: 403 `admin_disabled`):
  * `GET /admin/replicas` (with a shared state also `shared_state.inflight`: live
  * leases per replica over every instance), `POST /admin/replicas {"url"}` → 201 (409 `conflict`,
  * field `url`, when the replica is already present: nothing changes), `DELETE /admin/replicas {"url"}`
@@ -275,7 +304,12 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
     return Response.json({ error: { code: "internal", message: "internal error" } }, { status: 500 });
   };
   app.onError(onError);
-  app.use("/admin/*", bearerAuth(options.adminToken ?? null), limitBody(ADMIN_MAX_BODY));
+  const adminToken = options.adminToken || null;
+  app.use("/admin/*", async (_c, next) => {
+    if (!adminToken) throw adminDisabled();
+    await next();
+  });
+  app.use("/admin/*", bearerAuth(adminToken), limitBody(ADMIN_MAX_BODY));
   app.use("*", limitBody(opts.maxBodyBytes));
 
   app.get("/health", async (c) => {
@@ -314,7 +348,20 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
 
   app.all("/admin/*", (c) => c.json({ error: { code: "not_found", message: `no admin route ${c.req.method} ${c.req.path.slice(0, 200)}` } }, 404));
 
-  app.all("*", (c) => serveProxy(c.req.raw, c));
+  app.all("*", (c) => {
+    const path = new URL(c.req.url).pathname;
+    // HEAD of a forwarded GET is a GET without a body (as Hono routes it).
+    const method = c.req.method === "HEAD" ? "GET" : c.req.method;
+    if (!PROXIED.has(`${method} ${path}`)) {
+      return Promise.resolve(
+        Response.json(
+          { error: { code: "not_found", type: "NotFoundError", message: `the gateway does not forward ${c.req.method} ${path.slice(0, 200)}: it forwards only ${PROXIED_ROUTES.join(", ")} (engine control goes through edgeloop's /v1/engine/*)` } },
+          { status: 404 },
+        ),
+      );
+    }
+    return serveProxy(c.req.raw, c);
+  });
 
   /** The catch-all route: a lazy health check when one is due, then the proxied call. */
   function serveProxy(req: Request, c?: Context, body?: ArrayBuffer): Promise<Response> {
@@ -339,7 +386,9 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
     const start = url.indexOf("/", url.indexOf(":") + 4);
     let end = url.indexOf("?", start);
     if (end < 0) end = url.length;
-    if (start < 0 || APP_PATHS.test(url.slice(start, end))) return app.fetch(req);
+    // Only an allow-listed generation route takes the fast path; anything else (the app's own
+    // routes, a refused path, an encoded or odd one) goes through the Hono app, which answers it.
+    if (start < 0 || !PROXIED_POST.has(url.slice(start, end))) return app.fetch(req);
     try {
       const declared = req.headers.get("content-length");
       let body: ArrayBuffer | undefined;

@@ -1,6 +1,6 @@
 import type { Context, MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
-import { AuthError, InputError } from "../shared/errors.ts";
+import { AuthError, EdgeloopError, InputError } from "../shared/errors.ts";
 
 /** The 413 of a request body over `maxBytes`: code `request_too_large`, as the store's request limits say. */
 export function tooLarge(maxBytes: number): InputError {
@@ -56,7 +56,8 @@ function parseJson(buf: ArrayBuffer): unknown {
  */
 export async function readJson(c: Context, maxBytes: number): Promise<unknown> {
   // Only JSON bodies: a browser page cannot send application/json cross-origin without a CORS
-  // preflight, so this also keeps a token-less local server out of reach of drive-by form posts.
+  // preflight, which stops drive-by form posts. It does not stop a DNS-rebinding page (same origin
+  // once rebound): a token-less server also refuses non-loopback Host/Origin (loopbackGuard).
   const type = mediaType(c);
   if (type !== "application/json") throw notJson(type);
   const buf = await readBody(c, maxBytes);
@@ -108,4 +109,90 @@ export function bearerAuth(token: string | null): MiddlewareHandler {
     }
     await next();
   };
+}
+
+/**
+ * Whether a host name (no port; IPv6 with or without brackets) is a loopback
+ * name: `localhost` (and `*.localhost`, RFC 6761), `127.0.0.0/8`, `::1`.
+ */
+export function isLoopbackName(name: string): boolean {
+  const h = name.toLowerCase().replace(/^\[|\]$/g, "").replace(/\.$/, "");
+  if (h === "localhost" || h.endsWith(".localhost")) return true;
+  if (h === "::1" || h === "0:0:0:0:0:0:0:1") return true;
+  return /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h) && h.split(".").every((p) => Number(p) <= 255);
+}
+
+/** The host name of a `Host` header value (`name`, `name:port`, `[v6]:port`); null when malformed. */
+function hostNameOf(host: string): string | null {
+  const m = /^(\[[0-9a-fA-F:.]+\]|[^:\s\[\]/@]+)(?::\d{1,5})?$/.exec(host.trim());
+  return m ? m[1]! : null;
+}
+
+/**
+ * Middleware for a server running without an API token: only loopback
+ * clients may talk to it. A request whose `Host` is not a loopback name
+ * (`127.0.0.1`, `localhost`, `[::1]`, any port) or one of `extraHosts`, or
+ * that carries an `Origin` other than `http(s)://` such a host, is refused
+ * with 403 `{error: {code: "forbidden_host", field: "host"|"origin"}}`. This
+ * closes DNS rebinding: a page on `rebind.attacker.example` that resolves to
+ * 127.0.0.1 still sends its own name as `Host` and `Origin`.
+ * @param extraHosts further accepted host names, lower-case without port (e.g. the host of `agent.public_url`)
+ */
+export function loopbackGuard(extraHosts: readonly string[] = []): MiddlewareHandler {
+  const extra = new Set(extraHosts.map((h) => h.toLowerCase()));
+  const ok = (name: string | null) => name !== null && (isLoopbackName(name) || extra.has(name.toLowerCase()));
+  const refuse = (field: "host" | "origin", value: string) =>
+    new EdgeloopError(
+      `${field} '${value.slice(0, 100)}' is not a loopback name: without EDGELOOP_API_TOKEN this server answers only requests to 127.0.0.1, localhost or [::1] (DNS-rebinding guard); set EDGELOOP_API_TOKEN to serve other names`,
+      { status: 403, code: "forbidden_host", field },
+    );
+  return async (c, next) => {
+    const host = c.req.header("host") ?? new URL(c.req.url).host;
+    if (!ok(hostNameOf(host))) throw refuse("host", host);
+    const origin = c.req.header("origin");
+    if (origin !== undefined) {
+      let name: string | null = null;
+      try {
+        const u = new URL(origin);
+        if (u.protocol === "http:" || u.protocol === "https:") name = u.hostname;
+      } catch {
+        name = null;
+      }
+      if (!ok(name)) throw refuse("origin", origin);
+    }
+    await next();
+  };
+}
+
+/**
+ * The API's auth on a public runtime (the Worker, the Deno entry): bearer
+ * `token` when one is set; without one, every request is refused with 403
+ * `{error: {code: "auth_not_configured"}}` unless `allowAnonymous` (the
+ * operator's explicit `EDGELOOP_ALLOW_ANONYMOUS=1`), so a forgotten secret
+ * fails closed.
+ * @param where names the runtime in the message (`Worker`, `Deno entry`)
+ */
+export function apiAuth(token: string | null, allowAnonymous: boolean, where: string): MiddlewareHandler {
+  if (token) return bearerAuth(token);
+  return async (_c, next) => {
+    if (!allowAnonymous) {
+      throw new EdgeloopError(`this ${where} has no EDGELOOP_API_TOKEN, so /v1/* is refused: set EDGELOOP_API_TOKEN (a secret), or EDGELOOP_ALLOW_ANONYMOUS=1 to serve without auth`, {
+        status: 403,
+        code: "auth_not_configured",
+      });
+    }
+    await next();
+  };
+}
+
+/** Whether `EDGELOOP_ALLOW_ANONYMOUS` says yes: exactly `1` or `true` (anything else, absent included, is no). */
+export function allowAnonymous(value: string | undefined): boolean {
+  return value === "1" || value === "true";
+}
+
+/** The auth line a public runtime prints (as `serve` prints its own): one of three states. */
+export function runtimeAuthLine(token: string | null, anonymous: boolean): string {
+  if (token) return "auth       bearer token required on /v1/* (EDGELOOP_API_TOKEN)";
+  if (anonymous) return "auth       NONE (EDGELOOP_ALLOW_ANONYMOUS=1): anyone who reaches this URL can submit batches and read group status";
+  return "auth       no EDGELOOP_API_TOKEN: /v1/* is refused (403 auth_not_configured); set EDGELOOP_API_TOKEN, or EDGELOOP_ALLOW_ANONYMOUS=1 to serve without auth";
 }

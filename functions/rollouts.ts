@@ -148,6 +148,8 @@ export interface RolloutsAppOptions {
   health?: () => Promise<StoreHealth>;
   /** When set, every `/v1/*` request needs `Authorization: Bearer <token>` (`EDGELOOP_API_TOKEN`). */
   apiToken?: string | null;
+  /** `GET /metrics` needs the same bearer token (when `apiToken` is set); default false: public, like `/health`. */
+  metricsAuth?: boolean;
   /** Largest accepted request body in bytes (default 32 MiB). */
   maxBodyBytes?: number;
   /**
@@ -200,7 +202,7 @@ export interface BatchSummary {
  *   `/v1/trajectories/{key}` does) and where each sample diverges from the others (`groupDivergence`)
  * - `GET /v1/trajectories/{key}` → the stored `TrajectoryRecord`; `?decode=1` adds
  *   `decoded: {prompt: string[], response: string[]}`, the text of every token
- * - `GET /metrics` → Prometheus text (no auth, like `/health`)
+ * - `GET /metrics` → Prometheus text (no auth, like `/health`, unless `metricsAuth`)
  * - `GET /viewer` → the trajectory viewer page (reads the API above)
  * - `GET /v1/queue` → `{mode, depth, in_flight, stranded?, oldest_age_ms, workers?}`: jobs a worker can claim now (waiting or stranded past the lease), claimed
  *   and the oldest one's age (queue mode), or this process's waiting and running trajectories (inline)
@@ -239,6 +241,15 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
   app.onError((err, c) => errorResponse(err, c));
   app.notFound((c) => c.json({ error: { code: "not_found", message: `no route ${c.req.method} ${c.req.path}` } }, 404));
   app.use("*", limitBody(maxBody));
+  // Every reply is what its content type says (no MIME sniffing of JSON or NDJSON as HTML).
+  app.use("*", async (c, next) => {
+    await next();
+    try {
+      c.res.headers.set("x-content-type-options", "nosniff");
+    } catch {
+      // Immutable headers (a relayed response): left as they are.
+    }
+  });
   app.get("/health", async (c) => {
     if (!opts.health) return c.json({ ok: true });
     const h = await opts.health();
@@ -247,7 +258,7 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
   app.get("/openapi.json", (c) => c.json(openApiDocument()));
   const collector = new RolloutMetricsCollector(service);
   // The queue's figures too (stranded jobs count as work, N1); a store outage leaves them out rather than failing the scrape.
-  app.get("/metrics", async () => {
+  app.get("/metrics", bearerAuth(opts.metricsAuth ? (opts.apiToken ?? null) : null), async () => {
     const queue = await service.queueStats().then((q) => (q.mode === "queue" ? queueFamilies(q) : []), () => []);
     return new Response(formatPrometheus([...collector.families(), ...queue]), { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } });
   });

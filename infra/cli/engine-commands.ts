@@ -2,7 +2,8 @@ import { parseLayeredConfig } from "../../shared/config/app-config.ts";
 import { ConfigError, InputError } from "../../shared/errors.ts";
 import { DEFAULT_ENGINE_TIMEOUT_MS } from "../../shared/inference/engine-http.ts";
 import { normaliseUrl } from "../../shared/inference/replica-pool.ts";
-import { createGatewayApp, DEFAULT_SHARED_EPSILON, DEFAULT_STICKY_EPSILON } from "../../functions/gateway.ts";
+import { createGatewayApp, DEFAULT_SHARED_EPSILON, DEFAULT_STICKY_EPSILON, PROXIED_ROUTES } from "../../functions/gateway.ts";
+import { secretFromEnv } from "./secrets.ts";
 import { DEFAULT_EPSILON } from "../../shared/inference/bounded-load-hash.ts";
 import { startSimEngine } from "../sim-engine/server.ts";
 import type { SimWireOptions } from "../sim-engine/app.ts";
@@ -105,8 +106,11 @@ export function parseMoeFlag(text: string): { layers: number; top_k: number; num
  * Upstash store (`--store`, or the config's `store.url`) and
  * `gateway.shared_state` (default true), routing state is shared by every
  * instance through the store (`RedisRoutingState`) and `--policy` is not used.
- * `EDGELOOP_ADMIN_TOKEN` (environment, so it stays out of `ps` and shell
- * history), when set, guards `/admin/*` with `Authorization: Bearer <token>`.
+ * `EDGELOOP_ADMIN_TOKEN` (environment, or a file named by
+ * `EDGELOOP_ADMIN_TOKEN_FILE`, so it stays out of `ps` and shell history),
+ * when set, guards `/admin/*` with `Authorization: Bearer <token>`; without
+ * it `/admin/*` is off (403 `admin_disabled`), as the start line says. Only
+ * the engine generation routes are forwarded (`PROXIED_ROUTES`).
  * @throws ConfigError for an unreadable config file or an invalid value (named by its path)
  */
 export async function gatewayCommand(o: {
@@ -129,7 +133,7 @@ export async function gatewayCommand(o: {
   policySource?: string;
 }): Promise<void> {
   const replicas = replicaUrls(o.replicas);
-  const adminToken = process.env.EDGELOOP_ADMIN_TOKEN || null;
+  const adminToken = secretFromEnv("EDGELOOP_ADMIN_TOKEN");
   const fileCfg = o.config ? await readConfigFile(o.config) : {};
   const flags = {
     gateway: { attempt_timeout_ms: o.attemptTimeoutMs, eject_after: o.ejectAfter, cooldown_ms: o.cooldownMs, max_attempts: o.maxAttempts, health_interval_ms: o.healthIntervalMs, epsilon: o.epsilon, max_sticky_keys: o.maxStickyKeys, shared_state: o.sharedState === false ? false : undefined },
@@ -166,7 +170,8 @@ export async function gatewayCommand(o: {
         : o.policy;
   console.log(
     `edgeloop gateway on http://${o.host}:${server.port} -> ${replicas.join(", ")} (${routing}; ${breaker}); ` +
-      (adminToken ? "/admin/* needs the bearer token from EDGELOOP_ADMIN_TOKEN" : "/admin/* is open (set EDGELOOP_ADMIN_TOKEN to require a bearer token)"),
+      `forwards only ${PROXIED_ROUTES.join(", ")}; ` +
+      (adminToken ? "/admin/* needs the bearer token from EDGELOOP_ADMIN_TOKEN" : "/admin/* is off (set EDGELOOP_ADMIN_TOKEN to enable it behind a bearer token)"),
   );
   await untilSignal();
   server.stop(true);
@@ -238,14 +243,20 @@ export function replicaUrls(flag: string): string[] {
 }
 
 /**
- * `edgeloop upstash-bridge --port P --redis URL --token T`: the Upstash REST protocol over local Redis.
+ * `edgeloop upstash-bridge --port P --redis URL [--token T]`: the Upstash REST
+ * protocol over local Redis. The token comes from `--token`, else from
+ * `UPSTASH_REDIS_REST_TOKEN` (or `UPSTASH_REDIS_REST_TOKEN_FILE`), the
+ * variable the store clients read it from, so it can stay out of `ps`.
+ * @throws InputError (field `--token`) when neither gives a non-blank token
  * @throws StoreError naming the (masked) URL when Redis does not answer within a few seconds.
  */
-export async function upstashBridgeCommand(o: { port: number; redis: string; token: string; host: string }): Promise<void> {
+export async function upstashBridgeCommand(o: { port: number; redis: string; token?: string; host: string }): Promise<void> {
+  const token = o.token ?? secretFromEnv("UPSTASH_REDIS_REST_TOKEN");
+  if (token === null) throw new InputError("--token", "required (or env UPSTASH_REDIS_REST_TOKEN / UPSTASH_REDIS_REST_TOKEN_FILE): clients send it as `Authorization: Bearer <token>`");
   // An empty or blank token would start a bridge that answers 401 to every client (none can send it).
-  if (!/\S/.test(o.token)) throw new InputError("--token", "must not be empty: clients send it as `Authorization: Bearer <token>`");
+  if (!/\S/.test(token)) throw new InputError("--token", "must not be empty: clients send it as `Authorization: Bearer <token>`");
   await checkRedis(o.redis, { what: "--redis" });
-  const bridge = await startUpstashBridge({ port: o.port, hostname: o.host, redisUrl: o.redis, token: o.token });
+  const bridge = await startUpstashBridge({ port: o.port, hostname: o.host, redisUrl: o.redis, token });
   console.log(`edgeloop upstash-bridge on ${bridge.url} -> ${maskRedisUrl(o.redis)}`);
   await untilSignal();
   await bridge.stop();

@@ -1,4 +1,5 @@
 import { ConfigError, InputError } from "../../shared/errors.ts";
+import { secretFromEnv } from "./secrets.ts";
 /** CLI flags as commander parses them (camelCase), for `rollout` and `serve`. */
 export interface ConfigFlags {
   config?: string;
@@ -42,9 +43,12 @@ export function refuseExampleAgent(f: ConfigFlags, command: string): void {
 
 /**
  * The config overrides the flags stand for, in `AppConfig`'s shape (undefined
- * leaves the file's value). The engine's keys also come from the environment
- * (`EDGELOOP_ENGINE_API_KEY`, `EDGELOOP_ENGINE_ADMIN_API_KEY`, below a flag):
- * a key in the environment stays out of `ps` and shell history.
+ * leaves the file's value). The secrets also come from the environment, below
+ * a flag (`EDGELOOP_ENGINE_API_KEY`, `EDGELOOP_ENGINE_ADMIN_API_KEY`,
+ * `EDGELOOP_TOOLS_SECRET`, `EDGELOOP_AGENT_SECRET`, each also as `<NAME>_FILE`
+ * naming a file that holds it: {@link secretFromEnv}): a secret in the
+ * environment stays out of `ps` and shell history.
+ * @throws InputError naming the variable for an unreadable or empty `_FILE`
  */
 export function overridesFromFlags(f: ConfigFlags, env: Record<string, string | undefined> = process.env): Record<string, unknown> {
   return {
@@ -62,14 +66,14 @@ export function overridesFromFlags(f: ConfigFlags, env: Record<string, string | 
       format: f.engineFormat,
       script: f.script,
       replicas: f.replicas,
-      api_key: f.engineApiKey ?? (env.EDGELOOP_ENGINE_API_KEY || undefined),
-      admin_api_key: f.engineAdminApiKey ?? (env.EDGELOOP_ENGINE_ADMIN_API_KEY || undefined),
+      api_key: f.engineApiKey ?? (secretFromEnv("EDGELOOP_ENGINE_API_KEY", env) || undefined),
+      admin_api_key: f.engineAdminApiKey ?? (secretFromEnv("EDGELOOP_ENGINE_ADMIN_API_KEY", env) || undefined),
     },
-    tools: { file: f.tools, secret: f.toolsSecret },
+    tools: { file: f.tools, secret: f.toolsSecret ?? (secretFromEnv("EDGELOOP_TOOLS_SECRET", env) || undefined) },
     store: { url: f.store, prefix: f.storePrefix },
     concurrency: f.concurrency,
     model: f.model,
-    agent: { url: f.agent === "example" ? undefined : f.agent, timeout_ms: f.agentTimeoutMs, secret: f.agentSecret, public_url: f.publicUrl },
+    agent: { url: f.agent === "example" ? undefined : f.agent, timeout_ms: f.agentTimeoutMs, secret: f.agentSecret ?? (secretFromEnv("EDGELOOP_AGENT_SECRET", env) || undefined), public_url: f.publicUrl },
   };
 }
 

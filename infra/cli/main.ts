@@ -35,7 +35,7 @@ function configFlags(cmd: Command): Command {
     .option("--script <file>", "engine.script: scripted policy for the simulated engine")
     .option("--replicas <k>", "engine.replicas: simulated replicas behind the embedded gateway", intFlag("--replicas", 1, 64))
     .option("--tools <file>", "tools.file: tools file (default: the example tool server, started in-process)")
-    .option("--tools-secret <secret>", "tools.secret: HMAC secret for tool webhooks")
+    .option("--tools-secret <secret>", "tools.secret: HMAC secret for tool webhooks (prefer env EDGELOOP_TOOLS_SECRET or EDGELOOP_TOOLS_SECRET_FILE: a flag shows in ps)")
     .option("--store <store>", "store.url: memory | redis://host:port | upstash")
     .option("--store-prefix <prefix>", "store.prefix: prefix of every Redis key (default edgeloop:)")
     .option("--store-timeout <seconds>", "exit non-zero when the store stays unreachable this long (default: reconnect for as long as it is down)", secondsFlag("--store-timeout"))
@@ -49,7 +49,7 @@ function configFlags(cmd: Command): Command {
     .option("--model <name|dir>", "model: qwen3 (default), llama3_1, deepseek_v3, gpt_oss, gemma3, or a Hugging Face model directory (tokenizer.json, tokenizer_config.json, optional chat_template.jinja and generation_config.json)")
     .option("--agent <url|example>", "agent.url: where openai_agent tasks are POSTed (openai_agent becomes the default loop); rollout only: every row runs through openai_agent, and `example` starts the example agent (edgeloop agent-example) in-process")
     .option("--agent-timeout-ms <ms>", "agent.timeout_ms: how long an openai_agent trajectory's agent has, from its task to the session's deadline (default 600000)", intFlag("--agent-timeout-ms", 1))
-    .option("--agent-secret <secret>", "agent.secret: HMAC secret the agent tasks are signed with (x-edgeloop-signature)")
+    .option("--agent-secret <secret>", "agent.secret: HMAC secret the agent tasks are signed with (x-edgeloop-signature; prefer env EDGELOOP_AGENT_SECRET or EDGELOOP_AGENT_SECRET_FILE)")
     .option("--public-url <url>", "agent.public_url: the URL agents reach this edgeloop API at (the tasks' base_url)");
 }
 
@@ -87,7 +87,9 @@ configFlags(
     .command("serve")
     .description("serve the HTTP API (rollouts, groups, openapi) on one port")
     .option("--port <port>", "port", port, 8787)
-    .option("--host <host>", "address to bind", "127.0.0.1")
+    .option("--host <host>", "address to bind (a non-loopback address needs EDGELOOP_API_TOKEN, or --insecure-no-auth)", "127.0.0.1")
+    .option("--metrics-auth", "GET /metrics needs the API token too (default: public, like /health)")
+    .option("--insecure-no-auth", "serve without EDGELOOP_API_TOKEN on a non-loopback --host (anyone who reaches it can use the API)")
     .addOption(
       new Option("--jobs <mode>", "queue: POST /v1/rollouts enqueues jobs for `edgeloop worker` (default with a Redis/Upstash store); inline: run batches in this process").choices([
         "inline",
@@ -222,7 +224,7 @@ program
   .description("serve the Upstash REST protocol over a local Redis")
   .option("--port <port>", "port", port, 8079)
   .option("--redis <url>", "Redis URL", "redis://127.0.0.1:6379")
-  .requiredOption("--token <token>", "bearer token clients must send")
+  .option("--token <token>", "bearer token clients must send (prefer env UPSTASH_REDIS_REST_TOKEN or UPSTASH_REDIS_REST_TOKEN_FILE: a flag shows in ps)")
   .option("--host <host>", "address to bind", "127.0.0.1")
   .action(async (opts) => (await import("./engine-commands.ts")).upstashBridgeCommand(opts));
 

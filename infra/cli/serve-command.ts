@@ -8,16 +8,69 @@ import { buildRuntime, unsignedToolsWarning } from "./runtime.ts";
 import { loadTokenizer } from "../node/model-dir.ts";
 import { untilSignal } from "./engine-commands.ts";
 import { listen } from "./listen.ts";
+import { secretFromEnv } from "./secrets.ts";
+import { isLoopbackName, loopbackGuard } from "../../functions/http-util.ts";
+
+/** The host name of `agent.public_url`, which agents and tool servers send as `Host` (none when unset). */
+function publicHosts(publicUrl: string | null | undefined): string[] {
+  if (!publicUrl) return [];
+  try {
+    return [new URL(publicUrl).hostname.replace(/^\[|\]$/g, "")];
+  } catch {
+    return [];
+  }
+}
+
+/**
+ * How a token-less `serve` announces itself (stderr), one line per case:
+ * loopback-only (the default) or exposed on purpose (`--insecure-no-auth`).
+ */
+export function authLine(token: string | null, host: string, insecure: boolean): string {
+  if (token) return "auth       bearer token required on /v1/* (EDGELOOP_API_TOKEN)";
+  if (insecure) return `auth       NONE on ${host} (--insecure-no-auth): anyone who reaches this address can submit batches, read trajectories and pause engines`;
+  return "auth       NONE: no EDGELOOP_API_TOKEN, so this server is for this machine only: bound to loopback, Host and Origin must be 127.0.0.1, localhost or [::1] (set EDGELOOP_API_TOKEN to serve others)";
+}
+
+/**
+ * Said at start by a `serve` on the memory store (S23): it never frees what
+ * it holds, so a long-running server grows with every batch.
+ */
+export const MEMORY_STORE_WARNING =
+  "warning    memory store: every batch, record and group stays in this process's memory until it exits (nothing is freed); for a long-running serve use --store redis://… and `edgeloop gc`";
+
+/**
+ * Whether a `--host` value binds loopback only (`127.0.0.0/8`, `::1`, `localhost`).
+ * `0.0.0.0`, `::` and every other address do not.
+ */
+export function isLoopbackBind(host: string): boolean {
+  return isLoopbackName(host);
+}
 
 /**
  * `edgeloop serve --port P …`: the HTTP API on one port (rollouts, groups,
  * trajectories, session callbacks, /metrics, /viewer, openapi). Bearer auth
- * on `/v1/*` when `EDGELOOP_API_TOKEN` is set. With a Redis or Upstash store
+ * on `/v1/*` when `EDGELOOP_API_TOKEN` (or `EDGELOOP_API_TOKEN_FILE`) is set.
+ * Without a token the server is for loopback clients only: `--host` must be a
+ * loopback address (else refused, unless `--insecure-no-auth`), and every
+ * request's `Host`/`Origin` must be a loopback name (or the host of
+ * `agent.public_url`): 403 `forbidden_host` otherwise, which stops DNS
+ * rebinding. With a Redis or Upstash store
  * batches are enqueued for `edgeloop worker` processes (`--jobs inline` runs
  * them here instead).
+ * @throws InputError (field `--host`) for a non-loopback `--host` without a token or `--insecure-no-auth`
  */
-export async function serveCommand(flags: ConfigFlags & { port: number; host: string; jobs?: "inline" | "queue"; maxPending?: number; lostGrace?: number }): Promise<void> {
+export async function serveCommand(flags: ConfigFlags & { port: number; host: string; jobs?: "inline" | "queue"; maxPending?: number; lostGrace?: number; insecureNoAuth?: boolean; metricsAuth?: boolean }): Promise<void> {
   refuseExampleAgent(flags, "serve");
+  const apiToken = secretFromEnv("EDGELOOP_API_TOKEN");
+  const insecure = flags.insecureNoAuth === true;
+  if (!apiToken && !insecure && !isLoopbackBind(flags.host)) {
+    throw new InputError(
+      "--host",
+      `${flags.host} is not a loopback address and no EDGELOOP_API_TOKEN is set: anyone reaching it could submit batches, read trajectories and pause engines. Set EDGELOOP_API_TOKEN (or EDGELOOP_API_TOKEN_FILE), or pass --insecure-no-auth to serve without auth anyway`,
+    );
+  }
+  if (flags.metricsAuth && !apiToken) throw new InputError("--metrics-auth", "puts /metrics behind EDGELOOP_API_TOKEN, which is not set");
+  if (apiToken && insecure) throw new InputError("--insecure-no-auth", "EDGELOOP_API_TOKEN is set: the API requires it, so --insecure-no-auth would not apply");
   const runtime = await buildRuntime(flags, {
     waitForStore: true,
     jobs: flags.jobs ?? "auto",
@@ -34,20 +87,23 @@ export async function serveCommand(flags: ConfigFlags & { port: number; host: st
   const rollouts = createRolloutsApp({
     service: runtime.service,
     health: runtime.storeHealth,
-    apiToken: process.env.EDGELOOP_API_TOKEN || null,
+    apiToken,
+    metricsAuth: flags.metricsAuth === true,
     tokenizer: () => loadTokenizer(runtime.config.model ?? undefined),
     engine: runtime.engine,
   });
   // The agent gateway's routes (session-scoped OpenAI endpoint, finish) come first: they
   // authenticate by the session's own bearer token, not by the API's.
   let app: Hono = new Hono();
+  // Token-less and loopback-bound: refuse every request addressed to another name (DNS rebinding).
+  if (!apiToken && !insecure) app.use("*", loopbackGuard(publicHosts(runtime.config.agent.public_url)));
   app.route("/", createAgentGatewayApp({ gateway: runtime.agentGateway }));
   if (!runtime.callbacks) app.route("/", rollouts);
   else {
     // Tool callbacks of durable sessions (POST /v1/sessions/{key}/tool-results) are mounted first:
     // they authenticate by webhook signature, not by the API's bearer token. In queue mode they
     // only commit the result and wake the worker running the session.
-    app.route("/", createSessionsApp({ backend: runtime.callbacks, secret: runtime.config.tools.secret ?? null, apiToken: process.env.EDGELOOP_API_TOKEN || null }));
+    app.route("/", createSessionsApp({ backend: runtime.callbacks, secret: runtime.config.tools.secret ?? null, apiToken }));
     app.route("/", rollouts);
   }
   app.notFound((c) => c.json({ error: { code: "not_found", message: `no route ${c.req.method} ${c.req.path}` } }, 404));
@@ -58,7 +114,8 @@ export async function serveCommand(flags: ConfigFlags & { port: number; host: st
   for (const line of runtime.warnings) console.error(line);
   const unsigned = unsignedToolsWarning(runtime.config);
   if (unsigned) console.error(unsigned);
-  console.error(`auth       ${process.env.EDGELOOP_API_TOKEN ? "bearer token required" : "none (set EDGELOOP_API_TOKEN to require one)"}`);
+  console.error(authLine(apiToken, flags.host, insecure));
+  if (runtime.config.store.url === "memory") console.error(MEMORY_STORE_WARNING);
   console.log(`edgeloop serving on http://${flags.host}:${server.port} (POST /v1/rollouts, GET /viewer, GET /metrics, GET /openapi.json)`);
   await untilSignal();
   server.stop(true);

@@ -37,8 +37,10 @@ export interface Env extends TelemetryEnv {
   EDGELOOP_TOOLS_SECRET?: string;
   /** App config as JSON text (`{rollout: {...}}`), merged over the defaults. */
   EDGELOOP_CONFIG?: string;
-  /** Bearer token for the API (`/v1/rollouts`, `/v1/groups`). */
+  /** Bearer token for the API (`/v1/rollouts`, `/v1/groups`); a secret (`wrangler secret put`). Without it the API is refused unless `EDGELOOP_ALLOW_ANONYMOUS` is `1`. */
   EDGELOOP_API_TOKEN?: string;
+  /** `1` (or `true`): serve `/v1/*` without `EDGELOOP_API_TOKEN` (anyone reaching the URL may use it). Anything else: refused (403 `auth_not_configured`). */
+  EDGELOOP_ALLOW_ANONYMOUS?: string;
   UPSTASH_REDIS_REST_URL: string;
   UPSTASH_REDIS_REST_TOKEN: string;
   /** Prefix of every Redis key (default `edgeloop:`). */

@@ -9,10 +9,14 @@
  * - `POST /v1/sessions/{key}/openai/v1/chat/completions`, `GET …/openai/v1/models`,
  *   `POST /v1/sessions/{key}/finish` (agent gateway; bearer = the session token) → forwarded to the key's object
  * - `GET /health` (503 naming the Upstash store while it is unreachable)
+ *
+ * `/v1/rollouts` and `/v1/groups/*` need `Authorization: Bearer <EDGELOOP_API_TOKEN>`;
+ * without that secret they are refused (403 `auth_not_configured`) unless
+ * `EDGELOOP_ALLOW_ANONYMOUS=1` is set. The auth state is logged on an isolate's first request.
  */
 import { flushSpans, workerTelemetry } from "./telemetry.ts";
 import { Hono } from "hono";
-import { bearerAuth, readJson } from "../../functions/http-util.ts";
+import { allowAnonymous, apiAuth, readJson, runtimeAuthLine } from "../../functions/http-util.ts";
 import { errorResponse } from "../../functions/rollouts.ts";
 import { mergeConfig, parseAppConfig } from "../../shared/config/app-config.ts";
 import { ConfigError, inputErrorFromZod } from "../../shared/errors.ts";
@@ -40,7 +44,8 @@ app.get("/health", async (c) => {
 // Callbacks authenticate by signature inside the object, so they are routed before the bearer check.
 app.all("/v1/sessions/:key/*", (c) => c.env.SESSIONS.get(c.env.SESSIONS.idFromName(c.req.param("key"))).fetch(c.req.raw));
 app.get("/v1/sessions/:key", (c) => c.env.SESSIONS.get(c.env.SESSIONS.idFromName(c.req.param("key"))).fetch(c.req.raw));
-app.use("/v1/*", async (c, next) => bearerAuth(c.env.EDGELOOP_API_TOKEN || null)(c, next));
+// Fails closed: without EDGELOOP_API_TOKEN the API is refused unless EDGELOOP_ALLOW_ANONYMOUS=1 says otherwise.
+app.use("/v1/*", async (c, next) => apiAuth(c.env.EDGELOOP_API_TOKEN || null, allowAnonymous(c.env.EDGELOOP_ALLOW_ANONYMOUS), "Worker")(c, next));
 
 app.post("/v1/rollouts", async (c) => {
   const rt = await workerRuntime(c.env);
@@ -127,8 +132,16 @@ app.notFound((c) =>
   ),
 );
 
+/** The auth state last logged by this isolate (a Worker has no start: it is said on the first request, and again if it changes). */
+let loggedAuth: string | null = null;
+
 export default {
   async fetch(req: Request, env: Env, ctx: ExecutionContext): Promise<Response> {
+    const line = runtimeAuthLine(env.EDGELOOP_API_TOKEN || null, allowAnonymous(env.EDGELOOP_ALLOW_ANONYMOUS));
+    if (line !== loggedAuth) {
+      loggedAuth = line;
+      console.log(`edgeloop (workerd) ${line}`);
+    }
     const telemetry = workerTelemetry(env);
     const res = await app.fetch(req, env, ctx as never);
     // Spans of this request (and of work it left to waitUntil by then) leave after the response.

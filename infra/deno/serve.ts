@@ -7,14 +7,17 @@
  * `EDGELOOP_TOOLS` (tools file), `EDGELOOP_TOOLS_SECRET`, `EDGELOOP_STORE`
  * (`upstash` with `UPSTASH_REDIS_REST_URL`/`_TOKEN`, or `redis://…`; a Redis
  * store runs trajectories as durable sessions), `EDGELOOP_STORE_PREFIX`,
- * `EDGELOOP_API_TOKEN`, `PORT` (default 8787; 0 picks one), `HOST`; the agent
+ * `EDGELOOP_API_TOKEN` (or `EDGELOOP_API_TOKEN_FILE`; without one `/v1/*` is
+ * refused with 403 `auth_not_configured` unless `EDGELOOP_ALLOW_ANONYMOUS=1`,
+ * which on a loopback `HOST` also checks `Host`/`Origin` against loopback
+ * names), `PORT` (default 8787; 0 picks one), `HOST`; the agent
  * gateway's `EDGELOOP_AGENT_URL` (openai_agent tasks; also makes openai_agent the
  * default loop), `EDGELOOP_AGENT_SECRET`, `EDGELOOP_AGENT_TIMEOUT_MS`,
  * `EDGELOOP_PUBLIC_URL` (the URL agents reach this server at; default the
  * address it listens on); `OTEL_EXPORTER_OTLP_ENDPOINT` (or
  * `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`), `OTEL_SERVICE_NAME`,
  * `OTEL_SDK_DISABLED`: spans over OTLP/HTTP as the CLI sends them.
- * Prints `edgeloop (deno) serving on http://host:port` once listening.
+ * Prints its auth state (stderr) and `edgeloop (deno) serving on http://host:port` once listening.
  */
 import { Hono } from "hono";
 import { createRolloutsApp, errorResponse } from "../../functions/rollouts.ts";
@@ -23,6 +26,8 @@ import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
 import { buildRuntime } from "../cli/runtime.ts";
 import { healthResponse } from "../../shared/store/store-health.ts";
 import { setupTelemetryFromEnv } from "../telemetry/setup.ts";
+import { allowAnonymous, apiAuth, isLoopbackName, loopbackGuard, runtimeAuthLine } from "../../functions/http-util.ts";
+import { secretFromEnv } from "../cli/secrets.ts";
 import { bodyTimeoutFromEnv, withBodyDeadline } from "../../functions/body-deadline.ts";
 
 declare const Deno: {
@@ -44,16 +49,22 @@ const runtime = await buildRuntime({
   config: env("EDGELOOP_CONFIG"),
   engine: env("EDGELOOP_ENGINE"),
   tools: env("EDGELOOP_TOOLS"),
-  toolsSecret: env("EDGELOOP_TOOLS_SECRET"),
+  toolsSecret: secretFromEnv("EDGELOOP_TOOLS_SECRET", Deno.env.toObject()) ?? undefined,
   store: env("EDGELOOP_STORE"),
   storePrefix: env("EDGELOOP_STORE_PREFIX"),
   agent: env("EDGELOOP_AGENT_URL"),
-  agentSecret: env("EDGELOOP_AGENT_SECRET"),
+  agentSecret: secretFromEnv("EDGELOOP_AGENT_SECRET", Deno.env.toObject()) ?? undefined,
   agentTimeoutMs: env("EDGELOOP_AGENT_TIMEOUT_MS") === undefined ? undefined : Number(env("EDGELOOP_AGENT_TIMEOUT_MS")),
   publicUrl: env("EDGELOOP_PUBLIC_URL"),
 });
-const apiToken = env("EDGELOOP_API_TOKEN") ?? null;
+const apiToken = secretFromEnv("EDGELOOP_API_TOKEN", Deno.env.toObject());
+const anonymous = !apiToken && allowAnonymous(env("EDGELOOP_ALLOW_ANONYMOUS"));
+const host = env("HOST") ?? "127.0.0.1";
 const app = new Hono();
+// Anonymous on a loopback address: only loopback names as Host/Origin (DNS rebinding), as `edgeloop serve` does.
+if (anonymous && isLoopbackName(host)) app.use("*", loopbackGuard(env("EDGELOOP_PUBLIC_URL") ? [new URL(env("EDGELOOP_PUBLIC_URL")!).hostname] : []));
+// Fails closed: without a token /v1/* is refused (403 auth_not_configured) unless EDGELOOP_ALLOW_ANONYMOUS=1.
+if (!apiToken && !anonymous) app.use("/v1/*", apiAuth(null, false, "Deno entry"));
 // 503 naming the store while it is unreachable.
 app.get("/health", async () => healthResponse(await runtime.storeHealth(), { runtime: "deno" }));
 // The agent gateway authenticates by each session's own token: routed before the API's bearer check.
@@ -63,12 +74,13 @@ app.route("/", createRolloutsApp({ service: runtime.service, apiToken, engine: r
 app.notFound((c) => c.json({ error: { code: "not_found", message: `no route ${c.req.method} ${c.req.path}` } }, 404));
 app.onError((err, c) => errorResponse(err, c));
 for (const line of runtime.describe) console.error(line);
+console.error(runtimeAuthLine(apiToken, anonymous));
 // The start-up warnings (unsigned agent tasks among them, S20), as serve prints them.
 for (const line of runtime.warnings) console.error(line);
 const server = Deno.serve(
   {
     port: Number(env("PORT") ?? 8787),
-    hostname: env("HOST") ?? "127.0.0.1",
+    hostname: host,
     onListen: (a) => {
       runtime.setPublicUrl(`http://${a.hostname === "0.0.0.0" ? "127.0.0.1" : a.hostname}:${a.port}`);
       console.log(`edgeloop (deno) serving on http://${a.hostname}:${a.port}`);

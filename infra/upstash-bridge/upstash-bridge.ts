@@ -1,5 +1,6 @@
 import IORedis from "ioredis";
 import { maskRedisUrl } from "../redis/redis-check.ts";
+import { constantTimeEqual } from "../../shared/tools/signature.ts";
 import { listen } from "../cli/listen.ts";
 
 /** Options of {@link startUpstashBridge}. */
@@ -163,7 +164,8 @@ export async function startUpstashBridge(opts: UpstashBridgeOptions): Promise<Up
     hostname: opts.hostname ?? "127.0.0.1",
     async fetch(req) {
       if (req.method !== "POST") return json({ error: "ERR only POST is supported" }, 405);
-      if (req.headers.get("authorization") !== expected) return json({ error: "Unauthorized" }, 401);
+      // Constant time: the comparison takes as long whatever prefix of the token a guess gets right.
+      if (!constantTimeEqual(req.headers.get("authorization") ?? "", expected)) return json({ error: "Unauthorized" }, 401);
       const path = new URL(req.url).pathname.replace(/\/+$/, "") || "/";
       if (path !== "/" && path !== "/pipeline" && path !== "/multi-exec") return json({ error: `ERR unknown path ${path}` }, 404);
       const base64 = (req.headers.get("upstash-encoding") ?? "").toLowerCase() === "base64";

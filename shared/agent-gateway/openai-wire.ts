@@ -87,18 +87,51 @@ const FunctionIn = z.looseObject(
 );
 
 /**
+ * Request keys the gateway reads (some only at their no-op value, see
+ * {@link parseChatRequest}).
+ */
+export const CHAT_REQUEST_KEYS: readonly string[] = [
+  "model", "messages", "tools", "tool_choice", "temperature", "top_p", "seed", "max_tokens", "max_completion_tokens", "stop", "stream", "logprobs",
+  "n", "top_logprobs", "frequency_penalty", "presence_penalty", "response_format", "logit_bias", "functions", "function_call",
+];
+
+/**
+ * Request keys accepted and ignored: bookkeeping and transport options that
+ * do not change what is sampled. A reply to a request carrying any of them
+ * (not null) names them in the `x-edgeloop-ignored-keys` header
+ * ({@link ignoredChatKeys}).
+ */
+export const IGNORED_CHAT_KEYS: readonly string[] = ["user", "metadata", "store", "parallel_tool_calls", "stream_options", "service_tier", "reasoning_effort", "prompt_cache_key", "safety_identifier"];
+
+const KNOWN_KEYS = new Set([...CHAT_REQUEST_KEYS, ...IGNORED_CHAT_KEYS]);
+
+/**
+ * The {@link IGNORED_CHAT_KEYS} a request body carries with a non-null value,
+ * in the body's order (empty for a non-object body).
+ */
+export function ignoredChatKeys(body: unknown): string[] {
+  if (!isRecord(body)) return [];
+  return Object.keys(body).filter((k) => IGNORED_CHAT_KEYS.includes(k) && !nullish(body[k]));
+}
+
+/**
  * Parses an OpenAI chat-completions request body (already JSON-decoded).
  *
- * Accepted and ignored: `user`, `metadata`, `store`, `parallel_tool_calls`,
- * `stream_options`, `service_tier`, `reasoning_effort`, and any field this
- * function does not know (forward compatibility, as vLLM does). Accepted only
+ * Strict like the rest of edgeloop's API: a key outside
+ * {@link CHAT_REQUEST_KEYS} and {@link IGNORED_CHAT_KEYS} is refused with a
+ * 400 naming it (`top_k`, `min_tokens`, `repetition_penalty`, … would change
+ * sampling in a way edgeloop does not do or record: silently dropping them
+ * would sample something other than what the agent asked for). Accepted and
+ * ignored (named in the reply's `x-edgeloop-ignored-keys`): `user`, `metadata`, `store`,
+ * `parallel_tool_calls`, `stream_options`, `service_tier`, `reasoning_effort`,
+ * `prompt_cache_key`, `safety_identifier`. Accepted only
  * at their no-op value (anything else changes sampling in a way edgeloop does
  * not do, so it is refused rather than ignored): `n` 1, `top_logprobs` 0,
  * `frequency_penalty`/`presence_penalty` 0, `response_format` `{type:"text"}`,
  * `logit_bias` `{}`, legacy `functions` `[]`, `function_call` `"auto"`/`"none"`;
  * null counts as absent everywhere.
  *
- * @throws InputError naming the field: `body`, `messages`, `messages[2].role`,
+ * @throws InputError naming the field: an unknown key, `body`, `messages`, `messages[2].role`,
  *   `messages[2].content[0].type` (image/audio/file parts: the token core is
  *   text-only), `messages[1].tool_calls[0].id`, `tools[0].type`, `tool_choice`,
  *   `temperature`, `top_p`, `seed`, `max_tokens`, `max_completion_tokens`,
@@ -107,6 +140,11 @@ const FunctionIn = z.looseObject(
 export function parseChatRequest(body: unknown): ChatRequest {
   if (!isRecord(body)) throw new InputError("body", "expected a JSON object (an OpenAI chat-completions request)");
   const b = body;
+  for (const k of Object.keys(b)) {
+    if (!KNOWN_KEYS.has(k)) {
+      throw new InputError(k.slice(0, 100), "not supported by edgeloop's agent gateway (it samples only with model, messages, tools, tool_choice, temperature, top_p, seed, max_tokens, max_completion_tokens, stop, stream, logprobs): remove it");
+    }
+  }
 
   if (!nullish(b.n) && b.n !== 1) throw new InputError("n", "edgeloop samples one choice per call: n must be 1 (or absent)");
   if (!nullish(b.top_logprobs) && b.top_logprobs !== 0) {

@@ -62,7 +62,11 @@ export interface MemoryTransferQueueOptions extends TransferQueueOptions {
  * per partition with a pending list, redelivery after the visibility timeout —
  * held in maps. Records are stored encoded (as in Redis) so callers never
  * share arrays with the queue and log-probs come back as float32 everywhere.
- * Nothing survives a restart.
+ * Nothing survives a restart, and nothing is freed before it: every record,
+ * group and batch stays in memory for the life of the process (no retention,
+ * no `gc`; an acknowledged delivery is kept too). Meant for `rollout`, tests
+ * and short-lived servers; `edgeloop serve` on it warns at start (see
+ * docs/security.md, limits). Long-running servers use the Redis/Upstash store.
  */
 export class MemoryTransferQueue implements TransferQueue {
   private readonly records = new Map<string, EncodedRecord>();

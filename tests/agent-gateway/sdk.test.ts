@@ -242,6 +242,30 @@ describe("agent gateway through the openai SDK", () => {
     }
   });
 
+  test("S16: keys that would change sampling are refused with a 400 naming them (no engine call); ignored ones are named in the reply", async () => {
+    const { gw, fetchApp, engine } = setup();
+    await createSession(gw);
+    const client = sdk(fetchApp);
+    const body = { model: "qwen3", messages: rows[0]!.prompt as OpenAI.ChatCompletionMessageParam[], tools: sdkTools };
+    for (const [key, value] of [["top_k", 1], ["min_tokens", 5000], ["repetition_penalty", 1.2], ["chat_template_kwargs", { enable_thinking: false }], ["guided_json", {}]] as const) {
+      const err = await client.chat.completions.create({ ...body, [key]: value } as never).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(OpenAI.BadRequestError);
+      expect((err as InstanceType<typeof OpenAI.BadRequestError>).error).toEqual({
+        code: "invalid_input",
+        field: key,
+        message: `${key}: not supported by edgeloop's agent gateway (it samples only with model, messages, tools, tool_choice, temperature, top_p, seed, max_tokens, max_completion_tokens, stop, stream, logprobs): remove it`,
+      });
+    }
+    expect(engine.stats.requests).toBe(0);
+    // Bookkeeping keys are accepted, and the reply says they were not used.
+    const { response } = await client.chat.completions.create({ ...body, user: "u-1", metadata: { run: "x" }, parallel_tool_calls: false, service_tier: null } as never).withResponse();
+    expect(response.status).toBe(200);
+    expect(response.headers.get("x-edgeloop-ignored-keys")).toBe("user,metadata,parallel_tool_calls");
+    const plain = await client.chat.completions.create(body).withResponse();
+    expect(plain.response.headers.get("x-edgeloop-ignored-keys")).toBeNull();
+    expect(engine.stats.requests).toBe(1);
+  });
+
   test("a repeated request gets the identical reply and no engine call", async () => {
     const { gw, fetchApp, engine } = setup();
     await createSession(gw);
@@ -260,7 +284,7 @@ describe("agent gateway through the openai SDK", () => {
     expect(engine.stats.requests).toBe(2);
   });
 
-  test("401, 404, 400 naming the field, 409 after finish (not retried by the SDK), finish idempotent", async () => {
+  test("401 (wrong token or unknown key alike), 400 naming the field, 409 after finish (not retried by the SDK), finish idempotent", async () => {
     const { gw, fetchApp, engine, seen } = setup();
     await createSession(gw);
     const msgs = rows[0]!.prompt as OpenAI.ChatCompletionMessageParam[];
@@ -277,8 +301,14 @@ describe("agent gateway through the openai SDK", () => {
     const noBearer = await fetchApp(`${BASE}/v1/sessions/u0_0_0/openai/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", messages: msgs }) });
     expect(noBearer.status).toBe(401);
     expect(noBearer.headers.get("www-authenticate")).toBe('Bearer realm="edgeloop"');
-    expect(await err(sdk(fetchApp, "nope_0_0").chat.completions.create({ model: "m", messages: msgs }))).toMatchObject({ status: 404, error: { code: "not_found", field: "key" } });
-    expect(await err(sdk(fetchApp, "nope_0_0").models.list())).toMatchObject({ status: 404 });
+    // S15: an unknown key is the same 401 as a wrong token (no session-existence oracle).
+    const unknown = await err(sdk(fetchApp, "nope_0_0").chat.completions.create({ model: "m", messages: msgs }));
+    expect(unknown).toEqual({ status: 401, error: { code: "unauthorized", message: "wrong or missing bearer token for agent session 'nope_0_0'" } });
+    expect(await err(sdk(fetchApp, "u0_0_0", "wrong").chat.completions.create({ model: "m", messages: msgs }))).toEqual({
+      status: 401,
+      error: { code: "unauthorized", message: "wrong or missing bearer token for agent session 'u0_0_0'" },
+    });
+    expect(await err(sdk(fetchApp, "nope_0_0").models.list())).toMatchObject({ status: 401 });
     const client = sdk(fetchApp);
     const bad = async (extra: Record<string, unknown>, messages = msgs) => err(client.chat.completions.create({ model: "m", messages, ...extra } as OpenAI.ChatCompletionCreateParamsNonStreaming));
     expect(await bad({ n: 2 })).toMatchObject({ status: 400, error: { code: "invalid_input", field: "n" } });
@@ -300,7 +330,7 @@ describe("agent gateway through the openai SDK", () => {
     expect(st.finish).toMatchObject({ by: "agent", reward: 1, metadata: { steps: 0 } });
     expect(st.step).toBe(1);
     expect((await finishCall(fetchApp, "u0_0_0", {}, "wrong")).status).toBe(401);
-    expect((await finishCall(fetchApp, "nope_0_0")).status).toBe(404);
+    expect((await finishCall(fetchApp, "nope_0_0")).status).toBe(401);
     expect((await finishCall(fetchApp, "u0_0_0", { reward: "high" })).body).toMatchObject({ error: { field: "reward" } });
 
     // 409 even with the SDK's default retries: answered once (x-should-retry: false), no engine call.

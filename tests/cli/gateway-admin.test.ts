@@ -1,6 +1,8 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { startGatewayProcess } from "../helpers/gateway-process.ts";
 import { join } from "node:path";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 
 // `edgeloop gateway` takes its admin token from EDGELOOP_ADMIN_TOKEN: /admin/* then needs it, proxied calls do not.
 const MAIN = join(import.meta.dir, "..", "..", "infra", "cli", "main.ts");
@@ -32,9 +34,27 @@ describe("edgeloop gateway admin token", () => {
     expect((await fetch(`${url}/health`)).status).not.toBe(401);
   }, 20_000);
 
-  test("without it, /admin/* is open and the banner says so", async () => {
+  test("S6: without it, /admin/* is off (403 admin_disabled, even with a bearer token) and the banner says so", async () => {
     const { url, banner } = await startGateway({ EDGELOOP_ADMIN_TOKEN: "" });
-    expect(banner).toContain("/admin/* is open");
-    expect((await fetch(`${url}/admin/replicas`)).status).toBe(200);
+    expect(banner).toContain("/admin/* is off (set EDGELOOP_ADMIN_TOKEN to enable it behind a bearer token)");
+    expect(banner).toContain("forwards only POST /v1/completions, POST /inference/v1/generate, POST /generate, POST /tokenize, POST /v1/tokenize, GET /v1/models;");
+    for (const init of [{}, { headers: { authorization: "Bearer anything" } }]) {
+      const res = await fetch(`${url}/admin/replicas`, init);
+      expect(res.status).toBe(403);
+      expect(await res.json()).toEqual({
+        error: { code: "admin_disabled", message: "the gateway's admin API is off: start it with EDGELOOP_ADMIN_TOKEN set to enable /admin/* behind that bearer token" },
+      });
+    }
+    const add = await fetch(`${url}/admin/replicas`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ url: "http://127.0.0.1:18951" }) });
+    expect(add.status).toBe(403);
+  }, 20_000);
+
+  test("S12: the admin token can come from a file (EDGELOOP_ADMIN_TOKEN_FILE)", async () => {
+    const file = join(mkdtempSync(join(tmpdir(), "edgeloop-admin-")), "token");
+    writeFileSync(file, `${TOKEN}\n`);
+    const { url, banner } = await startGateway({ EDGELOOP_ADMIN_TOKEN: "", EDGELOOP_ADMIN_TOKEN_FILE: file });
+    expect(banner).toContain("/admin/* needs the bearer token from EDGELOOP_ADMIN_TOKEN");
+    expect((await fetch(`${url}/admin/replicas`)).status).toBe(401);
+    expect((await fetch(`${url}/admin/replicas`, { headers: { authorization: `Bearer ${TOKEN}` } })).status).toBe(200);
   }, 20_000);
 });

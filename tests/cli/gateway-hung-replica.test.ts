@@ -44,7 +44,7 @@ afterAll(async () => {
 });
 
 async function startGateway(args: string[]): Promise<{ url: string; banner: string }> {
-  return startGatewayProcess([...args, "--port", "0"], procs);
+  return startGatewayProcess([...args, "--port", "0"], procs, { EDGELOOP_ADMIN_TOKEN: "test-admin-token" });
 }
 
 describe("E8: one of three replicas hangs", () => {
@@ -76,7 +76,7 @@ describe("E8: one of three replicas hangs", () => {
     for (const r of sim.replicas) for (const l of r.engine.requests) if (l.finish_reason) answered.set(l.routing_key!, (answered.get(l.routing_key!) ?? 0) + 1);
     for (const r of records) expect(answered.get(r.key) ?? 0).toBeGreaterThanOrEqual(1);
 
-    const admin = await (await fetch(`${url}/admin/replicas`)).json();
+    const admin = await (await fetch(`${url}/admin/replicas`, { headers: { authorization: "Bearer test-admin-token" } })).json();
     expect(admin.breaker).toEqual({ eject_after: 3, cooldown_ms: 60_000, attempt_timeout_ms: null });
     const statusA = admin.replicas.find((r: { url: string }) => r.url === a);
     expect(statusA).toMatchObject({ healthy: false, state: "ejected", ejections: 1, inflight: 0 });
@@ -97,7 +97,7 @@ describe("E8: one of three replicas hangs", () => {
 
   test("flags override the config file; an invalid value is a config error naming the key (exit 2)", async () => {
     const { url } = await startGateway(["--replicas", sim.urls.join(","), "--attempt-timeout-ms", "2500", "--eject-after", "5"]);
-    const admin = await (await fetch(`${url}/admin/replicas`)).json();
+    const admin = await (await fetch(`${url}/admin/replicas`, { headers: { authorization: "Bearer test-admin-token" } })).json();
     expect(admin.breaker).toEqual({ eject_after: 5, cooldown_ms: 10_000, attempt_timeout_ms: 2500 });
     const bad = Bun.spawnSync([process.execPath, MAIN, "gateway", "--replicas", sim.urls[0]!, "--port", "0", "--eject-after", "0"], { stdout: "pipe", stderr: "pipe" });
     expect(bad.exitCode).toBe(2);

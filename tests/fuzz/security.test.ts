@@ -46,9 +46,11 @@ describe("bearer token", () => {
     expect(add.status).toBe(401);
     expect(gw.replicas().map((r) => r.url)).toEqual(["http://r1.test"]);
     expect((await gw.app.request("/v1/completions", { method: "POST", body: "{}" })).status).toBe(200);
-    // Without a configured token the admin API stays open (deployments put it behind their own auth).
-    const open = createGatewayApp({ replicas: ["http://r1.test"], healthIntervalMs: 0 });
-    expect((await open.app.request("/admin/replicas")).status).toBe(200);
+    // Without a configured token the admin API is off (S6), not open.
+    const off = createGatewayApp({ replicas: ["http://r1.test"], healthIntervalMs: 0 });
+    const refused = await off.app.request("/admin/replicas");
+    expect(refused.status).toBe(403);
+    expect(((await refused.json()) as { error: { code: string } }).error.code).toBe("admin_disabled");
   });
 });
 
@@ -121,7 +123,7 @@ describe("request body size limits", () => {
   test("every endpoint refuses an oversized body, declared or streamed, with 413", async () => {
     const rollouts = createRolloutsApp({ service: service(), apiToken: TOKEN, maxBodyBytes: 64 * 1024 });
     const sessions = createSessionsApp({ backend: { deliver: async () => {} }, maxBodyBytes: 64 * 1024 });
-    const gw = createGatewayApp({ replicas: ["http://r1.test"], healthIntervalMs: 0, maxBodyBytes: 64 * 1024, fetch: async () => Response.json({}) });
+    const gw = createGatewayApp({ replicas: ["http://r1.test"], healthIntervalMs: 0, maxBodyBytes: 64 * 1024, adminToken: ADMIN, fetch: async () => Response.json({}) });
     const auth = { authorization: `Bearer ${TOKEN}` };
     for (const [app, path, headers] of [
       [rollouts, "/v1/rollouts", auth],
@@ -133,7 +135,7 @@ describe("request body size limits", () => {
       await expect413(await app.request(path, { method: "POST", headers: { ...headers, "content-length": String(big.length) }, body: big }));
       await expect413(await app.request(path, { method: "POST", headers, body: streamOf(big) }));
     }
-    const admin = await gw.app.request("/admin/replicas", { method: "POST", body: streamOf("y".repeat(65 * 1024 + 1)) });
+    const admin = await gw.app.request("/admin/replicas", { method: "POST", headers: { authorization: `Bearer ${ADMIN}` }, body: streamOf("y".repeat(65 * 1024 + 1)) });
     expect(admin.status).toBe(413);
   });
 });

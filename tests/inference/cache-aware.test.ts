@@ -91,7 +91,7 @@ describe("engine clients send the prefix key", () => {
 
 describe("gateway: prefix placement and the per-replica hit rate", () => {
   test("first turns of new sessions sharing a prefix key go to that key's first replica; later turns stick; hit rate matches the replicas' own counts", async () => {
-    const gw = createGatewayApp({ replicas: sim.urls, healthIntervalMs: 0, routingState: new MemoryRoutingState() });
+    const gw = createGatewayApp({ replicas: sim.urls, healthIntervalMs: 0, routingState: new MemoryRoutingState(), adminToken: "test-admin-token" });
     const client = new VllmClient({ url: "http://gw.local", fetch: async (input, init) => gw.fetch(new Request(input, init)) });
     const before = sim.replicas.map((r) => ({ ...r.engine.stats }));
     const served: string[] = [];
@@ -123,7 +123,7 @@ describe("gateway: prefix placement and the per-replica hit rate", () => {
     const metrics = await (await gw.fetch(new Request("http://gw.local/metrics"))).text();
     expect(metrics).toContain(`edgeloop_gateway_cached_tokens_total{replica="${home}"} ${status.cached_tokens}`);
     expect(metrics).toContain(`edgeloop_gateway_prefix_hit_rate{replica="${home}"} ${status.prefix_hit_rate}`);
-    const admin = (await (await gw.fetch(new Request("http://gw.local/admin/replicas"))).json()) as { shared_state: unknown; replicas: { url: string; prefix_hit_rate: number | null }[] };
+    const admin = (await (await gw.fetch(new Request("http://gw.local/admin/replicas", { headers: { authorization: "Bearer test-admin-token" } }))).json()) as { shared_state: unknown; replicas: { url: string; prefix_hit_rate: number | null }[] };
     expect(admin.shared_state).toEqual({ rule: "sticky_bounded_load", epsilon: 0.2, sticky_epsilon: 1, sticky_min_load: 16, errors: 0, inflight: Object.fromEntries(sim.urls.map((u) => [u, 0])) });
     expect(admin.replicas.find((r) => r.url === home)!.prefix_hit_rate).toBe(status.prefix_hit_rate);
   });

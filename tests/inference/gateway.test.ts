@@ -30,8 +30,10 @@ afterEach(async () => {
 });
 afterAll(() => sim.stop());
 
+const ADMIN = { authorization: "Bearer test-admin-token" };
+
 function serveGateway(opts: Partial<GatewayOptions> = {}): { gw: Gateway; url: string } {
-  const gw = createGatewayApp({ replicas: sim.urls, healthIntervalMs: 0, ...opts });
+  const gw = createGatewayApp({ replicas: sim.urls, healthIntervalMs: 0, adminToken: "test-admin-token", ...opts });
   const server = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: gw.fetch });
   servers.push(server);
   return { gw, url: `http://127.0.0.1:${server.port}` };
@@ -187,16 +189,16 @@ describe("gateway routing", () => {
 
   test("replicas can be added and removed at run time; health follows the replicas", async () => {
     const { gw, url } = serveGateway({ replicas: [sim.urls[0]] });
-    expect((await (await fetch(`${url}/admin/replicas`)).json()).replicas.map((r: { url: string }) => r.url)).toEqual([sim.urls[0]]);
-    const add = await fetch(`${url}/admin/replicas`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ url: sim.urls[1] }) });
+    expect((await (await fetch(`${url}/admin/replicas`, { headers: ADMIN })).json()).replicas.map((r: { url: string }) => r.url)).toEqual([sim.urls[0]]);
+    const add = await fetch(`${url}/admin/replicas`, { method: "POST", headers: { ...ADMIN, "content-type": "application/json" }, body: JSON.stringify({ url: sim.urls[1] }) });
     expect(add.status).toBe(201);
     expect(gw.replicas().map((r) => r.url)).toEqual(sim.urls);
-    const del = await fetch(`${url}/admin/replicas`, { method: "DELETE", headers: { "content-type": "application/json" }, body: JSON.stringify({ url: sim.urls[0] }) });
+    const del = await fetch(`${url}/admin/replicas`, { method: "DELETE", headers: { ...ADMIN, "content-type": "application/json" }, body: JSON.stringify({ url: sim.urls[0] }) });
     expect(del.status).toBe(200);
     const res = await fetch(`${url}/v1/completions`, { method: "POST", body: JSON.stringify({ prompt: [1, 2], max_tokens: 1 }), headers: { "x-session-id": "k" } });
     expect(res.headers.get(REPLICA_HEADER)).toBe(sim.urls[1]);
     await res.arrayBuffer();
-    const bad = await fetch(`${url}/admin/replicas`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ url: "ftp://x" }) });
+    const bad = await fetch(`${url}/admin/replicas`, { method: "POST", headers: { ...ADMIN, "content-type": "application/json" }, body: JSON.stringify({ url: "ftp://x" }) });
     expect([bad.status, (await bad.json()).error.field]).toEqual([400, "url"]);
     expect((await fetch(`${url}/health`)).status).toBe(200);
     await sim.replicas[1].kill();

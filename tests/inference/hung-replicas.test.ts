@@ -61,7 +61,7 @@ afterEach(async () => {
 afterAll(() => sim.stop());
 
 function serveGateway(replicas: string[], opts: Partial<GatewayOptions> = {}): { gw: Gateway; url: string } {
-  const gw = createGatewayApp({ replicas, healthIntervalMs: 0, ...opts });
+  const gw = createGatewayApp({ replicas, healthIntervalMs: 0, adminToken: "test-admin-token", ...opts });
   const server = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: gw.fetch, idleTimeout: 0 });
   cleanups.push(() => server.stop(true));
   return { gw, url: `http://127.0.0.1:${server.port}` };
@@ -127,7 +127,7 @@ describe("E8: sessions pinned to a replica that starts hanging", () => {
     // The first two failed over while A was still in rotation; the third ejected it.
     expect(s.repins_by_reason).toEqual({ failover: 2, unhealthy: pinnedToA.length - 2, load: 0 });
     expect(s.repins).toBe(pinnedToA.length);
-    const admin = await (await fetch(`${url}/admin/replicas`)).json();
+    const admin = await (await fetch(`${url}/admin/replicas`, { headers: { authorization: "Bearer test-admin-token" } })).json();
     expect(admin.repins).toBe(pinnedToA.length);
     expect(admin.breaker).toEqual({ eject_after: 3, cooldown_ms: 60_000, attempt_timeout_ms: 1_000 });
     expect(admin.replicas[0]).toMatchObject({ url: a.url, healthy: false, state: "ejected" });

@@ -26,7 +26,7 @@ const gateways: (CliProc & { url: string })[] = [];
 let raw: ReturnType<typeof rawRedis>;
 
 async function spawnGateway(args: string[], env: Record<string, string> = {}): Promise<CliProc & { url: string }> {
-  const p = spawnCli(["gateway", "--port", "0", "--replicas", sim.urls.join(","), "--store-prefix", prefix, ...args], env);
+  const p = spawnCli(["gateway", "--port", "0", "--replicas", sim.urls.join(","), "--store-prefix", prefix, ...args], { EDGELOOP_ADMIN_TOKEN: "test-admin-token", ...env });
   const deadline = Date.now() + 30_000;
   for (;;) {
     const m = /edgeloop gateway on (http:\/\/[^\s]+)/.exec(p.out());
@@ -191,7 +191,7 @@ describe.skipIf(!hasRedis)("two `edgeloop gateway` processes sharing routing sta
     // Both instances route 20 new sessions (2 turns each, alternating) without touching it.
     await Promise.all(Array.from({ length: 20 }, (_, i) => session([g2.url, g4.url], `after${i}_0_0`, 400 + i, 2, i)));
     expect(bad.engine.requests.length).toBe(seen);
-    const status = (await (await fetch(`${g2.url}/admin/replicas`)).json()) as { replicas: { url: string; state: string; ejected_until_ms: number | null }[] };
+    const status = (await (await fetch(`${g2.url}/admin/replicas`, { headers: { authorization: "Bearer test-admin-token" } })).json()) as { replicas: { url: string; state: string; ejected_until_ms: number | null }[] };
     expect(status.replicas.find((r) => r.url === bad.url)).toMatchObject({ state: "ejected", ejected_until_ms: until_ms });
   }, 60_000);
 });

@@ -153,6 +153,12 @@ describe("infra/k8s manifests", () => {
         for (const v of d.spec.template.spec.volumes ?? []) if (v.configMap) expect(v.configMap.name).toBe(configMap.metadata.name);
       }
     }
+    // S12: no secret in args (they show in /proc/<pid>/cmdline): secrets are read from the environment.
+    for (const d of deployments) {
+      for (const c of d.spec.template.spec.containers) {
+        for (const a of c.args as string[]) expect(a, d.metadata.name).not.toMatch(/secret|token|api-key|TOOLS_SECRET|AGENT_SECRET|API_TOKEN|ADMIN_TOKEN/i);
+      }
+    }
     // Placeholders only, never real secrets.
     for (const [k, v] of Object.entries(secret.stringData as Record<string, string>)) {
       if (k !== "redis-address") expect(v, k).toContain("REPLACE_ME");

@@ -50,6 +50,7 @@ beforeAll(async () => {
       EDGELOOP_ENGINE: s.engine.urls[0]!,
       EDGELOOP_TOOLS: join(dir, "tools.json"),
       EDGELOOP_TOOLS_SECRET: "runtime-secret",
+      EDGELOOP_ALLOW_ANONYMOUS: "1",
       EDGELOOP_STORE: "upstash",
       EDGELOOP_STORE_PREFIX: s.prefix,
       UPSTASH_REDIS_REST_URL: s.bridge.url,

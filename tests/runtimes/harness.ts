@@ -135,10 +135,15 @@ export function freePort(): number {
 /**
  * Bundles `entry` (default: wrangler.toml's main) with the real wrangler and runs it in workerd
  * (Miniflare) with the SESSIONS Durable Object on SQLite storage and the given bindings;
- * `opts.port`: workerd also listens on `http://127.0.0.1:{port}` (for callers outside this process's dispatchFetch).
+ * `opts.port`: workerd also listens on `http://127.0.0.1:{port}` (for callers outside this process's dispatchFetch);
+ * `opts.stdio`: receives workerd's stdout and stderr (the Worker's console output).
  * @throws Error with wrangler's output when the bundle fails.
  */
-export async function startWorkerd(bindings: Record<string, string>, entry?: string, opts: { port?: number } = {}): Promise<Workerd> {
+export async function startWorkerd(
+  bindings: Record<string, string>,
+  entry?: string,
+  opts: { port?: number; stdio?: (stdout: NodeJS.ReadableStream, stderr: NodeJS.ReadableStream) => void } = {},
+): Promise<Workerd> {
   const outdir = join(ROOT, ".wrangler", `test-${crypto.randomUUID().slice(0, 8)}`);
   const t0 = performance.now();
   const build = Bun.spawnSync(["node", join(ROOT, "node_modules", "wrangler", "bin", "wrangler.js"), "deploy", "--dry-run", "--outdir", outdir, ...(entry ? [entry] : [])], {
@@ -158,6 +163,7 @@ export async function startWorkerd(bindings: Record<string, string>, entry?: str
     durableObjects: { SESSIONS: { className: "TrajectorySessionObject", useSQLite: true } },
     bindings,
     ...(opts.port ? { host: "127.0.0.1", port: opts.port } : {}),
+    ...(opts.stdio ? { handleRuntimeStdio: opts.stdio } : {}),
   });
   await mf.ready;
   return {
@@ -181,6 +187,8 @@ export function workerBindings(s: Services): Record<string, string> {
     EDGELOOP_STORE_PREFIX: s.prefix,
     UPSTASH_REDIS_REST_URL: s.bridge.url,
     UPSTASH_REDIS_REST_TOKEN: s.token,
+    // These tests call the API without a bearer token: said explicitly (the Worker refuses otherwise).
+    EDGELOOP_ALLOW_ANONYMOUS: "1",
   };
 }
 

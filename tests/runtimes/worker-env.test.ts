@@ -70,7 +70,7 @@ describe("Worker env: EDGELOOP_CONFIG is honoured or refused (issue 18 item 10)"
 describe("Worker entry: routes", () => {
   test("an unserved route is a JSON 404 naming the routes the entry serves", async () => {
     const worker = (await import("../../infra/cloudflare/worker.ts")).default;
-    const res = await worker.fetch(new Request("http://w/v1/rollouts/abc"), env({}), {} as never);
+    const res = await worker.fetch(new Request("http://w/v1/rollouts/abc"), env({ EDGELOOP_ALLOW_ANONYMOUS: "1" }), {} as never);
     expect(res.status).toBe(404);
     expect(res.headers.get("content-type")).toContain("application/json");
     expect(await res.json()).toEqual({

@@ -34,6 +34,7 @@ beforeAll(async () => {
     EDGELOOP_STORE_PREFIX: prefix,
     UPSTASH_REDIS_REST_URL: bridge.url,
     UPSTASH_REDIS_REST_TOKEN: token,
+    EDGELOOP_ALLOW_ANONYMOUS: "1",
   });
   mf = w.mf;
 }, 60_000);

@@ -59,8 +59,19 @@ function h(tag: string, attrs: Attrs = {}, ...children: (Node | string | null)[]
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
 const fmt = (x: number | null | undefined, d = 3) => (x == null ? "–" : Number.isInteger(x) ? String(x) : x.toFixed(d));
 
+/** Where the API token is kept: this tab's sessionStorage (gone with the tab), never localStorage. */
+const TOKEN_KEY = "edgeloop.token";
+
 function token(): string {
-  return localStorage.getItem("edgeloop.token") ?? "";
+  return sessionStorage.getItem(TOKEN_KEY) ?? "";
+}
+
+/** A token an older viewer left in localStorage moves to this tab's sessionStorage and leaves localStorage. */
+function forgetStoredToken(): void {
+  const old = localStorage.getItem(TOKEN_KEY);
+  if (old === null) return;
+  localStorage.removeItem(TOKEN_KEY);
+  if (!sessionStorage.getItem(TOKEN_KEY)) sessionStorage.setItem(TOKEN_KEY, old);
 }
 
 async function api(path: string): Promise<Response> {
@@ -500,10 +511,11 @@ function route(): void {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
+  forgetStoredToken();
   ($("token") as HTMLInputElement).value = token();
   $("auth").hidden = token() === "";
   $("token").addEventListener("change", (e) => {
-    localStorage.setItem("edgeloop.token", (e.target as HTMLInputElement).value.trim());
+    sessionStorage.setItem(TOKEN_KEY, (e.target as HTMLInputElement).value.trim());
     void loadBatches();
   });
   $("batches").addEventListener("click", (e) => {
