@@ -1,7 +1,7 @@
 import { Hono, type Context, type Next } from "hono";
 import { PolicyVersionValue } from "../shared/rollout/policy-version.ts";
 import { z } from "zod";
-import { AuthError, EdgeloopError, InputError, inputErrorFromZod, NotFoundError, NotImplementedError } from "../shared/errors.ts";
+import { AuthError, ConflictError, EdgeloopError, InputError, inputErrorFromZod, NotFoundError, NotImplementedError } from "../shared/errors.ts";
 import { RolloutRequest } from "../shared/rollout/batch.ts";
 import type { BatchCancellation, BatchCounts } from "../shared/rollout/batch-run.ts";
 import type { RolloutService } from "../shared/rollout/service.ts";
@@ -12,6 +12,7 @@ import { tokenPieces } from "../shared/telemetry/token-pieces.ts";
 import { groupDivergence } from "../shared/rollout/group-divergence.ts";
 import { pageSummaries } from "../shared/rollout/trajectory-summary.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../shared/tokens/tokenizer.ts";
+import { decodeRefusal, modelIdOf } from "../shared/models/model-id.ts";
 import { bearerAuth, limitBody, readJson, readOptionalJson } from "./http-util.ts";
 import { healthResponse, type StoreHealth } from "../shared/store/store-health.ts";
 import { STORE_UNREACHABLE, storeOutageOf } from "../shared/store/store-outage.ts";
@@ -277,6 +278,16 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
     tokenizer ??= t === undefined ? (service.config.model == null ? defaultTokenizer() : Promise.reject(noTokenizer())) : typeof t === "function" ? t() : Promise.resolve(t);
     return tokenizer;
   };
+  // A record names the model its ids are of: decoded only with that model's tokenizer, never another's (N4).
+  const decodingTokenizer = async (records: readonly TrajectoryRecord[]): Promise<ChatTokenizer> => {
+    const tok = await getTokenizer();
+    const own = await modelIdOf(tok);
+    for (const r of records) {
+      const why = decodeRefusal(r.model, own);
+      if (why) throw new ConflictError(`decode: trajectory ${r.key}: ${why}`, { code: "model_mismatch", field: "decode" });
+    }
+    return tok;
+  };
 
   app.get("/v1/trajectories/:key", async (c) => {
     const key = c.req.param("key");
@@ -285,7 +296,7 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
     const record = await service.store.get(key);
     if (!record) throw new NotFoundError(`no trajectory '${key}'`, { field: "key" });
     if (!q.decode) return c.json(record);
-    const tok = await getTokenizer();
+    const tok = await decodingTokenizer([record]);
     return c.json({ ...record, decoded: { prompt: tokenPieces(tok, record.prompt_ids), response: tokenPieces(tok, record.response_ids) } });
   });
 
@@ -376,7 +387,7 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
     }
     const divergence = groupDivergence(records.map((r) => ({ key: r.key, ids: [...r.prompt_ids, ...r.response_ids] })));
     if (!q.decode) return c.json({ batch_id: batchId, uid: uid.data, records, divergence });
-    const tok = await getTokenizer();
+    const tok = await decodingTokenizer(records);
     const decoded = records.map((r) => ({ ...r, decoded: { prompt: tokenPieces(tok, r.prompt_ids), response: tokenPieces(tok, r.response_ids) } }));
     return c.json({ batch_id: batchId, uid: uid.data, records: decoded, divergence });
   });

@@ -167,7 +167,7 @@ describe.skipIf(!redis)("job queue", () => {
     const ran: string[] = [];
     const worker = new JobWorker({ jobs, store, executorFor: () => fakeExecutor(async (t) => void ran.push(t.key)), consumer: "w", concurrency: 3, idleExitMs: 300, blockMs: 100 });
     const summary = await worker.run();
-    expect(summary).toEqual({ claimed: 4, completed: 4, failed: 0, reclaimed: 0, abandoned: 0, cancelled: 0, surplus: 0, exit: "idle" });
+    expect(summary).toEqual({ claimed: 4, completed: 4, failed: 0, reclaimed: 0, abandoned: 0, cancelled: 0, surplus: 0, refused: 0, exit: "idle" });
     expect(ran.sort()).toEqual(["w0_0_0", "w0_1_0", "w2_0_0", "w2_1_0"]);
     await run.run();
     const s = run.stats();
