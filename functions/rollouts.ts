@@ -199,7 +199,8 @@ export interface BatchSummary {
  * - `GET /v1/rollouts/{batch_id}/groups/{uid}?decode=` → `{batch_id, uid, records, divergence}`: the
  *   group's records in the batch (by session_id, output_index; `decode=1` adds `decoded` as
  *   `/v1/trajectories/{key}` does) and where each sample diverges from the others (`groupDivergence`)
- * - `GET /v1/trajectories/{key}` → the stored `TrajectoryRecord`; `?decode=1` adds
+ * - `GET /v1/trajectories/{key}` → the stored `TrajectoryRecord`; `?decode=1` (409 `model_mismatch` for a
+ *   record whose `model` has another fingerprint than this server's tokenizer: never decoded with another) adds
  *   `decoded: {prompt: string[], response: string[]}`, the text of every token
  * - `GET /metrics` → Prometheus text (no auth, like `/health`)
  * - `GET /viewer` → the trajectory viewer page (reads the API above)
@@ -510,7 +511,7 @@ export function openApiDocument(): Record<string, unknown> {
         get: {
           summary: "One stored trajectory; decode=1 adds the text of every token",
           parameters: [{ name: "key", in: "path", required: true, schema: { type: "string" } }, ...queryParameters(TrajectoryQuery)],
-          responses: { "200": { description: "TrajectoryRecord (plus decoded: {prompt, response} per-token strings)" }, "400": { ...err, description: "a bad key, an unknown query parameter or a decode other than 0/1/true/false (field names it)" }, "404": err },
+          responses: { "200": { description: "TrajectoryRecord (plus decoded: {prompt, response} per-token strings)" }, "400": { ...err, description: "a bad key, an unknown query parameter or a decode other than 0/1/true/false (field names it)" }, "404": err, "409": { ...err, description: "decode=1 on a record of another model (its model.fingerprint differs from this server's tokenizer), code model_mismatch" } },
         },
       },
       "/v1/rollouts/{batch_id}/trajectories": {

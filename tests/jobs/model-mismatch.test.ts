@@ -87,7 +87,7 @@ describe.skipIf(!redisUp)("N4: records name their model; workers refuse another 
       await q.put({
         key, uid: "mm-c0", session_id: 0, output_index: 0, agent_name: "single_turn_agent", data_source: "test", model: llama,
         prompt_ids: ids, response_ids: answer, response_mask: answer.map(() => 1 as const), rollout_log_probs: null,
-        reward_score: 1, num_turns: 2, truncated: false, finish_reason: "stop", error: null, metrics: {}, extra_fields: {},
+        reward_score: 1, num_turns: 2, truncated: false, finish_reason: "stop", error: null, metrics: { generate_sequences: 0, tool_calls: 0, compute_score: 0, num_preempted: -1 }, extra_fields: {},
       });
     } finally {
       await q.close();
