@@ -172,8 +172,8 @@ export class TrajectorySessionObject {
         await rt.queue.markFailed(input.key, outcome.error, {
           agent_name: input.agent_name,
           data_source: String((input.kwargs as Record<string, unknown>).data_source ?? "unknown"),
-          extra_fields: info ? { trajectory_info: info } : {},
-          model: mismatch ?? (await workerRuntime(this.env)).model,
+          extra_fields: { ...(info ? { trajectory_info: info } : {}), ...(mismatch ? { model_mismatch: { batch: mismatch, worker: own } } : {}) },
+          model: mismatch ?? own,
         });
         await s.markDone();
       }

@@ -317,7 +317,9 @@ export class JobWorker {
       }
       // The failed record names the batch's model: it holds no tokens, and readers group it with its batch.
       const model = mismatch ?? own;
-      await store.markFailed(t.key, error, { agent_name: agentName, data_source: t.row?.data_source ?? "unknown", extra_fields: { trajectory_info: t.trajectory_info }, ...(model ? { model } : {}) });
+      // A refusal says so in fields too (trainers and tools decide by fields, not by the error text).
+      const refusal = mismatch ? { model_mismatch: { batch: mismatch, worker: own! } } : {};
+      await store.markFailed(t.key, error, { agent_name: agentName, data_source: t.row?.data_source ?? "unknown", extra_fields: { trajectory_info: t.trajectory_info, ...refusal }, ...(model ? { model } : {}) });
       await groupGate?.settled(t, true);
       if (mismatch) this.summary.refused++;
       await this.finish(job, true);

@@ -23,7 +23,7 @@ export const Uid = z
  * with the same fingerprint tokenize and render alike.
  */
 export const ModelId = z.strictObject({
-  name: z.string().min(1).max(256),
+  name: z.string().min(1).max(1024),
   fingerprint: z.string().regex(/^[0-9a-f]{16}$/, "fingerprint must be 16 lowercase hex digits"),
 });
 export type ModelId = z.infer<typeof ModelId>;

@@ -47,7 +47,7 @@ describe.skipIf(!redisUp)("N4: records name their model; workers refuse another 
     for (const e of done.errors) expect(e.error).toBe(want);
     for (const key of a.keys) {
       const r = (await (await fetch(`${serve.url}/v1/trajectories/${key}`)).json()) as TrajectoryRecord;
-      expect(r).toMatchObject({ error: want, finish_reason: "error", prompt_ids: [], response_ids: [], model: qwen });
+      expect(r).toMatchObject({ error: want, finish_reason: "error", prompt_ids: [], response_ids: [], model: qwen, extra_fields: { model_mismatch: { batch: qwen, worker: llama } } });
     }
     // Said once for the batch, however many of its jobs were refused.
     await until(async () => count(wrong.err(), "model mismatch: batch") >= 1, "the refusal log line", 10_000, 20);

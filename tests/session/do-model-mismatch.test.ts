@@ -73,6 +73,7 @@ describe.skipIf(!redisUp)("N4: a Durable Object refuses a session of another mod
         finish_reason: "error",
         prompt_ids: [],
         model: llama,
+        extra_fields: { model_mismatch: { batch: llama, worker: qwen } },
       });
       expect((await q.groupStatus("dm-a")).complete).toBe(true);
       expect(engineCalls).toBe(0);
