@@ -1,6 +1,7 @@
 import { Hono, type Context } from "hono";
 import { z } from "zod";
 import { AuthError, ConfigError, ConflictError, EdgeloopError, inputErrorFromZod } from "../shared/errors.ts";
+import { DEFAULT_ENGINE_MAX_REPLY_BYTES, redactUrl } from "../shared/http/outbound.ts";
 import { DEADLINE_HEADER, joinUrl, PREFIX_KEY_HEADER, type FetchLike } from "../shared/inference/engine-http.ts";
 import { gatewayMetricsText } from "../shared/inference/gateway-metrics.ts";
 import { createRoutingPolicy, normaliseUrl, ReplicaPool, type FailureKind, type ReplicaStatus } from "../shared/inference/replica-pool.ts";
@@ -249,7 +250,7 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
       pool.urls().map(async (url) => {
         let ok = false;
         try {
-          const res = await fetchFn(joinUrl(url, "/health"), { signal: AbortSignal.timeout(Math.max(1_000, Math.min(opts.healthIntervalMs || 5_000, 10_000))) });
+          const res = await fetchFn(joinUrl(url, "/health"), { signal: AbortSignal.timeout(Math.max(1_000, Math.min(opts.healthIntervalMs || 5_000, 10_000))), redirect: "manual" });
           ok = res.ok;
           await res.body?.cancel();
         } catch {
@@ -394,10 +395,11 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
       let res: Response;
       let buf: ArrayBuffer | undefined;
       try {
-        res = await fetchFn(joinUrl(replica, inUrl.pathname + inUrl.search), { method: req.method, headers, body, signal });
-        // A JSON reply is read whole under the attempt's deadline: a replica that sends headers and
-        // then stalls, or sends garbage, fails here, before anything reached the caller.
-        if (!isEventStream(res)) buf = await res.arrayBuffer();
+        // Redirects are relayed, never followed (the caller's client fails on a 3xx).
+        res = await fetchFn(joinUrl(replica, inUrl.pathname + inUrl.search), { method: req.method, headers, body, signal, redirect: "manual" });
+        // A JSON reply is read whole under the attempt's deadline and the reply cap: a replica that
+        // sends headers and then stalls, or sends garbage or too much, fails here, before anything reached the caller.
+        if (!isEventStream(res)) buf = await readReplyLimited(res, DEFAULT_ENGINE_MAX_REPLY_BYTES);
       } catch (e) {
         if (req.signal.aborted) {
           // The caller gave up. At (about) its deadline, with the replica still silent, that is the
@@ -408,7 +410,7 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
         }
         const kind: FailureKind = timedOut ? "timeout" : "connect";
         call.fail(kind);
-        lastError = `${replica}: ${kind === "timeout" ? `no reply within ${opts.attemptTimeoutMs} ms` : ((e as Error)?.message ?? String(e))}`;
+        lastError = `${redactUrl(replica)}: ${kind === "timeout" ? `no reply within ${opts.attemptTimeoutMs} ms` : ((e as Error)?.message ?? String(e))}`;
         continue;
       } finally {
         clearTimeout(timer);
@@ -416,7 +418,7 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
       if (res.status >= 500) {
         call.fail("http_5xx");
         lastFailure = withReplica(new Response(buf ?? null, { status: res.status, headers: res.headers }), replica);
-        lastError = `${replica}: HTTP ${res.status}`;
+        lastError = `${redactUrl(replica)}: HTTP ${res.status}`;
         if (buf === undefined) await res.body?.cancel().catch(() => undefined);
         continue;
       }
@@ -425,7 +427,7 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
       const problem = verdict?.problem ?? null;
       if (problem) {
         call.fail("bad_reply");
-        lastError = `${replica}: ${problem}`;
+        lastError = `${redactUrl(replica)}: ${problem}`;
         lastFailure = withReplica(
           Response.json({ error: { code: "bad_reply", type: "BadGatewayError", message: `engine replica sent an unusable reply: ${lastError}` } }, { status: 502 }),
           replica,
@@ -533,7 +535,8 @@ interface Attempt {
 function withReplica(res: Response, replica: string, body: BodyInit | null = res.body): Response {
   const headers = new Headers(res.headers);
   for (const h of DROP_RESPONSE_HEADERS) headers.delete(h);
-  headers.set(REPLICA_HEADER, replica);
+  // The replica as records and spans may show it: no userinfo or query string (issue 26, S13).
+  headers.set(REPLICA_HEADER, redactUrl(replica));
   return new Response(body, { status: res.status, statusText: res.statusText, headers });
 }
 
@@ -581,11 +584,24 @@ function relayStream(res: Response, replica: string, done: (ok: boolean) => void
 }
 
 /**
+ * A replica's reply body read whole under `maxBytes` (a declared length
+ * without content-encoding is read natively).
+ * @throws Error naming the cap when the reply is larger
+ */
+async function readReplyLimited(res: Response, maxBytes: number): Promise<ArrayBuffer> {
+  const declared = res.headers.get("content-length");
+  if (declared !== null && !res.headers.has("content-encoding") && Number(declared) <= maxBytes) return res.arrayBuffer();
+  const buf = await readLimited(res, maxBytes);
+  if (buf === null) throw new Error(`reply larger than ${maxBytes} bytes (the cap)`);
+  return buf;
+}
+
+/**
  * A request body read whole, or null as soon as it passes `maxBytes` (the
  * rest is not read), as Hono's body-limit middleware does for a body of
  * undeclared length. A request without a body reads as 0 bytes.
  */
-async function readLimited(req: Request, maxBytes: number): Promise<ArrayBuffer | null> {
+async function readLimited(req: { body: ReadableStream<Uint8Array> | null }, maxBytes: number): Promise<ArrayBuffer | null> {
   if (!req.body) return new ArrayBuffer(0);
   const reader = req.body.getReader();
   const chunks: Uint8Array[] = [];

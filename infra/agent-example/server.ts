@@ -1,4 +1,5 @@
 import { createAgentApp, type AgentAppOptions } from "./app.ts";
+import { listen } from "../cli/listen.ts";
 
 /** Options of {@link startAgentServer}: the app's options plus where to listen. */
 export interface AgentServerOptions extends AgentAppOptions {
@@ -29,7 +30,7 @@ export interface AgentServer {
 export function startAgentServer(opts: AgentServerOptions = {}): AgentServer {
   const hostname = opts.hostname ?? "127.0.0.1";
   const agent = createAgentApp(opts);
-  const server = Bun.serve({ port: opts.port ?? 0, hostname, fetch: agent.app.fetch });
+  const server = listen({ port: opts.port ?? 0, hostname, fetch: agent.app.fetch });
   const port = server.port!;
   let stopping: Promise<void> | undefined;
   return {

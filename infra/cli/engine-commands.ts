@@ -14,6 +14,7 @@ import { checkRedis, maskRedisUrl } from "../redis/redis-check.ts";
 import { readConfigFile } from "./files.ts";
 import { buildPausedReader, buildRoutingState, DEFAULT_SCRIPT } from "./runtime.ts";
 import { gatewayOptions } from "./gateway-options.ts";
+import { listen } from "./listen.ts";
 
 /** Resolves when SIGINT or SIGTERM arrives. */
 export function untilSignal(): Promise<void> {
@@ -149,7 +150,7 @@ export async function gatewayCommand(o: {
     ...(enginesPaused ? { enginesPaused } : {}),
     ...gatewayOptions(g),
   });
-  const server = Bun.serve({ port: o.port, hostname: o.host, fetch: gw.fetch, idleTimeout: 0 });
+  const server = listen({ port: o.port, hostname: o.host, fetch: gw.fetch });
   const breaker =
     `attempt timeout ${g.attempt_timeout_ms ? `${g.attempt_timeout_ms} ms` : "none"}, eject after ${g.eject_after}, cool-down ${g.cooldown_ms} ms, ` +
     `health checks ${g.health_interval_ms > 0 ? `every ${g.health_interval_ms} ms` : "on demand"}${enginesPaused ? " (not counted while the store's pause gate is closed)" : ""}`;

@@ -10,6 +10,7 @@ import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
 import { startAgentServer } from "../agent-example/server.ts";
 import { formatSummary } from "./summary.ts";
 import { RolloutProgress } from "./progress.ts";
+import { listen } from "./listen.ts";
 
 /** Flags of `edgeloop rollout`. */
 export interface RolloutFlags extends ConfigFlags {
@@ -213,7 +214,7 @@ export function checkOutPath(out: string, data?: string): void {
 /** The agent gateway's function on a free loopback port; the runtime's public URL becomes its address. */
 function serveAgentGateway(runtime: Runtime): { port: number; stop(force?: boolean): void } {
   const app = createAgentGatewayApp({ gateway: runtime.agentGateway });
-  const server = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: app.fetch, idleTimeout: 0 });
+  const server = listen({ port: 0, hostname: "127.0.0.1", fetch: app.fetch });
   runtime.setPublicUrl(`http://127.0.0.1:${server.port}`);
   return { port: server.port!, stop: (f) => void server.stop(f) };
 }

@@ -50,6 +50,7 @@ import { createGatewayApp } from "../../functions/gateway.ts";
 import { gatewayOptions } from "./gateway-options.ts";
 import { createSimEngineApp } from "../sim-engine/app.ts";
 import { EngineControl, MemoryEngineGate, RedisEngineGate, type EngineGate, type EngineReplicaTarget } from "../../shared/inference/engine-control.ts";
+import { redactUrl } from "../../shared/http/outbound.ts";
 import { DEADLINE_HEADER } from "../../shared/inference/engine-http.ts";
 import { RedisRoutingState } from "../../shared/inference/redis-routing-state.ts";
 import type { RoutingState } from "../../shared/inference/routing-state.ts";
@@ -212,7 +213,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       client.maxModelLen?.().catch(() => undefined),
       config.engine.url === "sim" ? Promise.resolve(null) : probeEngine(config.engine.url, checkTimeoutMs),
     ]);
-    if (unreachable) warnings.push(`warning    engine ${config.engine.url} does not answer (${unreachable}); trajectories fail until it is up`);
+    if (unreachable) warnings.push(`warning    engine ${redactUrl(config.engine.url)} does not answer (${unreachable}); trajectories fail until it is up`);
     const fetchCap = fetchCapWarning(config.concurrency);
     if (fetchCap) warnings.push(fetchCap);
     const maxModelLen = config.rollout.max_model_len ?? probed ?? config.rollout.prompt_length + config.rollout.response_length;
@@ -259,7 +260,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       tools,
       interactions,
       teacher,
-      reward: { ...(config.reward.url ? { webhook: { url: config.reward.url, timeout_ms: config.reward.timeout_ms, max_retries: config.reward.max_retries } } : {}), ...(config.tools.secret ? { secret: config.tools.secret } : {}) },
+      reward: { ...(config.reward.url ? { webhook: { url: config.reward.url, timeout_ms: config.reward.timeout_ms, max_retries: config.reward.max_retries, max_reply_bytes: config.reward.max_reply_bytes } } : {}), ...(config.tools.secret ? { secret: config.tools.secret } : {}) },
       sessionLimits: sessionLimitsOf(config.limits),
     };
     const built = buildSessionStorage(config, closers, flags.storeTimeout);
@@ -267,8 +268,10 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     // Agent sessions live with the trajectory sessions (Redis), else in this process.
     const agentGateway = new AgentGateway({ storage: storage ?? new MemorySessionStorage(), tokenizer, client: versionStampedClient(deps, null), maxModelLen, modelName: config.engine.model ?? tokenizer.name, retainSeconds: config.store.retention.sessions, limits: sessionLimitsOf(config.limits) });
     let publicUrl: string | null = config.agent.public_url;
-    deps.agentGateway = { gateway: agentGateway, publicUrl: () => publicUrl, agent: { url: config.agent.url, timeout_ms: config.agent.timeout_ms, secret: config.agent.secret } };
-    if (config.agent.url) describe.push(`agent      openai_agent tasks to ${config.agent.url} (timeout ${config.agent.timeout_ms} ms${config.agent.secret ? ", signed" : ""})`);
+    deps.agentGateway = { gateway: agentGateway, publicUrl: () => publicUrl, agent: { url: config.agent.url, timeout_ms: config.agent.timeout_ms, secret: config.agent.secret, max_reply_bytes: config.agent.max_reply_bytes } };
+    if (config.agent.url) describe.push(`agent      openai_agent tasks to ${redactUrl(config.agent.url)} (timeout ${config.agent.timeout_ms} ms${config.agent.secret ? ", signed" : ""})`);
+    const agentUnsigned = unsignedAgentWarning(config);
+    if (agentUnsigned) warnings.push(agentUnsigned);
     let service: RolloutService;
     let sessions: SessionHost | null = null;
     let callbacks: SessionsBackend | null = null;
@@ -364,6 +367,16 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
 export function unsignedToolsWarning(config: AppConfig): string | null {
   if (!config.tools.file || config.tools.secret) return null;
   return "warning    tools are configured without tools.secret: tool calls are unsigned and tool-result callbacks (POST /v1/sessions/{key}/tool-results) are refused with 403; set --tools-secret (the tool servers must sign with it)";
+}
+
+/**
+ * The start-up warning when agent tasks go unsigned (`agent.url` set, no
+ * `agent.secret`): each task carries its session's bearer token and an agent
+ * cannot tell edgeloop's tasks from forged ones. Null otherwise.
+ */
+export function unsignedAgentWarning(config: AppConfig): string | null {
+  if (!config.agent.url || config.agent.secret) return null;
+  return "warning    agent tasks are sent unsigned (no agent.secret): an agent cannot tell edgeloop's tasks (which carry session tokens) from forged ones; set --agent-secret (the agent must verify x-edgeloop-signature with it)";
 }
 
 /**
@@ -533,11 +546,11 @@ async function probeEngine(url: string, timeoutMs: number): Promise<string | nul
   for (const path of ["/v1/models", "/health"]) {
     try {
       // The deadline is declared so that a gateway counts a replica that stays silent through it.
-      const res = await fetch(url.replace(/\/+$/, "") + path, { headers: { [DEADLINE_HEADER]: String(timeoutMs) }, signal: AbortSignal.timeout(timeoutMs) });
+      const res = await fetch(url.replace(/\/+$/, "") + path, { headers: { [DEADLINE_HEADER]: String(timeoutMs) }, signal: AbortSignal.timeout(timeoutMs), redirect: "manual" });
       await res.body?.cancel();
       return null;
     } catch (e) {
-      reason ||= `GET ${url.replace(/\/+$/, "")}${path}: ${(e as Error).message}`;
+      reason ||= `GET ${redactUrl(url.replace(/\/+$/, "") + path)}: ${(e as Error).message}`;
     }
   }
   return reason;
@@ -562,8 +575,8 @@ async function buildEngine(
   if (e.url !== "sim") {
     const controlKey = e.admin_api_key ?? e.api_key;
     targets.push(...(e.admin_urls ?? [e.url]).map((url) => ({ url, ...(controlKey ? { apiKey: controlKey } : {}) })));
-    describe.push(`engine     ${e.url} (${e.format}${e.api_key ? ", API key set" : ""}${e.admin_api_key ? ", admin key set" : ""})`);
-    return createEngineClient({ url: e.url, format: e.format, model: e.model ?? undefined, timeoutMs: e.timeout_ms, retry: { retries: e.max_retries }, apiKey: e.api_key, ...(moe ? { moe } : {}) });
+    describe.push(`engine     ${redactUrl(e.url)} (${e.format}${e.api_key ? ", API key set" : ""}${e.admin_api_key ? ", admin key set" : ""})`);
+    return createEngineClient({ url: e.url, format: e.format, model: e.model ?? undefined, timeoutMs: e.timeout_ms, maxReplyBytes: e.max_reply_bytes, retry: { retries: e.max_retries }, apiKey: e.api_key, ...(moe ? { moe } : {}) });
   }
   const scriptPath = e.script ?? DEFAULT_SCRIPT;
   let script: Record<string, unknown>;

@@ -7,6 +7,7 @@ import { refuseExampleAgent, type ConfigFlags } from "./flags.ts";
 import { buildRuntime, unsignedToolsWarning } from "./runtime.ts";
 import { loadTokenizer } from "../node/model-dir.ts";
 import { untilSignal } from "./engine-commands.ts";
+import { listen } from "./listen.ts";
 
 /**
  * `edgeloop serve --port P …`: the HTTP API on one port (rollouts, groups,
@@ -51,7 +52,7 @@ export async function serveCommand(flags: ConfigFlags & { port: number; host: st
   }
   app.notFound((c) => c.json({ error: { code: "not_found", message: `no route ${c.req.method} ${c.req.path}` } }, 404));
   app.onError((err, c) => errorResponse(err, c));
-  const server = Bun.serve({ port: flags.port, hostname: flags.host, fetch: app.fetch, idleTimeout: 0 });
+  const server = listen({ port: flags.port, hostname: flags.host, fetch: app.fetch });
   runtime.setPublicUrl(`http://${flags.host === "0.0.0.0" || flags.host === "::" ? "127.0.0.1" : flags.host}:${server.port}`);
   for (const line of runtime.describe) console.error(line);
   for (const line of runtime.warnings) console.error(line);

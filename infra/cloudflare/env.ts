@@ -147,6 +147,7 @@ async function build(env: Env): Promise<WorkerRuntime> {
     url: engineUrl,
     format,
     timeoutMs: config.engine.timeout_ms,
+    maxReplyBytes: config.engine.max_reply_bytes,
     retry: { retries: config.engine.max_retries },
     ...(config.engine.model ? { model: config.engine.model } : {}),
     apiKey: env.EDGELOOP_ENGINE_API_KEY || config.engine.api_key,
@@ -187,7 +188,7 @@ async function build(env: Env): Promise<WorkerRuntime> {
     ...(tools ? { tools } : {}),
     interactions,
     // As `edgeloop serve`: a webhook reward for rows whose reward_model.style is "webhook".
-    reward: { ...(config.reward.url ? { webhook: { url: config.reward.url, timeout_ms: config.reward.timeout_ms, max_retries: config.reward.max_retries } } : {}), ...(secret ? { secret } : {}) },
+    reward: { ...(config.reward.url ? { webhook: { url: config.reward.url, timeout_ms: config.reward.timeout_ms, max_retries: config.reward.max_retries, max_reply_bytes: config.reward.max_reply_bytes } } : {}), ...(secret ? { secret } : {}) },
     teacher,
     sessionLimits: sessionLimitsOf(config.limits),
   };
@@ -272,7 +273,7 @@ export function agentSettings(env: Env, config: AppConfig): { agent: AgentWebhoo
     if (!Number.isInteger(timeout) || timeout <= 0) throw new ConfigError("EDGELOOP_AGENT_TIMEOUT_MS", `must be a positive integer (milliseconds), got '${env.EDGELOOP_AGENT_TIMEOUT_MS.slice(0, 50)}'`);
   }
   return {
-    agent: { url: url("EDGELOOP_AGENT_URL", config.agent.url), timeout_ms: timeout, secret: env.EDGELOOP_AGENT_SECRET || config.agent.secret },
+    agent: { url: url("EDGELOOP_AGENT_URL", config.agent.url), timeout_ms: timeout, secret: env.EDGELOOP_AGENT_SECRET || config.agent.secret, max_reply_bytes: config.agent.max_reply_bytes },
     publicUrl: url("EDGELOOP_PUBLIC_URL", config.agent.public_url)?.replace(/\/+$/, "") ?? null,
   };
 }

@@ -23,6 +23,7 @@ import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
 import { buildRuntime } from "../cli/runtime.ts";
 import { healthResponse } from "../../shared/store/store-health.ts";
 import { setupTelemetryFromEnv } from "../telemetry/setup.ts";
+import { bodyTimeoutFromEnv, withBodyDeadline } from "../../functions/body-deadline.ts";
 
 declare const Deno: {
   env: { get(name: string): string | undefined; toObject(): Record<string, string> };
@@ -62,6 +63,8 @@ app.route("/", createRolloutsApp({ service: runtime.service, apiToken, engine: r
 app.notFound((c) => c.json({ error: { code: "not_found", message: `no route ${c.req.method} ${c.req.path}` } }, 404));
 app.onError((err, c) => errorResponse(err, c));
 for (const line of runtime.describe) console.error(line);
+// The start-up warnings (unsigned agent tasks among them, S20), as serve prints them.
+for (const line of runtime.warnings) console.error(line);
 const server = Deno.serve(
   {
     port: Number(env("PORT") ?? 8787),
@@ -71,6 +74,7 @@ const server = Deno.serve(
       console.log(`edgeloop (deno) serving on http://${a.hostname}:${a.port}`);
     },
   },
-  app.fetch,
+  // Deno.serve has no idle or header timeout: request bodies get a deadline here (S9; EDGELOOP_BODY_TIMEOUT_S).
+  withBodyDeadline((req) => app.fetch(req), bodyTimeoutFromEnv(env("EDGELOOP_BODY_TIMEOUT_S"))),
 );
 await server.finished;

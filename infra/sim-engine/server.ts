@@ -4,6 +4,7 @@ import { createSimEngineApp, type SimWireOptions } from "./app.ts";
 import { FaultRateInjector } from "./fault-rate.ts";
 import { parseSimScript, type SimFault, type SimFaultRateInput } from "./script.ts";
 import { SimEngine, type SimLatency } from "./sim-engine.ts";
+import { listen } from "../cli/listen.ts";
 
 /** Options of {@link startSimEngine}. */
 export interface StartSimEngineOptions {
@@ -106,7 +107,7 @@ export async function startSimEngine(opts: StartSimEngineOptions = {}): Promise<
 
 function serveReplica(engine: SimEngine, hostname: string, port: number, wire?: SimWireOptions): SimReplica {
   const app = createSimEngineApp(engine, wire);
-  const serve = (p: number) => Bun.serve({ hostname, port: p, fetch: app.fetch, idleTimeout: 0 });
+  const serve = (p: number) => listen({ hostname, port: p, fetch: app.fetch });
   let server: ReturnType<typeof Bun.serve> | undefined = serve(port);
   const actualPort = server.port as number;
   return {

@@ -31,6 +31,7 @@ export class FetchSpanExporter implements SpanExporter {
         headers: { "content-type": "application/json", ...this.opts.headers },
         body: body as Uint8Array<ArrayBuffer>,
         signal: AbortSignal.timeout(this.opts.timeoutMs ?? 10_000),
+        redirect: "manual",
       }),
     ).then(
       async (res) => {

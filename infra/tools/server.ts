@@ -1,4 +1,5 @@
 import { createToolsApp, type ToolsAppOptions } from "./app.ts";
+import { listen } from "../cli/listen.ts";
 
 /** A running example tool server. */
 export interface ToolServer {
@@ -15,7 +16,7 @@ export interface ToolServer {
 export function startToolServer(opts: ToolsAppOptions & { port?: number; hostname?: string } = {}): ToolServer {
   const hostname = opts.hostname ?? "127.0.0.1";
   const app = createToolsApp(opts);
-  const server = Bun.serve({ port: opts.port ?? 0, hostname, fetch: app.fetch });
+  const server = listen({ port: opts.port ?? 0, hostname, fetch: app.fetch });
   const port = server.port!;
   return {
     url: `http://${hostname}:${port}`,

@@ -1,5 +1,6 @@
 import IORedis from "ioredis";
 import { maskRedisUrl } from "../redis/redis-check.ts";
+import { listen } from "../cli/listen.ts";
 
 /** Options of {@link startUpstashBridge}. */
 export interface UpstashBridgeOptions {
@@ -157,7 +158,7 @@ export async function startUpstashBridge(opts: UpstashBridgeOptions): Promise<Up
     return res.map(([err, v]) => (err ? (err as Error) : (v as Reply)));
   }
 
-  const server = Bun.serve({
+  const server = listen({
     port: opts.port,
     hostname: opts.hostname ?? "127.0.0.1",
     async fetch(req) {

@@ -1,6 +1,7 @@
 import { AgentLoop, type AgentLoopKwargs } from "../agent-loop/agent-loop.ts";
 import { ConfigError, EdgeloopError } from "../errors.ts";
 import type { AgentLoopOutput, SamplingParams } from "../schema/index.ts";
+import { DEFAULT_WEBHOOK_MAX_REPLY_BYTES, OutboundHttpError, outboundRequest, redactUrl } from "../http/outbound.ts";
 import { SIGNATURE_HEADER, signatureHeader } from "../tools/signature.ts";
 import { holdWhileStoreDown } from "../store/store-outage.ts";
 import type { AgentGateway } from "./agent-gateway.ts";
@@ -15,6 +16,8 @@ export interface AgentWebhookConfig {
   timeout_ms: number;
   /** HMAC secret tasks are signed with (`x-edgeloop-signature`); null: unsigned. */
   secret: string | null;
+  /** Cap of the webhook's answer in bytes (default 4 MiB); redirects are never followed. */
+  max_reply_bytes?: number;
 }
 
 /**
@@ -160,8 +163,9 @@ export class OpenAIAgentLoop extends AgentLoop {
       },
     };
     const body = JSON.stringify(task);
-    const doFetch = link.fetch ?? fetch;
     const url = link.agent.url!;
+    // Messages and records name the webhook without its query string or userinfo (S13).
+    const where = `agent webhook ${redactUrl(url)}`;
     let lastError = "";
     for (let attempt = 0; attempt < 3; attempt++) {
       if (attempt > 0) await new Promise((r) => setTimeout(r, 200 * 4 ** (attempt - 1)));
@@ -169,28 +173,38 @@ export class OpenAIAgentLoop extends AgentLoop {
       if (left <= 0) return;
       const headers: Record<string, string> = { "content-type": "application/json" };
       if (link.agent.secret) headers[SIGNATURE_HEADER] = await signatureHeader(link.agent.secret, body, wall() / 1000);
-      let res: Response;
+      let res: { status: number; text: string };
       try {
-        res = await doFetch(url, { method: "POST", headers, body, signal: this.ctx.signal ? AbortSignal.any([this.ctx.signal, AbortSignal.timeout(left)]) : AbortSignal.timeout(left) });
+        res = await outboundRequest(url, {
+          headers,
+          body,
+          timeoutMs: left,
+          maxReplyBytes: link.agent.max_reply_bytes ?? DEFAULT_WEBHOOK_MAX_REPLY_BYTES,
+          what: where,
+          ...(link.fetch ? { fetch: link.fetch } : {}),
+          ...(this.ctx.signal ? { signal: this.ctx.signal } : {}),
+        });
       } catch (e) {
         if (this.ctx.signal?.aborted) throw e;
         // The deadline passed while a synchronous agent held the request: the wait closes the session.
         if (st.input.deadline_ms - wall() <= 0) return;
-        lastError = `POST ${url}: ${(e as Error).message}`;
+        lastError = (e as Error).message;
         if (await this.agentWorked(key, link)) return;
+        // A redirect (never followed: the task carries the session's api_key) or an over-cap answer is not retried.
+        if (e instanceof OutboundHttpError && (e.kind === "redirect" || e.kind === "too_large")) throw new AgentWebhookError(lastError);
         continue;
       }
-      const text = await res.text().catch(() => "");
+      const text = res.text;
       if (res.status === 202 || res.status === 200) {
         const result = res.status === 200 ? taskResult(text) : null;
         if (result === "bad") {
-          lastError = `agent webhook ${url} answered 200 with a body that is neither empty, {reward?, metadata?} nor another JSON object: ${text.slice(0, 200)}`;
+          lastError = `${where} answered 200 with a body that is neither empty, {reward?, metadata?} nor another JSON object: ${text.slice(0, 200)}`;
         } else {
           await link.gateway.markTaskSent(key);
           if (result) await holdWhileStoreDown(() => link.gateway.finish(key, { by: "task", reward: result.reward ?? null, metadata: result.metadata ?? null }));
           return;
         }
-      } else lastError = `agent webhook ${url} answered ${res.status}: ${text.slice(0, 300)}`;
+      } else lastError = `${where} answered ${res.status}: ${text.slice(0, 300)}`;
       // The agent may have run inside the request and only its answer went wrong: what it did counts.
       if (await this.agentWorked(key, link)) return;
       if (res.status === 200 || (res.status < 500 && res.status !== 429)) throw new AgentWebhookError(lastError);

@@ -30,6 +30,8 @@ export const EngineConfig = z.strictObject({
   timeout_ms: z.number().int().positive().default(600_000),
   /** Retries of a failed engine call (5xx, refused, past `timeout_ms`), each under a fresh request id, with backoff; 0: none. */
   max_retries: z.number().int().min(0).max(100).default(3),
+  /** Cap of one engine reply in bytes, counted while it streams (default 64 MiB: long generations with log-probs are big). */
+  max_reply_bytes: z.number().int().positive().default(64 * 1024 * 1024),
   /**
    * The vLLM version the simulated engine plays on its vLLM wire formats
    * (sim only): `main` (newest) or `0.2x` (docs/engines.md §5); null: `main`.
@@ -190,17 +192,21 @@ export const AgentConfig = z.strictObject({
   timeout_ms: z.number().int().positive().default(600_000),
   secret: z.string().nullable().default(null),
   public_url: httpUrl("agent.public_url must be an http(s) URL").nullable().default(null),
+  /** Cap of the task webhook's answer in bytes (default 4 MiB). */
+  max_reply_bytes: z.number().int().positive().default(4 * 1024 * 1024),
 });
 export type AgentWebhookSection = z.infer<typeof AgentConfig>;
 
 /**
  * A webhook reward used for rows whose `reward_model.style` is `webhook`:
- * its URL, the deadline of one call in ms and the retries of a failed call.
+ * its URL, the deadline of one call in ms, the retries of a failed call and
+ * the reply cap in bytes (default 4 MiB, counted while the reply streams).
  */
 export const RewardConfig = z.strictObject({
   url: httpUrl("reward.url must be an http(s) URL").nullable().default(null),
   timeout_ms: z.number().int().positive().default(30_000),
   max_retries: z.number().int().min(0).max(100).default(2),
+  max_reply_bytes: z.number().int().positive().default(4 * 1024 * 1024),
 });
 
 /**

@@ -15,6 +15,8 @@ export interface EngineClientOptions {
   model?: string;
   /** Per-request deadline in ms. */
   timeoutMs?: number;
+  /** Reply cap in bytes (default 64 MiB, `DEFAULT_ENGINE_MAX_REPLY_BYTES`). */
+  maxReplyBytes?: number;
   /** Web-standard fetch (default `globalThis.fetch`). */
   fetch?: FetchLike;
   /** `[layers, top_k]` of the served MoE model (`engine.moe`), for SGLang's routed experts. */

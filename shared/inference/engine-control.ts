@@ -3,6 +3,7 @@ import { z } from "zod";
 import { EngineUnavailableError } from "../errors.ts";
 import type { RedisCommander } from "../store/redis-commander.ts";
 import { replyToFields } from "../store/redis-transfer-queue.ts";
+import { readTextCapped, redactUrl } from "../http/outbound.ts";
 import { ENGINE_AUTH_HINT, joinUrl, type FetchLike } from "./engine-http.ts";
 import type { GenerateRequest, InferenceClient } from "./types.ts";
 import type { TokenOutput } from "../schema/index.ts";
@@ -457,8 +458,10 @@ export class EngineControl {
       headers,
       ...(body === undefined ? {} : { body: JSON.stringify(body) }),
       signal: AbortSignal.timeout(this.opts.timeoutMs ?? 600_000),
+      redirect: "manual",
     });
-    const text = await res.text();
+    // Control replies are small: read under 1 MiB; a 3xx (never followed) is a failed call.
+    const text = await readTextCapped(res, 1024 * 1024, `engine control ${redactUrl(t.url)}`);
     const out: ReplicaControlResult = { url: t.url, ok: res.ok, status: res.status };
     if (!res.ok) out.error = `HTTP ${res.status}: ${text.slice(0, 200)}${res.status === 401 || res.status === 403 ? ` (${ENGINE_AUTH_HINT})` : ""}`;
     else if (path === "/is_paused") {

@@ -1,3 +1,4 @@
+import { DEFAULT_ENGINE_MAX_REPLY_BYTES, OutboundHttpError, readTextCapped, redactUrl, scrubUrl } from "../http/outbound.ts";
 import { fnv1a32 } from "./hash.ts";
 import {
   BadEngineResponseError,
@@ -110,8 +111,14 @@ export function withReplica<T extends { extra_fields: Record<string, unknown> }>
 /**
  * POSTs `body` as JSON with a per-request deadline (declared to gateways in
  * {@link DEADLINE_HEADER}) and returns status + parsed body.
+ * Redirects are not followed (`redirect: "manual"`), and the reply is read
+ * under `maxReplyBytes` (default {@link DEFAULT_ENGINE_MAX_REPLY_BYTES}, 64 MiB)
+ * counted while it streams ({@link readTextCapped}; a declared length within
+ * the cap is read natively, so the hot path pays nothing).
  * Transport failures become typed errors: connection refused and the deadline →
- * {@link EngineUnavailableError}; the caller's own `signal` → {@link EngineAbortedError}.
+ * {@link EngineUnavailableError}; the caller's own `signal` → {@link EngineAbortedError};
+ * a 3xx or a reply over the cap → {@link BadEngineResponseError} naming the status or the cap.
+ * Messages name the engine by {@link redactUrl} (no query string, no userinfo).
  * Non-2xx statuses are *not* thrown here (the caller decides with {@link engineErrorFromReply}).
  */
 export async function postEngineJson(
@@ -119,21 +126,27 @@ export async function postEngineJson(
   url: string,
   body: unknown,
   headers: Record<string, string>,
-  opts: { timeoutMs: number; signal?: AbortSignal },
+  opts: { timeoutMs: number; signal?: AbortSignal; maxReplyBytes?: number },
 ): Promise<EngineHttpReply> {
   const deadline = AbortSignal.timeout(opts.timeoutMs);
   const signal = opts.signal ? AbortSignal.any([opts.signal, deadline]) : deadline;
   let res: Response;
   let text: string;
   try {
-    res = await fetchFn(url, { method: "POST", headers: { ...headers, [DEADLINE_HEADER]: String(opts.timeoutMs) }, body: JSON.stringify(body), signal });
-    text = await res.text();
-  } catch (e) {
-    if (opts.signal?.aborted) throw new EngineAbortedError(`request to ${url} aborted by the caller`, { cause: e });
-    if (deadline.aborted) {
-      throw new EngineUnavailableError(`engine at ${url} did not answer within ${opts.timeoutMs} ms`, { cause: e });
+    res = await fetchFn(url, { method: "POST", headers: { ...headers, [DEADLINE_HEADER]: String(opts.timeoutMs) }, body: JSON.stringify(body), signal, redirect: "manual" });
+    if (res.status >= 300 && res.status < 400) {
+      await res.body?.cancel().catch(() => undefined);
+      throw new BadEngineResponseError(`engine at ${redactUrl(url)} answered HTTP ${res.status} (a redirect; redirects are not followed)`, { status: 502 });
     }
-    throw new EngineUnavailableError(`engine at ${url} unreachable: ${(e as Error)?.message ?? String(e)}`, { cause: e });
+    text = await readTextCapped(res, opts.maxReplyBytes ?? DEFAULT_ENGINE_MAX_REPLY_BYTES, `engine at ${redactUrl(url)}`);
+  } catch (e) {
+    if (e instanceof BadEngineResponseError) throw e;
+    if (e instanceof OutboundHttpError) throw new BadEngineResponseError(e.message, { status: 502, code: "reply_too_large", cause: e });
+    if (opts.signal?.aborted) throw new EngineAbortedError(`request to ${redactUrl(url)} aborted by the caller`, { cause: e });
+    if (deadline.aborted) {
+      throw new EngineUnavailableError(`engine at ${redactUrl(url)} did not answer within ${opts.timeoutMs} ms`, { cause: e });
+    }
+    throw new EngineUnavailableError(`engine at ${redactUrl(url)} unreachable: ${scrubUrl((e as Error)?.message ?? String(e), url)}`, { cause: e });
   }
   let parsed: unknown;
   try {
@@ -177,7 +190,7 @@ export function engineErrorMessage(body: unknown, text: string): string {
  */
 export function engineErrorFromReply(url: string, reply: EngineHttpReply): EngineError {
   const message = engineErrorMessage(reply.body, reply.text);
-  const what = `engine at ${url} answered HTTP ${reply.status}: ${message}`;
+  const what = `engine at ${redactUrl(url)} answered HTTP ${reply.status}: ${message}`;
   if (reply.status === 400 && CONTEXT_OVERFLOW_PATTERN.test(message)) return new ContextOverflowError(what, { status: 400 });
   if (reply.status === 401 || reply.status === 403) return new BadEngineResponseError(`${what} (${ENGINE_AUTH_HINT})`);
   if (reply.status === 404 && url.endsWith(VLLM_GENERATE_PATH)) return new BadEngineResponseError(`${what} (${VLLM_GENERATE_HINT})`);
@@ -206,7 +219,7 @@ export const VLLM_GENERATE_HINT =
 export function badReply(url: string, problem: string, cause?: unknown): BadEngineResponseError {
   // A garbled 2xx is the replica's fault (a broken or misconfigured replica behind a balancer), so
   // it is retryable: another attempt may land elsewhere and get a good reply.
-  return new BadEngineResponseError(`engine at ${url} sent an unusable reply: ${problem}`, { retryable: true, ...(cause === undefined ? {} : { cause }) });
+  return new BadEngineResponseError(`engine at ${redactUrl(url)} sent an unusable reply: ${problem}`, { retryable: true, ...(cause === undefined ? {} : { cause }) });
 }
 
 /** Joins a base URL and a path without doubling slashes. */

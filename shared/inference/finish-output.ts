@@ -1,5 +1,6 @@
 import { EngineAbortedError } from "../errors.ts";
 import { TokenOutput, type RoutedExpertsSpan } from "../schema/index.ts";
+import { readTextCapped, redactUrl } from "../http/outbound.ts";
 import { badReply, DEADLINE_HEADER, joinUrl, type FetchLike } from "./engine-http.ts";
 import { ModelsReply } from "./vllm-wire.ts";
 
@@ -41,7 +42,7 @@ export function finishOutput(url: string, raw: RawEngineOutput): TokenOutput {
   } else throw badReply(url, `finish_reason ${JSON.stringify(finish ?? null)} is not stop/length/abort`);
 
   if (reason === "abort" && raw.ids.length === 0) {
-    throw new EngineAbortedError(`engine at ${url} aborted the request before any token`);
+    throw new EngineAbortedError(`engine at ${redactUrl(url)} aborted the request before any token`);
   }
 
   let logProbs: number[] | undefined;
@@ -74,6 +75,9 @@ export function finishOutput(url: string, raw: RawEngineOutput): TokenOutput {
   return out.data;
 }
 
+/** Cap of a `GET /v1/models` reply, bytes (1 MiB). */
+const MODELS_REPLY_MAX_BYTES = 1024 * 1024;
+
 /**
  * `max_model_len` of the first model listed by `GET {base}/v1/models`, or
  * undefined when the server does not say (or cannot be reached). `apiKey`:
@@ -83,9 +87,13 @@ export async function modelMaxLen(fetchFn: FetchLike, base: string, timeoutMs: n
   const url = joinUrl(base, "/v1/models");
   try {
     const ms = Math.min(timeoutMs, 30_000);
-    const res = await fetchFn(url, { headers: { [DEADLINE_HEADER]: String(ms), ...(apiKey ? { authorization: `Bearer ${apiKey}` } : {}) }, signal: AbortSignal.timeout(ms) });
-    if (!res.ok) return undefined;
-    const parsed = ModelsReply.safeParse(await res.json());
+    const res = await fetchFn(url, { headers: { [DEADLINE_HEADER]: String(ms), ...(apiKey ? { authorization: `Bearer ${apiKey}` } : {}) }, signal: AbortSignal.timeout(ms), redirect: "manual" });
+    if (!res.ok) {
+      await res.body?.cancel().catch(() => undefined);
+      return undefined;
+    }
+    // A model list is small: 1 MiB is plenty, and a redirect (not followed) reads as "does not say".
+    const parsed = ModelsReply.safeParse(JSON.parse(await readTextCapped(res, MODELS_REPLY_MAX_BYTES, "engine /v1/models")));
     return parsed.success ? (parsed.data.data[0]?.max_model_len ?? undefined) : undefined;
   } catch {
     return undefined;

@@ -1,5 +1,6 @@
 import { formatPrometheus, type PromFamily } from "../telemetry/prometheus.ts";
 import { FAILURE_KINDS, REPIN_REASONS, type ReplicaState, type ReplicaStatus } from "./replica-pool.ts";
+import { redactUrl } from "../http/outbound.ts";
 
 const STATES: readonly ReplicaState[] = ["healthy", "unhealthy", "ejected", "half_open"];
 
@@ -18,7 +19,7 @@ export function gatewayMetricsText(replicas: readonly ReplicaStatus[]): string {
     name,
     help,
     type,
-    samples: replicas.map((r) => ({ labels: { replica: r.url }, value: value(r) })),
+    samples: replicas.map((r) => ({ labels: { replica: redactUrl(r.url) }, value: value(r) })),
   });
   const families: PromFamily[] = [
     per("edgeloop_gateway_replica_healthy", "1 when the replica is in rotation (state healthy)", "gauge", (r) => (r.healthy ? 1 : 0)),
@@ -26,7 +27,7 @@ export function gatewayMetricsText(replicas: readonly ReplicaStatus[]): string {
       name: "edgeloop_gateway_replica_state",
       help: "The replica's circuit state (1 for the current one)",
       type: "gauge",
-      samples: replicas.flatMap((r) => STATES.map((state) => ({ labels: { replica: r.url, state }, value: r.state === state ? 1 : 0 }))),
+      samples: replicas.flatMap((r) => STATES.map((state) => ({ labels: { replica: redactUrl(r.url), state }, value: r.state === state ? 1 : 0 }))),
     },
     per("edgeloop_gateway_inflight", "Calls in flight at the replica", "gauge", (r) => r.inflight),
     per("edgeloop_gateway_requests_total", "Calls routed to the replica (attempts, failed ones included)", "counter", (r) => r.attempts),
@@ -35,7 +36,7 @@ export function gatewayMetricsText(replicas: readonly ReplicaStatus[]): string {
       name: "edgeloop_gateway_failures_total",
       help: "Calls that failed at the replica before any token came back, by kind",
       type: "counter",
-      samples: replicas.flatMap((r) => FAILURE_KINDS.map((kind) => ({ labels: { replica: r.url, kind }, value: r.failures_by_kind[kind] }))),
+      samples: replicas.flatMap((r) => FAILURE_KINDS.map((kind) => ({ labels: { replica: redactUrl(r.url), kind }, value: r.failures_by_kind[kind] }))),
     },
     per("edgeloop_gateway_ejections_total", "Times the circuit breaker ejected the replica", "counter", (r) => r.ejections),
     {
@@ -43,15 +44,15 @@ export function gatewayMetricsText(replicas: readonly ReplicaStatus[]): string {
       help: "Half-open probe calls sent to the replica after a cool-down, by result",
       type: "counter",
       samples: replicas.flatMap((r) => [
-        { labels: { replica: r.url, result: "ok" }, value: r.probes_ok },
-        { labels: { replica: r.url, result: "failed" }, value: r.probes_failed },
+        { labels: { replica: redactUrl(r.url), result: "ok" }, value: r.probes_ok },
+        { labels: { replica: redactUrl(r.url), result: "failed" }, value: r.probes_failed },
       ]),
     },
     {
       name: "edgeloop_gateway_repins_total",
       help: "Routing keys (sessions) that moved away from the replica, by reason",
       type: "counter",
-      samples: replicas.flatMap((r) => REPIN_REASONS.map((reason) => ({ labels: { replica: r.url, reason }, value: r.repins_by_reason[reason] }))),
+      samples: replicas.flatMap((r) => REPIN_REASONS.map((reason) => ({ labels: { replica: redactUrl(r.url), reason }, value: r.repins_by_reason[reason] }))),
     },
     per("edgeloop_gateway_prompt_tokens_total", "Prompt tokens of served calls whose reply reported prefix-cache use", "counter", (r) => r.prompt_tokens),
     per("edgeloop_gateway_cached_tokens_total", "Prompt tokens the replica reported as served from its prefix cache", "counter", (r) => r.cached_tokens),

@@ -24,6 +24,8 @@ export interface SglangClientOptions {
   url: string;
   /** Per-request deadline in ms (default {@link DEFAULT_ENGINE_TIMEOUT_MS}). */
   timeoutMs?: number;
+  /** Reply cap in bytes, counted while the reply streams (default `DEFAULT_ENGINE_MAX_REPLY_BYTES`, 64 MiB). */
+  maxReplyBytes?: number;
   /** Web-standard fetch (default `globalThis.fetch`). */
   fetch?: FetchLike;
   /**
@@ -128,6 +130,7 @@ export function fastSglangGenerateReply(body: unknown): z.infer<typeof SglangGen
 export class SglangClient implements InferenceClient {
   readonly url: string;
   private readonly timeoutMs: number;
+  private readonly maxReplyBytes: number | undefined;
   private readonly fetchFn: FetchLike;
   private readonly askMaxLen: () => Promise<number | undefined>;
   private readonly moe?: RoutedExpertsShape;
@@ -138,6 +141,7 @@ export class SglangClient implements InferenceClient {
     if (opts.moe) this.moe = [opts.moe.layers, opts.moe.top_k];
     this.apiKey = opts.apiKey ?? null;
     this.timeoutMs = opts.timeoutMs ?? DEFAULT_ENGINE_TIMEOUT_MS;
+    this.maxReplyBytes = opts.maxReplyBytes;
     this.fetchFn = opts.fetch ?? ((input, init) => fetch(input, init));
     this.askMaxLen = cachedModelMaxLen(this.fetchFn, this.url, this.timeoutMs, this.apiKey);
   }
@@ -178,6 +182,7 @@ export class SglangClient implements InferenceClient {
     const reply = await postEngineJson(this.fetchFn, url, this.generateBody(req), engineHeaders(req.routing_key, req.request_id, req.prefix_key, this.apiKey), {
       timeoutMs: this.timeoutMs,
       signal: req.signal,
+      ...(this.maxReplyBytes ? { maxReplyBytes: this.maxReplyBytes } : {}),
     });
     if (reply.status < 200 || reply.status >= 300) throw engineErrorFromReply(url, reply);
     if (reply.body === undefined) throw badReply(url, "body is not JSON");

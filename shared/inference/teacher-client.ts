@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { BadEngineResponseError, ConfigError } from "../errors.ts";
 import { badReply, DEFAULT_ENGINE_TIMEOUT_MS, engineErrorFromReply, engineHeaders, joinUrl, postEngineJson, type FetchLike } from "./engine-http.ts";
+import { redactUrl } from "../http/outbound.ts";
 import { retryEngineCall, type RetryOptions } from "./retrying-client.ts";
 
 /**
@@ -51,6 +52,8 @@ export interface TeacherClientOptions {
   model?: string;
   /** Per-attempt deadline in ms (default {@link DEFAULT_ENGINE_TIMEOUT_MS}). */
   timeoutMs?: number;
+  /** Reply cap in bytes, counted while the reply streams (default 64 MiB, `DEFAULT_ENGINE_MAX_REPLY_BYTES`). */
+  maxReplyBytes?: number;
   /** Web-standard fetch (default `globalThis.fetch`); an in-process gateway's `fetch` routes among replicas. */
   fetch?: FetchLike;
   /** Retries of failed calls (5xx, refused, deadline, garbled 2xx), as the policy's engine client (default 3 retries). */
@@ -196,7 +199,7 @@ export function createTeacherClient(opts: TeacherClientOptions): TeacherClient {
     if (start === 0) throw new BadEngineResponseError("a trajectory without prompt tokens cannot be scored (position 0 has no context)");
     const { path, body } = teacherScoreBody(format, ids, start, requestId, opts.model);
     const url = joinUrl(opts.url, path);
-    const reply = await postEngineJson(fetchFn, url, body, engineHeaders(req.routing_key, requestId, undefined, opts.apiKey), { timeoutMs, ...(signal ? { signal } : {}) });
+    const reply = await postEngineJson(fetchFn, url, body, engineHeaders(req.routing_key, requestId, undefined, opts.apiKey), { timeoutMs, ...(signal ? { signal } : {}), ...(opts.maxReplyBytes ? { maxReplyBytes: opts.maxReplyBytes } : {}) });
     if (reply.status < 200 || reply.status >= 300) throw engineErrorFromReply(url, reply);
     if (reply.body === undefined) throw badReply(url, "body is not JSON");
     if (format === "sglang") {
@@ -215,7 +218,7 @@ export function createTeacherClient(opts: TeacherClientOptions): TeacherClient {
   }
 
   return {
-    describe: `${format} at ${opts.url}`,
+    describe: `${format} at ${redactUrl(opts.url)}`,
     score: (req) => retryEngineCall(req, retry, (requestId, signal) => scoreOnce(req, requestId, signal)),
     async tokenize(text, signal) {
       // vLLM serves POST /tokenize (bare path); SGLang POST /v1/tokenize (docs/engines.md §2.4, §3.9).
@@ -223,7 +226,7 @@ export function createTeacherClient(opts: TeacherClientOptions): TeacherClient {
       const body = { ...(opts.model && format !== "sglang" ? { model: opts.model } : {}), prompt: text, add_special_tokens: false };
       const requestId = crypto.randomUUID();
       const reply = await retryEngineCall({ request_id: requestId, ...(signal ? { signal } : {}) }, retry, (rid, sig) =>
-        postEngineJson(fetchFn, url, body, engineHeaders("edgeloop-teacher-check", rid, undefined, opts.apiKey), { timeoutMs, ...(sig ? { signal: sig } : {}) }).then((r) => {
+        postEngineJson(fetchFn, url, body, engineHeaders("edgeloop-teacher-check", rid, undefined, opts.apiKey), { timeoutMs, ...(sig ? { signal: sig } : {}), ...(opts.maxReplyBytes ? { maxReplyBytes: opts.maxReplyBytes } : {}) }).then((r) => {
           if (r.status < 200 || r.status >= 300) throw engineErrorFromReply(url, r);
           return r;
         }),

@@ -25,6 +25,8 @@ export interface VllmClientOptions {
   model?: string;
   /** Per-request deadline in ms (default {@link DEFAULT_ENGINE_TIMEOUT_MS}). */
   timeoutMs?: number;
+  /** Reply cap in bytes, counted while the reply streams (default `DEFAULT_ENGINE_MAX_REPLY_BYTES`, 64 MiB). */
+  maxReplyBytes?: number;
   /** Web-standard fetch (default `globalThis.fetch`). */
   fetch?: FetchLike;
   /**
@@ -59,6 +61,7 @@ export class VllmClient implements InferenceClient {
   readonly url: string;
   private readonly model?: string;
   private readonly timeoutMs: number;
+  private readonly maxReplyBytes: number | undefined;
   private readonly fetchFn: FetchLike;
   private readonly endpoint: "completions" | "generate";
   private readonly askMaxLen: () => Promise<number | undefined>;
@@ -70,6 +73,7 @@ export class VllmClient implements InferenceClient {
     this.model = opts.model;
     this.apiKey = opts.apiKey ?? null;
     this.timeoutMs = opts.timeoutMs ?? DEFAULT_ENGINE_TIMEOUT_MS;
+    this.maxReplyBytes = opts.maxReplyBytes;
     this.fetchFn = opts.fetch ?? ((input, init) => fetch(input, init));
     this.askMaxLen = cachedModelMaxLen(this.fetchFn, this.url, this.timeoutMs, this.apiKey);
     this.endpoint = opts.endpoint ?? "completions";
@@ -138,6 +142,7 @@ export class VllmClient implements InferenceClient {
     const reply = await postEngineJson(this.fetchFn, url, body, engineHeaders(req.routing_key, req.request_id, req.prefix_key, this.apiKey), {
       timeoutMs: this.timeoutMs,
       signal: req.signal,
+      ...(this.maxReplyBytes ? { maxReplyBytes: this.maxReplyBytes } : {}),
     });
     if (reply.status < 200 || reply.status >= 300) throw engineErrorFromReply(url, reply);
     if (reply.body === undefined) throw badReply(url, "body is not JSON");

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { ToolError } from "../errors.ts";
+import { redactUrl } from "../http/outbound.ts";
 import { postWebhook, type WebhookOptions } from "../tools/webhook-post.ts";
 
 /** The reward webhook: where to POST, per-attempt timeout and retries. */
@@ -7,6 +8,8 @@ export const RewardWebhookSpec = z.object({
   url: z.string().url(),
   timeout_ms: z.number().int().positive().default(30_000),
   max_retries: z.number().int().min(0).default(2),
+  /** Reply body cap in bytes (default 4 MiB). */
+  max_reply_bytes: z.number().int().positive().optional(),
 });
 export type RewardWebhookSpec = z.infer<typeof RewardWebhookSpec>;
 
@@ -30,8 +33,12 @@ export async function webhookReward(
   req: RewardWebhookRequest,
   opts: WebhookOptions & { secret?: string } = {},
 ): Promise<number> {
-  const reply = await postWebhook({ url: spec.url, secret: opts.secret, timeout_ms: spec.timeout_ms, max_retries: spec.max_retries }, req, opts);
+  const reply = await postWebhook(
+    { url: spec.url, secret: opts.secret, timeout_ms: spec.timeout_ms, max_retries: spec.max_retries, ...(spec.max_reply_bytes ? { max_reply_bytes: spec.max_reply_bytes } : {}) },
+    req,
+    opts,
+  );
   const r = RewardReply.safeParse(reply.body);
-  if (reply.status !== 200 || !r.success) throw new ToolError(`reward webhook ${spec.url}: expected 200 {"score": number}`, { status: 502 });
+  if (reply.status !== 200 || !r.success) throw new ToolError(`reward webhook ${redactUrl(spec.url)}: expected 200 {"score": number}`, { status: 502 });
   return r.data.score;
 }

@@ -17,7 +17,11 @@ export const ToolSchema = z.object({
 });
 export type ToolSchema = z.infer<typeof ToolSchema>;
 
-/** One webhook tool from the tools file: `{name, url, schema, timeout_ms, max_retries}`; unknown keys are errors. */
+/**
+ * One webhook tool from the tools file: `{name, url, schema, timeout_ms, max_retries, max_reply_bytes?}`;
+ * unknown keys are errors. `max_reply_bytes` caps the reply body (default 4 MiB, counted while it streams;
+ * a larger reply is an error observation naming the cap).
+ */
 export const ToolSpec = z
   .strictObject({
     name: z.string().min(1),
@@ -25,6 +29,7 @@ export const ToolSpec = z
     schema: ToolSchema,
     timeout_ms: z.number().int().positive().default(30_000),
     max_retries: z.number().int().min(0).default(2),
+    max_reply_bytes: z.number().int().positive().optional(),
   })
   // The model is shown schema.function.name and calls by it; a different `name` would route every call to "unknown tool".
   .refine((t) => t.schema.function.name === t.name, {
@@ -34,10 +39,11 @@ export const ToolSpec = z
 export type ToolSpec = z.infer<typeof ToolSpec>;
 
 /**
- * Where a simulated user lives: `{name, url, timeout_ms, max_retries}` (an
+ * Where a simulated user lives: `{name, url, timeout_ms, max_retries, max_reply_bytes?}` (an
  * `interactions` entry of the tools file). `timeout_ms` is per attempt,
  * milliseconds (default 30 000); `max_retries` counts retries after the first
- * attempt (default 2), as for tools. Unknown keys are errors.
+ * attempt (default 2), as for tools; `max_reply_bytes` caps the reply (default 4 MiB).
+ * Unknown keys are errors.
  * A row picks one by verl's `extra_info.interaction_kwargs.name`
  * (verl `ToolAgentLoop.run`: `interaction_map[interaction_kwargs["name"]]`).
  */
@@ -46,6 +52,7 @@ export const InteractionSpec = z.strictObject({
   url: z.string().url(),
   timeout_ms: z.number().int().positive().default(30_000),
   max_retries: z.number().int().min(0).default(2),
+  max_reply_bytes: z.number().int().positive().optional(),
 });
 export type InteractionSpec = z.infer<typeof InteractionSpec>;
 

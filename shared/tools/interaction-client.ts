@@ -65,7 +65,7 @@ export class InteractionClient {
     let reply;
     try {
       reply = await postWebhook(
-        { url: this.spec.url, secret: this.opts.secret, timeout_ms: this.spec.timeout_ms, max_retries: this.spec.max_retries },
+        { url: this.spec.url, secret: this.opts.secret, timeout_ms: this.spec.timeout_ms, max_retries: this.spec.max_retries, ...(this.spec.max_reply_bytes ? { max_reply_bytes: this.spec.max_reply_bytes } : {}) },
         body,
         { ...this.opts, signal: req.signal ?? this.opts.signal },
       );

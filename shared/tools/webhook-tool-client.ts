@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { ToolError } from "../errors.ts";
 import type { ToolSchema, ToolSpec } from "../schema/index.ts";
+import { DEFAULT_WEBHOOK_MAX_REPLY_BYTES } from "../http/outbound.ts";
 import { postWebhook, WebhookError, type WebhookOptions } from "./webhook-post.ts";
 
 /** One tool call to execute. `turn` is the assistant turn (1-based) that made it, `index` its position in that turn (0-based). */
@@ -136,7 +137,7 @@ export class WebhookToolClient implements ToolExecutor {
     let reply;
     try {
       reply = await postWebhook(
-        { url: spec.url, secret: this.opts.secret, timeout_ms: spec.timeout_ms, max_retries: spec.max_retries },
+        { url: spec.url, secret: this.opts.secret, timeout_ms: spec.timeout_ms, max_retries: spec.max_retries, ...(spec.max_reply_bytes ? { max_reply_bytes: spec.max_reply_bytes } : {}) },
         body,
         { ...this.opts, signal: req.signal ?? this.opts.signal },
       );
@@ -168,6 +169,8 @@ export class WebhookToolClient implements ToolExecutor {
 function describeFailure(e: ToolError, spec: ToolSpec, tries: number): string {
   const n = `${tries} attempt${tries > 1 ? "s" : ""}`;
   if (e.status === 499) return "aborted";
+  if (e.code === "reply_too_large") return `the reply is larger than ${spec.max_reply_bytes ?? DEFAULT_WEBHOOK_MAX_REPLY_BYTES} bytes (the tool's max_reply_bytes)`;
+  if (e.status >= 300 && e.status < 400) return `HTTP ${e.status} (a redirect; redirects are not followed)`;
   if (e.status === 504) return `timed out after ${spec.timeout_ms} ms (${n})`;
   if (e.status === 502 && e.retryable) return `could not connect (${n})`;
   if (e.retryable) return `HTTP ${e.status} (${n})`;

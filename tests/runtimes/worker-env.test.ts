@@ -7,12 +7,12 @@ const env = (v: Partial<Env>) => v as Env;
 describe("Worker env: the agent gateway's variables", () => {
   test("EDGELOOP_AGENT_* and EDGELOOP_PUBLIC_URL over the config's agent section", () => {
     const cfg = parseAppConfig({ agent: { url: "http://cfg/tasks", timeout_ms: 5000, secret: "s0", public_url: "http://cfg-public" } }, "t");
-    expect(agentSettings(env({}), cfg)).toEqual({ agent: { url: "http://cfg/tasks", timeout_ms: 5000, secret: "s0" }, publicUrl: "http://cfg-public" });
+    expect(agentSettings(env({}), cfg)).toEqual({ agent: { url: "http://cfg/tasks", timeout_ms: 5000, secret: "s0", max_reply_bytes: 4194304 }, publicUrl: "http://cfg-public" });
     expect(agentSettings(env({ EDGELOOP_AGENT_URL: "https://a.example/t", EDGELOOP_AGENT_SECRET: "s1", EDGELOOP_AGENT_TIMEOUT_MS: "1200", EDGELOOP_PUBLIC_URL: "https://w.example/" }), cfg)).toEqual({
-      agent: { url: "https://a.example/t", timeout_ms: 1200, secret: "s1" },
+      agent: { url: "https://a.example/t", timeout_ms: 1200, secret: "s1", max_reply_bytes: 4194304 },
       publicUrl: "https://w.example",
     });
-    expect(agentSettings(env({}), parseAppConfig({}, "t"))).toEqual({ agent: { url: null, timeout_ms: 600_000, secret: null }, publicUrl: null });
+    expect(agentSettings(env({}), parseAppConfig({}, "t"))).toEqual({ agent: { url: null, timeout_ms: 600_000, secret: null, max_reply_bytes: 4194304 }, publicUrl: null });
   });
 
   test("a bad value is a ConfigError naming the variable", () => {
@@ -39,7 +39,7 @@ describe("Worker env: EDGELOOP_CONFIG is honoured or refused (issue 18 item 10)"
     try {
       const config = { engine: { url: `http://127.0.0.1:${engine.port}`, model: "Qwen/Qwen3-8B" }, reward: { url: "http://127.0.0.1:3/reward" } };
       const rt = await workerRuntime(env({ UPSTASH_REDIS_REST_URL: base.UPSTASH_REDIS_REST_URL, UPSTASH_REDIS_REST_TOKEN: "t", EDGELOOP_CONFIG: JSON.stringify(config), EDGELOOP_TOOLS_SECRET: "s" }));
-      expect(rt.deps.reward).toEqual({ webhook: { url: "http://127.0.0.1:3/reward", timeout_ms: 30_000, max_retries: 2 }, secret: "s" });
+      expect(rt.deps.reward).toEqual({ webhook: { url: "http://127.0.0.1:3/reward", timeout_ms: 30_000, max_retries: 2, max_reply_bytes: 4194304 }, secret: "s" });
       await rt.deps.client.generate({ request_id: "r1", routing_key: "k", prompt_ids: [1, 2, 3], max_tokens: 4, sampling_params: { temperature: 1, top_p: 1, top_k: -1, logprobs: true } });
       expect(bodies.map((b) => [b.model, b.prompt])).toEqual([["Qwen/Qwen3-8B", [1, 2, 3]]]);
     } finally {
