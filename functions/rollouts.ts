@@ -1,7 +1,7 @@
 import { Hono, type Context, type Next } from "hono";
 import { PolicyVersionValue } from "../shared/rollout/policy-version.ts";
 import { z } from "zod";
-import { AuthError, EdgeloopError, InputError, inputErrorFromZod, NotFoundError, NotImplementedError } from "../shared/errors.ts";
+import { AuthError, ConflictError, EdgeloopError, InputError, inputErrorFromZod, NotFoundError, NotImplementedError } from "../shared/errors.ts";
 import { RolloutRequest } from "../shared/rollout/batch.ts";
 import type { BatchCancellation, BatchCounts } from "../shared/rollout/batch-run.ts";
 import type { RolloutService } from "../shared/rollout/service.ts";
@@ -12,6 +12,7 @@ import { tokenPieces } from "../shared/telemetry/token-pieces.ts";
 import { groupDivergence } from "../shared/rollout/group-divergence.ts";
 import { pageSummaries } from "../shared/rollout/trajectory-summary.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../shared/tokens/tokenizer.ts";
+import { decodeRefusal, modelIdOf } from "../shared/models/model-id.ts";
 import { bearerAuth, limitBody, readJson, readOptionalJson } from "./http-util.ts";
 import { healthResponse, type StoreHealth } from "../shared/store/store-health.ts";
 import { STORE_UNREACHABLE, storeOutageOf } from "../shared/store/store-outage.ts";
@@ -200,7 +201,8 @@ export interface BatchSummary {
  * - `GET /v1/rollouts/{batch_id}/groups/{uid}?decode=` → `{batch_id, uid, records, divergence}`: the
  *   group's records in the batch (by session_id, output_index; `decode=1` adds `decoded` as
  *   `/v1/trajectories/{key}` does) and where each sample diverges from the others (`groupDivergence`)
- * - `GET /v1/trajectories/{key}` → the stored `TrajectoryRecord`; `?decode=1` adds
+ * - `GET /v1/trajectories/{key}` → the stored `TrajectoryRecord`; `?decode=1` (409 `model_mismatch` for a
+ *   record whose `model` has another fingerprint than this server's tokenizer: never decoded with another) adds
  *   `decoded: {prompt: string[], response: string[]}`, the text of every token
  * - `GET /metrics` → Prometheus text (no auth, like `/health`, unless `metricsAuth`)
  * - `GET /viewer` → the trajectory viewer page (reads the API above)
@@ -292,6 +294,16 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
     tokenizer ??= t === undefined ? (service.config.model == null ? defaultTokenizer() : Promise.reject(noTokenizer())) : typeof t === "function" ? t() : Promise.resolve(t);
     return tokenizer;
   };
+  // A record names the model its ids are of: decoded only with that model's tokenizer, never another's (N4).
+  const decodingTokenizer = async (records: readonly TrajectoryRecord[]): Promise<ChatTokenizer> => {
+    const tok = await getTokenizer();
+    const own = await modelIdOf(tok);
+    for (const r of records) {
+      const why = decodeRefusal(r.model, own);
+      if (why) throw new ConflictError(`decode: trajectory ${r.key}: ${why}`, { code: "model_mismatch", field: "decode" });
+    }
+    return tok;
+  };
 
   app.get("/v1/trajectories/:key", async (c) => {
     const key = c.req.param("key");
@@ -300,7 +312,7 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
     const record = await service.store.get(key);
     if (!record) throw new NotFoundError(`no trajectory '${key}'`, { field: "key" });
     if (!q.decode) return c.json(record);
-    const tok = await getTokenizer();
+    const tok = await decodingTokenizer([record]);
     return c.json({ ...record, decoded: { prompt: tokenPieces(tok, record.prompt_ids), response: tokenPieces(tok, record.response_ids) } });
   });
 
@@ -391,7 +403,7 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
     }
     const divergence = groupDivergence(records.map((r) => ({ key: r.key, ids: [...r.prompt_ids, ...r.response_ids] })));
     if (!q.decode) return c.json({ batch_id: batchId, uid: uid.data, records, divergence });
-    const tok = await getTokenizer();
+    const tok = await decodingTokenizer(records);
     const decoded = records.map((r) => ({ ...r, decoded: { prompt: tokenPieces(tok, r.prompt_ids), response: tokenPieces(tok, r.response_ids) } }));
     return c.json({ batch_id: batchId, uid: uid.data, records: decoded, divergence });
   });
@@ -514,7 +526,7 @@ export function openApiDocument(): Record<string, unknown> {
         get: {
           summary: "One stored trajectory; decode=1 adds the text of every token",
           parameters: [{ name: "key", in: "path", required: true, schema: { type: "string" } }, ...queryParameters(TrajectoryQuery)],
-          responses: { "200": { description: "TrajectoryRecord (plus decoded: {prompt, response} per-token strings)" }, "400": { ...err, description: "a bad key, an unknown query parameter or a decode other than 0/1/true/false (field names it)" }, "404": err },
+          responses: { "200": { description: "TrajectoryRecord (plus decoded: {prompt, response} per-token strings)" }, "400": { ...err, description: "a bad key, an unknown query parameter or a decode other than 0/1/true/false (field names it)" }, "404": err, "409": { ...err, description: "decode=1 on a record of another model (its model.fingerprint differs from this server's tokenizer), code model_mismatch" } },
         },
       },
       "/v1/rollouts/{batch_id}/trajectories": {

@@ -7,6 +7,7 @@ import type { TransferQueue } from "../../shared/store/types.ts";
 import { createUpstashTransferQueue } from "../../shared/store/upstash-transfer-queue.ts";
 import { tokenPieces } from "../../shared/telemetry/token-pieces.ts";
 import { loadTokenizer } from "../node/model-dir.ts";
+import { decodeRefusal, isBuiltinModel, modelIdOf } from "../../shared/models/index.ts";
 import { createRedisTransferQueue } from "../redis/redis-transfer-queue.ts";
 import { terminalSafe, terminalSafeJson } from "./terminal-text.ts";
 
@@ -165,8 +166,10 @@ function openStore(url: string, prefix: string | undefined): TransferQueue {
 /**
  * `edgeloop inspect KEY [--file rollouts.jsonl | --store redis://… [--store-prefix P]] [--json]`:
  * prints one trajectory decoded, coloured by mask, with a one-line summary;
- * `--json` prints the record itself (one line of JSON).
- * @throws InputError for a malformed key; NotFoundError when the record is absent; ConfigError for an unusable store.
+ * `--json` prints the record itself (one line of JSON). Tokens are decoded
+ * with `--model`, else the record's own `model` when it is built in, else
+ * Qwen3; a record of another model (its fingerprint) is refused, not decoded.
+ * @throws InputError for a malformed key, or (`--model`) a record of another model than the tokenizer's; NotFoundError when the record is absent; ConfigError for an unusable store.
  */
 export async function inspectCommand(key: string, flags: InspectFlags): Promise<void> {
   parseTrajectoryKey(key);
@@ -189,7 +192,11 @@ export async function inspectCommand(key: string, flags: InspectFlags): Promise<
     process.stdout.write(terminalSafeJson(JSON.stringify(record)) + "\n");
     return;
   }
-  const tokenizer = await loadTokenizer(flags.model);
+  // The record names its model: without --model, a built-in one is loaded; a tokenizer of another model never decodes it.
+  const recorded = record.model;
+  const tokenizer = await loadTokenizer(flags.model ?? (recorded && isBuiltinModel(recorded.name) ? recorded.name : undefined));
+  const why = decodeRefusal(recorded, await modelIdOf(tokenizer));
+  if (why) throw new InputError("--model", `trajectory ${key}: ${why}`);
   const color = flags.color ?? (Boolean(process.stdout.isTTY) && !process.env.NO_COLOR);
   const pieces = { prompt: tokenPieces(tokenizer, record.prompt_ids), response: tokenPieces(tokenizer, record.response_ids) };
   process.stdout.write(renderTrajectory(record, pieces, { color, prompt: flags.prompt }));

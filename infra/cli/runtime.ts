@@ -37,7 +37,8 @@ import { loadTokenizer } from "../node/model-dir.ts";
 import { ObservationEncoder } from "../../shared/tokens/observation.ts";
 import { tokenMethodFallbacks } from "../../shared/tokens/token-methods.ts";
 import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
-import { describeModel } from "../../shared/models/index.ts";
+import { describeModel, modelIdOf } from "../../shared/models/index.ts";
+import type { ModelId } from "../../shared/schema/index.ts";
 import { createRedisTransferQueue } from "../redis/redis-transfer-queue.ts";
 import { SimEngine } from "../sim-engine/sim-engine.ts";
 import { readSimScriptFile } from "../sim-engine/script-file.ts";
@@ -71,6 +72,10 @@ export interface Runtime {
   service: RolloutService;
   store: TransferQueue;
   client: InferenceClient;
+  /** This process's model (`modelIdOf` the tokenizer): recorded in records and queued batches; workers refuse another. */
+  model: ModelId;
+  /** The loaded tokenizer (what readers decode records of {@link model} with). */
+  tokenizer: ChatTokenizer;
   /**
    * The durable-session host, when trajectories run as sessions (a Redis or
    * Upstash store: checkpoints live in the same Redis); its callbacks are
@@ -194,6 +199,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
   try {
     const tokenizer = await loadTokenizer(config.model ?? undefined);
     probeTemplate(tokenizer);
+    const model = await modelIdOf(tokenizer);
     describe.push(`model      ${describeModel(tokenizer, config.rollout.multi_turn.format)}`);
     // Where the template falls back from token formulas to a render per prompt or observation (issue 19).
     for (const line of tokenMethodFallbacks(tokenizer, { chatTemplateKwargs: config.rollout.chat_template_kwargs })) describe.push(`tokens     ${line}`);
@@ -283,7 +289,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       };
       jobs = new JobQueue(built.commander, { prefix: config.store.prefix, batchTtlSeconds: config.store.retention.batches, ...hooks.jobQueue });
       const queued = hooks.jobs === "queue" || hooks.jobs === "auto";
-      service = new ValidatingRolloutService(registry, { config, store: batchStore, executorFor, policy, ...(queued ? { jobs } : {}), ...(hooks.lostGraceMs !== undefined ? { lostGraceMs: hooks.lostGraceMs } : {}) });
+      service = new ValidatingRolloutService(registry, { config, store: batchStore, executorFor, policy, model, ...(queued ? { jobs } : {}), ...(hooks.lostGraceMs !== undefined ? { lostGraceMs: hooks.lostGraceMs } : {}) });
       closers.push(async () => service.close());
       describe.push(`sessions   durable, checkpoints in ${config.store.url === "upstash" ? "Upstash" : "Redis"} (${config.store.prefix ?? "edgeloop:"}session:<key>)`);
       callbacks = queued ? queuedCallbacks(host, jobs, (line) => console.error(line)) : host;
@@ -314,7 +320,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
           run: async (t, plan, signal) => ((await carryStorage.stepOf(t.key)) !== null ? sessions.run(t, plan, signal) : plain.run(t, plan, signal)),
         };
       };
-      service = new ValidatingRolloutService(registry, { config, store: batchStore, executorFor, policy });
+      service = new ValidatingRolloutService(registry, { config, store: batchStore, executorFor, policy, model });
     }
     const storeName = config.store.url === "upstash" ? (process.env.UPSTASH_REDIS_REST_URL ?? "upstash") : maskRedisUrl(config.store.url);
     const storeHealth = processStoreHealth(storeName, built?.commander ?? null);
@@ -329,6 +335,8 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       store,
       storeHealth,
       client,
+      model,
+      tokenizer,
       sessions,
       callbacks,
       jobs,

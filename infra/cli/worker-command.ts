@@ -77,6 +77,7 @@ export async function workerCommand(flags: WorkerFlags): Promise<void> {
       concurrency: runtime.config.concurrency,
       idleExitMs: flags.idleExit === undefined ? null : Math.round(flags.idleExit * 1000),
       log: (line) => console.error(line),
+      model: runtime.model,
       ...(runtime.sessions ? { onWake: (key: string) => void runtime.sessions!.wake(key) } : {}),
     });
     for (const line of runtime.describe) console.error(line);

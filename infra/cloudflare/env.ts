@@ -14,6 +14,8 @@ import type { TransferQueue } from "../../shared/store/types.ts";
 import { createUpstashTransferQueue, UpstashCommander } from "../../shared/store/upstash-transfer-queue.ts";
 import { RedisPolicyVersions } from "../../shared/rollout/policy-version.ts";
 import { defaultTokenizer, DEFAULT_MODEL } from "../../shared/tokens/tokenizer.ts";
+import { modelIdOf } from "../../shared/models/model-id.ts";
+import type { ModelId } from "../../shared/schema/index.ts";
 import { parseToolsFile } from "../../shared/tools/tools-file.ts";
 import { interactionClients } from "../../shared/tools/interaction-client.ts";
 import { WebhookToolClient } from "../../shared/tools/webhook-tool-client.ts";
@@ -75,6 +77,8 @@ export interface WorkerRuntime {
   config: AppConfig;
   deps: ExecutorDeps;
   queue: TransferQueue;
+  /** The bundled tokenizer's model (`modelIdOf`): recorded in records and session inputs; a session of another model is refused. */
+  model: ModelId;
   secret: string | null;
   /** The agent webhook of `openai_agent` (`EDGELOOP_AGENT_*` over the config's `agent` section). */
   agent: AgentWebhookConfig;
@@ -190,7 +194,7 @@ async function build(env: Env): Promise<WorkerRuntime> {
     teacher,
     sessionLimits: sessionLimitsOf(config.limits),
   };
-  return { config, deps, queue, secret, ...agentSettings(env, config) };
+  return { config, deps, queue, model: await modelIdOf(tokenizer), secret, ...agentSettings(env, config) };
 }
 
 /** A non-default value at `path` of `config` (defaults from the schema). */

@@ -13,6 +13,7 @@ import type { DurableObjectState, DurableObjectStorage } from "./cf-types.ts";
 import { AGENT_ENTRY_PREFIX, DurableObjectSessionStorage, readMany, SQLITE_BACKEND_VALUE_BYTES, writeMany } from "./do-session-storage.ts";
 import { toParts } from "../../shared/session/value-parts.ts";
 import { isStoreOutage } from "../../shared/store/store-outage.ts";
+import { describeModelId, sameModel } from "../../shared/models/model-id.ts";
 import { workerRuntime, type Env } from "./env.ts";
 
 /**
@@ -146,8 +147,14 @@ export class TrajectorySessionObject {
       const s = await this.open(input.key, input);
       if (!s) return;
       let outcome: Awaited<ReturnType<TrajectorySession["run"]>>;
+      // Submitted with another model (a Worker of another deployment): refused, not run (N4).
+      const own = (await workerRuntime(this.env)).model;
+      const mismatch = input.model && !sameModel(input.model, own) ? input.model : null;
       try {
-        outcome = await s.run();
+        if (mismatch) {
+          outcome = { status: "failed", error: `model mismatch: session ${input.key} was submitted with model ${describeModelId(mismatch)}, this Durable Object runs ${describeModelId(own)}; refused, not run` };
+          console.error(outcome.error);
+        } else outcome = await s.run();
       } catch (e) {
         // A retryable failure (store or engine briefly down) is the runtime's to retry: the alarm
         // runs again from the last commit. Anything else would fail the same way on every retry —
@@ -165,7 +172,8 @@ export class TrajectorySessionObject {
         await rt.queue.markFailed(input.key, outcome.error, {
           agent_name: input.agent_name,
           data_source: String((input.kwargs as Record<string, unknown>).data_source ?? "unknown"),
-          extra_fields: info ? { trajectory_info: info } : {},
+          extra_fields: { ...(info ? { trajectory_info: info } : {}), ...(mismatch ? { model_mismatch: { batch: mismatch, worker: own } } : {}) },
+          model: mismatch ?? own,
         });
         await s.markDone();
       }
@@ -178,7 +186,7 @@ export class TrajectorySessionObject {
   private async open(key: string, input?: SessionInput): Promise<TrajectorySession | null> {
     const rt = await workerRuntime(this.env);
     const { link } = await this.agentGateway();
-    const deps: SessionDeps = { storage: this.storage, createLoop: sessionLoopFactory({ ...rt.deps, agentGateway: link }), finishOutputs: sessionOutputFinisher(rt.deps), onPause: endLoopTrace, writeOutputs: queueWriter(rt.queue) };
+    const deps: SessionDeps = { storage: this.storage, createLoop: sessionLoopFactory({ ...rt.deps, agentGateway: link }), finishOutputs: sessionOutputFinisher(rt.deps), onPause: endLoopTrace, writeOutputs: queueWriter(rt.queue, rt.model) };
     return TrajectorySession.open(key, deps, input);
   }
 

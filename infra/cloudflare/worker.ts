@@ -64,14 +64,14 @@ app.post("/v1/rollouts", async (c) => {
   const start = async (i: number) => {
     const t = plan.trajectories[i]!;
     if (t.row_error || !t.row) {
-      await rt.queue.markFailed(t.key, t.row_error ?? "invalid row", { data_source: "unknown", extra_fields: { trajectory_info: t.trajectory_info } });
+      await rt.queue.markFailed(t.key, t.row_error ?? "invalid row", { data_source: "unknown", extra_fields: { trajectory_info: t.trajectory_info }, model: rt.model });
       return;
     }
     let agentName: string;
     try {
       agentName = rt.deps.registry.resolve(t.row.agent_name, cfg.rollout.agent.default_agent_loop);
     } catch (e) {
-      await rt.queue.markFailed(t.key, `${(e as Error).name}: ${(e as Error).message}`, { data_source: t.row.data_source, extra_fields: { trajectory_info: t.trajectory_info } });
+      await rt.queue.markFailed(t.key, `${(e as Error).name}: ${(e as Error).message}`, { data_source: t.row.data_source, extra_fields: { trajectory_info: t.trajectory_info }, model: rt.model });
       return;
     }
     const input: SessionInputArg = {
@@ -81,6 +81,7 @@ app.post("/v1/rollouts", async (c) => {
       kwargs: { ...t.row, uid: t.uid, session_id: t.session_id, global_steps: plan.global_steps, key: t.key, trajectory_info: t.trajectory_info },
       rollout: cfg.rollout,
       model_version: plan.model_version,
+      model: rt.model,
     };
     let failure: string | null = null;
     try {
@@ -90,7 +91,7 @@ app.post("/v1/rollouts", async (c) => {
       failure = `session did not start: ${(e as Error).message ?? String(e)}`;
     }
     // Its group is registered: a session that cannot start fails its trajectory, so the group still completes.
-    if (failure) await rt.queue.markFailed(t.key, failure, { agent_name: agentName, data_source: t.row.data_source, extra_fields: { trajectory_info: t.trajectory_info } });
+    if (failure) await rt.queue.markFailed(t.key, failure, { agent_name: agentName, data_source: t.row.data_source, extra_fields: { trajectory_info: t.trajectory_info }, model: rt.model });
   };
   // At most 6 simultaneous subrequests per invocation.
   let next = 0;

@@ -16,6 +16,7 @@ import { ObservationEncoder } from "../tokens/observation.ts";
 import { buildPromptIds } from "../tokens/prompt.ts";
 import type { ChatTokenizer } from "../tokens/tokenizer.ts";
 import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
+import { describeModelId, modelIdOf, sameModel } from "../models/model-id.ts";
 import {
   AgentSessionInput,
   applyEvent,
@@ -128,7 +129,8 @@ export class AgentGateway {
     if (parsed.token === undefined) throw new InputError("token", "create needs the session's bearer token");
     // The token is stored only as its SHA-256 (S17): whoever reads the store cannot act as the agent.
     const { token, ...rest } = parsed;
-    const inp: AgentSessionInput = { ...rest, token_sha256: await tokenSha256(token) };
+    // The session names this gateway's model: a call reaching a gateway of another model is refused (N4).
+    const inp: AgentSessionInput = { ...rest, model: rest.model ?? (await modelIdOf(this.tokenizer)), token_sha256: await tokenSha256(token) };
     return holdWhileStoreDown(() => this.createOnce(inp, token));
   }
 
@@ -216,6 +218,13 @@ export class AgentGateway {
           if (again) return again;
           if (st.finish) throw new SessionClosedError(key, st.finish.by);
           if (this.wall() >= st.input.deadline_ms) throw new SessionClosedError(key, "timeout");
+          const own = await modelIdOf(this.tokenizer);
+          if (st.input.model && !sameModel(st.input.model, own)) {
+            // Another model's tokens would enter this trajectory: the session fails (its trajectory names both) and the call is refused.
+            const why = `agent session '${key.slice(0, 200)}' was created with model ${describeModelId(st.input.model)}, this gateway runs ${describeModelId(own)}: refused (route agent calls to a process of the session's model)`;
+            await this.commit(st, { e: "finish", by: "failed", reward: null, metadata: { error: why } });
+            throw new ConflictError(why, { code: "model_mismatch" });
+          }
           if (req.logprobs && !st.input.sampling_params.logprobs) {
             throw new InputError("logprobs", "this run does not record log-probs (rollout.calculate_log_probs is false); ask without logprobs");
           }

@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { finalTokenVersions, pushVersion, type TokenVersions } from "../agent-loop/agent-loop.ts";
 import { StoreError } from "../errors.ts";
-import { AgentLoopMetrics, ChatMessage, FinishReason, RolloutConfig, RoutedExpertsShape, SamplingParams, ToolSchema, type AgentLoopOutput } from "../schema/index.ts";
+import { AgentLoopMetrics, ChatMessage, FinishReason, ModelId, RolloutConfig, RoutedExpertsShape, SamplingParams, ToolSchema, type AgentLoopOutput } from "../schema/index.ts";
 import { decodeFloat32, decodeInt32 } from "../session/typed-base64.ts";
 import type { StoredSession } from "../session/session-storage.ts";
 import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
@@ -37,6 +37,8 @@ export const AgentSessionInput = z.object({
   tools: z.array(ToolSchema),
   messages: z.array(ChatMessage),
   model_version: z.union([z.string(), z.number()]).nullable().default(null),
+  /** The model of the gateway that created the session (`modelIdOf` its tokenizer): a gateway of another model refuses its calls. Absent in older sessions. */
+  model: ModelId.optional(),
 }).refine((i) => i.token !== undefined || i.token_sha256 !== undefined, { message: "an agent session needs token (or token_sha256)", path: ["token"] });
 export type AgentSessionInput = z.infer<typeof AgentSessionInput>;
 export type AgentSessionInputArg = z.input<typeof AgentSessionInput>;

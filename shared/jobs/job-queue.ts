@@ -1,7 +1,7 @@
 import { keyPart } from "../store/key-encoding.ts";
 import { EdgeloopError, StoreError } from "../errors.ts";
 import type { OversamplePlan, PlannedTrajectory } from "../rollout/batch.ts";
-import type { RolloutConfig } from "../schema/index.ts";
+import type { ModelId, RolloutConfig } from "../schema/index.ts";
 import type { RedisArg, RedisCommander, RedisReply } from "../store/redis-commander.ts";
 import { replyToFields } from "../store/redis-transfer-queue.ts";
 import { parseEntries, parseRead, StreamConsumer, type StreamEntry } from "../store/stream-consumer.ts";
@@ -22,6 +22,12 @@ export interface BatchSpec {
   started_at: number;
   /** Over-sampling and dynamic sampling of the batch (absent or null: a plain batch). */
   oversample?: OversamplePlan | null;
+  /**
+   * The model of the submitting process (`modelIdOf` its tokenizer): a
+   * worker whose model has another fingerprint fails the batch's jobs
+   * instead of running them. Absent in batches of older versions (not checked).
+   */
+  model?: ModelId;
 }
 
 /** A group a worker registers (`TransferQueue.expectGroup`) before running a job of a reserve row (job entry field `x`). */

@@ -6,6 +6,8 @@ import type { TransferQueue } from "../store/types.ts";
 import { holdWhileStoreDown } from "../store/store-outage.ts";
 import type { BatchSpec, Job, JobQueue } from "./job-queue.ts";
 import { QueuedGroupGate } from "./queued-oversample.ts";
+import type { ModelId } from "../schema/index.ts";
+import { describeModelId, sameModel } from "../models/model-id.ts";
 
 /** Options of a {@link JobWorker}. */
 export interface JobWorkerOptions {
@@ -40,6 +42,14 @@ export interface JobWorkerOptions {
    * rather than at the tool's deadline.
    */
   onWake?: (key: string) => void;
+  /**
+   * This worker's model (`modelIdOf` its tokenizer), recorded in its records.
+   * A job whose batch names a model with another fingerprint is refused: its
+   * trajectory is stored failed with an error naming both models (the batch
+   * ends; the trainer sees which), the refusal is logged once per batch and
+   * counted in {@link WorkerSummary.refused}. Absent: nothing is checked.
+   */
+  model?: ModelId;
 }
 
 /** What a worker did, when {@link JobWorker.run} returns. */
@@ -61,6 +71,8 @@ export interface WorkerSummary {
    * aborted (`cancel`) or suspended at their checkpoint (`carry`) while running.
    */
   surplus: number;
+  /** Jobs refused because their batch was submitted with another model (stored failed; also counted in `completed` and `failed`). */
+  refused: number;
   /** Why the loop ended: `idle` (scale to zero) or `stopped`. */
   exit: "idle" | "stopped";
 }
@@ -86,7 +98,9 @@ export class JobWorker {
   /** The one-trajectory run of each running job (by job id), with its batch: what a cancel aborts. */
   private readonly runs = new Map<string, RunEntry>();
   private stopped = false;
-  private readonly summary: WorkerSummary = { claimed: 0, completed: 0, failed: 0, reclaimed: 0, abandoned: 0, cancelled: 0, surplus: 0, exit: "stopped" };
+  /** Batches whose model mismatch was logged (said once per batch). */
+  private readonly refusedBatches = new Set<string>();
+  private readonly summary: WorkerSummary = { claimed: 0, completed: 0, failed: 0, reclaimed: 0, abandoned: 0, cancelled: 0, surplus: 0, refused: 0, exit: "stopped" };
 
   constructor(opts: JobWorkerOptions) {
     this.opts = opts;
@@ -304,16 +318,31 @@ export class JobWorker {
     }
     const groupGate = os ? new QueuedGroupGate({ jobs, store, batchId: job.batch_id, plan: os, log: (l) => this.log(l) }) : undefined;
     const max = this.opts.maxDeliveries ?? 5;
-    if (job.deliveries > max) {
-      const error = `job failed: delivered ${job.deliveries} times without completing (worker crashes?)`;
+    const own = this.opts.model;
+    // Another model's batch: running it would write this tokenizer's ids into a batch read with the other's.
+    const mismatch = own && spec.model && !sameModel(spec.model, own) ? spec.model : null;
+    if (mismatch || job.deliveries > max) {
+      const error = mismatch
+        ? `model mismatch: batch ${job.batch_id} was submitted with model ${describeModelId(mismatch)}, this worker (${this.opts.consumer}) runs ${describeModelId(own!)}; refused, not run: start workers with the serve's model (--model ${mismatch.name})`
+        : `job failed: delivered ${job.deliveries} times without completing (worker crashes?)`;
+      if (mismatch && !this.refusedBatches.has(job.batch_id)) {
+        if (this.refusedBatches.size > 256) this.refusedBatches.clear();
+        this.refusedBatches.add(job.batch_id);
+        this.log(`${error} (said once per batch; its jobs are stored failed with this error)`);
+      }
       const agentName = t.row?.agent_name ?? spec.rollout.agent.default_agent_loop;
       // An over-sampled batch's failed record completes its group like any other: it needs the gate's admission too.
       if (groupGate && !(await groupGate.admit(t, [failedRecord(t, agentName, error)]))) {
         await this.dropSurplus(job, os!.partial_rollout, false);
         return;
       }
-      await store.markFailed(t.key, error, { agent_name: agentName, data_source: t.row?.data_source ?? "unknown", extra_fields: { trajectory_info: t.trajectory_info } });
+      // The failed record names the batch's model: it holds no tokens, and readers group it with its batch.
+      const model = mismatch ?? own;
+      // A refusal says so in fields too (trainers and tools decide by fields, not by the error text).
+      const refusal = mismatch ? { model_mismatch: { batch: mismatch, worker: own! } } : {};
+      await store.markFailed(t.key, error, { agent_name: agentName, data_source: t.row?.data_source ?? "unknown", extra_fields: { trajectory_info: t.trajectory_info, ...refusal }, ...(model ? { model } : {}) });
       await groupGate?.settled(t, true);
+      if (mismatch) this.summary.refused++;
       await this.finish(job, true);
       return;
     }
@@ -326,7 +355,7 @@ export class JobWorker {
       groups: new Map([[t.uid, t.group_size]]),
     };
     const executor = abandonOnConflict(this.opts.executorFor(spec.rollout, { model_version: spec.model_version, validate: spec.validate }));
-    const run = new BatchRun(plan, { executor, store, rollout: spec.rollout, concurrency: 1, ...(groupGate ? { groupGate } : {}) });
+    const run = new BatchRun(plan, { executor, store, rollout: spec.rollout, concurrency: 1, ...(groupGate ? { groupGate } : {}), ...(own ? { model: own } : {}) });
     entry.run = run;
     if (entry.cancelled) run.cancel();
     if (entry.stopped) run.stop(entry.stopped);

@@ -1,6 +1,6 @@
 import { SpanStatusCode } from "@opentelemetry/api";
 import { InputError } from "../errors.ts";
-import { parseTrajectoryKey, type AgentLoopOutput, type RolloutConfig, type TrajectoryRecord } from "../schema/index.ts";
+import { parseTrajectoryKey, type AgentLoopOutput, type ModelId, type RolloutConfig, type TrajectoryRecord } from "../schema/index.ts";
 import type { TransferQueue } from "../store/types.ts";
 import { BatchMetricsAccumulator, type BatchMetrics } from "../telemetry/batch-metrics.ts";
 import { SpanAttr, withSpan } from "../telemetry/tracer.ts";
@@ -228,6 +228,8 @@ export interface BatchRunOptions {
    * workers): replaces the in-process rule ({@link GroupWriteGate}).
    */
   groupGate?: GroupWriteGate;
+  /** The model of this process's tokenizer, recorded as every record's `model` (absent: records name no model). */
+  model?: ModelId;
 }
 
 /**
@@ -656,9 +658,9 @@ export class BatchRun {
         });
         agentName = res.agentName;
         if (res.toolLatenciesMs?.length) this.metrics.addToolLatencies(res.toolLatenciesMs.map((ms) => ms / 1000));
-        records = res.outputs.map((o, i) => toTrajectoryRecord(t, agentName, o, this.opts.rollout, i));
+        records = res.outputs.map((o, i) => toTrajectoryRecord(t, agentName, o, this.opts.rollout, i, this.opts.model));
       } catch (e) {
-        records = [failedRecord(t, agentName, rowErrorText(e, t.row_index))];
+        records = [failedRecord(t, agentName, rowErrorText(e, t.row_index), this.opts.model)];
       }
       if (abandoned) {
         this.abandoned++;
@@ -920,7 +922,7 @@ export class BatchRun {
     const write = () =>
       r.error === null
         ? this.queue.put(r, { last })
-        : this.queue.markFailed(r.key, r.error, { agent_name: r.agent_name, data_source: r.data_source, extra_fields: r.extra_fields });
+        : this.queue.markFailed(r.key, r.error, { agent_name: r.agent_name, data_source: r.data_source, extra_fields: r.extra_fields, ...(r.model ? { model: r.model } : {}) });
     try {
       return { record: r, stored: (await holdWhileStoreDown(write)).stored };
     } catch (e) {
@@ -988,7 +990,7 @@ export class BatchRun {
             const write = () =>
               r.error === null
                 ? this.queue.put(r, { last: k === list.length - 1 })
-                : this.queue.markFailed(r.key, r.error, { agent_name: r.agent_name, data_source: r.data_source, extra_fields: r.extra_fields });
+                : this.queue.markFailed(r.key, r.error, { agent_name: r.agent_name, data_source: r.data_source, extra_fields: r.extra_fields, ...(r.model ? { model: r.model } : {}) });
             if ((await holdWhileStoreDown(write)).stored) rewritten++;
           }
         }

@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { PolicyVersionValue } from "./policy-version.ts";
 import { formatPath, InputError } from "../errors.ts";
-import { DatasetRow, Uid, trajectoryKey, type AgentLoopOutput, type RolloutConfig, type TrajectoryRecord } from "../schema/index.ts";
+import { DatasetRow, Uid, trajectoryKey, type AgentLoopOutput, type ModelId, type RolloutConfig, type TrajectoryRecord } from "../schema/index.ts";
 import { validateTrajectory } from "../tokens/validate.ts";
 import { failedRecord as storeFailedRecord } from "../store/record-codec.ts";
 
@@ -170,7 +170,8 @@ export function oversamplePlan(req: RolloutRequest, rollout: RolloutConfig): Ove
 /**
  * The queue record of a finished trajectory. Runs `validateTrajectory` on the
  * loop's output first — the one validator every output passes through, also
- * for custom loops that did not use the TrajectoryBuilder.
+ * for custom loops that did not use the TrajectoryBuilder. `model` (the
+ * tokenizer that produced the ids) is recorded as the record's `model`.
  * @throws TrajectoryInvariantError when the output breaks an invariant.
  */
 export function toTrajectoryRecord(
@@ -179,6 +180,7 @@ export function toTrajectoryRecord(
   out: AgentLoopOutput,
   rollout: RolloutConfig,
   outputIndex = 0,
+  model?: ModelId,
 ): TrajectoryRecord {
   validateTrajectory(
     { ...out, logprobs: out.response_logprobs },
@@ -196,6 +198,7 @@ export function toTrajectoryRecord(
     output_index: outputIndex,
     agent_name: agentName,
     data_source: t.row?.data_source ?? "unknown",
+    ...(model ? { model } : {}),
     prompt_ids: out.prompt_ids,
     response_ids: out.response_ids,
     response_mask: out.response_mask,
@@ -215,12 +218,13 @@ export function toTrajectoryRecord(
 /**
  * The record of a trajectory that failed before or during its loop: empty
  * arrays, `error` set, `finish_reason: "error"` — the same record the
- * transfer queue's `markFailed` stores for it.
+ * transfer queue's `markFailed` stores for it; `model` as in {@link toTrajectoryRecord}.
  */
-export function failedRecord(t: PlannedTrajectory, agentName: string, error: string): TrajectoryRecord {
+export function failedRecord(t: PlannedTrajectory, agentName: string, error: string, model?: ModelId): TrajectoryRecord {
   return storeFailedRecord(t.key, error, {
     agent_name: agentName,
     data_source: t.row?.data_source ?? "unknown",
+    ...(model ? { model } : {}),
     extra_fields: { trajectory_info: t.trajectory_info },
   });
 }

@@ -1,6 +1,6 @@
 import { ConfigError, ConflictError, EdgeloopError, NotFoundError, NotImplementedError } from "../errors.ts";
 import { AppConfig, mergeConfig, parseAppConfig } from "../config/app-config.ts";
-import type { RolloutConfig, TrajectoryRecord } from "../schema/index.ts";
+import type { ModelId, RolloutConfig, TrajectoryRecord } from "../schema/index.ts";
 import type { TransferQueue } from "../store/types.ts";
 import { followBatch } from "../jobs/batch-follower.ts";
 import { MemoryPolicyVersions, type PolicyVersions } from "./policy-version.ts";
@@ -54,6 +54,11 @@ export interface RolloutServiceOptions {
   lostGraceMs?: number;
   /** The deployment's policy versions (`POST /v1/model-version`); default an in-process one. */
   policy?: PolicyVersions;
+  /**
+   * The model of this process's tokenizer (`modelIdOf`): recorded in every
+   * record run here and in every queued batch's spec, where workers check it.
+   */
+  model?: ModelId;
 }
 
 /**
@@ -138,6 +143,7 @@ export class RolloutService {
       total: plan.trajectories.length,
       started_at: Date.now(),
       ...(os ? { oversample: os } : {}),
+      ...(this.opts.model ? { model: this.opts.model } : {}),
     };
     const keys = plan.trajectories.map((t) => t.key);
     // Every write is built and checked against the store's request limit first: a batch refused for size writes nothing.
@@ -154,8 +160,8 @@ export class RolloutService {
       await jobs.completed(plan.batch_id, key);
     }
     for (const t of plan.trajectories.filter((x) => x.row_error && !handedBack.has(x.key))) {
-      const rec = failedRecord(t, t.row ? (t.row.agent_name ?? cfg.rollout.agent.default_agent_loop) : "unknown", t.row_error!);
-      await this.store.markFailed(rec.key, rec.error!, { agent_name: rec.agent_name, data_source: rec.data_source, extra_fields: rec.extra_fields });
+      const rec = failedRecord(t, t.row ? (t.row.agent_name ?? cfg.rollout.agent.default_agent_loop) : "unknown", t.row_error!, this.opts.model);
+      await this.store.markFailed(rec.key, rec.error!, { agent_name: rec.agent_name, data_source: rec.data_source, extra_fields: rec.extra_fields, ...(rec.model ? { model: rec.model } : {}) });
       await jobs.completed(plan.batch_id, t.key);
     }
     return { batch_id: plan.batch_id, keys, run, ...reuse };
@@ -338,6 +344,7 @@ export class RolloutService {
       concurrency: cfg.concurrency,
       onRecord: this.opts.onRecord,
       ...(reusedUids?.size ? { reusedUids } : {}),
+      ...(this.opts.model ? { model: this.opts.model } : {}),
     });
     this.remember(plan.batch_id, run);
     void run.run().catch(() => {});

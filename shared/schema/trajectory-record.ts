@@ -16,6 +16,19 @@ export const Uid = z
   .regex(UID_PATTERN, "uid may only hold letters, digits, '.' and '-' ('_' separates key parts, ':' Redis key words)");
 
 /**
+ * The model a record's token ids belong to: `name` (the model family or
+ * directory, e.g. `qwen3`, `llama3_1`) and `fingerprint`, 16 hex digits of
+ * SHA-256 over what decides the ids and their rendering (vocabulary size,
+ * added and stop tokens, chat template text; see `modelIdOf`). Two processes
+ * with the same fingerprint tokenize and render alike.
+ */
+export const ModelId = z.strictObject({
+  name: z.string().min(1).max(1024),
+  fingerprint: z.string().regex(/^[0-9a-f]{16}$/, "fingerprint must be 16 lowercase hex digits"),
+});
+export type ModelId = z.infer<typeof ModelId>;
+
+/**
  * One finished trajectory as stored in the transfer queue (DESIGN §4.5),
  * ragged (no padding). `rollout_log_probs` is null when log-probs were not
  * requested; `teacher_log_probs` is absent (not null) without a teacher.
@@ -30,6 +43,12 @@ export const TrajectoryRecord = z.object({
   output_index: z.number().int().min(0),
   agent_name: z.string(),
   data_source: z.string(),
+  /**
+   * The model whose tokenizer produced `prompt_ids`/`response_ids` (see
+   * {@link ModelId}); readers decode with it or say they cannot. Absent in
+   * records written before models were recorded (and by embedders that give none).
+   */
+  model: ModelId.optional(),
   prompt_ids: z.array(z.number().int().min(0)),
   response_ids: z.array(z.number().int().min(0)),
   response_mask: z.array(z.union([z.literal(0), z.literal(1)])),

@@ -3,7 +3,7 @@ import { z } from "zod";
 import type { ToolAgentData, ToolAgentLoop, ToolCallOutcome } from "../agent-loop/tool-agent.ts";
 import type { AgentLoopKwargs } from "../agent-loop/agent-loop.ts";
 import { StoreError } from "../errors.ts";
-import { AgentLoopMetrics, AgentLoopOutput, ChatMessage, FinishReason, RolloutConfig, RoutedExpertsShape, SamplingParams } from "../schema/index.ts";
+import { AgentLoopMetrics, AgentLoopOutput, ChatMessage, FinishReason, ModelId, RolloutConfig, RoutedExpertsShape, SamplingParams } from "../schema/index.ts";
 import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
 import type { ParsedCall, ParseError } from "../tools/tool-call-parser.ts";
 import { decodeFloat32, decodeFloat64, decodeInt32, decodeUint8, encodeFloat32, encodeFloat64, encodeInt32, encodeUint8 } from "./typed-base64.ts";
@@ -220,6 +220,12 @@ export const SessionInput = z.object({
   rollout: RolloutConfig,
   /** The batch's policy version, stamped on turns whose engine reports none. */
   model_version: z.union([z.string(), z.number()]).nullable().default(null),
+  /**
+   * The model the batch was submitted with (`modelIdOf` the submitter's
+   * tokenizer): a host whose model has another fingerprint fails the
+   * session instead of running it. Absent in inputs of older versions.
+   */
+  model: ModelId.optional(),
 });
 export type SessionInput = z.infer<typeof SessionInput>;
 export type SessionInputArg = z.input<typeof SessionInput>;

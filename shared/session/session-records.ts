@@ -1,6 +1,6 @@
 import type { PlannedTrajectory } from "../rollout/batch.ts";
 import { toTrajectoryRecord } from "../rollout/batch.ts";
-import type { AgentLoopOutput, TrajectoryRecord } from "../schema/index.ts";
+import type { AgentLoopOutput, ModelId, TrajectoryRecord } from "../schema/index.ts";
 import type { TransferQueue } from "../store/types.ts";
 import type { SessionInput } from "./checkpoint.ts";
 
@@ -8,9 +8,10 @@ import type { SessionInput } from "./checkpoint.ts";
  * The transfer-queue records of a finished session's outputs, for hosts
  * where the session writes its own records (Durable Objects, the Deno and
  * worker entries): the same records a batch would write. `trajectory_info`
- * comes from `input.kwargs.trajectory_info` when the planner put it there.
+ * comes from `input.kwargs.trajectory_info` when the planner put it there;
+ * `model` (the host's tokenizer) is recorded as each record's `model`.
  */
-export function sessionRecords(input: SessionInput, outputs: AgentLoopOutput[]): TrajectoryRecord[] {
+export function sessionRecords(input: SessionInput, outputs: AgentLoopOutput[], model?: ModelId): TrajectoryRecord[] {
   const k = input.kwargs as Record<string, unknown>;
   const info = (k.trajectory_info ?? { step: k.global_steps ?? -1, sample_index: 0, rollout_n: input.kwargs.session_id, validate: false }) as PlannedTrajectory["trajectory_info"];
   const t: PlannedTrajectory = {
@@ -23,7 +24,7 @@ export function sessionRecords(input: SessionInput, outputs: AgentLoopOutput[]):
     group_size: 1,
     trajectory_info: info,
   };
-  return outputs.map((o, i) => toTrajectoryRecord(t, input.agent_name, o, input.rollout, i));
+  return outputs.map((o, i) => toTrajectoryRecord(t, input.agent_name, o, input.rollout, i, model));
 }
 
 /**
@@ -32,10 +33,11 @@ export function sessionRecords(input: SessionInput, outputs: AgentLoopOutput[]):
  * `last: false` and the last one finishes the session; a session without
  * output is finished with `finishSession(…, 0)`. A rerun after a crash
  * between writes re-sends them all; the stored ones are skipped by put-once.
+ * `model`: as {@link sessionRecords}.
  */
-export function queueWriter(queue: TransferQueue): (input: SessionInput, outputs: AgentLoopOutput[]) => Promise<void> {
+export function queueWriter(queue: TransferQueue, model?: ModelId): (input: SessionInput, outputs: AgentLoopOutput[]) => Promise<void> {
   return async (input, outputs) => {
-    const records = sessionRecords(input, outputs);
+    const records = sessionRecords(input, outputs, model);
     if (records.length === 0) {
       await queue.finishSession(input.kwargs.uid, input.kwargs.session_id, 0);
       return;

@@ -74,6 +74,8 @@ export class ChatTokenizer {
   private readonly tok: Tokenizer;
   private readonly template: Template;
   private readonly templateVars: Record<string, unknown>;
+  /** The chat template's source text (`tokenizer_config.json` `chat_template`). */
+  private readonly templateText: string;
   /**
    * Added tokens that cut text into independent pieces (no lstrip or single_word; not normalized, or
    * normalized by an identity normalizer), longest first.
@@ -94,6 +96,7 @@ export class ChatTokenizer {
       throw new ConfigError(`${files.name}/tokenizer_config.json`, "chat_template is missing or not a string");
     }
     this.tok = new Tokenizer(files.tokenizer as object, cfg);
+    this.templateText = cfg.chat_template;
     this.decoderConfig = (files.tokenizer as { decoder?: unknown }).decoder;
     try {
       this.template = new Template(cfg.chat_template);
@@ -171,6 +174,29 @@ export class ChatTokenizer {
       this.maxChars = m;
     }
     return this.maxChars;
+  }
+
+  /**
+   * The text a model fingerprint is computed over (`modelIdOf`): the family,
+   * the vocabulary size (added tokens included), every added token as
+   * `id content`, the end-of-turn, stop and turn-end ids, the BOS/EOS texts
+   * the template sees, and the chat template's source. Two tokenizers with
+   * equal texts encode the same rendered chat to the same ids. Template kwargs
+   * (`rollout.chat_template_kwargs`) are not part of it: they travel with
+   * each batch's rollout config.
+   */
+  fingerprintSource(): string {
+    const added = [...this.tok.get_added_tokens_decoder()].sort((a, b) => a[0] - b[0]).map(([id, t]) => `${id} ${JSON.stringify(t.content)}`);
+    return JSON.stringify({
+      family: this.traits.family,
+      vocab_size: this.tok.get_vocab(true).size,
+      added,
+      eos: this.eosTokenId,
+      stop: this.stopTokenIds,
+      turn_end: this.turnEndIds,
+      vars: this.templateVars,
+      chat_template: this.templateText,
+    });
   }
 
   /** Token ids of `text`; special tokens written in the text map to their ids; no BOS/EOS added. */

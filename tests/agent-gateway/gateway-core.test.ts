@@ -12,6 +12,8 @@ import { SimEngineClient } from "../../infra/sim-engine/sim-engine-client.ts";
 import { parseToolsFile } from "../../shared/tools/tools-file.ts";
 import { config, ctxOf, FakeTools, SP } from "../agent-loop/helpers.ts";
 import type { ToolSchema } from "../../shared/schema/index.ts";
+import { ConflictError } from "../../shared/errors.ts";
+import { builtinTokenizer, modelIdOf } from "../../shared/models/index.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 const script = JSON.parse(readFileSync(`${ROOT}examples/policy.json`, "utf8"));
@@ -51,6 +53,24 @@ async function createSession(gw: AgentGateway, key = "u0_0_0") {
 }
 
 describe("agent gateway core", () => {
+  test("N4: a session names its gateway's model; a gateway of another model refuses its calls (409 model_mismatch) and fails the session", async () => {
+    const { gw, storage } = setup();
+    const st = await createSession(gw, "mm0_0_0");
+    const qwen = await modelIdOf(tok);
+    expect(st.input.model).toEqual(qwen);
+    const llamaTok = await builtinTokenizer("llama3_1");
+    const llama = await modelIdOf(llamaTok);
+    const other = new AgentGateway({ storage, tokenizer: llamaTok, client: new SimEngineClient(new SimEngine({ tokenizer: llamaTok, script })), maxModelLen: 4096 });
+    const e = await other.chat("mm0_0_0", "tok_0123456789abcdef0123", { model: "x", messages: row0.prompt }).catch((x: unknown) => x);
+    expect(e).toBeInstanceOf(ConflictError);
+    expect((e as ConflictError).code).toBe("model_mismatch");
+    const why = `agent session 'mm0_0_0' was created with model qwen3 (fingerprint ${qwen.fingerprint}), this gateway runs llama3_1 (fingerprint ${llama.fingerprint}): refused (route agent calls to a process of the session's model)`;
+    expect((e as ConflictError).message).toBe(why);
+    const after = await gw.waitFinished("mm0_0_0");
+    expect(after.finish).toMatchObject({ by: "failed", metadata: { error: why } });
+    expect(after.outputs).toEqual([]);
+  });
+
   test("two SDK calls record the same tokens as tool_agent", async () => {
     const { gw, app } = setup();
     await createSession(gw);

@@ -211,6 +211,44 @@ describe.skipIf(!redis)("job queue", () => {
     expect((await store.groupStatus("fits1")).expected).toBeNull();
   });
 
+  test("N4: a worker of another model fails an over-sampled batch's jobs (the batch ends, nothing run); a spec without model (older serve) runs; records carry the worker's model", async () => {
+    const { jobs, store } = setup(5_000);
+    const qwen = { name: "qwen3", fingerprint: "d90f4c60ab225f77" };
+    const llama = { name: "llama3_1", fingerprint: "a46dd04db0e482fa" };
+    const service = new RolloutService({ config: cfg, store, executorFor: () => fakeExecutor(), jobs, followPollMs: 20, model: qwen });
+    closers.push(async () => service.close());
+    const rows = [0, 1, 2].map((i) => ({ prompt: [{ role: "user", content: `m${i}` }], uid: `mm${i}` }));
+    const { batch_id, keys, run } = await service.accept(RolloutRequest.parse({ rows, target_groups: 2 }));
+    expect((await jobs.batch(batch_id))!.spec.model).toEqual(qwen);
+    const ran: string[] = [];
+    const lines: string[] = [];
+    const worker = new JobWorker({ jobs, store, executorFor: () => fakeExecutor(async (t) => void ran.push(t.key)), consumer: "wl", concurrency: 4, idleExitMs: 300, blockMs: 100, model: llama, log: (l) => lines.push(l) });
+    const summary = await worker.run();
+    await run.run();
+    const st = run.stats();
+    expect(ran).toEqual([]);
+    expect(st.done).toBe(true);
+    expect(st.counts.ok).toBe(0);
+    // The two delivered groups' four sessions were refused; the rest were stopped as surplus or removed unclaimed at the target.
+    expect(summary.refused).toBe(summary.completed);
+    expect(summary.refused).toBeGreaterThanOrEqual(4);
+    expect(summary.refused + summary.surplus).toBe(summary.claimed);
+    expect(summary.claimed).toBeLessThanOrEqual(keys.length);
+    expect(st.oversample!.delivered).toBe(2);
+    expect(lines.filter((l) => l.includes("model mismatch")).length).toBe(1);
+    for (const e of st.errors) expect(e.error).toStartWith(`model mismatch: batch ${batch_id} was submitted with model qwen3 (fingerprint d90f4c60ab225f77), this worker (wl) runs llama3_1 (fingerprint a46dd04db0e482fa)`);
+    // A batch whose spec names no model (written by an older serve) is not checked; its records name the worker's model.
+    const old = new RolloutService({ config: cfg, store, executorFor: () => fakeExecutor(), jobs, followPollMs: 20 });
+    closers.push(async () => old.close());
+    const b = await old.accept(RolloutRequest.parse({ rows: [{ prompt: [{ role: "user", content: "o" }], uid: "mmold" }] }));
+    expect((await jobs.batch(b.batch_id))!.spec.model).toBeUndefined();
+    const w2 = new JobWorker({ jobs, store, executorFor: () => fakeExecutor(), consumer: "wl2", concurrency: 4, idleExitMs: 300, blockMs: 100, model: llama });
+    expect(await w2.run()).toMatchObject({ completed: 2, failed: 0, refused: 0 });
+    await b.run.run();
+    expect(b.run.stats().counts.ok).toBe(2);
+    expect((await store.get("mmold_0_0"))!.model).toEqual(llama);
+  });
+
   test("worker: runs every job once, writes records and completion events, acks, exits when idle; progress comes from the store", async () => {
     const { jobs, store } = setup(5_000);
     const service = new RolloutService({ config: cfg, store, executorFor: () => fakeExecutor(), jobs, followPollMs: 20 });
@@ -223,7 +261,7 @@ describe.skipIf(!redis)("job queue", () => {
     const ran: string[] = [];
     const worker = new JobWorker({ jobs, store, executorFor: () => fakeExecutor(async (t) => void ran.push(t.key)), consumer: "w", concurrency: 3, idleExitMs: 300, blockMs: 100 });
     const summary = await worker.run();
-    expect(summary).toEqual({ claimed: 4, completed: 4, failed: 0, reclaimed: 0, abandoned: 0, cancelled: 0, surplus: 0, exit: "idle" });
+    expect(summary).toEqual({ claimed: 4, completed: 4, failed: 0, reclaimed: 0, abandoned: 0, cancelled: 0, surplus: 0, refused: 0, exit: "idle" });
     expect(ran.sort()).toEqual(["w0_0_0", "w0_1_0", "w2_0_0", "w2_1_0"]);
     await run.run();
     const s = run.stats();

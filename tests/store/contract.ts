@@ -381,6 +381,28 @@ export function transferQueueContract(name: string, target: ContractTarget, pref
       expect((e3 as InputError).field).toBe("record.routed_experts[5]");
     });
 
+    test("N4: a record's model ({name, fingerprint}) is stored in meta after data_source and read back; markFailed keeps it; a bad one is refused naming record.model", async () => {
+      const q = open();
+      const model = { name: "llama3_1", fingerprint: "a46dd04db0e482fa" };
+      const { key, uid, session_id, output_index, agent_name, data_source, ...rest } = makeRecord("md", 0);
+      const rec = { key, uid, session_id, output_index, agent_name, data_source, model, ...rest } as TrajectoryRecord;
+      await q.put(rec);
+      const got = await q.get("md_0_0");
+      expect(got!.model).toEqual(model);
+      expect(JSON.stringify(got)).toBe(JSON.stringify(rec));
+      if (target.rawRecord) {
+        expect((await target.rawRecord(prefix, "md_0_0")).meta!.startsWith('{"key":"md_0_0","uid":"md","session_id":0,"output_index":0,"agent_name":"tool_agent","data_source":"gsm8k","model":{"name":"llama3_1","fingerprint":"a46dd04db0e482fa"},"reward_score":1,')).toBe(true);
+      }
+      await q.markFailed("md_1_0", "model mismatch", { model });
+      expect((await q.get("md_1_0"))!.model).toEqual(model);
+      const e = await rejects(q.put(makeRecord("md", 2, { model: { name: "qwen3", fingerprint: "XYZ" } })));
+      expect(e).toBeInstanceOf(InputError);
+      expect((e as InputError).field).toBe("record.model.fingerprint");
+      // A record without a model reads back without the key (old records are unchanged byte for byte, see the routed-experts test).
+      await q.put(makeRecord("md", 3));
+      expect("model" in (await q.get("md_3_0"))!).toBe(false);
+    });
+
     test("bad keys and records are rejected with an InputError naming the field", async () => {
       const q = open();
       const check = async (p: Promise<unknown>, field: string, msg: RegExp) => {

@@ -39,6 +39,24 @@ def _all_or_none(recs, name):
     return False
 
 
+def _one_model(recs):
+    """The one ``model`` ({name, fingerprint}) the records name, or None; raises ValueError when they name two."""
+    seen = None
+    for r in recs:
+        m = r.get("model")
+        if m is None:
+            continue
+        if seen is None:
+            seen = (m, r.get("key"))
+        elif m.get("fingerprint") != seen[0].get("fingerprint"):
+            raise ValueError(
+                f"records {seen[1]} and {r.get('key')} hold token ids of two models "
+                f"({seen[0].get('name')} {seen[0].get('fingerprint')}, {m.get('name')} {m.get('fingerprint')}): "
+                "a batch of two tokenizers cannot be trained on as one"
+            )
+    return None if seen is None else seen[0]
+
+
 def to_padded(groups, pad_token_id, prompt_length=None, response_length=None, include_failed=False):
     """Pads the records of ``groups`` into one batch of numpy arrays (B = records, P = prompt_length, R = response_length).
 
@@ -63,15 +81,19 @@ def to_padded(groups, pad_token_id, prompt_length=None, response_length=None, in
       engine call) gets the fill value 0 on every row;
     - ``rewards`` float32 ``[B]`` (``reward_score``; NaN when the record has none);
     - ``rm_scores`` float32 ``[B, R]``: the reward at each row's last response token, 0 elsewhere;
-    - ``uid`` object ``[B]`` (GRPO's grouping key), ``key`` object ``[B]``.
+    - ``uid`` object ``[B]`` (GRPO's grouping key), ``key`` object ``[B]``;
+    - ``model``: the ``{name, fingerprint}`` the records name (the tokenizer of their ids), or None
+      when none names one (records written before models were recorded).
 
     Integer dtypes are int64 as verl's tensors (``torch.long``), so
     ``torch.from_numpy`` gives them as verl builds them. Raises ``ValueError``
     when a record is longer than ``prompt_length``/``response_length`` (no
     silent truncation), when log-probs are on some records only, or
-    when records disagree on the routed experts' ``[layers, top_k]``.
+    when records disagree on the routed experts' ``[layers, top_k]``, or when they name two models
+    (token ids of two tokenizers).
     """
     recs = _records(groups, include_failed)
+    model = _one_model(recs)
     B = len(recs)
     plens = np.array([r["prompt_ids"].shape[0] for r in recs], dtype=np.int64)
     rlens = np.array([r["response_ids"].shape[0] for r in recs], dtype=np.int64)
@@ -135,4 +157,5 @@ def to_padded(groups, pad_token_id, prompt_length=None, response_length=None, in
         "rm_scores": rm_scores,
         "uid": np.array([r.get("uid") for r in recs], dtype=object),
         "key": np.array([r.get("key") for r in recs], dtype=object),
+        "model": model,
     }

@@ -99,6 +99,16 @@ class PaddingTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, r"rollout_log_probs is present on some records but not on g1_2_0"):
             to_padded([A, no_lp], pad_token_id=0)
 
+    def test_records_of_two_models_are_refused(self):
+        qwen = {"name": "qwen3", "fingerprint": "d90f4c60ab225f77"}
+        llama = {"name": "llama3_1", "fingerprint": "a46dd04db0e482fa"}
+        a = dict(rec("m_0_0", [1], [2], [1]), model=qwen)
+        b = dict(rec("m_1_0", [3], [4], [1]), model=llama)
+        self.assertEqual(to_padded([a, rec("m_2_0", [5], [6], [1])], pad_token_id=0)["model"], qwen)
+        self.assertIsNone(to_padded([rec("m_2_0", [5], [6], [1])], pad_token_id=0)["model"])
+        with self.assertRaisesRegex(ValueError, r"records m_0_0 and m_1_0 hold token ids of two models \(qwen3 d90f4c60ab225f77, llama3_1 a46dd04db0e482fa\)"):
+            to_padded([a, b], pad_token_id=0)
+
 
 if __name__ == "__main__":
     unittest.main()
