@@ -111,6 +111,19 @@ export function comparableRecord(r: TrajectoryRecord): Omit<TrajectoryRecord, "m
   return { ...rest, num_preempted: metrics.num_preempted };
 }
 
+/** The top-level fields (and `extra_fields` keys) in which two records differ, for a violation's message. */
+function differingFields(a: Record<string, unknown>, b: Record<string, unknown>): string[] {
+  const out: string[] = [];
+  for (const k of new Set([...Object.keys(a), ...Object.keys(b)])) {
+    if (k === "extra_fields") {
+      const x = (a[k] ?? {}) as Record<string, unknown>;
+      const y = (b[k] ?? {}) as Record<string, unknown>;
+      for (const e of new Set([...Object.keys(x), ...Object.keys(y)])) if (!Bun.deepEquals(x[e], y[e])) out.push(`extra_fields.${e}`);
+    } else if (!Bun.deepEquals(a[k], b[k])) out.push(k === "model" ? `model (${JSON.stringify(a[k])} vs ${JSON.stringify(b[k])})` : k);
+  }
+  return out;
+}
+
 /** A failure reason with digits folded, so reasons group (`delivered 6 times` → `delivered N times`). */
 export function reasonClass(error: string): string {
   return error.replace(/\d+/g, "N").slice(0, 100);
@@ -322,6 +335,7 @@ export async function runChaos(o: ChaosOptions = {}): Promise<ChaosReport> {
     let equal = 0;
     let faultedEqual = 0;
     const unequal: string[] = [];
+    let firstDiff: string[] = [];
     for (const key of accepted.keys) {
       const r = records.get(key);
       const want = reference.get(key);
@@ -333,9 +347,12 @@ export async function runChaos(o: ChaosOptions = {}): Promise<ChaosReport> {
       }
       comparable++;
       if (same) equal++;
-      else unequal.push(key);
+      else {
+        if (unequal.length === 0) firstDiff = differingFields(comparableRecord(r), comparableRecord(want));
+        unequal.push(key);
+      }
     }
-    if (unequal.length) violations.push(`${unequal.length} records without injected faults differ from the fault-free run (e.g. ${unequal.slice(0, 3).join(", ")})`);
+    if (unequal.length) violations.push(`${unequal.length} records without injected faults differ from the fault-free run (e.g. ${unequal.slice(0, 3).join(", ")}; the first differs in ${firstDiff.join(", ")})`);
     if (reference.size !== total) violations.push(`the fault-free run stored ${reference.size} of ${total} records`);
 
     const report: ChaosReport = {

@@ -69,6 +69,7 @@ async function main(): Promise<void> {
       concurrency: Number(v.concurrency),
       idleExitMs: Math.round(Number(v["idle-exit"]) * 1000),
       log: (line) => console.error(line),
+      model: runtime.model,
     });
     process.once("SIGTERM", () => worker.stop());
     const summary = await worker.run();

@@ -47,9 +47,11 @@ export interface JobWorkerOptions {
    * A job whose batch names a model with another fingerprint is refused: its
    * trajectory is stored failed with an error naming both models (the batch
    * ends; the trainer sees which), the refusal is logged once per batch and
-   * counted in {@link WorkerSummary.refused}. Absent: nothing is checked.
+   * counted in {@link WorkerSummary.refused}. Required, so that no process
+   * that runs jobs forgets it (the chaos worker did); null (tests with fake
+   * executors only): nothing is checked and records name no model.
    */
-  model?: ModelId;
+  model: ModelId | null;
 }
 
 /** What a worker did, when {@link JobWorker.run} returns. */

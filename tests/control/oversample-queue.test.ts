@@ -72,7 +72,7 @@ describe.skipIf(!redisUp)("over-sampling in queue mode (Redis, workers)", () => 
     for (let i = 0; i < count; i++) {
       const rt = await buildRuntime(flags, { jobs: "queue" });
       rts.push(rt);
-      const w = new JobWorker({ jobs: rt.jobs!, store: rt.batchStore, executorFor: rt.executorFor, consumer: `w${i}-${crypto.randomUUID().slice(0, 4)}`, concurrency: ROW_COUNT * N, blockMs: 100, cancelPollMs: 50 });
+      const w = new JobWorker({ model: null, jobs: rt.jobs!, store: rt.batchStore, executorFor: rt.executorFor, consumer: `w${i}-${crypto.randomUUID().slice(0, 4)}`, concurrency: ROW_COUNT * N, blockMs: 100, cancelPollMs: 50 });
       const x = { w, done: w.run() };
       ws.push(x);
       workers.push(x);

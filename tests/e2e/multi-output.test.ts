@@ -183,7 +183,7 @@ describe.skipIf(!redis)("E1: a loop with several outputs per session (Redis, dur
     const w = await runtime(prefix, null);
     const rows = [{ ...E1_ROW, uid: "multiq" }, { ...E1_ROW, uid: "emptyq", extra_info: { outputs: 0 } }];
     const acc = await api.service.accept(RolloutRequest.parse({ rows }));
-    const worker = new JobWorker({ jobs: w.jobs!, store: w.batchStore, executorFor: w.executorFor, consumer: "w1", concurrency: 1, idleExitMs: 1_500 });
+    const worker = new JobWorker({ model: null, jobs: w.jobs!, store: w.batchStore, executorFor: w.executorFor, consumer: "w1", concurrency: 1, idleExitMs: 1_500 });
     expect(await worker.run()).toMatchObject({ claimed: 4, completed: 4, failed: 0, exit: "idle" });
     await Promise.race([acc.run.run(), Bun.sleep(10_000)]);
     const run = await api.service.lookup(acc.batch_id);

@@ -137,7 +137,7 @@ describe.skipIf(!redis)("store faults", () => {
     const { run, keys } = await service.accept({ rows: [{ prompt: [{ role: "user", content: "a" }], uid: "flaky" }], global_steps: -1, model_version: null, validate: false });
     flaky.failures = 3;
     storeFlaky.failures = 2;
-    const worker = new JobWorker({ jobs, store: writes, executorFor, consumer: "flaky-w", concurrency: 2, idleExitMs: 1_500, blockMs: 100 });
+    const worker = new JobWorker({ model: null, jobs, store: writes, executorFor, consumer: "flaky-w", concurrency: 2, idleExitMs: 1_500, blockMs: 100 });
     const summary = await worker.run();
     expect(flaky.failed).toBe(3);
     expect(storeFlaky.failed).toBe(2);

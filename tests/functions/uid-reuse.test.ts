@@ -107,13 +107,13 @@ describe("E9: one uid, one prompt", () => {
     const w = await buildRuntime({ n: 1, seed: 7, store: REDIS_URL, storePrefix: prefix });
     runtimes.push(rt, w);
     const drain = async () => {
-      const worker = new JobWorker({ jobs: w.jobs!, store: w.batchStore, executorFor: w.executorFor, consumer: "e9", concurrency: 1, idleExitMs: 800 });
+      const worker = new JobWorker({ model: null, jobs: w.jobs!, store: w.batchStore, executorFor: w.executorFor, consumer: "e9", concurrency: 1, idleExitMs: 800 });
       expect(await worker.run()).toMatchObject({ completed: 1, failed: 0 });
     };
     const app = createRolloutsApp({ service: rt.service });
     await scenario(app, rt, drain);
     await twice(app, async () => {
-      const worker = new JobWorker({ jobs: w.jobs!, store: w.batchStore, executorFor: w.executorFor, consumer: "e9b", concurrency: 1, idleExitMs: 800 });
+      const worker = new JobWorker({ model: null, jobs: w.jobs!, store: w.batchStore, executorFor: w.executorFor, consumer: "e9b", concurrency: 1, idleExitMs: 800 });
       expect(await worker.run()).toMatchObject({ completed: 2, failed: 0 });
     });
   }, 30_000);

@@ -53,7 +53,7 @@ function queued() {
 }
 
 async function drain(jobs: JobQueue, store: ConstructorParameters<typeof JobWorker>[0]["store"]) {
-  return new JobWorker({ jobs, store, executorFor: executor, consumer: `w-${crypto.randomUUID().slice(0, 4)}`, concurrency: 4, idleExitMs: 300, blockMs: 50 }).run();
+  return new JobWorker({ model: null, jobs, store, executorFor: executor, consumer: `w-${crypto.randomUUID().slice(0, 4)}`, concurrency: 4, idleExitMs: 300, blockMs: 50 }).run();
 }
 
 describe.skipIf(!redis)("queue mode", () => {

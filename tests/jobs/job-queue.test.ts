@@ -181,7 +181,7 @@ describe.skipIf(!redis)("job queue", () => {
     const lines: string[] = [];
     const ran: string[] = [];
     // idleExitMs (50) is far below the lease (600): before the fix this worker exits "idle" with 6 jobs stranded.
-    const survivor = new JobWorker({ jobs, store, executorFor: () => fakeExecutor(async (t) => void ran.push(t.key)), consumer: "survivor", concurrency: 8, idleExitMs: 50, blockMs: 20, log: (l) => lines.push(l) });
+    const survivor = new JobWorker({ model: null, jobs, store, executorFor: () => fakeExecutor(async (t) => void ran.push(t.key)), consumer: "survivor", concurrency: 8, idleExitMs: 50, blockMs: 20, log: (l) => lines.push(l) });
     const summary = await survivor.run();
     expect(summary).toEqual({ claimed: 6, completed: 6, failed: 0, reclaimed: 6, abandoned: 0, cancelled: 0, surplus: 0, refused: 0, exit: "idle" });
     expect(ran.length).toBe(6);
@@ -259,7 +259,7 @@ describe.skipIf(!redis)("job queue", () => {
     const { batch_id, keys, run } = await service.accept(req);
     expect(keys.length).toBe(6);
     const ran: string[] = [];
-    const worker = new JobWorker({ jobs, store, executorFor: () => fakeExecutor(async (t) => void ran.push(t.key)), consumer: "w", concurrency: 3, idleExitMs: 300, blockMs: 100 });
+    const worker = new JobWorker({ model: null, jobs, store, executorFor: () => fakeExecutor(async (t) => void ran.push(t.key)), consumer: "w", concurrency: 3, idleExitMs: 300, blockMs: 100 });
     const summary = await worker.run();
     expect(summary).toEqual({ claimed: 4, completed: 4, failed: 0, reclaimed: 0, abandoned: 0, cancelled: 0, surplus: 0, refused: 0, exit: "idle" });
     expect(ran.sort()).toEqual(["w0_0_0", "w0_1_0", "w2_0_0", "w2_1_0"]);
@@ -295,7 +295,7 @@ describe.skipIf(!redis)("job queue", () => {
       down = false;
       await Bun.sleep(400);
     });
-    const worker = new JobWorker({ jobs, store, executorFor: () => slow, consumer: "beat", concurrency: 1, idleExitMs: 200, blockMs: 50, log: (l) => lines.push(l) });
+    const worker = new JobWorker({ model: null, jobs, store, executorFor: () => slow, consumer: "beat", concurrency: 1, idleExitMs: 200, blockMs: 50, log: (l) => lines.push(l) });
     expect(await worker.run()).toMatchObject({ claimed: 1, completed: 1 });
     expect(lines.filter((l) => l.includes("heartbeat"))).toEqual(["[beat] heartbeat failed: store unreachable (said once until heartbeats land again)", "[beat] heartbeats land again"]);
   });
@@ -312,7 +312,7 @@ describe.skipIf(!redis)("job queue", () => {
       ran.push(t.key);
       if (ran.length === 1) await raw.del(jobs.rowsKey(spec.batch_id), jobs.batchKey(spec.batch_id));
     });
-    const worker = new JobWorker({ jobs, store, executorFor: () => losing, consumer: "rows", concurrency: 1, idleExitMs: 200, blockMs: 50, log: (l) => lines.push(l) });
+    const worker = new JobWorker({ model: null, jobs, store, executorFor: () => losing, consumer: "rows", concurrency: 1, idleExitMs: 200, blockMs: 50, log: (l) => lines.push(l) });
     expect(await worker.run()).toMatchObject({ claimed: 4, completed: 1, failed: 0 });
     expect(ran).toEqual([p.trajectories[0]!.key]);
     for (const t of p.trajectories.slice(1)) expect(await store.get(t.key)).toBeNull();
@@ -328,7 +328,7 @@ describe.skipIf(!redis)("job queue", () => {
     const { p, spec } = plan(1);
     await jobs.submit(spec, p.trajectories.map((t) => t.key), p.trajectories.slice(0, 1));
     const conflicted: TrajectoryExecutor = { agentNameFor: () => "fake", run: () => Promise.reject(new ConflictError("session 'x': commit of step 3 refused")) };
-    const worker = new JobWorker({ jobs, store, executorFor: () => conflicted, consumer: "loser", concurrency: 1, idleExitMs: 200, blockMs: 50 });
+    const worker = new JobWorker({ model: null, jobs, store, executorFor: () => conflicted, consumer: "loser", concurrency: 1, idleExitMs: 200, blockMs: 50 });
     expect(await worker.run()).toMatchObject({ claimed: 1, completed: 0, abandoned: 1 });
     expect(await store.get(p.trajectories[0]!.key)).toBeNull();
     expect(await jobs.stats()).toMatchObject({ depth: 0, in_flight: 1 });

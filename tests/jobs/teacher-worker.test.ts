@@ -33,7 +33,7 @@ test.skipIf(!hasRedis)("a worker's trajectories carry the teacher's log-probs (0
   const rows = readFileSync(join(import.meta.dir, "..", "..", "examples", "gsm8k-tool.jsonl"), "utf8").trim().split("\n").slice(0, 2).map((l) => JSON.parse(l));
   const { keys, run } = await api.service.accept(RolloutRequest.parse({ rows }));
   expect(keys).toHaveLength(4);
-  const summary = await new JobWorker({ jobs: worker.jobs!, store: worker.batchStore, executorFor: worker.executorFor, consumer: "tw", concurrency: 4, idleExitMs: 500, blockMs: 100 }).run();
+  const summary = await new JobWorker({ model: null, jobs: worker.jobs!, store: worker.batchStore, executorFor: worker.executorFor, consumer: "tw", concurrency: 4, idleExitMs: 500, blockMs: 100 }).run();
   expect(summary).toMatchObject({ claimed: 4, completed: 4, failed: 0 });
   await run.run();
   const teacher = new SimEngine({ tokenizer: await defaultTokenizer(), scoreSeed: SIM_TEACHER_SCORE_SEED });

@@ -106,7 +106,7 @@ describe.skipIf(!redis)("E6: serve --store upstash (queue mode) with a 2.8 MB ba
     expect(Math.max(...entries.map(([, f]) => f.join("").length))).toBeLessThan(1_000);
 
     worker = await buildRuntime(flags, { jobs: "queue" });
-    const w = new JobWorker({ jobs: worker.jobs!, store: worker.batchStore, executorFor: worker.executorFor, consumer: "e6", concurrency: 64, idleExitMs: 1_500, blockMs: 100 });
+    const w = new JobWorker({ model: null, jobs: worker.jobs!, store: worker.batchStore, executorFor: worker.executorFor, consumer: "e6", concurrency: 64, idleExitMs: 1_500, blockMs: 100 });
     const run = await api.service.lookup(batch_id);
     await Promise.all([w.run(), Promise.race([run.run(), Bun.sleep(120_000)])]);
     const stats = (await (await app.request(`/v1/rollouts/${batch_id}`)).json()) as { done: boolean; counts: Record<string, number> };

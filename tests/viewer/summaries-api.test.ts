@@ -145,7 +145,7 @@ describe("the viewer's paged list and group API", () => {
     const reader = await buildRuntime(flags, { jobs: "queue" });
     runtimes.push(api, worker, reader);
     const work = async () => {
-      const s = await new JobWorker({ jobs: worker.jobs!, store: worker.batchStore, executorFor: worker.executorFor, consumer: "vw", concurrency: 4, idleExitMs: 500, blockMs: 100 }).run();
+      const s = await new JobWorker({ model: null, jobs: worker.jobs!, store: worker.batchStore, executorFor: worker.executorFor, consumer: "vw", concurrency: 4, idleExitMs: 500, blockMs: 100 }).run();
       expect(s).toMatchObject({ claimed: 12, completed: 12, failed: 0 });
     };
     await scenario(createRolloutsApp({ service: reader.service }), "grp", { poster: createRolloutsApp({ service: api.service }), work });
