@@ -164,6 +164,9 @@ class Doctor {
     } else this.set("auth", "ok", this.apiKey ? "API key accepted" : "no API key needed");
     if (this.o.admin && paused.length === 0) {
       if (this.refused.length > 0) this.set("pause/resume", "skipped", "the server refused the data calls (see auth)");
+      // SGLang cannot say whether it is paused: a generate call that was not served may be a trainer's pause,
+      // and doctor's own resume would end it. Pause and resume only an engine that served a call.
+      else if (!this.vllm && !first) this.set("pause/resume", "skipped", "the generate call was not served (see generate): SGLang cannot say whether it is paused, so doctor does not pause or resume it (a resume would end a trainer's pause)");
       else await this.pauseResume(control, before);
     }
     this.set("pause/resume", "skipped", "add --admin to pause and resume the engine once (only while no request is running)");

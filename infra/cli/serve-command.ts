@@ -96,7 +96,9 @@ export async function serveCommand(flags: ConfigFlags & { port: number; host: st
   // authenticate by the session's own bearer token, not by the API's.
   let app: Hono = new Hono();
   // Token-less and loopback-bound: refuse every request addressed to another name (DNS rebinding).
-  if (!apiToken && !insecure) app.use("*", loopbackGuard(publicHosts(runtime.config.agent.public_url)));
+  // The DNS-rebinding guard stays on for every token-less loopback bind, --insecure-no-auth or not: the flag
+  // opens a non-loopback address on purpose, and there clients name that address in Host.
+  if (!apiToken && (!insecure || isLoopbackBind(flags.host))) app.use("*", loopbackGuard(publicHosts(runtime.config.agent.public_url)));
   app.route("/", createAgentGatewayApp({ gateway: runtime.agentGateway }));
   if (!runtime.callbacks) app.route("/", rollouts);
   else {

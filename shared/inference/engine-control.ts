@@ -1,6 +1,6 @@
 import { holdWhileStoreDown } from "../store/store-outage.ts";
 import { z } from "zod";
-import { EngineUnavailableError } from "../errors.ts";
+import { ConflictError, EngineUnavailableError } from "../errors.ts";
 import type { RedisCommander } from "../store/redis-commander.ts";
 import { replyToFields } from "../store/redis-transfer-queue.ts";
 import { readTextCapped, redactUrl } from "../http/outbound.ts";
@@ -386,9 +386,18 @@ export class EngineControl {
 
   /**
    * Pauses the deployment (see the class doc).
+   * A pause while paused: the same mode without `clear_cache` returns the current status and touches no engine; another mode or a flush is a {@link ConflictError} (409, field `mode`) — resume first.
    * @throws EngineUnavailableError (502) naming every replica that failed; the pause is then rolled back (the replicas that paused resumed, the gate opened): a 502 means nothing is paused
+   * @throws ConflictError (409) when already paused with another mode, or asked to flush while paused
    */
   async pause(req: EnginePauseRequest): Promise<EngineStatus> {
+    // A pause while paused changes nothing at the engines: the same mode (no flush) answers the current state;
+    // anything else is a 409, so a failing second pause can never roll back (and so end) the first.
+    const cur = await this.opts.gate.state();
+    if (cur.paused) {
+      if (cur.mode === req.mode && !req.clear_cache) return this.status();
+      throw new ConflictError(`the engines are already paused (mode ${cur.mode} since ${new Date(cur.since_ms ?? 0).toISOString()}): POST /v1/engine/resume first, then pause with mode ${req.mode}${req.clear_cache ? " and clear_cache" : ""}`, { field: "mode" });
+    }
     await this.opts.gate.close(req.mode);
     // Calls admitted just before the close go out before the engines pause (else one could arrive at a paused engine, be held, and run under the new weights stamped with the old version).
     while ((await this.opts.gate.starting()) > 0) await new Promise((r) => setTimeout(r, this.opts.pollMs ?? 5));

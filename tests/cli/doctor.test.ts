@@ -374,6 +374,19 @@ describe("edgeloop doctor --admin", () => {
     void held;
   }, 30_000);
 
+  test("a paused SGLang (which cannot say so) is never resumed by doctor --admin", async () => {
+    const s = sim();
+    await s.engine.pause("in_place");
+    const r = await doctor(["--engine", s.url, "--engine-format", "sglang", "--admin", "--force", "--timeout", "1"]);
+    expect(r.code).toBe(1);
+    expect(line(r, "pause/resume")).toBe(
+      "pause/resume   skipped: the generate call was not served (see generate): SGLang cannot say whether it is paused, so doctor does not pause or resume it (a resume would end a trainer's pause)",
+    );
+    expect(s.engine.paused).toBe(true);
+    expect(s.engine.pauses.length).toBe(1);
+    s.engine.resume();
+  }, 30_000);
+
   test("no request counts to read: skipped unless --force", async () => {
     // A server without metrics (SGLang without --enable-metrics and no /get_load answer).
     const s = sim(answer(["/metrics", "/get_load"], 404, { detail: "Not Found" }));

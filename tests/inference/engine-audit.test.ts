@@ -62,6 +62,25 @@ describe("1. SGLang control calls carry a JSON body", () => {
   });
 });
 
+describe("a pause while paused never ends the first", () => {
+  test("same mode: the current state, no engine call; another mode or a flush: 409 naming mode, the first pause kept", async () => {
+    const s = simServer();
+    const control = new EngineControl({ gate: new MemoryEngineGate(), format: "sglang", replicas: () => [s] });
+    await control.pause({ mode: "keep", clear_cache: false });
+    const again = await control.pause({ mode: "keep", clear_cache: false });
+    expect(again).toMatchObject({ paused: true, mode: "keep", epoch: 1 });
+    expect(s.engine.pauses.length).toBe(1);
+    for (const second of [{ mode: "abort" as const, clear_cache: true }, { mode: "abort" as const, clear_cache: false }, { mode: "wait" as const, clear_cache: false }]) {
+      const e = (await control.pause(second).catch((x) => x)) as { status: number; field: string };
+      expect([e.status, e.field]).toEqual([409, "mode"]);
+    }
+    expect(s.engine.paused).toBe(true);
+    expect((await control.status()).paused).toBe(true);
+    await control.resume();
+    expect(s.engine.paused).toBe(false);
+  });
+});
+
 describe("2. context-overflow wordings, both engines, both vLLM endpoints", () => {
   const overflow = (message: string, status = 400) => engineErrorFromReply("http://e", { status, body: { error: { message } }, text: "" });
   test("every wording the engines use is a ContextOverflowError; other 400s are not", () => {

@@ -110,6 +110,13 @@ describe("S7: token-less serve", () => {
     );
     expect((await fetch(`${s.url}/v1/rollouts`, { headers: { host: "edgeloop.internal:8787" } })).status).toBe(200);
   }, 30_000);
+
+  test("--insecure-no-auth on a loopback bind keeps the DNS-rebinding guard (a foreign Host is still 403)", async () => {
+    const s = await serve(["--insecure-no-auth"], NO_TOKEN);
+    const evil = await fetch(`${s.url}/v1/rollouts`, { headers: { host: "evil.example" } });
+    expect([evil.status, ((await evil.json()) as { error: { code: string } }).error.code]).toEqual([403, "forbidden_host"]);
+    expect((await fetch(`${s.url}/v1/rollouts`)).status).toBe(200);
+  }, 30_000);
 });
 
 describe("S7: serve with a token", () => {
