@@ -1,4 +1,4 @@
-import { describe, expect, test } from "bun:test";
+import { describe, expect, setDefaultTimeout, test } from "bun:test";
 import { parseReply, splitReasoning } from "../../shared/agent-gateway/conversation.ts";
 import { extractFinalAnswer, parseAnswerNumber } from "../../shared/reward/final-answer.ts";
 import { ruleReward } from "../../shared/reward/rule-reward.ts";
@@ -15,6 +15,10 @@ import { terminalSafe } from "../../infra/cli/terminal-text.ts";
 import { defaultTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { segments, toolCallTokens, visibleToken } from "../../functions/viewer/client/segments.ts";
 import { hostileFor, hostileTexts, linearCheck } from "../helpers/linear-time.ts";
+
+// Each test times many repetitions of ≥ 100,000-character inputs: minutes on a loaded 2-core machine, not seconds.
+// The bounds are ratios to a plain scan in the same run, so a slow machine changes the time, not the verdict.
+setDefaultTimeout(180_000);
 
 /**
  * Issue 26 item 2 (S3): every scan of sampled or tool text is linear. Each

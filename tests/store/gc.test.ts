@@ -93,7 +93,7 @@ test.skipIf(!redis)("gc: dry-run changes nothing; then exactly the finished, ack
     [
       "group:acked", "group:acked:keys", "group:open", "group:open:keys", "group:unacked", "group:unacked:keys", "group:unread", "group:unread:keys",
       "group:withdrawn", "group:withdrawn:keys", "groups:train", "jobs", `jobs:batch:${done}`, `jobs:batch:${done}:done`, `jobs:batch:${done}:rows`,
-      `jobs:batch:${running}`, `jobs:batch:${running}:rows`, "jobs:batches", "jobs:workers", "session:new_0_0", "session:old_0_0", "session:run_0_0",
+      `jobs:batch:${running}`, `jobs:batch:${running}:rows`, "jobs:batches", "jobs:lease", "jobs:workers", "session:new_0_0", "session:old_0_0", "session:run_0_0",
       "traj:acked_0_0", "traj:open_0_0", "traj:unacked_0_0", "traj:unread_0_0", "traj:withdrawn_0_0",
     ].sort(),
   );
