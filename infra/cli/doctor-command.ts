@@ -1,3 +1,4 @@
+import { redactUrl } from "../../shared/http/outbound.ts";
 import { checkConfigFile, parseLayeredConfig, type AppConfig } from "../../shared/config/app-config.ts";
 import { ConfigError, InputError } from "../../shared/errors.ts";
 import type { TeacherClient } from "../../shared/inference/teacher-client.ts";
@@ -52,7 +53,7 @@ export async function doctorCommand(o: DoctorFlags): Promise<void> {
   }
   const e = config.engine;
   const keys = `${e.api_key ? ", API key set" : ""}${e.admin_api_key ? ", admin key set" : ""}`;
-  console.log(`edgeloop doctor: ${e.url} (engine.format ${e.format}, model ${tokenizer.name}${keys}${o.admin ? ", --admin" : ""})`);
+  console.log(`edgeloop doctor: ${redactUrl(e.url)} (engine.format ${e.format}, model ${tokenizer.name}${keys}${o.admin ? ", --admin" : ""})`);
   const lines = await runDoctor({ config, tokenizer, admin: o.admin === true, force: o.force === true, timeoutMs: Math.min(e.timeout_ms, (o.timeout ?? DOCTOR_TIMEOUT_S) * 1000), ...(teacher ? { teacher } : {}) });
   for (const l of lines) console.log(formatDoctorLine(l));
   const failed = lines.filter((l) => l.status === "missing" || l.status === "mismatch").map((l) => l.check);

@@ -1,3 +1,4 @@
+import { redactUrl } from "../../shared/http/outbound.ts";
 import { parseLayeredConfig } from "../../shared/config/app-config.ts";
 import { ConfigError, InputError } from "../../shared/errors.ts";
 import { DEFAULT_ENGINE_TIMEOUT_MS } from "../../shared/inference/engine-http.ts";
@@ -169,7 +170,7 @@ export async function gatewayCommand(o: {
         ? `${o.policy}, ${g.max_sticky_keys} sticky keys`
         : o.policy;
   console.log(
-    `edgeloop gateway on http://${o.host}:${server.port} -> ${replicas.join(", ")} (${routing}; ${breaker}); ` +
+    `edgeloop gateway on http://${o.host}:${server.port} -> ${replicas.map(redactUrl).join(", ")} (${routing}; ${breaker}); ` +
       `forwards only ${PROXIED_ROUTES.join(", ")}; ` +
       (adminToken ? "/admin/* needs the bearer token from EDGELOOP_ADMIN_TOKEN" : "/admin/* is off (set EDGELOOP_ADMIN_TOKEN to enable it behind a bearer token)"),
   );

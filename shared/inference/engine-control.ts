@@ -455,7 +455,14 @@ export class EngineControl {
   }
 
   private fanOut(fn: (t: EngineReplicaTarget) => Promise<ReplicaControlResult>): Promise<ReplicaControlResult[]> {
-    return Promise.all(this.opts.replicas().map((t) => fn(t).catch((e) => ({ url: t.url, ok: false, status: 0, error: (e as Error)?.message ?? String(e) }))));
+    // Replica URLs are shown (status replies, 502 messages) without userinfo or query: they may hold credentials.
+    return Promise.all(
+      this.opts.replicas().map((t) =>
+        fn(t)
+          .catch((e) => ({ url: t.url, ok: false, status: 0, error: (e as Error)?.message ?? String(e) }))
+          .then((r) => ({ ...r, url: redactUrl(r.url) })),
+      ),
+    );
   }
 
   private async call(t: EngineReplicaTarget, method: "GET" | "POST", path: string, body?: unknown): Promise<ReplicaControlResult> {

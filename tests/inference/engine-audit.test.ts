@@ -81,6 +81,21 @@ describe("a pause while paused never ends the first", () => {
   });
 });
 
+describe("engine control never shows a replica URL's credentials", () => {
+  test("status and 502 messages name replicas without userinfo or query", async () => {
+    const s = simServer();
+    const secret: EngineReplicaTarget = { url: "http://user:PASSW0RD@sim.local/?token=QTOKEN", fetch: s.fetch };
+    const control = new EngineControl({ gate: new MemoryEngineGate(), format: "vllm", replicas: () => [secret] });
+    const st = await control.status();
+    expect(st.replicas.map((r) => r.url)).toEqual(["http://sim.local/"]);
+    const dead = new EngineControl({ gate: new MemoryEngineGate(), format: "vllm", replicas: () => [{ url: "http://u:PW@127.0.0.1:1/?k=SECRETQ" }] });
+    const e = (await dead.pause({ mode: "abort", clear_cache: false }).catch((x) => x)) as Error;
+    expect(e.message).toContain("http://127.0.0.1:1/");
+    expect(e.message).not.toContain("PW");
+    expect(e.message).not.toContain("SECRETQ");
+  });
+});
+
 describe("2. context-overflow wordings, both engines, both vLLM endpoints", () => {
   const overflow = (message: string, status = 400) => engineErrorFromReply("http://e", { status, body: { error: { message } }, text: "" });
   test("every wording the engines use is a ContextOverflowError; other 400s are not", () => {
