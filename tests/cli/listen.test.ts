@@ -36,15 +36,21 @@ const server = listen({
     return new Response(`ok ${body.length}`);
   },
 });
-afterAll(() => server.stop(true));
+// The same handler with an idle timeout far above the body deadline: the trickle test then shows the body
+// deadline alone, whatever pauses a busy test process puts between the trickled bytes.
+const patient = listen({ port: 0, hostname: "127.0.0.1", idleTimeoutS: 30, bodyTimeoutS: 2, fetch: async (req) => new Response(`ok ${(await req.text()).length}`) });
+afterAll(() => {
+  server.stop(true);
+  patient.stop(true);
+});
 
 /** Opens a raw connection, writes `chunks`, and resolves with everything read and whether the server closed it. */
-function raw(chunks: string[], opts: { endAfter?: RegExp; trickle?: string; maxMs?: number } = {}): Promise<{ data: string; closedByServer: boolean; ms: number }> {
+function raw(chunks: string[], opts: { endAfter?: RegExp; trickle?: string; maxMs?: number; port?: number } = {}): Promise<{ data: string; closedByServer: boolean; ms: number }> {
   return new Promise((resolve) => {
     const t0 = Date.now();
     let data = "";
     let ended = false;
-    const c = connect(server.port!, "127.0.0.1", () => {
+    const c = connect(opts.port ?? server.port!, "127.0.0.1", () => {
       for (const ch of chunks) c.write(ch);
     });
     const trickle = opts.trickle ? setInterval(() => c.write(opts.trickle!), 300) : undefined;
@@ -75,7 +81,7 @@ describe("listen(): idle, header and body timeouts (S9)", () => {
     expect(r.data).toContain('{"error":{"code":"request_timeout","field":"body","message":"the request body did not arrive within 2 s"}}');
   }, 15_000);
   test("a body trickled a byte every 300 ms (never idle) still meets the body deadline: 408, closed", async () => {
-    const r = await raw(["POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n{"], { trickle: " " });
+    const r = await raw(["POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n{"], { trickle: " ", port: patient.port! });
     expect([status(r.data), r.closedByServer]).toEqual(["HTTP/1.1 408 Request Timeout", true]);
   }, 15_000);
   test("an early 401 with the body unsent closes the connection at once", async () => {
