@@ -91,7 +91,10 @@ describe("edgeloop rollout with rollout.teacher", () => {
     expect(observations).toBeGreaterThan(0);
     // The JSONL keeps the schema's field order: teacher_log_probs right after rollout_log_probs.
     const line = readFileSync(join(dir, "vllm.jsonl"), "utf8").split("\n")[0]!;
-    expect(Object.keys(JSON.parse(line)).slice(9, 11)).toEqual(["rollout_log_probs", "teacher_log_probs"]);
+    const keys = Object.keys(JSON.parse(line));
+    expect(keys.slice(keys.indexOf("rollout_log_probs"), keys.indexOf("rollout_log_probs") + 2)).toEqual(["rollout_log_probs", "teacher_log_probs"]);
+    // (and the record names its model, after data_source)
+    expect(keys.slice(keys.indexOf("data_source"), keys.indexOf("data_source") + 2)).toEqual(["data_source", "model"]);
   }, 60_000);
 
   test("SGLang teacher (input_token_logprobs, logprob_start_len): the same values as the vLLM form", async () => {
