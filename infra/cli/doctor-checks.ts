@@ -1,5 +1,6 @@
 import type { AppConfig } from "../../shared/config/app-config.ts";
 import { ConfigError } from "../../shared/errors.ts";
+import { DEFAULT_ENGINE_MAX_REPLY_BYTES, readTextCapped, redactUrl } from "../../shared/http/outbound.ts";
 import { createEngineClient } from "../../shared/inference/create-engine-client.ts";
 import { EngineControl, MemoryEngineGate, type EngineReplicaTarget, type ReplicaControlResult } from "../../shared/inference/engine-control.ts";
 import { DEADLINE_HEADER, engineErrorMessage, joinUrl, VLLM_GENERATE_PATH, type FetchLike } from "../../shared/inference/engine-http.ts";
@@ -181,8 +182,9 @@ class Doctor {
     if (key) headers.authorization = `Bearer ${key}`;
     if (body !== undefined) headers["content-type"] = "application/json";
     try {
-      const res = await this.f(url, { method, headers, ...(body === undefined ? {} : { body: JSON.stringify(body) }), signal: AbortSignal.timeout(this.o.timeoutMs) });
-      const text = await res.text();
+      // Bounded like every outbound call: no redirect followed, the reply read under the engines' cap.
+      const res = await this.f(url, { method, headers, redirect: "manual", ...(body === undefined ? {} : { body: JSON.stringify(body) }), signal: AbortSignal.timeout(this.o.timeoutMs) });
+      const text = await readTextCapped(res, DEFAULT_ENGINE_MAX_REPLY_BYTES, `doctor ${redactUrl(url)}`);
       let parsed: unknown;
       try {
         parsed = text.length > 0 ? JSON.parse(text) : undefined;
