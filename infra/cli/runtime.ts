@@ -127,7 +127,7 @@ export interface RuntimeHooks {
   checkTimeoutMs?: number;
   /**
    * Queue mode: milliseconds an unfinished trajectory of a followed batch may
-   * be missing from the store (no job, no session, no record) before
+   * be missing from the store (no job, no record, no session step committed) before
    * `GET /v1/rollouts/{id}` reports it lost (default 30 000).
    */
   lostGraceMs?: number;

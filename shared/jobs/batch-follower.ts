@@ -18,9 +18,10 @@ export interface FollowOptions {
   onError?: (e: unknown) => void;
   /**
    * Milliseconds an unfinished trajectory may be missing from the store —
-   * no job in the job stream, no session hash, no record — before it is
-   * reported lost ({@link BatchRun.markLost}; default 30 000). Checked when
-   * the batch's hash is gone or no completion arrived for this long.
+   * no job in the job stream and no record, and its durable session (if
+   * any) not moved on — before it is reported lost ({@link BatchRun.markLost};
+   * default 30 000). Checked when the batch's hash is gone or no completion
+   * arrived for this long.
    */
   lostGraceMs?: number;
   /** Prefix of the transfer queue's keys, to name vanished group hashes (default: the job queue's prefix). */
@@ -54,8 +55,12 @@ export interface BatchFollower {
  * returned `stop` is called. Duplicate events (a worker that died between
  * writing the event and acknowledging its job) are ignored by `observeSession`.
  * Keys the store lost (Redis restarted without persistence, evicted or
- * flushed: no job, no session, no record for `lostGraceMs`) are reported
- * with {@link BatchRun.markLost}, so a batch never waits forever.
+ * flushed: no job and no record for `lostGraceMs`, and no session step
+ * committed meanwhile) are reported with {@link BatchRun.markLost}, so a
+ * batch never waits forever. A session hash alone keeps nothing alive: after
+ * a loss it may be marked finished while its records are gone, or be left by
+ * a worker that died; only a step committed within the grace (a worker whose
+ * job vanished with the stream, still running it) postpones the verdict.
  * Runtime-free (timers only).
  */
 export function followBatch(run: BatchRun, jobs: JobQueue, store: TransferQueue, opts: FollowOptions = {}): BatchFollower {
@@ -74,12 +79,15 @@ export function followBatch(run: BatchRun, jobs: JobQueue, store: TransferQueue,
   let lastLostCheck = Date.now();
   let lastProgress = Date.now();
   const absentSince = new Map<string, number>();
+  /** The session step (`step:n`, or "" without a session hash) each absent key had at the last check. */
+  const lastStep = new Map<string, string>();
   const prefix = opts.prefix ?? jobs.prefix;
 
   /**
    * Finds keys the store lost: of the uncounted keys, those with no job in
-   * the stream, no session hash and no record (a record found without its
-   * completion event is counted instead), missing for longer than the grace.
+   * the stream and no record (a record found without its completion event
+   * is counted instead) for longer than the grace, during which their
+   * session, if any, committed no step.
    */
   const checkLost = async () => {
     const open = run.openKeys();
@@ -87,20 +95,26 @@ export function followBatch(run: BatchRun, jobs: JobQueue, store: TransferQueue,
     const batchGone = !(await jobs.batchStored(run.plan.batch_id));
     if (!batchGone && Date.now() - lastProgress < graceMs) return;
     const queued = await jobs.queuedKeys(run.plan.batch_id);
-    const notQueued = open.filter((k) => !queued.has(k));
-    const sessions = await jobs.sessionKeys(notQueued);
-    const candidates = notQueued.filter((k) => !sessions.has(k));
-    const finished = await Promise.all(
-      candidates.map((k) => {
-        const { uid, session_id } = parseTrajectoryKey(k);
-        return store.sessionRecords(uid, session_id);
-      }),
-    );
+    const candidates = open.filter((k) => !queued.has(k));
+    const [finished, steps] = await Promise.all([
+      Promise.all(
+        candidates.map((k) => {
+          const { uid, session_id } = parseTrajectoryKey(k);
+          return store.sessionRecords(uid, session_id);
+        }),
+      ),
+      jobs.sessionSteps(candidates),
+    ]);
     const absent = new Set<string>();
     finished.forEach((recs, i) => (recs ? run.observeSession(candidates[i]!, recs) : absent.add(candidates[i]!)));
     const now = Date.now();
-    for (const k of [...absentSince.keys()]) if (!absent.has(k)) absentSince.delete(k);
-    for (const k of absent) if (!absentSince.has(k)) absentSince.set(k, now);
+    for (const k of [...absentSince.keys()]) if (!absent.has(k)) (absentSince.delete(k), lastStep.delete(k));
+    for (const k of absent) {
+      const step = steps.get(k) ?? "";
+      // A session that committed a step since the last check is being run (by a worker whose job vanished): not lost yet.
+      if (!absentSince.has(k) || lastStep.get(k) !== step) absentSince.set(k, now);
+      lastStep.set(k, step);
+    }
     const lost = [...absent].filter((k) => now - absentSince.get(k)! >= graceMs);
     if (lost.length === 0) return;
     // Put back what this process counted and the store lost (records, group registrations) before naming what is gone.
@@ -116,10 +130,10 @@ export function followBatch(run: BatchRun, jobs: JobQueue, store: TransferQueue,
       ...uids.filter((u, i) => statuses[i]!.expected === null || (lostUids.has(u) && !statuses[i]!.complete)).map((u) => `${prefix}group:${keyPart(u, "uid")}`),
     ];
     const reason =
-      `no job in ${jobs.stream}, no session hash and no record for ${Math.round(graceMs / 1000)} s` +
+      `no job in ${jobs.stream} and no record for ${Math.round(graceMs / 1000)} s, no session step committed meanwhile` +
       (batchGone ? ` (the batch hash ${jobs.batchKey(run.plan.batch_id)} is gone: the store lost its data)` : "");
     run.markLost(lost, missing, reason);
-    for (const k of lost) absentSince.delete(k);
+    for (const k of lost) (absentSince.delete(k), lastStep.delete(k));
   };
   const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

@@ -784,13 +784,21 @@ export class JobQueue {
     }
   }
 
-  /** Of `keys`, those with a durable-session hash (`{p}session:{key}`). */
-  async sessionKeys(keys: readonly string[]): Promise<Set<string>> {
-    const out = new Set<string>();
+  /**
+   * The committed step of each of `keys` that has a durable-session hash
+   * (`{p}session:{key}` fields `step` and `n`, as `"{step}:{n}"`; keys
+   * without a hash are absent from the map): lost-work detection compares
+   * two reads to tell a session someone still runs from one left behind.
+   */
+  async sessionSteps(keys: readonly string[]): Promise<Map<string, string>> {
+    const out = new Map<string, string>();
     for (let i = 0; i < keys.length; i += 1000) {
       const chunk = keys.slice(i, i + 1000);
-      const r = await this.pipe(chunk.map((k) => ["EXISTS", `${this.prefix}session:${keyPart(k)}`]));
-      r.forEach((x, j) => Number(x) > 0 && out.add(chunk[j]!));
+      const r = await this.pipe(chunk.map((k) => ["HMGET", `${this.prefix}session:${keyPart(k)}`, "step", "n"]));
+      r.forEach((x, j) => {
+        const [step, n] = (x as (string | null)[] | null) ?? [];
+        if (step != null || n != null) out.set(chunk[j]!, `${step ?? ""}:${n ?? ""}`);
+      });
     }
     return out;
   }

@@ -160,7 +160,7 @@ export function createAgentExecutor(
   const { registry, ...shared } = deps;
   return {
     agentNameFor: (t) => t.row?.agent_name ?? rollout.agent.default_agent_loop,
-    async run(t: PlannedTrajectory, plan: BatchPlan, signal?: AbortSignal) {
+    async run(t: PlannedTrajectory, plan: BatchPlan, signal?: AbortSignal, rerun = false): Promise<{ agentName: string; outputs: AgentLoopOutput[] }> {
       const row = t.row!;
       const agentName = registry.resolve(row.agent_name, rollout.agent.default_agent_loop);
       const admission = await admit(deps, rollout, signal);
@@ -256,7 +256,7 @@ export function createSessionExecutor(
   return {
     agentNameFor: (t) => t.row?.agent_name ?? rollout.agent.default_agent_loop,
     discard: (t) => host.drop(t.key),
-    async run(t: PlannedTrajectory, plan: BatchPlan, signal?: AbortSignal) {
+    async run(t: PlannedTrajectory, plan: BatchPlan, signal?: AbortSignal, rerun = false): Promise<{ agentName: string; outputs: AgentLoopOutput[] }> {
       const row = t.row!;
       const agentName = registry.resolve(row.agent_name, rollout.agent.default_agent_loop);
       // Admission holds only a trajectory not started yet: a stored session (a resume) goes on.
@@ -286,7 +286,14 @@ export function createSessionExecutor(
       const recs = await store.sessionRecords(t.uid, t.session_id);
       if (!recs && r.status === "finished") return { agentName, outputs: r.outputs };
       if (recs && r.status === "finished") await host.markDone(t.key);
-      if (!recs) throw new Error(`session '${t.key}' is done but its records are not in the transfer queue`);
+      if (!recs) {
+        // Done, yet its records are gone: the store lost them (a restart without persistence, an eviction) after the
+        // session was marked done — a done checkpoint keeps no outputs. Nothing of it survives to hand back, so the
+        // trajectory is sampled again from the start (once), rather than stored failed or waited for forever.
+        if (rerun) throw new Error(`session '${t.key}' is done but its records are not in the transfer queue (twice: the store keeps losing them)`);
+        await host.drop(t.key);
+        return this.run(t, plan, signal, true);
+      }
       const failed = recs.find((x) => x.error !== null);
       if (failed) throw new Error(failed.error!);
       return { agentName: recs[0]?.agent_name ?? agentName, outputs: recs.map(outputOfRecord) };

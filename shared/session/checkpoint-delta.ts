@@ -97,6 +97,9 @@ export function foldCheckpoint(deltas: readonly string[], key: string): { cp: Se
     const d = parseDelta(text, key);
     const prev = cp as SessionCheckpoint | null;
     if (prev && d.step !== prev.step + 1) throw new StoreError(`session '${key}': stored checkpoint steps jump from ${prev.step} to ${d.step}`, { retryable: false });
+    // A log that does not begin at step 0 lost its beginning (deltas are relative to what came before): folding it
+    // would resume from a partial prompt and history, so it is refused rather than read.
+    if (!prev && d.step !== 0) throw new StoreError(`session '${key}': stored checkpoint begins at step ${d.step}, not 0 (its earlier steps are gone)`, { retryable: false, code: "session_gap" });
     if (d.loop === null) loop = null;
     else if (d.loop !== undefined) loop = applyLoop(loop, d.loop);
     const { loop: _l, outputs, ...head } = d;

@@ -85,7 +85,7 @@ for (const transport of ["redis", "upstash"] as const) describe(`E2 (${transport
     expect(lost.missing).toContain(`${prefix}jobs:batch:${b.batch_id}`);
     const listed = ((await (await fetch(`${serve.url}/v1/rollouts`)).json()) as { batches: { batch_id: string; lost: { count: number; reason: string } | null }[] }).batches.find((x) => x.batch_id === b.batch_id);
     expect(listed?.lost).toEqual({ count: lost.count, reason: lost.reason });
-    expect(lost.reason).toStartWith(`no job in ${prefix}jobs, no session hash and no record for ${GRACE_S} s (the batch hash ${prefix}jobs:batch:${b.batch_id} is gone`);
+    expect(lost.reason).toStartWith(`no job in ${prefix}jobs and no record for ${GRACE_S} s, no session step committed meanwhile (the batch hash ${prefix}jobs:batch:${b.batch_id} is gone`);
     // Each key either landed (the batch's record stream holds it, exactly once) or is reported lost — never both, never neither.
     const landed = (await (await fetch(`${serve.url}/v1/rollouts/${b.batch_id}/trajectories`)).text()).trim().split("\n").map((l) => (JSON.parse(l) as { key: string }).key);
     expect(new Set(landed).size).toBe(landed.length);
