@@ -6,7 +6,8 @@ import { BatchMetricsAccumulator, type BatchMetrics } from "../telemetry/batch-m
 import { SpanAttr, withSpan } from "../telemetry/tracer.ts";
 import { TracingTransferQueue } from "../telemetry/tracing-transfer-queue.ts";
 import { holdWhileStoreDown } from "../store/store-outage.ts";
-import { failedRecord, toTrajectoryRecord, type BatchPlan, type PlannedTrajectory } from "./batch.ts";
+import { failedRecord, outputOfRecord, toTrajectoryRecord, type BatchPlan, type PlannedTrajectory } from "./batch.ts";
+import { isStaleStep } from "../session/session-storage.ts";
 
 /** Runs one planned trajectory through its agent loop. */
 export interface TrajectoryExecutor {
@@ -29,6 +30,17 @@ export interface TrajectoryExecutor {
    * without durable state have nothing to drop.
    */
   discard?(t: PlannedTrajectory): Promise<void>;
+  /**
+   * Called when {@link run} threw the session fence's stale-step
+   * ConflictError: another process runs `t`'s durable session (two inline
+   * serves on one store prefix given the same batch — a client retry
+   * through a load balancer). Waits for that owner's outcome: resolves with
+   * the session's records (0…k, by output_index) once it finished, or null
+   * once the session committed no step for the executor's stall time (its
+   * owner died; the caller resumes the session). Rejects when `signal`
+   * aborts. Optional: executors without durable sessions have no other owner.
+   */
+  awaitOwner?(t: PlannedTrajectory, signal?: AbortSignal): Promise<TrajectoryRecord[] | null>;
 }
 
 /**
@@ -652,7 +664,7 @@ export class BatchRun {
       let agentName = t.row ? this.opts.executor.agentNameFor(t) : "unknown";
       try {
         if (t.row_error) throw new Error(t.row_error);
-        const res = await this.opts.executor.run(t, this.plan, ctrl.signal).catch((e: unknown) => {
+        const res = await this.runContested(t, ctrl.signal).catch((e: unknown) => {
           if (e instanceof TrajectoryAbandonedError) abandoned = true;
           throw e;
         });
@@ -714,6 +726,32 @@ export class BatchRun {
     // finished this session first. Its records are streamed but, as handed-back ones, not counted again.
     if (stored) this.sessionDone(stored.out, !stored.fresh);
     this.wake();
+  }
+
+  /**
+   * Runs `t` with the executor; when another owner holds its session (the
+   * fence refused a commit: N3, two inline processes on one prefix), waits
+   * for that owner's records and returns them as this run's outputs — their
+   * writes then find every key stored, so the session counts as handed back
+   * (`reused`), never as a failure — or resumes the session once its owner
+   * stalled (at most 3 times).
+   */
+  private async runContested(t: PlannedTrajectory, signal: AbortSignal): Promise<{ agentName: string; outputs: AgentLoopOutput[]; toolLatenciesMs?: number[] }> {
+    const ex = this.opts.executor;
+    for (let takeovers = 0; ; takeovers++) {
+      try {
+        return await ex.run(t, this.plan, signal);
+      } catch (e) {
+        if (!isStaleStep(e) || !ex.awaitOwner || takeovers >= 3 || signal.aborted) throw e;
+        const recs = await ex.awaitOwner(t, signal);
+        if (recs) {
+          const failed = recs.find((r) => r.error !== null);
+          // The other owner stored a failure: that is the session's outcome (handed back as stored).
+          if (failed) throw new Error(failed.error!);
+          return { agentName: recs[0]?.agent_name ?? ex.agentNameFor(t), outputs: recs.map(outputOfRecord) };
+        }
+      }
+    }
   }
 
   /**

@@ -245,3 +245,22 @@ export function withRawPrompt(raw: unknown): unknown {
   const r = raw as Record<string, unknown>;
   return r.prompt === undefined && r.raw_prompt !== undefined ? { ...r, prompt: r.raw_prompt } : raw;
 }
+
+/** The loop output a stored record was made from (`trajectory_info` removed; the batch adds it back). */
+export function outputOfRecord(r: TrajectoryRecord): AgentLoopOutput {
+  const { trajectory_info: _info, ...extra } = r.extra_fields as Record<string, unknown>;
+  return {
+    prompt_ids: r.prompt_ids,
+    response_ids: r.response_ids,
+    response_mask: r.response_mask,
+    response_logprobs: r.rollout_log_probs,
+    ...(r.teacher_log_probs ? { teacher_log_probs: r.teacher_log_probs } : {}),
+    reward_score: r.reward_score,
+    num_turns: r.num_turns,
+    truncated: r.truncated,
+    finish_reason: r.finish_reason,
+    metrics: r.metrics,
+    extra_fields: extra,
+    ...routedExpertsFields(r),
+  };
+}

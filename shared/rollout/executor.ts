@@ -8,7 +8,7 @@ import type { SessionInput } from "../session/checkpoint.ts";
 import type { SessionHost } from "../session/session-host.ts";
 import type { TransferQueue } from "../store/types.ts";
 import { TrajectoryTracer } from "../telemetry/trajectory-tracer.ts";
-import { routedExpertsFields, type BatchPlan, type PlannedTrajectory } from "./batch.ts";
+import { outputOfRecord, routedExpertsFields, type BatchPlan, type PlannedTrajectory } from "./batch.ts";
 import { waitForAdmission, type Admission } from "./policy-version.ts";
 import { TrajectoryCarriedError, type TrajectoryExecutor } from "./batch-run.ts";
 import { scoreWithTeacher, type TeacherClientFactory } from "./teacher-scoring.ts";
@@ -23,7 +23,17 @@ export interface ExecutorDeps extends Omit<AgentLoopContext, "config" | "client"
   teacher?: TeacherClientFactory;
   /** Milliseconds between admission re-checks while a trajectory is held by `rollout.max_staleness` (default 50; memory policies wake at once). */
   admissionPollMs?: number;
+  /**
+   * Milliseconds a session run by another owner may commit no step before
+   * this process resumes it ({@link TrajectoryExecutor.awaitOwner}; default
+   * {@link DEFAULT_OWNER_STALL_MS}). Above the longest a live owner spends
+   * on one step: an engine call plus a tool call with their timeouts.
+   */
+  ownerStallMs?: number;
 }
+
+/** Default {@link ExecutorDeps.ownerStallMs}: 10 minutes, above the default engine (600 s) and tool timeouts. */
+export const DEFAULT_OWNER_STALL_MS = 600_000;
 
 /**
  * Admission of a fresh trajectory under `rollout.max_staleness` (policy
@@ -160,7 +170,7 @@ export function createAgentExecutor(
   const { registry, ...shared } = deps;
   return {
     agentNameFor: (t) => t.row?.agent_name ?? rollout.agent.default_agent_loop,
-    async run(t: PlannedTrajectory, plan: BatchPlan, signal?: AbortSignal, rerun = false): Promise<{ agentName: string; outputs: AgentLoopOutput[] }> {
+    async run(t: PlannedTrajectory, plan: BatchPlan, signal?: AbortSignal) {
       const row = t.row!;
       const agentName = registry.resolve(row.agent_name, rollout.agent.default_agent_loop);
       const admission = await admit(deps, rollout, signal);
@@ -256,7 +266,26 @@ export function createSessionExecutor(
   return {
     agentNameFor: (t) => t.row?.agent_name ?? rollout.agent.default_agent_loop,
     discard: (t) => host.drop(t.key),
-    async run(t: PlannedTrajectory, plan: BatchPlan, signal?: AbortSignal, rerun = false): Promise<{ agentName: string; outputs: AgentLoopOutput[] }> {
+    async awaitOwner(t: PlannedTrajectory, signal?: AbortSignal) {
+      const stallMs = deps.ownerStallMs ?? DEFAULT_OWNER_STALL_MS;
+      let step: number | null | undefined;
+      let movedAt = Date.now();
+      for (let waitMs = 50; ; waitMs = Math.min(waitMs * 2, 2_000)) {
+        if (signal?.aborted) throw signal.reason ?? new Error("aborted");
+        const recs = await store.sessionRecords(t.uid, t.session_id);
+        if (recs) return recs;
+        const st = await host.status(t.key);
+        if (st?.step !== step) (step = st?.step ?? null), (movedAt = Date.now());
+        if (Date.now() - movedAt >= stallMs) return null;
+        await new Promise((r) => setTimeout(r, Math.min(waitMs, stallMs)));
+      }
+    },
+    run(t: PlannedTrajectory, plan: BatchPlan, signal?: AbortSignal) {
+      return runSession(t, plan, signal, false);
+    },
+  };
+
+  async function runSession(t: PlannedTrajectory, plan: BatchPlan, signal: AbortSignal | undefined, rerun: boolean): Promise<{ agentName: string; outputs: AgentLoopOutput[] }> {
       const row = t.row!;
       const agentName = registry.resolve(row.agent_name, rollout.agent.default_agent_loop);
       // Admission holds only a trajectory not started yet: a stored session (a resume) goes on.
@@ -292,30 +321,11 @@ export function createSessionExecutor(
         // trajectory is sampled again from the start (once), rather than stored failed or waited for forever.
         if (rerun) throw new Error(`session '${t.key}' is done but its records are not in the transfer queue (twice: the store keeps losing them)`);
         await host.drop(t.key);
-        return this.run(t, plan, signal, true);
+        return runSession(t, plan, signal, true);
       }
       const failed = recs.find((x) => x.error !== null);
       if (failed) throw new Error(failed.error!);
       return { agentName: recs[0]?.agent_name ?? agentName, outputs: recs.map(outputOfRecord) };
-    },
-  };
+  }
 }
 
-/** The loop output a stored record was made from (`trajectory_info` removed; the batch adds it back). */
-export function outputOfRecord(r: TrajectoryRecord): AgentLoopOutput {
-  const { trajectory_info: _info, ...extra } = r.extra_fields as Record<string, unknown>;
-  return {
-    prompt_ids: r.prompt_ids,
-    response_ids: r.response_ids,
-    response_mask: r.response_mask,
-    response_logprobs: r.rollout_log_probs,
-    ...(r.teacher_log_probs ? { teacher_log_probs: r.teacher_log_probs } : {}),
-    reward_score: r.reward_score,
-    num_turns: r.num_turns,
-    truncated: r.truncated,
-    finish_reason: r.finish_reason,
-    metrics: r.metrics,
-    extra_fields: extra,
-    ...routedExpertsFields(r),
-  };
-}

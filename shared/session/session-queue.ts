@@ -1,7 +1,7 @@
 import { parseTrajectoryKey, trajectoryKey, type TrajectoryRecord } from "../schema/index.ts";
 import type { TransferQueue } from "../store/types.ts";
 import type { SessionHost } from "./session-host.ts";
-import type { SessionStorage } from "./session-storage.ts";
+import { isStaleStep, type SessionStorage } from "./session-storage.ts";
 
 /**
  * Wraps the transfer queue a batch writes to when its trajectories run as
@@ -27,7 +27,11 @@ export function sessionCompletingQueue(inner: TransferQueue, storage: SessionSto
   const write = async <R>(session: string, last: boolean, dflt: R, w: () => Promise<R>): Promise<R> => {
     if (await isDone(session)) return dflt;
     const r = await w();
-    if (last) await host.markDone(session);
+    // The fence refusing `done` means another owner committed after this one (two processes ran the session,
+    // N3): the records are stored once either way, and that owner marks the session done itself.
+    if (last) await host.markDone(session).catch((e: unknown) => {
+      if (!isStaleStep(e)) throw e;
+    });
     return r;
   };
   return {
