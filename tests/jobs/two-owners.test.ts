@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { buildRuntime, type Runtime } from "../../infra/cli/runtime.ts";
+import { startUpstashBridge, type UpstashBridge } from "../../infra/upstash-bridge/upstash-bridge.ts";
 import type { TrajectoryRecord } from "../../shared/schema/index.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { comparableRecord } from "../session/crash.ts";
@@ -12,18 +13,28 @@ import { ROWS } from "../session/fixtures.ts";
 const redis = await requireRedis();
 const N = 4;
 
-describe.skipIf(!redis)("N3: two inline owners of one batch", () => {
+for (const transport of ["redis", "upstash"] as const) describe.skipIf(!redis)(`N3: two inline owners of one batch (${transport === "redis" ? "Redis TCP" : "Upstash REST via the bridge"})`, () => {
   const prefix = randomPrefix("two-owners");
-  const flags = { store: REDIS_URL, storePrefix: prefix, n: N, seed: 7, maxModelLen: 4096 };
+  let bridge: UpstashBridge | undefined;
   let a: Runtime;
   let b: Runtime;
   beforeAll(async () => {
+    if (transport === "upstash") {
+      const token = crypto.randomUUID();
+      bridge = await startUpstashBridge({ port: 0, redisUrl: REDIS_URL, token });
+      process.env.UPSTASH_REDIS_REST_URL = bridge.url;
+      process.env.UPSTASH_REDIS_REST_TOKEN = token;
+    }
+    const flags = { store: transport === "upstash" ? "upstash" : REDIS_URL, storePrefix: prefix, n: N, seed: 7, maxModelLen: 4096 };
     a = await buildRuntime(flags, { jobs: "inline" });
     b = await buildRuntime(flags, { jobs: "inline" });
   }, 60_000);
   afterAll(async () => {
     await a?.close();
     await b?.close();
+    await bridge?.stop();
+    delete process.env.UPSTASH_REDIS_REST_URL;
+    delete process.env.UPSTASH_REDIS_REST_TOKEN;
     await deleteByPrefix(prefix);
   });
 
