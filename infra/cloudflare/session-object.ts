@@ -7,7 +7,7 @@ import type { AgentGatewayLink } from "../../shared/agent-gateway/openai-agent-l
 import { NotFoundError } from "../../shared/errors.ts";
 import { sessionLoopFactory, sessionOutputFinisher, endLoopTrace, versionStampedClient } from "../../shared/rollout/executor.ts";
 import { SessionInput } from "../../shared/session/checkpoint.ts";
-import { queueWriter } from "../../shared/session/session-records.ts";
+import { queueWriter } from "../../shared/rollout/session-records.ts";
 import { TrajectorySession, type SessionDeps } from "../../shared/session/trajectory-session.ts";
 import type { DurableObjectState, DurableObjectStorage } from "./cf-types.ts";
 import { AGENT_ENTRY_PREFIX, DurableObjectSessionStorage, readMany, SQLITE_BACKEND_VALUE_BYTES, writeMany } from "./do-session-storage.ts";

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { encodeInt32 } from "../../shared/session/typed-base64.ts";
+import { encodeInt32 } from "../../shared/schema/typed-base64.ts";
 import type { SimEngine, SimEngineFault, SimGenerateResult } from "./sim-engine.ts";
 
 /**

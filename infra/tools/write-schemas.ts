@@ -1,7 +1,7 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { webhookJsonSchemas } from "../../shared/tools/wire-schemas.ts";
+import { webhookJsonSchemas } from "./wire-schemas.ts";
 
 /** `docs/schemas/` of this package. */
 export const SCHEMAS_DIR = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "docs", "schemas");

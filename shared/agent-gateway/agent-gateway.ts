@@ -9,7 +9,7 @@ import type { InferenceClient } from "../inference/types.ts";
 import type { AgentLoopOutput, ChatMessage, RoutedExpertsSpan, SamplingParams, ToolSchema } from "../schema/index.ts";
 import { isStaleStep, type SessionStorage } from "../session/session-storage.ts";
 import { holdWhileStoreDown } from "../store/store-outage.ts";
-import { encodeFloat32, encodeInt32 } from "../session/typed-base64.ts";
+import { encodeFloat32, encodeInt32 } from "../schema/typed-base64.ts";
 import { constantTimeEqual } from "../tools/signature.ts";
 import { createToolCallParser } from "../tools/parser-registry.ts";
 import { ObservationEncoder } from "../tokens/observation.ts";

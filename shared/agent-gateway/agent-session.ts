@@ -2,7 +2,7 @@ import { z } from "zod";
 import { finalTokenVersions, pushVersion, type TokenVersions } from "../agent-loop/agent-loop.ts";
 import { StoreError } from "../errors.ts";
 import { AgentLoopMetrics, ChatMessage, FinishReason, ModelId, RolloutConfig, RoutedExpertsShape, SamplingParams, ToolSchema, type AgentLoopOutput } from "../schema/index.ts";
-import { decodeFloat32, decodeInt32 } from "../session/typed-base64.ts";
+import { decodeFloat32, decodeInt32 } from "../schema/typed-base64.ts";
 import type { StoredSession } from "../session/session-storage.ts";
 import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
 import type { ChatReply } from "./openai-wire.ts";

@@ -3,7 +3,7 @@ import { isInt, isNum, isObj, nil, optId, optIdArray, optInt, optStr } from "./f
 import { z } from "zod";
 import { ConfigError } from "../errors.ts";
 import type { RoutedExpertsShape, RoutedExpertsSpan, TokenOutput } from "../schema/index.ts";
-import { decodeInt32 } from "../session/typed-base64.ts";
+import { decodeInt32 } from "../schema/typed-base64.ts";
 import {
   badReply,
   DEFAULT_ENGINE_TIMEOUT_MS,

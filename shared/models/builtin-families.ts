@@ -5,7 +5,7 @@ import { DEEPSEEK_V3_GENERATION_CONFIG, GEMMA3_GENERATION_CONFIG, GPT_OSS_GENERA
 import { gemma3Shaping } from "./gemma3-messages.ts";
 import { DEEPSEEK_V3_TOOL_TEMPLATE } from "./deepseek-v3-template.ts";
 import { LLAMA3_1_TOOL_TEMPLATE } from "./llama3-1-template.ts";
-import { QWEN3_TRAITS, type ModelTraits } from "./model-family.ts";
+import { QWEN3_TRAITS, type ModelTraits } from "../tokens/model-traits.ts";
 
 /** Names of the built-in model families, the values `model:` / `--model` accept besides a directory. */
 export const BUILTIN_MODELS = ["qwen3", "llama3_1", "deepseek_v3", "gpt_oss", "gemma3"] as const;

@@ -1,5 +1,5 @@
 import type { ToolSchema } from "../schema/index.ts";
-import type { MessageShaping, TemplateMessage } from "./model-family.ts";
+import type { MessageShaping, TemplateMessage } from "../tokens/model-traits.ts";
 
 /**
  * Gemma 3's stock template knows only `system` (folded into the first user

@@ -3,7 +3,7 @@ import { builtinModelFiles } from "./builtin-families.ts";
 
 export { BUILTIN_MODELS, builtinFamily, builtinModelFiles, isBuiltinModel, type BuiltinFamily, type BuiltinModel } from "./builtin-families.ts";
 export { decodeRefusal, describeModelId, modelIdOf, sameModel } from "./model-id.ts";
-export { CUSTOM_TRAITS, QWEN3_TRAITS, type HistoryPolicy, type MessageShaping, type ModelTraits, type TemplateMessage } from "./model-family.ts";
+export { CUSTOM_TRAITS, QWEN3_TRAITS, type HistoryPolicy, type MessageShaping, type ModelTraits, type TemplateMessage } from "../tokens/model-traits.ts";
 
 /**
  * The {@link ChatTokenizer} of a built-in model family, loaded lazily (only

@@ -3,7 +3,7 @@ import { StoreError } from "../errors.ts";
 import { ROUTED_EXPERTS_FILL, type ChatMessage } from "../schema/index.ts";
 import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
 import { parseDelta, restoreToolAgentFields, unpackOutput, saveToolAgentFields, type BuilderDelta, type LoopDelta, type SessionCheckpoint, type SessionInput } from "./checkpoint.ts";
-import { decodeFloat32, decodeInt32, decodeUint8, encodeFloat32, encodeInt32, encodeUint8 } from "./typed-base64.ts";
+import { decodeFloat32, decodeInt32, decodeUint8, encodeFloat32, encodeInt32, encodeUint8 } from "../schema/typed-base64.ts";
 
 /**
  * What the last commit held of `tool_agent`'s growing state, so the next

@@ -6,7 +6,7 @@ import { StoreError } from "../errors.ts";
 import { AgentLoopMetrics, AgentLoopOutput, ChatMessage, FinishReason, ModelId, RolloutConfig, RoutedExpertsShape, SamplingParams } from "../schema/index.ts";
 import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
 import type { ParsedCall, ParseError } from "../tools/tool-call-parser.ts";
-import { decodeFloat32, decodeFloat64, decodeInt32, decodeUint8, encodeFloat32, encodeFloat64, encodeInt32, encodeUint8 } from "./typed-base64.ts";
+import { decodeFloat32, decodeFloat64, decodeInt32, decodeUint8, encodeFloat32, encodeFloat64, encodeInt32, encodeUint8 } from "../schema/typed-base64.ts";
 
 /** Version of the checkpoint layout; a stored checkpoint of another version is refused, never guessed at. */
 export const CHECKPOINT_VERSION = 2;

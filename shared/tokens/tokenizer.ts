@@ -2,7 +2,7 @@ import { Tokenizer } from "@huggingface/tokenizers";
 import { Template } from "@huggingface/jinja";
 import { ConfigError, TemplateError } from "../errors.ts";
 import type { ChatMessage, ToolSchema } from "../schema/index.ts";
-import { CUSTOM_TRAITS, QWEN3_TRAITS, type MessageShaping, type ModelTraits } from "../models/model-family.ts";
+import { CUSTOM_TRAITS, QWEN3_TRAITS, type MessageShaping, type ModelTraits } from "./model-traits.ts";
 import { ByteLevelDecodeTable } from "./byte-level-decode.ts";
 
 /**

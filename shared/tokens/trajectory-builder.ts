@@ -1,6 +1,6 @@
 import { InputError, TrajectoryInvariantError } from "../errors.ts";
 import { ROUTED_EXPERTS_FILL, type AgentLoopMetrics, type AgentLoopOutput, type FinishReason, type RoutedExpertsShape, type RoutedExpertsSpan } from "../schema/index.ts";
-import { decodeInt32, encodeInt32 } from "../session/typed-base64.ts";
+import { decodeInt32, encodeInt32 } from "../schema/typed-base64.ts";
 import { toPlainArray } from "./plain-array.ts";
 import { validateTrajectory } from "./validate.ts";
 

@@ -8,7 +8,7 @@ import { hashInt } from "../../shared/inference/hash.ts";
 import { createEngineClient, SglangClient } from "../../shared/inference/index.ts";
 import { decodeSglangRoutedExperts } from "../../shared/inference/sglang-client.ts";
 import { SamplingParams } from "../../shared/schema/index.ts";
-import { decodeInt32, encodeInt32 } from "../../shared/session/typed-base64.ts";
+import { decodeInt32, encodeInt32 } from "../../shared/schema/typed-base64.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 
 const SCRIPT = { seed: 5, rules: [], default: ["Hello there."] };

@@ -9,7 +9,7 @@ import type { SessionInputArg } from "../../shared/session/checkpoint.ts";
 import { foldCheckpoint } from "../../shared/session/checkpoint-delta.ts";
 import { SessionHost } from "../../shared/session/session-host.ts";
 import { sessionCompletingQueue } from "../../shared/session/session-queue.ts";
-import { queueWriter } from "../../shared/session/session-records.ts";
+import { queueWriter } from "../../shared/rollout/session-records.ts";
 import { MemorySessionStorage } from "../../shared/session/session-storage.ts";
 import { TrajectorySession, type SessionDeps } from "../../shared/session/trajectory-session.ts";
 import { MemoryTransferQueue } from "../../shared/store/memory-transfer-queue.ts";

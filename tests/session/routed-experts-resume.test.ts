@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { startToolServer, type ToolServer } from "../../infra/tools/server.ts";
 import { DEFAULT_SIM_MOE } from "../../infra/sim-engine/sim-engine.ts";
 import { packOutput, unpackOutput } from "../../shared/session/checkpoint.ts";
-import { decodeInt32 } from "../../shared/session/typed-base64.ts";
+import { decodeInt32 } from "../../shared/schema/typed-base64.ts";
 import { MemorySessionStorage, type SessionStorage } from "../../shared/session/session-storage.ts";
 import { TrajectorySession } from "../../shared/session/trajectory-session.ts";
 import type { AgentLoopOutput } from "../../shared/schema/index.ts";

@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { TrajectoryInvariantError } from "../../shared/errors.ts";
 import type { RoutedExpertsSpan } from "../../shared/schema/index.ts";
-import { decodeInt32 } from "../../shared/session/typed-base64.ts";
+import { decodeInt32 } from "../../shared/schema/typed-base64.ts";
 import { TrajectoryBuilder } from "../../shared/tokens/trajectory-builder.ts";
 import { validateTrajectory } from "../../shared/tokens/validate.ts";
 

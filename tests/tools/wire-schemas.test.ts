@@ -5,7 +5,7 @@ import { SCHEMAS_DIR, schemaFileText } from "../../infra/tools/write-schemas.ts"
 import { ToolResultCallback } from "../../shared/session/tool-result-callback.ts";
 import { InteractionReply, InteractionRequestBody } from "../../shared/tools/interaction-client.ts";
 import { ToolCallRequestBody, ToolReply } from "../../shared/tools/webhook-tool-client.ts";
-import { webhookJsonSchemas } from "../../shared/tools/wire-schemas.ts";
+import { webhookJsonSchemas } from "../../infra/tools/wire-schemas.ts";
 
 const ROOT = join(import.meta.dir, "..", "..");
 const DOC = readFileSync(join(ROOT, "docs", "tool-webhooks.md"), "utf8");

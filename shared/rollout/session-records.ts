@@ -1,8 +1,8 @@
-import type { PlannedTrajectory } from "../rollout/batch.ts";
-import { toTrajectoryRecord } from "../rollout/batch.ts";
+import type { PlannedTrajectory } from "./batch.ts";
+import { toTrajectoryRecord } from "./batch.ts";
 import type { AgentLoopOutput, ModelId, TrajectoryRecord } from "../schema/index.ts";
 import type { TransferQueue } from "../store/types.ts";
-import type { SessionInput } from "./checkpoint.ts";
+import type { SessionInput } from "../session/checkpoint.ts";
 
 /**
  * The transfer-queue records of a finished session's outputs, for hosts

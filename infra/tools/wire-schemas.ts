@@ -1,7 +1,7 @@
 import { z } from "zod";
-import { ToolResultCallback } from "../session/tool-result-callback.ts";
-import { InteractionReply, InteractionRequestBody } from "./interaction-client.ts";
-import { ToolCallRequestBody, ToolReply } from "./webhook-tool-client.ts";
+import { ToolResultCallback } from "../../shared/session/tool-result-callback.ts";
+import { InteractionReply, InteractionRequestBody } from "../../shared/tools/interaction-client.ts";
+import { ToolCallRequestBody, ToolReply } from "../../shared/tools/webhook-tool-client.ts";
 
 /**
  * The JSON Schemas (draft 2020-12) of the tool and simulated-user webhooks,
