@@ -1,6 +1,6 @@
 import { sessionLimitsOf } from "../../shared/agent-loop/session-limits.ts";
 import type { TelemetryEnv } from "./telemetry.ts";
-import { defaultAgentLoopRegistry } from "../../shared/agent-loop/index.ts";
+import { defaultAgentLoopRegistry } from "../../shared/agent-gateway/builtin-loops.ts";
 import type { AgentLoopExport } from "../../shared/agent-loop/registry.ts";
 import type { AgentWebhookConfig } from "../../shared/agent-gateway/openai-agent-loop.ts";
 import { AppConfig as AppConfigSchema, parseAppConfig, type AppConfig } from "../../shared/config/app-config.ts";

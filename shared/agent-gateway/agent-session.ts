@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { finalTokenVersions, pushVersion, type TokenVersions } from "../agent-loop/agent-loop.ts";
+import { finalTokenVersions, pushVersion, type TokenVersions } from "../inference/token-versions.ts";
 import { StoreError } from "../errors.ts";
 import { AgentLoopMetrics, ChatMessage, FinishReason, ModelId, RolloutConfig, RoutedExpertsShape, SamplingParams, ToolSchema, type AgentLoopOutput } from "../schema/index.ts";
 import { decodeFloat32, decodeInt32 } from "../schema/typed-base64.ts";

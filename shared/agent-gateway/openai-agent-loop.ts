@@ -34,6 +34,15 @@ export interface AgentGatewayLink {
   fetch?: typeof fetch;
 }
 
+// The loop base defines the context; the loops that need more of their process extend it here, where that
+// service is defined (TypeScript module augmentation), so the base never imports a loop of a higher layer.
+declare module "../agent-loop/agent-loop.ts" {
+  interface AgentLoopContext {
+    /** The agent gateway of this process (sessions, public URL, agent webhook): what `openai_agent` runs with. */
+    agentGateway?: AgentGatewayLink;
+  }
+}
+
 /** The agent did not finish by its deadline and called the model not once: the trajectory fails with this. */
 export class AgentTimeoutError extends EdgeloopError {
   override name = "AgentTimeoutError";

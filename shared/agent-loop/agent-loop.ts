@@ -1,7 +1,6 @@
 import type { SessionLimits } from "./session-limits.ts";
 import { ContextOverflowError, EdgeloopError, EngineAbortedError, InputError } from "../errors.ts";
-import type { PolicyVersions } from "../rollout/policy-version.ts";
-import type { AgentGatewayLink } from "../agent-gateway/openai-agent-loop.ts";
+import type { PolicyVersions } from "../inference/policy-versions.ts";
 import { servableLength, type InferenceClient } from "../inference/types.ts";
 import { computeReward, type RewardOptions, type RewardResult } from "../reward/compute-reward.ts";
 import { traceReward } from "../telemetry/reward-span.ts";
@@ -12,6 +11,11 @@ import type { InteractionClient } from "../tools/interaction-client.ts";
 import type { ToolCallParser } from "../tools/tool-call-parser.ts";
 import type { ToolExecutor } from "../tools/webhook-tool-client.ts";
 import { PREFIX_KEY_MAX_TOKENS, prefixKeyOf } from "../inference/prefix-key.ts";
+import { contextSize } from "../inference/context-size.ts";
+import { addPreempted, modelVersionOf, pushVersion, recordTurnVersions, finalTokenVersions, type TokenVersions } from "../inference/token-versions.ts";
+// The engine-reply bookkeeping loops use, defined where engine replies live (custom loops import it from here too).
+export { contextSize } from "../inference/context-size.ts";
+export { addPreempted, finalTokenVersions, modelVersionOf, pushVersion, recordTurnVersions, turnVersions, type TokenVersions } from "../inference/token-versions.ts";
 
 /** A row's initial messages: built once (a zod schema costs more to build than to run). */
 const PROMPT_MESSAGES = ChatMessage.array().min(1);
@@ -50,8 +54,6 @@ export interface AgentLoopContext {
   asyncTools?: { wallClockMs?: () => number };
   /** The deployment's policy versions, for `rollout.max_staleness` (see {@link AgentLoop.checkStaleness}). */
   policy?: PolicyVersions;
-  /** The agent gateway of this process (sessions, public URL, agent webhook): what `openai_agent` runs with. */
-  agentGateway?: AgentGatewayLink;
   /** The server's per-session limits (config `limits`; default `DEFAULT_SESSION_LIMITS`): the executors enforce them. */
   sessionLimits?: SessionLimits;
 }
@@ -317,26 +319,6 @@ export function builderPrefixKey(builder: TrajectoryBuilder, context: ArrayLike<
   return key;
 }
 
-/**
- * The context size a trajectory of `config` is budgeted against (see
- * {@link AgentLoop.maxModelLen}): `config.max_model_len` capped by the
- * process's context `processLen`; else `processLen`; else the engine's
- * answer; else `prompt_length + response_length`; then cut to what the
- * engine serves ({@link InferenceClient.servableLength}: SGLang one token
- * less). Tokens.
- */
-export async function contextSize(config: RolloutConfig, processLen: number | undefined, client: InferenceClient): Promise<number> {
-  return servableLength(client, await modelContext(config, processLen, client));
-}
-
-/** The model's context before the engine's own rule ({@link contextSize}). */
-async function modelContext(config: RolloutConfig, processLen: number | undefined, client: InferenceClient): Promise<number> {
-  if (config.max_model_len) return processLen ? Math.min(config.max_model_len, processLen) : config.max_model_len;
-  if (processLen) return processLen;
-  const engine = await client.maxModelLen?.();
-  return engine ?? config.prompt_length + config.response_length;
-}
-
 /** Resumes of one turn after preemption before it ends `abort` with what it has. */
 export const MAX_RESUMES = 8;
 
@@ -345,85 +327,3 @@ export function emptyMetrics(): AgentLoopMetrics {
   return { generate_sequences: 0, tool_calls: 0, compute_score: 0, num_preempted: -1 };
 }
 
-/**
- * Adds one engine call's `num_preempted` to the trajectory's: unknown (−1)
- * values are skipped, so the sum is of the known values and stays −1 only when
- * no call reported one. (verl keeps a first-turn −1 as an offset; we don't.)
- */
-export function addPreempted(metrics: AgentLoopMetrics, value: number | null | undefined): void {
-  if (value == null || value < 0) return;
-  metrics.num_preempted = (metrics.num_preempted < 0 ? 0 : metrics.num_preempted) + value;
-}
-
-/** The model version an engine reply carries in `extra_fields.model_version`, or null. */
-export function modelVersionOf(out: TokenOutput): unknown {
-  const v = out.extra_fields?.model_version;
-  return v === undefined ? null : v;
-}
-
-/**
- * Policy versions as run-length segments `[[start, version], …]`: the
- * tokens from `start` up to the next segment's start were sampled under
- * `version` (null: unknown). Starts are strictly increasing; consecutive
- * segments have different versions.
- */
-export type TokenVersions = Array<[number, unknown]>;
-
-/** Appends segment `[start, version]` unless the last segment already has that version. */
-export function pushVersion(segs: TokenVersions, start: number, version: unknown): void {
-  const last = segs[segs.length - 1];
-  if (last && sameVersion(last[1], version)) return;
-  if (last && last[0] === start) segs.pop();
-  if (segs.length && sameVersion(segs[segs.length - 1]![1], version)) return;
-  segs.push([start, version ?? null]);
-}
-
-/**
- * Versions compare by their JSON (undefined as null), except that a number
- * and its decimal string are one version (`3` and `"3"`: a trainer's step and
- * SGLang's `weight_version`; see `versionKey`); primitives, the usual case,
- * without serialising.
- */
-function sameVersion(a: unknown, b: unknown): boolean {
-  const x = a ?? null;
-  const y = b ?? null;
-  if (x === y) return true;
-  if ((typeof x === "number" && typeof y === "string") || (typeof x === "string" && typeof y === "number")) return String(x) === String(y);
-  if ((x === null || typeof x !== "object") && (y === null || typeof y !== "object")) {
-    // NaN/±Infinity serialise as null; -0 as 0 (=== already equal).
-    return typeof x === "number" && typeof y === "number" ? !Number.isFinite(x) && !Number.isFinite(y) : JSON.stringify(x) === JSON.stringify(y);
-  }
-  return JSON.stringify(x) === JSON.stringify(y);
-}
-
-/**
- * The versions of one turn's tokens, relative to the turn: its
- * `extra_fields.token_versions` (a turn resumed after an abort, see
- * `AgentLoop.generate`), else one segment `[[0, model_version]]`.
- */
-export function turnVersions(out: TokenOutput): TokenVersions {
-  const tv = out.extra_fields?.token_versions;
-  if (Array.isArray(tv)) return tv as TokenVersions;
-  return [[0, modelVersionOf(out)]];
-}
-
-/**
- * Records a turn appended at response index `offset` into a trajectory's
- * segments (observation tokens after an action stay in the action's
- * segment: a segment runs until the next one starts).
- */
-export function recordTurnVersions(segs: TokenVersions, offset: number, out: TokenOutput): void {
-  if (out.token_ids.length === 0) return;
-  for (const [start, v] of turnVersions(out)) pushVersion(segs, offset + start, v);
-}
-
-/**
- * The trajectory's `extra_fields.token_versions`: segments cut to the
- * response's length; undefined when no version is known (every segment null)
- * or the response is empty.
- */
-export function finalTokenVersions(segs: TokenVersions, responseLength: number): TokenVersions | undefined {
-  const kept = segs.filter(([start]) => start < responseLength);
-  if (kept.length === 0 || kept.every(([, v]) => v === null)) return undefined;
-  return kept.map(([a, b]) => [a, b]);
-}

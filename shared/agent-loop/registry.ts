@@ -3,9 +3,6 @@ import { z } from "zod";
 import { ConfigError, formatPath, InputError } from "../errors.ts";
 import { AgentLoopOutput, type SamplingParams } from "../schema/index.ts";
 import type { AgentLoop, AgentLoopContext, AgentLoopKwargs } from "./agent-loop.ts";
-import { SingleTurnAgentLoop } from "./single-turn-agent.ts";
-import { ToolAgentLoop } from "./tool-agent.ts";
-import { OpenAIAgentLoop } from "../agent-gateway/openai-agent-loop.ts";
 
 /** Makes a loop for one trajectory. */
 export type AgentLoopFactory = (ctx: AgentLoopContext) => AgentLoop;
@@ -127,10 +124,6 @@ export class AgentLoopRegistry {
   }
 }
 
-/** A registry holding the built-ins `single_turn_agent`, `tool_agent` and `openai_agent` (the agent gateway's loop). */
-export function defaultAgentLoopRegistry(): AgentLoopRegistry {
-  return new AgentLoopRegistry().register("single_turn_agent", SingleTurnAgentLoop).register("tool_agent", ToolAgentLoop).register("openai_agent", OpenAIAgentLoop);
-}
 
 /**
  * Routes one row to its loop and runs it: `kwargs.agent_name` (absent/null →

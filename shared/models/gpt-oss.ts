@@ -91,7 +91,7 @@ export const GPT_OSS_TEMPLATE_KWARGS = Object.freeze({ reasoning_effort: "medium
 
 /**
  * The family traits for the model registry's gpt_oss entry (shape of
- * `ModelTraits` in shared/models/model-family.ts): harmony parser, history
+ * `ModelTraits` in shared/tokens/model-traits.ts): harmony parser, history
  * rewritten (see {@link GPT_OSS_HISTORY_POLICY}), tool results in the `tool`
  * role (rendered as `functions.NAME to=assistant`), {@link GPT_OSS_TURN_END_TOKENS},
  * and tool-call arguments passed to the template as the JSON string the

@@ -5,4 +5,3 @@ export * from "./trajectory-session.ts";
 export * from "./session-host.ts";
 export * from "./tool-result-callback.ts";
 export * from "./session-queue.ts";
-export * from "../rollout/session-records.ts";

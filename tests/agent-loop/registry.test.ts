@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { AgentLoopRegistry, defaultAgentLoopRegistry, parseAgentLoopConfig, runAgentLoop } from "../../shared/agent-loop/registry.ts";
+import { AgentLoopRegistry, parseAgentLoopConfig, runAgentLoop } from "../../shared/agent-loop/registry.ts";
+import { defaultAgentLoopRegistry } from "../../shared/agent-gateway/builtin-loops.ts";
 import { ToolAgentLoop } from "../../shared/agent-loop/tool-agent.ts";
 import { AgentLoop } from "../../shared/agent-loop/agent-loop.ts";
 import { ConfigError, InputError } from "../../shared/errors.ts";

@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { defaultAgentLoopRegistry, runAgentLoop } from "../../shared/agent-loop/index.ts";
+import { runAgentLoop } from "../../shared/agent-loop/index.ts";
+import { defaultAgentLoopRegistry } from "../../shared/agent-gateway/builtin-loops.ts";
 import { ToolAgentLoop } from "../../shared/agent-loop/tool-agent.ts";
 import { createEngineClient } from "../../shared/inference/create-engine-client.ts";
 import type { AgentLoopOutput, ChatMessage } from "../../shared/schema/index.ts";

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { defaultAgentLoopRegistry } from "../../shared/agent-loop/index.ts";
+import { defaultAgentLoopRegistry } from "../../shared/agent-gateway/builtin-loops.ts";
 import type { AgentLoopContext } from "../../shared/agent-loop/agent-loop.ts";
 import { EngineUnavailableError } from "../../shared/errors.ts";
 import { RetryingClient } from "../../shared/inference/retrying-client.ts";

@@ -1,5 +1,6 @@
 import { beforeAll, describe, expect, test } from "bun:test";
-import { defaultAgentLoopRegistry, runAgentLoop } from "../../shared/agent-loop/index.ts";
+import { runAgentLoop } from "../../shared/agent-loop/index.ts";
+import { defaultAgentLoopRegistry } from "../../shared/agent-gateway/builtin-loops.ts";
 import { builtinTokenizer } from "../../shared/models/index.ts";
 import type { AgentLoopOutput, ChatMessage } from "../../shared/schema/index.ts";
 import { ObservationEncoder } from "../../shared/tokens/observation.ts";

@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { defaultAgentLoopRegistry } from "../../shared/agent-loop/index.ts";
+import { defaultAgentLoopRegistry } from "../../shared/agent-gateway/builtin-loops.ts";
 import type { AgentLoopOutput } from "../../shared/schema/index.ts";
 import { RolloutConfig, type RolloutConfigInput } from "../../shared/schema/index.ts";
 import { sessionLoopFactory, type ExecutorDeps } from "../../shared/rollout/executor.ts";

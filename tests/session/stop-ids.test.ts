@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
-import { defaultAgentLoopRegistry } from "../../shared/agent-loop/index.ts";
+import { defaultAgentLoopRegistry } from "../../shared/agent-gateway/builtin-loops.ts";
 import { createEngineClient } from "../../shared/inference/create-engine-client.ts";
 import type { ExecutorDeps } from "../../shared/rollout/executor.ts";
 import type { AgentLoopOutput, ChatMessage } from "../../shared/schema/index.ts";
