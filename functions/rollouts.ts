@@ -21,6 +21,7 @@ export type { StoreHealth };
 import { mountViewer } from "./viewer/viewer-app.ts";
 import { EnginePauseRequest, type EngineControl } from "../shared/inference/engine-control.ts";
 import { ToolResultCallback } from "../shared/session/tool-result-callback.ts";
+import { agentGatewayOpenApiPaths } from "./agent-gateway-openapi.ts";
 
 /** Query of `GET /v1/groups` (strict: an unknown parameter is a 400 naming it, as on every query below). */
 export const GroupsQuery = z.strictObject({
@@ -231,7 +232,7 @@ export interface BatchSummary {
  * - `GET /v1/groups/{uid}` → the group's `GroupStatus` `{uid, partition, expected, finished, records,
  *   failed, complete, fingerprint}`; a uid never registered gives `expected: null` (200, not 404)
  * - `POST /v1/groups/ack` `{delivery_ids, partition?}` → `{acked}`
- * - `GET /openapi.json`, `GET /health` (503 naming the store while it is unreachable, when `health` is given)
+ * - `GET /openapi.json` (these routes and the agent gateway's, {@link agentGatewayOpenApiPaths}), `GET /health` (503 naming the store while it is unreachable, when `health` is given)
  * Every query is strict: an unknown parameter is a 400 naming it (`field`).
  * Errors are `{error: {code, message, field?}}`; a 400 names the field.
  */
@@ -474,7 +475,7 @@ export function openApiDocument(): Record<string, unknown> {
     openapi: "3.1.0",
     info: { title: "edgeloop", version: "0.1.0", description: "Agent-loop rollouts for agentic RL: POST a batch, read token trajectories." },
     components: {
-      securitySchemes: { bearer: { type: "http", scheme: "bearer" } },
+      securitySchemes: { bearer: { type: "http", scheme: "bearer" }, session_bearer: { type: "http", scheme: "bearer", description: "an agent session's own token (the task's api_key)" } },
       schemas: {
         TrajectoryRecord: schema(TrajectoryRecord),
         Error: {
@@ -620,6 +621,7 @@ export function openApiDocument(): Record<string, unknown> {
           responses: { "200": { description: "{ok: true, …}" }, "503": { ...err, description: "{ok: false, store, error: {code: store_unreachable, …}} while the store does not answer" } },
         },
       },
+      ...agentGatewayOpenApiPaths(err),
     },
   };
 }
