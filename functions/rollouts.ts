@@ -22,6 +22,7 @@ import { mountViewer } from "./viewer/viewer-app.ts";
 import { EnginePauseRequest, type EngineControl } from "../shared/inference/engine-control.ts";
 import { ToolResultCallback } from "../shared/session/tool-result-callback.ts";
 import { agentGatewayOpenApiPaths } from "./agent-gateway-openapi.ts";
+import { processMetrics } from "../shared/telemetry/process-metrics.ts";
 
 /** Query of `GET /v1/groups` (strict: an unknown parameter is a 400 naming it, as on every query below). */
 export const GroupsQuery = z.strictObject({
@@ -263,7 +264,7 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
   // The queue's figures too (stranded jobs count as work, N1); a store outage leaves them out rather than failing the scrape.
   app.get("/metrics", bearerAuth(opts.metricsAuth ? (opts.apiToken ?? null) : null), async () => {
     const queue = await service.queueStats().then((q) => (q.mode === "queue" ? queueFamilies(q) : []), () => []);
-    return new Response(formatPrometheus([...collector.families(), ...queue]), { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } });
+    return new Response(formatPrometheus([...collector.families(), ...queue, ...processMetrics.families()]), { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } });
   });
   mountViewer(app);
   app.use("/v1/*", bearerAuth(opts.apiToken ?? null));
