@@ -44,7 +44,10 @@ class Histogram {
  * counts every call once.
  *
  * `edgeloop_tool_calls_total` and `edgeloop_tool_call_duration_seconds_count`
- * are bumped together for every tool call, so they are always equal.
+ * are bumped together for every tool call sent, so they are always equal. A
+ * tool call the loop answers itself (an unknown tool, malformed arguments) is
+ * sent nowhere: it counts in the records' `extra_fields.tool_calls` and
+ * `tool_errors` (and `edgeloop_tool_errors_total`), not here.
  */
 export class ProcessMetrics {
   private readonly tool = new Histogram(TOOL_LATENCY_BUCKETS);
@@ -65,8 +68,8 @@ export class ProcessMetrics {
   /** The families to render with `formatPrometheus`. */
   families(): PromFamily[] {
     return [
-      { name: "edgeloop_tool_calls_total", help: "Tool calls this process made (each a webhook round trip, retries included), whatever became of their trajectory.", type: "counter", samples: [{ value: this.tool.count }] },
-      { name: "edgeloop_tool_errors_total", help: "Tool calls this process made that answered with an error (an error observation) or threw.", type: "counter", samples: [{ value: this.toolErrors }] },
+      { name: "edgeloop_tool_calls_total", help: "Tool calls this process sent to a tool (each a webhook round trip, retries included), whatever became of their trajectory; calls edgeloop answered itself (unknown tool, malformed call) are not sent.", type: "counter", samples: [{ value: this.tool.count }] },
+      { name: "edgeloop_tool_call_errors_total", help: "Of edgeloop_tool_calls_total, the calls that answered with an error (ok: false) or threw.", type: "counter", samples: [{ value: this.toolErrors }] },
       { name: "edgeloop_tool_call_duration_seconds", help: "Latency of each tool call this process made (webhook round trip, retries included).", type: "histogram", samples: this.tool.samples() },
       {
         name: "edgeloop_engine_request_duration_seconds",

@@ -19,6 +19,7 @@ interface Totals {
   finish: Record<string, number>;
   tokens: Record<"prompt" | "sampled" | "observation", number>;
   turns: number;
+  toolErrors: number;
   /** Cumulative histograms of the successful trajectories' `AgentLoopMetrics` fields. */
   fields: Record<HistField, FieldHistogram>;
 }
@@ -45,6 +46,7 @@ function zero(): Totals {
     finish: { stop: 0, length: 0, abort: 0, error: 0 },
     tokens: { prompt: 0, sampled: 0, observation: 0 },
     turns: 0,
+    toolErrors: 0,
     fields: {
       generate_sequences: emptyHist(AGENT_LOOP_SECONDS_BUCKETS),
       tool_calls: emptyHist(AGENT_LOOP_SECONDS_BUCKETS),
@@ -63,6 +65,7 @@ function totalsOf(s: BatchStats): Totals {
     finish: { ...s.finish_reasons },
     tokens: { ...s.tokens },
     turns: s.turns,
+    toolErrors: s.tool_errors,
     fields: structuredClone(s.agent_loop_histograms),
   };
 }
@@ -77,6 +80,7 @@ function add(a: Totals, b: Totals): void {
   a.tokens.sampled += b.tokens.sampled;
   a.tokens.observation += b.tokens.observation;
   a.turns += b.turns;
+  a.toolErrors += b.toolErrors;
   for (const f of Object.keys(a.fields) as HistField[]) addHist(a.fields[f], b.fields[f]);
 }
 
@@ -160,6 +164,7 @@ export class RolloutMetricsCollector {
         { labels: { kind: "observation" }, value: all.tokens.observation },
       ]),
       counter("edgeloop_turns_total", "num_turns summed over successful trajectories.", [{ value: all.turns }]),
+      counter("edgeloop_tool_errors_total", "Error observations of tool calls in stored successful trajectories (extra_fields.tool_errors): calls answered with an error, and calls edgeloop refused itself (unknown tool, malformed arguments).", [{ value: all.toolErrors }]),
       {
         name: "edgeloop_agent_loop_seconds",
         help: "verl's AgentLoopMetrics of each successful trajectory, seconds accumulated over its turns, by field (generate_sequences, tool_calls, compute_score).",

@@ -84,6 +84,9 @@ edgeloop_tokens_total{kind="observation"} 3
 # HELP edgeloop_turns_total num_turns summed over successful trajectories.
 # TYPE edgeloop_turns_total counter
 edgeloop_turns_total 9
+# HELP edgeloop_tool_errors_total Error observations of tool calls in stored successful trajectories (extra_fields.tool_errors): calls answered with an error, and calls edgeloop refused itself (unknown tool, malformed arguments).
+# TYPE edgeloop_tool_errors_total counter
+edgeloop_tool_errors_total 1
 # HELP edgeloop_agent_loop_seconds verl's AgentLoopMetrics of each successful trajectory, seconds accumulated over its turns, by field (generate_sequences, tool_calls, compute_score).
 # TYPE edgeloop_agent_loop_seconds histogram
 edgeloop_agent_loop_seconds_bucket{field="generate_sequences",le="0.01"} 0
