@@ -162,7 +162,11 @@ describe.skipIf(!redis)("/metrics of real processes", () => {
     const recordErrors = records.reduce((n, r) => n + Number((r.extra_fields as { tool_errors?: number }).tool_errors ?? 0), 0);
     expect([toolCalls, recordErrors, tools.requests.size]).toEqual([18, 2, 16]);
 
-    const w = await scrape(metricsUrl);
+    // A job counts as completed once acknowledged, just after its record is stored (which ended the batch).
+    const w = await until(async () => {
+      const e = await scrape(metricsUrl);
+      return e.samples.get('edgeloop_worker_jobs_total{event="completed"}') === 12 && e.samples.get("edgeloop_worker_jobs_running") === 0 ? e : null;
+    }, "the worker's 12 completed jobs, none running", 30_000);
     conventional(w);
     expect(w.samples.get("edgeloop_tool_calls_total")).toBe(16);
     expect(w.samples.get("edgeloop_tool_call_duration_seconds_count")).toBe(16);
