@@ -610,7 +610,7 @@ export function openApiDocument(): Record<string, unknown> {
       },
       "/metrics": {
         get: {
-          summary: "Prometheus text exposition: edgeloop_sessions_total, edgeloop_trajectories_total{outcome}, the batches' agent_loop/* figures",
+          summary: "Prometheus text exposition: edgeloop_sessions_total, edgeloop_trajectories_total{outcome}, the agent_loop histograms, this process's tool and engine calls (docs/metrics.md)",
           security: [],
           responses: { "200": { description: "Prometheus text format 0.0.4", content: { "text/plain": { schema: { type: "string" } } } } },
         },
