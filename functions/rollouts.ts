@@ -21,6 +21,8 @@ export type { StoreHealth };
 import { mountViewer } from "./viewer/viewer-app.ts";
 import { EnginePauseRequest, type EngineControl } from "../shared/inference/engine-control.ts";
 import { ToolResultCallback } from "../shared/session/tool-result-callback.ts";
+import { agentGatewayOpenApiPaths } from "./agent-gateway-openapi.ts";
+import { processMetrics } from "../shared/telemetry/process-metrics.ts";
 
 /** Query of `GET /v1/groups` (strict: an unknown parameter is a 400 naming it, as on every query below). */
 export const GroupsQuery = z.strictObject({
@@ -231,7 +233,7 @@ export interface BatchSummary {
  * - `GET /v1/groups/{uid}` → the group's `GroupStatus` `{uid, partition, expected, finished, records,
  *   failed, complete, fingerprint}`; a uid never registered gives `expected: null` (200, not 404)
  * - `POST /v1/groups/ack` `{delivery_ids, partition?}` → `{acked}`
- * - `GET /openapi.json`, `GET /health` (503 naming the store while it is unreachable, when `health` is given)
+ * - `GET /openapi.json` (these routes and the agent gateway's, {@link agentGatewayOpenApiPaths}), `GET /health` (503 naming the store while it is unreachable, when `health` is given)
  * Every query is strict: an unknown parameter is a 400 naming it (`field`).
  * Errors are `{error: {code, message, field?}}`; a 400 names the field.
  */
@@ -262,7 +264,7 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
   // The queue's figures too (stranded jobs count as work, N1); a store outage leaves them out rather than failing the scrape.
   app.get("/metrics", bearerAuth(opts.metricsAuth ? (opts.apiToken ?? null) : null), async () => {
     const queue = await service.queueStats().then((q) => (q.mode === "queue" ? queueFamilies(q) : []), () => []);
-    return new Response(formatPrometheus([...collector.families(), ...queue]), { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } });
+    return new Response(formatPrometheus([...collector.families(), ...queue, ...processMetrics.families()]), { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } });
   });
   mountViewer(app);
   app.use("/v1/*", bearerAuth(opts.apiToken ?? null));
@@ -474,7 +476,7 @@ export function openApiDocument(): Record<string, unknown> {
     openapi: "3.1.0",
     info: { title: "edgeloop", version: "0.1.0", description: "Agent-loop rollouts for agentic RL: POST a batch, read token trajectories." },
     components: {
-      securitySchemes: { bearer: { type: "http", scheme: "bearer" } },
+      securitySchemes: { bearer: { type: "http", scheme: "bearer" }, session_bearer: { type: "http", scheme: "bearer", description: "an agent session's own token (the task's api_key)" } },
       schemas: {
         TrajectoryRecord: schema(TrajectoryRecord),
         Error: {
@@ -608,7 +610,7 @@ export function openApiDocument(): Record<string, unknown> {
       },
       "/metrics": {
         get: {
-          summary: "Prometheus text exposition: edgeloop_sessions_total, edgeloop_trajectories_total{outcome}, the batches' agent_loop/* figures",
+          summary: "Prometheus text exposition: edgeloop_sessions_total, edgeloop_trajectories_total{outcome}, the agent_loop histograms, this process's tool and engine calls (docs/metrics.md)",
           security: [],
           responses: { "200": { description: "Prometheus text format 0.0.4", content: { "text/plain": { schema: { type: "string" } } } } },
         },
@@ -620,6 +622,7 @@ export function openApiDocument(): Record<string, unknown> {
           responses: { "200": { description: "{ok: true, …}" }, "503": { ...err, description: "{ok: false, store, error: {code: store_unreachable, …}} while the store does not answer" } },
         },
       },
+      ...agentGatewayOpenApiPaths(err),
     },
   };
 }

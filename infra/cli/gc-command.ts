@@ -22,7 +22,7 @@ export function formatGcReport(r: GcReport): string {
   const verb = r.dry_run ? "would delete" : "deleted";
   return [
     `${verb.padEnd(24)} ${r.deleted.records} records, ${r.deleted.groups} groups, ${r.deleted.sessions} sessions, ${r.deleted.batches} batches (${r.deleted.keys} keys)`,
-    `kept                     ${r.kept.incomplete_groups} incomplete groups, ${r.kept.undelivered_groups} delivered groups not yet acknowledged by trainers, ` +
+    `kept                     ${r.kept.incomplete_groups} incomplete groups, ${r.kept.undelivered_groups} delivered groups not yet acknowledged by every consumer group, ` +
       `${r.kept.recent_groups} groups younger than their age, ${r.kept.first_seen_groups} filtered/withdrawn groups first seen now (their age starts here), ` +
       `${r.kept.running_sessions} running sessions, ${r.kept.running_batches} running batches`,
     `scanned                  ${r.scanned.groups} groups, ${r.scanned.sessions} sessions, ${r.scanned.batches} batches`,

@@ -2,6 +2,10 @@ import { hostname } from "node:os";
 import { ConfigError, InputError } from "../../shared/errors.ts";
 import { JobWorker } from "../../shared/jobs/job-worker.ts";
 import { refuseExampleAgent, type ConfigFlags } from "./flags.ts";
+import { formatPrometheus, PROMETHEUS_CONTENT_TYPE } from "../../shared/telemetry/prometheus.ts";
+import { processMetrics } from "../../shared/telemetry/process-metrics.ts";
+import { workerFamilies } from "../../shared/telemetry/worker-metrics.ts";
+import { listen } from "./listen.ts";
 import { buildRuntime, unsignedToolsWarning } from "./runtime.ts";
 
 /** Flags of `edgeloop worker`: the config flags plus the worker's own. */
@@ -20,6 +24,14 @@ export interface WorkerFlags extends ConfigFlags {
    * above it (infra/k8s/worker.yaml), or the kubelet's SIGKILL comes first.
    */
   drainTimeout?: number;
+  /**
+   * Port of an HTTP listener serving only `GET /metrics` (Prometheus text:
+   * this worker's engine and tool calls, `processMetrics`, and its job
+   * counts, `workerFamilies`); absent: no listener. 0 picks a free port (printed).
+   */
+  metricsPort?: number;
+  /** Address the metrics listener binds (default 127.0.0.1; a pod scraped from outside needs 0.0.0.0). */
+  metricsHost?: string;
 }
 
 /**
@@ -66,6 +78,7 @@ export async function workerCommand(flags: WorkerFlags): Promise<void> {
   refuseExampleAgent(flags, "worker");
   if (!flags.store && !flags.config) throw new ConfigError("store.url", "edgeloop worker needs a shared store: pass --store redis://host:port (or upstash), the same as edgeloop serve");
   const runtime = await buildRuntime(flags, { waitForStore: true, ...(flags.lease !== undefined ? { jobQueue: { leaseMs: Math.round(flags.lease * 1000) } } : {}) });
+  let closeMetrics: () => void = () => {};
   try {
     if (!runtime.jobs) throw new ConfigError("store.url", "edgeloop worker needs a Redis or Upstash store (--store redis://host:port), the same as edgeloop serve");
     const consumer = flags.consumer ?? `${hostname()}-${process.pid}-${crypto.randomUUID().slice(0, 6)}`;
@@ -80,6 +93,23 @@ export async function workerCommand(flags: WorkerFlags): Promise<void> {
       model: runtime.model,
       ...(runtime.sessions ? { onWake: (key: string) => void runtime.sessions!.wake(key) } : {}),
     });
+    const concurrency = runtime.config.concurrency;
+    // /metrics only: what this worker does is scrapeable where serve cannot see it (engine and tool latency, job counts).
+    const metrics =
+      flags.metricsPort === undefined
+        ? null
+        : listen({
+            port: flags.metricsPort,
+            hostname: flags.metricsHost ?? "127.0.0.1",
+            fetch: (req) => {
+              const path = new URL(req.url).pathname;
+              if (req.method !== "GET" || path !== "/metrics") return Response.json({ error: { code: "not_found", message: "this listener serves only GET /metrics" } }, { status: 404 });
+              const text = formatPrometheus([...workerFamilies(worker.progress, worker.running, concurrency), ...processMetrics.families()]);
+              return new Response(text, { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } });
+            },
+          });
+    closeMetrics = () => metrics?.stop(true);
+    if (metrics) console.error(`worker     metrics on http://${flags.metricsHost ?? "127.0.0.1"}:${metrics.port}/metrics`);
     for (const line of runtime.describe) console.error(line);
     for (const line of runtime.warnings) console.error(line);
     const unsigned = unsignedToolsWarning(runtime.config);
@@ -109,6 +139,7 @@ export async function workerCommand(flags: WorkerFlags): Promise<void> {
     await runtime.jobs.forgetConsumer(consumer).catch(() => {});
     console.log(JSON.stringify({ consumer, ...summary }));
   } finally {
+    closeMetrics();
     await runtime.close();
   }
 }

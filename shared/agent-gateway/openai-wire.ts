@@ -105,6 +105,50 @@ export const IGNORED_CHAT_KEYS: readonly string[] = ["user", "metadata", "store"
 
 const KNOWN_KEYS = new Set([...CHAT_REQUEST_KEYS, ...IGNORED_CHAT_KEYS]);
 
+const TextPart = z.object({ type: z.literal("text"), text: z.string() });
+const ChatMessageIn = z.looseObject({
+  role: z.enum(ROLES),
+  content: z.union([z.string(), z.array(TextPart), z.null()]).describe("null only on an assistant message with tool_calls"),
+  tool_calls: z.array(ToolCallIn).nullish(),
+  name: z.string().nullish(),
+  tool_call_id: z.string().nullish().describe("required on a tool message"),
+  reasoning_content: z.string().nullish(),
+  reasoning: z.string().nullish(),
+});
+const Nullish = <T extends z.ZodType>(s: T, what: string) => s.nullish().describe(what);
+
+/**
+ * The chat-completions request body the agent gateway accepts, as a zod
+ * schema for the OpenAPI document (`GET /openapi.json`). Its keys are exactly
+ * {@link CHAT_REQUEST_KEYS} and {@link IGNORED_CHAT_KEYS} (a test checks it);
+ * the value ranges are the same zod types {@link parseChatRequest} checks
+ * with. {@link parseChatRequest} stays the validator: it names the failing
+ * field in edgeloop's own words and maps `developer` to `system`.
+ */
+export const ChatCompletionRequestSchema = z.strictObject({
+  model: Nullish(z.string(), "informational: the gateway serves its one model"),
+  messages: z.array(ChatMessageIn).min(1),
+  tools: Nullish(z.array(z.object({ type: z.literal("function"), function: FunctionIn })), "function tools"),
+  tool_choice: Nullish(z.enum(["auto", "none"]), 'default "auto"'),
+  temperature: Temperature.nullish(),
+  top_p: TopP.nullish(),
+  seed: Seed.nullish(),
+  max_tokens: PositiveInt.nullish(),
+  max_completion_tokens: Nullish(PositiveInt, "wins over max_tokens"),
+  stop: Nullish(z.union([z.string().min(1), z.array(z.string().min(1)).max(MAX_STOP_STRINGS)]), `at most ${MAX_STOP_STRINGS} stop strings`),
+  stream: Nullish(Flag, "true: text/event-stream of chat.completion.chunk, a usage chunk, then [DONE]"),
+  logprobs: Nullish(Flag, "true: the sampled tokens' log-probs"),
+  n: Nullish(z.literal(1), "only 1"),
+  top_logprobs: Nullish(z.literal(0), "only 0"),
+  frequency_penalty: Nullish(z.literal(0), "only 0"),
+  presence_penalty: Nullish(z.literal(0), "only 0"),
+  response_format: Nullish(z.object({ type: z.literal("text") }), 'only {type: "text"}'),
+  logit_bias: Nullish(z.object({}).strict(), "only {}"),
+  functions: Nullish(z.array(z.never()).max(0), "legacy: only []"),
+  function_call: Nullish(z.enum(["auto", "none"]), "legacy: only auto or none"),
+  ...Object.fromEntries(IGNORED_CHAT_KEYS.map((k) => [k, z.unknown().optional().describe("accepted and ignored (named in x-edgeloop-ignored-keys)")])),
+});
+
 /**
  * The {@link IGNORED_CHAT_KEYS} a request body carries with a non-null value,
  * in the body's order (empty for a non-object body).

@@ -113,6 +113,11 @@ export class JobWorker {
     return this.inflight.size;
   }
 
+  /** The counts so far (`exit` reads `stopped` until {@link run} resolves): what `worker --metrics-port` exports. */
+  get progress(): WorkerSummary {
+    return { ...this.summary };
+  }
+
   /** Claims and runs jobs until idle for `idleExitMs` or {@link stop}; waits for running jobs before resolving. */
   async run(): Promise<WorkerSummary> {
     const { jobs, consumer, concurrency } = this.opts;

@@ -29,8 +29,6 @@ export interface GcOptions {
   nowMs?: () => number;
   /** SCAN COUNT hint (default 500). */
   scanCount?: number;
-  /** The trainers' consumer group on `{p}groups:{partition}` (default `trainers`). */
-  trainerGroup?: string;
 }
 
 /** What one {@link collectGarbage} pass found and removed (or, dry-run, would remove). */
@@ -40,8 +38,8 @@ export interface GcReport {
   deleted: { records: number; groups: number; sessions: number; batches: number; keys: number };
   /**
    * What was kept, and why: groups not finished (`incomplete_groups`),
-   * delivered but not yet acknowledged by the trainers
-   * (`undelivered_groups`), finished but younger than the ages
+   * delivered but not yet read and acknowledged by every consumer group of
+   * its stream (`undelivered_groups`), finished but younger than the ages
    * (`recent_groups`), finished without a delivery (filtered, withdrawn) and
    * seen by gc for the first time — their age counts from this pass, so a
    * later pass removes them (`first_seen_groups`; a dry run marks nothing and
@@ -71,9 +69,11 @@ const BATCH_ID = /^[0-9a-f-]{36}$/;
  *   `delivery_id`, milliseconds) or, for a group never enqueued (filtered,
  *   withdrawn), from the first gc pass that saw it finished (field
  *   `gc_seen`, epoch ms, set once). A delivered group is removed only once
- *   the trainers' consumer group has read past its entry and holds it in no
- *   pending list (`XINFO GROUPS`, `XPENDING`): never data a trainer has not
- *   acknowledged. Older than `ages.records`: its records (`traj:{key}`) go;
+ *   **every** consumer group of its stream (`trainers`, and any other a
+ *   reader names, e.g. Python's `Reader(group="ppo-trainer")`) has read
+ *   past its entry and holds it in no pending list (`XINFO GROUPS`,
+ *   `XPENDING`): never data some trainer has not acknowledged. A stream
+ *   without any consumer group has been read by nobody: its groups stay. Older than `ages.records`: its records (`traj:{key}`) go;
  *   older than `ages.groups`: the records, the group hash, its key set, its
  *   stream entry (`XDEL`) and its place in the filtered list go too.
  * - **sessions** (`{p}session:{key}`): a session without an expiry is running
@@ -96,7 +96,6 @@ export async function collectGarbage(redis: RedisCommander, opts: GcOptions): Pr
   const now = (opts.nowMs ?? Date.now)();
   const dry = opts.dryRun ?? false;
   const count = String(opts.scanCount ?? 500);
-  const trainers = opts.trainerGroup ?? "trainers";
   const report: GcReport = {
     dry_run: dry,
     deleted: { records: 0, groups: 0, sessions: 0, batches: 0, keys: 0 },
@@ -116,22 +115,20 @@ export async function collectGarbage(redis: RedisCommander, opts: GcOptions): Pr
     } while (cursor !== "0");
   };
 
-  // Per partition stream: how far the trainers' group has read (null: no group, nothing read).
-  const lastRead = new Map<string, string | null>();
-  const readUpTo = async (stream: string): Promise<string | null> => {
-    if (lastRead.has(stream)) return lastRead.get(stream)!;
-    let last: string | null = null;
+  // Per partition stream: every consumer group and how far it has read (`last-delivered-id`); [] when there is none.
+  const readers = new Map<string, { name: string; last: string }[]>();
+  const groupsOf = async (stream: string): Promise<{ name: string; last: string }[]> => {
+    const known = readers.get(stream);
+    if (known) return known;
+    let out: { name: string; last: string }[] = [];
     try {
       const groups = (await redis.exec(["XINFO", "GROUPS", stream])) as RedisReply[];
-      for (const g of groups) {
-        const f = fields(g);
-        if (f.name === trainers) last = f["last-delivered-id"] ?? null;
-      }
+      out = groups.map((g) => fields(g)).map((f) => ({ name: f.name ?? "", last: f["last-delivered-id"] ?? "0-0" }));
     } catch {
-      last = null; // no such stream
+      out = []; // no such stream
     }
-    lastRead.set(stream, last);
-    return last;
+    readers.set(stream, out);
+    return out;
   };
 
   const grp = `${p}group:`;
@@ -167,7 +164,7 @@ export async function collectGarbage(redis: RedisCommander, opts: GcOptions): Pr
         report.kept.recent_groups++;
         continue;
       }
-      if (enqueued === "1" && deliveryId && !(await acknowledged(redis, stream, trainers, deliveryId, await readUpTo(stream)))) {
+      if (enqueued === "1" && deliveryId && !(await acknowledgedByAll(redis, stream, deliveryId, await groupsOf(stream)))) {
         report.kept.undelivered_groups++;
         continue;
       }
@@ -237,11 +234,20 @@ export async function collectGarbage(redis: RedisCommander, opts: GcOptions): Pr
   return report;
 }
 
-/** Whether the trainers read the stream entry `id` and acknowledged it: read past it (`last-delivered-id`) and not pending. */
-async function acknowledged(redis: RedisCommander, stream: string, group: string, id: string, lastDelivered: string | null): Promise<boolean> {
-  if (lastDelivered === null || compareIds(id, lastDelivered) > 0) return false;
-  const pending = (await redis.exec(["XPENDING", stream, group, id, id, "1"])) as RedisReply[];
-  return pending.length === 0;
+/**
+ * Whether every consumer group of `stream` read the entry `id` and acknowledged it: each has read past
+ * it (`last-delivered-id` ≥ id) and holds it in no pending list. False when the stream has no group.
+ * @see https://redis.io/docs/latest/commands/xinfo-groups/ (`last-delivered-id`)
+ * @see https://redis.io/docs/latest/commands/xpending/ (the extended form `XPENDING key group start end count`)
+ */
+async function acknowledgedByAll(redis: RedisCommander, stream: string, id: string, groups: { name: string; last: string }[]): Promise<boolean> {
+  if (!groups.length) return false;
+  for (const g of groups) {
+    if (compareIds(id, g.last) > 0) return false;
+    const pending = (await redis.exec(["XPENDING", stream, g.name, id, id, "1"])) as RedisReply[];
+    if (pending.length !== 0) return false;
+  }
+  return true;
 }
 
 /** The batch ids that still have a job entry in the job stream (claimed or waiting): their batches are running. */

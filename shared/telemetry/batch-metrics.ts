@@ -6,6 +6,20 @@ export const AGENT_LOOP_FIELDS = ["generate_sequences", "tool_calls", "compute_s
 /** Upper bounds (seconds) of the tool-call latency histogram buckets; `+Inf` is implied. */
 export const TOOL_LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30] as const;
 
+/** Upper bounds (seconds) of the per-trajectory `generate_sequences`/`tool_calls`/`compute_score` histograms; `+Inf` is implied. */
+export const AGENT_LOOP_SECONDS_BUCKETS = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600] as const;
+
+/** Upper bounds of the per-trajectory `num_preempted` histogram (`-1`: unknown, its own bucket); `+Inf` is implied. */
+export const NUM_PREEMPTED_BUCKETS = [-1, 0, 1, 2, 4, 8, 16] as const;
+
+/** A cumulative histogram of one value over a batch's successful trajectories, as Prometheus renders it. */
+export interface FieldHistogram {
+  /** Cumulative counts per bound, then `+Inf` (= count). */
+  buckets: { le: number | "+Inf"; count: number }[];
+  sum: number;
+  count: number;
+}
+
 /** Tool-call latency over a batch: seconds; percentiles by nearest rank; null while no call was made. */
 export interface ToolLatencySummary {
   count: number;
@@ -34,6 +48,36 @@ export interface BatchMetrics {
   slowest_key: string | null;
   finish_reasons: Record<FinishReason, number>;
   tool_call_latency: ToolLatencySummary;
+  /**
+   * Each `AgentLoopMetrics` field of every successful trajectory as a
+   * histogram (seconds on {@link AGENT_LOOP_SECONDS_BUCKETS}; `num_preempted`
+   * on {@link NUM_PREEMPTED_BUCKETS}): what `GET /metrics` sums over batches
+   * into `edgeloop_agent_loop_seconds{field}` and `edgeloop_agent_loop_num_preempted`.
+   */
+  agent_loop_histograms: Record<(typeof AGENT_LOOP_FIELDS)[number], FieldHistogram>;
+}
+
+/** Counts per bucket (not cumulative), sum and count of one field. */
+class FieldCounts {
+  readonly counts: number[];
+  sum = 0;
+  count = 0;
+  constructor(readonly bounds: readonly number[]) {
+    this.counts = new Array<number>(bounds.length + 1).fill(0);
+  }
+  observe(v: number): void {
+    let i = this.bounds.findIndex((b) => v <= b);
+    if (i < 0) i = this.bounds.length;
+    this.counts[i]!++;
+    this.sum += v;
+    this.count++;
+  }
+  snapshot(): FieldHistogram {
+    let cum = 0;
+    const buckets: FieldHistogram["buckets"] = this.bounds.map((le, i) => ({ le, count: (cum += this.counts[i]!) }));
+    buckets.push({ le: "+Inf", count: this.count });
+    return { buckets, sum: this.sum, count: this.count };
+  }
 }
 
 interface Stat {
@@ -56,6 +100,12 @@ export class BatchMetricsAccumulator {
   private sorted = true;
   private latencySum = 0;
   private readonly bucketCounts = new Array<number>(TOOL_LATENCY_BUCKETS.length + 1).fill(0);
+  private readonly fieldCounts = {
+    generate_sequences: new FieldCounts(AGENT_LOOP_SECONDS_BUCKETS),
+    tool_calls: new FieldCounts(AGENT_LOOP_SECONDS_BUCKETS),
+    compute_score: new FieldCounts(AGENT_LOOP_SECONDS_BUCKETS),
+    num_preempted: new FieldCounts(NUM_PREEMPTED_BUCKETS),
+  };
 
   /** Adds one stored record. */
   addRecord(r: TrajectoryRecord): void {
@@ -64,6 +114,7 @@ export class BatchMetricsAccumulator {
     this.n++;
     for (const f of AGENT_LOOP_FIELDS) {
       const v = r.metrics[f];
+      this.fieldCounts[f].observe(v);
       const s = this.stats.get(f);
       if (!s) this.stats.set(f, { min: v, max: v, sum: v });
       else {
@@ -105,7 +156,9 @@ export class BatchMetricsAccumulator {
       agent_loop["agent_loop/slowest/prompt_length"] = sl.prompt;
       agent_loop["agent_loop/slowest/response_length"] = sl.response;
     }
-    return { agent_loop, slowest_key: this.slowest?.key ?? null, finish_reasons: { ...this.finish }, tool_call_latency: this.latencySummary() };
+    const fc = this.fieldCounts;
+    const agent_loop_histograms = { generate_sequences: fc.generate_sequences.snapshot(), tool_calls: fc.tool_calls.snapshot(), compute_score: fc.compute_score.snapshot(), num_preempted: fc.num_preempted.snapshot() };
+    return { agent_loop, slowest_key: this.slowest?.key ?? null, finish_reasons: { ...this.finish }, tool_call_latency: this.latencySummary(), agent_loop_histograms };
   }
 
   private latencySummary(): ToolLatencySummary {

@@ -1,6 +1,6 @@
 import type { QueueStats } from "../jobs/job-queue.ts";
 import type { BatchStats } from "../rollout/batch-run.ts";
-import { TOOL_LATENCY_BUCKETS } from "./batch-metrics.ts";
+import { AGENT_LOOP_SECONDS_BUCKETS, NUM_PREEMPTED_BUCKETS, type FieldHistogram } from "./batch-metrics.ts";
 import type { PromFamily, PromSample } from "./prometheus.ts";
 
 /** Where the collector reads batches from (a `RolloutService`). */
@@ -19,11 +19,22 @@ interface Totals {
   finish: Record<string, number>;
   tokens: Record<"prompt" | "sampled" | "observation", number>;
   turns: number;
-  toolCalls: number;
   toolErrors: number;
-  latencyBuckets: number[];
-  latencySum: number;
-  latencyCount: number;
+  /** Cumulative histograms of the successful trajectories' `AgentLoopMetrics` fields. */
+  fields: Record<HistField, FieldHistogram>;
+}
+
+const SECONDS_FIELDS = ["generate_sequences", "tool_calls", "compute_score"] as const;
+type HistField = (typeof SECONDS_FIELDS)[number] | "num_preempted";
+
+function emptyHist(bounds: readonly number[]): FieldHistogram {
+  return { buckets: [...bounds.map((le) => ({ le, count: 0 })), { le: "+Inf" as const, count: 0 }], sum: 0, count: 0 };
+}
+
+function addHist(a: FieldHistogram, b: FieldHistogram): void {
+  b.buckets.forEach((x, i) => (a.buckets[i]!.count += x.count));
+  a.sum += b.sum;
+  a.count += b.count;
 }
 
 function zero(): Totals {
@@ -35,11 +46,13 @@ function zero(): Totals {
     finish: { stop: 0, length: 0, abort: 0, error: 0 },
     tokens: { prompt: 0, sampled: 0, observation: 0 },
     turns: 0,
-    toolCalls: 0,
     toolErrors: 0,
-    latencyBuckets: new Array<number>(TOOL_LATENCY_BUCKETS.length + 1).fill(0),
-    latencySum: 0,
-    latencyCount: 0,
+    fields: {
+      generate_sequences: emptyHist(AGENT_LOOP_SECONDS_BUCKETS),
+      tool_calls: emptyHist(AGENT_LOOP_SECONDS_BUCKETS),
+      compute_score: emptyHist(AGENT_LOOP_SECONDS_BUCKETS),
+      num_preempted: emptyHist(NUM_PREEMPTED_BUCKETS),
+    },
   };
 }
 
@@ -52,11 +65,8 @@ function totalsOf(s: BatchStats): Totals {
     finish: { ...s.finish_reasons },
     tokens: { ...s.tokens },
     turns: s.turns,
-    toolCalls: s.tool_calls,
     toolErrors: s.tool_errors,
-    latencyBuckets: s.tool_call_latency.buckets.map((b) => b.count),
-    latencySum: s.tool_call_latency.sum,
-    latencyCount: s.tool_call_latency.count,
+    fields: structuredClone(s.agent_loop_histograms),
   };
 }
 
@@ -70,22 +80,22 @@ function add(a: Totals, b: Totals): void {
   a.tokens.sampled += b.tokens.sampled;
   a.tokens.observation += b.tokens.observation;
   a.turns += b.turns;
-  a.toolCalls += b.toolCalls;
   a.toolErrors += b.toolErrors;
-  b.latencyBuckets.forEach((c, i) => (a.latencyBuckets[i]! += c));
-  a.latencySum += b.latencySum;
-  a.latencyCount += b.latencyCount;
+  for (const f of Object.keys(a.fields) as HistField[]) addHist(a.fields[f], b.fields[f]);
 }
 
 /**
- * The `GET /metrics` families of a rollout service. Counters (`*_total`, the
- * tool-call latency histogram) add up every batch this process ran: a batch
- * the service forgets (it keeps the last 1000) is folded into retired totals
- * as last seen by a scrape, so counters never go down. Gauges describe the
- * batches in memory and the latest finished batch: verl's `agent_loop/*`
- * figures (`edgeloop_agent_loop_seconds{field, stat}`,
- * `edgeloop_agent_loop_num_preempted{stat}`, the slowest trajectory's token
- * counts) and its tool-call latency percentiles.
+ * The `GET /metrics` families of a rollout service's batches (records as
+ * stored or followed from the store: in queue mode, what the workers wrote).
+ * Counters and histograms add up every batch this process ran or followed:
+ * a batch the service forgets (it keeps the last 1000) is folded into
+ * retired totals as last seen by a scrape, so they never go down.
+ * `edgeloop_agent_loop_seconds{field}` (histogram) and
+ * `edgeloop_agent_loop_num_preempted` (histogram, `le="-1"` = unknown) are
+ * verl's per-trajectory `AgentLoopMetrics` of every successful trajectory.
+ * Gauges describe the batches in memory and the latest finished batch's
+ * slowest trajectory (verl's `agent_loop/slowest/*`). Tool and engine calls
+ * are the process's own (`processMetrics`, process-metrics.ts).
  */
 export class RolloutMetricsCollector {
   private readonly retired = zero();
@@ -154,18 +164,18 @@ export class RolloutMetricsCollector {
         { labels: { kind: "observation" }, value: all.tokens.observation },
       ]),
       counter("edgeloop_turns_total", "num_turns summed over successful trajectories.", [{ value: all.turns }]),
-      counter("edgeloop_tool_calls_total", "Tool calls processed.", [{ value: all.toolCalls }]),
-      counter("edgeloop_tool_errors_total", "Tool calls answered with an error observation.", [{ value: all.toolErrors }]),
+      counter("edgeloop_tool_errors_total", "Error observations of tool calls in stored successful trajectories (extra_fields.tool_errors): calls answered with an error, and calls edgeloop refused itself (unknown tool, malformed arguments).", [{ value: all.toolErrors }]),
       {
-        name: "edgeloop_tool_call_duration_seconds",
-        help: "Latency of each tool call (webhook round trip, retries included).",
+        name: "edgeloop_agent_loop_seconds",
+        help: "verl's AgentLoopMetrics of each successful trajectory, seconds accumulated over its turns, by field (generate_sequences, tool_calls, compute_score).",
         type: "histogram",
-        samples: [
-          ...TOOL_LATENCY_BUCKETS.map((le, i) => ({ suffix: "_bucket" as const, labels: { le: String(le) }, value: all.latencyBuckets[i]! })),
-          { suffix: "_bucket", labels: { le: "+Inf" }, value: all.latencyCount },
-          { suffix: "_sum", value: all.latencySum },
-          { suffix: "_count", value: all.latencyCount },
-        ],
+        samples: SECONDS_FIELDS.flatMap((field) => histSamples(all.fields[field], { field })),
+      },
+      {
+        name: "edgeloop_agent_loop_num_preempted",
+        help: "verl's num_preempted of each successful trajectory (its bucket le -1 counts the unknown ones, num_preempted -1).",
+        type: "histogram",
+        samples: histSamples(all.fields.num_preempted, {}),
       },
     ];
     if (latest) fams.push(...latestBatchFamilies(latest));
@@ -173,37 +183,28 @@ export class RolloutMetricsCollector {
   }
 }
 
+function histSamples(h: FieldHistogram, labels: Record<string, string>): PromSample[] {
+  return [
+    ...h.buckets.map((b) => ({ suffix: "_bucket" as const, labels: { ...labels, le: String(b.le) }, value: b.count })),
+    { suffix: "_sum", labels, value: h.sum },
+    { suffix: "_count", labels, value: h.count },
+  ];
+}
+
 function latestBatchFamilies(s: BatchStats): PromFamily[] {
   const al = s.agent_loop;
-  const fams: PromFamily[] = [gauge("edgeloop_agent_loop_batch_info", "The latest finished batch, which the edgeloop_agent_loop_* gauges describe.", [{ labels: { batch_id: s.batch_id }, value: 1 }])];
-  if ("agent_loop/generate_sequences/min" in al) {
-    const stats = ["min", "max", "mean", "slowest"] as const;
-    const at = (field: string, stat: string) => (stat === "slowest" ? al[`agent_loop/slowest/${field}`]! : al[`agent_loop/${field}/${stat}`]!);
+  const fams: PromFamily[] = [gauge("edgeloop_agent_loop_batch_info", "The latest finished batch, which the edgeloop_agent_loop_slowest_* gauges describe.", [{ labels: { batch_id: s.batch_id }, value: 1 }])];
+  if ("agent_loop/slowest/generate_sequences" in al) {
     fams.push(
       gauge(
-        "edgeloop_agent_loop_seconds",
-        "verl's agent_loop/{field}/{min,max,mean} and agent_loop/slowest/{field} of the latest finished batch, seconds per trajectory.",
-        ["generate_sequences", "tool_calls", "compute_score"].flatMap((field) => stats.map((stat) => ({ labels: { field, stat }, value: at(field, stat) }))),
+        "edgeloop_agent_loop_slowest_seconds",
+        "verl's agent_loop/slowest/{field} of the latest finished batch: the slowest trajectory's seconds, by field.",
+        SECONDS_FIELDS.map((field) => ({ labels: { field }, value: al[`agent_loop/slowest/${field}`]! })),
       ),
-      gauge(
-        "edgeloop_agent_loop_num_preempted",
-        "verl's agent_loop/num_preempted/{min,max,mean} and agent_loop/slowest/num_preempted of the latest finished batch (-1 = unknown).",
-        stats.map((stat) => ({ labels: { stat }, value: at("num_preempted", stat) })),
-      ),
+      gauge("edgeloop_agent_loop_slowest_num_preempted", "verl's agent_loop/slowest/num_preempted of the latest finished batch (-1 = unknown).", [{ value: al["agent_loop/slowest/num_preempted"]! }]),
       gauge("edgeloop_agent_loop_slowest_tokens", "verl's agent_loop/slowest/{prompt,response}_length of the latest finished batch.", [
         { labels: { kind: "prompt" }, value: al["agent_loop/slowest/prompt_length"]! },
         { labels: { kind: "response" }, value: al["agent_loop/slowest/response_length"]! },
-      ]),
-    );
-  }
-  const l = s.tool_call_latency;
-  if (l.count > 0) {
-    fams.push(
-      gauge("edgeloop_agent_loop_tool_call_latency_seconds", "Tool-call latency percentiles (nearest rank) of the latest finished batch.", [
-        { labels: { quantile: "0.5" }, value: l.p50! },
-        { labels: { quantile: "0.9" }, value: l.p90! },
-        { labels: { quantile: "0.99" }, value: l.p99! },
-        { labels: { quantile: "1" }, value: l.max! },
       ]),
     );
   }

@@ -4,6 +4,7 @@ import type { TokenOutput } from "../schema/index.ts";
 import type { ToolCallRequest, ToolExecutor, ToolResult } from "../tools/webhook-tool-client.ts";
 import { edgeloopTracer, recordError, SpanAttr } from "./tracer.ts";
 import { sessionWaits } from "./waits.ts";
+import { processMetrics } from "./process-metrics.ts";
 
 /** Options of a {@link TrajectoryTracer}. */
 export interface TrajectoryTracerOptions {
@@ -22,8 +23,9 @@ export interface TrajectoryTracerOptions {
  * an `inference.generate` child and the turn's tool calls as `tool.call`
  * children. A turn therefore spans one generation and the tool round that
  * follows it. Also collects each tool call's wall-clock latency (milliseconds,
- * in completion order) for the batch metrics, traced or not, and counts each
- * open engine and tool call in {@link sessionWaits} (the stall warning's view).
+ * in completion order) for the batch metrics, traced or not, counts each
+ * open engine and tool call in {@link sessionWaits} (the stall warning's view),
+ * and observes every engine and tool call in {@link processMetrics} (`/metrics`).
  *
  * One instance per trajectory; call {@link end} when the loop returns.
  */
@@ -119,8 +121,11 @@ class TracingInferenceClient implements InferenceClient {
       turnCtx,
     );
     const waited = sessionWaits.begin({ kind: "engine" });
+    const t0 = this.t.now();
+    let ok = false;
     try {
       const out = await context.with(trace.setSpan(turnCtx, span), () => this.inner.generate(req));
+      ok = true;
       if (span.isRecording()) {
         span.setAttribute(SpanAttr.outputTokens, out.token_ids.length);
         span.setAttribute(SpanAttr.finishReason, out.finish_reason);
@@ -135,6 +140,7 @@ class TracingInferenceClient implements InferenceClient {
       throw e;
     } finally {
       waited();
+      processMetrics.observeEngineCall(Math.max(0, this.t.now() - t0) / 1000, ok);
       span.end();
     }
   }
@@ -171,8 +177,10 @@ class TracingToolExecutor implements ToolExecutor {
     );
     const t0 = this.t.now();
     const waited = sessionWaits.begin({ kind: "tool", name: req.name });
+    let ok = false;
     try {
       const r = await context.with(trace.setSpan(parent, span), () => this.inner.call(req));
+      ok = r.ok;
       if (span.isRecording()) {
         span.setAttribute(SpanAttr.toolOk, r.ok);
         span.setAttribute(SpanAttr.toolAttempts, r.attempts);
@@ -185,7 +193,9 @@ class TracingToolExecutor implements ToolExecutor {
       throw e;
     } finally {
       waited();
-      this.t.toolLatenciesMs.push(Math.max(0, this.t.now() - t0));
+      const ms = Math.max(0, this.t.now() - t0);
+      this.t.toolLatenciesMs.push(ms);
+      processMetrics.observeToolCall(ms / 1000, ok);
       span.end();
     }
   }

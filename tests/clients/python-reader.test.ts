@@ -45,7 +45,7 @@ interface PyRecord extends Record<string, unknown> {
 interface Dump {
   submitted: { batch_id: string; keys: string[] } | null;
   groups: { uid: string; delivery_id: string; n: number; failed: number; partition: string; records: PyRecord[] }[];
-  padded?: Record<string, unknown[]>;
+  padded?: Record<string, unknown>;
   padded_dtypes?: Record<string, string>;
   acked: number;
   after_ack: number;
@@ -129,7 +129,11 @@ function comparePadded(d: Dump, lines: string[]) {
   }
   expect(p.teacher_log_probs).toEqual((rows.every((x) => x.teacher_log_probs) ? rows.map((x) => x.teacher_log_probs) : null) as unknown[]);
   expect(p.routed_experts).toBeNull();
-  expect(d.padded_dtypes).toMatchObject({ input_ids: "<i8", attention_mask: "<i8", position_ids: "<i8", response_mask: "<i8", rollout_log_probs: "<f4", rewards: "<f4" });
+  // Each row carries its group's size (expected sessions, rows kept); the CLI's batch has no failed record.
+  const g = d.groups[0]!;
+  expect([p.group_n, p.group_kept, p.dropped, p.dropped_keys]).toEqual([recs.map(() => g.n), recs.map(() => recs.length), 0, []]);
+  expect(g.failed).toBe(0);
+  expect(d.padded_dtypes).toMatchObject({ group_n: "<i8", group_kept: "<i8", input_ids: "<i8", attention_mask: "<i8", position_ids: "<i8", response_mask: "<i8", rollout_log_probs: "<f4", rewards: "<f4" });
 }
 
 describe.skipIf(missing !== null)("the Python reader package", () => {

@@ -176,7 +176,7 @@ describe("openapi", () => {
   test("documents every endpoint with schemas generated from zod", async () => {
     const doc = await (await app.request("/openapi.json")).json();
     expect(doc.openapi).toBe("3.1.0");
-    expect(Object.keys(doc.paths).sort()).toEqual(["/health", "/metrics", "/v1/consumed-version", "/v1/engine/pause", "/v1/engine/resume", "/v1/engine/status", "/v1/groups", "/v1/groups/ack", "/v1/groups/{uid}", "/v1/model-version", "/v1/queue", "/v1/rollouts", "/v1/rollouts/{batch_id}", "/v1/rollouts/{batch_id}/groups/{uid}", "/v1/rollouts/{batch_id}/summaries", "/v1/rollouts/{batch_id}/trajectories", "/v1/sessions/{key}", "/v1/sessions/{key}/tool-results", "/v1/trajectories/{key}"]);
+    expect(Object.keys(doc.paths).sort()).toEqual(["/health", "/metrics", "/v1/consumed-version", "/v1/engine/pause", "/v1/engine/resume", "/v1/engine/status", "/v1/groups", "/v1/groups/ack", "/v1/groups/{uid}", "/v1/model-version", "/v1/queue", "/v1/rollouts", "/v1/rollouts/{batch_id}", "/v1/rollouts/{batch_id}/groups/{uid}", "/v1/rollouts/{batch_id}/summaries", "/v1/rollouts/{batch_id}/trajectories", "/v1/sessions/{key}", "/v1/sessions/{key}/finish", "/v1/sessions/{key}/openai/v1/chat/completions", "/v1/sessions/{key}/openai/v1/models", "/v1/sessions/{key}/tool-results", "/v1/trajectories/{key}"]);
     // The documented status codes of a batch POST include the size limit and the full queue.
     expect(Object.keys(doc.paths["/v1/rollouts"].post.responses).sort()).toEqual(["202", "400", "401", "409", "413", "415", "503"]);
     // The tool-result callback: signed, not bearer-authenticated; its body schema comes from the zod type (ok and metrics included).

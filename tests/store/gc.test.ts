@@ -5,6 +5,9 @@ import { parseAppConfig } from "../../shared/config/app-config.ts";
 import { JobQueue, type BatchSpec } from "../../shared/jobs/job-queue.ts";
 import { planBatch, RolloutRequest } from "../../shared/rollout/batch.ts";
 import { collectGarbage, type GcAges } from "../../shared/store/gc.ts";
+import type { RedisCommander } from "../../shared/store/redis-commander.ts";
+import { UpstashCommander } from "../../shared/store/upstash-transfer-queue.ts";
+import { startUpstashBridge } from "../../infra/upstash-bridge/upstash-bridge.ts";
 import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue.ts";
 import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { makeRecord } from "./contract.ts";
@@ -148,7 +151,7 @@ test.skipIf(!redis)("edgeloop gc --older-than 1h --dry-run then for real, throug
   expect(dry).toEqual({
     out:
       "would delete             0 records, 0 groups, 1 sessions, 1 batches (4 keys)\n" +
-      "kept                     1 incomplete groups, 0 delivered groups not yet acknowledged by trainers, 3 groups younger than their age, " +
+      "kept                     1 incomplete groups, 0 delivered groups not yet acknowledged by every consumer group, 3 groups younger than their age, " +
       "1 filtered/withdrawn groups first seen now (their age starts here), 1 running sessions, 1 running batches\n" +
       "scanned                  5 groups, 3 sessions, 2 batches\n",
     err: "",
@@ -188,4 +191,96 @@ test.skipIf(!redis)("a prefix holding glob characters (*, ?, [ ]) scans only its
   expect([b.scanned.sessions, b.deleted.sessions]).toEqual([1, 1]);
   // The look-alike prefixes' sessions are untouched.
   expect(await raw.exists(`${other}session:old_0_0`, `${lookalike}session:old_0_0`, `${star}session:old_0_0`, `${bracket}session:old_0_0`)).toBe(2);
+});
+
+/**
+ * Two consumer groups of one stream at different positions (the operator trial's N8): `trainers` read and
+ * acknowledged all three groups, `ppo-trainer` acknowledged g1, holds g2 pending and never read g3. gc may
+ * remove only g1; once `ppo-trainer` catches up, the rest. Run through `commander` (Redis over TCP or Upstash REST).
+ */
+async function twoConsumerGroups(commander: RedisCommander, prefix: string) {
+  const trainers = createRedisTransferQueue({ url: REDIS_URL, prefix });
+  const ppo = createRedisTransferQueue({ url: REDIS_URL, prefix, group: "ppo-trainer" });
+  closers.push(() => trainers.close(), () => ppo.close());
+  for (const uid of ["g1", "g2", "g3"]) {
+    await trainers.expectGroup(uid, 1, "train");
+    await trainers.put(makeRecord(uid, 0));
+  }
+  const all = await trainers.readCompleteGroups({ max: 10, consumer: "t0", partition: "train" });
+  expect(all.map((g) => g.uid)).toEqual(["g1", "g2", "g3"]);
+  expect(await trainers.ack(all.map((g) => g.delivery_id), "train")).toBe(3);
+  const two = await ppo.readCompleteGroups({ max: 2, consumer: "p0", partition: "train" });
+  expect(two.map((g) => g.uid)).toEqual(["g1", "g2"]);
+  expect(await ppo.ack([two[0]!.delivery_id], "train")).toBe(1);
+
+  const raw = rawRedis();
+  closers.push(() => raw.quit());
+  const stream = async () => (await raw.xrange(`${prefix}groups:train`, "-", "+")).map(([id, f]) => [id, f[f.indexOf("uid") + 1]]);
+  const entries = await stream();
+  expect(entries.map(([, uid]) => uid)).toEqual(["g1", "g2", "g3"]);
+  const later = Date.now() + 2 * HOUR * 1000;
+  const opts = { prefix, ages: ages(HOUR), sessionTtlSeconds: 7 * DAY, nowMs: () => later };
+
+  const dry = await collectGarbage(commander, { ...opts, dryRun: true });
+  expect([dry.deleted, dry.kept.undelivered_groups]).toEqual([{ records: 1, groups: 1, sessions: 0, batches: 0, keys: 3 }, 2]);
+  const first = await collectGarbage(commander, opts);
+  expect([first.deleted, first.kept.undelivered_groups]).toEqual([{ records: 1, groups: 1, sessions: 0, batches: 0, keys: 3 }, 2]);
+  expect(await stream()).toEqual(entries.slice(1));
+  expect(await keysUnder(prefix)).toEqual(["group:g2", "group:g2:keys", "group:g3", "group:g3:keys", "groups:train", "traj:g2_0_0", "traj:g3_0_0"]);
+  // Both consumer groups are left as they were.
+  expect((await raw.xinfo("GROUPS", `${prefix}groups:train`) as unknown[][]).map((g) => [g[1], g[5]])).toEqual([["ppo-trainer", 1], ["trainers", 0]]);
+
+  // ppo-trainer acknowledges g2, reads and acknowledges g3: now every group has, and both go.
+  const rest = await ppo.readCompleteGroups({ max: 10, consumer: "p0", partition: "train" });
+  expect(rest.map((g) => g.uid)).toEqual(["g3"]);
+  expect(await ppo.ack([two[1]!.delivery_id, rest[0]!.delivery_id], "train")).toBe(2);
+  const second = await collectGarbage(commander, opts);
+  expect([second.deleted, second.kept.undelivered_groups]).toEqual([{ records: 2, groups: 2, sessions: 0, batches: 0, keys: 6 }, 0]);
+  expect(await stream()).toEqual([]);
+  expect(await keysUnder(prefix)).toEqual(["groups:train"]);
+}
+
+test.skipIf(!redis)("gc keeps what any consumer group of the stream has not read or acknowledged, not only `trainers`'", async () => {
+  const prefix = randomPrefix("gc2g");
+  prefixes.push(prefix);
+  const commander = new IoRedisCommander(REDIS_URL);
+  closers.push(() => commander.close());
+  await twoConsumerGroups(commander, prefix);
+});
+
+test.skipIf(!redis)("gc through Upstash REST keeps what any consumer group has not acknowledged (the same passes)", async () => {
+  const prefix = randomPrefix("gc2gu");
+  prefixes.push(prefix);
+  const bridge = await startUpstashBridge({ port: 0, redisUrl: REDIS_URL, token: "gc-token" });
+  closers.push(() => bridge.stop());
+  const commander = new UpstashCommander({ url: bridge.url, token: "gc-token" });
+  closers.push(() => commander.close());
+  await twoConsumerGroups(commander, prefix);
+});
+
+test.skipIf(!redis)("a stream read only by a custom consumer group is collected once that group acknowledged it; a stream nobody reads is kept", async () => {
+  const prefix = randomPrefix("gcppo");
+  prefixes.push(prefix);
+  const commander = new IoRedisCommander(REDIS_URL);
+  const ppo = createRedisTransferQueue({ url: REDIS_URL, prefix, group: "ppo-trainer" });
+  closers.push(() => commander.close(), () => ppo.close());
+  for (const uid of ["a", "b"]) {
+    await ppo.expectGroup(uid, 1, "train");
+    await ppo.put(makeRecord(uid, 0));
+  }
+  const later = Date.now() + 2 * HOUR * 1000;
+  const opts = { prefix, ages: ages(HOUR), sessionTtlSeconds: 7 * DAY, nowMs: () => later };
+  const raw = rawRedis();
+  closers.push(() => raw.quit());
+  const groups = (await raw.xinfo("GROUPS", `${prefix}groups:train`)) as unknown[][];
+  // No consumer group at all: nobody has read anything, nothing delivered goes.
+  if (groups.length) for (const g of groups) await raw.xgroup("DESTROY", `${prefix}groups:train`, String(g[1]));
+  expect((await collectGarbage(commander, opts)).kept.undelivered_groups).toBe(2);
+  const got = await ppo.readCompleteGroups({ max: 10, consumer: "p0", partition: "train" });
+  expect(got.map((g) => g.uid)).toEqual(["a", "b"]);
+  expect(await ppo.ack(got.map((g) => g.delivery_id), "train")).toBe(2);
+  expect((await raw.xinfo("GROUPS", `${prefix}groups:train`) as unknown[][]).map((g) => g[1])).toEqual(["ppo-trainer"]);
+  const r = await collectGarbage(commander, opts);
+  expect([r.deleted.groups, r.kept.undelivered_groups]).toEqual([2, 0]);
+  expect(await raw.xlen(`${prefix}groups:train`)).toBe(0);
 });

@@ -84,62 +84,89 @@ edgeloop_tokens_total{kind="observation"} 3
 # HELP edgeloop_turns_total num_turns summed over successful trajectories.
 # TYPE edgeloop_turns_total counter
 edgeloop_turns_total 9
-# HELP edgeloop_tool_calls_total Tool calls processed.
-# TYPE edgeloop_tool_calls_total counter
-edgeloop_tool_calls_total 5
-# HELP edgeloop_tool_errors_total Tool calls answered with an error observation.
+# HELP edgeloop_tool_errors_total Error observations of tool calls in stored successful trajectories (extra_fields.tool_errors): calls answered with an error, and calls edgeloop refused itself (unknown tool, malformed arguments).
 # TYPE edgeloop_tool_errors_total counter
 edgeloop_tool_errors_total 1
-# HELP edgeloop_tool_call_duration_seconds Latency of each tool call (webhook round trip, retries included).
-# TYPE edgeloop_tool_call_duration_seconds histogram
-edgeloop_tool_call_duration_seconds_bucket{le="0.005"} 0
-edgeloop_tool_call_duration_seconds_bucket{le="0.01"} 0
-edgeloop_tool_call_duration_seconds_bucket{le="0.025"} 1
-edgeloop_tool_call_duration_seconds_bucket{le="0.05"} 2
-edgeloop_tool_call_duration_seconds_bucket{le="0.1"} 3
-edgeloop_tool_call_duration_seconds_bucket{le="0.25"} 3
-edgeloop_tool_call_duration_seconds_bucket{le="0.5"} 4
-edgeloop_tool_call_duration_seconds_bucket{le="1"} 4
-edgeloop_tool_call_duration_seconds_bucket{le="2.5"} 5
-edgeloop_tool_call_duration_seconds_bucket{le="5"} 5
-edgeloop_tool_call_duration_seconds_bucket{le="10"} 5
-edgeloop_tool_call_duration_seconds_bucket{le="30"} 5
-edgeloop_tool_call_duration_seconds_bucket{le="+Inf"} 5
-edgeloop_tool_call_duration_seconds_sum 2.47
-edgeloop_tool_call_duration_seconds_count 5
-# HELP edgeloop_agent_loop_batch_info The latest finished batch, which the edgeloop_agent_loop_* gauges describe.
+# HELP edgeloop_agent_loop_seconds verl's AgentLoopMetrics of each successful trajectory, seconds accumulated over its turns, by field (generate_sequences, tool_calls, compute_score).
+# TYPE edgeloop_agent_loop_seconds histogram
+edgeloop_agent_loop_seconds_bucket{field="generate_sequences",le="0.01"} 0
+edgeloop_agent_loop_seconds_bucket{field="generate_sequences",le="0.05"} 0
+edgeloop_agent_loop_seconds_bucket{field="generate_sequences",le="0.1"} 0
+edgeloop_agent_loop_seconds_bucket{field="generate_sequences",le="0.25"} 0
+edgeloop_agent_loop_seconds_bucket{field="generate_sequences",le="0.5"} 1
+edgeloop_agent_loop_seconds_bucket{field="generate_sequences",le="1"} 1
+edgeloop_agent_loop_seconds_bucket{field="generate_sequences",le="2.5"} 2
+edgeloop_agent_loop_seconds_bucket{field="generate_sequences",le="5"} 3
+edgeloop_agent_loop_seconds_bucket{field="generate_sequences",le="10"} 3
+edgeloop_agent_loop_seconds_bucket{field="generate_sequences",le="30"} 3
+edgeloop_agent_loop_seconds_bucket{field="generate_sequences",le="60"} 3
+edgeloop_agent_loop_seconds_bucket{field="generate_sequences",le="120"} 3
+edgeloop_agent_loop_seconds_bucket{field="generate_sequences",le="300"} 3
+edgeloop_agent_loop_seconds_bucket{field="generate_sequences",le="600"} 3
+edgeloop_agent_loop_seconds_bucket{field="generate_sequences",le="+Inf"} 3
+edgeloop_agent_loop_seconds_sum{field="generate_sequences"} 5
+edgeloop_agent_loop_seconds_count{field="generate_sequences"} 3
+edgeloop_agent_loop_seconds_bucket{field="tool_calls",le="0.01"} 1
+edgeloop_agent_loop_seconds_bucket{field="tool_calls",le="0.05"} 1
+edgeloop_agent_loop_seconds_bucket{field="tool_calls",le="0.1"} 1
+edgeloop_agent_loop_seconds_bucket{field="tool_calls",le="0.25"} 1
+edgeloop_agent_loop_seconds_bucket{field="tool_calls",le="0.5"} 2
+edgeloop_agent_loop_seconds_bucket{field="tool_calls",le="1"} 2
+edgeloop_agent_loop_seconds_bucket{field="tool_calls",le="2.5"} 3
+edgeloop_agent_loop_seconds_bucket{field="tool_calls",le="5"} 3
+edgeloop_agent_loop_seconds_bucket{field="tool_calls",le="10"} 3
+edgeloop_agent_loop_seconds_bucket{field="tool_calls",le="30"} 3
+edgeloop_agent_loop_seconds_bucket{field="tool_calls",le="60"} 3
+edgeloop_agent_loop_seconds_bucket{field="tool_calls",le="120"} 3
+edgeloop_agent_loop_seconds_bucket{field="tool_calls",le="300"} 3
+edgeloop_agent_loop_seconds_bucket{field="tool_calls",le="600"} 3
+edgeloop_agent_loop_seconds_bucket{field="tool_calls",le="+Inf"} 3
+edgeloop_agent_loop_seconds_sum{field="tool_calls"} 2.5
+edgeloop_agent_loop_seconds_count{field="tool_calls"} 3
+edgeloop_agent_loop_seconds_bucket{field="compute_score",le="0.01"} 1
+edgeloop_agent_loop_seconds_bucket{field="compute_score",le="0.05"} 1
+edgeloop_agent_loop_seconds_bucket{field="compute_score",le="0.1"} 2
+edgeloop_agent_loop_seconds_bucket{field="compute_score",le="0.25"} 3
+edgeloop_agent_loop_seconds_bucket{field="compute_score",le="0.5"} 3
+edgeloop_agent_loop_seconds_bucket{field="compute_score",le="1"} 3
+edgeloop_agent_loop_seconds_bucket{field="compute_score",le="2.5"} 3
+edgeloop_agent_loop_seconds_bucket{field="compute_score",le="5"} 3
+edgeloop_agent_loop_seconds_bucket{field="compute_score",le="10"} 3
+edgeloop_agent_loop_seconds_bucket{field="compute_score",le="30"} 3
+edgeloop_agent_loop_seconds_bucket{field="compute_score",le="60"} 3
+edgeloop_agent_loop_seconds_bucket{field="compute_score",le="120"} 3
+edgeloop_agent_loop_seconds_bucket{field="compute_score",le="300"} 3
+edgeloop_agent_loop_seconds_bucket{field="compute_score",le="600"} 3
+edgeloop_agent_loop_seconds_bucket{field="compute_score",le="+Inf"} 3
+edgeloop_agent_loop_seconds_sum{field="compute_score"} ${0.1 + 0.2 + 0}
+edgeloop_agent_loop_seconds_count{field="compute_score"} 3
+# HELP edgeloop_agent_loop_num_preempted verl's num_preempted of each successful trajectory (its bucket le -1 counts the unknown ones, num_preempted -1).
+# TYPE edgeloop_agent_loop_num_preempted histogram
+edgeloop_agent_loop_num_preempted_bucket{le="-1"} 1
+edgeloop_agent_loop_num_preempted_bucket{le="0"} 2
+edgeloop_agent_loop_num_preempted_bucket{le="1"} 2
+edgeloop_agent_loop_num_preempted_bucket{le="2"} 3
+edgeloop_agent_loop_num_preempted_bucket{le="4"} 3
+edgeloop_agent_loop_num_preempted_bucket{le="8"} 3
+edgeloop_agent_loop_num_preempted_bucket{le="16"} 3
+edgeloop_agent_loop_num_preempted_bucket{le="+Inf"} 3
+edgeloop_agent_loop_num_preempted_sum 1
+edgeloop_agent_loop_num_preempted_count 3
+# HELP edgeloop_agent_loop_batch_info The latest finished batch, which the edgeloop_agent_loop_slowest_* gauges describe.
 # TYPE edgeloop_agent_loop_batch_info gauge
 edgeloop_agent_loop_batch_info{batch_id="${batchId}"} 1
-# HELP edgeloop_agent_loop_seconds verl's agent_loop/{field}/{min,max,mean} and agent_loop/slowest/{field} of the latest finished batch, seconds per trajectory.
-# TYPE edgeloop_agent_loop_seconds gauge
-edgeloop_agent_loop_seconds{field="generate_sequences",stat="min"} 0.5
-edgeloop_agent_loop_seconds{field="generate_sequences",stat="max"} 3
-edgeloop_agent_loop_seconds{field="generate_sequences",stat="mean"} 1.6666666666666667
-edgeloop_agent_loop_seconds{field="generate_sequences",stat="slowest"} 3
-edgeloop_agent_loop_seconds{field="tool_calls",stat="min"} 0
-edgeloop_agent_loop_seconds{field="tool_calls",stat="max"} 2
-edgeloop_agent_loop_seconds{field="tool_calls",stat="mean"} 0.8333333333333334
-edgeloop_agent_loop_seconds{field="tool_calls",stat="slowest"} 0
-edgeloop_agent_loop_seconds{field="compute_score",stat="min"} 0
-edgeloop_agent_loop_seconds{field="compute_score",stat="max"} 0.2
-edgeloop_agent_loop_seconds{field="compute_score",stat="mean"} 0.10000000000000002
-edgeloop_agent_loop_seconds{field="compute_score",stat="slowest"} 0.2
-# HELP edgeloop_agent_loop_num_preempted verl's agent_loop/num_preempted/{min,max,mean} and agent_loop/slowest/num_preempted of the latest finished batch (-1 = unknown).
-# TYPE edgeloop_agent_loop_num_preempted gauge
-edgeloop_agent_loop_num_preempted{stat="min"} -1
-edgeloop_agent_loop_num_preempted{stat="max"} 2
-edgeloop_agent_loop_num_preempted{stat="mean"} 0.3333333333333333
-edgeloop_agent_loop_num_preempted{stat="slowest"} 2
+# HELP edgeloop_agent_loop_slowest_seconds verl's agent_loop/slowest/{field} of the latest finished batch: the slowest trajectory's seconds, by field.
+# TYPE edgeloop_agent_loop_slowest_seconds gauge
+edgeloop_agent_loop_slowest_seconds{field="generate_sequences"} 3
+edgeloop_agent_loop_slowest_seconds{field="tool_calls"} 0
+edgeloop_agent_loop_slowest_seconds{field="compute_score"} 0.2
+# HELP edgeloop_agent_loop_slowest_num_preempted verl's agent_loop/slowest/num_preempted of the latest finished batch (-1 = unknown).
+# TYPE edgeloop_agent_loop_slowest_num_preempted gauge
+edgeloop_agent_loop_slowest_num_preempted 2
 # HELP edgeloop_agent_loop_slowest_tokens verl's agent_loop/slowest/{prompt,response}_length of the latest finished batch.
 # TYPE edgeloop_agent_loop_slowest_tokens gauge
 edgeloop_agent_loop_slowest_tokens{kind="prompt"} 2
 edgeloop_agent_loop_slowest_tokens{kind="response"} 3
-# HELP edgeloop_agent_loop_tool_call_latency_seconds Tool-call latency percentiles (nearest rank) of the latest finished batch.
-# TYPE edgeloop_agent_loop_tool_call_latency_seconds gauge
-edgeloop_agent_loop_tool_call_latency_seconds{quantile="0.5"} 0.1
-edgeloop_agent_loop_tool_call_latency_seconds{quantile="0.9"} 2
-edgeloop_agent_loop_tool_call_latency_seconds{quantile="0.99"} 2
-edgeloop_agent_loop_tool_call_latency_seconds{quantile="1"} 2
 `;
 }
 
@@ -157,10 +184,11 @@ test("counters survive the service forgetting a batch; per-batch gauges go with 
   ids = [];
   const after = formatPrometheus(c.families());
   const line = (t: string, prefix: string) => t.split("\n").find((l) => l.startsWith(prefix));
-  for (const p of ['edgeloop_trajectories_total{outcome="ok"}', 'edgeloop_tokens_total{kind="sampled"}', "edgeloop_tool_call_duration_seconds_count", 'edgeloop_tool_call_duration_seconds_bucket{le="0.5"}']) {
+  for (const p of ['edgeloop_trajectories_total{outcome="ok"}', 'edgeloop_tokens_total{kind="sampled"}', 'edgeloop_agent_loop_seconds_count{field="tool_calls"}', 'edgeloop_agent_loop_seconds_bucket{field="tool_calls",le="0.5"}', 'edgeloop_agent_loop_num_preempted_bucket{le="-1"}']) {
     expect(line(after, p)).toBe(line(first, p)!);
   }
   expect(line(after, 'edgeloop_batches{state="done"}')).toBe('edgeloop_batches{state="done"} 0');
-  expect(after).not.toContain("edgeloop_agent_loop_");
+  expect(after).not.toContain("edgeloop_agent_loop_slowest");
+  expect(after).not.toContain("edgeloop_agent_loop_batch_info");
   expect(formatPrometheus(c.families())).toBe(after);
 });

@@ -13,20 +13,55 @@ right pads repeat the last position; ``rm_scores`` carries the reward at the
 last response token (``_postprocess``).
 """
 
+import logging
+
 import numpy as np
+
+_log = logging.getLogger("edgeloop")
 
 __all__ = ["to_padded"]
 
 
 def _records(groups, include_failed):
-    out = []
+    """The records to pad, with each one's group size: ``(records, group_n, group_kept, dropped_keys)``.
+
+    ``group_n[i]``: sessions record i's group expected (:attr:`Group.n`; for a bare record dict, the number
+    of records of its ``uid`` passed in, failed ones included). ``group_kept[i]``: rows of that group in
+    the batch. ``dropped_keys``: keys of the failed records left out.
+    """
+    out, group_n, group_kept, dropped = [], [], [], []
+    loose = {}
     for g in groups:
-        recs = g.records if hasattr(g, "records") else [g]
-        for r in recs:
-            if r.get("error") is not None and not include_failed:
-                continue
-            out.append(r)
-    return out
+        if hasattr(g, "records"):
+            kept = []
+            for r in g.records:
+                if include_failed or r.get("error") is None:
+                    kept.append(r)
+                else:
+                    dropped.append(r.get("key"))
+            out.extend(kept)
+            group_n.extend([int(g.n)] * len(kept))
+            group_kept.extend([len(kept)] * len(kept))
+        else:
+            loose.setdefault(g.get("uid"), []).append(g)
+            out.append(g)
+            group_n.append(None)
+            group_kept.append(None)
+    if loose:
+        # Bare records: a group is the records of one uid passed in; dropped ones leave the list here.
+        kept_by_uid = {u: sum(1 for r in rs if include_failed or r.get("error") is None) for u, rs in loose.items()}
+        rows = []
+        for r, n, k in zip(out, group_n, group_kept):
+            if n is not None:
+                rows.append((r, n, k))
+            elif include_failed or r.get("error") is None:
+                rows.append((r, len(loose[r.get("uid")]), kept_by_uid[r.get("uid")]))
+            else:
+                dropped.append(r.get("key"))
+        out = [r for r, _, _ in rows]
+        group_n = [n for _, n, _ in rows]
+        group_kept = [k for _, _, k in rows]
+    return out, group_n, group_kept, dropped
 
 
 def _all_or_none(recs, name):
@@ -65,8 +100,11 @@ def to_padded(groups, pad_token_id, prompt_length=None, response_length=None, in
     ``pad_token_id``: the token id pads get in ``input_ids``/``prompts``/``responses``.
     ``prompt_length`` / ``response_length``: the padded widths (verl's
     ``rollout.prompt_length`` / ``response_length``); default the batch's longest.
-    ``include_failed``: keep records whose ``error`` is set (default False: a
-    failed trajectory is not trained on; its arrays are usually empty).
+    ``include_failed``: keep records whose ``error`` is set. **Default False: failed records are
+    dropped**, so a group of 4 with 1 failed record gives 3 rows (a failed trajectory is not trained
+    on; its arrays are usually empty). The count is returned (``dropped``, ``dropped_keys``) and logged
+    at WARNING on the ``edgeloop`` logger, and each row carries its group's size (``group_n``,
+    ``group_kept``) so a GRPO baseline can say which samples it averages over.
 
     Returns a dict:
 
@@ -82,6 +120,13 @@ def to_padded(groups, pad_token_id, prompt_length=None, response_length=None, in
     - ``rewards`` float32 ``[B]`` (``reward_score``; NaN when the record has none);
     - ``rm_scores`` float32 ``[B, R]``: the reward at each row's last response token, 0 elsewhere;
     - ``uid`` object ``[B]`` (GRPO's grouping key), ``key`` object ``[B]``;
+    - ``group_n`` int64 ``[B]``: the sessions the row's group expected (``Group.n``, the batch's
+      ``rollout.n``; for bare record dicts, the records of that ``uid`` passed in, failed included);
+    - ``group_kept`` int64 ``[B]``: the rows of the row's group in this batch (its records minus the
+      failed ones dropped; with several outputs per session it may exceed ``group_n``); a group
+      mean over the batch's rows averages ``group_kept`` samples, not ``group_n``;
+    - ``dropped`` int: failed records left out (0 with ``include_failed=True``), ``dropped_keys``
+      list of their keys, in input order;
     - ``model``: the ``{name, fingerprint}`` the records name (the tokenizer of their ids), or None
       when none names one (records written before models were recorded).
 
@@ -92,7 +137,9 @@ def to_padded(groups, pad_token_id, prompt_length=None, response_length=None, in
     when records disagree on the routed experts' ``[layers, top_k]``, or when they name two models
     (token ids of two tokenizers).
     """
-    recs = _records(groups, include_failed)
+    recs, group_n, group_kept, dropped_keys = _records(groups, include_failed)
+    if dropped_keys:
+        _log.warning("to_padded dropped %d failed record(s) (include_failed=False): %s", len(dropped_keys), ", ".join(map(str, dropped_keys)))
     model = _one_model(recs)
     B = len(recs)
     plens = np.array([r["prompt_ids"].shape[0] for r in recs], dtype=np.int64)
@@ -157,5 +204,9 @@ def to_padded(groups, pad_token_id, prompt_length=None, response_length=None, in
         "rm_scores": rm_scores,
         "uid": np.array([r.get("uid") for r in recs], dtype=object),
         "key": np.array([r.get("key") for r in recs], dtype=object),
+        "group_n": np.array(group_n, dtype=np.int64),
+        "group_kept": np.array(group_kept, dtype=np.int64),
+        "dropped": len(dropped_keys),
+        "dropped_keys": dropped_keys,
         "model": model,
     }

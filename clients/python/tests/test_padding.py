@@ -80,6 +80,43 @@ class PaddingTest(unittest.TestCase):
         empty = to_padded([], pad_token_id=0, prompt_length=3, response_length=2)
         self.assertEqual(empty["input_ids"].shape, (0, 5))
 
+    def test_dropped_failed_records_are_counted_logged_and_group_sizes_reported(self):
+        # A group of 4 with 1 failed record (the operator trial's N7) and a complete group of 2.
+        g4 = Group(uid="u", partition="train", delivery_id="1-0", n=4, failed=1, records=[
+            rec("u_0_0", [1], [2], [1], reward=1.0), rec("u_1_0", [], [], [], error="engine: boom"),
+            rec("u_2_0", [1], [3], [1], reward=0.0), rec("u_3_0", [1], [4], [1], reward=1.0)])
+        g2 = Group(uid="w", partition="train", delivery_id="2-0", n=2, failed=0, records=[
+            rec("w_0_0", [5], [6], [1], reward=0.5), rec("w_1_0", [5], [7], [1], reward=0.25)])
+        with self.assertLogs("edgeloop", level="WARNING") as logs:
+            out = to_padded([g4, g2], pad_token_id=0)
+        self.assertEqual(logs.output, ["WARNING:edgeloop:to_padded dropped 1 failed record(s) (include_failed=False): u_1_0"])
+        self.assertEqual(list(out["key"]), ["u_0_0", "u_2_0", "u_3_0", "w_0_0", "w_1_0"])
+        self.assertEqual(out["dropped"], 1)
+        self.assertEqual(out["dropped_keys"], ["u_1_0"])
+        self.assertEqual(out["group_n"].dtype, np.int64)
+        np.testing.assert_array_equal(out["group_n"], [4, 4, 4, 2, 2])
+        np.testing.assert_array_equal(out["group_kept"], [3, 3, 3, 2, 2])
+        # The GRPO baseline of group u averages the 3 kept rewards: (1 + 0 + 1) / 3.
+        u = out["uid"] == "u"
+        self.assertEqual(float(out["rewards"][u].sum() / out["group_kept"][u][0]), 2.0 / 3.0)
+
+        kept_all = to_padded([g4, g2], pad_token_id=0, include_failed=True)
+        self.assertEqual((kept_all["dropped"], kept_all["dropped_keys"]), (0, []))
+        np.testing.assert_array_equal(kept_all["group_n"], [4, 4, 4, 4, 2, 2])
+        np.testing.assert_array_equal(kept_all["group_kept"], [4, 4, 4, 4, 2, 2])
+
+        # Bare record dicts: a group is the records of one uid passed in.
+        loose = to_padded([rec("u_0_0", [1], [2], [1]), rec("u_1_0", [], [], [], error="x"), rec("v_0_0", [1], [2], [1])], pad_token_id=0)
+        self.assertEqual(list(loose["key"]), ["u_0_0", "v_0_0"])
+        np.testing.assert_array_equal(loose["group_n"], [2, 1])
+        np.testing.assert_array_equal(loose["group_kept"], [1, 1])
+        self.assertEqual(loose["dropped_keys"], ["u_1_0"])
+
+    def test_nothing_is_logged_when_nothing_is_dropped(self):
+        with self.assertNoLogs("edgeloop", level="WARNING"):
+            out = to_padded([rec("u_0_0", [1], [2], [1])], pad_token_id=0)
+        self.assertEqual(out["dropped"], 0)
+
     def test_a_record_without_routed_experts_gets_the_fill_value(self):
         # A trajectory that made no engine call (e.g. its first call overflowed the context) has no routed experts.
         none = rec("g1_2_0", [51, 52], [], [], [], reward=0.0, teacher=[])

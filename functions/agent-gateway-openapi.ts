@@ -1,0 +1,56 @@
+import { z } from "zod";
+import { ChatCompletionRequestSchema } from "../shared/agent-gateway/openai-wire.ts";
+import { AgentTaskResult } from "../shared/agent-gateway/task.ts";
+
+/**
+ * The agent gateway's routes ({@link createAgentGatewayApp} in `agent-gateway.ts`) as OpenAPI 3.1 path
+ * items, request bodies generated from their zod schemas. Every route is authenticated by the
+ * session's own bearer token (the task's `api_key`, security scheme `session_bearer`), never by
+ * `EDGELOOP_API_TOKEN`. `err` is the document's error response object.
+ */
+export function agentGatewayOpenApiPaths(err: Record<string, unknown>): Record<string, unknown> {
+  const schema = (s: z.ZodType) => z.toJSONSchema(s, { io: "input", unrepresentable: "any" });
+  const key = { name: "key", in: "path", required: true, description: "the trajectory key the task named ({uid}_{session_id}_{output_index})", schema: { type: "string" } };
+  const security = [{ session_bearer: [] }];
+  const unauthorized = { ...err, description: "wrong or missing session token, or an unknown session (the same answer, so keys cannot be probed)" };
+  const closed = { ...err, description: "the session is closed (code session_closed; x-should-retry: false)" };
+  return {
+    "/v1/sessions/{key}/openai/v1/chat/completions": {
+      post: {
+        summary: "OpenAI chat completion for an agent's session, recorded token-exact (stream: true answers text/event-stream)",
+        security,
+        parameters: [key],
+        requestBody: { required: true, content: { "application/json": { schema: schema(ChatCompletionRequestSchema) } } },
+        responses: {
+          "200": {
+            description: "chat.completion (or, stream: true, text/event-stream of chat.completion.chunk ending with a usage chunk and [DONE]); x-edgeloop-ignored-keys names accepted-and-ignored keys",
+            content: { "application/json": { schema: { type: "object" } }, "text/event-stream": { schema: { type: "string" } } },
+          },
+          "400": { ...err, description: "a request edgeloop cannot answer (field names it: n, messages[1].content[0].type, …)" },
+          "401": unauthorized,
+          "409": closed,
+          "413": err,
+          "502": err,
+          "503": err,
+        },
+      },
+    },
+    "/v1/sessions/{key}/openai/v1/models": {
+      get: {
+        summary: "The one model the gateway serves (OpenAI list of models)",
+        security,
+        parameters: [key],
+        responses: { "200": { description: "{object: list, data: [{id, object: model, created, owned_by}]}" }, "401": unauthorized },
+      },
+    },
+    "/v1/sessions/{key}/finish": {
+      post: {
+        summary: "The agent is done: the session's outputs are recorded (idempotent; an empty body finishes without a reward)",
+        security,
+        parameters: [key],
+        requestBody: { required: false, content: { "application/json": { schema: schema(AgentTaskResult) } } },
+        responses: { "200": { description: "{ok: true, key, outputs, finished_by}" }, "400": err, "401": unauthorized, "409": closed, "413": err },
+      },
+    },
+  };
+}

@@ -1,0 +1,85 @@
+import { TOOL_LATENCY_BUCKETS } from "./batch-metrics.ts";
+import type { PromFamily, PromSample } from "./prometheus.ts";
+
+/** Upper bounds (seconds) of the engine request latency histogram buckets; `+Inf` is implied. */
+export const ENGINE_LATENCY_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300] as const;
+
+/** A cumulative Prometheus histogram: per-bucket counts (not cumulative until rendered), sum and count. */
+class Histogram {
+  private readonly counts: number[];
+  sum = 0;
+  count = 0;
+
+  constructor(readonly bounds: readonly number[]) {
+    this.counts = new Array<number>(bounds.length + 1).fill(0);
+  }
+
+  observe(v: number): void {
+    let i = this.bounds.findIndex((b) => v <= b);
+    if (i < 0) i = this.bounds.length;
+    this.counts[i]!++;
+    this.sum += v;
+    this.count++;
+  }
+
+  /** The `_bucket` (cumulative, `+Inf` = count), `_sum` and `_count` samples, each with `labels` added. */
+  samples(labels: Record<string, string> = {}): PromSample[] {
+    let cum = 0;
+    return [
+      ...this.bounds.map((le, i) => ({ suffix: "_bucket" as const, labels: { ...labels, le: String(le) }, value: (cum += this.counts[i]!) })),
+      { suffix: "_bucket", labels: { ...labels, le: "+Inf" }, value: this.count },
+      { suffix: "_sum", labels, value: this.sum },
+      { suffix: "_count", labels, value: this.count },
+    ];
+  }
+}
+
+/**
+ * What this process itself did, counted where it happens (the trajectory
+ * tracer's engine and tool wrappers, which every agent loop runs through —
+ * in-process batches, durable sessions, `edgeloop worker`), whatever became
+ * of the trajectory afterwards (stored, failed, cancelled, surplus). Each
+ * process reports its own calls: `serve` in queue mode makes none (its
+ * workers do, and expose them on `--metrics-port`), so summing over processes
+ * counts every call once.
+ *
+ * `edgeloop_tool_calls_total` and `edgeloop_tool_call_duration_seconds_count`
+ * are bumped together for every tool call sent, so they are always equal. A
+ * tool call the loop answers itself (an unknown tool, malformed arguments) is
+ * sent nowhere: it counts in the records' `extra_fields.tool_calls` and
+ * `tool_errors` (and `edgeloop_tool_errors_total`), not here.
+ */
+export class ProcessMetrics {
+  private readonly tool = new Histogram(TOOL_LATENCY_BUCKETS);
+  private toolErrors = 0;
+  private readonly engine = { ok: new Histogram(ENGINE_LATENCY_BUCKETS), error: new Histogram(ENGINE_LATENCY_BUCKETS) };
+
+  /** One tool call: its latency (seconds, webhook round trip with retries) and whether it answered ok. */
+  observeToolCall(seconds: number, ok: boolean): void {
+    this.tool.observe(seconds);
+    if (!ok) this.toolErrors++;
+  }
+
+  /** One engine `generate` call: its latency (seconds, retries included) and whether it returned tokens. */
+  observeEngineCall(seconds: number, ok: boolean): void {
+    this.engine[ok ? "ok" : "error"].observe(seconds);
+  }
+
+  /** The families to render with `formatPrometheus`. */
+  families(): PromFamily[] {
+    return [
+      { name: "edgeloop_tool_calls_total", help: "Tool calls this process sent to a tool (each a webhook round trip, retries included), whatever became of their trajectory; calls edgeloop answered itself (unknown tool, malformed call) are not sent.", type: "counter", samples: [{ value: this.tool.count }] },
+      { name: "edgeloop_tool_call_errors_total", help: "Of edgeloop_tool_calls_total, the calls that answered with an error (ok: false) or threw.", type: "counter", samples: [{ value: this.toolErrors }] },
+      { name: "edgeloop_tool_call_duration_seconds", help: "Latency of each tool call this process made (webhook round trip, retries included).", type: "histogram", samples: this.tool.samples() },
+      {
+        name: "edgeloop_engine_request_duration_seconds",
+        help: "Latency of each engine generate call this process made (retries included), by outcome (ok: tokens returned; error: the call failed after its retries, or was aborted).",
+        type: "histogram",
+        samples: [...this.engine.ok.samples({ outcome: "ok" }), ...this.engine.error.samples({ outcome: "error" })],
+      },
+    ];
+  }
+}
+
+/** The process's metrics: fed by the trajectory tracer, rendered by `serve`'s `/metrics` and `worker --metrics-port`. */
+export const processMetrics = new ProcessMetrics();
