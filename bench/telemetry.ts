@@ -21,7 +21,7 @@ import type { GenerateRequest, InferenceClient } from "../shared/inference/types
 import type { TrajectoryRecord, TokenOutput } from "../shared/schema/index.ts";
 import type { TransferQueue } from "../shared/store/types.ts";
 import { SpanAttr, withSpan } from "../shared/telemetry/tracer.ts";
-import { TrajectoryTracer } from "../shared/telemetry/trajectory-tracer.ts";
+import { TrajectoryTracer } from "../shared/rollout/trajectory-tracer.ts";
 import { TracingTransferQueue } from "../shared/telemetry/tracing-transfer-queue.ts";
 import type { ToolExecutor, ToolResult } from "../shared/tools/webhook-tool-client.ts";
 import { arg, median, printTable } from "./util.ts";

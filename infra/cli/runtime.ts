@@ -21,7 +21,7 @@ import type { BatchRun } from "../../shared/rollout/batch-run.ts";
 import { toolCallParserNames } from "../../shared/tools/parser-registry.ts";
 import { IoRedisCommander } from "../redis/ioredis-commander.ts";
 import { checkRedis, maskRedisUrl } from "../redis/redis-check.ts";
-import { RolloutService, type AcceptedBatch, type ExecutorFactory } from "../../shared/rollout/service.ts";
+import { RolloutService, type AcceptedBatch, type ExecutorFactory } from "../../shared/service/rollout-service.ts";
 import { JobQueue, type JobQueueOptions } from "../../shared/jobs/job-queue.ts";
 import { queuedCallbacks } from "../../shared/jobs/queued-callbacks.ts";
 import type { SessionsBackend } from "../../functions/sessions.ts";

@@ -4,7 +4,7 @@ import { JobWorker } from "../../shared/jobs/job-worker.ts";
 import { refuseExampleAgent, type ConfigFlags } from "./flags.ts";
 import { formatPrometheus, PROMETHEUS_CONTENT_TYPE } from "../../shared/telemetry/prometheus.ts";
 import { processMetrics } from "../../shared/telemetry/process-metrics.ts";
-import { workerFamilies } from "../../shared/telemetry/worker-metrics.ts";
+import { workerFamilies } from "../../shared/jobs/worker-metrics.ts";
 import { listen } from "./listen.ts";
 import { buildRuntime, unsignedToolsWarning } from "./runtime.ts";
 

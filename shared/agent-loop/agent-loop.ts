@@ -3,7 +3,7 @@ import { ContextOverflowError, EdgeloopError, EngineAbortedError, InputError } f
 import type { PolicyVersions } from "../inference/policy-versions.ts";
 import { servableLength, type InferenceClient } from "../inference/types.ts";
 import { computeReward, type RewardOptions, type RewardResult } from "../reward/compute-reward.ts";
-import { traceReward } from "../telemetry/reward-span.ts";
+import { traceReward } from "../reward/reward-span.ts";
 import { ChatMessage, trajectoryKey, type AgentLoopMetrics, type AgentLoopOutput, type RolloutConfig, type SamplingParams, type TokenOutput } from "../schema/index.ts";
 import type { ChatTokenizer } from "../tokens/tokenizer.ts";
 import type { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";

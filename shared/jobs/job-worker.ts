@@ -1,7 +1,6 @@
 import { ConflictError } from "../errors.ts";
 import { failedRecord, type BatchPlan, type PlannedTrajectory } from "../rollout/batch.ts";
-import { BatchRun, TrajectoryAbandonedError, type TrajectoryExecutor } from "../rollout/batch-run.ts";
-import type { ExecutorFactory } from "../rollout/service.ts";
+import { BatchRun, TrajectoryAbandonedError, type ExecutorFactory, type TrajectoryExecutor } from "../rollout/batch-run.ts";
 import type { TransferQueue } from "../store/types.ts";
 import { holdWhileStoreDown } from "../store/store-outage.ts";
 import type { BatchSpec, Job, JobQueue } from "./job-queue.ts";

@@ -43,6 +43,9 @@ export interface TrajectoryExecutor {
   awaitOwner?(t: PlannedTrajectory, signal?: AbortSignal): Promise<TrajectoryRecord[] | null>;
 }
 
+/** Builds the executor for a batch's effective rollout config (per-batch overrides applied). */
+export type ExecutorFactory = (rollout: RolloutConfig, batch: { model_version: string | number | null; validate: boolean }) => TrajectoryExecutor;
+
 /**
  * Progress and totals of a batch, as `GET /v1/rollouts/{batch_id}` reports
  * them, with the {@link BatchMetrics} (verl's `agent_loop/*` figures, finish

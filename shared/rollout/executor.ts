@@ -7,7 +7,7 @@ import type { AgentLoopOutput, RolloutConfig, SamplingParams, TokenOutput, Traje
 import type { SessionInput } from "../session/checkpoint.ts";
 import type { SessionHost } from "../session/session-host.ts";
 import type { TransferQueue } from "../store/types.ts";
-import { TrajectoryTracer } from "../telemetry/trajectory-tracer.ts";
+import { TrajectoryTracer } from "./trajectory-tracer.ts";
 import { outputOfRecord, routedExpertsFields, type BatchPlan, type PlannedTrajectory } from "./batch.ts";
 import { waitForAdmission, type Admission } from "./policy-version.ts";
 import { TrajectoryCarriedError, type TrajectoryExecutor } from "./batch-run.ts";

@@ -9,7 +9,7 @@ import { DEFAULT_SESSION_LIMITS, type SessionLimits } from "../../shared/agent-l
 import { SingleTurnAgentLoop } from "../../shared/agent-loop/single-turn-agent.ts";
 import { parseAppConfig } from "../../shared/config/app-config.ts";
 import { createAgentExecutor } from "../../shared/rollout/executor.ts";
-import { RolloutService } from "../../shared/rollout/service.ts";
+import { RolloutService } from "../../shared/service/rollout-service.ts";
 import type { AgentLoopKwargs } from "../../shared/agent-loop/agent-loop.ts";
 import type { AgentLoopOutput, SamplingParams } from "../../shared/schema/index.ts";
 import { MemorySessionStorage } from "../../shared/session/session-storage.ts";

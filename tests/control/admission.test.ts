@@ -6,7 +6,7 @@ import { parseAppConfig } from "../../shared/config/app-config.ts";
 import type { InferenceClient } from "../../shared/inference/types.ts";
 import { createAgentExecutor } from "../../shared/rollout/executor.ts";
 import { MemoryPolicyVersions, RedisPolicyVersions, waitForAdmission } from "../../shared/rollout/policy-version.ts";
-import { RolloutService } from "../../shared/rollout/service.ts";
+import { RolloutService } from "../../shared/service/rollout-service.ts";
 import { MemoryTransferQueue } from "../../shared/store/memory-transfer-queue.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { depsFor, ROWS } from "../session/fixtures.ts";

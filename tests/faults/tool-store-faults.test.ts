@@ -7,7 +7,7 @@ import { parseAppConfig } from "../../shared/config/app-config.ts";
 import { JobQueue } from "../../shared/jobs/job-queue.ts";
 import { JobWorker } from "../../shared/jobs/job-worker.ts";
 import { createAgentExecutor } from "../../shared/rollout/executor.ts";
-import { RolloutService } from "../../shared/rollout/service.ts";
+import { RolloutService } from "../../shared/service/rollout-service.ts";
 import type { AgentLoopOutput } from "../../shared/schema/index.ts";
 import { ToolSpec } from "../../shared/schema/index.ts";
 import type { RedisArg, RedisCommander, RedisReply } from "../../shared/store/redis-commander.ts";

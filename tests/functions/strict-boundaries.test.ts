@@ -7,7 +7,7 @@ import { parseAppConfig } from "../../shared/config/app-config.ts";
 import { EngineControl, MemoryEngineGate } from "../../shared/inference/engine-control.ts";
 import type { TrajectoryExecutor } from "../../shared/rollout/batch-run.ts";
 import type { BatchStats } from "../../shared/rollout/batch-run.ts";
-import { RolloutService } from "../../shared/rollout/service.ts";
+import { RolloutService } from "../../shared/service/rollout-service.ts";
 import type { ToolResultDelivery } from "../../shared/session/trajectory-session.ts";
 import { MemoryTransferQueue } from "../../shared/store/memory-transfer-queue.ts";
 import { signatureHeader } from "../../shared/tools/signature.ts";

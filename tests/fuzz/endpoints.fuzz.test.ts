@@ -7,7 +7,7 @@ import { startUpstashBridge, type UpstashBridge } from "../../infra/upstash-brid
 import { createToolsApp } from "../../infra/tools/app.ts";
 import { parseAppConfig } from "../../shared/config/app-config.ts";
 import { ConflictError, NotFoundError } from "../../shared/errors.ts";
-import { RolloutService } from "../../shared/rollout/service.ts";
+import { RolloutService } from "../../shared/service/rollout-service.ts";
 import { MemoryTransferQueue } from "../../shared/store/memory-transfer-queue.ts";
 import type { TransferQueue } from "../../shared/store/types.ts";
 import { signatureHeader } from "../../shared/tools/signature.ts";

@@ -8,7 +8,7 @@ import { createToolsApp } from "../../infra/tools/app.ts";
 import { parseAppConfig } from "../../shared/config/app-config.ts";
 import { ConflictError } from "../../shared/errors.ts";
 import { planBatch, RolloutRequest } from "../../shared/rollout/batch.ts";
-import { RolloutService } from "../../shared/rollout/service.ts";
+import { RolloutService } from "../../shared/service/rollout-service.ts";
 import { MemoryTransferQueue } from "../../shared/store/memory-transfer-queue.ts";
 import { signatureHeader } from "../../shared/tools/signature.ts";
 

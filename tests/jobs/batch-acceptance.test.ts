@@ -7,7 +7,7 @@ import { JobQueue } from "../../shared/jobs/job-queue.ts";
 import { JobWorker } from "../../shared/jobs/job-worker.ts";
 import { RolloutRequest, type PlannedTrajectory } from "../../shared/rollout/batch.ts";
 import type { TrajectoryExecutor } from "../../shared/rollout/batch-run.ts";
-import { RolloutService } from "../../shared/rollout/service.ts";
+import { RolloutService } from "../../shared/service/rollout-service.ts";
 import type { AgentLoopOutput } from "../../shared/schema/index.ts";
 import { MemoryTransferQueue } from "../../shared/store/memory-transfer-queue.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";

@@ -6,7 +6,7 @@ import { JobQueue, type BatchSpec } from "../../shared/jobs/job-queue.ts";
 import { JobWorker } from "../../shared/jobs/job-worker.ts";
 import { planBatch, RolloutRequest, type PlannedTrajectory } from "../../shared/rollout/batch.ts";
 import type { TrajectoryExecutor } from "../../shared/rollout/batch-run.ts";
-import { RolloutService } from "../../shared/rollout/service.ts";
+import { RolloutService } from "../../shared/service/rollout-service.ts";
 import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue.ts";
 import type { AgentLoopOutput } from "../../shared/schema/index.ts";
 import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";

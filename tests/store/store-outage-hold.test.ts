@@ -7,7 +7,7 @@ import { parseAppConfig } from "../../shared/config/app-config.ts";
 import { StoreError } from "../../shared/errors.ts";
 import { planBatch, RolloutRequest, type PlannedTrajectory } from "../../shared/rollout/batch.ts";
 import { BatchRun } from "../../shared/rollout/batch-run.ts";
-import { RolloutService } from "../../shared/rollout/service.ts";
+import { RolloutService } from "../../shared/service/rollout-service.ts";
 import type { RedisCommander } from "../../shared/store/redis-commander.ts";
 import { RedisTransferQueue } from "../../shared/store/redis-transfer-queue.ts";
 import { holdWhileStoreDown, isStoreOutage, StoreUnreachableError } from "../../shared/store/store-outage.ts";

@@ -1,6 +1,6 @@
 import { expect, test } from "bun:test";
 import { formatPrometheus, formatValue, PROMETHEUS_CONTENT_TYPE } from "../../shared/telemetry/prometheus.ts";
-import { RolloutMetricsCollector } from "../../shared/telemetry/rollout-metrics.ts";
+import { RolloutMetricsCollector } from "../../shared/service/rollout-metrics.ts";
 import { runFixtureBatch } from "./batch-fixture.ts";
 
 test("text exposition format: HELP/TYPE lines, label and HELP escaping, special values", () => {

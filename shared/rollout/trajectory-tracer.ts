@@ -2,9 +2,9 @@ import { context, SpanStatusCode, trace, type Context, type Span } from "@opente
 import type { GenerateRequest, InferenceClient } from "../inference/types.ts";
 import type { TokenOutput } from "../schema/index.ts";
 import type { ToolCallRequest, ToolExecutor, ToolResult } from "../tools/webhook-tool-client.ts";
-import { edgeloopTracer, recordError, SpanAttr } from "./tracer.ts";
-import { sessionWaits } from "./waits.ts";
-import { processMetrics } from "./process-metrics.ts";
+import { edgeloopTracer, recordError, SpanAttr } from "../telemetry/tracer.ts";
+import { sessionWaits } from "../telemetry/waits.ts";
+import { processMetrics } from "../telemetry/process-metrics.ts";
 
 /** Options of a {@link TrajectoryTracer}. */
 export interface TrajectoryTracerOptions {

@@ -1,5 +1,5 @@
-import type { WorkerSummary } from "../jobs/job-worker.ts";
-import type { PromFamily } from "./prometheus.ts";
+import type { WorkerSummary } from "./job-worker.ts";
+import type { PromFamily } from "../telemetry/prometheus.ts";
 
 /** The job events a worker counts, in {@link WorkerSummary}'s order. */
 const EVENTS = ["claimed", "completed", "failed", "reclaimed", "abandoned", "cancelled", "surplus", "refused"] as const;

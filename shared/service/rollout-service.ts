@@ -3,15 +3,14 @@ import { AppConfig, mergeConfig, parseAppConfig } from "../config/app-config.ts"
 import type { ModelId, RolloutConfig, TrajectoryRecord } from "../schema/index.ts";
 import type { TransferQueue } from "../store/types.ts";
 import { followBatch } from "../jobs/batch-follower.ts";
-import { MemoryPolicyVersions, type PolicyVersions } from "./policy-version.ts";
+import { MemoryPolicyVersions, type PolicyVersions } from "../rollout/policy-version.ts";
 import { batchIndexMember, type BatchSpec, type JobQueue, type QueueStats } from "../jobs/job-queue.ts";
-import { failedRecord, planBatch, type BatchPlan, type PlannedTrajectory, type RolloutRequest } from "./batch.ts";
-import { BatchRun, type BatchStats, type TrajectoryExecutor } from "./batch-run.ts";
+import { failedRecord, planBatch, type BatchPlan, type PlannedTrajectory, type RolloutRequest } from "../rollout/batch.ts";
+import { BatchRun, type BatchStats, type ExecutorFactory, type TrajectoryExecutor } from "../rollout/batch-run.ts";
+export type { ExecutorFactory } from "../rollout/batch-run.ts";
 import { parseTrajectoryKey } from "../schema/index.ts";
-import { checkPlanGroups, withFingerprints } from "./group-fingerprint.ts";
+import { checkPlanGroups, withFingerprints } from "../rollout/group-fingerprint.ts";
 
-/** Builds the executor for a batch's effective rollout config (per-batch overrides applied). */
-export type ExecutorFactory = (rollout: RolloutConfig, batch: { model_version: string | number | null; validate: boolean }) => TrajectoryExecutor;
 
 const NO_EXECUTOR: TrajectoryExecutor = {
   agentNameFor: () => "unknown",

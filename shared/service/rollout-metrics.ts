@@ -1,7 +1,7 @@
 import type { QueueStats } from "../jobs/job-queue.ts";
 import type { BatchStats } from "../rollout/batch-run.ts";
-import { AGENT_LOOP_SECONDS_BUCKETS, NUM_PREEMPTED_BUCKETS, type FieldHistogram } from "./batch-metrics.ts";
-import type { PromFamily, PromSample } from "./prometheus.ts";
+import { AGENT_LOOP_SECONDS_BUCKETS, NUM_PREEMPTED_BUCKETS, type FieldHistogram } from "../telemetry/batch-metrics.ts";
+import type { PromFamily, PromSample } from "../telemetry/prometheus.ts";
 
 /** Where the collector reads batches from (a `RolloutService`). */
 export interface BatchSource {

@@ -1,7 +1,7 @@
 import { SpanStatusCode } from "@opentelemetry/api";
-import type { RewardResult } from "../reward/compute-reward.ts";
-import { SpanAttr, withSpan } from "./tracer.ts";
-import { sessionWaits } from "./waits.ts";
+import type { RewardResult } from "./compute-reward.ts";
+import { SpanAttr, withSpan } from "../telemetry/tracer.ts";
+import { sessionWaits } from "../telemetry/waits.ts";
 
 /**
  * Runs a reward computation inside a `reward.compute` span (child of the
