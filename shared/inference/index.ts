@@ -1,4 +1,10 @@
-/** Public surface of the inference layer: engine adapters, routing policies, the replica pool. */
+/**
+ * `edgeloop/engines` — the inference layer's public surface: the
+ * `InferenceClient` contract, token-in/token-out engine clients for vLLM and
+ * SGLang (`createEngineClient`), reply checks, routing policies (sticky
+ * routing keys, bounded-load hashing, round robin), the replica pool and the
+ * shared routing state.
+ */
 export * from "./types.ts";
 export * from "./engine-http.ts";
 export * from "./finish-output.ts";

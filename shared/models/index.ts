@@ -1,3 +1,10 @@
+/**
+ * `edgeloop/models` — the built-in model families (Qwen3, Llama 3.1,
+ * Gemma 3, DeepSeek V3, gpt-oss): their tokenizers and chat templates
+ * (`builtinTokenizer`), traits, generation configs, and model ids
+ * (`modelIdOf`: family plus a tokenizer/template fingerprint, what records
+ * and batches carry).
+ */
 import { cachedTokenizer, defaultTokenizer, DEFAULT_MODEL, type ChatTokenizer } from "../tokens/tokenizer.ts";
 import { builtinModelFiles } from "./builtin-families.ts";
 

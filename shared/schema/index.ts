@@ -1,3 +1,11 @@
+/**
+ * `edgeloop/schema` — the zod schemas (and their types) of everything that
+ * crosses a boundary: chat messages and tools, dataset rows, sampling
+ * parameters, the rollout config, loop outputs (`AgentLoopOutput`) and
+ * trajectory records (`TrajectoryRecord`: `prompt_ids`, `response_ids`,
+ * `response_mask`, `rollout_log_probs`, …), trajectory keys
+ * (`{uid}_{session_id}_{output_index}`), model ids.
+ */
 export * from "./message.ts";
 export * from "./tool.ts";
 export * from "./row.ts";

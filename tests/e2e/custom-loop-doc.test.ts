@@ -35,9 +35,9 @@ const [, LOOP, YAML, IN_CODE, WORKER] = blocks.map((b) => b.code);
  * simulated engine with a two-turn script; inserted after the block's imports.
  */
 const PREAMBLE = `
-import { defaultTokenizer } from "edgeloop/shared/tokens/tokenizer.ts";
-import { SimEngine, SimEngineClient } from "edgeloop/infra/sim-engine/index.ts";
-import { RolloutConfig, SamplingParams } from "edgeloop/shared/schema/index.ts";
+import { defaultTokenizer } from "edgeloop/agent-loop";
+import { SimEngine, SimEngineClient } from "edgeloop/sim-engine";
+import { RolloutConfig, SamplingParams } from "edgeloop/schema";
 const tokenizer = await defaultTokenizer();
 const script = { seed: 1, rules: [{ when: "What is 2+2?", turns: ["It is 5.\\n#### 5", "Checked: 2+2=4.\\n#### 4"] }] };
 const ctx = { tokenizer, client: new SimEngineClient(new SimEngine({ tokenizer, script })), config: RolloutConfig.parse({}), reward: {} };
@@ -100,10 +100,11 @@ describe("§3 in your own program (Bun), the loop of §2 registered by the YAML"
     }, 60_000);
   }
 
-  test("the exports map serves exactly edgeloop/shared/*, infra/*, functions/* and package.json", () => {
+  test("the exports map names the public entry points only (no wildcard: everything else is internal)", () => {
     const pkg = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8"));
     expect(pkg.name).toBe("edgeloop");
-    expect(pkg.exports).toEqual({ "./shared/*": "./shared/*", "./infra/*": "./infra/*", "./functions/*": "./functions/*", "./package.json": "./package.json" });
+    expect(Object.keys(pkg.exports)).toEqual(["./agent-loop", "./schema", "./models", "./engines", "./transfer-queue", "./functions", "./worker", "./sim-engine", "./package.json"]);
+    expect(Object.entries(pkg.exports).filter(([k, v]) => k.includes("*") || String(v).includes("*"))).toEqual([]);
   });
 });
 

@@ -22,7 +22,7 @@ function docBlock(doc: string, heading: string): string {
 test("the documented loop, in a temp dir outside the repo, runs through --config (num_turns 4 per trajectory)", () => {
   const doc = readFileSync(join(ROOT, "docs", "custom-agent-loop.md"), "utf8");
   const code = docBlock(doc, "## 2. A complete loop");
-  expect(code).toContain('from "edgeloop/shared/agent-loop/agent-loop.ts"');
+  expect(code).toContain('from "edgeloop/agent-loop"');
   writeFileSync(join(dir, "self-check-loop.ts"), code);
   writeFileSync(join(dir, "agent-loops.yaml"), "- name: self_check_agent\n  module: ./self-check-loop.ts\n  export: SelfCheckAgentLoop\n");
   writeFileSync(
