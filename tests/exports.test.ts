@@ -22,7 +22,7 @@ describe("the public API (package.json exports, docs/architecture.md)", () => {
   test("exports names the entry points of docs/architecture.md's table, in its order, and nothing else (no wildcard)", () => {
     const arch = readFileSync(join(ROOT, "docs", "architecture.md"), "utf8");
     const table = arch.slice(arch.indexOf("<!-- exports:"));
-    const rows = [...table.matchAll(/^\| `edgeloop\/([a-z-]+)` \| `([^`]+)` \|/gm)].map((m) => [`./${m[1]}`, `./${m[2]}`]);
+    const rows = [...table.matchAll(/^\| `edgeloop\/([a-z-]+)` \| `([^`]+)` \|/gm)].map((m) => [`./${m[1]}`, `./${m[2]}`] as [string, string]);
     expect(rows.length).toBe(8);
     expect(Object.entries(pkg.exports)).toEqual([...rows, ["./package.json", "./package.json"]]);
   });
