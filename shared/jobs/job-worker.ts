@@ -113,6 +113,11 @@ export class JobWorker {
     return this.inflight.size;
   }
 
+  /** The counts so far (a copy; `exit` is `stopped` until {@link run} ends idle): what a drain timeout reports. */
+  get counts(): WorkerSummary {
+    return { ...this.summary };
+  }
+
   /** Claims and runs jobs until idle for `idleExitMs` or {@link stop}; waits for running jobs before resolving. */
   async run(): Promise<WorkerSummary> {
     const { jobs, consumer, concurrency } = this.opts;
