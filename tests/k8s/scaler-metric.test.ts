@@ -9,6 +9,7 @@ import { startSimEngine, type RunningSimEngine } from "../../infra/sim-engine/se
 import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { POLICY, ROWS } from "../session/fixtures.ts";
 import { spawnWorker, triggerFor, workerArgs, writeConfig } from "./harness.ts";
+import { startToolServer, type ToolServer } from "../../infra/tools/server.ts";
 import { kedaMetric, type KedaMode, type RedisStreamsTrigger } from "./manifests.ts";
 
 // The ScaledObject's metric (KEDA's redis-streams scaler in the mode the manifest selects, computed
@@ -27,6 +28,7 @@ describe.skipIf(!redis)("KEDA metric of the worker ScaledObject, against real Re
   let app: ReturnType<typeof createRolloutsApp>;
   let r: IORedis;
   let configPath: string;
+  let tools: ToolServer;
   const procs: ReturnType<typeof Bun.spawn>[] = [];
 
   beforeAll(async () => {
@@ -41,7 +43,9 @@ describe.skipIf(!redis)("KEDA metric of the worker ScaledObject, against real Re
       },
     });
     engine = await startSimEngine({ script: { ...POLICY, seed: 7 } });
-    configPath = writeConfig(dir);
+    // The tools the ConfigMap's tools.json names: the example tool server, as examples/example-tools.yaml runs it.
+    tools = startToolServer();
+    configPath = writeConfig(dir, tools.url);
     api = await buildRuntime({ config: configPath, store: REDIS_URL, storePrefix: prefix, engine: engine.urls[0]!, maxModelLen: 4096 }, { jobs: "queue" });
     app = createRolloutsApp({ service: api.service });
     r = rawRedis();
@@ -51,6 +55,7 @@ describe.skipIf(!redis)("KEDA metric of the worker ScaledObject, against real Re
     await api?.close();
     hung?.stop(true);
     await engine?.stop();
+    await tools?.stop();
     await r?.quit();
     await deleteByPrefix(prefix);
     rmSync(dir, { recursive: true, force: true });
