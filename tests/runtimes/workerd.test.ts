@@ -31,7 +31,7 @@ describe.skipIf(!redis)("Cloudflare worker + Durable Object sessions in workerd"
   test("the README's Worker size is current: raw and gzip within 2% of what wrangler deploy --dry-run reports for this bundle", () => {
     const readme = readFileSync(join(import.meta.dir, "..", "..", "README.md"), "utf8");
     const row = readme.split("\n").find((l) => l.startsWith("| Worker size (compressed) |"));
-    const m = /([\d,]+) KiB raw, \*\*([\d,]+) KiB gzipped\*\* \(wrangler's `Total Upload` line of `wrangler deploy --dry-run`/.exec(row ?? "");
+    const m = /([\d,]+) KiB raw, \*\*([\d,]+) KiB gzipped\*\* \(wrangler's `Total Upload` line of `wrangler deploy --dry-run/.exec(row ?? "");
     expect(m, "the README's Worker size row").not.toBeNull();
     const [raw, gzip] = [m![1]!, m![2]!].map((v) => Number(v.replaceAll(",", "")));
     const now = `now ${Math.round(figures.upload_kib!).toLocaleString("en-US")} KiB raw, ${Math.round(figures.gzip_kib!).toLocaleString("en-US")} KiB gzipped`;
