@@ -210,7 +210,8 @@ export function toTrajectoryRecord(
     finish_reason: out.finish_reason,
     error: null,
     metrics: out.metrics,
-    extra_fields: { ...out.extra_fields, trajectory_info: t.trajectory_info, ...groundTruthField(t.row) },
+    // ground_truth before trajectory_info: a record rebuilt from a stored one (outputOfRecord) keeps its key order, byte for byte.
+    extra_fields: { ...out.extra_fields, ...groundTruthField(t.row), trajectory_info: t.trajectory_info },
     ...routedExpertsFields(out),
   };
 }
