@@ -226,7 +226,7 @@ export const MAX_RECORDED_GROUND_TRUTH_CHARS = 2048;
  * can be explained; empty when the row has none (absent, null) or its JSON text
  * is longer than {@link MAX_RECORDED_GROUND_TRUTH_CHARS}.
  */
-export function groundTruthField(row: { reward_model?: { ground_truth?: unknown } | null } | null | undefined): { ground_truth?: unknown } {
+export function groundTruthField(row: { reward_model?: { style?: string; ground_truth?: unknown } | null } | null | undefined): { ground_truth?: unknown } {
   const gt = row?.reward_model?.ground_truth;
   if (gt === undefined || gt === null) return {};
   const text = JSON.stringify(gt);
