@@ -1,5 +1,5 @@
 import type { Hono } from "hono";
-import { VIEWER_CSS, VIEWER_HTML, VIEWER_JS } from "./assets.generated.ts";
+import { VIEWER_CSS, VIEWER_FAVICON_SVG, VIEWER_HTML, VIEWER_JS } from "./assets.generated.ts";
 
 /**
  * The viewer's Content-Security-Policy: its own script, stylesheet and API
@@ -21,7 +21,9 @@ export const VIEWER_SECURITY_HEADERS: Readonly<Record<string, string>> = {
 
 /**
  * Adds the trajectory viewer to an app: `GET /viewer` (the page),
- * `/viewer/viewer.js` and `/viewer/viewer.css`. The page is static and needs
+ * `/viewer/viewer.js`, `/viewer/viewer.css` and its icon `/viewer/favicon.svg`
+ * (the page links it; `/favicon.ico`, which a browser asks for on pages
+ * without a link, such as the API's JSON, answers the same icon). The page is static and needs
  * no auth; it calls the `/v1` API (sending the bearer token the user enters
  * when the API wants one; the page keeps it in `sessionStorage`, this tab
  * only, never in `localStorage`). Every asset is sent with
@@ -34,4 +36,6 @@ export function mountViewer(app: Hono): void {
   app.get("/viewer/", () => new Response(VIEWER_HTML, { headers: headers("text/html; charset=utf-8") }));
   app.get("/viewer/viewer.js", () => new Response(VIEWER_JS, { headers: headers("text/javascript; charset=utf-8") }));
   app.get("/viewer/viewer.css", () => new Response(VIEWER_CSS, { headers: headers("text/css; charset=utf-8") }));
+  app.get("/viewer/favicon.svg", () => new Response(VIEWER_FAVICON_SVG, { headers: headers("image/svg+xml") }));
+  app.get("/favicon.ico", () => new Response(VIEWER_FAVICON_SVG, { headers: headers("image/svg+xml") }));
 }

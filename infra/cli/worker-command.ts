@@ -66,9 +66,12 @@ export function refuseBatchFlags(flags: WorkerFlags): void {
  * runs their durable sessions (resuming from checkpoints), stores the
  * records, acknowledges the jobs, and exits when idle for `--idle-exit`
  * seconds. SIGINT/SIGTERM stop claiming and let running jobs finish. Prints
- * a JSON summary line on exit; with `--drain-timeout S`, a signal gives the
- * running jobs S seconds, then the process exits 0 printing
- * `{"consumer", "exit": "drain_timeout", "running"}` and the jobs stay pending
+ * one JSON summary line on exit, always of one shape: `{consumer, claimed,
+ * completed, failed, reclaimed, abandoned, cancelled, surplus, refused, exit,
+ * running}` (`WorkerSummary` of shared/jobs/job-worker.ts plus the consumer and the jobs still
+ * running, 0 unless the drain timed out). With `--drain-timeout S`, a signal
+ * gives the running jobs S seconds, then the process exits 0 with `exit:
+ * "drain_timeout"` and the counts so far, and the running jobs stay pending
  * for another worker (the same path as a crash: reclaim after the lease,
  * resume from the checkpoint).
  * @throws ConfigError with the memory store (workers need a shared Redis).
@@ -126,7 +129,7 @@ export async function workerCommand(flags: WorkerFlags): Promise<void> {
       drainTimer = setTimeout(() => {
         const running = worker.running;
         console.error(`worker     ${consumer}: drain timeout (${flags.drainTimeout} s) with ${running} jobs running: they stay pending, to be reclaimed after the lease (${leaseMs} ms) and resumed from their checkpoints`);
-        console.log(JSON.stringify({ consumer, exit: "drain_timeout", running }));
+        console.log(JSON.stringify({ consumer, ...worker.progress, exit: "drain_timeout", running }));
         process.exit(0);
       }, Math.round(flags.drainTimeout * 1000));
     };
@@ -137,7 +140,7 @@ export async function workerCommand(flags: WorkerFlags): Promise<void> {
     process.off("SIGINT", onSignal);
     process.off("SIGTERM", onSignal);
     await runtime.jobs.forgetConsumer(consumer).catch(() => {});
-    console.log(JSON.stringify({ consumer, ...summary }));
+    console.log(JSON.stringify({ consumer, ...summary, running: 0 }));
   } finally {
     closeMetrics();
     await runtime.close();

@@ -112,7 +112,7 @@ export class JobWorker {
     return this.inflight.size;
   }
 
-  /** The counts so far (`exit` reads `stopped` until {@link run} resolves): what `worker --metrics-port` exports. */
+  /** The counts so far (a copy; `exit` reads `stopped` until {@link run} ends idle): what `worker --metrics-port` exports and a drain timeout reports. */
   get progress(): WorkerSummary {
     return { ...this.summary };
   }

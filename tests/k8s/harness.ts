@@ -17,11 +17,23 @@ export const CONFIG: AppConfig = parseAppConfig(parseYaml(CONFIG_TEXT), "infra/k
 export const WORKER_ARGS: string[] = find(objs, "Deployment", "edgeloop-worker").spec.template.spec.containers[0].args;
 export const TRIGGER: Record<string, string> = find(objs, "ScaledObject", "edgeloop-worker").spec.triggers[0].metadata;
 
-/** Writes the ConfigMap's config.yaml into `dir` (what the pod mounts at /etc/edgeloop); returns its path. */
-export function writeConfig(dir: string): string {
-  const p = join(dir, "config.yaml");
-  writeFileSync(p, CONFIG_TEXT);
-  return p;
+/** Where the pods mount the ConfigMap (serve.yaml, worker.yaml, gateway.yaml). */
+export const CONFIG_DIR = "/etc/edgeloop/";
+/** The example tool server's base URL as the ConfigMap's tools.json names it (examples/example-tools.yaml's Service). */
+export const EXAMPLE_TOOLS_URL = "http://edgeloop-example-tools:8123";
+
+/**
+ * Writes the ConfigMap's files into `dir` as the pod mounts them at
+ * /etc/edgeloop (config.yaml with its /etc/edgeloop/ paths pointed at
+ * `dir`, tools.json with the example tool server's URL replaced by
+ * `toolsUrl`: a tool server the test started, standing in for the example's
+ * Service); returns config.yaml's path.
+ */
+export function writeConfig(dir: string, toolsUrl: string): string {
+  for (const [key, text] of Object.entries(configMap.data as Record<string, string>)) {
+    writeFileSync(join(dir, key), text.replaceAll(CONFIG_DIR, join(dir, "/")).replaceAll(EXAMPLE_TOOLS_URL, toolsUrl));
+  }
+  return join(dir, "config.yaml");
 }
 
 /**

@@ -169,7 +169,7 @@ describe("infra/k8s manifests", () => {
     const text = readFileSync(join(K8S_DIR, "Dockerfile"), "utf8");
     const lines = text.split("\n").filter((l) => l.trim() && !l.trim().startsWith("#"));
     const froms = lines.filter((l) => l.startsWith("FROM "));
-    const bunVersion = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")).devDependencies.bun.replace(/^\^/, "");
+    const bunVersion = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")).optionalDependencies.bun.replace(/^\^/, "");
     expect(froms.at(-1)).toBe(`FROM oven/bun:${bunVersion}-slim`);
     const copies = lines.filter((l) => l.startsWith("COPY ") && !l.includes("--from="));
     const sources = copies.flatMap((l) => l.split(/\s+/).slice(1, -1));
@@ -178,7 +178,7 @@ describe("infra/k8s manifests", () => {
     // The lockfile npm ci needs is committed, not just present here.
     const tracked = Bun.spawnSync(["git", "ls-files", "--error-unmatch", "package-lock.json", "package.json"], { cwd: ROOT });
     expect(tracked.exitCode).toBe(0);
-    expect(lines).toContain("RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund");
+    expect(lines).toContain("RUN npm ci --omit=dev --omit=optional --ignore-scripts --no-audit --no-fund");
     expect(lines).toContain("USER 1000:1000");
     expect(lines).toContain('ENTRYPOINT ["bun", "infra/cli/main.ts"]');
     expect(existsSync(join(ROOT, "infra", "cli", "main.ts"))).toBe(true);

@@ -9,6 +9,7 @@ import { startSimEngine, type RunningSimEngine } from "../../infra/sim-engine/se
 import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { POLICY, ROWS } from "../session/fixtures.ts";
 import { spawnWorker, triggerFor, workerArgs, writeConfig } from "./harness.ts";
+import { startToolServer, type ToolServer } from "../../infra/tools/server.ts";
 import { kedaMetric, type KedaMode, type RedisStreamsTrigger } from "./manifests.ts";
 
 // The ScaledObject's metric (KEDA's redis-streams scaler in the mode the manifest selects, computed
@@ -27,6 +28,7 @@ describe.skipIf(!redis)("KEDA metric of the worker ScaledObject, against real Re
   let app: ReturnType<typeof createRolloutsApp>;
   let r: IORedis;
   let configPath: string;
+  let tools: ToolServer;
   const procs: ReturnType<typeof Bun.spawn>[] = [];
 
   beforeAll(async () => {
@@ -41,7 +43,9 @@ describe.skipIf(!redis)("KEDA metric of the worker ScaledObject, against real Re
       },
     });
     engine = await startSimEngine({ script: { ...POLICY, seed: 7 } });
-    configPath = writeConfig(dir);
+    // The tools the ConfigMap's tools.json names: the example tool server, as examples/example-tools.yaml runs it.
+    tools = startToolServer();
+    configPath = writeConfig(dir, tools.url);
     api = await buildRuntime({ config: configPath, store: REDIS_URL, storePrefix: prefix, engine: engine.urls[0]!, maxModelLen: 4096 }, { jobs: "queue" });
     app = createRolloutsApp({ service: api.service });
     r = rawRedis();
@@ -51,6 +55,7 @@ describe.skipIf(!redis)("KEDA metric of the worker ScaledObject, against real Re
     await api?.close();
     hung?.stop(true);
     await engine?.stop();
+    await tools?.stop();
     await r?.quit();
     await deleteByPrefix(prefix);
     rmSync(dir, { recursive: true, force: true });
@@ -116,7 +121,7 @@ describe.skipIf(!redis)("KEDA metric of the worker ScaledObject, against real Re
     const drained = await w2.done;
     expect(drained.code).toBe(0);
     expect(Date.now() - t0).toBeLessThan(10_000);
-    expect(JSON.parse(drained.stdout.trim().split("\n").pop()!)).toEqual({ consumer: "drainer", exit: "drain_timeout", running: 2 });
+    expect(JSON.parse(drained.stdout.trim().split("\n").pop()!)).toEqual({ consumer: "drainer", claimed: 2, completed: 0, failed: 0, reclaimed: 0, abandoned: 0, cancelled: 0, surplus: 0, refused: 0, exit: "drain_timeout", running: 2 });
     expect(drained.stderr).toContain("drain timeout (1 s) with 2 jobs running: they stay pending");
     expect((await metrics()).streamLength).toEqual(m(2, "streamLength"));
     expect((await metrics()).pendingEntriesCount).toEqual(m(2, "pendingEntriesCount"));
@@ -128,7 +133,7 @@ describe.skipIf(!redis)("KEDA metric of the worker ScaledObject, against real Re
     procs.push(w3.proc);
     const finished = await w3.done;
     expect(finished.code, finished.stderr).toBe(0);
-    expect(JSON.parse(finished.stdout.trim().split("\n").pop()!)).toMatchObject({ consumer: "finisher", claimed: 2, completed: 2, reclaimed: 2, exit: "idle" });
+    expect(JSON.parse(finished.stdout.trim().split("\n").pop()!)).toEqual({ consumer: "finisher", claimed: 2, completed: 2, failed: 0, reclaimed: 2, abandoned: 0, cancelled: 0, surplus: 0, refused: 0, exit: "idle", running: 0 });
     expect(await metrics()).toEqual({ streamLength: m(0, "streamLength"), pendingEntriesCount: m(0, "pendingEntriesCount"), lagCount: m(3, "lagCount") });
     expect(await r.xlen(trigger.stream!)).toBe(0);
     // Batch c's two trajectories are stored; the cancelled ones are not.

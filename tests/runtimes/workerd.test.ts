@@ -1,4 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import type { Miniflare } from "miniflare";
 import { requireRedis } from "../helpers/redis.ts";
 import { awaitRecords, batchRows, checkE4Record, checkRecords, comparableRecord, e4Row, startServices, startWorkerd, workerBindings, type Services, type Workerd } from "./harness.ts";
@@ -26,6 +28,19 @@ afterAll(async () => {
 });
 
 describe.skipIf(!redis)("Cloudflare worker + Durable Object sessions in workerd", () => {
+  test("the README's Worker size is current: raw and gzip within 2% of what wrangler deploy --dry-run reports for this bundle", () => {
+    const readme = readFileSync(join(import.meta.dir, "..", "..", "README.md"), "utf8");
+    const row = readme.split("\n").find((l) => l.startsWith("| Worker size (compressed) |"));
+    const m = /([\d,]+) KiB raw, \*\*([\d,]+) KiB gzipped\*\* \(wrangler's `Total Upload` line of `wrangler deploy --dry-run/.exec(row ?? "");
+    expect(m, "the README's Worker size row").not.toBeNull();
+    const [raw, gzip] = [m![1]!, m![2]!].map((v) => Number(v.replaceAll(",", "")));
+    const now = `now ${Math.round(figures.upload_kib!).toLocaleString("en-US")} KiB raw, ${Math.round(figures.gzip_kib!).toLocaleString("en-US")} KiB gzipped`;
+    expect(Math.abs(raw! / figures.upload_kib! - 1), `README says ${raw} KiB raw; ${now}`).toBeLessThanOrEqual(0.02);
+    expect(Math.abs(gzip! / figures.gzip_kib! - 1), `README says ${gzip} KiB gzipped; ${now}`).toBeLessThanOrEqual(0.02);
+    // Wrangler's raw figure is the bundle it wrote (KiB = 1024 bytes; the bundle's module plus wrangler's small metadata).
+    expect(Math.abs(figures.upload_kib! * 1024 - figures.bundle_bytes!) / figures.bundle_bytes!).toBeLessThan(0.01);
+  });
+
   test("POST /v1/rollouts runs every trajectory in its Durable Object; records land in Redis through the Upstash bridge, identical to Bun's", async () => {
     const health = await mf.dispatchFetch("http://localhost/health");
     expect(await health.json()).toEqual({ ok: true, runtime: "workerd" });

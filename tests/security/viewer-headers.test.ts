@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createRolloutsApp } from "../../functions/rollouts.ts";
-import { VIEWER_HTML, VIEWER_JS } from "../../functions/viewer/assets.generated.ts";
+import { VIEWER_FAVICON_SVG, VIEWER_HTML, VIEWER_JS } from "../../functions/viewer/assets.generated.ts";
 import { buildRuntime, type Runtime } from "../../infra/cli/runtime.ts";
 
 // S11 (security audit): the viewer is sent with a Content-Security-Policy (own script, style and API
@@ -24,6 +24,8 @@ describe("S11: viewer headers", () => {
       ["/viewer/", "text/html; charset=utf-8"],
       ["/viewer/viewer.js", "text/javascript; charset=utf-8"],
       ["/viewer/viewer.css", "text/css; charset=utf-8"],
+      ["/viewer/favicon.svg", "image/svg+xml"],
+      ["/favicon.ico", "image/svg+xml"],
     ] as const) {
       const res = await app.request(path);
       expect([path, res.status, Object.fromEntries(res.headers)]).toEqual([
@@ -37,7 +39,10 @@ describe("S11: viewer headers", () => {
   test("the page works under that CSP: no inline script, style or handler; one same-origin module script and stylesheet", () => {
     expect(VIEWER_HTML).not.toMatch(/<style|\son[a-z]+=|style=|javascript:/i);
     expect([...VIEWER_HTML.matchAll(/<script\b[^>]*>/g)].map((m) => m[0])).toEqual(['<script type="module" src="/viewer/viewer.js">']);
-    expect([...VIEWER_HTML.matchAll(/<link\b[^>]*>/g)].map((m) => m[0])).toEqual(['<link rel="stylesheet" href="/viewer/viewer.css">']);
+    expect([...VIEWER_HTML.matchAll(/<link\b[^>]*>/g)].map((m) => m[0])).toEqual(['<link rel="icon" href="/viewer/favicon.svg" type="image/svg+xml">', '<link rel="stylesheet" href="/viewer/viewer.css">']);
+    // The icon is a plain SVG image: no script, no handler, no external reference (img-src 'self' loads it).
+    expect(VIEWER_FAVICON_SVG).toStartWith('<svg xmlns="http://www.w3.org/2000/svg"');
+    expect(VIEWER_FAVICON_SVG).not.toMatch(/<script|\son[a-z]+=|href=|url\(/i);
     expect(VIEWER_JS).not.toMatch(/\beval\(|new Function\(|innerHTML/);
   });
 

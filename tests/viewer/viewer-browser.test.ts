@@ -76,6 +76,40 @@ describe.skipIf(!HAVE_CHROMIUM)("viewer in headless chromium", () => {
 
   const loaded = () => page.waitForSelector('#trajectories[data-loaded="1"]');
 
+  test("the page has an icon: linked, served as SVG and shown under the page's CSP; loading the page answers no request with an error", async () => {
+    const failed: string[] = [];
+    const onResponse = (res: { status(): number; url(): string }) => void (res.status() >= 400 && failed.push(`${res.status()} ${res.url()}`));
+    const violations: string[] = [];
+    const onConsole = (m: { text(): string }) => void (/Content Security Policy/i.test(m.text()) && violations.push(m.text()));
+    page.on("response", onResponse);
+    page.on("console", onConsole);
+    try {
+      await page.goto(`${base}/viewer`);
+      await page.waitForSelector(".batch");
+      const icon = await page.$eval('link[rel="icon"]', (l) => (l as HTMLLinkElement).href);
+      expect(icon).toBe(`${base}/viewer/favicon.svg`);
+      // The icon as an image in the page itself: img-src 'self' lets it load.
+      const size = await page.evaluate(
+        (src) =>
+          new Promise<number[]>((resolve, reject) => {
+            const img = new Image();
+            img.onload = () => resolve([img.naturalWidth, img.naturalHeight]);
+            img.onerror = () => reject(new Error(`icon did not load: ${src}`));
+            img.src = src;
+          }),
+        icon,
+      );
+      expect(size[0]).toBeGreaterThan(0);
+      const res = await page.request.get(`${base}/favicon.ico`);
+      expect([res.status(), res.headers()["content-type"]]).toEqual([200, "image/svg+xml"]);
+      expect(failed).toEqual([]);
+      expect(violations).toEqual([]);
+    } finally {
+      page.off("response", onResponse);
+      page.off("console", onConsole);
+    }
+  });
+
   test("lists batches page by page (older ones after the newest 20) and trajectories; filters by status, truncated and reward on the server", async () => {
     await page.goto(`${base}/viewer`);
     await page.waitForSelector(".batch");
@@ -88,6 +122,14 @@ describe.skipIf(!HAVE_CHROMIUM)("viewer in headless chromium", () => {
     await page.click(`.batch[data-batch="${batchId}"]`);
     await loaded();
     expect(await page.locator("tr[data-key]").count()).toBe(8);
+    // Whole keys: each cell holds its full key, nothing clipped (the session index of a group's samples shows),
+    // with the `_{session_id}_{output_index}` tail set apart.
+    const keyCells = await page.$$eval("tr[data-key] td.key", (els) =>
+      els.map((e) => ({ key: (e.closest("tr") as HTMLElement).dataset.key, text: e.textContent, tail: e.querySelector(".key-tail")?.textContent, clipped: e.scrollWidth > e.clientWidth })),
+    );
+    const inBatch = [...records.values()].filter((r) => r.uid !== records.get(truncatedKey)!.uid);
+    expect(keyCells.map((c) => [c.text, c.tail, c.clipped])).toEqual(keyCells.map((c) => [c.key, c.key!.slice(c.key!.indexOf("_")), false]));
+    expect(keyCells.map((c) => c.key).sort()).toEqual(inBatch.map((r) => r.key).sort());
     await page.selectOption("#f-status", "failed");
     await loaded();
     expect(await page.locator("tr[data-key]").count()).toBe(0);
@@ -139,6 +181,14 @@ describe.skipIf(!HAVE_CHROMIUM)("viewer in headless chromium", () => {
     expect(call).toContain('<tool_call>\n{"name": "calc"');
     expect(call.endsWith("</tool_call>")).toBe(true);
     expect(await page.textContent('dd[data-field="reward"]')).toBe(String(rec.reward_score));
+    // The row's ground truth beside the reward (the record carries it as extra_fields.ground_truth), and at the response's end.
+    const promptText = tok.decode(rec.prompt_ids);
+    const truth = rows.slice(0, 4).find((row) => promptText.includes(row.prompt[1].content))?.reward_model.ground_truth;
+    expect(typeof truth).toBe("string");
+    expect(rec.extra_fields.ground_truth).toBe(truth);
+    expect(await page.$$eval(".summary dt", (els) => els.map((e) => e.textContent).slice(0, 4))).toEqual(["key", "agent", "reward", "ground_truth"]);
+    expect(await page.textContent('dd[data-field="ground_truth"]')).toBe(truth);
+    expect(await page.textContent("#reward-mark")).toBe(`reward ${rec.reward_score} · ground truth ${truth}`);
     expect(await page.locator("#truncation").count()).toBe(0);
 
     await page.hover("#response .tok.s >> nth=3");
@@ -176,6 +226,7 @@ describe.skipIf(!HAVE_CHROMIUM)("viewer in headless chromium", () => {
     expect(await cells("key")).toEqual(["grp-2_0_0", "grp-2_1_0", "grp-2_2_0", "grp-2_3_0"]);
     expect(await cells("reward")).toEqual(recs.map((r) => String(r.reward_score)));
     expect(await cells("reward")).toEqual(["1", "1", "1", "1"]);
+    expect(await cells("ground_truth")).toEqual(["4", "4", "4", "4"]);
     expect(await cells("length")).toEqual(["29 tokens (29 sampled · 0 obs)", "6 tokens (6 sampled · 0 obs)", "4 tokens (4 sampled · 0 obs)", "9 tokens (9 sampled · 0 obs)"]);
     expect(await cells("turns")).toEqual(recs.map((r) => String(r.num_turns)));
     expect(await cells("finish")).toEqual(["ok · stop", "ok · stop", "ok · stop", "ok · stop"]);

@@ -1,6 +1,7 @@
 """Submitting a batch over edgeloop's HTTP API (``POST /v1/rollouts``), with the standard library only."""
 
 import json
+import os
 import urllib.error
 import urllib.request
 
@@ -31,8 +32,10 @@ def submit(url, rows, config=None, token=None, global_steps=None, model_version=
     ``/`` is fine). ``rows``: a non-empty list of verl-style dataset rows
     (dicts with ``prompt``, ``data_source``, ``reward_model``, ``extra_info``…).
     ``config``: an optional per-batch config override (the ``rollout`` section
-    and friends, as the YAML config). ``token``: the API's bearer token
-    (``EDGELOOP_API_TOKEN``), when it has one. ``global_steps``,
+    and friends, as the YAML config). ``token``: the API's bearer token, when
+    it has one; None (the default) reads the environment variable
+    ``EDGELOOP_API_TOKEN`` as the CLI does (unset or empty: no token is sent).
+    ``global_steps``,
     ``model_version``, ``validate``: recorded with the batch (``validate``
     sends the groups to the ``val`` partition).
 
@@ -53,6 +56,8 @@ def submit(url, rows, config=None, token=None, global_steps=None, model_version=
     if validate:
         body["validate"] = True
     headers = {"content-type": "application/json", "accept": "application/json"}
+    if token is None:
+        token = os.environ.get("EDGELOOP_API_TOKEN")
     if token:
         headers["authorization"] = f"Bearer {token}"
     req = urllib.request.Request(url.rstrip("/") + "/v1/rollouts", data=json.dumps(body).encode("utf-8"), headers=headers, method="POST")

@@ -58,6 +58,14 @@ function h(tag: string, attrs: Attrs = {}, ...children: (Node | string | null)[]
 
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
 const fmt = (x: number | null | undefined, d = 3) => (x == null ? "–" : Number.isInteger(x) ? String(x) : x.toFixed(d));
+/** The row's ground truth a record carries (`extra_fields.ground_truth`, any JSON value) as text: a string as it is, else its JSON; null when not recorded. */
+const groundTruth = (r: Rec): string | null => {
+  const gt = r.extra_fields.ground_truth;
+  return gt === undefined || gt === null ? null : typeof gt === "string" ? gt : JSON.stringify(gt);
+};
+/** A trajectory key as a cell: the whole key, its `_{session_id}_{output_index}` tail set apart so that a group's samples are told apart at a glance. */
+const keyCell = (key: string, uid: string) =>
+  key.startsWith(`${uid}_`) ? h("span", {}, h("span", { class: "key-uid" }, uid), h("span", { class: "key-tail" }, key.slice(uid.length))) : key;
 
 /** Where the API token is kept: this tab's sessionStorage (gone with the tab), never localStorage. */
 const TOKEN_KEY = "edgeloop.token";
@@ -231,7 +239,7 @@ function renderTrajectoryList(): void {
     h(
       "tr",
       { "data-key": r.key, class: [r.status === "failed" ? "failed" : r.truncated ? "trunc" : "", r.key === openKey ? "active" : ""].join(" ").trim() },
-      h("td", { class: "key" }, r.key),
+      h("td", { class: "key", title: r.key }, keyCell(r.key, r.uid)),
       h("td", {}, r.status),
       h("td", { class: "num" }, fmt(r.reward_score, 2)),
       h("td", {}, r.truncated ? "✂" : ""),
@@ -300,6 +308,7 @@ function renderTrajectory(r: Rec, inBatch: boolean): void {
         ["key", r.key],
         ["agent", r.agent_name],
         ["reward", fmt(r.reward_score, 3)],
+        ...(groundTruth(r) === null ? [] : ([["ground_truth", groundTruth(r)!]] as const)),
         ["turns", String(r.num_turns)],
         ["finish", r.finish_reason + (terminated ? ` (${terminated})` : "")],
         ["truncated", r.truncated ? "yes" : "no"],
@@ -357,7 +366,8 @@ function renderTrajectory(r: Rec, inBatch: boolean): void {
     }
   }
   if (r.truncated) resp.append(h("div", { class: "trunc-mark", id: "truncation" }, `✂ truncated here (${r.finish_reason}${terminated ? `, ${terminated}` : ""}) after ${r.response_ids.length} response tokens`));
-  resp.append(h("div", { class: "reward-mark" }, `reward ${fmt(r.reward_score, 3)}`));
+  const truth = groundTruth(r);
+  resp.append(h("div", { class: "reward-mark", id: "reward-mark" }, `reward ${fmt(r.reward_score, 3)}${truth === null ? "" : ` · ground truth ${truth}`}`));
   parts.push(resp, h("div", { class: "hover-info", id: "hover-info" }, "hover a token"));
   $("detail").replaceChildren(...parts);
 
@@ -432,6 +442,7 @@ function renderGroup(uid: string, recs: Rec[], div: GroupDivergence, allRows: bo
       {},
       row("key", "key", (r) => r.key),
       row("reward", "reward", (r) => fmt(r.reward_score, 3)),
+      ...(recs.some((r) => groundTruth(r) !== null) ? [row("ground truth", "ground_truth", (r) => groundTruth(r) ?? "–")] : []),
       row("response", "length", (r) => {
         const sampled = r.response_mask.reduce((n, m) => n + m, 0);
         return `${r.response_ids.length} tokens (${sampled} sampled · ${r.response_ids.length - sampled} obs)`;
