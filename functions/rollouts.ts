@@ -6,7 +6,7 @@ import { RolloutRequest } from "../shared/rollout/batch.ts";
 import type { BatchCancellation, BatchCounts } from "../shared/rollout/batch-run.ts";
 import type { RolloutService } from "../shared/service/rollout-service.ts";
 import { parseTrajectoryKey, TrajectoryRecord, Uid } from "../shared/schema/index.ts";
-import { formatPrometheus, PROMETHEUS_CONTENT_TYPE } from "../shared/telemetry/prometheus.ts";
+import { formatPrometheus, PROMETHEUS_CONTENT_TYPE, type PromFamily } from "../shared/telemetry/prometheus.ts";
 import { queueFamilies, RolloutMetricsCollector } from "../shared/service/rollout-metrics.ts";
 import { tokenPieces } from "../shared/telemetry/token-pieces.ts";
 import { groupDivergence } from "../shared/rollout/group-divergence.ts";
@@ -264,7 +264,17 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
   // The queue's figures too (stranded jobs count as work, N1); a store outage leaves them out rather than failing the scrape.
   app.get("/metrics", bearerAuth(opts.metricsAuth ? (opts.apiToken ?? null) : null), async () => {
     const queue = await service.queueStats().then((q) => (q.mode === "queue" ? queueFamilies(q) : []), () => []);
-    return new Response(formatPrometheus([...collector.families(), ...queue, ...processMetrics.families()]), { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } });
+    // The pause gate (POST /v1/engine/pause): shared by every process of a deployment when it lives in the store.
+    const gate: PromFamily[] = opts.engine
+      ? await opts.engine.gateStatus().then(
+          (g) => [
+            { name: "edgeloop_engine_paused", help: "1 while the deployment's engine gate is paused (POST /v1/engine/pause), else 0.", type: "gauge" as const, samples: [{ value: g.paused ? 1 : 0 }] },
+            { name: "edgeloop_engine_inflight", help: "Engine calls admitted through the pause gate and not yet returned (every process of the deployment when the gate is in the store).", type: "gauge" as const, samples: [{ value: g.inflight }] },
+          ],
+          () => [],
+        )
+      : [];
+    return new Response(formatPrometheus([...collector.families(), ...queue, ...gate, ...processMetrics.families()]), { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } });
   });
   mountViewer(app);
   app.use("/v1/*", bearerAuth(opts.apiToken ?? null));

@@ -430,6 +430,12 @@ export class EngineControl {
   }
 
   /** The gate's state, the calls in flight and each replica's `is_paused` (vLLM; null for SGLang, which does not say). */
+  /** The deployment's pause gate alone (no replica is asked): paused or not, and the engine calls admitted through it now. What `/metrics` reports. */
+  async gateStatus(): Promise<{ paused: boolean; inflight: number }> {
+    const [st, inflight] = await Promise.all([this.opts.gate.state(), this.opts.gate.inflight()]);
+    return { paused: st.paused, inflight };
+  }
+
   async status(): Promise<EngineStatus> {
     const results = await this.fanOut(async (t) => {
       if (this.opts.format === "sglang") return { url: t.url, ok: true, status: 200, paused: null };

@@ -1,3 +1,4 @@
+import { processMetrics } from "../telemetry/process-metrics.ts";
 import { BadEngineResponseError, EngineAbortedError, EngineUnavailableError } from "../errors.ts";
 import type { TokenOutput } from "../schema/index.ts";
 import type { GenerateRequest, InferenceClient } from "./types.ts";
@@ -83,6 +84,7 @@ export async function retryEngineCall<T>(
       if (deadline?.aborted && !req.signal?.aborted) throw expired();
       const retryable = e instanceof EngineUnavailableError || (e instanceof BadEngineResponseError && e.retryable);
       if (!retryable || attempt >= retries || req.signal?.aborted) throw e;
+      processMetrics.observeEngineRetry();
       const base = Math.min(opts.maxDelayMs ?? 5_000, (opts.minDelayMs ?? 200) * 2 ** attempt);
       const ms = base * (0.75 + 0.5 * (opts.random ?? Math.random)());
       await sleep(ms, signal);

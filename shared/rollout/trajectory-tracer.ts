@@ -123,9 +123,11 @@ class TracingInferenceClient implements InferenceClient {
     const waited = sessionWaits.begin({ kind: "engine" });
     const t0 = this.t.now();
     let ok = false;
+    let tokens: { prompt: number; generated: number } | undefined;
     try {
       const out = await context.with(trace.setSpan(turnCtx, span), () => this.inner.generate(req));
       ok = true;
+      tokens = { prompt: req.prompt_ids.length, generated: out.token_ids.length };
       if (span.isRecording()) {
         span.setAttribute(SpanAttr.outputTokens, out.token_ids.length);
         span.setAttribute(SpanAttr.finishReason, out.finish_reason);
@@ -140,7 +142,7 @@ class TracingInferenceClient implements InferenceClient {
       throw e;
     } finally {
       waited();
-      processMetrics.observeEngineCall(Math.max(0, this.t.now() - t0) / 1000, ok);
+      processMetrics.observeEngineCall(Math.max(0, this.t.now() - t0) / 1000, ok, tokens);
       span.end();
     }
   }

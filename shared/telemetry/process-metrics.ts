@@ -53,6 +53,9 @@ export class ProcessMetrics {
   private readonly tool = new Histogram(TOOL_LATENCY_BUCKETS);
   private toolErrors = 0;
   private readonly engine = { ok: new Histogram(ENGINE_LATENCY_BUCKETS), error: new Histogram(ENGINE_LATENCY_BUCKETS) };
+  private promptTokens = 0;
+  private generatedTokens = 0;
+  private engineRetries = 0;
 
   /** One tool call: its latency (seconds, webhook round trip with retries) and whether it answered ok. */
   observeToolCall(seconds: number, ok: boolean): void {
@@ -60,9 +63,22 @@ export class ProcessMetrics {
     if (!ok) this.toolErrors++;
   }
 
-  /** One engine `generate` call: its latency (seconds, retries included) and whether it returned tokens. */
-  observeEngineCall(seconds: number, ok: boolean): void {
+  /**
+   * One engine `generate` call: its latency (seconds, retries included),
+   * whether it returned tokens, and — when it did — the prompt tokens sent
+   * and the tokens generated (`rate()` of their counters is tokens/s).
+   */
+  observeEngineCall(seconds: number, ok: boolean, tokens?: { prompt: number; generated: number }): void {
     this.engine[ok ? "ok" : "error"].observe(seconds);
+    if (tokens) {
+      this.promptTokens += tokens.prompt;
+      this.generatedTokens += tokens.generated;
+    }
+  }
+
+  /** One retry of an engine call (a retryable failure answered by another attempt: `RetryingClient`, teacher calls). */
+  observeEngineRetry(): void {
+    this.engineRetries++;
   }
 
   /** The families to render with `formatPrometheus`. */
@@ -77,6 +93,9 @@ export class ProcessMetrics {
         type: "histogram",
         samples: [...this.engine.ok.samples({ outcome: "ok" }), ...this.engine.error.samples({ outcome: "error" })],
       },
+      { name: "edgeloop_engine_prompt_tokens_total", help: "Prompt tokens of the engine generate calls this process made that returned (rate() is prompt tokens/s).", type: "counter", samples: [{ value: this.promptTokens }] },
+      { name: "edgeloop_engine_generated_tokens_total", help: "Tokens the engine generated for this process's calls that returned (rate() is generated tokens/s).", type: "counter", samples: [{ value: this.generatedTokens }] },
+      { name: "edgeloop_engine_retries_total", help: "Engine call attempts this process retried after a retryable failure (engine unavailable, a garbled reply).", type: "counter", samples: [{ value: this.engineRetries }] },
     ];
   }
 }

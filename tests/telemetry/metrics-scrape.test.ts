@@ -175,6 +175,10 @@ describe.skipIf(!redis)("/metrics of real processes", () => {
     // 30 generate calls reached the engine (the counting proxy), all from the worker.
     expect([engineCalls - callsBefore, w.samples.get('edgeloop_engine_request_duration_seconds_count{outcome="ok"}')]).toEqual([30, 30]);
     expect(w.samples.get('edgeloop_engine_request_duration_seconds_count{outcome="error"}')).toBe(0);
+    // Every generated token is an action token of some record (mask 1); no call was retried.
+    const actions = records.reduce((n, r) => n + r.response_mask.filter((m) => m === 1).length, 0);
+    expect([w.samples.get("edgeloop_engine_generated_tokens_total"), w.samples.get("edgeloop_engine_retries_total")]).toEqual([actions, 0]);
+    expect(w.samples.get("edgeloop_engine_prompt_tokens_total")).toBeGreaterThan(records.reduce((n, r) => n + r.prompt_ids.length, 0));
     expect(["claimed", "completed", "failed", "reclaimed", "refused"].map((e) => w.samples.get(`edgeloop_worker_jobs_total{event="${e}"}`))).toEqual([12, 12, 0, 0, 0]);
     expect([w.samples.get("edgeloop_worker_jobs_running"), w.samples.get("edgeloop_worker_concurrency")]).toEqual([0, 4]);
     // Only /metrics is served there.
@@ -184,6 +188,7 @@ describe.skipIf(!redis)("/metrics of real processes", () => {
     const s = await scrape(`${serve.url}/metrics`);
     conventional(s);
     expect([s.samples.get("edgeloop_tool_calls_total"), s.samples.get("edgeloop_tool_call_duration_seconds_count")]).toEqual([0, 0]);
+    expect([s.samples.get("edgeloop_engine_paused"), s.samples.get("edgeloop_engine_inflight"), s.samples.get("edgeloop_engine_generated_tokens_total")]).toEqual([0, 0, 0]);
     expect([s.samples.get('edgeloop_trajectories_total{outcome="ok"}'), s.samples.get("edgeloop_tool_errors_total")]).toEqual([12, 2]);
     for (const field of ["generate_sequences", "tool_calls", "compute_score"]) expect(s.samples.get(`edgeloop_agent_loop_seconds_count{field="${field}"}`)).toBe(12);
     expect(s.samples.get("edgeloop_agent_loop_num_preempted_count")).toBe(12);

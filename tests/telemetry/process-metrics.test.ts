@@ -2,13 +2,14 @@ import { expect, test } from "bun:test";
 import { ProcessMetrics } from "../../shared/telemetry/process-metrics.ts";
 import { formatPrometheus } from "../../shared/telemetry/prometheus.ts";
 
-test("process metrics: every tool call bumps the counter and the histogram together; engine calls by outcome", () => {
+test("process metrics: every tool call bumps the counter and the histogram together; engine calls by outcome, their tokens and retries", () => {
   const m = new ProcessMetrics();
   m.observeToolCall(0.02, true);
   m.observeToolCall(0.3, false);
   m.observeToolCall(45, true);
-  m.observeEngineCall(0.07, true);
+  m.observeEngineCall(0.07, true, { prompt: 120, generated: 31 });
   m.observeEngineCall(400, false);
+  m.observeEngineRetry();
   const lines = formatPrometheus(m.families()).split("\n").filter((l) => !l.startsWith("#"));
   expect(lines).toEqual([
     "edgeloop_tool_calls_total 3",
@@ -27,6 +28,9 @@ test("process metrics: every tool call bumps the counter and the histogram toget
     'edgeloop_engine_request_duration_seconds_bucket{outcome="error",le="+Inf"} 1',
     'edgeloop_engine_request_duration_seconds_sum{outcome="error"} 400',
     'edgeloop_engine_request_duration_seconds_count{outcome="error"} 1',
+    "edgeloop_engine_prompt_tokens_total 120",
+    "edgeloop_engine_generated_tokens_total 31",
+    "edgeloop_engine_retries_total 1",
     "",
   ]);
 });
