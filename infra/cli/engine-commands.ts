@@ -154,6 +154,7 @@ export async function gatewayCommand(o: {
     routingState,
     ...(enginesPaused ? { enginesPaused } : {}),
     ...gatewayOptions(g),
+    maxReplyBytes: cfg.engine.max_reply_bytes,
   });
   const server = listen({ port: o.port, hostname: o.host, fetch: gw.fetch });
   const breaker =
