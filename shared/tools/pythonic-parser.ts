@@ -9,6 +9,27 @@ const PY_START = "<|python_start|>";
 const PY_END = "<|python_end|>";
 const CALL_SHAPE = 'a tool call list must look like [tool_name(arg="value", n=1), other_tool()] with Python literal arguments';
 
+/** Whether `c` (a UTF-16 code unit) is one `String.prototype.trim` removes: WhiteSpace or LineTerminator. */
+function isTrimmed(c: number): boolean {
+  if (c === 32 || (c >= 9 && c <= 13)) return true;
+  if (c < 128) return false;
+  return c === 0xa0 || c === 0x1680 || (c >= 0x2000 && c <= 0x200a) || c === 0x2028 || c === 0x2029 || c === 0x202f || c === 0x205f || c === 0x3000 || c === 0xfeff;
+}
+
+/** The index after the blanks (as `trimStart` sees them) that start at `from`. */
+function skipBlanks(text: string, from: number): number {
+  let i = from;
+  while (i < text.length && isTrimmed(text.charCodeAt(i))) i++;
+  return i;
+}
+
+/** The index where the blanks (as `trimEnd` sees them) that end at `to` begin, no lower than `floor`. */
+function skipBlanksBack(text: string, to: number, floor: number): number {
+  let i = to;
+  while (i > floor && isTrimmed(text.charCodeAt(i - 1))) i--;
+  return i;
+}
+
 /** Reads one `[call, call, …]` list at `start` (the `[`); throws PyLiteralError. */
 function readCallList(r: PyReader, start: number, end: number): { calls: PyCall[]; end: number } {
   r.pos = start + 1;
@@ -58,17 +79,22 @@ export class PythonicToolCallParser implements ToolCallParser {
       let index = 0;
       for (const span of visibleSpans(text)) {
         LIST_START.lastIndex = span.start;
+        // One reader per span (its position is set per list): the span's text is sliced once, not per list.
+        const reader = new PyReader(text.slice(0, span.end), span.start);
         for (let m = LIST_START.exec(text); m && m.index < span.end; m = LIST_START.exec(text)) {
           const at = m.index;
-          const reader = new PyReader(text.slice(0, span.end), at);
+          reader.pos = at;
           try {
             const list = readCallList(reader, at, span.end);
             for (const c of list.calls) calls.push({ index: index++, name: c.name, arguments: c.kwargs, raw: text.slice(c.start, c.end).trim() });
             let s = at;
             let e = list.end;
-            const before = text.slice(span.start, at).trimEnd();
-            if (before.endsWith(PY_START) && text.slice(e).trimStart().startsWith(PY_END)) {
-              s = span.start + before.length - PY_START.length;
+            // `<|python_start|>` right before the list (blanks between) and `<|python_end|>` right after it:
+            // found by scanning the blanks on either side, never by slicing the text before or after.
+            const beforeEnd = skipBlanksBack(text, at, span.start);
+            const startsAt = beforeEnd - PY_START.length;
+            if (startsAt >= span.start && text.startsWith(PY_START, startsAt) && text.startsWith(PY_END, skipBlanks(text, e))) {
+              s = startsAt;
               e = text.indexOf(PY_END, e) + PY_END.length;
             }
             cut.push({ start: s, end: e });
