@@ -1,5 +1,6 @@
 import { PyLiteralError, PyReader, type PyCall } from "./python-literal.ts";
 import { visibleSpans } from "./reasoning-spans.ts";
+import { skipBlanks, skipBlanksBack } from "./blanks.ts";
 import type { ExtractResult, ParseError, ParsedCall, ToolCallParser } from "./tool-call-parser.ts";
 
 /** `[` then a (dotted) name then `(`: where a call list starts. */
@@ -8,27 +9,6 @@ const LIST_START = /\[\s*[A-Za-z_\p{L}][\w\p{L}\p{N}]*(?:\.[A-Za-z_\p{L}][\w\p{L
 const PY_START = "<|python_start|>";
 const PY_END = "<|python_end|>";
 const CALL_SHAPE = 'a tool call list must look like [tool_name(arg="value", n=1), other_tool()] with Python literal arguments';
-
-/** Whether `c` (a UTF-16 code unit) is one `String.prototype.trim` removes: WhiteSpace or LineTerminator. */
-function isTrimmed(c: number): boolean {
-  if (c === 32 || (c >= 9 && c <= 13)) return true;
-  if (c < 128) return false;
-  return c === 0xa0 || c === 0x1680 || (c >= 0x2000 && c <= 0x200a) || c === 0x2028 || c === 0x2029 || c === 0x202f || c === 0x205f || c === 0x3000 || c === 0xfeff;
-}
-
-/** The index after the blanks (as `trimStart` sees them) that start at `from`. */
-function skipBlanks(text: string, from: number): number {
-  let i = from;
-  while (i < text.length && isTrimmed(text.charCodeAt(i))) i++;
-  return i;
-}
-
-/** The index where the blanks (as `trimEnd` sees them) that end at `to` begin, no lower than `floor`. */
-function skipBlanksBack(text: string, to: number, floor: number): number {
-  let i = to;
-  while (i > floor && isTrimmed(text.charCodeAt(i - 1))) i--;
-  return i;
-}
 
 /** Reads one `[call, call, …]` list at `start` (the `[`); throws PyLiteralError. */
 function readCallList(r: PyReader, start: number, end: number): { calls: PyCall[]; end: number } {
