@@ -15,6 +15,12 @@ import { bearerAuth, limitBody, readJson, tooLarge } from "./http-util.ts";
 
 /** Response header naming the replica that served a call. */
 export const REPLICA_HEADER = "x-edgeloop-replica";
+/**
+ * Header on the replies the gateway makes itself (`/health`, and the 404 of a
+ * route it does not forward), never on a relayed replica reply: how a client
+ * such as `edgeloop doctor` tells the gateway from an engine.
+ */
+export const GATEWAY_HEADER = "x-edgeloop-gateway";
 
 /**
  * Request header carrying the prompt's prefix key (the engine clients send
@@ -327,7 +333,7 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
     // older than the period: it runs the probes first (at most once per period, shared with traffic).
     if (opts.healthIntervalMs > 0 && (Date.now() - lastHealthCheck >= opts.healthIntervalMs || healthRun)) await checkHealth().catch(() => undefined);
     const healthy = pool.status().filter((r) => r.healthy).length;
-    return c.json({ status: healthy > 0 ? "ok" : "unavailable", healthy, replicas: pool.urls().length }, healthy > 0 ? 200 : 503);
+    return c.json({ status: healthy > 0 ? "ok" : "unavailable", healthy, replicas: pool.urls().length }, healthy > 0 ? 200 : 503, { [GATEWAY_HEADER]: "1" });
   });
 
   app.get("/metrics", () => new Response(gatewayMetricsText(pool.status()), { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } }));
@@ -366,7 +372,7 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
       return Promise.resolve(
         Response.json(
           { error: { code: "not_found", type: "NotFoundError", message: `the gateway does not forward ${c.req.method} ${path.slice(0, 200)}: it forwards only ${PROXIED_ROUTES.join(", ")} (engine control goes through edgeloop's /v1/engine/*)` } },
-          { status: 404 },
+          { status: 404, headers: { [GATEWAY_HEADER]: "1" } },
         ),
       );
     }
