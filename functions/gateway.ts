@@ -15,6 +15,12 @@ import { bearerAuth, limitBody, readJson, tooLarge } from "./http-util.ts";
 
 /** Response header naming the replica that served a call. */
 export const REPLICA_HEADER = "x-edgeloop-replica";
+/**
+ * Header on the replies the gateway makes itself (`/health`, and the 404 of a
+ * route it does not forward), never on a relayed replica reply: how a client
+ * such as `edgeloop doctor` tells the gateway from an engine.
+ */
+export const GATEWAY_HEADER = "x-edgeloop-gateway";
 
 /**
  * Request header carrying the prompt's prefix key (the engine clients send
@@ -71,6 +77,15 @@ export interface GatewayOptions {
   adminToken?: string | null;
   /** Largest proxied request body in bytes (default 64 MiB; 413 above it). Admin bodies are capped at 64 KiB. */
   maxBodyBytes?: number;
+  /**
+   * Largest replica reply in bytes, counted as the bytes stream (default
+   * `DEFAULT_ENGINE_MAX_REPLY_BYTES`, 64 MiB; `engine.max_reply_bytes` in
+   * `edgeloop gateway`). A JSON reply over it is a failed attempt (the next
+   * replica is tried); an event stream that passes it is cut: the caller gets
+   * the events relayed so far, then one `data: {"error":{"code":"reply_too_large",…}}`
+   * event naming the cap, and the stream closes without `data: [DONE]`.
+   */
+  maxReplyBytes?: number;
   /**
    * Routing state shared with the deployment's other gateway instances
    * (`RedisRoutingState` over the store's Redis): pins, in-flight leases and
@@ -136,6 +151,7 @@ const GatewayOptionsSchema = z.object({
   ejectAfter: z.number().int().min(1).default(3),
   cooldownMs: z.number().int().min(0).default(10_000),
   maxBodyBytes: z.number().int().positive().default(64 * 1024 * 1024),
+  maxReplyBytes: z.number().int().positive().default(DEFAULT_ENGINE_MAX_REPLY_BYTES),
   stickyEpsilon: z.number().positive().optional(),
 });
 
@@ -317,7 +333,7 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
     // older than the period: it runs the probes first (at most once per period, shared with traffic).
     if (opts.healthIntervalMs > 0 && (Date.now() - lastHealthCheck >= opts.healthIntervalMs || healthRun)) await checkHealth().catch(() => undefined);
     const healthy = pool.status().filter((r) => r.healthy).length;
-    return c.json({ status: healthy > 0 ? "ok" : "unavailable", healthy, replicas: pool.urls().length }, healthy > 0 ? 200 : 503);
+    return c.json({ status: healthy > 0 ? "ok" : "unavailable", healthy, replicas: pool.urls().length }, healthy > 0 ? 200 : 503, { [GATEWAY_HEADER]: "1" });
   });
 
   app.get("/metrics", () => new Response(gatewayMetricsText(pool.status()), { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } }));
@@ -356,7 +372,7 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
       return Promise.resolve(
         Response.json(
           { error: { code: "not_found", type: "NotFoundError", message: `the gateway does not forward ${c.req.method} ${path.slice(0, 200)}: it forwards only ${PROXIED_ROUTES.join(", ")} (engine control goes through edgeloop's /v1/engine/*)` } },
-          { status: 404 },
+          { status: 404, headers: { [GATEWAY_HEADER]: "1" } },
         ),
       );
     }
@@ -448,7 +464,7 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
         res = await fetchFn(joinUrl(replica, inUrl.pathname + inUrl.search), { method: req.method, headers, body, signal, redirect: "manual" });
         // A JSON reply is read whole under the attempt's deadline and the reply cap: a replica that
         // sends headers and then stalls, or sends garbage or too much, fails here, before anything reached the caller.
-        if (!isEventStream(res)) buf = await readReplyLimited(res, DEFAULT_ENGINE_MAX_REPLY_BYTES);
+        if (!isEventStream(res)) buf = await readReplyLimited(res, opts.maxReplyBytes);
       } catch (e) {
         if (req.signal.aborted) {
           // The caller gave up. At (about) its deadline, with the replica still silent, that is the
@@ -471,7 +487,7 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
         if (buf === undefined) await res.body?.cancel().catch(() => undefined);
         continue;
       }
-      if (buf === undefined) return relayStream(res, replica, (ok) => (ok ? call.succeed(res.status < 300) : call.release()));
+      if (buf === undefined) return relayStream(res, replica, opts.maxReplyBytes, (ok) => (ok ? call.succeed(res.status < 300) : call.release()));
       const verdict = res.status < 300 ? judgeReply(inUrl.pathname, res.headers.get("content-type"), decoder.decode(buf), readRequest) : undefined;
       const problem = verdict?.problem ?? null;
       if (problem) {
@@ -599,12 +615,46 @@ function isEventStream(res: Response): boolean {
 }
 
 /**
- * Passes a replica's event stream on and ends its call when the stream is
- * done: `done(true)` at its end, `done(false)` on an error or a cancel.
+ * The event a relayed stream ends with when the replica sent more than the
+ * cap: the gateway's error shape (`{error: {code, type, message}}`) as one
+ * SSE `data:` event, as OpenAI-compatible servers report an error inside a
+ * stream. Preceded by a blank line when the bytes relayed so far did not end
+ * an event, so the cut event is closed (and unparseable) rather than merged.
  */
-function relayStream(res: Response, replica: string, done: (ok: boolean) => void): Response {
+function tooLargeEvent(maxBytes: number, replica: string, atBoundary: boolean): Uint8Array {
+  const error = { error: { code: "reply_too_large", type: "BadGatewayError", message: `engine replica ${redactUrl(replica)} streamed more than ${maxBytes} bytes (the gateway's reply cap); the stream was cut` } };
+  return new TextEncoder().encode(`${atBoundary ? "" : "\n\n"}data: ${JSON.stringify(error)}\n\n`);
+}
+
+/**
+ * The end (exclusive) of the last SSE event in `chunk[0, limit)`: the index
+ * after a blank line (`\n\n` or `\r\n\r\n`), or -1 when none ends there.
+ * `prevLast` is the byte before the chunk (-1 at the start).
+ */
+function lastEventEnd(chunk: Uint8Array, limit: number, prevLast: number): number {
+  for (let i = Math.min(limit, chunk.length) - 1; i >= 0; i--) {
+    if (chunk[i] !== 10) continue;
+    const b1 = i >= 1 ? chunk[i - 1] : prevLast;
+    if (b1 === 10) return i + 1;
+    if (b1 === 13 && i >= 3 && chunk[i - 2] === 10 && chunk[i - 3] === 13) return i + 1;
+  }
+  return -1;
+}
+
+/**
+ * Passes a replica's event stream on and ends its call when the stream is
+ * done: `done(true)` at its end, `done(false)` on an error or a cancel. At
+ * most `maxBytes` of the replica's bytes are relayed, counted as they arrive:
+ * of the chunk that would pass the cap only the events ending within the cap
+ * are relayed, the replica's stream is cancelled, and the caller gets
+ * {@link tooLargeEvent} and the end of the stream (`done(false)`).
+ */
+function relayStream(res: Response, replica: string, maxBytes: number, done: (ok: boolean) => void): Response {
   const reader = res.body!.getReader();
   let ended = false;
+  let relayed = 0;
+  let atBoundary = true;
+  let lastByte = -1;
   const once = (ok: boolean) => {
     if (!ended) {
       ended = true;
@@ -618,7 +668,25 @@ function relayStream(res: Response, replica: string, done: (ok: boolean) => void
         if (r.done) {
           once(true);
           ctrl.close();
-        } else ctrl.enqueue(r.value);
+          return;
+        }
+        const chunk = r.value;
+        if (chunk.byteLength === 0) return;
+        if (relayed + chunk.byteLength > maxBytes) {
+          // Relay the events that end within the cap, then the error: the caller's stream is the
+          // longest run of whole events under the cap, however the replica's bytes were chunked.
+          const end = lastEventEnd(chunk, maxBytes - relayed, lastByte);
+          if (end > 0) ctrl.enqueue(chunk.subarray(0, end));
+          once(false);
+          await reader.cancel(new Error(`reply larger than ${maxBytes} bytes (the cap)`)).catch(() => undefined);
+          ctrl.enqueue(tooLargeEvent(maxBytes, replica, end > 0 || atBoundary));
+          ctrl.close();
+          return;
+        }
+        relayed += chunk.byteLength;
+        atBoundary = lastEventEnd(chunk, chunk.byteLength, lastByte) === chunk.byteLength;
+        lastByte = chunk[chunk.byteLength - 1]!;
+        ctrl.enqueue(chunk);
       } catch (e) {
         once(false);
         ctrl.error(e);

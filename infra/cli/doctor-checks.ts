@@ -10,6 +10,7 @@ import type { GenerateRequest, InferenceClient } from "../../shared/inference/ty
 import { parseCompletionReply, parseGenerateReply } from "../../shared/inference/vllm-client.ts";
 import { ModelsReply } from "../../shared/inference/vllm-wire.ts";
 import { checkTeacherTokenizer, TOKENIZER_PROBE } from "../../shared/rollout/teacher-scoring.ts";
+import { GATEWAY_HEADER } from "../../functions/gateway.ts";
 import type { TokenOutput } from "../../shared/schema/index.ts";
 import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 
@@ -92,6 +93,7 @@ interface HttpReply {
   status: number;
   text: string;
   body: unknown;
+  headers?: Headers;
 }
 type Got = HttpReply | { error: string };
 
@@ -107,6 +109,8 @@ class Doctor {
   private readonly name: string;
   private readonly prompt: number[];
   private readonly path: string;
+  /** Whether `engine.url` is edgeloop's own gateway (its `/health` carries `x-edgeloop-gateway`): it forwards no engine control. */
+  private viaGateway = false;
 
   constructor(private readonly o: DoctorOptions) {
     const e = o.config.engine;
@@ -168,7 +172,7 @@ class Doctor {
       // SGLang cannot say whether it is paused: a generate call that was not served may be a trainer's pause,
       // and doctor's own resume would end it. Pause and resume only an engine that served a call.
       else if (!this.vllm && !first) this.set("pause/resume", "skipped", "the generate call was not served (see generate): SGLang cannot say whether it is paused, so doctor does not pause or resume it (a resume would end a trainer's pause)");
-      else await this.pauseResume(control, before);
+      else await this.pauseResume(control, before, first !== null);
     }
     this.set("pause/resume", "skipped", "add --admin to pause and resume the engine once (only while no request is running)");
     this.set("routed experts", "skipped", "rollout.return_routed_experts is off");
@@ -191,7 +195,7 @@ class Doctor {
       } catch {
         parsed = undefined;
       }
-      return { status: res.status, text, body: parsed };
+      return { status: res.status, text, body: parsed, headers: res.headers };
     } catch (e) {
       return { error: (e as Error)?.name === "TimeoutError" ? `no answer within ${this.o.timeoutMs} ms` : ((e as Error)?.message ?? String(e)) };
     }
@@ -210,6 +214,7 @@ class Doctor {
       this.set("reachable", "missing", `nothing answers at ${this.url} (GET /health: ${h.error}): start the server, or fix --engine`);
       return false;
     }
+    this.viaGateway = h.headers?.has(GATEWAY_HEADER) === true;
     if (h.status === 503) this.set("reachable", "mismatch", "GET /health answers 503: the engine is starting up, shutting down or dead; wait for 200, or restart it");
     else if (h.status >= 200 && h.status < 300) this.set("reachable", "ok", `GET /health ${h.status}`);
     else this.set("reachable", "ok", `answers (GET /health ${h.status})`);
@@ -221,7 +226,12 @@ class Doctor {
     const r = await this.call(joinUrl(this.url, "/v1/models"), "GET");
     let why: string;
     if ("error" in r) why = r.error;
-    else if (this.wasRefused("GET /v1/models", r.status)) return this.set("models", "skipped", "the server refused the call (see auth)");
+    else if (this.wasRefused("GET /v1/models", r.status)) {
+      // Not only an auth failure: without the list, edgeloop cannot read the server's context size either.
+      const r0 = this.o.config.rollout;
+      const budget = cfgLen !== null ? `rollout.max_model_len ${cfgLen} is used` : `the budget falls back to prompt_length + response_length = ${r0.prompt_length + r0.response_length}`;
+      return this.set("models", "warn", `GET /v1/models is HTTP ${r.status} (see auth): the server's max_model_len cannot be read; ${budget}`);
+    }
     else if (r.status < 200 || r.status >= 300) why = `HTTP ${r.status}`;
     else {
       const parsed = ModelsReply.safeParse(r.body);
@@ -557,7 +567,7 @@ class Doctor {
    * and `sglang:num_queue_reqs` on `/metrics`), one pause (`abort`, cache kept) and resume through
    * edgeloop's `EngineControl`, vLLM's `/is_paused` read after each, then one call served.
    */
-  private async pauseResume(control: ReturnType<Doctor["control"]>, before: ReplicaControlResult[] | null): Promise<void> {
+  private async pauseResume(control: ReturnType<Doctor["control"]>, before: ReplicaControlResult[] | null, served: boolean): Promise<void> {
     const fail = (r: ReplicaControlResult | { url: string; status: number; error?: string }, path: string) => this.controlFailure(r.url, path, r.status, r.error);
     for (const r of before ?? []) if (!r.ok) return fail(r, "/is_paused");
     const busy: string[] = [];
@@ -599,13 +609,17 @@ class Doctor {
     if (notPaused.length > 0) return this.set("pause/resume", "mismatch", `POST /pause answered, but GET /is_paused did not say true at ${notPaused.join(", ")}`);
     const stillPaused = after.filter((r) => r.paused !== false).map((r) => r.url);
     if (stillPaused.length > 0) return this.set("pause/resume", "mismatch", `POST /resume answered, but GET /is_paused did not say false at ${stillPaused.join(", ")}: resume it by hand`);
+    const n = control.targets.length > 1 ? ` at ${control.targets.length} replicas (engine.admin_urls)` : "";
+    // A generate call that failed before the pause (see generate) fails after it too: that is not the pause's fault.
+    if (!served) {
+      return this.set("pause/resume", "warn", `POST /pause?mode=abort and /resume answered${n}; GET /is_paused said true, then false; no call was tried after (the generate call fails, see generate)`);
+    }
     const { client } = this.client();
     try {
       await client.generate(this.request({ maxTokens: 1 }));
     } catch (e) {
       return this.set("pause/resume", "mismatch", `after the resume a call failed: ${this.reason(e)}`);
     }
-    const n = control.targets.length > 1 ? ` at ${control.targets.length} replicas (engine.admin_urls)` : "";
     this.set(
       "pause/resume",
       "ok",
@@ -617,8 +631,20 @@ class Doctor {
 
   private controlFailure(url: string, path: string, status: number, error?: string): void {
     const where = this.o.config.engine.admin_urls ? ` at ${url}` : "";
+    // Without engine.admin_urls the control calls went to engine.url: edgeloop's gateway there forwards none of them.
+    if (status === 404 && this.viaGateway && !this.o.config.engine.admin_urls) {
+      return this.set("pause/resume", "missing", `${path} is HTTP 404 from edgeloop's gateway at ${url}, which forwards no engine control: set engine.admin_urls to the replicas' own URLs (doctor and POST /v1/engine/pause reach each one there)`);
+    }
     if (status === 404 && this.vllm) return this.set("pause/resume", "missing", `${path} is HTTP 404${where}: start vLLM with VLLM_SERVER_DEV_MODE=1 (it mounts /pause, /resume and /is_paused)`);
     if (status === 404) return this.set("pause/resume", "missing", `${path} is HTTP 404${where}: this SGLang has no pause API (POST /pause_generation, /continue_generation): use a newer SGLang`);
+    if ((status === 401 || status === 403) && this.vllm) {
+      // vLLM's own --api-key guards only its API routes (/v1, /v2, /inference, …): a refusal of /pause or /is_paused comes from something in front of it.
+      if (this.controlKey) {
+        const which = this.o.config.engine.admin_api_key ? "engine.admin_api_key" : "engine.api_key";
+        return this.set("pause/resume", "mismatch", `${path} is HTTP ${status}${where}: the key sent there (${which}) was refused; vLLM's --api-key does not guard its control routes, so a proxy in front wants another key: set engine.admin_api_key to it, or engine.admin_urls to the engines' own URLs`);
+      }
+      return this.set("pause/resume", "missing", `${path} is HTTP ${status}${where}: a key is wanted there (vLLM's --api-key does not guard its control routes: a proxy in front?): set EDGELOOP_ENGINE_ADMIN_API_KEY (or --engine-admin-api-key, engine.admin_api_key)`);
+    }
     if (status === 401 || status === 403) {
       const admin = this.o.config.engine.admin_api_key;
       if (!this.vllm && !admin) return this.set("pause/resume", "missing", `${path} is HTTP ${status}${where}: the control routes want SGLang's --admin-api-key: set EDGELOOP_ENGINE_ADMIN_API_KEY (or --engine-admin-api-key, engine.admin_api_key)`);

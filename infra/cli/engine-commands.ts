@@ -45,6 +45,10 @@ export async function simEngineCommand(o: {
   scaleOut?: boolean;
 }): Promise<void> {
   const moe = o.moe === undefined ? undefined : parseMoeFlag(o.moe);
+  // Replica i listens on port + i: every one of those ports must exist (Bun.serve throws a RangeError past 65535).
+  if (o.port > 0 && o.port + o.replicas - 1 > 65535) {
+    throw new InputError("--port", `${o.port} with --replicas ${o.replicas} needs ports ${o.port}..${o.port + o.replicas - 1}, past 65535: use --port ${65536 - o.replicas} or lower (or --port 0 for free ports)`);
+  }
   if (o.apiKey === "") throw new InputError("--api-key", "must not be empty");
   if (o.adminApiKey === "") throw new InputError("--admin-api-key", "must not be empty");
   const wire: SimWireOptions = {
@@ -154,6 +158,7 @@ export async function gatewayCommand(o: {
     routingState,
     ...(enginesPaused ? { enginesPaused } : {}),
     ...gatewayOptions(g),
+    maxReplyBytes: cfg.engine.max_reply_bytes,
   });
   const server = listen({ port: o.port, hostname: o.host, fetch: gw.fetch });
   const breaker =

@@ -279,3 +279,25 @@ export function agentSettings(env: Env, config: AppConfig): { agent: AgentWebhoo
     publicUrl: url("EDGELOOP_PUBLIC_URL", config.agent.public_url)?.replace(/\/+$/, "") ?? null,
   };
 }
+
+/**
+ * The warnings a Worker prints once per isolate, on its first request (a
+ * Worker has no start; S20 as `serve` and the Deno entry print them at
+ * start): agent tasks sent unsigned (`EDGELOOP_AGENT_URL` or `agent.url`
+ * set, no `EDGELOOP_AGENT_SECRET` nor `agent.secret`). Each line starts with
+ * `warning    `. A configuration that does not parse gives none here: the
+ * requests that need it fail naming it.
+ */
+export function workerStartWarnings(env: Env): string[] {
+  let agent: AgentWebhookConfig;
+  try {
+    const config = parseAppConfig(env.EDGELOOP_CONFIG ? JSON.parse(env.EDGELOOP_CONFIG) : {}, "EDGELOOP_CONFIG");
+    agent = agentSettings(env, config).agent;
+  } catch {
+    return [];
+  }
+  if (!agent.url || agent.secret) return [];
+  return [
+    "warning    agent tasks are sent unsigned (no EDGELOOP_AGENT_SECRET): an agent cannot tell edgeloop's tasks (which carry session tokens) from forged ones; set EDGELOOP_AGENT_SECRET (a secret; the agent must verify x-edgeloop-signature with it)",
+  ];
+}

@@ -12,7 +12,8 @@
  *
  * `/v1/rollouts` and `/v1/groups/*` need `Authorization: Bearer <EDGELOOP_API_TOKEN>`;
  * without that secret they are refused (403 `auth_not_configured`) unless
- * `EDGELOOP_ALLOW_ANONYMOUS=1` is set. The auth state is logged on an isolate's first request.
+ * `EDGELOOP_ALLOW_ANONYMOUS=1` is set. The auth state is logged on an isolate's first request,
+ * and so (once, `console.warn`) are agent tasks sent unsigned (S20).
  */
 import { flushSpans, workerTelemetry } from "./telemetry.ts";
 import { Hono } from "hono";
@@ -25,7 +26,7 @@ import { checkPlanGroups, withFingerprints } from "../../shared/rollout/group-fi
 import { samplingParamsFor } from "../../shared/rollout/executor.ts";
 import type { SessionInputArg } from "../../shared/session/checkpoint.ts";
 import type { ExecutionContext } from "./cf-types.ts";
-import { refuseRolloutOnWorkers, workerRuntime, type Env } from "./env.ts";
+import { refuseRolloutOnWorkers, workerRuntime, workerStartWarnings, type Env } from "./env.ts";
 import { healthResponse, storeHealthProbe } from "../../shared/store/store-health.ts";
 import { UpstashCommander } from "../../shared/store/upstash-transfer-queue.ts";
 
@@ -56,7 +57,7 @@ app.post("/v1/rollouts", async (c) => {
   const cfg = req.config ? parseAppConfig(mergeConfig(rt.config, req.config), "request config") : rt.config;
   refuseRolloutOnWorkers(cfg.rollout, "request config");
   if (req.target_groups !== undefined) throw new ConfigError("target_groups", "over-sampling runs in edgeloop serve and its workers, not on the Worker");
-  const plan = await withFingerprints(planBatch(req, cfg.rollout, cfg.max_batch_trajectories));
+  const plan = await withFingerprints(planBatch(req, cfg.rollout, cfg.max_batch_trajectories, cfg.limits.max_prompt_chars));
   const mode = plan.validate ? "val" : "train";
   // Every group is checked before any is registered: a 409 (another n, partition or prompt under a known uid) writes nothing.
   await checkPlanGroups(rt.queue, plan);
@@ -135,6 +136,12 @@ app.notFound((c) =>
 
 /** The auth state last logged by this isolate (a Worker has no start: it is said on the first request, and again if it changes). */
 let loggedAuth: string | null = null;
+/**
+ * The bindings whose start warnings ({@link workerStartWarnings}) this isolate
+ * printed, and those warnings: printed on its first request (workerd passes
+ * the same `env` to every request of an isolate), again only if they change.
+ */
+let warnedFor: { env: Env; warnings: string } | null = null;
 
 export default {
   async fetch(req: Request, env: Env, ctx: ExecutionContext): Promise<Response> {
@@ -142,6 +149,11 @@ export default {
     if (line !== loggedAuth) {
       loggedAuth = line;
       console.log(`edgeloop (workerd) ${line}`);
+    }
+    if (warnedFor?.env !== env) {
+      const warnings = workerStartWarnings(env).join("\n");
+      if (warnings !== "" && warnings !== warnedFor?.warnings) for (const w of warnings.split("\n")) console.warn(`edgeloop (workerd) ${w}`);
+      warnedFor = { env, warnings };
     }
     const telemetry = workerTelemetry(env);
     const res = await app.fetch(req, env, ctx as never);

@@ -221,6 +221,10 @@ export const RewardConfig = z.strictObject({
  *   self-reported reward (an agent's finish, a task's answer); outside it is a 400 naming `reward`.
  * - `max_prompt_length` / `max_response_length` (default 131072 tokens each):
  *   the largest `rollout.prompt_length` / `rollout.response_length` a batch may ask (a 400 naming it).
+ * - `max_prompt_chars` (default 8388608, i.e. 8 Mi UTF-16 code units): the most characters of text
+ *   one row's prompt messages may hold; a row over it refuses the whole batch with a 400 naming
+ *   `rows[i].prompt`, before anything is rendered or tokenized. See `promptChars` in
+ *   `shared/rollout/batch.ts` for why the bound is on characters.
  */
 export const LimitsConfig = z
   .strictObject({
@@ -230,6 +234,7 @@ export const LimitsConfig = z
     reward_max: z.number().nullable().default(null),
     max_prompt_length: z.number().int().min(1).default(131_072),
     max_response_length: z.number().int().min(1).default(131_072),
+    max_prompt_chars: z.number().int().min(1).default(8 * 1024 * 1024),
   })
   .refine((l) => l.reward_min === null || l.reward_max === null || l.reward_min <= l.reward_max, { message: "limits.reward_min must be <= limits.reward_max", path: ["reward_min"] });
 export type LimitsConfig = z.infer<typeof LimitsConfig>;

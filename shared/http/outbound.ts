@@ -40,23 +40,85 @@ export class OutboundHttpError extends Error {
 }
 
 /**
+ * Path segments after which every segment is a secret (case-insensitive):
+ * webhook services put the credential in the path after these (Slack's
+ * `/services/T…/B…/<secret>`, Discord's `/api/webhooks/<id>/<token>`,
+ * generic `/hooks/<secret>`), and `…/token/<value>`-style paths do the same.
+ */
+const SECRET_PATH_MARKERS = new Set([
+  "hook", "hooks", "webhook", "webhooks", "services", "token", "tokens", "secret", "secrets",
+  "key", "keys", "apikey", "api_key", "api-key", "auth", "sig", "signature", "password", "credential", "credentials",
+]);
+
+/** What a secret path segment shows as in {@link redactUrl}. */
+export const REDACTED_SEGMENT = "***";
+
+/**
+ * Whether one path segment (as written, percent-escapes included) looks like
+ * a token: 32 characters or more; or 16 or more from `[A-Za-z0-9._~%+=-]`
+ * holding both a letter and a digit (API keys, UUIDs, base64/hex secrets).
+ * False positives are accepted: a long versioned name such as
+ * `Qwen2.5-7B-Instruct` is hidden too; words without digits are not.
+ */
+export function isTokenLikeSegment(seg: string): boolean {
+  if (seg.length >= 32) return true;
+  return seg.length >= 16 && /^[A-Za-z0-9._~%+=-]+$/.test(seg) && /[0-9]/.test(seg) && /[A-Za-z]/.test(seg);
+}
+
+/**
+ * The segments of `path` (a URL's path, `/a/b`) that {@link redactUrl}
+ * hides: every segment after a {@link SECRET_PATH_MARKERS} segment, and
+ * every {@link isTokenLikeSegment} segment.
+ */
+export function secretPathSegments(path: string): string[] {
+  const out: string[] = [];
+  let afterMarker = false;
+  for (const seg of path.split("/")) {
+    if (seg === "") continue;
+    if (afterMarker || isTokenLikeSegment(seg)) out.push(seg);
+    else if (SECRET_PATH_MARKERS.has(seg.toLowerCase())) afterMarker = true;
+  }
+  return out;
+}
+
+/** `path` with its {@link secretPathSegments} replaced by {@link REDACTED_SEGMENT}. */
+function redactPath(path: string): string {
+  let afterMarker = false;
+  return path
+    .split("/")
+    .map((seg) => {
+      if (seg === "") return seg;
+      if (afterMarker || isTokenLikeSegment(seg)) return REDACTED_SEGMENT;
+      if (SECRET_PATH_MARKERS.has(seg.toLowerCase())) afterMarker = true;
+      return seg;
+    })
+    .join("/");
+}
+
+/**
  * The URL as it may be shown in records, logs, metrics and traces:
  * `scheme://host[:port]/path`, without userinfo, query string or fragment
- * (where webhook secrets such as `?token=…` live). A string without `?`, `#`
- * or `@` is returned as written; one with them that does not parse as a URL
- * shows as `(invalid URL)`. Secrets placed in the path itself are not
- * recognised: put them in the query, the userinfo or the signature secret.
+ * (where webhook secrets such as `?token=…` live), and with path segments
+ * that hold secrets shown as `***` (issue 26, S13): every segment after a
+ * webhook or credential marker (`/hooks/`, `/webhooks/`, `/services/`,
+ * `/token/`, `/key/`, … — {@link SECRET_PATH_MARKERS}) and every token-like
+ * segment ({@link isTokenLikeSegment}). So in `https://hooks.slack.com/services/T0/B0/XXXX`
+ * the three segments after `services` each show as `***`, and
+ * `http://h/v1/a1b2c3d4e5f6a7b8c9` shows as `http://h/v1/***`. A string without `?`, `#`, `@` or such a segment is
+ * returned as written; one with them that does not parse as a URL shows as
+ * `(invalid URL)`.
  */
 export function redactUrl(url: string): string {
-  // Without '?', '#' or '@' there is no query, fragment or userinfo: shown as written (no parse).
-  if (!/[?#@]/.test(url)) return url;
+  // Without '?', '#' or '@' there is no query, fragment or userinfo: shown as written (no parse) unless the path holds a secret.
+  const plain = !/[?#@]/.test(url);
+  if (plain && secretPathSegments(url.replace(/^[a-z][a-z0-9+.-]*:\/\/[^/]*/i, "")).length === 0) return url;
   let u: URL;
   try {
     u = new URL(url);
   } catch {
     return "(invalid URL)";
   }
-  return `${u.protocol}//${u.host}${u.pathname}`;
+  return `${u.protocol}//${u.host}${redactPath(u.pathname)}`;
 }
 
 /**
@@ -169,6 +231,7 @@ export function scrubUrl(message: string, url: string): string {
     const u = new URL(url);
     if (u.search) out = out.split(u.search).join("");
     if (u.username || u.password) out = out.split(`${u.username}:${u.password}@`).join("");
+    for (const seg of secretPathSegments(u.pathname)) out = out.split(seg).join(REDACTED_SEGMENT);
   } catch {
     // An unparseable URL: nothing more to scrub.
   }

@@ -3,6 +3,7 @@ import { PolicyVersionValue } from "./policy-version.ts";
 import { formatPath, InputError } from "../errors.ts";
 import { DatasetRow, Uid, trajectoryKey, type AgentLoopOutput, type ModelId, type RolloutConfig, type TrajectoryRecord } from "../schema/index.ts";
 import { validateTrajectory } from "../tokens/validate.ts";
+import { contentText } from "../tokens/tokenizer.ts";
 import { failedRecord as storeFailedRecord } from "../store/record-codec.ts";
 
 /**
@@ -89,6 +90,33 @@ export function newId(): string {
 }
 
 /**
+ * The characters (UTF-16 code units) of text a prompt's messages hold: every
+ * message's text content, reasoning and tool-call arguments; the bound
+ * `limits.max_prompt_chars` applies to it before anything is rendered or
+ * tokenized (issue 26, S18).
+ *
+ * Why characters: they are known in one pass, and rendering plus tokenizing
+ * costs time linear in them (about 0.5 µs per character for Qwen3 here, up to
+ * 5 µs inside one unbroken word). No character count can stand for a token
+ * count in both directions: a byte-level BPE token spells 1 to
+ * `maxTokenChars()` bytes (128 for Qwen3) and a UTF-16 unit is 1 to 3 UTF-8
+ * bytes, so a text of c units holds between c / maxTokenChars and 3c tokens
+ * (chars ≥ tokens does not hold for CJK text). A token limit is therefore
+ * enforced by tokenizing (left truncation to `rollout.prompt_length`, only the
+ * tail of a longer text; `buildPromptIds`), and once per row: the n sessions
+ * of a row reuse its ids.
+ */
+export function promptChars(messages: DatasetRow["prompt"]): number {
+  let chars = 0;
+  for (const m of messages) {
+    chars += contentText(m.content).length;
+    if (typeof m.reasoning_content === "string") chars += m.reasoning_content.length;
+    for (const c of m.tool_calls ?? []) chars += c.function.name.length + (typeof c.function.arguments === "string" ? c.function.arguments.length : JSON.stringify(c.function.arguments).length);
+  }
+  return chars;
+}
+
+/**
  * Expands a request into trajectories: for row `i`, its `uid` (the row's own
  * `uid` field when it has one, as trainers that assign uids per prompt do;
  * otherwise — absent or null — a server-chosen random one) and `n` sessions with keys
@@ -96,8 +124,10 @@ export function newId(): string {
  * fails on its own. An invalid row still gets its
  * keys (with `row_error` naming the field, e.g. `rows[3].prompt`), so that
  * it fails on its own and its group completes, flagged.
+ * @throws InputError (`rows`) over `maxTrajectories`; (`rows[i].prompt`) when a
+ *   row's {@link promptChars} are over `maxPromptChars` (`limits.max_prompt_chars`).
  */
-export function planBatch(req: RolloutRequest, rollout: RolloutConfig, maxTrajectories = 100_000): BatchPlan {
+export function planBatch(req: RolloutRequest, rollout: RolloutConfig, maxTrajectories = 100_000, maxPromptChars = Number.POSITIVE_INFINITY): BatchPlan {
   const trajectories: PlannedTrajectory[] = [];
   const groups = new Map<string, number>();
   const defaultN = req.validate ? rollout.val_kwargs.n : rollout.n;
@@ -120,6 +150,12 @@ export function planBatch(req: RolloutRequest, rollout: RolloutConfig, maxTrajec
     else {
       const issue = parsed.error.issues[0]!;
       rowError = `${formatPath(`rows[${i}]`, issue.path)}: ${issue.message}`;
+    }
+    if (row) {
+      const chars = promptChars(row.prompt);
+      if (chars > maxPromptChars) {
+        throw new InputError(`rows[${i}].prompt`, `holds ${chars} characters of text; a row's prompt may hold at most ${maxPromptChars} (limits.max_prompt_chars)`);
+      }
     }
     const n = row?.__rollout_n__ ?? defaultN;
     let uid = newId();

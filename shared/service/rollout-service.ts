@@ -96,7 +96,7 @@ export class RolloutService {
   async accept(req: RolloutRequest): Promise<AcceptedBatch> {
     if (this.jobs) return this.enqueue(req);
     const cfg = this.effectiveConfig(req);
-    const plan = await withFingerprints(planBatch(req, cfg.rollout, cfg.max_batch_trajectories));
+    const plan = await withFingerprints(planBatch(req, cfg.rollout, cfg.max_batch_trajectories, cfg.limits.max_prompt_chars));
     const reuse = await checkPlanGroups(this.store, plan);
     return { ...this.start(plan, cfg, req, new Set(reuse.reused_uids)), ...reuse };
   }
@@ -116,7 +116,7 @@ export class RolloutService {
     const jobs = this.jobs;
     if (!jobs) throw new ConfigError("jobs", "queue mode needs a job queue (a Redis or Upstash store)");
     const cfg = this.effectiveConfig(req);
-    const plan = await withFingerprints(planBatch(req, cfg.rollout, cfg.max_batch_trajectories));
+    const plan = await withFingerprints(planBatch(req, cfg.rollout, cfg.max_batch_trajectories, cfg.limits.max_prompt_chars));
     const reuse = await checkPlanGroups(this.store, plan);
     // Over-sampled: the first eager_rows rows start; the rest wait in Redis as the reserve (started by workers, one per filtered group).
     const os = plan.oversample ?? null;
@@ -331,7 +331,7 @@ export class RolloutService {
    */
   submit(req: RolloutRequest): { batch_id: string; keys: string[]; run: BatchRun } {
     const cfg = this.effectiveConfig(req);
-    return this.start(planBatch(req, cfg.rollout, cfg.max_batch_trajectories), cfg, req);
+    return this.start(planBatch(req, cfg.rollout, cfg.max_batch_trajectories, cfg.limits.max_prompt_chars), cfg, req);
   }
 
   private start(plan: BatchPlan, cfg: AppConfig, req: RolloutRequest, reusedUids?: ReadonlySet<string>): { batch_id: string; keys: string[]; run: BatchRun } {

@@ -38,7 +38,10 @@ export interface PromptOptions {
  * shape (`[user]`, `[system, user]`, … up to four system/user messages)
  * has a checked text formula (derived from the template the second time a
  * shape is seen; see `deriveTextFormula`); other prompts are rendered and
- * encoded whole. Either way the ids are the full render's.
+ * encoded whole. Either way the ids are the full render's. Each distinct
+ * prompt is rendered and tokenized once per process while it stays in a cache
+ * bounded to 32 Mi (key characters + 8 × ids), whatever its size: the n
+ * sessions of a row share one encoding (issue 26, S18).
  * @throws InputError (field `prompt`) when a message holds an image, video or
  *   audio part: cutting placeholders would corrupt features, so such prompts
  *   are rejected rather than truncated.
@@ -59,6 +62,11 @@ export function buildPromptIds(
   // The n sessions of a row share their prompt: render and encode each distinct one once
   // (the chat template is the expensive part, ~0.3 ms for a prompt with a tools block).
   const cacheKey = `${tok.name}\u0000${toolsKey(opts.tools)}\u0000${JSON.stringify(opts.chatTemplateKwargs ?? {})}\u0000${JSON.stringify(messages)}`;
+  // A truncated prompt's kept ids (they depend on prompt_length) are cached apart from whole encodings,
+  // so the n sessions of a row also skip the generation-prompt check's two renders.
+  const tailKey = `${opts.promptLength}\u0000${cacheKey}`;
+  const tailHit = promptCache.get(tailKey);
+  if (tailHit) return { promptIds: tailHit.slice(), truncated: true };
   let cached = promptCache.get(cacheKey);
   if (!cached) {
     // The system + tools block repeats across rows: with a formula for this prompt's shape, its ids
@@ -74,7 +82,9 @@ export function buildPromptIds(
     if ((text?.length ?? length) > 2 * tailChars) {
       const whole = text ?? parts!.prefix + parts!.rest;
       const tail = tok.encode(whole.slice(whole.length - tailChars));
-      return { promptIds: checkedTail(tok, messages, opts, tail, Number.POSITIVE_INFINITY), truncated: true };
+      const kept = checkedTail(tok, messages, opts, tail, Number.POSITIVE_INFINITY);
+      promptCache.set(tailKey, kept);
+      return { promptIds: kept.slice(), truncated: true };
     }
     if (parts) {
       const prefixIds = parts.prefixIds();
@@ -83,11 +93,15 @@ export function buildPromptIds(
     } else {
       cached = tok.encode(text!);
     }
-    if (cacheKey.length < 1_000_000) promptCache.set(cacheKey, cached);
+    // Cached whatever the prompt's size (the cache is bounded by key characters plus ids): the n
+    // sessions of a row with a 4 MiB prompt tokenize it once, not n times (S18).
+    promptCache.set(cacheKey, cached);
   }
   const ids = cached.slice();
   if (ids.length <= opts.promptLength) return { promptIds: ids, truncated: false };
-  return { promptIds: checkedTail(tok, messages, opts, ids, ids.length), truncated: true };
+  const kept = checkedTail(tok, messages, opts, ids, ids.length);
+  promptCache.set(tailKey, kept);
+  return { promptIds: kept.slice(), truncated: true };
 }
 
 /**

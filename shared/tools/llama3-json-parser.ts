@@ -1,4 +1,5 @@
 import { callArgumentsValue, isPlainObject, recoverName } from "./json-aware-scan.ts";
+import { skipBlanks } from "./blanks.ts";
 import { THINK_CLOSE, THINK_OPEN, type ExtractResult, type ParseError, type ParsedCall, type ToolCallParser } from "./tool-call-parser.ts";
 
 const PYTHON_TAG = "<|python_tag|>";
@@ -92,9 +93,9 @@ export class Llama3JsonToolCallParser implements ToolCallParser {
   }
 }
 
+/** The index after the blanks at `i` (`/\s/`'s set, decided by code: {@link skipBlanks}). */
 function skipWs(text: string, i: number): number {
-  while (i < text.length && /\s/.test(text[i]!)) i++;
-  return i;
+  return skipBlanks(text, i);
 }
 
 /** Index just past the `}` matching the `{` at `start`, outside JSON strings; -1 when it never closes. */

@@ -38,11 +38,21 @@ export interface PyCall {
 const MAX_DEPTH = 64;
 const SIMPLE_ESCAPES: Record<string, string> = { "\\": "\\", "'": "'", '"': '"', a: "\x07", b: "\b", f: "\f", n: "\n", r: "\r", t: "\t", v: "\v" };
 
+// ASCII is decided by code (in ASCII, \p{L} and \p{N} are exactly the letters and digits); other characters by the regex.
 function isIdStart(c: string): boolean {
+  const k = c.charCodeAt(0);
+  if (k < 128) return (k >= 97 && k <= 122) || (k >= 65 && k <= 90) || k === 95;
   return /[A-Za-z_\p{L}]/u.test(c);
 }
 function isIdChar(c: string): boolean {
+  const k = c.charCodeAt(0);
+  if (k < 128) return (k >= 97 && k <= 122) || (k >= 65 && k <= 90) || (k >= 48 && k <= 57) || k === 95;
   return /[A-Za-z0-9_\p{L}\p{N}]/u.test(c);
+}
+
+/** Whether the single code unit `c` is one of `rRuUbB` (a string prefix letter). */
+function isPrefixLetter(c: string): boolean {
+  return c === "r" || c === "R" || c === "u" || c === "U" || c === "b" || c === "B";
 }
 
 /** A cursor over `src`; every read method throws {@link PyLiteralError} on bad input. */
@@ -65,10 +75,10 @@ export class PyReader {
   ws(): void {
     const s = this.src;
     while (this.pos < s.length) {
-      const c = s[this.pos]!;
-      if (c === " " || c === "\t" || c === "\n" || c === "\r") this.pos++;
-      else if (c === "\\" && (s[this.pos + 1] === "\n" || s[this.pos + 1] === "\r")) this.pos += 2;
-      else if (c === "#") {
+      const k = s.charCodeAt(this.pos);
+      if (k === 32 || k === 9 || k === 10 || k === 13) this.pos++;
+      else if (k === 92 && (s[this.pos + 1] === "\n" || s[this.pos + 1] === "\r")) this.pos += 2;
+      else if (k === 35) {
         const nl = s.indexOf("\n", this.pos);
         this.pos = nl < 0 ? s.length : nl;
       } else break;
@@ -145,8 +155,8 @@ export class PyReader {
     if (c === "[") return this.sequence("]");
     if (c === "(") return this.sequence(")");
     if (c === "{") return this.dict();
-    if (c === '"' || c === "'" || (/[rRuUbB]/.test(c) && this.stringPrefixLength() > 0)) return this.strings();
-    if (/[0-9.+-]/.test(c)) return this.number();
+    if (c === '"' || c === "'" || (isPrefixLetter(c) && this.stringPrefixLength() > 0)) return this.strings();
+    if ((c >= "0" && c <= "9" && c.length === 1) || c === "." || c === "+" || c === "-") return this.number();
     if (isIdStart(c)) {
       const at = this.pos;
       const id = this.identifier();
@@ -202,6 +212,21 @@ export class PyReader {
       this.pos++;
       this.ws();
     }
+    // Fast path, the same value as the general rule below: `0` or a decimal integer without a leading zero,
+    // under 400 characters and finite, followed by none of `0-9 _ . e E x X o O b B j J` nor a name character.
+    const k0 = s.charCodeAt(this.pos);
+    if (k0 >= 48 && k0 <= 57) {
+      let i = this.pos + 1;
+      if (k0 !== 48) while (i < s.length && i - this.pos < 400 && s.charCodeAt(i) >= 48 && s.charCodeAt(i) <= 57) i++;
+      const next = i < s.length ? s[i]! : "";
+      if (i - this.pos < 400 && next !== "." && next !== "_" && (next === "" || !isIdChar(next))) {
+        const n = Number(s.slice(this.pos, i));
+        if (Number.isFinite(n)) {
+          this.pos = i;
+          return sign * n;
+        }
+      }
+    }
     const m = /^(?:0[xX](?:_?[0-9a-fA-F])+|0[oO](?:_?[0-7])+|0[bB](?:_?[01])+|(?:\d(?:_?\d)*(?:\.(?:\d(?:_?\d)*)?)?|\.\d(?:_?\d)*)(?:[eE][+-]?\d(?:_?\d)*)?)/.exec(s.slice(this.pos, this.pos + 400));
     if (!m) this.fail(`invalid number at offset ${start}`, start);
     const lit = m[0].replace(/_/g, "");
@@ -224,7 +249,7 @@ export class PyReader {
       const save = this.pos;
       this.ws();
       const c = this.peek();
-      if (c === '"' || c === "'" || (c !== undefined && /[rRuUbB]/.test(c) && this.stringPrefixLength() > 0)) out += this.string();
+      if (c === '"' || c === "'" || (c !== undefined && isPrefixLetter(c) && this.stringPrefixLength() > 0)) out += this.string();
       else {
         this.pos = save;
         return out;

@@ -1,5 +1,6 @@
 import { PyLiteralError, PyReader, type PyCall } from "./python-literal.ts";
 import { visibleSpans } from "./reasoning-spans.ts";
+import { skipBlanks, skipBlanksBack } from "./blanks.ts";
 import type { ExtractResult, ParseError, ParsedCall, ToolCallParser } from "./tool-call-parser.ts";
 
 /** `[` then a (dotted) name then `(`: where a call list starts. */
@@ -9,10 +10,14 @@ const PY_START = "<|python_start|>";
 const PY_END = "<|python_end|>";
 const CALL_SHAPE = 'a tool call list must look like [tool_name(arg="value", n=1), other_tool()] with Python literal arguments';
 
-/** Reads one `[call, call, …]` list at `start` (the `[`); throws PyLiteralError. */
-function readCallList(r: PyReader, start: number, end: number): { calls: PyCall[]; end: number } {
+/**
+ * Reads one `[call, call, …]` list at `start` (the `[`) into `calls` (emptied
+ * first: a scratch list reused across lists) and returns the index after its
+ * `]`; throws PyLiteralError.
+ */
+function readCallList(r: PyReader, start: number, end: number, calls: PyCall[]): number {
   r.pos = start + 1;
-  const calls: PyCall[] = [];
+  calls.length = 0;
   for (;;) {
     r.ws();
     if (r.peek() === "]") break;
@@ -21,7 +26,7 @@ function readCallList(r: PyReader, start: number, end: number): { calls: PyCall[
     if (r.peek() === ",") r.pos++;
     else if (r.peek() !== "]") r.fail(r.pos >= end ? "the call list is not closed with ']'" : `expected ',' or ']' at offset ${r.pos}`);
   }
-  return { calls, end: r.pos + 1 };
+  return r.pos + 1;
 }
 
 /**
@@ -54,25 +59,33 @@ export class PythonicToolCallParser implements ToolCallParser {
     const calls: ParsedCall[] = [];
     const errors: ParseError[] = [];
     try {
-      const cut: { start: number; end: number }[] = [];
+      // The text ranges the lists (and their Llama 4 wrappers) cover, as start, end pairs.
+      const cut: number[] = [];
+      const listCalls: PyCall[] = [];
       let index = 0;
       for (const span of visibleSpans(text)) {
         LIST_START.lastIndex = span.start;
+        // One reader per span (its position is set per list): the span's text is sliced once, not per list.
+        const reader = new PyReader(text.slice(0, span.end), span.start);
         for (let m = LIST_START.exec(text); m && m.index < span.end; m = LIST_START.exec(text)) {
           const at = m.index;
-          const reader = new PyReader(text.slice(0, span.end), at);
+          reader.pos = at;
           try {
-            const list = readCallList(reader, at, span.end);
-            for (const c of list.calls) calls.push({ index: index++, name: c.name, arguments: c.kwargs, raw: text.slice(c.start, c.end).trim() });
+            const listEnd = readCallList(reader, at, span.end, listCalls);
+            // A call's range starts at its name and ends at its ')': nothing to trim.
+            for (const c of listCalls) calls.push({ index: index++, name: c.name, arguments: c.kwargs, raw: text.slice(c.start, c.end) });
             let s = at;
-            let e = list.end;
-            const before = text.slice(span.start, at).trimEnd();
-            if (before.endsWith(PY_START) && text.slice(e).trimStart().startsWith(PY_END)) {
-              s = span.start + before.length - PY_START.length;
+            let e = listEnd;
+            // `<|python_start|>` right before the list (blanks between) and `<|python_end|>` right after it:
+            // found by scanning the blanks on either side, never by slicing the text before or after.
+            const beforeEnd = skipBlanksBack(text, at, span.start);
+            const startsAt = beforeEnd - PY_START.length;
+            if (startsAt >= span.start && text.startsWith(PY_START, startsAt) && text.startsWith(PY_END, skipBlanks(text, e))) {
+              s = startsAt;
               e = text.indexOf(PY_END, e) + PY_END.length;
             }
-            cut.push({ start: s, end: e });
-            LIST_START.lastIndex = list.end;
+            cut.push(s, e);
+            LIST_START.lastIndex = listEnd;
           } catch (err) {
             if (!(err instanceof PyLiteralError)) throw err;
             const name = /\[\s*([^\s(]+)/.exec(m[0])?.[1];
@@ -86,9 +99,9 @@ export class PythonicToolCallParser implements ToolCallParser {
       }
       let content = "";
       let from = 0;
-      for (const c of cut) {
-        content += text.slice(from, c.start);
-        from = c.end;
+      for (let k = 0; k < cut.length; k += 2) {
+        content += text.slice(from, cut[k]);
+        from = cut[k + 1]!;
       }
       content += text.slice(from);
       return { content, calls, errors };

@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createSimEngineApp, type SimWireOptions } from "../../infra/sim-engine/app.ts";
 import { SimEngine } from "../../infra/sim-engine/sim-engine.ts";
+import { createGatewayApp } from "../../functions/gateway.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { loadTokenizer } from "../../infra/node/model-dir.ts";
 
@@ -257,12 +258,12 @@ describe("edgeloop doctor names the fix for a misconfigured engine", () => {
     expect(none.out.slice(1, 5)).toEqual([
       "reachable      ok: GET /health 200",
       "auth           missing: the server wants an API key (GET /v1/models 401, POST /v1/completions 401): set EDGELOOP_ENGINE_API_KEY (or --engine-api-key, engine.api_key) to its --api-key",
-      "models         skipped: the server refused the call (see auth)",
+      "models         warn: GET /v1/models is HTTP 401 (see auth): the server's max_model_len cannot be read; the budget falls back to prompt_length + response_length = 1024",
       "generate       skipped: the server refused the call (see auth)",
     ]);
     // vLLM's /tokenize is not guarded: the probe text is still compared.
     expect(line(none, "tokenizer")).toBe("tokenizer      ok: a probe text tokenizes to qwen3's ids (POST /tokenize)");
-    expect(none.out.at(-1)).toBe("edgeloop doctor: 1 of 12 failed (auth); 2 ok, 9 skipped");
+    expect(none.out.at(-1)).toBe("edgeloop doctor: 1 of 12 failed (auth); 2 ok, 1 warn, 8 skipped");
 
     const good = await doctor(["--engine", s.url], { EDGELOOP_ENGINE_API_KEY: "s3cret-key" });
     expect(good.code).toBe(0);
@@ -410,6 +411,45 @@ describe("edgeloop doctor --admin", () => {
     expect(r.code).toBe(1);
     expect(line(r, "pause/resume")).toBe("pause/resume   missing: /is_paused is HTTP 404: start vLLM with VLLM_SERVER_DEV_MODE=1 (it mounts /pause, /resume and /is_paused)");
   }, 30_000);
+
+  test("through edgeloop's own gateway: the control 404 is the gateway's, so the line names engine.admin_urls (not VLLM_SERVER_DEV_MODE)", async () => {
+    const replica = sim();
+    const gw = createGatewayApp({ replicas: [replica.url], healthIntervalMs: 0 });
+    const server = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: gw.fetch });
+    servers.push(server);
+    const url = `http://127.0.0.1:${server.port}`;
+    const r = await doctor(["--engine", url, "--admin", "--force"]);
+    expect(r.code).toBe(1);
+    expect(line(r, "pause/resume")).toBe(
+      `pause/resume   missing: /is_paused is HTTP 404 from edgeloop's gateway at ${url}, which forwards no engine control: set engine.admin_urls to the replicas' own URLs (doctor and POST /v1/engine/pause reach each one there)`,
+    );
+    expect(line(r, "generate")).toStartWith("generate       ok: ");
+    expect(replica.engine.pauses).toEqual([]);
+  }, 60_000);
+
+  test("a generate call that fails (404) does not fail pause/resume: the pause and resume are checked, no call is tried after", async () => {
+    const s = sim(answer(["/v1/completions"], 404, { detail: "Not Found" }));
+    const r = await doctor(["--engine", s.url, "--admin", "--force"]);
+    expect(line(r, "generate")).toStartWith("generate       missing: POST /v1/completions is HTTP 404");
+    expect(line(r, "pause/resume")).toBe(
+      "pause/resume   warn: POST /pause?mode=abort and /resume answered; GET /is_paused said true, then false; no call was tried after (the generate call fails, see generate)",
+    );
+    expect(s.engine.pauses.map((p) => p.mode)).toEqual(["abort"]);
+  }, 60_000);
+
+  test("vLLM control routes refused (401) by something in front: a set key is named as refused, no key asks for the admin key; no SGLang advice", async () => {
+    const s = sim(answer(["/pause", "/resume", "/is_paused"], 401, { error: "Unauthorized" }));
+    const withKey = await doctor(["--engine", s.url, "--admin", "--force", "--engine-api-key", "data-key"]);
+    expect(line(withKey, "auth")).toBe("auth           ok: API key accepted");
+    expect(line(withKey, "pause/resume")).toBe(
+      "pause/resume   mismatch: /is_paused is HTTP 401: the key sent there (engine.api_key) was refused; vLLM's --api-key does not guard its control routes, so a proxy in front wants another key: set engine.admin_api_key to it, or engine.admin_urls to the engines' own URLs",
+    );
+    const none = await doctor(["--engine", s.url, "--admin", "--force"]);
+    expect(line(none, "pause/resume")).toBe(
+      "pause/resume   missing: /is_paused is HTTP 401: a key is wanted there (vLLM's --api-key does not guard its control routes: a proxy in front?): set EDGELOOP_ENGINE_ADMIN_API_KEY (or --engine-admin-api-key, engine.admin_api_key)",
+    );
+    for (const r of [withKey, none]) expect(r.out.join("\n")).not.toContain("SGLang");
+  }, 60_000);
 
   test("SGLang with --admin-api-key: pause/resume missing the admin key without it, ok with it", async () => {
     const s = sim(undefined, undefined, { adminApiKey: "adm1n" });

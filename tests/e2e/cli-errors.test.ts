@@ -154,6 +154,12 @@ describe("flags and ports", () => {
     for (const r of [h, bogus, bad]) noStack(r.stderr);
   }, 30_000);
 
+  test("sim-engine --port 65535 --replicas 2: one line naming --port, exit 2 (not a RangeError)", () => {
+    const r = edgeloop(["sim-engine", "--port", "65535", "--replicas", "2"]);
+    expect([r.code, r.stderr]).toEqual([2, "edgeloop: --port: 65535 with --replicas 2 needs ports 65535..65536, past 65535: use --port 65534 or lower (or --port 0 for free ports)\n"]);
+    noStack(r.stderr);
+  }, 30_000);
+
   test("a port in use: one line, exit 2, for serve, sim-engine, gateway, tools and upstash-bridge", () => {
     const busy = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response("busy") });
     try {

@@ -19,6 +19,7 @@ const restore: (() => void)[] = [];
 let exporter: InMemorySpanExporter;
 let telemetry: Telemetry;
 let rt: Runtime | undefined;
+let rt2: Runtime | undefined;
 const servers: { stop: () => void }[] = [];
 
 beforeAll(() => {
@@ -39,6 +40,7 @@ beforeAll(() => {
 afterAll(async () => {
   for (const r of restore) r();
   await rt?.close();
+  await rt2?.close();
   await telemetry.shutdown();
   for (const s of servers) s.stop();
   rmSync(dir, { recursive: true, force: true });
@@ -86,5 +88,48 @@ test("tool (500 and 302), simulated user (refused) and reward (500) with ?token=
   const summaries = await (await app.request(`/v1/rollouts/${batch_id}/summaries`)).text();
   for (const [where, body] of [["records", text], ["decoded records", decoded.join("\n")], ["summaries", summaries], ["logs", logs.join("\n")], ["metrics", metrics], ["spans", spans]] as const) {
     expect({ where, leaks: body.includes("SECRET") }).toEqual({ where, leaks: false });
+  }
+}, 60_000);
+
+test("secrets in webhook URL paths (after /hooks/, /webhooks/, or token-like): in no record, log, metric or span", async () => {
+  const tool500 = answering(500);
+  const tool302 = redirecting(302, "http://127.0.0.1:1/internal");
+  const reward500 = answering(500);
+  servers.push(tool500, tool302, reward500);
+  const example = JSON.parse(readFileSync(join(ROOT, "infra", "tools", "tools.example.json"), "utf8").replaceAll("{port}", "1"));
+  example.tools[0].url = `${tool500.base}/hooks/PATHSECRETa`;
+  example.tools[0].max_retries = 0;
+  example.tools[1].url = `${tool302.base}/tools/PATHSECRET0b9c8d7/lookup`;
+  example.interactions = [{ name: "u", url: `http://127.0.0.1:${closedPort()}/api/webhooks/42/PATHSECRETc`, timeout_ms: 2000, max_retries: 0 }];
+  writeFileSync(join(dir, "tools-path.json"), JSON.stringify(example));
+  writeFileSync(join(dir, "config-path.json"), JSON.stringify({ reward: { url: `${reward500.base}/score/token/PATHSECRETd`, timeout_ms: 2000, max_retries: 0 } }));
+  const spansBefore = exporter.getFinishedSpans().length;
+  const logsBefore = logs.length;
+  rt2 = await buildRuntime({ config: join(dir, "config-path.json"), tools: join(dir, "tools-path.json"), n: 1 });
+  const app = createRolloutsApp({ service: rt2.service });
+  const rows = [
+    { ...row0, reward_model: { style: "webhook", ground_truth: "31" } },
+    { ...row0, extra_info: { ...(row0.extra_info ?? {}), interaction_kwargs: { name: "u" } } },
+  ];
+  const res = await app.request("/v1/rollouts", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows }) });
+  expect(res.status).toBe(202);
+  const { batch_id } = (await res.json()) as { batch_id: string };
+  const text = await (await app.request(`/v1/rollouts/${batch_id}/trajectories`)).text();
+  const recs = text.trim().split("\n").map((l) => JSON.parse(l) as { key: string; extra_fields: Record<string, unknown> });
+  expect(recs.length).toBe(2);
+  const fields = recs.map((r) => [r.extra_fields.reward_error ?? null, r.extra_fields.error ?? null]);
+  // The failures are named with the secret segments as ***.
+  expect(fields.find((f) => f[0] !== null)).toEqual([`webhook ${reward500.base}/score/token/***: HTTP 500`, null]);
+  expect(String(fields.find((f) => f[1] !== null)![1])).toMatch(/^interaction 'u': webhook http:\/\/127\.0\.0\.1:\d+\/api\/webhooks\/\*\*\*\/\*\*\*: connection failed \(/);
+  expect(recs.map((r) => r.extra_fields.tool_errors)).toEqual([1, 1]);
+  const decoded = await Promise.all(recs.map(async (r) => (await app.request(`/v1/trajectories/${encodeURIComponent(r.key)}?decode=1`)).text()));
+  const metrics = await (await app.request("/metrics")).text();
+  const newSpans = exporter.getFinishedSpans().slice(spansBefore);
+  expect(newSpans.length).toBeGreaterThan(0);
+  const spans = JSON.stringify(newSpans.map((s) => ({ name: s.name, attributes: s.attributes, events: s.events, status: s.status })));
+  const summaries = await (await app.request(`/v1/rollouts/${batch_id}/summaries`)).text();
+  const newLogs = logs.slice(logsBefore).join("\n");
+  for (const [where, body] of [["records", text], ["decoded records", decoded.join("\n")], ["summaries", summaries], ["logs", newLogs], ["metrics", metrics], ["spans", spans]] as const) {
+    expect({ where, leaks: body.includes("PATHSECRET") }).toEqual({ where, leaks: false });
   }
 }, 60_000);

@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { agentSettings, workerRuntime, type Env } from "../../infra/cloudflare/env.ts";
+import { agentSettings, workerRuntime, workerStartWarnings, type Env } from "../../infra/cloudflare/env.ts";
 import { parseAppConfig } from "../../shared/config/app-config.ts";
 
 const env = (v: Partial<Env>) => v as Env;
@@ -80,5 +80,38 @@ describe("Worker entry: routes", () => {
           "no route GET /v1/rollouts/abc on the Workers entry; it serves GET /health, POST /v1/rollouts, GET /v1/groups/{uid}, GET /v1/sessions/{key}, POST /v1/sessions/{key}/tool-results, POST /v1/sessions/{key}/openai/v1/chat/completions, GET /v1/sessions/{key}/openai/v1/models, POST /v1/sessions/{key}/finish (batch progress, trajectories, groups to consume, /metrics and the viewer are served by edgeloop serve)",
       },
     });
+  });
+});
+
+describe("Worker start warnings (S20): agent tasks unsigned, once per isolate", () => {
+  const WARNING =
+    "warning    agent tasks are sent unsigned (no EDGELOOP_AGENT_SECRET): an agent cannot tell edgeloop's tasks (which carry session tokens) from forged ones; set EDGELOOP_AGENT_SECRET (a secret; the agent must verify x-edgeloop-signature with it)";
+  test("which settings warn: an agent URL (variable or config) without a secret (variable or config)", () => {
+    expect(workerStartWarnings(env({ EDGELOOP_AGENT_URL: "http://127.0.0.1:9/tasks" }))).toEqual([WARNING]);
+    expect(workerStartWarnings(env({ EDGELOOP_CONFIG: JSON.stringify({ agent: { url: "http://127.0.0.1:9/tasks" } }) }))).toEqual([WARNING]);
+    expect(workerStartWarnings(env({ EDGELOOP_AGENT_URL: "http://127.0.0.1:9/tasks", EDGELOOP_AGENT_SECRET: "s" }))).toEqual([]);
+    expect(workerStartWarnings(env({ EDGELOOP_CONFIG: JSON.stringify({ agent: { url: "http://127.0.0.1:9/tasks", secret: "s" } }) }))).toEqual([]);
+    expect(workerStartWarnings(env({}))).toEqual([]);
+    // A configuration that does not parse warns of nothing here (the requests needing it fail naming it).
+    expect(workerStartWarnings(env({ EDGELOOP_CONFIG: "{", EDGELOOP_AGENT_URL: "http://127.0.0.1:9/tasks" }))).toEqual([]);
+  });
+
+  test("the Worker's fetch prints the warning with console.warn on its first request only", async () => {
+    const worker = (await import("../../infra/cloudflare/worker.ts")).default;
+    const warned: string[] = [];
+    const logged: string[] = [];
+    const [warn, log] = [console.warn, console.log];
+    console.warn = (...a: unknown[]) => void warned.push(a.map(String).join(" "));
+    console.log = (...a: unknown[]) => void logged.push(a.map(String).join(" "));
+    try {
+      const e = env({ EDGELOOP_AGENT_URL: "http://127.0.0.1:9/tasks", EDGELOOP_API_TOKEN: "t" });
+      const ctx = { waitUntil: () => undefined, passThroughOnException: () => undefined };
+      for (let i = 0; i < 3; i++) expect((await worker.fetch(new Request("http://w/health"), e, ctx as never)).status).toBe(200);
+    } finally {
+      console.warn = warn;
+      console.log = log;
+    }
+    expect(warned).toEqual([`edgeloop (workerd) ${WARNING}`]);
+    expect(logged).toEqual(["edgeloop (workerd) auth       bearer token required on /v1/* (EDGELOOP_API_TOKEN)"]);
   });
 });

@@ -94,3 +94,15 @@ describe.skipIf(!redis)("S8: the Worker with EDGELOOP_API_TOKEN", () => {
     expect(await logged("bearer token required")).not.toContain("worker-token-1");
   }, 60_000);
 });
+
+describe.skipIf(!redis)("S20: the Worker warns when agent tasks go unsigned", () => {
+  test("EDGELOOP_AGENT_URL without EDGELOOP_AGENT_SECRET: the warning after the auth state on the isolate's first request", async () => {
+    const { w, logged } = await worker({ EDGELOOP_API_TOKEN: "worker-token-1", EDGELOOP_AGENT_URL: "http://127.0.0.1:9/tasks" });
+    for (let i = 0; i < 3; i++) await (await w.mf.dispatchFetch("http://localhost/health")).arrayBuffer();
+    const out = await logged("agent tasks are sent unsigned");
+    expect(out).toContain("edgeloop (workerd) auth       bearer token required on /v1/* (EDGELOOP_API_TOKEN)");
+    expect(out).toContain(
+      "edgeloop (workerd) warning    agent tasks are sent unsigned (no EDGELOOP_AGENT_SECRET): an agent cannot tell edgeloop's tasks (which carry session tokens) from forged ones; set EDGELOOP_AGENT_SECRET (a secret; the agent must verify x-edgeloop-signature with it)",
+    );
+  }, 60_000);
+});

@@ -26,6 +26,20 @@ describe("redactUrl", () => {
     expect(redactUrl("http://127.0.0.1:33341")).toBe("http://127.0.0.1:33341");
     expect(redactUrl("not a url ?token=SECRET")).toBe("(invalid URL)");
   });
+  test("path secrets: every segment after a webhook or credential marker, and token-like segments, show as ***", () => {
+    expect(redactUrl("https://hooks.slack.com/services/T0AAA/B0BBB/XXXXsecretXXXX")).toBe("https://hooks.slack.com/services/***/***/***");
+    expect(redactUrl("https://discord.com/api/webhooks/123456789012345678/tok_SECRET")).toBe("https://discord.com/api/webhooks/***/***");
+    expect(redactUrl("http://127.0.0.1:9/HOOKS/short")).toBe("http://127.0.0.1:9/HOOKS/***");
+    expect(redactUrl("http://127.0.0.1:9/v1/key/abc/tools/calc")).toBe("http://127.0.0.1:9/v1/key/***/***/***");
+    // Token-like: 16+ characters with letters and digits (a UUID, an API key), or any 32+ characters.
+    expect(redactUrl("http://127.0.0.1:9/tools/a1b2c3d4e5f6a7b8/calc")).toBe("http://127.0.0.1:9/tools/***/calc");
+    expect(redactUrl("http://h/t/0f8fad5b-d9cb-469f-a165-70867728950e")).toBe("http://h/t/***");
+    expect(redactUrl(`http://h/t/${"z".repeat(32)}`)).toBe("http://h/t/***");
+    expect(redactUrl("http://h/t/sk-ABCDEFGH12345678?x=1")).toBe("http://h/t/***");
+    // Kept: short segments, long words without digits, 15-character mixes.
+    for (const u of ["http://127.0.0.1:9/tools/calc", "http://h/latest/meta-data/security-credentials", "http://h/v1/completions", "http://h/abc123def456ghi"]) expect(redactUrl(u)).toBe(u);
+    expect(redactUrl("http://h/latest/meta-data/iam/security-credentials/role")).toBe("http://h/latest/meta-data/iam/security-credentials/role");
+  });
 });
 
 describe("tool webhooks: redirects are failed calls (S1)", () => {
