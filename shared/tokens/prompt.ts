@@ -74,17 +74,22 @@ export function buildPromptIds(
     const parts = opts.method === "render" ? undefined : promptParts(tok, messages, opts);
     const length = parts ? parts.prefix.length + parts.rest.length : -1;
     const text = parts ? undefined : tok.renderText(messages, { tools: opts.tools, addGenerationPrompt: true, chatTemplateKwargs: opts.chatTemplateKwargs });
-    // A huge prompt (say 30 MB of text) is never tokenized whole: only its tail can survive left
-    // truncation, and a tail of (prompt_length + margin) × the longest token's characters is sure to
-    // hold more than prompt_length tokens. Pre-tokenization is local, so the kept ids equal the
-    // last ids of the whole text's encoding (the margin absorbs the cut word).
+    // A huge prompt (say 30 MB of text) is not tokenized whole when its tail can be cut at a pre-token
+    // boundary: only the tail can survive left truncation, and a tail of (prompt_length + margin) × the
+    // longest token's characters holds more than prompt_length tokens. The cut is at a position where the
+    // tokenizer's pre-tokens are known to start (preTokenBoundaryAtOrBefore), so the tail's ids are exactly
+    // the whole encoding's from there; without such a position (one unbroken 40,000-character word), or for
+    // a tokenizer whose pre-tokens are not known, the text is encoded whole (bounded by limits.max_prompt_chars).
     const tailChars = (opts.promptLength + 64) * tok.maxTokenChars();
-    if ((text?.length ?? length) > 2 * tailChars) {
+    if ((text?.length ?? length) > 2 * tailChars && tok.preTokenBoundariesKnown()) {
       const whole = text ?? parts!.prefix + parts!.rest;
-      const tail = tok.encode(whole.slice(whole.length - tailChars));
-      const kept = checkedTail(tok, messages, opts, tail, Number.POSITIVE_INFINITY);
-      promptCache.set(tailKey, kept);
-      return { promptIds: kept.slice(), truncated: true };
+      const cut = preTokenBoundaryAtOrBefore(whole, whole.length - tailChars, tailChars);
+      if (cut !== null) {
+        const tail = tok.encode(whole.slice(cut));
+        const kept = checkedTail(tok, messages, opts, tail, Number.POSITIVE_INFINITY);
+        promptCache.set(tailKey, kept);
+        return { promptIds: kept.slice(), truncated: true };
+      }
     }
     if (parts) {
       const prefixIds = parts.prefixIds();
@@ -316,4 +321,28 @@ export function promptFormulaFallback(tok: ChatTokenizer, messages: readonly Cha
     return undefined; // the template cannot render this shape at all: not a fallback
   }
   return f;
+}
+
+/**
+ * The largest index `i` in `[at - maxBack, at]` where a pre-token starts for
+ * tokenizers whose {@link ChatTokenizer.preTokenBoundariesKnown} holds: right
+ * after a `\n` when `text[i]` is not whitespace (every alternative of their
+ * split regex that can match a newline ends at it), or a space between two
+ * ASCII letters (a letter run ends at the space, and ` word` begins there);
+ * null when there is none. One backward scan of at most `maxBack + 1`
+ * characters.
+ */
+export function preTokenBoundaryAtOrBefore(text: string, at: number, maxBack: number): number | null {
+  const stop = Math.max(1, at - maxBack);
+  const letter = (c: number) => (c >= 65 && c <= 90) || (c >= 97 && c <= 122);
+  for (let i = Math.min(at, text.length - 2); i >= stop; i--) {
+    const prev = text.charCodeAt(i - 1);
+    const c = text.charCodeAt(i);
+    if (c === 32 && letter(prev) && letter(text.charCodeAt(i + 1))) return i;
+    if (prev !== 10) continue;
+    // \s of the tokenizers' regexes (and, conservatively, every control character): not a boundary before it.
+    if (c <= 32 || c === 0x85 || c === 0xa0 || c === 0x1680 || (c >= 0x2000 && c <= 0x200a) || c === 0x2028 || c === 0x2029 || c === 0x202f || c === 0x205f || c === 0x3000 || c === 0xfeff) continue;
+    return i;
+  }
+  return null;
 }

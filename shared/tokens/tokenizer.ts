@@ -86,6 +86,8 @@ export class ChatTokenizer {
   private maxChars: number | undefined;
   /** `tokenizer.json`'s `decoder` config, for {@link ByteLevelDecodeTable.build}. */
   private readonly decoderConfig: unknown;
+  /** See {@link preTokenBoundariesKnown}. */
+  private readonly newlineBoundaries: boolean;
   /** The byte-level decode table, built on the first decode; null when the decoder is not exactly ByteLevel. */
   private fastDecode: ByteLevelDecodeTable | null | undefined;
 
@@ -98,6 +100,7 @@ export class ChatTokenizer {
     this.tok = new Tokenizer(files.tokenizer as object, cfg);
     this.templateText = cfg.chat_template;
     this.decoderConfig = (files.tokenizer as { decoder?: unknown }).decoder;
+    this.newlineBoundaries = newlineSplitPreTokenizer((files.tokenizer as { pre_tokenizer?: unknown }).pre_tokenizer);
     try {
       this.template = new Template(cfg.chat_template);
     } catch (e) {
@@ -167,6 +170,21 @@ export class ChatTokenizer {
    * byte-level pieces counted as one character each): any text of `k` tokens
    * is at most `k × maxTokenChars()` characters long. Computed once.
    */
+  /**
+   * Whether this tokenizer's pre-tokens are known to start at two kinds of
+   * position (see `preTokenBoundaryAtOrBefore`): right after a `\n` followed
+   * by a character other than whitespace, and at a space between two ASCII
+   * letters. Encoding the text from such a position gives exactly the ids the
+   * whole text's encoding has from there on (BPE merges never cross a
+   * pre-token). True for the byte-level pre-tokenizers whose split regex is
+   * one of the known GPT-4-style patterns (Qwen3's, Llama 3's, o200k's);
+   * false otherwise (Gemma's SentencePiece pieces and DeepSeek V3's split
+   * sequence are not checked), and then a long prompt is encoded whole.
+   */
+  preTokenBoundariesKnown(): boolean {
+    return this.newlineBoundaries;
+  }
+
   maxTokenChars(): number {
     if (this.maxChars === undefined) {
       let m = 1;
@@ -403,4 +421,25 @@ export async function loadDefaultModelFiles(): Promise<ModelFiles> {
 /** The default Qwen3 {@link ChatTokenizer}, loaded lazily and cached. */
 export function defaultTokenizer(): Promise<ChatTokenizer> {
   return cachedTokenizer(DEFAULT_MODEL, loadDefaultModelFiles);
+}
+
+/**
+ * The split regexes known to end every pre-token that holds a newline at the
+ * newline (the alternatives that can match `\r`/`\n` are `\s*[\r\n]+` and
+ * a punctuation run's trailing `[\r\n]*`/`[\r\n/]*`; the letter and digit
+ * alternatives exclude them): Qwen2/3's, Llama 3's and o200k's (gpt-oss), as
+ * their `tokenizer.json` files spell them.
+ */
+const NEWLINE_BOUNDARY_REGEXES = new Set([
+  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+  "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+]);
+
+/** Whether `pre` (a `tokenizer.json` pre_tokenizer) is a known newline-bounded Split followed by ByteLevel without its own regex. */
+function newlineSplitPreTokenizer(pre: unknown): boolean {
+  const p = pre as { type?: string; pretokenizers?: { type?: string; pattern?: { Regex?: string }; behavior?: string; use_regex?: boolean }[] } | null;
+  if (p?.type !== "Sequence" || p.pretokenizers?.length !== 2) return false;
+  const [split, bytes] = p.pretokenizers;
+  return split?.type === "Split" && split.behavior === "Isolated" && NEWLINE_BOUNDARY_REGEXES.has(split.pattern?.Regex ?? "") && bytes?.type === "ByteLevel" && bytes.use_regex === false;
 }
