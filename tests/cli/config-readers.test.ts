@@ -104,8 +104,8 @@ const READERS: Record<string, [string, string]> = {
   "agent.secret": ["infra/cli/runtime.ts", "secret: config.agent.secret"],
   "agent.max_reply_bytes": ["infra/cli/runtime.ts", "max_reply_bytes: config.agent.max_reply_bytes"],
   "agent.public_url": ["infra/cli/runtime.ts", "let publicUrl: string | null = config.agent.public_url;"],
-  "limits.max_prompt_chars": ["shared/rollout/service.ts", "cfg.limits.max_prompt_chars"],
-  max_batch_trajectories: ["shared/rollout/service.ts", "planBatch(req, cfg.rollout, cfg.max_batch_trajectories"],
+  "limits.max_prompt_chars": ["shared/service/rollout-service.ts", "cfg.limits.max_prompt_chars"],
+  max_batch_trajectories: ["shared/service/rollout-service.ts", "planBatch(req, cfg.rollout, cfg.max_batch_trajectories"],
   concurrency: ["infra/cli/worker-command.ts", "concurrency: runtime.config.concurrency"],
   model: ["infra/cli/runtime.ts", "loadTokenizer(config.model ?? undefined)"],
 };
