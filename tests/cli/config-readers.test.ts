@@ -15,7 +15,7 @@ const READERS: Record<string, [string, string]> = {
   "rollout.n": ["shared/rollout/batch.ts", "const defaultN = req.validate ? rollout.val_kwargs.n : rollout.n;"],
   "rollout.prompt_length": ["shared/rollout/batch.ts", "promptLength: rollout.prompt_length"],
   "rollout.response_length": ["shared/rollout/batch.ts", "responseLength: rollout.response_length"],
-  "rollout.max_model_len": ["shared/agent-loop/agent-loop.ts", "if (config.max_model_len) return"],
+  "rollout.max_model_len": ["shared/inference/context-size.ts", "if (config.max_model_len) return"],
   "rollout.calculate_log_probs": ["shared/rollout/executor.ts", "logprobs: rollout.calculate_log_probs"],
   "rollout.return_routed_experts": ["shared/agent-loop/agent-loop.ts", "this.ctx.config?.return_routed_experts === true"],
   "rollout.temperature": ["shared/rollout/executor.ts", "temperature: src.temperature"],
