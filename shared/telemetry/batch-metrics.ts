@@ -57,8 +57,8 @@ export interface BatchMetrics {
   agent_loop_histograms: Record<(typeof AGENT_LOOP_FIELDS)[number], FieldHistogram>;
 }
 
-/** Counts per bucket (not cumulative), sum and count of one field. */
-class FieldCounts {
+/** A histogram being filled: counts per bucket (not cumulative until {@link snapshot}), sum and count; `bounds` are the upper bounds, `+Inf` implied. */
+export class FieldCounts {
   readonly counts: number[];
   sum = 0;
   count = 0;

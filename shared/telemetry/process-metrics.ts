@@ -1,35 +1,17 @@
-import { TOOL_LATENCY_BUCKETS } from "./batch-metrics.ts";
+import { FieldCounts, TOOL_LATENCY_BUCKETS } from "./batch-metrics.ts";
 import type { PromFamily, PromSample } from "./prometheus.ts";
 
 /** Upper bounds (seconds) of the engine request latency histogram buckets; `+Inf` is implied. */
 export const ENGINE_LATENCY_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300] as const;
 
-/** A cumulative Prometheus histogram: per-bucket counts (not cumulative until rendered), sum and count. */
-class Histogram {
-  private readonly counts: number[];
-  sum = 0;
-  count = 0;
-
-  constructor(readonly bounds: readonly number[]) {
-    this.counts = new Array<number>(bounds.length + 1).fill(0);
-  }
-
-  observe(v: number): void {
-    let i = this.bounds.findIndex((b) => v <= b);
-    if (i < 0) i = this.bounds.length;
-    this.counts[i]!++;
-    this.sum += v;
-    this.count++;
-  }
-
-  /** The `_bucket` (cumulative, `+Inf` = count), `_sum` and `_count` samples, each with `labels` added. */
+/** A histogram of {@link FieldCounts} with its Prometheus samples: `_bucket` (cumulative, `+Inf` = count), `_sum`, `_count`, each with `labels` added. */
+class Histogram extends FieldCounts {
   samples(labels: Record<string, string> = {}): PromSample[] {
-    let cum = 0;
+    const h = this.snapshot();
     return [
-      ...this.bounds.map((le, i) => ({ suffix: "_bucket" as const, labels: { ...labels, le: String(le) }, value: (cum += this.counts[i]!) })),
-      { suffix: "_bucket", labels: { ...labels, le: "+Inf" }, value: this.count },
-      { suffix: "_sum", labels, value: this.sum },
-      { suffix: "_count", labels, value: this.count },
+      ...h.buckets.map((b) => ({ suffix: "_bucket" as const, labels: { ...labels, le: String(b.le) }, value: b.count })),
+      { suffix: "_sum", labels, value: h.sum },
+      { suffix: "_count", labels, value: h.count },
     ];
   }
 }
