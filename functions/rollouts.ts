@@ -104,10 +104,29 @@ function parseQuery<S extends z.ZodType>(schema: S, query: Record<string, string
 }
 
 /**
- * Routes that take query parameters (each parses them with its strict schema);
- * every other `/v1/*` route of this app takes none.
+ * The routes of this app that take query parameters (Hono paths), each with
+ * its strict schema: the route's handler parses with it ({@link queryOf}),
+ * the OpenAPI document lists its parameters, and {@link refuseUnknownQuery}
+ * refuses a query on every other `/v1/*` route — one table, so a route that
+ * gains a query cannot be forgotten by the middleware.
  */
-const QUERY_ROUTES: readonly RegExp[] = [/^\/v1\/rollouts$/, /^\/v1\/trajectories\/[^/]+$/, /^\/v1\/rollouts\/[^/]+\/summaries$/, /^\/v1\/rollouts\/[^/]+\/groups\/[^/]+$/, /^\/v1\/groups$/];
+const QUERY_SCHEMAS = {
+  "/v1/rollouts": RolloutsListQuery,
+  "/v1/trajectories/:key": TrajectoryQuery,
+  "/v1/rollouts/:batch_id/summaries": SummariesQuery,
+  "/v1/rollouts/:batch_id/groups/:uid": GroupRecordsQuery,
+  "/v1/groups": GroupsQuery,
+} as const;
+type QueryPath = keyof typeof QUERY_SCHEMAS;
+
+/** {@link QUERY_SCHEMAS}' paths as patterns (a `:param` matches one path segment). */
+const QUERY_ROUTES: readonly RegExp[] = Object.keys(QUERY_SCHEMAS).map((p) => new RegExp(`^${p.replace(/:[a-z_]+/g, "[^/]+")}$`));
+
+/** The query of a request to `path`, parsed with its schema. @throws InputError naming an unknown or invalid parameter. */
+function queryOf<P extends QueryPath>(path: P, c: Context): z.output<(typeof QUERY_SCHEMAS)[P]> {
+  const schema = QUERY_SCHEMAS[path];
+  return parseQuery(schema, c.req.query(), Object.keys(schema.shape)) as z.output<(typeof QUERY_SCHEMAS)[P]>;
+}
 
 /**
  * Middleware: a query parameter on a route that takes none is a 400 naming
@@ -281,7 +300,7 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
   app.use("/v1/*", refuseUnknownQuery);
 
   app.get("/v1/rollouts", async (c) => {
-    const q = parseQuery(RolloutsListQuery, c.req.query(), Object.keys(RolloutsListQuery.shape));
+    const q = queryOf("/v1/rollouts", c);
     const page = await service.listBatches({ limit: q.limit, cursor: q.cursor ?? null });
     const batches: BatchSummary[] = page.runs.map((run) => {
       const s = run.stats();
@@ -320,7 +339,7 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
   app.get("/v1/trajectories/:key", async (c) => {
     const key = c.req.param("key");
     parseTrajectoryKey(key);
-    const q = parseQuery(TrajectoryQuery, c.req.query(), Object.keys(TrajectoryQuery.shape));
+    const q = queryOf("/v1/trajectories/:key", c);
     const record = await service.store.get(key);
     if (!record) throw new NotFoundError(`no trajectory '${key}'`, { field: "key" });
     if (!q.decode) return c.json(record);
@@ -392,7 +411,7 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
   });
 
   app.get("/v1/rollouts/:batch_id/summaries", async (c) => {
-    const q = parseQuery(SummariesQuery, c.req.query(), Object.keys(SummariesQuery.shape));
+    const q = queryOf("/v1/rollouts/:batch_id/summaries", c);
     const run = await service.lookup(c.req.param("batch_id"));
     const { limit, cursor, ...filter } = q;
     // `done` read before the page: a batch done then has every record in it.
@@ -403,7 +422,7 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
   app.get("/v1/rollouts/:batch_id/groups/:uid", async (c) => {
     const uid = Uid.safeParse(c.req.param("uid"));
     if (!uid.success) throw inputErrorFromZod("uid", uid.error.issues);
-    const q = parseQuery(GroupRecordsQuery, c.req.query(), Object.keys(GroupRecordsQuery.shape));
+    const q = queryOf("/v1/rollouts/:batch_id/groups/:uid", c);
     const batchId = c.req.param("batch_id");
     const run = await service.lookup(batchId);
     const records = run
@@ -421,7 +440,7 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
   });
 
   app.get("/v1/groups", async (c) => {
-    const q = parseQuery(GroupsQuery, c.req.query(), Object.keys(GroupsQuery.shape));
+    const q = queryOf("/v1/groups", c);
     const { include_filtered, ...read } = q;
     const groups = await service.store.readCompleteGroups(read);
     if (include_filtered !== "1" && include_filtered !== "true") return c.json({ groups });
