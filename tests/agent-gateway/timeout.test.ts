@@ -43,12 +43,14 @@ function harness(agent: (task: AgentTask, client: OpenAI) => Promise<Response>, 
 
 describe("openai_agent deadlines and webhook failures", () => {
   test("one call, no finish: the record holds that turn, error agent_timeout, reward scored by edgeloop", async () => {
-    let late: unknown = null;
+    // The late call's outcome, awaited (an event), not guessed at with a sleep.
+    let settleLate!: (v: unknown) => void;
+    const late = new Promise<unknown>((r) => (settleLate = r));
     const { loop, tasks, gw } = harness(async (task, client) => {
       await client.chat.completions.create({ model: task.model, messages: task.messages as OpenAI.ChatCompletionMessageParam[] });
       // The agent hangs after its first call; a call after the deadline is refused as closed.
       setTimeout(() => {
-        client.chat.completions.create({ model: task.model, messages: task.messages as OpenAI.ChatCompletionMessageParam[], temperature: 0.5 }).catch((e) => (late = e));
+        client.chat.completions.create({ model: task.model, messages: task.messages as OpenAI.ChatCompletionMessageParam[], temperature: 0.5 }).then(settleLate, settleLate);
       }, 400);
       return new Response(null, { status: 202 });
     }, 250);
@@ -62,8 +64,7 @@ describe("openai_agent deadlines and webhook failures", () => {
     expect(tok.decode(o.response_ids as number[])).toBe('<think>\nLet me compute 12*3-5.\n</think>\n\n<tool_call>\n{"name": "calc", "arguments": {"expression": "12*3-5"}}\n</tool_call><|im_end|>');
     expect(o.reward_score).toBe(0);
     expect((await gw.get("t0_0_0"))!.finish!.by).toBe("timeout");
-    await new Promise((r) => setTimeout(r, 300));
-    expect((late as { status?: number })?.status).toBe(409);
+    expect(((await late) as { status?: number }).status).toBe(409);
   });
 
   test("no call at all: the trajectory fails with AgentTimeoutError", async () => {
