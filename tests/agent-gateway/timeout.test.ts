@@ -43,17 +43,13 @@ function harness(agent: (task: AgentTask, client: OpenAI) => Promise<Response>, 
 
 describe("openai_agent deadlines and webhook failures", () => {
   test("one call, no finish: the record holds that turn, error agent_timeout, reward scored by edgeloop", async () => {
-    // The late call's outcome, awaited (an event), not guessed at with a sleep.
-    let settleLate!: (v: unknown) => void;
-    const late = new Promise<unknown>((r) => (settleLate = r));
+    // The agent hangs after its first call; once the deadline closed the session, its next call is refused.
+    let lateCall!: () => Promise<unknown>;
     const { loop, tasks, gw } = harness(async (task, client) => {
       await client.chat.completions.create({ model: task.model, messages: task.messages as OpenAI.ChatCompletionMessageParam[] });
-      // The agent hangs after its first call; a call after the deadline is refused as closed.
-      setTimeout(() => {
-        client.chat.completions.create({ model: task.model, messages: task.messages as OpenAI.ChatCompletionMessageParam[], temperature: 0.5 }).then(settleLate, settleLate);
-      }, 400);
+      lateCall = () => client.chat.completions.create({ model: task.model, messages: task.messages as OpenAI.ChatCompletionMessageParam[], temperature: 0.5 }).then((r) => r, (e: unknown) => e);
       return new Response(null, { status: 202 });
-    }, 250);
+    }, 1500);
     const outs = await loop.run(SP, { uid: "t0", session_id: 0, prompt: row0.prompt, data_source: "edgeloop/arith", reward_model: { style: "rule", ground_truth: "31" } });
     expect(tasks.length).toBe(1);
     expect(outs.length).toBe(1);
@@ -64,7 +60,7 @@ describe("openai_agent deadlines and webhook failures", () => {
     expect(tok.decode(o.response_ids as number[])).toBe('<think>\nLet me compute 12*3-5.\n</think>\n\n<tool_call>\n{"name": "calc", "arguments": {"expression": "12*3-5"}}\n</tool_call><|im_end|>');
     expect(o.reward_score).toBe(0);
     expect((await gw.get("t0_0_0"))!.finish!.by).toBe("timeout");
-    expect(((await late) as { status?: number }).status).toBe(409);
+    expect(((await lateCall()) as { status?: number }).status).toBe(409);
   });
 
   test("no call at all: the trajectory fails with AgentTimeoutError", async () => {
