@@ -272,10 +272,10 @@ export function createSessionExecutor(
       let movedAt = Date.now();
       for (let waitMs = 50; ; waitMs = Math.min(waitMs * 2, 2_000)) {
         if (signal?.aborted) throw signal.reason ?? new Error("aborted");
-        const recs = await store.sessionRecords(t.uid, t.session_id);
-        if (recs) return recs;
-        const st = await host.status(t.key);
-        if (st?.step !== step) (step = st?.step ?? null), (movedAt = Date.now());
+        // A failed read (a store outage) concludes nothing: no records, the step unread; the stall clock runs on.
+        const seen = await Promise.all([store.sessionRecords(t.uid, t.session_id), host.status(t.key)]).catch(() => null);
+        if (seen?.[0]) return seen[0];
+        if (seen && seen[1]?.step !== step) (step = seen[1]?.step ?? null), (movedAt = Date.now());
         if (Date.now() - movedAt >= stallMs) return null;
         await new Promise((r) => setTimeout(r, Math.min(waitMs, stallMs)));
       }
@@ -286,46 +286,46 @@ export function createSessionExecutor(
   };
 
   async function runSession(t: PlannedTrajectory, plan: BatchPlan, signal: AbortSignal | undefined, rerun: boolean): Promise<{ agentName: string; outputs: AgentLoopOutput[] }> {
-      const row = t.row!;
-      const agentName = registry.resolve(row.agent_name, rollout.agent.default_agent_loop);
-      // Admission holds only a trajectory not started yet: a stored session (a resume) goes on.
-      const fresh = deps.policy && rollout.staleness_policy === "admit" && rollout.max_staleness != null ? (await host.status(t.key)) === null : false;
-      const admission = fresh ? await admit(deps, rollout, signal) : null;
-      const signals = signalsOf(deps);
-      if (signal) signals.set(t.key, signal);
-      const r = await host
-        .run(
-          {
-        key: t.key,
-        agent_name: agentName,
-        sampling_params: samplingParamsFor(rollout, plan.validate, t),
-        kwargs: { ...row, uid: t.uid, session_id: t.session_id, global_steps: plan.global_steps, key: t.key },
-          rollout,
-          model_version: batch.model_version,
-          },
-          // Carried at the end of an over-sampled batch: stop at the last committed step, resumed by the next batch.
-          rollout.partial_rollout === "carry" ? { suspend: carrySignal(signal) } : {},
-        )
-        .finally(() => {
-          if (signals.get(t.key) === signal) signals.delete(t.key);
-        });
-      if (r.status === "finished" && !r.resumed) return { agentName, outputs: withAdmission(r.outputs, admission) };
-      if (r.status === "failed") throw new Error(r.error);
-      // Done, or finished by an owner that died around its writes: the records (0…k) may already be stored.
-      const recs = await store.sessionRecords(t.uid, t.session_id);
-      if (!recs && r.status === "finished") return { agentName, outputs: r.outputs };
-      if (recs && r.status === "finished") await host.markDone(t.key);
-      if (!recs) {
-        // Done, yet its records are gone: the store lost them (a restart without persistence, an eviction) after the
-        // session was marked done — a done checkpoint keeps no outputs. Nothing of it survives to hand back, so the
-        // trajectory is sampled again from the start (once), rather than stored failed or waited for forever.
-        if (rerun) throw new Error(`session '${t.key}' is done but its records are not in the transfer queue (twice: the store keeps losing them)`);
-        await host.drop(t.key);
-        return runSession(t, plan, signal, true);
-      }
-      const failed = recs.find((x) => x.error !== null);
-      if (failed) throw new Error(failed.error!);
-      return { agentName: recs[0]?.agent_name ?? agentName, outputs: recs.map(outputOfRecord) };
+    const row = t.row!;
+    const agentName = registry.resolve(row.agent_name, rollout.agent.default_agent_loop);
+    // Admission holds only a trajectory not started yet: a stored session (a resume) goes on.
+    const fresh = deps.policy && rollout.staleness_policy === "admit" && rollout.max_staleness != null ? (await host.status(t.key)) === null : false;
+    const admission = fresh ? await admit(deps, rollout, signal) : null;
+    const signals = signalsOf(deps);
+    if (signal) signals.set(t.key, signal);
+    const r = await host
+      .run(
+        {
+      key: t.key,
+      agent_name: agentName,
+      sampling_params: samplingParamsFor(rollout, plan.validate, t),
+      kwargs: { ...row, uid: t.uid, session_id: t.session_id, global_steps: plan.global_steps, key: t.key },
+        rollout,
+        model_version: batch.model_version,
+        },
+        // Carried at the end of an over-sampled batch: stop at the last committed step, resumed by the next batch.
+        rollout.partial_rollout === "carry" ? { suspend: carrySignal(signal) } : {},
+      )
+      .finally(() => {
+        if (signals.get(t.key) === signal) signals.delete(t.key);
+      });
+    if (r.status === "finished" && !r.resumed) return { agentName, outputs: withAdmission(r.outputs, admission) };
+    if (r.status === "failed") throw new Error(r.error);
+    // Done, or finished by an owner that died around its writes: the records (0…k) may already be stored.
+    const recs = await store.sessionRecords(t.uid, t.session_id);
+    if (!recs && r.status === "finished") return { agentName, outputs: r.outputs };
+    if (recs && r.status === "finished") await host.markDone(t.key);
+    if (!recs) {
+      // Done, yet its records are gone: the store lost them (a restart without persistence, an eviction) after the
+      // session was marked done — a done checkpoint keeps no outputs. Nothing of it survives to hand back, so the
+      // trajectory is sampled again from the start (once), rather than stored failed or waited for forever.
+      if (rerun) throw new Error(`session '${t.key}' is done but its records are not in the transfer queue (twice: the store keeps losing them)`);
+      await host.drop(t.key);
+      return runSession(t, plan, signal, true);
+    }
+    const failed = recs.find((x) => x.error !== null);
+    if (failed) throw new Error(failed.error!);
+    return { agentName: recs[0]?.agent_name ?? agentName, outputs: recs.map(outputOfRecord) };
   }
 }
 
