@@ -59,7 +59,7 @@ describe("the public API (package.json exports, docs/architecture.md)", () => {
       `import { A } from "/pkg/shared/sdk/agent-loop.ts";\nexport * from '/pkg/shared/schema/index.ts';\nconst w = await import("/pkg/infra/cloudflare/worker.ts");\nconst s = "edgeloop/sim-qwen3";`,
     );
     expect(() => rewriteSelfImports(`import { x } from "edgeloop/shared/errors.ts";`, pkg.exports)).toThrow(
-      "'edgeloop/shared/errors.ts' is not an entry point of edgeloop (package.json exports): import one of edgeloop/agent-loop, edgeloop/schema, edgeloop/models, edgeloop/engines, edgeloop/transfer-queue, edgeloop/functions, edgeloop/worker, edgeloop/sim-engine, edgeloop/package.json",
+      "'edgeloop/shared/errors.ts' is not an entry point of edgeloop (package.json exports): import one of edgeloop/agent-loop, edgeloop/schema, edgeloop/models, edgeloop/engines, edgeloop/transfer-queue, edgeloop/functions, edgeloop/worker, edgeloop/sim-engine",
     );
   });
 });

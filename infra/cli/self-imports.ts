@@ -21,6 +21,14 @@ export function resolveSelfImport(specifier: string, exports: Record<string, str
 /** `edgeloop` / `edgeloop/<entry>` as a module specifier of an import, export or dynamic import (quotes kept apart). */
 const SELF_SPECIFIER = /((?:\bfrom|\bimport)\s*\(?\s*)(["'])(edgeloop(?:\/[^"'\s]*)?)\2/g;
 
+/** The importable entry points of `exports`, as specifiers (`edgeloop/agent-loop, …`; package.json left out). */
+function entryNames(exports: Record<string, string>): string {
+  return Object.keys(exports)
+    .filter((k) => k !== "./package.json")
+    .map((k) => `edgeloop${k.slice(1)}`)
+    .join(", ");
+}
+
 /**
  * `source` with every `edgeloop` / `edgeloop/<entry>` import specifier
  * replaced by the absolute path of its entry file (`exports`); one pass,
@@ -30,7 +38,7 @@ const SELF_SPECIFIER = /((?:\bfrom|\bimport)\s*\(?\s*)(["'])(edgeloop(?:\/[^"'\s
 export function rewriteSelfImports(source: string, exports: Record<string, string>, root: string = ROOT): string {
   return source.replace(SELF_SPECIFIER, (_m, head: string, q: string, spec: string) => {
     const path = resolveSelfImport(spec, exports, root);
-    if (!path) throw new Error(`'${spec}' is not an entry point of edgeloop (package.json exports): import one of ${Object.keys(exports).map((k) => `edgeloop${k.slice(1)}`).join(", ")}`);
+    if (!path) throw new Error(`'${spec}' is not an entry point of edgeloop (package.json exports): import one of ${entryNames(exports)}`);
     return `${head}${q}${path}${q}`;
   });
 }

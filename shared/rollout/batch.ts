@@ -121,7 +121,8 @@ export function promptChars(messages: DatasetRow["prompt"]): number {
  * `uid` field when it has one, as trainers that assign uids per prompt do;
  * otherwise — absent or null — a server-chosen random one) and `n` sessions with keys
  * `{uid}_{s}_0`. A row whose `uid` is malformed or repeats an earlier row's
- * fails on its own. An invalid row still gets its
+ * fails on its own (a malformed one under a server-chosen uid, its error
+ * naming the refused value). An invalid row still gets its
  * keys (with `row_error` naming the field, e.g. `rows[3].prompt`), so that
  * it fails on its own and its group completes, flagged.
  * @throws InputError (`rows`) over `maxTrajectories`; (`rows[i].prompt`) when a
@@ -163,7 +164,9 @@ export function planBatch(req: RolloutRequest, rollout: RolloutConfig, maxTrajec
     // A null uid (a Parquet column with gaps) is no uid: the server picks one, as for a null agent_name.
     if (row && given !== undefined && given !== null) {
       const u = Uid.safeParse(given);
-      if (!u.success) rowError = `rows[${i}].uid: ${u.error.issues[0]!.message}`;
+      // The refused value is named (JSON, at most 80 characters): the failed record is keyed by a server-chosen uid,
+      // so its error is where a trainer finds which of its uids it was.
+      if (!u.success) rowError = `rows[${i}].uid: ${JSON.stringify(given).slice(0, 80)} refused: ${u.error.issues[0]!.message}; this row's record is keyed by a server-chosen uid`;
       else if (groups.has(u.data)) rowError = `rows[${i}].uid: '${u.data}' repeats the uid of an earlier row`;
       else uid = u.data;
     }

@@ -248,7 +248,7 @@ describe("the API refuses an ambiguous uid, naming it", () => {
       rec = (await rt.store.get(keys[0]!)) as typeof rec;
       if (!rec) await Bun.sleep(10);
     }
-    expect(rec!.error).toBe("rows[0].uid: uid may only hold letters, digits, '.' and '-' ('_' separates key parts, ':' Redis key words)");
+    expect(rec!.error).toBe(`rows[0].uid: "gvk2:keys" refused: uid may only hold letters, digits, '.' and '-' ('_' separates key parts, ':' Redis key words); this row's record is keyed by a server-chosen uid`);
     for (const u of ["gvk2:keys", "%7Bg%7D", "a*"]) {
       const g = await app.request(`/v1/groups/${encodeURIComponent(u)}`);
       expect([g.status, ((await g.json()) as { error: { field: string } }).error.field]).toEqual([400, "uid"]);
