@@ -273,9 +273,9 @@ export function createSessionExecutor(
       for (let waitMs = 50; ; waitMs = Math.min(waitMs * 2, 2_000)) {
         if (signal?.aborted) throw signal.reason ?? new Error("aborted");
         // A failed read (a store outage) concludes nothing: no records, the step unread; the stall clock runs on.
-        const seen = await Promise.all([store.sessionRecords(t.uid, t.session_id), host.status(t.key)]).catch(() => null);
+        const seen = await Promise.all([store.sessionRecords(t.uid, t.session_id), host.stepOf(t.key)]).catch(() => null);
         if (seen?.[0]) return seen[0];
-        if (seen && seen[1]?.step !== step) (step = seen[1]?.step ?? null), (movedAt = Date.now());
+        if (seen && seen[1] !== step) (step = seen[1]), (movedAt = Date.now());
         if (Date.now() - movedAt >= stallMs) return null;
         await new Promise((r) => setTimeout(r, Math.min(waitMs, stallMs)));
       }

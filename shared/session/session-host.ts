@@ -125,6 +125,16 @@ export class SessionHost {
     });
   }
 
+  /**
+   * The stored step of `key` (−1 with no delta; null when absent), read
+   * without folding the session (`SessionStorage.stepOf`, else a whole
+   * read): what a process waiting on another owner polls.
+   */
+  async stepOf(key: string): Promise<number | null> {
+    const st = this.opts.storage;
+    return st.stepOf ? st.stepOf(key) : ((await st.get(key))?.step ?? null);
+  }
+
   /** Commits `done` for a finished session whose records its owner has written. */
   async markDone(key: string): Promise<void> {
     await this.serial(key, async () => {
