@@ -1,13 +1,14 @@
 import { SpanStatusCode } from "@opentelemetry/api";
-import { InputError } from "../errors.ts";
-import { parseTrajectoryKey, type AgentLoopOutput, type TrajectoryRecord } from "../schema/index.ts";
+import { type AgentLoopOutput, type TrajectoryRecord } from "../schema/index.ts";
 import type { TransferQueue } from "../store/types.ts";
-import { BatchMetricsAccumulator, type BatchMetrics } from "../telemetry/batch-metrics.ts";
 import { SpanAttr, withSpan } from "../telemetry/tracer.ts";
 import { TracingTransferQueue } from "../telemetry/tracing-transfer-queue.ts";
 import { holdWhileStoreDown } from "../store/store-outage.ts";
 import { failedRecord, outputOfRecord, toTrajectoryRecord, type BatchPlan, type PlannedTrajectory } from "./batch.ts";
 import { isStaleStep } from "../session/session-storage.ts";
+import { BatchProgress, errorText, rowErrorText, type BatchFigures } from "./batch-progress.ts";
+import { BatchWriter } from "./batch-writes.ts";
+import { OversampleGroups } from "./batch-oversample.ts";
 import { SurplusCancelledError, TrajectoryCarriedError, BatchCancelledError, TrajectoryAbandonedError, type TrajectoryExecutor, type BatchStats, type BatchRunOptions } from "./batch-types.ts";
 export { SurplusCancelledError, TrajectoryCarriedError, BatchCancelledError, TrajectoryAbandonedError, type TrajectoryExecutor, type ExecutorFactory, type BatchStats, type BatchCancellation, type OversampleStats, type BatchCounts, type GroupWriteGate, type BatchRunOptions } from "./batch-types.ts";
 
@@ -20,22 +21,23 @@ export { SurplusCancelledError, TrajectoryCarriedError, BatchCancelledError, Tra
  * record is held, never failed for an outage), five times for other
  * retryable errors ({@link holdWhileStoreDown}); a failure of one trajectory
  * never stops the batch.
+ * The accounting lives in {@link BatchProgress}, the store writes and the
+ * repair in {@link BatchWriter}, the group bookkeeping of over-sampled
+ * batches in {@link OversampleGroups}; this class schedules trajectories,
+ * runs each one, cancels and stops, and counts sessions of external batches.
  */
 export class BatchRun {
   readonly plan: BatchPlan;
   private readonly opts: BatchRunOptions;
-  private readonly finished: TrajectoryRecord[] = [];
+  private readonly progress: BatchProgress;
+  private readonly writer: BatchWriter;
+  private readonly groups: OversampleGroups;
   private readonly waiters = new Set<() => void>();
-  private readonly s: Omit<BatchStats, keyof BatchMetrics>;
-  private readonly metrics = new BatchMetricsAccumulator();
+  /** The progress figures (mutated in place; {@link stats} snapshots them). */
+  private readonly s: BatchFigures;
   private readonly queue: TransferQueue;
-  private rewardSum = 0;
   private donePromise: Promise<void> | null = null;
   private readonly seen = new Set<string>();
-  /** Keys of sessions that finished with no output (a store repair finishes them again). */
-  private readonly emptySessions = new Set<string>();
-  /** Keys whose write failed (held in memory with a "transfer queue write failed" error; a rerun writes them, a repair must not). */
-  private readonly unstored = new Set<string>();
   private allObserved: (() => void) | null = null;
   /** Trajectories given up because another owner took them over (nothing stored for them here). */
   abandoned = 0;
@@ -45,9 +47,6 @@ export class BatchRun {
   private stoppedSessions = 0;
   /** The abort controller of each running trajectory (by key). */
   private readonly controllers = new Map<string, AbortController>();
-  /** Over-sampling: uids started (their groups registered), the reserve's uids not started yet (row order). */
-  private readonly launched = new Set<string>();
-  private reserve: string[] = [];
   /** Trajectories waiting for a worker, and workers waiting for a replacement row. */
   private readonly runQueue: PlannedTrajectory[] = [];
   private readonly queueWaiters = new Set<() => void>();
@@ -55,27 +54,6 @@ export class BatchRun {
   private active = 0;
   /** Set once `target_groups` were delivered: how the rest is stopped. */
   private stopMode: "cancel" | "carry" | null = null;
-  /** Groups left incomplete by the stop (withdrawn or carried). */
-  private readonly stoppedGroups = new Set<string>();
-  /** Sessions of re-posted uids found finished before the batch ran (handed back, already counted in the group tracking). */
-  private readonly preFinished = new Map<string, TrajectoryRecord[]>();
-  /** Per uid: sessions finished and their records (over-sampled batches). */
-  private readonly groupDone = new Map<string, number>();
-  private readonly groupRecords = new Map<string, TrajectoryRecord[]>();
-  /**
-   * Sessions of each group admitted to write (counted when admitted, before
-   * their writes finish) and their records: the session that completes the
-   * count is its group's last, even when two finish at once and an earlier
-   * one's write is still in flight (counting stored sessions instead let both
-   * pass as "not the last" and complete a group past `target_groups`).
-   */
-  private readonly groupAdmitted = new Map<string, number>();
-  private readonly groupAdmittedRecords = new Map<string, TrajectoryRecord[]>();
-  private readonly filteredUids = new Set<string>();
-  /** Group-completing writes admitted but not finished yet (they count toward the target). */
-  private readonly completing = new Set<string>();
-  /** Sessions this run stopped as surplus (any batch, over-sampled or gated) and how many of them were running. */
-  private readonly surplusOut = { sessions: 0, interrupted: 0 };
   /** External over-sampled batches: session keys stopped as surplus (counted once). */
   private readonly surplusSeen = new Set<string>();
   /**
@@ -89,49 +67,25 @@ export class BatchRun {
     this.plan = plan;
     this.opts = opts;
     this.queue = new TracingTransferQueue(opts.store);
-    const total = plan.trajectories.length;
-    this.s = {
-      batch_id: plan.batch_id,
-      validate: plan.validate,
-      done: false,
-      counts: { total, pending: total, running: 0, finished: 0, reused: 0, records: 0, ok: 0, failed: 0, truncated: 0 },
-      tokens: { prompt: 0, sampled: 0, observation: 0 },
-      turns: 0,
-      tool_calls: 0,
-      tool_errors: 0,
-      prompts_truncated: 0,
-      reward: { count: 0, mean: null, min: null, max: null, errors: 0 },
-      errors: [],
-      lost: null,
-      repaired: null,
-      cancelled: null,
-      oversample: plan.oversample
-        ? {
-            target_groups: plan.oversample.target_groups,
-            target_from: plan.oversample.target_from ?? null,
-            eager_rows: plan.oversample.eager_rows,
-            partial_rollout: plan.oversample.partial_rollout,
-            delivered: 0,
-            filtered: 0,
-            replacements: 0,
-            reached: false,
-            cancelled: 0,
-            carried: 0,
-            interrupted: 0,
-            groups_withdrawn: 0,
-            groups_carried: 0,
-            unused_groups: 0,
-            unused_sessions: 0,
-          }
-        : null,
-      started_at: opts.startedAt ?? (opts.now ?? Date.now)(),
-      finished_at: null,
-    };
-    if (opts.external && plan.oversample) {
-      const uids = [...plan.groups.keys()];
-      for (const u of uids.slice(0, plan.oversample.eager_rows)) this.launched.add(u);
-      this.reserve = uids.slice(plan.oversample.eager_rows);
-    }
+    this.progress = new BatchProgress(plan, opts.startedAt ?? (opts.now ?? Date.now)());
+    this.s = this.progress.s;
+    this.writer = new BatchWriter(this.queue, this.progress);
+    this.groups = new OversampleGroups(
+      {
+        plan,
+        queue: this.queue,
+        progress: this.progress,
+        reusedUids: opts.reusedUids,
+        stopMode: () => this.stopMode,
+        cancelled: () => this.cancelledAt !== null,
+        reached: () => this.stopSurplus(),
+        enqueue: (ts) => {
+          this.runQueue.push(...ts);
+          this.wakeQueue();
+        },
+      },
+      opts.external === true,
+    );
   }
 
   /** Starts the batch (once) and resolves when every trajectory is stored. */
@@ -156,7 +110,7 @@ export class BatchRun {
   observeSession(key: string, records: readonly TrajectoryRecord[], opts: { handedBack?: boolean } = {}): boolean {
     if (this.seen.has(key) || this.s.done || this.cancelledAt !== null) return false;
     this.seen.add(key);
-    if (records.length === 0) this.emptySessions.add(key);
+    if (records.length === 0) this.writer.emptySessions.add(key);
     if (this.s.counts.pending > 0) this.s.counts.pending--;
     else if (this.s.counts.running > 0) this.s.counts.running--;
     this.sessionDone(records, opts.handedBack === true);
@@ -199,11 +153,7 @@ export class BatchRun {
     o.filtered = p.filtered;
     o.replacements = p.replacements;
     o.reached = p.reached;
-    for (const u of p.launched) {
-      if (this.launched.has(u)) continue;
-      this.launched.add(u);
-      this.reserve = this.reserve.filter((x) => x !== u);
-    }
+    this.groups.markLaunched(p.launched);
   }
 
   /**
@@ -213,12 +163,12 @@ export class BatchRun {
    */
   openKeys(): string[] {
     const os = this.plan.oversample;
-    return this.plan.trajectories.filter((t) => !this.seen.has(t.key) && (!os || this.launched.has(t.uid))).map((t) => t.key);
+    return this.plan.trajectories.filter((t) => !this.seen.has(t.key) && (!os || this.groups.isLaunched(t.uid))).map((t) => t.key);
   }
 
   /** uids of the started groups of an over-sampled batch (eager rows, then replacements in launch order). */
   launchedUids(): string[] {
-    return [...this.launched];
+    return this.groups.launchedUids();
   }
 
   /**
@@ -316,12 +266,12 @@ export class BatchRun {
 
   /** A snapshot of the progress figures and metrics. */
   stats(): BatchStats {
-    return { ...structuredClone(this.s), ...this.metrics.snapshot() };
+    return this.progress.snapshot();
   }
 
   /** Records stored so far, in completion order. */
   records(): readonly TrajectoryRecord[] {
-    return this.finished;
+    return this.progress.finished;
   }
 
   /**
@@ -332,7 +282,7 @@ export class BatchRun {
   async *stream(): AsyncGenerator<TrajectoryRecord> {
     let i = 0;
     for (;;) {
-      while (i < this.finished.length) yield this.finished[i++]!;
+      while (i < this.progress.finished.length) yield this.progress.finished[i++]!;
       if (this.failure) throw this.failure;
       if (this.s.done) return;
       await new Promise<void>((resolve) => this.waiters.add(resolve));
@@ -344,13 +294,13 @@ export class BatchRun {
     try {
       const mode = this.plan.validate ? "val" : "train";
       const os = this.plan.oversample;
-      if (os) await this.prepareOversample(os.eager_rows);
+      if (os) await this.groups.prepare();
       for (const [uid, n] of this.plan.groups) {
-        if (os && !this.launched.has(uid)) continue;
+        if (os && !this.groups.isLaunched(uid)) continue;
         await holdWhileStoreDown(() => this.queue.expectGroup(uid, n, mode, this.plan.fingerprints?.get(uid)));
       }
       const queue = this.runQueue;
-      queue.push(...this.plan.trajectories.filter((t) => !os || this.launched.has(t.uid)));
+      queue.push(...this.plan.trajectories.filter((t) => !os || this.groups.isLaunched(t.uid)));
       const worker = async () => {
         for (;;) {
           const t = queue.shift();
@@ -359,12 +309,12 @@ export class BatchRun {
             continue;
           }
           // A filtered group may still start a reserve row: wait while trajectories run and reserve remains.
-          if (!os || this.active === 0 || this.stopMode !== null || this.reserve.length === 0) break;
+          if (!os || this.active === 0 || this.stopMode !== null || this.groups.reserveLeft === 0) break;
           await new Promise<void>((r) => this.queueWaiters.add(r));
         }
       };
       await Promise.all(Array.from({ length: Math.min(this.opts.concurrency, this.plan.trajectories.length) }, worker));
-      if (os) await this.settleOversample();
+      if (os) await this.groups.settle();
       if (this.cancelledAt !== null) {
         this.s.cancelled = { ...(this.s.cancelled ?? { groups_withdrawn: 0, groups_complete: 0 }), at: this.cancelledAt, sessions: this.stoppedSessions };
         return;
@@ -376,7 +326,7 @@ export class BatchRun {
       }
     } catch (e) {
       this.failure = e instanceof Error ? e : new Error(String(e));
-      if (this.s.errors.length < 50) this.s.errors.push({ key: "(batch)", error: `batch failed: ${errorText(e)}` });
+      this.progress.error("(batch)", `batch failed: ${errorText(e)}`);
       throw this.failure;
     } finally {
       this.s.done = true;
@@ -393,10 +343,10 @@ export class BatchRun {
       return;
     }
     if (this.stopMode !== null) {
-      this.surplus(t, false);
+      this.groups.surplus(t, false);
       return;
     }
-    const pre = this.preFinished.get(t.key);
+    const pre = this.groups.preFinishedOf(t.key);
     if (pre) {
       this.sessionDone(pre, true);
       this.wake();
@@ -436,7 +386,7 @@ export class BatchRun {
           throw e;
         });
         agentName = res.agentName;
-        if (res.toolLatenciesMs?.length) this.metrics.addToolLatencies(res.toolLatenciesMs.map((ms) => ms / 1000));
+        if (res.toolLatenciesMs?.length) this.progress.metrics.addToolLatencies(res.toolLatenciesMs.map((ms) => ms / 1000));
         records = res.outputs.map((o, i) => toTrajectoryRecord(t, agentName, o, this.opts.rollout, i, this.opts.model));
       } catch (e) {
         records = [failedRecord(t, agentName, rowErrorText(e, t.row_index), this.opts.model)];
@@ -450,7 +400,7 @@ export class BatchRun {
       // Over the target (or stopped since): nothing stored; a group-completing write reserves its delivery first.
       if (this.stopMode !== null) return "surplus" as const;
       const gate = this.opts.groupGate;
-      const admitted = gate ? await gate.admit(t, records) : await this.admitGroupWrite(t, records);
+      const admitted = gate ? await gate.admit(t, records) : await this.groups.admit(t, records);
       if (!admitted) return "surplus" as const;
       span.setAttribute(SpanAttr.agentName, agentName);
       const r0 = records[0];
@@ -462,21 +412,21 @@ export class BatchRun {
         if (r0.reward_score !== null) span.setAttribute(SpanAttr.reward, r0.reward_score);
         if (r0.error !== null) span.setStatus({ code: SpanStatusCode.ERROR, message: r0.error.slice(0, 500) });
       }
-      if (records.length === 0) await this.finishEmpty(t);
+      if (records.length === 0) await this.writer.finishEmpty(t);
       const out: TrajectoryRecord[] = [];
       let fresh = records.length === 0;
       for (let i = 0; i < records.length; i++) {
         if (this.cancelledAt !== null && i > 0) break;
-        const w = await this.store(records[i]!, i === records.length - 1);
+        const w = await this.writer.store(records[i]!, i === records.length - 1);
         out.push(w.record);
         fresh ||= w.stored;
       }
-      if (gate) await gate.settled(t, !out.some((r) => this.unstored.has(r.key)));
+      if (gate) await gate.settled(t, !out.some((r) => this.writer.unstored.has(r.key)));
       return { out, fresh };
     }).finally(() => this.controllers.delete(t.key));
     this.s.counts.running--;
     if (stored === "surplus") {
-      this.surplus(t, true);
+      this.groups.surplus(t, true);
       // Cancelled surplus leaves nothing; carried surplus keeps its checkpoint (a worker's run, which knows no mode, leaves it to the worker).
       if ((this.stopMode ?? this.plan.oversample?.partial_rollout) === "cancel") await this.discard(t);
       this.wake();
@@ -488,7 +438,7 @@ export class BatchRun {
       this.wake();
       return;
     }
-    if (stored && this.plan.oversample) this.groupSessionDone(t, stored.out);
+    if (stored && this.plan.oversample) this.groups.sessionDone(t, stored.out);
     // Every write found its key already stored: another batch (the same uid posted twice, a retried POST)
     // finished this session first. Its records are streamed but, as handed-back ones, not counted again.
     if (stored) this.sessionDone(stored.out, !stored.fresh);
@@ -521,112 +471,6 @@ export class BatchRun {
     }
   }
 
-  /**
-   * Over-sampled batch set-up: the first `eager` rows are launched, the rest
-   * kept as reserve; sessions of re-posted uids that already finished (a
-   * carried group's) are read back so the group tracking starts from what
-   * the store holds.
-   */
-  private async prepareOversample(eager: number): Promise<void> {
-    const uids = [...this.plan.groups.keys()];
-    for (const u of uids.slice(0, eager)) this.launched.add(u);
-    this.reserve = uids.slice(eager);
-    const reused = this.opts.reusedUids;
-    if (!reused?.size) return;
-    for (const t of this.plan.trajectories) {
-      if (!reused.has(t.uid) || !this.launched.has(t.uid)) continue;
-      const recs = await holdWhileStoreDown(() => this.queue.sessionRecords(t.uid, t.session_id));
-      if (!recs) continue;
-      this.preFinished.set(t.key, recs);
-      this.groupDone.set(t.uid, (this.groupDone.get(t.uid) ?? 0) + 1);
-      this.groupRecords.set(t.uid, [...(this.groupRecords.get(t.uid) ?? []), ...recs]);
-      this.groupAdmitted.set(t.uid, (this.groupAdmitted.get(t.uid) ?? 0) + 1);
-      this.groupAdmittedRecords.set(t.uid, [...(this.groupAdmittedRecords.get(t.uid) ?? []), ...recs]);
-    }
-    const o = this.s.oversample!;
-    for (const uid of reused) {
-      if (!this.launched.has(uid) || (this.groupDone.get(uid) ?? 0) < this.plan.groups.get(uid)!) continue;
-      const st = await holdWhileStoreDown(() => this.queue.groupStatus(uid));
-      if (st.filtered) {
-        this.filteredUids.add(uid);
-        o.filtered++;
-      } else o.delivered++;
-    }
-    if (o.delivered >= o.target_groups) this.stopSurplus();
-  }
-
-  /**
-   * Decides the write of a finished session of an over-sampled batch. A
-   * session that is not its group's last is written. The last one: with
-   * `filter_groups`, a group whose rewards are all equal is flagged filtered
-   * in the store first (never delivered) and a reserve row is started in
-   * its place; otherwise the write is admitted only while delivered plus
-   * in-flight completions stay under `target_groups` (so exactly the target
-   * is delivered). Returns false: surplus, store nothing.
-   */
-  private async admitGroupWrite(t: PlannedTrajectory, records: readonly TrajectoryRecord[]): Promise<boolean> {
-    const os = this.plan.oversample;
-    if (!os) return true;
-    // Decided synchronously (no await before the count): a concurrent finisher of the same group sees this one.
-    const admitted = this.groupAdmitted.get(t.uid) ?? 0;
-    const all = [...(this.groupAdmittedRecords.get(t.uid) ?? []), ...records];
-    const admit = () => {
-      this.groupAdmitted.set(t.uid, admitted + 1);
-      this.groupAdmittedRecords.set(t.uid, all);
-      return true;
-    };
-    if (admitted + 1 < t.group_size) return admit();
-    const first = all[0]?.reward_score ?? null;
-    if (os.filter && first !== null && all.every((r) => r.error === null && r.reward_score === first)) {
-      admit();
-      const filter = this.queue.filterGroup ? await holdWhileStoreDown(() => this.queue.filterGroup!(t.uid, `reward all_equal ${first}`)) : false;
-      if (filter) {
-        this.filteredUids.add(t.uid);
-        this.s.oversample!.filtered++;
-        await this.launchReserve();
-        return true;
-      }
-      // Not filtered after all (the store cannot, or the group was already delivered): a delivery slot as any group.
-      const o = this.s.oversample!;
-      if (o.delivered + this.completing.size >= o.target_groups) {
-        this.groupAdmitted.set(t.uid, admitted);
-        this.groupAdmittedRecords.set(t.uid, all.slice(0, all.length - records.length));
-        return false;
-      }
-      this.completing.add(t.uid);
-      return true;
-    }
-    const o = this.s.oversample!;
-    if (o.delivered + this.completing.size >= o.target_groups) return false;
-    this.completing.add(t.uid);
-    return admit();
-  }
-
-  /** Starts the next reserve row (registers its group, queues its sessions) unless the batch is stopping. */
-  private async launchReserve(): Promise<void> {
-    if (this.stopMode !== null || this.cancelledAt !== null) return;
-    const uid = this.reserve.shift();
-    if (uid === undefined) return;
-    this.launched.add(uid);
-    this.s.oversample!.replacements++;
-    const mode = this.plan.validate ? "val" : "train";
-    await holdWhileStoreDown(() => this.queue.expectGroup(uid, this.plan.groups.get(uid)!, mode, this.plan.fingerprints?.get(uid)));
-    this.runQueue.push(...this.plan.trajectories.filter((x) => x.uid === uid));
-    this.wakeQueue();
-  }
-
-  /** Counts a stored session of an over-sampled batch toward its group; a delivered group that reaches the target stops the rest. */
-  private groupSessionDone(t: PlannedTrajectory, out: readonly TrajectoryRecord[]): void {
-    const n = (this.groupDone.get(t.uid) ?? 0) + 1;
-    this.groupDone.set(t.uid, n);
-    this.groupRecords.set(t.uid, [...(this.groupRecords.get(t.uid) ?? []), ...out]);
-    if (n < t.group_size || this.filteredUids.has(t.uid)) return;
-    this.completing.delete(t.uid);
-    const o = this.s.oversample!;
-    o.delivered++;
-    if (o.delivered >= o.target_groups) this.stopSurplus();
-  }
-
   /** `target_groups` delivered: aborts (cancel) or suspends (carry) every running trajectory; queued ones will not start. */
   private stopSurplus(): void {
     const os = this.plan.oversample!;
@@ -656,45 +500,7 @@ export class BatchRun {
    * them those that were running: what a worker reports for its job.
    */
   get surplusOutcome(): { sessions: number; interrupted: number } {
-    return { ...this.surplusOut };
-  }
-
-  /** A session stopped by over-sampling (`running`: it was inside its loop): nothing stored for it. */
-  private surplus(t: PlannedTrajectory, running: boolean): void {
-    this.surplusOut.sessions++;
-    if (running) this.surplusOut.interrupted++;
-    const o = this.s.oversample;
-    if (!o) return;
-    if (this.plan.oversample!.partial_rollout === "carry") o.carried++;
-    else o.cancelled++;
-    if (running) o.interrupted++;
-    this.stoppedGroups.add(t.uid);
-  }
-
-  /**
-   * End of an over-sampled batch: unused reserve rows leave `pending`; the
-   * started groups left incomplete are withdrawn (`cancel`: never delivered,
-   * later writes refused) or left open for the next batch (`carry`).
-   */
-  private async settleOversample(): Promise<void> {
-    const o = this.s.oversample!;
-    o.unused_groups = this.reserve.length;
-    o.unused_sessions = this.reserve.reduce((n, u) => n + this.plan.groups.get(u)!, 0);
-    this.s.counts.pending -= o.unused_sessions;
-    if (this.stopMode === null) return;
-    const open = [...this.launched].filter((u) => (this.groupDone.get(u) ?? 0) < this.plan.groups.get(u)!);
-    for (const u of open) this.stoppedGroups.add(u);
-    if (!open.length) return;
-    if (this.stopMode === "carry") {
-      o.groups_carried = open.length;
-      return;
-    }
-    if (!this.queue.cancelGroups) {
-      if (this.s.errors.length < 50) this.s.errors.push({ key: "(batch)", error: "this store cannot withdraw the surplus groups (no cancelGroups)" });
-      return;
-    }
-    const res = await holdWhileStoreDown(() => this.queue.cancelGroups!(open));
-    o.groups_withdrawn = res.withdrawn.length;
+    return this.groups.surplusOutcome;
   }
 
   private wakeQueue(): void {
@@ -706,34 +512,6 @@ export class BatchRun {
   /** Drops a stopped trajectory's durable state (see {@link TrajectoryExecutor.discard}); a failure only costs a stale checkpoint that expires. */
   private async discard(t: PlannedTrajectory): Promise<void> {
     await this.opts.executor.discard?.(t).catch(() => {});
-  }
-
-  /** A loop that returned no output: its session is finished with none (the group does not wait for it). */
-  private async finishEmpty(t: PlannedTrajectory): Promise<void> {
-    this.emptySessions.add(t.key);
-    try {
-      await holdWhileStoreDown(() => this.queue.finishSession(t.uid, t.session_id, 0));
-    } catch (e) {
-      if (this.s.errors.length < 50) this.s.errors.push({ key: t.key, error: `transfer queue write failed: ${errorText(e)}` });
-    }
-  }
-
-  /**
-   * Writes one record (`last`: its session's last output) with retries;
-   * returns it as counted (with `error` set when the write failed) and
-   * whether this write stored it (false: the key was already written).
-   */
-  private async store(r: TrajectoryRecord, last: boolean): Promise<{ record: TrajectoryRecord; stored: boolean }> {
-    const write = () =>
-      r.error === null
-        ? this.queue.put(r, { last })
-        : this.queue.markFailed(r.key, r.error, { agent_name: r.agent_name, data_source: r.data_source, extra_fields: r.extra_fields, ...(r.model ? { model: r.model } : {}) });
-    try {
-      return { record: r, stored: (await holdWhileStoreDown(write)).stored };
-    } catch (e) {
-      this.unstored.add(r.key);
-      return { record: { ...r, error: `transfer queue write failed: ${errorText(e)}`, finish_reason: "error" }, stored: true };
-    }
   }
 
   /**
@@ -750,107 +528,15 @@ export class BatchRun {
    * to have lost its data (it names what stays incomplete).
    * @returns groups completed again, records written again, and the uids of groups still incomplete.
    */
-  async repairStore(): Promise<{ groups: number; records: number; incomplete: string[] }> {
-    const mode = this.plan.validate ? "val" : "train";
+  repairStore(): Promise<{ groups: number; records: number; incomplete: string[] }> {
     // An over-sampled batch repairs the groups it started and left to complete (not the reserve, withdrawn or carried ones).
-    const groups = [...this.plan.groups].filter(([uid]) => !this.plan.oversample || (this.launched.has(uid) && !this.stoppedGroups.has(uid)));
-    const byUid = new Map<string, TrajectoryRecord[]>();
-    for (const r of this.finished) {
-      const list = byUid.get(r.uid);
-      if (list) list.push(r);
-      else byUid.set(r.uid, [r]);
-    }
-    const empty = new Map<string, number[]>();
-    for (const k of this.emptySessions) {
-      const { uid, session_id } = parseTrajectoryKey(k);
-      empty.set(uid, [...(empty.get(uid) ?? []), session_id]);
-    }
-    let repairedGroups = 0;
-    let rewritten = 0;
-    const incomplete: string[] = [];
-    for (let i = 0; i < groups.length; i += 256) {
-      const chunk = groups.slice(i, i + 256);
-      const statuses = await Promise.all(chunk.map(([uid]) => holdWhileStoreDown(() => this.queue.groupStatus(uid))));
-      for (const [j, st] of statuses.entries()) {
-        if (st.complete) continue;
-        const [uid, n] = chunk[j]!;
-        const recs = byUid.get(uid) ?? [];
-        // A record this run never stored is no outcome to put back: the group waits for a rerun.
-        if (recs.some((r) => this.unstored.has(r.key))) continue;
-        const sessions = new Set([...recs.map((r) => r.session_id), ...(empty.get(uid) ?? [])]);
-        // A group this run did not see finish (still running elsewhere, or interrupted) is not ours to repair;
-        // one it holds nothing of stays as it is (named when incomplete).
-        if (st.expected !== null && sessions.size < n) continue;
-        if (sessions.size === 0) {
-          incomplete.push(uid);
-          continue;
-        }
-        repairedGroups++;
-        if (st.expected === null) await holdWhileStoreDown(() => this.queue.expectGroup(uid, n, mode, this.plan.fingerprints?.get(uid)));
-        const bySession = new Map<number, TrajectoryRecord[]>();
-        for (const r of recs) bySession.set(r.session_id, [...(bySession.get(r.session_id) ?? []), r]);
-        for (const list of bySession.values()) {
-          list.sort((a, b) => a.output_index - b.output_index);
-          for (const [k, r] of list.entries()) {
-            const write = () =>
-              r.error === null
-                ? this.queue.put(r, { last: k === list.length - 1 })
-                : this.queue.markFailed(r.key, r.error, { agent_name: r.agent_name, data_source: r.data_source, extra_fields: r.extra_fields, ...(r.model ? { model: r.model } : {}) });
-            if ((await holdWhileStoreDown(write)).stored) rewritten++;
-          }
-        }
-        for (const sid of empty.get(uid) ?? []) await holdWhileStoreDown(() => this.queue.finishSession(uid, sid, 0));
-        if (!(await holdWhileStoreDown(() => this.queue.groupStatus(uid))).complete) incomplete.push(uid);
-      }
-    }
-    if (repairedGroups > 0) {
-      this.s.repaired = { groups: repairedGroups - incomplete.length, records: rewritten };
-      if (this.s.errors.length < 50) {
-        this.s.errors.push({ key: "(store)", error: `the store lost data while the batch ran: ${repairedGroups} groups found incomplete, ${rewritten} records written again` });
-      }
-    }
-    return { ...(this.s.repaired ?? { groups: 0, records: 0 }), incomplete };
+    const groups = [...this.plan.groups].filter(([uid]) => !this.plan.oversample || this.groups.repairable(uid));
+    return this.writer.repair(this.plan, groups, this.progress.finished);
   }
 
   /** Counts a finished session and its records (`handedBack`: streamed, not counted again), and publishes the records. */
   private sessionDone(records: readonly TrajectoryRecord[], handedBack: boolean): void {
-    this.s.counts.finished++;
-    if (handedBack) this.s.counts.reused++;
-    for (const r of records) {
-      if (!handedBack) this.count(r);
-      this.finished.push(r);
-      this.opts.onRecord?.(r);
-    }
-  }
-
-  private count(r: TrajectoryRecord): void {
-    this.metrics.addRecord(r);
-    const c = this.s.counts;
-    c.records++;
-    if (r.error !== null) {
-      c.failed++;
-      if (this.s.errors.length < 50) this.s.errors.push({ key: r.key, error: r.error });
-      return;
-    }
-    c.ok++;
-    if (r.truncated) c.truncated++;
-    const sampled = r.response_mask.reduce<number>((n, m) => n + m, 0);
-    this.s.tokens.prompt += r.prompt_ids.length;
-    this.s.tokens.sampled += sampled;
-    this.s.tokens.observation += r.response_ids.length - sampled;
-    this.s.turns += r.num_turns;
-    const ef = r.extra_fields as { tool_calls?: unknown; tool_errors?: unknown; prompt_truncated?: unknown; reward_error?: unknown };
-    if (typeof ef.tool_calls === "number") this.s.tool_calls += ef.tool_calls;
-    if (typeof ef.tool_errors === "number") this.s.tool_errors += ef.tool_errors;
-    if (ef.prompt_truncated === true) this.s.prompts_truncated++;
-    if (ef.reward_error != null) this.s.reward.errors++;
-    if (r.reward_score !== null) {
-      this.rewardSum += r.reward_score;
-      this.s.reward.count++;
-      this.s.reward.mean = this.rewardSum / this.s.reward.count;
-      this.s.reward.min = Math.min(this.s.reward.min ?? Infinity, r.reward_score);
-      this.s.reward.max = Math.max(this.s.reward.max ?? -Infinity, r.reward_score);
-    }
+    this.progress.sessionDone(records, handedBack, this.opts.onRecord);
   }
 
   private wake(): void {
@@ -858,22 +544,4 @@ export class BatchRun {
     this.waiters.clear();
     for (const w of ws) w();
   }
-}
-
-/**
- * The reason stored for a failed trajectory. An input error (a bad field of
- * the row, an unknown `agent_name`, a multimodal prompt) names the row, as
- * schema errors do: `rows[3].agent_name: unknown agent loop …`.
- */
-function rowErrorText(e: unknown, rowIndex: number): string {
-  if (e instanceof InputError && e.field && !e.field.startsWith("rows[")) {
-    // Config and loop-output errors are not the row's: they keep their own field.
-    return e.field.startsWith("rollout.") || e.field.startsWith("config") || e.field.startsWith("agent_loop ") ? e.message : `rows[${rowIndex}].${e.message}`;
-  }
-  return errorText(e);
-}
-
-function errorText(e: unknown): string {
-  if (e instanceof Error) return e.name && e.name !== "Error" ? `${e.name}: ${e.message}` : e.message;
-  return String(e);
 }
