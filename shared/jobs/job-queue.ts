@@ -1,137 +1,17 @@
-import { keyPart } from "../store/key-encoding.ts";
-import { EdgeloopError, StoreError } from "../errors.ts";
-import type { OversamplePlan, PlannedTrajectory } from "../rollout/batch.ts";
-import type { ModelId, RolloutConfig } from "../schema/index.ts";
+import { StoreError } from "../errors.ts";
+import type { PlannedTrajectory } from "../rollout/batch.ts";
 import type { RedisArg, RedisCommander, RedisReply } from "../store/redis-commander.ts";
-import { replyToFields } from "../store/redis-transfer-queue.ts";
-import { parseEntries, parseRead, StreamConsumer, type StreamEntry } from "../store/stream-consumer.ts";
-import { checkCommand, commandBytes } from "../store/request-size.ts";
-import { ADMIT_LUA, COMMIT_LUA, FILTERED_LUA, RELEASE_LUA, RESERVE_LUA } from "./oversample-lua.ts";
-
-/** What every job of a batch shares; stored once per batch (`{p}jobs:batch:{id}`, field `spec`). */
-export interface BatchSpec {
-  batch_id: string;
-  validate: boolean;
-  global_steps: number;
-  model_version: string | number | null;
-  /** The batch's effective rollout config (per-batch overrides applied). */
-  rollout: RolloutConfig;
-  /** Trajectories in the batch (jobs plus rows that failed validation). */
-  total: number;
-  /** Epoch milliseconds of the submit. */
-  started_at: number;
-  /** Over-sampling and dynamic sampling of the batch (absent or null: a plain batch). */
-  oversample?: OversamplePlan | null;
-  /**
-   * The model of the submitting process (`modelIdOf` its tokenizer): a
-   * worker whose model has another fingerprint fails the batch's jobs
-   * instead of running them. Absent in batches of older versions (not checked).
-   */
-  model?: ModelId;
-}
-
-/** A group a worker registers (`TransferQueue.expectGroup`) before running a job of a reserve row (job entry field `x`). */
-export interface ExpectedGroup {
-  n: number;
-  part: "train" | "val";
-  /** The prompt group's fingerprint, when computed. */
-  fp?: string;
-}
-
-/** A reserve row started in place of a filtered group ({@link JobQueue.groupFiltered}): its uid and group. */
-export interface StartedReserveRow {
-  uid: string;
-  group: ExpectedGroup;
-}
-
-/** The cross-process state of an over-sampled batch, from its batch hash and launched list ({@link JobQueue.oversampleState}). */
-export interface QueuedOversampleState {
-  delivered: number;
-  filtered: number;
-  replacements: number;
-  /** How the surplus was stopped once the target was reached; null while not reached. */
-  stopped: "cancel" | "carry" | null;
-  /** Reserve uids started so far, in launch order. */
-  launched: string[];
-  /** Reserve rows not started. */
-  reserve: number;
-}
-
-/** What settling an over-sampled batch decided (stored once per batch: {@link JobQueue.settleOversample}). */
-export interface OversampleSettlement {
-  groups_withdrawn: number;
-  groups_carried: number;
-  unused_groups: number;
-  unused_sessions: number;
-}
-
-/** One claimed job: the stream entry id (ack it), the trajectory to run and how often it was delivered. */
-export interface Job {
-  id: string;
-  batch_id: string;
-  trajectory: PlannedTrajectory;
-  /** Deliveries so far (1 for a fresh job; more after reclaims). */
-  deliveries: number;
-  /** The row is in the batch's rows hash, not yet read (internal to {@link JobQueue.claim}). */
-  rowRef?: boolean;
-  /** That row's size in bytes (internal). */
-  rowBytes?: number;
-  /** The job's row was not found in the batch's rows hash when claimed (expired, or the store lost its data). */
-  rowLost?: boolean;
-  /** A reserve row's job (over-sampled batches): its group, registered by the worker before it runs (entry field `x`). */
-  expect?: ExpectedGroup;
-}
-
-/** A batch's writes, built and size-checked by {@link JobQueue.prepare}; nothing is written yet. */
-export interface PreparedBatch {
-  spec: BatchSpec;
-  /** Jobs to enqueue. */
-  jobs: number;
-  rows: RedisArg[][];
-  batch: RedisArg[][];
-  entries: RedisArg[][];
-  /** Over-sampled batches: the reserve rows' job entries (a hash) and their uids in row order (a list). */
-  reserve: RedisArg[][];
-}
-
-/** `GET /v1/queue`: the autoscaler's signal. */
-export interface QueueStats {
-  mode: "queue" | "inline";
-  /**
-   * Jobs a worker can claim now: never claimed, plus {@link stranded} ones (queue mode:
-   * `depth + in_flight` = XLEN, every job still to do).
-   */
-  depth: number;
-  /** Jobs held by a worker that heart-beats them (running), not yet acknowledged. */
-  in_flight: number;
-  /**
-   * Queue mode: of {@link depth}, jobs a worker claimed and stopped heart-beating (SIGKILLed, hung,
-   * its host gone) for longer than the lease: the next claim of any worker reclaims them.
-   */
-  stranded?: number;
-  /** Age in milliseconds of the oldest job not yet acknowledged (0 when none). */
-  oldest_age_ms: number;
-  /** Workers (consumers) seen by the consumer group, and how many hold jobs. */
-  workers?: { known: number; busy: number };
-}
-
-/** Options of {@link JobQueue}. */
-export interface JobQueueOptions {
-  /** Key prefix (default `edgeloop:`), shared with the transfer queue and the session hashes. */
-  prefix?: string;
-  /** Consumer group of the workers (default `workers`). */
-  group?: string;
-  /**
-   * Milliseconds a claimed job may go without a heartbeat before another
-   * worker reclaims it (XAUTOCLAIM min-idle; default 30 000). Workers
-   * heartbeat every lease/3.
-   */
-  leaseMs?: number;
-  /** Refuse a batch (503) when the jobs not yet acknowledged would exceed this (default: no limit). */
-  maxPending?: number;
-  /** Seconds the per-batch hashes and done streams are kept (default 7 days). */
-  batchTtlSeconds?: number;
-}
+import { parseEntries, parseRead, StreamConsumer } from "../store/stream-consumer.ts";
+import { JobKeys } from "./job-keys.ts";
+import { JobRedis } from "./job-redis.ts";
+import { attachRows, toJob } from "./claimed-jobs.ts";
+import type { BatchSpec, Job, JobQueueOptions, OversampleSettlement, PreparedBatch, QueuedOversampleState, QueueStats, StartedReserveRow } from "./job-types.ts";
+import { OversampleJobs } from "./oversample-jobs.ts";
+import { prepareBatch } from "./prepare-batch.ts";
+import { queueStats } from "./queue-stats.ts";
+export type { BatchSpec, ExpectedGroup, Job, JobQueueOptions, OversampleSettlement, PreparedBatch, QueuedOversampleState, QueueStats, StartedReserveRow } from "./job-types.ts";
+export { batchIndexMember } from "./job-keys.ts";
+export { storeError } from "./job-redis.ts";
 
 const DEFAULT_LEASE_MS = 30_000;
 
@@ -154,7 +34,9 @@ const DEFAULT_LEASE_MS = 30_000;
  * worker's), then `XREADGROUP >`. A running job's idle time is reset by
  * {@link heartbeat} (`XCLAIM … JUSTID` with min-idle lease/2, so a job another
  * worker has reclaimed and is heart-beating is never taken back).
- * Runtime-free: any {@link RedisCommander} (TCP or Upstash REST).
+ * Runtime-free: any {@link RedisCommander} (TCP or Upstash REST). The key
+ * layout is {@link JobKeys} (job-keys.ts), the over-sampling state
+ * {@link OversampleJobs} (oversample-jobs.ts), the types job-types.ts.
  * @throws StoreError (503, retryable) for Redis failures, "queue full" and Redis OOM.
  * @see https://redis.io/docs/latest/commands/xautoclaim/
  */
@@ -178,6 +60,12 @@ export class JobQueue {
   /** The wake stream (`{p}jobs:wake`): one entry `key` per tool result delivered to a waiting session. */
   readonly wakeStream: string;
   private readonly opts: JobQueueOptions;
+  /** The key layout under {@link prefix}. */
+  private readonly keys: JobKeys;
+  private readonly r: JobRedis;
+  private readonly os: OversampleJobs;
+  /** Seconds the per-batch keys are kept (`batchTtlSeconds`), as a Redis argument. */
+  private readonly ttl: string;
   /** The `workers` group on {@link stream}: created again whenever Redis lost it (E2). */
   readonly consumers: StreamConsumer;
 
@@ -189,55 +77,55 @@ export class JobQueue {
     this.prefix = opts.prefix ?? "edgeloop:";
     this.group = opts.group ?? "workers";
     this.leaseMs = opts.leaseMs ?? DEFAULT_LEASE_MS;
-    this.stream = `${this.prefix}jobs`;
-    this.wakeStream = `${this.prefix}jobs:wake`;
-    this.workersKey = `${this.prefix}jobs:workers`;
-    this.leaseKey = `${this.prefix}jobs:lease`;
+    this.keys = new JobKeys(this.prefix);
+    this.stream = this.keys.stream;
+    this.wakeStream = this.keys.wakeStream;
+    this.workersKey = this.keys.workersKey;
+    this.leaseKey = this.keys.leaseKey;
+    this.ttl = String(opts.batchTtlSeconds ?? 7 * 24 * 3600);
+    this.r = new JobRedis(redis);
     this.consumers = new StreamConsumer({ call: (c, b) => this.call(c, b), pipe: (c) => this.pipe(c) }, this.stream, this.group);
+    this.os = new OversampleJobs(this.r, this.keys, this.consumers, this.group, this.ttl);
   }
 
-  /** The hash of a batch's spec and keys. */
+  /** The hash of a batch's spec and keys ({@link JobKeys.batchKey}). */
   batchKey(batchId: string): string {
-    return `${this.prefix}jobs:batch:${keyPart(batchId, "batch_id")}`;
+    return this.keys.batchKey(batchId);
   }
 
-  /**
-   * The batch index (ZSET, every score 0): one member `{started_at, 15 digits}:{batch_id}` per
-   * submitted batch, so `ZREVRANGEBYLEX` lists batches newest first with a stable cursor (the last
-   * member seen). Members of batches whose hash expired or was collected are skipped and removed.
-   */
+  /** The batch index (ZSET; {@link JobKeys.batchesKey}). */
   batchesKey(): string {
-    return `${this.prefix}jobs:batches`;
+    return this.keys.batchesKey();
   }
 
-  /** The stream of a batch's completion events. */
+  /** The stream of a batch's completion events ({@link JobKeys.doneKey}). */
   doneKey(batchId: string): string {
-    return `${this.prefix}jobs:batch:${keyPart(batchId, "batch_id")}:done`;
+    return this.keys.doneKey(batchId);
   }
 
-  /** The hash of a batch's rows: field = the row's index in the request, value = the row (JSON); stored once per batch. */
+  /** The hash of a batch's rows ({@link JobKeys.rowsKey}). */
   rowsKey(batchId: string): string {
-    return `${this.prefix}jobs:batch:${keyPart(batchId, "batch_id")}:rows`;
+    return this.keys.rowsKey(batchId);
   }
 
-  /** Over-sampled batches: the reserve rows' uids not started yet, in row order (LIST). */
+  /** Over-sampled batches: the reserve rows' uids not started yet (LIST; {@link JobKeys.reserveKey}). */
   reserveKey(batchId: string): string {
-    return `${this.prefix}jobs:batch:${keyPart(batchId, "batch_id")}:reserve`;
+    return this.keys.reserveKey(batchId);
   }
 
-  /** Over-sampled batches: the reserve uids started in place of filtered groups, in launch order (LIST). */
+  /** Over-sampled batches: the reserve uids started, in launch order (LIST; {@link JobKeys.launchedKey}). */
   launchedKey(batchId: string): string {
-    return `${this.prefix}jobs:batch:${keyPart(batchId, "batch_id")}:launched`;
+    return this.keys.launchedKey(batchId);
   }
 
-  /** Over-sampled batches: per reserve uid, its group and job entries (HASH, JSON values). */
+  /** Over-sampled batches: per reserve uid, its group and job entries (HASH; {@link JobKeys.reserveJobsKey}). */
   reserveJobsKey(batchId: string): string {
-    return `${this.prefix}jobs:batch:${keyPart(batchId, "batch_id")}:reserve-jobs`;
+    return this.keys.reserveJobsKey(batchId);
   }
 
-  /** Over-sampled batches: the session ids of `uid`'s group admitted to write (SET). */
+  /** Over-sampled batches: the session ids of `uid`'s group admitted to write (SET; {@link JobKeys.admittedKey}). */
   admittedKey(batchId: string, uid: string): string {
-    return `${this.prefix}jobs:batch:${keyPart(batchId, "batch_id")}:w:${keyPart(uid, "uid")}`;
+    return this.keys.admittedKey(batchId, uid);
   }
 
   /**
@@ -250,57 +138,7 @@ export class JobQueue {
    *   over the limit: the batch is refused and nothing has been written.
    */
   prepare(spec: BatchSpec, keys: readonly string[], jobs: readonly PlannedTrajectory[], opts: { reserve?: readonly PlannedTrajectory[]; fingerprints?: ReadonlyMap<string, string> } = {}): PreparedBatch {
-    const max = this.redis.maxRequestBytes ?? Infinity;
-    const ttl = String(this.opts.batchTtlSeconds ?? 7 * 24 * 3600);
-    const rowsKey = this.rowsKey(spec.batch_id);
-    const rows: RedisArg[][] = [];
-    const rowBytes = new Map<number, number>();
-    const reserveJobs = opts.reserve ?? [];
-    for (const t of [...jobs, ...reserveJobs]) {
-      if (!t.row || rowBytes.has(t.row_index)) continue;
-      const json = JSON.stringify(t.row);
-      rowBytes.set(t.row_index, json.length);
-      const cmd = ["HSET", rowsKey, String(t.row_index), json];
-      if (commandBytes(cmd, "json") > max * 0.95) {
-        throw new StoreError(`rows[${t.row_index}] is ${commandBytes(cmd, "json")} bytes as stored; the store accepts requests of at most ${max} bytes (store.max_request_bytes): nothing was written`, {
-          retryable: false,
-          status: 413,
-          code: "request_too_large",
-          field: `rows[${t.row_index}]`,
-        });
-      }
-      rows.push(cmd);
-    }
-    if (rows.length) rows.push(["EXPIRE", rowsKey, ttl]);
-    // Keys in chunks, so a 100k-key batch is several values of bounded size, not one.
-    const chunkKeys = Math.max(1, Math.min(10_000, Math.floor(max / 4 / (keys.reduce((m, k) => Math.max(m, k.length), 1) + 8))));
-    const chunks: string[] = [];
-    for (let i = 0; i < keys.length; i += chunkKeys) chunks.push(JSON.stringify(keys.slice(i, i + chunkKeys)));
-    const os = spec.oversample ? ["os:target", String(spec.oversample.target_groups), "os:mode", spec.oversample.partial_rollout] : [];
-    const batch: RedisArg[][] = [["HSET", this.batchKey(spec.batch_id), "spec", JSON.stringify(spec), "kn", String(chunks.length), ...os]];
-    chunks.forEach((c, i) => batch.push(["HSET", this.batchKey(spec.batch_id), `k:${i}`, c]));
-    batch.push(["EXPIRE", this.batchKey(spec.batch_id), ttl], ["ZADD", this.batchesKey(), "0", batchIndexMember(spec.started_at, spec.batch_id)]);
-    const entries = jobs.map((t) => {
-      const ref = t.row !== null;
-      // `rb`: the row's size, so a worker reads rows in requests of bounded size.
-      return ["XADD", this.stream, "*", "batch", spec.batch_id, "key", t.key, ...(ref ? ["r", "1", "rb", String(rowBytes.get(t.row_index))] : []), "t", JSON.stringify(ref ? { ...t, row: null } : t)];
-    });
-    // Reserve rows (over-sampled batches): their job entries wait in a hash until a filtered group starts them (FILTERED_LUA).
-    const reserve: RedisArg[][] = [];
-    const byUid = new Map<string, PlannedTrajectory[]>();
-    for (const t of reserveJobs) byUid.set(t.uid, [...(byUid.get(t.uid) ?? []), t]);
-    const part = spec.validate ? "val" : "train";
-    for (const [uid, ts] of byUid) {
-      const fp = opts.fingerprints?.get(uid);
-      const x = JSON.stringify({ n: ts[0]!.group_size, part, ...(fp ? { fp } : {}) } satisfies ExpectedGroup);
-      const entry = { uid, x, jobs: ts.map((t) => (t.row !== null ? { key: t.key, rb: String(rowBytes.get(t.row_index)), t: JSON.stringify({ ...t, row: null }) } : { key: t.key, t: JSON.stringify(t) })) };
-      reserve.push(["HSET", this.reserveJobsKey(spec.batch_id), uid, JSON.stringify(entry)]);
-    }
-    if (byUid.size) {
-      reserve.push(["RPUSH", this.reserveKey(spec.batch_id), ...byUid.keys()], ["EXPIRE", this.reserveKey(spec.batch_id), ttl], ["EXPIRE", this.reserveJobsKey(spec.batch_id), ttl]);
-    }
-    for (const c of [...batch, ...entries, ...reserve]) checkCommand(c, max, "json");
-    return { spec, jobs: jobs.length, rows, batch, entries, reserve };
+    return prepareBatch(this.keys, { max: this.redis.maxRequestBytes ?? Infinity, ttl: this.ttl }, spec, keys, jobs, opts);
   }
 
   /**
@@ -377,46 +215,6 @@ export class JobQueue {
   }
 
   /**
-   * Fills in the rows of jobs whose entry refers to its batch's rows hash
-   * (one HGET per distinct row, pipelined). A row that is gone (the batch
-   * expired) makes the job's trajectory fail on its own (`row_error`).
-   */
-  private async attachRows(jobs: Job[]): Promise<void> {
-    const need = new Map<string, { batch: string; index: number; bytes: number; jobs: Job[] }>();
-    for (const j of jobs) {
-      if (!j.rowRef) continue;
-      const id = `${j.batch_id}\u0000${j.trajectory.row_index}`;
-      const e = need.get(id) ?? { batch: j.batch_id, index: j.trajectory.row_index, bytes: j.rowBytes ?? 0, jobs: [] };
-      e.jobs.push(j);
-      need.set(id, e);
-    }
-    if (need.size === 0) return;
-    const wanted = [...need.values()];
-    // Replies bounded like requests: rows are read in pipelines of at most the store's request size.
-    const max = (this.redis.maxRequestBytes ?? Infinity) * 0.8;
-    const got: RedisReply[] = [];
-    for (let i = 0; i < wanted.length; ) {
-      let size = 0;
-      let end = i;
-      while (end < wanted.length && (end === i || size + wanted[end]!.bytes <= max)) size += wanted[end++]!.bytes;
-      got.push(...(await this.pipe(wanted.slice(i, end).map((w) => ["HGET", this.rowsKey(w.batch), String(w.index)]))));
-      i = end;
-    }
-    wanted.forEach((w, i) => {
-      const raw = got[i];
-      for (const j of w.jobs) {
-        delete j.rowRef;
-        delete j.rowBytes;
-        if (typeof raw === "string") j.trajectory = { ...j.trajectory, row: JSON.parse(raw) as PlannedTrajectory["row"] };
-        else {
-          j.trajectory = { ...j.trajectory, row: null, row_error: `row ${w.index} of batch ${w.batch} is gone from ${this.rowsKey(w.batch)} (expired?)` };
-          j.rowLost = true;
-        }
-      }
-    });
-  }
-
-  /**
    * Claims up to `max` jobs for `consumer`: first jobs idle longer than the
    * lease (a dead worker's; their delivery counts come from XPENDING), then
    * new ones, blocking up to `blockMs` when there are none.
@@ -437,7 +235,7 @@ export class JobQueue {
         if (job) out.push(job);
       }
     }
-    await this.attachRows(out);
+    await attachRows(this.r, this.keys, this.redis.maxRequestBytes, out);
     return out;
   }
 
@@ -457,10 +255,9 @@ export class JobQueue {
    * them first (field `reused 1`), so followers do not count them again.
    */
   async completed(batchId: string, key: string, reused = false): Promise<void> {
-    const ttl = String(this.opts.batchTtlSeconds ?? 7 * 24 * 3600);
     await this.pipe([
       ["XADD", this.doneKey(batchId), "*", "key", key, ...(reused ? ["reused", "1"] : [])],
-      ["EXPIRE", this.doneKey(batchId), ttl],
+      ["EXPIRE", this.doneKey(batchId), this.ttl],
     ]);
   }
 
@@ -513,213 +310,80 @@ export class JobQueue {
 
   /**
    * Records that `keys`' sessions were stopped as surplus of an over-sampled
-   * batch (nothing stored for them): events `key`, `surplus` (`running`: it
-   * was inside its loop; `queued`: never started) on the batch's done
-   * stream, counted by followers as cancelled or carried.
+   * batch (nothing stored for them): events `key`, `surplus` on the batch's
+   * done stream ({@link OversampleJobs.surplus}).
    */
-  async surplus(batchId: string, keys: readonly string[], running: boolean): Promise<void> {
-    if (!keys.length) return;
-    const ttl = String(this.opts.batchTtlSeconds ?? 7 * 24 * 3600);
-    const cmds: RedisArg[][] = keys.map((k) => ["XADD", this.doneKey(batchId), "*", "key", k, "surplus", running ? "running" : "queued"]);
-    for (let i = 0; i < cmds.length; i += 500) await this.pipe([...cmds.slice(i, i + 500), ["EXPIRE", this.doneKey(batchId), ttl]]);
+  surplus(batchId: string, keys: readonly string[], running: boolean): Promise<void> {
+    return this.os.surplus(batchId, keys, running);
   }
 
-  /**
-   * Over-sampled batches: admits a finished session's write ({@link ADMIT_LUA}):
-   * `write`, `last` (it completes its group), `surplus` or `cancelled`.
-   */
-  async admitSession(batchId: string, uid: string, sessionId: number, n: number): Promise<"write" | "last" | "surplus" | "cancelled"> {
-    const ttl = String(this.opts.batchTtlSeconds ?? 7 * 24 * 3600);
-    return String(await this.eval(ADMIT_LUA, [this.batchKey(batchId), this.admittedKey(batchId, uid)], [String(sessionId), String(n), ttl])) as "write" | "last" | "surplus" | "cancelled";
+  /** Over-sampled batches: admits a finished session's write: `write`, `last` (it completes its group), `surplus` or `cancelled` ({@link OversampleJobs.admitSession}). */
+  admitSession(batchId: string, uid: string, sessionId: number, n: number): Promise<"write" | "last" | "surplus" | "cancelled"> {
+    return this.os.admitSession(batchId, uid, sessionId, n);
   }
 
   /** Whether `uid`'s session `sessionId` was admitted to write ({@link admitSession}) and whether the batch is stopped. */
-  async admission(batchId: string, uid: string, sessionId: number): Promise<{ admitted: boolean; stopped: "cancel" | "carry" | null }> {
-    const [stopped, member] = await this.pipe([["HGET", this.batchKey(batchId), "stopped"], ["SISMEMBER", this.admittedKey(batchId, uid), String(sessionId)]]);
-    return { admitted: Number(member) === 1, stopped: stopped == null ? null : (String(stopped) as "cancel" | "carry") };
+  admission(batchId: string, uid: string, sessionId: number): Promise<{ admitted: boolean; stopped: "cancel" | "carry" | null }> {
+    return this.os.admission(batchId, uid, sessionId);
   }
 
-  /** Reserves a delivery slot for the write completing `uid`'s group ({@link RESERVE_LUA}); false: none free (surplus). */
-  async reserveDelivery(batchId: string, uid: string): Promise<boolean> {
-    return Number(await this.eval(RESERVE_LUA, [this.batchKey(batchId)], [uid])) === 1;
+  /** Reserves a delivery slot for the write completing `uid`'s group; false: none free (surplus) ({@link OversampleJobs.reserveDelivery}). */
+  reserveDelivery(batchId: string, uid: string): Promise<boolean> {
+    return this.os.reserveDelivery(batchId, uid);
   }
 
-  /** The write completing `uid`'s group is stored ({@link COMMIT_LUA}); true when this delivery reached the target and stopped the batch. */
-  async commitDelivery(batchId: string, uid: string): Promise<boolean> {
-    return Number(await this.eval(COMMIT_LUA, [this.batchKey(batchId)], [uid])) === 2;
+  /** The write completing `uid`'s group is stored; true when this delivery reached the target and stopped the batch ({@link OversampleJobs.commitDelivery}). */
+  commitDelivery(batchId: string, uid: string): Promise<boolean> {
+    return this.os.commitDelivery(batchId, uid);
   }
 
-  /** The write completing `uid`'s group failed: its slot is freed ({@link RELEASE_LUA}). */
-  async releaseDelivery(batchId: string, uid: string): Promise<void> {
-    await this.eval(RELEASE_LUA, [this.batchKey(batchId)], [uid]);
+  /** The write completing `uid`'s group failed: its slot is freed ({@link OversampleJobs.releaseDelivery}). */
+  releaseDelivery(batchId: string, uid: string): Promise<void> {
+    return this.os.releaseDelivery(batchId, uid);
   }
 
-  /**
-   * `uid`'s group was filtered: counts it and starts the next reserve row,
-   * its jobs enqueued atomically ({@link FILTERED_LUA}). Returns the row
-   * started (the same one for a repeated call), or null.
-   */
-  async groupFiltered(batchId: string, uid: string): Promise<StartedReserveRow | null> {
-    const ttl = String(this.opts.batchTtlSeconds ?? 7 * 24 * 3600);
-    await this.consumers.ensure();
-    const r = await this.eval(FILTERED_LUA, [this.batchKey(batchId), this.reserveKey(batchId), this.launchedKey(batchId), this.reserveJobsKey(batchId), this.stream], [uid, batchId, ttl]);
-    if (typeof r !== "string" || r === "") return null;
-    const e = JSON.parse(r) as { uid: string; x: string };
-    return { uid: e.uid, group: JSON.parse(e.x) as ExpectedGroup };
+  /** `uid`'s group was filtered: counts it and starts the next reserve row; returns the row started (the same one for a repeated call), or null ({@link OversampleJobs.groupFiltered}). */
+  groupFiltered(batchId: string, uid: string): Promise<StartedReserveRow | null> {
+    return this.os.groupFiltered(batchId, uid);
   }
 
   /** The over-sampling figures of a batch as workers keep them, the reserve rows started (from index `from` of the launched list) and left. */
-  async oversampleState(batchId: string, from = 0): Promise<QueuedOversampleState> {
-    const [h, launched, left] = await this.pipe([
-      ["HMGET", this.batchKey(batchId), "os:delivered", "os:filtered", "os:replacements", "stopped"],
-      ["LRANGE", this.launchedKey(batchId), String(from), "-1"],
-      ["LLEN", this.reserveKey(batchId)],
-    ]);
-    const f = h as (string | null)[];
-    return {
-      delivered: Number(f[0] ?? 0),
-      filtered: Number(f[1] ?? 0),
-      replacements: Number(f[2] ?? 0),
-      stopped: f[3] == null ? null : (String(f[3]) as "cancel" | "carry"),
-      launched: (launched as string[]).map(String),
-      reserve: Number(left),
-    };
+  oversampleState(batchId: string, from = 0): Promise<QueuedOversampleState> {
+    return this.os.oversampleState(batchId, from);
   }
 
-  /**
-   * Seeds an over-sampled batch's state before its jobs run: sessions
-   * already finished (a re-posted uid's, handed back) admitted, groups
-   * already complete counted delivered or filtered (as BatchRun does
-   * inline), and `stopped` set when they alone reach the target.
-   */
-  async seedOversample(batchId: string, seed: { admitted: { uid: string; session_id: number }[]; delivered: string[]; filtered: string[]; mode: "cancel" | "carry"; target: number }): Promise<void> {
-    const ttl = String(this.opts.batchTtlSeconds ?? 7 * 24 * 3600);
-    const cmds: RedisArg[][] = seed.admitted.flatMap(({ uid, session_id }) => [["SADD", this.admittedKey(batchId, uid), String(session_id)], ["EXPIRE", this.admittedKey(batchId, uid), ttl]]);
-    const fields = [...seed.delivered.map((u) => [`d:${u}`, "1"]), ...seed.filtered.map((u) => [`f:${u}`, "1"])].flat();
-    if (fields.length) cmds.push(["HSET", this.batchKey(batchId), ...fields, "os:delivered", String(seed.delivered.length), "os:filtered", String(seed.filtered.length)]);
-    if (seed.delivered.length >= seed.target) cmds.push(["HSET", this.batchKey(batchId), "stopped", seed.mode]);
-    for (let i = 0; i < cmds.length; i += 500) await this.pipe(cmds.slice(i, i + 500));
+  /** Seeds an over-sampled batch's state before its jobs run (handed-back sessions, complete groups, `stopped`; {@link OversampleJobs.seedOversample}). */
+  seedOversample(batchId: string, seed: { admitted: { uid: string; session_id: number }[]; delivered: string[]; filtered: string[]; mode: "cancel" | "carry"; target: number }): Promise<void> {
+    return this.os.seedOversample(batchId, seed);
   }
 
-  /**
-   * Removes the jobs of a stopped over-sampled batch that no worker holds
-   * (waiting in the stream, not in the consumer group's pending list: XDEL,
-   * never claimed then) and records them as surplus (`queued`); running ones are stopped by their
-   * workers, which poll the batch's `stopped` flag. Returns the keys removed.
-   * A job claimed meanwhile is dropped by its worker (it sees the flag); a
-   * key reported twice is counted once by followers.
-   */
-  async stopQueued(batchId: string): Promise<string[]> {
-    const waiting: StreamEntry[] = [];
-    let start = "-";
-    for (;;) {
-      const entries = parseEntries(await this.call(["XRANGE", this.stream, start, "+", "COUNT", "500"]));
-      for (const e of entries) if (e.fields?.batch === batchId) waiting.push(e);
-      if (entries.length < 500) break;
-      start = `(${entries[entries.length - 1]!.id}`;
-    }
-    if (!waiting.length) return [];
-    const held = new Set<string>();
-    start = "-";
-    for (;;) {
-      const r = (await this.consumers.withGroup(() => this.call(["XPENDING", this.stream, this.group, start, "+", "500"]))) as RedisReply[];
-      for (const p of r) held.add(String((p as RedisReply[])[0]));
-      if (r.length < 500) break;
-      start = `(${String((r[r.length - 1] as RedisReply[])[0])}`;
-    }
-    const free = waiting.filter((e) => !held.has(e.id));
-    // Only entries this call deleted are reported: one acknowledged meanwhile (its job finished) is not surplus.
-    const keys: string[] = [];
-    for (let i = 0; i < free.length; i += 500) {
-      const chunk = free.slice(i, i + 500);
-      const r = await this.pipe(chunk.map((e) => ["XDEL", this.stream, e.id]));
-      chunk.forEach((e, j) => Number(r[j]) === 1 && e.fields?.key && keys.push(e.fields.key));
-    }
-    await this.surplus(batchId, keys, false);
-    return keys;
+  /** Removes the jobs of a stopped over-sampled batch that no worker holds and records them as surplus; returns the keys removed ({@link OversampleJobs.stopQueued}). */
+  stopQueued(batchId: string): Promise<string[]> {
+    return this.os.stopQueued(batchId);
   }
 
-  /**
-   * Stores the settlement of an over-sampled batch once (`os:settled`,
-   * HSETNX) and returns the one stored: two API processes following the
-   * batch report the same figures.
-   */
-  async settleOversample(batchId: string, s: OversampleSettlement): Promise<OversampleSettlement> {
-    const [, got] = await this.pipe([["HSETNX", this.batchKey(batchId), "os:settled", JSON.stringify(s)], ["HGET", this.batchKey(batchId), "os:settled"]]);
-    return typeof got === "string" ? (JSON.parse(got) as OversampleSettlement) : s;
+  /** Stores the settlement of an over-sampled batch once and returns the one stored ({@link OversampleJobs.settleOversample}). */
+  settleOversample(batchId: string, s: OversampleSettlement): Promise<OversampleSettlement> {
+    return this.os.settleOversample(batchId, s);
   }
 
   /** The stored settlement of an over-sampled batch, or null while it is not settled. */
-  async oversampleSettlement(batchId: string): Promise<OversampleSettlement | null> {
-    const got = await this.call(["HGET", this.batchKey(batchId), "os:settled"]);
-    return typeof got === "string" ? (JSON.parse(got) as OversampleSettlement) : null;
+  oversampleSettlement(batchId: string): Promise<OversampleSettlement | null> {
+    return this.os.oversampleSettlement(batchId);
   }
 
   /** Of `batchIds`, the stopped ones (over-sampled batches that reached their target) and how: one pipelined HGET each. */
-  async stoppedBatches(batchIds: readonly string[]): Promise<Map<string, "cancel" | "carry">> {
-    const ids = [...new Set(batchIds)];
-    if (ids.length === 0) return new Map();
-    const r = await this.pipe(ids.map((id) => ["HGET", this.batchKey(id), "stopped"]));
-    const out = new Map<string, "cancel" | "carry">();
-    ids.forEach((id, i) => r[i] != null && out.set(id, String(r[i]) as "cancel" | "carry"));
-    return out;
-  }
-
-  /** EVAL of a script (Redis over TCP and Upstash REST alike; scripts here are small, so no EVALSHA cache). */
-  private eval(script: string, keys: string[], args: string[]): Promise<RedisReply> {
-    return this.call(["EVAL", script, String(keys.length), ...keys, ...args]);
+  stoppedBatches(batchIds: readonly string[]): Promise<Map<string, "cancel" | "carry">> {
+    return this.os.stoppedBatches(batchIds);
   }
 
   /**
-   * Depth (jobs a worker can claim now: never claimed, plus stranded ones),
-   * in flight (held by a worker that heart-beats them), stranded (held by a
-   * consumer with a job idle past the lease: it stopped heart-beating, so the
-   * next claim reclaims them) and the oldest unacknowledged job's age (from
-   * its stream id's milliseconds and the Redis clock); `depth + in_flight` is
-   * XLEN, every job still to do. `workers.known` counts workers that claimed or
-   * heart-beat within two leases (a worker blocked on an empty queue claims
-   * every second; a busy one heart-beats), `busy` those of them holding
-   * jobs that are not stranded. A worker silent for longer (SIGKILLed, its host gone) is pruned:
-   * dropped from `{prefix}jobs:workers` and, once its jobs have been
-   * reclaimed (no pending entries), from the consumer group (XGROUP
-   * DELCONSUMER), so it is not counted forever.
+   * Depth, in flight, stranded, the oldest unacknowledged job's age and the
+   * workers known and busy, pruning dead workers on the way: see
+   * {@link queueStats} (queue-stats.ts).
    */
-  async stats(): Promise<QueueStats> {
-    const { pending, consumers: cs } = await this.consumers.info();
-    const [len, first, time, seen, claimedWith] = await this.pipe([["XLEN", this.stream], ["XRANGE", this.stream, "-", "+", "COUNT", "1"], ["TIME"], ["ZRANGE", this.workersKey, "0", "-1", "WITHSCORES"], ["GET", this.leaseKey]]);
-    const leaseMs = Number(claimedWith) > 0 ? Number(claimedWith) : this.leaseMs;
-    // A consumer with a job idle past the lease has stopped heart-beating (a live worker's heartbeats keep
-    // each of its jobs below ~5/6 of the lease): its jobs are stranded, reclaimable by the next claim. One XPENDING IDLE … COUNT 1 per holder.
-    const holders = cs.filter((c) => Number(c.pending ?? 0) > 0);
-    const idle = holders.length
-      ? await this.consumers.withGroup(() => this.pipe(holders.map((c) => ["XPENDING", this.stream, this.group, "IDLE", String(leaseMs), "-", "+", "1", String(c.name)])))
-      : [];
-    const strandedBy = new Set(holders.filter((_, i) => Array.isArray(idle[i]) && (idle[i] as RedisReply[]).length > 0).map((c) => String(c.name)));
-    const stranded = holders.reduce((n, c) => n + (strandedBy.has(String(c.name)) ? Number(c.pending) : 0), 0);
-    const inFlight = Math.max(0, pending - stranded);
-    const oldest = parseEntries(first)[0]?.id;
-    const t = time as RedisReply[];
-    const nowMs = Number(t[0]) * 1000 + Math.floor(Number(t[1]) / 1000);
-    // Worker clocks may drift from Redis's by seconds; two leases (60 s by default) absorb that.
-    const horizon = nowMs - 2 * leaseMs;
-    const live = new Set<string>();
-    // ZRANGE WITHSCORES: flat [member, score, …] (RESP2, Upstash) or [[member, score], …] (RESP3).
-    const reply = (seen as RedisReply[] | null) ?? [];
-    const pairs = reply.every(Array.isArray) ? (reply as RedisReply[][]) : reply.flatMap((v, i) => (i % 2 === 0 ? [[v, reply[i + 1]] as RedisReply[]] : []));
-    for (const [member, score] of pairs) if (Number(score) >= horizon) live.add(String(member));
-    const dead = cs.filter((c) => !live.has(String(c.name)) && Number(c.pending ?? 0) === 0);
-    await Promise.all([
-      this.call(["ZREMRANGEBYSCORE", this.workersKey, "-inf", `(${horizon}`]),
-      ...dead.map((c) => this.call(["XGROUP", "DELCONSUMER", this.stream, this.group, String(c.name)])),
-    ]).catch(() => {});
-    return {
-      mode: "queue",
-      depth: Math.max(0, Number(len) - inFlight),
-      in_flight: inFlight,
-      stranded: Math.min(stranded, Math.max(0, Number(len) - inFlight)),
-      oldest_age_ms: oldest ? Math.max(0, nowMs - Number(oldest.split("-")[0])) : 0,
-      workers: { known: live.size, busy: cs.filter((c) => live.has(String(c.name)) && !strandedBy.has(String(c.name)) && Number(c.pending ?? 0) > 0).length },
-    };
+  stats(): Promise<QueueStats> {
+    return queueStats(this.r, this.keys, this.consumers, this.group, this.leaseMs);
   }
 
   /**
@@ -759,7 +423,7 @@ export class JobQueue {
 
   /** Deletes the durable-session hashes (`{p}session:{key}`) of `keys`: a cancelled job's session leaves nothing behind. */
   async dropSessions(keys: readonly string[]): Promise<void> {
-    if (keys.length) await this.call(["DEL", ...keys.map((k) => `${this.prefix}session:${keyPart(k)}`)]);
+    if (keys.length) await this.call(["DEL", ...keys.map((k) => this.keys.sessionKey(k))]);
   }
 
   /** Whether a batch's hash (`{p}jobs:batch:{id}`) is still stored. */
@@ -794,7 +458,7 @@ export class JobQueue {
     const out = new Map<string, string>();
     for (let i = 0; i < keys.length; i += 1000) {
       const chunk = keys.slice(i, i + 1000);
-      const r = await this.pipe(chunk.map((k) => ["HMGET", `${this.prefix}session:${keyPart(k)}`, "step", "n"]));
+      const r = await this.pipe(chunk.map((k) => ["HMGET", this.keys.sessionKey(k), "step", "n"]));
       r.forEach((x, j) => {
         const [step, n] = (x as (string | null)[] | null) ?? [];
         if (step != null || n != null) out.set(chunk[j]!, `${step ?? ""}:${n ?? ""}`);
@@ -810,7 +474,7 @@ export class JobQueue {
   async sessionsStarted(keys: readonly string[]): Promise<number> {
     let n = 0;
     for (let i = 0; i < keys.length; i += 1000) {
-      const r = await this.pipe(keys.slice(i, i + 1000).map((k) => ["EXISTS", `${this.prefix}session:${keyPart(k)}`]));
+      const r = await this.pipe(keys.slice(i, i + 1000).map((k) => ["EXISTS", this.keys.sessionKey(k)]));
       for (const x of r) n += Number(x);
     }
     return n;
@@ -864,52 +528,11 @@ export class JobQueue {
     await this.consumers.forget(consumer);
   }
 
-  private async call(cmd: RedisArg[], blocking = false): Promise<RedisReply> {
-    try {
-      return blocking && this.redis.execBlocking ? await this.redis.execBlocking(cmd) : await this.redis.exec(cmd);
-    } catch (e) {
-      throw storeError(e);
-    }
+  private call(cmd: RedisArg[], blocking = false): Promise<RedisReply> {
+    return this.r.call(cmd, blocking);
   }
 
-  private async pipe(cmds: RedisArg[][]): Promise<RedisReply[]> {
-    let out: (RedisReply | Error)[];
-    try {
-      out = await this.redis.pipeline(cmds);
-    } catch (e) {
-      throw storeError(e);
-    }
-    const bad = out.find((r) => r instanceof Error);
-    if (bad) throw storeError(bad);
-    return out as RedisReply[];
-  }
-}
-
-/** The batch index's member for a batch: its start (epoch ms, zero-padded to 15 digits, so members sort by time) and id. */
-export function batchIndexMember(startedAt: number, batchId: string): string {
-  return `${String(Math.max(0, Math.floor(startedAt))).padStart(15, "0")}:${batchId}`;
-}
-
-/** A Redis failure as a 503 StoreError; `OOM` (maxmemory reached) says the store is full. */
-export function storeError(e: unknown): EdgeloopError {
-  if (e instanceof EdgeloopError) return e;
-  const msg = (e as Error)?.message ?? String(e);
-  if (/^OOM\b/.test(msg)) return new StoreError("store full: Redis refused the write (maxmemory reached)", { cause: e, code: "store_full" });
-  return new StoreError(`redis: ${msg.slice(0, 300)}`, { cause: e });
-}
-
-function toJob(e: StreamEntry, deliveries: number): Job | null {
-  if (!e.fields?.t || !e.fields.batch) return null;
-  try {
-    return {
-      id: e.id,
-      batch_id: e.fields.batch,
-      trajectory: JSON.parse(e.fields.t) as PlannedTrajectory,
-      deliveries,
-      ...(e.fields.r === "1" ? { rowRef: true, rowBytes: Number(e.fields.rb ?? 0) } : {}),
-      ...(e.fields.x ? { expect: JSON.parse(e.fields.x) as ExpectedGroup } : {}),
-    };
-  } catch {
-    return null;
+  private pipe(cmds: RedisArg[][]): Promise<RedisReply[]> {
+    return this.r.pipe(cmds);
   }
 }
