@@ -1,0 +1,256 @@
+import { LRUCache } from "lru-cache";
+import { DEFAULT_SESSION_LIMITS, SessionLimitError, type SessionLimits } from "../agent-loop/session-limits.ts";
+import { AgentLoop, type AgentLoopContext } from "../agent-loop/agent-loop.ts";
+import { contextSize } from "../inference/context-size.ts";
+import { addPreempted, modelVersionOf, turnVersions, type TokenVersions } from "../inference/token-versions.ts";
+import { EdgeloopError, TemplateError } from "../errors.ts";
+import { fnv1a32 } from "../inference/hash.ts";
+import type { InferenceClient } from "../inference/types.ts";
+import type { AgentLoopOutput, ChatMessage, RoutedExpertsSpan, SamplingParams, ToolSchema } from "../schema/index.ts";
+import { encodeFloat32, encodeInt32 } from "../schema/typed-base64.ts";
+import { createToolCallParser } from "../tools/parser-registry.ts";
+import { ObservationEncoder } from "../tokens/observation.ts";
+import { buildPromptIds } from "../tokens/prompt.ts";
+import type { ChatTokenizer } from "../tokens/tokenizer.ts";
+import type { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
+import { openOutput, recordActionVersions, rememberReply, toolsKeyOf, type AgentOutputState, type AgentSessionState, type TurnEvent } from "./agent-session.ts";
+import { continuation, namedToolResults, parseReply } from "./conversation.ts";
+import type { ChatReply, ChatRequest } from "./openai-wire.ts";
+
+/** What {@link GatewayTurns} reads of its gateway's options (`AgentGatewayOptions`: the same fields). */
+export interface GatewayTurnOptions {
+  tokenizer: ChatTokenizer;
+  client: InferenceClient;
+  maxModelLen?: number;
+  newRequestId?: () => string;
+  limits?: SessionLimits;
+}
+
+/**
+ * How the agent gateway answers one chat call of a session (see
+ * `AgentGateway`'s class doc, steps 2 and 3, and the engine call after them):
+ * continue the current output with the request's new messages encoded
+ * incrementally, or open the next output with a fresh render; one engine
+ * call through the loop machinery ({@link TurnRunner}); the reply parsed
+ * with the run's tool-call parser. Keeps the observation encoders per tools
+ * and template kwargs.
+ */
+export class GatewayTurns {
+  private readonly encoders = new LRUCache<string, ObservationEncoder>({ max: 64 });
+  private readonly turnLoop: TurnRunner;
+
+  /** `modelName`: the model replies report; `wall`: epoch milliseconds (a reply's `created`). */
+  constructor(
+    private readonly opts: GatewayTurnOptions,
+    private readonly modelName: string,
+    private readonly wall: () => number,
+  ) {
+    this.turnLoop = new TurnRunner(opts);
+  }
+
+  /**
+   * One answered call as an event, applied to `st` (the output continued or
+   * opened, the tokens and reply recorded): the caller commits it.
+   * @throws SessionLimitError (409) when opening an output past `limits.max_outputs_per_session`; engine errors.
+   */
+  async answer(st: AgentSessionState, req: ChatRequest, hash: string): Promise<TurnEvent> {
+    const tok = this.opts.tokenizer;
+    const input = st.input;
+    const rollout = input.rollout;
+    const tools = req.tools && req.tools.length ? req.tools : undefined;
+    const cur = st.outputs[st.outputs.length - 1];
+    let added = cur && !cur.ended && cur.toolsKey === toolsKeyOf(tools) ? continuation(cur.messages, req.messages) : null;
+    let obsIds: number[] | null = null;
+    if (cur && added) {
+      added = namedToolResults(added, cur.messages);
+      // A turn a stop string (or max_tokens) ended has no stop id: close it as the template closes a turn;
+      // the agent sent it back as a finished message.
+      const lastId = cur.builder.lastTokenId;
+      try {
+        obsIds = this.encoder(tools, rollout.chat_template_kwargs).encode(added, lastId, { closeTurn: !tok.isStopToken(lastId) });
+      } catch (e) {
+        // A combination the template cannot render incrementally (Gemma 3: two user turns in a row): a fresh render.
+        if (!(e instanceof TemplateError)) throw e;
+        added = null;
+      }
+    }
+    const partial: Omit<TurnEvent, "reply" | "assistant" | "metrics" | "finish_reason" | "terminated_by" | "ended" | "mark_truncated" | "tool_calls" | "user_turns"> = { e: "turn", hash };
+    let out: AgentOutputState;
+    let truncatedByObs = false;
+    if (cur && added && obsIds) {
+      out = cur;
+      const named = added;
+      const ids = obsIds;
+      partial.added = named;
+      partial.obs = encodeInt32(ids);
+      out.messages.push(...named);
+      truncatedByObs = out.builder.appendObservation(ids).truncated;
+      out.userTurns++;
+    } else {
+      // (checkLimits saw a continuation the template then could not render incrementally: still no output past the cap.)
+      const maxOutputs = (this.opts.limits ?? DEFAULT_SESSION_LIMITS).maxOutputs;
+      if (st.outputs.length >= maxOutputs) throw new SessionLimitError(input.key, "max_outputs_per_session", maxOutputs);
+      const { promptIds, truncated } = buildPromptIds(tok, req.messages, { tools, promptLength: rollout.prompt_length, chatTemplateKwargs: rollout.chat_template_kwargs });
+      const maxModelLen = await contextSize(rollout, this.opts.maxModelLen, this.opts.client);
+      partial.open = {
+        prompt_ids: encodeInt32(promptIds),
+        prompt_truncated: truncated,
+        response_length: rollout.response_length,
+        max_model_len: maxModelLen,
+        prompt_length: rollout.prompt_length,
+        track_logprobs: input.sampling_params.logprobs,
+        messages: req.messages,
+        tools: tools ?? null,
+      };
+      out = openOutput(st, partial.open);
+    }
+    const b = out.builder;
+    const metrics = { ...out.metrics };
+    let finish: TurnEvent["finish_reason"] = "stop";
+    let by = "agent";
+    let ended = false;
+    let markTruncated = false;
+    let replyFinish: ChatReply["finish_reason"] = "stop";
+    let action: { ids: number[]; lps: number[] | null } | null = null;
+    let modelVersion: unknown = null;
+    let versions: TokenVersions | null = null;
+    let experts: TurnEvent["experts"];
+    const promptTokens = b.contextLength;
+    if (truncatedByObs) {
+      [finish, by, ended, markTruncated, replyFinish] = ["length", "response_length", true, true, "length"];
+    } else {
+      const sp = samplingFor(input.sampling_params, req);
+      const r = await this.turnLoop.generate(b, sp, input.key, metrics, req.max_tokens, rollout.return_routed_experts);
+      if (r === undefined || r === "overflow" || r === "aborted") {
+        [finish, by, ended, markTruncated, replyFinish] = r === "aborted" ? ["abort", "abort", true, false, "length"] : ["length", b.remainingBudget <= 0 ? "response_length" : "max_model_len", true, true, "length"];
+      } else {
+        addPreempted(metrics, r.num_preempted);
+        // The engine's (or the gate's stamped) version, else the batch's.
+        modelVersion = modelVersionOf(r) ?? input.model_version;
+        const lps = input.sampling_params.logprobs ? r.log_probs : null;
+        const offset = b.responseLength;
+        const appended = b.appendAction(r.token_ids, lps);
+        experts = routedExpertsDelta(b, r.routed_experts);
+        const kept = r.token_ids.slice(0, appended.appended);
+        versions = turnVersions(r)
+          .filter(([start]) => start < kept.length)
+          .map(([start, v]) => [start, v ?? input.model_version] as [number, unknown]);
+        recordActionVersions(out.tokenVersions, offset, kept.length, versions);
+        action = { ids: kept, lps: lps ? lps.slice(0, appended.appended) : null };
+        out.assistantTurns++;
+        out.modelVersions.push(modelVersion);
+        out.lastActionIds = Int32Array.from(kept);
+        replyFinish = r.finish_reason === "length" || appended.truncated ? "length" : "stop";
+        if (r.finish_reason === "abort") [finish, by, ended, replyFinish] = ["abort", "abort", true, "length"];
+        else if (appended.truncated) [finish, by, ended, markTruncated] = ["length", "response_length", true, true];
+        else if (b.remainingBudget <= 0 || b.contextLength >= b.maxModelLen) [finish, by, ended, markTruncated] = ["length", "response_length", true, true];
+        else if (r.finish_reason === "length" && (req.max_tokens === undefined || kept.length < req.max_tokens)) [finish, by, ended, markTruncated] = ["length", "length_stop", true, true];
+        const maxTurns = rollout.multi_turn.max_assistant_turns;
+        if (!ended && maxTurns != null && out.assistantTurns >= maxTurns) [finish, by, ended] = ["stop", "max_assistant_turns", true];
+      }
+    }
+    if (markTruncated) b.markTruncated();
+    // The builder's cut flag as the fold must see it (an append cut by a budget sets it too).
+    markTruncated = b.truncated;
+    const parsed = action
+      ? parseReply(tok, this.parser(rollout.multi_turn.format, tools), action.ids, { toolChoice: req.tool_choice, outputIndex: out.index, turn: out.assistantTurns - 1, ...(replyFinish === "stop" && req.stop?.length ? { stop: req.stop } : {}) })
+      : null;
+    if (parsed?.message.tool_calls?.length && replyFinish === "stop") replyFinish = "tool_calls";
+    const message = parsed?.message ?? { role: "assistant" as const, content: "" };
+    const reply: ChatReply = {
+      id: `chatcmpl-${fnv1a32(input.key).toString(16)}-${out.index}-${out.assistantTurns}-${st.step + 1}`,
+      created: Math.floor(this.wall() / 1000),
+      model: req.model ?? this.modelName,
+      message,
+      finish_reason: replyFinish,
+      usage: { prompt_tokens: promptTokens, completion_tokens: action?.ids.length ?? 0, total_tokens: promptTokens + (action?.ids.length ?? 0) },
+      ...(req.logprobs ? { logprobs: action ? this.logprobsOf(action.ids, action.lps) : [] } : {}),
+    };
+    const assistant: ChatMessage | null = parsed?.history ?? null;
+    if (assistant) out.messages.push(assistant);
+    out.toolCalls += parsed?.calls.length ?? 0;
+    out.metrics = metrics;
+    out.finishReason = finish;
+    out.terminatedBy = by;
+    out.ended = ended;
+    out.last = { hash, reply };
+    rememberReply(st, hash, reply);
+    return {
+      ...partial,
+      ...(action ? { action: { ids: encodeInt32(action.ids), lps: action.lps ? encodeFloat32(action.lps) : null }, model_version: modelVersion, versions: versions ?? [] } : {}),
+      ...(experts ? { experts } : {}),
+      mark_truncated: markTruncated,
+      ended,
+      finish_reason: finish,
+      terminated_by: by,
+      assistant,
+      reply: reply as unknown as Record<string, unknown>,
+      metrics,
+      tool_calls: parsed?.calls.length ?? 0,
+      user_turns: out.userTurns,
+    };
+  }
+
+  private logprobsOf(ids: number[], lps: number[] | null): NonNullable<ChatReply["logprobs"]> {
+    const enc = new TextEncoder();
+    return ids.map((id, i) => {
+      const token = this.opts.tokenizer.decode([id]);
+      return { token, logprob: lps?.[i] ?? 0, bytes: Array.from(enc.encode(token)) };
+    });
+  }
+
+  private parser(format: string | null, tools: ToolSchema[] | undefined) {
+    return createToolCallParser(format ?? this.opts.tokenizer.traits.defaultParser, { tools });
+  }
+
+  private encoder(tools: ToolSchema[] | undefined, kwargs: Record<string, unknown> | undefined): ObservationEncoder {
+    const k = `${toolsKeyOf(tools)}\u0000${JSON.stringify(kwargs ?? {})}`;
+    let e = this.encoders.get(k);
+    if (!e) {
+      e = new ObservationEncoder(this.opts.tokenizer, { tools, chatTemplateKwargs: kwargs });
+      this.encoders.set(k, e);
+    }
+    return e;
+  }
+}
+
+/** The batch's sampling parameters with the request's `temperature`, `top_p`, `seed` and `stop` over them (log-probs as the run records them). */
+export function samplingFor(base: SamplingParams, req: ChatRequest): SamplingParams {
+  return {
+    ...base,
+    ...(req.temperature !== undefined ? { temperature: req.temperature } : {}),
+    ...(req.top_p !== undefined ? { top_p: req.top_p } : {}),
+    ...(req.seed !== undefined ? { seed: req.seed } : {}),
+    ...(req.stop?.length ? { stop: req.stop } : {}),
+  };
+}
+
+/**
+ * Applies a call's routed experts to `b` and returns what changed, for the
+ * turn event: the positions from the first changed one to the end of
+ * prompt ‖ response (a later call re-covers earlier positions with the same
+ * values, so this is normally the new tokens and the observation before
+ * them), base64 int32. Undefined when the call returned none.
+ */
+function routedExpertsDelta(b: TrajectoryBuilder, span: RoutedExpertsSpan | undefined): TurnEvent["experts"] {
+  if (!span) return undefined;
+  b.markExpertsCommitted();
+  b.applyRoutedExperts(span);
+  const now = b.routedExperts()!;
+  const per = now.shape[0] * now.shape[1];
+  const from = b.routedExpertsChangedFrom(now.data.length / per);
+  return { from, data: encodeInt32(now.data.subarray(from * per)), shape: now.shape };
+}
+
+/** The loop machinery a call reuses: `AgentLoop.generate` (preemption resume, stop ids, token versions). */
+class TurnRunner extends AgentLoop {
+  constructor(opts: GatewayTurnOptions) {
+    super({ tokenizer: opts.tokenizer, client: opts.client, config: undefined as unknown as AgentLoopContext["config"], maxModelLen: opts.maxModelLen, newRequestId: opts.newRequestId });
+  }
+  run(): Promise<AgentLoopOutput> {
+    throw new EdgeloopError("not a loop", { status: 500, code: "internal" });
+  }
+  override generate(...a: Parameters<AgentLoop["generate"]>) {
+    return super.generate(...a);
+  }
+}
