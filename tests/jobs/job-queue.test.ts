@@ -1,23 +1,19 @@
-import { afterAll, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import { IoRedisCommander } from "../../infra/redis/ioredis-commander.ts";
 import { parseAppConfig } from "../../shared/config/app-config.ts";
 import { ConflictError, StoreError } from "../../shared/errors.ts";
 import { JobQueue, type BatchSpec } from "../../shared/jobs/job-queue.ts";
 import { JobWorker } from "../../shared/jobs/job-worker.ts";
-import { planBatch, RolloutRequest, type PlannedTrajectory } from "../../shared/rollout/batch.ts";
+import { planBatch, RolloutRequest } from "../../shared/rollout/batch.ts";
 import type { TrajectoryExecutor } from "../../shared/rollout/batch-run.ts";
 import { RolloutService } from "../../shared/service/rollout-service.ts";
 import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue.ts";
-import type { AgentLoopOutput } from "../../shared/schema/index.ts";
-import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { fakeExecutor } from "../helpers/fake-executor.ts";
+import { waitFor } from "../helpers/wait.ts";
+import { randomPrefix, rawRedis, redisCleanup, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 
 const redis = await requireRedis();
-const prefixes: string[] = [];
-const closers: (() => Promise<unknown>)[] = [];
-afterAll(async () => {
-  for (const c of closers) await c().catch(() => {});
-  for (const p of prefixes) await deleteByPrefix(p);
-});
+const { prefixes, closers } = redisCleanup();
 
 function setup(leaseMs = 400, maxPending?: number) {
   const prefix = randomPrefix("jobs");
@@ -37,30 +33,6 @@ function plan(rows = 2) {
   const spec: BatchSpec = { batch_id: p.batch_id, validate: false, global_steps: -1, model_version: null, rollout: cfg.rollout, total: p.trajectories.length, started_at: Date.now() };
   return { p, spec };
 }
-
-/** One fixed output per trajectory: a two-token response. */
-function output(t: PlannedTrajectory): AgentLoopOutput {
-  return {
-    prompt_ids: [1, 2, t.session_id],
-    response_ids: [5, 6],
-    response_mask: [1, 1],
-    response_logprobs: [-0.5, -0.25],
-    reward_score: 1,
-    num_turns: 2,
-    truncated: false,
-    finish_reason: "stop",
-    metrics: { generate_sequences: 0, tool_calls: 0, compute_score: 0, num_preempted: -1 },
-    extra_fields: {},
-  };
-}
-
-const fakeExecutor = (hook?: (t: PlannedTrajectory) => Promise<void>): TrajectoryExecutor => ({
-  agentNameFor: () => "fake",
-  async run(t) {
-    await hook?.(t);
-    return { agentName: "fake", outputs: [output(t)] };
-  },
-});
 
 describe.skipIf(!redis)("job queue", () => {
   test("workers.known counts live workers only: a worker silent for two leases (SIGKILLed) is pruned, from the group too once its jobs are reclaimed", async () => {
@@ -288,12 +260,14 @@ describe.skipIf(!redis)("job queue", () => {
     await jobs.submit(spec, p.trajectories.map((t) => t.key), p.trajectories.slice(0, 1));
     const realBeat = jobs.heartbeat.bind(jobs);
     let down = true;
-    jobs.heartbeat = (c, ids) => (down ? Promise.reject(new Error("store unreachable")) : realBeat(c, ids));
+    let failed = 0;
+    jobs.heartbeat = (c, ids) => (down ? (failed++, Promise.reject(new Error("store unreachable"))) : realBeat(c, ids));
     const lines: string[] = [];
+    // Several beats fail (the failure is said once), then beats land again (said once).
     const slow = fakeExecutor(async () => {
-      await Bun.sleep(700);
+      await waitFor(() => failed >= 3, "three failed heartbeats");
       down = false;
-      await Bun.sleep(400);
+      await waitFor(() => lines.includes("[beat] heartbeats land again"), "a heartbeat that lands");
     });
     const worker = new JobWorker({ model: null, jobs, store, executorFor: () => slow, consumer: "beat", concurrency: 1, idleExitMs: 200, blockMs: 50, log: (l) => lines.push(l) });
     expect(await worker.run()).toMatchObject({ claimed: 1, completed: 1 });
