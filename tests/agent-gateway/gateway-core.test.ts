@@ -1,6 +1,5 @@
 import { beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
-import { readFileSync } from "node:fs";
 import { AgentGateway } from "../../shared/agent-gateway/agent-gateway.ts";
 import { agentOutputs } from "../../shared/agent-gateway/agent-session.ts";
 import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
@@ -9,22 +8,20 @@ import { MemorySessionStorage } from "../../shared/session/session-storage.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { SimEngine } from "../../infra/sim-engine/sim-engine.ts";
 import { SimEngineClient } from "../../infra/sim-engine/sim-engine-client.ts";
-import { parseToolsFile } from "../../shared/tools/tools-file.ts";
 import { config, ctxOf, FakeTools, SP } from "../agent-loop/helpers.ts";
 import type { ToolSchema } from "../../shared/schema/index.ts";
 import { ConflictError } from "../../shared/errors.ts";
 import { builtinTokenizer, modelIdOf } from "../../shared/models/index.ts";
+import { examplePolicy, exampleRow, exampleToolSchemas } from "../helpers/examples.ts";
 
-const ROOT = new URL("../../", import.meta.url).pathname;
-const script = JSON.parse(readFileSync(`${ROOT}examples/policy.json`, "utf8"));
-const row0 = JSON.parse(readFileSync(`${ROOT}examples/gsm8k-tool.jsonl`, "utf8").split("\n")[0]!);
+const script = examplePolicy();
+const row0 = exampleRow(0);
 let tok: ChatTokenizer;
 let tools: ToolSchema[];
 
 beforeAll(async () => {
   tok = await defaultTokenizer();
-  const file = parseToolsFile(readFileSync(`${ROOT}infra/tools/tools.example.json`, "utf8"), { vars: { port: 1 } });
-  tools = file.tools.map((t) => t.schema);
+  tools = exampleToolSchemas();
 });
 
 function setup() {

@@ -1,5 +1,4 @@
 import { beforeAll, describe, expect, test } from "bun:test";
-import { readFileSync } from "node:fs";
 import { AgentGateway } from "../../shared/agent-gateway/agent-gateway.ts";
 import { agentOutputs } from "../../shared/agent-gateway/agent-session.ts";
 import { ToolAgentLoop } from "../../shared/agent-loop/tool-agent.ts";
@@ -7,22 +6,21 @@ import { MemorySessionStorage } from "../../shared/session/session-storage.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { DEFAULT_SIM_MOE, SimEngine } from "../../infra/sim-engine/sim-engine.ts";
 import { SimEngineClient } from "../../infra/sim-engine/sim-engine-client.ts";
-import { parseToolsFile } from "../../shared/tools/tools-file.ts";
 import { config, ctxOf, FakeTools, SP } from "../agent-loop/helpers.ts";
 import type { ToolSchema } from "../../shared/schema/index.ts";
+import { examplePolicy, exampleRow, exampleToolSchemas } from "../helpers/examples.ts";
 
 // The agent gateway's sessions feed the builder from engine replies too: with
 // rollout.return_routed_experts an OpenAI-style conversation records the same
 // routed experts as tool_agent, stored in its turn events and folded back bit-exact.
-const ROOT = new URL("../../", import.meta.url).pathname;
-const script = JSON.parse(readFileSync(`${ROOT}examples/policy.json`, "utf8"));
-const row0 = JSON.parse(readFileSync(`${ROOT}examples/gsm8k-tool.jsonl`, "utf8").split("\n")[0]!);
+const script = examplePolicy();
+const row0 = exampleRow(0);
 const TOKEN = "tok_0123456789abcdef0123";
 let tok: ChatTokenizer;
 let tools: ToolSchema[];
 beforeAll(async () => {
   tok = await defaultTokenizer();
-  tools = parseToolsFile(readFileSync(`${ROOT}infra/tools/tools.example.json`, "utf8"), { vars: { port: 1 } }).tools.map((t) => t.schema);
+  tools = exampleToolSchemas();
 });
 
 describe("agent gateway: routed experts", () => {

@@ -1,6 +1,5 @@
 import { beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
-import { readFileSync } from "node:fs";
 import { AgentGateway } from "../../shared/agent-gateway/agent-gateway.ts";
 import { agentOutputs, foldAgentSession, type TurnEvent } from "../../shared/agent-gateway/agent-session.ts";
 import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
@@ -11,24 +10,22 @@ import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokeni
 import { createSimEngineApp } from "../../infra/sim-engine/app.ts";
 import { SimEngine } from "../../infra/sim-engine/sim-engine.ts";
 import { SimEngineClient } from "../../infra/sim-engine/sim-engine-client.ts";
-import { parseToolsFile } from "../../shared/tools/tools-file.ts";
 import { config, SP } from "../agent-loop/helpers.ts";
 import type { ToolSchema } from "../../shared/schema/index.ts";
+import { examplePolicy, exampleRow, exampleToolSchemas } from "../helpers/examples.ts";
 
 // openai_agent's per-token policy versions: the agent gateway stores each turn's version segments
 // in its TurnEvent and agentOutputs emits extra_fields.token_versions, as tool_agent records them.
 
-const ROOT = new URL("../../", import.meta.url).pathname;
-const script = JSON.parse(readFileSync(`${ROOT}examples/policy.json`, "utf8"));
-const row0 = JSON.parse(readFileSync(`${ROOT}examples/gsm8k-tool.jsonl`, "utf8").split("\n")[0]!);
+const script = examplePolicy();
+const row0 = exampleRow(0);
 const TOKEN = "tok_0123456789abcdef0123";
 let tok: ChatTokenizer;
 let tools: ToolSchema[];
 
 beforeAll(async () => {
   tok = await defaultTokenizer();
-  const file = parseToolsFile(readFileSync(`${ROOT}infra/tools/tools.example.json`, "utf8"), { vars: { port: 1 } });
-  tools = file.tools.map((t) => t.schema);
+  tools = exampleToolSchemas();
 });
 
 function setup(client: InferenceClient, modelVersion: string | null = null) {
