@@ -13,6 +13,7 @@ import type { ToolSchema } from "../../shared/schema/index.ts";
 import { ConflictError } from "../../shared/errors.ts";
 import { builtinTokenizer, modelIdOf } from "../../shared/models/index.ts";
 import { examplePolicy, exampleRow, exampleToolSchemas } from "../helpers/examples.ts";
+import { agentSessionInput } from "../helpers/agent-session.ts";
 
 const script = examplePolicy();
 const row0 = exampleRow(0);
@@ -34,19 +35,7 @@ function setup() {
 }
 
 async function createSession(gw: AgentGateway, key = "u0_0_0") {
-  return gw.create({
-    v: 1,
-    key,
-    uid: "u0",
-    session_id: 0,
-    token: "tok_0123456789abcdef0123",
-    created_ms: Date.now(),
-    deadline_ms: Date.now() + 60_000,
-    sampling_params: SP,
-    rollout: config(),
-    tools,
-    messages: row0.prompt,
-  });
+  return gw.create(agentSessionInput(tools, { key }));
 }
 
 describe("agent gateway core", () => {

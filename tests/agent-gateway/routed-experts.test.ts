@@ -9,13 +9,13 @@ import { SimEngineClient } from "../../infra/sim-engine/sim-engine-client.ts";
 import { config, ctxOf, FakeTools, SP } from "../agent-loop/helpers.ts";
 import type { ToolSchema } from "../../shared/schema/index.ts";
 import { examplePolicy, exampleRow, exampleToolSchemas } from "../helpers/examples.ts";
+import { AGENT_TOKEN, agentSessionInput } from "../helpers/agent-session.ts";
 
 // The agent gateway's sessions feed the builder from engine replies too: with
 // rollout.return_routed_experts an OpenAI-style conversation records the same
 // routed experts as tool_agent, stored in its turn events and folded back bit-exact.
 const script = examplePolicy();
 const row0 = exampleRow(0);
-const TOKEN = "tok_0123456789abcdef0123";
 let tok: ChatTokenizer;
 let tools: ToolSchema[];
 beforeAll(async () => {
@@ -29,12 +29,12 @@ describe("agent gateway: routed experts", () => {
     const storage = new MemorySessionStorage();
     const gw = new AgentGateway({ storage, tokenizer: tok, client: new SimEngineClient(engine), maxModelLen: 4096 });
     const rollout = config({ return_routed_experts: true });
-    await gw.create({ v: 1, key: "u0_0_0", uid: "u0", session_id: 0, token: TOKEN, created_ms: Date.now(), deadline_ms: Date.now() + 60_000, sampling_params: SP, rollout, tools, messages: row0.prompt });
+    await gw.create(agentSessionInput(tools, { rollout }));
     const m1 = [...row0.prompt];
-    const r1 = await gw.chat("u0_0_0", TOKEN, { model: "qwen3", messages: m1, tools });
+    const r1 = await gw.chat("u0_0_0", AGENT_TOKEN, { model: "qwen3", messages: m1, tools });
     const call = r1.message.tool_calls!;
     const m2 = [...m1, { role: "assistant", content: r1.message.content, reasoning_content: r1.message.reasoning_content, tool_calls: call }, { role: "tool", tool_call_id: call[0]!.id, content: "31" }];
-    await gw.chat("u0_0_0", TOKEN, { model: "qwen3", messages: m2, tools });
+    await gw.chat("u0_0_0", AGENT_TOKEN, { model: "qwen3", messages: m2, tools });
     const st = await gw.finish("u0_0_0", { by: "agent", reward: 1 });
     const [out] = agentOutputs(st, { reward: 1 });
 

@@ -10,16 +10,15 @@ import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokeni
 import { createSimEngineApp } from "../../infra/sim-engine/app.ts";
 import { SimEngine } from "../../infra/sim-engine/sim-engine.ts";
 import { SimEngineClient } from "../../infra/sim-engine/sim-engine-client.ts";
-import { config, SP } from "../agent-loop/helpers.ts";
 import type { ToolSchema } from "../../shared/schema/index.ts";
 import { examplePolicy, exampleRow, exampleToolSchemas } from "../helpers/examples.ts";
+import { AGENT_TOKEN, agentSessionInput } from "../helpers/agent-session.ts";
 
 // openai_agent's per-token policy versions: the agent gateway stores each turn's version segments
 // in its TurnEvent and agentOutputs emits extra_fields.token_versions, as tool_agent records them.
 
 const script = examplePolicy();
 const row0 = exampleRow(0);
-const TOKEN = "tok_0123456789abcdef0123";
 let tok: ChatTokenizer;
 let tools: ToolSchema[];
 
@@ -32,9 +31,9 @@ function setup(client: InferenceClient, modelVersion: string | null = null) {
   const storage = new MemorySessionStorage();
   const gw = new AgentGateway({ storage, tokenizer: tok, client, maxModelLen: 4096 });
   const app = createAgentGatewayApp({ gateway: gw });
-  const sdk = new OpenAI({ baseURL: "http://edgeloop.local/v1/sessions/u0_0_0/openai/v1", apiKey: TOKEN, fetch: async (u, i) => app.fetch(new Request(u as string, i)) });
+  const sdk = new OpenAI({ baseURL: "http://edgeloop.local/v1/sessions/u0_0_0/openai/v1", apiKey: AGENT_TOKEN, fetch: async (u, i) => app.fetch(new Request(u as string, i)) });
   const create = () =>
-    gw.create({ v: 1, key: "u0_0_0", uid: "u0", session_id: 0, token: TOKEN, created_ms: Date.now(), deadline_ms: Date.now() + 60_000, sampling_params: SP, rollout: config(), tools, messages: row0.prompt, model_version: modelVersion });
+    gw.create(agentSessionInput(tools, { model_version: modelVersion }));
   return { storage, gw, sdk, create };
 }
 
