@@ -5,25 +5,21 @@ import { agentOutputs } from "../../shared/agent-gateway/agent-session.ts";
 import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
 import { ToolAgentLoop } from "../../shared/agent-loop/tool-agent.ts";
 import { MemorySessionStorage } from "../../shared/session/session-storage.ts";
-import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
+import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { SimEngine } from "../../infra/sim-engine/sim-engine.ts";
 import { SimEngineClient } from "../../infra/sim-engine/sim-engine-client.ts";
 import { config, ctxOf, FakeTools, SP } from "../agent-loop/helpers.ts";
 import type { ToolSchema } from "../../shared/schema/index.ts";
 import { ConflictError } from "../../shared/errors.ts";
 import { builtinTokenizer, modelIdOf } from "../../shared/models/index.ts";
-import { examplePolicy, exampleRow, exampleToolSchemas } from "../helpers/examples.ts";
-import { agentSessionInput } from "../helpers/agent-session.ts";
+import { examplePolicy, exampleRow } from "../helpers/examples.ts";
+import { agentSessionInput, tokenizerAndTools } from "../helpers/agent-session.ts";
 
 const script = examplePolicy();
 const row0 = exampleRow(0);
 let tok: ChatTokenizer;
 let tools: ToolSchema[];
-
-beforeAll(async () => {
-  tok = await defaultTokenizer();
-  tools = exampleToolSchemas();
-});
+beforeAll(async () => void ({ tok, tools } = await tokenizerAndTools()));
 
 function setup() {
   const engine = new SimEngine({ tokenizer: tok, script });

@@ -3,13 +3,13 @@ import { AgentGateway } from "../../shared/agent-gateway/agent-gateway.ts";
 import { agentOutputs } from "../../shared/agent-gateway/agent-session.ts";
 import { ToolAgentLoop } from "../../shared/agent-loop/tool-agent.ts";
 import { MemorySessionStorage } from "../../shared/session/session-storage.ts";
-import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
+import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { DEFAULT_SIM_MOE, SimEngine } from "../../infra/sim-engine/sim-engine.ts";
 import { SimEngineClient } from "../../infra/sim-engine/sim-engine-client.ts";
 import { config, ctxOf, FakeTools, SP } from "../agent-loop/helpers.ts";
 import type { ToolSchema } from "../../shared/schema/index.ts";
-import { examplePolicy, exampleRow, exampleToolSchemas } from "../helpers/examples.ts";
-import { AGENT_TOKEN, agentSessionInput } from "../helpers/agent-session.ts";
+import { examplePolicy, exampleRow } from "../helpers/examples.ts";
+import { AGENT_TOKEN, agentSessionInput, tokenizerAndTools } from "../helpers/agent-session.ts";
 
 // The agent gateway's sessions feed the builder from engine replies too: with
 // rollout.return_routed_experts an OpenAI-style conversation records the same
@@ -18,10 +18,7 @@ const script = examplePolicy();
 const row0 = exampleRow(0);
 let tok: ChatTokenizer;
 let tools: ToolSchema[];
-beforeAll(async () => {
-  tok = await defaultTokenizer();
-  tools = exampleToolSchemas();
-});
+beforeAll(async () => void ({ tok, tools } = await tokenizerAndTools()));
 
 describe("agent gateway: routed experts", () => {
   test("two chat calls record the experts tool_agent records; events carry only what changed; the fold is bit-exact", async () => {

@@ -6,13 +6,13 @@ import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
 import { EngineControl, GatedClient, MemoryEngineGate } from "../../shared/inference/engine-control.ts";
 import type { InferenceClient } from "../../shared/inference/types.ts";
 import { MemorySessionStorage } from "../../shared/session/session-storage.ts";
-import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
+import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { createSimEngineApp } from "../../infra/sim-engine/app.ts";
 import { SimEngine } from "../../infra/sim-engine/sim-engine.ts";
 import { SimEngineClient } from "../../infra/sim-engine/sim-engine-client.ts";
 import type { ToolSchema } from "../../shared/schema/index.ts";
-import { examplePolicy, exampleRow, exampleToolSchemas } from "../helpers/examples.ts";
-import { AGENT_TOKEN, agentSessionInput } from "../helpers/agent-session.ts";
+import { examplePolicy, exampleRow } from "../helpers/examples.ts";
+import { AGENT_TOKEN, agentSessionInput, tokenizerAndTools } from "../helpers/agent-session.ts";
 
 // openai_agent's per-token policy versions: the agent gateway stores each turn's version segments
 // in its TurnEvent and agentOutputs emits extra_fields.token_versions, as tool_agent records them.
@@ -21,11 +21,7 @@ const script = examplePolicy();
 const row0 = exampleRow(0);
 let tok: ChatTokenizer;
 let tools: ToolSchema[];
-
-beforeAll(async () => {
-  tok = await defaultTokenizer();
-  tools = exampleToolSchemas();
-});
+beforeAll(async () => void ({ tok, tools } = await tokenizerAndTools()));
 
 function setup(client: InferenceClient, modelVersion: string | null = null) {
   const storage = new MemorySessionStorage();

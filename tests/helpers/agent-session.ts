@@ -1,7 +1,8 @@
 import type { AgentSessionInputArg } from "../../shared/agent-gateway/agent-session.ts";
 import type { ToolSchema } from "../../shared/schema/index.ts";
 import { config, SP } from "../agent-loop/helpers.ts";
-import { exampleRow } from "./examples.ts";
+import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
+import { exampleRow, exampleToolSchemas } from "./examples.ts";
 
 /** The session token the agent-gateway tests create their sessions with. */
 export const AGENT_TOKEN = "tok_0123456789abcdef0123";
@@ -27,4 +28,9 @@ export function agentSessionInput(tools: ToolSchema[], over: Partial<AgentSessio
     messages: exampleRow(0).prompt,
     ...over,
   };
+}
+
+/** The default tokenizer and the example tool schemas ({@link exampleToolSchemas}), loaded once per call. */
+export async function tokenizerAndTools(): Promise<{ tok: ChatTokenizer; tools: ToolSchema[] }> {
+  return { tok: await defaultTokenizer(), tools: exampleToolSchemas() };
 }
