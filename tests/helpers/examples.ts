@@ -22,3 +22,11 @@ export function exampleRow(i: number): any {
 export function exampleToolSchemas(port = 1): ToolSchema[] {
   return parseToolsFile(readFileSync(join(ROOT, "infra", "tools", "tools.example.json"), "utf8"), { vars: { port } }).tools.map((t) => t.schema);
 }
+
+/** Every row of examples/gsm8k-tool.jsonl, parsed fresh, in file order. */
+export function exampleRows(): any[] {
+  return readFileSync(join(ROOT, "examples", "gsm8k-tool.jsonl"), "utf8")
+    .trim()
+    .split("\n")
+    .map((l) => JSON.parse(l));
+}
