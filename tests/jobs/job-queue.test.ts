@@ -34,6 +34,17 @@ function plan(rows = 2) {
   return { p, spec };
 }
 
+/** How many of the entries `id..id` of the jobs stream (0 or 1) are pending and idle for at least `ms`, by XPENDING IDLE. */
+async function pendingIdle(r: ReturnType<typeof rawRedis>, prefix: string, id: string, ms: number): Promise<number> {
+  return ((await r.xpending(`${prefix}jobs`, "workers", "IDLE", ms, id, id, 1)) as unknown[]).length;
+}
+
+/** Redis's clock (TIME), epoch ms. */
+async function redisNowMs(r: ReturnType<typeof rawRedis>): Promise<number> {
+  const [s, us] = await r.time();
+  return Number(s) * 1000 + Math.floor(Number(us) / 1000);
+}
+
 describe.skipIf(!redis)("job queue", () => {
   test("workers.known counts live workers only: a worker silent for two leases (SIGKILLed) is pruned, from the group too once its jobs are reclaimed", async () => {
     const { jobs, prefix } = setup(300);
@@ -42,15 +53,24 @@ describe.skipIf(!redis)("job queue", () => {
     const dead = await jobs.claim("dead", 1);
     const mine = await jobs.claim("live", 1);
     expect((await jobs.stats()).workers).toEqual({ known: 2, busy: 2 });
-    // "dead" never claims nor heart-beats again; "live" heart-beats its job and reclaims dead's after the lease.
-    await Bun.sleep(350);
+    const r = rawRedis();
+    // "dead" never claims nor heart-beats again; "live" heart-beats its job and reclaims dead's after the lease
+    // (dead's job idle past it, as Redis counts idle time).
+    await waitFor(async () => {
+      await jobs.heartbeat("live", mine.map((j) => j.id));
+      return (await pendingIdle(r, prefix, dead[0]!.id, 300)) > 0;
+    }, "dead's job idle past the lease");
     await jobs.heartbeat("live", mine.map((j) => j.id));
     const reclaimed = await jobs.claim("live", 1);
     expect(reclaimed.map((j) => [j.id, j.deliveries])).toEqual([[dead[0]!.id, 2]]);
-    await Bun.sleep(500);
+    // Then until "dead" was last seen more than two leases ago by Redis's clock (what stats() prunes by).
+    const deadSeen = Number(await r.zscore(`${prefix}jobs:workers`, "dead"));
+    await waitFor(async () => {
+      await jobs.heartbeat("live", [...mine, ...reclaimed].map((j) => j.id));
+      return (await redisNowMs(r)) - deadSeen > 2 * 300;
+    }, "dead silent for two leases");
     await jobs.heartbeat("live", [...mine, ...reclaimed].map((j) => j.id));
     expect((await jobs.stats()).workers).toEqual({ known: 1, busy: 1 });
-    const r = rawRedis();
     const consumers = (await r.xinfo("CONSUMERS", `${prefix}jobs`, "workers")) as unknown[][];
     expect(consumers.map((c) => c[1])).toEqual(["live"]);
     expect(await r.zrange(`${prefix}jobs:workers`, "0", "-1")).toEqual(["live"]);
@@ -92,15 +112,18 @@ describe.skipIf(!redis)("job queue", () => {
   });
 
   test("a dead consumer's job is reclaimed after the lease, with its delivery count; a heart-beaten one is not", async () => {
-    const { jobs } = setup(300);
+    const { jobs, prefix } = setup(300);
     const { p, spec } = plan(1);
     await jobs.submit(spec, p.trajectories.map((t) => t.key), p.trajectories);
     const [dead, alive] = await jobs.claim("dead", 2);
-    for (let i = 0; i < 4; i++) {
-      await Bun.sleep(100);
+    // Until the job nobody heart-beats is idle past the lease (as Redis counts idle time); the other is beaten throughout.
+    const r = rawRedis();
+    await waitFor(async () => {
       await jobs.heartbeat("alive-owner", []);
       await jobs.heartbeat("dead", [alive!.id]);
-    }
+      return (await pendingIdle(r, prefix, dead!.id, 300)) > 0;
+    }, "the unbeaten job idle past the lease");
+    await r.quit();
     const got = await jobs.claim("rescuer", 5);
     expect(got.map((j) => [j.trajectory.key, j.deliveries])).toEqual([[dead!.trajectory.key, 2]]);
     // The heart-beaten job stays with its owner.
@@ -119,9 +142,8 @@ describe.skipIf(!redis)("job queue", () => {
     expect(await jobs.stats()).toMatchObject({ depth: 0, in_flight: 4, stranded: 0, workers: { known: 2, busy: 2 } });
     // "dead" stops heart-beating; "alive" goes on. Waits on the store's own idle time, not a fixed sleep.
     const r = rawRedis();
-    const idleOf = async (id: string) => Number(((await r.xpending(`${prefix}jobs`, "workers", "IDLE", 300, id, id, 1)) as unknown[]).length);
     const deadline = Date.now() + 10_000;
-    while ((await idleOf(held[0]!.id)) === 0 && Date.now() < deadline) {
+    while ((await pendingIdle(r, prefix, held[0]!.id, 300)) === 0 && Date.now() < deadline) {
       await jobs.heartbeat("alive", [alive[0]!.id]);
       await Bun.sleep(20);
     }
