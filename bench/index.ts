@@ -7,7 +7,7 @@ import { readdirSync } from "node:fs";
 
 const here = new URL(".", import.meta.url).pathname;
 const all = readdirSync(here)
-  .filter((f) => f.endsWith(".ts") && !["index.ts", "util.ts", "pause-engine.ts"].includes(f))
+  .filter((f) => f.endsWith(".ts") && !["index.ts", "util.ts", "pause-engine.ts", "routing-setup.ts"].includes(f))
   .map((f) => f.replace(/\.ts$/, ""))
   .sort();
 const wanted = process.argv.slice(2).filter((a) => !a.startsWith("-"));

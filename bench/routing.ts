@@ -22,76 +22,17 @@
  * Run: ./node_modules/.bin/bun bench/routing.ts   (`--hop-only`: part 2 only)
  */
 import { createGatewayApp } from "../functions/gateway.ts";
-import { createSimEngineApp, SimEngine, type SimLatency } from "../infra/sim-engine/index.ts";
-import { PrefixKvCache } from "../infra/sim-engine/kv-cache.ts";
+import { createSimEngineApp, SimEngine } from "../infra/sim-engine/index.ts";
 import IORedis from "ioredis";
 import { IoRedisCommander } from "../infra/redis/ioredis-commander.ts";
 import { RedisRoutingState, SglangClient, VllmClient, type FetchLike, type InferenceClient, type RoutingPolicyName } from "../shared/inference/index.ts";
 import { SamplingParams } from "../shared/schema/index.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../shared/tokens/tokenizer.ts";
+import { CONCURRENCY, driveTrajectories, firstPrompt, inProcessFetch, LATENCY, printAlignedTable, replicaStats, REPLICAS, SCRIPT, simReplicas, TRAJECTORIES, TURNS, unlinkPrefix } from "./routing-setup.ts";
+import { median } from "./util.ts";
 
-const REPLICAS = 4;
-const TRAJECTORIES = 1_000;
-const TURNS = 4;
-const CONCURRENCY = 64;
 const RUNS = 3;
-const LATENCY: SimLatency = { prefill_ms_per_token: 0.01, decode_ms_per_token: 0.1 };
 const POLICIES: RoutingPolicyName[] = ["round_robin", "least_inflight_sticky", "bounded_load_hash"];
-
-const SCRIPT = {
-  seed: 1,
-  rules: [
-    {
-      when: "weather",
-      turns: [
-        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "the city"}}\n</tool_call>',
-        '<tool_call>\n{"name": "get_forecast", "arguments": {"city": "the city", "days": 3}}\n</tool_call>',
-        '<tool_call>\n{"name": "get_alerts", "arguments": {"city": "the city"}}\n</tool_call>',
-        "It is sunny today, with light rain expected on the third day and no weather alerts in effect.",
-      ],
-    },
-  ],
-  default: ["I cannot help with that."],
-};
-
-const SYSTEM =
-  "You are a helpful assistant with access to weather tools. Always call a tool before answering. " +
-  "Tools: get_weather(city) returns current conditions; get_forecast(city, days) returns a forecast; " +
-  "get_alerts(city) returns active alerts. Answer briefly and cite the tool results. ".repeat(4);
-
-const median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-};
-
-function firstPrompt(tok: ChatTokenizer, i: number): number[] {
-  return tok.renderIds(
-    [
-      { role: "system", content: SYSTEM },
-      { role: "user", content: `Trajectory ${i}: what is the weather like in city number ${i} this week?` },
-    ] as never,
-    { addGenerationPrompt: true },
-  );
-}
-
-/** A tool response of varying length (0–79 filler words), so calls do not run in lockstep. */
-function toolResponse(tok: ChatTokenizer, i: number, turn: number): number[] {
-  const notes = Array.from({ length: (i * 31 + turn * 17) % 80 }, (_, w) => `note${(i + w) % 97}`).join(" ");
-  return tok.encode(
-    `\n<|im_start|>user\n<tool_response>\n{"city": ${i}, "turn": ${turn}, "temperature_c": ${(i * 7 + turn) % 35}, "conditions": "clear with a light breeze", "notes": "${notes}"}\n</tool_response><|im_end|>\n<|im_start|>assistant\n`,
-  );
-}
-
-/** Routes `http://<host>/...` to in-process apps (no sockets). */
-function inProcessFetch(apps: Map<string, { fetch: (r: Request) => Response | Promise<Response> }>): FetchLike {
-  return async (input, init) => {
-    const req = input instanceof Request ? input : new Request(String(input), init);
-    const app = apps.get(new URL(req.url).host);
-    if (!app) throw new TypeError(`connection refused: ${req.url}`);
-    return app.fetch(req);
-  };
-}
 
 interface RoutingResult {
   hitRate: number;
@@ -103,45 +44,12 @@ interface RoutingResult {
 }
 
 async function routingRun(tok: ChatTokenizer, policy: RoutingPolicyName): Promise<RoutingResult> {
-  const engines = Array.from({ length: REPLICAS }, (_, i) => new SimEngine({ tokenizer: tok, script: SCRIPT, name: `replica-${i}`, latency: LATENCY }));
-  const apps = new Map<string, { fetch: (r: Request) => Response | Promise<Response> }>();
-  engines.forEach((e, i) => apps.set(`replica-${i}.sim`, createSimEngineApp(e)));
-  const fetchReplica = inProcessFetch(apps);
-  const gw = createGatewayApp({ replicas: engines.map((_, i) => `http://replica-${i}.sim`), policy, healthIntervalMs: 0, fetch: fetchReplica });
+  const { engines, apps, urls } = simReplicas(tok);
+  const gw = createGatewayApp({ replicas: urls, policy, healthIntervalMs: 0, fetch: inProcessFetch(apps) });
   const client = new VllmClient({ url: "http://gateway.sim", fetch: inProcessFetch(new Map([["gateway.sim", gw]])) });
-  const sp = SamplingParams.parse({ stop_token_ids: [tok.eosTokenId] });
-  const callMs: number[] = [];
-  const ideal = new PrefixKvCache({ capacityBlocks: Number.MAX_SAFE_INTEGER });
-  let idealCached = 0;
-  let idealPrompt = 0;
-
-  let next = 0;
-  const started = performance.now();
-  const worker = async () => {
-    while (next < TRAJECTORIES) {
-      const i = next++;
-      let prompt = firstPrompt(tok, i);
-      for (let t = 0; t < TURNS; t++) {
-        idealCached += ideal.lookup(prompt);
-        idealPrompt += prompt.length;
-        const t0 = performance.now();
-        const out = await client.generate({ request_id: crypto.randomUUID(), routing_key: `traj-${i}`, prompt_ids: prompt, sampling_params: sp, max_tokens: 512 });
-        callMs.push(performance.now() - t0);
-        ideal.insert([...prompt, ...out.token_ids]);
-        prompt = [...prompt, ...out.token_ids, ...toolResponse(tok, i, t)];
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: CONCURRENCY }, worker));
-  const wallS = (performance.now() - started) / 1000;
-
-  const reqs = engines.map((e) => e.stats.requests);
-  const prefill = engines.map((e) => e.stats.prompt_tokens - e.stats.cached_tokens);
-  const prompt = engines.reduce((a, e) => a + e.stats.prompt_tokens, 0);
-  const cached = engines.reduce((a, e) => a + e.stats.cached_tokens, 0);
-  const maxMean = (xs: number[]) => Math.max(...xs) / (xs.reduce((a, b) => a + b, 0) / xs.length);
-  if (reqs.reduce((a, b) => a + b, 0) !== TRAJECTORIES * TURNS) throw new Error("lost calls");
-  return { hitRate: cached / prompt, ideal: idealCached / idealPrompt, reqMaxMean: maxMean(reqs), prefillMaxMean: maxMean(prefill), wallS, callMs: median(callMs) };
+  const run = await driveTrajectories(tok, () => client);
+  const stats = replicaStats(engines);
+  return { ...stats, ideal: run.idealRate, wallS: run.wallS, callMs: median(run.callMs) };
 }
 
 type Format = "vLLM /v1/completions" | "vLLM /inference/v1/generate" | "SGLang /generate";
@@ -173,12 +81,7 @@ async function sharedState(): Promise<{ state: RedisRoutingState; close(): Promi
     async close() {
       await state.close();
       await commander.close();
-      let cursor = "0";
-      do {
-        const [next, keys] = await probe.scan(cursor, "MATCH", `${prefix}*`, "COUNT", 1000);
-        cursor = next;
-        if (keys.length) await probe.unlink(...keys);
-      } while (cursor !== "0");
+      await unlinkPrefix(probe, prefix);
       await probe.quit();
     },
   };
@@ -251,7 +154,7 @@ async function routingQuality(): Promise<void> {
     const m = (k: keyof RoutingResult) => median(runs.map((x) => x[k]));
     rows.push([policy, f(m("hitRate")), f(m("ideal")), f(median(runs.map((x) => x.hitRate / x.ideal))), f(m("reqMaxMean")), f(m("prefillMaxMean")), f(m("wallS"), 2), f(m("callMs"), 2)]);
   }
-  printTable(rows);
+  printAlignedTable(rows);
 }
 
 console.log(`\ngateway hop per call (${OVERHEAD_CALLS.toLocaleString("en")} calls per hop after ${OVERHEAD_WARMUP} warm-up, interleaved, median ms; sim latency model off; 16 generated tokens):`);
@@ -265,12 +168,4 @@ for (const [format, make] of FORMATS) {
   row("loopback HTTP, Redis state", o.direct!, o.gatewayShared);
   row("in-process (app.fetch)", o.inDirect!, o.inGateway);
 }
-printTable(hopRows);
-
-function printTable(t: string[][]): void {
-  const w = t[0].map((_, c) => Math.max(...t.map((r) => r[c].length)));
-  for (const [i, r] of t.entries()) {
-    console.log(r.map((v, c) => (c === 0 ? v.padEnd(w[c]) : v.padStart(w[c]))).join("  "));
-    if (i === 0) console.log(w.map((n) => "-".repeat(n)).join("  "));
-  }
-}
+printAlignedTable(hopRows);

@@ -1,32 +1,22 @@
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { describe, expect, test } from "bun:test";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { TrajectoryRecord, type TrajectoryRecord as Rec } from "../../shared/schema/index.ts";
+import type { TrajectoryRecord as Rec } from "../../shared/schema/index.ts";
+import { cliWorkdir } from "../helpers/cli-workdir.ts";
+import { ROOT } from "../helpers/examples.ts";
 
 // The README's agent-gateway command, run for real: `npx edgeloop rollout --agent example --data … --out …`,
 // compared with the same rows through tool_agent (rows whose policy makes only well-formed calls: there the
 // example agent executes the same tools with the same texts, so the token streams must be identical).
-const ROOT = join(import.meta.dir, "..", "..");
-const BIN = join(ROOT, "bin", "edgeloop.mjs");
-let dir: string;
-
-function edgeloop(args: string[]): { code: number; stdout: string; stderr: string } {
-  const p = Bun.spawnSync(["node", BIN, ...args], { cwd: dir, stdout: "pipe", stderr: "pipe", env: { ...process.env, NO_COLOR: "1" } });
-  return { code: p.exitCode ?? -1, stdout: p.stdout.toString(), stderr: p.stderr.toString() };
-}
-
-function records(file: string): Rec[] {
-  return readFileSync(join(dir, file), "utf8").trim().split("\n").map((l) => TrajectoryRecord.parse(JSON.parse(l)));
-}
-
-beforeAll(() => {
-  dir = mkdtempSync(join(tmpdir(), "edgeloop-agent-cli-"));
-  // Rows 0, 1, 2 (one well-formed calc call each) and 3 (a lookup, then calc).
-  const rows = readFileSync(join(ROOT, "examples", "gsm8k-tool.jsonl"), "utf8").trim().split("\n").slice(0, 4);
-  writeFileSync(join(dir, "rows.jsonl"), rows.map((l, i) => JSON.stringify({ ...JSON.parse(l), uid: `row${i}` })).join("\n") + "\n");
+const { edgeloop, readRecords } = cliWorkdir("edgeloop-agent-cli-", {
+  setup(dir) {
+    // Rows 0, 1, 2 (one well-formed calc call each) and 3 (a lookup, then calc).
+    const rows = readFileSync(join(ROOT, "examples", "gsm8k-tool.jsonl"), "utf8").trim().split("\n").slice(0, 4);
+    writeFileSync(join(dir, "rows.jsonl"), rows.map((l, i) => JSON.stringify({ ...JSON.parse(l), uid: `row${i}` })).join("\n") + "\n");
+  },
 });
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+const records = (file: string): Rec[] => readRecords(file).records;
 
 describe("rollout --agent example", () => {
   test("every row runs through openai_agent with the example agent; tokens equal tool_agent's", () => {

@@ -1,31 +1,25 @@
 import { beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
-import { readFileSync } from "node:fs";
 import { AgentGateway } from "../../shared/agent-gateway/agent-gateway.ts";
 import { agentOutputs } from "../../shared/agent-gateway/agent-session.ts";
 import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
 import { ToolAgentLoop } from "../../shared/agent-loop/tool-agent.ts";
 import { MemorySessionStorage } from "../../shared/session/session-storage.ts";
-import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
+import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { SimEngine } from "../../infra/sim-engine/sim-engine.ts";
 import { SimEngineClient } from "../../infra/sim-engine/sim-engine-client.ts";
-import { parseToolsFile } from "../../shared/tools/tools-file.ts";
 import { config, ctxOf, FakeTools, SP } from "../agent-loop/helpers.ts";
 import type { ToolSchema } from "../../shared/schema/index.ts";
 import { ConflictError } from "../../shared/errors.ts";
 import { builtinTokenizer, modelIdOf } from "../../shared/models/index.ts";
+import { examplePolicy, exampleRow } from "../helpers/examples.ts";
+import { agentSessionInput, tokenizerAndTools } from "../helpers/agent-session.ts";
 
-const ROOT = new URL("../../", import.meta.url).pathname;
-const script = JSON.parse(readFileSync(`${ROOT}examples/policy.json`, "utf8"));
-const row0 = JSON.parse(readFileSync(`${ROOT}examples/gsm8k-tool.jsonl`, "utf8").split("\n")[0]!);
+const script = examplePolicy();
+const row0 = exampleRow(0);
 let tok: ChatTokenizer;
 let tools: ToolSchema[];
-
-beforeAll(async () => {
-  tok = await defaultTokenizer();
-  const file = parseToolsFile(readFileSync(`${ROOT}infra/tools/tools.example.json`, "utf8"), { vars: { port: 1 } });
-  tools = file.tools.map((t) => t.schema);
-});
+beforeAll(async () => void ({ tok, tools } = await tokenizerAndTools()));
 
 function setup() {
   const engine = new SimEngine({ tokenizer: tok, script });
@@ -37,19 +31,7 @@ function setup() {
 }
 
 async function createSession(gw: AgentGateway, key = "u0_0_0") {
-  return gw.create({
-    v: 1,
-    key,
-    uid: "u0",
-    session_id: 0,
-    token: "tok_0123456789abcdef0123",
-    created_ms: Date.now(),
-    deadline_ms: Date.now() + 60_000,
-    sampling_params: SP,
-    rollout: config(),
-    tools,
-    messages: row0.prompt,
-  });
+  return gw.create(agentSessionInput(tools, { key }));
 }
 
 describe("agent gateway core", () => {

@@ -1,29 +1,24 @@
 import { beforeAll, describe, expect, test } from "bun:test";
-import { readFileSync } from "node:fs";
 import { AgentGateway } from "../../shared/agent-gateway/agent-gateway.ts";
 import { agentOutputs } from "../../shared/agent-gateway/agent-session.ts";
 import { ToolAgentLoop } from "../../shared/agent-loop/tool-agent.ts";
 import { MemorySessionStorage } from "../../shared/session/session-storage.ts";
-import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
+import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { DEFAULT_SIM_MOE, SimEngine } from "../../infra/sim-engine/sim-engine.ts";
 import { SimEngineClient } from "../../infra/sim-engine/sim-engine-client.ts";
-import { parseToolsFile } from "../../shared/tools/tools-file.ts";
 import { config, ctxOf, FakeTools, SP } from "../agent-loop/helpers.ts";
 import type { ToolSchema } from "../../shared/schema/index.ts";
+import { examplePolicy, exampleRow } from "../helpers/examples.ts";
+import { AGENT_TOKEN, agentSessionInput, tokenizerAndTools } from "../helpers/agent-session.ts";
 
 // The agent gateway's sessions feed the builder from engine replies too: with
 // rollout.return_routed_experts an OpenAI-style conversation records the same
 // routed experts as tool_agent, stored in its turn events and folded back bit-exact.
-const ROOT = new URL("../../", import.meta.url).pathname;
-const script = JSON.parse(readFileSync(`${ROOT}examples/policy.json`, "utf8"));
-const row0 = JSON.parse(readFileSync(`${ROOT}examples/gsm8k-tool.jsonl`, "utf8").split("\n")[0]!);
-const TOKEN = "tok_0123456789abcdef0123";
+const script = examplePolicy();
+const row0 = exampleRow(0);
 let tok: ChatTokenizer;
 let tools: ToolSchema[];
-beforeAll(async () => {
-  tok = await defaultTokenizer();
-  tools = parseToolsFile(readFileSync(`${ROOT}infra/tools/tools.example.json`, "utf8"), { vars: { port: 1 } }).tools.map((t) => t.schema);
-});
+beforeAll(async () => void ({ tok, tools } = await tokenizerAndTools()));
 
 describe("agent gateway: routed experts", () => {
   test("two chat calls record the experts tool_agent records; events carry only what changed; the fold is bit-exact", async () => {
@@ -31,12 +26,12 @@ describe("agent gateway: routed experts", () => {
     const storage = new MemorySessionStorage();
     const gw = new AgentGateway({ storage, tokenizer: tok, client: new SimEngineClient(engine), maxModelLen: 4096 });
     const rollout = config({ return_routed_experts: true });
-    await gw.create({ v: 1, key: "u0_0_0", uid: "u0", session_id: 0, token: TOKEN, created_ms: Date.now(), deadline_ms: Date.now() + 60_000, sampling_params: SP, rollout, tools, messages: row0.prompt });
+    await gw.create(agentSessionInput(tools, { rollout }));
     const m1 = [...row0.prompt];
-    const r1 = await gw.chat("u0_0_0", TOKEN, { model: "qwen3", messages: m1, tools });
+    const r1 = await gw.chat("u0_0_0", AGENT_TOKEN, { model: "qwen3", messages: m1, tools });
     const call = r1.message.tool_calls!;
     const m2 = [...m1, { role: "assistant", content: r1.message.content, reasoning_content: r1.message.reasoning_content, tool_calls: call }, { role: "tool", tool_call_id: call[0]!.id, content: "31" }];
-    await gw.chat("u0_0_0", TOKEN, { model: "qwen3", messages: m2, tools });
+    await gw.chat("u0_0_0", AGENT_TOKEN, { model: "qwen3", messages: m2, tools });
     const st = await gw.finish("u0_0_0", { by: "agent", reward: 1 });
     const [out] = agentOutputs(st, { reward: 1 });
 

@@ -1,5 +1,4 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { readFileSync } from "node:fs";
 import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
 import { SimEngine } from "../../infra/sim-engine/sim-engine.ts";
 import { SimEngineClient } from "../../infra/sim-engine/sim-engine-client.ts";
@@ -17,12 +16,12 @@ import { MemoryTransferQueue } from "../../shared/store/memory-transfer-queue.ts
 import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { config, SP } from "../agent-loop/helpers.ts";
 import { depsFor, ROWS } from "../session/fixtures.ts";
+import { examplePolicy } from "../helpers/examples.ts";
 
 // Issue 26 item 4 / audit S5: a session has a cap on outputs and on engine calls (config `limits`);
 // past it the session fails visibly; self-reported rewards stay inside limits.reward_min/max.
 
-const ROOT = new URL("../../", import.meta.url).pathname;
-const script = JSON.parse(readFileSync(`${ROOT}examples/policy.json`, "utf8"));
+const script = examplePolicy();
 const TOKEN = "tok_0123456789abcdef0123";
 let tok: ChatTokenizer;
 beforeAll(async () => {

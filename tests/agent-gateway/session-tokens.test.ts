@@ -1,5 +1,4 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { readFileSync } from "node:fs";
 import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
 import { IoRedisCommander } from "../../infra/redis/ioredis-commander.ts";
 import { SimEngine } from "../../infra/sim-engine/sim-engine.ts";
@@ -11,12 +10,12 @@ import { MemorySessionStorage, type SessionStorage } from "../../shared/session/
 import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { config, SP } from "../agent-loop/helpers.ts";
 import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { examplePolicy } from "../helpers/examples.ts";
 
 // Issue 26 / audit S17: an agent session's bearer token is stored as its SHA-256 only (memory, Redis; the
 // Durable Object stores what the same gateway gives it) and compared hashed, in constant time.
 
-const ROOT = new URL("../../", import.meta.url).pathname;
-const script = JSON.parse(readFileSync(`${ROOT}examples/policy.json`, "utf8"));
+const script = examplePolicy();
 const TOKEN = "elk_0123456789abcdef0123456789abcdef";
 let tok: ChatTokenizer;
 beforeAll(async () => {

@@ -1,6 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
-import { readFileSync } from "node:fs";
 import { AgentGateway } from "../../shared/agent-gateway/agent-gateway.ts";
 import { OpenAIAgentLoop, type AgentGatewayLink } from "../../shared/agent-gateway/openai-agent-loop.ts";
 import { AgentTask } from "../../shared/agent-gateway/task.ts";
@@ -12,12 +11,12 @@ import { SimEngineClient } from "../../infra/sim-engine/sim-engine-client.ts";
 import { IoRedisCommander } from "../../infra/redis/ioredis-commander.ts";
 import { privateRedis, type PrivateRedis } from "../helpers/redis-server.ts";
 import { config, ctxOf, SP } from "../agent-loop/helpers.ts";
+import { examplePolicy, exampleRow } from "../helpers/examples.ts";
 
 // E7 for the agent gateway: while Redis (the agent sessions' store) is down, the openai_agent loop waiting for its
 // agent is held, never failed; the agent's calls get 503s (its client retries) and go through once Redis is back.
-const ROOT = new URL("../../", import.meta.url).pathname;
-const script = JSON.parse(readFileSync(`${ROOT}examples/policy.json`, "utf8"));
-const row0 = JSON.parse(readFileSync(`${ROOT}examples/gsm8k-tool.jsonl`, "utf8").split("\n")[0]!);
+const script = examplePolicy();
+const row0 = exampleRow(0);
 let tok: ChatTokenizer;
 let redis: PrivateRedis;
 beforeAll(async () => {

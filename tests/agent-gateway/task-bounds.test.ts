@@ -1,5 +1,4 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { readFileSync } from "node:fs";
 import { AgentGateway } from "../../shared/agent-gateway/agent-gateway.ts";
 import { AgentWebhookError, OpenAIAgentLoop, type AgentGatewayLink } from "../../shared/agent-gateway/openai-agent-loop.ts";
 import { parseAppConfig } from "../../shared/config/app-config.ts";
@@ -10,12 +9,12 @@ import { SimEngineClient } from "../../infra/sim-engine/sim-engine-client.ts";
 import { buildRuntime, unsignedAgentWarning } from "../../infra/cli/runtime.ts";
 import { config, ctxOf, SP } from "../agent-loop/helpers.ts";
 import { answering, countingTarget, hugeReply, redirecting } from "../helpers/hostile-servers.ts";
+import { examplePolicy, exampleRow } from "../helpers/examples.ts";
 
 // Issue 26 for the agent task webhook: S1 (a redirect is never followed: the task carries the session's
 // api_key), S2 (its answer is read under a cap), S13 (errors name it without the query), S20 (unsigned warning).
-const ROOT = new URL("../../", import.meta.url).pathname;
-const script = JSON.parse(readFileSync(`${ROOT}examples/policy.json`, "utf8"));
-const row0 = JSON.parse(readFileSync(`${ROOT}examples/gsm8k-tool.jsonl`, "utf8").split("\n")[0]!);
+const script = examplePolicy();
+const row0 = exampleRow(0);
 let tok: ChatTokenizer;
 const target = countingTarget();
 const stops: (() => void)[] = [() => target.stop()];

@@ -1,6 +1,5 @@
 import { beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
-import { readFileSync } from "node:fs";
 import { AgentGateway } from "../../shared/agent-gateway/agent-gateway.ts";
 import { AgentNoCallError, AgentTimeoutError, AgentWebhookError, OpenAIAgentLoop, type AgentGatewayLink } from "../../shared/agent-gateway/openai-agent-loop.ts";
 import { AgentTask } from "../../shared/agent-gateway/task.ts";
@@ -10,12 +9,12 @@ import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokeni
 import { SimEngine } from "../../infra/sim-engine/sim-engine.ts";
 import { SimEngineClient } from "../../infra/sim-engine/sim-engine-client.ts";
 import { config, ctxOf, SP } from "../agent-loop/helpers.ts";
+import { examplePolicy, exampleRow } from "../helpers/examples.ts";
 
 // The agent's deadline: an agent that called the model and never finished yields records of the tokens so far
 // flagged agent_timeout; one that never called fails its trajectory; a webhook that refuses fails it at once.
-const ROOT = new URL("../../", import.meta.url).pathname;
-const script = JSON.parse(readFileSync(`${ROOT}examples/policy.json`, "utf8"));
-const row0 = JSON.parse(readFileSync(`${ROOT}examples/gsm8k-tool.jsonl`, "utf8").split("\n")[0]!);
+const script = examplePolicy();
+const row0 = exampleRow(0);
 let tok: ChatTokenizer;
 beforeAll(async () => {
   tok = await defaultTokenizer();

@@ -1,43 +1,35 @@
 import { beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
-import { readFileSync } from "node:fs";
 import { AgentGateway } from "../../shared/agent-gateway/agent-gateway.ts";
 import { agentOutputs, foldAgentSession, type TurnEvent } from "../../shared/agent-gateway/agent-session.ts";
 import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
 import { EngineControl, GatedClient, MemoryEngineGate } from "../../shared/inference/engine-control.ts";
 import type { InferenceClient } from "../../shared/inference/types.ts";
 import { MemorySessionStorage } from "../../shared/session/session-storage.ts";
-import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
+import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { createSimEngineApp } from "../../infra/sim-engine/app.ts";
 import { SimEngine } from "../../infra/sim-engine/sim-engine.ts";
 import { SimEngineClient } from "../../infra/sim-engine/sim-engine-client.ts";
-import { parseToolsFile } from "../../shared/tools/tools-file.ts";
-import { config, SP } from "../agent-loop/helpers.ts";
 import type { ToolSchema } from "../../shared/schema/index.ts";
+import { examplePolicy, exampleRow } from "../helpers/examples.ts";
+import { AGENT_TOKEN, agentSessionInput, tokenizerAndTools } from "../helpers/agent-session.ts";
 
 // openai_agent's per-token policy versions: the agent gateway stores each turn's version segments
 // in its TurnEvent and agentOutputs emits extra_fields.token_versions, as tool_agent records them.
 
-const ROOT = new URL("../../", import.meta.url).pathname;
-const script = JSON.parse(readFileSync(`${ROOT}examples/policy.json`, "utf8"));
-const row0 = JSON.parse(readFileSync(`${ROOT}examples/gsm8k-tool.jsonl`, "utf8").split("\n")[0]!);
-const TOKEN = "tok_0123456789abcdef0123";
+const script = examplePolicy();
+const row0 = exampleRow(0);
 let tok: ChatTokenizer;
 let tools: ToolSchema[];
-
-beforeAll(async () => {
-  tok = await defaultTokenizer();
-  const file = parseToolsFile(readFileSync(`${ROOT}infra/tools/tools.example.json`, "utf8"), { vars: { port: 1 } });
-  tools = file.tools.map((t) => t.schema);
-});
+beforeAll(async () => void ({ tok, tools } = await tokenizerAndTools()));
 
 function setup(client: InferenceClient, modelVersion: string | null = null) {
   const storage = new MemorySessionStorage();
   const gw = new AgentGateway({ storage, tokenizer: tok, client, maxModelLen: 4096 });
   const app = createAgentGatewayApp({ gateway: gw });
-  const sdk = new OpenAI({ baseURL: "http://edgeloop.local/v1/sessions/u0_0_0/openai/v1", apiKey: TOKEN, fetch: async (u, i) => app.fetch(new Request(u as string, i)) });
+  const sdk = new OpenAI({ baseURL: "http://edgeloop.local/v1/sessions/u0_0_0/openai/v1", apiKey: AGENT_TOKEN, fetch: async (u, i) => app.fetch(new Request(u as string, i)) });
   const create = () =>
-    gw.create({ v: 1, key: "u0_0_0", uid: "u0", session_id: 0, token: TOKEN, created_ms: Date.now(), deadline_ms: Date.now() + 60_000, sampling_params: SP, rollout: config(), tools, messages: row0.prompt, model_version: modelVersion });
+    gw.create(agentSessionInput(tools, { model_version: modelVersion }));
   return { storage, gw, sdk, create };
 }
 

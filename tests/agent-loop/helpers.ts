@@ -1,8 +1,11 @@
 import type { GenerateRequest, InferenceClient } from "../../shared/inference/types.ts";
-import { RolloutConfig, type RolloutConfigInput, type TokenOutput, type ToolSchema } from "../../shared/schema/index.ts";
+import { RolloutConfig, type AgentLoopOutput, type RolloutConfigInput, type TokenOutput, type ToolSchema } from "../../shared/schema/index.ts";
 import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import type { ToolCallRequest, ToolExecutor, ToolResult } from "../../shared/tools/webhook-tool-client.ts";
 import type { AgentLoopContext } from "../../shared/agent-loop/agent-loop.ts";
+import { runAgentLoop } from "../../shared/agent-loop/index.ts";
+import { defaultAgentLoopRegistry } from "../../shared/agent-gateway/builtin-loops.ts";
+import { SelfCheckAgentLoop } from "./fixtures/self-check-loop.ts";
 
 export const IM_END = 151645;
 export const GEN_PROMPT = [151644, 77091, 198];
@@ -98,4 +101,40 @@ export const SP = { temperature: 1, top_p: 1, top_k: -1, logprobs: true };
 
 export function call(name: string, args: Record<string, unknown> = {}): string {
   return `<tool_call>\n${JSON.stringify({ name, arguments: args }).replace(/":/g, '": ').replace(/,"/g, ', "')}\n</tool_call>`;
+}
+
+/** Splits a response into runs of equal mask: [[mask, ids], …] (ids in order, each run non-empty). */
+export function maskRuns(o: AgentLoopOutput): Array<[number, number[]]> {
+  const out: Array<[number, number[]]> = [];
+  o.response_ids.forEach((id, i) => {
+    const m = o.response_mask[i]!;
+    const last = out.at(-1);
+    if (last && last[0] === m) last[1].push(id);
+    else out.push([m, [id]]);
+  });
+  return out;
+}
+
+/** The user turn the `self_check_agent` fixture sends after its first answer. */
+export const SELF_CHECK = "Check your answer. Reply with the final number after ####.";
+
+/**
+ * Runs the documented `self_check_agent` (fixtures/self-check-loop.ts,
+ * registered on the built-in registry) on one row: session 0, data source
+ * "edge", the user `question`, a rule reward against `groundTruth`; context
+ * {@link ctxOf} with {@link config}() and the rule reward; sampling {@link SP}.
+ * Returns the loop's one output.
+ */
+export async function runSelfCheck(tok: ChatTokenizer, client: InferenceClient, uid: string, question: string, groundTruth: string): Promise<AgentLoopOutput> {
+  const registry = defaultAgentLoopRegistry();
+  registry.register("self_check_agent", SelfCheckAgentLoop);
+  const [o] = (await runAgentLoop(registry, ctxOf(tok, client, config(), { reward: {} }), SP, {
+    uid,
+    session_id: 0,
+    agent_name: "self_check_agent",
+    data_source: "edge",
+    prompt: [{ role: "user", content: question }],
+    reward_model: { style: "rule", ground_truth: groundTruth },
+  })) as AgentLoopOutput[];
+  return o!;
 }

@@ -1,19 +1,16 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { runAgentLoop } from "../../shared/agent-loop/index.ts";
-import { defaultAgentLoopRegistry } from "../../shared/agent-gateway/builtin-loops.ts";
 import { ToolAgentLoop } from "../../shared/agent-loop/tool-agent.ts";
 import { createEngineClient } from "../../shared/inference/create-engine-client.ts";
-import type { AgentLoopOutput, ChatMessage } from "../../shared/schema/index.ts";
+import type { ChatMessage } from "../../shared/schema/index.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { InteractionClient, InteractionSpec } from "../../shared/tools/interaction-client.ts";
 import { parseToolsFile } from "../../shared/tools/tools-file.ts";
 import { WebhookToolClient } from "../../shared/tools/webhook-tool-client.ts";
 import { startSimEngine, type RunningSimEngine } from "../../infra/sim-engine/server.ts";
 import { startToolServer, type ToolServer } from "../../infra/tools/server.ts";
-import { SelfCheckAgentLoop } from "./fixtures/self-check-loop.ts";
-import { config, ctxOf, SP } from "./helpers.ts";
+import { config, ctxOf, maskRuns, runSelfCheck, SELF_CHECK, SP } from "./helpers.ts";
 
 // E4 (edge-cases.md): a Qwen3 turn ended by <|endoftext|> (151643), through
 // the real sim engine over loopback HTTP, real webhook tools and a real
@@ -70,18 +67,6 @@ function webhookTools(): WebhookToolClient {
   return new WebhookToolClient(parseToolsFile(text, { source: "tools", vars: { port: tools.port } }).tools);
 }
 
-/** Splits a response into runs of equal mask: [[mask, ids], …]. */
-function runs(o: AgentLoopOutput): Array<[number, number[]]> {
-  const out: Array<[number, number[]]> = [];
-  o.response_ids.forEach((id, i) => {
-    const m = o.response_mask[i]!;
-    const last = out.at(-1);
-    if (last && last[0] === m) last[1].push(id);
-    else out.push([m, [id]]);
-  });
-  return out;
-}
-
 const e4Row = (uid: string) => ({
   uid,
   session_id: 0,
@@ -102,7 +87,7 @@ describe("E4: a tool_agent turn ended by <|endoftext|>", () => {
       expect(loop.trace).toEqual(["pending", "generating", "processing_tools", "generating", "terminated"]);
       const answer = [...tok.encode("The answer is 4.\n#### 4"), IM_END];
       const obs = [IM_END, 198, 151644, 872, 198, 151665, 198, ...tok.encode("4"), 198, 151666, IM_END, 198, 151644, 77091, 198];
-      expect(runs(o)).toEqual([
+      expect(maskRuns(o)).toEqual([
         [1, E4_TURN1],
         [0, obs],
         [1, answer],
@@ -152,7 +137,7 @@ describe("E4 for the other observations", () => {
     });
     const turn1 = [...tok.encode("The answer is 5."), EOT];
     const obs = [IM_END, 198, 151644, 872, 198, ...tok.encode("Try again."), IM_END, 198, 151644, 77091, 198];
-    expect(runs(o)).toEqual([
+    expect(maskRuns(o)).toEqual([
       [1, turn1],
       [0, obs],
       [1, [...tok.encode("The answer is 6.\n#### 6"), IM_END]],
@@ -169,18 +154,9 @@ describe("E4 for the other observations", () => {
 
   test("a custom loop (the documented self_check_agent) gets the close from ObservationEncoder", async () => {
     const client = createEngineClient({ url: sim.urls[0]!, format: "sglang" });
-    const registry = defaultAgentLoopRegistry();
-    registry.register("self_check_agent", SelfCheckAgentLoop);
-    const [o] = (await runAgentLoop(registry, ctxOf(tok, client, config(), { reward: {} }), SP, {
-      uid: "e4-custom",
-      session_id: 0,
-      agent_name: "self_check_agent",
-      data_source: "edge",
-      prompt: [{ role: "user", content: "Self-check 5+5" }],
-      reward_model: { style: "rule", ground_truth: "10" },
-    })) as AgentLoopOutput[];
-    const check = "Check your answer. Reply with the final number after ####.";
-    expect(runs(o!)).toEqual([
+    const o = await runSelfCheck(tok, client, "e4-custom", "Self-check 5+5", "10");
+    const check = SELF_CHECK;
+    expect(maskRuns(o!)).toEqual([
       [1, [...tok.encode("#### 11"), EOT]],
       [0, [IM_END, 198, ...tok.encode(`<|im_start|>user\n${check}<|im_end|>\n<|im_start|>assistant\n`)]],
       [1, [...tok.encode("#### 10"), IM_END]],

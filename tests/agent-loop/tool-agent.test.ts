@@ -2,8 +2,8 @@ import { beforeAll, describe, expect, test } from "bun:test";
 import { ToolAgentLoop } from "../../shared/agent-loop/tool-agent.ts";
 import { SingleTurnAgentLoop } from "../../shared/agent-loop/single-turn-agent.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
-import type { AgentLoopOutput, ChatMessage } from "../../shared/schema/index.ts";
-import { call, config, ctxOf, FakeTools, GEN_PROMPT, IM_END, LP, ScriptedClient, SP, steppingClock } from "./helpers.ts";
+import type { ChatMessage } from "../../shared/schema/index.ts";
+import { call, config, ctxOf, FakeTools, GEN_PROMPT, IM_END, LP, maskRuns, ScriptedClient, SP, steppingClock } from "./helpers.ts";
 
 let tok: ChatTokenizer;
 beforeAll(async () => {
@@ -18,18 +18,6 @@ const row = (content = "What is 2+2?", extra: Record<string, unknown> = {}) => (
   prompt: [{ role: "user", content }] as ChatMessage[],
   ...extra,
 });
-
-/** Splits a response into runs of equal mask: [[mask, ids], …]. */
-function runs(o: AgentLoopOutput): Array<[number, number[]]> {
-  const out: Array<[number, number[]]> = [];
-  o.response_ids.forEach((id, i) => {
-    const m = o.response_mask[i]!;
-    const last = out.at(-1);
-    if (last && last[0] === m) last[1].push(id);
-    else out.push([m, [id]]);
-  });
-  return out;
-}
 
 describe("tool_agent: turn counts and the exact token stream", () => {
   test("no tool call → 2 turns, one request, mask all ones", async () => {
@@ -70,7 +58,7 @@ describe("tool_agent: turn counts and the exact token stream", () => {
     // Observation (after the model's <|im_end|>): separator, tool turn, generation prompt — all mask 0, log-prob 0.
     const a1ids = [...tok.encode(a1), IM_END];
     const obs = [198, 151644, 872, 198, 151665, 198, ...tok.encode("4"), 198, 151666, 151645, 198, ...GEN_PROMPT];
-    expect(runs(o)).toEqual([
+    expect(maskRuns(o)).toEqual([
       [1, a1ids],
       [0, obs],
       [1, [...tok.encode("The answer is 4."), IM_END]],
@@ -88,7 +76,7 @@ describe("tool_agent: turn counts and the exact token stream", () => {
     const client = new ScriptedClient(tok, [{ text: a1 }, { text: "done" }]);
     const tools = new FakeTools(["a", "b"], (r) => (r.name === "a" ? "AAA" : "BBB"));
     const o = await new ToolAgentLoop(ctxOf(tok, client, config({ multi_turn: { max_parallel_calls: 2 } }), { tools })).run(SP, row());
-    const r = runs(o);
+    const r = maskRuns(o);
     expect(r[1]).toEqual([
       0,
       [198, 151644, 872, 198, 151665, 198, 50107, 198, 151666, 198, 151665, 198, 10098, 33, 198, 151666, 151645, 198, ...GEN_PROMPT],
@@ -128,7 +116,7 @@ describe("C10: unknown tool, bad JSON → error observations, the loop goes on",
     const client = new ScriptedClient(tok, [{ text: call("solve", { x: "1" }) }, { text: "sorry" }]);
     const tools = new FakeTools(["calc"], () => "never");
     const o = await new ToolAgentLoop(ctxOf(tok, client, config(), { tools })).run(SP, row());
-    const obs = runs(o)[1]!;
+    const obs = maskRuns(o)[1]!;
     expect(obs[0]).toBe(0);
     expect(tok.decode(obs[1])).toBe(
       "\n<|im_start|>user\n<tool_response>\nUnknown function 'solve'. Available tools: ['calc']\n</tool_response><|im_end|>\n<|im_start|>assistant\n",
@@ -145,7 +133,7 @@ describe("C10: unknown tool, bad JSON → error observations, the loop goes on",
     const tools = new FakeTools(["calc"], () => "never");
     const o = await new ToolAgentLoop(ctxOf(tok, client, config(), { tools })).run(SP, row());
     expect(tools.calls).toEqual([]);
-    expect(tok.decode(runs(o)[1]![1])).toContain(
+    expect(tok.decode(maskRuns(o)[1]![1])).toContain(
       `<tool_response>\nInvalid JSON in tool call for 'calc'; a tool call must be <tool_call>{"name": <tool name>, "arguments": <JSON object>}</tool_call>.\n</tool_response>`,
     );
     expect(o.extra_fields.tool_errors).toBe(1);
@@ -176,7 +164,7 @@ describe("C13: a length stop is a length stop", () => {
     expect(o.truncated).toBe(false);
     expect(o.num_turns).toBe(4);
     // No turn separator after a turn that did not end with <|im_end|>.
-    expect(runs(o)[1]![1].slice(0, 3)).toEqual([151644, 872, 198]);
+    expect(maskRuns(o)[1]![1].slice(0, 3)).toEqual([151644, 872, 198]);
   });
 });
 
@@ -218,7 +206,7 @@ describe("limits", () => {
       const tools = new FakeTools(["calc"], () => long);
       const cfg = config({ multi_turn: { max_tool_response_length: side === "middle" ? 8 : 9, tool_response_truncate_side: side } });
       const o = await new ToolAgentLoop(ctxOf(tok, client, cfg, { tools })).run(SP, row());
-      expect(tok.decode(runs(o)[1]![1])).toBe(`\n<|im_start|>user\n<tool_response>\n${expected}\n</tool_response><|im_end|>\n<|im_start|>assistant\n`);
+      expect(tok.decode(maskRuns(o)[1]![1])).toBe(`\n<|im_start|>user\n<tool_response>\n${expected}\n</tool_response><|im_end|>\n<|im_start|>assistant\n`);
     });
   }
 
@@ -326,7 +314,7 @@ describe("metrics, rewards, versions, interactions", () => {
     const loop = new ToolAgentLoop(ctxOf(tok, client, config(), { interactions: { sim: interaction } }));
     const o = await loop.run(SP, { uid: "u1", session_id: 0, prompt: [{ role: "user", content: "Q1" }], extra_info: { interaction_kwargs: { name: "sim", ground_truth: 2 } } });
     expect(o.prompt_ids).toEqual([151644, 872, 198, 48, 16, 151645, 198, 151644, 77091, 198]);
-    expect(runs(o)).toEqual([
+    expect(maskRuns(o)).toEqual([
       [1, [151667, 198, 81, 16, 198, 151668, 271, 32, 16, 151645]],
       [0, [198, 151644, 872, 198, 48, 17, 151645, 198, 151644, 77091, 198]],
       [1, [...tok.encode("A2"), IM_END]],

@@ -1,27 +1,17 @@
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { cpSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { describe, expect, test } from "bun:test";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { validateTrajectory } from "../../shared/tokens/validate.ts";
-import { TrajectoryRecord, type TrajectoryRecord as Rec } from "../../shared/schema/index.ts";
+import type { TrajectoryRecord as Rec } from "../../shared/schema/index.ts";
 import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { cliWorkdir } from "../helpers/cli-workdir.ts";
+import { ROOT } from "../helpers/examples.ts";
 
 // The README's first command, run for real: `npx edgeloop rollout --data examples/gsm8k-tool.jsonl --n 4 --out rollouts.jsonl`
 // (npx resolves to bin/edgeloop.mjs; we call it with node directly, in a temporary directory).
-const ROOT = join(import.meta.dir, "..", "..");
-const BIN = join(ROOT, "bin", "edgeloop.mjs");
-let dir: string;
-
-function edgeloop(args: string[]): { code: number; stdout: string; stderr: string } {
-  const p = Bun.spawnSync(["node", BIN, ...args], { cwd: dir, stdout: "pipe", stderr: "pipe", env: { ...process.env, NO_COLOR: "1" } });
-  return { code: p.exitCode ?? -1, stdout: p.stdout.toString(), stderr: p.stderr.toString() };
-}
-
-function readRecords(file: string): { lines: string[]; records: Rec[] } {
-  const lines = readFileSync(join(dir, file), "utf8").trim().split("\n");
-  return { lines, records: lines.map((l) => TrajectoryRecord.parse(JSON.parse(l))) };
-}
+const cli = cliWorkdir("edgeloop-e2e-", { copyExamples: true });
+const { edgeloop, readRecords } = cli;
 
 function summary(stdout: string): Record<string, string> {
   const out: Record<string, string> = {};
@@ -41,11 +31,6 @@ const order = (a: Rec, b: Rec) =>
   (a.extra_fields.trajectory_info as { sample_index: number }).sample_index - (b.extra_fields.trajectory_info as { sample_index: number }).sample_index ||
   a.session_id - b.session_id;
 
-beforeAll(() => {
-  dir = mkdtempSync(join(tmpdir(), "edgeloop-e2e-"));
-  cpSync(join(ROOT, "examples"), join(dir, "examples"), { recursive: true });
-});
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 describe("edgeloop rollout (the README's first command)", () => {
   let first: { code: number; stdout: string; stderr: string };
@@ -136,8 +121,8 @@ describe("edgeloop rollout (the README's first command)", () => {
     if (!(await requireRedis())) return;
     const prefix = randomPrefix("e2e-cli-uid");
     const row = { uid: "cliuid", data_source: "edge", prompt: [{ role: "user", content: "What is 2+2?" }], reward_model: { style: "rule", ground_truth: "4" } };
-    Bun.write(join(dir, "uid-a.jsonl"), JSON.stringify(row) + "\n");
-    Bun.write(join(dir, "uid-b.jsonl"), JSON.stringify({ ...row, uid: "clinew" }) + "\n" + JSON.stringify({ ...row, prompt: [{ role: "user", content: "What is 3+3?" }] }) + "\n");
+    Bun.write(join(cli.dir, "uid-a.jsonl"), JSON.stringify(row) + "\n");
+    Bun.write(join(cli.dir, "uid-b.jsonl"), JSON.stringify({ ...row, uid: "clinew" }) + "\n" + JSON.stringify({ ...row, prompt: [{ role: "user", content: "What is 3+3?" }] }) + "\n");
     const q = createRedisTransferQueue({ url: REDIS_URL, prefix });
     try {
       const first = edgeloop(["rollout", "--data", "uid-a.jsonl", "--n", "2", "--out", "uid-a.out.jsonl", "--store", REDIS_URL, "--store-prefix", prefix]);
@@ -161,9 +146,9 @@ describe("edgeloop rollout (the README's first command)", () => {
   }, 60_000);
 
   test("bad rows fail alone; a bad flag fails at start naming it", () => {
-    const rows = readFileSync(join(dir, "examples", "gsm8k-tool.jsonl"), "utf8").trim().split("\n").slice(0, 3);
+    const rows = readFileSync(join(cli.dir, "examples", "gsm8k-tool.jsonl"), "utf8").trim().split("\n").slice(0, 3);
     rows.splice(1, 0, "{not json", JSON.stringify({ prompt: [] }), JSON.stringify({ ...JSON.parse(rows[0]!), agent_name: "no_such_agent" }));
-    Bun.write(join(dir, "mixed.jsonl"), rows.join("\n") + "\n");
+    Bun.write(join(cli.dir, "mixed.jsonl"), rows.join("\n") + "\n");
     const run = edgeloop(["rollout", "--data", "mixed.jsonl", "--n", "2", "--out", "mixed-out.jsonl"]);
     expect(run.code).toBe(0);
     const { records } = readRecords("mixed-out.jsonl");

@@ -10,6 +10,7 @@ import { RolloutRequest } from "../../shared/rollout/batch.ts";
 import type { TransferQueue } from "../../shared/store/types.ts";
 import { validateTrajectory } from "../../shared/tokens/validate.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { delegatingQueue } from "../helpers/delegating-queue.ts";
 
 // Edge case E1 (../shared/fixtures/edge-cases.md): a custom loop registered through
 // agent_loop_config_path runs the single-turn loop twice and returns both outputs; n = 2,
@@ -38,14 +39,7 @@ function watching(q: TransferQueue, log: string[]): TransferQueue {
     const st = await q.groupStatus(key.split("_")[0]!);
     log.push(`${key} ${what} ${st.finished}/${st.records}${st.complete ? " complete" : ""}`);
   };
-  return {
-    expectGroup: (u, n, p, fp) => q.expectGroup(u, n, p, fp),
-    get: (k) => q.get(k),
-    groupStatus: (u) => q.groupStatus(u),
-    sessionRecords: (u, s) => q.sessionRecords(u, s),
-    readCompleteGroups: (o) => q.readCompleteGroups(o),
-    ack: (ids, p) => q.ack(ids, p),
-    close: () => q.close(),
+  return delegatingQueue(q, {
     put: async (r, o) => {
       const res = await q.put(r, o);
       await note(r.key, o?.last === false ? "more" : "last");
@@ -61,7 +55,7 @@ function watching(q: TransferQueue, log: string[]): TransferQueue {
       await note(`${u}_${s}`, `finish(${n})`);
       return res;
     },
-  };
+  });
 }
 
 function summaryLines(text: string): Record<string, string> {

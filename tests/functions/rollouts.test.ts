@@ -1,17 +1,13 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { readFileSync } from "node:fs";
-import { join } from "node:path";
 import { createRolloutsApp } from "../../functions/rollouts.ts";
 import { buildRuntime, type Runtime } from "../../infra/cli/runtime.ts";
 import type { TrajectoryRecord } from "../../shared/schema/index.ts";
+import { exampleRows } from "../helpers/examples.ts";
 
 // The HTTP API over a real runtime: in-process simulated engine with the example policy,
 // the example tool server on loopback, the in-memory transfer queue.
 const TOKEN = "test-token-123";
-const rows = readFileSync(join(import.meta.dir, "..", "..", "examples", "gsm8k-tool.jsonl"), "utf8")
-  .trim()
-  .split("\n")
-  .map((l) => JSON.parse(l));
+const rows = exampleRows();
 
 let runtime: Runtime;
 let app: ReturnType<typeof createRolloutsApp>;

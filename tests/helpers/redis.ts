@@ -1,3 +1,4 @@
+import { afterAll } from "bun:test";
 import { globEscape } from "../../shared/store/gc.ts";
 import IORedis from "ioredis";
 
@@ -49,4 +50,26 @@ export async function deleteByPrefix(prefix: string): Promise<number> {
     await c.quit();
   }
   return n;
+}
+
+/** What one test file leaves for {@link redisCleanup}'s afterAll: key prefixes to delete, things to close. */
+export interface RedisCleanup {
+  /** Prefixes whose keys afterAll deletes (after closing). */
+  prefixes: string[];
+  /** Closers afterAll runs, last pushed first; a closer that fails is ignored. */
+  closers: (() => Promise<unknown>)[];
+}
+
+/**
+ * Registers an afterAll (call it at a file's top level) that runs the
+ * returned closers, last pushed first, ignoring failures, then deletes every
+ * key under each prefix pushed (see {@link deleteByPrefix}).
+ */
+export function redisCleanup(): RedisCleanup {
+  const c: RedisCleanup = { prefixes: [], closers: [] };
+  afterAll(async () => {
+    for (const close of c.closers.reverse()) await close().catch(() => {});
+    for (const p of c.prefixes) await deleteByPrefix(p);
+  });
+  return c;
 }

@@ -1,12 +1,12 @@
-import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
-import { createGatewayApp, REPLICA_HEADER, type Gateway, type GatewayOptions } from "../../functions/gateway.ts";
+import { describe, expect, test } from "bun:test";
+import { REPLICA_HEADER, type Gateway } from "../../functions/gateway.ts";
 import { SglangClient, VllmClient, type GenerateRequest, type InferenceClient } from "../../shared/inference/index.ts";
 import { replyProblem } from "../../shared/inference/reply-check.ts";
 import type { ReplicaStatus } from "../../shared/inference/replica-pool.ts";
 import { SamplingParams, type TokenOutput } from "../../shared/schema/index.ts";
-import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
+import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { createSimEngineApp, SimEngine } from "../../infra/sim-engine/index.ts";
-import { startSimEngine, type RunningSimEngine } from "../../infra/sim-engine/server.ts";
+import { gatewayTestbed } from "../helpers/gateway-testbed.ts";
 
 // A replica that answers 200 with JSON in the engine's outer shape but without what the request asked
 // for (token ids, log-probs) is a bad_reply: judged against the request, by the engine clients' own rules.
@@ -53,26 +53,10 @@ function replica(tok: ChatTokenizer, mode: Mode): Replica {
   return r;
 }
 
-let tok: ChatTokenizer;
-let sim: RunningSimEngine;
-const cleanups: (() => unknown)[] = [];
-beforeAll(async () => {
-  tok = await defaultTokenizer();
-  sim = await startSimEngine({ replicas: 1, script: SCRIPT, tokenizer: tok });
-});
-afterEach(async () => {
-  for (const c of cleanups.splice(0)) await c();
-});
-afterAll(() => sim.stop());
-
-function serveGateway(replicas: string[], opts: Partial<GatewayOptions> = {}): { gw: Gateway; url: string } {
-  const gw = createGatewayApp({ replicas, healthIntervalMs: 0, ...opts });
-  const server = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: gw.fetch });
-  cleanups.push(() => server.stop(true));
-  return { gw, url: `http://127.0.0.1:${server.port}` };
-}
+const bed = gatewayTestbed({ script: SCRIPT, replicas: 1 });
+const { cleanups, serveGateway } = bed;
 function badReplica(mode: Mode): Replica {
-  const r = replica(tok, mode);
+  const r = replica(bed.tok, mode);
   cleanups.push(() => r.stop());
   return r;
 }
@@ -128,10 +112,10 @@ describe("gateway over real loopback replicas", () => {
     });
     expect(statusOf(alone.gw, a.url).failures_by_kind.bad_reply).toBe(1);
 
-    const { gw, url } = serveGateway([a.url, sim.urls[0]!], { ejectAfter: 5 });
+    const { gw, url } = serveGateway([a.url, bed.sim.urls[0]!], { ejectAfter: 5 });
     const ok = await fetch(`${url}/v1/completions`, { method: "POST", body: JSON.stringify(USER_REQUEST), headers: { "x-session-id": "k" } });
     expect(ok.status).toBe(200);
-    expect(ok.headers.get(REPLICA_HEADER)).toBe(sim.urls[0]!);
+    expect(ok.headers.get(REPLICA_HEADER)).toBe(bed.sim.urls[0]!);
     const body = (await ok.json()) as { choices: { token_ids: number[]; logprobs: { token_logprobs: number[] } }[] };
     expect(body.choices[0]!.token_ids.length).toBe(body.choices[0]!.logprobs.token_logprobs.length);
     expect(statusOf(gw, a.url).failures_by_kind).toEqual({ timeout: 0, client_abort: 0, connect: 0, http_5xx: 0, bad_reply: 1 });
@@ -144,7 +128,7 @@ describe("gateway over real loopback replicas", () => {
   test("a half-open probe answered without token ids fails and keeps the replica ejected", async () => {
     let now = 5_000_000;
     const a = badReplica("ok");
-    const { gw, url } = serveGateway([a.url, sim.urls[0]!], { ejectAfter: 1, cooldownMs: 1_000, now: () => now });
+    const { gw, url } = serveGateway([a.url, bed.sim.urls[0]!], { ejectAfter: 1, cooldownMs: 1_000, now: () => now });
     const call = async (key: string) => {
       const res = await fetch(`${url}/v1/completions`, { method: "POST", body: JSON.stringify(USER_REQUEST), headers: { "x-session-id": key } });
       expect(res.status).toBe(200);
@@ -152,10 +136,10 @@ describe("gateway over real loopback replicas", () => {
       return res.headers.get(REPLICA_HEADER);
     };
     a.mode = "text_only";
-    expect(await call("p0")).toBe(sim.urls[0]!);
+    expect(await call("p0")).toBe(bed.sim.urls[0]!);
     expect(statusOf(gw, a.url)).toMatchObject({ state: "ejected", probes: 0 });
     now += 1_000;
-    expect(await call("p1")).toBe(sim.urls[0]!);
+    expect(await call("p1")).toBe(bed.sim.urls[0]!);
     expect(statusOf(gw, a.url)).toMatchObject({ state: "ejected", probes: 1, probes_ok: 0, probes_failed: 1, failures_by_kind: { bad_reply: 2 } });
     a.mode = "ok";
     now += 1_000;
@@ -172,22 +156,22 @@ describe("gateway over real loopback replicas", () => {
     for (const mode of ["text_only", "no_logprobs"] as const) {
       test(`${name}, replica ${mode}: every call fails over, no trajectory fails, outputs are the good replica's`, async () => {
         const a = badReplica(mode);
-        const { gw, url } = serveGateway([a.url, sim.urls[0]!], { ejectAfter: 100, cooldownMs: 60_000, policy: "round_robin" });
+        const { gw, url } = serveGateway([a.url, bed.sim.urls[0]!], { ejectAfter: 100, cooldownMs: 60_000, policy: "round_robin" });
         const client = make(url);
         const req = (i: number): GenerateRequest => ({
           request_id: `r${i}`,
           routing_key: `k${i}`,
-          prompt_ids: tok.encode(`<|im_start|>user\n[${i}] What is 2+2?<|im_end|>\n<|im_start|>assistant\n`),
+          prompt_ids: bed.tok.encode(`<|im_start|>user\n[${i}] What is 2+2?<|im_end|>\n<|im_start|>assistant\n`),
           sampling_params: sp,
           max_tokens: 32,
         });
         const outs: TokenOutput[] = [];
         for (let i = 0; i < 6; i++) outs.push(await client.generate(req(i)));
         for (const o of outs) {
-          expect(o.extra_fields.replica).toBe(sim.urls[0]!);
+          expect(o.extra_fields.replica).toBe(bed.sim.urls[0]!);
           expect(o.log_probs!.length).toBe(o.token_ids.length);
         }
-        expect(outs[0]!.token_ids).toEqual([...tok.encode("Fine."), 151645]);
+        expect(outs[0]!.token_ids).toEqual([...bed.tok.encode("Fine."), 151645]);
         const s = statusOf(gw, a.url);
         expect(s.failures_by_kind.bad_reply).toBe(a.calls);
         expect(a.calls).toBeGreaterThanOrEqual(3);

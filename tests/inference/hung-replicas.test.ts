@@ -1,12 +1,13 @@
-import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
-import { createGatewayApp, REPLICA_HEADER, type Gateway, type GatewayOptions } from "../../functions/gateway.ts";
+import { describe, expect, test } from "bun:test";
+import { REPLICA_HEADER, type Gateway } from "../../functions/gateway.ts";
 import { EngineUnavailableError } from "../../shared/errors.ts";
 import { RetryingClient, VllmClient, type GenerateRequest } from "../../shared/inference/index.ts";
 import type { ReplicaStatus } from "../../shared/inference/replica-pool.ts";
 import { SamplingParams, type TokenOutput } from "../../shared/schema/index.ts";
-import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
+import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { createSimEngineApp, SimEngine, SimEngineClient } from "../../infra/sim-engine/index.ts";
-import { startSimEngine, type RunningSimEngine } from "../../infra/sim-engine/server.ts";
+import { gatewayTestbed } from "../helpers/gateway-testbed.ts";
+import { waitFor } from "../helpers/wait.ts";
 
 // E8 (edge-cases.md), in-process gateway over real loopback replicas: a replica
 // that hangs, one that answers 200 with garbage, ejection, re-pins, half-open
@@ -47,30 +48,13 @@ function toggleReplica(tok: ChatTokenizer): ToggleReplica {
   return r;
 }
 
-let tok: ChatTokenizer;
-let sim: RunningSimEngine;
-const cleanups: (() => unknown)[] = [];
-
-beforeAll(async () => {
-  tok = await defaultTokenizer();
-  sim = await startSimEngine({ replicas: 2, script: SCRIPT, tokenizer: tok });
-});
-afterEach(async () => {
-  for (const c of cleanups.splice(0)) await c();
-});
-afterAll(() => sim.stop());
-
-function serveGateway(replicas: string[], opts: Partial<GatewayOptions> = {}): { gw: Gateway; url: string } {
-  const gw = createGatewayApp({ replicas, healthIntervalMs: 0, adminToken: "test-admin-token", ...opts });
-  const server = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: gw.fetch, idleTimeout: 0 });
-  cleanups.push(() => server.stop(true));
-  return { gw, url: `http://127.0.0.1:${server.port}` };
-}
+const bed = gatewayTestbed({ script: SCRIPT, replicas: 2, gateway: { adminToken: "test-admin-token" }, idleTimeout: 0 });
+const { cleanups, serveGateway } = bed;
 
 /** One turn's prompt for trajectory `key` after `outputs`. */
 function promptFor(key: string, outputs: TokenOutput[]): number[] {
-  let p = tok.encode(`<|im_start|>user\n[${key}] What is 2+2?<|im_end|>\n<|im_start|>assistant\n`);
-  for (const o of outputs) p = [...p, ...o.token_ids, ...tok.encode("\n<|im_start|>user\nGo on.<|im_end|>\n<|im_start|>assistant\n")];
+  let p = bed.tok.encode(`<|im_start|>user\n[${key}] What is 2+2?<|im_end|>\n<|im_start|>assistant\n`);
+  for (const o of outputs) p = [...p, ...o.token_ids, ...bed.tok.encode("\n<|im_start|>user\nGo on.<|im_end|>\n<|im_start|>assistant\n")];
   return p;
 }
 
@@ -87,7 +71,7 @@ async function turn(generate: (r: GenerateRequest) => Promise<TokenOutput>, keys
 
 /** The same turns on a fresh in-process engine: what every trajectory must hold whatever replica served it. */
 async function reference(keys: string[], turns: number): Promise<Map<string, TokenOutput[]>> {
-  const ref = new SimEngineClient(new SimEngine({ tokenizer: tok, script: SCRIPT }));
+  const ref = new SimEngineClient(new SimEngine({ tokenizer: bed.tok, script: SCRIPT }));
   const outs = new Map<string, TokenOutput[]>();
   for (let t = 0; t < turns; t++) await turn((r) => ref.generate(r), keys, outs);
   return outs;
@@ -99,9 +83,9 @@ const statusOf = (gw: Gateway, url: string): ReplicaStatus => gw.replicas().find
 
 describe("E8: sessions pinned to a replica that starts hanging", () => {
   test("21 trajectories, least_inflight_sticky: A hangs after turn 1 → per-attempt timeouts, A ejected, every key pinned to A re-pinned (counted), no trajectory fails", async () => {
-    const a = toggleReplica(tok);
+    const a = toggleReplica(bed.tok);
     cleanups.push(() => a.stop());
-    const { gw, url } = serveGateway([a.url, ...sim.urls], { policy: "least_inflight_sticky", attemptTimeoutMs: 1_000, ejectAfter: 3, cooldownMs: 60_000 });
+    const { gw, url } = serveGateway([a.url, ...bed.sim.urls], { policy: "least_inflight_sticky", attemptTimeoutMs: 1_000, ejectAfter: 3, cooldownMs: 60_000 });
     const client = new RetryingClient(new VllmClient({ url, timeoutMs: 3_000 }), { retries: 3, minDelayMs: 10 });
     const keys = Array.from({ length: 21 }, (_, i) => `e8-sticky-${i}`);
     const outs = new Map<string, TokenOutput[]>();
@@ -143,9 +127,9 @@ describe("E8: sessions pinned to a replica that starts hanging", () => {
   }, 20_000);
 
   test("bounded_load_hash: keys whose first choice is the hung replica move to their next choice (counted) and stay there", async () => {
-    const a = toggleReplica(tok);
+    const a = toggleReplica(bed.tok);
     cleanups.push(() => a.stop());
-    const { gw, url } = serveGateway([a.url, ...sim.urls], { policy: "bounded_load_hash", attemptTimeoutMs: 1_000, cooldownMs: 60_000 });
+    const { gw, url } = serveGateway([a.url, ...bed.sim.urls], { policy: "bounded_load_hash", attemptTimeoutMs: 1_000, cooldownMs: 60_000 });
     const client = new RetryingClient(new VllmClient({ url, timeoutMs: 3_000 }), { retries: 3, minDelayMs: 10 });
     const keys = Array.from({ length: 24 }, (_, i) => `e8-hash-${i}`);
     const outs = new Map<string, TokenOutput[]>();
@@ -170,17 +154,17 @@ describe("E8: sessions pinned to a replica that starts hanging", () => {
 describe("E8: a replica answering 200 with garbage", () => {
   for (const mode of ["garbage", "wrong_json"] as const) {
     test(`${mode}: each garbled reply is a bad_reply failure, retried on another replica; A is ejected; no trajectory fails`, async () => {
-      const a = toggleReplica(tok);
+      const a = toggleReplica(bed.tok);
       a.mode = mode;
       cleanups.push(() => a.stop());
-      const { gw, url } = serveGateway([a.url, ...sim.urls], { policy: "least_inflight_sticky", cooldownMs: 60_000 });
+      const { gw, url } = serveGateway([a.url, ...bed.sim.urls], { policy: "least_inflight_sticky", cooldownMs: 60_000 });
       // No retries in the client: the gateway's own failover must hide the garbage.
       const client = new VllmClient({ url, timeoutMs: 3_000 });
       const keys = Array.from({ length: 21 }, (_, i) => `e8-${mode}-${i}`);
       const outs = new Map<string, TokenOutput[]>();
       for (let t = 0; t < 2; t++) await turn((r) => client.generate(r), keys, outs);
       expect(strip(outs)).toEqual(strip(await reference(keys, 2)));
-      for (const os of outs.values()) for (const o of os) expect(sim.urls).toContain(o.extra_fields.replica as string);
+      for (const os of outs.values()) for (const o of os) expect(bed.sim.urls).toContain(o.extra_fields.replica as string);
       const s = statusOf(gw, a.url);
       expect(s).toMatchObject({ healthy: false, state: "ejected", ejections: 1 });
       expect(s.failures_by_kind.bad_reply).toBe(s.attempts);
@@ -193,7 +177,7 @@ describe("E8: a replica answering 200 with garbage", () => {
   }
 
   test("every replica garbled: 502 bad_reply naming the problem, which the client retries as unavailable", async () => {
-    const a = toggleReplica(tok);
+    const a = toggleReplica(bed.tok);
     a.mode = "garbage";
     cleanups.push(() => a.stop());
     const { url } = serveGateway([a.url], { ejectAfter: 5 });
@@ -209,7 +193,7 @@ describe("E8: a replica answering 200 with garbage", () => {
   });
 
   test("directly against a garbling engine (no gateway), the client retries the garbled 2xx", async () => {
-    const a = toggleReplica(tok);
+    const a = toggleReplica(bed.tok);
     a.mode = "garbage";
     cleanups.push(() => a.stop());
     let n = 0;
@@ -224,7 +208,7 @@ describe("E8: a replica answering 200 with garbage", () => {
       { retries: 3, minDelayMs: 1 },
     );
     const out = await client.generate({ request_id: "d1", routing_key: "direct", prompt_ids: promptFor("direct", []), sampling_params: sp, max_tokens: 64 });
-    expect(out.token_ids).toEqual([...tok.encode("Let me think."), 151645]);
+    expect(out.token_ids).toEqual([...bed.tok.encode("Let me think."), 151645]);
     expect(a.calls.get("direct")).toBe(3);
   });
 });
@@ -232,10 +216,10 @@ describe("E8: a replica answering 200 with garbage", () => {
 describe("E8: half-open recovery and client aborts", () => {
   test("after the cool-down one call probes A: a failed probe re-ejects it, a good one restores it", async () => {
     let now = 1_000_000;
-    const a = toggleReplica(tok);
+    const a = toggleReplica(bed.tok);
     a.mode = "garbage";
     cleanups.push(() => a.stop());
-    const { gw, url } = serveGateway([a.url, sim.urls[0]!], { policy: "least_inflight_sticky", ejectAfter: 3, cooldownMs: 5_000, now: () => now });
+    const { gw, url } = serveGateway([a.url, bed.sim.urls[0]!], { policy: "least_inflight_sticky", ejectAfter: 3, cooldownMs: 5_000, now: () => now });
     const call = async (key: string) => {
       const res = await fetch(`${url}/v1/completions`, { method: "POST", body: JSON.stringify({ prompt: promptFor(key, []), max_tokens: 8 }), headers: { "x-session-id": key } });
       expect(res.status).toBe(200);
@@ -243,14 +227,14 @@ describe("E8: half-open recovery and client aborts", () => {
       return res.headers.get(REPLICA_HEADER);
     };
     // Calls land on A (least in-flight, insertion order) until it is ejected.
-    for (let i = 0; i < 3; i++) expect(await call(`h${i}`)).toBe(sim.urls[0]!);
+    for (let i = 0; i < 3; i++) expect(await call(`h${i}`)).toBe(bed.sim.urls[0]!);
     expect(statusOf(gw, a.url)).toMatchObject({ state: "ejected", attempts: 3, served: 0, ejected_until_ms: 1_005_000 });
     now += 4_999;
     await call("h-cool");
     expect(statusOf(gw, a.url).attempts).toBe(3);
     // Cool-down over, A still broken: exactly one call probes it, fails, and is served elsewhere.
     now += 1;
-    expect(await call("h-probe1")).toBe(sim.urls[0]!);
+    expect(await call("h-probe1")).toBe(bed.sim.urls[0]!);
     expect(statusOf(gw, a.url)).toMatchObject({ state: "ejected", attempts: 4, served: 0, probes: 1, probes_ok: 0, probes_failed: 1, ejections: 2, ejected_until_ms: 1_010_000 });
     // A recovers; the next probe restores it, and new keys reach it again.
     a.mode = "ok";
@@ -266,10 +250,10 @@ describe("E8: half-open recovery and client aborts", () => {
   test("only one probe at a time: concurrent calls after the cool-down send one to a hung A", async () => {
     // (A generous attempt timeout: B must never hit it on a loaded machine.)
     let now = 0;
-    const a = toggleReplica(tok);
+    const a = toggleReplica(bed.tok);
     a.mode = "hang";
     cleanups.push(() => a.stop());
-    const { gw, url } = serveGateway([a.url, sim.urls[0]!], { ejectAfter: 1, cooldownMs: 1_000, attemptTimeoutMs: 1_000, now: () => now });
+    const { gw, url } = serveGateway([a.url, bed.sim.urls[0]!], { ejectAfter: 1, cooldownMs: 1_000, attemptTimeoutMs: 1_000, now: () => now });
     const call = (key: string) =>
       fetch(`${url}/v1/completions`, { method: "POST", body: JSON.stringify({ prompt: promptFor(key, []), max_tokens: 8 }), headers: { "x-session-id": key } }).then(async (r) => {
         await r.arrayBuffer();
@@ -283,7 +267,7 @@ describe("E8: half-open recovery and client aborts", () => {
   });
 
   test("a caller that aborts before its declared deadline costs the replica nothing; at its deadline it is a client_abort failure", async () => {
-    const a = toggleReplica(tok);
+    const a = toggleReplica(bed.tok);
     a.mode = "hang";
     cleanups.push(() => a.stop());
     const { gw, url } = serveGateway([a.url], { ejectAfter: 2, cooldownMs: 60_000 });
@@ -291,7 +275,7 @@ describe("E8: half-open recovery and client aborts", () => {
     // The trainer cancels early (its deadline is 10 s away): not A's fault.
     const early = await fetch(`${url}/v1/completions`, { method: "POST", body, headers: { "x-session-id": "c", "x-edgeloop-timeout-ms": "10000" }, signal: AbortSignal.timeout(150) }).catch((e) => e);
     expect((early as Error).name).toBe("TimeoutError");
-    await Bun.sleep(50);
+    await waitFor(() => statusOf(gw, a.url).inflight === 0, "the aborted call to leave A");
     expect(statusOf(gw, a.url)).toMatchObject({ state: "healthy", failures: 0, consecutive_failures: 0, inflight: 0 });
     // The engine client gives up at its own deadline (declared in x-edgeloop-timeout-ms): A's failure.
     for (let i = 0; i < 2; i++) {
@@ -300,7 +284,7 @@ describe("E8: half-open recovery and client aborts", () => {
         .catch((x) => x);
       expect((e as Error).name).toBe("EngineUnavailableError");
     }
-    await Bun.sleep(50);
+    await waitFor(() => statusOf(gw, a.url).inflight === 0 && statusOf(gw, a.url).failures_by_kind.client_abort === 2, "both timed-out calls to be counted");
     expect(statusOf(gw, a.url)).toMatchObject({ state: "ejected", failures_by_kind: { client_abort: 2 }, inflight: 0 });
   });
 });

@@ -1,43 +1,22 @@
-import { afterAll, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import { IoRedisCommander } from "../../infra/redis/ioredis-commander.ts";
 import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue.ts";
 import { parseAppConfig } from "../../shared/config/app-config.ts";
 import { ConflictError, InputError } from "../../shared/errors.ts";
 import { JobQueue } from "../../shared/jobs/job-queue.ts";
 import { JobWorker } from "../../shared/jobs/job-worker.ts";
-import { RolloutRequest, type PlannedTrajectory } from "../../shared/rollout/batch.ts";
-import type { TrajectoryExecutor } from "../../shared/rollout/batch-run.ts";
+import { RolloutRequest } from "../../shared/rollout/batch.ts";
 import { RolloutService } from "../../shared/service/rollout-service.ts";
-import type { AgentLoopOutput } from "../../shared/schema/index.ts";
 import { MemoryTransferQueue } from "../../shared/store/memory-transfer-queue.ts";
-import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { fakeExecutor } from "../helpers/fake-executor.ts";
+import { randomPrefix, redisCleanup, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 
 // What POST /v1/rollouts does with uids that name existing groups (a refused batch writes nothing;
 // a reused uid is reported), a malformed ack id (400, not 503), and the first progress answer of
 // a batch rebuilt by a restarted API process.
 const redis = await requireRedis();
-const prefixes: string[] = [];
-const closers: (() => Promise<unknown>)[] = [];
-afterAll(async () => {
-  for (const c of closers.reverse()) await c().catch(() => {});
-  for (const p of prefixes) await deleteByPrefix(p);
-});
-
-function output(t: PlannedTrajectory): AgentLoopOutput {
-  return {
-    prompt_ids: [1, 2, t.session_id],
-    response_ids: [5, 6],
-    response_mask: [1, 1],
-    response_logprobs: [-0.5, -0.25],
-    reward_score: 1,
-    num_turns: 2,
-    truncated: false,
-    finish_reason: "stop",
-    metrics: { generate_sequences: 0, tool_calls: 0, compute_score: 0, num_preempted: -1 },
-    extra_fields: {},
-  };
-}
-const executor = (): TrajectoryExecutor => ({ agentNameFor: () => "fake", run: async (t) => ({ agentName: "fake", outputs: [output(t)] }) });
+const { prefixes, closers } = redisCleanup();
+const executor = () => fakeExecutor();
 const row = (uid: string) => ({ prompt: [{ role: "user", content: `q ${uid}` }], uid });
 const req = (uids: string[], n: number) => RolloutRequest.parse({ rows: uids.map(row), config: { rollout: { n } } });
 

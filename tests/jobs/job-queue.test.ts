@@ -1,23 +1,19 @@
-import { afterAll, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import { IoRedisCommander } from "../../infra/redis/ioredis-commander.ts";
 import { parseAppConfig } from "../../shared/config/app-config.ts";
 import { ConflictError, StoreError } from "../../shared/errors.ts";
 import { JobQueue, type BatchSpec } from "../../shared/jobs/job-queue.ts";
 import { JobWorker } from "../../shared/jobs/job-worker.ts";
-import { planBatch, RolloutRequest, type PlannedTrajectory } from "../../shared/rollout/batch.ts";
+import { planBatch, RolloutRequest } from "../../shared/rollout/batch.ts";
 import type { TrajectoryExecutor } from "../../shared/rollout/batch-run.ts";
 import { RolloutService } from "../../shared/service/rollout-service.ts";
 import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue.ts";
-import type { AgentLoopOutput } from "../../shared/schema/index.ts";
-import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { fakeExecutor } from "../helpers/fake-executor.ts";
+import { waitFor } from "../helpers/wait.ts";
+import { randomPrefix, rawRedis, redisCleanup, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 
 const redis = await requireRedis();
-const prefixes: string[] = [];
-const closers: (() => Promise<unknown>)[] = [];
-afterAll(async () => {
-  for (const c of closers) await c().catch(() => {});
-  for (const p of prefixes) await deleteByPrefix(p);
-});
+const { prefixes, closers } = redisCleanup();
 
 function setup(leaseMs = 400, maxPending?: number) {
   const prefix = randomPrefix("jobs");
@@ -38,29 +34,16 @@ function plan(rows = 2) {
   return { p, spec };
 }
 
-/** One fixed output per trajectory: a two-token response. */
-function output(t: PlannedTrajectory): AgentLoopOutput {
-  return {
-    prompt_ids: [1, 2, t.session_id],
-    response_ids: [5, 6],
-    response_mask: [1, 1],
-    response_logprobs: [-0.5, -0.25],
-    reward_score: 1,
-    num_turns: 2,
-    truncated: false,
-    finish_reason: "stop",
-    metrics: { generate_sequences: 0, tool_calls: 0, compute_score: 0, num_preempted: -1 },
-    extra_fields: {},
-  };
+/** How many of the entries `id..id` of the jobs stream (0 or 1) are pending and idle for at least `ms`, by XPENDING IDLE. */
+async function pendingIdle(r: ReturnType<typeof rawRedis>, prefix: string, id: string, ms: number): Promise<number> {
+  return ((await r.xpending(`${prefix}jobs`, "workers", "IDLE", ms, id, id, 1)) as unknown[]).length;
 }
 
-const fakeExecutor = (hook?: (t: PlannedTrajectory) => Promise<void>): TrajectoryExecutor => ({
-  agentNameFor: () => "fake",
-  async run(t) {
-    await hook?.(t);
-    return { agentName: "fake", outputs: [output(t)] };
-  },
-});
+/** Redis's clock (TIME), epoch ms. */
+async function redisNowMs(r: ReturnType<typeof rawRedis>): Promise<number> {
+  const [s, us] = await r.time();
+  return Number(s) * 1000 + Math.floor(Number(us) / 1000);
+}
 
 describe.skipIf(!redis)("job queue", () => {
   test("workers.known counts live workers only: a worker silent for two leases (SIGKILLed) is pruned, from the group too once its jobs are reclaimed", async () => {
@@ -70,15 +53,24 @@ describe.skipIf(!redis)("job queue", () => {
     const dead = await jobs.claim("dead", 1);
     const mine = await jobs.claim("live", 1);
     expect((await jobs.stats()).workers).toEqual({ known: 2, busy: 2 });
-    // "dead" never claims nor heart-beats again; "live" heart-beats its job and reclaims dead's after the lease.
-    await Bun.sleep(350);
+    const r = rawRedis();
+    // "dead" never claims nor heart-beats again; "live" heart-beats its job and reclaims dead's after the lease
+    // (dead's job idle past it, as Redis counts idle time).
+    await waitFor(async () => {
+      await jobs.heartbeat("live", mine.map((j) => j.id));
+      return (await pendingIdle(r, prefix, dead[0]!.id, 300)) > 0;
+    }, "dead's job idle past the lease");
     await jobs.heartbeat("live", mine.map((j) => j.id));
     const reclaimed = await jobs.claim("live", 1);
     expect(reclaimed.map((j) => [j.id, j.deliveries])).toEqual([[dead[0]!.id, 2]]);
-    await Bun.sleep(500);
+    // Then until "dead" was last seen more than two leases ago by Redis's clock (what stats() prunes by).
+    const deadSeen = Number(await r.zscore(`${prefix}jobs:workers`, "dead"));
+    await waitFor(async () => {
+      await jobs.heartbeat("live", [...mine, ...reclaimed].map((j) => j.id));
+      return (await redisNowMs(r)) - deadSeen > 2 * 300;
+    }, "dead silent for two leases");
     await jobs.heartbeat("live", [...mine, ...reclaimed].map((j) => j.id));
     expect((await jobs.stats()).workers).toEqual({ known: 1, busy: 1 });
-    const r = rawRedis();
     const consumers = (await r.xinfo("CONSUMERS", `${prefix}jobs`, "workers")) as unknown[][];
     expect(consumers.map((c) => c[1])).toEqual(["live"]);
     expect(await r.zrange(`${prefix}jobs:workers`, "0", "-1")).toEqual(["live"]);
@@ -120,15 +112,18 @@ describe.skipIf(!redis)("job queue", () => {
   });
 
   test("a dead consumer's job is reclaimed after the lease, with its delivery count; a heart-beaten one is not", async () => {
-    const { jobs } = setup(300);
+    const { jobs, prefix } = setup(300);
     const { p, spec } = plan(1);
     await jobs.submit(spec, p.trajectories.map((t) => t.key), p.trajectories);
     const [dead, alive] = await jobs.claim("dead", 2);
-    for (let i = 0; i < 4; i++) {
-      await Bun.sleep(100);
+    // Until the job nobody heart-beats is idle past the lease (as Redis counts idle time); the other is beaten throughout.
+    const r = rawRedis();
+    await waitFor(async () => {
       await jobs.heartbeat("alive-owner", []);
       await jobs.heartbeat("dead", [alive!.id]);
-    }
+      return (await pendingIdle(r, prefix, dead!.id, 300)) > 0;
+    }, "the unbeaten job idle past the lease");
+    await r.quit();
     const got = await jobs.claim("rescuer", 5);
     expect(got.map((j) => [j.trajectory.key, j.deliveries])).toEqual([[dead!.trajectory.key, 2]]);
     // The heart-beaten job stays with its owner.
@@ -147,9 +142,8 @@ describe.skipIf(!redis)("job queue", () => {
     expect(await jobs.stats()).toMatchObject({ depth: 0, in_flight: 4, stranded: 0, workers: { known: 2, busy: 2 } });
     // "dead" stops heart-beating; "alive" goes on. Waits on the store's own idle time, not a fixed sleep.
     const r = rawRedis();
-    const idleOf = async (id: string) => Number(((await r.xpending(`${prefix}jobs`, "workers", "IDLE", 300, id, id, 1)) as unknown[]).length);
     const deadline = Date.now() + 10_000;
-    while ((await idleOf(held[0]!.id)) === 0 && Date.now() < deadline) {
+    while ((await pendingIdle(r, prefix, held[0]!.id, 300)) === 0 && Date.now() < deadline) {
       await jobs.heartbeat("alive", [alive[0]!.id]);
       await Bun.sleep(20);
     }
@@ -288,12 +282,14 @@ describe.skipIf(!redis)("job queue", () => {
     await jobs.submit(spec, p.trajectories.map((t) => t.key), p.trajectories.slice(0, 1));
     const realBeat = jobs.heartbeat.bind(jobs);
     let down = true;
-    jobs.heartbeat = (c, ids) => (down ? Promise.reject(new Error("store unreachable")) : realBeat(c, ids));
+    let failed = 0;
+    jobs.heartbeat = (c, ids) => (down ? (failed++, Promise.reject(new Error("store unreachable"))) : realBeat(c, ids));
     const lines: string[] = [];
+    // Several beats fail (the failure is said once), then beats land again (said once).
     const slow = fakeExecutor(async () => {
-      await Bun.sleep(700);
+      await waitFor(() => failed >= 3, "three failed heartbeats");
       down = false;
-      await Bun.sleep(400);
+      await waitFor(() => lines.includes("[beat] heartbeats land again"), "a heartbeat that lands");
     });
     const worker = new JobWorker({ model: null, jobs, store, executorFor: () => slow, consumer: "beat", concurrency: 1, idleExitMs: 200, blockMs: 50, log: (l) => lines.push(l) });
     expect(await worker.run()).toMatchObject({ claimed: 1, completed: 1 });

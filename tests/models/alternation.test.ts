@@ -1,11 +1,8 @@
 import { beforeAll, describe, expect, test } from "bun:test";
-import { runAgentLoop } from "../../shared/agent-loop/index.ts";
-import { defaultAgentLoopRegistry } from "../../shared/agent-gateway/builtin-loops.ts";
 import { builtinTokenizer } from "../../shared/models/index.ts";
-import type { AgentLoopOutput, ChatMessage } from "../../shared/schema/index.ts";
+import type { ChatMessage } from "../../shared/schema/index.ts";
 import { ObservationEncoder } from "../../shared/tokens/observation.ts";
-import { SelfCheckAgentLoop } from "../agent-loop/fixtures/self-check-loop.ts";
-import { config, ctxOf, ScriptedClient, SP } from "../agent-loop/helpers.ts";
+import { maskRuns, runSelfCheck, ScriptedClient, SELF_CHECK } from "../agent-loop/helpers.ts";
 import { createEngineClient } from "../../shared/inference/create-engine-client.ts";
 import { startSimEngine } from "../../infra/sim-engine/server.ts";
 
@@ -19,17 +16,6 @@ beforeAll(async () => {
 // shape (…, assistant, user), never `system, user, user`.
 const END_OF_TURN = 106;
 const EOS = 1;
-
-function runs(o: AgentLoopOutput): Array<[number, number[]]> {
-  const out: Array<[number, number[]]> = [];
-  o.response_ids.forEach((id, i) => {
-    const m = o.response_mask[i]!;
-    const last = out.at(-1);
-    if (last && last[0] === m) last[1].push(id);
-    else out.push([m, [id]]);
-  });
-  return out;
-}
 
 describe("E5: Gemma 3 stock template (roles must alternate)", () => {
   test("the template itself refuses user, user (what the old synthetic prefix rendered)", async () => {
@@ -62,19 +48,10 @@ describe("E5: Gemma 3 stock template (roles must alternate)", () => {
 
   test("the documented self_check_agent loop runs on Gemma 3", async () => {
     const tok = await builtinTokenizer("gemma3");
-    const check = "Check your answer. Reply with the final number after ####.";
+    const check = SELF_CHECK;
     const client = new ScriptedClient(tok, [{ ids: [...tok.encode("#### 11"), END_OF_TURN] }, { ids: [...tok.encode("#### 10"), END_OF_TURN] }]);
-    const registry = defaultAgentLoopRegistry();
-    registry.register("self_check_agent", SelfCheckAgentLoop);
-    const [o] = (await runAgentLoop(registry, ctxOf(tok, client, config(), { reward: {} }), SP, {
-      uid: "e5",
-      session_id: 0,
-      agent_name: "self_check_agent",
-      data_source: "edge",
-      prompt: [{ role: "user", content: "What is 5+5?" }],
-      reward_model: { style: "rule", ground_truth: "10" },
-    })) as AgentLoopOutput[];
-    expect(runs(o!)).toEqual([
+    const o = await runSelfCheck(tok, client, "e5", "What is 5+5?", "10");
+    expect(maskRuns(o!)).toEqual([
       [1, [...tok.encode("#### 11"), END_OF_TURN]],
       [0, tok.encode(`\n<start_of_turn>user\n${check}<end_of_turn>\n<start_of_turn>model\n`)],
       [1, [...tok.encode("#### 10"), END_OF_TURN]],
@@ -98,18 +75,9 @@ describe("E5: Gemma 3 stock template (roles must alternate)", () => {
     const tok = await builtinTokenizer("gemma3");
     const sim = await startSimEngine({ tokenizer: tok, script: { seed: 1, rules: [{ when: "What is 2+2?", turns: ["4", "4, checked.\n#### 4"] }], default: ["?"] } });
     try {
-      const registry = defaultAgentLoopRegistry();
-      registry.register("self_check_agent", SelfCheckAgentLoop);
-      const [o] = (await runAgentLoop(registry, ctxOf(tok, createEngineClient({ url: sim.urls[0]!, format: "vllm" }), config(), { reward: {} }), SP, {
-        uid: "e5-sim",
-        session_id: 0,
-        agent_name: "self_check_agent",
-        data_source: "edge",
-        prompt: [{ role: "user", content: "What is 2+2?" }],
-        reward_model: { style: "rule", ground_truth: "4" },
-      })) as AgentLoopOutput[];
-      const check = "Check your answer. Reply with the final number after ####.";
-      expect(runs(o!)).toEqual([
+      const o = await runSelfCheck(tok, createEngineClient({ url: sim.urls[0]!, format: "vllm" }), "e5-sim", "What is 2+2?", "4");
+      const check = SELF_CHECK;
+      expect(maskRuns(o!)).toEqual([
         [1, [...tok.encode("4"), END_OF_TURN]],
         [0, tok.encode(`\n<start_of_turn>user\n${check}<end_of_turn>\n<start_of_turn>model\n`)],
         [1, [...tok.encode("4, checked.\n#### 4"), END_OF_TURN]],

@@ -1,28 +1,13 @@
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { cpSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { describe, expect, test } from "bun:test";
 import { builtinTokenizer } from "../../shared/models/index.ts";
-import { TrajectoryRecord, type TrajectoryRecord as Rec } from "../../shared/schema/index.ts";
+import type { TrajectoryRecord as Rec } from "../../shared/schema/index.ts";
 import { toolCallParserNames } from "../../shared/tools/parser-registry.ts";
+import { cliWorkdir } from "../helpers/cli-workdir.ts";
 
 // `npx edgeloop rollout --model llama3_1 --data examples/gsm8k-tool.jsonl`, run
 // for real: the example policy (written once, in Qwen3's format) is sampled in
 // Llama 3.1's JSON tool format by the sim engine and parsed by llama3_json.
-const ROOT = join(import.meta.dir, "..", "..");
-const BIN = join(ROOT, "bin", "edgeloop.mjs");
-let dir: string;
-
-function edgeloop(args: string[]): { code: number; stdout: string; stderr: string } {
-  const p = Bun.spawnSync(["node", BIN, ...args], { cwd: dir, stdout: "pipe", stderr: "pipe", env: { ...process.env, NO_COLOR: "1" } });
-  return { code: p.exitCode ?? -1, stdout: p.stdout.toString(), stderr: p.stderr.toString() };
-}
-
-beforeAll(() => {
-  dir = mkdtempSync(join(tmpdir(), "edgeloop-families-"));
-  cpSync(join(ROOT, "examples"), join(dir, "examples"), { recursive: true });
-});
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const { edgeloop, readRecords } = cliWorkdir("edgeloop-families-", { copyExamples: true });
 
 /** Mask runs of a record, each decoded: [[mask, text], …]. */
 function maskRuns(tok: Awaited<ReturnType<typeof builtinTokenizer>>, r: Rec): Array<[number, string]> {
@@ -74,7 +59,7 @@ for (const [family, parser, expected] of FAMILY_RUNS) {
     test.skipIf(!toolCallParserNames().includes(parser))(`runs the example end to end in ${family}'s tool format`, async () => {
       const run = edgeloop(["rollout", "--model", family, "--data", "examples/gsm8k-tool.jsonl", "--out", `${family}.jsonl`, "--seed", "7", "--no-progress"]);
       expect(run.code).toBe(0);
-      const records: Rec[] = readFileSync(join(dir, `${family}.jsonl`), "utf8").trim().split("\n").map((l) => TrajectoryRecord.parse(JSON.parse(l)));
+      const records: Rec[] = readRecords(`${family}.jsonl`).records;
       expect(records.length).toBe(60);
       expect(records.filter((r) => r.error !== null)).toEqual([]);
       const tok = await builtinTokenizer(family);
@@ -90,7 +75,7 @@ describe("edgeloop rollout --model gpt_oss", () => {
     const run = edgeloop(["rollout", "--model", "gpt_oss", "--data", "examples/gsm8k-tool.jsonl", "--out", "gptoss.jsonl", "--seed", "7", "--no-progress"]);
     expect(run.code).toBe(0);
     expect(run.stderr).toContain("model      gpt_oss (end of turn <|return|> 200002; stop ids 200002, 199999, 200012; parser harmony; history rewrites-history)\n");
-    const records: Rec[] = readFileSync(join(dir, "gptoss.jsonl"), "utf8").trim().split("\n").map((l) => TrajectoryRecord.parse(JSON.parse(l)));
+    const records: Rec[] = readRecords("gptoss.jsonl").records;
     expect(records.reduce((n, r) => n + (r.extra_fields.tool_calls as number), 0)).toBe(84);
     expect(records.reduce((n, r) => n + (r.extra_fields.tool_errors as number), 0)).toBe(4);
     expect(records.reduce((n, r) => n + (r.reward_score ?? 0), 0) / 60).toBeCloseTo(0.85, 10);
@@ -113,7 +98,7 @@ describe("edgeloop rollout --model llama3_1", () => {
     expect(run.code).toBe(0);
     expect(run.stderr).toContain("model      llama3_1 (end of turn <|eot_id|> 128009; stop ids 128009, 128001, 128008; parser llama3_json; history append-only)\n");
     expect(run.stderr).toContain("wrote 60 records to llama.jsonl");
-    const records: Rec[] = readFileSync(join(dir, "llama.jsonl"), "utf8").trim().split("\n").map((l) => TrajectoryRecord.parse(JSON.parse(l)));
+    const records: Rec[] = readRecords("llama.jsonl").records;
     expect(records.length).toBe(60);
     expect(records.filter((r) => r.error !== null)).toEqual([]);
     // The same policy as Qwen3's run: 84 calls, 4 of them malformed on purpose, mean reward 0.85.

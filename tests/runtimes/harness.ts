@@ -1,3 +1,4 @@
+import { afterAll, beforeAll } from "bun:test";
 import { readFileSync, rmSync } from "node:fs";
 import { basename, join } from "node:path";
 import { Miniflare } from "miniflare";
@@ -214,4 +215,43 @@ export async function awaitGroups(prefix: string, uids: string[], timeoutMs = 40
   } finally {
     await q.close();
   }
+}
+
+/** The services and the Worker a workerd test file runs against (see {@link workerdFixture}); read them inside a test or hook. */
+export interface WorkerdFixture {
+  readonly s: Services;
+  readonly w: Workerd;
+  /** `w.mf`: dispatchFetch reaches the Worker. */
+  readonly mf: Miniflare;
+}
+
+/**
+ * Registers beforeAll (only when `enabled`: {@link startServices}(`name`),
+ * then {@link startWorkerd} of `entry` with {@link workerBindings}; timeout
+ * `timeoutMs`, default 60 s) and afterAll (workerd, then the services,
+ * stopped; whichever started). Call it at a file's top level.
+ */
+export function workerdFixture(name: string, opts: { enabled: boolean; entry?: string; timeoutMs?: number }): WorkerdFixture {
+  let s: Services | undefined;
+  let w: Workerd | undefined;
+  beforeAll(async () => {
+    if (!opts.enabled) return;
+    s = await startServices(name);
+    w = await startWorkerd(workerBindings(s), opts.entry);
+  }, opts.timeoutMs ?? 60_000);
+  afterAll(async () => {
+    await w?.stop();
+    await s?.stop();
+  });
+  return {
+    get s() {
+      return s!;
+    },
+    get w() {
+      return w!;
+    },
+    get mf() {
+      return w!.mf;
+    },
+  };
 }

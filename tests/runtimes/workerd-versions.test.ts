@@ -1,42 +1,34 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import type { Miniflare } from "miniflare";
 import { IoRedisCommander } from "../../infra/redis/ioredis-commander.ts";
 import { RedisPolicyVersions } from "../../shared/rollout/policy-version.ts";
 import { REDIS_URL, requireRedis } from "../helpers/redis.ts";
-import { awaitRecords, batchRows, startServices, startWorkerd, workerBindings, type Services, type Workerd } from "./harness.ts";
+import { awaitRecords, batchRows, workerdFixture } from "./harness.ts";
 
 // Issue 25 item 5 on the Durable Object path: the policy version lives in the store `edgeloop serve` shares
 // with the Worker (`{prefix}policy`, set here over TCP as serve's POST /v1/model-version sets it). Every engine
 // call of a trajectory's object reads it before it is sent, so a batch posted right after a set records that
 // version on every turn; with none set, the batch's own `model_version`.
 const redis = await requireRedis();
-let s: Services;
-let w: Workerd;
-let mf: Miniflare;
+const wd = workerdFixture("workerd-versions", { enabled: redis });
 let serveSide: RedisPolicyVersions;
 let commander: IoRedisCommander;
 
-beforeAll(async () => {
+beforeAll(() => {
   if (!redis) return;
-  s = await startServices("workerd-versions");
-  w = await startWorkerd(workerBindings(s));
-  mf = w.mf;
   commander = new IoRedisCommander(REDIS_URL);
-  serveSide = new RedisPolicyVersions(commander, { prefix: s.prefix });
-}, 60_000);
+  serveSide = new RedisPolicyVersions(commander, { prefix: wd.s.prefix });
+});
 
 afterAll(async () => {
   await commander?.close();
-  await w?.stop();
-  await s?.stop();
 });
 
 /** Posts `rows` (batch `model_version` "batch-fallback") to the Worker; returns every record's per-turn versions and token_versions by key. */
 async function runBatch(tag: string): Promise<Record<string, { turns: unknown; tokens: unknown }>> {
   const rows = batchRows(tag).slice(0, 2);
-  const res = await mf.dispatchFetch("http://localhost/v1/rollouts", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows, model_version: "batch-fallback" }) });
+  const res = await wd.mf.dispatchFetch("http://localhost/v1/rollouts", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows, model_version: "batch-fallback" }) });
   expect(res.status).toBe(202);
-  const records = await awaitRecords(s.prefix, rows.map((r) => r.uid as string), 2, 60_000);
+  const records = await awaitRecords(wd.s.prefix, rows.map((r) => r.uid as string), 2, 60_000);
   const out: Record<string, { turns: unknown; tokens: unknown }> = {};
   for (const [key, r] of records) {
     expect(r.error).toBeNull();

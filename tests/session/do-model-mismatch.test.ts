@@ -1,10 +1,9 @@
 import { afterAll, describe, expect, test } from "bun:test";
-import type { DurableObjectState, DurableObjectStorage } from "../../infra/cloudflare/cf-types.ts";
-import { TrajectorySessionObject } from "../../infra/cloudflare/session-object.ts";
 import type { Env } from "../../infra/cloudflare/env.ts";
 import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue.ts";
 import { startUpstashBridge } from "../../infra/upstash-bridge/upstash-bridge.ts";
 import { builtinTokenizer, modelIdOf } from "../../shared/models/index.ts";
+import { fakeDurableObjectStorage, sessionObject } from "../helpers/durable-object.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { rolloutConfig } from "./fixtures.ts";
 
@@ -17,30 +16,6 @@ afterAll(async () => {
   if (redisUp) await deleteByPrefix(prefix);
 });
 
-/** A Durable Object's storage as a Map plus its one alarm. */
-function fakeStorage(): DurableObjectStorage & { alarm: number | null } {
-  const m = new Map<string, unknown>();
-  const s = {
-    alarm: null as number | null,
-    get: (async (k: string | string[]) => {
-      if (typeof k === "string") return m.get(k);
-      const out = new Map<string, unknown>();
-      for (const x of k) if (m.has(x)) out.set(x, m.get(x));
-      return out;
-    }) as DurableObjectStorage["get"],
-    put: (async (k: string | Record<string, unknown>, v?: unknown) => {
-      if (typeof k === "string") m.set(k, v);
-      else for (const [x, y] of Object.entries(k)) m.set(x, y);
-    }) as DurableObjectStorage["put"],
-    delete: async (keys: string[]) => keys.filter((k) => m.delete(k)).length,
-    deleteAll: async () => m.clear(),
-    setAlarm: async (when: number | Date) => void (s.alarm = Number(when)),
-    getAlarm: async () => s.alarm,
-    deleteAlarm: async () => void (s.alarm = null),
-  };
-  return s;
-}
-
 describe.skipIf(!redisUp)("N4: a Durable Object refuses a session of another model", () => {
   test("input.model llama3_1 on a Qwen3 object: the trajectory is stored failed naming both models, the engine never called", async () => {
     const token = "do-model-token";
@@ -52,9 +27,7 @@ describe.skipIf(!redisUp)("N4: a Durable Object refuses a session of another mod
       const llama = await modelIdOf(await builtinTokenizer("llama3_1"));
       const qwen = await modelIdOf(await builtinTokenizer("qwen3"));
       const env = { UPSTASH_REDIS_REST_URL: bridge.url, UPSTASH_REDIS_REST_TOKEN: token, EDGELOOP_ENGINE_URL: `http://127.0.0.1:${engine.port}`, EDGELOOP_STORE_PREFIX: prefix } as unknown as Env;
-      const storage = fakeStorage();
-      const ctx: DurableObjectState = { storage, id: { toString: () => "id" }, waitUntil: () => {}, blockConcurrencyWhile: (fn) => fn() };
-      const obj = new TrajectorySessionObject(ctx, env);
+      const obj = sessionObject(fakeDurableObjectStorage(), env);
       await q.expectGroup("dm-a", 1, "train");
       const input = {
         key: "dm-a_0_0",

@@ -1,33 +1,11 @@
 import { describe, expect, test } from "bun:test";
-import type { DurableObjectStorage } from "../../infra/cloudflare/cf-types.ts";
 import { AGENT_ENTRY_PREFIX, DurableObjectSessionStorage } from "../../infra/cloudflare/do-session-storage.ts";
+import { fakeDurableObjectStorage } from "../helpers/durable-object.ts";
 import { isStaleStep } from "../../shared/session/session-storage.ts";
-
-/** A Durable Object's KV storage as a Map (the calls DurableObjectSessionStorage makes). */
-function fakeStorage(): DurableObjectStorage & { m: Map<string, unknown> } {
-  const m = new Map<string, unknown>();
-  return {
-    m,
-    get: (async (k: string | string[]) => {
-      if (typeof k === "string") return m.get(k);
-      const out = new Map<string, unknown>();
-      for (const x of k) if (m.has(x)) out.set(x, m.get(x));
-      return out;
-    }) as DurableObjectStorage["get"],
-    put: (async (entries: Record<string, unknown>) => {
-      for (const [k, v] of Object.entries(entries)) m.set(k, v);
-    }) as DurableObjectStorage["put"],
-    delete: async (keys: string[]) => keys.filter((k) => m.delete(k)).length,
-    deleteAll: async () => m.clear(),
-    setAlarm: async () => {},
-    getAlarm: async () => null,
-    deleteAlarm: async () => {},
-  };
-}
 
 describe("DurableObjectSessionStorage: prefixed logs in one object, stepOf", () => {
   test("the trajectory's log and the agent log (prefix a/) share one object without touching each other", async () => {
-    const raw = fakeStorage();
+    const raw = fakeDurableObjectStorage();
     const traj = new DurableObjectSessionStorage(raw);
     const agent = new DurableObjectSessionStorage(raw, { prefix: AGENT_ENTRY_PREFIX });
     expect([await traj.stepOf("k"), await agent.stepOf("agent:k")]).toEqual([null, null]);

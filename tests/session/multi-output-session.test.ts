@@ -18,6 +18,7 @@ import type { TransferQueue } from "../../shared/store/types.ts";
 import { MultiOutputAgentLoop } from "../agent-loop/fixtures/multi-output-loop.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { depsFor, rolloutConfig, sessionLoopFactory } from "./fixtures.ts";
+import { delegatingQueue } from "../helpers/delegating-queue.ts";
 
 // The durable-session paths write every output of a multi-output loop (edge case E1):
 // - sessions that write their own records (the workerd Durable Object and the session
@@ -56,21 +57,12 @@ function inputFor(uid: string, s: number, outputs: number): SessionInputArg {
 /** Fails the `n`-th put (1-based) once, as a process dying between two writes would. */
 function failingPut(q: TransferQueue, n: number): TransferQueue {
   let puts = 0;
-  return {
-    expectGroup: (u, k, p, fp) => q.expectGroup(u, k, p, fp),
-    get: (k) => q.get(k),
-    groupStatus: (u) => q.groupStatus(u),
-    sessionRecords: (u, s) => q.sessionRecords(u, s),
-    readCompleteGroups: (o) => q.readCompleteGroups(o),
-    ack: (ids, p) => q.ack(ids, p),
-    close: () => q.close(),
-    markFailed: (k, r, f) => q.markFailed(k, r, f),
-    finishSession: (u, s, k) => q.finishSession(u, s, k),
+  return delegatingQueue(q, {
     put: async (r, o) => {
       if (++puts === n) throw new StoreError("connection lost (test)", { retryable: false });
       return q.put(r, o);
     },
-  };
+  });
 }
 
 const stores: [string, () => Promise<TransferQueue>][] = [

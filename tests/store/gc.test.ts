@@ -1,4 +1,4 @@
-import { afterAll, expect, test } from "bun:test";
+import { expect, test } from "bun:test";
 import { join } from "node:path";
 import { IoRedisCommander } from "../../infra/redis/ioredis-commander.ts";
 import { parseAppConfig } from "../../shared/config/app-config.ts";
@@ -9,19 +9,14 @@ import type { RedisCommander } from "../../shared/store/redis-commander.ts";
 import { UpstashCommander } from "../../shared/store/upstash-transfer-queue.ts";
 import { startUpstashBridge } from "../../infra/upstash-bridge/upstash-bridge.ts";
 import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue.ts";
-import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { randomPrefix, rawRedis, redisCleanup, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { makeRecord } from "./contract.ts";
 
 // edgeloop gc over a real Redis: what is finished, delivered, acknowledged and old goes; an incomplete
 // group, an unacknowledged or unread delivery, a running session and a running batch stay.
 const MAIN = join(import.meta.dir, "..", "..", "infra", "cli", "main.ts");
 const redis = await requireRedis();
-const prefixes: string[] = [];
-const closers: (() => Promise<unknown>)[] = [];
-afterAll(async () => {
-  for (const c of closers) await c().catch(() => {});
-  for (const p of prefixes) await deleteByPrefix(p);
-});
+const { prefixes, closers } = redisCleanup();
 
 const HOUR = 3600;
 const DAY = 24 * HOUR;

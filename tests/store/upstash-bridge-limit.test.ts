@@ -1,22 +1,15 @@
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { DEFAULT_BRIDGE_MAX_BODY, startUpstashBridge, type UpstashBridge } from "../../infra/upstash-bridge/upstash-bridge.ts";
-import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { describe, expect, test } from "bun:test";
+import { DEFAULT_BRIDGE_MAX_BODY } from "../../infra/upstash-bridge/upstash-bridge.ts";
+import { randomPrefix, requireRedis } from "../helpers/redis.ts";
+import { upstashBridgeFixture } from "../helpers/upstash-bridge.ts";
 
 const hasRedis = await requireRedis();
 const p = randomPrefix("bridge-limit");
 const token = "bridge-limit-token";
 
 describe.skipIf(!hasRedis)("upstash bridge body limit", () => {
-  let bridge: UpstashBridge;
-  const raw = rawRedis();
-  beforeAll(async () => {
-    bridge = await startUpstashBridge({ port: 0, redisUrl: REDIS_URL, token, maxBodyBytes: 1000 });
-  });
-  afterAll(async () => {
-    await bridge.stop();
-    await raw.quit();
-    await deleteByPrefix(p);
-  });
+  const bridge = upstashBridgeFixture({ token, prefix: p, maxBodyBytes: 1000 });
+  const raw = bridge.raw;
   const headers = { "content-type": "application/json", authorization: `Bearer ${token}` };
   const tooLarge = { error: "ERR request body larger than 1000 bytes" };
 

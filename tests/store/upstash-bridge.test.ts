@@ -1,23 +1,15 @@
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import { Redis } from "@upstash/redis";
-import { startUpstashBridge, type UpstashBridge } from "../../infra/upstash-bridge/upstash-bridge.ts";
-import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { randomPrefix, requireRedis } from "../helpers/redis.ts";
+import { upstashBridgeFixture } from "../helpers/upstash-bridge.ts";
 
 const hasRedis = await requireRedis();
 const p = randomPrefix("upstash-bridge");
 const token = "bridge-test-token";
 
 describe.skipIf(!hasRedis)("upstash bridge", () => {
-  let bridge: UpstashBridge;
-  const raw = rawRedis();
-  beforeAll(async () => {
-    bridge = await startUpstashBridge({ port: 0, redisUrl: REDIS_URL, token });
-  });
-  afterAll(async () => {
-    await bridge.stop();
-    await raw.quit();
-    await deleteByPrefix(p);
-  });
+  const bridge = upstashBridgeFixture({ token, prefix: p });
+  const raw = bridge.raw;
 
   const post = async (path: string, body: unknown, headers: Record<string, string> = {}) => {
     const res = await fetch(`${bridge.url}${path}`, {

@@ -1,7 +1,7 @@
-import { afterAll, beforeAll, describe } from "bun:test";
-import { startUpstashBridge, type UpstashBridge } from "../../infra/upstash-bridge/upstash-bridge.ts";
+import { describe } from "bun:test";
 import { createUpstashTransferQueue } from "../../shared/store/upstash-transfer-queue.ts";
-import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { randomPrefix, requireRedis } from "../helpers/redis.ts";
+import { upstashBridgeFixture } from "../helpers/upstash-bridge.ts";
 import { transferQueueContract } from "./contract.ts";
 import { teacherLogProbsContract } from "./teacher-contract.ts";
 
@@ -10,16 +10,8 @@ const base = randomPrefix("store-upstash");
 const token = `tok-${crypto.randomUUID()}`;
 
 describe.skipIf(!hasRedis)("upstash rest via the local bridge", () => {
-  let bridge: UpstashBridge;
-  const raw = rawRedis();
-  beforeAll(async () => {
-    bridge = await startUpstashBridge({ port: 0, redisUrl: REDIS_URL, token });
-  });
-  afterAll(async () => {
-    await bridge.stop();
-    await raw.quit();
-    await deleteByPrefix(base);
-  });
+  const bridge = upstashBridgeFixture({ token, prefix: base });
+  const raw = bridge.raw;
   transferQueueContract(
     "upstash rest",
     {

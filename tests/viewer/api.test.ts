@@ -7,14 +7,12 @@ import { buildRuntime, type Runtime } from "../../infra/cli/runtime.ts";
 import { ASSETS_FILE, buildViewerAssets } from "../../infra/viewer/build.ts";
 import { tokenPieces } from "../../shared/telemetry/token-pieces.ts";
 import { defaultTokenizer } from "../../shared/tokens/tokenizer.ts";
+import { exampleRows } from "../helpers/examples.ts";
 
 // What the viewer reads, over the real app: batch listing, one record with per-token text, /metrics.
 const TOKEN = "viewer-token";
 const auth = { authorization: `Bearer ${TOKEN}` };
-const rows = readFileSync(join(import.meta.dir, "..", "..", "examples", "gsm8k-tool.jsonl"), "utf8")
-  .trim()
-  .split("\n")
-  .map((l) => JSON.parse(l));
+const rows = exampleRows();
 let runtime: Runtime;
 let app: ReturnType<typeof createRolloutsApp>;
 
