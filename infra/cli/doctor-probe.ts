@@ -12,6 +12,7 @@ import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 
 /** The checks of `edgeloop doctor`, in the order they are printed (one line each, always all of them). */
 export const DOCTOR_CHECKS = ["reachable", "auth", "models", "generate", "token ids", "log-probs", "tokenizer", "stop ids", "cached tokens", "pause/resume", "routed experts", "teacher"] as const;
+/** One check of {@link DOCTOR_CHECKS}, by its printed name. */
 export type DoctorCheck = (typeof DOCTOR_CHECKS)[number];
 
 /**
