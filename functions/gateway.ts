@@ -1,6 +1,6 @@
 import { Hono, type Context } from "hono";
 import { z } from "zod";
-import { AuthError, ConfigError, ConflictError, EdgeloopError, inputErrorFromZod } from "../shared/errors.ts";
+import { AuthError, ConfigError, EdgeloopError } from "../shared/errors.ts";
 import { DEFAULT_ENGINE_MAX_REPLY_BYTES, redactUrl } from "../shared/http/outbound.ts";
 import { DEADLINE_HEADER, joinUrl, PREFIX_KEY_HEADER, type FetchLike } from "../shared/inference/engine-http.ts";
 import { gatewayMetricsText } from "../shared/inference/gateway-metrics.ts";
@@ -11,10 +11,11 @@ import type { RoutingState } from "../shared/inference/routing-state.ts";
 import { judgeReply } from "../shared/inference/reply-check.ts";
 import { PROMETHEUS_CONTENT_TYPE } from "../shared/telemetry/prometheus.ts";
 import type { RoutingPolicyName } from "../shared/inference/routing-policy.ts";
-import { bearerAuth, limitBody, readJson, tooLarge } from "./http-util.ts";
+import { bearerAuth, limitBody, tooLarge } from "./http-util.ts";
+import { ADMIN_MAX_BODY, adminDisabled, adminRoutes } from "./gateway-admin.ts";
+import { DROP_REQUEST_HEADERS, isEventStream, readLimited, readReplyLimited, relayStream, REPLICA_HEADER, waitUntil, withReplica } from "./gateway-relay.ts";
 
-/** Response header naming the replica that served a call. */
-export const REPLICA_HEADER = "x-edgeloop-replica";
+export { REPLICA_HEADER };
 /**
  * Header on the replies the gateway makes itself (`/health`, and the 404 of a
  * route it does not forward), never on a relayed replica reply: how a client
@@ -155,23 +156,6 @@ const GatewayOptionsSchema = z.object({
   stickyEpsilon: z.number().positive().optional(),
 });
 
-/** Largest `/admin/*` request body in bytes. */
-const ADMIN_MAX_BODY = 64 * 1024;
-
-/** Body of `POST` and `DELETE /admin/replicas`: `{url}` and nothing else (strict). */
-const ReplicaBody = z.strictObject({ url: z.url({ protocol: /^https?$/, error: "expected an http(s) URL" }) });
-
-/**
- * Reads an admin body as {@link ReplicaBody}.
- * @throws InputError: 415 (field `content-type`) unless sent as `application/json`; 400 (field
- *   `body`) for a missing or malformed body or an unknown key; 400 (field `url`) for a bad url.
- */
-async function readReplicaBody(c: Context): Promise<{ url: string }> {
-  const r = ReplicaBody.safeParse(await readJson(c, ADMIN_MAX_BODY));
-  if (!r.success) throw inputErrorFromZod("", r.error.issues);
-  return r.data;
-}
-
 const decoder = new TextDecoder();
 
 /**
@@ -196,18 +180,6 @@ export const PROXIED_ROUTES: readonly string[] = [
 const PROXIED = new Set(PROXIED_ROUTES);
 /** POST routes `Gateway.fetch` sends straight to the proxy (the hot path). */
 const PROXIED_POST = new Set(PROXIED_ROUTES.filter((r) => r.startsWith("POST ")).map((r) => r.slice(5)));
-
-/** The 403 of `/admin/*` on a gateway started without an admin token. */
-function adminDisabled(): EdgeloopError {
-  return new EdgeloopError("the gateway's admin API is off: start it with EDGELOOP_ADMIN_TOKEN set to enable /admin/* behind that bearer token", {
-    status: 403,
-    code: "admin_disabled",
-  });
-}
-
-/** Hop-by-hop and encoding headers that must not be forwarded as they are. */
-const DROP_REQUEST_HEADERS = ["host", "connection", "content-length", "accept-encoding", "keep-alive", "transfer-encoding"];
-const DROP_RESPONSE_HEADERS = ["connection", "content-length", "content-encoding", "keep-alive", "transfer-encoding"];
 
 /**
  * The inference gateway: a runtime-neutral Hono function in front of K engine
@@ -338,30 +310,16 @@ export function createGatewayApp(options: GatewayOptions): Gateway {
 
   app.get("/metrics", () => new Response(gatewayMetricsText(pool.status()), { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } }));
 
-  app.get("/admin/replicas", async (c) => {
-    // Calls in flight at each replica across every instance (live leases); null when the store does not answer.
-    const inflight = state ? await state.inflight(pool.urls()).catch(() => null) : null;
-    return c.json({
-      policy: pool.policy.name,
-      shared_state: state ? { rule: "sticky_bounded_load", epsilon, sticky_epsilon: stickyEpsilon, sticky_min_load: DEFAULT_STICKY_MIN_LOAD, errors: stateErrors, inflight } : null,
-      breaker: { eject_after: pool.ejectAfter, cooldown_ms: pool.cooldownMs, attempt_timeout_ms: opts.attemptTimeoutMs ?? null },
-      repins: pool.repins,
-      replicas: pool.status(),
-    });
+  adminRoutes(app, {
+    pool,
+    sharedState: async () => {
+      if (!state) return null;
+      // Calls in flight at each replica across every instance (live leases); null when the store does not answer.
+      const inflight = await state.inflight(pool.urls()).catch(() => null);
+      return { rule: "sticky_bounded_load", epsilon, sticky_epsilon: stickyEpsilon, sticky_min_load: DEFAULT_STICKY_MIN_LOAD, errors: stateErrors, inflight };
+    },
+    attemptTimeoutMs: opts.attemptTimeoutMs ?? null,
   });
-  app.post("/admin/replicas", async (c) => {
-    const { url } = await readReplicaBody(c);
-    // Symmetric with DELETE's 404: adding is not a way to reset a replica's breaker (that stays the breaker's job).
-    if (pool.stateOf(url) !== undefined) throw new ConflictError(`replica ${normaliseUrl(url)} is already present`, { field: "url" });
-    pool.add(url);
-    return c.json({ replicas: pool.status() }, 201);
-  });
-  app.delete("/admin/replicas", async (c) => {
-    const { url } = await readReplicaBody(c);
-    const removed = pool.remove(url);
-    return removed ? c.json({ replicas: pool.status() }) : c.json({ error: { code: "not_found", message: `no replica ${url}` } }, 404);
-  });
-
   app.all("/admin/*", (c) => c.json({ error: { code: "not_found", message: `no admin route ${c.req.method} ${c.req.path.slice(0, 200)}` } }, 404));
 
   app.all("*", (c) => {
@@ -594,160 +552,4 @@ interface Attempt {
   succeed(served: boolean): void;
   fail(kind: FailureKind): void;
   release(): void;
-}
-
-/** A replica's response with the replica header, hop-by-hop headers dropped. */
-function withReplica(res: Response, replica: string, body: BodyInit | null = res.body): Response {
-  const headers = new Headers(res.headers);
-  for (const h of DROP_RESPONSE_HEADERS) headers.delete(h);
-  // The replica as records and spans may show it: no userinfo or query string (issue 26, S13).
-  headers.set(REPLICA_HEADER, redactUrl(replica));
-  return new Response(body, { status: res.status, statusText: res.statusText, headers });
-}
-
-/**
- * Whether a reply is an event stream (relayed chunk by chunk, not read whole).
- * `res.body` is looked at only then: on Bun, touching it makes a stream that
- * slows the whole-body read of every other reply.
- */
-function isEventStream(res: Response): boolean {
-  return (res.headers.get("content-type") ?? "").includes("text/event-stream") && res.body !== null;
-}
-
-/**
- * The event a relayed stream ends with when the replica sent more than the
- * cap: the gateway's error shape (`{error: {code, type, message}}`) as one
- * SSE `data:` event, as OpenAI-compatible servers report an error inside a
- * stream. Preceded by a blank line when the bytes relayed so far did not end
- * an event, so the cut event is closed (and unparseable) rather than merged.
- */
-function tooLargeEvent(maxBytes: number, replica: string, atBoundary: boolean): Uint8Array {
-  const error = { error: { code: "reply_too_large", type: "BadGatewayError", message: `engine replica ${redactUrl(replica)} streamed more than ${maxBytes} bytes (the gateway's reply cap); the stream was cut` } };
-  return new TextEncoder().encode(`${atBoundary ? "" : "\n\n"}data: ${JSON.stringify(error)}\n\n`);
-}
-
-/**
- * The end (exclusive) of the last SSE event in `chunk[0, limit)`: the index
- * after a blank line (`\n\n` or `\r\n\r\n`), or -1 when none ends there.
- * `prevLast` is the byte before the chunk (-1 at the start).
- */
-function lastEventEnd(chunk: Uint8Array, limit: number, prevLast: number): number {
-  for (let i = Math.min(limit, chunk.length) - 1; i >= 0; i--) {
-    if (chunk[i] !== 10) continue;
-    const b1 = i >= 1 ? chunk[i - 1] : prevLast;
-    if (b1 === 10) return i + 1;
-    if (b1 === 13 && i >= 3 && chunk[i - 2] === 10 && chunk[i - 3] === 13) return i + 1;
-  }
-  return -1;
-}
-
-/**
- * Passes a replica's event stream on and ends its call when the stream is
- * done: `done(true)` at its end, `done(false)` on an error or a cancel. At
- * most `maxBytes` of the replica's bytes are relayed, counted as they arrive:
- * of the chunk that would pass the cap only the events ending within the cap
- * are relayed, the replica's stream is cancelled, and the caller gets
- * {@link tooLargeEvent} and the end of the stream (`done(false)`).
- */
-function relayStream(res: Response, replica: string, maxBytes: number, done: (ok: boolean) => void): Response {
-  const reader = res.body!.getReader();
-  let ended = false;
-  let relayed = 0;
-  let atBoundary = true;
-  let lastByte = -1;
-  const once = (ok: boolean) => {
-    if (!ended) {
-      ended = true;
-      done(ok);
-    }
-  };
-  const stream = new ReadableStream<Uint8Array>({
-    async pull(ctrl) {
-      try {
-        const r = await reader.read();
-        if (r.done) {
-          once(true);
-          ctrl.close();
-          return;
-        }
-        const chunk = r.value;
-        if (chunk.byteLength === 0) return;
-        if (relayed + chunk.byteLength > maxBytes) {
-          // Relay the events that end within the cap, then the error: the caller's stream is the
-          // longest run of whole events under the cap, however the replica's bytes were chunked.
-          const end = lastEventEnd(chunk, maxBytes - relayed, lastByte);
-          if (end > 0) ctrl.enqueue(chunk.subarray(0, end));
-          once(false);
-          await reader.cancel(new Error(`reply larger than ${maxBytes} bytes (the cap)`)).catch(() => undefined);
-          ctrl.enqueue(tooLargeEvent(maxBytes, replica, end > 0 || atBoundary));
-          ctrl.close();
-          return;
-        }
-        relayed += chunk.byteLength;
-        atBoundary = lastEventEnd(chunk, chunk.byteLength, lastByte) === chunk.byteLength;
-        lastByte = chunk[chunk.byteLength - 1]!;
-        ctrl.enqueue(chunk);
-      } catch (e) {
-        once(false);
-        ctrl.error(e);
-      }
-    },
-    cancel(reason) {
-      once(false);
-      return reader.cancel(reason);
-    },
-  });
-  return withReplica(res, replica, stream);
-}
-
-/**
- * A replica's reply body read whole under `maxBytes` (a declared length
- * without content-encoding is read natively).
- * @throws Error naming the cap when the reply is larger
- */
-async function readReplyLimited(res: Response, maxBytes: number): Promise<ArrayBuffer> {
-  const declared = res.headers.get("content-length");
-  if (declared !== null && !res.headers.has("content-encoding") && Number(declared) <= maxBytes) return res.arrayBuffer();
-  const buf = await readLimited(res, maxBytes);
-  if (buf === null) throw new Error(`reply larger than ${maxBytes} bytes (the cap)`);
-  return buf;
-}
-
-/**
- * A request body read whole, or null as soon as it passes `maxBytes` (the
- * rest is not read), as Hono's body-limit middleware does for a body of
- * undeclared length. A request without a body reads as 0 bytes.
- */
-async function readLimited(req: { body: ReadableStream<Uint8Array> | null }, maxBytes: number): Promise<ArrayBuffer | null> {
-  if (!req.body) return new ArrayBuffer(0);
-  const reader = req.body.getReader();
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    size += value.byteLength;
-    if (size > maxBytes) {
-      await reader.cancel().catch(() => undefined);
-      return null;
-    }
-    chunks.push(value);
-  }
-  if (chunks.length === 1 && chunks[0]!.byteOffset === 0 && chunks[0]!.byteLength === chunks[0]!.buffer.byteLength) return chunks[0]!.buffer as ArrayBuffer;
-  const out = new Uint8Array(size);
-  let at = 0;
-  for (const c of chunks) {
-    out.set(c, at);
-    at += c.byteLength;
-  }
-  return out.buffer;
-}
-
-/** Keeps a background promise alive on workerd (`executionCtx.waitUntil`); elsewhere it just runs. */
-function waitUntil(c: Context, p: Promise<unknown>): void {
-  try {
-    c.executionCtx.waitUntil(p);
-  } catch {
-    // No execution context outside workerd: the event loop keeps the promise alive.
-  }
 }

@@ -14,7 +14,8 @@ import { loadTokenizer } from "../node/model-dir.ts";
 import { startUpstashBridge } from "../upstash-bridge/upstash-bridge.ts";
 import { checkRedis, maskRedisUrl } from "../redis/redis-check.ts";
 import { readConfigFile } from "./files.ts";
-import { buildPausedReader, buildRoutingState, DEFAULT_SCRIPT } from "./runtime.ts";
+import { DEFAULT_SCRIPT } from "./builders/package-paths.ts";
+import { buildPausedReader, buildRoutingState } from "./builders/store.ts";
 import { gatewayOptions } from "./gateway-options.ts";
 import { listen } from "./listen.ts";
 

@@ -4,7 +4,7 @@ import { collectGarbage, type GcAges, type GcReport } from "../../shared/store/g
 import { UpstashCommander } from "../../shared/store/upstash-transfer-queue.ts";
 import { IoRedisCommander } from "../redis/ioredis-commander.ts";
 import { readConfigFile, resolveConfigPaths } from "./files.ts";
-import { checkStore } from "./runtime.ts";
+import { checkStore } from "./builders/store.ts";
 
 /** Flags of `edgeloop gc`. */
 export interface GcFlags {

@@ -6,7 +6,8 @@ import { formatPrometheus, PROMETHEUS_CONTENT_TYPE } from "../../shared/telemetr
 import { processMetrics } from "../../shared/telemetry/process-metrics.ts";
 import { workerFamilies } from "../../shared/jobs/worker-metrics.ts";
 import { listen } from "./listen.ts";
-import { buildRuntime, unsignedToolsWarning } from "./runtime.ts";
+import { buildRuntime } from "./runtime.ts";
+import { unsignedToolsWarning } from "./builders/warnings.ts";
 
 /** Flags of `edgeloop worker`: the config flags plus the worker's own. */
 export interface WorkerFlags extends ConfigFlags {

@@ -1,0 +1,37 @@
+import { checkConfigFile, parseLayeredConfig, type AppConfig } from "../../../shared/config/app-config.ts";
+import { InputError } from "../../../shared/errors.ts";
+import { readConfigFile, resolveConfigPaths } from "../files.ts";
+import { flagConfigError, overridesFromFlags, type ConfigFlags } from "../flags.ts";
+import { validateRollout } from "./loops.ts";
+
+/**
+ * The process's config: the file (`--config`; relative paths inside it are
+ * relative to the file), then the CLI flags over it, validated eagerly. The
+ * tool-call parser is checked here unless loop modules are configured (they
+ * may register parsers); store flags are refused with the memory store, and
+ * an empty `--tools-secret` is refused.
+ * @throws ConfigError naming the file's path (a bad value in the file) or the flag; InputError naming the flag.
+ */
+export async function resolveRuntimeConfig(flags: ConfigFlags): Promise<AppConfig> {
+  const fileCfg = flags.config ? resolveConfigPaths(await readConfigFile(flags.config), flags.config) : {};
+  let config: AppConfig;
+  // The file's own values are checked first, outside the flag attribution below: a bad value in the file
+  // is the file's error even when a flag replaces it.
+  if (flags.config) checkConfigFile(fileCfg, flags.config);
+  try {
+    config = parseLayeredConfig(fileCfg, overridesFromFlags(flags), flags.config ?? "flags");
+  } catch (e) {
+    throw flagConfigError(e, flags);
+  }
+  // The parser is checked before anything starts, unless loop modules are configured (a module may register
+  // its own parser with registerToolCallParser); the default agent loop once the registry is loaded.
+  if (!config.rollout.agent.agent_loop_config_path) validateRollout(config.rollout, null);
+  // Store flags mean nothing to the memory store (no keys, nothing to reach): refused, not ignored.
+  if (config.store.url === "memory") {
+    if (flags.storePrefix !== undefined) throw new InputError("--store-prefix", "applies to a Redis or Upstash store (--store); the memory store has no keys");
+    if (flags.storeTimeout !== undefined) throw new InputError("--store-timeout", "applies to a Redis or Upstash store (--store); the memory store is never unreachable");
+  }
+  // An empty secret would sign nothing and leave callbacks refused (403): say so instead of running unsigned.
+  if (flags.toolsSecret !== undefined && !/\S/.test(flags.toolsSecret)) throw new InputError("--tools-secret", "must not be empty (omit it to run without signatures)");
+  return config;
+}

@@ -1,0 +1,34 @@
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+import type { AppConfig } from "../../../shared/config/app-config.ts";
+import { ConfigError } from "../../../shared/errors.ts";
+import type { ToolsFile } from "../../../shared/schema/index.ts";
+import { interactionClients, type InteractionClient } from "../../../shared/tools/interaction-client.ts";
+import { parseToolsFile } from "../../../shared/tools/tools-file.ts";
+import { WebhookToolClient } from "../../../shared/tools/webhook-tool-client.ts";
+import { startToolServer } from "../../tools/server.ts";
+import { PACKAGE_ROOT } from "./package-paths.ts";
+
+/**
+ * The webhook tools and simulated users (`interactions`) of `tools.file`, both
+ * signed with `tools.secret`; with no file, the example tool server's (its
+ * `calc`, `lookup` and the `gsm8k_user` simulated user) on a free loopback port.
+ */
+export async function buildTools(config: AppConfig, closers: (() => Promise<void>)[], describe: string[]): Promise<{ tools: WebhookToolClient; interactions: Record<string, InteractionClient> }> {
+  const secret = config.tools.secret ?? undefined;
+  const users = (file: ToolsFile) => (file.interactions.length > 0 ? `; simulated users ${file.interactions.map((i) => i.name).join(", ")}` : "");
+  if (config.tools.file) {
+    const text = await readFile(config.tools.file, "utf8").catch((e) => {
+      throw new ConfigError("tools.file", `cannot read ${config.tools.file}: ${(e as Error).message}`);
+    });
+    const file = parseToolsFile(text, { source: config.tools.file });
+    describe.push(`tools      ${file.tools.map((t) => t.name).join(", ")} from ${config.tools.file}${users(file)}`);
+    return { tools: new WebhookToolClient(file.tools, { secret }), interactions: interactionClients(file.interactions, { secret }) };
+  }
+  const server = startToolServer({ port: 0, secret });
+  closers.push(() => server.stop());
+  const text = await readFile(join(PACKAGE_ROOT, "infra", "tools", "tools.example.json"), "utf8");
+  const file = parseToolsFile(text, { source: "infra/tools/tools.example.json", vars: { port: server.port } });
+  describe.push(`tools      ${file.tools.map((t) => t.name).join(", ")} (example tool server on ${server.url})${users(file)}`);
+  return { tools: new WebhookToolClient(file.tools, { secret }), interactions: interactionClients(file.interactions, { secret }) };
+}

@@ -1,0 +1,40 @@
+import type { AppConfig } from "../../../shared/config/app-config.ts";
+
+// The start-up warnings of settings that run, but not as one may expect: one line each, or null.
+
+/**
+ * The start-up warning of `serve` and `worker` when a tools file is
+ * configured without `tools.secret`: tool calls go unsigned and
+ * asynchronous results (callbacks) are refused with 403. Null otherwise.
+ */
+export function unsignedToolsWarning(config: AppConfig): string | null {
+  if (!config.tools.file || config.tools.secret) return null;
+  return "warning    tools are configured without tools.secret: tool calls are unsigned and tool-result callbacks (POST /v1/sessions/{key}/tool-results) are refused with 403; set --tools-secret (the tool servers must sign with it)";
+}
+
+/**
+ * The start-up warning when agent tasks go unsigned (`agent.url` set, no
+ * `agent.secret`): each task carries its session's bearer token and an agent
+ * cannot tell edgeloop's tasks from forged ones. Null otherwise.
+ */
+export function unsignedAgentWarning(config: AppConfig): string | null {
+  if (!config.agent.url || config.agent.secret) return null;
+  return "warning    agent tasks are sent unsigned (no agent.secret): an agent cannot tell edgeloop's tasks (which carry session tokens) from forged ones; set --agent-secret (the agent must verify x-edgeloop-signature with it)";
+}
+
+/**
+ * Bun sends at most `BUN_CONFIG_MAX_HTTP_REQUESTS` fetches at once (256 when
+ * unset; `npx edgeloop` sets 4,096) and queues the rest inside the process:
+ * with more trajectories in flight than that, engine, tool, store and
+ * pause/resume calls wait for a generation call to end (a pause then waits
+ * for the longest running generation). A warning line when `concurrency`
+ * exceeds the cap, else null; null outside Bun.
+ * @see https://bun.sh/docs/runtime/env (BUN_CONFIG_MAX_HTTP_REQUESTS)
+ */
+export function fetchCapWarning(concurrency: number, env: Record<string, string | undefined> = process.env): string | null {
+  if (!process.versions.bun) return null;
+  const raw = env.BUN_CONFIG_MAX_HTTP_REQUESTS;
+  const cap = raw && Number.isInteger(Number(raw)) && Number(raw) > 0 ? Number(raw) : 256;
+  if (concurrency <= cap) return null;
+  return `warning    concurrency ${concurrency} exceeds Bun's cap of ${cap} simultaneous HTTP requests (BUN_CONFIG_MAX_HTTP_REQUESTS${raw ? "" : " unset"}): engine, tool, store and pause calls beyond it queue inside this process; run through \`npx edgeloop\` (sets 4096) or set the variable`;
+}
