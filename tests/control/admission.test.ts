@@ -60,6 +60,7 @@ describe("admission (in-process, memory policy)", () => {
     state.consumed = 1;
 
     const rows = ROWS.slice(0, 6).map((r, i) => ({ ...r, uid: `adm${i}` }));
+    const submitAt = Date.now();
     const { run } = service.submit({ rows, global_steps: 1, model_version: null, validate: false });
     const done = run.run();
     // Let the first trajectories start (4 at once), then publish v2: staleness 1 > 0, the rest is held.
@@ -67,11 +68,16 @@ describe("admission (in-process, memory policy)", () => {
     await post("/v1/model-version", { version: "v2" });
     state.cur = 2;
     const before = starts.length;
-    await Bun.sleep(400);
-    // Held: no trajectory started after the bump (the running ones went on through several turns meanwhile).
+    // Wait on the run's own counts, not the clock: once a slot is free a held row asks for admission at once, and
+    // once all four first trajectories have finished every slot is free, so a start would follow within a tick.
+    while (run.stats().counts.finished < 1) await Bun.sleep(2);
+    const freeAt = Date.now();
+    while (run.stats().counts.finished < 4) await Bun.sleep(2);
+    await Bun.sleep(20);
+    // Held: no trajectory started after the bump although every slot has been free.
     expect(starts.length).toBe(before);
     expect(before).toBe(4);
-    expect(run.stats().counts.finished + run.stats().counts.running).toBeGreaterThanOrEqual(4);
+    expect(run.stats().counts.finished).toBe(4);
     // Reporting an older consumed version changes nothing (monotonic), and still holds.
     expect(await post("/v1/consumed-version", { version: "v1" })).toEqual({ version: "v1", seq: 1 });
     await Bun.sleep(100);
@@ -101,10 +107,13 @@ describe("admission (in-process, memory policy)", () => {
       // Its first turn ran under the version it was admitted with.
       expect((recs.find((r) => r.key === s.key)!.extra_fields.model_versions as string[])[0]).toBe(a.version);
     }
-    // The first held ones waited through most of the 500 ms hold (the test's sleeps, less what their running predecessor still took).
+    // The first held row asked for admission when the first slot freed (at or before freeAt) and was let in only after
+    // the trainer's signal (after ackAt): its held_ms covers that span. The unheld ones waited less than the time from
+    // the submit to the first finished trajectory (they started before it).
     const holds = late.map((s) => byKey.get(s.key)!.held_ms).sort((x, y) => y - x);
-    expect(holds[0]!).toBeGreaterThan(200);
-    expect(starts.slice(0, before).every((s) => byKey.get(s.key)!.held_ms < 50)).toBe(true);
+    expect(ackAt - freeAt).toBeGreaterThan(0);
+    expect(holds[0]!).toBeGreaterThanOrEqual(ackAt - freeAt - 1);
+    expect(starts.slice(0, before).every((s) => byKey.get(s.key)!.held_ms <= freeAt - submitAt)).toBe(true);
   }, 30_000);
 
   test("waitForAdmission: within the bound at once, beyond it held until aborted; no bound: null", async () => {
