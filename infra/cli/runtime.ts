@@ -31,7 +31,8 @@ import { MemoryTransferQueue } from "../../shared/store/memory-transfer-queue.ts
 import type { TransferQueue } from "../../shared/store/types.ts";
 import { createUpstashTransferQueue } from "../../shared/store/upstash-transfer-queue.ts";
 import { parseToolsFile } from "../../shared/tools/tools-file.ts";
-import { WebhookToolClient } from "../../shared/tools/webhook-tool-client.ts";
+import { WebhookToolClient, type ToolExecutor } from "../../shared/tools/webhook-tool-client.ts";
+import { withMcpTools } from "./build-mcp.ts";
 import { interactionClients, type InteractionClient } from "../../shared/tools/interaction-client.ts";
 import type { ToolsFile } from "../../shared/schema/index.ts";
 import { loadTokenizer } from "../node/model-dir.ts";
@@ -627,11 +628,11 @@ async function buildEngine(
 }
 
 /**
- * The webhook tools and simulated users (`interactions`) of `tools.file`, both
+ * The webhook tools, MCP servers (`withMcpTools`, build-mcp.ts) and simulated users (`interactions`) of `tools.file`, the webhooks
  * signed with `tools.secret`; with no file, the example tool server's (its
  * `calc`, `lookup` and the `gsm8k_user` simulated user) on a free loopback port.
  */
-async function buildTools(config: AppConfig, closers: (() => Promise<void>)[], describe: string[]): Promise<{ tools: WebhookToolClient; interactions: Record<string, InteractionClient> }> {
+async function buildTools(config: AppConfig, closers: (() => Promise<void>)[], describe: string[]): Promise<{ tools: ToolExecutor; interactions: Record<string, InteractionClient> }> {
   const secret = config.tools.secret ?? undefined;
   const users = (file: ToolsFile) => (file.interactions.length > 0 ? `; simulated users ${file.interactions.map((i) => i.name).join(", ")}` : "");
   if (config.tools.file) {
@@ -640,7 +641,7 @@ async function buildTools(config: AppConfig, closers: (() => Promise<void>)[], d
     });
     const file = parseToolsFile(text, { source: config.tools.file });
     describe.push(`tools      ${file.tools.map((t) => t.name).join(", ")} from ${config.tools.file}${users(file)}`);
-    return { tools: new WebhookToolClient(file.tools, { secret }), interactions: interactionClients(file.interactions, { secret }) };
+    return { tools: await withMcpTools(file, new WebhookToolClient(file.tools, { secret }), closers, describe), interactions: interactionClients(file.interactions, { secret }) };
   }
   const server = startToolServer({ port: 0, secret });
   closers.push(() => server.stop());
