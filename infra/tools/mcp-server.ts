@@ -13,6 +13,8 @@ export interface McpToolsServerOptions {
   facts?: FactTable;
   /** Milliseconds every call is held before it is answered (default 0), as the webhook server's `delayMs`. */
   delayMs?: number;
+  /** Called for every `tools/call` with the tool's name and the request's `_meta` (tests count calls with it). */
+  onCall?: (name: string, meta: Record<string, unknown> | undefined) => void;
 }
 
 /**
@@ -36,6 +38,7 @@ export function createMcpToolsServer(opts: McpToolsServerOptions = {}): Server {
     })),
   }));
   server.setRequestHandler(CallToolRequestSchema, async (req): Promise<CallToolResult> => {
+    opts.onCall?.(req.params.name, req.params._meta);
     if (opts.delayMs) await new Promise((r) => setTimeout(r, opts.delayMs));
     const args = req.params.arguments ?? {};
     if (req.params.name === "calc") return { content: [{ type: "text", text: calcToolContent(args) }] };

@@ -1,6 +1,7 @@
 import { ConfigError } from "../errors.ts";
 import type { ToolSchema } from "../schema/index.ts";
-import { pyList, type ToolCallRequest, type ToolExecutor, type ToolResult } from "./webhook-tool-client.ts";
+import type { McpToolClient } from "./mcp-tool-client.ts";
+import { pyList, type ToolCallRequest, type ToolExecutor, type ToolResult, type WebhookToolClient } from "./webhook-tool-client.ts";
 
 /** One executor of a {@link CompositeToolExecutor} and how errors name the owner of one of its tools. */
 export interface ToolSource {
@@ -48,4 +49,17 @@ export class CompositeToolExecutor implements ToolExecutor {
       })),
     );
   }
+}
+
+/**
+ * The tools file's webhook tools and its MCP servers' tools as one executor
+ * (webhook tools first); a clash names `webhook tool tools[i]` and
+ * `MCP server 'name'`.
+ * @throws ConfigError when a name is offered by both
+ */
+export function webhookAndMcpTools(webhook: WebhookToolClient, mcp: McpToolClient): CompositeToolExecutor {
+  return new CompositeToolExecutor([
+    { executor: webhook, ownerOf: (n) => `webhook tool tools[${webhook.names.indexOf(n)}]` },
+    { executor: mcp, ownerOf: (n) => `MCP server '${mcp.serverOf(n)}'` },
+  ]);
 }

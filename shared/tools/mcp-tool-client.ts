@@ -378,7 +378,10 @@ function httpTransport(spec: McpServerSpec, base?: OutboundFetch): Transport {
     const deadline = AbortSignal.timeout(spec.timeout_ms);
     // Our own controller, so that a refused reply (a redirect, the cap) also closes the connection.
     const own = new AbortController();
-    const signal = AbortSignal.any(init?.signal ? [deadline, own.signal, init.signal] : [deadline, own.signal]);
+    const signal = AbortSignal.any([deadline, own.signal]);
+    // The transport's own signal (init.signal, aborted by its close()) is not used: it belongs to whichever
+    // request opened the connection, and Workers refuse to touch another request's (or Durable Object's)
+    // signal. A request in flight at close() ends by its deadline; the SDK has already failed its caller.
     let answered = false;
     try {
       const res = await (base ?? fetch)(String(input), { method, headers: init?.headers ?? {}, body: init?.body ?? null, signal, redirect: "manual" });
@@ -396,7 +399,6 @@ function httpTransport(spec: McpServerSpec, base?: OutboundFetch): Transport {
       return new Response(empty ? null : text, { status: res.status, headers });
     } catch (e) {
       own.abort();
-      if (init?.signal?.aborted) throw e;
       if (e instanceof OutboundHttpError && e.kind === "too_large") return failed("too_large", `reply larger than ${maxReplyBytes} bytes`, e);
       if (deadline.aborted) return failed("timeout", `timed out after ${spec.timeout_ms} ms`, e);
       return failed(answered ? "lost" : "connection", answered ? "the connection closed before the reply ended" : "could not connect", e);
