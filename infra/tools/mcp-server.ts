@@ -55,28 +55,66 @@ export interface McpHttpServer {
   port: number;
   /** Stops listening and drops open connections. */
   stop(): Promise<void>;
+  /** Open sessions. */
+  sessions(): number;
+  /** Forgets every session, as a restarted server would (their next requests get `404`). */
+  dropSessions(): Promise<void>;
 }
 
+/** Sessions {@link serveMcpHttp} keeps at most; the oldest is closed past it. */
+export const MAX_MCP_SESSIONS = 10_000;
+
 /**
- * Serves MCP servers over Streamable HTTP at `/mcp` (stateless: every POST
- * gets a fresh server from `make` and a fresh SDK transport, no session id),
- * with Bun's listener; `port: 0` picks a free port. `json: true` answers
- * `application/json` instead of an SSE stream.
+ * Serves MCP servers over Streamable HTTP at `/mcp`, with Bun's listener;
+ * `port: 0` picks a free port. Stateful, as the SDK's examples are: an
+ * `initialize` without `mcp-session-id` gets a fresh server from `make` and an
+ * SDK transport under a new session id; later requests go to their session
+ * (an unknown id is the SDK's `404`); `DELETE` ends one. At most
+ * {@link MAX_MCP_SESSIONS} are kept (the oldest closed first). `json: true`
+ * answers `application/json` instead of an SSE stream.
  */
 export function serveMcpHttp(make: () => Server | { connect: Server["connect"] }, opts: { port?: number; hostname?: string; json?: boolean } = {}): McpHttpServer {
   const hostname = opts.hostname ?? "127.0.0.1";
+  const sessions = new Map<string, WebStandardStreamableHTTPServerTransport>();
   const server = listen({
     port: opts.port ?? 0,
     hostname,
     fetch: async (req) => {
       if (new URL(req.url).pathname !== "/mcp") return new Response("not found", { status: 404 });
-      const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: opts.json ?? false });
+      const id = req.headers.get("mcp-session-id");
+      const known = id !== null ? sessions.get(id) : undefined;
+      if (known) return known.handleRequest(req);
+      if (id !== null) return Response.json({ jsonrpc: "2.0", id: null, error: { code: -32001, message: "Session not found" } }, { status: 404 });
+      const transport: WebStandardStreamableHTTPServerTransport = new WebStandardStreamableHTTPServerTransport({
+        sessionIdGenerator: () => crypto.randomUUID(),
+        enableJsonResponse: opts.json ?? false,
+        onsessioninitialized: (sid) => {
+          sessions.set(sid, transport);
+          if (sessions.size > MAX_MCP_SESSIONS) void sessions.values().next().value?.close();
+        },
+        onsessionclosed: (sid) => void sessions.delete(sid),
+      });
+      transport.onclose = () => void (transport.sessionId && sessions.delete(transport.sessionId));
       await make().connect(transport);
       return transport.handleRequest(req);
     },
   });
   const port = server.port!;
-  return { url: `http://${hostname}:${port}/mcp`, port, stop: () => server.stop(true) };
+  const drop = async () => {
+    const all = [...sessions.values()];
+    sessions.clear();
+    await Promise.all(all.map((t) => t.close().catch(() => undefined)));
+  };
+  return {
+    url: `http://${hostname}:${port}/mcp`,
+    port,
+    sessions: () => sessions.size,
+    dropSessions: drop,
+    stop: async () => {
+      await server.stop(true);
+      await drop();
+    },
+  };
 }
 
 if (import.meta.main) {

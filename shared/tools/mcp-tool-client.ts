@@ -53,11 +53,13 @@ interface Failure {
   transient: boolean;
   /** The connection is unusable: the next request opens a new one. */
   reset: boolean;
+  /** The server says it did not run the request (404: it forgot the session): safe to send again, idempotent or not. */
+  unsent?: boolean;
 }
 
 /** One MCP server: a lazily (re)opened SDK client over its transport. */
 class McpConnection {
-  private client: Promise<Client> | undefined;
+  private client: Promise<{ client: Client; transport: Transport }> | undefined;
   readonly maxReplyBytes: number;
 
   constructor(
@@ -72,12 +74,13 @@ class McpConnection {
     return `MCP server '${this.spec.name}'`;
   }
 
-  open(): Promise<Client> {
+  async open(): Promise<Client> {
     if (!this.client) {
       const opening = (async () => {
         const client = new Client({ name: "edgeloop", version: "0.1.0" }, { jsonSchemaValidator: ACCEPT_ANY_OUTPUT });
-        await client.connect(this.transport(), { timeout: this.spec.timeout_ms });
-        return client;
+        const transport = this.transport();
+        await client.connect(transport, { timeout: this.spec.timeout_ms });
+        return { client, transport };
       })();
       this.client = opening;
       // A failed open is forgotten so that the next request tries again.
@@ -85,23 +88,28 @@ class McpConnection {
         if (this.client === opening) this.client = undefined;
       });
     }
-    return this.client;
+    return (await this.client).client;
   }
 
   /** Drops `client` (when it is still the current one) so that the next request reconnects. */
   reset(client: Client): void {
-    void this.client?.then((c) => {
-      if (c === client) {
+    const current = this.client;
+    void current?.then((c) => {
+      if (c.client === client && this.client === current) {
         this.client = undefined;
-        void c.close().catch(() => undefined);
+        void c.client.close().catch(() => undefined);
       }
     }, () => undefined);
   }
 
+  /** Ends the HTTP session (`DELETE`, bounded by `timeout_ms`; failures ignored) and closes the transport. */
   async close(): Promise<void> {
     const c = this.client;
     this.client = undefined;
-    await c?.then((client) => client.close(), () => undefined).catch(() => undefined);
+    const open = await c?.catch(() => undefined);
+    if (!open) return;
+    if (open.transport instanceof StreamableHTTPClientTransport) await open.transport.terminateSession().catch(() => undefined);
+    await open.client.close().catch(() => undefined);
   }
 }
 
@@ -135,7 +143,9 @@ interface McpToolEntry {
  * 250 ms doubling to 5 s); a `tools/call` only when the server annotates the
  * tool `readOnlyHint` or `idempotentHint`, and only after a timeout or a lost
  * connection (never after an answer, `isError` included). A lost connection
- * is reopened for the next request (a stdio server is started again).
+ * is reopened for the next request (a stdio server is started again); a
+ * `404` (the server forgot the HTTP session, so ran nothing) opens a new
+ * session and sends the call again, idempotent or not.
  * @see https://modelcontextprotocol.io/specification/2025-06-18/server/tools (tools/list, tools/call, annotations)
  */
 export class McpToolClient implements ToolExecutor {
@@ -220,7 +230,6 @@ export class McpToolClient implements ToolExecutor {
     const meta: Record<string, unknown> = { [MCP_META.call_id]: call_id, [MCP_META.key]: req.key, [MCP_META.turn]: req.turn };
     if (req.create_kwargs && Object.keys(req.create_kwargs).length > 0) meta[MCP_META.create_kwargs] = req.create_kwargs;
     const server = entry.server;
-    const tries = entry.idempotent ? server.spec.max_retries + 1 : 1;
     for (let attempts = 1; ; attempts++) {
       let client: Client | undefined;
       try {
@@ -234,7 +243,8 @@ export class McpToolClient implements ToolExecutor {
         if (req.signal?.aborted) return fail("aborted", attempts);
         const f = describe(e, server);
         if (f.reset && client) server.reset(client);
-        if (!f.transient || attempts >= tries) {
+        const again = f.unsent === true || (f.transient && entry.idempotent);
+        if (!again || attempts > server.spec.max_retries) {
           const n = f.transient ? ` (${attempts} attempt${attempts > 1 ? "s" : ""})` : "";
           return fail(`${f.reason}${n}`, attempts);
         }
@@ -319,8 +329,9 @@ function describe(e: unknown, c: McpConnection): Failure {
   }
   if (e instanceof StreamableHTTPError) {
     const status = e.code ?? 0;
-    // 404: the server forgot the session (restarted); a new one is opened for the next request.
-    return { reason: `${c.label}: HTTP ${status}`, transient: status >= 500 || status === 404 || status === 408 || status === 429, reset: status === 404 };
+    // 404: the server forgot the session (restarted, or expired it) and ran nothing; a new session is opened.
+    if (status === 404) return { reason: `${c.label} no longer knows the session (HTTP 404)`, transient: true, reset: true, unsent: true };
+    return { reason: `${c.label}: HTTP ${status}`, transient: status >= 500 || status === 408 || status === 429, reset: false };
   }
   // A failed notification, a transport or spawn error (a stdio command that does not start).
   return { reason: `could not connect to ${c.label} (${(e as Error)?.message ?? String(e)})`, transient: true, reset: true };
@@ -349,6 +360,38 @@ function requestIdOf(body: unknown): string | number | undefined {
   } catch {
     return undefined;
   }
+}
+
+/**
+ * The `data` of each `message` event of a whole SSE body (events split on a
+ * blank line; `data:` lines joined by `"\n"`; comments, ids, `retry` and other
+ * event types skipped), in order.
+ * @see https://html.spec.whatwg.org/multipage/server-sent-events.html#event-stream-interpretation
+ */
+export function sseMessages(body: string): string[] {
+  const out: string[] = [];
+  let data: string[] = [];
+  let event = "";
+  const dispatch = () => {
+    if (data.length > 0 && (event === "" || event === "message")) out.push(data.join("\n"));
+    data = [];
+    event = "";
+  };
+  for (const line of body.split(/\r\n|\r|\n/)) {
+    if (line === "") {
+      dispatch();
+      continue;
+    }
+    if (line.startsWith(":")) continue;
+    const colon = line.indexOf(":");
+    const field = colon < 0 ? line : line.slice(0, colon);
+    let value = colon < 0 ? "" : line.slice(colon + 1);
+    if (value.startsWith(" ")) value = value.slice(1);
+    if (field === "data") data.push(value);
+    else if (field === "event") event = value;
+  }
+  dispatch();
+  return out.filter((d) => d.trim() !== "");
 }
 
 /**
@@ -396,6 +439,12 @@ function httpTransport(spec: McpServerSpec, base?: OutboundFetch): Transport {
       headers.delete("content-length");
       headers.delete("content-encoding");
       const empty = text === "" || res.status === 204 || res.status === 205 || res.status === 304;
+      if (!empty && res.ok && headers.get("content-type")?.startsWith("text/event-stream")) {
+        // The stream is read whole already: its messages go to the transport as one JSON batch, which it
+        // takes as it takes a JSON reply (cheaper than its stream pipeline; nothing is waiting on it).
+        headers.set("content-type", "application/json");
+        return new Response(`[${sseMessages(text).join(",")}]`, { status: res.status, headers });
+      }
       return new Response(empty ? null : text, { status: res.status, headers });
     } catch (e) {
       own.abort();

@@ -112,6 +112,25 @@ describe("MCP over HTTP: bounds and failures", () => {
     await c.close();
   });
 
+  test("a server that forgot the session (404, as after a restart): a new session, and the call sent again, idempotent or not", async () => {
+    const c = await McpToolClient.connect([spec({ name: "fx", url: http.url, max_retries: 1, tools: ["echo"] })], FAST);
+    expect((await c.call(req("echo", { text: "one" }))).content).toBe("one");
+    await http.dropSessions();
+    const before = log.calls.length;
+    expect(await c.call(req("echo", { text: "two" }))).toEqual({ ok: true, call_id: "k:1:0", attempts: 2, content: "two" });
+    // The 404 ran nothing: the server saw the call once.
+    expect(log.calls.slice(before).map((x) => x.name)).toEqual(["echo"]);
+    await c.close();
+  });
+
+  test("close() ends the HTTP session (DELETE)", async () => {
+    await http.dropSessions();
+    const c = await McpToolClient.connect([spec({ name: "fx", url: http.url, tools: ["echo"] })], FAST);
+    expect(http.sessions()).toBe(1);
+    await c.close();
+    expect(http.sessions()).toBe(0);
+  });
+
   test("the allow-list: an unknown name is a ConfigError listing what the server offers", async () => {
     const e = await McpToolClient.connect([spec({ name: "fx", url: http.url, tools: ["echo", "nope"] })]).catch((e) => e);
     expect(e).toBeInstanceOf(ConfigError);
