@@ -52,3 +52,18 @@ mcp_servers:
     });
   }
 });
+
+test("the example in docs/tool-webhooks.md §6 parses", async () => {
+  const doc = await Bun.file(new URL("../../docs/tool-webhooks.md", import.meta.url)).text();
+  const yaml = /## 6\. MCP servers[\s\S]*?```yaml\n([\s\S]*?)```/.exec(doc)![1]!;
+  expect(parseToolsFile(yaml).mcp_servers.map((s) => [s.name, s.url ?? s.command, s.tools ?? null])).toEqual([
+    ["search", "https://mcp.example.com/mcp", ["web_search"]],
+    ["local", "bun", null],
+  ]);
+});
+
+test("the example in the README parses", async () => {
+  const readme = await Bun.file(new URL("../../README.md", import.meta.url)).text();
+  const yaml = /- \*\*MCP servers\*\*[\s\S]*?```yaml\n([\s\S]*?)```/.exec(readme)![1]!;
+  expect(parseToolsFile(yaml.replace(/^ {2}/gm, "")).mcp_servers.map((s) => s.name)).toEqual(["example"]);
+});
