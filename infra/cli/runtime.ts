@@ -640,7 +640,7 @@ async function buildTools(config: AppConfig, closers: (() => Promise<void>)[], d
       throw new ConfigError("tools.file", `cannot read ${config.tools.file}: ${(e as Error).message}`);
     });
     const file = parseToolsFile(text, { source: config.tools.file });
-    describe.push(`tools      ${file.tools.map((t) => t.name).join(", ")} from ${config.tools.file}${users(file)}`);
+    describe.push(`tools      ${file.tools.map((t) => t.name).join(", ") || "(no webhook tools)"} from ${config.tools.file}${users(file)}`);
     return { tools: await withMcpTools(file, new WebhookToolClient(file.tools, { secret }), closers, describe), interactions: interactionClients(file.interactions, { secret }) };
   }
   const server = startToolServer({ port: 0, secret });

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { ConfigError } from "../../shared/errors.ts";
 import { McpServerSpec } from "../../shared/schema/index.ts";
-import { McpToolClient } from "../../shared/tools/mcp-tool-client.ts";
+import { McpToolClient, sseMessages } from "../../shared/tools/mcp-tool-client.ts";
 import { serveMcpHttp, type McpHttpServer } from "../../infra/tools/mcp-server.ts";
 import { fixtureServer, type FixtureLog } from "./fixture-server.ts";
 
@@ -174,5 +174,13 @@ describe("MCP over HTTP: bounds and failures", () => {
     const e = await McpToolClient.connect([spec({ name: "gone", url: "http://127.0.0.1:9/mcp", max_retries: 1 })], FAST).catch((e) => e);
     expect(e.name).toBe("ToolError");
     expect(e.message).toBe("MCP server 'gone' (http://127.0.0.1:9/mcp): cannot list its tools: the connection to MCP server 'gone' failed before a reply (2 attempts)");
+  });
+});
+
+describe("sseMessages (an SSE reply read whole)", () => {
+  test("message events' data in order; multi-line data joined; comments, ids, retry and other events skipped", () => {
+    const body = ': priming\nid: 1\nretry: 500\n\nevent: message\ndata: {"a":1}\n\nevent: ping\ndata: x\n\ndata: {"b":\ndata: 2}\r\n\r\ndata:{"c":3}';
+    expect(sseMessages(body)).toEqual(['{"a":1}', '{"b":\n2}', '{"c":3}']);
+    expect(sseMessages("")).toEqual([]);
   });
 });

@@ -72,6 +72,7 @@ describe("webhook tools and MCP tools give the same trajectories", () => {
       expect(r.stderr).toContain("wrote 16 records");
       expect(r.code).toBe(0);
     }
+    expect(viaHttp.stdout + viaHttp.stderr).toContain("tools      (no webhook tools) from ");
     expect(viaHttp.stdout + viaHttp.stderr).toContain(`mcp        example: calc, lookup (Streamable HTTP ${mcpServer.url})`);
     expect(viaStdio.stdout + viaStdio.stderr).toContain(`mcp        example: calc, lookup (stdio ${process.execPath})`);
     const expected = ordered(viaWebhook.records);
