@@ -15,10 +15,10 @@ import { createUpstashTransferQueue, UpstashCommander } from "../../shared/store
 import { RedisPolicyVersions } from "../../shared/rollout/policy-version.ts";
 import { defaultTokenizer, DEFAULT_MODEL } from "../../shared/tokens/tokenizer.ts";
 import { modelIdOf } from "../../shared/models/model-id.ts";
-import type { ModelId } from "../../shared/schema/index.ts";
+import type { ModelId, ToolsFile } from "../../shared/schema/index.ts";
 import { parseToolsFile } from "../../shared/tools/tools-file.ts";
 import { interactionClients } from "../../shared/tools/interaction-client.ts";
-import { WebhookToolClient } from "../../shared/tools/webhook-tool-client.ts";
+import { WebhookToolClient, type ToolExecutor } from "../../shared/tools/webhook-tool-client.ts";
 import type { DurableObjectNamespace } from "./cf-types.ts";
 
 /** The worker's bindings and variables (wrangler.toml `[vars]`, secrets, the Durable Object binding). */
@@ -156,7 +156,7 @@ async function build(env: Env): Promise<WorkerRuntime> {
     ...(config.engine.moe ? { moe: { layers: config.engine.moe.layers, top_k: config.engine.moe.top_k } } : {}),
   });
   const toolsFile = env.EDGELOOP_TOOLS ? parseToolsFile(env.EDGELOOP_TOOLS, { source: "EDGELOOP_TOOLS" }) : undefined;
-  const tools = toolsFile ? new WebhookToolClient(toolsFile.tools, { secret: secret ?? undefined }) : undefined;
+  const tools = toolsFile ? await workerTools(toolsFile, secret ?? undefined) : undefined;
   // The tools file's simulated users (`interactions`), signed like its tools.
   const interactions = toolsFile ? interactionClients(toolsFile.interactions, { secret: secret ?? undefined }) : {};
   const maxRequest = Number(env.EDGELOOP_STORE_MAX_REQUEST_BYTES || config.store.max_request_bytes || 0);
@@ -198,6 +198,18 @@ async function build(env: Env): Promise<WorkerRuntime> {
 }
 
 /** A non-default value at `path` of `config` (defaults from the schema). */
+/**
+ * The Worker's tools: the webhook tools of `EDGELOOP_TOOLS`, plus the tools of
+ * its `mcp_servers` over Streamable HTTP, listed when the runtime is built
+ * (a `command` server is a ConfigError: no processes here).
+ */
+async function workerTools(file: ToolsFile, secret: string | undefined): Promise<ToolExecutor> {
+  const webhook = new WebhookToolClient(file.tools, { secret });
+  if (file.mcp_servers.length === 0) return webhook;
+  const [{ McpToolClient }, { webhookAndMcpTools }] = await Promise.all([import("../../shared/tools/mcp-tool-client.ts"), import("../../shared/tools/composite-tool-executor.ts")]);
+  return webhookAndMcpTools(webhook, await McpToolClient.connect(file.mcp_servers));
+}
+
 function isSet(config: AppConfig, path: string): boolean {
   const get = (o: unknown) => path.split(".").reduce<unknown>((v, k) => (v as Record<string, unknown> | null)?.[k], o);
   return JSON.stringify(get(config)) !== JSON.stringify(get(DEFAULTS));

@@ -57,16 +57,65 @@ export const InteractionSpec = z.strictObject({
 export type InteractionSpec = z.infer<typeof InteractionSpec>;
 
 /**
- * A tools file (YAML or JSON): `{tools: [...], interactions?: [...]}`. Tool
- * names must be unique, and so must interaction names. `interactions`
- * (default `[]`) are the simulated users rows reach through
- * `extra_info.interaction_kwargs` (docs/tool-webhooks.md).
+ * An MCP server of the tools file (`mcp_servers` entry; docs/tool-webhooks.md §6):
+ * exactly one of `url` (Streamable HTTP, every runtime) or `command` (stdio: a
+ * child process, `serve`/`worker`/`rollout` only) with its `args` and `env`;
+ * `headers` (HTTP only) go on every request. `timeout_ms` bounds each request,
+ * milliseconds (default 30 000); `max_retries` counts retries of a failed
+ * attempt (default 2), applied only to idempotent requests (`initialize`,
+ * `tools/list`) and to calls of tools the server annotates `readOnlyHint` or
+ * `idempotentHint`; `max_reply_bytes` caps a reply (default 4 MiB); `tools`
+ * lists the server's tools to offer (default: all it lists). Unknown keys are errors.
+ */
+export const McpServerSpec = z
+  .strictObject({
+    name: z.string().min(1),
+    url: z.string().url().optional(),
+    command: z.string().min(1).optional(),
+    args: z.array(z.string()).optional(),
+    env: z.record(z.string(), z.string()).optional(),
+    headers: z.record(z.string(), z.string()).optional(),
+    timeout_ms: z.number().int().positive().default(30_000),
+    max_retries: z.number().int().min(0).default(2),
+    max_reply_bytes: z.number().int().positive().optional(),
+    tools: z
+      .array(z.string().min(1))
+      .refine((ts) => new Set(ts).size === ts.length, "tool names must be unique")
+      .optional(),
+  })
+  .superRefine((s, ctx) => {
+    if ((s.url === undefined) === (s.command === undefined)) {
+      ctx.addIssue({ code: "custom", path: [], message: "set exactly one of url (Streamable HTTP) or command (stdio)" });
+      return;
+    }
+    for (const k of ["args", "env"] as const) {
+      if (s.url !== undefined && s[k] !== undefined) ctx.addIssue({ code: "custom", path: [k], message: `${k} is for stdio servers (command); this server has a url` });
+    }
+    if (s.command !== undefined && s.headers !== undefined) ctx.addIssue({ code: "custom", path: ["headers"], message: "headers are for HTTP servers (url); this server has a command" });
+  });
+export type McpServerSpec = z.infer<typeof McpServerSpec>;
+
+/**
+ * A tools file (YAML or JSON): `{tools?: [...], interactions?: [...], mcp_servers?: [...]}`.
+ * Tool names must be unique, and so must interaction and MCP server names.
+ * `tools` (default `[]`) are webhook tools; `interactions` (default `[]`) the
+ * simulated users rows reach through `extra_info.interaction_kwargs`;
+ * `mcp_servers` (default `[]`) MCP servers whose tools are listed at start
+ * (docs/tool-webhooks.md). A name clash between a webhook tool and an MCP
+ * tool is found when the servers are listed, not here.
  */
 export const ToolsFile = z.strictObject({
-  tools: z.array(ToolSpec).refine((ts) => new Set(ts.map((t) => t.name)).size === ts.length, "tool names must be unique"),
+  tools: z
+    .array(ToolSpec)
+    .refine((ts) => new Set(ts.map((t) => t.name)).size === ts.length, "tool names must be unique")
+    .default([]),
   interactions: z
     .array(InteractionSpec)
     .refine((is) => new Set(is.map((i) => i.name)).size === is.length, "interaction names must be unique")
+    .default([]),
+  mcp_servers: z
+    .array(McpServerSpec)
+    .refine((ss) => new Set(ss.map((s) => s.name)).size === ss.length, "MCP server names must be unique")
     .default([]),
 });
 export type ToolsFile = z.infer<typeof ToolsFile>;

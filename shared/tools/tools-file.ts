@@ -14,8 +14,9 @@ export interface ParseToolsFileOptions {
  * Parses and validates a tools file, YAML or JSON text:
  * `tools: [{name, url, schema (OpenAI function format), timeout_ms, max_retries}]`
  * and, optionally, `interactions: [{name, url, timeout_ms, max_retries}]`
- * (simulated users, docs/tool-webhooks.md).
- * `{name}` placeholders in tool and interaction URLs are filled from `vars` before validation.
+ * (simulated users) and `mcp_servers: [{name, url | command+args+env, …}]`
+ * (docs/tool-webhooks.md).
+ * `{name}` placeholders in tool, interaction and MCP server URLs are filled from `vars` before validation.
  * @throws ConfigError naming the file and the failing path (e.g. `tools[1].url`),
  *   for bad syntax, a schema mismatch, duplicate names, or an unfilled placeholder.
  */
@@ -27,7 +28,7 @@ export function parseToolsFile(text: string, opts: ParseToolsFileOptions = {}): 
   } catch (e) {
     throw new ConfigError(source, `not valid YAML or JSON: ${(e as Error).message}`, { cause: e });
   }
-  for (const list of ["tools", "interactions"] as const) {
+  for (const list of ["tools", "interactions", "mcp_servers"] as const) {
     const entries = doc && typeof doc === "object" ? (doc as Record<string, unknown>)[list] : undefined;
     if (!Array.isArray(entries)) continue;
     for (const t of entries) {

@@ -129,7 +129,7 @@ export class WebhookToolClient implements ToolExecutor {
     if (!spec) {
       return { ok: false, call_id: "", attempts: 0, content: `Unknown function '${req.name}'. Available tools: ${pyList(this.names)}` };
     }
-    const argError = checkArguments(spec, req.arguments);
+    const argError = checkToolArguments(spec.schema, req.arguments);
     if (argError) return { ok: false, call_id: "", attempts: 0, content: `Invalid arguments for '${req.name}': ${argError}` };
     const call_id = toolCallId(req.key, req.turn, req.index);
     const body: ToolCallRequestBody = { call_id, name: req.name, arguments: req.arguments as Record<string, unknown>, key: req.key, turn: req.turn, create_kwargs: req.create_kwargs ?? {} };
@@ -178,10 +178,15 @@ function describeFailure(e: ToolError, spec: ToolSpec, tries: number): string {
   return `HTTP ${e.status}`;
 }
 
-/** A reason the arguments cannot be sent, or undefined when they look right. */
-function checkArguments(spec: ToolSpec, args: unknown): string | undefined {
+/**
+ * Why a call's arguments cannot be sent to a tool of `schema` — not a JSON
+ * object, or missing a `required` parameter — or undefined when they look
+ * right (full JSON-Schema validation is the tool's job). Shared by every
+ * {@link ToolExecutor} so that the model reads the same texts.
+ */
+export function checkToolArguments(schema: ToolSchema, args: unknown): string | undefined {
   if (args === null || typeof args !== "object" || Array.isArray(args)) return "arguments must be a JSON object";
-  const required = (spec.schema.function.parameters as { required?: unknown }).required;
+  const required = (schema.function.parameters as { required?: unknown }).required;
   if (Array.isArray(required)) {
     const missing = required.filter((k): k is string => typeof k === "string" && !(k in (args as object)));
     if (missing.length > 0) return `missing required parameter${missing.length > 1 ? "s" : ""} ${missing.map((m) => `'${m}'`).join(", ")}`;

@@ -21,7 +21,7 @@ import type { RedisCommander } from "../../../shared/store/redis-commander.ts";
 import type { TransferQueue } from "../../../shared/store/types.ts";
 import type { ChatTokenizer } from "../../../shared/tokens/tokenizer.ts";
 import type { InteractionClient } from "../../../shared/tools/interaction-client.ts";
-import type { WebhookToolClient } from "../../../shared/tools/webhook-tool-client.ts";
+import type { ToolExecutor } from "../../../shared/tools/webhook-tool-client.ts";
 import type { SessionsBackend } from "../../../functions/sessions.ts";
 import { validateBatchTeacher } from "../teacher.ts";
 import { validateBatchLoops, validateRollout } from "./loops.ts";
@@ -58,7 +58,7 @@ export interface ServiceHooks {
 /** What the executors of this process run trajectories with (`ExecutorDeps`, without the agent gateway: `buildAgentGateway` adds it). */
 export function executorDeps(
   config: AppConfig,
-  parts: { gate: EngineGate; policy: PolicyVersions; registry: AgentLoopRegistry; tokenizer: ChatTokenizer; client: InferenceClient; maxModelLen: number; tools: WebhookToolClient; interactions: Record<string, InteractionClient>; teacher: TeacherClientFactory },
+  parts: { gate: EngineGate; policy: PolicyVersions; registry: AgentLoopRegistry; tokenizer: ChatTokenizer; client: InferenceClient; maxModelLen: number; tools: ToolExecutor; interactions: Record<string, InteractionClient>; teacher: TeacherClientFactory },
 ): ExecutorDeps {
   return {
     ...parts,

@@ -5,16 +5,17 @@ import { ConfigError } from "../../../shared/errors.ts";
 import type { ToolsFile } from "../../../shared/schema/index.ts";
 import { interactionClients, type InteractionClient } from "../../../shared/tools/interaction-client.ts";
 import { parseToolsFile } from "../../../shared/tools/tools-file.ts";
-import { WebhookToolClient } from "../../../shared/tools/webhook-tool-client.ts";
+import { WebhookToolClient, type ToolExecutor } from "../../../shared/tools/webhook-tool-client.ts";
+import { withMcpTools } from "./mcp.ts";
 import { startToolServer } from "../../tools/server.ts";
 import { PACKAGE_ROOT } from "./package-paths.ts";
 
 /**
- * The webhook tools and simulated users (`interactions`) of `tools.file`, both
+ * The webhook tools, MCP servers (`withMcpTools`, builders/mcp.ts) and simulated users (`interactions`) of `tools.file`, the webhooks
  * signed with `tools.secret`; with no file, the example tool server's (its
  * `calc`, `lookup` and the `gsm8k_user` simulated user) on a free loopback port.
  */
-export async function buildTools(config: AppConfig, closers: (() => Promise<void>)[], describe: string[]): Promise<{ tools: WebhookToolClient; interactions: Record<string, InteractionClient> }> {
+export async function buildTools(config: AppConfig, closers: (() => Promise<void>)[], describe: string[]): Promise<{ tools: ToolExecutor; interactions: Record<string, InteractionClient> }> {
   const secret = config.tools.secret ?? undefined;
   const users = (file: ToolsFile) => (file.interactions.length > 0 ? `; simulated users ${file.interactions.map((i) => i.name).join(", ")}` : "");
   if (config.tools.file) {
@@ -22,8 +23,8 @@ export async function buildTools(config: AppConfig, closers: (() => Promise<void
       throw new ConfigError("tools.file", `cannot read ${config.tools.file}: ${(e as Error).message}`);
     });
     const file = parseToolsFile(text, { source: config.tools.file });
-    describe.push(`tools      ${file.tools.map((t) => t.name).join(", ")} from ${config.tools.file}${users(file)}`);
-    return { tools: new WebhookToolClient(file.tools, { secret }), interactions: interactionClients(file.interactions, { secret }) };
+    describe.push(`tools      ${file.tools.map((t) => t.name).join(", ") || "(no webhook tools)"} from ${config.tools.file}${users(file)}`);
+    return { tools: await withMcpTools(file, new WebhookToolClient(file.tools, { secret }), closers, describe), interactions: interactionClients(file.interactions, { secret }) };
   }
   const server = startToolServer({ port: 0, secret });
   closers.push(() => server.stop());
