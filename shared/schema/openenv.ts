@@ -36,10 +36,13 @@ export type OpenEnvTransport = z.infer<typeof OpenEnvTransport>;
  * `on_invalid`: a turn with no action in it gets an error observation and no
  * `step` (`observe`, default) or ends the trajectory (`end`, `terminated_by: "invalid_action"`).
  */
+const ActionFormat = z.enum(["text", "json", "tool_call"], { error: "must be 'text', 'json' or 'tool_call'" });
+const OnInvalid = z.enum(["observe", "end"], { error: "must be 'observe' or 'end'" });
+const FieldPath = z.string().min(1);
 export const OpenEnvActionMapping = z.strictObject({
-  format: z.enum(["text", "json", "tool_call"], { error: "must be 'text', 'json' or 'tool_call'" }).default("text"),
-  field: z.string().min(1).nullable().default(null),
-  on_invalid: z.enum(["observe", "end"], { error: "must be 'observe' or 'end'" }).default("observe"),
+  format: ActionFormat.default("text"),
+  field: FieldPath.nullable().default(null),
+  on_invalid: OnInvalid.default("observe"),
   tools: z.array(ToolSchema).default([]),
 });
 export type OpenEnvActionMapping = z.infer<typeof OpenEnvActionMapping>;
@@ -57,11 +60,13 @@ export type OpenEnvActionMapping = z.infer<typeof OpenEnvActionMapping>;
  *   (`merge`; `append` when the last message is not a text user message), or
  *   is not shown (`ignore`).
  */
+const ObservationRole = z.enum(["user", "tool"], { error: "must be 'user' or 'tool'" });
+const ResetMode = z.enum(["append", "merge", "ignore"], { error: "must be 'append', 'merge' or 'ignore'" });
 export const OpenEnvObservationMapping = z.strictObject({
-  field: z.string().min(1).nullable().default(null),
-  reset_field: z.string().min(1).nullable().default(null),
-  role: z.enum(["user", "tool"], { error: "must be 'user' or 'tool'" }).default("user"),
-  reset: z.enum(["append", "merge", "ignore"], { error: "must be 'append', 'merge' or 'ignore'" }).default("append"),
+  field: FieldPath.nullable().default(null),
+  reset_field: FieldPath.nullable().default(null),
+  role: ObservationRole.default("user"),
+  reset: ResetMode.default("append"),
 });
 export type OpenEnvObservationMapping = z.infer<typeof OpenEnvObservationMapping>;
 
@@ -100,8 +105,9 @@ export const OpenEnvRowSettings = z.strictObject({
   timeout_ms: z.number().int().positive().max(3_600_000).optional(),
   max_message_bytes: z.number().int().positive().optional(),
   reset_kwargs: z.record(z.string(), z.unknown()).optional(),
-  action: OpenEnvActionMapping.partial().optional(),
-  observation: OpenEnvObservationMapping.partial().optional(),
+  // Without defaults: a field the row leaves out keeps the configured value.
+  action: z.strictObject({ format: ActionFormat.optional(), field: FieldPath.nullable().optional(), on_invalid: OnInvalid.optional(), tools: z.array(ToolSchema).optional() }).optional(),
+  observation: z.strictObject({ field: FieldPath.nullable().optional(), reset_field: FieldPath.nullable().optional(), role: ObservationRole.optional(), reset: ResetMode.optional() }).optional(),
   reward: z.enum(["sum", "last", "row"], { error: "must be 'sum', 'last' or 'row'" }).optional(),
 });
 export type OpenEnvRowSettings = z.infer<typeof OpenEnvRowSettings>;
