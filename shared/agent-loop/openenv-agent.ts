@@ -7,6 +7,7 @@ import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
 import { createToolCallParser } from "../tools/parser-registry.ts";
 import type { ParsedCall, ParseError, ToolCallParser } from "../tools/tool-call-parser.ts";
 import { isPlainObject } from "../tools/json-aware-scan.ts";
+import { visibleSpans } from "../tools/reasoning-spans.ts";
 import { sharedObservationEncoder } from "./encoder-cache.ts";
 import { addPreempted, finalTokenVersions, modelVersionOf, recordTurnVersions, type AgentLoopContext, type AgentLoopKwargs } from "./agent-loop.ts";
 import { OpenEnvError, openEpisode, type OpenEnvEpisode, type OpenEnvSocketFactory } from "./openenv-client.ts";
@@ -345,9 +346,9 @@ export class OpenEnvAgentLoop extends ToolAgentLoop {
     let why = "";
     let content = text;
     let call: ParsedCall | undefined;
-    if (a.format === "text") action = { [a.field ?? "message"]: text };
+    if (a.format === "text") action = { [a.field ?? "message"]: visibleText(text) };
     else if (a.format === "json") {
-      const o = firstJsonObject(text);
+      const o = firstJsonObject(visibleText(text));
       if (o) action = a.field ? { [a.field]: o } : o;
       else why = "no JSON object in the reply; answer with the action as one JSON object";
     } else {
@@ -452,6 +453,14 @@ export class OpenEnvAgentLoop extends ToolAgentLoop {
     d.terminatedBy = by as ToolAgentData["terminatedBy"];
     return "terminated";
   }
+}
+
+/** The turn's text outside reasoning (`<think>…</think>` removed, as tool-call parsers skip it), trimmed. */
+export function visibleText(text: string): string {
+  return visibleSpans(text)
+    .map((sp) => text.slice(sp.start, sp.end))
+    .join("")
+    .trim();
 }
 
 function doneReason(r: OpenEnvResult): OpenEnvTerminatedBy {

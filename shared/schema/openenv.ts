@@ -27,8 +27,9 @@ export type OpenEnvTransport = z.infer<typeof OpenEnvTransport>;
 /**
  * How an assistant turn becomes the action JSON of `step`:
  * - `format: "text"` (default): `{[field]: text}`, `field` default `message`;
- *   text = the turn decoded without special tokens and without its stop token.
- * - `format: "json"`: a JSON object in the text (the whole text, a fenced
+ *   text = the turn decoded without special tokens and its stop token, reasoning
+ *   (`<think>…</think>`) removed, trimmed.
+ * - `format: "json"`: a JSON object in that text (the whole text, a fenced
  *   ```` ```json ```` block, or the first balanced `{…}`); with `field`, `{[field]: object}`.
  * - `format: "tool_call"`: the arguments of the turn's first tool call (the
  *   model family's parser, `rollout.multi_turn.format`); with `field`, `{[field]: arguments}`.
