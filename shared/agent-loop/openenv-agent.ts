@@ -9,7 +9,7 @@ import type { ParsedCall, ParseError, ToolCallParser } from "../tools/tool-call-
 import { isPlainObject } from "../tools/json-aware-scan.ts";
 import { visibleSpans } from "../tools/reasoning-spans.ts";
 import { sharedObservationEncoder } from "./encoder-cache.ts";
-import { addPreempted, finalTokenVersions, modelVersionOf, recordTurnVersions, type AgentLoopContext, type AgentLoopKwargs } from "./agent-loop.ts";
+import { addPreempted, finalTokenVersions, modelVersionOf, recordTurnVersions, type AgentLoopKwargs } from "./agent-loop.ts";
 import { OpenEnvError, openEpisode, type OpenEnvEpisode, type OpenEnvSocketFactory } from "./openenv-client.ts";
 import { ToolAgentLoop, type ToolAgentData, type ToolAgentState } from "./tool-agent.ts";
 
@@ -211,10 +211,6 @@ export class OpenEnvAgentLoop extends ToolAgentLoop {
   /** Set by {@link reattach}: the run state comes from a checkpoint written by another loop instance. */
   private resumed = false;
   private actionParser: ToolCallParser | null = null;
-
-  constructor(ctx: AgentLoopContext) {
-    super(ctx);
-  }
 
   override async run(samplingParams: SamplingParams, kwargs: AgentLoopKwargs): Promise<AgentLoopOutput> {
     try {
