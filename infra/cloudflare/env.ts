@@ -193,6 +193,8 @@ async function build(env: Env): Promise<WorkerRuntime> {
     reward: { ...(config.reward.url ? { webhook: { url: config.reward.url, timeout_ms: config.reward.timeout_ms, max_retries: config.reward.max_retries, max_reply_bytes: config.reward.max_reply_bytes } } : {}), ...(secret ? { secret } : {}) },
     teacher,
     sessionLimits: sessionLimitsOf(config.limits),
+    // openenv_agent: the config's `openenv` section (Workers have the global WebSocket client).
+    openenv: { settings: config.openenv },
   };
   return { config, deps, queue, model: await modelIdOf(tokenizer), secret, ...agentSettings(env, config) };
 }

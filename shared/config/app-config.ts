@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { ConfigError, formatPath } from "../errors.ts";
 import { httpUrl, RolloutConfig } from "../schema/config.ts";
+import { OpenEnvSettings } from "../schema/openenv.ts";
 
 /** Where generation happens: `"sim"` (the embedded simulated engine) or an engine/gateway base URL. */
 export const EngineConfig = z.strictObject({
@@ -252,6 +253,8 @@ export const AppConfig = z.strictObject({
   reward: RewardConfig.default(RewardConfig.parse({})),
   gateway: GatewayConfig.default(GatewayConfig.parse({})),
   agent: AgentConfig.default(AgentConfig.parse({})),
+  /** The `openenv_agent` loop's environment: URL, transport, mappings, reward (docs/environments.md). */
+  openenv: OpenEnvSettings.default(OpenEnvSettings.parse({})),
   limits: LimitsConfig.default(LimitsConfig.parse({})),
   /** The most trajectories (rows × n) one batch may hold; a larger batch is refused with a 400 before anything is planned. */
   max_batch_trajectories: z.number().int().min(1).max(10_000_000).default(100_000),

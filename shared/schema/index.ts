@@ -4,7 +4,8 @@
  * parameters, the rollout config, loop outputs (`AgentLoopOutput`) and
  * trajectory records (`TrajectoryRecord`: `prompt_ids`, `response_ids`,
  * `response_mask`, `rollout_log_probs`, …), trajectory keys
- * (`{uid}_{session_id}_{output_index}`), model ids.
+ * (`{uid}_{session_id}_{output_index}`), model ids, the `openenv_agent`
+ * settings and the OpenEnv reset/step result.
  */
 export * from "./message.ts";
 export * from "./tool.ts";
@@ -15,3 +16,4 @@ export * from "./routed-experts.ts";
 export * from "./token-output.ts";
 export * from "./agent-loop-output.ts";
 export * from "./trajectory-record.ts";
+export * from "./openenv.ts";

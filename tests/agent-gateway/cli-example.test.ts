@@ -21,7 +21,7 @@ const records = (file: string): Rec[] => readRecords(file).records;
 describe("rollout --agent example", () => {
   test("every row runs through openai_agent with the example agent; tokens equal tool_agent's", () => {
     const a = edgeloop(["rollout", "--data", "rows.jsonl", "--n", "2", "--agent", "example", "--out", "agent.jsonl", "--no-progress"]);
-    expect(a.stderr).toContain("loops      openai_agent, single_turn_agent, tool_agent (default openai_agent)");
+    expect(a.stderr).toContain("loops      openai_agent, openenv_agent, single_turn_agent, tool_agent (default openai_agent)");
     expect(a.stderr).toMatch(/agent      example agent \(openai SDK\) on http:\/\/127\.0\.0\.1:\d+\/tasks/);
     expect(a.code).toBe(0);
     const t = edgeloop(["rollout", "--data", "rows.jsonl", "--n", "2", "--out", "tool.jsonl", "--no-progress"]);

@@ -44,7 +44,7 @@ describe("C14: agent routing", () => {
     const p = runAgentLoop(defaultAgentLoopRegistry(), ctxOf(tok, client, config()), SP, { uid: "u", session_id: 0, prompt, agent_name: "no_such_agent" });
     const err = await p.catch((e) => e);
     expect(err).toBeInstanceOf(InputError);
-    expect(err.message).toBe("agent_name: unknown agent loop 'no_such_agent'; registered agent loops: openai_agent, single_turn_agent, tool_agent");
+    expect(err.message).toBe("agent_name: unknown agent loop 'no_such_agent'; registered agent loops: openai_agent, openenv_agent, single_turn_agent, tool_agent");
     expect(err.field).toBe("agent_name");
     expect(client.requests.length).toBe(0);
   });
@@ -67,7 +67,7 @@ describe("custom loops from agent.agent_loop_config_path", () => {
   test("loaded with dynamic import, relative to the config file; runs end to end", async () => {
     const reg = defaultAgentLoopRegistry();
     await reg.loadConfig(parseAgentLoopConfig(await Bun.file(configUrl).text()), { baseUrl: configUrl.href });
-    expect(reg.names()).toEqual(["openai_agent", "self_check_agent", "single_turn_agent", "tool_agent"]);
+    expect(reg.names()).toEqual(["openai_agent", "openenv_agent", "self_check_agent", "single_turn_agent", "tool_agent"]);
     const client = new ScriptedClient(tok, [{ text: "#### 5" }, { text: "#### 4" }]);
     const [o] = await runAgentLoop(reg, ctxOf(tok, client, config()), SP, {
       uid: "u",

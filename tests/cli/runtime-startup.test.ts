@@ -76,7 +76,7 @@ describe("names that must be registered fail at start", () => {
   test("rollout.agent.default_agent_loop and rollout.multi_turn.format", async () => {
     const a = await buildRuntime({ defaultAgent: "nope" }).catch((x) => x);
     expect(a).toBeInstanceOf(ConfigError);
-    expect(a.message).toBe("config rollout.agent.default_agent_loop: unknown agent loop 'nope'; registered agent loops: openai_agent, single_turn_agent, tool_agent");
+    expect(a.message).toBe("config rollout.agent.default_agent_loop: unknown agent loop 'nope'; registered agent loops: openai_agent, openenv_agent, single_turn_agent, tool_agent");
     const cfg = join(tmp, "xml.yaml");
     writeFileSync(cfg, "rollout:\n  multi_turn:\n    format: xml\n");
     const f = await buildRuntime({ config: cfg }).catch((x) => x);
@@ -118,7 +118,7 @@ describe("names that must be registered fail at start", () => {
       });
       expect(r.status).toBe(400);
       expect(((await r.json()) as { error: { message: string } }).error.message).toBe(
-        "config rollout.agent.default_agent_loop: unknown agent loop 'nope'; registered agent loops: openai_agent, single_turn_agent, tool_agent",
+        "config rollout.agent.default_agent_loop: unknown agent loop 'nope'; registered agent loops: openai_agent, openenv_agent, single_turn_agent, tool_agent",
       );
       expect(await raw.keys(`${prefix}*`)).toEqual([]);
     } finally {

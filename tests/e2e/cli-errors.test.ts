@@ -92,7 +92,7 @@ describe("rollout exit codes", () => {
     const a = edgeloop(["rollout", "--data", "two.jsonl", "--default-agent", "nope"]);
     expect({ code: a.code, stderr: a.stderr.trim() }).toEqual({
       code: 2,
-      stderr: "edgeloop: config rollout.agent.default_agent_loop: unknown agent loop 'nope'; registered agent loops: openai_agent, single_turn_agent, tool_agent",
+      stderr: "edgeloop: config rollout.agent.default_agent_loop: unknown agent loop 'nope'; registered agent loops: openai_agent, openenv_agent, single_turn_agent, tool_agent",
     });
     const debug = edgeloop(["rollout", "--data", "two.jsonl", "--default-agent", "nope"], { EDGELOOP_DEBUG: "1" });
     expect(lines(debug.stderr)[0]).toBe(lines(a.stderr)[0]!);

@@ -161,13 +161,13 @@ describe("edgeloop rollout (the README's first command)", () => {
       "rows[1]: Invalid input: expected object, received string",
       "rows[2].prompt: prompt must hold at least one message",
       "rows[2].prompt: prompt must hold at least one message",
-      "rows[3].agent_name: unknown agent loop 'no_such_agent'; registered agent loops: openai_agent, single_turn_agent, tool_agent",
-      "rows[3].agent_name: unknown agent loop 'no_such_agent'; registered agent loops: openai_agent, single_turn_agent, tool_agent",
+      "rows[3].agent_name: unknown agent loop 'no_such_agent'; registered agent loops: openai_agent, openenv_agent, single_turn_agent, tool_agent",
+      "rows[3].agent_name: unknown agent loop 'no_such_agent'; registered agent loops: openai_agent, openenv_agent, single_turn_agent, tool_agent",
     ]);
     // The good rows' trajectories all succeeded.
     expect(records.filter((r) => !r.error).length).toBe(6);
     const unknown = failed.find((r) => r.error!.includes("no_such_agent"))!;
-    expect(unknown.error).toBe("rows[3].agent_name: unknown agent loop 'no_such_agent'; registered agent loops: openai_agent, single_turn_agent, tool_agent");
+    expect(unknown.error).toBe("rows[3].agent_name: unknown agent loop 'no_such_agent'; registered agent loops: openai_agent, openenv_agent, single_turn_agent, tool_agent");
     expect(unknown.prompt_ids).toEqual([]);
     expect(summary(run.stdout)["failed"]).toBe("6");
 

@@ -89,8 +89,8 @@ describe("POST /v1/rollouts", () => {
     expect(errs).toEqual([
       "rows[1].prompt: Invalid input: expected array, received string",
       "rows[1].prompt: Invalid input: expected array, received string",
-      "rows[2].agent_name: unknown agent loop 'no_such_agent'; registered agent loops: openai_agent, single_turn_agent, tool_agent",
-      "rows[2].agent_name: unknown agent loop 'no_such_agent'; registered agent loops: openai_agent, single_turn_agent, tool_agent",
+      "rows[2].agent_name: unknown agent loop 'no_such_agent'; registered agent loops: openai_agent, openenv_agent, single_turn_agent, tool_agent",
+      "rows[2].agent_name: unknown agent loop 'no_such_agent'; registered agent loops: openai_agent, openenv_agent, single_turn_agent, tool_agent",
       `rows[3].uid: "has_underscore" refused: uid may only hold letters, digits, '.' and '-' ('_' separates key parts, ':' Redis key words); this row's record is keyed by a server-chosen uid`,
       `rows[3].uid: "has_underscore" refused: uid may only hold letters, digits, '.' and '-' ('_' separates key parts, ':' Redis key words); this row's record is keyed by a server-chosen uid`,
     ]);

@@ -5,6 +5,7 @@ import { ruleReward } from "../../shared/reward/rule-reward.ts";
 import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { createToolCallParser, toolCallParserNames } from "../../shared/tools/index.ts";
 import { visibleSpans } from "../../shared/tools/reasoning-spans.ts";
+import { firstJsonObject, visibleText } from "../../shared/agent-loop/openenv-agent.ts";
 import { truncateToolResponse } from "../../shared/tools/truncate.ts";
 import { familyText } from "../../infra/sim-engine/family-text.ts";
 import { harmonyText } from "../../infra/sim-engine/harmony-text.ts";
@@ -46,6 +47,16 @@ describe("tool-call parsers (every registered family)", () => {
 
   test("reasoning spans (pythonic's visible parts)", () => {
     for (const [what, text] of Object.entries(hostileTexts(["<", "<think", "</think"]))) expectLinear(what, text, visibleSpans);
+  });
+});
+
+describe("openenv_agent: a turn's action", () => {
+  test("the JSON action (whole text, fenced block, balanced braces) and the visible text", () => {
+    const texts = { ...hostileTexts(["{", "}", '"', "```", "```json\n", "<think>", "</think>"]), "unbalanced objects": '{"a": "'.repeat(20_000), "invalid objects": '{"a" 1} '.repeat(15_000) };
+    for (const [what, text] of Object.entries(texts)) {
+      expectLinear(`firstJsonObject: ${what}`, text, firstJsonObject);
+      expectLinear(`visibleText: ${what}`, text, visibleText);
+    }
   });
 });
 

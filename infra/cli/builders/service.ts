@@ -64,6 +64,7 @@ export function executorDeps(
     ...parts,
     reward: { ...(config.reward.url ? { webhook: { url: config.reward.url, timeout_ms: config.reward.timeout_ms, max_retries: config.reward.max_retries, max_reply_bytes: config.reward.max_reply_bytes } } : {}), ...(config.tools.secret ? { secret: config.tools.secret } : {}) },
     sessionLimits: sessionLimitsOf(config.limits),
+    openenv: { settings: config.openenv },
   };
 }
 
