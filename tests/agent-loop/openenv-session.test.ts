@@ -5,6 +5,7 @@ import type { AgentLoopOutput } from "../../shared/schema/index.ts";
 import { OpenEnvSettings, type OpenEnvSettingsInput } from "../../shared/schema/openenv.ts";
 import type { SessionCheckpoint, SessionInputArg } from "../../shared/session/checkpoint.ts";
 import { MemorySessionStorage, type SessionStorage } from "../../shared/session/session-storage.ts";
+import { DyingStorage } from "../helpers/dying-storage.ts";
 import { TrajectorySession, type SessionDeps } from "../../shared/session/trajectory-session.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { config, ctxOf, IM_END, maskRuns, ScriptedClient, type Script } from "./helpers.ts";
@@ -21,24 +22,6 @@ afterAll(async () => {
   await Promise.all(servers.map((s) => s.stop()));
 });
 
-/** Storage that "dies" (throws before writing) on the `killAt`-th append: the process crashed there. */
-class DyingStorage implements SessionStorage {
-  appends = 0;
-  constructor(
-    readonly inner: SessionStorage,
-    readonly killAt: number,
-  ) {}
-  get(key: string) {
-    return this.inner.get(key);
-  }
-  async append(key: string, step: number, cp: string, opts?: Parameters<SessionStorage["append"]>[3]) {
-    if (++this.appends === this.killAt) throw new Error("killed");
-    return this.inner.append(key, step, cp, opts);
-  }
-  delete(key: string) {
-    return this.inner.delete(key);
-  }
-}
 
 const rollout = config();
 const input = (): SessionInputArg => ({

@@ -2,7 +2,8 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { AgentLoopOutput } from "../../shared/schema/index.ts";
 import { McpServerSpec } from "../../shared/schema/index.ts";
 import type { SessionCheckpoint } from "../../shared/session/checkpoint.ts";
-import { MemorySessionStorage, type SessionStorage } from "../../shared/session/session-storage.ts";
+import { MemorySessionStorage } from "../../shared/session/session-storage.ts";
+import { DyingStorage } from "../helpers/dying-storage.ts";
 import { TrajectorySession, type SessionDeps } from "../../shared/session/trajectory-session.ts";
 import { McpToolClient } from "../../shared/tools/mcp-tool-client.ts";
 import { createMcpToolsServer, serveMcpHttp, type McpHttpServer } from "../../infra/tools/mcp-server.ts";
@@ -22,24 +23,6 @@ afterAll(async () => {
   await http.stop();
 });
 
-/** Storage that "dies" (throws before writing) on the `killAt`-th append. */
-class DyingStorage implements SessionStorage {
-  puts = 0;
-  constructor(
-    readonly inner: SessionStorage,
-    readonly killAt: number,
-  ) {}
-  get(key: string) {
-    return this.inner.get(key);
-  }
-  async append(key: string, step: number, cp: string, opts?: Parameters<SessionStorage["append"]>[3]) {
-    if (++this.puts === this.killAt) throw new Error("killed");
-    return this.inner.append(key, step, cp, opts);
-  }
-  delete(key: string) {
-    return this.inner.delete(key);
-  }
-}
 
 describe("durable sessions with MCP tools", () => {
   test("a kill before each commit resumes to the identical trajectory; committed results are not requested again", async () => {

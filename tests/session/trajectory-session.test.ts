@@ -2,7 +2,8 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { ConflictError } from "../../shared/errors.ts";
 import type { AgentLoopOutput } from "../../shared/schema/index.ts";
 import { CheckpointDelta, type SessionCheckpoint } from "../../shared/session/checkpoint.ts";
-import { MemorySessionStorage, type SessionStorage } from "../../shared/session/session-storage.ts";
+import { MemorySessionStorage } from "../../shared/session/session-storage.ts";
+import { DyingStorage } from "../helpers/dying-storage.ts";
 import { TrajectorySession, type SessionDeps } from "../../shared/session/trajectory-session.ts";
 import { startToolServer, type ToolServer } from "../../infra/tools/server.ts";
 import { comparable, depsFor, inputFor, sessionLoopFactory } from "./fixtures.ts";
@@ -19,24 +20,6 @@ async function executions(): Promise<number> {
   return ((await (await fetch(`${tools.url}/stats`)).json()) as { executions: number }).executions;
 }
 
-/** Storage that "dies" (throws before writing) on the `killAt`-th put. */
-class DyingStorage implements SessionStorage {
-  puts = 0;
-  constructor(
-    readonly inner: SessionStorage,
-    readonly killAt: number,
-  ) {}
-  get(key: string) {
-    return this.inner.get(key);
-  }
-  async append(key: string, step: number, cp: string, opts?: Parameters<SessionStorage["append"]>[3]) {
-    if (++this.puts === this.killAt) throw new Error("killed");
-    return this.inner.append(key, step, cp, opts);
-  }
-  delete(key: string) {
-    return this.inner.delete(key);
-  }
-}
 
 async function runToEnd(deps: SessionDeps, input: ReturnType<typeof inputFor>): Promise<AgentLoopOutput> {
   const s = (await TrajectorySession.open(input.key, deps, input))!;
