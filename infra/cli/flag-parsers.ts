@@ -1,4 +1,5 @@
 import { InvalidArgumentError } from "commander";
+import { MAX_TIMER_MS } from "../../shared/schema/config.ts";
 
 /**
  * Parsers of numeric CLI flags for commander: each refuses a value that is
@@ -23,7 +24,14 @@ export function intFlag(flag: string, min: number, max?: number): (v: string) =>
   };
 }
 
-/** A number of seconds, > 0 (or >= 0 with `allowZero`): `--lease`, `--store-timeout`, `--idle-exit`, ... */
+/** The largest seconds flag: {@link MAX_TIMER_MS} in whole seconds (2147483 s, about 24.8 days), as each becomes a timer in ms. */
+export const MAX_TIMER_SECONDS = Math.floor(MAX_TIMER_MS / 1000);
+
+/**
+ * A number of seconds, > 0 (or >= 0 with `allowZero`), at most
+ * {@link MAX_TIMER_SECONDS} (the value becomes a timer in milliseconds):
+ * `--lease`, `--store-timeout`, `--idle-exit`, ...
+ */
 export function secondsFlag(flag: string, opts: { allowZero?: boolean } = {}): (v: string) => number {
   return (v) => {
     const s = v.trim();
@@ -31,6 +39,17 @@ export function secondsFlag(flag: string, opts: { allowZero?: boolean } = {}): (
     if (!NUM.test(s) || !Number.isFinite(n) || n < 0 || (n === 0 && !opts.allowZero)) {
       throw new InvalidArgumentError(`${flag} must be ${opts.allowZero ? "a number of seconds >= 0" : "a positive number of seconds"}, got '${v}'`);
     }
+    if (n > MAX_TIMER_SECONDS) throw new InvalidArgumentError(`${flag} must be at most ${MAX_TIMER_SECONDS} seconds (setTimeout's largest delay), got '${v}'`);
+    return n;
+  };
+}
+
+/** A millisecond flag that ends in a timer: an integer in `[min, MAX_TIMER_MS]` (`--agent-timeout-ms`, `--attempt-timeout-ms`, ...). */
+export function msFlag(flag: string, min: number): (v: string) => number {
+  const int = intFlag(flag, min);
+  return (v) => {
+    const n = int(v);
+    if (n > MAX_TIMER_MS) throw new InvalidArgumentError(`${flag} must be at most ${MAX_TIMER_MS} milliseconds (setTimeout's largest delay), got '${v}'`);
     return n;
   };
 }

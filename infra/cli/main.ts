@@ -14,7 +14,7 @@
 import { Command, CommanderError, Option } from "commander";
 import { EdgeloopError } from "../../shared/errors.ts";
 import { setupTelemetryFromEnv, type Telemetry } from "../telemetry/setup.ts";
-import { durationFlag, intFlag, msPerTokenFlag, portFlag as port, positiveNumberFlag, secondsFlag, versionFlag } from "./flag-parsers.ts";
+import { durationFlag, intFlag, msFlag, msPerTokenFlag, portFlag as port, positiveNumberFlag, secondsFlag, versionFlag } from "./flag-parsers.ts";
 import { watchLauncher } from "./launcher-watch.ts";
 import { registerSelfImports } from "./self-imports.ts";
 import { terminalSafe } from "./terminal-text.ts";
@@ -48,7 +48,7 @@ function configFlags(cmd: Command): Command {
     .option("--concurrency <n>", "trajectories run at once", intFlag("--concurrency", 1, 100_000))
     .option("--model <name|dir>", "model: qwen3 (default), llama3_1, deepseek_v3, gpt_oss, gemma3, or a Hugging Face model directory (tokenizer.json, tokenizer_config.json, optional chat_template.jinja and generation_config.json)")
     .option("--agent <url|example>", "agent.url: where openai_agent tasks are POSTed (openai_agent becomes the default loop); rollout only: every row runs through openai_agent, and `example` starts the example agent (edgeloop agent-example) in-process")
-    .option("--agent-timeout-ms <ms>", "agent.timeout_ms: how long an openai_agent trajectory's agent has, from its task to the session's deadline (default 600000)", intFlag("--agent-timeout-ms", 1))
+    .option("--agent-timeout-ms <ms>", "agent.timeout_ms: how long an openai_agent trajectory's agent has, from its task to the session's deadline (default 600000)", msFlag("--agent-timeout-ms", 1))
     .option("--agent-secret <secret>", "agent.secret: HMAC secret the agent tasks are signed with (x-edgeloop-signature; prefer env EDGELOOP_AGENT_SECRET or EDGELOOP_AGENT_SECRET_FILE)")
     .option("--public-url <url>", "agent.public_url: the URL agents reach this edgeloop API at (the tasks' base_url)");
 }
@@ -192,11 +192,11 @@ program
   .addOption(new Option("--policy <policy>", "routing policy").choices(["least_inflight_sticky", "bounded_load_hash", "round_robin"]).default("least_inflight_sticky"))
   .option("--host <host>", "address to bind", "127.0.0.1")
   .option("--config <file>", "config file: its gateway and store sections")
-  .option("--attempt-timeout-ms <ms>", "gateway.attempt_timeout_ms: deadline of one attempt at one replica (then the next replica)", intFlag("--attempt-timeout-ms", 1))
+  .option("--attempt-timeout-ms <ms>", "gateway.attempt_timeout_ms: deadline of one attempt at one replica (then the next replica)", msFlag("--attempt-timeout-ms", 1))
   .option("--eject-after <n>", "gateway.eject_after: consecutive failures that eject a replica (default 3)", intFlag("--eject-after", 1))
-  .option("--cooldown-ms <ms>", "gateway.cooldown_ms: cool-down of an ejected replica before a half-open probe (default 10000)", intFlag("--cooldown-ms", 0))
+  .option("--cooldown-ms <ms>", "gateway.cooldown_ms: cool-down of an ejected replica before a half-open probe (default 10000)", msFlag("--cooldown-ms", 0))
   .option("--max-attempts <n>", "gateway.max_attempts: replicas one call may try (default 3)", intFlag("--max-attempts", 1))
-  .option("--health-interval-ms <ms>", "gateway.health_interval_ms: period of the replicas' /health probes, 0 = only on demand (default 5000)", intFlag("--health-interval-ms", 0))
+  .option("--health-interval-ms <ms>", "gateway.health_interval_ms: period of the replicas' /health probes, 0 = only on demand (default 5000)", msFlag("--health-interval-ms", 0))
   .option("--epsilon <x>", "gateway.epsilon: bounded-load ε, a replica takes at most (1+ε) × the mean load (default 0.25; 0.2 with a shared state)", positiveNumberFlag("--epsilon"))
   .option("--max-sticky-keys <n>", "gateway.max_sticky_keys: sticky keys a per-process gateway remembers (default 10000)", intFlag("--max-sticky-keys", 1))
   .option("--store <store>", "store.url: redis://host:port or upstash: pins, in-flight leases and ejections shared by every gateway instance (default memory: per process)")

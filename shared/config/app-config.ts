@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { ConfigError, formatPath } from "../errors.ts";
-import { httpUrl, RolloutConfig } from "../schema/config.ts";
+import { httpUrl, retriesCount, RolloutConfig, timerMs } from "../schema/config.ts";
 import { OpenEnvSettings } from "../schema/openenv.ts";
 
 /** Where generation happens: `"sim"` (the embedded simulated engine) or an engine/gateway base URL. */
@@ -27,10 +27,10 @@ export const EngineConfig = z.strictObject({
    * `api_key` (flag `--engine-admin-api-key`, env `EDGELOOP_ENGINE_ADMIN_API_KEY`); never printed.
    */
   admin_api_key: z.string().min(1, "engine.admin_api_key must not be empty").nullable().default(null),
-  /** Per-request deadline in milliseconds. */
-  timeout_ms: z.number().int().positive().default(600_000),
-  /** Retries of a failed engine call (5xx, refused, past `timeout_ms`), each under a fresh request id, with backoff; 0: none. */
-  max_retries: z.number().int().min(0).max(100).default(3),
+  /** Per-request deadline in milliseconds (at most 2147483647, setTimeout's largest delay). */
+  timeout_ms: timerMs().positive().default(600_000),
+  /** Retries of a failed engine call (5xx, refused, past `timeout_ms`), each under a fresh request id, with backoff; 0: none; at most 10. */
+  max_retries: retriesCount().default(3),
   /** Cap of one engine reply in bytes, counted while it streams (default 64 MiB: long generations with log-probs are big). */
   max_reply_bytes: z.number().int().positive().default(64 * 1024 * 1024),
   /**
@@ -149,15 +149,15 @@ export const StoreConfig = z.strictObject({
  */
 export const GatewayConfig = z.strictObject({
   /** Deadline of one attempt at one replica in ms; past it the call moves on (null: none, the caller's deadline applies). Keep it below `engine.timeout_ms`. */
-  attempt_timeout_ms: z.number().int().positive().nullable().default(null),
+  attempt_timeout_ms: timerMs().positive().nullable().default(null),
   /** Consecutive failures (timeouts, client aborts at their deadline, refused connections, 5xx, garbled 2xx) that eject a replica. */
   eject_after: z.number().int().min(1).default(3),
   /** Cool-down of an ejected replica, in ms, before one half-open probe call is let through. */
-  cooldown_ms: z.number().int().min(0).default(10_000),
+  cooldown_ms: timerMs().min(0).default(10_000),
   /** Replicas one call may try. */
   max_attempts: z.number().int().min(1).default(3),
   /** Period of the replicas' `GET /health` probes, in ms (run lazily, on traffic); 0: only when a call finds no healthy replica. */
-  health_interval_ms: z.number().int().min(0).default(5_000),
+  health_interval_ms: timerMs().min(0).default(5_000),
   /**
    * ε of the bounded-load cap (a replica takes at most (1 + ε) × the mean load):
    * `bounded_load_hash`'s, and with a shared state the cap new sessions are
@@ -175,9 +175,9 @@ export const GatewayConfig = z.strictObject({
    */
   shared_state: z.boolean().default(true),
   /** Shared state: lifetime of an in-flight lease whose instance stopped renewing it (a crashed gateway's load is gone after it), ms. */
-  lease_ttl_ms: z.number().int().min(300).default(30_000),
+  lease_ttl_ms: timerMs().min(300).default(30_000),
   /** Shared state: lifetime of a session's pin after its last call, ms. */
-  pin_ttl_ms: z.number().int().min(1_000).default(3_600_000),
+  pin_ttl_ms: timerMs().min(1_000).default(3_600_000),
 });
 export type GatewayConfig = z.infer<typeof GatewayConfig>;
 
@@ -190,7 +190,7 @@ export type GatewayConfig = z.infer<typeof GatewayConfig>;
  */
 export const AgentConfig = z.strictObject({
   url: httpUrl("agent.url must be an http(s) URL").nullable().default(null),
-  timeout_ms: z.number().int().positive().default(600_000),
+  timeout_ms: timerMs().positive().default(600_000),
   secret: z.string().nullable().default(null),
   public_url: httpUrl("agent.public_url must be an http(s) URL").nullable().default(null),
   /** Cap of the task webhook's answer in bytes (default 4 MiB). */
@@ -205,8 +205,8 @@ export type AgentWebhookSection = z.infer<typeof AgentConfig>;
  */
 export const RewardConfig = z.strictObject({
   url: httpUrl("reward.url must be an http(s) URL").nullable().default(null),
-  timeout_ms: z.number().int().positive().default(30_000),
-  max_retries: z.number().int().min(0).max(100).default(2),
+  timeout_ms: timerMs().positive().default(30_000),
+  max_retries: retriesCount().default(2),
   max_reply_bytes: z.number().int().positive().default(4 * 1024 * 1024),
 });
 

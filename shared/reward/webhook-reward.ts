@@ -1,13 +1,14 @@
 import { z } from "zod";
 import { ToolError } from "../errors.ts";
 import { redactUrl } from "../http/outbound.ts";
+import { httpUrl, retriesCount, timerMs } from "../schema/config.ts";
 import { postWebhook, type WebhookOptions } from "../tools/webhook-post.ts";
 
-/** The reward webhook: where to POST, per-attempt timeout and retries. */
+/** The reward webhook: where to POST (http(s)), per-attempt timeout (ms, at most 2147483647) and retries (at most 10). */
 export const RewardWebhookSpec = z.object({
-  url: z.string().url(),
-  timeout_ms: z.number().int().positive().default(30_000),
-  max_retries: z.number().int().min(0).default(2),
+  url: httpUrl("must be an http: or https: URL"),
+  timeout_ms: timerMs().positive().default(30_000),
+  max_retries: retriesCount().default(2),
   /** Reply body cap in bytes (default 4 MiB). */
   max_reply_bytes: z.number().int().positive().optional(),
 });

@@ -16,6 +16,30 @@ export function httpUrl(message: string) {
   }, message);
 }
 
+/**
+ * setTimeout's largest delay, milliseconds (2^31 − 1, about 24.8 days): a
+ * larger delay fires at once (Bun and Node warn `TimeoutOverflowWarning` and
+ * use 1 ms), so every request would time out immediately.
+ */
+export const MAX_TIMER_MS = 2_147_483_647;
+
+/** The most retries after the first attempt any retries field takes (tools, interactions, MCP servers, engine, reward). */
+export const MAX_RETRIES = 10;
+
+/**
+ * A duration in milliseconds that ends in a timer (`setTimeout`,
+ * `AbortSignal.timeout`): an integer at most {@link MAX_TIMER_MS}. Add
+ * `.positive()` / `.min()` for the lower bound.
+ */
+export function timerMs() {
+  return z.number().int().max(MAX_TIMER_MS, `must be <= ${MAX_TIMER_MS} (milliseconds; setTimeout's largest delay)`);
+}
+
+/** A retries count: an integer in 0..{@link MAX_RETRIES}, retries after the first attempt. */
+export function retriesCount() {
+  return z.number().int().min(0).max(MAX_RETRIES, `must be <= ${MAX_RETRIES} (retries after the first attempt)`);
+}
+
 /** `rollout.val_kwargs`: sampling used for validation batches (verl defaults: greedy, n = 1). */
 export const ValKwargs = z.strictObject({
   temperature: z.number().min(0).default(0),
@@ -71,7 +95,7 @@ export const TeacherConfig = z
     urls: z.array(httpUrl("rollout.teacher.urls[i] must be an http(s) URL")).min(1, "rollout.teacher.urls must name at least one replica").nullish(),
     format: z.enum(["vllm", "vllm-generate", "sglang"]).default("vllm"),
     model: z.string().nullable().default(null),
-    timeout_ms: z.number().int().positive().default(600_000),
+    timeout_ms: timerMs().positive().default(600_000),
     on_error: z.enum(["fail", "keep"]).default("fail"),
   })
   .refine((t) => (t.url == null) !== (t.urls == null), { message: "rollout.teacher needs exactly one of url or urls (the other null or absent)" });

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { retriesCount, timerMs } from "./config.ts";
 
 /**
  * A tool's schema in OpenAI function format, passed to the chat template as
@@ -18,17 +19,51 @@ export const ToolSchema = z.object({
 export type ToolSchema = z.infer<typeof ToolSchema>;
 
 /**
+ * The URL of a webhook tool, simulated user or MCP server: absolute, `http:`
+ * or `https:` only (`Invalid URL` when it does not parse; another scheme such
+ * as `ftp:` or `ws:` would pass `url()` and fail every call later).
+ */
+function callUrl() {
+  return z
+    .string()
+    .url()
+    .refine((s) => {
+      // Runs after a failed url() too (zod 4 checks continue); that one already reported the unparseable URL.
+      if (!URL.canParse(s)) return true;
+      const p = new URL(s).protocol;
+      return p === "http:" || p === "https:";
+    }, "must be an http: or https: URL");
+}
+
+// RFC 9110 §5.6.2: token = 1*tchar; tchar = "!" / "#" / "$" / "%" / "&" / "'" / "*" / "+" / "-" / "." / "^" / "_" / "`" / "|" / "~" / DIGIT / ALPHA
+const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+
+/**
+ * Extra HTTP headers, name → value: each name an HTTP token (RFC 9110 §5.6.2),
+ * each value free of CR, LF and NUL (which would split or end the header);
+ * an issue at `headers.<name>` otherwise. Checked here, not by fetch at the
+ * first request.
+ */
+const HttpHeaders = z.record(z.string(), z.string()).superRefine((h, ctx) => {
+  for (const [name, value] of Object.entries(h)) {
+    if (!HEADER_NAME.test(name)) ctx.addIssue({ code: "custom", path: [name], message: "header name must be an HTTP token (RFC 9110: letters, digits and !#$%&'*+-.^_`|~, no spaces or colons)" });
+    else if (/[\r\n\0]/.test(value)) ctx.addIssue({ code: "custom", path: [name], message: "header value must not contain CR, LF or NUL" });
+  }
+});
+
+/**
  * One webhook tool from the tools file: `{name, url, schema, timeout_ms, max_retries, max_reply_bytes?}`;
  * unknown keys are errors. `max_reply_bytes` caps the reply body (default 4 MiB, counted while it streams;
- * a larger reply is an error observation naming the cap).
+ * a larger reply is an error observation naming the cap). `url` is http(s) only; `timeout_ms` (ms, default
+ * 30 000) is at most 2147483647 (setTimeout's largest delay); `max_retries` (default 2) at most 10.
  */
 export const ToolSpec = z
   .strictObject({
     name: z.string().min(1),
-    url: z.string().url(),
+    url: callUrl(),
     schema: ToolSchema,
-    timeout_ms: z.number().int().positive().default(30_000),
-    max_retries: z.number().int().min(0).default(2),
+    timeout_ms: timerMs().positive().default(30_000),
+    max_retries: retriesCount().default(2),
     max_reply_bytes: z.number().int().positive().optional(),
   })
   // The model is shown schema.function.name and calls by it; a different `name` would route every call to "unknown tool".
@@ -43,15 +78,16 @@ export type ToolSpec = z.infer<typeof ToolSpec>;
  * `interactions` entry of the tools file). `timeout_ms` is per attempt,
  * milliseconds (default 30 000); `max_retries` counts retries after the first
  * attempt (default 2), as for tools; `max_reply_bytes` caps the reply (default 4 MiB).
+ * `url` is http(s) only; `timeout_ms` at most 2147483647, `max_retries` at most 10.
  * Unknown keys are errors.
  * A row picks one by verl's `extra_info.interaction_kwargs.name`
  * (verl `ToolAgentLoop.run`: `interaction_map[interaction_kwargs["name"]]`).
  */
 export const InteractionSpec = z.strictObject({
   name: z.string().min(1).default("interaction"),
-  url: z.string().url(),
-  timeout_ms: z.number().int().positive().default(30_000),
-  max_retries: z.number().int().min(0).default(2),
+  url: callUrl(),
+  timeout_ms: timerMs().positive().default(30_000),
+  max_retries: retriesCount().default(2),
   max_reply_bytes: z.number().int().positive().optional(),
 });
 export type InteractionSpec = z.infer<typeof InteractionSpec>;
@@ -65,21 +101,25 @@ export type InteractionSpec = z.infer<typeof InteractionSpec>;
  * attempt (default 2), applied only to idempotent requests (`initialize`,
  * `tools/list`) and to calls of tools the server annotates `readOnlyHint` or
  * `idempotentHint`; `max_reply_bytes` caps a reply (default 4 MiB); `tools`
- * lists the server's tools to offer (default: all it lists). Unknown keys are errors.
+ * lists the server's tools to offer (default: all it lists; an empty list is
+ * refused, it would offer none). `url` is http(s) only; `timeout_ms` is at most
+ * 2147483647 and `max_retries` at most 10 (as for webhook tools); header names
+ * are HTTP tokens and values hold no CR, LF or NUL. Unknown keys are errors.
  */
 export const McpServerSpec = z
   .strictObject({
     name: z.string().min(1),
-    url: z.string().url().optional(),
+    url: callUrl().optional(),
     command: z.string().min(1).optional(),
     args: z.array(z.string()).optional(),
     env: z.record(z.string(), z.string()).optional(),
-    headers: z.record(z.string(), z.string()).optional(),
-    timeout_ms: z.number().int().positive().default(30_000),
-    max_retries: z.number().int().min(0).default(2),
+    headers: HttpHeaders.optional(),
+    timeout_ms: timerMs().positive().default(30_000),
+    max_retries: retriesCount().default(2),
     max_reply_bytes: z.number().int().positive().optional(),
     tools: z
       .array(z.string().min(1))
+      .min(1, "an empty allow-list offers no tools; remove `tools` to offer all")
       .refine((ts) => new Set(ts).size === ts.length, "tool names must be unique")
       .optional(),
   })
