@@ -65,3 +65,48 @@ test("a Redis URL naming a database that does not exist, or a path that is no da
 test("an empty store prefix is refused (it would write unprefixed keys into the database)", () => {
   expect(() => parseAppConfig({ store: { prefix: "" } })).toThrow(/^config store\.prefix: must not be empty/);
 });
+
+// Millisecond durations end in setTimeout / AbortSignal.timeout, which fire at once above 2^31 − 1 (Bun warns
+// TimeoutOverflowWarning and uses 1 ms); retries beyond 10 made start-up sit silent for minutes.
+const TIMER_MS_FIELDS: [string, string, number][] = [
+  ["engine", "timeout_ms", 1],
+  ["gateway", "attempt_timeout_ms", 1],
+  ["gateway", "cooldown_ms", 0],
+  ["gateway", "health_interval_ms", 0],
+  ["gateway", "lease_ttl_ms", 300],
+  ["gateway", "pin_ttl_ms", 1000],
+  ["agent", "timeout_ms", 1],
+  ["reward", "timeout_ms", 1],
+];
+for (const [section, key] of TIMER_MS_FIELDS) {
+  test(`${section}.${key} above setTimeout's largest delay is refused naming it; 2147483647 parses`, () => {
+    for (const bad of [2_147_483_648, 3_000_000_000, 1e12]) {
+      expect(() => parseAppConfig({ [section]: { [key]: bad } })).toThrow(`config ${section}.${key}: must be <= 2147483647 (milliseconds; setTimeout's largest delay) (in config)`);
+    }
+    expect((parseAppConfig({ [section]: { [key]: 2_147_483_647 } }) as unknown as Record<string, Record<string, number>>)[section]![key]).toBe(2_147_483_647);
+  });
+}
+
+test("rollout.teacher.timeout_ms above setTimeout's largest delay is refused naming it; 2147483647 parses", () => {
+  expect(() => parseAppConfig({ rollout: { teacher: { url: "sim", timeout_ms: 3_000_000_000 } } })).toThrow(
+    "config rollout.teacher.timeout_ms: must be <= 2147483647 (milliseconds; setTimeout's largest delay) (in config)",
+  );
+  expect(parseAppConfig({ rollout: { teacher: { url: "sim", timeout_ms: 2_147_483_647 } } }).rollout.teacher!.timeout_ms).toBe(2_147_483_647);
+});
+
+for (const section of ["engine", "reward"]) {
+  test(`${section}.max_retries above 10 is refused naming the bound; 10 parses`, () => {
+    expect(() => parseAppConfig({ [section]: { max_retries: 11 } })).toThrow(`config ${section}.max_retries: must be <= 10 (retries after the first attempt) (in config)`);
+    expect(() => parseAppConfig({ [section]: { max_retries: 1000 } })).toThrow(`config ${section}.max_retries: must be <= 10 (retries after the first attempt) (in config)`);
+    expect((parseAppConfig({ [section]: { max_retries: 10 } }) as unknown as Record<string, { max_retries: number }>)[section]!.max_retries).toBe(10);
+  });
+}
+
+test("the reward webhook spec takes the same bounds (http(s) url, timer ms, retries)", async () => {
+  const { RewardWebhookSpec } = await import("../../shared/reward/webhook-reward.ts");
+  const issue = (v: unknown) => RewardWebhookSpec.safeParse(v).error?.issues[0]?.message;
+  expect(issue({ url: "ftp://x/" })).toBe("must be an http: or https: URL");
+  expect(issue({ url: "http://x/", timeout_ms: 3_000_000_000 })).toBe("must be <= 2147483647 (milliseconds; setTimeout's largest delay)");
+  expect(issue({ url: "http://x/", max_retries: 11 })).toBe("must be <= 10 (retries after the first attempt)");
+  expect(RewardWebhookSpec.parse({ url: "https://x/", timeout_ms: 2_147_483_647, max_retries: 10 })).toMatchObject({ timeout_ms: 2_147_483_647, max_retries: 10 });
+});

@@ -2,6 +2,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { msFlag, secondsFlag } from "../../infra/cli/flag-parsers.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 
 // Every flag or argument the CLI refuses — commander's own parse errors and every numeric flag's
@@ -54,6 +55,16 @@ const CASES: [string[], string][] = [
   [["rollout", "--data", "x.jsonl", "--store", "ftp://x"], "--store: store.url must be memory, upstash or a redis:// URL (got 'ftp://x')"],
   [["worker", "--idle-exit", "abc"], "--idle-exit must be a number of seconds >= 0, got 'abc' (see edgeloop worker --help)"],
   [["worker", "--lease", "-5"], "--lease must be a positive number of seconds, got '-5' (see edgeloop worker --help)"],
+  // Durations become timers in ms: past setTimeout's largest delay (2^31 − 1 ms) one would fire at once.
+  [["worker", "--lease", "2147484"], "--lease must be at most 2147483 seconds (setTimeout's largest delay), got '2147484' (see edgeloop worker --help)"],
+  [["worker", "--idle-exit", "1e12"], "--idle-exit must be at most 2147483 seconds (setTimeout's largest delay), got '1e12' (see edgeloop worker --help)"],
+  [["worker", "--drain-timeout", "3000000"], "--drain-timeout must be at most 2147483 seconds (setTimeout's largest delay), got '3000000' (see edgeloop worker --help)"],
+  [["serve", "--lost-grace", "3000000"], "--lost-grace must be at most 2147483 seconds (setTimeout's largest delay), got '3000000' (see edgeloop serve --help)"],
+  [["rollout", "--data", "x.jsonl", "--store-timeout", "2147483.5"], "--store-timeout must be at most 2147483 seconds (setTimeout's largest delay), got '2147483.5' (see edgeloop rollout --help)"],
+  [["rollout", "--data", "x.jsonl", "--agent-timeout-ms", "3000000000"], "--agent-timeout-ms must be at most 2147483647 milliseconds (setTimeout's largest delay), got '3000000000' (see edgeloop rollout --help)"],
+  [["gateway", "--replicas", "http://127.0.0.1:1", "--attempt-timeout-ms", "2147483648"], "--attempt-timeout-ms must be at most 2147483647 milliseconds (setTimeout's largest delay), got '2147483648' (see edgeloop gateway --help)"],
+  [["gateway", "--replicas", "http://127.0.0.1:1", "--cooldown-ms", "3000000000"], "--cooldown-ms must be at most 2147483647 milliseconds (setTimeout's largest delay), got '3000000000' (see edgeloop gateway --help)"],
+  [["gateway", "--replicas", "http://127.0.0.1:1", "--health-interval-ms", "3000000000"], "--health-interval-ms must be at most 2147483647 milliseconds (setTimeout's largest delay), got '3000000000' (see edgeloop gateway --help)"],
   [["worker", "--lease", "NaN"], "--lease must be a positive number of seconds, got 'NaN' (see edgeloop worker --help)"],
   // Jobs run with their batch's rollout section: the worker refuses the flags it would ignore.
   [["worker", "--n", "4"], "--n: a worker runs each job with its batch's rollout.n (serve's config, or the batch's config.rollout); set it on edgeloop serve or in the POST, not on the worker"],
@@ -108,3 +119,10 @@ test.skipIf(!redis)("worker --lease 2 is honoured (banner: lease 2000 ms), --idl
   expect(r.stderr).toContain(`worker     flag-test: 256 jobs at once from ${prefix}jobs, lease 2000 ms, exits after 0 s idle\n`);
   expect(JSON.parse(r.stdout.trim().split("\n").at(-1)!)).toMatchObject({ consumer: "flag-test", exit: "idle" });
 }, 30_000);
+
+test("the largest duration flags still parse: 2147483 seconds, 2147483647 milliseconds", () => {
+  expect(secondsFlag("--lease")("2147483")).toBe(2_147_483);
+  expect(secondsFlag("--idle-exit", { allowZero: true })("0")).toBe(0);
+  expect(msFlag("--attempt-timeout-ms", 1)("2147483647")).toBe(2_147_483_647);
+  expect(msFlag("--cooldown-ms", 0)("0")).toBe(0);
+});

@@ -45,12 +45,29 @@ mcp_servers:
     ["an unknown key", "mcp_servers: [{name: a, command: bun, timeout: 5}]", "config tools file: mcp_servers[0]: Unrecognized key: \"timeout\""],
     ["duplicate server names", "mcp_servers: [{name: a, command: bun}, {name: a, command: node}]", "config tools file: mcp_servers: MCP server names must be unique"],
     ["a bad timeout", "mcp_servers: [{name: a, command: bun, timeout_ms: 0}]", "config tools file: mcp_servers[0].timeout_ms: Too small: expected number to be >0"],
+    ["a timeout above setTimeout's largest delay", "mcp_servers: [{name: a, url: 'http://x/mcp', timeout_ms: 3000000000}]", "config tools file: mcp_servers[0].timeout_ms: must be <= 2147483647 (milliseconds; setTimeout's largest delay)"],
+    ["a timeout of 1e12", "mcp_servers: [{name: a, command: bun, timeout_ms: 1e12}]", "config tools file: mcp_servers[0].timeout_ms: must be <= 2147483647 (milliseconds; setTimeout's largest delay)"],
+    ["more than 10 retries", "mcp_servers: [{name: a, url: 'http://x/mcp', max_retries: 1000}]", "config tools file: mcp_servers[0].max_retries: must be <= 10 (retries after the first attempt)"],
+    ["an ftp: url", "mcp_servers: [{name: a, url: 'ftp://x/mcp'}]", "config tools file: mcp_servers[0].url: must be an http: or https: URL"],
+    ["a ws: url", "mcp_servers: [{name: a, url: 'ws://x/mcp'}]", "config tools file: mcp_servers[0].url: must be an http: or https: URL"],
+    ["a url that does not parse", "mcp_servers: [{name: a, url: 'x/mcp'}]", "config tools file: mcp_servers[0].url: Invalid URL"],
+    ["a header name with a space", "mcp_servers: [{name: a, url: 'http://x/mcp', headers: {'X Token': t}}]", "config tools file: mcp_servers[0].headers.X Token: header name must be an HTTP token (RFC 9110: letters, digits and !#$%&'*+-.^_`|~, no spaces or colons)"],
+    ["a header name with a colon", "mcp_servers: [{name: a, url: 'http://x/mcp', headers: {'X-A:': t}}]", "config tools file: mcp_servers[0].headers.X-A:: header name must be an HTTP token (RFC 9110: letters, digits and !#$%&'*+-.^_`|~, no spaces or colons)"],
+    ["an empty header name", "mcp_servers: [{name: a, url: 'http://x/mcp', headers: {'': t}}]", "config tools file: mcp_servers[0].headers.: header name must be an HTTP token (RFC 9110: letters, digits and !#$%&'*+-.^_`|~, no spaces or colons)"],
+    ["a header value with CR LF", 'mcp_servers: [{name: a, url: "http://x/mcp", headers: {authorization: "Bearer t\\r\\nX-Evil: 1"}}]', "config tools file: mcp_servers[0].headers.authorization: header value must not contain CR, LF or NUL"],
+    ["a header value with LF", 'mcp_servers: [{name: a, url: "http://x/mcp", headers: {x-a: "a\\nb"}}]', "config tools file: mcp_servers[0].headers.x-a: header value must not contain CR, LF or NUL"],
+    ["a header value with NUL", 'mcp_servers: [{name: a, url: "http://x/mcp", headers: {x-a: "a\\0b"}}]', "config tools file: mcp_servers[0].headers.x-a: header value must not contain CR, LF or NUL"],
+    ["an empty tools allow-list", "mcp_servers: [{name: a, url: 'http://x/mcp', tools: []}]", "config tools file: mcp_servers[0].tools: an empty allow-list offers no tools; remove `tools` to offer all"],
   ];
   for (const [label, text, message] of cases) {
     test(`refused: ${label}`, () => {
       expect(configError(() => parseToolsFile(text)).message).toBe(message);
     });
   }
+  test("the largest allowed timeout and retries, and token header names of every tchar, parse", () => {
+    const f = parseToolsFile("mcp_servers: [{name: a, url: 'https://x/mcp', timeout_ms: 2147483647, max_retries: 10, headers: {\"!#$%&'*+-.^_`|~0aZ\": 'v\tw x'}, tools: [calc]}]");
+    expect(f.mcp_servers[0]).toMatchObject({ timeout_ms: 2_147_483_647, max_retries: 10, headers: { "!#$%&'*+-.^_`|~0aZ": "v\tw x" }, tools: ["calc"] });
+  });
 });
 
 test("the example in docs/tool-webhooks.md §6 parses", async () => {

@@ -73,3 +73,30 @@ describe("tools file strictness", () => {
     expect(() => parseToolsFile(JSON.stringify({ tools: [t] }), { source: "t.json" })).toThrow('config t.json: tools[0]: Unrecognized key: "timeot_ms"');
   });
 });
+
+describe("tools file bounds: timeouts, retries and URL schemes of webhook tools and simulated users", () => {
+  const tool = (extra: Record<string, unknown>) => JSON.stringify({ tools: [{ name: "a", url: "http://x/", schema: { function: { name: "a" } }, ...extra }] });
+  const user = (extra: Record<string, unknown>) => JSON.stringify({ interactions: [{ name: "u", url: "http://x/", ...extra }] });
+  const cases: Array<[string, string, string]> = [
+    ["a tool timeout above setTimeout's largest delay", tool({ timeout_ms: 3_000_000_000 }), "config tools file: tools[0].timeout_ms: must be <= 2147483647 (milliseconds; setTimeout's largest delay)"],
+    ["a tool timeout of 1e12", tool({ timeout_ms: 1e12 }), "config tools file: tools[0].timeout_ms: must be <= 2147483647 (milliseconds; setTimeout's largest delay)"],
+    ["a tool with 1000 retries", tool({ max_retries: 1000 }), "config tools file: tools[0].max_retries: must be <= 10 (retries after the first attempt)"],
+    ["a tool with 11 retries", tool({ max_retries: 11 }), "config tools file: tools[0].max_retries: must be <= 10 (retries after the first attempt)"],
+    ["a tool at an ftp: URL", tool({ url: "ftp://x/calc" }), "config tools file: tools[0].url: must be an http: or https: URL"],
+    ["a tool at a ws: URL", tool({ url: "ws://x/calc" }), "config tools file: tools[0].url: must be an http: or https: URL"],
+    ["a simulated user's timeout above setTimeout's largest delay", user({ timeout_ms: 2_147_483_648 }), "config tools file: interactions[0].timeout_ms: must be <= 2147483647 (milliseconds; setTimeout's largest delay)"],
+    ["a simulated user with 1000 retries", user({ max_retries: 1000 }), "config tools file: interactions[0].max_retries: must be <= 10 (retries after the first attempt)"],
+    ["a simulated user at a mailto: URL", user({ url: "mailto:x@y" }), "config tools file: interactions[0].url: must be an http: or https: URL"],
+  ];
+  for (const [label, text, message] of cases) {
+    test(`refused: ${label}`, () => {
+      expect(configError(() => parseToolsFile(text)).message).toBe(message);
+    });
+  }
+  test("the largest allowed timeout and retries parse, over http and https", () => {
+    const f = parseToolsFile(tool({ url: "https://x/calc", timeout_ms: 2_147_483_647, max_retries: 10 }));
+    expect([f.tools[0]!.url, f.tools[0]!.timeout_ms, f.tools[0]!.max_retries]).toEqual(["https://x/calc", 2_147_483_647, 10]);
+    const g = parseToolsFile(user({ timeout_ms: 2_147_483_647, max_retries: 10 }));
+    expect([g.interactions[0]!.url, g.interactions[0]!.timeout_ms, g.interactions[0]!.max_retries]).toEqual(["http://x/", 2_147_483_647, 10]);
+  });
+});
