@@ -31,7 +31,7 @@ export { DEFAULT_SCRIPT, PACKAGE_ROOT } from "./builders/package-paths.ts";
 export { CARRY_IDLE_TTL_MS } from "./builders/service.ts";
 export { buildPausedReader, buildRoutingState, checkStore } from "./builders/store.ts";
 export { validateBatchLoops, validateRollout } from "./builders/loops.ts";
-export { fetchCapWarning, unsignedAgentWarning, unsignedToolsWarning } from "./builders/warnings.ts";
+export { fetchCapWarning, hasSignedCalls, unsignedAgentWarning, unsignedToolsWarning } from "./builders/warnings.ts";
 
 /** Everything a process needs to run batches, built once from the config. */
 export interface Runtime {
@@ -68,6 +68,8 @@ export interface Runtime {
   storeHealth: () => Promise<StoreHealth>;
   /** Start-up warnings (e.g. an engine URL that does not answer yet), one line each, printed before the run. */
   warnings: string[];
+  /** Whether `tools.file` has webhook tools or simulated users, whose calls are signed with `tools.secret` (MCP requests never are); false without a file. */
+  signedToolCalls: boolean;
   /** The agent gateway (sessions of `openai_agent`; served by `functions/agent-gateway.ts`). */
   agentGateway: AgentGateway;
   /** Pause/resume of the engine replicas and the deployment's pause gate (`/v1/engine/*`). */
@@ -132,7 +134,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     if (fetchCap) warnings.push(fetchCap);
     const teacher = await buildTeacher(config, tokenizer, checkTimeoutMs, describe, warnings);
 
-    const { tools, interactions } = await buildTools(config, closers, describe);
+    const { tools, interactions, signedCalls } = await buildTools(config, closers, describe);
     const store = buildStore(config, flags.storeTimeout);
     closers.push(() => store.close());
     describe.push(`store      ${config.store.url === "memory" ? "memory (in-process)" : maskRedisUrl(config.store.url)}`);
@@ -168,6 +170,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       executorFor,
       describe,
       warnings,
+      signedToolCalls: signedCalls,
       agentGateway,
       engine,
       setPublicUrl,

@@ -115,7 +115,7 @@ export async function serveCommand(flags: ConfigFlags & { port: number; host: st
   runtime.setPublicUrl(`http://${flags.host === "0.0.0.0" || flags.host === "::" ? "127.0.0.1" : flags.host}:${server.port}`);
   for (const line of runtime.describe) console.error(line);
   for (const line of runtime.warnings) console.error(line);
-  const unsigned = unsignedToolsWarning(runtime.config);
+  const unsigned = unsignedToolsWarning(runtime.config, runtime.signedToolCalls);
   if (unsigned) console.error(unsigned);
   console.error(authLine(apiToken, flags.host, insecure));
   if (runtime.config.store.url === "memory") console.error(MEMORY_STORE_WARNING);

@@ -116,7 +116,7 @@ export async function workerCommand(flags: WorkerFlags): Promise<void> {
     if (metrics) console.error(`worker     metrics on http://${flags.metricsHost ?? "127.0.0.1"}:${metrics.port}/metrics`);
     for (const line of runtime.describe) console.error(line);
     for (const line of runtime.warnings) console.error(line);
-    const unsigned = unsignedToolsWarning(runtime.config);
+    const unsigned = unsignedToolsWarning(runtime.config, runtime.signedToolCalls);
     if (unsigned) console.error(unsigned);
     console.error(
       `worker     ${consumer}: ${runtime.config.concurrency} jobs at once from ${runtime.jobs.stream}, lease ${runtime.jobs.leaseMs} ms` +

@@ -1,12 +1,14 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createRolloutsApp } from "../../functions/rollouts.ts";
 import { createSessionsApp } from "../../functions/sessions.ts";
-import { buildRuntime, unsignedToolsWarning, type Runtime } from "../../infra/cli/runtime.ts";
+import { buildRuntime, hasSignedCalls, unsignedToolsWarning, type Runtime } from "../../infra/cli/runtime.ts";
+import { createMcpToolsServer, serveMcpHttp } from "../../infra/tools/mcp-server.ts";
 import { parseAppConfig } from "../../shared/config/app-config.ts";
 import { signatureHeader } from "../../shared/tools/signature.ts";
+import { parseToolsFile } from "../../shared/tools/tools-file.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { ROOT, ROWS } from "../session/fixtures.ts";
 
@@ -133,10 +135,28 @@ describe.skipIf(!redis)("queue mode: asynchronous tool results", () => {
   }, 40_000);
 
   test("serve and worker warn at start when a tools file has no tools.secret", () => {
-    expect(unsignedToolsWarning(parseAppConfig({ tools: { file: toolsFile } }))).toBe(
+    const signed = hasSignedCalls(parseToolsFile(readFileSync(toolsFile, "utf8")));
+    expect(signed).toBe(true);
+    expect(unsignedToolsWarning(parseAppConfig({ tools: { file: toolsFile } }), signed)).toBe(
       "warning    tools are configured without tools.secret: tool calls are unsigned and tool-result callbacks (POST /v1/sessions/{key}/tool-results) are refused with 403; set --tools-secret (the tool servers must sign with it)",
     );
-    expect(unsignedToolsWarning(parseAppConfig({ tools: { file: toolsFile, secret: SECRET } }))).toBeNull();
-    expect(unsignedToolsWarning(parseAppConfig({}))).toBeNull();
+    expect(unsignedToolsWarning(parseAppConfig({ tools: { file: toolsFile, secret: SECRET } }), signed)).toBeNull();
+    expect(unsignedToolsWarning(parseAppConfig({}), false)).toBeNull();
   });
+
+  test("no unsigned-tools warning for a tools file of MCP servers only (MCP requests are never signed); simulated users alone are signed", async () => {
+    expect(hasSignedCalls(parseToolsFile("mcp_servers: [{name: m, url: 'http://127.0.0.1:1/mcp'}]"))).toBe(false);
+    expect(hasSignedCalls(parseToolsFile("interactions: [{name: u, url: 'http://127.0.0.1:1/u'}]"))).toBe(true);
+    const mcp = serveMcpHttp(() => createMcpToolsServer());
+    const mcpOnly = join(dir, "mcp-only.json");
+    writeFileSync(mcpOnly, JSON.stringify({ mcp_servers: [{ name: "ex", url: mcp.url }] }));
+    const rt = await buildRuntime({ engine: "sim", tools: mcpOnly, maxModelLen: 4096 });
+    try {
+      expect(rt.signedToolCalls).toBe(false);
+      expect(unsignedToolsWarning(rt.config, rt.signedToolCalls)).toBeNull();
+    } finally {
+      await rt.close();
+      await mcp.stop();
+    }
+  }, 30_000);
 });

@@ -1,14 +1,26 @@
 import type { AppConfig } from "../../../shared/config/app-config.ts";
+import type { ToolsFile } from "../../../shared/schema/index.ts";
 
 // The start-up warnings of settings that run, but not as one may expect: one line each, or null.
 
 /**
- * The start-up warning of `serve` and `worker` when a tools file is
- * configured without `tools.secret`: tool calls go unsigned and
- * asynchronous results (callbacks) are refused with 403. Null otherwise.
+ * Whether a tools file holds calls edgeloop signs with `tools.secret`:
+ * webhook tools or simulated users (`interactions`). MCP requests are never
+ * signed, so a file of MCP servers only has none.
  */
-export function unsignedToolsWarning(config: AppConfig): string | null {
-  if (!config.tools.file || config.tools.secret) return null;
+export function hasSignedCalls(file: Pick<ToolsFile, "tools" | "interactions">): boolean {
+  return file.tools.length > 0 || file.interactions.length > 0;
+}
+
+/**
+ * The start-up warning of `serve` and `worker` when a tools file with
+ * webhook tools or simulated users (`signedCalls`, {@link hasSignedCalls}) is
+ * configured without `tools.secret`: those calls go unsigned and
+ * asynchronous results (callbacks) are refused with 403. Null otherwise
+ * (no tools file, a secret, or a file of MCP servers only).
+ */
+export function unsignedToolsWarning(config: AppConfig, signedCalls: boolean): string | null {
+  if (!config.tools.file || config.tools.secret || !signedCalls) return null;
   return "warning    tools are configured without tools.secret: tool calls are unsigned and tool-result callbacks (POST /v1/sessions/{key}/tool-results) are refused with 403; set --tools-secret (the tool servers must sign with it)";
 }
 
