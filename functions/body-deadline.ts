@@ -14,14 +14,19 @@
 /** Default time a request body may take to arrive, seconds. */
 export const DEFAULT_BODY_TIMEOUT_S = 60;
 
+/** The largest body deadline, seconds: setTimeout's largest delay (2147483647 ms) in whole seconds. */
+const MAX_BODY_TIMEOUT_S = 2_147_483;
+
 /**
- * The body deadline from `EDGELOOP_BODY_TIMEOUT_S` (whole seconds ≥ 1), else {@link DEFAULT_BODY_TIMEOUT_S}.
+ * The body deadline from `EDGELOOP_BODY_TIMEOUT_S` (whole seconds, 1..2147483: it becomes a timer
+ * in ms), else {@link DEFAULT_BODY_TIMEOUT_S}.
  * @throws Error naming the variable for another value
  */
 export function bodyTimeoutFromEnv(raw: string | undefined): number {
   if (raw === undefined || raw === "") return DEFAULT_BODY_TIMEOUT_S;
   const n = Number(raw);
   if (!Number.isInteger(n) || n < 1) throw new Error(`EDGELOOP_BODY_TIMEOUT_S must be a whole number of seconds ≥ 1, got ${JSON.stringify(raw)}`);
+  if (n > MAX_BODY_TIMEOUT_S) throw new Error(`EDGELOOP_BODY_TIMEOUT_S must be at most ${MAX_BODY_TIMEOUT_S} seconds (setTimeout's largest delay), got ${JSON.stringify(raw)}`);
   return n;
 }
 

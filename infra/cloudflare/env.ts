@@ -4,7 +4,7 @@ import { defaultAgentLoopRegistry } from "../../shared/agent-gateway/builtin-loo
 import type { AgentLoopExport } from "../../shared/agent-loop/registry.ts";
 import type { AgentWebhookConfig } from "../../shared/agent-gateway/openai-agent-loop.ts";
 import { AppConfig as AppConfigSchema, parseAppConfig, type AppConfig } from "../../shared/config/app-config.ts";
-import type { RolloutConfig } from "../../shared/schema/config.ts";
+import { MAX_TIMER_MS, type RolloutConfig } from "../../shared/schema/config.ts";
 import { ConfigError } from "../../shared/errors.ts";
 import { createEngineClient } from "../../shared/inference/create-engine-client.ts";
 import type { ExecutorDeps } from "../../shared/rollout/executor.ts";
@@ -287,6 +287,7 @@ export function agentSettings(env: Env, config: AppConfig): { agent: AgentWebhoo
   if (env.EDGELOOP_AGENT_TIMEOUT_MS) {
     timeout = Number(env.EDGELOOP_AGENT_TIMEOUT_MS);
     if (!Number.isInteger(timeout) || timeout <= 0) throw new ConfigError("EDGELOOP_AGENT_TIMEOUT_MS", `must be a positive integer (milliseconds), got '${env.EDGELOOP_AGENT_TIMEOUT_MS.slice(0, 50)}'`);
+    if (timeout > MAX_TIMER_MS) throw new ConfigError("EDGELOOP_AGENT_TIMEOUT_MS", `must be <= ${MAX_TIMER_MS} (milliseconds; setTimeout's largest delay), got '${env.EDGELOOP_AGENT_TIMEOUT_MS.slice(0, 50)}'`);
   }
   return {
     agent: { url: url("EDGELOOP_AGENT_URL", config.agent.url), timeout_ms: timeout, secret: env.EDGELOOP_AGENT_SECRET || config.agent.secret, max_reply_bytes: config.agent.max_reply_bytes },

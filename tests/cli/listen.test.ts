@@ -113,6 +113,8 @@ describe("settings", () => {
     expect(bodyTimeoutFromEnv(undefined)).toBe(60);
     expect(bodyTimeoutFromEnv("5")).toBe(5);
     expect(() => bodyTimeoutFromEnv("x")).toThrow('EDGELOOP_BODY_TIMEOUT_S must be a whole number of seconds ≥ 1, got "x"');
+    expect(() => bodyTimeoutFromEnv("2147484")).toThrow('EDGELOOP_BODY_TIMEOUT_S must be at most 2147483 seconds (setTimeout\'s largest delay), got "2147484"');
+    expect(bodyTimeoutFromEnv("2147483")).toBe(2_147_483);
   });
 });
 

@@ -18,6 +18,8 @@ describe("Worker env: the agent gateway's variables", () => {
   test("a bad value is a ConfigError naming the variable", () => {
     const cfg = parseAppConfig({}, "t");
     expect(() => agentSettings(env({ EDGELOOP_AGENT_TIMEOUT_MS: "10s" }), cfg)).toThrow("config EDGELOOP_AGENT_TIMEOUT_MS: must be a positive integer (milliseconds), got '10s'");
+    expect(() => agentSettings(env({ EDGELOOP_AGENT_TIMEOUT_MS: "3000000000" }), cfg)).toThrow("config EDGELOOP_AGENT_TIMEOUT_MS: must be <= 2147483647 (milliseconds; setTimeout's largest delay), got '3000000000'");
+    expect(agentSettings(env({ EDGELOOP_AGENT_TIMEOUT_MS: "2147483647" }), cfg).agent.timeout_ms).toBe(2_147_483_647);
     expect(() => agentSettings(env({ EDGELOOP_PUBLIC_URL: "edgeloop.workers.dev" }), cfg)).toThrow("config EDGELOOP_PUBLIC_URL: must be an http(s) URL, got 'edgeloop.workers.dev'");
     expect(() => agentSettings(env({ EDGELOOP_AGENT_URL: "ftp://x/y" }), cfg)).toThrow("config EDGELOOP_AGENT_URL: must be an http(s) URL, got 'ftp://x/y'");
   });
