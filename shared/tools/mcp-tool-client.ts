@@ -9,7 +9,12 @@ import { ToolSchema, type McpServerSpec } from "../schema/index.ts";
 import { checkToolArguments, pyList, toolCallId, type ToolCallRequest, type ToolExecutor, type ToolResult } from "./webhook-tool-client.ts";
 
 /** Makes the transport of a stdio server (`command`); injected by runtimes that have processes (infra/tools/mcp-stdio.ts). */
-export type McpTransportFactory = (server: McpServerSpec) => Transport;
+/**
+ * Builds the transport of one `command` server (stdio, infra/tools/mcp-stdio.ts). A transport that closes itself
+ * for a reason of its own (a flood of non-JSON-RPC output, a reply over its cap) may set `closeReason`: the requests
+ * it failed then read that reason instead of "closed the connection".
+ */
+export type McpTransportFactory = (server: McpServerSpec) => Transport & { closeReason?: string };
 
 /** Capabilities and tuning of {@link McpToolClient.connect}. */
 export interface McpConnectOptions {
@@ -60,6 +65,8 @@ interface Failure {
 /** One MCP server: a lazily (re)opened SDK client over its transport. */
 class McpConnection {
   private client: Promise<{ client: Client; transport: Transport }> | undefined;
+  /** The newest transport opened, for the reason it gave when it closed itself. */
+  private latest: (Transport & { closeReason?: string }) | undefined;
   readonly maxReplyBytes: number;
 
   constructor(
@@ -67,6 +74,11 @@ class McpConnection {
     private readonly transport: () => Transport,
   ) {
     this.maxReplyBytes = spec.max_reply_bytes ?? DEFAULT_WEBHOOK_MAX_REPLY_BYTES;
+  }
+
+  /** Why the newest transport closed itself (see {@link McpTransportFactory}), if it did. */
+  get closeReason(): string | undefined {
+    return this.latest?.closeReason;
   }
 
   /** `MCP server 'name' (url or command)`, for messages; the URL redacted. */
@@ -79,7 +91,15 @@ class McpConnection {
       const opening = (async () => {
         const client = new Client({ name: "edgeloop", version: "0.1.0" }, { jsonSchemaValidator: ACCEPT_ANY_OUTPUT });
         const transport = this.transport();
-        await client.connect(transport, { timeout: this.spec.timeout_ms });
+        this.latest = transport;
+        try {
+          await client.connect(transport, { timeout: this.spec.timeout_ms });
+        } catch (e) {
+          // A connect that failed (a timed-out initialize included) ends its transport: a stdio child is stopped, not left behind.
+          await client.close().catch(() => undefined);
+          await transport.close().catch(() => undefined);
+          throw e;
+        }
         return { client, transport };
       })();
       this.client = opening;
@@ -317,6 +337,9 @@ function toObservation(name: string, result: CallToolResult, call_id: string, at
 /** Why an SDK request failed. */
 function describe(e: unknown, c: McpConnection): Failure {
   const spec = c.spec;
+  // A transport that closed itself for a reason of its own (its newest one): that reason, whatever the SDK then
+  // reported (ConnectionClosed, "Not connected"), and no retry: the server misbehaves, the next call reconnects.
+  if (c.closeReason !== undefined) return { reason: `${c.label} was disconnected: ${c.closeReason}`, transient: false, reset: true };
   if (e instanceof McpError) {
     const kind = (e.data as { edgeloop_failure?: HttpFailure } | undefined)?.edgeloop_failure;
     if (kind === "timeout" || e.code === ErrorCode.RequestTimeout) return { reason: `timed out after ${spec.timeout_ms} ms`, transient: true, reset: false };
