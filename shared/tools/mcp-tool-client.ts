@@ -354,8 +354,19 @@ function describe(e: unknown, c: McpConnection): Failure {
     const status = e.code ?? 0;
     // 404: the server forgot the session (restarted, or expired it) and ran nothing; a new session is opened.
     if (status === 404) return { reason: `${c.label} no longer knows the session (HTTP 404)`, transient: true, reset: true, unsent: true };
+    // -1: the SDK's "Unexpected content type" (an HTML page, a plain-text 200): not an MCP endpoint; not retried.
+    if (status <= 0) return { reason: `${c.label} is not an MCP Streamable HTTP endpoint (${e.message.replace(/^Streamable HTTP error: /, "")})`, transient: false, reset: true };
     return { reason: `${c.label}: HTTP ${status}`, transient: status >= 500 || status === 408 || status === 429, reset: false };
   }
+  // zod's error for a message that is not JSON-RPC, or a result (a tool list) that breaks MCP's schema; JSON.parse's
+  // error for a body that is not JSON. The server answered: the same answer would come again, so no retry.
+  const issues = (e as { issues?: { path?: (string | number)[]; message?: string }[] })?.issues;
+  if (Array.isArray(issues)) {
+    const first = issues[0];
+    const at = first?.path?.length ? first.path.join(".") : "(root)";
+    return { reason: `${c.label} answered with a message that is not valid MCP (${issues.length} problem${issues.length === 1 ? "" : "s"}; first at ${at}: ${first?.message ?? "invalid"})`, transient: false, reset: true };
+  }
+  if (e instanceof SyntaxError) return { reason: `${c.label} answered with something that is not JSON (${e.message})`, transient: false, reset: true };
   // A failed notification, a transport or spawn error (a stdio command that does not start).
   return { reason: `could not connect to ${c.label} (${(e as Error)?.message ?? String(e)})`, transient: true, reset: true };
 }
