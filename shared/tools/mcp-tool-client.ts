@@ -62,6 +62,9 @@ interface Failure {
   unsent?: boolean;
 }
 
+/** MCP's tool-name rule: 1–128 characters of A–Z, a–z, 0–9, `_`, `-`, `.` (spec 2025-11-25, Tools › Tool names). */
+const MCP_TOOL_NAME = /^[A-Za-z0-9_.-]{1,128}$/;
+
 /** One MCP server: a lazily (re)opened SDK client over its transport. */
 class McpConnection {
   private client: Promise<{ client: Client; transport: Transport }> | undefined;
@@ -309,8 +312,18 @@ async function listServerTools(c: McpConnection, i: number, opts: McpConnectOpti
     if (missing.length > 0) throw new ConfigError(`mcp_servers[${i}].tools`, `${c.label} lists no tool ${missing.map((m) => `'${m}'`).join(", ")}; it lists ${pyList(listedNames)}`);
   }
   const keep = spec.tools ? new Set(spec.tools) : undefined;
-  return tools
-    .filter((t) => !keep || keep.has(t.name))
+  const kept = tools.filter((t) => !keep || keep.has(t.name));
+  const seen = new Set<string>();
+  for (const t of kept) {
+    // MCP's tool-name rule (spec 2025-11-25, Tools › Tool names: 1–128 characters of A–Z, a–z, 0–9, _, -, .): a name is
+    // rendered into the prompt and parsed back from model text, so a name outside it (`</tools>`, spaces) is refused.
+    if (!MCP_TOOL_NAME.test(t.name)) {
+      throw new ConfigError(`mcp_servers[${i}]`, `${c.label} lists a tool named ${JSON.stringify(t.name.length > 140 ? `${t.name.slice(0, 140)}…` : t.name)}, outside MCP's tool-name rule (1–128 characters of A–Z a–z 0–9 _ - .); leave it out with the server's tools allow-list`);
+    }
+    if (seen.has(t.name)) throw new ConfigError(`mcp_servers[${i}]`, `${c.label} lists the tool '${t.name}' twice; a server's tool names must be unique`);
+    seen.add(t.name);
+  }
+  return kept
     .map((t) => {
       const schema = ToolSchema.safeParse({ type: "function", function: { name: t.name, description: t.description ?? "", parameters: t.inputSchema } });
       if (!schema.success) throw new ConfigError(`mcp_servers[${i}]`, `${c.label}: tool '${t.name}' has an inputSchema edgeloop cannot offer (${schema.error.issues[0]?.path.join(".")}: ${schema.error.issues[0]?.message})`);
