@@ -8,9 +8,8 @@ import { DEFAULT_WEBHOOK_MAX_REPLY_BYTES, OutboundHttpError, readTextCapped, red
 import { ToolSchema, type McpServerSpec } from "../schema/index.ts";
 import { checkToolArguments, pyList, toolCallId, type ToolCallRequest, type ToolExecutor, type ToolResult } from "./webhook-tool-client.ts";
 
-/** Makes the transport of a stdio server (`command`); injected by runtimes that have processes (infra/tools/mcp-stdio.ts). */
 /**
- * Builds the transport of one `command` server (stdio, infra/tools/mcp-stdio.ts). A transport that closes itself
+ * Makes the transport of one stdio server (`command`); injected by runtimes that have processes (infra/tools/mcp-stdio.ts). A transport that closes itself
  * for a reason of its own (a flood of non-JSON-RPC output, a reply over its cap) may set `closeReason`: the requests
  * it failed then read that reason instead of "closed the connection".
  */
