@@ -20,7 +20,7 @@ import { buildModel } from "./builders/model.ts";
 import { buildRolloutService, executorDeps, type ServiceHooks } from "./builders/service.ts";
 import { buildGate, buildPolicy, buildSessionStorage, buildStore, checkStore, waitForStore } from "./builders/store.ts";
 import { buildTools } from "./builders/tools.ts";
-import { fetchCapWarning } from "./builders/warnings.ts";
+import { fetchCapWarning, toolsBudgetWarning } from "./builders/warnings.ts";
 import type { ConfigFlags } from "./flags.ts";
 import { processStoreHealth, watchStore } from "./store-watch.ts";
 
@@ -31,7 +31,7 @@ export { DEFAULT_SCRIPT, PACKAGE_ROOT } from "./builders/package-paths.ts";
 export { CARRY_IDLE_TTL_MS } from "./builders/service.ts";
 export { buildPausedReader, buildRoutingState, checkStore } from "./builders/store.ts";
 export { validateBatchLoops, validateRollout } from "./builders/loops.ts";
-export { fetchCapWarning, hasSignedCalls, unsignedAgentWarning, unsignedToolsWarning } from "./builders/warnings.ts";
+export { fetchCapWarning, hasSignedCalls, toolsBudgetWarning, unsignedAgentWarning, unsignedToolsWarning } from "./builders/warnings.ts";
 
 /** Everything a process needs to run batches, built once from the config. */
 export interface Runtime {
@@ -135,6 +135,8 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     const teacher = await buildTeacher(config, tokenizer, checkTimeoutMs, describe, warnings);
 
     const { tools, interactions, signedCalls } = await buildTools(config, closers, describe);
+    const toolsBudget = toolsBudgetWarning(tokenizer, tools.schemas, config.rollout.prompt_length);
+    if (toolsBudget) warnings.push(toolsBudget);
     const store = buildStore(config, flags.storeTimeout);
     closers.push(() => store.close());
     describe.push(`store      ${config.store.url === "memory" ? "memory (in-process)" : maskRedisUrl(config.store.url)}`);

@@ -8,8 +8,12 @@ import { DEFAULT_WEBHOOK_MAX_REPLY_BYTES, OutboundHttpError, readTextCapped, red
 import { ToolSchema, type McpServerSpec } from "../schema/index.ts";
 import { checkToolArguments, pyList, toolCallId, type ToolCallRequest, type ToolExecutor, type ToolResult } from "./webhook-tool-client.ts";
 
-/** Makes the transport of a stdio server (`command`); injected by runtimes that have processes (infra/tools/mcp-stdio.ts). */
-export type McpTransportFactory = (server: McpServerSpec) => Transport;
+/**
+ * Makes the transport of one stdio server (`command`); injected by runtimes that have processes (infra/tools/mcp-stdio.ts). A transport that closes itself
+ * for a reason of its own (a flood of non-JSON-RPC output, a reply over its cap) may set `closeReason`: the requests
+ * it failed then read that reason instead of "closed the connection".
+ */
+export type McpTransportFactory = (server: McpServerSpec) => Transport & { closeReason?: string };
 
 /** Capabilities and tuning of {@link McpToolClient.connect}. */
 export interface McpConnectOptions {
@@ -57,9 +61,14 @@ interface Failure {
   unsent?: boolean;
 }
 
+/** MCP's tool-name rule: 1–128 characters of A–Z, a–z, 0–9, `_`, `-`, `.` (spec 2025-11-25, Tools › Tool names). */
+const MCP_TOOL_NAME = /^[A-Za-z0-9_.-]{1,128}$/;
+
 /** One MCP server: a lazily (re)opened SDK client over its transport. */
 class McpConnection {
   private client: Promise<{ client: Client; transport: Transport }> | undefined;
+  /** The newest transport opened, for the reason it gave when it closed itself. */
+  private latest: (Transport & { closeReason?: string }) | undefined;
   readonly maxReplyBytes: number;
 
   constructor(
@@ -67,6 +76,11 @@ class McpConnection {
     private readonly transport: () => Transport,
   ) {
     this.maxReplyBytes = spec.max_reply_bytes ?? DEFAULT_WEBHOOK_MAX_REPLY_BYTES;
+  }
+
+  /** Why the newest transport closed itself (see {@link McpTransportFactory}), if it did. */
+  get closeReason(): string | undefined {
+    return this.latest?.closeReason;
   }
 
   /** `MCP server 'name' (url or command)`, for messages; the URL redacted. */
@@ -79,7 +93,15 @@ class McpConnection {
       const opening = (async () => {
         const client = new Client({ name: "edgeloop", version: "0.1.0" }, { jsonSchemaValidator: ACCEPT_ANY_OUTPUT });
         const transport = this.transport();
-        await client.connect(transport, { timeout: this.spec.timeout_ms });
+        this.latest = transport;
+        try {
+          await client.connect(transport, { timeout: this.spec.timeout_ms });
+        } catch (e) {
+          // A connect that failed (a timed-out initialize included) ends its transport: a stdio child is stopped, not left behind.
+          await client.close().catch(() => undefined);
+          await transport.close().catch(() => undefined);
+          throw e;
+        }
         return { client, transport };
       })();
       this.client = opening;
@@ -289,8 +311,18 @@ async function listServerTools(c: McpConnection, i: number, opts: McpConnectOpti
     if (missing.length > 0) throw new ConfigError(`mcp_servers[${i}].tools`, `${c.label} lists no tool ${missing.map((m) => `'${m}'`).join(", ")}; it lists ${pyList(listedNames)}`);
   }
   const keep = spec.tools ? new Set(spec.tools) : undefined;
-  return tools
-    .filter((t) => !keep || keep.has(t.name))
+  const kept = tools.filter((t) => !keep || keep.has(t.name));
+  const seen = new Set<string>();
+  for (const t of kept) {
+    // MCP's tool-name rule (spec 2025-11-25, Tools › Tool names: 1–128 characters of A–Z, a–z, 0–9, _, -, .): a name is
+    // rendered into the prompt and parsed back from model text, so a name outside it (`</tools>`, spaces) is refused.
+    if (!MCP_TOOL_NAME.test(t.name)) {
+      throw new ConfigError(`mcp_servers[${i}]`, `${c.label} lists a tool named ${JSON.stringify(t.name.length > 140 ? `${t.name.slice(0, 140)}…` : t.name)}, outside MCP's tool-name rule (1–128 characters of A–Z a–z 0–9 _ - .); leave it out with the server's tools allow-list`);
+    }
+    if (seen.has(t.name)) throw new ConfigError(`mcp_servers[${i}]`, `${c.label} lists the tool '${t.name}' twice; a server's tool names must be unique`);
+    seen.add(t.name);
+  }
+  return kept
     .map((t) => {
       const schema = ToolSchema.safeParse({ type: "function", function: { name: t.name, description: t.description ?? "", parameters: t.inputSchema } });
       if (!schema.success) throw new ConfigError(`mcp_servers[${i}]`, `${c.label}: tool '${t.name}' has an inputSchema edgeloop cannot offer (${schema.error.issues[0]?.path.join(".")}: ${schema.error.issues[0]?.message})`);
@@ -317,6 +349,9 @@ function toObservation(name: string, result: CallToolResult, call_id: string, at
 /** Why an SDK request failed. */
 function describe(e: unknown, c: McpConnection): Failure {
   const spec = c.spec;
+  // A transport that closed itself for a reason of its own (its newest one): that reason, whatever the SDK then
+  // reported (ConnectionClosed, "Not connected"), and no retry: the server misbehaves, the next call reconnects.
+  if (c.closeReason !== undefined) return { reason: `${c.label} was disconnected: ${c.closeReason}`, transient: false, reset: true };
   if (e instanceof McpError) {
     const kind = (e.data as { edgeloop_failure?: HttpFailure } | undefined)?.edgeloop_failure;
     if (kind === "timeout" || e.code === ErrorCode.RequestTimeout) return { reason: `timed out after ${spec.timeout_ms} ms`, transient: true, reset: false };
@@ -331,8 +366,19 @@ function describe(e: unknown, c: McpConnection): Failure {
     const status = e.code ?? 0;
     // 404: the server forgot the session (restarted, or expired it) and ran nothing; a new session is opened.
     if (status === 404) return { reason: `${c.label} no longer knows the session (HTTP 404)`, transient: true, reset: true, unsent: true };
+    // -1: the SDK's "Unexpected content type" (an HTML page, a plain-text 200): not an MCP endpoint; not retried.
+    if (status <= 0) return { reason: `${c.label} is not an MCP Streamable HTTP endpoint (${e.message.replace(/^Streamable HTTP error: /, "")})`, transient: false, reset: true };
     return { reason: `${c.label}: HTTP ${status}`, transient: status >= 500 || status === 408 || status === 429, reset: false };
   }
+  // zod's error for a message that is not JSON-RPC, or a result (a tool list) that breaks MCP's schema; JSON.parse's
+  // error for a body that is not JSON. The server answered: the same answer would come again, so no retry.
+  const issues = (e as { issues?: { path?: (string | number)[]; message?: string }[] })?.issues;
+  if (Array.isArray(issues)) {
+    const first = issues[0];
+    const at = first?.path?.length ? first.path.join(".") : "(root)";
+    return { reason: `${c.label} answered with a message that is not valid MCP (${issues.length} problem${issues.length === 1 ? "" : "s"}; first at ${at}: ${first?.message ?? "invalid"})`, transient: false, reset: true };
+  }
+  if (e instanceof SyntaxError) return { reason: `${c.label} answered with something that is not JSON (${e.message})`, transient: false, reset: true };
   // A failed notification, a transport or spawn error (a stdio command that does not start).
   return { reason: `could not connect to ${c.label} (${(e as Error)?.message ?? String(e)})`, transient: true, reset: true };
 }

@@ -1,5 +1,6 @@
 import type { AppConfig } from "../../../shared/config/app-config.ts";
-import type { ToolsFile } from "../../../shared/schema/index.ts";
+import type { ToolSchema, ToolsFile } from "../../../shared/schema/index.ts";
+import type { ChatTokenizer } from "../../../shared/tokens/tokenizer.ts";
 
 // The start-up warnings of settings that run, but not as one may expect: one line each, or null.
 
@@ -49,4 +50,26 @@ export function fetchCapWarning(concurrency: number, env: Record<string, string 
   const cap = raw && Number.isInteger(Number(raw)) && Number(raw) > 0 ? Number(raw) : 256;
   if (concurrency <= cap) return null;
   return `warning    concurrency ${concurrency} exceeds Bun's cap of ${cap} simultaneous HTTP requests (BUN_CONFIG_MAX_HTTP_REQUESTS${raw ? "" : " unset"}): engine, tool, store and pause calls beyond it queue inside this process; run through \`npx edgeloop\` (sets 4096) or set the variable`;
+}
+
+/**
+ * The start-up warning when the tool schemas alone fill the prompt budget:
+ * the chat template rendered with every tool (`tools`, OpenAI function
+ * format, as the loops render them) around one empty user turn and the
+ * generation prompt takes at least `promptLength` tokens, so every prompt with
+ * all tools offered is truncated (left by default: the tools block is what is
+ * cut). MCP servers choose their own schemas, which makes this likely. Null
+ * when within the budget, with no tools, or when the template fails to render
+ * (that is reported where the template is probed).
+ */
+export function toolsBudgetWarning(tokenizer: ChatTokenizer, tools: readonly ToolSchema[], promptLength: number): string | null {
+  if (tools.length === 0) return null;
+  let n: number;
+  try {
+    n = tokenizer.renderIds([{ role: "user", content: "" }], { tools, addGenerationPrompt: true }).length;
+  } catch {
+    return null;
+  }
+  if (n < promptLength) return null;
+  return `warning    the ${tools.length} tool schema${tools.length === 1 ? "" : "s"} alone take ${n} tokens of the prompt, at or over rollout.prompt_length ${promptLength}: every prompt that offers all of them is truncated (the tools block included); raise rollout.prompt_length (--prompt-length) or offer fewer tools (an MCP server's tools allow-list, a row's extra_info.tool_selection)`;
 }
