@@ -1,6 +1,9 @@
 import { z } from "zod";
 import { ConfigError, formatPath } from "../errors.ts";
 import { httpUrl, retriesCount, RolloutConfig, timerMs } from "../schema/config.ts";
+
+/** The engine's and the reward webhook's retries bound (0..100, as before the tools' 0..10): their calls are retried through weight updates and restarts. */
+const ENGINE_MAX_RETRIES = 100;
 import { OpenEnvSettings } from "../schema/openenv.ts";
 
 /** Where generation happens: `"sim"` (the embedded simulated engine) or an engine/gateway base URL. */
@@ -29,8 +32,8 @@ export const EngineConfig = z.strictObject({
   admin_api_key: z.string().min(1, "engine.admin_api_key must not be empty").nullable().default(null),
   /** Per-request deadline in milliseconds (at most 2147483647, setTimeout's largest delay). */
   timeout_ms: timerMs().positive().default(600_000),
-  /** Retries of a failed engine call (5xx, refused, past `timeout_ms`), each under a fresh request id, with backoff; 0: none; at most 10. */
-  max_retries: retriesCount().default(3),
+  /** Retries of a failed engine call (5xx, refused, past `timeout_ms`), each under a fresh request id, with backoff; 0: none; at most 100. */
+  max_retries: retriesCount(ENGINE_MAX_RETRIES).default(3),
   /** Cap of one engine reply in bytes, counted while it streams (default 64 MiB: long generations with log-probs are big). */
   max_reply_bytes: z.number().int().positive().default(64 * 1024 * 1024),
   /**
@@ -206,7 +209,7 @@ export type AgentWebhookSection = z.infer<typeof AgentConfig>;
 export const RewardConfig = z.strictObject({
   url: httpUrl("reward.url must be an http(s) URL").nullable().default(null),
   timeout_ms: timerMs().positive().default(30_000),
-  max_retries: retriesCount().default(2),
+  max_retries: retriesCount(ENGINE_MAX_RETRIES).default(2),
   max_reply_bytes: z.number().int().positive().default(4 * 1024 * 1024),
 });
 

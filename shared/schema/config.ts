@@ -35,9 +35,9 @@ export function timerMs() {
   return z.number().int().max(MAX_TIMER_MS, `must be <= ${MAX_TIMER_MS} (milliseconds; setTimeout's largest delay)`);
 }
 
-/** A retries count: an integer in 0..{@link MAX_RETRIES}, retries after the first attempt. */
-export function retriesCount() {
-  return z.number().int().min(0).max(MAX_RETRIES, `must be <= ${MAX_RETRIES} (retries after the first attempt)`);
+/** A retries count: an integer in 0..`max` (default {@link MAX_RETRIES}), retries after the first attempt. */
+export function retriesCount(max: number = MAX_RETRIES) {
+  return z.number().int().min(0).max(max, `must be <= ${max} (retries after the first attempt)`);
 }
 
 /** `rollout.val_kwargs`: sampling used for validation batches (verl defaults: greedy, n = 1). */

@@ -95,10 +95,10 @@ test("rollout.teacher.timeout_ms above setTimeout's largest delay is refused nam
 });
 
 for (const section of ["engine", "reward"]) {
-  test(`${section}.max_retries above 10 is refused naming the bound; 10 parses`, () => {
-    expect(() => parseAppConfig({ [section]: { max_retries: 11 } })).toThrow(`config ${section}.max_retries: must be <= 10 (retries after the first attempt) (in config)`);
-    expect(() => parseAppConfig({ [section]: { max_retries: 1000 } })).toThrow(`config ${section}.max_retries: must be <= 10 (retries after the first attempt) (in config)`);
-    expect((parseAppConfig({ [section]: { max_retries: 10 } }) as unknown as Record<string, { max_retries: number }>)[section]!.max_retries).toBe(10);
+  test(`${section}.max_retries above 100 is refused naming the bound; 100 parses (its bound before the tools' 0..10)`, () => {
+    expect(() => parseAppConfig({ [section]: { max_retries: 101 } })).toThrow(`config ${section}.max_retries: must be <= 100 (retries after the first attempt) (in config)`);
+    expect(() => parseAppConfig({ [section]: { max_retries: 1000 } })).toThrow(`config ${section}.max_retries: must be <= 100 (retries after the first attempt) (in config)`);
+    expect((parseAppConfig({ [section]: { max_retries: 100 } }) as unknown as Record<string, { max_retries: number }>)[section]!.max_retries).toBe(100);
   });
 }
 
