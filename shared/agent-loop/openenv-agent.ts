@@ -421,6 +421,11 @@ export class OpenEnvAgentLoop extends ToolAgentLoop {
       rewardError = r.error;
     } else if (s.reward === "last") score = scores.length ? scores[scores.length - 1]! : 0;
     else score = scores.reduce((x, y) => x + y, 0);
+    // Each step's reward is a finite JSON number, but their sum can overflow (1.7e308 twice): named here, with the env,
+    // rather than as the record's "reward_score: expected number, received Infinity".
+    if (score !== null && !Number.isFinite(score)) {
+      throw new OpenEnvError(`openenv ${redactUrl(s.base_url)}: the step rewards sum to ${score} (turn_scores ${JSON.stringify(scores.length > 8 ? [...scores.slice(0, 8), "…"] : scores)}): not a finite number`, { code: "openenv_bad_reply" });
+    }
     const extra: Record<string, unknown> = {
       turn_scores: scores,
       tool_rewards: d.toolRewards,

@@ -116,8 +116,17 @@ function snippet(s: string): string {
   return JSON.stringify(t.length > 200 ? `${t.slice(0, 200)}…` : t);
 }
 
+/**
+ * HTTP episodes open in this process, per environment base URL. OpenEnv's HTTP form has no episode id (a `step` acts
+ * on the server's one current episode), so a second reset on the same server while an episode runs would restart the
+ * first trajectory's game under it: both records would be wrong, silently (the fresh-user trial: 12 of 12 "won on the
+ * first guess"). The second one fails instead, naming the fix. Other processes (workers) cannot be seen from here.
+ */
+const runningHttpEpisodes = new Map<string, number>();
+
 class HttpEpisode implements OpenEnvEpisode {
   readonly what: string;
+  private registered = false;
   constructor(
     private readonly base: string,
     private readonly opts: OpenEnvClientOptions,
@@ -126,6 +135,19 @@ class HttpEpisode implements OpenEnvEpisode {
   }
 
   reset(fields: Record<string, unknown>, signal?: AbortSignal): Promise<OpenEnvResult> {
+    if (!this.registered) {
+      const n = runningHttpEpisodes.get(this.base) ?? 0;
+      if (n > 0) {
+        return Promise.reject(
+          new OpenEnvError(
+            `${this.what}: another trajectory's episode is running on this server; OpenEnv's HTTP form keeps one episode per server (a step names no episode), so two at once would play each other's game: use transport websocket (one episode per connection), one server per trajectory (extra_info.openenv.base_url), or --concurrency 1`,
+            { code: "openenv_episode_busy" },
+          ),
+        );
+      }
+      runningHttpEpisodes.set(this.base, n + 1);
+      this.registered = true;
+    }
     return this.post("/reset", fields, signal);
   }
 
@@ -133,7 +155,13 @@ class HttpEpisode implements OpenEnvEpisode {
     return this.post("/step", { action, ...(requestId.length <= 255 ? { request_id: requestId } : {}) }, signal);
   }
 
-  close(): void {}
+  close(): void {
+    if (!this.registered) return;
+    this.registered = false;
+    const n = (runningHttpEpisodes.get(this.base) ?? 1) - 1;
+    if (n > 0) runningHttpEpisodes.set(this.base, n);
+    else runningHttpEpisodes.delete(this.base);
+  }
 
   private async post(path: string, body: unknown, signal?: AbortSignal): Promise<OpenEnvResult> {
     const what = `${this.what} POST ${path}`;
@@ -164,7 +192,6 @@ class WsEpisode implements OpenEnvEpisode {
   readonly what: string;
   private socket: OpenEnvSocket | null = null;
   private connecting: Promise<OpenEnvSocket> | null = null;
-  private inbox: string[] = [];
   private waiter: { resolve(text: string): void; reject(e: Error): void } | null = null;
   /** Why the connection is unusable (closed, errored, a reply over the cap); every later call fails with it. */
   private broken: OpenEnvError | null = null;
@@ -286,16 +313,24 @@ class WsEpisode implements OpenEnvEpisode {
     if (w) {
       this.waiter = null;
       w.resolve(text);
-    } else this.inbox.push(text);
+      return;
+    }
+    // The protocol answers each message with exactly one: a message no request asked for (a second reply, a late one)
+    // would be read as the next step's reply, one step out of sync. The episode is unusable from here.
+    this.fail(new OpenEnvError(`${this.what}: sent a message no request asked for (the protocol answers each message with one): ${snippet(text)}`, { code: "openenv_bad_reply" }));
+    this.close();
   }
 
   private async request(msg: { type: string; data: unknown }, call: string, signal?: AbortSignal): Promise<OpenEnvResult> {
     const what = `${this.what} ${call}`;
     if (this.broken) throw this.broken;
     const s = await this.connect(signal);
+    // Let messages already received be dispatched first (one macrotask): an extra reply to the previous request that
+    // is in hand is then seen as unasked-for, not read as this request's reply. The protocol's messages carry no
+    // request id, so an extra message arriving only after this request is sent cannot be told from its reply.
+    await new Promise<void>((r) => setTimeout(r, 0));
     if (this.broken) throw this.broken;
     // One request at a time: the protocol answers each message with one message, in order.
-    this.inbox.length = 0;
     const reply = new Promise<string>((resolve, reject) => {
       this.waiter = { resolve, reject };
     });

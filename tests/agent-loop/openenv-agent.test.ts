@@ -244,6 +244,62 @@ describe("openenv_agent: environment failures fail the trajectory, naming the UR
     expect(err.message.startsWith(`openenv ${gone.url.replace("http://", "ws://")}/ws: `)).toBe(true);
   });
 
+  test("WebSocket: a second reply no request asked for fails the trajectory at its next step (it was read as that step's reply)", async () => {
+    const env = server({ wsDoubleReply: true });
+    // The second turn is sampled only once the client has seen the extra message and closed the connection (the server
+    // counts the close): the order is fixed by events, whatever the machine's load.
+    const client = new ScriptedClient(tok, [{ text: "5" }, { text: "8" }]);
+    const gen = client.generate.bind(client);
+    let calls = 0;
+    client.generate = async (req) => {
+      if (++calls === 2) await env.until((log) => log.wsClosed >= 1);
+      return gen(req);
+    };
+    const loop = new OpenEnvAgentLoop(ctxOf(tok, client, config(), { openenv: settings({ base_url: env.url }) }));
+    const e = (await loop.run(SP, row()).catch((x: unknown) => x)) as OpenEnvError;
+    expect(e).toBeInstanceOf(OpenEnvError);
+    const ws = `${env.url.replace("http://", "ws://")}/ws`;
+    expect(e.message).toStartWith(`openenv ${ws}: sent a message no request asked for (the protocol answers each message with one): "{\\"type\\":\\"observation\\"`);
+    expect(e.code).toBe("openenv_bad_reply");
+    // The first step was answered; the second was never sent on the broken connection.
+    expect(env.steps()).toBe(1);
+  });
+
+  test("step rewards whose sum overflows fail the trajectory naming the env, not as a record's reward_score: Infinity", async () => {
+    const env = server({ stepReward: 1.7e308 });
+    const loop = new OpenEnvAgentLoop(ctxOf(tok, new ScriptedClient(tok, [{ text: "5" }, { text: "8" }, { text: "7" }]), config(), { openenv: settings({ base_url: env.url }) }));
+    const e = (await loop.run(SP, row()).catch((x: unknown) => x)) as OpenEnvError;
+    expect(e).toBeInstanceOf(OpenEnvError);
+    expect(e.message).toBe(`openenv ${env.url}: the step rewards sum to Infinity (turn_scores [1.7e+308,1.7e+308,1.7e+308]): not a finite number`);
+  });
+
+  test("HTTP: a second episode on the same server while one runs fails (OpenEnv's HTTP form has one episode per server); after the first ends, a new one runs", async () => {
+    const env = server();
+    const mk = (script: { text: string }[]) => new OpenEnvAgentLoop(ctxOf(tok, new ScriptedClient(tok, script), config(), { openenv: settings({ base_url: env.url, transport: "http" }) }));
+    // The first trajectory's engine holds its first turn until the second trajectory has tried to reset.
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    const slow = new ScriptedClient(tok, [{ text: "5" }, { text: "8" }, { text: "7" }]);
+    const gen = slow.generate.bind(slow);
+    slow.generate = async (req) => {
+      await held;
+      return gen(req);
+    };
+    const first = new OpenEnvAgentLoop(ctxOf(tok, slow, config(), { openenv: settings({ base_url: env.url, transport: "http" }) })).run(SP, row());
+    await env.until((log) => log.http.some((r) => r.path === "/reset"));
+    const e = (await mk([{ text: "5" }]).run(SP, row({ uid: "u2" })).catch((x: unknown) => x)) as OpenEnvError;
+    expect(e).toBeInstanceOf(OpenEnvError);
+    expect(e.code).toBe("openenv_episode_busy");
+    expect(e.message).toStartWith(`openenv ${env.url}: another trajectory's episode is running on this server;`);
+    release();
+    const o = await first;
+    expect(o.extra_fields.turn_scores).toEqual([-0.25, -0.25, 1]);
+    // Only the first trajectory reset the server; once it ended, the next one runs.
+    expect(env.log.http.filter((r) => r.path === "/reset").length).toBe(1);
+    const next = await mk([{ text: "5" }, { text: "8" }, { text: "7" }]).run(SP, row({ uid: "u3" }));
+    expect(next.extra_fields.turn_scores).toEqual([-0.25, -0.25, 1]);
+  });
+
   test("through a batch: the row whose environment fails is a failed trajectory with that reason; the other row is unaffected", async () => {
     const good = server();
     const bad = server({ stepStatus: 503 });

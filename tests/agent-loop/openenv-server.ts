@@ -98,6 +98,10 @@ export interface ServerOptions {
   hangStep?: boolean;
   /** WebSocket: answer every step with an `EXECUTION_ERROR` message. */
   wsStepError?: boolean;
+  /** WebSocket: answer every step twice (a second, unasked-for observation message). */
+  wsDoubleReply?: boolean;
+  /** Every step's reward is this (a finite number whose sum can overflow, e.g. 1.7e308). */
+  stepReward?: number;
 }
 
 /** What the server saw, in order. */
@@ -228,8 +232,10 @@ export function startOpenEnvServer(opts: ServerOptions = {}): OpenEnvTestServer 
             }
             try {
               const r = env.step(msg.data as Record<string, unknown>);
+              if (opts.stepReward !== undefined) r.reward = opts.stepReward;
               steps++;
               send({ type: "observation", data: r });
+              if (opts.wsDoubleReply) send({ type: "observation", data: { ...r, observation: { ...r.observation, prompt: "a second reply" } } });
             } catch (e) {
               if (e instanceof ActionError) send({ type: "error", data: { message: "Invalid message", code: "VALIDATION_ERROR", errors: e.detail } });
               else send({ type: "error", data: { message: String(e), code: "EXECUTION_ERROR" } });
