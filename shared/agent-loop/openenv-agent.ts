@@ -2,8 +2,6 @@ import { InputError } from "../errors.ts";
 import { redactUrl, type OutboundFetch } from "../http/outbound.ts";
 import type { AgentLoopOutput, ChatMessage, SamplingParams } from "../schema/index.ts";
 import { OpenEnvRowSettings, OpenEnvSettings, type OpenEnvResult } from "../schema/openenv.ts";
-import { buildPromptIds } from "../tokens/prompt.ts";
-import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
 import { createToolCallParser } from "../tools/parser-registry.ts";
 import type { ParsedCall, ParseError, ToolCallParser } from "../tools/tool-call-parser.ts";
 import { isPlainObject } from "../tools/json-aware-scan.ts";
@@ -295,19 +293,7 @@ export class OpenEnvAgentLoop extends ToolAgentLoop {
       d.messages[d.messages.length - 1] = { ...last, content: `${last.content}\n\n${text}` };
     } else if (mode !== "ignore") d.messages.push({ role: "user", content: text });
     if (d.messages.length === 0) throw new InputError("prompt", "openenv_agent: the row has no prompt and observation.reset is 'ignore': nothing to render");
-    const { promptIds, truncated } = buildPromptIds(tokenizer, d.messages, {
-      ...(tools ? { tools } : {}),
-      promptLength: config.prompt_length,
-      chatTemplateKwargs: config.chat_template_kwargs,
-    });
-    d.builder = new TrajectoryBuilder({
-      promptIds,
-      responseLength: config.response_length,
-      maxModelLen: await this.maxModelLen(),
-      trackLogProbs: d.samplingParams.logprobs,
-      promptLength: config.prompt_length,
-      promptTruncated: truncated,
-    });
+    await this.openBuilder(d, tools);
     if (res.done || res.terminated || res.truncated) return this.stopAs(d, doneReason(res));
     return "generating";
   }

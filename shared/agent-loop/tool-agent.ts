@@ -306,14 +306,14 @@ export class ToolAgentLoop extends AgentLoop {
     return min;
   }
 
-  /** Renders the prompt with the active tools and picks the simulated user; fails the row before any request on bad input. */
-  protected async onPending(d: ToolAgentData): Promise<ToolAgentState> {
+  /**
+   * Renders `d.messages` with `tools` (verl's prompt truncation to `prompt_length`) and starts `d.builder` on it, with
+   * the rollout's response budget, the context size and log-prob tracking. Shared by the loops built on this one.
+   */
+  protected async openBuilder(d: ToolAgentData, tools: readonly ToolSchema[] | undefined): Promise<void> {
     const { config, tokenizer } = this.ctx;
-    this.reattach(d);
-    // The executor's own list (not a copy): buildPromptIds keys its cache by the list object's JSON, computed once per list.
-    const schemas: readonly ToolSchema[] | undefined = d.tools && d.tools.schemas.length > 0 ? d.tools.schemas : undefined;
     const { promptIds, truncated } = buildPromptIds(tokenizer, d.messages, {
-      tools: schemas,
+      ...(tools ? { tools } : {}),
       promptLength: config.prompt_length,
       chatTemplateKwargs: config.chat_template_kwargs,
     });
@@ -325,6 +325,15 @@ export class ToolAgentLoop extends AgentLoop {
       promptLength: config.prompt_length,
       promptTruncated: truncated,
     });
+  }
+
+  /** Renders the prompt with the active tools and picks the simulated user; fails the row before any request on bad input. */
+  protected async onPending(d: ToolAgentData): Promise<ToolAgentState> {
+    const { config, tokenizer } = this.ctx;
+    this.reattach(d);
+    // The executor's own list (not a copy): buildPromptIds keys its cache by the list object's JSON, computed once per list.
+    const schemas: readonly ToolSchema[] | undefined = d.tools && d.tools.schemas.length > 0 ? d.tools.schemas : undefined;
+    await this.openBuilder(d, schemas);
     return "generating";
   }
 

@@ -1,4 +1,5 @@
 import { processMetrics } from "../telemetry/process-metrics.ts";
+import { sleepUnlessAborted } from "../http/sleep.ts";
 import { BadEngineResponseError, EngineAbortedError, EngineUnavailableError } from "../errors.ts";
 import type { TokenOutput } from "../schema/index.ts";
 import type { GenerateRequest, InferenceClient } from "./types.ts";
@@ -48,17 +49,6 @@ export class RetryingClient implements InferenceClient {
   }
 }
 
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const t = setTimeout(done, ms);
-    function done() {
-      clearTimeout(t);
-      signal?.removeEventListener("abort", done);
-      resolve();
-    }
-    signal?.addEventListener("abort", done, { once: true });
-  });
-}
 
 /**
  * The retry loop of {@link RetryingClient} for any engine call (a generation,
@@ -87,7 +77,7 @@ export async function retryEngineCall<T>(
       processMetrics.observeEngineRetry();
       const base = Math.min(opts.maxDelayMs ?? 5_000, (opts.minDelayMs ?? 200) * 2 ** attempt);
       const ms = base * (0.75 + 0.5 * (opts.random ?? Math.random)());
-      await sleep(ms, signal);
+      await sleepUnlessAborted(ms, signal);
       if (deadline?.aborted && !req.signal?.aborted) throw expired();
       if (req.signal?.aborted) throw new EngineAbortedError(`engine call ${req.request_id} aborted by the caller`);
     }

@@ -5,6 +5,7 @@ import { ErrorCode, McpError, type CallToolResult } from "@modelcontextprotocol/
 import type { jsonSchemaValidator } from "@modelcontextprotocol/sdk/validation/types.js";
 import { ConfigError, ToolError } from "../errors.ts";
 import { DEFAULT_WEBHOOK_MAX_REPLY_BYTES, OutboundHttpError, readTextCapped, redactUrl, type OutboundFetch } from "../http/outbound.ts";
+import { sleepUnlessAborted } from "../http/sleep.ts";
 import { ToolSchema, type McpServerSpec } from "../schema/index.ts";
 import { checkToolArguments, pyList, toolCallId, type ToolCallRequest, type ToolExecutor, type ToolResult } from "./webhook-tool-client.ts";
 
@@ -385,16 +386,7 @@ function describe(e: unknown, c: McpConnection): Failure {
 
 /** Waits before retry `attempt` (1-based): min·2^(attempt-1), at most max; an abort cuts it short. */
 function backoff(attempt: number, opts: McpConnectOptions, signal?: AbortSignal): Promise<void> {
-  const ms = Math.min((opts.retryMinTimeoutMs ?? 250) * 2 ** (attempt - 1), opts.retryMaxTimeoutMs ?? 5000);
-  return new Promise((resolve) => {
-    const t = setTimeout(done, ms);
-    function done() {
-      clearTimeout(t);
-      signal?.removeEventListener("abort", done);
-      resolve();
-    }
-    signal?.addEventListener("abort", done, { once: true });
-  });
+  return sleepUnlessAborted(Math.min((opts.retryMinTimeoutMs ?? 250) * 2 ** (attempt - 1), opts.retryMaxTimeoutMs ?? 5000), signal);
 }
 
 /** The JSON-RPC id of a request body, or undefined for a notification, a response or a batch. */
