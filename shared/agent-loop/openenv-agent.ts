@@ -7,7 +7,7 @@ import type { ParsedCall, ParseError, ToolCallParser } from "../tools/tool-call-
 import { isPlainObject } from "../tools/json-aware-scan.ts";
 import { visibleSpans } from "../tools/reasoning-spans.ts";
 import { sharedObservationEncoder } from "./encoder-cache.ts";
-import { addPreempted, finalTokenVersions, modelVersionOf, recordTurnVersions, type AgentLoopKwargs } from "./agent-loop.ts";
+import { finalTokenVersions, type AgentLoopKwargs } from "./agent-loop.ts";
 import { OpenEnvError, openEpisode, type OpenEnvEpisode, type OpenEnvSocketFactory } from "./openenv-client.ts";
 import { ToolAgentLoop, type ToolAgentData, type ToolAgentState } from "./tool-agent.ts";
 
@@ -307,12 +307,7 @@ export class OpenEnvAgentLoop extends ToolAgentLoop {
     const out = await this.generate(b, d.samplingParams, d.key, d.metrics);
     if (out === undefined || out === "overflow") return this.stopAs(d, b.remainingBudget <= 0 ? "response_length" : "max_model_len", "length", true);
     if (out === "aborted") return this.stopAs(d, "abort", "abort");
-    addPreempted(d.metrics, out.num_preempted);
-    d.modelVersions.push(modelVersionOf(out));
-    d.assistantTurns++;
-    recordTurnVersions(d.tokenVersions, b.responseLength, out);
-    const appended = b.appendAction(out.token_ids, d.samplingParams.logprobs ? out.log_probs : null);
-    b.applyRoutedExperts(out.routed_experts);
+    const appended = this.appendTurn(d, out);
     const ids = out.token_ids;
     const body = ids.length > 0 && tok.isStopToken(ids[ids.length - 1]) ? ids.slice(0, -1) : ids;
     const text = tok.decode(body, { skipSpecialTokens: true });

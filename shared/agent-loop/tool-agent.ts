@@ -1,5 +1,5 @@
 import { InputError, ToolError } from "../errors.ts";
-import type { AgentLoopMetrics, AgentLoopOutput, ChatMessage, FinishReason, SamplingParams, ToolSchema } from "../schema/index.ts";
+import type { AgentLoopMetrics, AgentLoopOutput, ChatMessage, FinishReason, SamplingParams, TokenOutput, ToolSchema } from "../schema/index.ts";
 import type { ObservationEncoder } from "../tokens/observation.ts";
 import { buildPromptIds } from "../tokens/prompt.ts";
 import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
@@ -327,6 +327,22 @@ export class ToolAgentLoop extends AgentLoop {
     });
   }
 
+  /**
+   * Appends one sampled assistant turn `out` to `d.builder` (mask 1, its log-probs when tracked, its routed experts)
+   * and books it: preemptions, the turn's policy version and token versions, the assistant-turn count. Returns the
+   * builder's append result (`truncated` when the response budget cut it). Shared by the loops built on this one.
+   */
+  protected appendTurn(d: ToolAgentData, out: TokenOutput): ReturnType<TrajectoryBuilder["appendAction"]> {
+    const b = d.builder!;
+    addPreempted(d.metrics, out.num_preempted);
+    d.modelVersions.push(modelVersionOf(out));
+    d.assistantTurns++;
+    recordTurnVersions(d.tokenVersions, b.responseLength, out);
+    const appended = b.appendAction(out.token_ids, d.samplingParams.logprobs ? out.log_probs : null);
+    b.applyRoutedExperts(out.routed_experts);
+    return appended;
+  }
+
   /** Renders the prompt with the active tools and picks the simulated user; fails the row before any request on bad input. */
   protected async onPending(d: ToolAgentData): Promise<ToolAgentState> {
     const { config, tokenizer } = this.ctx;
@@ -346,12 +362,7 @@ export class ToolAgentLoop extends AgentLoop {
       return this.end(d, "length", b.remainingBudget <= 0 ? "response_length" : "max_model_len", true);
     }
     if (out === "aborted") return this.end(d, "abort", "abort");
-    addPreempted(d.metrics, out.num_preempted);
-    d.modelVersions.push(modelVersionOf(out));
-    d.assistantTurns++;
-    recordTurnVersions(d.tokenVersions, b.responseLength, out);
-    const appended = b.appendAction(out.token_ids, d.samplingParams.logprobs ? out.log_probs : null);
-    b.applyRoutedExperts(out.routed_experts);
+    const appended = this.appendTurn(d, out);
     const tok = this.ctx.tokenizer;
     if (lazyText.has(d)) undecoded.set(d, out.token_ids);
     else d.lastAssistantText = tok.decode(out.token_ids, { skipSpecialTokens: true });
