@@ -50,6 +50,8 @@ export interface RolloutsAppOptions {
   tokenizer?: ChatTokenizer | (() => Promise<ChatTokenizer>);
   /** The engines' pause/resume control (`/v1/engine/*`); absent: those routes answer 501. */
   engine?: EngineControl | null;
+  /** More families for `GET /metrics` (the sandbox leases'); a failure leaves them out of the scrape. */
+  extraMetrics?: () => Promise<PromFamily[]>;
 }
 
 /** A batch as `GET /v1/rollouts` lists it. */
@@ -161,7 +163,8 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
           () => [],
         )
       : [];
-    return new Response(formatPrometheus([...collector.families(), ...queue, ...gate, ...processMetrics.families()]), { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } });
+    const extra = opts.extraMetrics ? await opts.extraMetrics().catch(() => []) : [];
+    return new Response(formatPrometheus([...collector.families(), ...queue, ...gate, ...extra, ...processMetrics.families()]), { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } });
   });
   mountViewer(app);
   app.use("/v1/*", bearerAuth(opts.apiToken ?? null));

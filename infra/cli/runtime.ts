@@ -20,6 +20,9 @@ import { buildModel } from "./builders/model.ts";
 import { buildRolloutService, executorDeps, type ServiceHooks } from "./builders/service.ts";
 import { buildGate, buildPolicy, buildSessionStorage, buildStore, checkStore, waitForStore } from "./builders/store.ts";
 import { buildTools } from "./builders/tools.ts";
+import { buildSandboxLeases } from "./builders/sandbox.ts";
+import type { SandboxLeases } from "../../shared/tools/sandbox-leases.ts";
+import type { PromFamily } from "../../shared/telemetry/prometheus.ts";
 import { fetchCapWarning, toolsBudgetWarning } from "./builders/warnings.ts";
 import type { ConfigFlags } from "./flags.ts";
 import { processStoreHealth, watchStore } from "./store-watch.ts";
@@ -74,6 +77,10 @@ export interface Runtime {
   agentGateway: AgentGateway;
   /** Pause/resume of the engine replicas and the deployment's pause gate (`/v1/engine/*`). */
   engine: EngineControl;
+  /** The sandbox leases of the tools file's `sandbox` lifecycle (their metrics go to `/metrics`), or null without one. */
+  leases: SandboxLeases | null;
+  /** The sandbox leases' `/metrics` families (`storeWide`: the store's shared gauges and counters too: serve only), or null without leases. */
+  leaseMetrics: ((storeWide: boolean) => Promise<PromFamily[]>) | null;
   /** Sets the URL agents reach this process's API at, once it listens (unless `agent.public_url` is configured). */
   setPublicUrl(url: string): void;
   /** Stops what the runtime started (tool server, sim replicas, store connections). */
@@ -134,7 +141,9 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     if (fetchCap) warnings.push(fetchCap);
     const teacher = await buildTeacher(config, tokenizer, checkTimeoutMs, describe, warnings);
 
-    const { tools, interactions, signedCalls } = await buildTools(config, closers, describe);
+    const built0 = await buildTools(config, closers, describe);
+    const { interactions, signedCalls } = built0;
+    const { leases, tools, leaseMetrics } = buildSandboxLeases(config, built0.sandbox, built0.tools, closers, describe, flags.storeTimeout);
     const toolsBudget = toolsBudgetWarning(tokenizer, tools.schemas, config.rollout.prompt_length);
     if (toolsBudget) warnings.push(toolsBudget);
     const store = buildStore(config, flags.storeTimeout);
@@ -146,7 +155,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     const gate = buildGate(config, policy, closers, flags.storeTimeout);
     healthGate = gate;
     const engine = new EngineControl({ gate, format: config.engine.format, replicas: () => targets });
-    const deps = executorDeps(config, { gate, policy, registry, tokenizer, client, maxModelLen, tools, interactions, teacher });
+    const deps = executorDeps(config, { gate, policy, registry, tokenizer, client, maxModelLen, tools, interactions, teacher, ...(leases ? { leases } : {}) });
     const built = buildSessionStorage(config, closers, flags.storeTimeout);
     const { agentGateway, setPublicUrl } = buildAgentGateway(config, deps, built?.storage ?? null, describe, warnings);
     const { service, sessions, callbacks, jobs, batchStore, executorFor } = buildRolloutService({ config, deps, registry, store, sessionStore: built, policy, model, hooks, closers, describe });
@@ -175,6 +184,8 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
       signedToolCalls: signedCalls,
       agentGateway,
       engine,
+      leases,
+      leaseMetrics,
       setPublicUrl,
       async close() {
         for (const c of closers.reverse()) await c().catch(() => {});

@@ -105,10 +105,12 @@ export async function workerCommand(flags: WorkerFlags): Promise<void> {
         : listen({
             port: flags.metricsPort,
             hostname: flags.metricsHost ?? "127.0.0.1",
-            fetch: (req) => {
+            fetch: async (req) => {
               const path = new URL(req.url).pathname;
               if (req.method !== "GET" || path !== "/metrics") return Response.json({ error: { code: "not_found", message: "this listener serves only GET /metrics" } }, { status: 404 });
-              const text = formatPrometheus([...workerFamilies(worker.progress, worker.running, concurrency), ...processMetrics.families()]);
+              // A worker reports its own lease figures only: serve reports the store-wide ones once.
+              const leases = runtime.leaseMetrics ? await runtime.leaseMetrics(false).catch(() => []) : [];
+              const text = formatPrometheus([...workerFamilies(worker.progress, worker.running, concurrency), ...leases, ...processMetrics.families()]);
               return new Response(text, { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } });
             },
           });

@@ -409,6 +409,8 @@ export class ToolAgentLoop extends AgentLoop {
       string,
       { create_kwargs?: Record<string, unknown> } | undefined
     >;
+    const sk = ((d.kwargs.extra_info ?? {}) as Record<string, unknown>).sandbox_kwargs;
+    const sandboxKwargs = sk && typeof sk === "object" && !Array.isArray(sk) ? (sk as Record<string, unknown>) : {};
     const outcomes = (d.toolResults ??= d.pending.map(() => null));
     const t0 = this.now();
     const wall = this.ctx.asyncTools?.wallClockMs ?? (() => Date.now());
@@ -426,6 +428,8 @@ export class ToolAgentLoop extends AgentLoop {
             turn: d.assistantTurns,
             index: i,
             create_kwargs: toolsKwargs[a.name]?.create_kwargs ?? {},
+            sandbox_kwargs: sandboxKwargs,
+            sandbox_fresh: d.toolCalls === 0,
             signal: this.ctx.signal,
           });
         }

@@ -11,6 +11,10 @@ import { TrajectoryTracer } from "./trajectory-tracer.ts";
 import { outputOfRecord, routedExpertsFields, type BatchPlan, type PlannedTrajectory } from "./batch.ts";
 import { waitForAdmission, type Admission } from "./policy-version.ts";
 import { TrajectoryCarriedError, type TrajectoryExecutor } from "./batch-run.ts";
+import { SurplusCancelledError } from "./batch-types.ts";
+import type { LeaseReleaseReason, SandboxLeases } from "../tools/sandbox-leases.ts";
+import { SessionSuspendedError } from "../session/trajectory-session.ts";
+import { isStaleStep } from "../session/session-storage.ts";
 import { scoreWithTeacher, type TeacherClientFactory } from "./teacher-scoring.ts";
 
 /** What the agent loops of a process share: built once at start-up. */
@@ -30,6 +34,14 @@ export interface ExecutorDeps extends Omit<AgentLoopContext, "config" | "client"
    * on one step: an engine call plus a tool call with their timeouts.
    */
   ownerStallMs?: number;
+  /**
+   * The sandboxes of the tools file's `sandbox` lifecycle (its tools are
+   * already a {@link LeasedToolExecutor} over them): each trajectory's lease is
+   * released when its run ends (`finished`, `failed`, `cancelled`, `surplus`,
+   * `deadline`), and only detached when its session is carried or owned by
+   * another process.
+   */
+  leases?: SandboxLeases;
 }
 
 /** Default {@link ExecutorDeps.ownerStallMs}: 10 minutes, above the default engine (600 s) and tool timeouts. */
@@ -177,7 +189,10 @@ export function createAgentExecutor(
       const tracer = new TrajectoryTracer(t.key);
       const limits = shared.sessionLimits ?? DEFAULT_SESSION_LIMITS;
       const ctx: AgentLoopContext = { ...shared, client: new SessionCallLimiter(tracer.client(client), t.key, limits), ...(shared.tools ? { tools: tracer.tools(shared.tools) } : {}), config: rollout, ...(signal ? { signal } : {}) };
+      const leases = deps.leases;
+      let ended: { outputs?: AgentLoopOutput[]; error?: unknown } = {};
       try {
+        if (leases?.spec.create === "start") await leases.ensure(t.key, sandboxKwargsOf(row), { fresh: true, ...(signal ? { signal } : {}) });
         const loopOutputs = await runAgentLoop(registry, ctx, samplingParamsFor(rollout, plan.validate, t), {
           ...row,
           uid: t.uid,
@@ -187,9 +202,15 @@ export function createAgentExecutor(
         });
         checkOutputCount(t.key, loopOutputs.length, limits);
         const outputs = await scoreWithTeacher(loopOutputs, { teacher: rollout.teacher, ...(deps.teacher ? { clients: deps.teacher } : {}), key: t.key, ...(signal ? { signal } : {}) });
+        ended = { outputs };
         return { agentName, outputs: withAdmission(outputs, admission), toolLatenciesMs: tracer.toolLatenciesMs };
+      } catch (e) {
+        ended = { error: e };
+        throw e;
       } finally {
         tracer.end();
+        // The trajectory's run is over whatever happened: its sandbox goes (a failed release is left to the reaper).
+        if (leases) await leases.release(t.key, releaseReasonOf(ended, signal)).catch(() => false);
       }
     },
   };
@@ -293,6 +314,15 @@ export function createSessionExecutor(
     const admission = fresh ? await admit(deps, rollout, signal) : null;
     const signals = signalsOf(deps);
     if (signal) signals.set(t.key, signal);
+    const leases = deps.leases;
+    if (leases?.spec.create === "start") {
+      // Only a session with nothing stored yet may be given a new sandbox: a resumed one keeps (or has lost) its own.
+      const fresh = (await host.status(t.key)) === null;
+      await leases.ensure(t.key, sandboxKwargsOf(row), { fresh, ...(signal ? { signal } : {}) }).catch(async (e: unknown) => {
+        await leases.release(t.key, releaseReasonOf({ error: e }, signal)).catch(() => false);
+        throw e;
+      });
+    }
     const r = await host
       .run(
         {
@@ -306,9 +336,18 @@ export function createSessionExecutor(
         // Carried at the end of an over-sampled batch: stop at the last committed step, resumed by the next batch.
         rollout.partial_rollout === "carry" ? { suspend: carrySignal(signal) } : {},
       )
+      .catch(async (e: unknown) => {
+        if (leases) {
+          // Carried, or run by another owner now: the lease stays with the session; anything else ends the trajectory here.
+          if (e instanceof SessionSuspendedError || isStaleStep(e) || signal?.reason instanceof TrajectoryCarriedError) leases.detach(t.key);
+          else await leases.release(t.key, releaseReasonOf({ error: e }, signal)).catch(() => false);
+        }
+        throw e;
+      })
       .finally(() => {
         if (signals.get(t.key) === signal) signals.delete(t.key);
       });
+    if (leases) await leases.release(t.key, r.status === "failed" ? "failed" : releaseReasonOf({ outputs: r.status === "finished" ? r.outputs : [] }, signal)).catch(() => false);
     if (r.status === "finished" && !r.resumed) return { agentName, outputs: withAdmission(r.outputs, admission) };
     if (r.status === "failed") throw new Error(r.error);
     // Done, or finished by an owner that died around its writes: the records (0…k) may already be stored.
@@ -329,3 +368,25 @@ export function createSessionExecutor(
   }
 }
 
+
+/** The row's `extra_info.sandbox_kwargs` (the sandbox create's `create_kwargs`), `{}` when absent or not an object. */
+function sandboxKwargsOf(row: { extra_info?: unknown }): Record<string, unknown> {
+  const sk = ((row.extra_info ?? {}) as Record<string, unknown>).sandbox_kwargs;
+  return sk && typeof sk === "object" && !Array.isArray(sk) ? (sk as Record<string, unknown>) : {};
+}
+
+/**
+ * The lease release reason of a trajectory whose run ended with `ended` (its
+ * outputs, or what it threw) under `signal`: `deadline` when an output ended
+ * by the deadline or the signal's reason is a {@link TrajectoryDeadlineError}-named
+ * error, `surplus` for a surplus stop or a carry, `cancelled` for any other abort,
+ * `failed` for an error, else `finished`.
+ */
+export function releaseReasonOf(ended: { outputs?: readonly { extra_fields?: Record<string, unknown> }[]; error?: unknown }, signal?: AbortSignal): LeaseReleaseReason {
+  if (ended.outputs) return ended.outputs.some((o) => o.extra_fields?.terminated_by === "deadline") ? "deadline" : "finished";
+  const r: unknown = signal?.aborted ? signal.reason : undefined;
+  if (r instanceof SurplusCancelledError || r instanceof TrajectoryCarriedError) return "surplus";
+  if ((r as { name?: unknown } | undefined)?.name === "TrajectoryDeadlineError") return "deadline";
+  if (signal?.aborted) return "cancelled";
+  return "failed";
+}

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { retriesCount, timerMs } from "./config.ts";
+import { MAX_TIMER_MS, retriesCount, timerMs } from "./config.ts";
 
 /**
  * A tool's schema in OpenAI function format, passed to the chat template as
@@ -135,14 +135,57 @@ export const McpServerSpec = z
   });
 export type McpServerSpec = z.infer<typeof McpServerSpec>;
 
+/** The longest lease TTL or sandbox lifetime, seconds: {@link MAX_TIMER_MS} in whole seconds (about 24.8 days), as each becomes a timer in ms. */
+const MAX_LEASE_SECONDS = Math.floor(MAX_TIMER_MS / 1000);
+
+/**
+ * A sandbox lifecycle (the tools file's `sandbox` block; docs/environments.md
+ * "Sandboxes and leases"): every trajectory that uses the tools gets its own
+ * sandbox, held as a lease by its session. `create_url`, `release_url` and the
+ * optional `heartbeat_url` are POSTed (JSON, signed like tool webhooks) in the
+ * contract of shared/schema/sandbox.ts. Fields:
+ * - `create`: `first_use` (default: at the trajectory's first tool call) or `start` (before its first turn).
+ * - `ttl_s`: seconds a lease lives without a heartbeat (default 300, min 3); the owner refreshes it every
+ *   `ttl_s / 3` s, so a dead owner's sandbox is released by a reaper within `ttl_s` of its last heartbeat.
+ * - `lifetime_s`: the sandbox's own lifetime sent to the provider (default: the trajectory deadline plus
+ *   `ttl_s`; refused at start when below the deadline).
+ * - `create_timeout_ms` (default 60 000) is the create deadline: a create not answered by then is released by
+ *   its lease id (never orphaned) and retried `create_retries` times (default 2) with a new lease id.
+ * - `release_timeout_ms` (default 30 000) and `release_retries` (default 3) bound each release.
+ * - `max_creates_per_s` (default 10) and `create_burst` (default: the rate rounded up) are a token bucket, and
+ *   `max_live` (default 256) caps the sandboxes that exist at once; both are kept in the store and shared by
+ *   every process on it (the memory store: this process only).
+ * - `headers`, `max_reply_bytes`: as for MCP servers.
+ * URLs are http(s) only; unknown keys are errors.
+ */
+export const SandboxSpec = z.strictObject({
+  create_url: callUrl(),
+  release_url: callUrl(),
+  heartbeat_url: callUrl().optional(),
+  create: z.enum(["first_use", "start"]).default("first_use"),
+  ttl_s: z.number().int().min(3).max(MAX_LEASE_SECONDS).default(300),
+  lifetime_s: z.number().int().positive().max(MAX_LEASE_SECONDS).optional(),
+  create_timeout_ms: timerMs().positive().default(60_000),
+  create_retries: retriesCount().default(2),
+  release_timeout_ms: timerMs().positive().default(30_000),
+  release_retries: retriesCount().default(3),
+  max_creates_per_s: z.number().positive().max(1_000_000).default(10),
+  create_burst: z.number().int().min(1).max(1_000_000).optional(),
+  max_live: z.number().int().min(1).max(10_000_000).default(256),
+  headers: HttpHeaders.optional(),
+  max_reply_bytes: z.number().int().positive().optional(),
+});
+export type SandboxSpec = z.infer<typeof SandboxSpec>;
+
 /**
  * A tools file (YAML or JSON): `{tools?: [...], interactions?: [...], mcp_servers?: [...]}`.
  * Tool names must be unique, and so must interaction and MCP server names.
  * `tools` (default `[]`) are webhook tools; `interactions` (default `[]`) the
  * simulated users rows reach through `extra_info.interaction_kwargs`;
  * `mcp_servers` (default `[]`) MCP servers whose tools are listed at start
- * (docs/tool-webhooks.md). A name clash between a webhook tool and an MCP
- * tool is found when the servers are listed, not here.
+ * (docs/tool-webhooks.md); `sandbox` (optional) a sandbox lifecycle whose
+ * leases the trajectories hold ({@link SandboxSpec}). A name clash between a
+ * webhook tool and an MCP tool is found when the servers are listed, not here.
  */
 export const ToolsFile = z.strictObject({
   tools: z
@@ -157,5 +200,6 @@ export const ToolsFile = z.strictObject({
     .array(McpServerSpec)
     .refine((ss) => new Set(ss.map((s) => s.name)).size === ss.length, "MCP server names must be unique")
     .default([]),
+  sandbox: SandboxSpec.optional(),
 });
 export type ToolsFile = z.infer<typeof ToolsFile>;

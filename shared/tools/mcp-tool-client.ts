@@ -27,12 +27,17 @@ export interface McpConnectOptions {
   retryMaxTimeoutMs?: number;
 }
 
-/** The `_meta` keys of every `tools/call` edgeloop sends: the idempotency key, the trajectory key, the turn, the row's `create_kwargs`. */
+/**
+ * The `_meta` keys of every `tools/call` edgeloop sends: the idempotency key, the trajectory key, the turn, the row's
+ * `create_kwargs`, and, for a tools file with a `sandbox` lifecycle, the trajectory's sandbox and lease ids.
+ */
 export const MCP_META = {
   call_id: "edgeloop/call_id",
   key: "edgeloop/key",
   turn: "edgeloop/turn",
   create_kwargs: "edgeloop/create_kwargs",
+  sandbox_id: "edgeloop/sandbox_id",
+  lease_id: "edgeloop/lease_id",
 } as const;
 
 /**
@@ -252,6 +257,10 @@ export class McpToolClient implements ToolExecutor {
     const fail = (reason: string, attempts: number): ToolResult => ({ ok: false, call_id, attempts, content: `Error executing tool '${req.name}': ${reason}` });
     const meta: Record<string, unknown> = { [MCP_META.call_id]: call_id, [MCP_META.key]: req.key, [MCP_META.turn]: req.turn };
     if (req.create_kwargs && Object.keys(req.create_kwargs).length > 0) meta[MCP_META.create_kwargs] = req.create_kwargs;
+    if (req.sandbox) {
+      meta[MCP_META.sandbox_id] = req.sandbox.sandbox_id;
+      meta[MCP_META.lease_id] = req.sandbox.lease_id;
+    }
     const server = entry.server;
     for (let attempts = 1; ; attempts++) {
       let client: Client | undefined;

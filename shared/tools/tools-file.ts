@@ -16,7 +16,7 @@ export interface ParseToolsFileOptions {
  * and, optionally, `interactions: [{name, url, timeout_ms, max_retries}]`
  * (simulated users) and `mcp_servers: [{name, url | command+args+env, …}]`
  * (docs/tool-webhooks.md).
- * `{name}` placeholders in tool, interaction and MCP server URLs are filled from `vars` before validation.
+ * `{name}` placeholders in tool, interaction, MCP server and sandbox URLs are filled from `vars` before validation.
  * @throws ConfigError naming the file and the failing path (e.g. `tools[1].url`),
  *   for bad syntax, a schema mismatch, duplicate names, or an unfilled placeholder.
  */
@@ -36,6 +36,14 @@ export function parseToolsFile(text: string, opts: ParseToolsFileOptions = {}): 
         const entry = t as { url: string };
         entry.url = entry.url.replace(/\{(\w+)\}/g, (m, k: string) => (opts.vars && k in opts.vars ? String(opts.vars[k]) : m));
       }
+    }
+  }
+  const sandbox = doc && typeof doc === "object" ? (doc as Record<string, unknown>).sandbox : undefined;
+  if (sandbox && typeof sandbox === "object") {
+    const sb = sandbox as Record<string, unknown>;
+    for (const k of ["create_url", "release_url", "heartbeat_url"]) {
+      const v = sb[k];
+      if (typeof v === "string") sb[k] = v.replace(/\{(\w+)\}/g, (m, name: string) => (opts.vars && name in opts.vars ? String(opts.vars[name]) : m));
     }
   }
   const r = ToolsFile.safeParse(doc);

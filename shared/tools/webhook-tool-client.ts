@@ -15,6 +15,12 @@ export interface ToolCallRequest {
   index: number;
   /** `extra_info.tools_kwargs.<name>.create_kwargs` of the row. */
   create_kwargs?: Record<string, unknown>;
+  /** The row's `extra_info.sandbox_kwargs`: the `create_kwargs` of the trajectory's sandbox create (tools files with a `sandbox` lifecycle). */
+  sandbox_kwargs?: Record<string, unknown>;
+  /** No tool result of this trajectory has been observed yet (a sandbox lost before that is replaced; after it, the loss fails the trajectory). */
+  sandbox_fresh?: boolean;
+  /** The trajectory's sandbox (set by `LeasedToolExecutor`): sent as the webhook body's `sandbox_id`/`lease_id` and MCP `_meta`. */
+  sandbox?: { lease_id: string; sandbox_id: string };
   signal?: AbortSignal;
 }
 
@@ -132,7 +138,7 @@ export class WebhookToolClient implements ToolExecutor {
     const argError = checkToolArguments(spec.schema, req.arguments);
     if (argError) return { ok: false, call_id: "", attempts: 0, content: `Invalid arguments for '${req.name}': ${argError}` };
     const call_id = toolCallId(req.key, req.turn, req.index);
-    const body: ToolCallRequestBody = { call_id, name: req.name, arguments: req.arguments as Record<string, unknown>, key: req.key, turn: req.turn, create_kwargs: req.create_kwargs ?? {} };
+    const body: ToolCallRequestBody = { call_id, name: req.name, arguments: req.arguments as Record<string, unknown>, key: req.key, turn: req.turn, create_kwargs: req.create_kwargs ?? {}, ...(req.sandbox ? { sandbox_id: req.sandbox.sandbox_id, lease_id: req.sandbox.lease_id } : {}) };
     const fail = (reason: string, attempts: number): ToolResult => ({ ok: false, call_id, attempts, content: `Error executing tool '${req.name}': ${reason}` });
     let reply;
     try {

@@ -1,3 +1,4 @@
+import type { SandboxLeases } from "../../../shared/tools/sandbox-leases.ts";
 import type { AgentLoopRegistry } from "../../../shared/agent-loop/index.ts";
 import { sessionLimitsOf } from "../../../shared/agent-loop/session-limits.ts";
 import { mergeConfig, parseAppConfig, type AppConfig } from "../../../shared/config/app-config.ts";
@@ -58,7 +59,7 @@ export interface ServiceHooks {
 /** What the executors of this process run trajectories with (`ExecutorDeps`, without the agent gateway: `buildAgentGateway` adds it). */
 export function executorDeps(
   config: AppConfig,
-  parts: { gate: EngineGate; policy: PolicyVersions; registry: AgentLoopRegistry; tokenizer: ChatTokenizer; client: InferenceClient; maxModelLen: number; tools: ToolExecutor; interactions: Record<string, InteractionClient>; teacher: TeacherClientFactory },
+  parts: { gate: EngineGate; policy: PolicyVersions; registry: AgentLoopRegistry; tokenizer: ChatTokenizer; client: InferenceClient; maxModelLen: number; tools: ToolExecutor; interactions: Record<string, InteractionClient>; teacher: TeacherClientFactory; leases?: SandboxLeases },
 ): ExecutorDeps {
   return {
     ...parts,

@@ -10,6 +10,8 @@ import type { RedisCommander } from "../../../shared/store/redis-commander.ts";
 import type { TransferQueue } from "../../../shared/store/types.ts";
 import { checkUpstash, createUpstashTransferQueue, UpstashCommander } from "../../../shared/store/upstash-transfer-queue.ts";
 import { IoRedisCommander } from "../../redis/ioredis-commander.ts";
+import { MemoryLeaseStore, type LeaseStore } from "../../../shared/tools/lease-store.ts";
+import { RedisLeaseStore } from "../../../shared/tools/redis-lease-store.ts";
 import { checkRedis, maskRedisUrl } from "../../redis/redis-check.ts";
 import { createRedisTransferQueue } from "../../redis/redis-transfer-queue.ts";
 
@@ -166,4 +168,16 @@ export async function waitForStore(config: AppConfig, checkTimeoutMs: number, ti
       delay = Math.min(delay * 2, 5_000);
     }
   }
+}
+
+/**
+ * The lease store of the tools file's sandboxes: in the store's Redis (TCP or
+ * Upstash; its own connection), so the create limiter, the live cap and the
+ * reaper are shared by every process on the store; in-process for the memory store.
+ */
+export function buildLeaseStore(config: AppConfig, closers: (() => Promise<void>)[], storeTimeoutS?: number): LeaseStore {
+  if (config.store.url === "memory") return new MemoryLeaseStore();
+  const commander = storeCommander(config, storeTimeoutS);
+  closers.push(() => commander.close());
+  return new RedisLeaseStore(commander, { prefix: config.store.prefix });
 }

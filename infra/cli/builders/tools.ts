@@ -2,7 +2,7 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { AppConfig } from "../../../shared/config/app-config.ts";
 import { ConfigError } from "../../../shared/errors.ts";
-import type { ToolsFile } from "../../../shared/schema/index.ts";
+import type { SandboxSpec, ToolsFile } from "../../../shared/schema/index.ts";
 import { interactionClients, type InteractionClient } from "../../../shared/tools/interaction-client.ts";
 import { parseToolsFile } from "../../../shared/tools/tools-file.ts";
 import { WebhookToolClient, type ToolExecutor } from "../../../shared/tools/webhook-tool-client.ts";
@@ -15,10 +15,11 @@ import { hasSignedCalls } from "./warnings.ts";
  * The webhook tools, MCP servers (`withMcpTools`, builders/mcp.ts) and simulated users (`interactions`) of `tools.file`, the webhooks
  * signed with `tools.secret`; with no file, the example tool server's (its
  * `calc`, `lookup` and the `gsm8k_user` simulated user) on a free loopback port.
+ * `sandbox`: the file's sandbox lifecycle, when it has one (built by builders/sandbox.ts).
  * `signedCalls`: whether `tools.file` has webhook tools or simulated users (calls signed with
  * `tools.secret`; MCP requests never are); false without a file.
  */
-export async function buildTools(config: AppConfig, closers: (() => Promise<void>)[], describe: string[]): Promise<{ tools: ToolExecutor; interactions: Record<string, InteractionClient>; signedCalls: boolean }> {
+export async function buildTools(config: AppConfig, closers: (() => Promise<void>)[], describe: string[]): Promise<{ tools: ToolExecutor; interactions: Record<string, InteractionClient>; signedCalls: boolean; sandbox?: SandboxSpec }> {
   const secret = config.tools.secret ?? undefined;
   const users = (file: ToolsFile) => (file.interactions.length > 0 ? `; simulated users ${file.interactions.map((i) => i.name).join(", ")}` : "");
   if (config.tools.file) {
@@ -27,7 +28,7 @@ export async function buildTools(config: AppConfig, closers: (() => Promise<void
     });
     const file = parseToolsFile(text, { source: config.tools.file });
     describe.push(`tools      ${file.tools.map((t) => t.name).join(", ") || "(no webhook tools)"} from ${config.tools.file}${users(file)}`);
-    return { tools: await withMcpTools(file, new WebhookToolClient(file.tools, { secret }), closers, describe), interactions: interactionClients(file.interactions, { secret }), signedCalls: hasSignedCalls(file) };
+    return { tools: await withMcpTools(file, new WebhookToolClient(file.tools, { secret }), closers, describe), interactions: interactionClients(file.interactions, { secret }), signedCalls: hasSignedCalls(file), ...(file.sandbox ? { sandbox: file.sandbox } : {}) };
   }
   const server = startToolServer({ port: 0, secret });
   closers.push(() => server.stop());

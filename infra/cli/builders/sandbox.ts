@@ -1,0 +1,49 @@
+import type { AppConfig } from "../../../shared/config/app-config.ts";
+import { ConfigError } from "../../../shared/errors.ts";
+import type { SandboxSpec } from "../../../shared/schema/index.ts";
+import { LeasedToolExecutor, SandboxLeases } from "../../../shared/tools/sandbox-leases.ts";
+import type { ToolExecutor } from "../../../shared/tools/webhook-tool-client.ts";
+import { buildLeaseStore } from "./store.ts";
+import { LeaseMetricsCollector } from "../../../shared/telemetry/lease-metrics.ts";
+import type { PromFamily } from "../../../shared/telemetry/prometheus.ts";
+
+/**
+ * The sandbox leases of the tools file's `sandbox` lifecycle (null without
+ * one), the tools wrapped to run in them, and their `/metrics` families
+ * (`storeWide`: with the store's shared figures too). Starts this process's heartbeat
+ * and reaper (every process that runs trajectories reaps: the store's claim
+ * makes two reapers release a lease once); both stop with `closers`.
+ * @throws ConfigError (`tools.file: sandbox.lifetime_s`) when the sandbox lifetime is below the trajectory deadline.
+ */
+export function buildSandboxLeases(
+  config: AppConfig,
+  spec: SandboxSpec | undefined,
+  tools: ToolExecutor,
+  closers: (() => Promise<void>)[],
+  describe: string[],
+  storeTimeoutS?: number,
+): { leases: SandboxLeases | null; tools: ToolExecutor; leaseMetrics: ((storeWide: boolean) => Promise<PromFamily[]>) | null } {
+  if (!spec) return { leases: null, tools, leaseMetrics: null };
+  const observer = new LeaseMetricsCollector();
+  const deadline = (config.rollout as { trajectory_deadline_s?: number | null }).trajectory_deadline_s ?? null;
+  let leases: SandboxLeases;
+  try {
+    leases = new SandboxLeases(spec, buildLeaseStore(config, closers, storeTimeoutS), { ...(config.tools.secret ? { secret: config.tools.secret } : {}), trajectoryDeadlineS: deadline, observer });
+  } catch (e) {
+    if (e instanceof TypeError) throw new ConfigError(`${config.tools.file ?? "tools file"}: sandbox.lifetime_s`, e.message);
+    throw e;
+  }
+  let failures = 0;
+  const stop = leases.start({
+    reaper: true,
+    onError: (e) => {
+      // A store outage is reported by the store watch; one line here for the first failure of a run of them.
+      if (failures++ === 0) console.error(`edgeloop: sandbox leases: ${(e as Error)?.message ?? String(e)} (retried at the next heartbeat)`);
+    },
+  });
+  closers.push(async () => stop());
+  describe.push(leases.describe());
+  // Store-wide figures from one process only (serve), so that a sum over a deployment's scrapes counts them once.
+  const leaseMetrics = async (storeWide: boolean) => observer.families(storeWide ? await leases.store.stats().catch(() => null) : null);
+  return { leases, tools: new LeasedToolExecutor(tools, leases), leaseMetrics };
+}
