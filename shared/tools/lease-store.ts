@@ -98,7 +98,8 @@ export interface LeaseStoreStats {
    * Monotonic counters, present once counted: `granted`, `confirmed`,
    * `create_failed` (claimRelease with reason create_failed),
    * `released:<reason>` (finishRelease, by the record's reason),
-   * `reaped:<reason>` (claimDue).
+   * `reaped:<reason>` (claimDue); Redis only: `orphaned` (a due entry
+   * whose record was gone, dropped by claimDue).
    */
   counters: Record<string, number>;
 }

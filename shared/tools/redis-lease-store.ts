@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { StoreError } from "../errors.ts";
+import { EdgeloopError, StoreError } from "../errors.ts";
 import { keyPart } from "../store/key-encoding.ts";
 import type { RedisArg, RedisCommander, RedisReply } from "../store/redis-commander.ts";
 import { scriptSha } from "../store/redis-layout.ts";
@@ -69,8 +69,8 @@ local attempt = 1
 if cur[1] then attempt = tonumber(cur[2]) + 1 end
 local exp = t + tonumber(ARGV[5])
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'key', ARGV[1], 'lease_id', ARGV[1] .. '~' .. attempt, 'attempt', attempt, 'status', 'creating', 'created_ms', int(t), 'expires_ms', int(exp))
-redis.call('ZADD', KEYS[2], exp, ARGV[1])
+redis.call('HSET', KEYS[1], 'key', ARGV[1], 'lease_id', ARGV[1] .. '~' .. attempt, 'attempt', int(attempt), 'status', 'creating', 'created_ms', int(t), 'expires_ms', int(exp))
+redis.call('ZADD', KEYS[2], int(exp), ARGV[1])
 redis.call('HINCRBY', KEYS[4], 'granted', 1)
 move(KEYS[4], nil, 'creating')
 return {'granted', redis.call('HGETALL', KEYS[1])}
@@ -82,7 +82,7 @@ local cur = redis.call('HMGET', KEYS[1], 'status', 'lease_id', 'key')
 if cur[1] ~= 'creating' or cur[2] ~= ARGV[1] then return false end
 local exp = math.floor(now_ms()) + tonumber(ARGV[3])
 redis.call('HSET', KEYS[1], 'status', 'live', 'sandbox_id', ARGV[2], 'expires_ms', int(exp))
-redis.call('ZADD', KEYS[2], exp, cur[3])
+redis.call('ZADD', KEYS[2], int(exp), cur[3])
 redis.call('HINCRBY', KEYS[3], 'confirmed', 1)
 move(KEYS[3], 'creating', 'live')
 return redis.call('HGETALL', KEYS[1])
@@ -96,7 +96,7 @@ for i = 2, #KEYS do
   local cur = redis.call('HMGET', KEYS[i], 'status', 'lease_id', 'key')
   if cur[1] == 'live' and cur[2] == ARGV[i] then
     redis.call('HSET', KEYS[i], 'expires_ms', int(exp))
-    redis.call('ZADD', KEYS[1], exp, cur[3])
+    redis.call('ZADD', KEYS[1], int(exp), cur[3])
     out[i - 1] = 1
   else
     out[i - 1] = 0
@@ -111,7 +111,7 @@ local cur = redis.call('HMGET', KEYS[1], 'status', 'lease_id', 'key')
 if (cur[1] ~= 'creating' and cur[1] ~= 'live') or cur[2] ~= ARGV[1] then return false end
 local exp = math.floor(now_ms()) + tonumber(ARGV[3])
 redis.call('HSET', KEYS[1], 'status', 'releasing', 'reason', ARGV[2], 'expires_ms', int(exp))
-redis.call('ZADD', KEYS[2], exp, cur[3])
+redis.call('ZADD', KEYS[2], int(exp), cur[3])
 if ARGV[2] == 'create_failed' then redis.call('HINCRBY', KEYS[3], 'create_failed', 1) end
 move(KEYS[3], cur[1], 'releasing')
 return redis.call('HGETALL', KEYS[1])
@@ -139,8 +139,9 @@ return 1
  * (`{prefix}sbx:l:`), limit, hold ms. Reads at most `limit` members of due
  * scored <= now (ZRANGEBYSCORE … LIMIT), and claims each: → `releasing`,
  * reason by status, expiring now + hold. Replies one HGETALL per claimed
- * lease. A member whose record is gone or released (only possible if the
- * hash was deleted by hand) is dropped from due.
+ * lease. A member whose record is gone or released (the hash deleted by
+ * hand or evicted under memory pressure: its lease id is unknown, so it cannot
+ * be released) is dropped from due and counted as `orphaned`.
  *
  * The record keys are derived inside the script (`enc` is
  * {@link keyPart}: the identity on `[A-Za-z0-9._~-]`, else every other
@@ -156,7 +157,7 @@ end
 local REAP = {creating = 'reaped_create', live = 'reaped_ttl', releasing = 'reaped_release'}
 local t = math.floor(now_ms())
 local exp = t + tonumber(ARGV[3])
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', t, 'LIMIT', 0, tonumber(ARGV[2]))
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', int(t), 'LIMIT', 0, ARGV[2])
 local out = {}
 for _, key in ipairs(due) do
   local rk = ARGV[1] .. enc(key)
@@ -164,12 +165,13 @@ for _, key in ipairs(due) do
   local reason = st and REAP[st]
   if reason then
     redis.call('HSET', rk, 'status', 'releasing', 'reason', reason, 'expires_ms', int(exp))
-    redis.call('ZADD', KEYS[1], exp, key)
+    redis.call('ZADD', KEYS[1], int(exp), key)
     redis.call('HINCRBY', KEYS[2], 'reaped:' .. reason, 1)
     move(KEYS[2], st, 'releasing')
     out[#out + 1] = redis.call('HGETALL', rk)
   else
     redis.call('ZREM', KEYS[1], key)
+    redis.call('HINCRBY', KEYS[2], 'orphaned', 1)
   end
 end
 return out
@@ -395,6 +397,7 @@ function hashOf(raw: RedisReply, what: string): Record<string, unknown> {
   throw new StoreError(`lease store ${what}: malformed reply: expected a hash, got ${JSON.stringify(raw)?.slice(0, 200)}`);
 }
 
-function wrap(e: unknown, what: string): StoreError {
-  return e instanceof StoreError ? e : new StoreError(`lease store ${what}: ${(e as Error)?.message ?? String(e)}`, { cause: e });
+/** A transport failure as a StoreError naming the operation; edgeloop's own errors (an unreachable store, a request over the size cap) pass as they are. */
+function wrap(e: unknown, what: string): EdgeloopError {
+  return e instanceof EdgeloopError ? e : new StoreError(`lease store ${what}: ${(e as Error)?.message ?? String(e)}`, { cause: e });
 }

@@ -8,6 +8,9 @@ import type { RedisArg, RedisCommander, RedisReply } from "../../shared/store/re
 import { UpstashCommander } from "../../shared/store/upstash-transfer-queue.ts";
 import { randomPrefix, rawRedis, REDIS_URL, redisCleanup, requireRedis } from "../helpers/redis.ts";
 import { waitFor } from "../helpers/wait.ts";
+import { globEscape } from "../../shared/store/gc.ts";
+import { keyPart } from "../../shared/store/key-encoding.ts";
+import fc from "fast-check";
 
 const LONG = 60_000;
 const SHORT = 30;
@@ -448,7 +451,7 @@ for (const be of backends) {
       expect([claimed!.key, claimed!.lease_id, claimed!.reason]).toEqual([key, `${key}~1`, "reaped_create"]);
       if (m.prefix) {
         const raw = rawRedis();
-        const names = (await raw.keys(`${m.prefix.replace(/[*?[\]\\]/g, "\\$&")}*`)).map((k) => k.slice(m.prefix!.length)).sort();
+        const names = (await raw.keys(`${globEscape(m.prefix)}*`)).map((k) => k.slice(m.prefix!.length)).sort();
         expect(names).toEqual(["sbx:bucket", "sbx:due", "sbx:l:a%3Ab%20c%2F%C3%BC%2A%7Bx%7D_0_1", "sbx:stats"]);
         expect(await raw.zrange(`${m.prefix}sbx:due`, "0", "-1")).toEqual([key]);
         expect(await raw.hget(`${m.prefix}sbx:l:a%3Ab%20c%2F%C3%BC%2A%7Bx%7D_0_1`, "key")).toBe(key);
@@ -502,6 +505,42 @@ for (const be of backends) {
         await m.advanceTo((await store.get("t_0_0"))!.expires_ms);
         await waitFor(async () => (await store.get("t_0_0")) === null, "the tombstone to expire", 5_000, 20);
         expect((await granted(store, "t_0_0", LONG, WIDE, true)).lease_id).toBe("t_0_0~1");
+      });
+
+      test("the reaper script encodes keys as keyPart does (300 random unicode keys are all found and claimed)", async () => {
+        const m = be.make(ns());
+        const { store } = m;
+        const keys = [
+          ...new Set([
+            ...fc.sample(fc.string({ unit: "binary", minLength: 1, maxLength: 10 }), { numRuns: 150, seed: 7 }),
+            ...fc.sample(fc.string({ unit: "grapheme", minLength: 1, maxLength: 6 }), { numRuns: 100, seed: 8 }),
+            ...fc.sample(fc.string({ unit: fc.constantFrom(..."%:{}*?[] \t\n~._-!'()aZ9/"), minLength: 1, maxLength: 8 }), { numRuns: 50, seed: 9 }),
+          ]),
+        ];
+        let last = 0;
+        for (const k of keys) last = Math.max(last, (await granted(store, k, 1)).expires_ms);
+        const raw = rawRedis();
+        const names = new Set((await raw.keys(`${globEscape(m.prefix!)}sbx:l:*`)).map((k) => k.slice(`${m.prefix}sbx:l:`.length)));
+        await raw.quit();
+        expect(names).toEqual(new Set(keys.map((k) => keyPart(k))));
+        await m.advanceTo(last);
+        const got = await store.claimDue(1000, LONG);
+        expect(got.map((r) => r.key).sort()).toEqual([...keys].sort());
+        expect((await stats(store)).counters).toEqual({ granted: keys.length, "reaped:reaped_create": keys.length });
+      });
+
+      test("a due entry whose record was deleted (evicted) is dropped by claimDue and counted as orphaned", async () => {
+        const m = be.make(ns());
+        const { store } = m;
+        const l = await granted(store, "gone_0_0", 1);
+        await granted(store, "kept_0_0", 1);
+        const raw = rawRedis();
+        await raw.del(`${m.prefix}sbx:l:gone_0_0`);
+        await m.advanceTo(l.expires_ms + 1);
+        expect((await store.claimDue(10, LONG)).map((r) => r.key)).toEqual(["kept_0_0"]);
+        expect(await raw.zrange(`${m.prefix}sbx:due`, "0", "-1")).toEqual(["kept_0_0"]);
+        await raw.quit();
+        expect((await store.stats()).counters).toEqual({ granted: 2, "reaped:reaped_create": 1, orphaned: 1 });
       });
 
       test("a malformed record or reply is a StoreError naming what was wrong", async () => {
