@@ -205,7 +205,12 @@ const AcquireReply = z.union([
   z.tuple([z.enum(["granted", "exists"]), FlatHash]),
   z.tuple([z.literal("wait"), z.enum(["rate", "cap"]), IntReply.refine((n) => n >= 1, "expected wait ms >= 1")]),
 ]);
-const StatsReply = z.tuple([z.union([z.literal(""), z.string().regex(/^-?[0-9.e+-]+$/).transform(Number)]), FlatHash]);
+const Tokens = z
+  .string()
+  .regex(/^[0-9.eE+-]{1,32}$/, "expected a number")
+  .transform(Number)
+  .refine((n) => Number.isFinite(n) && n >= 0, "expected a number of tokens >= 0");
+const StatsReply = z.tuple([z.union([z.literal(""), Tokens]), FlatHash]);
 const TimeReply = z.tuple([z.string().regex(/^\d{1,12}$/), z.string().regex(/^\d{1,6}$/)]);
 
 /** Options of {@link RedisLeaseStore}. */
