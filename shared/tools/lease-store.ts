@@ -376,8 +376,8 @@ export class MemoryLeaseStore implements LeaseStore {
   }
 }
 
-/** zod schema of a record hash as stored (every value a string; `sandbox_id` and `reason` absent while null). */
 const IntText = z.string().regex(/^\d{1,16}$/, "expected a decimal integer").transform(Number);
+/** zod schema of a record hash as stored (every value a string; `sandbox_id` and `reason` absent while null). */
 export const LeaseRecordHash = z.object({
   key: z.string().min(1),
   lease_id: z.string().min(1),
