@@ -152,9 +152,10 @@ const MAX_LEASE_SECONDS = Math.floor(MAX_TIMER_MS / 1000);
  * - `create_timeout_ms` (default 60 000) is the create deadline: a create not answered by then is released by
  *   its lease id (never orphaned) and retried `create_retries` times (default 2) with a new lease id.
  * - `release_timeout_ms` (default 30 000) and `release_retries` (default 3) bound each release.
- * - `max_creates_per_s` (default 10) and `create_burst` (default: the rate rounded up) are a token bucket, and
- *   `max_live` (default 256) caps the sandboxes that exist at once; both are kept in the store and shared by
- *   every process on it (the memory store: this process only).
+ * - `max_creates_per_s` (default 10) and `create_burst` (default 1) are a token bucket: creates are spaced
+ *   `1 / max_creates_per_s` s apart, and no second holds more than `max_creates_per_s + create_burst - 1`
+ *   of them; `max_live` (default 256) caps the sandboxes that exist at once. Both are kept in the store and
+ *   shared by every process on it (the memory store: this process only).
  * - `headers`, `max_reply_bytes`: as for MCP servers.
  * URLs are http(s) only; unknown keys are errors.
  */

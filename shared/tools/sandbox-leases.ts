@@ -140,7 +140,7 @@ export class SandboxLeases {
     if (deadline !== null && this.lifetimeS < deadline) {
       throw new TypeError(`sandbox.lifetime_s (${this.lifetimeS} s) is below rollout.trajectory_deadline_s (${deadline} s): a sandbox would be destroyed under a trajectory still running; raise lifetime_s or lower the deadline`);
     }
-    this.limits = { rate_per_s: spec.max_creates_per_s, burst: spec.create_burst ?? Math.max(1, Math.ceil(spec.max_creates_per_s)), max_live: spec.max_live };
+    this.limits = { rate_per_s: spec.max_creates_per_s, burst: spec.create_burst ?? 1, max_live: spec.max_live };
   }
 
   /** One line for the start-up banner: where sandboxes come from, their TTL and lifetime against the deadline, the limiter. */
