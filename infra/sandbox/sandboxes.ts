@@ -84,7 +84,6 @@ export interface SandboxPoolOptions {
 interface Sandbox {
   id: string;
   lease_id: string;
-  key: string;
   files: Map<string, string>;
   /** Answers by call id, so a retried call is executed once. */
   calls: Map<string, { fingerprint: string; reply: ToolReply }>;
@@ -200,11 +199,11 @@ export class SandboxPool {
     if (lease) {
       if (lease.status === "released") {
         this.counts.refused_released++;
-        throw this.releasedConflict(body.lease_id);
+        throw this.notLive(body.lease_id, lease);
       }
       if (lease.status === "expired") {
         this.counts.refused_expired++;
-        throw new ConflictError(`lease_id: the sandbox of lease '${body.lease_id}' was destroyed when its lifetime ran out; a lease gets one sandbox`, { field: "lease_id" });
+        throw this.notLive(body.lease_id, lease);
       }
       if (lease.key !== body.key) throw new ConflictError(`key: lease '${body.lease_id}' belongs to key '${lease.key}', not '${body.key}'`, { field: "key" });
       this.counts.duplicate_creates++;
@@ -224,12 +223,12 @@ export class SandboxPool {
       finish();
     }
     if (this.closed && lease.status === "creating") throw new EdgeloopError("the provider stopped before the sandbox was made", { status: 503, code: "stopping", retryable: true });
-    if (lease.status !== "live") throw this.releasedConflict(body.lease_id);
+    if (lease.status !== "live") throw this.notLive(body.lease_id, lease);
     const id = lease.sandbox!.id;
     if (hang) {
       this.counts.create_timeouts++;
       await this.hold(this.faults.hang_ms, signal);
-      if (lease.status !== "live") throw this.releasedConflict(body.lease_id);
+      if (lease.status !== "live") throw this.notLive(body.lease_id, lease);
     }
     return { sandbox_id: id };
   }
@@ -342,7 +341,11 @@ export class SandboxPool {
     for (const end of [...this.holds]) end();
   }
 
-  private releasedConflict(leaseId: string): ConflictError {
+  /** The 409 of a create whose lease has no live sandbox: released, or expired. */
+  private notLive(leaseId: string, lease: Lease): ConflictError {
+    if (lease.status === "expired") {
+      return new ConflictError(`lease_id: the sandbox of lease '${leaseId}' was destroyed when its lifetime ran out; a lease gets one sandbox`, { field: "lease_id" });
+    }
     return new ConflictError(`lease_id: lease '${leaseId}' was released; a released lease gets no sandbox`, { field: "lease_id" });
   }
 
@@ -350,7 +353,6 @@ export class SandboxPool {
     const sandbox: Sandbox = {
       id: `${this.idPrefix}${++this.seq}`,
       lease_id: body.lease_id,
-      key: body.key,
       files: new Map(),
       calls: new Map(),
       timer: null,

@@ -379,6 +379,38 @@ describe("faults (the lease chaos test's provider)", () => {
     expect(countsOf(q)).toEqual(counts({ created: 1, release_faults: firstOk, releases: 1, destroyed_released: 1 }));
   });
 
+  test("a storm of concurrent creates and releases under every fault leaves no sandbox behind; each lease is counted once", async () => {
+    const p = provider({ faults: { create_delay_ms: 15, create_timeout_fraction: 0.3, hang_ms: 200, release_fail_fraction: 0.3, seed: 11 } });
+    const N = 60;
+    const statuses: number[] = [];
+    await Promise.all(
+      Array.from({ length: N }, async (_, i) => {
+        const lease = `storm_${i}_0~1`;
+        // The client's create deadline is shorter than hang_ms; the release is sent early, late or at once.
+        const created = post(p, "/sandboxes/create", create(lease), null, AbortSignal.timeout(60)).catch(() => null);
+        if (i % 3 === 1) await created;
+        if (i % 3 === 2) await waitFor(() => p.stats().creating > 0 || p.stats().live > 0, "a create under way");
+        for (;;) {
+          const r = await post(p, "/sandboxes/release", release(lease, null, "create_failed"), null);
+          if (r.status !== 500) {
+            statuses.push(r.status);
+            break;
+          }
+        }
+        await created;
+      }),
+    );
+    const s = p.stats();
+    expect(s.live).toBe(0);
+    expect(s.creating).toBe(0);
+    expect(s.created).toBe(s.destroyed_released);
+    expect(s.destroyed_expired).toBe(0);
+    expect(s.created + s.refused_released + s.cancelled_creates).toBe(N);
+    expect(s.releases + s.release_not_found).toBe(N);
+    expect(statuses.filter((x) => x === 200).length).toBe(s.releases);
+    expect(s.release_faults).toBeGreaterThan(0);
+  });
+
   test("bad faults are refused at start, naming the field", () => {
     expect(() => startSandboxProvider({ faults: { create_timeout_fraction: 2 } })).toThrow(new ConfigError("faults.create_timeout_fraction", "Too big: expected number to be <=1"));
     expect(() => startSandboxProvider({ faults: { hang: 5 } as never })).toThrow(ConfigError);
