@@ -41,7 +41,8 @@ const ToolCallBody = ToolCallRequestBody.extend({
  *   `{arguments: {path}}`: tool webhooks ({@link ToolCallRequestBody}) against the
  *   state of the body's `sandbox_id` → `200 {content}`; 400 without `sandbox_id`,
  *   404 for an unknown or destroyed one;
- * - `GET /stats` → {@link SandboxPool.stats}; `GET /health` → `{ok: true}`.
+ * - `GET /stats` → {@link SandboxPool.stats}; `GET /health` → `{ok: true}`;
+ *   any other route is a JSON 404.
  * A body that is not JSON or breaks its schema is 400 naming the field
  * (`body.lease_id`); with a secret, a missing, bad or stale signature is 401
  * first; bodies over `maxBodyBytes` are 413.
@@ -77,6 +78,7 @@ export function createSandboxProviderApp(opts: SandboxProviderAppOptions = {}): 
     if (err instanceof EdgeloopError) return err.toResponse();
     return new EdgeloopError("internal error", { cause: err }).toResponse();
   });
+  app.notFound((c) => new NotFoundError(`no route ${c.req.method} ${new URL(c.req.url).pathname.slice(0, 200)}`).toResponse());
   app.get("/health", (c) => c.json({ ok: true }));
   app.get("/stats", (c) => c.json(pool.stats()));
   app.use("/sandboxes/*", limitBody(opts.maxBodyBytes ?? DEFAULT_SANDBOX_MAX_BODY));
