@@ -1,6 +1,6 @@
 /**
  * The `edgeloop` command line (run as `npx edgeloop …` after `npm install`).
- * Subcommands: rollout, serve, worker, cancel, gc, inspect, doctor, sim-engine, gateway, tools, agent-example, upstash-bridge.
+ * Subcommands: rollout, serve, worker, cancel, gc, inspect, doctor, sim-engine, gateway, tools, agent-example, sandbox-provider, upstash-bridge.
  * Every subcommand's flags are listed by `edgeloop <cmd> --help`.
  * With `OTEL_EXPORTER_OTLP_ENDPOINT` set, spans go to that OTLP/HTTP collector
  * (flushed when the command ends).
@@ -220,6 +220,14 @@ program
   .option("--secret <secret>", "HMAC secret: require x-edgeloop-signature (default: EDGELOOP_AGENT_SECRET)")
   .option("--max-steps <n>", "most chat-completion calls per task (default 8)", intFlag("--max-steps", 1, 1000))
   .action(async (opts) => (await import("../agent-example/main.ts")).serveAgentExample(opts));
+
+program
+  .command("sandbox-provider")
+  .description("serve the example sandbox provider (create/release/heartbeat, tools sbx_write and sbx_read on per-sandbox files)")
+  .option("--port <port>", "port", port, 8125)
+  .option("--host <host>", "address to bind", "127.0.0.1")
+  .option("--secret-env <var>", "environment variable (or <var>_FILE) holding the HMAC secret: require x-edgeloop-signature (default: EDGELOOP_TOOLS_SECRET when set)")
+  .action(async (opts) => (await import("../sandbox/main.ts")).serveSandboxProvider(opts));
 
 program
   .command("upstash-bridge")

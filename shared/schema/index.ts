@@ -5,7 +5,8 @@
  * trajectory records (`TrajectoryRecord`: `prompt_ids`, `response_ids`,
  * `response_mask`, `rollout_log_probs`, …), trajectory keys
  * (`{uid}_{session_id}_{output_index}`), model ids, the `openenv_agent`
- * settings and the OpenEnv reset/step result.
+ * settings and the OpenEnv reset/step result, and the sandbox provider
+ * contract (create, release and heartbeat bodies, the create reply).
  */
 export * from "./message.ts";
 export * from "./tool.ts";
@@ -17,3 +18,4 @@ export * from "./token-output.ts";
 export * from "./agent-loop-output.ts";
 export * from "./trajectory-record.ts";
 export * from "./openenv.ts";
+export * from "./sandbox.ts";

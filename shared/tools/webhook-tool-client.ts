@@ -64,7 +64,9 @@ export interface ToolExecutor {
  * `arguments` (the model's parsed arguments, a JSON object), `key` (trajectory
  * key `{uid}_{session_id}_{output_index}`), `turn` (the assistant turn that
  * made the call, 1-based), `create_kwargs` (the row's
- * `extra_info.tools_kwargs.<name>.create_kwargs`, `{}` when absent).
+ * `extra_info.tools_kwargs.<name>.create_kwargs`, `{}` when absent), and for
+ * a trajectory that holds a sandbox lease (a tools file with a `sandbox`
+ * lifecycle) `sandbox_id` and `lease_id` (absent otherwise).
  * docs/schemas/tool-call-request.json is generated from it.
  */
 export const ToolCallRequestBody = z.object({
@@ -74,6 +76,10 @@ export const ToolCallRequestBody = z.object({
   key: z.string(),
   turn: z.number().int().min(1),
   create_kwargs: z.record(z.string(), z.unknown()),
+  /** The trajectory's sandbox: the provider's create reply `sandbox_id` (1..256 characters); absent when the trajectory holds no sandbox lease. */
+  sandbox_id: z.string().min(1).max(256).optional(),
+  /** The trajectory's sandbox lease, `{key}~{attempt}` (the id its create and release name); sent with `sandbox_id`. */
+  lease_id: z.string().min(1).optional(),
 });
 export type ToolCallRequestBody = z.infer<typeof ToolCallRequestBody>;
 

@@ -5,6 +5,7 @@ import { createRolloutsApp } from "../../functions/rollouts.ts";
 import { createSessionsApp } from "../../functions/sessions.ts";
 import { startUpstashBridge, type UpstashBridge } from "../../infra/upstash-bridge/upstash-bridge.ts";
 import { createToolsApp } from "../../infra/tools/app.ts";
+import { createSandboxProviderApp } from "../../infra/sandbox/app.ts";
 import { parseAppConfig } from "../../shared/config/app-config.ts";
 import { ConflictError, NotFoundError } from "../../shared/errors.ts";
 import { RolloutService } from "../../shared/service/rollout-service.ts";
@@ -293,6 +294,36 @@ describe("example tool server", () => {
       }),
       { numRuns: 1_500, seed: SEED },
     );
+  }, 60_000);
+});
+
+describe("example sandbox provider", () => {
+  test("signed and unsigned random bodies to every route: no 5xx; a 400 or 401 changes no count", async () => {
+    const { app, pool } = createSandboxProviderApp({ secret: SECRET, idPrefix: "sbx-" });
+    const valid = [
+      { lease_id: "k_0_0~1", key: "k_0_0", create_kwargs: {}, lifetime_s: 600 },
+      { lease_id: "k_0_0~1", sandbox_id: null, key: "k_0_0", reason: "finished" },
+      { lease_id: "k_0_0~1", sandbox_id: "sbx-1", lifetime_s: 600 },
+      { call_id: "k_0_0:1:0", name: "sbx_write", arguments: { path: "a", content: "b" }, key: "k_0_0", turn: 1, create_kwargs: {}, sandbox_id: "sbx-1", lease_id: "k_0_0~1" },
+      { call_id: "k_0_0:1:1", name: "sbx_read", arguments: { path: "a" }, key: "k_0_0", turn: 1, sandbox_id: "sbx-1" },
+    ];
+    const counts = () => JSON.stringify(pool.stats());
+    const paths = fc.constantFrom("/sandboxes/create", "/sandboxes/release", "/sandboxes/heartbeat", "/tools/sbx_write", "/tools/sbx_read", "/tools/nope", "/sandboxes/%00");
+    await fc.assert(
+      fc.asyncProperty(paths, bodies(valid), headerSets, async (path, body, auth) => {
+        const raw = typeof body === "string" ? body : new TextDecoder().decode(body);
+        const h: Record<string, string> = { "content-type": "application/json" };
+        if (auth === "good") h["x-edgeloop-signature"] = await signatureHeader(SECRET, raw, Date.now() / 1000);
+        if (auth === "bad") h["x-edgeloop-signature"] = await signatureHeader("wrong", raw, Date.now() / 1000);
+        const before = counts();
+        const res = await send(app, "POST", path, raw, h);
+        expectErrorShape(res.status, res.text);
+        if (res.status === 400 || res.status === 401) expect(counts()).toBe(before);
+        if (auth !== "good" && path !== "/sandboxes/%00") expect(res.status).toBe(401);
+      }),
+      { numRuns: 1_500, seed: SEED },
+    );
+    pool.close();
   }, 60_000);
 });
 

@@ -38,7 +38,7 @@ const containersOf = (o: ManifestObject) => (o.body.spec?.template?.spec?.contai
 
 describe("infra/k8s: examples only on request", () => {
   test("the applied manifests run no example server; the config names its tools file, which the ConfigMap holds where the pods mount it", () => {
-    for (const o of objs) for (const c of containersOf(o)) expect(["tools", "agent-example", "sim-engine"], `${o.file}: ${c.name}`).not.toContain(c.args[0]);
+    for (const o of objs) for (const c of containersOf(o)) expect(["tools", "agent-example", "sim-engine", "sandbox-provider"], `${o.file}: ${c.name}`).not.toContain(c.args[0]);
     // tools.file set: runtime.ts starts the in-process example tool server only when it is null.
     expect(config.tools.file).toBe(`${CONFIG_DIR}tools.json`);
     for (const name of ["edgeloop-serve", "edgeloop-worker"]) {
