@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { ConfigError, StoreError } from "../errors.ts";
 import { keyPart } from "../store/key-encoding.ts";
+import { SandboxReleaseReason } from "../schema/sandbox.ts";
 
 /**
  * The state of a sandbox lease: `creating` (the record is written before the
@@ -18,7 +19,7 @@ export const LEASE_STATUSES = ["creating", "live", "releasing", "released"] as c
  * `reason`. The `reaped_*` reasons are set by {@link LeaseStore.claimDue}
  * (a create hold, a live TTL or a release hold that lapsed).
  */
-export const LEASE_REASONS = ["finished", "failed", "cancelled", "surplus", "deadline", "create_failed", "reaped_ttl", "reaped_create", "reaped_release"] as const;
+export const LEASE_REASONS = SandboxReleaseReason.options;
 
 /** One of {@link LEASE_REASONS}. */
 export type LeaseReason = (typeof LEASE_REASONS)[number];

@@ -1,8 +1,8 @@
-import { z } from "zod";
 import { EdgeloopError } from "../errors.ts";
 import { redactUrl, type OutboundFetch } from "../http/outbound.ts";
 import { sleepUnlessAborted } from "../http/sleep.ts";
 import type { SandboxSpec } from "../schema/tool.ts";
+import { SandboxCreateReply, type SandboxCreateBody, type SandboxHeartbeatBody, type SandboxReleaseBody } from "../schema/sandbox.ts";
 import { MAX_LEASE_MS, type LeaseLimits, type LeaseReason, type LeaseRecord, type LeaseStore } from "./lease-store.ts";
 import { postWebhook, WebhookError, type WebhookOptions, type WebhookTarget } from "./webhook-post.ts";
 import type { ToolCallRequest, ToolExecutor, ToolResult } from "./webhook-tool-client.ts";
@@ -44,9 +44,6 @@ export class SandboxCreateError extends EdgeloopError {
     super(message, { status: 502, code: "sandbox_create_failed", key, ...(cause !== undefined ? { cause } : {}) });
   }
 }
-
-/** The provider's create reply (extra fields ignored): `{sandbox_id}`, 1–256 characters. */
-const CreateReply = z.looseObject({ sandbox_id: z.string().min(1).max(256) });
 
 /** Process-local lease counters (the store's counters and live count are global: `LeaseStore.stats`). */
 export interface LeaseMetrics {
@@ -211,8 +208,8 @@ export class SandboxLeases {
       const t0 = this.now();
       let sandboxId: string;
       try {
-        const reply = await postWebhook(this.target(s.create_url, s.create_timeout_ms, 0), { lease_id: lease.lease_id, key, create_kwargs: createKwargs, lifetime_s: this.lifetimeS }, this.webhookOpts(opts.signal));
-        const parsed = CreateReply.safeParse(reply.body);
+        const reply = await postWebhook(this.target(s.create_url, s.create_timeout_ms, 0), { lease_id: lease.lease_id, key, create_kwargs: createKwargs, lifetime_s: this.lifetimeS } satisfies SandboxCreateBody, this.webhookOpts(opts.signal));
+        const parsed = SandboxCreateReply.safeParse(reply.body);
         if (!parsed.success) throw new SandboxCreateError(`sandbox create ${redactUrl(s.create_url)}: reply has no valid sandbox_id (${parsed.error.issues[0]?.message ?? "bad reply"})`, key);
         sandboxId = parsed.data.sandbox_id;
       } catch (e) {
@@ -282,10 +279,10 @@ export class SandboxLeases {
   }
 
   /** POSTs the release of a claimed lease and marks it released; false (left `releasing`) when the provider kept failing. */
-  private async callRelease(rec: LeaseRecord, reason: string, holdMs: number): Promise<boolean> {
+  private async callRelease(rec: LeaseRecord, reason: LeaseReason, holdMs: number): Promise<boolean> {
     const s = this.spec;
     try {
-      await postWebhook(this.target(s.release_url, s.release_timeout_ms, s.release_retries), { lease_id: rec.lease_id, sandbox_id: rec.sandbox_id, key: rec.key, reason }, this.webhookOpts(undefined));
+      await postWebhook(this.target(s.release_url, s.release_timeout_ms, s.release_retries), { lease_id: rec.lease_id, sandbox_id: rec.sandbox_id, key: rec.key, reason } satisfies SandboxReleaseBody, this.webhookOpts(undefined));
     } catch (e) {
       // 404: the provider has no such sandbox any more — released as far as anyone can tell.
       if (!(e instanceof WebhookError && e.status === 404)) {
@@ -338,7 +335,7 @@ export class SandboxLeases {
         const l = this.attached.get(e.key);
         if (!ok[i] || !l) return;
         try {
-          await postWebhook(this.target(url, this.spec.release_timeout_ms, 0), { lease_id: l.lease_id, sandbox_id: l.sandbox_id, lifetime_s: this.lifetimeS }, this.webhookOpts(undefined));
+          await postWebhook(this.target(url, this.spec.release_timeout_ms, 0), { lease_id: l.lease_id, sandbox_id: l.sandbox_id, lifetime_s: this.lifetimeS } satisfies SandboxHeartbeatBody, this.webhookOpts(undefined));
         } catch (err) {
           if (err instanceof WebhookError && err.status === 404) this.markLost(e.key, `the provider no longer has sandbox ${l.sandbox_id} of trajectory '${e.key}' (heartbeat: 404)`);
         }
