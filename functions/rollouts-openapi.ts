@@ -52,6 +52,9 @@ export function openApiDocument(): Record<string, unknown> {
       "/v1/queue": {
         get: { summary: "Job-queue depth, in-flight jobs and the oldest job's age (the autoscaler's signal)", responses: { "200": { description: "{mode, depth, in_flight, stranded?, oldest_age_ms, workers?}: depth = jobs a worker can claim now (waiting, plus stranded: held past the lease by a worker that stopped heart-beating)" } } },
       },
+      "/v1/sandboxes": {
+        get: { summary: "Sandbox leases (a tools file with a `sandbox` lifecycle): the store's live set and counters, this process's counters", responses: { "200": { description: "{enabled: false} without a sandbox lifecycle; else {enabled: true, spec: {create_url, ttl_s, lifetime_s, max_creates_per_s, create_burst, max_live}, store: {live, creating, releasing, tokens, counters}, process: {creates, create_failures, released, release_failures, lost}}" }, "503": err } },
+      },
       "/v1/model-version": {
         get: { summary: "The current policy version", responses: { "200": { description: "{version, seq}" } } },
         post: { summary: "Set the policy version (after a weight update)", requestBody: json(ModelVersionRequest), responses: { "200": { description: "{version, seq}" }, "400": err } },

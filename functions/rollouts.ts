@@ -52,6 +52,11 @@ export interface RolloutsAppOptions {
   engine?: EngineControl | null;
   /** More families for `GET /metrics` (the sandbox leases'); a failure leaves them out of the scrape. */
   extraMetrics?: () => Promise<PromFamily[]>;
+  /**
+   * `GET /v1/sandboxes`: the sandbox leases' figures (store-wide stats and this
+   * process's counters); absent (no `sandbox` lifecycle): `{enabled: false}`.
+   */
+  sandboxes?: () => Promise<Record<string, unknown>>;
 }
 
 /** A batch as `GET /v1/rollouts` lists it. */
@@ -230,6 +235,7 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
   app.delete("/v1/rollouts/:batch_id", async (c) => c.json(await service.cancel(c.req.param("batch_id"))));
 
   app.get("/v1/queue", async (c) => c.json(await service.queueStats()));
+  app.get("/v1/sandboxes", async (c) => c.json(opts.sandboxes ? { enabled: true, ...(await opts.sandboxes()) } : { enabled: false }));
 
   app.get("/v1/model-version", async (c) => c.json((await service.policy.current()) ?? { version: null, seq: 0 }));
   app.post("/v1/model-version", async (c) => {

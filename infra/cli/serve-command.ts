@@ -93,6 +93,7 @@ export async function serveCommand(flags: ConfigFlags & { port: number; host: st
     tokenizer: () => loadTokenizer(runtime.config.model ?? undefined),
     engine: runtime.engine,
     ...(runtime.leaseMetrics ? { extraMetrics: () => runtime.leaseMetrics!(true) } : {}),
+    ...(runtime.leases ? { sandboxes: () => runtime.leases!.snapshot() } : {}),
   });
   // The agent gateway's routes (session-scoped OpenAI endpoint, finish) come first: they
   // authenticate by the session's own bearer token, not by the API's.

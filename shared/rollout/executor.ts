@@ -203,7 +203,7 @@ export function createAgentExecutor(
         checkOutputCount(t.key, loopOutputs.length, limits);
         const outputs = await scoreWithTeacher(loopOutputs, { teacher: rollout.teacher, ...(deps.teacher ? { clients: deps.teacher } : {}), key: t.key, ...(signal ? { signal } : {}) });
         ended = { outputs };
-        return { agentName, outputs: withAdmission(outputs, admission), toolLatenciesMs: tracer.toolLatenciesMs };
+        return { agentName, outputs: withSandbox(withAdmission(outputs, admission), leases?.leaseOf(t.key)), toolLatenciesMs: tracer.toolLatenciesMs };
       } catch (e) {
         ended = { error: e };
         throw e;
@@ -347,8 +347,9 @@ export function createSessionExecutor(
       .finally(() => {
         if (signals.get(t.key) === signal) signals.delete(t.key);
       });
+    const lease = leases?.leaseOf(t.key);
     if (leases) await leases.release(t.key, r.status === "failed" ? "failed" : releaseReasonOf({ outputs: r.status === "finished" ? r.outputs : [] }, signal)).catch(() => false);
-    if (r.status === "finished" && !r.resumed) return { agentName, outputs: withAdmission(r.outputs, admission) };
+    if (r.status === "finished" && !r.resumed) return { agentName, outputs: withSandbox(withAdmission(r.outputs, admission), lease) };
     if (r.status === "failed") throw new Error(r.error);
     // Done, or finished by an owner that died around its writes: the records (0…k) may already be stored.
     const recs = await store.sessionRecords(t.uid, t.session_id);
@@ -368,6 +369,12 @@ export function createSessionExecutor(
   }
 }
 
+
+/** Outputs with `extra_fields.sandbox: {lease_id, sandbox_id}` (the sandbox their tool calls ran in) when the trajectory held a lease. */
+function withSandbox(outputs: AgentLoopOutput[], lease: { lease_id: string; sandbox_id: string } | undefined): AgentLoopOutput[] {
+  if (!lease) return outputs;
+  return outputs.map((o) => ({ ...o, extra_fields: { ...o.extra_fields, sandbox: { lease_id: lease.lease_id, sandbox_id: lease.sandbox_id } } }));
+}
 
 /** The row's `extra_info.sandbox_kwargs` (the sandbox create's `create_kwargs`), `{}` when absent or not an object. */
 function sandboxKwargsOf(row: { extra_info?: unknown }): Record<string, unknown> {

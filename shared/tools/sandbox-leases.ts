@@ -3,7 +3,7 @@ import { redactUrl, type OutboundFetch } from "../http/outbound.ts";
 import { sleepUnlessAborted } from "../http/sleep.ts";
 import type { SandboxSpec } from "../schema/tool.ts";
 import { SandboxCreateReply, type SandboxCreateBody, type SandboxHeartbeatBody, type SandboxReleaseBody } from "../schema/sandbox.ts";
-import { MAX_LEASE_MS, type LeaseLimits, type LeaseReason, type LeaseRecord, type LeaseStore } from "./lease-store.ts";
+import { MAX_LEASE_MS, type LeaseLimits, type LeaseReason, type LeaseRecord, type LeaseStore, type LeaseStoreStats } from "./lease-store.ts";
 import { postWebhook, WebhookError, type WebhookOptions, type WebhookTarget } from "./webhook-post.ts";
 import type { ToolCallRequest, ToolExecutor, ToolResult } from "./webhook-tool-client.ts";
 
@@ -145,6 +145,20 @@ export class SandboxLeases {
     const s = this.spec;
     const deadline = this.opts.trajectoryDeadlineS ?? null;
     return `sandbox    create ${redactUrl(s.create_url)} (${s.create}), lease ttl ${s.ttl_s} s, lifetime ${this.lifetimeS} s ≥ trajectory deadline ${deadline === null ? "none" : `${deadline} s`}, ≤ ${this.limits.rate_per_s}/s (burst ${this.limits.burst}), ≤ ${this.limits.max_live} live`;
+  }
+
+  /**
+   * What `GET /v1/sandboxes` answers: the spec's limits, the store's stats
+   * (shared by every process on it) and this process's counters.
+   * @throws StoreError when the store cannot be read.
+   */
+  async snapshot(): Promise<{ spec: Record<string, unknown>; store: LeaseStoreStats; process: LeaseMetrics }> {
+    const s = this.spec;
+    return {
+      spec: { create_url: redactUrl(s.create_url), create: s.create, ttl_s: s.ttl_s, lifetime_s: this.lifetimeS, max_creates_per_s: this.limits.rate_per_s, create_burst: this.limits.burst, max_live: this.limits.max_live },
+      store: await this.store.stats(),
+      process: structuredClone(this.metrics),
+    };
   }
 
   /** The lease this process holds for `key`, if any. */

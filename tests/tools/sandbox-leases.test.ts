@@ -71,6 +71,10 @@ describe("SandboxLeases", () => {
     expect(await store.get("u1_0_0")).toMatchObject({ status: "released", reason: "finished" });
     expect(m.metrics).toEqual({ creates: 2, create_failures: 0, released: { finished: 1, cancelled: 1 }, release_failures: 0, lost: 0 });
     expect(events).toEqual(["created", "created", "released:finished", "released:cancelled"]);
+    const snap = await m.snapshot();
+    expect(snap.spec).toEqual({ create_url: `${p.url}/sandboxes/create`, create: "first_use", ttl_s: 30, lifetime_s: 630, max_creates_per_s: 10, create_burst: 1, max_live: 256 });
+    expect(snap.process).toEqual(m.metrics);
+    expect(snap.store.counters["released:finished"]).toBe(1);
     const st = await store.stats();
     expect(st).toMatchObject({ live: 0, creating: 0, releasing: 0 });
     expect(st.counters).toMatchObject({ granted: 2, confirmed: 2, "released:finished": 1, "released:cancelled": 1 });
@@ -250,5 +254,23 @@ describe("SandboxLeases", () => {
     expect(bad({ create_timeout_ms: 2_147_483_648 })).toThrow("t.json: sandbox.create_timeout_ms");
     expect(bad({ create: "lazy" })).toThrow("t.json: sandbox.create");
     expect(bad({ bogus: 1 })).toThrow("t.json: sandbox");
+  });
+});
+
+describe("GET /v1/sandboxes", () => {
+  test("{enabled: false} without a sandbox lifecycle; the manager's snapshot with one", async () => {
+    const { createRolloutsApp } = await import("../../functions/rollouts.ts");
+    const p = provider();
+    const m = manager(spec(p), new MemoryLeaseStore());
+    await m.ensure("v_0_0", {}, { fresh: true });
+    // The route reads no batch: an empty service object stands in for the rollout service here.
+    const service = {} as never;
+    const off = createRolloutsApp({ service });
+    expect(await (await off.request("/v1/sandboxes")).json()).toEqual({ enabled: false });
+    const on = createRolloutsApp({ service, sandboxes: () => m.snapshot() });
+    const body = (await (await on.request("/v1/sandboxes")).json()) as { enabled: boolean; store: { live: number; counters: Record<string, number> } };
+    expect(body.enabled).toBe(true);
+    expect(body.store.live).toBe(1);
+    expect(body.store.counters).toEqual({ granted: 1, confirmed: 1 });
   });
 });

@@ -5,7 +5,7 @@
 // where its samples diverge (GET /v1/rollouts/{id}/groups/{uid}?decode=1).
 import { textAround, type GroupDivergence } from "../../../shared/rollout/group-divergence.ts";
 import type { SummaryPage, TrajectorySummary } from "../../../shared/rollout/trajectory-summary.ts";
-import { expertsAt, heat, segments, toolCallTokens, versionStarts, visibleToken } from "./segments.ts";
+import { expertsAt, heat, sandboxLine, segments, toolCallTokens, versionStarts, visibleToken } from "./segments.ts";
 
 interface Rec {
   key: string;
@@ -162,7 +162,18 @@ async function openBatch(id: string): Promise<void> {
   currentBatch = id;
   setHash(`batch=${encodeURIComponent(id)}`);
   for (const b of document.querySelectorAll<HTMLElement>(".batch")) b.classList.toggle("active", b.dataset.batch === id);
+  void loadSandboxes();
   await loadTrajectories(false);
+}
+
+/** The deployment's sandbox leases above the batch's list (GET /v1/sandboxes); hidden without a sandbox lifecycle or on an error. */
+async function loadSandboxes(): Promise<void> {
+  const line = await api("/v1/sandboxes")
+    .then((r) => r.json())
+    .then(sandboxLine, () => null);
+  const p = $("sandboxes");
+  p.hidden = line === null;
+  p.textContent = line ?? "";
 }
 
 /** The list's query: page size and the filters, as `GET /v1/rollouts/{id}/summaries` takes them. */

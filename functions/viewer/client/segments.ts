@@ -109,3 +109,20 @@ export function visibleToken(text: string): string {
   if (text !== "" && /^ +$/.test(text)) return "␣".repeat(text.length);
   return text.replaceAll("\n", "↵").replaceAll("\t", "⇥");
 }
+
+/**
+ * The batch view's sandbox line from `GET /v1/sandboxes` (null when the
+ * deployment has no sandbox lifecycle or the reply is not its shape):
+ * `sandboxes  2 live · 1 creating · 0 releasing (≤ 256) · 40 created · 3 failed creates · released: finished 35, reaped_ttl 2`.
+ */
+export function sandboxLine(body: unknown): string | null {
+  const b = body as { enabled?: unknown; spec?: { max_live?: unknown }; store?: { live?: unknown; creating?: unknown; releasing?: unknown; counters?: Record<string, unknown> } } | null;
+  if (!b || b.enabled !== true || !b.store || typeof b.store.live !== "number") return null;
+  const c = b.store.counters ?? {};
+  const n = (k: string) => (typeof c[k] === "number" ? (c[k] as number) : 0);
+  const released = Object.entries(c)
+    .filter(([k, v]) => k.startsWith("released:") && typeof v === "number" && v > 0)
+    .map(([k, v]) => `${k.slice("released:".length)} ${v as number}`);
+  const cap = typeof b.spec?.max_live === "number" ? ` (≤ ${b.spec.max_live})` : "";
+  return `sandboxes  ${b.store.live} live · ${String(b.store.creating ?? 0)} creating · ${String(b.store.releasing ?? 0)} releasing${cap} · ${n("confirmed")} created · ${n("create_failed")} failed creates${released.length ? ` · released: ${released.join(", ")}` : ""}`;
+}
