@@ -12,6 +12,7 @@ import { outputOfRecord, routedExpertsFields, type BatchPlan, type PlannedTrajec
 import { waitForAdmission, type Admission } from "./policy-version.ts";
 import { TrajectoryCarriedError, type TrajectoryExecutor } from "./batch-run.ts";
 import { scoreWithTeacher, type TeacherClientFactory } from "./teacher-scoring.ts";
+import { eitherSignal, TrajectoryDeadline, trajectoryDeadlineAt, type Timers } from "../agent-loop/trajectory-deadline.ts";
 
 /** What the agent loops of a process share: built once at start-up. */
 export interface ExecutorDeps extends Omit<AgentLoopContext, "config" | "client" | "signal"> {
@@ -30,6 +31,14 @@ export interface ExecutorDeps extends Omit<AgentLoopContext, "config" | "client"
    * on one step: an engine call plus a tool call with their timeouts.
    */
   ownerStallMs?: number;
+  /**
+   * Timers of the in-process path's trajectory deadlines (`rollout.trajectory_deadline_s`, counted from each run's
+   * start, after admission, on {@link wallClockMs}); default the global `setTimeout`.
+   * Durable sessions take theirs from `SessionDeps.timers`.
+   */
+  timers?: Timers;
+  /** Epoch milliseconds of the in-process path's trajectory deadlines (default `asyncTools.wallClockMs`, else `Date.now`). */
+  wallClockMs?: () => number;
 }
 
 /** Default {@link ExecutorDeps.ownerStallMs}: 10 minutes, above the default engine (600 s) and tool timeouts. */
@@ -176,7 +185,17 @@ export function createAgentExecutor(
       const admission = await admit(deps, rollout, signal);
       const tracer = new TrajectoryTracer(t.key);
       const limits = shared.sessionLimits ?? DEFAULT_SESSION_LIMITS;
-      const ctx: AgentLoopContext = { ...shared, client: new SessionCallLimiter(tracer.client(client), t.key, limits), ...(shared.tools ? { tools: tracer.tools(shared.tools) } : {}), config: rollout, ...(signal ? { signal } : {}) };
+      // The deadline counts from here (admitted: the trajectory starts); the loop's calls take the batch's signal and it.
+      const wall = deps.wallClockMs ?? deps.asyncTools?.wallClockMs ?? Date.now;
+      const deadline = new TrajectoryDeadline({ key: t.key, atMs: trajectoryDeadlineAt(rollout, wall()), wallClockMs: wall, ...(signal ? { parent: signal } : {}), ...(deps.timers ? { timers: deps.timers } : {}) });
+      deadline.start();
+      const ctx: AgentLoopContext = {
+        ...shared,
+        client: new SessionCallLimiter(tracer.client(client), t.key, limits),
+        ...(shared.tools ? { tools: tracer.tools(shared.tools) } : {}),
+        config: rollout,
+        ...(deadline.atMs !== null ? { signal: deadline.signal, scoreSignal: signal ?? NEVER } : signal ? { signal } : {}),
+      };
       try {
         const loopOutputs = await runAgentLoop(registry, ctx, samplingParamsFor(rollout, plan.validate, t), {
           ...row,
@@ -189,6 +208,7 @@ export function createAgentExecutor(
         const outputs = await scoreWithTeacher(loopOutputs, { teacher: rollout.teacher, ...(deps.teacher ? { clients: deps.teacher } : {}), key: t.key, ...(signal ? { signal } : {}) });
         return { agentName, outputs: withAdmission(outputs, admission), toolLatenciesMs: tracer.toolLatenciesMs };
       } finally {
+        deadline.dispose();
         tracer.end();
       }
     },
@@ -199,21 +219,27 @@ export function createAgentExecutor(
  * Builds the loop of a durable session from its stored input alone (the
  * batch's rollout config and policy version travel in the input), with
  * asynchronous tools enabled: what {@link SessionHost} needs as `createLoop`.
+ * The loop's calls are aborted by the batch's signal (the executor's run)
+ * and by the session's `deadlineSignal` (its trajectory deadline); its reward
+ * only by the batch's.
  */
-export function sessionLoopFactory(deps: ExecutorDeps): (input: SessionInput) => AgentLoop {
+export function sessionLoopFactory(deps: ExecutorDeps): (input: SessionInput, deadlineSignal?: AbortSignal) => AgentLoop {
   const { registry, ...shared } = deps;
   const stamped = new Map<string | number | null, InferenceClient>();
-  return (input) => {
+  return (input, deadlineSignal) => {
     const client = stamped.get(input.model_version) ?? versionStampedClient(deps, input.model_version);
     stamped.set(input.model_version, client);
     const name = registry.resolve(input.agent_name, input.rollout.agent.default_agent_loop);
     // Turns, engine calls and tool calls of a session are traced like the in-process path's;
     // the session ends the open turn span when a run pauses (SessionDeps.onPause = endLoopTrace).
     const tracer = new TrajectoryTracer(input.key);
-    const signal = signalsOf(deps).get(input.key);
+    const batchSignal = signalsOf(deps).get(input.key);
+    // The loop's calls stop on the batch's cancel/surplus or the session's deadline; its reward only on the former.
+    const signal = eitherSignal(batchSignal, deadlineSignal);
     const loop = registry.create(name, {
       ...shared,
       ...(signal ? { signal } : {}),
+      ...(batchSignal || deadlineSignal ? { scoreSignal: batchSignal ?? NEVER } : {}),
       client: new SessionCallLimiter(tracer.client(client), input.key, shared.sessionLimits ?? DEFAULT_SESSION_LIMITS),
       ...(shared.tools ? { tools: tracer.tools(shared.tools) } : {}),
       config: input.rollout,
@@ -225,6 +251,9 @@ export function sessionLoopFactory(deps: ExecutorDeps): (input: SessionInput) =>
 }
 
 const loopTracers = new WeakMap<AgentLoop, TrajectoryTracer>();
+
+/** A signal that never aborts: the reward signal of a session loop whose only signal is its deadline. */
+const NEVER = new AbortController().signal;
 
 /**
  * What a durable session does with its finished outputs before it commits
