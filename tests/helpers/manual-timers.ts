@@ -38,7 +38,7 @@ export class ManualTimers implements Timers {
     return [...this.live.values()].map((t) => t.ms);
   }
 
-  /** Moves the clock by `ms` and fires every armed timer (each removed first; a timer may re-arm). */
+  /** Moves the clock by `ms` and fires every armed timer, due or not (each removed first; deadlines re-check the clock and re-arm). */
   advance(ms: number): void {
     this.now += ms;
     const due = [...this.live.entries()];
