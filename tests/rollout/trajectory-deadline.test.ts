@@ -3,7 +3,8 @@ import { defaultAgentLoopRegistry } from "../../shared/agent-gateway/builtin-loo
 import { SingleTurnAgentLoop } from "../../shared/agent-loop/single-turn-agent.ts";
 import { ToolAgentLoop } from "../../shared/agent-loop/tool-agent.ts";
 import { TrajectoryDeadline, TrajectoryDeadlineError } from "../../shared/agent-loop/trajectory-deadline.ts";
-import { parseAppConfig } from "../../shared/config/app-config.ts";
+import { parseAppConfig, parseLayeredConfig } from "../../shared/config/app-config.ts";
+import { FLAG_OF_PATH, overridesFromFlags } from "../../infra/cli/flags.ts";
 import { ConfigError, EngineAbortedError } from "../../shared/errors.ts";
 import type { GenerateRequest, InferenceClient } from "../../shared/inference/types.ts";
 import { createAgentExecutor, type ExecutorDeps } from "../../shared/rollout/executor.ts";
@@ -79,6 +80,12 @@ describe("rollout.trajectory_deadline_s (config)", () => {
     expect(bad(1.5)).toEqual(["rollout.trajectory_deadline_s", "config rollout.trajectory_deadline_s: rollout.trajectory_deadline_s must be a whole number of seconds (or null: no deadline) (in config)"]);
     expect(bad(2_147_484)).toEqual(["rollout.trajectory_deadline_s", "config rollout.trajectory_deadline_s: rollout.trajectory_deadline_s must be <= 2147483 (seconds; setTimeout's largest delay) (in config)"]);
     expect(bad("60")[0]).toBe("rollout.trajectory_deadline_s");
+  });
+
+  test("--trajectory-deadline sets it (the flag wins over the file; a bad value names the flag)", () => {
+    expect(parseLayeredConfig({ rollout: { trajectory_deadline_s: 600 } }, overridesFromFlags({ trajectoryDeadline: 60 }, {}), "flags").rollout.trajectory_deadline_s).toBe(60);
+    expect(parseLayeredConfig({ rollout: { trajectory_deadline_s: null } }, overridesFromFlags({}, {}), "flags").rollout.trajectory_deadline_s).toBeNull();
+    expect(FLAG_OF_PATH["rollout.trajectory_deadline_s"]).toEqual({ flag: "--trajectory-deadline", key: "trajectoryDeadline" });
   });
 });
 
