@@ -15,6 +15,9 @@ import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokeni
 import type { ToolCallRequest, ToolExecutor, ToolResult } from "../../shared/tools/webhook-tool-client.ts";
 import { call, config, ctxOf, GEN_PROMPT, IM_END, LP, maskRuns, ScriptedClient, SP } from "../agent-loop/helpers.ts";
 import { ManualTimers } from "../helpers/manual-timers.ts";
+import { OpenEnvAgentLoop } from "../../shared/agent-loop/openenv-agent.ts";
+import { OpenEnvSettings } from "../../shared/schema/openenv.ts";
+import { startOpenEnvServer } from "../agent-loop/openenv-server.ts";
 
 let tok: ChatTokenizer;
 beforeAll(async () => {
@@ -258,4 +261,30 @@ describe("loops that are mid-call when the deadline passes", () => {
     expect(o.response_ids).toEqual([]);
     expect([o.finish_reason, o.truncated, o.num_turns, o.extra_fields.terminated_by]).toEqual(["abort", true, 1, "deadline"]);
   });
+});
+
+describe("openenv_agent past its deadline", () => {
+  for (const transport of ["http", "websocket"] as const) {
+    test(`${transport}: a step the environment never answers is aborted by the deadline; the record holds the turn before it`, async () => {
+      const env = startOpenEnvServer({ hangStep: true });
+      try {
+        const d = new TrajectoryDeadline({ key: `oe_${transport}_0`, atMs: 1 });
+        const client = new ScriptedClient(tok, [{ text: "5" }, { text: "never sent" }]);
+        const settings = OpenEnvSettings.parse({ base_url: env.url, transport, observation: { field: "prompt" }, timeout_ms: 600_000 });
+        const loop = new OpenEnvAgentLoop(ctxOf(tok, client, config(), { signal: d.signal, reward: false, openenv: { settings } }));
+        const p = loop.run(SP, { uid: "oe", session_id: 0, data_source: "openenv", prompt: [USER] });
+        await env.until((log) => log.http.some((h) => h.path === "/step") || log.ws.some((m) => (m.msg as { type?: string }).type === "step"));
+        d.start();
+        const o = await p;
+        expect(client.requests.length).toBe(1);
+        expect(o.response_ids).toEqual([...tok.encode("5"), IM_END]);
+        expect(o.response_mask).toEqual([1, 1]);
+        expect([o.finish_reason, o.truncated, o.num_turns]).toEqual(["abort", true, 2]);
+        expect(o.extra_fields).toMatchObject({ terminated_by: "deadline", env_steps: 0, turn_scores: [] });
+        expect(loop.trace).toEqual(["pending", "generating", "processing_tools", "terminated"]);
+      } finally {
+        await env.stop();
+      }
+    });
+  }
 });
