@@ -1,6 +1,9 @@
 import { beforeAll, describe, expect, test } from "bun:test";
 import { defaultAgentLoopRegistry } from "../../shared/agent-gateway/builtin-loops.ts";
-import { sessionLoopFactory, type ExecutorDeps } from "../../shared/rollout/executor.ts";
+import { createSessionExecutor, sessionLoopFactory, type ExecutorDeps } from "../../shared/rollout/executor.ts";
+import { parseAppConfig } from "../../shared/config/app-config.ts";
+import { RolloutService } from "../../shared/service/rollout-service.ts";
+import { MemoryTransferQueue } from "../../shared/store/memory-transfer-queue.ts";
 import type { ChatMessage } from "../../shared/schema/index.ts";
 import type { SessionInputArg } from "../../shared/session/checkpoint.ts";
 import { SessionHost } from "../../shared/session/session-host.ts";
@@ -35,6 +38,24 @@ function inputOf(key: string, deadlineS: number | null): SessionInputArg {
 
 /** A tool whose every call is accepted (202): its result would come by callback, 30 s at most. */
 const asyncTool = () => new FakeTools(["calc"], () => ({ ok: false, pending: true, timeout_ms: 30_000, content: "accepted" }));
+
+/** A tool whose calls answer only once their signal aborts (an "aborted" error result, as a webhook's); `started` resolves at the first call. */
+function slowTool() {
+  let began!: () => void;
+  const started = new Promise<void>((r) => (began = r));
+  const aborted: boolean[] = [];
+  const tool: ToolExecutor = {
+    schemas: asyncTool().schemas,
+    names: ["calc"],
+    async call(req: ToolCallRequest): Promise<ToolResult> {
+      began();
+      await new Promise<void>((resolve) => req.signal?.addEventListener("abort", () => resolve(), { once: true }));
+      aborted.push(req.signal?.aborted === true);
+      return { ok: false, call_id: `${req.key}:${req.turn}:${req.index}`, attempts: 1, content: "Error executing tool 'calc': aborted" };
+    },
+  };
+  return { tool, started, aborted };
+}
 
 function setup(tools: ToolExecutor, storage: SessionStorage = new MemorySessionStorage()) {
   const timers = new ManualTimers(T0);
@@ -97,19 +118,7 @@ describe("durable sessions keep the deadline of their first start", () => {
   });
 
   test("the deadline passing during a step's slow tool call aborts the call and ends the session with the turns before", async () => {
-    let began!: () => void;
-    const started = new Promise<void>((r) => (began = r));
-    const aborted: boolean[] = [];
-    const slow: ToolExecutor = {
-      schemas: asyncTool().schemas,
-      names: ["calc"],
-      async call(req: ToolCallRequest): Promise<ToolResult> {
-        began();
-        await new Promise<void>((resolve) => req.signal?.addEventListener("abort", () => resolve(), { once: true }));
-        aborted.push(req.signal?.aborted === true);
-        return { ok: false, call_id: `${req.key}:${req.turn}:${req.index}`, attempts: 1, content: "Error executing tool 'calc': aborted" };
-      },
-    };
+    const { tool: slow, started, aborted } = slowTool();
     const { timers, client, sdeps } = setup(slow);
     const key = "ss_0_0";
     const s = (await TrajectorySession.open(key, sdeps, inputOf(key, 10)))!;
@@ -154,5 +163,30 @@ describe("durable sessions keep the deadline of their first start", () => {
     const s = (await TrajectorySession.open(key, sdeps, inputOf(key, null)))!;
     expect(await s.run()).toEqual({ status: "waiting", deadline_ms: T0 + 30_000 });
     expect(s.checkpoint.trajectory_deadline_ms).toBeNull();
+  });
+
+  test("through the session executor and a batch: the deadline-ended record is stored and the session counted finished", async () => {
+    const { tool, started, aborted } = slowTool();
+    const timers = new ManualTimers(T0);
+    const client = new ScriptedClient(tok, [{ text: A1 }, { text: "never sent" }]);
+    const deps: ExecutorDeps = { registry: defaultAgentLoopRegistry(), tokenizer: tok, client, maxModelLen: 4096, tools: tool, reward: false, asyncTools: { wallClockMs: timers.wall } };
+    const host = new SessionHost({ storage: new MemorySessionStorage(), createLoop: sessionLoopFactory(deps), wallClockMs: timers.wall, timers });
+    const store = new MemoryTransferQueue();
+    const cfg = parseAppConfig({ rollout: { n: 1, max_model_len: 4096, trajectory_deadline_s: 10 } });
+    const service = new RolloutService({ config: cfg, store, executorFor: (r, b) => createSessionExecutor(deps, host, store, r, b) });
+    const { run } = service.submit({ rows: [{ uid: "se", agent_name: "tool_agent", data_source: "test", prompt: [USER] }], global_steps: -1, model_version: null, validate: false });
+    const done = run.run();
+    await started;
+    expect(timers.armed).toEqual([10_000]);
+    timers.advance(10_000);
+    await done;
+    expect(aborted).toEqual([true]);
+    expect(client.requests.length).toBe(1);
+    const recs = run.records();
+    expect(recs.map((r) => [r.key, r.error, r.finish_reason, r.truncated, r.extra_fields.terminated_by])).toEqual([["se_0_0", null, "abort", true, "deadline"]]);
+    expect(recs[0]!.response_ids).toEqual([...tok.encode(A1), IM_END]);
+    expect(run.stats().counts).toMatchObject({ total: 1, finished: 1, records: 1, ok: 1, failed: 0 });
+    expect((await store.sessionRecords("se", 0))?.map((r) => r.extra_fields.terminated_by)).toEqual(["deadline"]);
+    host.close();
   });
 });
