@@ -194,7 +194,7 @@ export function createAgentExecutor(
         client: new SessionCallLimiter(tracer.client(client), t.key, limits),
         ...(shared.tools ? { tools: tracer.tools(shared.tools) } : {}),
         config: rollout,
-        ...(deadline.atMs !== null ? { signal: deadline.signal, scoreSignal: signal ?? NEVER } : signal ? { signal } : {}),
+        ...(deadline.atMs !== null ? { signal: deadline.signal, scoreSignal: signal ?? neverAborts() } : signal ? { signal } : {}),
       };
       try {
         const loopOutputs = await runAgentLoop(registry, ctx, samplingParamsFor(rollout, plan.validate, t), {
@@ -239,7 +239,7 @@ export function sessionLoopFactory(deps: ExecutorDeps): (input: SessionInput, de
     const loop = registry.create(name, {
       ...shared,
       ...(signal ? { signal } : {}),
-      ...(batchSignal || deadlineSignal ? { scoreSignal: batchSignal ?? NEVER } : {}),
+      ...(batchSignal || deadlineSignal ? { scoreSignal: batchSignal ?? neverAborts() } : {}),
       client: new SessionCallLimiter(tracer.client(client), input.key, shared.sessionLimits ?? DEFAULT_SESSION_LIMITS),
       ...(shared.tools ? { tools: tracer.tools(shared.tools) } : {}),
       config: input.rollout,
@@ -252,8 +252,14 @@ export function sessionLoopFactory(deps: ExecutorDeps): (input: SessionInput, de
 
 const loopTracers = new WeakMap<AgentLoop, TrajectoryTracer>();
 
-/** A signal that never aborts: the reward signal of a session loop whose only signal is its deadline. */
-const NEVER = new AbortController().signal;
+/**
+ * A signal that never aborts: the reward signal of a loop whose only signal is its deadline. Made on first use:
+ * workerd refuses an AbortController built in global scope.
+ */
+let never: AbortSignal | undefined;
+function neverAborts(): AbortSignal {
+  return (never ??= new AbortController().signal);
+}
 
 /**
  * What a durable session does with its finished outputs before it commits
