@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from "commander";
-import { MAX_TIMER_MS } from "../../shared/schema/config.ts";
+import { MAX_TIMER_MS, MAX_TIMER_SECONDS } from "../../shared/schema/config.ts";
 
 /**
  * Parsers of numeric CLI flags for commander: each refuses a value that is
@@ -25,7 +25,7 @@ export function intFlag(flag: string, min: number, max?: number): (v: string) =>
 }
 
 /** The largest seconds flag: {@link MAX_TIMER_MS} in whole seconds (2147483 s, about 24.8 days), as each becomes a timer in ms. */
-export const MAX_TIMER_SECONDS = Math.floor(MAX_TIMER_MS / 1000);
+export { MAX_TIMER_SECONDS };
 
 /**
  * A number of seconds, > 0 (or >= 0 with `allowZero`), at most

@@ -20,6 +20,8 @@ export interface ConfigFlags {
   responseLength?: number;
   maxModelLen?: number;
   maxAssistantTurns?: number;
+  /** rollout.trajectory_deadline_s (whole seconds). */
+  trajectoryDeadline?: number;
   defaultAgent?: string;
   seed?: number;
   concurrency?: number;
@@ -59,6 +61,7 @@ export function overridesFromFlags(f: ConfigFlags, env: Record<string, string | 
       max_model_len: f.maxModelLen,
       seed: f.seed,
       multi_turn: { max_assistant_turns: f.maxAssistantTurns },
+      trajectory_deadline_s: f.trajectoryDeadline,
       agent: { default_agent_loop: f.defaultAgent ?? (f.agent ? "openai_agent" : undefined) },
     },
     engine: {
@@ -85,6 +88,7 @@ export const FLAG_OF_PATH: Readonly<Record<string, { flag: string; key: keyof Co
   "rollout.max_model_len": { flag: "--max-model-len", key: "maxModelLen" },
   "rollout.seed": { flag: "--seed", key: "seed" },
   "rollout.multi_turn.max_assistant_turns": { flag: "--max-assistant-turns", key: "maxAssistantTurns" },
+  "rollout.trajectory_deadline_s": { flag: "--trajectory-deadline", key: "trajectoryDeadline" },
   "rollout.agent.default_agent_loop": { flag: "--default-agent", key: "defaultAgent" },
   "engine.url": { flag: "--engine", key: "engine" },
   "engine.format": { flag: "--engine-format", key: "engineFormat" },

@@ -14,7 +14,7 @@
 import { Command, CommanderError, Option } from "commander";
 import { EdgeloopError } from "../../shared/errors.ts";
 import { setupTelemetryFromEnv, type Telemetry } from "../telemetry/setup.ts";
-import { durationFlag, intFlag, msFlag, msPerTokenFlag, portFlag as port, positiveNumberFlag, secondsFlag, versionFlag } from "./flag-parsers.ts";
+import { durationFlag, intFlag, MAX_TIMER_SECONDS, msFlag, msPerTokenFlag, portFlag as port, positiveNumberFlag, secondsFlag, versionFlag } from "./flag-parsers.ts";
 import { watchLauncher } from "./launcher-watch.ts";
 import { registerSelfImports } from "./self-imports.ts";
 import { terminalSafe } from "./terminal-text.ts";
@@ -43,6 +43,7 @@ function configFlags(cmd: Command): Command {
     .option("--response-length <n>", "rollout.response_length", intFlag("--response-length", 1))
     .option("--max-model-len <n>", "rollout.max_model_len", intFlag("--max-model-len", 2))
     .option("--max-assistant-turns <n>", "rollout.multi_turn.max_assistant_turns", intFlag("--max-assistant-turns", 1))
+    .option("--trajectory-deadline <seconds>", "rollout.trajectory_deadline_s: wall-clock seconds a trajectory may run from its first start, then it ends with what it sampled (terminated_by deadline; default 3600; the config's null: none)", intFlag("--trajectory-deadline", 1, MAX_TIMER_SECONDS))
     .option("--default-agent <name>", "rollout.agent.default_agent_loop")
     .option("--seed <n>", "rollout.seed (and the simulated engine's seed)", intFlag("--seed", Number.MIN_SAFE_INTEGER))
     .option("--concurrency <n>", "trajectories run at once", intFlag("--concurrency", 1, 100_000))
@@ -114,7 +115,7 @@ configFlags(
   .action(async (opts) => (await import("./worker-command.ts")).workerCommand(opts));
 // Jobs carry their batch's rollout section: these flags are refused on a worker (worker-command.ts), so not listed.
 for (const o of program.commands.find((c) => c.name() === "worker")!.options) {
-  if (["--n", "--prompt-length", "--response-length", "--max-assistant-turns", "--default-agent"].includes(o.long ?? "")) o.hideHelp();
+  if (["--n", "--prompt-length", "--response-length", "--max-assistant-turns", "--trajectory-deadline", "--default-agent"].includes(o.long ?? "")) o.hideHelp();
 }
 
 program

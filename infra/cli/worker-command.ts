@@ -46,6 +46,7 @@ export const WORKER_REFUSED_FLAGS: readonly (readonly [keyof WorkerFlags, string
   ["promptLength", "--prompt-length", "rollout.prompt_length"],
   ["responseLength", "--response-length", "rollout.response_length"],
   ["maxAssistantTurns", "--max-assistant-turns", "rollout.multi_turn.max_assistant_turns"],
+  ["trajectoryDeadline", "--trajectory-deadline", "rollout.trajectory_deadline_s"],
   ["defaultAgent", "--default-agent", "rollout.agent.default_agent_loop"],
 ];
 

@@ -12,6 +12,7 @@ import type { ToolCallParser } from "../tools/tool-call-parser.ts";
 import type { ToolExecutor } from "../tools/webhook-tool-client.ts";
 import { PREFIX_KEY_MAX_TOKENS, prefixKeyOf } from "../inference/prefix-key.ts";
 import { contextSize } from "../inference/context-size.ts";
+import { isDeadlineAbort, type TrajectoryDeadlineError } from "./trajectory-deadline.ts";
 import { addPreempted, modelVersionOf, pushVersion, recordTurnVersions, finalTokenVersions, type TokenVersions } from "../inference/token-versions.ts";
 // The engine-reply bookkeeping loops use, defined where engine replies live (custom loops import it from here too).
 export { contextSize } from "../inference/context-size.ts";
@@ -43,8 +44,20 @@ export interface AgentLoopContext {
   nowMs?: () => number;
   /** Fresh engine request ids (default `crypto.randomUUID()`). */
   newRequestId?: () => string;
-  /** Aborts engine and webhook calls of this trajectory. */
+  /**
+   * Aborts engine and webhook calls of this trajectory: the batch's cancel or
+   * surplus, or the trajectory's deadline (`rollout.trajectory_deadline_s`;
+   * reason {@link TrajectoryDeadlineError}, see {@link isDeadlineAbort}): a
+   * loop ends a trajectory past its deadline with what it has, as
+   * `extra_fields.terminated_by: "deadline"`.
+   */
   signal?: AbortSignal;
+  /**
+   * Aborts the reward of this trajectory (default `signal`). The executors
+   * pass the batch's own signal here when `signal` also carries the
+   * trajectory's deadline: a trajectory ended by its deadline is still scored.
+   */
+  scoreSignal?: AbortSignal;
   /**
    * Set by a durable session host: a tool that answers `202 Accepted` is
    * awaited (state `awaiting_tools`, result by callback or an error at the
@@ -160,7 +173,8 @@ export abstract class AgentLoop {
    * what it has (`"aborted"` when that is nothing). The turn's output holds
    * every token and log-prob in order and `num_preempted` = the resumes plus
    * what the engine reported. A cancellation by the loop's own `signal` is
-   * never resumed. Other engine errors propagate. Adds the call's seconds to
+   * never resumed, and past the trajectory's deadline ({@link isDeadlineAbort})
+   * no call is sent at all. Other engine errors propagate. Adds the call's seconds to
    * `metrics.generate_sequences`. A resumed turn's output carries
    * `extra_fields.token_versions`: the policy version of each call's tokens as
    * run-length segments over the turn's tokens (see {@link turnVersions});
@@ -193,6 +207,11 @@ export abstract class AgentLoop {
     try {
       for (let attempt = 0; ; attempt++) {
         const canResume = attempt < MAX_RESUMES && !signal?.aborted;
+        // Past the trajectory's deadline nothing more is sent: the turn ends with what it has, as an abort would.
+        if (isDeadlineAbort(signal)) {
+          if (ids.length === 0) return "aborted";
+          break;
+        }
         let out: TokenOutput;
         try {
           out = await this.ctx.client.generate({
@@ -270,7 +289,7 @@ export abstract class AgentLoop {
     return traceReward(key, () =>
       computeReward(
         { key, data_source: kwargs.data_source ?? "unknown", reward_model: rm, final_answer: finalAnswer },
-        { nowMs: this.ctx.nowMs, signal: this.ctx.signal, ...(this.ctx.reward ?? {}) },
+        { nowMs: this.ctx.nowMs, signal: this.ctx.scoreSignal ?? this.ctx.signal, ...(this.ctx.reward ?? {}) },
       ),
     );
   }

@@ -1,6 +1,7 @@
 import type { AgentLoopOutput, FinishReason, SamplingParams } from "../schema/index.ts";
 import { buildPromptIds } from "../tokens/prompt.ts";
 import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
+import { isDeadlineAbort } from "./trajectory-deadline.ts";
 import { addPreempted, AgentLoop, emptyMetrics, finalTokenVersions, modelVersionOf, recordTurnVersions, type AgentLoopKwargs, type TokenVersions } from "./agent-loop.ts";
 
 /**
@@ -8,7 +9,11 @@ import { addPreempted, AgentLoop, emptyMetrics, finalTokenVersions, modelVersion
  * response = the sampled ids (mask all ones, the engine's log-probs),
  * `num_turns = 2`. No request is sent when the prompt leaves no room
  * (`max_tokens` would be 0); the trajectory is then empty and truncated.
- * A `finish_reason: "length"` reply ends it truncated.
+ * A `finish_reason: "length"` reply ends it truncated. A generation the
+ * trajectory's deadline aborted (`rollout.trajectory_deadline_s`; none is sent
+ * once it passed) keeps what the engine returned, as any abort, and ends with
+ * `extra_fields.terminated_by: "deadline"`, `finish_reason: "abort"`,
+ * truncated (the field is absent otherwise: records are unchanged).
  * @see verl `SingleTurnAgentLoop` (`verl/experimental/agent_loop/single_turn_agent_loop.py`)
  */
 export class SingleTurnAgentLoop extends AgentLoop {
@@ -55,6 +60,10 @@ export class SingleTurnAgentLoop extends AgentLoop {
       text = tokenizer.decode(out.token_ids, { skipSpecialTokens: true });
       const tv = finalTokenVersions(segs, builder.responseLength);
       if (tv) extra.token_versions = tv;
+    }
+    if (finishReason === "abort" && isDeadlineAbort(this.ctx.signal)) {
+      builder.markTruncated();
+      extra.terminated_by = "deadline";
     }
     const reward = await this.reward(kwargs, key, text);
     metrics.compute_score += reward.seconds;

@@ -9,6 +9,7 @@ import type { ParsedCall, ParseError, ToolCallParser } from "../tools/tool-call-
 import { truncateToolResponse } from "../tools/truncate.ts";
 import { pyList, type ToolExecutor, type ToolResult } from "../tools/webhook-tool-client.ts";
 import { sharedObservationEncoder } from "./encoder-cache.ts";
+import { isDeadlineAbort, TrajectoryDeadlineError } from "./trajectory-deadline.ts";
 import { addPreempted, AgentLoop, emptyMetrics, finalTokenVersions, modelVersionOf, recordTurnVersions, type AgentLoopContext, type AgentLoopKwargs, type TokenVersions } from "./agent-loop.ts";
 
 /**
@@ -44,7 +45,9 @@ export type ToolCallOutcome = ToolResult | AwaitedToolCall;
  * overflowed it), `max_model_len` (no room left in the context), `length_stop`
  * (the engine stopped a turn on its length limit), `multi_turn_disabled`
  * (`rollout.multi_turn.enable: false`: the first assistant turn is final; its
- * calls are not run and no simulated user answers), `abort`, `error`.
+ * calls are not run and no simulated user answers), `deadline` (the
+ * trajectory passed `rollout.trajectory_deadline_s`: it ends with the turns
+ * sampled so far, `finish_reason: "abort"`, truncated), `abort`, `error`.
  */
 export type TerminatedBy =
   | "model"
@@ -55,6 +58,7 @@ export type TerminatedBy =
   | "max_model_len"
   | "length_stop"
   | "multi_turn_disabled"
+  | "deadline"
   | "abort"
   | "error";
 
@@ -235,8 +239,55 @@ export class ToolAgentLoop extends AgentLoop {
    * Runs the handler of `state` once and returns the next state. In
    * `awaiting_tools` it returns `awaiting_tools` until every awaited call has
    * a result (see {@link deliverToolResult}, {@link expireToolCalls}).
+   * Once the context's signal is aborted by the trajectory's deadline
+   * ({@link isDeadlineAbort}) — before the handler or while it ran — it returns
+   * `terminated` by {@link endByDeadline} instead (a handler that ended the
+   * run for another reason than the abort keeps it).
+   * @throws TrajectoryDeadlineError past the deadline when the prompt was never built (an environment's reset aborted).
    */
   async advance(state: ToolAgentState, d: ToolAgentData): Promise<ToolAgentState> {
+    if (state === "terminated") return "terminated";
+    // Past the deadline no handler starts (but the prompt is still built: it is what the record holds).
+    if (state !== "pending" && this.deadlinePassed()) return this.endByDeadline(d);
+    let next: ToolAgentState;
+    try {
+      next = await this.handle(state, d);
+    } catch (e) {
+      // A call the deadline aborted (an environment step, a reset) threw: the trajectory ends with what it has.
+      if (this.deadlinePassed()) return this.endByDeadline(d);
+      throw e;
+    }
+    // The deadline fired during the handler: its engine call ended as an abort (tokens kept as the abort path keeps
+    // them), or it finished its work; either way the trajectory ends here. A natural end is kept.
+    if (this.deadlinePassed() && (next !== "terminated" || d.terminatedBy === "abort")) return this.endByDeadline(d);
+    return next;
+  }
+
+  /**
+   * Ends the run because the trajectory passed its deadline: `terminated_by:
+   * "deadline"`, `finish_reason: "abort"`, truncated; tool calls still pending
+   * or awaited are dropped (their results never enter the response). Returns
+   * `terminated`; {@link finishData} then scores and validates what was
+   * sampled. A durable session calls it when it resumes (or wakes) past the
+   * deadline, without running a handler (`deadlineMs`: the deadline, epoch ms, named in the error).
+   * @throws TrajectoryDeadlineError when there is nothing to record yet (the prompt was never built).
+   */
+  endByDeadline(d: ToolAgentData, deadlineMs?: number): ToolAgentState {
+    if (!d.builder) {
+      const r: unknown = this.ctx.signal?.reason;
+      throw r instanceof TrajectoryDeadlineError ? r : new TrajectoryDeadlineError(d.key, deadlineMs ?? Date.now());
+    }
+    d.pending = [];
+    d.toolResults = undefined;
+    return this.end(d, "abort", "deadline", true);
+  }
+
+  /** Whether this trajectory's signal was aborted by its deadline. */
+  protected deadlinePassed(): boolean {
+    return isDeadlineAbort(this.ctx.signal);
+  }
+
+  private async handle(state: ToolAgentState, d: ToolAgentData): Promise<ToolAgentState> {
     switch (state) {
       case "pending":
         return this.onPending(d);
@@ -441,6 +492,8 @@ export class ToolAgentLoop extends AgentLoop {
       }),
     );
     d.metrics.tool_calls += Math.max(0, (this.now() - t0) / 1000);
+    // The deadline aborted the round: its results (aborted calls among them) are not observed.
+    if (this.deadlinePassed()) return this.endByDeadline(d);
     if (outcomes.some((r) => r === null || "awaiting" in r)) return "awaiting_tools";
     const results = outcomes as ToolResult[];
     // Templates that name the tool in its result's header (harmony:
@@ -466,6 +519,7 @@ export class ToolAgentLoop extends AgentLoop {
     try {
       reply = await d.interaction!.respond({ key: d.key, turn: d.assistantTurns, messages: d.messages, interaction_kwargs: d.interactionKwargs, signal: this.ctx.signal });
     } catch (e) {
+      if (this.deadlinePassed()) return this.endByDeadline(d);
       d.error = e instanceof ToolError ? e.message : String(e);
       return this.end(d, "error", "error");
     } finally {

@@ -16,6 +16,7 @@ import type { LeaseReleaseReason, SandboxLeases } from "../tools/sandbox-leases.
 import { SessionSuspendedError } from "../session/trajectory-session.ts";
 import { isStaleStep } from "../session/session-storage.ts";
 import { scoreWithTeacher, type TeacherClientFactory } from "./teacher-scoring.ts";
+import { eitherSignal, isDeadlineAbort, TrajectoryDeadline, trajectoryDeadlineAt, type Timers } from "../agent-loop/trajectory-deadline.ts";
 
 /** What the agent loops of a process share: built once at start-up. */
 export interface ExecutorDeps extends Omit<AgentLoopContext, "config" | "client" | "signal"> {
@@ -42,6 +43,14 @@ export interface ExecutorDeps extends Omit<AgentLoopContext, "config" | "client"
    * another process.
    */
   leases?: SandboxLeases;
+  /**
+   * Timers of the in-process path's trajectory deadlines (`rollout.trajectory_deadline_s`, counted from each run's
+   * start, after admission, on {@link wallClockMs}); default the global `setTimeout`.
+   * Durable sessions take theirs from `SessionDeps.timers`.
+   */
+  timers?: Timers;
+  /** Epoch milliseconds of the in-process path's trajectory deadlines (default `asyncTools.wallClockMs`, else `Date.now`). */
+  wallClockMs?: () => number;
 }
 
 /** Default {@link ExecutorDeps.ownerStallMs}: 10 minutes, above the default engine (600 s) and tool timeouts. */
@@ -188,11 +197,22 @@ export function createAgentExecutor(
       const admission = await admit(deps, rollout, signal);
       const tracer = new TrajectoryTracer(t.key);
       const limits = shared.sessionLimits ?? DEFAULT_SESSION_LIMITS;
-      const ctx: AgentLoopContext = { ...shared, client: new SessionCallLimiter(tracer.client(client), t.key, limits), ...(shared.tools ? { tools: tracer.tools(shared.tools) } : {}), config: rollout, ...(signal ? { signal } : {}) };
+      // The deadline counts from here (admitted: the trajectory starts); the loop's calls take the batch's signal and it.
+      const wall = deps.wallClockMs ?? deps.asyncTools?.wallClockMs ?? Date.now;
+      const deadline = new TrajectoryDeadline({ key: t.key, atMs: trajectoryDeadlineAt(rollout, wall()), wallClockMs: wall, ...(signal ? { parent: signal } : {}), ...(deps.timers ? { timers: deps.timers } : {}) });
+      deadline.start();
+      const ctx: AgentLoopContext = {
+        ...shared,
+        client: new SessionCallLimiter(tracer.client(client), t.key, limits),
+        ...(shared.tools ? { tools: tracer.tools(shared.tools) } : {}),
+        config: rollout,
+        ...(deadline.atMs !== null ? { signal: deadline.signal, scoreSignal: signal ?? neverAborts() } : signal ? { signal } : {}),
+      };
       const leases = deps.leases;
       let ended: { outputs?: AgentLoopOutput[]; error?: unknown } = {};
+      const loopSignal = deadline.atMs !== null ? deadline.signal : signal;
       try {
-        if (leases?.spec.create === "start") await leases.ensure(t.key, sandboxKwargsOf(row), { fresh: true, ...(signal ? { signal } : {}) });
+        if (leases?.spec.create === "start") await leases.ensure(t.key, sandboxKwargsOf(row), { fresh: true, ...(loopSignal ? { signal: loopSignal } : {}) });
         const loopOutputs = await runAgentLoop(registry, ctx, samplingParamsFor(rollout, plan.validate, t), {
           ...row,
           uid: t.uid,
@@ -208,9 +228,10 @@ export function createAgentExecutor(
         ended = { error: e };
         throw e;
       } finally {
+        deadline.dispose();
         tracer.end();
         // The trajectory's run is over whatever happened: its sandbox goes (a failed release is left to the reaper).
-        if (leases) await leases.release(t.key, releaseReasonOf(ended, signal)).catch(() => false);
+        if (leases) await leases.release(t.key, releaseReasonOf(ended, loopSignal)).catch(() => false);
       }
     },
   };
@@ -220,21 +241,27 @@ export function createAgentExecutor(
  * Builds the loop of a durable session from its stored input alone (the
  * batch's rollout config and policy version travel in the input), with
  * asynchronous tools enabled: what {@link SessionHost} needs as `createLoop`.
+ * The loop's calls are aborted by the batch's signal (the executor's run)
+ * and by the session's `deadlineSignal` (its trajectory deadline); its reward
+ * only by the batch's.
  */
-export function sessionLoopFactory(deps: ExecutorDeps): (input: SessionInput) => AgentLoop {
+export function sessionLoopFactory(deps: ExecutorDeps): (input: SessionInput, deadlineSignal?: AbortSignal) => AgentLoop {
   const { registry, ...shared } = deps;
   const stamped = new Map<string | number | null, InferenceClient>();
-  return (input) => {
+  return (input, deadlineSignal) => {
     const client = stamped.get(input.model_version) ?? versionStampedClient(deps, input.model_version);
     stamped.set(input.model_version, client);
     const name = registry.resolve(input.agent_name, input.rollout.agent.default_agent_loop);
     // Turns, engine calls and tool calls of a session are traced like the in-process path's;
     // the session ends the open turn span when a run pauses (SessionDeps.onPause = endLoopTrace).
     const tracer = new TrajectoryTracer(input.key);
-    const signal = signalsOf(deps).get(input.key);
+    const batchSignal = signalsOf(deps).get(input.key);
+    // The loop's calls stop on the batch's cancel/surplus or the session's deadline; its reward only on the former.
+    const signal = eitherSignal(batchSignal, deadlineSignal);
     const loop = registry.create(name, {
       ...shared,
       ...(signal ? { signal } : {}),
+      ...(batchSignal || deadlineSignal ? { scoreSignal: batchSignal ?? neverAborts() } : {}),
       client: new SessionCallLimiter(tracer.client(client), input.key, shared.sessionLimits ?? DEFAULT_SESSION_LIMITS),
       ...(shared.tools ? { tools: tracer.tools(shared.tools) } : {}),
       config: input.rollout,
@@ -246,6 +273,15 @@ export function sessionLoopFactory(deps: ExecutorDeps): (input: SessionInput) =>
 }
 
 const loopTracers = new WeakMap<AgentLoop, TrajectoryTracer>();
+
+/**
+ * A signal that never aborts: the reward signal of a loop whose only signal is its deadline. Made on first use:
+ * workerd refuses an AbortController built in global scope.
+ */
+let never: AbortSignal | undefined;
+function neverAborts(): AbortSignal {
+  return (never ??= new AbortController().signal);
+}
 
 /**
  * What a durable session does with its finished outputs before it commits
@@ -385,15 +421,14 @@ function sandboxKwargsOf(row: { extra_info?: unknown }): Record<string, unknown>
 /**
  * The lease release reason of a trajectory whose run ended with `ended` (its
  * outputs, or what it threw) under `signal`: `deadline` when an output ended
- * by the deadline or the signal's reason is a {@link TrajectoryDeadlineError}-named
- * error, `surplus` for a surplus stop or a carry, `cancelled` for any other abort,
+ * by the deadline or the signal was aborted by it ({@link isDeadlineAbort}), `surplus` for a surplus stop or a carry, `cancelled` for any other abort,
  * `failed` for an error, else `finished`.
  */
 export function releaseReasonOf(ended: { outputs?: readonly { extra_fields?: Record<string, unknown> }[]; error?: unknown }, signal?: AbortSignal): LeaseReleaseReason {
   if (ended.outputs) return ended.outputs.some((o) => o.extra_fields?.terminated_by === "deadline") ? "deadline" : "finished";
   const r: unknown = signal?.aborted ? signal.reason : undefined;
   if (r instanceof SurplusCancelledError || r instanceof TrajectoryCarriedError) return "surplus";
-  if ((r as { name?: unknown } | undefined)?.name === "TrajectoryDeadlineError") return "deadline";
+  if (isDeadlineAbort(signal)) return "deadline";
   if (signal?.aborted) return "cancelled";
   return "failed";
 }

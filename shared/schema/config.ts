@@ -23,6 +23,12 @@ export function httpUrl(message: string) {
  */
 export const MAX_TIMER_MS = 2_147_483_647;
 
+/** The largest seconds value that ends in a timer: {@link MAX_TIMER_MS} in whole seconds (2 147 483 s, about 24.8 days). */
+export const MAX_TIMER_SECONDS = Math.floor(MAX_TIMER_MS / 1000);
+
+/** Default `rollout.trajectory_deadline_s`: one hour of wall-clock time per trajectory. */
+export const DEFAULT_TRAJECTORY_DEADLINE_S = 3600;
+
 /** The most retries after the first attempt any retries field takes (tools, interactions, MCP servers, engine, reward). */
 export const MAX_RETRIES = 10;
 
@@ -170,6 +176,24 @@ export const RolloutConfig = z
      * trainers (kept as filtered, readable with `GET /v1/groups?include_filtered=1`),
      * and a reserve row of the batch is started in its place. null = off.
      */
+    /**
+     * Hard wall-clock deadline per trajectory, whole seconds (default
+     * {@link DEFAULT_TRAJECTORY_DEADLINE_S} = 3600, one hour; at most
+     * {@link MAX_TIMER_SECONDS}; null = no deadline), counted from the
+     * trajectory's first start — a durable session resumed later (another
+     * worker, a carried partial rollout) keeps the deadline it was given.
+     * Past it the trajectory's engine and tool calls are aborted and it ends
+     * with what it has sampled so far: a stored record with
+     * `extra_fields.terminated_by: "deadline"`, `finish_reason: "abort"`,
+     * `truncated: true` (its slot is freed and it counts as finished).
+     */
+    trajectory_deadline_s: z
+      .number()
+      .int("rollout.trajectory_deadline_s must be a whole number of seconds (or null: no deadline)")
+      .min(1, "rollout.trajectory_deadline_s must be >= 1 (seconds) or null (no deadline)")
+      .max(MAX_TIMER_SECONDS, `rollout.trajectory_deadline_s must be <= ${MAX_TIMER_SECONDS} (seconds; setTimeout's largest delay)`)
+      .nullable()
+      .default(DEFAULT_TRAJECTORY_DEADLINE_S),
     /** On-policy distillation teacher (see {@link TeacherConfig}); null = none. */
     teacher: TeacherConfig.nullable().default(null),
     filter_groups: z

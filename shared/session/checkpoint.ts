@@ -193,6 +193,14 @@ export const CheckpointDelta = z.object({
   error: z.string().nullable(),
   /** Earliest deadline (epoch ms) of the tool calls awaited, or null. */
   deadline_ms: z.number().nullable(),
+  /**
+   * The trajectory's own deadline (epoch ms of the session's wall clock:
+   * `rollout.trajectory_deadline_s` after its first start), written with
+   * every commit so a resume keeps it; null: no deadline. Absent in
+   * checkpoints written before it existed: such a session's deadline counts
+   * from its first resume (and is stored from its next commit on).
+   */
+  trajectory_deadline_ms: z.number().nullable().optional(),
   /** Wall-clock epoch ms of the commit. */
   updated_ms: z.number(),
 });

@@ -1,4 +1,5 @@
 import { KeyedChain } from "./keyed-chain.ts";
+import { globalTimers, type Timers } from "../agent-loop/trajectory-deadline.ts";
 import { NotFoundError } from "../errors.ts";
 import type { AgentLoopOutput } from "../schema/index.ts";
 import type { SessionInputArg } from "./checkpoint.ts";
@@ -10,14 +11,14 @@ import { TrajectorySession, type SessionDeps, type SessionOutcome, type ToolResu
 export type SessionResult = Exclude<SessionOutcome, { status: "waiting" }>;
 
 /** Timers as the host uses them (defaults: the global `setTimeout`/`clearTimeout`). */
-export interface HostTimers {
-  set(fn: () => void, ms: number): unknown;
-  clear(handle: unknown): void;
-}
+export type HostTimers = Timers;
 
-/** Options of {@link SessionHost}: the session deps plus timers and retry tuning. */
+/**
+ * Options of {@link SessionHost}: the session deps (their `timers` are the
+ * host's too: a waiting session's wake-up at its earliest deadline) plus
+ * retry tuning.
+ */
 export interface SessionHostOptions extends SessionDeps {
-  timers?: HostTimers;
   /**
    * Retries of a session step that failed with a retryable storage error
    * (default 3; backoff 100 ms × 4ⁱ, at most 5 s). While the store is
@@ -36,7 +37,7 @@ interface Waiter {
  * The in-process session host (Bun, Node, Deno — Web-standard timers only):
  * at most one live {@link TrajectorySession} per key in this process, every
  * operation on a key serialised, a timer per waiting session for its earliest
- * tool deadline. A session that waits for callbacks is dropped from memory
+ * deadline (an awaited tool call's, or the trajectory's own). A session that waits for callbacks is dropped from memory
  * (its state is in storage): only a resolver and a timer remain, and a
  * callback or the timer re-opens it from its checkpoint.
  */
@@ -50,7 +51,7 @@ export class SessionHost {
 
   constructor(opts: SessionHostOptions) {
     this.opts = opts;
-    this.timers = opts.timers ?? { set: (fn, ms) => setTimeout(fn, ms), clear: (h) => clearTimeout(h as ReturnType<typeof setTimeout>) };
+    this.timers = opts.timers ?? globalTimers;
   }
 
   /**

@@ -7,6 +7,7 @@ import { CHECKPOINT_VERSION, packOutput, parseSessionInput, SessionInput, type C
 import { DeltaTracker, foldCheckpoint, restoreFoldedLoop, type FoldedLoop } from "./checkpoint-delta.ts";
 import { isStaleStep, type AppendOptions, type SessionStorage } from "./session-storage.ts";
 import { isStoreOutage } from "../store/store-outage.ts";
+import { TrajectoryDeadline, trajectoryDeadlineAt, type Timers } from "../agent-loop/trajectory-deadline.ts";
 
 /** What a session needs from its host. */
 export interface SessionDeps {
@@ -15,8 +16,11 @@ export interface SessionDeps {
    * Builds the agent loop for a session's input (the registry's loop for
    * `input.agent_name`, with a context built from `input.rollout` and
    * `input.model_version`, and `asyncTools` set so 202 tools are awaited).
+   * `deadlineSignal` aborts (reason `TrajectoryDeadlineError`) once the
+   * trajectory passes its deadline while a step runs: the loop's engine and
+   * tool calls must take it (with the batch's own signal), its reward need not.
    */
-  createLoop(input: SessionInput): AgentLoop;
+  createLoop(input: SessionInput, deadlineSignal?: AbortSignal): AgentLoop;
   /**
    * Writes the finished outputs (the transfer-queue records; must be
    * idempotent per key). When given, the session writes them itself and
@@ -36,6 +40,8 @@ export interface SessionDeps {
   commitRetries?: number;
   /** Epoch milliseconds (deadlines, `updated_ms`); default `Date.now()`. */
   wallClockMs?(): number;
+  /** Timers (the trajectory deadline's while a step runs; a host's for waiting sessions); default the global `setTimeout`. */
+  timers?: Timers;
   /** TTL of terminal (`done`/`failed`) entries, seconds (default 604 800 = 7 days). */
   terminalTtlSeconds?: number;
   /** Called after every commit with the head and the size of the delta written, in characters of JSON (benchmarks, metrics). */
@@ -58,6 +64,7 @@ export class SessionSuspendedError extends Error {
 
 /** Where a {@link TrajectorySession.run} stopped. */
 export type SessionOutcome =
+  /** `deadline_ms`: when to run the session again (epoch ms): the earliest awaited call's deadline or the trajectory's, whichever is first. */
   | { status: "waiting"; deadline_ms: number | null }
   | {
       status: "finished";
@@ -112,15 +119,20 @@ export class TrajectorySession {
   private readonly inputJson: string | undefined;
   private readonly openedFinished: boolean;
   private readonly tracker = new DeltaTracker();
+  private readonly deadline: TrajectoryDeadline;
 
   private constructor(deps: SessionDeps, input: SessionInput, cp: SessionCheckpoint, inputJson: string | undefined) {
     this.deps = deps;
     this.key = input.key;
     this.input = input;
+    // The deadline is fixed at the first start and travels in every commit; a checkpoint written before it existed
+    // gets one from now (its first resume).
+    if (cp.trajectory_deadline_ms === undefined) cp.trajectory_deadline_ms = trajectoryDeadlineAt(input.rollout, (deps.wallClockMs ?? Date.now)());
     this.cp = cp;
     this.inputJson = inputJson;
     this.openedFinished = cp.phase === "finished";
-    this.loop = deps.createLoop(input);
+    this.deadline = new TrajectoryDeadline({ key: input.key, atMs: cp.trajectory_deadline_ms, ...(deps.wallClockMs ? { wallClockMs: () => deps.wallClockMs!() } : {}), ...(deps.timers ? { timers: deps.timers } : {}) });
+    this.loop = deps.createLoop(input, this.deadline.signal);
   }
 
   /**
@@ -191,11 +203,33 @@ export class TrajectorySession {
    * @throws ConflictError when another owner committed a newer step; StoreError when storage fails.
    */
   async run(): Promise<SessionOutcome> {
+    this.deadline.start();
     try {
       return await this.advance();
     } finally {
+      this.deadline.stop();
       this.deps.onPause?.(this.loop);
     }
+  }
+
+  /** The trajectory's deadline (epoch ms of the session's wall clock), fixed at its first start; null: none. */
+  get trajectoryDeadlineMs(): number | null {
+    return this.cp.trajectory_deadline_ms ?? null;
+  }
+
+  /**
+   * Past the trajectory's deadline, ends a `tool_agent` run at once with what
+   * the checkpoint holds (no handler runs: no engine or tool call) and
+   * commits it; false when the deadline has not passed or the loop cannot
+   * end here (loops that run whole end through their signal; a run whose
+   * prompt was never built goes on to its first step, which ends it).
+   */
+  private async endIfPastDeadline(): Promise<boolean> {
+    const d = this.data;
+    if (!this.deadline.passed || !d?.builder || !(this.loop instanceof ToolAgentLoop) || this.cp.loop_state === "terminated") return false;
+    this.loop.endByDeadline(d, this.trajectoryDeadlineMs ?? undefined);
+    await this.commit("running", "terminated");
+    return true;
   }
 
   private async advance(): Promise<SessionOutcome> {
@@ -217,15 +251,18 @@ export class TrajectorySession {
         case "waiting": {
           const d = this.data!;
           const loop = this.loop as ToolAgentLoop;
+          if (await this.endIfPastDeadline()) continue;
           if (loop.expireToolCalls(d, this.wall()) > 0) {
             await this.commit("running", "awaiting_tools");
             continue;
           }
-          if (loop.nextToolDeadline(d) !== null) return { status: "waiting", deadline_ms: loop.nextToolDeadline(d) };
+          const next = loop.nextToolDeadline(d);
+          if (next !== null) return { status: "waiting", deadline_ms: Math.min(next, this.trajectoryDeadlineMs ?? next) };
           this.cp.phase = "running";
           continue;
         }
         case "running":
+          if (await this.endIfPastDeadline()) continue;
           await this.step();
       }
     }
@@ -307,6 +344,7 @@ export class TrajectorySession {
       ...(extra.outputs !== undefined ? { outputs: extra.outputs === null ? null : extra.outputs.map(packOutput) } : {}),
       error: extra.error !== undefined ? extra.error : this.cp.error,
       deadline_ms: d && this.loop instanceof ToolAgentLoop ? this.loop.nextToolDeadline(d) : null,
+      trajectory_deadline_ms: this.cp.trajectory_deadline_ms ?? null,
       updated_ms: this.wall(),
     };
     const next: SessionCheckpoint = {

@@ -41,6 +41,7 @@ const READERS: Record<string, [string, string]> = {
   "rollout.max_staleness": ["shared/rollout/executor.ts", "waitForAdmission(deps.policy, rollout.max_staleness"],
   "rollout.staleness_policy": ["shared/rollout/executor.ts", 'rollout.staleness_policy !== "admit"'],
   "rollout.oversample": ["shared/rollout/batch.ts", "Math.ceil(rows / rollout.oversample!)"],
+  "rollout.trajectory_deadline_s": ["shared/agent-loop/trajectory-deadline.ts", "const s = rollout.trajectory_deadline_s;"],
   "rollout.partial_rollout": ["shared/rollout/batch.ts", "partial_rollout: rollout.partial_rollout"],
   "rollout.teacher.url": ["infra/cli/teacher.ts", 'cfg.url === "sim"'],
   "rollout.teacher.urls": ["infra/cli/teacher.ts", "replicas: cfg.urls"],

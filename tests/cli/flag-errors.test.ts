@@ -61,6 +61,8 @@ const CASES: [string[], string][] = [
   [["worker", "--drain-timeout", "3000000"], "--drain-timeout must be at most 2147483 seconds (setTimeout's largest delay), got '3000000' (see edgeloop worker --help)"],
   [["serve", "--lost-grace", "3000000"], "--lost-grace must be at most 2147483 seconds (setTimeout's largest delay), got '3000000' (see edgeloop serve --help)"],
   [["rollout", "--data", "x.jsonl", "--store-timeout", "2147483.5"], "--store-timeout must be at most 2147483 seconds (setTimeout's largest delay), got '2147483.5' (see edgeloop rollout --help)"],
+  [["rollout", "--data", "x.jsonl", "--trajectory-deadline", "0"], "--trajectory-deadline must be an integer 1..2147483, got '0' (see edgeloop rollout --help)"],
+  [["serve", "--trajectory-deadline", "2147484"], "--trajectory-deadline must be an integer 1..2147483, got '2147484' (see edgeloop serve --help)"],
   [["rollout", "--data", "x.jsonl", "--agent-timeout-ms", "3000000000"], "--agent-timeout-ms must be at most 2147483647 milliseconds (setTimeout's largest delay), got '3000000000' (see edgeloop rollout --help)"],
   [["gateway", "--replicas", "http://127.0.0.1:1", "--attempt-timeout-ms", "2147483648"], "--attempt-timeout-ms must be at most 2147483647 milliseconds (setTimeout's largest delay), got '2147483648' (see edgeloop gateway --help)"],
   [["gateway", "--replicas", "http://127.0.0.1:1", "--cooldown-ms", "3000000000"], "--cooldown-ms must be at most 2147483647 milliseconds (setTimeout's largest delay), got '3000000000' (see edgeloop gateway --help)"],
@@ -68,6 +70,7 @@ const CASES: [string[], string][] = [
   [["worker", "--lease", "NaN"], "--lease must be a positive number of seconds, got 'NaN' (see edgeloop worker --help)"],
   // Jobs run with their batch's rollout section: the worker refuses the flags it would ignore.
   [["worker", "--n", "4"], "--n: a worker runs each job with its batch's rollout.n (serve's config, or the batch's config.rollout); set it on edgeloop serve or in the POST, not on the worker"],
+  [["worker", "--trajectory-deadline", "60"], "--trajectory-deadline: a worker runs each job with its batch's rollout.trajectory_deadline_s (serve's config, or the batch's config.rollout); set it on edgeloop serve or in the POST, not on the worker"],
   [["worker", "--default-agent", "tool_agent"], "--default-agent: a worker runs each job with its batch's rollout.agent.default_agent_loop (serve's config, or the batch's config.rollout); set it on edgeloop serve or in the POST, not on the worker"],
   [["cancel", "b1", "--url", "ftp://x"], "--url: 'ftp://x' is not an http(s) URL"],
   [["nonsense"], "unknown command 'nonsense' (see edgeloop --help)"],

@@ -25,7 +25,7 @@ export function buildSandboxLeases(
 ): { leases: SandboxLeases | null; tools: ToolExecutor; leaseMetrics: ((storeWide: boolean) => Promise<PromFamily[]>) | null } {
   if (!spec) return { leases: null, tools, leaseMetrics: null };
   const observer = new LeaseMetricsCollector();
-  const deadline = (config.rollout as { trajectory_deadline_s?: number | null }).trajectory_deadline_s ?? null;
+  const deadline = config.rollout.trajectory_deadline_s;
   let leases: SandboxLeases;
   try {
     leases = new SandboxLeases(spec, buildLeaseStore(config, closers, storeTimeoutS), { ...(config.tools.secret ? { secret: config.tools.secret } : {}), trajectoryDeadlineS: deadline, observer });
