@@ -32,9 +32,10 @@ test("a command that floods stdout with lines that are not JSON-RPC is cut off, 
 test("a server that never answers initialize is stopped when edgeloop gives up on it, not left running", async () => {
   const dir = mkdtempSync(join(tmpdir(), "mcp-noinit-"));
   const pidFile = join(dir, "pid");
-  const spec = McpServerSpec.parse({ name: "mute", command: process.execPath, args: [HOSTILE, "noinit", pidFile], timeout_ms: 1_000, max_retries: 0 });
+  // 8 s: the never-initializing child must have started (and written its pid) before edgeloop gives up, on a busy machine too.
+  const spec = McpServerSpec.parse({ name: "mute", command: process.execPath, args: [HOSTILE, "noinit", pidFile], timeout_ms: 8_000, max_retries: 0 });
   const e = await McpToolClient.connect([spec], { stdio: stdioMcpTransport }).catch((e) => e);
-  expect(e.message).toBe(`MCP server 'mute' (${process.execPath}): cannot list its tools: timed out after 1000 ms (1 attempt)`);
+  expect(e.message).toBe(`MCP server 'mute' (${process.execPath}): cannot list its tools: timed out after 8000 ms (1 attempt)`);
   const pid = Number(readFileSync(pidFile, "utf8"));
   expect(pid).toBeGreaterThan(0);
   // The transport's close ends stdin, then SIGTERM (the child ignores stdin's end, not SIGTERM): wait on the process itself.
@@ -47,7 +48,7 @@ test("a process that exits right after a failed start leaves no stdio child behi
   const pidFile = join(dir, "pid");
   const proc = Bun.spawn([process.execPath, join(import.meta.dir, "exit-after-failed-start.ts"), pidFile], { stdout: "pipe", stderr: "pipe" });
   expect(await proc.exited).toBe(2);
-  expect(await new Response(proc.stderr).text()).toBe(`MCP server 'mute' (${process.execPath}): cannot list its tools: timed out after 1000 ms (1 attempt)\n`);
+  expect(await new Response(proc.stderr).text()).toBe(`MCP server 'mute' (${process.execPath}): cannot list its tools: timed out after 8000 ms (1 attempt)\n`);
   const pid = Number(readFileSync(pidFile, "utf8"));
   expect(pid).toBeGreaterThan(0);
   // SIGKILL at the parent's exit is immediate; the wait only covers the kernel reaping it.
