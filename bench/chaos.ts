@@ -4,7 +4,8 @@
  * errors and 5 % aborts, the tool server 5 % timeouts, a random worker
  * SIGKILLed every ~3 s and replaced — then the checks and a table of counts
  * (see infra/chaos/chaos-run.ts). Exits 1 when a property is violated.
- * Flags: --trajectories N --workers W --kill-every S --seed K --concurrency C.
+ * Flags: --trajectories N --workers W --kill-every S --seed K --concurrency C,
+ * --leases (`npm run chaos:leases`: every trajectory holds a sandbox lease; see ChaosOptions.sandbox).
  * Needs Redis (REDIS_URL, default redis://127.0.0.1:6379).
  */
 import { parseArgs } from "node:util";
@@ -18,6 +19,7 @@ const { values: v } = parseArgs({
     "kill-every": { type: "string", default: "3" },
     seed: { type: "string", default: "7" },
     concurrency: { type: "string", default: "8" },
+    leases: { type: "boolean", default: false },
   },
 });
 const t0 = performance.now();
@@ -27,6 +29,8 @@ const report = await runChaos({
   killEveryMs: Number(v["kill-every"]) * 1000,
   seed: Number(v.seed),
   concurrency: Number(v.concurrency),
+  // --leases (`npm run chaos:leases`): a sandbox per trajectory from the example provider, 10 % of creates hanging past the create deadline.
+  ...(v.leases ? { sandbox: { createTimeouts: 0.1, ttlS: 8, maxCreatesPerS: 25, createTimeoutMs: 500 } } : {}),
   log: (line) => console.error(`[${((performance.now() - t0) / 1000).toFixed(1)} s] ${line}`),
 });
 console.log(formatChaosReport(report));

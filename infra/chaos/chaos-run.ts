@@ -7,6 +7,11 @@ import { buildRuntime, PACKAGE_ROOT, type Runtime } from "../cli/runtime.ts";
 import { startSimEngine, type RunningSimEngine } from "../sim-engine/server.ts";
 import { createToolsApp, type ToolInjectedFault } from "../tools/app.ts";
 import { globEscape } from "../../shared/store/gc.ts";
+import type { LeaseStoreStats } from "../../shared/tools/lease-store.ts";
+import { RedisLeaseStore } from "../../shared/tools/redis-lease-store.ts";
+import { IoRedisCommander } from "../redis/ioredis-commander.ts";
+import { startSandboxProvider } from "../sandbox/provider.ts";
+import type { SandboxProviderStats } from "../sandbox/sandboxes.ts";
 
 /** Options of {@link runChaos}. Defaults are the full run of issue 8 (`npm run chaos`). */
 export interface ChaosOptions {
@@ -42,6 +47,15 @@ export interface ChaosOptions {
   deadlineMs?: number;
   /** Redis URL (default `REDIS_URL` or `redis://127.0.0.1:6379`). */
   redisUrl?: string;
+  /**
+   * Sandbox leases (issue 29; `npm run chaos:leases`): every trajectory of the
+   * chaos run holds a sandbox from the example provider (`create: start`),
+   * whose creates make their sandbox and then hang past the create deadline
+   * for a share `createTimeouts` of attempts. Checked at the end: no sandbox
+   * live, none destroyed by its own lifetime (a leak the reaper missed), no
+   * lease left unreleased in the store, creations never over the limiter's bound.
+   */
+  sandbox?: { createTimeouts: number; ttlS: number; maxCreatesPerS: number; createTimeoutMs: number };
   /** Progress lines (default: none). */
   log?: (line: string) => void;
 }
@@ -89,6 +103,8 @@ export interface ChaosReport {
   /** Tool calls executed (deduplicated by call id): chaos run and fault-free run. */
   toolExecutions: { chaos: number; reference: number };
   ms: { reference: number; chaos: number };
+  /** Sandbox leases (with {@link ChaosOptions.sandbox}): the provider's counts, the store's, the limit. */
+  sandbox?: { provider: SandboxProviderStats; store: LeaseStoreStats; limit_per_s: number; bound_per_s: number; live_after_ms: number };
   /** Violated properties (empty: the run passed). */
   violations: string[];
 }
@@ -108,7 +124,9 @@ export function mulberry32(seed: number): () => number {
 /** A record without wall-clock figures: what must be identical between two runs of one trajectory. */
 export function comparableRecord(r: TrajectoryRecord): Omit<TrajectoryRecord, "metrics"> & { num_preempted: number } {
   const { metrics, ...rest } = r;
-  return { ...rest, num_preempted: metrics.num_preempted };
+  // The sandbox a trajectory ran in is named by the provider: not part of what the policy and tools produced.
+  const { sandbox: _sandbox, ...extra } = (rest.extra_fields ?? {}) as Record<string, unknown>;
+  return { ...rest, extra_fields: extra, num_preempted: metrics.num_preempted };
 }
 
 /** The top-level fields (and `extra_fields` keys) in which two records differ, for a violation's message. */
@@ -131,14 +149,14 @@ export function reasonClass(error: string): string {
 
 const WORKER = join(import.meta.dir, "chaos-worker.ts");
 
-function toolsFileText(port: number, timeoutMs: number): string {
+function toolsFileText(port: number, timeoutMs: number, sandbox?: Record<string, unknown>): string {
   // The whole file's {port}: its tools and its simulated user (interactions) live on the same server.
   const example = JSON.parse(readFileSync(join(PACKAGE_ROOT, "infra", "tools", "tools.example.json"), "utf8").replaceAll("{port}", String(port))) as { tools: { url: string; timeout_ms: number; max_retries: number }[] };
   for (const t of example.tools) {
     t.timeout_ms = timeoutMs;
     t.max_retries = 3;
   }
-  return JSON.stringify(example);
+  return JSON.stringify(sandbox ? { ...example, sandbox } : example);
 }
 
 /** The example tool server on loopback with probabilistic timeouts, logging each injected one. */
@@ -225,7 +243,13 @@ export async function runChaos(o: ChaosOptions = {}): Promise<ChaosReport> {
     const tools = chaosToolServer({ timeouts: o.toolTimeouts ?? 0.05, seed, delayMs: o.toolDelayMs ?? 100 });
     cleanups.push(() => tools.stop());
     const toolsFile = join(dir, "tools.json");
-    writeFileSync(toolsFile, toolsFileText(tools.port, toolTimeoutMs));
+    const sb = o.sandbox;
+    const provider = sb ? startSandboxProvider({ faults: { create_timeout_fraction: sb.createTimeouts, hang_ms: sb.createTimeoutMs * 4, seed } }) : null;
+    if (provider) cleanups.push(() => provider.stop());
+    const sandboxBlock = provider && sb
+      ? { create_url: `${provider.url}/sandboxes/create`, release_url: `${provider.url}/sandboxes/release`, create: "start", ttl_s: sb.ttlS, create_timeout_ms: sb.createTimeoutMs, create_retries: 6, max_creates_per_s: sb.maxCreatesPerS, max_live: 10_000 }
+      : undefined;
+    writeFileSync(toolsFile, toolsFileText(tools.port, toolTimeoutMs, sandboxBlock));
     const lease = o.leaseSeconds ?? 2;
     let api: Runtime | undefined = await buildRuntime({ store: redisUrl, storePrefix: prefix, engine: engine.urls[0]!, tools: toolsFile, n, seed, maxModelLen: 4096 }, { jobs: "queue", jobQueue: { leaseMs: lease * 1000 } });
     cleanups.push(() => api?.close());
@@ -282,6 +306,25 @@ export async function runChaos(o: ChaosOptions = {}): Promise<ChaosReport> {
 
     // 3. Checks.
     const violations: string[] = [];
+    let sandbox: ChaosReport["sandbox"];
+    if (provider && sb) {
+      // Leases of killed workers that no one resumed are reaped once their TTL passed (by the API process's reaper).
+      const t2 = performance.now();
+      const liveBy = Date.now() + (sb.ttlS + 15) * 1000;
+      while (provider.stats().live > 0 && Date.now() < liveBy) await Bun.sleep(100);
+      const leaseCommander = new IoRedisCommander(redisUrl);
+      cleanups.push(() => leaseCommander.close());
+      const store = await new RedisLeaseStore(leaseCommander, { prefix }).stats();
+      const ps = provider.stats();
+      const bound = sb.maxCreatesPerS; // create_burst 1: at most max_creates_per_s + 1 - 1 in any second
+      sandbox = { provider: ps, store, limit_per_s: sb.maxCreatesPerS, bound_per_s: bound, live_after_ms: performance.now() - t2 };
+      if (ps.live !== 0) violations.push(`${ps.live} sandboxes still live at the provider ${(sb.ttlS + 15)} s after the run`);
+      if (ps.destroyed_expired !== 0) violations.push(`${ps.destroyed_expired} sandboxes were destroyed by their own lifetime (leaked past the reaper)`);
+      if (ps.created !== ps.destroyed_released + ps.destroyed_expired + ps.live) violations.push(`provider counts do not add up: ${JSON.stringify(ps)}`);
+      if (store.live + store.creating + store.releasing !== 0) violations.push(`leases left in the store: live ${store.live}, creating ${store.creating}, releasing ${store.releasing}`);
+      if (ps.peak_creates_1s > bound) violations.push(`${ps.peak_creates_1s} sandboxes created within one second, over the limit ${bound}`);
+      if (ps.created < total) violations.push(`only ${ps.created} sandboxes created for ${total} trajectories`);
+    }
     const stored = new Map<string, number>();
     let refused = 0;
     let reclaimed = 0;
@@ -378,6 +421,7 @@ export async function runChaos(o: ChaosOptions = {}): Promise<ChaosReport> {
       faultedEqual,
       toolExecutions: { chaos: await tools.executions(), reference: refExecutions },
       ms: { reference: refMs, chaos: chaosMs },
+      ...(sandbox ? { sandbox } : {}),
       violations,
     };
     // EDGELOOP_CHAOS_KEEP=1 keeps the worker logs and the report for inspection.
@@ -415,6 +459,24 @@ export function formatChaosReport(r: ChaosReport): string {
     ["tool executions (chaos / fault-free)", `${r.toolExecutions.chaos} / ${r.toolExecutions.reference}`],
     ["seconds (fault-free / chaos)", `${(r.ms.reference / 1000).toFixed(1)} / ${(r.ms.chaos / 1000).toFixed(1)}`],
   ];
+  if (r.sandbox) {
+    const p = r.sandbox.provider;
+    const c = r.sandbox.store.counters;
+    rows.push(
+      ["sandboxes created (provider)", String(p.created)],
+      ["  create timeouts injected", String(p.create_timeouts)],
+      ["  destroyed by release", String(p.destroyed_released)],
+      ["  destroyed by lifetime (leaks)", String(p.destroyed_expired)],
+      ["  live at the end", String(p.live)],
+      ["  releases answered 404 (repeats)", String(p.release_not_found)],
+      ["  peak creates in 1 s / limit", `${p.peak_creates_1s} / ${r.sandbox.limit_per_s}`],
+      ...Object.entries(c)
+        .filter(([k]) => k.startsWith("released:") || k.startsWith("reaped:") || k === "granted" || k === "confirmed" || k === "create_failed")
+        .sort()
+        .map(([k, v]): [string, string] => [`  leases ${k}`, String(v)]),
+      ["  seconds until none live", (r.sandbox.live_after_ms / 1000).toFixed(1)],
+    );
+  }
   const w = Math.max(...rows.map(([k]) => k.length));
   const lines = rows.map(([k, v]) => `${k.padEnd(w)}  ${v.padStart(12)}`);
   lines.push(r.violations.length ? `FAIL: ${r.violations.join("; ")}` : "PASS: every trajectory recorded, no duplicate write, fault-free trajectories equal the fault-free run");
