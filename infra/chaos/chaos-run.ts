@@ -280,7 +280,7 @@ export async function runChaos(o: ChaosOptions = {}): Promise<ChaosReport> {
     for (;;) {
       const s = accepted.run.stats();
       if (s.done || Date.now() > deadline) break;
-      if (Date.now() >= nextKill && kills < maxKills) {
+      if (Date.now() >= nextKill && kills < maxKills && live.length > 0) {
         const i = Math.floor(random() * live.length);
         const victim = live.splice(i, 1)[0]!;
         victim.proc.kill("SIGKILL");
