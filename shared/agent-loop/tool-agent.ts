@@ -1,4 +1,5 @@
 import { InputError, ToolError } from "../errors.ts";
+import { sandboxKwargsOf } from "../tools/sandbox-leases.ts";
 import type { AgentLoopMetrics, AgentLoopOutput, ChatMessage, FinishReason, SamplingParams, TokenOutput, ToolSchema } from "../schema/index.ts";
 import type { ObservationEncoder } from "../tokens/observation.ts";
 import { buildPromptIds } from "../tokens/prompt.ts";
@@ -460,8 +461,7 @@ export class ToolAgentLoop extends AgentLoop {
       string,
       { create_kwargs?: Record<string, unknown> } | undefined
     >;
-    const sk = ((d.kwargs.extra_info ?? {}) as Record<string, unknown>).sandbox_kwargs;
-    const sandboxKwargs = sk && typeof sk === "object" && !Array.isArray(sk) ? (sk as Record<string, unknown>) : {};
+    const sandboxKwargs = sandboxKwargsOf(d.kwargs as { extra_info?: unknown });
     const outcomes = (d.toolResults ??= d.pending.map(() => null));
     const t0 = this.now();
     const wall = this.ctx.asyncTools?.wallClockMs ?? (() => Date.now());

@@ -12,7 +12,7 @@ import { outputOfRecord, routedExpertsFields, type BatchPlan, type PlannedTrajec
 import { waitForAdmission, type Admission } from "./policy-version.ts";
 import { TrajectoryCarriedError, type TrajectoryExecutor } from "./batch-run.ts";
 import { SurplusCancelledError } from "./batch-types.ts";
-import type { LeaseReleaseReason, SandboxLeases } from "../tools/sandbox-leases.ts";
+import { sandboxKwargsOf, type LeaseReleaseReason, type SandboxLeases } from "../tools/sandbox-leases.ts";
 import { SessionSuspendedError } from "../session/trajectory-session.ts";
 import { isStaleStep } from "../session/session-storage.ts";
 import { scoreWithTeacher, type TeacherClientFactory } from "./teacher-scoring.ts";
@@ -412,11 +412,6 @@ function withSandbox(outputs: AgentLoopOutput[], lease: { lease_id: string; sand
   return outputs.map((o) => ({ ...o, extra_fields: { ...o.extra_fields, sandbox: { lease_id: lease.lease_id, sandbox_id: lease.sandbox_id } } }));
 }
 
-/** The row's `extra_info.sandbox_kwargs` (the sandbox create's `create_kwargs`), `{}` when absent or not an object. */
-function sandboxKwargsOf(row: { extra_info?: unknown }): Record<string, unknown> {
-  const sk = ((row.extra_info ?? {}) as Record<string, unknown>).sandbox_kwargs;
-  return sk && typeof sk === "object" && !Array.isArray(sk) ? (sk as Record<string, unknown>) : {};
-}
 
 /**
  * The lease release reason of a trajectory whose run ended with `ended` (its

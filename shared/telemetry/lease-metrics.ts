@@ -1,22 +1,13 @@
 import type { LeaseStoreStats } from "../tools/lease-store.ts";
 import type { LeaseObserver } from "../tools/sandbox-leases.ts";
-import { FieldCounts } from "./batch-metrics.ts";
-import type { PromFamily, PromSample } from "./prometheus.ts";
+import { Histogram } from "./process-metrics.ts";
+import type { PromFamily } from "./prometheus.ts";
 
 /** Upper bounds (seconds) of the sandbox create latency buckets; `+Inf` is implied. */
 export const CREATE_LATENCY_BUCKETS = [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300] as const;
 
 /** Upper bounds (seconds) of the lease age at release buckets; `+Inf` is implied. */
 export const LEASE_AGE_BUCKETS = [1, 10, 30, 60, 300, 600, 1800, 3600, 7200, 21600, 86400] as const;
-
-function histogramSamples(h: FieldCounts, labels: Record<string, string> = {}): PromSample[] {
-  const s = h.snapshot();
-  return [
-    ...s.buckets.map((b) => ({ suffix: "_bucket" as const, labels: { ...labels, le: String(b.le) }, value: b.count })),
-    { suffix: "_sum", labels, value: s.sum },
-    { suffix: "_count", labels, value: s.count },
-  ];
-}
 
 /**
  * The sandbox lease metrics of `/metrics` (docs/metrics.md): this process's
@@ -25,8 +16,8 @@ function histogramSamples(h: FieldCounts, labels: Record<string, string> = {}): 
  * creates, create failures, releases and reaps by reason) from {@link LeaseStoreStats}.
  */
 export class LeaseMetricsCollector implements LeaseObserver {
-  private readonly createLatency = new FieldCounts(CREATE_LATENCY_BUCKETS);
-  private readonly ages = new Map<string, FieldCounts>();
+  private readonly createLatency = new Histogram(CREATE_LATENCY_BUCKETS);
+  private readonly ages = new Map<string, Histogram>();
   private failures = 0;
 
   created(ms: number): void {
@@ -39,7 +30,7 @@ export class LeaseMetricsCollector implements LeaseObserver {
 
   released(reason: string, ageMs: number): void {
     let h = this.ages.get(reason);
-    if (!h) this.ages.set(reason, (h = new FieldCounts(LEASE_AGE_BUCKETS)));
+    if (!h) this.ages.set(reason, (h = new Histogram(LEASE_AGE_BUCKETS)));
     h.observe(ageMs / 1000);
   }
 
@@ -50,13 +41,13 @@ export class LeaseMetricsCollector implements LeaseObserver {
    */
   families(stats: LeaseStoreStats | null): PromFamily[] {
     const out: PromFamily[] = [
-      { name: "edgeloop_sandbox_create_duration_seconds", help: "Latency of each sandbox create this process made that answered a sandbox id (the successful attempt).", type: "histogram", samples: histogramSamples(this.createLatency) },
+      { name: "edgeloop_sandbox_create_duration_seconds", help: "Latency of each sandbox create this process made that answered a sandbox id (the successful attempt).", type: "histogram", samples: this.createLatency.samples() },
       { name: "edgeloop_sandbox_process_create_failures_total", help: "Sandbox create attempts of this process that failed (timeout, HTTP error, bad reply); each was released by its lease id.", type: "counter", samples: [{ value: this.failures }] },
       {
         name: "edgeloop_sandbox_lease_age_seconds",
         help: "Age of each lease this process released (from its create's grant to the release claim), by release reason.",
         type: "histogram",
-        samples: [...this.ages].flatMap(([reason, h]) => histogramSamples(h, { reason })),
+        samples: [...this.ages].flatMap(([reason, h]) => h.samples({ reason })),
       },
     ];
     if (!stats) return out;

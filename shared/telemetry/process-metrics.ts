@@ -5,7 +5,7 @@ import type { PromFamily, PromSample } from "./prometheus.ts";
 export const ENGINE_LATENCY_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300] as const;
 
 /** A histogram of {@link FieldCounts} with its Prometheus samples: `_bucket` (cumulative, `+Inf` = count), `_sum`, `_count`, each with `labels` added. */
-class Histogram extends FieldCounts {
+export class Histogram extends FieldCounts {
   samples(labels: Record<string, string> = {}): PromSample[] {
     const h = this.snapshot();
     return [

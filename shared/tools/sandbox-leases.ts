@@ -451,6 +451,12 @@ export class LeasedToolExecutor implements ToolExecutor {
   }
 }
 
+/** A row's `extra_info.sandbox_kwargs` (the sandbox create's `create_kwargs`): `{}` when absent or not a JSON object. */
+export function sandboxKwargsOf(row: { extra_info?: unknown }): Record<string, unknown> {
+  const sk = ((row.extra_info ?? {}) as Record<string, unknown>).sandbox_kwargs;
+  return sk && typeof sk === "object" && !Array.isArray(sk) ? (sk as Record<string, unknown>) : {};
+}
+
 function errorText(e: unknown): string {
   return e instanceof Error ? e.message : String(e);
 }

@@ -46,7 +46,7 @@ describe("tool_agent: turn counts and the exact token stream", () => {
     const o = await loop.run(SP, row());
     expect(o.num_turns).toBe(4);
     expect(loop.trace).toEqual(["pending", "generating", "processing_tools", "generating", "terminated"]);
-    expect(tools.calls).toEqual([{ name: "calc", arguments: { x: "2+2" }, key: "u1_0_0", turn: 1, index: 0, create_kwargs: {}, signal: undefined }]);
+    expect(tools.calls).toEqual([{ name: "calc", arguments: { x: "2+2" }, key: "u1_0_0", turn: 1, index: 0, create_kwargs: {}, sandbox_kwargs: {}, sandbox_fresh: true, signal: undefined }]);
     const conv: ChatMessage[] = [
       { role: "user", content: "What is 2+2?" },
       { role: "assistant", content: a1 },
