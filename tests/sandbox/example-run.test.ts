@@ -44,7 +44,7 @@ describe("the sandbox example", () => {
     const run = await edgeloop(["rollout", "--data", "examples/sandbox-notes.jsonl", "--tools", "examples/sandbox-tools.json", "--script", "examples/policy-sandbox.json", "--n", "2", "--out", "sandbox.jsonl"]);
     expect(run.stderr + run.stdout).toContain("wrote 6 records to sandbox.jsonl");
     expect(run.code).toBe(0);
-    expect(run.stderr + run.stdout).toContain(`sandbox    create ${provider.url}/sandboxes/create (first_use), lease ttl 30 s, lifetime 86430 s ≥ trajectory deadline none, ≤ 10/s (burst 2), ≤ 16 live\n`);
+    expect(run.stderr + run.stdout).toContain(`sandbox    create ${provider.url}/sandboxes/create (first_use), lease ttl 30 s, lifetime 3630 s ≥ trajectory deadline 3600 s, ≤ 10/s (burst 2), ≤ 16 live\n`);
 
     const { records } = wd.readRecords("sandbox.jsonl");
     expect(records.length).toBe(6);
