@@ -100,8 +100,7 @@ describe("POST /v1/engine/pause → model-version → resume with trajectories i
 
       // Pause while requests are mid-generation (some tokens out, more to come).
       const t0 = Date.now();
-      while (Date.now() - t0 < 10_000 && !(engine.stats.inflight >= 3 && engine.stats.completion_tokens > 100)) await Bun.sleep(2);
-      await Bun.sleep(20);
+      while (Date.now() - t0 < 60_000 && !(engine.stats.inflight >= 3 && engine.stats.completion_tokens > 100)) await Bun.sleep(2);
       expect(engine.stats.inflight).toBeGreaterThan(0);
       const paused = await post(app, "/v1/engine/pause", { mode: c.mode, clear_cache: false });
       const pauseReturned = Date.now();
@@ -189,7 +188,7 @@ describe("POST /v1/engine/pause → model-version → resume with trajectories i
       rt = undefined;
       await sim.stop();
       sim = undefined;
-    }, 30_000);
+    }, 120_000); // a bound for a hang only
   }
 });
 
