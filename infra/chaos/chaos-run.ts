@@ -55,7 +55,21 @@ export interface ChaosOptions {
    * live, none destroyed by its own lifetime (a leak the reaper missed), no
    * lease left unreleased in the store, creations never over the limiter's bound.
    */
-  sandbox?: { createTimeouts: number; ttlS: number; maxCreatesPerS: number; createTimeoutMs: number };
+  sandbox?: {
+    createTimeouts: number;
+    ttlS: number;
+    maxCreatesPerS: number;
+    createTimeoutMs: number;
+    /**
+     * Two more batches beside the main one, enqueued before it so workers take
+     * them first: one of `cancelRows` rows (uids `chaosC{i}`) cancelled once
+     * `cancelAfterLive` sandboxes are live, and one of `surplusRows` rows
+     * (uids `chaosS{i}`) over-sampled with `target_groups: surplusTarget`
+     * (its surplus stopped while running). Their sandboxes' release reasons
+     * are in the report (provider `releases_by_reason`).
+     */
+    stops?: { cancelRows: number; cancelAfterLive: number; surplusRows: number; surplusTarget: number };
+  };
   /** Progress lines (default: none). */
   log?: (line: string) => void;
 }
@@ -104,7 +118,15 @@ export interface ChaosReport {
   toolExecutions: { chaos: number; reference: number };
   ms: { reference: number; chaos: number };
   /** Sandbox leases (with {@link ChaosOptions.sandbox}): the provider's counts, the store's, the limit. */
-  sandbox?: { provider: SandboxProviderStats; store: LeaseStoreStats; limit_per_s: number; bound_per_s: number; live_after_ms: number };
+  sandbox?: {
+    provider: SandboxProviderStats;
+    store: LeaseStoreStats;
+    limit_per_s: number;
+    bound_per_s: number;
+    live_after_ms: number;
+    /** With `stops`: the cancelled batch's and the over-sampled batch's outcome (trajectories, records stored, groups). */
+    stops?: { cancelled: { trajectories: number; records: number }; surplus: { trajectories: number; records: number; target_groups: number; complete_groups: number } };
+  };
   /** Violated properties (empty: the run passed). */
   violations: string[];
 }
@@ -254,8 +276,14 @@ export async function runChaos(o: ChaosOptions = {}): Promise<ChaosReport> {
     let api: Runtime | undefined = await buildRuntime({ store: redisUrl, storePrefix: prefix, engine: engine.urls[0]!, tools: toolsFile, n, seed, maxModelLen: 4096 }, { jobs: "queue", jobQueue: { leaseMs: lease * 1000 } });
     cleanups.push(() => api?.close());
     cleanups.push(() => deletePrefix(redisUrl, prefix));
+    // Stop batches (sandbox.stops) first: the job stream is read in order, so their jobs run while the main batch waits.
+    const st = sb?.stops;
+    const stopRows = (tag: string, count: number) => Array.from({ length: count }, (_, i) => ({ ...JSON.parse(examples[i % examples.length]!), uid: `chaos${tag}${i}` }));
+    const toCancel = st ? await api.service.accept({ ...batchReq, rows: stopRows("C", st.cancelRows) }) : null;
+    const oversampled = st ? await api.service.accept({ ...batchReq, rows: stopRows("S", st.surplusRows), target_groups: st.surplusTarget }) : null;
+    let cancelSent = !toCancel;
     const accepted = await api.service.accept(batchReq);
-    log(`chaos: ${accepted.keys.length} jobs enqueued under ${prefix}`);
+    log(`chaos: ${accepted.keys.length} jobs enqueued under ${prefix}${st ? ` (after ${toCancel!.keys.length} to cancel and ${oversampled!.keys.length} over-sampled)` : ""}`);
 
     let starts = 0;
     const live: { name: string; proc: ReturnType<typeof Bun.spawn> }[] = [];
@@ -279,7 +307,12 @@ export async function runChaos(o: ChaosOptions = {}): Promise<ChaosReport> {
     let lastReport = 0;
     for (;;) {
       const s = accepted.run.stats();
-      if (s.done || Date.now() > deadline) break;
+      if ((s.done && (!oversampled || oversampled.run.stats().done)) || Date.now() > deadline) break;
+      if (!cancelSent && provider && provider.stats().live >= st!.cancelAfterLive) {
+        cancelSent = true;
+        await api.service.cancel(toCancel!.batch_id, { waitMs: 0 });
+        log(`cancelled batch ${toCancel!.batch_id} with ${provider.stats().live} sandboxes live`);
+      }
       if (Date.now() >= nextKill && kills < maxKills && live.length > 0) {
         const i = Math.floor(random() * live.length);
         const victim = live.splice(i, 1)[0]!;
@@ -324,6 +357,16 @@ export async function runChaos(o: ChaosOptions = {}): Promise<ChaosReport> {
       if (store.live + store.creating + store.releasing !== 0) violations.push(`leases left in the store: live ${store.live}, creating ${store.creating}, releasing ${store.releasing}`);
       if (ps.peak_creates_1s > bound) violations.push(`${ps.peak_creates_1s} sandboxes created within one second, over the limit ${bound}`);
       if (ps.created < total) violations.push(`only ${ps.created} sandboxes created for ${total} trajectories`);
+      if (toCancel && oversampled && st) {
+        let cancelledRecords = 0;
+        for (const k of toCancel.keys) if (await api.store.get(k)) cancelledRecords++;
+        let surplusRecords = 0;
+        for (const k of oversampled.keys) if (await api.store.get(k)) surplusRecords++;
+        let complete = 0;
+        for (let i = 0; i < st.surplusRows; i++) if ((await api.store.groupStatus(`chaosS${i}`)).records >= n) complete++;
+        sandbox.stops = { cancelled: { trajectories: toCancel.keys.length, records: cancelledRecords }, surplus: { trajectories: oversampled.keys.length, records: surplusRecords, target_groups: st.surplusTarget, complete_groups: complete } };
+        if (complete < st.surplusTarget) violations.push(`the over-sampled batch completed ${complete} of its ${st.surplusTarget} target groups`);
+      }
     }
     const stored = new Map<string, number>();
     let refused = 0;
@@ -360,7 +403,10 @@ export async function runChaos(o: ChaosOptions = {}): Promise<ChaosReport> {
     const failedByReason: Record<string, number> = {};
     let completed = 0;
     let failed = 0;
+    let withoutSandbox = 0;
     for (const r of records.values()) {
+      const named = (r.extra_fields?.sandbox ?? null) as { sandbox_id?: unknown } | null;
+      if (provider && (r.error === null || r.error === undefined) && typeof named?.sandbox_id !== "string") withoutSandbox++;
       if (r.error === null || r.error === undefined) completed++;
       else {
         failed++;
@@ -370,6 +416,7 @@ export async function runChaos(o: ChaosOptions = {}): Promise<ChaosReport> {
       }
     }
 
+    if (withoutSandbox) violations.push(`${withoutSandbox} completed records do not name their sandbox (extra_fields.sandbox)`);
     const engineFaults = engine.replicas[0]!.engine.faultRate!.injected;
     const faulted = new Set<string>();
     for (const f of engineFaults) if (f.routing_key) faulted.add(f.routing_key);
@@ -469,6 +516,16 @@ export function formatChaosReport(r: ChaosReport): string {
       ["  destroyed by lifetime (leaks)", String(p.destroyed_expired)],
       ["  live at the end", String(p.live)],
       ["  releases answered 404 (repeats)", String(p.release_not_found)],
+      ...Object.entries(p.releases_by_reason)
+        .sort()
+        .map(([k, v]): [string, string] => [`  released by the provider: ${k}`, String(v)]),
+      ...(r.sandbox.stops
+        ? ([
+            ["cancelled batch: trajectories / records", `${r.sandbox.stops.cancelled.trajectories} / ${r.sandbox.stops.cancelled.records}`],
+            ["over-sampled batch: complete groups / target", `${r.sandbox.stops.surplus.complete_groups} / ${r.sandbox.stops.surplus.target_groups}`],
+            ["over-sampled batch: trajectories / records", `${r.sandbox.stops.surplus.trajectories} / ${r.sandbox.stops.surplus.records}`],
+          ] as [string, string][])
+        : []),
       ["  peak creates in 1 s / limit", `${p.peak_creates_1s} / ${r.sandbox.limit_per_s}`],
       ...Object.entries(c)
         .filter(([k]) => k.startsWith("released:") || k.startsWith("reaped:") || k === "granted" || k === "confirmed" || k === "create_failed")

@@ -55,6 +55,8 @@ export interface SandboxProviderStats {
   create_timeouts: number;
   /** Releases answered 2xx (a live sandbox destroyed, or a create in progress cancelled). */
   releases: number;
+  /** Releases answered 2xx, by the body's `reason` (finished, failed, cancelled, surplus, deadline, lost, reaped…); reasons never sent are absent. */
+  releases_by_reason: Record<string, number>;
   /** Releases answered 404: an unknown or already released lease id, or a sandbox that had expired. */
   release_not_found: number;
   /** Releases answered 500 by the `release_fail_fraction` fault. */
@@ -154,6 +156,7 @@ export class SandboxPool {
   private readonly holds = new Set<() => void>();
   private seq = 0;
   private closed = false;
+  private readonly releaseReasons = new Map<string, number>();
   private readonly counts = {
     live: 0,
     creating: 0,
@@ -269,6 +272,7 @@ export class SandboxPool {
     lease.status = "released";
     if (sandbox) this.destroy(sandbox, "released");
     this.counts.releases++;
+    this.releaseReasons.set(body.reason, (this.releaseReasons.get(body.reason) ?? 0) + 1);
     return { sandbox_id: sandbox?.id ?? null };
   }
 
@@ -331,7 +335,7 @@ export class SandboxPool {
       const s = Math.floor(t / 1000);
       bySecond.set(s, (bySecond.get(s) ?? 0) + 1);
     }
-    return { ...this.counts, peak_creates_1s: peak, creates_per_second: [...bySecond].map(([second, count]) => ({ second, count })) };
+    return { ...this.counts, releases_by_reason: Object.fromEntries(this.releaseReasons), peak_creates_1s: peak, creates_per_second: [...bySecond].map(([second, count]) => ({ second, count })) };
   }
 
   /** Stops every lifetime timer and releases every held reply (their creates then answer as the lease stands). Sandboxes stay counted as they are. */

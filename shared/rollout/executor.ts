@@ -11,7 +11,7 @@ import { TrajectoryTracer } from "./trajectory-tracer.ts";
 import { outputOfRecord, routedExpertsFields, type BatchPlan, type PlannedTrajectory } from "./batch.ts";
 import { waitForAdmission, type Admission } from "./policy-version.ts";
 import { TrajectoryCarriedError, type TrajectoryExecutor } from "./batch-run.ts";
-import { SurplusCancelledError } from "./batch-types.ts";
+import { BatchCancelledError, SurplusCancelledError } from "./batch-types.ts";
 import { sandboxKwargsOf, type LeaseReleaseReason, type SandboxLeases } from "../tools/sandbox-leases.ts";
 import { SessionSuspendedError } from "../session/trajectory-session.ts";
 import { isStaleStep } from "../session/session-storage.ts";
@@ -383,13 +383,14 @@ export function createSessionExecutor(
       .finally(() => {
         if (signals.get(t.key) === signal) signals.delete(t.key);
       });
-    const lease = leases?.leaseOf(t.key);
-    if (leases) await leases.release(t.key, r.status === "failed" ? "failed" : releaseReasonOf({ outputs: r.status === "finished" ? r.outputs : [] }, signal)).catch(() => false);
+    // The sandbox it ran in: held here, or (a session resumed after its owner died, no tool call since) the store's record.
+    const lease = leases ? await leases.sandboxOf(t.key).catch(() => undefined) : undefined;
+    if (leases) await leases.release(t.key, releaseReasonOf(r.status === "failed" ? { error: r.error } : { outputs: r.status === "finished" ? r.outputs : [] }, signal)).catch(() => false);
     if (r.status === "finished" && !r.resumed) return { agentName, outputs: withSandbox(withAdmission(r.outputs, admission), lease) };
     if (r.status === "failed") throw new Error(r.error);
     // Done, or finished by an owner that died around its writes: the records (0…k) may already be stored.
     const recs = await store.sessionRecords(t.uid, t.session_id);
-    if (!recs && r.status === "finished") return { agentName, outputs: r.outputs };
+    if (!recs && r.status === "finished") return { agentName, outputs: withSandbox(r.outputs, lease) };
     if (recs && r.status === "finished") await host.markDone(t.key);
     if (!recs) {
       // Done, yet its records are gone: the store lost them (a restart without persistence, an eviction) after the
@@ -415,14 +416,18 @@ function withSandbox(outputs: AgentLoopOutput[], lease: { lease_id: string; sand
 
 /**
  * The lease release reason of a trajectory whose run ended with `ended` (its
- * outputs, or what it threw) under `signal`: `deadline` when an output ended
- * by the deadline or the signal was aborted by it ({@link isDeadlineAbort}), `surplus` for a surplus stop or a carry, `cancelled` for any other abort,
- * `failed` for an error, else `finished`.
+ * outputs, or what it threw) under `signal`. The batch's stop wins over what
+ * the run returned (a loop aborted mid-turn returns its partial output):
+ * `surplus` for a surplus stop or a carry, `cancelled` for a batch cancel;
+ * then `deadline` when an output ended by the deadline or the signal was
+ * aborted by it ({@link isDeadlineAbort}), `finished` for outputs,
+ * `cancelled` for any other abort, `failed` for an error.
  */
 export function releaseReasonOf(ended: { outputs?: readonly { extra_fields?: Record<string, unknown> }[]; error?: unknown }, signal?: AbortSignal): LeaseReleaseReason {
-  if (ended.outputs) return ended.outputs.some((o) => o.extra_fields?.terminated_by === "deadline") ? "deadline" : "finished";
   const r: unknown = signal?.aborted ? signal.reason : undefined;
   if (r instanceof SurplusCancelledError || r instanceof TrajectoryCarriedError) return "surplus";
+  if (r instanceof BatchCancelledError) return "cancelled";
+  if (ended.outputs) return ended.outputs.some((o) => o.extra_fields?.terminated_by === "deadline") ? "deadline" : "finished";
   if (isDeadlineAbort(signal)) return "deadline";
   if (signal?.aborted) return "cancelled";
   return "failed";

@@ -167,6 +167,20 @@ export class SandboxLeases {
   }
 
   /**
+   * The sandbox trajectory `key` ran in, `{lease_id, sandbox_id}`: the lease
+   * this process holds, else the store's record (a session resumed here after
+   * another owner died may never have touched its sandbox in this process;
+   * a released lease's record still names it). Undefined when the key never
+   * had a confirmed sandbox. One store read when the lease is not held here.
+   */
+  async sandboxOf(key: string): Promise<{ lease_id: string; sandbox_id: string } | undefined> {
+    const held = this.attached.get(key);
+    if (held) return { lease_id: held.lease_id, sandbox_id: held.sandbox_id };
+    const rec = await this.store.get(key);
+    return rec?.sandbox_id ? { lease_id: rec.lease_id, sandbox_id: rec.sandbox_id } : undefined;
+  }
+
+  /**
    * The sandbox of trajectory `key`, created if it has none. `fresh`: no
    * result of a call into the sandbox has been observed by the trajectory yet
    * (a lease lost before that is replaced; after it, the loss fails the trajectory).

@@ -4,7 +4,8 @@ import { rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 
 // The lease chaos run of issue 29, scaled down: the chaos run (3 workers, engine errors and aborts, tool
 // timeouts, workers SIGKILLed and replaced) with a sandbox lease per trajectory from the example provider,
-// 10 % of whose creates make their sandbox and then hang past the create deadline. The full run is
+// 10 % of whose creates make their sandbox and then hang past the create deadline, and two more batches: one
+// cancelled mid-run, one over-sampled whose surplus is stopped while running. The full run is
 // `npm run chaos:leases`.
 const redis = await requireRedis();
 
@@ -19,7 +20,7 @@ describe.skipIf(!redis)("lease chaos run (small)", () => {
       decodeMsPerToken: 6,
       seed: 13,
       redisUrl: REDIS_URL,
-      sandbox: { createTimeouts: 0.1, ttlS: 8, maxCreatesPerS: 25, createTimeoutMs: 500 },
+      sandbox: { createTimeouts: 0.1, ttlS: 8, maxCreatesPerS: 25, createTimeoutMs: 500, stops: { cancelRows: 10, cancelAfterLive: 6, surplusRows: 6, surplusTarget: 3 } },
     });
     console.log(formatChaosReport(r));
     expect(r.violations).toEqual([]);
@@ -33,6 +34,12 @@ describe.skipIf(!redis)("lease chaos run (small)", () => {
     expect(sb.provider.created).toBe(sb.provider.destroyed_released);
     expect(sb.provider.created).toBeGreaterThanOrEqual(120);
     expect(sb.provider.peak_creates_1s).toBeLessThanOrEqual(25);
+    // The cancelled batch's running trajectories released theirs as cancelled, the over-sampled batch's surplus as surplus.
+    expect(sb.provider.releases_by_reason.cancelled).toBeGreaterThan(0);
+    expect(sb.provider.releases_by_reason.surplus).toBeGreaterThan(0);
+    expect(sb.provider.releases_by_reason.finished).toBeGreaterThanOrEqual(120);
+    expect(sb.stops).toMatchObject({ cancelled: { trajectories: 40 }, surplus: { trajectories: 24, target_groups: 3 } });
+    expect(sb.stops!.surplus.complete_groups).toBeGreaterThanOrEqual(3);
     expect(sb.store.live + sb.store.creating + sb.store.releasing).toBe(0);
     // Every timed-out create was released by its lease id.
     expect(sb.store.counters.create_failed ?? 0).toBeGreaterThanOrEqual(sb.provider.create_timeouts);

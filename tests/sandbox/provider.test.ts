@@ -50,8 +50,8 @@ const call = (call_id: string, name: string, args: Record<string, unknown>, sand
   ...sandbox,
 });
 
-/** The stats with every count zero, overridden by `over` (the histogram left out). */
-function counts(over: Partial<SandboxProviderStats>): Omit<SandboxProviderStats, "creates_per_second" | "peak_creates_1s"> {
+/** The stats with every count zero, overridden by `over` (the histogram and the releases by reason left out). */
+function counts(over: Partial<SandboxProviderStats>): Omit<SandboxProviderStats, "creates_per_second" | "peak_creates_1s" | "releases_by_reason"> {
   return {
     live: 0,
     creating: 0,
@@ -73,7 +73,7 @@ function counts(over: Partial<SandboxProviderStats>): Omit<SandboxProviderStats,
   };
 }
 const countsOf = (p: SandboxProvider) => {
-  const { creates_per_second: _h, peak_creates_1s: _p, ...rest } = p.stats();
+  const { creates_per_second: _h, peak_creates_1s: _p, releases_by_reason: _r, ...rest } = p.stats();
   return rest;
 };
 
@@ -106,6 +106,8 @@ describe("the create/release contract", () => {
       body: { error: { code: "not_found", message: "lease_id: lease 'k_0_0~1' was already released", field: "lease_id" } },
     });
     expect(countsOf(p)).toEqual(counts({ created: 1, destroyed_released: 1, releases: 1, refused_released: 1, release_not_found: 1 }));
+    // By the reason of the release answered 2xx only (the 404 repeat is not counted).
+    expect(p.stats().releases_by_reason).toEqual({ finished: 1 });
   });
 
   test("a release of an unknown lease id is 404, and the create that comes after it is refused (no sandbox left behind)", async () => {

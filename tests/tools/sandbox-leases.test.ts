@@ -6,6 +6,9 @@ import { MemoryLeaseStore } from "../../shared/tools/lease-store.ts";
 import { LeasedToolExecutor, SandboxCreateError, SandboxLeases, SandboxLostError, type LeaseObserver } from "../../shared/tools/sandbox-leases.ts";
 import { parseToolsFile } from "../../shared/tools/tools-file.ts";
 import { WebhookToolClient } from "../../shared/tools/webhook-tool-client.ts";
+import { releaseReasonOf } from "../../shared/rollout/executor.ts";
+import { BatchCancelledError, SurplusCancelledError, TrajectoryCarriedError } from "../../shared/rollout/batch-types.ts";
+import { TrajectoryDeadlineError } from "../../shared/agent-loop/trajectory-deadline.ts";
 import { startSandboxProvider, type SandboxProvider } from "../../infra/sandbox/provider.ts";
 import type { SandboxFaults } from "../../infra/sandbox/sandboxes.ts";
 
@@ -194,6 +197,43 @@ describe("SandboxLeases", () => {
     const l = await m.ensure("r_0_0", {}, { fresh: true });
     expect(l.lease_id).toBe("r_0_0~2");
     expect(p.stats()).toMatchObject({ live: 1, created: 2, destroyed_released: 1 });
+  });
+
+  test("sandboxOf: the lease held here, else the store's record (an owner resumed elsewhere), a released one too; nothing for a key without a sandbox", async () => {
+    const p = provider();
+    const store = new MemoryLeaseStore();
+    const first = manager(spec(p), store);
+    const l = await first.ensure("s_0_0", {}, { fresh: true });
+    expect(await first.sandboxOf("s_0_0")).toEqual({ lease_id: "s_0_0~1", sandbox_id: l.sandbox_id });
+    // Another process (the session resumed there after this owner died) never touched the sandbox: read from the store.
+    const second = manager(spec(p), store);
+    expect(second.leaseOf("s_0_0")).toBeUndefined();
+    expect(await second.sandboxOf("s_0_0")).toEqual({ lease_id: "s_0_0~1", sandbox_id: l.sandbox_id });
+    expect(await second.release("s_0_0", "finished")).toBe(true);
+    expect(await second.sandboxOf("s_0_0")).toEqual({ lease_id: "s_0_0~1", sandbox_id: l.sandbox_id });
+    expect(await second.sandboxOf("none_0_0")).toBeUndefined();
+    // A lease granted but never confirmed (its create did not answer) names no sandbox.
+    await store.acquire("c_0_0", { rate_per_s: 10, burst: 1, max_live: 10 }, 60_000, { renew: true });
+    expect(await second.sandboxOf("c_0_0")).toBeUndefined();
+  });
+
+  test("releaseReasonOf: the batch's stop wins over a partial output; then deadline, finished, failed", () => {
+    const stopped = (reason: unknown) => {
+      const c = new AbortController();
+      c.abort(reason);
+      return c.signal;
+    };
+    const partial = { outputs: [{ extra_fields: { terminated_by: "abort" } }] };
+    expect(releaseReasonOf(partial, stopped(new SurplusCancelledError("surplus")))).toBe("surplus");
+    expect(releaseReasonOf(partial, stopped(new TrajectoryCarriedError("carried")))).toBe("surplus");
+    expect(releaseReasonOf(partial, stopped(new BatchCancelledError("cancelled")))).toBe("cancelled");
+    expect(releaseReasonOf({ error: new Error("x") }, stopped(new BatchCancelledError("cancelled")))).toBe("cancelled");
+    expect(releaseReasonOf({ outputs: [{ extra_fields: { terminated_by: "deadline" } }] }, stopped(new TrajectoryDeadlineError("k", 0)))).toBe("deadline");
+    expect(releaseReasonOf({ error: new Error("x") }, stopped(new TrajectoryDeadlineError("k", 0)))).toBe("deadline");
+    expect(releaseReasonOf(partial)).toBe("finished");
+    expect(releaseReasonOf({ outputs: [] }, new AbortController().signal)).toBe("finished");
+    expect(releaseReasonOf({ error: new Error("x") }, stopped(new Error("other")))).toBe("cancelled");
+    expect(releaseReasonOf({ error: new Error("x") })).toBe("failed");
   });
 
   test("the limiter spaces creates: 12 trajectories at 20/s with burst 1", async () => {
