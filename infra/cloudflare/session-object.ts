@@ -42,6 +42,12 @@ import { workerRuntime, workerSandboxLeases, type Env } from "./env.ts";
  *   storage (entries prefixed {@link AGENT_ENTRY_PREFIX}, apart from the
  *   trajectory's); the `openai_agent` loop run by `alarm()` uses the same
  *   instance, so an agent's finish wakes it in-process.
+ * - Sandbox leases (a `sandbox` block in `EDGELOOP_TOOLS`): the object holds
+ *   its trajectory's lease (created on first use or at start), heartbeats it
+ *   while its loop runs and by alarm while it waits, and releases it once
+ *   when the trajectory is finished or failed; the object named
+ *   {@link SANDBOX_REAPER_NAME} runs the deployment's reaper passes by alarm
+ *   (infra/cloudflare/sandbox-alarm.ts; docs/environments.md).
  *
  * An outgoing fetch (engine, tools) does not hold the input gate, so every
  * operation is serialised on an in-memory chain as well: one at a time, as in
