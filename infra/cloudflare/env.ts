@@ -19,6 +19,10 @@ import type { ModelId, ToolsFile } from "../../shared/schema/index.ts";
 import { parseToolsFile } from "../../shared/tools/tools-file.ts";
 import { interactionClients } from "../../shared/tools/interaction-client.ts";
 import { WebhookToolClient, type ToolExecutor } from "../../shared/tools/webhook-tool-client.ts";
+import { SandboxLeases, type LeaseObserver } from "../../shared/tools/sandbox-leases.ts";
+import { RedisLeaseStore } from "../../shared/tools/redis-lease-store.ts";
+import type { LeaseStore } from "../../shared/tools/lease-store.ts";
+import type { SandboxSpec } from "../../shared/schema/tool.ts";
 import type { DurableObjectNamespace } from "./cf-types.ts";
 
 /** The worker's bindings and variables (wrangler.toml `[vars]`, secrets, the Durable Object binding). */
@@ -84,6 +88,34 @@ export interface WorkerRuntime {
   agent: AgentWebhookConfig;
   /** The Worker's URL as agents reach it (`EDGELOOP_PUBLIC_URL`, else `agent.public_url`), without a trailing slash; null when unset. */
   publicUrl: string | null;
+  /**
+   * The tools file's sandbox lifecycle, null without a `sandbox` block: its
+   * spec and the lease store every Durable Object shares (Redis over the
+   * Upstash REST client, under the store prefix: the create limiter, the live
+   * cap and the reaper's index are global to the deployment). Each session's
+   * object builds its own {@link SandboxLeases} over it ({@link workerSandboxLeases}).
+   */
+  sandbox: WorkerSandbox | null;
+}
+
+/** What a Durable Object needs to hold its trajectory's sandbox lease (see {@link WorkerRuntime.sandbox}). */
+export interface WorkerSandbox {
+  spec: SandboxSpec;
+  store: LeaseStore;
+  /** `tools.secret` (or `EDGELOOP_TOOLS_SECRET`): lifecycle requests are signed like tool calls. */
+  secret: string | null;
+  /** `rollout.trajectory_deadline_s` of `EDGELOOP_CONFIG` (the default sandbox lifetime is it plus `ttl_s`). */
+  trajectoryDeadlineS: number | null;
+}
+
+/**
+ * A {@link SandboxLeases} over the runtime's sandbox spec and shared lease
+ * store (one per Durable Object: it holds at most its own trajectory's lease),
+ * `observer` told of its creates and releases.
+ * @throws TypeError when `sandbox.lifetime_s` is below the trajectory deadline (the runtime's build checks it once, as a ConfigError).
+ */
+export function workerSandboxLeases(sandbox: WorkerSandbox, observer?: LeaseObserver): SandboxLeases {
+  return new SandboxLeases(sandbox.spec, sandbox.store, { ...(sandbox.secret ? { secret: sandbox.secret } : {}), trajectoryDeadlineS: sandbox.trajectoryDeadlineS, ...(observer ? { observer } : {}) });
 }
 
 let cached: { env: Env; rt: Promise<WorkerRuntime> } | undefined;
@@ -196,7 +228,20 @@ async function build(env: Env): Promise<WorkerRuntime> {
     // openenv_agent: the config's `openenv` section (Workers have the global WebSocket client).
     openenv: { settings: config.openenv },
   };
-  return { config, deps, queue, model: await modelIdOf(tokenizer), secret, ...agentSettings(env, config) };
+  let sandbox: WorkerSandbox | null = null;
+  if (toolsFile?.sandbox) {
+    // The lease store is Redis over Upstash REST (the Worker always has the queue's Upstash): its Lua scripts run on the
+    // store's clock, so every object of the deployment shares one token bucket, one live cap and one expiry index.
+    const store = new RedisLeaseStore(new UpstashCommander({ url: env.UPSTASH_REDIS_REST_URL, token: env.UPSTASH_REDIS_REST_TOKEN }), { prefix });
+    sandbox = { spec: toolsFile.sandbox, store, secret, trajectoryDeadlineS: config.rollout.trajectory_deadline_s ?? null };
+    try {
+      workerSandboxLeases(sandbox);
+    } catch (e) {
+      if (e instanceof TypeError) throw new ConfigError("EDGELOOP_TOOLS: sandbox.lifetime_s", e.message);
+      throw e;
+    }
+  }
+  return { config, deps, queue, model: await modelIdOf(tokenizer), secret, ...agentSettings(env, config), sandbox };
 }
 
 /** A non-default value at `path` of `config` (defaults from the schema). */

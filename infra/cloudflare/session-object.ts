@@ -5,7 +5,10 @@ import { createSessionsApp } from "../../functions/sessions.ts";
 import { AgentGateway } from "../../shared/agent-gateway/agent-gateway.ts";
 import type { AgentGatewayLink } from "../../shared/agent-gateway/openai-agent-loop.ts";
 import { NotFoundError } from "../../shared/errors.ts";
-import { sessionLoopFactory, sessionOutputFinisher, endLoopTrace, versionStampedClient } from "../../shared/rollout/executor.ts";
+import { sessionLoopFactory, sessionOutputFinisher, endLoopTrace, versionStampedClient, releaseReasonOf, withSandbox } from "../../shared/rollout/executor.ts";
+import type { AgentLoopOutput } from "../../shared/schema/index.ts";
+import { LeasedToolExecutor, sandboxKwargsOf, type SandboxLeases } from "../../shared/tools/sandbox-leases.ts";
+import { LEASE_ENTRY, REAPER_ENTRY, reaperPass, SANDBOX_REAPER_NAME, waitingAlarmAt, wakeReaper } from "./sandbox-alarm.ts";
 import { SessionInput } from "../../shared/session/checkpoint.ts";
 import { queueWriter } from "../../shared/rollout/session-records.ts";
 import { TrajectorySession, type SessionDeps } from "../../shared/session/trajectory-session.ts";
@@ -14,7 +17,7 @@ import { AGENT_ENTRY_PREFIX, DurableObjectSessionStorage, readMany, SQLITE_BACKE
 import { toParts } from "../../shared/session/value-parts.ts";
 import { isStoreOutage } from "../../shared/store/store-outage.ts";
 import { describeModelId, sameModel } from "../../shared/models/model-id.ts";
-import { workerRuntime, type Env } from "./env.ts";
+import { workerRuntime, workerSandboxLeases, type Env } from "./env.ts";
 
 /**
  * A durable trajectory session as a Cloudflare Durable Object (one object per
@@ -39,6 +42,12 @@ import { workerRuntime, type Env } from "./env.ts";
  *   storage (entries prefixed {@link AGENT_ENTRY_PREFIX}, apart from the
  *   trajectory's); the `openai_agent` loop run by `alarm()` uses the same
  *   instance, so an agent's finish wakes it in-process.
+ * - Sandbox leases (a `sandbox` block in `EDGELOOP_TOOLS`): the object holds
+ *   its trajectory's lease (created on first use or at start), heartbeats it
+ *   while its loop runs and by alarm while it waits, and releases it once
+ *   when the trajectory is finished or failed; the object named
+ *   {@link SANDBOX_REAPER_NAME} runs the deployment's reaper passes by alarm
+ *   (infra/cloudflare/sandbox-alarm.ts; docs/environments.md).
  *
  * An outgoing fetch (engine, tools) does not hold the input gate, so every
  * operation is serialised on an in-memory chain as well: one at a time, as in
@@ -55,6 +64,12 @@ export class TrajectorySessionObject {
   private outageRetries = 0;
   /** The agent gateway of this instance and its HTTP app, built on first use (one per instance: the loop and the agent's calls share it). */
   private agent: Promise<{ link: AgentGatewayLink; app: Hono }> | undefined;
+  /** This object's sandbox leases (null: the tools file has no `sandbox` block), built on first use; it holds at most its trajectory's lease. */
+  private leases: SandboxLeases | null | undefined;
+  /** Work started by the leases' observer (recording a granted lease, waking the reaper), awaited before an alarm ends. */
+  private pending: Promise<unknown>[] = [];
+  /** The outputs the trajectory finished with in this instance (for the release reason: `deadline` or `finished`). */
+  private ended: AgentLoopOutput[] | undefined;
 
   constructor(
     private readonly ctx: DurableObjectState,
@@ -74,6 +89,11 @@ export class TrajectorySessionObject {
 
   private async handle(req: Request): Promise<Response> {
     const url = new URL(req.url);
+    if (req.method === "POST" && url.pathname === "/sandbox-reaper") {
+      const rt = await workerRuntime(this.env);
+      if (rt.sandbox) await this.serial(() => wakeReaper(this.ctx.storage, rt.sandbox!.spec, Date.now()));
+      return new Response(null, { status: 204 });
+    }
     if (req.method === "POST" && url.pathname === "/start") {
       const input = SessionInput.parse(await req.json());
       await this.serial(async () => {
@@ -138,56 +158,127 @@ export class TrajectorySessionObject {
   }
 
   private async runAlarm(): Promise<void> {
-    await this.serial(async () => {
-      if ((await expireIfDue(this.ctx.storage, Date.now())) !== "live") return;
-      const start = await this.ctx.storage.get<number | string>("start");
-      if (start === undefined) return;
-      const startJson = typeof start === "string" ? start : (await readMany(this.ctx.storage, Array.from({ length: start }, (_, j) => `start:${j}`), "start")).join("");
-      const input = SessionInput.parse(JSON.parse(startJson));
-      const s = await this.open(input.key, input);
-      if (!s) return;
-      let outcome: Awaited<ReturnType<TrajectorySession["run"]>>;
-      // Submitted with another model (a Worker of another deployment): refused, not run (N4).
-      const own = (await workerRuntime(this.env)).model;
-      const mismatch = input.model && !sameModel(input.model, own) ? input.model : null;
-      try {
-        if (mismatch) {
-          outcome = { status: "failed", error: `model mismatch: session ${input.key} was submitted with model ${describeModelId(mismatch)}, this Durable Object runs ${describeModelId(own)}; refused, not run` };
-          console.error(outcome.error);
-        } else outcome = await s.run();
-      } catch (e) {
-        // A retryable failure (store or engine briefly down) is the runtime's to retry: the alarm
-        // runs again from the last commit. Anything else would fail the same way on every retry —
-        // and each retry would redo the uncommitted work — so the trajectory fails now, once.
-        if ((e as { retryable?: unknown }).retryable === true) throw e;
-        outcome = { status: "failed", error: e instanceof Error ? `${e.name}: ${e.message}` : String(e) };
+    try {
+      await this.serial(() => this.runSessionAlarm());
+    } finally {
+      const pending = this.pending.splice(0);
+      await Promise.all(pending);
+    }
+  }
+
+  private async runSessionAlarm(): Promise<void> {
+    if ((await this.ctx.storage.get(REAPER_ENTRY)) !== undefined) {
+      const leases = await this.sandboxLeases();
+      if (leases) await reaperPass(this.ctx.storage, leases, Date.now);
+      return;
+    }
+    if ((await expireIfDue(this.ctx.storage, Date.now())) !== "live") return;
+    const start = await this.ctx.storage.get<number | string>("start");
+    if (start === undefined) return;
+    const startJson = typeof start === "string" ? start : (await readMany(this.ctx.storage, Array.from({ length: start }, (_, j) => `start:${j}`), "start")).join("");
+    const input = SessionInput.parse(JSON.parse(startJson));
+    const s = await this.open(input.key, input);
+    if (!s) return;
+    let outcome: Awaited<ReturnType<TrajectorySession["run"]>>;
+    // Submitted with another model (a Worker of another deployment): refused, not run (N4).
+    const own = (await workerRuntime(this.env)).model;
+    const mismatch = input.model && !sameModel(input.model, own) ? input.model : null;
+    const leases = await this.sandboxLeases();
+    let stopHeartbeat: (() => void) | undefined;
+    try {
+      if (mismatch) {
+        outcome = { status: "failed", error: `model mismatch: session ${input.key} was submitted with model ${describeModelId(mismatch)}, this Durable Object runs ${describeModelId(own)}; refused, not run` };
+        console.error(outcome.error);
+      } else {
+        if (leases && (s.checkpoint.phase === "running" || s.checkpoint.phase === "waiting")) {
+          const kwargs = sandboxKwargsOf(input.kwargs as { extra_info?: unknown });
+          if (await this.ctx.storage.get(LEASE_ENTRY)) {
+            // Held before this instance (evicted between alarms): attach the store's live lease and refresh it now.
+            // A lease lost meanwhile is not replaced here: the trajectory's next call into the sandbox fails on it.
+            await leases.ensure(input.key, kwargs, { fresh: false }).then(() => leases.heartbeatOnce()).catch(() => undefined);
+          } else if (leases.spec.create === "start") {
+            await leases.ensure(input.key, kwargs, { fresh: s.checkpoint.step < 0 });
+          }
+          // Heartbeats while the loop runs in this alarm (ttl_s / 3); between alarms the alarm itself is the heartbeat.
+          stopHeartbeat = leases.start({ reaper: false, onError: () => undefined });
+        }
+        outcome = await s.run();
       }
-      if (outcome.status === "waiting") {
-        if (outcome.deadline_ms !== null) await this.ctx.storage.setAlarm(outcome.deadline_ms);
-        return;
-      }
-      if (outcome.status === "failed") {
-        const rt = await workerRuntime(this.env);
-        const info = (input.kwargs as Record<string, unknown>).trajectory_info;
-        await rt.queue.markFailed(input.key, outcome.error, {
-          agent_name: input.agent_name,
-          data_source: String((input.kwargs as Record<string, unknown>).data_source ?? "unknown"),
-          extra_fields: { ...(info ? { trajectory_info: info } : {}), ...(mismatch ? { model_mismatch: { batch: mismatch, worker: own } } : {}) },
-          model: mismatch ?? own,
-        });
-        await s.markDone();
-      }
-      // Done or failed: the object's storage goes `store.retention.sessions` seconds from now.
+    } catch (e) {
+      stopHeartbeat?.();
+      // A retryable failure (store or engine briefly down) is the runtime's to retry: the alarm
+      // runs again from the last commit. Anything else would fail the same way on every retry —
+      // and each retry would redo the uncommitted work — so the trajectory fails now, once.
+      if ((e as { retryable?: unknown }).retryable === true) throw e;
+      outcome = { status: "failed", error: e instanceof Error ? `${e.name}: ${e.message}` : String(e) };
+    }
+    stopHeartbeat?.();
+    if (outcome.status === "waiting") {
       const rt = await workerRuntime(this.env);
-      await scheduleExpiry(this.ctx.storage, Date.now(), rt.config.store.retention.sessions);
-    });
+      const at = waitingAlarmAt(outcome.deadline_ms, leases?.leaseOf(input.key) !== undefined, rt.sandbox?.spec ?? null, Date.now());
+      if (at !== null) await this.ctx.storage.setAlarm(at);
+      return;
+    }
+    // The trajectory is over (its record is written, or it failed): its sandbox is released, once across every
+    // retry of this alarm (the store's claim has one winner); a release the provider keeps refusing is the reaper's.
+    if (leases) await leases.release(input.key, outcome.status === "failed" ? "failed" : this.ended ? releaseReasonOf({ outputs: this.ended }) : "finished").catch(() => false);
+    if (outcome.status === "failed") {
+      const rt = await workerRuntime(this.env);
+      const info = (input.kwargs as Record<string, unknown>).trajectory_info;
+      await rt.queue.markFailed(input.key, outcome.error, {
+        agent_name: input.agent_name,
+        data_source: String((input.kwargs as Record<string, unknown>).data_source ?? "unknown"),
+        extra_fields: { ...(info ? { trajectory_info: info } : {}), ...(mismatch ? { model_mismatch: { batch: mismatch, worker: own } } : {}) },
+        model: mismatch ?? own,
+      });
+      await s.markDone();
+    }
+    // Done or failed: the object's storage goes `store.retention.sessions` seconds from now.
+    const rt = await workerRuntime(this.env);
+    await scheduleExpiry(this.ctx.storage, Date.now(), rt.config.store.retention.sessions);
   }
 
   private async open(key: string, input?: SessionInput): Promise<TrajectorySession | null> {
     const rt = await workerRuntime(this.env);
     const { link } = await this.agentGateway();
-    const deps: SessionDeps = { storage: this.storage, createLoop: sessionLoopFactory({ ...rt.deps, agentGateway: link }), finishOutputs: sessionOutputFinisher(rt.deps), onPause: endLoopTrace, writeOutputs: queueWriter(rt.queue, rt.model) };
+    const leases = await this.sandboxLeases();
+    const tools = leases && rt.deps.tools ? new LeasedToolExecutor(rt.deps.tools, leases) : rt.deps.tools;
+    const finish = sessionOutputFinisher(rt.deps);
+    const finishOutputs = async (i: SessionInput, outputs: AgentLoopOutput[]) => {
+      const scored = await finish(i, outputs);
+      this.ended = scored;
+      // As on Bun: a record whose tool calls ran in a sandbox carries extra_fields.sandbox {lease_id, sandbox_id}.
+      return withSandbox(scored, leases?.leaseOf(i.key));
+    };
+    const deps: SessionDeps = { storage: this.storage, createLoop: sessionLoopFactory({ ...rt.deps, ...(tools ? { tools } : {}), agentGateway: link }), finishOutputs, onPause: endLoopTrace, writeOutputs: queueWriter(rt.queue, rt.model) };
     return TrajectorySession.open(key, deps, input);
+  }
+
+  /**
+   * This object's {@link SandboxLeases} (null without a `sandbox` block in
+   * `EDGELOOP_TOOLS`), over the runtime's shared lease store. When a create
+   * of its trajectory succeeds, the object records {@link LEASE_ENTRY} (so an
+   * evicted instance's next alarm re-attaches and heartbeats the lease) and
+   * wakes the deployment's reaper object ({@link SANDBOX_REAPER_NAME}).
+   */
+  private async sandboxLeases(): Promise<SandboxLeases | null> {
+    if (this.leases !== undefined) return this.leases;
+    const rt = await workerRuntime(this.env);
+    if (!rt.sandbox) return (this.leases = null);
+    const leases = workerSandboxLeases(rt.sandbox, {
+      created: () => void this.pending.push(this.leaseGranted()),
+      createFailed: () => undefined,
+      released: () => undefined,
+    });
+    return (this.leases ??= leases);
+  }
+
+  private async leaseGranted(): Promise<void> {
+    await this.ctx.storage.put(LEASE_ENTRY, true);
+    await this.env.SESSIONS.get(this.env.SESSIONS.idFromName(SANDBOX_REAPER_NAME))
+      .fetch("https://session/sandbox-reaper", { method: "POST" })
+      .then((r) => r.body?.cancel())
+      .catch((e: unknown) => console.error(`edgeloop: sandbox reaper not woken: ${(e as Error)?.message ?? String(e)}`));
   }
 
   /**

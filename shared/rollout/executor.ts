@@ -408,7 +408,7 @@ export function createSessionExecutor(
 
 
 /** Outputs with `extra_fields.sandbox: {lease_id, sandbox_id}` (the sandbox their tool calls ran in) when the trajectory held a lease. */
-function withSandbox(outputs: AgentLoopOutput[], lease: { lease_id: string; sandbox_id: string } | undefined): AgentLoopOutput[] {
+export function withSandbox(outputs: AgentLoopOutput[], lease: { lease_id: string; sandbox_id: string } | undefined): AgentLoopOutput[] {
   if (!lease) return outputs;
   return outputs.map((o) => ({ ...o, extra_fields: { ...o.extra_fields, sandbox: { lease_id: lease.lease_id, sandbox_id: lease.sandbox_id } } }));
 }
