@@ -257,7 +257,7 @@ export class TrajectorySession {
             continue;
           }
           const next = loop.nextToolDeadline(d);
-          if (next !== null) return { status: "waiting", deadline_ms: Math.min(next, this.trajectoryDeadlineMs ?? next) };
+          if (next !== null && !loop.hasAwaitedTasks(d)) return { status: "waiting", deadline_ms: Math.min(next, this.trajectoryDeadlineMs ?? next) };
           this.cp.phase = "running";
           continue;
         }
@@ -322,7 +322,8 @@ export class TrajectorySession {
       await this.commit("finished", "terminated", { outputs: [output] });
       return;
     }
-    const waiting = next! === "awaiting_tools" && loop.nextToolDeadline(d) !== null;
+    // Awaited MCP tasks are polled by the next step, so the session runs on instead of waiting for a callback.
+    const waiting = next! === "awaiting_tools" && loop.nextToolDeadline(d) !== null && !loop.hasAwaitedTasks(d);
     await this.commit(waiting ? "waiting" : "running", next!);
   }
 
