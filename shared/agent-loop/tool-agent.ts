@@ -332,14 +332,16 @@ export class ToolAgentLoop extends AgentLoop {
 
   /**
    * Records the asynchronous result of an awaited call.
-   * @returns `unknown` when no call of the current round has this id, `answered` when it already has a result.
+   * @returns `unknown` when no call of the current round has this id, `answered` when it already has a result,
+   *   `task` when it runs as an MCP task (its result is polled from the server, never delivered).
    */
-  deliverToolResult(d: ToolAgentData, callId: string, result: { content: string; reward?: number | null; ok?: boolean; metrics?: Record<string, unknown> | null }, nowMs: number): "ok" | "unknown" | "answered" {
+  deliverToolResult(d: ToolAgentData, callId: string, result: { content: string; reward?: number | null; ok?: boolean; metrics?: Record<string, unknown> | null }, nowMs: number): "ok" | "unknown" | "answered" | "task" {
     const rs = d.toolResults ?? [];
     const i = rs.findIndex((r) => r !== null && r.call_id === callId);
     if (i < 0) return "unknown";
     const r = rs[i]!;
     if (!("awaiting" in r)) return "answered";
+    if (r.task_id !== undefined) return "task";
     d.metrics.tool_calls += Math.max(0, (nowMs - r.accepted_ms) / 1000);
     rs[i] = { ok: result.ok ?? true, call_id: callId, attempts: 1, content: result.content, ...(result.reward != null ? { reward: result.reward } : {}), ...(result.metrics != null ? { metrics: result.metrics } : {}) };
     return "ok";

@@ -127,6 +127,9 @@ describe("durable sessions with MCP task tools", () => {
     expect(committed?.loop_state).toBe("awaiting_tools");
     const taskId = (committed!.loop as Loop).tool_results![0]!.task_id!;
     expect(log.tasks.filter((t) => t.call_id === "gone_1_0:1:0")).toEqual([{ call_id: "gone_1_0:1:0", task_id: taskId, augmented: true }]);
+    // A callback cannot answer a task call: its result comes from the server.
+    const opened = (await TrajectorySession.open(input.key, { storage: mem, createLoop: sessionLoopFactory({ ...deps, tools: mcp1 }) }))!;
+    await expect(opened.deliverToolResult({ call_id: "gone_1_0:1:0", content: "forged" })).rejects.toThrow("tool call 'gone_1_0:1:0' runs as an MCP task: its result is read from the MCP server, not delivered");
     // The server forgets its tasks (restarted with a memory store, or the ttl passed).
     store.inner.cleanup();
     const mcp2 = await McpToolClient.connect([spec(taskHttp.url)]);
