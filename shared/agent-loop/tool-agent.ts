@@ -33,6 +33,12 @@ export interface AwaitedToolCall {
   accepted_ms: number;
   deadline_ms: number;
   timeout_ms: number;
+  /**
+   * The call runs as this MCP task: its result is not delivered but polled
+   * for ({@link ToolExecutor.awaitTask}, state `awaiting_tools`), by the
+   * session that resumes it too; the call is never sent again.
+   */
+  task_id?: string;
 }
 
 /** What one call of the current tool round has produced so far: a result, or a call awaiting its callback. */
@@ -297,6 +303,7 @@ export class ToolAgentLoop extends AgentLoop {
       case "processing_tools":
         return this.onProcessingTools(d);
       case "awaiting_tools":
+        if (this.hasAwaitedTasks(d)) await this.awaitTasks(d);
         return (d.toolResults ?? []).some((r) => r === null || "awaiting" in r) ? "awaiting_tools" : this.onProcessingTools(d);
       case "interacting":
         return this.onInteracting(d);
@@ -325,14 +332,16 @@ export class ToolAgentLoop extends AgentLoop {
 
   /**
    * Records the asynchronous result of an awaited call.
-   * @returns `unknown` when no call of the current round has this id, `answered` when it already has a result.
+   * @returns `unknown` when no call of the current round has this id, `answered` when it already has a result,
+   *   `task` when it runs as an MCP task (its result is polled from the server, never delivered).
    */
-  deliverToolResult(d: ToolAgentData, callId: string, result: { content: string; reward?: number | null; ok?: boolean; metrics?: Record<string, unknown> | null }, nowMs: number): "ok" | "unknown" | "answered" {
+  deliverToolResult(d: ToolAgentData, callId: string, result: { content: string; reward?: number | null; ok?: boolean; metrics?: Record<string, unknown> | null }, nowMs: number): "ok" | "unknown" | "answered" | "task" {
     const rs = d.toolResults ?? [];
     const i = rs.findIndex((r) => r !== null && r.call_id === callId);
     if (i < 0) return "unknown";
     const r = rs[i]!;
     if (!("awaiting" in r)) return "answered";
+    if (r.task_id !== undefined) return "task";
     d.metrics.tool_calls += Math.max(0, (nowMs - r.accepted_ms) / 1000);
     rs[i] = { ok: result.ok ?? true, call_id: callId, attempts: 1, content: result.content, ...(result.reward != null ? { reward: result.reward } : {}), ...(result.metrics != null ? { metrics: result.metrics } : {}) };
     return "ok";
@@ -349,6 +358,32 @@ export class ToolAgentLoop extends AgentLoop {
       n++;
     });
     return n;
+  }
+
+  /** Whether a call of the current round runs as an MCP task still awaited (its result is polled for, not delivered). */
+  hasAwaitedTasks(d: ToolAgentData): boolean {
+    return (d.toolResults ?? []).some((r) => r !== null && "awaiting" in r && r.task_id !== undefined);
+  }
+
+  /**
+   * Waits for every awaited MCP task of the round (in parallel, each by its
+   * task id, within what is left of its `deadline_ms`) and records the
+   * results; the round's other calls are left as they are.
+   */
+  private async awaitTasks(d: ToolAgentData): Promise<void> {
+    const rs = d.toolResults ?? [];
+    const wall = this.ctx.asyncTools?.wallClockMs ?? (() => Date.now());
+    await Promise.all(
+      rs.map(async (r, i): Promise<void> => {
+        if (r === null || !("awaiting" in r) || r.task_id === undefined) return;
+        const wait = { name: r.name, call_id: r.call_id, task_id: r.task_id, within_ms: r.deadline_ms - wall(), timeout_ms: r.timeout_ms, ...(this.ctx.signal ? { signal: this.ctx.signal } : {}) };
+        const got: ToolResult = d.tools?.awaitTask
+          ? await d.tools.awaitTask(wait)
+          : { ok: false, call_id: r.call_id, attempts: 0, content: `Error executing tool '${r.name}': no MCP server offers it to wait for task '${r.task_id}'` };
+        d.metrics.tool_calls += Math.max(0, (wall() - r.accepted_ms) / 1000);
+        rs[i] = got;
+      }),
+    );
   }
 
   /** The earliest deadline (epoch ms) of the calls still awaited, or null. */
@@ -481,13 +516,14 @@ export class ToolAgentLoop extends AgentLoop {
             create_kwargs: toolsKwargs[a.name]?.create_kwargs ?? {},
             sandbox_kwargs: sandboxKwargs,
             sandbox_fresh: d.toolCalls === 0,
+            ...(this.ctx.asyncTools ? { deferTasks: true } : {}),
             signal: this.ctx.signal,
           });
         }
         if (r.pending && this.ctx.asyncTools) {
           const now = wall();
           const timeout = r.timeout_ms ?? 30_000;
-          outcomes[i] = { awaiting: true, call_id: r.call_id, name: "arguments" in a ? a.name : "", accepted_ms: now, deadline_ms: now + timeout, timeout_ms: timeout };
+          outcomes[i] = { awaiting: true, call_id: r.call_id, name: "arguments" in a ? a.name : "", accepted_ms: now, deadline_ms: now + timeout, timeout_ms: timeout, ...(r.task_id !== undefined ? { task_id: r.task_id } : {}) };
         } else outcomes[i] = r;
       }),
     );

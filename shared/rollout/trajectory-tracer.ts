@@ -1,7 +1,7 @@
 import { context, SpanStatusCode, trace, type Context, type Span } from "@opentelemetry/api";
 import type { GenerateRequest, InferenceClient } from "../inference/types.ts";
 import type { TokenOutput } from "../schema/index.ts";
-import type { ToolCallRequest, ToolExecutor, ToolResult } from "../tools/webhook-tool-client.ts";
+import type { ToolCallRequest, ToolExecutor, ToolResult, ToolTaskWait } from "../tools/webhook-tool-client.ts";
 import { edgeloopTracer, recordError, SpanAttr } from "../telemetry/tracer.ts";
 import { sessionWaits } from "../telemetry/waits.ts";
 import { processMetrics } from "../telemetry/process-metrics.ts";
@@ -198,6 +198,28 @@ class TracingToolExecutor implements ToolExecutor {
       const ms = Math.max(0, this.t.now() - t0);
       this.t.toolLatenciesMs.push(ms);
       processMetrics.observeToolCall(ms / 1000, ok);
+      span.end();
+    }
+  }
+
+  /** The inner executor's task wait, traced as `tool.await_task` (ERROR status when it ends `ok: false`). */
+  async awaitTask(req: ToolTaskWait): Promise<ToolResult> {
+    if (!this.inner.awaitTask) return { ok: false, call_id: req.call_id, attempts: 0, content: `Error executing tool '${req.name}': no MCP server offers it to wait for task '${req.task_id}'` };
+    const parent = this.t.currentContext();
+    const span = edgeloopTracer().startSpan("tool.await_task", { attributes: { [SpanAttr.key]: this.t.key, [SpanAttr.toolName]: req.name, [SpanAttr.toolCallId]: req.call_id } }, parent);
+    const waited = sessionWaits.begin({ kind: "tool", name: req.name });
+    try {
+      const r = await context.with(trace.setSpan(parent, span), () => this.inner.awaitTask!(req));
+      if (span.isRecording()) {
+        span.setAttribute(SpanAttr.toolOk, r.ok);
+        if (!r.ok) span.setStatus({ code: SpanStatusCode.ERROR, message: r.content.slice(0, 200) });
+      }
+      return r;
+    } catch (e) {
+      recordError(span, e);
+      throw e;
+    } finally {
+      waited();
       span.end();
     }
   }

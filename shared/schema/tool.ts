@@ -105,6 +105,13 @@ export type InteractionSpec = z.infer<typeof InteractionSpec>;
  * refused, it would offer none). `url` is http(s) only; `timeout_ms` is at most
  * 2147483647 and `max_retries` at most 10 (as for webhook tools); header names
  * are HTTP tokens and values hold no CR, LF or NUL. Unknown keys are errors.
+ * `tasks` picks which calls run as MCP tasks (only on a server that
+ * advertises `tasks.requests.tools.call`): `auto` (default) the tools whose
+ * `execution.taskSupport` is `required`; `always` also those where it is
+ * `optional`; `never` none (a tool that requires a task is then refused at
+ * start). `task_timeout_ms` bounds the wait for one task's result,
+ * milliseconds from its creation (default 3 600 000; the task's requested `ttl`
+ * is it plus `timeout_ms`), as `timeout_ms` bounds a webhook's asynchronous result.
  */
 export const McpServerSpec = z
   .strictObject({
@@ -117,6 +124,8 @@ export const McpServerSpec = z
     timeout_ms: timerMs().positive().default(30_000),
     max_retries: retriesCount().default(2),
     max_reply_bytes: z.number().int().positive().optional(),
+    tasks: z.enum(["auto", "always", "never"], { error: "must be one of auto (tasks for tools that require them), always (also for tools that allow them) or never" }).optional(),
+    task_timeout_ms: timerMs().positive().optional(),
     tools: z
       .array(z.string().min(1))
       .min(1, "an empty allow-list offers no tools; remove `tools` to offer all")

@@ -27,6 +27,8 @@ const AwaitedCall = z.object({
   accepted_ms: z.number(),
   deadline_ms: z.number(),
   timeout_ms: z.number(),
+  /** An MCP task's id: the resumed session polls it, never re-sending the call. */
+  task_id: z.string().optional(),
 });
 
 const ToolResultState = z.object({

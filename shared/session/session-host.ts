@@ -178,7 +178,7 @@ export class SessionHost {
             return await s.run();
           } catch (e) {
             // The first commit after awaiting tools has no side effect behind it (no engine or tool
-            // call); when the fence refuses it, another process delivered a tool result meanwhile
+            // call; at most reads of MCP tasks' status and results, which may be read again); when the fence refuses it, another process delivered a tool result meanwhile
             // (deliverOnly), not a second owner: read the session again and go on.
             benign = isStaleStep(e) && opened.loop_state === "awaiting_tools" && s.checkpoint.step === opened.step;
             throw e;

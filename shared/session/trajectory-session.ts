@@ -257,7 +257,7 @@ export class TrajectorySession {
             continue;
           }
           const next = loop.nextToolDeadline(d);
-          if (next !== null) return { status: "waiting", deadline_ms: Math.min(next, this.trajectoryDeadlineMs ?? next) };
+          if (next !== null && !loop.hasAwaitedTasks(d)) return { status: "waiting", deadline_ms: Math.min(next, this.trajectoryDeadlineMs ?? next) };
           this.cp.phase = "running";
           continue;
         }
@@ -272,7 +272,8 @@ export class TrajectorySession {
    * Records a callback's result for an awaited call and commits it (the
    * caller then calls {@link run}).
    * @throws ConflictError (409) when the session waits for no tools, no call of its
-   *   current round has `call_id`, or that call was already answered (or timed out).
+   *   current round has `call_id`, that call was already answered (or timed out),
+   *   or it runs as an MCP task (polled, never delivered).
    */
   async deliverToolResult(r: ToolResultDelivery): Promise<void> {
     if (!(this.loop instanceof ToolAgentLoop) || !this.data || this.cp.loop_state !== "awaiting_tools") {
@@ -281,6 +282,7 @@ export class TrajectorySession {
     const res = this.loop.deliverToolResult(this.data, r.call_id, { content: r.content, reward: r.reward, ...(r.ok !== undefined ? { ok: r.ok } : {}), metrics: r.metrics ?? null }, this.wall());
     if (res === "unknown") throw new ConflictError(`session '${this.key}' has no tool call '${r.call_id}'`, { field: "call_id" });
     if (res === "answered") throw new ConflictError(`tool call '${r.call_id}' was already answered`, { field: "call_id" });
+    if (res === "task") throw new ConflictError(`tool call '${r.call_id}' runs as an MCP task: its result is read from the MCP server, not delivered`, { field: "call_id" });
     await this.commit("running", "awaiting_tools");
   }
 
@@ -322,7 +324,8 @@ export class TrajectorySession {
       await this.commit("finished", "terminated", { outputs: [output] });
       return;
     }
-    const waiting = next! === "awaiting_tools" && loop.nextToolDeadline(d) !== null;
+    // Awaited MCP tasks are polled by the next step, so the session runs on instead of waiting for a callback.
+    const waiting = next! === "awaiting_tools" && loop.nextToolDeadline(d) !== null && !loop.hasAwaitedTasks(d);
     await this.commit(waiting ? "waiting" : "running", next!);
   }
 

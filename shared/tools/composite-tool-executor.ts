@@ -1,7 +1,7 @@
 import { ConfigError } from "../errors.ts";
 import type { ToolSchema } from "../schema/index.ts";
 import type { McpToolClient } from "./mcp-tool-client.ts";
-import { pyList, type ToolCallRequest, type ToolExecutor, type ToolResult, type WebhookToolClient } from "./webhook-tool-client.ts";
+import { pyList, type ToolCallRequest, type ToolExecutor, type ToolResult, type ToolTaskWait, type WebhookToolClient } from "./webhook-tool-client.ts";
 
 /** One executor of a {@link CompositeToolExecutor} and how errors name the owner of one of its tools. */
 export interface ToolSource {
@@ -39,6 +39,13 @@ export class CompositeToolExecutor implements ToolExecutor {
     const to = this.route.get(req.name);
     if (!to) return Promise.resolve({ ok: false, call_id: "", attempts: 0, content: `Unknown function '${req.name}'. Available tools: ${pyList(this.names)}` });
     return to.call(req);
+  }
+
+  /** Routes the wait to the source offering `req.name`; an error result when it has none or it cannot wait for tasks. */
+  awaitTask(req: ToolTaskWait): Promise<ToolResult> {
+    const to = this.route.get(req.name);
+    if (!to?.awaitTask) return Promise.resolve({ ok: false, call_id: req.call_id, attempts: 0, content: `Error executing tool '${req.name}': no MCP server offers it to wait for task '${req.task_id}'` });
+    return to.awaitTask(req);
   }
 
   select(names: readonly string[]): CompositeToolExecutor {

@@ -1,13 +1,13 @@
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport, StreamableHTTPError } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js";
-import { ErrorCode, McpError, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import { CallToolResultSchema, CreateTaskResultSchema, ErrorCode, McpError, type CallToolResult, type GetTaskResult } from "@modelcontextprotocol/sdk/types.js";
 import type { jsonSchemaValidator } from "@modelcontextprotocol/sdk/validation/types.js";
 import { ConfigError, ToolError } from "../errors.ts";
 import { DEFAULT_WEBHOOK_MAX_REPLY_BYTES, OutboundHttpError, readTextCapped, redactUrl, type OutboundFetch } from "../http/outbound.ts";
 import { sleepUnlessAborted } from "../http/sleep.ts";
 import { ToolSchema, type McpServerSpec } from "../schema/index.ts";
-import { checkToolArguments, pyList, toolCallId, type ToolCallRequest, type ToolExecutor, type ToolResult } from "./webhook-tool-client.ts";
+import { checkToolArguments, pyList, toolCallId, type ToolCallRequest, type ToolExecutor, type ToolResult, type ToolTaskWait } from "./webhook-tool-client.ts";
 
 /**
  * Makes the transport of one stdio server (`command`); injected by runtimes that have processes (infra/tools/mcp-stdio.ts). A transport that closes itself
@@ -148,7 +148,44 @@ interface McpToolEntry {
   server: McpConnection;
   /** The server annotates the tool `readOnlyHint` or `idempotentHint`: a failed attempt may be sent again. */
   idempotent: boolean;
+  /** Calls run as MCP tasks (the server's `tasks.requests.tools.call` capability, the tool's `execution.taskSupport`, the spec's `tasks`). */
+  task: boolean;
 }
+
+/**
+ * MCP tasks, as the SDK 1.32.2 implements them (protocol revision 2025-11-25,
+ * "Tasks", experimental; `client.experimental.tasks`, types.js
+ * `CreateTaskResultSchema`, `GetTaskResultSchema`, `TaskStatusSchema`):
+ * - A server offers them with the capability `tasks.requests.tools.call`
+ *   (`tasks.list`, `tasks.cancel` optional); a tool says whether it runs as one
+ *   with `execution.taskSupport`: `required` (a plain call is refused,
+ *   `MethodNotFound`), `optional`, or `forbidden` (the default). Without the
+ *   capability a client must not ask for a task, whatever the tool says.
+ * - A task-augmented `tools/call` carries `params.task: {ttl?}` (ms the server
+ *   should keep the task from creation) and is answered at once with
+ *   `CreateTaskResult` `{task: {taskId, status, ttl (ms or null: unlimited),
+ *   createdAt, lastUpdatedAt, pollInterval? (ms between polls the server
+ *   asks for), statusMessage?}}`.
+ * - `tasks/get {taskId}` gives the task; its `status` is `working`,
+ *   `input_required` (the server waits for an elicitation or sampling answer,
+ *   delivered through `tasks/result`), or terminal `completed`, `failed`,
+ *   `cancelled`. `tasks/result {taskId}` gives what the request would have
+ *   answered (a `CallToolResult`, `_meta["io.modelcontextprotocol/related-task"]`
+ *   naming the task), blocking until the task is terminal; `tasks/cancel`
+ *   cancels. An unknown or expired task id is a JSON-RPC error `-32602`
+ *   (InvalidParams, "Task not found"). The SDK's `InMemoryTaskStore` binds a
+ *   task to the MCP session that created it: a server whose tasks must survive
+ *   the client's reconnect (a resumed trajectory opens a new session) keeps
+ *   them in a store that does not.
+ * @see https://modelcontextprotocol.io/specification/2025-11-25/basic/utilities/tasks
+ */
+export const MCP_TASKS_REVISION = "2025-11-25";
+
+/** Milliseconds between `tasks/get` polls when the server names no `pollInterval` (the SDK's default); polls are at least {@link MIN_POLL_MS} apart. */
+const DEFAULT_POLL_MS = 1000;
+/** A server's `task_timeout_ms` when the tools file gives none: one hour (the default trajectory deadline). */
+export const DEFAULT_TASK_TIMEOUT_MS = 3_600_000;
+const MIN_POLL_MS = 10;
 
 /**
  * Calls the tools of MCP servers (issue 29) through the official SDK client:
@@ -262,10 +299,22 @@ export class McpToolClient implements ToolExecutor {
       meta[MCP_META.lease_id] = req.sandbox.lease_id;
     }
     const server = entry.server;
+    let created: { task_id: string; attempts: number } | undefined;
     for (let attempts = 1; ; attempts++) {
       let client: Client | undefined;
       try {
         client = await server.open();
+        if (entry.task) {
+          // Task-augmented: the server answers at once with the task it created; the result is polled for.
+          const r = await client.request({ method: "tools/call", params: { name: req.name, arguments: req.arguments as Record<string, unknown>, _meta: meta } }, CreateTaskResultSchema, {
+            timeout: server.spec.timeout_ms,
+            // Kept a request's timeout past the wait's bound, so that the wait's last poll still finds it.
+            task: { ttl: (server.spec.task_timeout_ms ?? DEFAULT_TASK_TIMEOUT_MS) + server.spec.timeout_ms },
+            ...(req.signal ? { signal: req.signal } : {}),
+          });
+          created = { task_id: r.task.taskId, attempts };
+          break;
+        }
         const result = await client.callTool({ name: req.name, arguments: req.arguments as Record<string, unknown>, _meta: meta }, undefined, {
           timeout: server.spec.timeout_ms,
           ...(req.signal ? { signal: req.signal } : {}),
@@ -283,6 +332,104 @@ export class McpToolClient implements ToolExecutor {
         await backoff(attempts, this.opts, req.signal);
       }
     }
+    const { task_id, attempts } = created;
+    const timeout_ms = server.spec.task_timeout_ms ?? DEFAULT_TASK_TIMEOUT_MS;
+    if (req.deferTasks) {
+      return { ok: false, pending: true, call_id, attempts, task_id, timeout_ms, content: `Error executing tool '${req.name}': it runs as MCP task '${task_id}', whose result this loop cannot wait for` };
+    }
+    const r = await this.awaitTask({ name: req.name, call_id, task_id, within_ms: timeout_ms, timeout_ms, ...(req.signal ? { signal: req.signal } : {}) });
+    return { ...r, attempts };
+  }
+
+  /**
+   * Waits for the result of the call `call_id` running as MCP task `task_id`
+   * (see {@link MCP_TASKS_REVISION}): polls `tasks/get` every `pollInterval`
+   * the server names (default 1000 ms, at least 10 ms) for at most `within_ms`,
+   * then reads `tasks/result` once the task is `completed` and maps it as a
+   * plain call's result. The call itself is never sent again. Each poll is a
+   * read: it is retried after a timeout, a lost connection or a forgotten
+   * session (`max_retries`, backoff as for calls), whatever the tool's hints.
+   * Error observations: an unknown or expired task (`-32602`), a `failed`
+   * task (its result's text or status message), a `cancelled` one, one that
+   * asks for `input_required` (edgeloop answers no elicitation or sampling;
+   * it is cancelled), and no result within `within_ms` (`no task result
+   * within <timeout_ms> ms`; the task is cancelled where the server offers
+   * `tasks.cancel`). Never throws.
+   */
+  async awaitTask(req: ToolTaskWait): Promise<ToolResult> {
+    const fail = (reason: string): ToolResult => ({ ok: false, call_id: req.call_id, attempts: 1, content: `Error executing tool '${req.name}': ${reason}` });
+    const entry = this.byName.get(req.name);
+    if (!entry) return fail(`no MCP server offers it to wait for task '${req.task_id}'`);
+    const server = entry.server;
+    const task = `MCP task '${req.task_id}'`;
+    const end = Date.now() + req.within_ms;
+    const options = () => ({ timeout: server.spec.timeout_ms, ...(req.signal ? { signal: req.signal } : {}) });
+    for (;;) {
+      if (req.signal?.aborted) return fail("aborted");
+      if (Date.now() >= end) {
+        await this.cancelTask(server, req.task_id);
+        return fail(`no task result within ${req.timeout_ms} ms (${task})`);
+      }
+      const got = await this.read(server, req, (client) => client.experimental.tasks.getTask(req.task_id, options()));
+      if ("failure" in got) return fail(got.failure);
+      const t: GetTaskResult = got.value;
+      const why = t.statusMessage ? `: ${t.statusMessage}` : "";
+      switch (t.status) {
+        case "completed":
+        case "failed": {
+          const res = await this.read(server, req, (client) => client.experimental.tasks.getTaskResult(req.task_id, CallToolResultSchema, options()));
+          if ("failure" in res) return fail(t.status === "failed" ? `${task} failed (${res.failure})` : res.failure);
+          const obs = toObservation(req.name, res.value as CallToolResult, req.call_id, 1, server.maxReplyBytes);
+          if (t.status === "failed" && obs.ok) return fail(`${task} failed${why || (obs.content ? `: ${obs.content}` : "")}`);
+          return obs;
+        }
+        case "cancelled":
+          return fail(`${task} was cancelled${why}`);
+        case "input_required":
+          await this.cancelTask(server, req.task_id);
+          return fail(`${task} asks for input (input_required), which edgeloop cannot give; it was cancelled`);
+        default: {
+          const wait = Math.min(Math.max(t.pollInterval ?? DEFAULT_POLL_MS, MIN_POLL_MS), Math.max(0, end - Date.now()));
+          await sleepUnlessAborted(wait, req.signal);
+        }
+      }
+    }
+  }
+
+  /**
+   * One read of a task (`tasks/get`, `tasks/result`), retried after a transient failure; an unknown or expired
+   * task (`-32602`, the spec's answer for a task id the server does not hold) fails at once, naming the task.
+   */
+  private async read<T>(server: McpConnection, req: ToolTaskWait, send: (client: Client) => Promise<T>): Promise<{ value: T } | { failure: string }> {
+    for (let attempts = 1; ; attempts++) {
+      let client: Client | undefined;
+      try {
+        client = await server.open();
+        return { value: await send(client) };
+      } catch (e) {
+        if (req.signal?.aborted) return { failure: "aborted" };
+        if (e instanceof McpError && e.code === ErrorCode.InvalidParams) {
+          return { failure: `${server.label} does not know MCP task '${req.task_id}' (unknown or expired: ${e.message.replace(/^(MCP error -?\d+: )+/, "")})` };
+        }
+        const f = describe(e, server);
+        if (f.reset && client) server.reset(client);
+        if (!(f.transient || f.unsent === true) || attempts > server.spec.max_retries) {
+          return { failure: `${f.reason}${f.transient ? ` (${attempts} attempt${attempts > 1 ? "s" : ""})` : ""} while polling MCP task '${req.task_id}'` };
+        }
+        await backoff(attempts, this.opts, req.signal);
+      }
+    }
+  }
+
+  /** Asks the server to cancel a task it no longer needs to run (when it offers `tasks.cancel`); failures are ignored. */
+  private async cancelTask(server: McpConnection, taskId: string): Promise<void> {
+    try {
+      const client = await server.open();
+      if (client.getServerCapabilities()?.tasks?.cancel === undefined) return;
+      await client.experimental.tasks.cancelTask(taskId, { timeout: server.spec.timeout_ms });
+    } catch {
+      // Best effort: the task ends by its ttl anyway.
+    }
   }
 }
 
@@ -290,7 +437,8 @@ export class McpToolClient implements ToolExecutor {
 async function listServerTools(c: McpConnection, i: number, opts: McpConnectOptions): Promise<McpToolEntry[]> {
   const spec = c.spec;
   const where = spec.url !== undefined ? `${c.label} (${redactUrl(spec.url)})` : `${c.label} (${spec.command})`;
-  const tools: { name: string; description?: string; inputSchema: unknown; annotations?: { readOnlyHint?: boolean; idempotentHint?: boolean } }[] = [];
+  const tools: { name: string; description?: string; inputSchema: unknown; annotations?: { readOnlyHint?: boolean; idempotentHint?: boolean }; execution?: { taskSupport?: string } }[] = [];
+  let taskCalls = false;
   for (let attempts = 1; ; attempts++) {
     let client: Client | undefined;
     try {
@@ -304,6 +452,7 @@ async function listServerTools(c: McpConnection, i: number, opts: McpConnectOpti
         cursor = r.nextCursor;
         if (cursor === undefined) break;
       }
+      taskCalls = client.getServerCapabilities()?.tasks?.requests?.tools?.call !== undefined;
       break;
     } catch (e) {
       if (e instanceof ToolError) throw e;
@@ -331,12 +480,20 @@ async function listServerTools(c: McpConnection, i: number, opts: McpConnectOpti
     }
     if (seen.has(t.name)) throw new ConfigError(`mcp_servers[${i}]`, `${c.label} lists the tool '${t.name}' twice; a server's tool names must be unique`);
     seen.add(t.name);
+    if (t.execution?.taskSupport === "required" && !taskCalls) {
+      throw new ConfigError(`mcp_servers[${i}]`, `${c.label}: tool '${t.name}' requires running as a task (execution.taskSupport 'required') but the server does not offer tasks for tools/call (capability tasks.requests.tools.call); leave it out with the server's tools allow-list`);
+    }
+    if (t.execution?.taskSupport === "required" && (spec.tasks ?? "auto") === "never") {
+      throw new ConfigError(`mcp_servers[${i}].tasks`, `${c.label}: tool '${t.name}' requires running as a task (execution.taskSupport 'required'); set tasks to auto or always, or leave the tool out with the server's tools allow-list`);
+    }
   }
   return kept
     .map((t) => {
       const schema = ToolSchema.safeParse({ type: "function", function: { name: t.name, description: t.description ?? "", parameters: t.inputSchema } });
       if (!schema.success) throw new ConfigError(`mcp_servers[${i}]`, `${c.label}: tool '${t.name}' has an inputSchema edgeloop cannot offer (${schema.error.issues[0]?.path.join(".")}: ${schema.error.issues[0]?.message})`);
-      return { name: t.name, schema: schema.data, server: c, idempotent: t.annotations?.readOnlyHint === true || t.annotations?.idempotentHint === true };
+      const support = t.execution?.taskSupport;
+      const task = taskCalls && (support === "required" || (support === "optional" && spec.tasks === "always"));
+      return { name: t.name, schema: schema.data, server: c, idempotent: t.annotations?.readOnlyHint === true || t.annotations?.idempotentHint === true, task };
     });
 }
 

@@ -5,7 +5,7 @@ import type { SandboxSpec } from "../schema/tool.ts";
 import { SandboxCreateReply, type SandboxCreateBody, type SandboxHeartbeatBody, type SandboxReleaseBody } from "../schema/sandbox.ts";
 import { MAX_LEASE_MS, type LeaseLimits, type LeaseReason, type LeaseRecord, type LeaseStore, type LeaseStoreStats } from "./lease-store.ts";
 import { postWebhook, WebhookError, type WebhookOptions, type WebhookTarget } from "./webhook-post.ts";
-import type { ToolCallRequest, ToolExecutor, ToolResult } from "./webhook-tool-client.ts";
+import type { ToolCallRequest, ToolExecutor, ToolResult, ToolTaskWait } from "./webhook-tool-client.ts";
 
 /** Why a lease was released (the `reason` of the provider's release body; docs/environments.md): one of `LEASE_REASONS`. */
 export type LeaseReleaseReason = LeaseReason;
@@ -459,6 +459,11 @@ export class LeasedToolExecutor implements ToolExecutor {
     if (!this.inner.names.includes(req.name)) return this.inner.call(req);
     const lease = await this.leases.ensure(req.key, req.sandbox_kwargs ?? {}, { fresh: req.sandbox_fresh ?? false, ...(req.signal ? { signal: req.signal } : {}) });
     return this.inner.call({ ...req, sandbox: lease });
+  }
+  /** The inner executor's wait: the task already runs in the sandbox its call was sent with. */
+  awaitTask(req: ToolTaskWait): Promise<ToolResult> {
+    if (!this.inner.awaitTask) return Promise.resolve({ ok: false, call_id: req.call_id, attempts: 0, content: `Error executing tool '${req.name}': no MCP server offers it to wait for task '${req.task_id}'` });
+    return this.inner.awaitTask(req);
   }
   select(names: readonly string[]): ToolExecutor {
     return new LeasedToolExecutor(this.inner.select ? this.inner.select(names) : this.inner, this.leases);

@@ -21,6 +21,29 @@ export interface ToolCallRequest {
   sandbox_fresh?: boolean;
   /** The trajectory's sandbox (set by `LeasedToolExecutor`): sent as the webhook body's `sandbox_id`/`lease_id` and MCP `_meta`. */
   sandbox?: { lease_id: string; sandbox_id: string };
+  /**
+   * The caller checkpoints pending calls (a durable session): a call that runs
+   * as an MCP task resolves, once the server has created the task, to
+   * `pending` with its `task_id` instead of waiting for the result; the caller
+   * stores it, then waits with {@link ToolExecutor.awaitTask}. Without it the
+   * executor waits for the task itself.
+   */
+  deferTasks?: boolean;
+  signal?: AbortSignal;
+}
+
+/**
+ * A call running as an MCP task whose result is awaited (first run or after a
+ * resume): the tool, the call's id, the server's task id, the time left to
+ * wait (`within_ms`, milliseconds from now; 0 or less: the wait is over) and
+ * the whole wait's bound (`timeout_ms`, named in the error observation).
+ */
+export interface ToolTaskWait {
+  name: string;
+  call_id: string;
+  task_id: string;
+  within_ms: number;
+  timeout_ms: number;
   signal?: AbortSignal;
 }
 
@@ -43,8 +66,10 @@ export interface ToolResult {
    * text, for loops run without a durable session (which cannot wait).
    */
   pending?: boolean;
-  /** With `pending`: how long the result may take (the tool's `timeout_ms`). */
+  /** With `pending`: how long the result may take (the tool's `timeout_ms`; an MCP server's `task_timeout_ms`). */
   timeout_ms?: number;
+  /** With `pending`: the call runs as an MCP task of this id; its result is fetched with {@link ToolExecutor.awaitTask}, not delivered. */
+  task_id?: string;
 }
 
 /** What a loop needs from its tools: their schemas (prompt order) and a way to call them. */
@@ -54,6 +79,13 @@ export interface ToolExecutor {
   readonly names: readonly string[];
   /** Executes one call; resolves to a result for every failure (unknown tool, bad arguments, HTTP failure). */
   call(req: ToolCallRequest): Promise<ToolResult>;
+  /**
+   * Waits for the result of a call that runs as an MCP task (a `pending`
+   * result with `task_id`), polling the same task id: it never sends the call
+   * again. Resolves to a result for every failure (an unknown or expired task,
+   * the wait's bound passed). Only executors with MCP servers have it.
+   */
+  awaitTask?(req: ToolTaskWait): Promise<ToolResult>;
   /** The same executor restricted to `names` (unknown names ignored), for `extra_info.tool_selection`. */
   select?(names: readonly string[]): ToolExecutor;
 }
