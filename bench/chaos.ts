@@ -5,7 +5,8 @@
  * SIGKILLed every ~3 s and replaced — then the checks and a table of counts
  * (see infra/chaos/chaos-run.ts). Exits 1 when a property is violated.
  * Flags: --trajectories N --workers W --kill-every S --seed K --concurrency C,
- * --leases (`npm run chaos:leases`: every trajectory holds a sandbox lease; see ChaosOptions.sandbox).
+ * --leases (`npm run chaos:leases`: every trajectory holds a sandbox lease, and a cancelled and an over-sampled batch
+ * run beside the main one; see ChaosOptions.sandbox).
  * Needs Redis (REDIS_URL, default redis://127.0.0.1:6379).
  */
 import { parseArgs } from "node:util";
@@ -29,8 +30,11 @@ const report = await runChaos({
   killEveryMs: Number(v["kill-every"]) * 1000,
   seed: Number(v.seed),
   concurrency: Number(v.concurrency),
-  // --leases (`npm run chaos:leases`): a sandbox per trajectory from the example provider, 10 % of creates hanging past the create deadline.
-  ...(v.leases ? { sandbox: { createTimeouts: 0.1, ttlS: 8, maxCreatesPerS: 25, createTimeoutMs: 500 } } : {}),
+  // --leases (`npm run chaos:leases`): a sandbox per trajectory from the example provider, 10 % of creates hanging past
+  // the create deadline; beside the main batch, 100 trajectories cancelled mid-run and 100 over-sampled (target 12 of 25 groups).
+  ...(v.leases
+    ? { sandbox: { createTimeouts: 0.1, ttlS: 8, maxCreatesPerS: 25, createTimeoutMs: 500, stops: { cancelRows: 25, cancelAfterLive: 12, surplusRows: 25, surplusTarget: 12 } } }
+    : {}),
   log: (line) => console.error(`[${((performance.now() - t0) / 1000).toFixed(1)} s] ${line}`),
 });
 console.log(formatChaosReport(report));
