@@ -352,12 +352,20 @@ export function createSessionExecutor(
     if (signal) signals.set(t.key, signal);
     const leases = deps.leases;
     if (leases?.spec.create === "start") {
-      // Only a session with nothing stored yet may be given a new sandbox: a resumed one keeps (or has lost) its own.
-      const fresh = (await host.status(t.key)) === null;
-      await leases.ensure(t.key, sandboxKwargsOf(row), { fresh, ...(signal ? { signal } : {}) }).catch(async (e: unknown) => {
-        await leases.release(t.key, releaseReasonOf({ error: e }, signal)).catch(() => false);
-        throw e;
-      });
+      const stored = await host.status(t.key);
+      if (stored === null) {
+        // A session with nothing stored yet gets its sandbox now.
+        await leases.ensure(t.key, sandboxKwargsOf(row), { fresh: true, ...(signal ? { signal } : {}) }).catch(async (e: unknown) => {
+          await leases.release(t.key, releaseReasonOf({ error: e }, signal)).catch(() => false);
+          throw e;
+        });
+      } else if (stored.phase === "running" || stored.phase === "waiting") {
+        // A resumed one adopts its lease (refreshed from here on); a lease lost meanwhile is the next tool call's to
+        // judge (it knows whether the trajectory saw a result from that sandbox). A finished, done or failed session
+        // runs no tool again: its records are read back, and its sandbox (released by the owner that finished it) is
+        // not asked for — asking failed finished trajectories whose owner died after the release as sandbox_lost.
+        await leases.ensure(t.key, sandboxKwargsOf(row), { fresh: false, ...(signal ? { signal } : {}) }).catch(() => undefined);
+      }
     }
     const r = await host
       .run(
