@@ -4,7 +4,7 @@
  * errors and 5 % aborts, the tool server 5 % timeouts, a random worker
  * SIGKILLed every ~3 s and replaced — then the checks and a table of counts
  * (see infra/chaos/chaos-run.ts). Exits 1 when a property is violated.
- * Flags: --trajectories N --workers W --kill-every S --seed K --concurrency C,
+ * Flags: --trajectories N --workers W --kill-every S --seed K --concurrency C --deadline S (give up after S seconds, default 900),
  * --leases (`npm run chaos:leases`: every trajectory holds a sandbox lease, and a cancelled and an over-sampled batch
  * run beside the main one; see ChaosOptions.sandbox).
  * Needs Redis (REDIS_URL, default redis://127.0.0.1:6379).
@@ -21,6 +21,7 @@ const { values: v } = parseArgs({
     seed: { type: "string", default: "7" },
     concurrency: { type: "string", default: "8" },
     leases: { type: "boolean", default: false },
+    deadline: { type: "string", default: "900" },
   },
 });
 const t0 = performance.now();
@@ -30,10 +31,13 @@ const report = await runChaos({
   killEveryMs: Number(v["kill-every"]) * 1000,
   seed: Number(v.seed),
   concurrency: Number(v.concurrency),
-  // --leases (`npm run chaos:leases`): a sandbox per trajectory from the example provider, 10 % of creates hanging past
+  deadlineMs: Number(v.deadline) * 1000,
+  // --leases (`npm run chaos:leases`): a sandbox per trajectory from the example provider (lease ttl 30 s: well above the
+  // job lease of 2 s plus a reclaim on a loaded machine; a lease reaped before its session resumes fails a trajectory
+  // that had seen a tool result as sandbox_lost), 10 % of creates hanging past
   // the create deadline; beside the main batch, 100 trajectories cancelled mid-run and 100 over-sampled (target 12 of 25 groups).
   ...(v.leases
-    ? { sandbox: { createTimeouts: 0.1, ttlS: 8, maxCreatesPerS: 25, createTimeoutMs: 500, stops: { cancelRows: 25, cancelAfterLive: 12, surplusRows: 25, surplusTarget: 12 } } }
+    ? { sandbox: { createTimeouts: 0.1, ttlS: 30, maxCreatesPerS: 25, createTimeoutMs: 500, stops: { cancelRows: 25, cancelAfterLive: 12, surplusRows: 25, surplusTarget: 12 } } }
     : {}),
   log: (line) => console.error(`[${((performance.now() - t0) / 1000).toFixed(1)} s] ${line}`),
 });
