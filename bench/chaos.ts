@@ -16,10 +16,10 @@ const { values: v } = parseArgs({
   args: process.argv.slice(2),
   options: {
     trajectories: { type: "string", default: "1000" },
-    workers: { type: "string", default: "3" },
-    "kill-every": { type: "string", default: "3" },
+    workers: { type: "string" },
+    "kill-every": { type: "string" },
     seed: { type: "string", default: "7" },
-    concurrency: { type: "string", default: "8" },
+    concurrency: { type: "string" },
     leases: { type: "boolean", default: false },
     deadline: { type: "string", default: "900" },
   },
@@ -27,17 +27,18 @@ const { values: v } = parseArgs({
 const t0 = performance.now();
 const report = await runChaos({
   trajectories: Number(v.trajectories),
-  workers: Number(v.workers),
-  killEveryMs: Number(v["kill-every"]) * 1000,
+  // --leases: issue 29's shape, a fleet of 20 workers of which one (5 %) is SIGKILLed every ~10 s; else 3 workers, one every ~3 s.
+  workers: Number(v.workers ?? (v.leases ? 20 : 3)),
+  killEveryMs: Number(v["kill-every"] ?? (v.leases ? 10 : 3)) * 1000,
   seed: Number(v.seed),
-  concurrency: Number(v.concurrency),
+  concurrency: Number(v.concurrency ?? (v.leases ? 2 : 8)),
   deadlineMs: Number(v.deadline) * 1000,
   // --leases (`npm run chaos:leases`): a sandbox per trajectory from the example provider (lease ttl 30 s: well above the
   // job lease of 2 s plus a reclaim on a loaded machine; a lease reaped before its session resumes fails a trajectory
   // that had seen a tool result as sandbox_lost), 10 % of creates hanging past
   // the create deadline; beside the main batch, 100 trajectories cancelled mid-run and 100 over-sampled (target 12 of 25 groups).
   ...(v.leases
-    ? { sandbox: { createTimeouts: 0.1, ttlS: 30, maxCreatesPerS: 25, createTimeoutMs: 500, stops: { cancelRows: 25, cancelAfterLive: 12, surplusRows: 25, surplusTarget: 12 } } }
+    ? { sandbox: { createTimeouts: 0.1, ttlS: 30, maxCreatesPerS: 25, createTimeoutMs: 500, stops: { cancelRows: 25, cancelAfterCreated: 12, surplusRows: 25, surplusTarget: 12 } } }
     : {}),
   log: (line) => console.error(`[${((performance.now() - t0) / 1000).toFixed(1)} s] ${line}`),
 });

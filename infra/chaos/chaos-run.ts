@@ -63,12 +63,12 @@ export interface ChaosOptions {
     /**
      * Two more batches beside the main one, enqueued before it so workers take
      * them first: one of `cancelRows` rows (uids `chaosC{i}`) cancelled once
-     * `cancelAfterLive` sandboxes are live, and one of `surplusRows` rows
+     * `cancelAfterCreated` sandboxes were made (a count that only grows: a slow machine cannot miss it), and one of `surplusRows` rows
      * (uids `chaosS{i}`) over-sampled with `target_groups: surplusTarget`
      * (its surplus stopped while running). Their sandboxes' release reasons
      * are in the report (provider `releases_by_reason`).
      */
-    stops?: { cancelRows: number; cancelAfterLive: number; surplusRows: number; surplusTarget: number };
+    stops?: { cancelRows: number; cancelAfterCreated: number; surplusRows: number; surplusTarget: number };
   };
   /** Progress lines (default: none). */
   log?: (line: string) => void;
@@ -308,7 +308,7 @@ export async function runChaos(o: ChaosOptions = {}): Promise<ChaosReport> {
     for (;;) {
       const s = accepted.run.stats();
       if ((s.done && (!oversampled || oversampled.run.stats().done)) || Date.now() > deadline) break;
-      if (!cancelSent && provider && provider.stats().live >= st!.cancelAfterLive) {
+      if (!cancelSent && provider && provider.stats().created >= st!.cancelAfterCreated) {
         cancelSent = true;
         await api.service.cancel(toCancel!.batch_id, { waitMs: 0 });
         log(`cancelled batch ${toCancel!.batch_id} with ${provider.stats().live} sandboxes live`);

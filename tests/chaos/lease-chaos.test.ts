@@ -20,7 +20,7 @@ describe.skipIf(!redis)("lease chaos run (small)", () => {
       decodeMsPerToken: 6,
       seed: 13,
       redisUrl: REDIS_URL,
-      sandbox: { createTimeouts: 0.1, ttlS: 8, maxCreatesPerS: 25, createTimeoutMs: 500, stops: { cancelRows: 10, cancelAfterLive: 6, surplusRows: 6, surplusTarget: 3 } },
+      sandbox: { createTimeouts: 0.1, ttlS: 8, maxCreatesPerS: 25, createTimeoutMs: 500, stops: { cancelRows: 10, cancelAfterCreated: 6, surplusRows: 6, surplusTarget: 3 } },
     });
     console.log(formatChaosReport(r));
     expect(r.violations).toEqual([]);
