@@ -198,7 +198,17 @@ export class AgentGateway {
    * @throws as {@link chat}, less the 401.
    */
   async chatAuthorized(key: string, body: unknown): Promise<ChatReply> {
-    const req = parseChatRequest(body);
+    return this.turnAuthorized(key, parseChatRequest(body));
+  }
+
+  /**
+   * One turn of an authorized session from a parsed {@link ChatRequest}: what
+   * every API of the session's base URL (chat completions, and the Responses
+   * and Messages adapters, which translate their bodies into a ChatRequest)
+   * calls. The same continuation, replay and limit rules as {@link chat}.
+   * @throws as {@link chatAuthorized}.
+   */
+  async turnAuthorized(key: string, req: ChatRequest): Promise<ChatReply> {
     const hash = requestHash(req);
     for (let attempt = 0; ; attempt++) {
       try {

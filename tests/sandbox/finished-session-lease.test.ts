@@ -8,6 +8,7 @@ import { RolloutService } from "../../shared/service/rollout-service.ts";
 import { SessionHost } from "../../shared/session/session-host.ts";
 import { MemorySessionStorage } from "../../shared/session/session-storage.ts";
 import { MemoryTransferQueue } from "../../shared/store/memory-transfer-queue.ts";
+import type { TransferQueue } from "../../shared/store/types.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { MemoryLeaseStore } from "../../shared/tools/lease-store.ts";
 import { SandboxLeases } from "../../shared/tools/sandbox-leases.ts";
@@ -41,7 +42,7 @@ describe("a finished session whose record was not written, run again", () => {
     const store = new MemoryTransferQueue();
     const cfg = parseAppConfig({ rollout: { n: 1, max_model_len: 4096 } });
     const rows = [{ uid: "fin", agent_name: "tool_agent", data_source: "test", prompt: [USER] }];
-    const submit = (q: typeof store) => new RolloutService({ config: cfg, store: q, executorFor: (r, b) => createSessionExecutor(deps, host, q, r, b) }).submit({ rows, global_steps: -1, model_version: null, validate: false });
+    const submit = (q: TransferQueue) => new RolloutService({ config: cfg, store: q, executorFor: (r, b) => createSessionExecutor(deps, host, q, r, b) }).submit({ rows, global_steps: -1, model_version: null, validate: false });
 
     // 1. The owner finishes the session and releases the sandbox; its record write fails (it "died" there).
     const dying = delegatingQueue(store, { put: async () => Promise.reject(new Error("the owner died before writing")) });
