@@ -64,7 +64,7 @@ for (const [family, parserName] of FAMILIES) {
   worst(`gateway split ${family}`, texts, (t) => splitReasoning(family, t));
   worst(`gateway reply ${family}`, texts, (t) => {
     current = t;
-    return parseReply(tok, parser, [1], { toolChoice: "auto", outputIndex: 0, turn: 0, stop: ["never-there"] });
+    return parseReply(tok, parser, [1], { toolChoice: "auto", session: "s", outputIndex: 0, turn: 0, stop: ["never-there"] });
   });
 }
 

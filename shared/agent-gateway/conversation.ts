@@ -1,4 +1,5 @@
 import type { ChatMessage } from "../schema/index.ts";
+import { fnv1a32 } from "../inference/hash.ts";
 import type { ChatTokenizer } from "../tokens/tokenizer.ts";
 import { contentText } from "../tokens/tokenizer.ts";
 import { splitHarmonyMessages } from "../tools/harmony-parser.ts";
@@ -133,8 +134,11 @@ export interface ParsedReply {
  * text from the first stop string on), the reasoning is
  * split off ({@link splitReasoning}), tool calls are parsed with the run's
  * parser unless `tool_choice` is `none` (then the text is all content).
- * Tool-call ids are `call_{output}_{turn}_{i}`, fixed by the turn's position,
- * so a replayed or resumed turn gives the same ids; `arguments` are the
+ * Tool-call ids are `call_{session}_{output}_{turn}_{i}`, `session` being
+ * 16 hex digits of two 32-bit hashes of the session key ({@link sessionTag}):
+ * fixed by the session and the turn's position, so a replayed or resumed turn
+ * gives the same ids, and distinct across sessions (an agent framework that
+ * keys state by call id across sessions does not mix them up); `arguments` are the
  * parsed arguments as a JSON string. Malformed call blocks stay in the
  * content, as the model wrote them. `content` is null when the turn is only
  * tool calls (as OpenAI answers).
@@ -143,7 +147,7 @@ export function parseReply(
   tok: ChatTokenizer,
   parser: ToolCallParser,
   ids: ArrayLike<number>,
-  o: { toolChoice: "auto" | "none"; outputIndex: number; turn: number; stop?: readonly string[] },
+  o: { toolChoice: "auto" | "none"; session: string; outputIndex: number; turn: number; stop?: readonly string[] },
 ): ParsedReply {
   const body = ids.length > 0 && tok.isStopToken(ids[ids.length - 1]) ? Array.prototype.slice.call(ids, 0, -1) : Array.from(ids);
   let text = tok.decode(body);
@@ -162,7 +166,7 @@ export function parseReply(
   }
   // trimEnd removes what /\s+$/ did (the same white space set), without its quadratic rescans.
   content = stripNewlines(content, false).trimEnd();
-  const toolCalls = calls.map((c, i) => ({ id: `call_${o.outputIndex}_${o.turn}_${i}`, type: "function" as const, function: { name: c.name, arguments: JSON.stringify(c.arguments) } }));
+  const toolCalls = calls.map((c, i) => ({ id: `call_${o.session}_${o.outputIndex}_${o.turn}_${i}`, type: "function" as const, function: { name: c.name, arguments: JSON.stringify(c.arguments) } }));
   const message: ChatReplyMessage = {
     role: "assistant",
     content: content === "" && toolCalls.length ? null : content,
@@ -176,4 +180,13 @@ export function parseReply(
     ...(toolCalls.length ? { tool_calls: toolCalls } : {}),
   };
   return { message, history, calls };
+}
+
+/**
+ * 16 lowercase hex digits naming a session in its tool-call ids: two 32-bit
+ * FNV-1a hashes of `key` (different seeds), so ids of two sessions collide
+ * with odds about 2^-64 per pair. Pure, the same on every runtime.
+ */
+export function sessionTag(key: string): string {
+  return fnv1a32(key).toString(16).padStart(8, "0") + fnv1a32(key, 0x9747b28c).toString(16).padStart(8, "0");
 }

@@ -14,7 +14,7 @@ import { buildPromptIds } from "../tokens/prompt.ts";
 import type { ChatTokenizer } from "../tokens/tokenizer.ts";
 import type { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
 import { openOutput, recordActionVersions, rememberReply, toolsKeyOf, type AgentOutputState, type AgentSessionState, type TurnEvent } from "./agent-session.ts";
-import { continuation, namedToolResults, parseReply } from "./conversation.ts";
+import { continuation, namedToolResults, parseReply, sessionTag } from "./conversation.ts";
 import type { ChatReply, ChatRequest } from "./openai-wire.ts";
 
 /** What {@link GatewayTurns} reads of its gateway's options (`AgentGatewayOptions`: the same fields). */
@@ -153,7 +153,7 @@ export class GatewayTurns {
     // The builder's cut flag as the fold must see it (an append cut by a budget sets it too).
     markTruncated = b.truncated;
     const parsed = action
-      ? parseReply(tok, this.parser(rollout.multi_turn.format, tools), action.ids, { toolChoice: req.tool_choice, outputIndex: out.index, turn: out.assistantTurns - 1, ...(replyFinish === "stop" && req.stop?.length ? { stop: req.stop } : {}) })
+      ? parseReply(tok, this.parser(rollout.multi_turn.format, tools), action.ids, { toolChoice: req.tool_choice, session: sessionTag(input.key), outputIndex: out.index, turn: out.assistantTurns - 1, ...(replyFinish === "stop" && req.stop?.length ? { stop: req.stop } : {}) })
       : null;
     if (parsed?.message.tool_calls?.length && replyFinish === "stop") replyFinish = "tool_calls";
     const message = parsed?.message ?? { role: "assistant" as const, content: "" };

@@ -14,6 +14,7 @@ import { ConflictError } from "../../shared/errors.ts";
 import { builtinTokenizer, modelIdOf } from "../../shared/models/index.ts";
 import { examplePolicy, exampleRow } from "../helpers/examples.ts";
 import { agentSessionInput, tokenizerAndTools } from "../helpers/agent-session.ts";
+import { sessionTag } from "../../shared/agent-gateway/conversation.ts";
 
 const script = examplePolicy();
 const row0 = exampleRow(0);
@@ -53,6 +54,23 @@ describe("agent gateway core", () => {
     expect(after.outputs).toEqual([]);
   });
 
+  test("tool-call ids carry the session's tag: two sessions on one script get different ids, a replay the same", async () => {
+    const { gw, app } = setup();
+    const ids: string[] = [];
+    for (const key of ["u0_0_0", "u0_1_0"]) {
+      await createSession(gw, key);
+      const client = new OpenAI({ baseURL: `http://edgeloop.local/v1/sessions/${key}/openai/v1`, apiKey: "tok_0123456789abcdef0123", fetch: async (u, i) => app.fetch(new Request(u as string, i)) });
+      const req = { model: "qwen3", messages: [...row0.prompt] as OpenAI.ChatCompletionMessageParam[], tools: tools as OpenAI.ChatCompletionTool[] };
+      const first = (await client.chat.completions.create(req)).choices[0]!.message.tool_calls![0]!.id;
+      // The same request again is answered from the record: the same id.
+      expect((await client.chat.completions.create(req)).choices[0]!.message.tool_calls![0]!.id).toBe(first);
+      ids.push(first);
+    }
+    expect(ids).toEqual([`call_${sessionTag("u0_0_0")}_0_0_0`, `call_${sessionTag("u0_1_0")}_0_0_0`]);
+    expect(ids[0]).not.toBe(ids[1]);
+    expect(sessionTag("u0_0_0")).toMatch(/^[0-9a-f]{16}$/);
+  });
+
   test("two SDK calls record the same tokens as tool_agent", async () => {
     const { gw, app } = setup();
     await createSession(gw);
@@ -61,9 +79,9 @@ describe("agent gateway core", () => {
     const r1 = await client.chat.completions.create({ model: "qwen3", messages, tools: tools as OpenAI.ChatCompletionTool[] });
     const m1 = r1.choices[0]!.message;
     expect(r1.choices[0]!.finish_reason).toBe("tool_calls");
-    expect(m1.tool_calls).toEqual([{ id: "call_0_0_0", type: "function", function: { name: "calc", arguments: '{"expression":"12*3-5"}' } }]);
+    expect(m1.tool_calls).toEqual([{ id: `call_${sessionTag("u0_0_0")}_0_0_0`, type: "function", function: { name: "calc", arguments: '{"expression":"12*3-5"}' } }]);
     expect((m1 as unknown as { reasoning_content: string }).reasoning_content).toBe("Let me compute 12*3-5.");
-    messages.push(m1, { role: "tool", tool_call_id: "call_0_0_0", content: "31" });
+    messages.push(m1, { role: "tool", tool_call_id: `call_${sessionTag("u0_0_0")}_0_0_0`, content: "31" });
     const r2 = await client.chat.completions.create({ model: "qwen3", messages, tools: tools as OpenAI.ChatCompletionTool[] });
     expect(r2.choices[0]!.message.content).toBe("The answer is 31.\n#### 31");
     expect(r2.choices[0]!.finish_reason).toBe("stop");

@@ -23,6 +23,7 @@ import { WebhookToolClient } from "../../shared/tools/webhook-tool-client.ts";
 import type { GenerateRequest, InferenceClient } from "../../shared/inference/types.ts";
 import type { ChatMessage, RolloutConfig, ToolSchema } from "../../shared/schema/index.ts";
 import { config, ctxOf, SP } from "../agent-loop/helpers.ts";
+import { sessionTag } from "../../shared/agent-gateway/conversation.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 const script = JSON.parse(readFileSync(`${ROOT}examples/policy.json`, "utf8"));
@@ -108,7 +109,9 @@ async function finishCall(fetchApp: (u: string, i?: RequestInit) => Promise<Resp
   return { status: res.status, body: (await res.json()) as Record<string, unknown> };
 }
 
-const CALL1 = { id: "call_0_0_0", type: "function", function: { name: "calc", arguments: '{"expression":"12*3-5"}' } };
+/** The first tool call's id in session u0_0_0 (ids carry the session's tag: unique across sessions). */
+const CALL1_ID = `call_${sessionTag("u0_0_0")}_0_0_0`;
+const CALL1 = { id: CALL1_ID, type: "function", function: { name: "calc", arguments: '{"expression":"12*3-5"}' } };
 
 describe("agent gateway through the openai SDK", () => {
   test("non-streaming, then stream().finalChatCompletion(), then create({stream: true}) chunks of a replay", async () => {
@@ -129,7 +132,7 @@ describe("agent gateway through the openai SDK", () => {
     const turn1 = tok.encode(script.rules[0].turns[0]).length + 1;
     expect(r1.usage).toEqual({ prompt_tokens: prompt0.length, completion_tokens: turn1, total_tokens: prompt0.length + turn1 });
 
-    messages.push(r1.choices[0]!.message as OpenAI.ChatCompletionMessageParam, { role: "tool", tool_call_id: "call_0_0_0", content: "31" });
+    messages.push(r1.choices[0]!.message as OpenAI.ChatCompletionMessageParam, { role: "tool", tool_call_id: CALL1_ID, content: "31" });
     const final = await client.chat.completions.stream({ model: "qwen3", messages, tools: sdkTools }).finalChatCompletion();
     expect(final.choices[0]!.message.content).toBe("The answer is 31.\n#### 31");
     expect(final.choices[0]!.finish_reason).toBe("stop");
@@ -222,7 +225,7 @@ describe("agent gateway through the openai SDK", () => {
       const r1 = await client.chat.completions.create({ model: "qwen3", messages: first, tools: sdkTools });
       const second: OpenAI.ChatCompletionMessageParam[] =
         edit === "system"
-          ? [{ role: "system", content: "You are terse." }, first[1]!, r1.choices[0]!.message as OpenAI.ChatCompletionMessageParam, { role: "tool", tool_call_id: "call_0_0_0", content: "31" }]
+          ? [{ role: "system", content: "You are terse." }, first[1]!, r1.choices[0]!.message as OpenAI.ChatCompletionMessageParam, { role: "tool", tool_call_id: CALL1_ID, content: "31" }]
           : [first[0]!, { role: "user", content: "Ana bakes 12 loaves a day for 3 days and gives away 5. How many loaves are left? Use calc." }];
       const r2 = await client.chat.completions.create({ model: "qwen3", messages: second, tools: sdkTools });
       const st = await gw.finish("u0_0_0", { by: "agent", reward: 0.5 });
@@ -351,7 +354,7 @@ describe("agent gateway through the openai SDK", () => {
     const client = sdk(fetchApp);
     const messages = [...rows[0]!.prompt] as OpenAI.ChatCompletionMessageParam[];
     const r1 = await client.chat.completions.create({ model: "m", messages, tools: sdkTools });
-    messages.push(r1.choices[0]!.message as OpenAI.ChatCompletionMessageParam, { role: "tool", tool_call_id: "call_0_0_0", content: "31" });
+    messages.push(r1.choices[0]!.message as OpenAI.ChatCompletionMessageParam, { role: "tool", tool_call_id: CALL1_ID, content: "31" });
     const r2 = await client.chat.completions.create({ model: "m", messages, tools: sdkTools });
     expect(counting.requests.map((r) => r.max_tokens)).toEqual([responseLength, 5]);
     expect(r2.choices[0]!.finish_reason).toBe("length");

@@ -18,6 +18,7 @@ import type { ChatMessage, ToolSchema, TrajectoryRecord } from "../../shared/sch
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { post, progress, spawnCli, spawnServe, until, type CliProc } from "../chaos/store-harness.ts";
 import { SP } from "../agent-loop/helpers.ts";
+import { sessionTag } from "../../shared/agent-gateway/conversation.ts";
 
 const ROOT = join(import.meta.dir, "..", "..");
 const script = JSON.parse(readFileSync(join(ROOT, "examples", "policy.json"), "utf8"));
@@ -329,8 +330,8 @@ describe.skipIf(!redis)("edgeloop serve with the agent gateway", () => {
       const before = engine.stats.requests;
       const messages = [...rows[0]!.prompt] as OpenAI.ChatCompletionMessageParam[];
       const r1 = await client.chat.completions.create({ model: "m", messages, tools: tools as OpenAI.ChatCompletionTool[] });
-      expect(r1.choices[0]!.message.tool_calls!.map((c) => c.id)).toEqual(["call_0_0_0"]);
-      messages.push(r1.choices[0]!.message as OpenAI.ChatCompletionMessageParam, { role: "tool", tool_call_id: "call_0_0_0", content: "31" });
+      expect(r1.choices[0]!.message.tool_calls!.map((c) => c.id)).toEqual([`call_${sessionTag("crash0_0_0")}_0_0_0`]);
+      messages.push(r1.choices[0]!.message as OpenAI.ChatCompletionMessageParam, { role: "tool", tool_call_id: `call_${sessionTag("crash0_0_0")}_0_0_0`, content: "31" });
       const second = client.chat.completions.create({ model: "m", messages, tools: tools as OpenAI.ChatCompletionTool[] });
       expect(await c1.exited).toBe(137);
       expect(engine.stats.requests - before).toBe(2);

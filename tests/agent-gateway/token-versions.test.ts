@@ -13,6 +13,7 @@ import { SimEngineClient } from "../../infra/sim-engine/sim-engine-client.ts";
 import type { ToolSchema } from "../../shared/schema/index.ts";
 import { examplePolicy, exampleRow } from "../helpers/examples.ts";
 import { AGENT_TOKEN, agentSessionInput, tokenizerAndTools } from "../helpers/agent-session.ts";
+import { sessionTag } from "../../shared/agent-gateway/conversation.ts";
 
 // openai_agent's per-token policy versions: the agent gateway stores each turn's version segments
 // in its TurnEvent and agentOutputs emits extra_fields.token_versions, as tool_agent records them.
@@ -37,9 +38,9 @@ function setup(client: InferenceClient, modelVersion: string | null = null) {
 async function converse(sdk: OpenAI, first: (p: Promise<OpenAI.ChatCompletion>) => Promise<OpenAI.ChatCompletion>, between: () => Promise<void> = async () => {}) {
   const messages: OpenAI.ChatCompletionMessageParam[] = [...row0.prompt];
   const r1 = await first(sdk.chat.completions.create({ model: "qwen3", messages, tools: tools as OpenAI.ChatCompletionTool[] }));
-  expect(r1.choices[0]!.message.tool_calls![0]!.id).toBe("call_0_0_0");
+  expect(r1.choices[0]!.message.tool_calls![0]!.id).toBe(`call_${sessionTag("u0_0_0")}_0_0_0`);
   await between();
-  messages.push(r1.choices[0]!.message, { role: "tool", tool_call_id: "call_0_0_0", content: "31" });
+  messages.push(r1.choices[0]!.message, { role: "tool", tool_call_id: `call_${sessionTag("u0_0_0")}_0_0_0`, content: "31" });
   const r2 = await sdk.chat.completions.create({ model: "qwen3", messages, tools: tools as OpenAI.ChatCompletionTool[] });
   expect(r2.choices[0]!.message.content).toBe("The answer is 31.\n#### 31");
   return [r1, r2];

@@ -90,7 +90,7 @@ describe("agent gateway: reasoning split and reply parsing", () => {
         expectLinear(`${family} split: ${what}`, text, (t) => splitReasoning(family, t));
         expectLinear(`${family} reply: ${what}`, text, (t) => {
           current = t;
-          return parseReply(tok, parser, [1], { toolChoice: "auto", outputIndex: 0, turn: 0, stop: ["never-there", "\u0000\u0001"] });
+          return parseReply(tok, parser, [1], { toolChoice: "auto", session: "s", outputIndex: 0, turn: 0, stop: ["never-there", "\u0000\u0001"] });
         });
       }
     });
@@ -98,7 +98,7 @@ describe("agent gateway: reasoning split and reply parsing", () => {
 
   test("parseReply trims as before: leading newlines, trailing white space", () => {
     const tok = textTokenizer("qwen3", () => `<think>r</think>\n\n  answer \n\t ${" ".repeat(50)}`);
-    expect(parseReply(tok, createToolCallParser("hermes"), [1], { toolChoice: "none", outputIndex: 0, turn: 0 }).message).toEqual({ role: "assistant", content: "  answer", reasoning_content: "r" });
+    expect(parseReply(tok, createToolCallParser("hermes"), [1], { toolChoice: "none", session: "s", outputIndex: 0, turn: 0 }).message).toEqual({ role: "assistant", content: "  answer", reasoning_content: "r" });
   });
 });
 

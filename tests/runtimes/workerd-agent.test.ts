@@ -10,6 +10,7 @@ import { SIGNATURE_HEADER, verifySignature } from "../../shared/tools/signature.
 import { requireRedis } from "../helpers/redis.ts";
 import { awaitRecords, comparableRecord, freePort, ROOT, startServices, startWorkerd, workerBindings, type Services, type Workerd } from "./harness.ts";
 import { bunReference } from "./reference.ts";
+import { sessionTag } from "../../shared/agent-gateway/conversation.ts";
 
 // The agent gateway on the Durable Object path: rows with agent_name "openai_agent" run in their
 // trajectory's object (the loop inside the alarm); the object also serves the agent's OpenAI
@@ -128,7 +129,7 @@ describe.skipIf(!redis)("openai_agent in workerd: the agent gateway in the traje
       expect(run.task.finish_url).toBe(`http://127.0.0.1:${port}/v1/sessions/${key}/finish`);
       expect(run.model).toBe("qwen3");
       expect(run.replies.map((r) => r.finish_reason)).toEqual(["tool_calls", "stop"]);
-      expect(run.replies[0]!.tool_calls).toEqual([{ id: "call_0_0_0", type: "function", function: { name: "calc", arguments: '{"expression":"12*3-5"}' } }]);
+      expect(run.replies[0]!.tool_calls).toEqual([{ id: `call_${sessionTag(key)}_0_0_0`, type: "function", function: { name: "calc", arguments: '{"expression":"12*3-5"}' } }]);
       expect(run.replies[1]!.content).toBe("The answer is 31.\n#### 31");
       expect(run.finish).toEqual({ status: 200, body: { ok: true, key, outputs: 1, finished_by: "agent" } });
     }
