@@ -16,6 +16,8 @@ export const ExtraInfo = z.looseObject({
   index: z.number().int().min(0, "extra_info.index must be >= 0").nullish(),
   tools_kwargs: z.record(z.string(), z.looseObject({ create_kwargs: z.record(z.string(), z.unknown()).nullish() })).nullish(),
   interaction_kwargs: z.record(z.string(), z.unknown()).nullish(),
+  /** The sandbox create's `create_kwargs` (a tools file's `sandbox` lifecycle): an object; anything else fails the row rather than create a sandbox without them. */
+  sandbox_kwargs: z.record(z.string(), z.unknown()).nullish(),
   tool_selection: z.array(z.string()).nullish(),
 });
 

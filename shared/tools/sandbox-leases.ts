@@ -125,6 +125,8 @@ export class SandboxLeases {
   private readonly attached = new Map<string, SandboxLease>();
   private readonly lostKeys = new Map<string, string>();
   private readonly inflight = new Map<string, Promise<SandboxLease>>();
+  /** Lease ids whose release this process claimed and the provider kept failing (left `releasing`), with the last error. */
+  private readonly failedReleases = new Map<string, string>();
   private timers: ReturnType<typeof setInterval>[] = [];
 
   /** @throws TypeError when `spec.lifetime_s` is below the trajectory deadline (a sandbox would die under a healthy trajectory). */
@@ -159,6 +161,16 @@ export class SandboxLeases {
       store: await this.store.stats(),
       process: structuredClone(this.metrics),
     };
+  }
+
+  /**
+   * The leases whose release this process claimed and the provider kept
+   * failing, not released since (they stay `releasing` for a reaper): their
+   * lease ids and the last error. What a process reports when it exits.
+   */
+  unreleased(): { lease_ids: string[]; last_error: string | null } {
+    const ids = [...this.failedReleases.keys()];
+    return { lease_ids: ids, last_error: ids.length ? this.failedReleases.get(ids[ids.length - 1]!)! : null };
   }
 
   /** The lease this process holds for `key`, if any. */
@@ -215,7 +227,9 @@ export class SandboxLeases {
       }
       if (rec && rec.status === "creating") {
         // An earlier owner died inside its create: release that half-made sandbox by its id, then create anew.
-        await this.releaseRecord(key, rec.lease_id, "create_failed");
+        const rel = await this.releaseRecord(key, rec.lease_id, "create_failed");
+        // A release the provider keeps failing leaves the lease `releasing`: waiting for it would hang the trajectory.
+        if (rel.error !== undefined) throw new SandboxCreateError(`sandbox create for '${key}' cannot start: the half-made lease ${rec.lease_id} of an earlier owner could not be released (${rel.error}); it is left to the reaper`, key);
         continue;
       }
       if (rec && (rec.status === "releasing" || rec.status === "released") && rec.reason !== "create_failed" && rec.reason !== "reaped_create" && !opts.fresh) {
@@ -244,12 +258,15 @@ export class SandboxLeases {
         this.metrics.create_failures++;
         this.opts.observer?.createFailed();
         // Whatever the provider made under this lease id is released by that id: a timed-out create is never orphaned.
-        await this.releaseRecord(key, lease.lease_id, "create_failed");
+        const rel = await this.releaseRecord(key, lease.lease_id, "create_failed");
         if (opts.signal?.aborted) throw opts.signal.reason ?? e;
         lastError = errorText(e);
+        failures++;
         const refused = e instanceof SandboxCreateError || (e instanceof WebhookError && !e.retryable);
-        if (refused || ++failures > s.create_retries) {
-          throw new SandboxCreateError(`sandbox create for '${key}' failed after ${failures} attempt${failures === 1 ? "" : "s"}: ${lastError}`, key, e);
+        // A failed release leaves this key's lease `releasing` (the reaper retries it): a retry would wait on it until the deadline.
+        if (refused || failures > s.create_retries || rel.error !== undefined) {
+          const unreleased = rel.error !== undefined ? `; its release by lease id ${lease.lease_id} failed too (${rel.error}), left to the reaper` : "";
+          throw new SandboxCreateError(`sandbox create for '${key}' failed after ${failures} attempt${failures === 1 ? "" : "s"}: ${lastError}${unreleased}`, key, e);
         }
         continue;
       }
@@ -285,7 +302,7 @@ export class SandboxLeases {
     this.detach(key);
     const leaseId = held?.lease_id ?? (await this.store.get(key))?.lease_id;
     if (!leaseId) return false;
-    return this.releaseRecord(key, leaseId, reason);
+    return (await this.releaseRecord(key, leaseId, reason)).released;
   }
 
   /** Stops refreshing `key`'s lease without releasing it (its session is carried or owned elsewhere now). */
@@ -294,10 +311,15 @@ export class SandboxLeases {
     this.lostKeys.delete(key);
   }
 
-  private async releaseRecord(key: string, leaseId: string, reason: LeaseReleaseReason): Promise<boolean> {
+  /**
+   * Claims and releases one lease. `released`: this call released it; `error`
+   * (set only then) the provider's last failure when it kept failing (the
+   * lease is left `releasing` for the reaper). Neither: another caller won the claim.
+   */
+  private async releaseRecord(key: string, leaseId: string, reason: LeaseReleaseReason): Promise<{ released: boolean; error?: string }> {
     const hold = this.releaseHoldMs();
     const claimed = await this.store.claimRelease(key, leaseId, reason, hold);
-    if (!claimed) return false;
+    if (!claimed) return { released: false };
     return this.callRelease(claimed, reason, hold);
   }
 
@@ -306,8 +328,8 @@ export class SandboxLeases {
     return Math.min(MAX_LEASE_MS, s.release_timeout_ms * (s.release_retries + 1) + s.ttl_s * 1000);
   }
 
-  /** POSTs the release of a claimed lease and marks it released; false (left `releasing`) when the provider kept failing. */
-  private async callRelease(rec: LeaseRecord, reason: LeaseReason, holdMs: number): Promise<boolean> {
+  /** POSTs the release of a claimed lease and marks it released; `error` (left `releasing`) when the provider kept failing. */
+  private async callRelease(rec: LeaseRecord, reason: LeaseReason, holdMs: number): Promise<{ released: boolean; error?: string }> {
     const s = this.spec;
     try {
       await postWebhook(this.target(s.release_url, s.release_timeout_ms, s.release_retries), { lease_id: rec.lease_id, sandbox_id: rec.sandbox_id, key: rec.key, reason } satisfies SandboxReleaseBody, this.webhookOpts(undefined));
@@ -315,13 +337,15 @@ export class SandboxLeases {
       // 404: the provider has no such sandbox any more — released as far as anyone can tell.
       if (!(e instanceof WebhookError && e.status === 404)) {
         this.metrics.release_failures++;
-        return false;
+        this.failedReleases.set(rec.lease_id, errorText(e));
+        return { released: false, error: errorText(e) };
       }
     }
+    this.failedReleases.delete(rec.lease_id);
     await this.store.finishRelease(rec.key, rec.lease_id);
     this.metrics.released[reason] = (this.metrics.released[reason] ?? 0) + 1;
     this.opts.observer?.released(reason, Math.max(0, rec.expires_ms - holdMs - rec.created_ms));
-    return true;
+    return { released: true };
   }
 
   /**
@@ -338,7 +362,7 @@ export class SandboxLeases {
       due.map(async (rec) => {
         // A lease this process still holds yet could not refresh in time is lost to its trajectory.
         if (this.attached.has(rec.key)) this.markLost(rec.key, `sandbox ${rec.sandbox_id ?? "(unnamed)"} of lease ${rec.lease_id} was reaped (${rec.reason}) while trajectory '${rec.key}' held it`);
-        if (await this.callRelease(rec, rec.reason ?? "reaped_ttl", hold)) n++;
+        if ((await this.callRelease(rec, rec.reason ?? "reaped_ttl", hold)).released) n++;
       }),
     );
     return n;

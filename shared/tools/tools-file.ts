@@ -28,22 +28,31 @@ export function parseToolsFile(text: string, opts: ParseToolsFileOptions = {}): 
   } catch (e) {
     throw new ConfigError(source, `not valid YAML or JSON: ${(e as Error).message}`, { cause: e });
   }
+  // `{name}` placeholders are filled from `vars`; one left over (no such var: a user's own file) is refused
+  // naming its field, whether it would make the URL invalid (`{port}` in the authority) or not (`/{port}/c`
+  // would pass as a path and fail every call at run time).
+  const fill = (url: string, path: string): string => {
+    const filled = url.replace(/\{(\w+)\}/g, (m, k: string) => (opts.vars && k in opts.vars ? String(opts.vars[k]) : m));
+    const left = /\{(\w+)\}/.exec(filled);
+    if (left) throw new ConfigError(`${source}: ${path}`, `placeholder ${left[0]} is not filled (placeholders are filled only in the example servers' files; write the URL out)`);
+    return filled;
+  };
   for (const list of ["tools", "interactions", "mcp_servers"] as const) {
     const entries = doc && typeof doc === "object" ? (doc as Record<string, unknown>)[list] : undefined;
     if (!Array.isArray(entries)) continue;
-    for (const t of entries) {
+    entries.forEach((t, i) => {
       if (t && typeof t === "object" && typeof (t as { url?: unknown }).url === "string") {
         const entry = t as { url: string };
-        entry.url = entry.url.replace(/\{(\w+)\}/g, (m, k: string) => (opts.vars && k in opts.vars ? String(opts.vars[k]) : m));
+        entry.url = fill(entry.url, `${list}[${i}].url`);
       }
-    }
+    });
   }
   const sandbox = doc && typeof doc === "object" ? (doc as Record<string, unknown>).sandbox : undefined;
   if (sandbox && typeof sandbox === "object") {
     const sb = sandbox as Record<string, unknown>;
     for (const k of ["create_url", "release_url", "heartbeat_url"]) {
       const v = sb[k];
-      if (typeof v === "string") sb[k] = v.replace(/\{(\w+)\}/g, (m, name: string) => (opts.vars && name in opts.vars ? String(opts.vars[name]) : m));
+      if (typeof v === "string") sb[k] = fill(v, `sandbox.${k}`);
     }
   }
   const r = ToolsFile.safeParse(doc);

@@ -51,7 +51,7 @@ describe("parseToolsFile", () => {
   });
 
   test("an unfilled placeholder, a bad field, duplicates, bad syntax: ConfigErrors naming the path", () => {
-    expect(configError(() => parseToolsFile(yamlText, { source: "t.yaml" })).message).toBe("config t.yaml: tools[0].url: Invalid URL");
+    expect(configError(() => parseToolsFile(yamlText, { source: "t.yaml" })).message).toBe("config t.yaml: tools[0].url: placeholder {port} is not filled (placeholders are filled only in the example servers' files; write the URL out)");
     expect(configError(() => parseToolsFile('{"tools": [{"name": "a", "url": "http://x/", "schema": {"function": {"name": "a"}}, "timeout_ms": -1}]}')).message).toBe(
       "config tools file: tools[0].timeout_ms: Too small: expected number to be >0",
     );

@@ -41,7 +41,18 @@ export function buildSandboxLeases(
       if (failures++ === 0) console.error(`edgeloop: sandbox leases: ${(e as Error)?.message ?? String(e)} (retried at the next heartbeat)`);
     },
   });
-  closers.push(async () => stop());
+  closers.push(async () => {
+    stop();
+    // Releases the provider kept failing leave sandboxes behind: say so once, at exit, rather than exit quietly.
+    const left = leases.unreleased();
+    if (left.lease_ids.length === 0) return;
+    const n = left.lease_ids.length;
+    const who =
+      config.store.url === "memory"
+        ? `the memory store dies with this process, so no reaper will retry them: the provider's own lifetime_s (${leases.lifetimeS} s) is what destroys them`
+        : `they stay 'releasing' in the store; a serve, worker or rollout on the same store and prefix reaps them`;
+    console.error(`edgeloop: sandbox: ${n} lease${n === 1 ? "" : "s"} could not be released (${left.last_error}; e.g. ${left.lease_ids[0]}): ${who}`);
+  });
   describe.push(leases.describe());
   // Store-wide figures from one process only (serve), so that a sum over a deployment's scrapes counts them once.
   const leaseMetrics = async (storeWide: boolean) => observer.families(storeWide ? await leases.store.stats().catch(() => null) : null);
