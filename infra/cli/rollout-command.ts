@@ -136,6 +136,14 @@ export async function rolloutCommand(flags: RolloutFlags): Promise<void> {
       progress.stop();
     }
     if (!interrupted) await run.run();
+    else {
+      // Interrupted: what still runs is cancelled (its sandbox leases released as `cancelled`, its engine and tool
+      // calls aborted) and given a few seconds to settle before the runtime closes under it.
+      run.cancel();
+      let settleTimer: ReturnType<typeof setTimeout> | undefined;
+      await Promise.race([run.run().catch(() => undefined), new Promise<void>((r) => (settleTimer = setTimeout(r, 10_000)))]);
+      clearTimeout(settleTimer);
+    }
     const wall = (performance.now() - t0) / 1000;
     if (out) await new Promise<void>((r, j) => out!.end((e?: Error | null) => (e ? j(e) : r())));
     const stats = run.stats();
