@@ -228,6 +228,7 @@ program
   .option("--port <port>", "port", port, 8125)
   .option("--host <host>", "address to bind", "127.0.0.1")
   .option("--secret-env <var>", "environment variable (or <var>_FILE) holding the HMAC secret: require x-edgeloop-signature (default: EDGELOOP_TOOLS_SECRET when set)")
+  .option("--openenv", "each sandbox runs its own example OpenEnv environment at /envs/{sandbox_id} (create replies carry base_url; for openenv.base_url: sandbox)")
   .action(async (opts) => (await import("../sandbox/main.ts")).serveSandboxProvider(opts));
 
 program

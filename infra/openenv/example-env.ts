@@ -78,8 +78,48 @@ export interface ExampleEnvServer {
   stop(): Promise<void>;
 }
 
+const json = (v: unknown, status = 200) => new Response(JSON.stringify(v), { status, headers: { "content-type": "application/json" } });
+
 const ACTION_SCHEMA = { title: "GuessAction", type: "object", properties: { message: { type: "string" }, metadata: { type: "object" } }, required: ["message"], additionalProperties: false };
 const OBSERVATION_SCHEMA = { title: "GuessObservation", type: "object", properties: { prompt: { type: "string" }, attempts_left: { type: "integer" }, last_guess: { type: ["integer", "null"] } } };
+
+/**
+ * OpenEnv's HTTP routes over one environment (`env`), `pathname` relative to
+ * the environment's base URL: `POST /reset`, `POST /step` (`{"action": {...}}`;
+ * 422 with OpenEnv's `detail` for a bad body or action), `GET /state`,
+ * `GET /health`, `GET /schema`, `GET /metadata`; anything else a JSON 404.
+ * Used by {@link startExampleEnv} and by the example sandbox provider's
+ * per-sandbox environments (`/envs/{sandbox_id}/…`).
+ */
+export async function exampleEnvHttp(httpEnv: GuessNumberEnv, req: Request, pathname: string): Promise<Response> {
+  if (req.method === "GET") {
+    if (pathname === "/health") return json({ status: "healthy" });
+    if (pathname === "/state") return json(httpEnv.state());
+    if (pathname === "/schema") return json({ action: ACTION_SCHEMA, observation: OBSERVATION_SCHEMA, state: { type: "object" } });
+    if (pathname === "/metadata") return json({ name: "guess_number", description: "Guess a number between 1 and 100 (edgeloop's example OpenEnv environment)." });
+    return json({ detail: "Not Found" }, 404);
+  }
+  if (req.method !== "POST" || (pathname !== "/reset" && pathname !== "/step")) return json({ detail: "Not Found" }, 404);
+  const text = await req.text();
+  let body: unknown = {};
+  if (text) {
+    try {
+      body = JSON.parse(text);
+    } catch {
+      return json({ detail: [{ type: "json_invalid", loc: ["body"], msg: "JSON decode error" }] }, 422);
+    }
+  }
+  if (typeof body !== "object" || body === null || Array.isArray(body)) return json({ detail: [{ type: "model_attributes_type", loc: ["body"], msg: "Input should be a valid dictionary" }] }, 422);
+  const b = body as Record<string, unknown>;
+  if (pathname === "/reset") return json(httpEnv.reset(b));
+  if (typeof b.action !== "object" || b.action === null || Array.isArray(b.action)) return json({ detail: [{ type: "missing", loc: ["body", "action"], msg: "Field required" }] }, 422);
+  try {
+    return json(httpEnv.step(b.action as Record<string, unknown>));
+  } catch (e) {
+    if (e instanceof ActionValidationError) return json({ detail: e.detail }, 422);
+    throw e;
+  }
+}
 
 interface Conn {
   env: GuessNumberEnv;
@@ -97,7 +137,6 @@ interface Conn {
 export function startExampleEnv(opts: { port?: number; hostname?: string } = {}): ExampleEnvServer {
   const hostname = opts.hostname ?? "127.0.0.1";
   const httpEnv = new GuessNumberEnv();
-  const json = (v: unknown, status = 200) => new Response(JSON.stringify(v), { status, headers: { "content-type": "application/json" } });
   const server: Server<Conn> = Bun.serve<Conn>({
     hostname,
     port: opts.port ?? 0,
@@ -107,33 +146,7 @@ export function startExampleEnv(opts: { port?: number; hostname?: string } = {})
         if (srv.upgrade(req, { data: { env: new GuessNumberEnv() } })) return undefined;
         return new Response("expected a WebSocket upgrade", { status: 426 });
       }
-      if (req.method === "GET") {
-        if (pathname === "/health") return json({ status: "healthy" });
-        if (pathname === "/state") return json(httpEnv.state());
-        if (pathname === "/schema") return json({ action: ACTION_SCHEMA, observation: OBSERVATION_SCHEMA, state: { type: "object" } });
-        if (pathname === "/metadata") return json({ name: "guess_number", description: "Guess a number between 1 and 100 (edgeloop's example OpenEnv environment)." });
-        return json({ detail: "Not Found" }, 404);
-      }
-      if (req.method !== "POST" || (pathname !== "/reset" && pathname !== "/step")) return json({ detail: "Not Found" }, 404);
-      const text = await req.text();
-      let body: unknown = {};
-      if (text) {
-        try {
-          body = JSON.parse(text);
-        } catch {
-          return json({ detail: [{ type: "json_invalid", loc: ["body"], msg: "JSON decode error" }] }, 422);
-        }
-      }
-      if (typeof body !== "object" || body === null || Array.isArray(body)) return json({ detail: [{ type: "model_attributes_type", loc: ["body"], msg: "Input should be a valid dictionary" }] }, 422);
-      const b = body as Record<string, unknown>;
-      if (pathname === "/reset") return json(httpEnv.reset(b));
-      if (typeof b.action !== "object" || b.action === null || Array.isArray(b.action)) return json({ detail: [{ type: "missing", loc: ["body", "action"], msg: "Field required" }] }, 422);
-      try {
-        return json(httpEnv.step(b.action as Record<string, unknown>));
-      } catch (e) {
-        if (e instanceof ActionValidationError) return json({ detail: e.detail }, 422);
-        throw e;
-      }
+      return exampleEnvHttp(httpEnv, req, pathname);
     },
     websocket: {
       message(ws: ServerWebSocket<Conn>, raw) {

@@ -6,6 +6,7 @@ import { SIGNATURE_HEADER, verifySignature } from "../../shared/tools/signature.
 import { ToolCallRequestBody } from "../../shared/tools/webhook-tool-client.ts";
 import { limitBody } from "../../functions/http-util.ts";
 import { SandboxPool, type SandboxPoolOptions } from "./sandboxes.ts";
+import { exampleEnvHttp } from "../openenv/example-env.ts";
 
 /** Options of {@link createSandboxProviderApp}. */
 export interface SandboxProviderAppOptions extends SandboxPoolOptions {
@@ -34,13 +35,18 @@ const ToolCallBody = ToolCallRequestBody.extend({
 /**
  * The example sandbox provider as a runtime-neutral Hono app over a
  * {@link SandboxPool} (the provider contract of shared/schema/sandbox.ts):
- * - `POST /sandboxes/create` {@link SandboxCreateBody} → `200 {sandbox_id}`; 409 for a released or expired lease id;
+ * - `POST /sandboxes/create` {@link SandboxCreateBody} → `200 {sandbox_id}` (with `openenv`:
+ *   `{sandbox_id, base_url}`, `base_url` = `{origin of the request}/envs/{sandbox_id}`); 409 for a released or expired lease id;
  * - `POST /sandboxes/release` {@link SandboxReleaseBody} → `200 {ok: true, sandbox_id}` (null when its create was still in progress); 404 already gone;
  * - `POST /sandboxes/heartbeat` {@link SandboxHeartbeatBody} → `200 {ok: true}`; 404 gone;
  * - `POST /tools/sbx_write` `{arguments: {path, content}}` and `POST /tools/sbx_read`
  *   `{arguments: {path}}`: tool webhooks ({@link ToolCallRequestBody}) against the
  *   state of the body's `sandbox_id` → `200 {content}`; 400 without `sandbox_id`,
  *   404 for an unknown or destroyed one;
+ * - with `openenv`, `/envs/{sandbox_id}/reset`, `/step`, `/state`, `/health`, `/schema`,
+ *   `/metadata`: that sandbox's own OpenEnv environment (OpenEnv's HTTP routes,
+ *   infra/openenv/example-env.ts), so two sandboxes never share an episode;
+ *   404 (field `sandbox_id`) once the sandbox is destroyed;
  * - `GET /stats` → {@link SandboxPool.stats}; `GET /health` → `{ok: true}`;
  *   any other route is a JSON 404.
  * A body that is not JSON or breaks its schema is 400 naming the field
@@ -83,7 +89,16 @@ export function createSandboxProviderApp(opts: SandboxProviderAppOptions = {}): 
   app.get("/stats", (c) => c.json(pool.stats()));
   app.use("/sandboxes/*", limitBody(opts.maxBodyBytes ?? DEFAULT_SANDBOX_MAX_BODY));
   app.use("/tools/*", limitBody(opts.maxBodyBytes ?? DEFAULT_SANDBOX_MAX_BODY));
-  app.post("/sandboxes/create", async (c) => c.json(await pool.create(parse(await signed(c), SandboxCreateBody), c.req.raw.signal)));
+  app.post("/sandboxes/create", async (c) => {
+    const made = await pool.create(parse(await signed(c), SandboxCreateBody), c.req.raw.signal);
+    return c.json(pool.openenv ? { ...made, base_url: `${new URL(c.req.url).origin}/envs/${encodeURIComponent(made.sandbox_id)}` } : made);
+  });
+  // The environment's own calls are not signed: an OpenEnv client (openenv_agent) talks to it as to any OpenEnv server.
+  app.use("/envs/*", limitBody(opts.maxBodyBytes ?? DEFAULT_SANDBOX_MAX_BODY));
+  app.on(["GET", "POST"], "/envs/:id/:route", (c) => {
+    const route = c.req.param("route");
+    return exampleEnvHttp(pool.envOf(c.req.param("id"), route), c.req.raw, `/${route}`);
+  });
   app.post("/sandboxes/release", async (c) => c.json({ ok: true, ...pool.release(parse(await signed(c), SandboxReleaseBody)) }));
   app.post("/sandboxes/heartbeat", async (c) => {
     pool.heartbeat(parse(await signed(c), SandboxHeartbeatBody));

@@ -18,10 +18,12 @@ export interface ServeSandboxProviderOptions {
    * it, `EDGELOOP_TOOLS_SECRET` when set, else no signatures are required.
    */
   secretEnv?: string;
+  /** Each sandbox runs its own example OpenEnv environment at `/envs/{sandbox_id}` and create replies carry `base_url` (`SandboxPoolOptions.openenv`). */
+  openenv?: boolean;
 }
 
 /**
- * `edgeloop sandbox-provider [--port P] [--host H] [--secret-env VAR]`: runs
+ * `edgeloop sandbox-provider [--port P] [--host H] [--secret-env VAR] [--openenv]`: runs
  * the example sandbox provider (infra/sandbox/provider.ts) until
  * SIGINT/SIGTERM. Prints one line naming its routes. A port in use throws
  * Bun's EADDRINUSE error (the CLI prints it as one line).
@@ -31,9 +33,9 @@ export interface ServeSandboxProviderOptions {
 export async function serveSandboxProvider(opts: ServeSandboxProviderOptions): Promise<void> {
   const secret = secretFromEnv(opts.secretEnv ?? DEFAULT_SANDBOX_SECRET_ENV) ?? undefined;
   if (opts.secretEnv && !secret) throw new InputError("--secret-env", `${opts.secretEnv} (or ${opts.secretEnv}_FILE) is not set`);
-  const server = startSandboxProvider({ port: opts.port, hostname: opts.host, ...(secret ? { secret } : {}) });
+  const server = startSandboxProvider({ port: opts.port, hostname: opts.host, ...(secret ? { secret } : {}), ...(opts.openenv ? { openenv: true } : {}) });
   console.log(
-    `edgeloop sandbox provider on ${server.url} (POST /sandboxes/create, /sandboxes/release, /sandboxes/heartbeat; tools POST /tools/sbx_write, /tools/sbx_read; GET /stats)${secret ? ", signatures required" : ""}`,
+    `edgeloop sandbox provider on ${server.url} (POST /sandboxes/create, /sandboxes/release, /sandboxes/heartbeat; tools POST /tools/sbx_write, /tools/sbx_read; ${opts.openenv ? "OpenEnv per sandbox at /envs/{sandbox_id}; " : ""}GET /stats)${secret ? ", signatures required" : ""}`,
   );
   await new Promise<void>((resolve) => {
     const stop = () => void server.stop().then(resolve);
@@ -43,18 +45,18 @@ export async function serveSandboxProvider(opts: ServeSandboxProviderOptions): P
 }
 
 /**
- * `bun infra/sandbox/main.ts [--port P] [--host H] [--secret-env VAR]`: the
+ * `bun infra/sandbox/main.ts [--port P] [--host H] [--secret-env VAR] [--openenv]`: the
  * same provider without the CLI (defaults: port 8125, host 127.0.0.1).
  * @throws Error for an unknown flag or a port that is not an integer 0..65535.
  */
 export async function runSandboxProviderCommand(argv: string[]): Promise<void> {
   const { values } = parseArgs({
     args: argv,
-    options: { port: { type: "string", default: "8125" }, host: { type: "string", default: "127.0.0.1" }, "secret-env": { type: "string" } },
+    options: { port: { type: "string", default: "8125" }, host: { type: "string", default: "127.0.0.1" }, "secret-env": { type: "string" }, openenv: { type: "boolean" } },
   });
   const port = Number(values.port);
   if (!Number.isInteger(port) || port < 0 || port > 65535 || values.port!.trim() === "") throw new Error(`--port must be an integer 0..65535, got '${values.port}'`);
-  await serveSandboxProvider({ port, host: values.host!, ...(values["secret-env"] ? { secretEnv: values["secret-env"] } : {}) });
+  await serveSandboxProvider({ port, host: values.host!, ...(values["secret-env"] ? { secretEnv: values["secret-env"] } : {}), ...(values.openenv ? { openenv: true } : {}) });
 }
 
 if (import.meta.main) {

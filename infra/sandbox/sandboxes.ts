@@ -4,6 +4,7 @@ import { fnv1a32, hashInt, unitFloat } from "../../shared/inference/hash.ts";
 import { MAX_TIMER_MS } from "../../shared/schema/config.ts";
 import type { SandboxCreateBody, SandboxHeartbeatBody, SandboxReleaseBody } from "../../shared/schema/sandbox.ts";
 import type { ToolCallRequestBody, ToolReply } from "../../shared/tools/webhook-tool-client.ts";
+import { GuessNumberEnv } from "../openenv/example-env.ts";
 
 /**
  * Faults the example sandbox provider injects (the lease chaos test), all
@@ -67,6 +68,8 @@ export interface SandboxProviderStats {
   heartbeat_not_found: number;
   /** Tool calls executed against a sandbox's state (repeated call ids not counted again). */
   tool_calls: number;
+  /** Requests served by the sandboxes' OpenEnv environments (`/envs/{sandbox_id}/…`), by route (`reset`, `step`, `state`, …). */
+  env_requests: Record<string, number>;
   /** The most sandboxes made within any 1000 ms window `[t, t + 1000)` of the provider's clock. */
   peak_creates_1s: number;
   /** Sandboxes made per second of the provider's clock (unix seconds, ascending; seconds with none left out). */
@@ -80,6 +83,13 @@ export interface SandboxPoolOptions {
   idPrefix?: string;
   /** Milliseconds since the epoch: the clock of the creation times behind `peak_creates_1s` and `creates_per_second` (default `Date.now`). Lifetimes run on timers. */
   now?: () => number;
+  /**
+   * Every sandbox runs its own example OpenEnv environment (guess-the-number,
+   * infra/openenv/example-env.ts; its HTTP routes, one episode per sandbox)
+   * and its create reply carries `base_url` = `{provider}/envs/{sandbox_id}`
+   * (default false: no environment, no `base_url`).
+   */
+  openenv?: boolean;
 }
 
 /** One sandbox: its lease, and the state its tools read and write. */
@@ -90,6 +100,8 @@ interface Sandbox {
   /** Answers by call id, so a retried call is executed once. */
   calls: Map<string, { fingerprint: string; reply: ToolReply }>;
   timer: ReturnType<typeof setTimeout> | null;
+  /** The sandbox's OpenEnv environment ({@link SandboxPoolOptions.openenv}), null without one. */
+  env: GuessNumberEnv | null;
 }
 
 /** What the provider knows of a lease id. */
@@ -147,6 +159,9 @@ export class SandboxPool {
   private readonly faults: z.output<typeof SandboxFaults>;
   private readonly idPrefix: string;
   private readonly now: () => number;
+  /** True: each sandbox gets its own OpenEnv environment ({@link SandboxPoolOptions.openenv}). */
+  readonly openenv: boolean;
+  private readonly envRequests = new Map<string, number>();
   private readonly leases = new Map<string, Lease>();
   private readonly sandboxes = new Map<string, Sandbox | Tombstone>();
   private readonly createDraws = new Map<string, number>();
@@ -183,6 +198,7 @@ export class SandboxPool {
     this.faults = f.data;
     this.idPrefix = opts.idPrefix ?? `sbx-${crypto.getRandomValues(new Uint8Array(3)).reduce((s, b) => s + b.toString(16).padStart(2, "0"), "")}-`;
     this.now = opts.now ?? Date.now;
+    this.openenv = opts.openenv ?? false;
   }
 
   /**
@@ -322,6 +338,19 @@ export class SandboxPool {
     return reply;
   }
 
+  /**
+   * The OpenEnv environment of live sandbox `id`, counting one request to
+   * `route` (its HTTP route without the slash).
+   * @throws NotFoundError (404, field `sandbox_id`): the sandbox is unknown or
+   *   destroyed, or the pool runs without {@link SandboxPoolOptions.openenv}.
+   */
+  envOf(id: string, route: string): GuessNumberEnv {
+    const sandbox = this.liveSandbox(id, undefined);
+    if (!sandbox.env) throw new NotFoundError(`sandbox_id: sandbox '${id}' runs no OpenEnv environment (start the provider with openenv)`, { field: "sandbox_id" });
+    this.envRequests.set(route, (this.envRequests.get(route) ?? 0) + 1);
+    return sandbox.env;
+  }
+
   /** The counts of {@link SandboxProviderStats}, exact at the moment of the call. */
   stats(): SandboxProviderStats {
     const times = [...this.createdAt].sort((a, b) => a - b);
@@ -335,7 +364,7 @@ export class SandboxPool {
       const s = Math.floor(t / 1000);
       bySecond.set(s, (bySecond.get(s) ?? 0) + 1);
     }
-    return { ...this.counts, releases_by_reason: Object.fromEntries(this.releaseReasons), peak_creates_1s: peak, creates_per_second: [...bySecond].map(([second, count]) => ({ second, count })) };
+    return { ...this.counts, releases_by_reason: Object.fromEntries(this.releaseReasons), env_requests: Object.fromEntries(this.envRequests), peak_creates_1s: peak, creates_per_second: [...bySecond].map(([second, count]) => ({ second, count })) };
   }
 
   /** Stops every lifetime timer and releases every held reply (their creates then answer as the lease stands). Sandboxes stay counted as they are. */
@@ -360,6 +389,7 @@ export class SandboxPool {
       files: new Map(),
       calls: new Map(),
       timer: null,
+      env: this.openenv ? new GuessNumberEnv() : null,
     };
     this.sandboxes.set(sandbox.id, sandbox);
     lease.status = "live";

@@ -10,6 +10,7 @@ import type { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
 import type { InteractionClient } from "../tools/interaction-client.ts";
 import type { ToolCallParser } from "../tools/tool-call-parser.ts";
 import type { ToolExecutor } from "../tools/webhook-tool-client.ts";
+import type { SandboxLeases } from "../tools/sandbox-leases.ts";
 import { PREFIX_KEY_MAX_TOKENS, prefixKeyOf } from "../inference/prefix-key.ts";
 import { contextSize } from "../inference/context-size.ts";
 import { isDeadlineAbort, type TrajectoryDeadlineError } from "./trajectory-deadline.ts";
@@ -69,6 +70,14 @@ export interface AgentLoopContext {
   policy?: PolicyVersions;
   /** The server's per-session limits (config `limits`; default `DEFAULT_SESSION_LIMITS`): the executors enforce them. */
   sessionLimits?: SessionLimits;
+  /**
+   * The sandboxes of the tools file's `sandbox` lifecycle (`ExecutorDeps.leases`):
+   * a loop that plays its trajectory's sandbox itself (`openenv_agent` with
+   * `openenv.base_url: "sandbox"`) ensures the trajectory's lease here, by its
+   * key; the executor releases it when the trajectory ends. Absent without a
+   * sandbox block.
+   */
+  leases?: SandboxLeases;
 }
 
 /** A trajectory that fell more than `rollout.max_staleness` policy versions behind: it fails with this reason. */

@@ -1,7 +1,8 @@
-import { InputError } from "../errors.ts";
+import { ConfigError, InputError } from "../errors.ts";
 import { redactUrl, type OutboundFetch } from "../http/outbound.ts";
 import type { AgentLoopOutput, ChatMessage, SamplingParams } from "../schema/index.ts";
-import { OpenEnvRowSettings, OpenEnvSettings, type OpenEnvResult } from "../schema/openenv.ts";
+import { OpenEnvRowSettings, OpenEnvSettings, SANDBOX_BASE_URL, type OpenEnvResult } from "../schema/openenv.ts";
+import { sandboxKwargsOf } from "../tools/sandbox-leases.ts";
 import { createToolCallParser } from "../tools/parser-registry.ts";
 import type { ParsedCall, ParseError, ToolCallParser } from "../tools/tool-call-parser.ts";
 import { isPlainObject } from "../tools/json-aware-scan.ts";
@@ -188,6 +189,17 @@ export type OpenEnvTerminatedBy = "env_done" | "env_terminated" | "env_truncated
  * {@link OpenEnvError} naming the environment's URL: that one trajectory
  * fails, the batch goes on.
  *
+ * Per-episode containers (`openenv.base_url: "sandbox"`): before the reset
+ * the trajectory's sandbox lease is ensured (`ctx.leases`, fresh: nothing of
+ * the environment observed yet; create_kwargs = the row's
+ * `extra_info.sandbox_kwargs`), and every call goes to the lease's
+ * `base_url` (the provider's create reply; kept in the lease record, so a
+ * session resumed elsewhere reaches the same server). A lease without
+ * `base_url` fails the trajectory (`OpenEnvError`, code
+ * `openenv_no_base_url`); no `ctx.leases` (no sandbox block in the tools
+ * file) throws a ConfigError naming `openenv.base_url`. The executor releases
+ * the lease when the trajectory ends.
+ *
  * Durable sessions: this is a `tool_agent` state machine (same states, same
  * run state), so a session checkpoints it after every transition and a
  * resumed session never re-sends a `step` whose result it committed (the
@@ -206,6 +218,8 @@ export type OpenEnvTerminatedBy = "env_done" | "env_terminated" | "env_truncated
  */
 export class OpenEnvAgentLoop extends ToolAgentLoop {
   private episode: OpenEnvEpisode | null = null;
+  /** The environment URL this trajectory's sandbox lease named (`base_url: "sandbox"`), once known. */
+  private sandboxUrl: string | null = null;
   /** Set by {@link reattach}: the run state comes from a checkpoint written by another loop instance. */
   private resumed = false;
   private actionParser: ToolCallParser | null = null;
@@ -247,17 +261,50 @@ export class OpenEnvAgentLoop extends ToolAgentLoop {
     return s.action.format === "tool_call" && s.action.tools.length > 0 ? s.action.tools : undefined;
   }
 
+  /**
+   * The environment's base URL: the configured (or row's) one, or with
+   * `"sandbox"` the `base_url` of the trajectory's sandbox lease, ensured here
+   * (`fresh`: before the reset, when nothing of the environment was observed).
+   * @throws ConfigError naming `openenv.base_url` without sandbox leases;
+   *   OpenEnvError (`openenv_no_base_url`) for a lease without `base_url`;
+   *   the lease manager's SandboxCreateError / SandboxLostError.
+   */
+  private async baseUrl(d: ToolAgentData, s: OpenEnvSettings & { base_url: string }, fresh: boolean): Promise<string> {
+    if (s.base_url !== SANDBOX_BASE_URL) return s.base_url;
+    if (this.sandboxUrl) return this.sandboxUrl;
+    const leases = this.ctx.leases;
+    if (!leases) throw new ConfigError("openenv.base_url", `"${SANDBOX_BASE_URL}" plays each trajectory's own sandbox, but there are no sandbox leases: add a sandbox block to the tools file (tools.file), or set an environment URL`);
+    const lease = await leases.ensure(d.key, sandboxKwargsOf(d.kwargs as { extra_info?: unknown }), { fresh, ...(this.ctx.signal ? { signal: this.ctx.signal } : {}) });
+    if (!lease.base_url) {
+      throw new OpenEnvError(
+        `openenv: sandbox ${lease.sandbox_id} (lease ${lease.lease_id}) has no base_url: with openenv.base_url "${SANDBOX_BASE_URL}" the sandbox provider's create reply must carry base_url (the http(s) URL of the OpenEnv server in that sandbox)`,
+        { code: "openenv_no_base_url" },
+      );
+    }
+    this.sandboxUrl = lease.base_url;
+    return lease.base_url;
+  }
+
+  /** The URL records and messages name (redacted by the caller): the resolved sandbox URL when there is one. */
+  private shownUrl(d: ToolAgentData, s: OpenEnvSettings & { base_url: string }): string {
+    if (s.base_url !== SANDBOX_BASE_URL) return s.base_url;
+    return this.sandboxUrl ?? this.ctx.leases?.leaseOf(d.key)?.base_url ?? SANDBOX_BASE_URL;
+  }
+
   /** The episode's client; a WebSocket episode cannot be picked up from another instance's checkpoint. */
-  private env(d: ToolAgentData): OpenEnvEpisode {
+  private async env(d: ToolAgentData, fresh = false): Promise<OpenEnvEpisode> {
     if (this.episode) return this.episode;
     const s = this.settings(d);
     if (this.resumed && s.transport === "websocket") {
       throw new OpenEnvError(
-        `openenv ${redactUrl(s.base_url)}: the trajectory resumed from a checkpoint, but its WebSocket episode lived in the connection of the process that started it; an OpenEnv WebSocket episode cannot be continued (use transport http with a server that keeps episode state to resume)`,
+        `openenv ${redactUrl(this.shownUrl(d, s))}: the trajectory resumed from a checkpoint, but its WebSocket episode lived in the connection of the process that started it; an OpenEnv WebSocket episode cannot be continued (use transport http with a server that keeps episode state to resume)`,
         { code: "openenv_session_lost" },
       );
     }
-    this.episode = openEpisode(s.base_url, {
+    const url = await this.baseUrl(d, s, fresh);
+    // Another call may have opened it while the lease was ensured.
+    if (this.episode) return this.episode;
+    this.episode = openEpisode(url, {
       transport: s.transport,
       timeoutMs: s.timeout_ms,
       maxBytes: s.max_message_bytes,
@@ -282,7 +329,7 @@ export class OpenEnvAgentLoop extends ToolAgentLoop {
     const t0 = this.now();
     let res: OpenEnvResult;
     try {
-      res = await this.env(d).reset(fields, this.ctx.signal);
+      res = await (await this.env(d, true)).reset(fields, this.ctx.signal);
     } finally {
       d.metrics.tool_calls += Math.max(0, (this.now() - t0) / 1000);
     }
@@ -300,7 +347,7 @@ export class OpenEnvAgentLoop extends ToolAgentLoop {
 
   /** One assistant turn, then its action (or why it has none) as the pending step. */
   protected override async onGenerating(d: ToolAgentData): Promise<ToolAgentState> {
-    this.env(d);
+    await this.env(d);
     const b = d.builder!;
     const tok = this.ctx.tokenizer;
     await this.checkStaleness(d.modelVersions);
@@ -361,7 +408,7 @@ export class OpenEnvAgentLoop extends ToolAgentLoop {
       const t0 = this.now();
       let res: OpenEnvResult;
       try {
-        res = await this.env(d).step(a.arguments, `${d.key}:${d.assistantTurns}`, this.ctx.signal);
+        res = await (await this.env(d)).step(a.arguments, `${d.key}:${d.assistantTurns}`, this.ctx.signal);
       } finally {
         d.metrics.tool_calls += Math.max(0, (this.now() - t0) / 1000);
       }
@@ -405,7 +452,7 @@ export class OpenEnvAgentLoop extends ToolAgentLoop {
     // Each step's reward is a finite JSON number, but their sum can overflow (1.7e308 twice): named here, with the env,
     // rather than as the record's "reward_score: expected number, received Infinity".
     if (score !== null && !Number.isFinite(score)) {
-      throw new OpenEnvError(`openenv ${redactUrl(s.base_url)}: the step rewards sum to ${score} (turn_scores ${JSON.stringify(scores.length > 8 ? [...scores.slice(0, 8), "…"] : scores)}): not a finite number`, { code: "openenv_bad_reply" });
+      throw new OpenEnvError(`openenv ${redactUrl(this.shownUrl(d, s))}: the step rewards sum to ${score} (turn_scores ${JSON.stringify(scores.length > 8 ? [...scores.slice(0, 8), "…"] : scores)}): not a finite number`, { code: "openenv_bad_reply" });
     }
     const extra: Record<string, unknown> = {
       turn_scores: scores,
@@ -413,7 +460,7 @@ export class OpenEnvAgentLoop extends ToolAgentLoop {
       env_steps: d.toolCalls,
       invalid_actions: d.toolErrors,
       terminated_by: d.terminatedBy,
-      openenv: { url: redactUrl(s.base_url), transport: s.transport },
+      openenv: { url: redactUrl(this.shownUrl(d, s)), transport: s.transport },
     };
     if (d.modelVersions.some((v) => v !== null)) extra.model_versions = d.modelVersions;
     const tv = finalTokenVersions(d.tokenVersions, d.builder!.responseLength);

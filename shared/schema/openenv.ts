@@ -20,6 +20,18 @@ const EnvUrl = z
     }
   }, "must be an http(s):// or ws(s):// URL without query or fragment (the OpenEnv server's base URL, e.g. http://127.0.0.1:8000)");
 
+/**
+ * `base_url: "sandbox"`: each trajectory's environment is the OpenEnv server
+ * of its own sandbox — the `base_url` of the trajectory's sandbox lease (the
+ * tools file's `sandbox` block; the provider's create reply names it).
+ */
+export const SANDBOX_BASE_URL = "sandbox";
+
+/** A configured base URL: {@link EnvUrl} or {@link SANDBOX_BASE_URL}. */
+const EnvBaseUrl = z.union([z.literal(SANDBOX_BASE_URL), EnvUrl], {
+  error: `must be an http(s):// or ws(s):// URL without query or fragment (the OpenEnv server's base URL, e.g. http://127.0.0.1:8000), or "${SANDBOX_BASE_URL}" (each trajectory's own sandbox)`,
+});
+
 /** How the loop talks to the environment: OpenEnv's WebSocket session (`/ws`) or its HTTP routes (`POST /reset`, `POST /step`). */
 export const OpenEnvTransport = z.enum(["http", "websocket"], { error: "must be 'http' or 'websocket'" });
 export type OpenEnvTransport = z.infer<typeof OpenEnvTransport>;
@@ -73,7 +85,9 @@ export type OpenEnvObservationMapping = z.infer<typeof OpenEnvObservationMapping
 
 /**
  * The `openenv` config section (all fields have defaults):
- * - `base_url`: the server (null: every row must give `extra_info.openenv.base_url`);
+ * - `base_url`: the server (null: every row must give `extra_info.openenv.base_url`), or
+ *   `"sandbox"`: each trajectory's own sandbox's server (its lease's `base_url`; needs a tools
+ *   file with a `sandbox` block — docs/environments.md, "Per-episode containers");
  * - `transport`: `websocket` (default; OpenEnv's session form, one environment per connection) or `http`;
  * - `timeout_ms`: deadline of one environment call (connect, reset, one step), default 30 000;
  * - `max_message_bytes`: cap of one reply, default 4 MiB;
@@ -83,7 +97,7 @@ export type OpenEnvObservationMapping = z.infer<typeof OpenEnvObservationMapping
  *   the episode return), `last` (the last step's), or `row` (the row's own `reward_model`, as other loops).
  */
 export const OpenEnvSettings = z.strictObject({
-  base_url: EnvUrl.nullable().default(null),
+  base_url: EnvBaseUrl.nullable().default(null),
   transport: OpenEnvTransport.default("websocket"),
   timeout_ms: z.number().int().positive().max(3_600_000).default(30_000),
   max_message_bytes: z.number().int().positive().default(4 * 1024 * 1024),
@@ -101,7 +115,7 @@ export type OpenEnvSettingsInput = z.input<typeof OpenEnvSettings>;
  * the configured ones, the others replace them.
  */
 export const OpenEnvRowSettings = z.strictObject({
-  base_url: EnvUrl.optional(),
+  base_url: EnvBaseUrl.optional(),
   transport: OpenEnvTransport.optional(),
   timeout_ms: z.number().int().positive().max(3_600_000).optional(),
   max_message_bytes: z.number().int().positive().optional(),

@@ -60,8 +60,31 @@ export const SandboxCreateBody = z.object({
 });
 export type SandboxCreateBody = z.infer<typeof SandboxCreateBody>;
 
-/** The `200` reply of a create: `{sandbox_id}` (1..256 characters); other fields are allowed and ignored. */
-export const SandboxCreateReply = z.looseObject({ sandbox_id: SandboxId });
+/**
+ * The sandbox's own endpoint, as a create reply may name it: an `http(s)://`
+ * URL without query or fragment, at most 2048 characters (e.g. the OpenEnv
+ * server running in that container, which `openenv.base_url: "sandbox"` plays).
+ */
+export const SandboxBaseUrl = z
+  .string()
+  .max(2048, "must be at most 2048 characters")
+  .refine((s) => {
+    try {
+      const u = new URL(s);
+      return (u.protocol === "http:" || u.protocol === "https:") && !u.search && !u.hash;
+    } catch {
+      return false;
+    }
+  }, "must be an http(s):// URL without query or fragment (the sandbox's own endpoint)");
+
+/**
+ * The `200` reply of a create: `{sandbox_id}` (1..256 characters) and,
+ * optionally, `base_url` ({@link SandboxBaseUrl}: the sandbox's own endpoint;
+ * absent or null when the sandbox has none). The lease keeps `base_url`, so a
+ * session resumed in another process reaches the same endpoint. Other fields
+ * are allowed and ignored.
+ */
+export const SandboxCreateReply = z.looseObject({ sandbox_id: SandboxId, base_url: SandboxBaseUrl.nullish() });
 export type SandboxCreateReply = z.infer<typeof SandboxCreateReply>;
 
 /**

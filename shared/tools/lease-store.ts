@@ -38,6 +38,11 @@ export interface LeaseRecord {
   status: LeaseStatus;
   /** The provider's sandbox id, once {@link LeaseStore.confirm}ed (null while creating, or when the create never answered). */
   sandbox_id: string | null;
+  /**
+   * The sandbox's own endpoint (its create reply's `base_url`), set by
+   * {@link LeaseStore.confirm}; null when the reply had none, or before.
+   */
+  base_url: string | null;
   /** When the lease was granted, store clock, epoch ms. */
   created_ms: number;
   /**
@@ -127,8 +132,12 @@ export interface LeaseStore {
   acquire(key: string, limits: LeaseLimits, holdMs: number, opts: { renew: boolean }): Promise<AcquireResult>;
   /** The key's record (a released one while its tombstone lasts), or null. */
   get(key: string): Promise<LeaseRecord | null>;
-  /** `creating` with `leaseId` → `live` with `sandboxId`, expiring now + `ttlMs`; null (nothing changed) if the lease is not that any more. */
-  confirm(key: string, leaseId: string, sandboxId: string, ttlMs: number): Promise<LeaseRecord | null>;
+  /**
+   * `creating` with `leaseId` → `live` with `sandboxId` (and `baseUrl`, the
+   * create reply's `base_url`; default null), expiring now + `ttlMs`; null
+   * (nothing changed) if the lease is not that any more.
+   */
+  confirm(key: string, leaseId: string, sandboxId: string, ttlMs: number, baseUrl?: string | null): Promise<LeaseRecord | null>;
   /** Each `live` lease of `entries` with its lease id → expires now + `ttlMs`; true per entry renewed, in order (one round trip for all). */
   heartbeat(entries: readonly LeaseRef[], ttlMs: number): Promise<boolean[]>;
   /**
@@ -206,6 +215,12 @@ export function checkId(id: string, field: string): string {
   return id;
 }
 
+/** @throws ConfigError naming `baseUrl` unless null or a string of 1..2048 characters (the create reply's `base_url`, already a checked URL). */
+export function checkBaseUrl(url: string | null): string | null {
+  if (url !== null && (typeof url !== "string" || url.length < 1 || url.length > 2048)) throw new ConfigError("baseUrl", "must be null or a string of 1..2048 characters");
+  return url;
+}
+
 /** The lease id of `key`'s `attempt`: `{key}~{attempt}`. */
 export function leaseIdOf(key: string, attempt: number): string {
   return `${key}~${attempt}`;
@@ -258,7 +273,7 @@ export class MemoryLeaseStore implements LeaseStore {
     if (tokens < 1) return { outcome: "wait", wait_ms: Math.ceil(((1 - tokens) * 1000) / rate), cause: "rate" };
     this.bucket = { tokens: tokens - 1, ts: now, rate, burst };
     const attempt = prev ? prev.attempt + 1 : 1;
-    const lease: LeaseRecord = { key, lease_id: leaseIdOf(key, attempt), attempt, status: "creating", sandbox_id: null, created_ms: t, expires_ms: t + holdMs, reason: null };
+    const lease: LeaseRecord = { key, lease_id: leaseIdOf(key, attempt), attempt, status: "creating", sandbox_id: null, base_url: null, created_ms: t, expires_ms: t + holdMs, reason: null };
     this.records.set(key, lease);
     this.count("granted");
     return { outcome: "granted", lease: { ...lease } };
@@ -270,15 +285,16 @@ export class MemoryLeaseStore implements LeaseStore {
     return r ? { ...r } : null;
   }
 
-  async confirm(key: string, leaseId: string, sandboxId: string, ttlMs: number): Promise<LeaseRecord | null> {
+  async confirm(key: string, leaseId: string, sandboxId: string, ttlMs: number, baseUrl: string | null = null): Promise<LeaseRecord | null> {
     keyPart(key, "key");
     checkId(leaseId, "leaseId");
     checkId(sandboxId, "sandboxId");
     checkMs(ttlMs, "ttlMs");
+    checkBaseUrl(baseUrl);
     const t = Math.floor(this.clock());
     const r = this.record(key, t);
     if (!r || r.status !== "creating" || r.lease_id !== leaseId) return null;
-    Object.assign(r, { status: "live", sandbox_id: sandboxId, expires_ms: t + ttlMs });
+    Object.assign(r, { status: "live", sandbox_id: sandboxId, base_url: baseUrl, expires_ms: t + ttlMs });
     this.count("confirmed");
     return { ...r };
   }
@@ -378,13 +394,14 @@ export class MemoryLeaseStore implements LeaseStore {
 }
 
 const IntText = z.string().regex(/^\d{1,16}$/, "expected a decimal integer").transform(Number);
-/** zod schema of a record hash as stored (every value a string; `sandbox_id` and `reason` absent while null). */
+/** zod schema of a record hash as stored (every value a string; `sandbox_id`, `base_url` and `reason` absent while null). */
 export const LeaseRecordHash = z.object({
   key: z.string().min(1),
   lease_id: z.string().min(1),
   attempt: IntText.refine((n) => n >= 1, "expected >= 1"),
   status: z.enum(LEASE_STATUSES),
   sandbox_id: z.string().min(1).optional(),
+  base_url: z.string().min(1).optional(),
   created_ms: IntText,
   expires_ms: IntText,
   reason: z.enum(LEASE_REASONS).optional(),
@@ -402,5 +419,5 @@ export function parseLeaseRecord(hash: Record<string, unknown>, what: string): L
   }
   const d = r.data;
   if (d.lease_id !== leaseIdOf(d.key, d.attempt)) throw new StoreError(`lease store ${what}: malformed record, field lease_id: ${JSON.stringify(d.lease_id)} is not {key}~{attempt}`);
-  return { key: d.key, lease_id: d.lease_id, attempt: d.attempt, status: d.status, sandbox_id: d.sandbox_id ?? null, created_ms: d.created_ms, expires_ms: d.expires_ms, reason: d.reason ?? null };
+  return { key: d.key, lease_id: d.lease_id, attempt: d.attempt, status: d.status, sandbox_id: d.sandbox_id ?? null, base_url: d.base_url ?? null, created_ms: d.created_ms, expires_ms: d.expires_ms, reason: d.reason ?? null };
 }

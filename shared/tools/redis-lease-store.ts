@@ -5,6 +5,7 @@ import type { RedisArg, RedisCommander, RedisReply } from "../store/redis-comman
 import { scriptSha } from "../store/redis-layout.ts";
 import {
   CAP_WAIT_MS,
+  checkBaseUrl,
   checkClaimLimit,
   checkId,
   checkLimits,
@@ -76,12 +77,17 @@ move(KEYS[4], nil, 'creating')
 return {'granted', redis.call('HGETALL', KEYS[1])}
 `;
 
-/** confirm. KEYS = record, due, stats; ARGV = lease id, sandbox id, ttl ms. Replies HGETALL, or nil when not `creating` with that lease id. */
+/**
+ * confirm. KEYS = record, due, stats; ARGV = lease id, sandbox id, ttl ms,
+ * base url (`''`: none, the field is not written). Replies HGETALL, or nil
+ * when not `creating` with that lease id.
+ */
 export const CONFIRM_LUA = `${PRELUDE}
 local cur = redis.call('HMGET', KEYS[1], 'status', 'lease_id', 'key')
 if cur[1] ~= 'creating' or cur[2] ~= ARGV[1] then return false end
 local exp = math.floor(now_ms()) + tonumber(ARGV[3])
 redis.call('HSET', KEYS[1], 'status', 'live', 'sandbox_id', ARGV[2], 'expires_ms', int(exp))
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'base_url', ARGV[4]) end
 redis.call('ZADD', KEYS[2], int(exp), cur[3])
 redis.call('HINCRBY', KEYS[3], 'confirmed', 1)
 move(KEYS[3], 'creating', 'live')
@@ -227,7 +233,7 @@ export interface RedisLeaseStoreOptions {
  *
  * Keys (every trajectory key through {@link keyPart}):
  * `{prefix}sbx:l:{key}` HASH — the record (`key`, `lease_id`, `attempt`,
- * `status`, `created_ms`, `expires_ms`, and `sandbox_id`/`reason` once set;
+ * `status`, `created_ms`, `expires_ms`, and `sandbox_id`/`base_url`/`reason` once set;
  * numbers as decimal strings); no TTL until released, then PEXPIRE
  * `tombstoneS`. `{prefix}sbx:due` ZSET — member the raw key, score
  * `expires_ms`: every lease not released (its ZCARD is the live set).
@@ -289,12 +295,13 @@ export class RedisLeaseStore implements LeaseStore {
     return Object.keys(h).length === 0 ? null : parseLeaseRecord(h, "get");
   }
 
-  async confirm(key: string, leaseId: string, sandboxId: string, ttlMs: number): Promise<LeaseRecord | null> {
+  async confirm(key: string, leaseId: string, sandboxId: string, ttlMs: number, baseUrl: string | null = null): Promise<LeaseRecord | null> {
     const rk = this.recordKey(key);
     checkId(leaseId, "leaseId");
     checkId(sandboxId, "sandboxId");
     checkMs(ttlMs, "ttlMs");
-    const raw = await this.script("confirm", [rk, this.dueKey, this.statsKey], [leaseId, sandboxId, String(ttlMs)]);
+    checkBaseUrl(baseUrl);
+    const raw = await this.script("confirm", [rk, this.dueKey, this.statsKey], [leaseId, sandboxId, String(ttlMs), baseUrl ?? ""]);
     return raw === null ? null : record(parse(FlatHash, raw, "confirm"), "confirm");
   }
 

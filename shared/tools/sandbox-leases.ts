@@ -16,6 +16,8 @@ export interface SandboxLease {
   lease_id: string;
   /** The provider's id of the sandbox (its create reply's `sandbox_id`). */
   sandbox_id: string;
+  /** The sandbox's own endpoint (its create reply's `base_url`), null when the reply had none; kept in the lease record, so every owner of the session sees the same. */
+  base_url: string | null;
 }
 
 /**
@@ -221,7 +223,7 @@ export class SandboxLeases {
       const rec = await this.store.get(key);
       if (rec && rec.status === "live" && rec.sandbox_id) {
         // A lease of this key from an earlier owner of the session (it died or handed over): the sandbox goes on.
-        const lease = { lease_id: rec.lease_id, sandbox_id: rec.sandbox_id };
+        const lease = { lease_id: rec.lease_id, sandbox_id: rec.sandbox_id, base_url: rec.base_url };
         this.attach(key, lease);
         return lease;
       }
@@ -249,11 +251,17 @@ export class SandboxLeases {
       const lease = got.lease;
       const t0 = this.now();
       let sandboxId: string;
+      let baseUrl: string | null;
       try {
         const reply = await postWebhook(this.target(s.create_url, s.create_timeout_ms, 0), { lease_id: lease.lease_id, key, create_kwargs: createKwargs, lifetime_s: this.lifetimeS } satisfies SandboxCreateBody, this.webhookOpts(opts.signal));
         const parsed = SandboxCreateReply.safeParse(reply.body);
-        if (!parsed.success) throw new SandboxCreateError(`sandbox create ${redactUrl(s.create_url)}: reply has no valid sandbox_id (${parsed.error.issues[0]?.message ?? "bad reply"})`, key);
+        if (!parsed.success) {
+          const i = parsed.error.issues[0];
+          const field = i?.path[0] === "base_url" ? "base_url" : "sandbox_id";
+          throw new SandboxCreateError(`sandbox create ${redactUrl(s.create_url)}: reply has no valid ${field} (${i?.message ?? "bad reply"})`, key);
+        }
         sandboxId = parsed.data.sandbox_id;
+        baseUrl = parsed.data.base_url ?? null;
       } catch (e) {
         this.metrics.create_failures++;
         this.opts.observer?.createFailed();
@@ -270,7 +278,7 @@ export class SandboxLeases {
         }
         continue;
       }
-      const confirmed = await this.store.confirm(key, lease.lease_id, sandboxId, s.ttl_s * 1000);
+      const confirmed = await this.store.confirm(key, lease.lease_id, sandboxId, s.ttl_s * 1000, baseUrl);
       if (!confirmed) {
         // The create took longer than its hold and the reaper claimed the lease: it releases the sandbox; make another.
         this.metrics.create_failures++;
@@ -280,7 +288,7 @@ export class SandboxLeases {
       }
       this.metrics.creates++;
       this.opts.observer?.created(this.now() - t0);
-      const out = { lease_id: lease.lease_id, sandbox_id: sandboxId };
+      const out = { lease_id: lease.lease_id, sandbox_id: sandboxId, base_url: baseUrl };
       this.attach(key, out);
       return out;
     }

@@ -3,7 +3,7 @@ import { OpenEnvAgentLoop, firstJsonObject, observationText, openEnvSettingsFor 
 import { OpenEnvError } from "../../shared/agent-loop/openenv-client.ts";
 import { runAgentLoop } from "../../shared/agent-loop/registry.ts";
 import { defaultAgentLoopRegistry } from "../../shared/agent-gateway/builtin-loops.ts";
-import { InputError } from "../../shared/errors.ts";
+import { ConfigError, InputError } from "../../shared/errors.ts";
 import type { GenerateRequest, InferenceClient } from "../../shared/inference/types.ts";
 import { BatchRun } from "../../shared/rollout/batch-run.ts";
 import { planBatch, RolloutRequest } from "../../shared/rollout/batch.ts";
@@ -330,6 +330,18 @@ describe("openenv_agent: environment failures fail the trajectory, naming the UR
 });
 
 describe("openenv_agent settings", () => {
+  test("base_url sandbox without sandbox leases in the loop's context: ConfigError naming openenv.base_url, before any engine call", async () => {
+    const client = new ScriptedClient(tok, [{ text: "7" }]);
+    const loop = new OpenEnvAgentLoop(ctxOf(tok, client, config(), { openenv: settings({ base_url: "sandbox", transport: "http" }) }));
+    const e = (await loop.run(SP, row()).catch((x) => x)) as ConfigError;
+    expect(e).toBeInstanceOf(ConfigError);
+    expect(e.field).toBe("openenv.base_url");
+    expect(e.message).toBe(`config openenv.base_url: "sandbox" plays each trajectory's own sandbox, but there are no sandbox leases: add a sandbox block to the tools file (tools.file), or set an environment URL`);
+    expect(client.requests).toEqual([]);
+    expect(OpenEnvSettings.parse({ base_url: "sandbox" }).base_url).toBe("sandbox");
+    expect(openEnvSettingsFor(OpenEnvSettings.parse({}), { openenv: { base_url: "sandbox" } }).base_url).toBe("sandbox");
+  });
+
   test("row overrides merge over the config; bad fields name extra_info.openenv.<field>", () => {
     const cfg = OpenEnvSettings.parse({ base_url: "http://env:8000", observation: { field: "prompt" } });
     const s = openEnvSettingsFor(cfg, { openenv: { transport: "http", observation: { role: "tool" }, reset_kwargs: { seed: 1 } } });

@@ -10,6 +10,14 @@ import { TrajectorySession, type SessionDeps } from "../../shared/session/trajec
 import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { config, ctxOf, IM_END, maskRuns, ScriptedClient, type Script } from "./helpers.ts";
 import { startOpenEnvServer, type OpenEnvTestServer } from "./openenv-server.ts";
+import { IoRedisCommander } from "../../infra/redis/ioredis-commander.ts";
+import { startSandboxProvider } from "../../infra/sandbox/provider.ts";
+import { SandboxSpec } from "../../shared/schema/index.ts";
+import { RedisLeaseStore } from "../../shared/tools/redis-lease-store.ts";
+import { SandboxLeases } from "../../shared/tools/sandbox-leases.ts";
+import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+
+const hasRedis = await requireRedis();
 
 // Durable sessions run openenv_agent as tool_agent's state machine: a step whose result was committed is never sent again.
 
@@ -127,5 +135,40 @@ describe("openenv_agent as a durable session", () => {
     // Nothing was sent: neither the engine nor the environment saw the resumed session.
     expect(client.requests).toEqual([]);
     expect(env.log.ws.filter((w) => (w.msg as { type: string }).type === "step").length).toBe(1);
+  });
+
+  test.skipIf(!hasRedis)("base_url sandbox, HTTP: a session resumed by another process (its own lease manager on the shared Redis lease store) plays the same sandbox's episode", async () => {
+    const provider = startSandboxProvider({ openenv: true, idPrefix: "sbx-" });
+    const prefix = randomPrefix("oe-sbx");
+    const commanders = [new IoRedisCommander(REDIS_URL), new IoRedisCommander(REDIS_URL)];
+    const spec = SandboxSpec.parse({ create_url: `${provider.url}/sandboxes/create`, release_url: `${provider.url}/sandboxes/release`, ttl_s: 30 });
+    const [a, b] = commanders.map((c) => new SandboxLeases(spec, new RedisLeaseStore(c, { prefix }), { trajectoryDeadlineS: 600 }));
+    const sandboxDeps = (storage: SessionStorage, client: InferenceClient, leases: SandboxLeases): SessionDeps => ({
+      storage,
+      createLoop: (inp) => new OpenEnvAgentLoop(ctxOf(tok, client, inp.rollout, { openenv: { settings: OpenEnvSettings.parse({ base_url: "sandbox", transport: "http", observation: { field: "prompt" } }) }, leases })),
+    });
+    try {
+      const inner = new MemorySessionStorage();
+      // Appends 1..5 commit reset, turn 1, step 1, turn 2, step 2; the 6th (turn 3) dies.
+      const first = (await TrajectorySession.open("s1_0_0", sandboxDeps(new DyingStorage(inner, 6), new ScriptedClient(tok, script("5", "8", "7")), a!), input()))!;
+      expect(await first.run().catch((e: Error) => e.message)).toBe("killed");
+      expect(a!.leaseOf("s1_0_0")).toEqual({ lease_id: "s1_0_0~1", sandbox_id: "sbx-1", base_url: `${provider.url}/envs/sbx-1` });
+      expect(b!.leaseOf("s1_0_0")).toBeUndefined();
+      const again = (await TrajectorySession.open("s1_0_0", sandboxDeps(inner, new ScriptedClient(tok, script("7")), b!)))!;
+      const r = await again.run();
+      expect(r.status).toBe("finished");
+      // The second process found the lease (and its base_url) in the store: no second sandbox, the episode went on.
+      expect(b!.leaseOf("s1_0_0")).toEqual({ lease_id: "s1_0_0~1", sandbox_id: "sbx-1", base_url: `${provider.url}/envs/sbx-1` });
+      expect(provider.stats()).toMatchObject({ created: 1, live: 1, env_requests: { reset: 1, step: 3 } });
+      const o = (r as { outputs: AgentLoopOutput[] }).outputs[0]!;
+      // The example env (seed 6: the number is 7): 5 → Higher, 8 → Lower, 7 → correct.
+      expect(o.extra_fields).toMatchObject({ turn_scores: [-0.1, -0.1, 1], env_steps: 3, terminated_by: "env_done", openenv: { url: `${provider.url}/envs/sbx-1`, transport: "http" } });
+      expect(await b!.release("s1_0_0", "finished")).toBe(true);
+      expect(provider.stats()).toMatchObject({ created: 1, live: 0, releases: 1 });
+    } finally {
+      await provider.stop();
+      for (const c of commanders) await c.close();
+      await deleteByPrefix(prefix);
+    }
   });
 });

@@ -51,7 +51,7 @@ const call = (call_id: string, name: string, args: Record<string, unknown>, sand
 });
 
 /** The stats with every count zero, overridden by `over` (the histogram and the releases by reason left out). */
-function counts(over: Partial<SandboxProviderStats>): Omit<SandboxProviderStats, "creates_per_second" | "peak_creates_1s" | "releases_by_reason"> {
+function counts(over: Partial<SandboxProviderStats>): Omit<SandboxProviderStats, "creates_per_second" | "peak_creates_1s" | "releases_by_reason" | "env_requests"> {
   return {
     live: 0,
     creating: 0,
@@ -73,7 +73,7 @@ function counts(over: Partial<SandboxProviderStats>): Omit<SandboxProviderStats,
   };
 }
 const countsOf = (p: SandboxProvider) => {
-  const { creates_per_second: _h, peak_creates_1s: _p, releases_by_reason: _r, ...rest } = p.stats();
+  const { creates_per_second: _h, peak_creates_1s: _p, releases_by_reason: _r, env_requests: _e, ...rest } = p.stats();
   return rest;
 };
 
@@ -293,6 +293,52 @@ describe("the sandbox tools (tool-webhook contract, per-sandbox state)", () => {
     const w = await postWebhook(target(0), call("w_0_0:1:0", "sbx_write", { path: "f", content: "42" }, { sandbox_id, lease_id: "w_0_0~1" }));
     const r = await postWebhook(target(1), call("w_0_0:2:0", "sbx_read", { path: "f" }, { sandbox_id, lease_id: "w_0_0~1" }));
     expect([w.status, w.body, r.status, r.body]).toEqual([200, { content: "Wrote 2 bytes to f." }, 200, { content: "42" }]);
+  });
+});
+
+describe("a per-sandbox OpenEnv environment (openenv: true)", () => {
+  test("the create reply carries base_url = {provider}/envs/{sandbox_id}; each sandbox plays its own episode; gone with its sandbox", async () => {
+    const p = provider({ openenv: true });
+    const a = await post(p, "/sandboxes/create", create("u_0_0~1"), null);
+    const b = await post(p, "/sandboxes/create", create("u_1_0~1"), null);
+    expect(a).toEqual({ status: 200, body: { sandbox_id: "sbx-1", base_url: `${p.url}/envs/sbx-1` } });
+    expect(b.body).toEqual({ sandbox_id: "sbx-2", base_url: `${p.url}/envs/sbx-2` });
+    expect(SandboxCreateReply.parse(a.body)).toEqual({ sandbox_id: "sbx-1", base_url: `${p.url}/envs/sbx-1` });
+    const envPost = async (url: string, route: string, body: unknown) => {
+      const res = await fetch(`${url}/${route}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+      return { status: res.status, body: await res.json() };
+    };
+    // Two episodes at once, different targets (seed 6 → 7, seed 29 → 30): neither sees the other's state.
+    expect((await envPost(`${p.url}/envs/sbx-1`, "reset", { seed: 6, max_attempts: 3 })).body).toEqual({ observation: { prompt: "I picked a number between 1 and 100. You have 3 guesses. Reply with one number.", attempts_left: 3, last_guess: null }, reward: null, done: false });
+    await envPost(`${p.url}/envs/sbx-2`, "reset", { seed: 29 });
+    expect(await envPost(`${p.url}/envs/sbx-1`, "step", { action: { message: "30" } })).toEqual({ status: 200, body: { observation: { prompt: "Lower. 2 guesses left.", attempts_left: 2, last_guess: 30 }, reward: -0.1, done: false } });
+    expect(await envPost(`${p.url}/envs/sbx-2`, "step", { action: { message: "30" } })).toEqual({ status: 200, body: { observation: { prompt: "Correct, it was 30!", attempts_left: 5, last_guess: 30 }, reward: 1, done: true } });
+    expect(await (await fetch(`${p.url}/envs/sbx-1/state`)).json()).toEqual({ episode_id: null, step_count: 1 });
+    expect(p.stats().env_requests).toEqual({ reset: 2, step: 2, state: 1 });
+    expect((await post(p, "/sandboxes/release", release("u_0_0~1", "sbx-1"), null)).status).toBe(200);
+    expect(await envPost(`${p.url}/envs/sbx-1`, "step", { action: { message: "7" } })).toEqual({
+      status: 404,
+      body: { error: { code: "not_found", message: "sandbox_id: sandbox 'sbx-1' was destroyed (its lease was released)", field: "sandbox_id" } },
+    });
+  });
+
+  test("without openenv: no base_url, and /envs is 404 naming sandbox_id", async () => {
+    const p = provider();
+    expect((await post(p, "/sandboxes/create", create("u_0_0~1"), null)).body).toEqual({ sandbox_id: "sbx-1" });
+    const res = await fetch(`${p.url}/envs/sbx-1/reset`, { method: "POST", body: "{}" });
+    expect({ status: res.status, body: await res.json() }).toEqual({
+      status: 404,
+      body: { error: { code: "not_found", message: "sandbox_id: sandbox 'sbx-1' runs no OpenEnv environment (start the provider with openenv)", field: "sandbox_id" } },
+    });
+  });
+
+  test("the contract's base_url: an http(s) URL without query or fragment, else refused naming base_url", () => {
+    expect(SandboxCreateReply.parse({ sandbox_id: "s", base_url: null })).toEqual({ sandbox_id: "s", base_url: null });
+    for (const bad of ["ws://h/x", "http://h/x?q=1", "not a url", 7]) {
+      const r = SandboxCreateReply.safeParse({ sandbox_id: "s", base_url: bad });
+      expect(r.success).toBe(false);
+      expect(r.error!.issues[0]!.path).toEqual(["base_url"]);
+    }
   });
 });
 

@@ -146,7 +146,7 @@ for (const be of backends) {
       const { out: r, before, after } = await bracket(store, () => store.acquire("u1_0_0", WIDE, LONG, { renew: false }));
       expect(r.outcome).toBe("granted");
       const lease = (r as { lease: LeaseRecord }).lease;
-      expect({ ...lease, created_ms: 0, expires_ms: 0 }).toEqual({ key: "u1_0_0", lease_id: "u1_0_0~1", attempt: 1, status: "creating", sandbox_id: null, created_ms: 0, expires_ms: 0, reason: null });
+      expect({ ...lease, created_ms: 0, expires_ms: 0 }).toEqual({ key: "u1_0_0", lease_id: "u1_0_0~1", attempt: 1, status: "creating", sandbox_id: null, base_url: null, created_ms: 0, expires_ms: 0, reason: null });
       expect(lease.created_ms).toBeGreaterThanOrEqual(before);
       expect(lease.created_ms).toBeLessThanOrEqual(after);
       expect(lease.expires_ms).toBe(lease.created_ms + LONG);
@@ -155,6 +155,32 @@ for (const be of backends) {
       expect(await store.acquire("u1_0_0", WIDE, LONG, { renew: true })).toEqual({ outcome: "exists", lease });
       expect(await store.get("nope_0_0")).toBeNull();
       expect(await stats(store)).toEqual({ live: 0, creating: 1, releasing: 0, tokens: 999, counters: { granted: 1 } });
+    });
+
+    test("confirm with a base_url: kept in the record (read back by get and claimRelease); a renewed attempt starts without it", async () => {
+      const { store, prefix } = be.make(ns());
+      const l = await granted(store, "b_0_0");
+      const live = await store.confirm("b_0_0", l.lease_id, "sb-b", LONG, "http://10.0.0.7:8000/envs/sb-b");
+      expect({ ...live!, expires_ms: 0 }).toEqual({ ...l, status: "live", sandbox_id: "sb-b", base_url: "http://10.0.0.7:8000/envs/sb-b", expires_ms: 0 });
+      expect(await store.get("b_0_0")).toEqual(live);
+      if (prefix) {
+        const raw = rawRedis();
+        expect(await raw.hget(`${prefix}sbx:l:b_0_0`, "base_url")).toBe("http://10.0.0.7:8000/envs/sb-b");
+        await raw.quit();
+      }
+      const claimed = await store.claimRelease("b_0_0", l.lease_id, "finished", LONG);
+      expect(claimed!.base_url).toBe("http://10.0.0.7:8000/envs/sb-b");
+      expect(await store.finishRelease("b_0_0", l.lease_id)).toBe(true);
+      const l2 = await granted(store, "b_0_0", LONG, WIDE, true);
+      expect(l2.base_url).toBeNull();
+      expect((await store.confirm("b_0_0", l2.lease_id, "sb-b2", LONG))!.base_url).toBeNull();
+      if (prefix) {
+        const raw = rawRedis();
+        expect(await raw.hexists(`${prefix}sbx:l:b_0_0`, "base_url")).toBe(0);
+        await raw.quit();
+      }
+      const e = (await store.confirm("b2_0_0", "b2_0_0~1", "sb", LONG, "").catch((x) => x)) as ConfigError;
+      expect([e.name, e.field]).toEqual(["ConfigError", "baseUrl"]);
     });
 
     test("confirm: creating(lease id) → live with the sandbox id and now+ttl; refused from the wrong lease id or status", async () => {
@@ -240,7 +266,7 @@ for (const be of backends) {
       // renew=false: the released lease is what exists; renew=true: attempt 2, a fresh record.
       expect(await store.acquire("r_0_0", WIDE, LONG, { renew: false })).toEqual({ outcome: "exists", lease: released });
       const l2 = await granted(store, "r_0_0", LONG, WIDE, true);
-      expect({ ...l2, created_ms: 0, expires_ms: 0 }).toEqual({ key: "r_0_0", lease_id: "r_0_0~2", attempt: 2, status: "creating", sandbox_id: null, created_ms: 0, expires_ms: 0, reason: null });
+      expect({ ...l2, created_ms: 0, expires_ms: 0 }).toEqual({ key: "r_0_0", lease_id: "r_0_0~2", attempt: 2, status: "creating", sandbox_id: null, base_url: null, created_ms: 0, expires_ms: 0, reason: null });
       expect(l2.expires_ms).toBe(l2.created_ms + LONG);
       expect(await store.confirm("r_0_0", l.lease_id, "sb-old", LONG)).toBeNull();
       if (m.prefix) {

@@ -199,6 +199,32 @@ describe("SandboxLeases", () => {
     expect(p.stats()).toMatchObject({ live: 1, created: 2, destroyed_released: 1 });
   });
 
+  test("a create reply's base_url is kept with the lease: a second process resuming the session gets the same URL; a bad one is refused naming base_url", async () => {
+    const p = startSandboxProvider({ openenv: true });
+    providers.push(p);
+    const store = new MemoryLeaseStore();
+    const first = manager(spec(p), store);
+    const l = await first.ensure("o_0_0", {}, { fresh: true });
+    expect(l).toEqual({ lease_id: "o_0_0~1", sandbox_id: l.sandbox_id, base_url: `${p.url}/envs/${l.sandbox_id}` });
+    expect((await store.get("o_0_0"))!.base_url).toBe(l.base_url);
+    const second = manager(spec(p), store);
+    expect(await second.ensure("o_0_0", {}, { fresh: false })).toEqual(l);
+    expect(p.stats().created).toBe(1);
+    // Without openenv: no base_url.
+    const plain = manager(spec(provider()), new MemoryLeaseStore());
+    expect((await plain.ensure("n_0_0", {}, { fresh: true })).base_url).toBeNull();
+
+    const bad = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: (req) => (new URL(req.url).pathname.endsWith("create") ? Response.json({ sandbox_id: "sb-x", base_url: "ftp://nope" }) : Response.json({ ok: true })) });
+    try {
+      const m = manager(SandboxSpec.parse({ create_url: `http://127.0.0.1:${bad.port}/create`, release_url: `http://127.0.0.1:${bad.port}/release`, ttl_s: 30 }), new MemoryLeaseStore());
+      const e = (await m.ensure("x_0_0", {}, { fresh: true }).catch((x) => x)) as SandboxCreateError;
+      expect(e).toBeInstanceOf(SandboxCreateError);
+      expect(e.message).toBe(`sandbox create for 'x_0_0' failed after 1 attempt: sandbox create http://127.0.0.1:${bad.port}/create: reply has no valid base_url (must be an http(s):// URL without query or fragment (the sandbox's own endpoint))`);
+    } finally {
+      await bad.stop(true);
+    }
+  });
+
   test("sandboxOf: the lease held here, else the store's record (an owner resumed elsewhere), a released one too; nothing for a key without a sandbox", async () => {
     const p = provider();
     const store = new MemoryLeaseStore();

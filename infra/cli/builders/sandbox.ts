@@ -1,6 +1,7 @@
 import type { AppConfig } from "../../../shared/config/app-config.ts";
 import { ConfigError } from "../../../shared/errors.ts";
 import type { SandboxSpec } from "../../../shared/schema/index.ts";
+import { SANDBOX_BASE_URL } from "../../../shared/schema/openenv.ts";
 import { LeasedToolExecutor, SandboxLeases } from "../../../shared/tools/sandbox-leases.ts";
 import type { ToolExecutor } from "../../../shared/tools/webhook-tool-client.ts";
 import { buildLeaseStore } from "./store.ts";
@@ -13,7 +14,8 @@ import type { PromFamily } from "../../../shared/telemetry/prometheus.ts";
  * (`storeWide`: with the store's shared figures too). Starts this process's heartbeat
  * and reaper (every process that runs trajectories reaps: the store's claim
  * makes two reapers release a lease once); both stop with `closers`.
- * @throws ConfigError (`tools.file: sandbox.lifetime_s`) when the sandbox lifetime is below the trajectory deadline.
+ * @throws ConfigError (`tools.file: sandbox.lifetime_s`) when the sandbox lifetime is below the trajectory deadline;
+ *   ConfigError (`openenv.base_url`) when it is `"sandbox"` and the tools file has no sandbox block.
  */
 export function buildSandboxLeases(
   config: AppConfig,
@@ -23,7 +25,12 @@ export function buildSandboxLeases(
   describe: string[],
   storeTimeoutS?: number,
 ): { leases: SandboxLeases | null; tools: ToolExecutor; leaseMetrics: ((storeWide: boolean) => Promise<PromFamily[]>) | null } {
-  if (!spec) return { leases: null, tools, leaseMetrics: null };
+  if (!spec) {
+    if (config.openenv.base_url === SANDBOX_BASE_URL) {
+      throw new ConfigError("openenv.base_url", `"${SANDBOX_BASE_URL}" plays each trajectory's own sandbox, so the tools file needs a sandbox block (its provider's create reply names the environment's base_url)${config.tools.file ? `; ${config.tools.file} has none` : ": set tools.file (--tools)"}`);
+    }
+    return { leases: null, tools, leaseMetrics: null };
+  }
   const observer = new LeaseMetricsCollector();
   const deadline = config.rollout.trajectory_deadline_s;
   let leases: SandboxLeases;
