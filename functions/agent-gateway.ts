@@ -84,7 +84,8 @@ export function createAgentGatewayApp(opts: AgentGatewayAppOptions): Hono {
     const ignored = ignoredChatKeys(body);
     const named: Record<string, string> = ignored.length > 0 ? { "x-edgeloop-ignored-keys": ignored.join(",") } : {};
     if ((body as { stream?: unknown }).stream === true) {
-      return new Response(chatCompletionSse(reply), { headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", ...named } });
+      const includeUsage = (body as { stream_options?: { include_usage?: unknown } | null }).stream_options?.include_usage === true;
+      return new Response(chatCompletionSse(reply, { includeUsage }), { headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", ...named } });
     }
     return c.json(chatCompletionBody(reply), 200, named);
   });

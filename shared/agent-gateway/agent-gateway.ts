@@ -419,7 +419,7 @@ export class AgentGateway {
  * FNV-1a over the canonical JSON, twice with different seeds (64 bits).
  */
 export function requestHash(req: ChatRequest): string {
-  const { stream: _s, ...rest } = req;
+  const { stream: _s, include_usage: _u, ...rest } = req;
   const s = JSON.stringify(rest);
   return fnv1a32(s).toString(16).padStart(8, "0") + fnv1a32(s, 0x9747b28c).toString(16).padStart(8, "0") + s.length.toString(16);
 }

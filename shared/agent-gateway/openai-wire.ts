@@ -38,6 +38,8 @@ export interface ChatRequest {
   max_tokens?: number;
   stop?: string[];
   stream: boolean;
+  /** Present (true) when `stream_options.include_usage` is true: a streamed reply ends with the usage chunk (OpenAI's rule; absent: no usage chunk). Not part of the request's identity. */
+  include_usage?: true;
   /** true: the reply carries the sampled tokens' log-probs (never `top_logprobs`). */
   logprobs: boolean;
 }
@@ -91,7 +93,7 @@ const FunctionIn = z.looseObject(
  * {@link parseChatRequest}).
  */
 export const CHAT_REQUEST_KEYS: readonly string[] = [
-  "model", "messages", "tools", "tool_choice", "temperature", "top_p", "seed", "max_tokens", "max_completion_tokens", "stop", "stream", "logprobs",
+  "model", "messages", "tools", "tool_choice", "temperature", "top_p", "seed", "max_tokens", "max_completion_tokens", "stop", "stream", "stream_options", "logprobs",
   "n", "top_logprobs", "frequency_penalty", "presence_penalty", "response_format", "logit_bias", "functions", "function_call",
 ];
 
@@ -101,7 +103,7 @@ export const CHAT_REQUEST_KEYS: readonly string[] = [
  * (not null) names them in the `x-edgeloop-ignored-keys` header
  * ({@link ignoredChatKeys}).
  */
-export const IGNORED_CHAT_KEYS: readonly string[] = ["user", "metadata", "store", "parallel_tool_calls", "stream_options", "service_tier", "reasoning_effort", "prompt_cache_key", "safety_identifier"];
+export const IGNORED_CHAT_KEYS: readonly string[] = ["user", "metadata", "store", "parallel_tool_calls", "service_tier", "reasoning_effort", "prompt_cache_key", "safety_identifier"];
 
 const KNOWN_KEYS = new Set([...CHAT_REQUEST_KEYS, ...IGNORED_CHAT_KEYS]);
 
@@ -136,7 +138,8 @@ export const ChatCompletionRequestSchema = z.strictObject({
   max_tokens: PositiveInt.nullish(),
   max_completion_tokens: Nullish(PositiveInt, "wins over max_tokens"),
   stop: Nullish(z.union([z.string().min(1), z.array(z.string().min(1)).max(MAX_STOP_STRINGS)]), `at most ${MAX_STOP_STRINGS} stop strings`),
-  stream: Nullish(Flag, "true: text/event-stream of chat.completion.chunk, a usage chunk, then [DONE]"),
+  stream: Nullish(Flag, "true: text/event-stream of chat.completion.chunk, then [DONE]"),
+  stream_options: Nullish(z.looseObject({ include_usage: Flag.nullish() }), "include_usage: true adds the usage chunk before [DONE] (as OpenAI); other keys are ignored"),
   logprobs: Nullish(Flag, "true: the sampled tokens' log-probs"),
   n: Nullish(z.literal(1), "only 1"),
   top_logprobs: Nullish(z.literal(0), "only 0"),
@@ -242,6 +245,11 @@ export function parseChatRequest(body: unknown): ChatRequest {
   if (max !== undefined) out.max_tokens = max;
   const stop = parseStop(b.stop);
   if (stop) out.stop = stop;
+  if (!nullish(b.stream_options)) {
+    if (!isRecord(b.stream_options)) throw new InputError("stream_options", "expected an object ({include_usage: true} adds the usage chunk)");
+    const inc = b.stream_options.include_usage;
+    if (!nullish(inc) && parseField("stream_options.include_usage", Flag, inc)) out.include_usage = true;
+  }
   return out;
 }
 
@@ -426,12 +434,13 @@ export function chatCompletionBody(r: ChatReply): Record<string, unknown> {
  * 4. per tool call k: `delta: {tool_calls: [{index: k, id, type: "function", function: {name, arguments}}]}`;
  * 5. `delta: {}` with `finish_reason`, and the turn's `logprobs` when requested
  *    (every sampled token on this one chunk; OpenAI clients concatenate chunks' log-probs);
- * 6. a usage chunk `{choices: [], usage}`, always sent (like vLLM's
- *    `--enable-force-include-usage`, whatever `stream_options` says);
+ * 6. a usage chunk `{choices: [], usage}` when `includeUsage` (the request's
+ *    `stream_options.include_usage`, OpenAI's rule: without it no chunk has
+ *    empty `choices`, so code that reads `chunk.choices[0]` never breaks);
  * 7. `data: [DONE]`.
  * @see https://platform.openai.com/docs/api-reference/chat-streaming/streaming
  */
-export function chatCompletionSse(r: ChatReply): string {
+export function chatCompletionSse(r: ChatReply, o: { includeUsage?: boolean } = {}): string {
   const head = { id: r.id, object: "chat.completion.chunk", created: r.created, model: r.model };
   const chunk = (delta: Record<string, unknown>, finish: ChatReply["finish_reason"] | null = null, logprobs: unknown = null) => ({
     ...head,
@@ -445,7 +454,7 @@ export function chatCompletionSse(r: ChatReply): string {
     events.push(chunk({ tool_calls: [{ index, id: c.id, type: "function", function: { name: c.function.name, arguments: c.function.arguments } }] })),
   );
   events.push(chunk({}, r.finish_reason, logprobsBody(r.logprobs)));
-  events.push({ ...head, choices: [], usage: { prompt_tokens: r.usage.prompt_tokens, completion_tokens: r.usage.completion_tokens, total_tokens: r.usage.total_tokens } });
+  if (o.includeUsage) events.push({ ...head, choices: [], usage: { prompt_tokens: r.usage.prompt_tokens, completion_tokens: r.usage.completion_tokens, total_tokens: r.usage.total_tokens } });
   return events.map((e) => `data: ${JSON.stringify(e)}\n\n`).join("") + "data: [DONE]\n\n";
 }
 

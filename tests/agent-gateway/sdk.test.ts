@@ -139,9 +139,15 @@ describe("agent gateway through the openai SDK", () => {
     expect(final.choices[0]!.message.tool_calls ?? []).toEqual([]);
     expect(engine.stats.requests).toBe(2);
 
-    // The same body again, streamed: the stored reply, chunk by chunk, and no engine call.
+    // Without stream_options.include_usage there is no usage chunk (OpenAI's rule): every chunk has a choice.
+    expect(final.usage).toBeUndefined();
+    const plain: OpenAI.ChatCompletionChunk[] = [];
+    for await (const c of await client.chat.completions.create({ model: "qwen3", messages, tools: sdkTools, stream: true })) plain.push(c);
+    expect(plain.map((c) => c.choices.length)).toEqual([1, 1, 1, 1]);
+
+    // The same body again, streamed with include_usage: the stored reply, chunk by chunk, and no engine call.
     const chunks: OpenAI.ChatCompletionChunk[] = [];
-    for await (const c of await client.chat.completions.create({ model: "qwen3", messages, tools: sdkTools, stream: true })) chunks.push(c);
+    for await (const c of await client.chat.completions.create({ model: "qwen3", messages, tools: sdkTools, stream: true, stream_options: { include_usage: true } })) chunks.push(c);
     expect(engine.stats.requests).toBe(2);
     expect(chunks.map((c) => c.id)).toEqual(Array(5).fill(final.id));
     expect(chunks.map((c): unknown => c.choices[0]?.delta ?? null)).toEqual([
@@ -152,7 +158,7 @@ describe("agent gateway through the openai SDK", () => {
       null,
     ]);
     expect(chunks.map((c) => c.choices[0]?.finish_reason ?? null)).toEqual([null, null, null, "stop", null]);
-    expect(chunks[4]!.usage).toEqual(final.usage!);
+    expect(chunks[4]!.usage).toEqual({ prompt_tokens: engine.requests[1]!.prompt_tokens, completion_tokens: engine.requests[1]!.completion_tokens, total_tokens: engine.requests[1]!.prompt_tokens! + engine.requests[1]!.completion_tokens! });
   });
 
   test("create({stream: true}) with a tool call: the call arrives as one tool_calls delta", async () => {

@@ -124,6 +124,7 @@ describe("parseChatRequest: accepted requests", () => {
       max_tokens: 256,
       stop: ["\nObservation:", "END"],
       stream: true,
+      include_usage: true,
       logprobs: true,
     };
     expect(parseChatRequest(body)).toEqual(want);
@@ -345,8 +346,13 @@ describe("reply bodies", () => {
     expect(choice.message).toEqual({ role: "assistant", content: "Paris", refusal: null });
   });
 
-  test("SSE: the exact event sequence, usage chunk always sent, then [DONE]", () => {
-    const sse = chatCompletionSse({ ...TOOL_REPLY, message: { ...TOOL_REPLY.message, tool_calls: TOOL_REPLY.message.tool_calls!.slice(0, 1) } });
+  test("SSE: the exact event sequence, the usage chunk only with include_usage, then [DONE]", () => {
+    const one = { ...TOOL_REPLY, message: { ...TOOL_REPLY.message, tool_calls: TOOL_REPLY.message.tool_calls!.slice(0, 1) } };
+    const sse = chatCompletionSse(one, { includeUsage: true });
+    // Without stream_options.include_usage (OpenAI's rule) no chunk has empty choices.
+    const plainSse = chatCompletionSse(one);
+    expect(plainSse).toBe(sse.replace(/data: \{[^\n]*"choices":\[\],"usage"[^\n]*\n\n/, ""));
+    expect(plainSse).not.toContain('"usage"');
     const head = '"id":"chatcmpl-k1-3","object":"chat.completion.chunk","created":1767225600,"model":"Qwen/Qwen3-8B"';
     const choice = (delta: string, finish = "null") => `data: {${head},"choices":[{"index":0,"delta":${delta},"logprobs":null,"finish_reason":${finish}}]}\n\n`;
     expect(sse).toBe(
@@ -376,7 +382,7 @@ function gateway(reply: ChatReply) {
     const req = parseChatRequest(await c.req.json());
     seen.push(req);
     const r = { ...reply, ...(req.logprobs ? {} : { logprobs: undefined }) };
-    if (req.stream) return new Response(chatCompletionSse(r), { headers: { "content-type": "text/event-stream" } });
+    if (req.stream) return new Response(chatCompletionSse(r, { includeUsage: req.include_usage === true }), { headers: { "content-type": "text/event-stream" } });
     return c.json(chatCompletionBody(r));
   });
   app.get("/v1/models", (c) => c.json(modelsBody("Qwen/Qwen3-8B", 1767225600)));
@@ -441,7 +447,7 @@ describe("round trip with the official openai SDK", () => {
 
   test("streaming helper: finalChatCompletion() gives the non-streaming message, tool_calls, finish_reason and usage", async () => {
     const { client, seen } = gateway(TOOL_REPLY);
-    const stream = client.chat.completions.stream({ model: "Qwen/Qwen3-8B", messages: [{ role: "user", content: "Weather?" }], tools: [WEATHER_TOOL] });
+    const stream = client.chat.completions.stream({ model: "Qwen/Qwen3-8B", messages: [{ role: "user", content: "Weather?" }], tools: [WEATHER_TOOL], stream_options: { include_usage: true } });
     const deltas: string[] = [];
     stream.on("content", (d) => deltas.push(d));
     const final = await stream.finalChatCompletion();
