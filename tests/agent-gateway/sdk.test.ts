@@ -158,7 +158,7 @@ describe("agent gateway through the openai SDK", () => {
       null,
     ]);
     expect(chunks.map((c) => c.choices[0]?.finish_reason ?? null)).toEqual([null, null, null, "stop", null]);
-    expect(chunks[4]!.usage).toEqual({ prompt_tokens: engine.requests[1]!.prompt_tokens, completion_tokens: engine.requests[1]!.completion_tokens, total_tokens: engine.requests[1]!.prompt_tokens! + engine.requests[1]!.completion_tokens! });
+    expect(chunks[4]!.usage).toEqual({ prompt_tokens: engine.requests[1]!.prompt_tokens, completion_tokens: engine.requests[1]!.completion_tokens!, total_tokens: engine.requests[1]!.prompt_tokens! + engine.requests[1]!.completion_tokens! });
   });
 
   test("create({stream: true}) with a tool call: the call arrives as one tool_calls delta", async () => {
