@@ -19,8 +19,8 @@ import type { ChatReply, ChatRequest } from "./openai-wire.ts";
  * @see https://docs.anthropic.com/en/api/messages
  */
 
-/** Top-level request keys the translation reads (`temperature`, `top_p` still sent by older SDKs and agents). */
-export const MESSAGES_REQUEST_KEYS: readonly string[] = ["model", "max_tokens", "messages", "system", "tools", "tool_choice", "temperature", "top_p", "top_k", "stop_sequences", "stream"];
+/** Top-level request keys the translation reads (`temperature`, `top_p` as older SDKs and agents still send them). */
+export const MESSAGES_REQUEST_KEYS: readonly string[] = ["model", "max_tokens", "messages", "system", "tools", "tool_choice", "temperature", "top_p", "stop_sequences", "stream"];
 
 /**
  * Request keys accepted and not used: bookkeeping and transport options, and
@@ -80,6 +80,38 @@ const ThinkingConfig = z.looseObject(
   { type: z.enum(["enabled", "disabled", "adaptive", "between_tools"], { error: 'expected "enabled", "disabled", "adaptive" or "between_tools"' }), budget_tokens: z.int({ error: "expected an integer" }).optional() },
   { error: "expected {type, budget_tokens?}" },
 );
+
+const Nullish = <T extends z.ZodType>(t: T, what: string) => t.nullish().describe(what);
+
+/**
+ * The Messages request body the endpoint accepts, as a zod schema for the
+ * OpenAPI document (`GET /openapi.json`); its keys are exactly
+ * {@link MESSAGES_REQUEST_KEYS} and {@link IGNORED_MESSAGES_KEYS}, the value
+ * ranges the zod types {@link parseMessagesRequest} checks with.
+ * {@link parseMessagesRequest} stays the validator (it names the failing
+ * field and translates the blocks). Follows `MessageCreateParamsBase` of
+ * `@anthropic-ai/sdk` v1.16.0.
+ */
+export const MessagesRequestSchema = z.strictObject({
+  model: Str.describe("informational: the gateway serves its one model"),
+  max_tokens: MaxTokens.describe("the most tokens this call samples (the output's response_length still applies)"),
+  messages: z
+    .array(
+      z.looseObject({
+        role: z.enum(["user", "assistant", "system"]),
+        content: z.union([Str, z.array(z.union([TextBlock, ThinkingBlock, ToolUseBlock, ToolResultBlock]))]),
+      }),
+    )
+    .min(1),
+  system: Nullish(z.union([Str, z.array(TextBlock)]), "a system message before the messages"),
+  tools: Nullish(z.array(ToolIn), "client tools {name, description?, input_schema}"),
+  tool_choice: Nullish(z.looseObject({ type: z.enum(["auto", "none"]), disable_parallel_tool_use: z.boolean().optional() }), 'only {type: "auto"} (default) or {type: "none"}'),
+  temperature: Temperature.nullish(),
+  top_p: TopP.nullish(),
+  stop_sequences: Nullish(z.array(Str.min(1)).max(MAX_STOP_SEQUENCES), `at most ${MAX_STOP_SEQUENCES} stop sequences`),
+  stream: Nullish(Flag, "true: text/event-stream of the Messages events"),
+  ...Object.fromEntries(IGNORED_MESSAGES_KEYS.map((k) => [k, z.unknown().optional().describe("accepted and unused (named in x-edgeloop-ignored-keys)")])),
+});
 
 /** Text of a `system` / `tool_result.content` / user content value: a string, or text blocks. */
 function textBlocks(v: unknown, at: string): { type: "text"; text: string }[] | string {
@@ -211,12 +243,12 @@ function parseStopSequences(v: unknown): string[] | undefined {
 export function parseMessagesRequest(body: unknown): ChatRequest {
   if (!isRecord(body)) throw new InputError("body", "expected a JSON object (an Anthropic Messages request)");
   const b = body;
+  if (!nullish(b.top_k)) throw new InputError("top_k", "edgeloop samples with the run's top_k (rollout sampling settings), not per call: remove it");
   for (const k of Object.keys(b)) {
-    if (!KNOWN_KEYS.has(k)) {
+    if (!KNOWN_KEYS.has(k) && !(k === "top_k" && nullish(b[k]))) {
       throw new InputError(k.slice(0, 100), "not supported by edgeloop's Messages endpoint (it samples only with model, max_tokens, messages, system, tools, tool_choice, temperature, top_p, stop_sequences, stream): remove it");
     }
   }
-  if (!nullish(b.top_k)) throw new InputError("top_k", "edgeloop samples with the run's top_k (rollout sampling settings), not per call: remove it");
   if (nullish(b.model)) throw new InputError("model", "required: the model's name (edgeloop serves its one model whatever it is)");
   const model = parseField("model", Str, b.model);
   if (nullish(b.max_tokens)) throw new InputError("max_tokens", "required: the most tokens to sample in this call (a positive integer)");
