@@ -23,6 +23,7 @@ import { startToolServer, type ToolServer } from "../../infra/tools/server.ts";
 import { parseToolsFile } from "../../shared/tools/tools-file.ts";
 import { WebhookToolClient } from "../../shared/tools/webhook-tool-client.ts";
 import type { GenerateRequest, InferenceClient } from "../../shared/inference/types.ts";
+import { EngineUnavailableError } from "../../shared/errors.ts";
 import type { ChatMessage, RolloutConfig, ToolSchema } from "../../shared/schema/index.ts";
 import { config, ctxOf, SP } from "../agent-loop/helpers.ts";
 
@@ -385,6 +386,41 @@ describe("agent gateway: Anthropic Messages through @anthropic-ai/sdk", () => {
     });
     expect(seen.length - before).toBe(1);
     expect(engine.stats.requests).toBe(0);
+  });
+
+  test("an engine that cannot answer is the API's 529 overloaded_error (retry-after 1), retried by the SDK and answered once the engine is back", async () => {
+    let down = 1;
+    const engine = new SimEngine({ tokenizer: tok, script });
+    const inner = new SimEngineClient(engine);
+    const flaky: InferenceClient = {
+      generate: async (req) => {
+        if (down-- > 0) throw new EngineUnavailableError("engine replica 127.0.0.1:1 is not answering");
+        return inner.generate(req);
+      },
+      maxModelLen: () => inner.maxModelLen(),
+    };
+    const gw = new AgentGateway({ storage: new MemorySessionStorage(), tokenizer: tok, client: flaky, maxModelLen: 4096, wallClockMs: () => 1_700_000_000_000 });
+    const app = createAgentGatewayApp({ gateway: gw });
+    const statuses: number[] = [];
+    const fetchApp: FetchLike = async (u, i) => {
+      const res = await app.fetch(u instanceof Request ? u : new Request(String(u), i));
+      statuses.push(res.status);
+      return res;
+    };
+    await createSession(gw);
+    const p = anthropicPrompt(rows[0]!.prompt);
+    const body = { model: "qwen3", max_tokens: 1024, system: p.system, messages: p.messages, tools: anthropicTools };
+    const raw = await fetchApp(`${BASE}/v1/sessions/u0_0_0/anthropic/v1/messages`, { method: "POST", headers: { "x-api-key": TOKEN }, body: JSON.stringify(body) });
+    expect([raw.status, raw.headers.get("retry-after"), await raw.json()]).toEqual([
+      529,
+      "1",
+      { type: "error", error: { type: "overloaded_error", message: "engine replica 127.0.0.1:1 is not answering" }, request_id: null },
+    ]);
+    down = 1;
+    const m = await anthropic(fetchApp, "u0_0_0", TOKEN, 1).messages.create(body);
+    expect(m.stop_reason).toBe("tool_use");
+    expect(statuses).toEqual([529, 529, 200]);
+    expect(engine.stats.requests).toBe(1);
   });
 });
 
