@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { ChatCompletionRequestSchema } from "../shared/agent-gateway/openai-wire.ts";
+import { MessagesRequestSchema } from "../shared/agent-gateway/messages-wire.ts";
 import { AgentTaskResult } from "../shared/agent-gateway/task.ts";
 
 /**
@@ -41,6 +42,26 @@ export function agentGatewayOpenApiPaths(err: Record<string, unknown>): Record<s
         security,
         parameters: [key],
         responses: { "200": { description: "{object: list, data: [{id, object: model, created, owned_by}]}" }, "401": unauthorized },
+      },
+    },
+    "/v1/sessions/{key}/anthropic/v1/messages": {
+      post: {
+        summary: "Anthropic Messages call for an agent's session, recorded token-exact like chat completions (token in x-api-key or bearer; errors in Anthropic's shape)",
+        security,
+        parameters: [key],
+        requestBody: { required: true, content: { "application/json": { schema: schema(MessagesRequestSchema) } } },
+        responses: {
+          "200": {
+            description: "a Messages message object (or, stream: true, text/event-stream of message_start … message_stop); x-edgeloop-ignored-keys names accepted-and-unused keys",
+            content: { "application/json": { schema: { type: "object" } }, "text/event-stream": { schema: { type: "string" } } },
+          },
+          "400": { description: "{type: error, error: {type: invalid_request_error, message}}: the message names the field (tool_choice, top_k, messages[0].content[1].type, …)" },
+          "401": { description: "authentication_error: wrong or missing session token, or an unknown session (the same answer)" },
+          "409": { description: "conflict_error: the session is closed (x-should-retry: false)" },
+          "413": { description: "request_too_large" },
+          "500": { description: "api_error" },
+          "529": { description: "overloaded_error: the engine or the store cannot answer now (retried by the SDK)" },
+        },
       },
     },
     "/v1/sessions/{key}/finish": {

@@ -5,6 +5,7 @@ import { AgentTaskResult } from "../shared/agent-gateway/task.ts";
 import { AuthError, InputError, inputErrorFromZod, NotFoundError } from "../shared/errors.ts";
 import { errorResponse } from "./rollouts.ts";
 import { limitBody, tooLarge } from "./http-util.ts";
+import { createMessagesApp } from "./messages-api.ts";
 
 /** Options of {@link createAgentGatewayApp}. */
 export interface AgentGatewayAppOptions {
@@ -39,7 +40,9 @@ async function jsonBody(c: Context, maxBody: number): Promise<unknown> {
  *   ending with a usage chunk and `[DONE]`), recorded token-exact
  *   ({@link AgentGateway.chat});
  * - `GET /v1/sessions/{key}/openai/v1/models` — the one model served;
- * - `POST /v1/sessions/{key}/finish` `{reward?, metadata?}` → `{ok, key, outputs}` (idempotent).
+ * - `POST /v1/sessions/{key}/finish` `{reward?, metadata?}` → `{ok, key, outputs}` (idempotent);
+ * - `POST /v1/sessions/{key}/anthropic/v1/messages` — Anthropic's Messages API
+ *   on the same session ({@link createMessagesApp}; its errors in Anthropic's shape).
  * 401 wrong or missing token, or an unknown session (the same answer, so
  * keys cannot be probed), 400 a request edgeloop
  * cannot answer (names the field: `n`, `messages[1].content[0].type`, …),
@@ -73,6 +76,7 @@ export function createAgentGatewayApp(opts: AgentGatewayAppOptions): Hono {
   });
   app.use("/v1/sessions/:key/openai/*", limitBody(maxBody));
   app.use("/v1/sessions/:key/finish", limitBody(1024 * 1024));
+  app.route("/", createMessagesApp({ gateway: gw, maxBodyBytes: maxBody }));
 
   app.post("/v1/sessions/:key/openai/v1/chat/completions", async (c) => {
     const key = c.req.param("key");

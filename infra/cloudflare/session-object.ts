@@ -365,9 +365,9 @@ export async function expireIfDue(storage: DurableObjectStorage, nowMs: number):
   return "expired";
 }
 
-/** Whether `path` is one of the agent gateway's routes (`/v1/sessions/{key}/openai/…`, `/v1/sessions/{key}/finish`). */
+/** Whether `path` is one of the agent gateway's routes (`/v1/sessions/{key}/openai/…`, `…/anthropic/…`, `/v1/sessions/{key}/finish`). */
 export function isAgentGatewayPath(path: string): boolean {
-  return /^\/v1\/sessions\/[^/]+\/(openai\/|finish$)/.test(path);
+  return /^\/v1\/sessions\/[^/]+\/(openai\/|anthropic\/|finish$)/.test(path);
 }
 
 /** `EDGELOOP_DO_MAX_VALUE_BYTES`, or the SQLite backend's bound. */

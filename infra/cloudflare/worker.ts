@@ -7,6 +7,7 @@
  * - `GET /v1/groups/{uid}` → the group's progress in the queue
  * - `POST /v1/sessions/{key}/tool-results`, `GET /v1/sessions/{key}` → forwarded to the key's object
  * - `POST /v1/sessions/{key}/openai/v1/chat/completions`, `GET …/openai/v1/models`,
+ *   `POST /v1/sessions/{key}/anthropic/v1/messages`,
  *   `POST /v1/sessions/{key}/finish` (agent gateway; bearer = the session token) → forwarded to the key's object
  * - `GET /health` (503 naming the Upstash store while it is unreachable)
  *
@@ -118,6 +119,7 @@ export const WORKER_ROUTES = [
   "POST /v1/sessions/{key}/tool-results",
   "POST /v1/sessions/{key}/openai/v1/chat/completions",
   "GET /v1/sessions/{key}/openai/v1/models",
+  "POST /v1/sessions/{key}/anthropic/v1/messages",
   "POST /v1/sessions/{key}/finish",
 ] as const;
 

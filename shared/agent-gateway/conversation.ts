@@ -126,6 +126,8 @@ export interface ParsedReply {
   /** The same turn as a {@link ChatMessage} (what the next request must repeat). */
   history: ChatMessage;
   calls: ParsedCall[];
+  /** The stop string that ended the turn (the first in the text; the earliest listed at that place), when one did. */
+  stop_sequence?: string;
 }
 
 /**
@@ -151,10 +153,14 @@ export function parseReply(
 ): ParsedReply {
   const body = ids.length > 0 && tok.isStopToken(ids[ids.length - 1]) ? Array.prototype.slice.call(ids, 0, -1) : Array.from(ids);
   let text = tok.decode(body);
+  let stopSequence: string | undefined;
   // A turn a stop string ended: the text stops before it (OpenAI and vLLM leave it out; the tokens keep it).
   if (o.stop?.length) {
     const at = Math.min(...o.stop.map((x) => text.indexOf(x)).filter((i) => i >= 0));
-    if (Number.isFinite(at)) text = text.slice(0, at);
+    if (Number.isFinite(at)) {
+      stopSequence = o.stop.find((x) => text.indexOf(x) === at);
+      text = text.slice(0, at);
+    }
   }
   const { reasoning, rest } = splitReasoning(tok.traits.family, text);
   let content = rest;
@@ -179,7 +185,7 @@ export function parseReply(
     ...(reasoning !== null ? { reasoning_content: reasoning } : {}),
     ...(toolCalls.length ? { tool_calls: toolCalls } : {}),
   };
-  return { message, history, calls };
+  return { message, history, calls, ...(stopSequence !== undefined ? { stop_sequence: stopSequence } : {}) };
 }
 
 /**

@@ -163,6 +163,7 @@ export class GatewayTurns {
       model: req.model ?? this.modelName,
       message,
       finish_reason: replyFinish,
+      ...(parsed?.stop_sequence !== undefined ? { stop_sequence: parsed.stop_sequence } : {}),
       usage: { prompt_tokens: promptTokens, completion_tokens: action?.ids.length ?? 0, total_tokens: promptTokens + (action?.ids.length ?? 0) },
       ...(req.logprobs ? { logprobs: action ? this.logprobsOf(action.ids, action.lps) : [] } : {}),
     };

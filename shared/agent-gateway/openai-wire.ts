@@ -386,6 +386,8 @@ export interface ChatReply {
   model: string;
   message: ChatReplyMessage;
   finish_reason: "stop" | "tool_calls" | "length";
+  /** The stop string (one of the request's `stop`) that ended the turn, when one did (finish_reason `stop`); the Messages API reports it. */
+  stop_sequence?: string;
   usage: { prompt_tokens: number; completion_tokens: number; total_tokens: number };
   logprobs?: ChatReplyLogprob[] | null;
 }

@@ -5,6 +5,7 @@
 import { afterAll, expect, test } from "bun:test";
 import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
 import { buildRuntime } from "../../infra/cli/runtime.ts";
+import { IGNORED_MESSAGES_KEYS, MESSAGES_REQUEST_KEYS, MessagesRequestSchema, parseMessagesRequest } from "../../shared/agent-gateway/messages-wire.ts";
 import { CHAT_REQUEST_KEYS, ChatCompletionRequestSchema, IGNORED_CHAT_KEYS, parseChatRequest } from "../../shared/agent-gateway/openai-wire.ts";
 import { spawnServe, type CliProc } from "../chaos/store-harness.ts";
 
@@ -18,7 +19,7 @@ test("every route the agent gateway serves is in the served /openapi.json, with 
   const app = createAgentGatewayApp({ gateway: runtime.agentGateway });
   // Hono's route list: handlers by method; `use` middleware is registered as ALL.
   const served = app.routes.filter((r) => r.method !== "ALL").map((r) => `${r.method.toLowerCase()} ${r.path.replace(/:(\w+)/g, "{$1}")}`);
-  expect(served.sort()).toEqual(["get /v1/sessions/{key}/openai/v1/models", "post /v1/sessions/{key}/finish", "post /v1/sessions/{key}/openai/v1/chat/completions"]);
+  expect(served.sort()).toEqual(["get /v1/sessions/{key}/openai/v1/models", "post /v1/sessions/{key}/anthropic/v1/messages", "post /v1/sessions/{key}/finish", "post /v1/sessions/{key}/openai/v1/chat/completions"]);
 
   const serve = await spawnServe(["--store", "memory"]);
   procs.push(serve);
@@ -36,6 +37,9 @@ test("every route the agent gateway serves is in the served /openapi.json, with 
   const chat = doc.paths["/v1/sessions/{key}/openai/v1/chat/completions"]!.post!.requestBody!.content["application/json"]!.schema;
   expect(Object.keys(chat.properties).sort()).toEqual([...CHAT_REQUEST_KEYS, ...IGNORED_CHAT_KEYS].sort());
   expect(chat.required).toEqual(["messages"]);
+  const messages = doc.paths["/v1/sessions/{key}/anthropic/v1/messages"]!.post!.requestBody!.content["application/json"]!.schema;
+  expect(Object.keys(messages.properties).sort()).toEqual([...MESSAGES_REQUEST_KEYS, ...IGNORED_MESSAGES_KEYS].sort());
+  expect(messages.required).toEqual(["model", "max_tokens", "messages"]);
   const finish = doc.paths["/v1/sessions/{key}/finish"]!.post!.requestBody!.content["application/json"]!.schema;
   expect(Object.keys(finish.properties).sort()).toEqual(["metadata", "reward"]);
   await runtime.close();
@@ -49,4 +53,18 @@ test("the documented chat request schema accepts what the gateway parses and ref
   expect(() => parseChatRequest({ ...body, top_k: 5 })).toThrow("not supported by edgeloop's agent gateway");
   expect(ChatCompletionRequestSchema.safeParse({ ...body, n: 2 }).success).toBe(false);
   expect(() => parseChatRequest({ ...body, n: 2 })).toThrow("n must be 1");
+});
+
+test("the documented Messages request schema accepts what the endpoint parses and refuses what it refuses", () => {
+  const body = { model: "m", max_tokens: 64, system: "be brief", messages: [{ role: "user", content: "hi" }], temperature: 0.5, stop_sequences: ["x"], metadata: { user_id: "u" } };
+  expect(MessagesRequestSchema.safeParse(body).success).toBe(true);
+  expect(parseMessagesRequest(body).stop).toEqual(["x"]);
+  for (const [k, v, message] of [
+    ["top_k", 5, "top_k: edgeloop samples with the run's top_k"],
+    ["tool_choice", { type: "any" }, "tool_choice: edgeloop samples token-in/token-out without guided decoding"],
+    ["temperature", 1.5, "temperature: must be <= 1"],
+  ] as const) {
+    expect(MessagesRequestSchema.safeParse({ ...body, [k]: v }).success).toBe(false);
+    expect(() => parseMessagesRequest({ ...body, [k]: v })).toThrow(message);
+  }
 });

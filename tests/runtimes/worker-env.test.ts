@@ -79,7 +79,7 @@ describe("Worker entry: routes", () => {
       error: {
         code: "not_found",
         message:
-          "no route GET /v1/rollouts/abc on the Workers entry; it serves GET /health, POST /v1/rollouts, GET /v1/groups/{uid}, GET /v1/sessions/{key}, POST /v1/sessions/{key}/tool-results, POST /v1/sessions/{key}/openai/v1/chat/completions, GET /v1/sessions/{key}/openai/v1/models, POST /v1/sessions/{key}/finish (batch progress, trajectories, groups to consume, /metrics and the viewer are served by edgeloop serve)",
+          "no route GET /v1/rollouts/abc on the Workers entry; it serves GET /health, POST /v1/rollouts, GET /v1/groups/{uid}, GET /v1/sessions/{key}, POST /v1/sessions/{key}/tool-results, POST /v1/sessions/{key}/openai/v1/chat/completions, GET /v1/sessions/{key}/openai/v1/models, POST /v1/sessions/{key}/anthropic/v1/messages, POST /v1/sessions/{key}/finish (batch progress, trajectories, groups to consume, /metrics and the viewer are served by edgeloop serve)",
       },
     });
   });
