@@ -46,6 +46,8 @@ const FunctionToolIn = z.looseObject({
   strict: Flag.nullish(),
 });
 
+const INPUT_ROLES = ["user", "system", "developer", "assistant"] as const;
+
 const INCLUDABLE = [
   "file_search_call.results", "web_search_call.results", "web_search_call.action.sources", "message.input_image.image_url",
   "computer_call_output.output.image_url", "code_interpreter_call.outputs", "reasoning.encrypted_content",
@@ -72,6 +74,46 @@ export const IGNORED_RESPONSES_KEYS: readonly string[] = [
 ];
 
 const KNOWN_KEYS = new Set([...RESPONSES_REQUEST_KEYS, ...IGNORED_RESPONSES_KEYS]);
+
+const Nullish = <T extends z.ZodType>(t: T, what: string) => t.nullish().describe(what);
+const TextPartIn = z.looseObject({ type: z.enum(["input_text", "output_text"]), text: z.string() });
+const TextIn = z.union([z.string(), z.array(TextPartIn)]);
+const InputItemIn = z.union([
+  z.looseObject({ type: z.literal("message").optional(), role: z.enum(INPUT_ROLES), content: TextIn }),
+  z.looseObject({ type: z.literal("function_call"), call_id: z.string(), name: z.string().min(1), arguments: z.string() }),
+  z.looseObject({ type: z.literal("function_call_output"), call_id: z.string(), output: TextIn }),
+  z.looseObject({ type: z.literal("reasoning"), summary: z.array(z.looseObject({ text: z.string() })).optional(), content: z.array(z.looseObject({ text: z.string() })).optional() }),
+]);
+
+/**
+ * The Responses request body the agent gateway accepts, as a zod schema for
+ * the OpenAPI document (`GET /openapi.json`), after openai-node v6.49's
+ * `ResponseCreateParamsBase`. Its keys are exactly
+ * {@link RESPONSES_REQUEST_KEYS} and {@link IGNORED_RESPONSES_KEYS} (a test
+ * checks it). {@link parseResponsesRequest} stays the validator: it names the
+ * failing field in edgeloop's own words.
+ */
+export const ResponsesRequestSchema = z.strictObject({
+  model: Nullish(z.string(), "informational: the gateway serves its one model"),
+  input: Nullish(z.union([z.string(), z.array(InputItemIn)]), "a user message, or message / function_call / function_call_output / reasoning items"),
+  instructions: Nullish(z.string(), "the first (system) message"),
+  tools: Nullish(z.array(FunctionToolIn), "function tools only"),
+  tool_choice: Nullish(z.enum(["auto", "none"]), 'default "auto"'),
+  temperature: Temperature.nullish(),
+  top_p: TopP.nullish(),
+  max_output_tokens: Nullish(PositiveInt, "caps this call's sampled tokens"),
+  stream: Nullish(Flag, "true: text/event-stream of the Responses events"),
+  previous_response_id: Nullish(z.string(), "a response id of this session: its conversation comes before input"),
+  truncation: Nullish(z.literal("disabled"), 'only "disabled"'),
+  text: Nullish(z.looseObject({ format: z.object({ type: z.literal("text") }).nullish() }), 'format only {type: "text"}'),
+  top_logprobs: Nullish(z.literal(0), "only 0"),
+  background: Nullish(z.literal(false), "only false"),
+  conversation: Nullish(z.null(), "not supported"),
+  prompt: Nullish(z.null(), "not supported"),
+  context_management: Nullish(z.null(), "not supported"),
+  max_tool_calls: Nullish(z.null(), "not supported"),
+  ...Object.fromEntries(IGNORED_RESPONSES_KEYS.map((k) => [k, z.unknown().optional().describe("accepted and ignored (named in x-edgeloop-ignored-keys)")])),
+});
 
 /**
  * The request fields a Responses reply echoes (`Response.instructions`,
@@ -210,8 +252,6 @@ export function parseResponsesRequest(body: unknown): ParsedResponsesRequest {
     },
   };
 }
-
-const INPUT_ROLES = ["user", "system", "developer", "assistant"] as const;
 
 /** A message's or tool output's text: a string, or `input_text`/`output_text` parts joined. */
 function partsText(v: unknown, at: string, what: string): string {
