@@ -380,7 +380,7 @@ describe("agent gateway: OpenAI Responses API", () => {
           return "120";
         },
       });
-      const agent = new Agent({ name: "math", instructions: rows[3]!.prompt[0]!.content as string, tools: [lookup, calc], model: "qwen3" });
+      const agent = new Agent({ name: "math", instructions: rows[3]!.prompt[0]!.content as string, tools: [lookup, calc] });
       const runner = new Runner({ modelProvider: new OpenAIProvider({ openAIClient: client as never, useResponses: true }), tracingDisabled: true });
       const user = rows[3]!.prompt[1]!.content as string;
       const result = stream ? await runner.run(agent, user, { stream: true }) : await runner.run(agent, user);
@@ -388,6 +388,9 @@ describe("agent gateway: OpenAI Responses API", () => {
       expect(result.finalOutput).toBe("The answer is 121.\n#### 121");
       expect(executed).toEqual(["lookup:minutes per hour", "calc:2*60"]);
       expect(bodies.length).toBe(3);
+      // The SDK's default model and its default settings (reasoning effort, text verbosity) are accepted.
+      expect(Object.keys(bodies[0]!).sort()).toEqual(["include", "input", "instructions", "model", "reasoning", "stream", "text", "tools"]);
+      expect([bodies[0]!.stream, bodies[0]!.reasoning, bodies[0]!.text, bodies[0]!.include]).toEqual([stream, { effort: "none" }, { verbosity: "low" }, []]);
       const st = await gw.finish(key, { by: "agent" });
       const outs = agentOutputs(st, { reward: null });
       expect(outs.length).toBe(1);
@@ -407,5 +410,36 @@ describe("agent gateway: OpenAI Responses API", () => {
       expect(o.response_mask.slice(runs[0]!, runs[0]! + turns[0].length)).toEqual(Array(turns[0].length).fill(1));
       expect(o.response_logprobs!.filter((_, i) => o.response_mask[i] === 0).every((x) => x === 0)).toBe(true);
     }
+  });
+
+  test("@openai/agents with previousResponseId: the next run sends only its new items and continues the same output", async () => {
+    const { gw, fetchApp, bodies } = setup();
+    const key = "ap_0_0";
+    await createSession(gw, key, 3);
+    const client = sdk(fetchApp, key);
+    const answers: Record<string, string> = { lookup: "60", calc: "120" };
+    const mk = (name: "lookup" | "calc", arg: "query" | "expression") =>
+      tool({ name, description: tools[name === "calc" ? 0 : 1]!.function.description, parameters: z.object({ [arg]: z.string() }), execute: async () => answers[name]! });
+    const agent = new Agent({ name: "math", instructions: rows[3]!.prompt[0]!.content as string, tools: [mk("lookup", "query"), mk("calc", "expression")] });
+    const runner = new Runner({ modelProvider: new OpenAIProvider({ openAIClient: client as never }), tracingDisabled: true });
+    const first = await runner.run(agent, rows[3]!.prompt[1]!.content as string);
+    const second = await runner.run(agent, "Thanks.", { previousResponseId: first.lastResponseId });
+    expect(bodies.length).toBe(4);
+    expect(bodies.slice(0, 3).map((b) => b.previous_response_id ?? null)).toEqual([null, null, null]);
+    expect(first.lastResponseId).toBe(`resp_${H(key).toString(16)}-0-3-3-6i`);
+    expect([bodies[3]!.previous_response_id, bodies[3]!.input]).toEqual([first.lastResponseId, [{ role: "user", content: "Thanks." }]]);
+    // (No rule of the script answers the thanks: the policy's default reply.)
+    expect(second.finalOutput).toBe(script.default[0]);
+    const st = await gw.finish(key, { by: "agent" });
+    expect(st.outputs.map((o) => [o.assistantTurns, o.userTurns])).toEqual([[4, 3]]);
+    const o = agentOutputs(st, { reward: null })[0]!;
+    const sampled = o.response_ids.filter((_, i) => o.response_mask[i] === 1);
+    expect(sampled).toEqual([...script.rules[3].turns.slice(0, 3), script.default[0]].flatMap((t: string) => [...tok.encode(t), IM_END]));
+    // The thanks is appended as an observation (mask 0) after the third turn's <|im_end|>, exactly as the template renders it.
+    const fourth = o.response_ids.length - tok.encode(script.default[0]).length - 1;
+    const thirdEnd = o.response_mask.lastIndexOf(1, fourth - 1);
+    const obs = o.response_ids.slice(thirdEnd + 1, fourth);
+    expect(o.response_mask.slice(thirdEnd + 1, fourth)).toEqual(Array(obs.length).fill(0));
+    expect(tok.decode(obs)).toBe("\n<|im_start|>user\nThanks.<|im_end|>\n<|im_start|>assistant\n");
   });
 });
