@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { ChatCompletionRequestSchema } from "../shared/agent-gateway/openai-wire.ts";
 import { MessagesRequestSchema } from "../shared/agent-gateway/messages-wire.ts";
+import { ResponsesRequestSchema } from "../shared/agent-gateway/responses-wire.ts";
 import { AgentTaskResult } from "../shared/agent-gateway/task.ts";
 
 /**
@@ -28,6 +29,26 @@ export function agentGatewayOpenApiPaths(err: Record<string, unknown>): Record<s
             content: { "application/json": { schema: { type: "object" } }, "text/event-stream": { schema: { type: "string" } } },
           },
           "400": { ...err, description: "a request edgeloop cannot answer (field names it: n, messages[1].content[0].type, …)" },
+          "401": unauthorized,
+          "409": closed,
+          "413": err,
+          "502": err,
+          "503": err,
+        },
+      },
+    },
+    "/v1/sessions/{key}/openai/v1/responses": {
+      post: {
+        summary: "OpenAI Responses call for an agent's session, recorded token-exact like chat completions (previous_response_id: a response of this session)",
+        security,
+        parameters: [key],
+        requestBody: { required: true, content: { "application/json": { schema: schema(ResponsesRequestSchema) } } },
+        responses: {
+          "200": {
+            description: "a Responses response object (or, stream: true, text/event-stream of response.created … response.completed); x-edgeloop-ignored-keys names accepted-and-ignored keys",
+            content: { "application/json": { schema: { type: "object" } }, "text/event-stream": { schema: { type: "string" } } },
+          },
+          "400": { ...err, description: "a request edgeloop cannot answer (field names it: tools[0].type, text.format, previous_response_id, …)" },
           "401": unauthorized,
           "409": closed,
           "413": err,

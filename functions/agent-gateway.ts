@@ -1,6 +1,8 @@
 import { Hono, type Context } from "hono";
 import { SessionClosedError, type AgentGateway } from "../shared/agent-gateway/agent-gateway.ts";
 import { chatCompletionBody, chatCompletionSse, ignoredChatKeys, modelsBody } from "../shared/agent-gateway/openai-wire.ts";
+import { answerResponses } from "../shared/agent-gateway/responses.ts";
+import { ignoredResponsesKeys, responsesBody, responsesSse } from "../shared/agent-gateway/responses-wire.ts";
 import { AgentTaskResult } from "../shared/agent-gateway/task.ts";
 import { AuthError, InputError, inputErrorFromZod, NotFoundError } from "../shared/errors.ts";
 import { errorResponse } from "./rollouts.ts";
@@ -39,6 +41,8 @@ async function jsonBody(c: Context, maxBody: number): Promise<unknown> {
  *   completion (`stream: true`: `text/event-stream` of `chat.completion.chunk`s
  *   ending with a usage chunk and `[DONE]`), recorded token-exact
  *   ({@link AgentGateway.chat});
+ * - `POST /v1/sessions/{key}/openai/v1/responses` — the same turn as an OpenAI
+ *   Responses call (`stream: true`: the Responses SSE events), see `answerResponses`;
  * - `GET /v1/sessions/{key}/openai/v1/models` — the one model served;
  * - `POST /v1/sessions/{key}/finish` `{reward?, metadata?}` → `{ok, key, outputs}` (idempotent);
  * - `POST /v1/sessions/{key}/anthropic/v1/messages` — Anthropic's Messages API
@@ -92,6 +96,17 @@ export function createAgentGatewayApp(opts: AgentGatewayAppOptions): Hono {
       return new Response(chatCompletionSse(reply, { includeUsage }), { headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", ...named } });
     }
     return c.json(chatCompletionBody(reply), 200, named);
+  });
+
+  app.post("/v1/sessions/:key/openai/v1/responses", async (c) => {
+    const key = c.req.param("key");
+    await authorize(key, bearer(c));
+    const body = await jsonBody(c, maxBody);
+    const a = await answerResponses(gw, key, body);
+    const ignored = ignoredResponsesKeys(body);
+    const named: Record<string, string> = ignored.length > 0 ? { "x-edgeloop-ignored-keys": ignored.join(",") } : {};
+    if (a.stream) return new Response(responsesSse(a.reply, a.id, a.echo), { headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", ...named } });
+    return c.json(responsesBody(a.reply, a.id, a.echo), 200, named);
   });
 
   app.get("/v1/sessions/:key/openai/v1/models", async (c) => {

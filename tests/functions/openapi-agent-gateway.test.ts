@@ -7,6 +7,7 @@ import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
 import { buildRuntime } from "../../infra/cli/runtime.ts";
 import { IGNORED_MESSAGES_KEYS, MESSAGES_REQUEST_KEYS, MessagesRequestSchema, parseMessagesRequest } from "../../shared/agent-gateway/messages-wire.ts";
 import { CHAT_REQUEST_KEYS, ChatCompletionRequestSchema, IGNORED_CHAT_KEYS, parseChatRequest } from "../../shared/agent-gateway/openai-wire.ts";
+import { IGNORED_RESPONSES_KEYS, parseResponsesRequest, RESPONSES_REQUEST_KEYS, ResponsesRequestSchema } from "../../shared/agent-gateway/responses-wire.ts";
 import { spawnServe, type CliProc } from "../chaos/store-harness.ts";
 
 const procs: CliProc[] = [];
@@ -19,7 +20,7 @@ test("every route the agent gateway serves is in the served /openapi.json, with 
   const app = createAgentGatewayApp({ gateway: runtime.agentGateway });
   // Hono's route list: handlers by method; `use` middleware is registered as ALL.
   const served = app.routes.filter((r) => r.method !== "ALL").map((r) => `${r.method.toLowerCase()} ${r.path.replace(/:(\w+)/g, "{$1}")}`);
-  expect(served.sort()).toEqual(["get /v1/sessions/{key}/openai/v1/models", "post /v1/sessions/{key}/anthropic/v1/messages", "post /v1/sessions/{key}/finish", "post /v1/sessions/{key}/openai/v1/chat/completions"]);
+  expect(served.sort()).toEqual(["get /v1/sessions/{key}/openai/v1/models", "post /v1/sessions/{key}/anthropic/v1/messages", "post /v1/sessions/{key}/finish", "post /v1/sessions/{key}/openai/v1/chat/completions", "post /v1/sessions/{key}/openai/v1/responses"]);
 
   const serve = await spawnServe(["--store", "memory"]);
   procs.push(serve);
@@ -40,6 +41,8 @@ test("every route the agent gateway serves is in the served /openapi.json, with 
   const messages = doc.paths["/v1/sessions/{key}/anthropic/v1/messages"]!.post!.requestBody!.content["application/json"]!.schema;
   expect(Object.keys(messages.properties).sort()).toEqual([...MESSAGES_REQUEST_KEYS, ...IGNORED_MESSAGES_KEYS].sort());
   expect(messages.required).toEqual(["model", "max_tokens", "messages"]);
+  const responses = doc.paths["/v1/sessions/{key}/openai/v1/responses"]!.post!.requestBody!.content["application/json"]!.schema;
+  expect(Object.keys(responses.properties).sort()).toEqual([...RESPONSES_REQUEST_KEYS, ...IGNORED_RESPONSES_KEYS].sort());
   const finish = doc.paths["/v1/sessions/{key}/finish"]!.post!.requestBody!.content["application/json"]!.schema;
   expect(Object.keys(finish.properties).sort()).toEqual(["metadata", "reward"]);
   await runtime.close();
@@ -67,4 +70,19 @@ test("the documented Messages request schema accepts what the endpoint parses an
     expect(MessagesRequestSchema.safeParse({ ...body, [k]: v }).success).toBe(false);
     expect(() => parseMessagesRequest({ ...body, [k]: v })).toThrow(message);
   }
+test("the documented Responses request schema accepts what the gateway parses and refuses a key it refuses", () => {
+  const body = {
+    model: "m",
+    instructions: "Be brief.",
+    input: [{ role: "user", content: "hi" }, { type: "function_call", call_id: "c1", name: "calc", arguments: "{}" }, { type: "function_call_output", call_id: "c1", output: "3" }],
+    tools: [{ type: "function", name: "calc", parameters: { type: "object", properties: {} }, strict: true }],
+    truncation: "disabled",
+    store: false,
+  };
+  expect(ResponsesRequestSchema.safeParse(body).success).toBe(true);
+  expect(parseResponsesRequest(body).input.map((m) => m.role)).toEqual(["user", "assistant", "tool"]);
+  expect(ResponsesRequestSchema.safeParse({ ...body, seed: 5 }).success).toBe(false);
+  expect(() => parseResponsesRequest({ ...body, seed: 5 })).toThrow("not supported by edgeloop's agent gateway");
+  expect(ResponsesRequestSchema.safeParse({ ...body, truncation: "auto" }).success).toBe(false);
+  expect(() => parseResponsesRequest({ ...body, truncation: "auto" })).toThrow("truncation:");
 });
