@@ -26,6 +26,7 @@ import type { GenerateRequest, InferenceClient } from "../../shared/inference/ty
 import { EngineUnavailableError } from "../../shared/errors.ts";
 import type { ChatMessage, RolloutConfig, ToolSchema } from "../../shared/schema/index.ts";
 import { config, ctxOf, SP } from "../agent-loop/helpers.ts";
+import { sessionTag } from "../../shared/agent-gateway/conversation.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 const script = JSON.parse(readFileSync(`${ROOT}examples/policy.json`, "utf8"));
@@ -195,7 +196,7 @@ describe("agent gateway: Anthropic Messages through @anthropic-ai/sdk", () => {
     const o = new OpenAI({ baseURL: `${BASE}/v1/sessions/u0_0_0/openai/v1`, apiKey: TOKEN, fetch: viaChat.fetchApp, maxRetries: 0 });
     const msgs = [...rows[0]!.prompt] as OpenAI.ChatCompletionMessageParam[];
     const c1 = await o.chat.completions.create({ model: "qwen3", max_tokens: 1024, messages: msgs, tools: tools as OpenAI.ChatCompletionTool[] });
-    msgs.push(c1.choices[0]!.message as OpenAI.ChatCompletionMessageParam, { role: "tool", tool_call_id: "call_0_0_0", content: "31" });
+    msgs.push(c1.choices[0]!.message as OpenAI.ChatCompletionMessageParam, { role: "tool", tool_call_id: `call_${sessionTag("u0_0_0")}_0_0_0`, content: "31" });
     await o.chat.completions.create({ model: "qwen3", max_tokens: 1024, messages: msgs, tools: tools as OpenAI.ChatCompletionTool[] });
 
     const [x] = agentOutputs(await viaMessages.gw.finish("u0_0_0", { by: "agent", reward: 1 }), { reward: 1 });
@@ -225,7 +226,7 @@ describe("agent gateway: Anthropic Messages through @anthropic-ai/sdk", () => {
       model: "qwen3",
       content: [
         { type: "thinking", thinking: "Let me compute 12*3-5.", signature: thinkingSignature("Let me compute 12*3-5.") },
-        { type: "tool_use", id: "call_0_0_0", name: "calc", input: { expression: "12*3-5" }, caller: { type: "direct" } },
+        { type: "tool_use", id: `call_${sessionTag("u0_0_0")}_0_0_0`, name: "calc", input: { expression: "12*3-5" }, caller: { type: "direct" } },
       ],
       stop_reason: "tool_use",
       stop_sequence: null,
@@ -244,7 +245,7 @@ describe("agent gateway: Anthropic Messages through @anthropic-ai/sdk", () => {
       { type: "content_block_delta", index: 0, delta: { type: "thinking_delta", thinking: "Let me compute 12*3-5." } },
       { type: "content_block_delta", index: 0, delta: { type: "signature_delta", signature: thinkingSignature("Let me compute 12*3-5.") } },
       { type: "content_block_stop", index: 0 },
-      { type: "content_block_start", index: 1, content_block: { type: "tool_use", id: "call_0_0_0", name: "calc", input: {}, caller: { type: "direct" } } },
+      { type: "content_block_start", index: 1, content_block: { type: "tool_use", id: `call_${sessionTag("u0_0_0")}_0_0_0`, name: "calc", input: {}, caller: { type: "direct" } } },
       { type: "content_block_delta", index: 1, delta: { type: "input_json_delta", partial_json: '{"expression":"12*3-5"}' } },
       { type: "content_block_stop", index: 1 },
       {

@@ -25,6 +25,7 @@ import { parseToolsFile } from "../../shared/tools/tools-file.ts";
 import { WebhookToolClient } from "../../shared/tools/webhook-tool-client.ts";
 import type { ChatMessage, ToolSchema } from "../../shared/schema/index.ts";
 import { config, ctxOf, SP } from "../agent-loop/helpers.ts";
+import { sessionTag } from "../../shared/agent-gateway/conversation.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
 const script = JSON.parse(readFileSync(`${ROOT}examples/policy.json`, "utf8"));
@@ -186,7 +187,7 @@ describe("agent gateway: OpenAI Responses API", () => {
       model: "qwen3",
       output: [
         { id: `rs_${s}`, type: "reasoning", summary: [], content: [{ type: "reasoning_text", text: "Let me compute 12*3-5." }], status: "completed" },
-        { id: `fc_${s}_0`, type: "function_call", call_id: "call_0_0_0", name: "calc", arguments: '{"expression":"12*3-5"}', status: "completed" },
+        { id: `fc_${s}_0`, type: "function_call", call_id: `call_${sessionTag(key)}_0_0_0`, name: "calc", arguments: '{"expression":"12*3-5"}', status: "completed" },
       ],
       output_text: "",
       parallel_tool_calls: true,
@@ -209,7 +210,7 @@ describe("agent gateway: OpenAI Responses API", () => {
     expect(engine.stats.requests).toBe(1);
 
     // The final turn: a message item with output_text (and the reasoning before it).
-    const r2 = await client.responses.create({ ...body, input: [...(body.input as OpenAI.Responses.ResponseInputItem[]), ...(r1.output as OpenAI.Responses.ResponseInputItem[]), { type: "function_call_output", call_id: "call_0_0_0", output: "31" }] });
+    const r2 = await client.responses.create({ ...body, input: [...(body.input as OpenAI.Responses.ResponseInputItem[]), ...(r1.output as OpenAI.Responses.ResponseInputItem[]), { type: "function_call_output", call_id: `call_${sessionTag(key)}_0_0_0`, output: "31" }] });
     const s2 = `${H(key).toString(16)}-0-2-2-4`;
     expect(r2.output).toEqual([
       { id: `rs_${s2}`, type: "reasoning", summary: [], content: [{ type: "reasoning_text", text: "The tool says 31." }], status: "completed" },
@@ -252,7 +253,7 @@ describe("agent gateway: OpenAI Responses API", () => {
 
     // A message turn streams its text as output_text deltas.
     const { data: raw } = await sdk(fetchApp, key)
-      .responses.create({ model: "qwen3", input: [...input, ...(done.response.output as OpenAI.Responses.ResponseInputItem[]), { type: "function_call_output", call_id: "call_0_0_0", output: "31" }], tools: flatTools, stream: true })
+      .responses.create({ model: "qwen3", input: [...input, ...(done.response.output as OpenAI.Responses.ResponseInputItem[]), { type: "function_call_output", call_id: `call_${sessionTag(key)}_0_0_0`, output: "31" }], tools: flatTools, stream: true })
       .withResponse();
     const text: string[] = [];
     for await (const e of raw) if (e.type === "response.output_text.delta" || e.type === "response.output_text.done") text.push(e.type === "response.output_text.delta" ? e.delta : `done:${e.text}`);
@@ -288,13 +289,13 @@ describe("agent gateway: OpenAI Responses API", () => {
     };
     const other = `resp_${H("zz_0_0").toString(16)}-0-1-1-2`;
     for (const id of ["resp_nope", other, r1.id.replace("-0-1-1-", "-3-1-1-"), r1.id.replace("-1-2", "-9-2")]) {
-      expect(await err(client.responses.create({ model: "qwen3", input: [{ type: "function_call_output", call_id: "call_0_0_0", output: "31" }], tools: flatTools, previous_response_id: id }))).toEqual({
+      expect(await err(client.responses.create({ model: "qwen3", input: [{ type: "function_call_output", call_id: `call_${sessionTag(key)}_0_0_0`, output: "31" }], tools: flatTools, previous_response_id: id }))).toEqual({
         status: 400,
         error: { code: "invalid_input", field: "previous_response_id", message: `previous_response_id: '${id}' is not a response of this session` },
       });
     }
     expect(engine.stats.requests).toBe(1);
-    const r2 = await client.responses.create({ model: "qwen3", input: [{ type: "function_call_output", call_id: "call_0_0_0", output: "31" }], tools: flatTools, previous_response_id: r1.id });
+    const r2 = await client.responses.create({ model: "qwen3", input: [{ type: "function_call_output", call_id: `call_${sessionTag(key)}_0_0_0`, output: "31" }], tools: flatTools, previous_response_id: r1.id });
     expect(r2.previous_response_id).toBe(r1.id);
     expect(r2.output_text).toBe("The answer is 31.\n#### 31");
     // The chained call continued output 0 (no second output) ...

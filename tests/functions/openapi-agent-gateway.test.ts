@@ -70,6 +70,8 @@ test("the documented Messages request schema accepts what the endpoint parses an
     expect(MessagesRequestSchema.safeParse({ ...body, [k]: v }).success).toBe(false);
     expect(() => parseMessagesRequest({ ...body, [k]: v })).toThrow(message);
   }
+});
+
 test("the documented Responses request schema accepts what the gateway parses and refuses a key it refuses", () => {
   const body = {
     model: "m",
