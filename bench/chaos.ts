@@ -33,12 +33,15 @@ const report = await runChaos({
   seed: Number(v.seed),
   concurrency: Number(v.concurrency ?? (v.leases ? 2 : 8)),
   deadlineMs: Number(v.deadline) * 1000,
+  // 20 worker processes on a small machine: a 1 s tool timeout (and a 0.5 s create deadline) time out for real under
+  // that load, and a real timeout is not in the fault logs (the record then differs from the fault-free run's).
+  ...(v.leases ? { toolTimeoutMs: 3_000 } : {}),
   // --leases (`npm run chaos:leases`): a sandbox per trajectory from the example provider (lease ttl 30 s: well above the
   // job lease of 2 s plus a reclaim on a loaded machine; a lease reaped before its session resumes fails a trajectory
   // that had seen a tool result as sandbox_lost), 10 % of creates hanging past
   // the create deadline; beside the main batch, 100 trajectories cancelled mid-run and 100 over-sampled (target 12 of 25 groups).
   ...(v.leases
-    ? { sandbox: { createTimeouts: 0.1, ttlS: 30, maxCreatesPerS: 25, createTimeoutMs: 500, stops: { cancelRows: 25, cancelAfterCreated: 12, surplusRows: 25, surplusTarget: 12 } } }
+    ? { sandbox: { createTimeouts: 0.1, ttlS: 30, maxCreatesPerS: 25, createTimeoutMs: 2_000, stops: { cancelRows: 25, cancelAfterCreated: 12, surplusRows: 25, surplusTarget: 12 } } }
     : {}),
   log: (line) => console.error(`[${((performance.now() - t0) / 1000).toFixed(1)} s] ${line}`),
 });
