@@ -1,5 +1,6 @@
 import { z } from "zod";
-import { InputError, inputErrorFromZod } from "../errors.ts";
+import { InputError } from "../errors.ts";
+import { isRecord, nullish, parseField, presentKeys } from "./wire-fields.ts";
 import { fnv1a32 } from "../inference/hash.ts";
 import type { ChatMessage, ToolCallMessage } from "../schema/message.ts";
 import { ToolSchema } from "../schema/tool.ts";
@@ -36,17 +37,8 @@ const KNOWN_KEYS = new Set([...MESSAGES_REQUEST_KEYS, ...IGNORED_MESSAGES_KEYS])
 /** At most this many stop sequences (the engine matches each on the decoded text). */
 export const MAX_STOP_SEQUENCES = 16;
 
-const nullish = (v: unknown): v is null | undefined => v === null || v === undefined;
 
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
-}
 
-function parseField<S extends z.ZodType>(field: string, schema: S, value: unknown): z.infer<S> {
-  const r = schema.safeParse(value);
-  if (!r.success) throw inputErrorFromZod(field, r.error.issues);
-  return r.data;
-}
 
 const Str = z.string({ error: "expected a string" });
 const TextBlock = z.looseObject({ type: z.literal("text"), text: Str });
@@ -273,8 +265,7 @@ export function parseMessagesRequest(body: unknown): ChatRequest {
 
 /** The keys of {@link IGNORED_MESSAGES_KEYS} a request carries (not null), in that order. */
 export function ignoredMessagesKeys(body: unknown): string[] {
-  if (!isRecord(body)) return [];
-  return IGNORED_MESSAGES_KEYS.filter((k) => !nullish(body[k]));
+  return presentKeys(body, IGNORED_MESSAGES_KEYS);
 }
 
 /** Anthropic's stop reasons edgeloop gives (`StopReason` of `@anthropic-ai/sdk` v1.16.0, less `pause_turn`, `refusal`, `model_context_window_exceeded`). */

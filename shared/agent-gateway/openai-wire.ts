@@ -1,5 +1,6 @@
 import { z } from "zod";
-import { InputError, inputErrorFromZod } from "../errors.ts";
+import { InputError } from "../errors.ts";
+import { isRecord, nullish, parseField, presentKeys } from "./wire-fields.ts";
 import type { ChatMessage, ToolCallMessage } from "../schema/message.ts";
 import { ToolSchema } from "../schema/tool.ts";
 
@@ -49,14 +50,8 @@ const ROLES = ["system", "developer", "user", "assistant", "tool"] as const;
 /** At most this many stop strings, as OpenAI's API allows. */
 export const MAX_STOP_STRINGS = 4;
 
-const nullish = (v: unknown): v is null | undefined => v === null || v === undefined;
 
 /** Parses `value` with `schema`; a failure is an {@link InputError} naming `field` (and the path below it). */
-function parseField<S extends z.ZodType>(field: string, schema: S, value: unknown): z.infer<S> {
-  const r = schema.safeParse(value);
-  if (!r.success) throw inputErrorFromZod(field, r.error.issues);
-  return r.data;
-}
 
 const Temperature = z.number({ error: "expected a number in [0, 2]" }).min(0, "must be >= 0").max(2, "must be <= 2");
 const TopP = z.number({ error: "expected a number in (0, 1]" }).gt(0, "must be > 0").max(1, "must be <= 1");
@@ -157,8 +152,7 @@ export const ChatCompletionRequestSchema = z.strictObject({
  * in the body's order (empty for a non-object body).
  */
 export function ignoredChatKeys(body: unknown): string[] {
-  if (!isRecord(body)) return [];
-  return Object.keys(body).filter((k) => IGNORED_CHAT_KEYS.includes(k) && !nullish(body[k]));
+  return presentKeys(body, IGNORED_CHAT_KEYS);
 }
 
 /**
@@ -351,9 +345,6 @@ function parseTools(v: unknown): ToolSchema[] | undefined {
   });
 }
 
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
-}
 
 /** The assistant message of a reply. `content` is null when the turn is only tool calls. */
 export interface ChatReplyMessage {

@@ -1,5 +1,6 @@
 import { z } from "zod";
-import { InputError, inputErrorFromZod } from "../errors.ts";
+import { InputError } from "../errors.ts";
+import { isRecord, nullish, parseField, presentKeys } from "./wire-fields.ts";
 import { fnv1a32 } from "../inference/hash.ts";
 import type { ChatMessage, ToolCallMessage } from "../schema/message.ts";
 import { ToolSchema } from "../schema/tool.ts";
@@ -19,17 +20,8 @@ import type { ChatReply, ChatRequest } from "./openai-wire.ts";
  * @see https://platform.openai.com/docs/api-reference/responses
  */
 
-const nullish = (v: unknown): v is null | undefined => v === null || v === undefined;
 
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
-}
 
-function parseField<S extends z.ZodType>(field: string, schema: S, value: unknown): z.infer<S> {
-  const r = schema.safeParse(value);
-  if (!r.success) throw inputErrorFromZod(field, r.error.issues);
-  return r.data;
-}
 
 const Temperature = z.number({ error: "expected a number in [0, 2]" }).min(0, "must be >= 0").max(2, "must be <= 2");
 const TopP = z.number({ error: "expected a number in (0, 1]" }).gt(0, "must be > 0").max(1, "must be <= 1");
@@ -152,8 +144,7 @@ export interface ParsedResponsesRequest {
  * value, in the body's order (empty for a non-object body).
  */
 export function ignoredResponsesKeys(body: unknown): string[] {
-  if (!isRecord(body)) return [];
-  return Object.keys(body).filter((k) => IGNORED_RESPONSES_KEYS.includes(k) && !nullish(body[k]));
+  return presentKeys(body, IGNORED_RESPONSES_KEYS);
 }
 
 /**
