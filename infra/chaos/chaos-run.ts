@@ -269,7 +269,7 @@ export async function runChaos(o: ChaosOptions = {}): Promise<ChaosReport> {
     const provider = sb ? startSandboxProvider({ faults: { create_timeout_fraction: sb.createTimeouts, hang_ms: sb.createTimeoutMs * 4, seed } }) : null;
     if (provider) cleanups.push(() => provider.stop());
     const sandboxBlock = provider && sb
-      ? { create_url: `${provider.url}/sandboxes/create`, release_url: `${provider.url}/sandboxes/release`, create: "start", ttl_s: sb.ttlS, create_timeout_ms: sb.createTimeoutMs, create_retries: 6, max_creates_per_s: sb.maxCreatesPerS, max_live: 10_000 }
+      ? { create_url: `${provider.url}/sandboxes/create`, release_url: `${provider.url}/sandboxes/release`, create: "start", ttl_s: sb.ttlS, create_timeout_ms: sb.createTimeoutMs, create_retries: 6, release_timeout_ms: 2_000, release_retries: 2, max_creates_per_s: sb.maxCreatesPerS, max_live: 10_000 }
       : undefined;
     writeFileSync(toolsFile, toolsFileText(tools.port, toolTimeoutMs, sandboxBlock));
     const lease = o.leaseSeconds ?? 2;
@@ -343,7 +343,10 @@ export async function runChaos(o: ChaosOptions = {}): Promise<ChaosReport> {
     if (provider && sb) {
       // Leases of killed workers that no one resumed are reaped once their TTL passed (by the API process's reaper).
       const t2 = performance.now();
-      const liveBy = Date.now() + (sb.ttlS + 15) * 1000;
+      // The longest a lease can wait for the reaper: a release claimed by a worker that was then killed is held
+      // release_timeout_ms × (release_retries + 1) + ttl_s (6 s + ttl here) before it is claimed again; plus passes.
+      const waitS = 2 * sb.ttlS + 6 + 15;
+      const liveBy = Date.now() + waitS * 1000;
       while (provider.stats().live > 0 && Date.now() < liveBy) await Bun.sleep(100);
       const leaseCommander = new IoRedisCommander(redisUrl);
       cleanups.push(() => leaseCommander.close());
@@ -351,7 +354,7 @@ export async function runChaos(o: ChaosOptions = {}): Promise<ChaosReport> {
       const ps = provider.stats();
       const bound = sb.maxCreatesPerS; // create_burst 1: at most max_creates_per_s + 1 - 1 in any second
       sandbox = { provider: ps, store, limit_per_s: sb.maxCreatesPerS, bound_per_s: bound, live_after_ms: performance.now() - t2 };
-      if (ps.live !== 0) violations.push(`${ps.live} sandboxes still live at the provider ${(sb.ttlS + 15)} s after the run`);
+      if (ps.live !== 0) violations.push(`${ps.live} sandboxes still live at the provider ${waitS} s after the run`);
       if (ps.destroyed_expired !== 0) violations.push(`${ps.destroyed_expired} sandboxes were destroyed by their own lifetime (leaked past the reaper)`);
       if (ps.created !== ps.destroyed_released + ps.destroyed_expired + ps.live) violations.push(`provider counts do not add up: ${JSON.stringify(ps)}`);
       if (store.live + store.creating + store.releasing !== 0) violations.push(`leases left in the store: live ${store.live}, creating ${store.creating}, releasing ${store.releasing}`);
