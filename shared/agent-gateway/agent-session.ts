@@ -88,6 +88,8 @@ export const TurnEvent = z.object({
   model_version: z.unknown().optional(),
   versions: z.array(z.tuple([z.number().int().min(0), z.unknown()])).optional(),
   experts: z.object({ from: z.number().int().min(0), data: z.string(), shape: RoutedExpertsShape }).optional(),
+  /** The call's `Idempotency-Key` header, when it had one (absent in events written before keys were kept). */
+  idem: z.string().optional(),
   tool_calls: z.number().int().min(0),
   user_turns: z.number().int().min(0),
 });
@@ -154,6 +156,13 @@ export interface AgentSessionState {
    * is answered again, not sampled twice.
    */
   recent: Map<string, ChatReply>;
+  /**
+   * The request hash and reply of the last {@link IDEMPOTENCY_KEYS} calls that
+   * carried an `Idempotency-Key`, by key, newest last (folded from the turn
+   * events' `idem`): the same key with the same body is answered again, with
+   * another body refused.
+   */
+  keyed: Map<string, { hash: string; reply: ChatReply }>;
   /** The step of the last applied event (−1 before the first). */
   step: number;
   outputs: AgentOutputState[];
@@ -214,6 +223,16 @@ export function rememberReply(st: AgentSessionState, hash: string, reply: ChatRe
   if (st.recent.size > RECENT_REPLIES) st.recent.delete(st.recent.keys().next().value!);
 }
 
+/** Idempotency keys a session remembers (see {@link AgentSessionState.keyed}); an older key is forgotten and counts as new. */
+export const IDEMPOTENCY_KEYS = 256;
+
+/** Records a keyed call's request hash and reply, dropping the oldest key past {@link IDEMPOTENCY_KEYS}. */
+export function rememberKey(st: AgentSessionState, idem: string, hash: string, reply: ChatReply): void {
+  st.keyed.delete(idem);
+  st.keyed.set(idem, { hash, reply });
+  if (st.keyed.size > IDEMPOTENCY_KEYS) st.keyed.delete(st.keyed.keys().next().value!);
+}
+
 /** A stable key for a tool list (order matters: it is the template's order). */
 export function toolsKeyOf(tools: readonly ToolSchema[] | undefined): string {
   return tools && tools.length ? JSON.stringify(tools) : "";
@@ -221,7 +240,7 @@ export function toolsKeyOf(tools: readonly ToolSchema[] | undefined): string {
 
 /** A fresh state for `input` (no events applied). */
 export function newAgentState(input: AgentSessionInput): AgentSessionState {
-  return { input, step: -1, outputs: [], tokenSha256: input.token_sha256 ?? null, engineCalls: 0, taskSent: false, finish: null, recent: new Map() };
+  return { input, step: -1, outputs: [], tokenSha256: input.token_sha256 ?? null, engineCalls: 0, taskSent: false, finish: null, recent: new Map(), keyed: new Map() };
 }
 
 /**
@@ -278,6 +297,7 @@ export function applyEvent(st: AgentSessionState, ev: AgentSessionEvent): void {
       out.ended = ev.ended;
       out.last = { hash: ev.hash, reply: ev.reply as unknown as ChatReply };
       rememberReply(st, ev.hash, out.last.reply);
+      if (ev.idem !== undefined) rememberKey(st, ev.idem, ev.hash, out.last.reply);
       return;
     }
   }
