@@ -60,7 +60,8 @@ const OpenOutput = z.object({
  * render of the request's messages) or continued the current one (`added`:
  * the new messages, `obs`: their observation ids, mask 0); then the sampled
  * ids (`action`, mask 1, float32 log-probs) and the reply exactly as given,
- * kept so that a repeated request is answered again without an engine call.
+ * kept so that a retried request (or a known idempotency key) is answered again
+ * without an engine call.
  * Every builder operation is stored with the ids passed to it, so folding the
  * events replays the builder bit for bit (cuts included). `versions`: the
  * policy versions of the action's kept ids as run-length segments relative to
@@ -141,7 +142,7 @@ export interface AgentOutputState {
   terminatedBy: string;
   /** A budget (or `max_assistant_turns`) ended it: the next call opens a new output. */
   ended: boolean;
-  /** The last answered request's hash and reply (a repeat is answered with it). */
+  /** The last answered request's hash and reply. */
   last: { hash: string; reply: ChatReply } | null;
   /** The sampled ids of the last assistant turn (the reward reads their text, as `tool_agent`'s does). */
   lastActionIds: Int32Array | null;
@@ -152,8 +153,9 @@ export interface AgentSessionState {
   input: AgentSessionInput;
   /**
    * The replies of the last {@link RECENT_REPLIES} answered calls by request hash,
-   * newest last: a retry of any of them (an agent with calls in parallel)
-   * is answered again, not sampled twice.
+   * newest last: a retry of any of them (`x-stainless-retry-count` ≥ 1; an
+   * agent with calls in parallel) is answered again, not sampled twice. An
+   * equal request that is no retry is sampled again.
    */
   recent: Map<string, ChatReply>;
   /**
