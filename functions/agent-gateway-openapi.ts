@@ -14,6 +14,11 @@ export function agentGatewayOpenApiPaths(err: Record<string, unknown>): Record<s
   const schema = (s: z.ZodType) => z.toJSONSchema(s, { io: "input", unrepresentable: "any" });
   const key = { name: "key", in: "path", required: true, description: "the trajectory key the task named ({uid}_{session_id}_{output_index})", schema: { type: "string" } };
   const security = [{ session_bearer: [] }];
+  // How a turn route tells a retry (replayed from the record) from a resample (a new engine call).
+  const retryCount = { name: "x-stainless-retry-count", in: "header", required: false, description: "the SDK's attempt number: ≥ 1 (a retry) replays an equal call the session answered; 0 or absent: an equal body is a new sample", schema: { type: "string" } };
+  const idemKey = { name: "Idempotency-Key", in: "header", required: false, description: "1-255 characters: the same key with the same body replays the call, with another body is a 422; a new key is a new call", schema: { type: "string", minLength: 1, maxLength: 255 } };
+  const turn = [key, retryCount, idemKey];
+  const reused = { ...err, description: "the Idempotency-Key was used with another request body (code idempotency_key_reused, field Idempotency-Key)" };
   const unauthorized = { ...err, description: "wrong or missing session token, or an unknown session (the same answer, so keys cannot be probed)" };
   const closed = { ...err, description: "the session is closed (code session_closed; x-should-retry: false)" };
   return {
@@ -21,7 +26,7 @@ export function agentGatewayOpenApiPaths(err: Record<string, unknown>): Record<s
       post: {
         summary: "OpenAI chat completion for an agent's session, recorded token-exact (stream: true answers text/event-stream)",
         security,
-        parameters: [key],
+        parameters: turn,
         requestBody: { required: true, content: { "application/json": { schema: schema(ChatCompletionRequestSchema) } } },
         responses: {
           "200": {
@@ -32,6 +37,7 @@ export function agentGatewayOpenApiPaths(err: Record<string, unknown>): Record<s
           "401": unauthorized,
           "409": closed,
           "413": err,
+          "422": reused,
           "502": err,
           "503": err,
         },
@@ -41,7 +47,7 @@ export function agentGatewayOpenApiPaths(err: Record<string, unknown>): Record<s
       post: {
         summary: "OpenAI Responses call for an agent's session, recorded token-exact like chat completions (previous_response_id: a response of this session)",
         security,
-        parameters: [key],
+        parameters: turn,
         requestBody: { required: true, content: { "application/json": { schema: schema(ResponsesRequestSchema) } } },
         responses: {
           "200": {
@@ -52,6 +58,7 @@ export function agentGatewayOpenApiPaths(err: Record<string, unknown>): Record<s
           "401": unauthorized,
           "409": closed,
           "413": err,
+          "422": reused,
           "502": err,
           "503": err,
         },
@@ -69,7 +76,7 @@ export function agentGatewayOpenApiPaths(err: Record<string, unknown>): Record<s
       post: {
         summary: "Anthropic Messages call for an agent's session, recorded token-exact like chat completions (token in x-api-key or bearer; errors in Anthropic's shape)",
         security,
-        parameters: [key],
+        parameters: turn,
         requestBody: { required: true, content: { "application/json": { schema: schema(MessagesRequestSchema) } } },
         responses: {
           "200": {
@@ -80,6 +87,7 @@ export function agentGatewayOpenApiPaths(err: Record<string, unknown>): Record<s
           "401": { description: "authentication_error: wrong or missing session token, or an unknown session (the same answer)" },
           "409": { description: "conflict_error: the session is closed (x-should-retry: false)" },
           "413": { description: "request_too_large" },
+          "422": { description: "invalid_request_error: the Idempotency-Key was used with another request body" },
           "500": { description: "api_error" },
           "529": { description: "overloaded_error: the engine or the store cannot answer now (retried by the SDK)" },
         },

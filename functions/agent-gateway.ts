@@ -1,5 +1,5 @@
 import { Hono, type Context } from "hono";
-import { SessionClosedError, type AgentGateway } from "../shared/agent-gateway/agent-gateway.ts";
+import { SessionClosedError, turnOptionsOf, type AgentGateway } from "../shared/agent-gateway/agent-gateway.ts";
 import { chatCompletionBody, chatCompletionSse, ignoredChatKeys, modelsBody } from "../shared/agent-gateway/openai-wire.ts";
 import { answerResponses } from "../shared/agent-gateway/responses.ts";
 import { ignoredResponsesKeys, responsesBody, responsesSse } from "../shared/agent-gateway/responses-wire.ts";
@@ -52,7 +52,10 @@ async function jsonBody(c: Context, maxBody: number): Promise<unknown> {
  * cannot answer (names the field: `n`, `messages[1].content[0].type`, …),
  * 409 a closed session (code `session_closed`, with `x-should-retry: false`
  * so the OpenAI SDKs do not retry it), 502/503 engine failures
- * (the OpenAI SDK retries them; a retry is answered once). Errors are
+ * (the OpenAI SDK retries them; a retry — `x-stainless-retry-count` ≥ 1 —
+ * or a call with an `Idempotency-Key` already answered gets the stored reply,
+ * an equal body without either is sampled again; see {@link turnOptionsOf}),
+ * 422 an `Idempotency-Key` reused with another body. Errors are
  * `{error: {code, message, field?}}` (the SDK reads `error.message`).
  */
 export function createAgentGatewayApp(opts: AgentGatewayAppOptions): Hono {
@@ -87,7 +90,7 @@ export function createAgentGatewayApp(opts: AgentGatewayAppOptions): Hono {
     const token = bearer(c);
     await authorize(key, token);
     const body = await jsonBody(c, maxBody);
-    const reply = await gw.chatAuthorized(key, body);
+    const reply = await gw.chatAuthorized(key, body, turnOptionsOf(c.req.raw.headers));
     // Keys accepted but not used are named, so an agent can tell what did not take effect.
     const ignored = ignoredChatKeys(body);
     const named: Record<string, string> = ignored.length > 0 ? { "x-edgeloop-ignored-keys": ignored.join(",") } : {};
@@ -102,7 +105,7 @@ export function createAgentGatewayApp(opts: AgentGatewayAppOptions): Hono {
     const key = c.req.param("key");
     await authorize(key, bearer(c));
     const body = await jsonBody(c, maxBody);
-    const a = await answerResponses(gw, key, body);
+    const a = await answerResponses(gw, key, body, turnOptionsOf(c.req.raw.headers));
     const ignored = ignoredResponsesKeys(body);
     const named: Record<string, string> = ignored.length > 0 ? { "x-edgeloop-ignored-keys": ignored.join(",") } : {};
     if (a.stream) return new Response(responsesSse(a.reply, a.id, a.echo), { headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", ...named } });

@@ -1,5 +1,5 @@
 import { Hono, type Context } from "hono";
-import { SessionClosedError, type AgentGateway } from "../shared/agent-gateway/agent-gateway.ts";
+import { SessionClosedError, turnOptionsOf, type AgentGateway } from "../shared/agent-gateway/agent-gateway.ts";
 import { anthropicError, ignoredMessagesKeys, messagesBody, messagesSse, parseMessagesRequest } from "../shared/agent-gateway/messages-wire.ts";
 import { AuthError, InputError, NotFoundError } from "../shared/errors.ts";
 import { errorResponse } from "./rollouts.ts";
@@ -56,6 +56,8 @@ export async function messagesErrorResponse(err: unknown, c: Context): Promise<R
  * The `@anthropic-ai/sdk` with `baseURL: …/v1/sessions/{key}/anthropic`
  * posts to `{baseURL}/v1/messages`. 401 wrong token or unknown key (alike),
  * 400 naming the field, 409 closed session, 413 body over `maxBodyBytes`,
+ * 422 an `Idempotency-Key` reused with another body (replays and resamples as
+ * on chat completions: `x-stainless-retry-count` ≥ 1 or a known key replays),
  * 529 engine or store unavailable (retried by the SDK).
  */
 export function createMessagesApp(opts: MessagesAppOptions): Hono {
@@ -84,7 +86,7 @@ export function createMessagesApp(opts: MessagesAppOptions): Hono {
       throw new InputError("body", "malformed JSON");
     }
     const req = parseMessagesRequest(body);
-    const reply = await gw.turnAuthorized(key, req);
+    const reply = await gw.turnAuthorized(key, req, turnOptionsOf(c.req.raw.headers));
     const ignored = ignoredMessagesKeys(body);
     const named: Record<string, string> = ignored.length > 0 ? { "x-edgeloop-ignored-keys": ignored.join(",") } : {};
     if (req.stream) return new Response(messagesSse(reply), { headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", ...named } });

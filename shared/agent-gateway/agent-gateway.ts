@@ -3,7 +3,7 @@ import { checkReward, DEFAULT_SESSION_LIMITS, SessionLimitError, type SessionLim
 import { KeyedChain } from "../session/keyed-chain.ts";
 import { LRUCache } from "lru-cache";
 import type { AgentLoopContext } from "../agent-loop/agent-loop.ts";
-import { AuthError, ConflictError, InputError, NotFoundError } from "../errors.ts";
+import { AuthError, ConflictError, EdgeloopError, InputError, NotFoundError } from "../errors.ts";
 import { fnv1a32 } from "../inference/hash.ts";
 import type { InferenceClient } from "../inference/types.ts";
 import { isStaleStep, type SessionStorage } from "../session/session-storage.ts";
@@ -63,14 +63,69 @@ export class SessionClosedError extends ConflictError {
 }
 
 /**
+ * What a call's transport says about it, besides its body: whether it is a
+ * client's retry of an earlier attempt, and its idempotency key. Read from
+ * the request headers by {@link turnOptionsOf}.
+ */
+export interface TurnOptions {
+  /** A retry of an earlier attempt (`x-stainless-retry-count` ≥ 1): an equal answered call is replayed. */
+  retry?: boolean;
+  /** The `Idempotency-Key` header: the same key with the same body is replayed, with another body refused (422). */
+  idempotencyKey?: string;
+}
+
+/** Longest `Idempotency-Key` accepted, characters (Stripe's limit). */
+export const MAX_IDEMPOTENCY_KEY = 255;
+
+/**
+ * The {@link TurnOptions} of a request's headers: `retry` when
+ * `x-stainless-retry-count` is an integer ≥ 1 — the openai (v6) and
+ * `@anthropic-ai/sdk` (v1) SDKs send it on every attempt, `0` on the first;
+ * any other value counts as a first attempt — and `idempotencyKey` from
+ * `Idempotency-Key` (trimmed; neither SDK sends one by default, an
+ * application sets it per call with the request option `headers`).
+ * @throws InputError (400, field `Idempotency-Key`) for an empty key or one over {@link MAX_IDEMPOTENCY_KEY} characters.
+ */
+export function turnOptionsOf(headers: Headers): TurnOptions {
+  const count = headers.get("x-stainless-retry-count")?.trim();
+  const retry = count !== undefined && /^\d+$/.test(count) && Number(count) >= 1;
+  const raw = headers.get("idempotency-key");
+  if (raw === null) return { retry };
+  const idempotencyKey = raw.trim();
+  if (idempotencyKey === "" || idempotencyKey.length > MAX_IDEMPOTENCY_KEY) {
+    throw new InputError("Idempotency-Key", `expected 1 to ${MAX_IDEMPOTENCY_KEY} characters, got ${idempotencyKey.length}`);
+  }
+  return { retry, idempotencyKey };
+}
+
+/**
+ * An `Idempotency-Key` reused with another request body: 422, code
+ * `idempotency_key_reused`, field `Idempotency-Key` (neither SDK retries a 422).
+ * @see draft-ietf-httpapi-idempotency-key-header §2.7 (422 for a key reused with a different payload; Stripe answers 400 there)
+ */
+export class IdempotencyKeyReusedError extends EdgeloopError {
+  override name = "IdempotencyKeyReusedError";
+  constructor(key: string) {
+    super(`Idempotency-Key '${key.slice(0, 100)}' was already used with another request body in this session; send a new key for a new request`, { status: 422, code: "idempotency_key_reused", field: "Idempotency-Key" });
+  }
+}
+
+/**
  * The agent gateway's sessions (DESIGN §6; runtime-free): each agent
  * conversation is a durable session whose every answered chat call is one
  * committed event ({@link TurnEvent}) in `storage`, fenced by its step.
  *
  * A call is answered as follows (one at a time per key in this process):
- * 1. a request equal to the last answered one (same messages, tools and
- *    sampling fields; the OpenAI SDK retries on 5xx and connection errors)
- *    gets the stored reply again, with no engine call;
+ * 1. a replay — the stored reply again, no engine call — for a call with an
+ *    `Idempotency-Key` the session answered before (with the same body;
+ *    another body is a 422), or a retry (`x-stainless-retry-count` ≥ 1: the
+ *    SDKs retry connection errors, 408, 409, 429 and 5xx) equal to one of the
+ *    session's last 16 answered calls (same messages, tools and sampling
+ *    fields, {@link requestHash}). A retry arriving while its first attempt is
+ *    still being answered in this process waits for it and replays it. An
+ *    equal request that is neither is a new sample (a framework re-asking at
+ *    temperature 1): it is no continuation (its messages lack the reply), so
+ *    it opens a sibling output by step 3 with its own engine call;
  * 2. a request that repeats the current output's conversation exactly and
  *    adds one observation (tool results, or one user turn) continues that
  *    output: the new messages are encoded incrementally (the observation
@@ -84,7 +139,9 @@ export class SessionClosedError extends ConflictError {
  * the run's tool-call parser and the event committed before it is returned.
  * A commit that loses the step fence (another process moved the session on)
  * is not answered from this process's state: the session is re-read and the
- * request answered from it (a replay) or refused (409).
+ * request answered from it — a replay when the call that won the fence was
+ * this one's (its key, or an equal request: its retry answered elsewhere) —
+ * or refused (409).
  */
 export class AgentGateway {
   readonly tokenizer: ChatTokenizer;
@@ -187,9 +244,9 @@ export class AgentGateway {
    *   reached `limits.max_outputs_per_session` or `limits.max_engine_calls_per_session` and fails),
    *   engine errors (502/503, the SDK retries them).
    */
-  async chat(key: string, token: string | null, body: unknown): Promise<ChatReply> {
+  async chat(key: string, token: string | null, body: unknown, opts: TurnOptions = {}): Promise<ChatReply> {
     await this.authorize(key, token);
-    return this.chatAuthorized(key, body);
+    return this.chatAuthorized(key, body, opts);
   }
 
   /**
@@ -197,26 +254,31 @@ export class AgentGateway {
    * (the HTTP function does, before it reads the body).
    * @throws as {@link chat}, less the 401.
    */
-  async chatAuthorized(key: string, body: unknown): Promise<ChatReply> {
-    return this.turnAuthorized(key, parseChatRequest(body));
+  async chatAuthorized(key: string, body: unknown, opts: TurnOptions = {}): Promise<ChatReply> {
+    return this.turnAuthorized(key, parseChatRequest(body), opts);
   }
 
   /**
    * One turn of an authorized session from a parsed {@link ChatRequest}: what
    * every API of the session's base URL (chat completions, and the Responses
    * and Messages adapters, which translate their bodies into a ChatRequest)
-   * calls. The same continuation, replay and limit rules as {@link chat}.
-   * @throws as {@link chatAuthorized}.
+   * calls. The same continuation, replay and limit rules as {@link chat};
+   * `opts` (from the headers, {@link turnOptionsOf}) decides whether an
+   * equal earlier call is replayed or sampled again (the class doc, step 1).
+   * @throws as {@link chatAuthorized}; {@link IdempotencyKeyReusedError} (422).
    */
-  async turnAuthorized(key: string, req: ChatRequest): Promise<ChatReply> {
+  async turnAuthorized(key: string, req: ChatRequest, opts: TurnOptions = {}): Promise<ChatReply> {
     const hash = requestHash(req);
+    /** The id of the reply stored under `hash` when this call first read the session (undefined: none). */
+    let before: string | undefined;
     for (let attempt = 0; ; attempt++) {
       try {
         return await this.serial(key, async () => {
           const st = await this.load(key);
           if (!st) throw new NotFoundError(`no agent session '${key.slice(0, 200)}'`, { field: "key" });
-          const again = st.recent.get(hash);
+          const again = replayOf(st, hash, opts, attempt === 0 ? null : before);
           if (again) return again;
+          if (attempt === 0) before = st.recent.get(hash)?.id;
           if (st.finish) throw new SessionClosedError(key, st.finish.by);
           if (this.wall() >= st.input.deadline_ms) throw new SessionClosedError(key, "timeout");
           const own = await modelIdOf(this.tokenizer);
@@ -237,7 +299,7 @@ export class AgentGateway {
             throw e;
           }
           try {
-            const ev = await this.turns.answer(st, req, hash);
+            const ev = await this.turns.answer(st, req, hash, { ...(opts.idempotencyKey !== undefined ? { idempotencyKey: opts.idempotencyKey } : {}), resample: st.recent.has(hash) });
             await this.commit(st, ev);
             return ev.reply as unknown as ChatReply;
           } catch (e) {
@@ -411,6 +473,27 @@ export class AgentGateway {
   private serial<T>(key: string, fn: () => Promise<T>): Promise<T> {
     return this.chains.run(key, fn);
   }
+}
+
+/**
+ * The stored reply a call is answered with instead of sampling (the
+ * gateway's class doc, step 1), or null. `lostTo`: on a re-read after a lost
+ * step fence, the id of the reply stored under `hash` at the first read — a
+ * reply under `hash` other than it was committed meanwhile by another process
+ * for an equal call (this call's retry) and is replayed; null on the first read.
+ * @throws IdempotencyKeyReusedError when the call's key was answered for another body.
+ */
+function replayOf(st: AgentSessionState, hash: string, opts: TurnOptions, lostTo: string | undefined | null): ChatReply | null {
+  if (opts.idempotencyKey !== undefined) {
+    const k = st.keyed.get(opts.idempotencyKey);
+    if (!k) return null;
+    if (k.hash !== hash) throw new IdempotencyKeyReusedError(opts.idempotencyKey);
+    return k.reply;
+  }
+  const r = st.recent.get(hash);
+  if (!r) return null;
+  if (opts.retry) return r;
+  return lostTo !== null && r.id !== lostTo ? r : null;
 }
 
 /**

@@ -60,7 +60,8 @@ const OpenOutput = z.object({
  * render of the request's messages) or continued the current one (`added`:
  * the new messages, `obs`: their observation ids, mask 0); then the sampled
  * ids (`action`, mask 1, float32 log-probs) and the reply exactly as given,
- * kept so that a repeated request is answered again without an engine call.
+ * kept so that a retried request (or a known idempotency key) is answered again
+ * without an engine call.
  * Every builder operation is stored with the ids passed to it, so folding the
  * events replays the builder bit for bit (cuts included). `versions`: the
  * policy versions of the action's kept ids as run-length segments relative to
@@ -88,6 +89,8 @@ export const TurnEvent = z.object({
   model_version: z.unknown().optional(),
   versions: z.array(z.tuple([z.number().int().min(0), z.unknown()])).optional(),
   experts: z.object({ from: z.number().int().min(0), data: z.string(), shape: RoutedExpertsShape }).optional(),
+  /** The call's `Idempotency-Key` header, when it had one (absent in events written before keys were kept). */
+  idem: z.string().optional(),
   tool_calls: z.number().int().min(0),
   user_turns: z.number().int().min(0),
 });
@@ -139,7 +142,7 @@ export interface AgentOutputState {
   terminatedBy: string;
   /** A budget (or `max_assistant_turns`) ended it: the next call opens a new output. */
   ended: boolean;
-  /** The last answered request's hash and reply (a repeat is answered with it). */
+  /** The last answered request's hash and reply. */
   last: { hash: string; reply: ChatReply } | null;
   /** The sampled ids of the last assistant turn (the reward reads their text, as `tool_agent`'s does). */
   lastActionIds: Int32Array | null;
@@ -150,10 +153,18 @@ export interface AgentSessionState {
   input: AgentSessionInput;
   /**
    * The replies of the last {@link RECENT_REPLIES} answered calls by request hash,
-   * newest last: a retry of any of them (an agent with calls in parallel)
-   * is answered again, not sampled twice.
+   * newest last: a retry of any of them (`x-stainless-retry-count` ≥ 1; an
+   * agent with calls in parallel) is answered again, not sampled twice. An
+   * equal request that is no retry is sampled again.
    */
   recent: Map<string, ChatReply>;
+  /**
+   * The request hash and reply of the last {@link IDEMPOTENCY_KEYS} calls that
+   * carried an `Idempotency-Key`, by key, newest last (folded from the turn
+   * events' `idem`): the same key with the same body is answered again, with
+   * another body refused.
+   */
+  keyed: Map<string, { hash: string; reply: ChatReply }>;
   /** The step of the last applied event (−1 before the first). */
   step: number;
   outputs: AgentOutputState[];
@@ -214,6 +225,16 @@ export function rememberReply(st: AgentSessionState, hash: string, reply: ChatRe
   if (st.recent.size > RECENT_REPLIES) st.recent.delete(st.recent.keys().next().value!);
 }
 
+/** Idempotency keys a session remembers (see {@link AgentSessionState.keyed}); an older key is forgotten and counts as new. */
+export const IDEMPOTENCY_KEYS = 256;
+
+/** Records a keyed call's request hash and reply, dropping the oldest key past {@link IDEMPOTENCY_KEYS}. */
+export function rememberKey(st: AgentSessionState, idem: string, hash: string, reply: ChatReply): void {
+  st.keyed.delete(idem);
+  st.keyed.set(idem, { hash, reply });
+  if (st.keyed.size > IDEMPOTENCY_KEYS) st.keyed.delete(st.keyed.keys().next().value!);
+}
+
 /** A stable key for a tool list (order matters: it is the template's order). */
 export function toolsKeyOf(tools: readonly ToolSchema[] | undefined): string {
   return tools && tools.length ? JSON.stringify(tools) : "";
@@ -221,7 +242,7 @@ export function toolsKeyOf(tools: readonly ToolSchema[] | undefined): string {
 
 /** A fresh state for `input` (no events applied). */
 export function newAgentState(input: AgentSessionInput): AgentSessionState {
-  return { input, step: -1, outputs: [], tokenSha256: input.token_sha256 ?? null, engineCalls: 0, taskSent: false, finish: null, recent: new Map() };
+  return { input, step: -1, outputs: [], tokenSha256: input.token_sha256 ?? null, engineCalls: 0, taskSent: false, finish: null, recent: new Map(), keyed: new Map() };
 }
 
 /**
@@ -278,6 +299,7 @@ export function applyEvent(st: AgentSessionState, ev: AgentSessionEvent): void {
       out.ended = ev.ended;
       out.last = { hash: ev.hash, reply: ev.reply as unknown as ChatReply };
       rememberReply(st, ev.hash, out.last.reply);
+      if (ev.idem !== undefined) rememberKey(st, ev.idem, ev.hash, out.last.reply);
       return;
     }
   }

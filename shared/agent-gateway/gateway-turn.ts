@@ -13,7 +13,7 @@ import { ObservationEncoder } from "../tokens/observation.ts";
 import { buildPromptIds } from "../tokens/prompt.ts";
 import type { ChatTokenizer } from "../tokens/tokenizer.ts";
 import type { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
-import { openOutput, recordActionVersions, rememberReply, toolsKeyOf, type AgentOutputState, type AgentSessionState, type TurnEvent } from "./agent-session.ts";
+import { openOutput, recordActionVersions, rememberKey, rememberReply, toolsKeyOf, type AgentOutputState, type AgentSessionState, type TurnEvent } from "./agent-session.ts";
 import { continuation, namedToolResults, parseReply, sessionTag } from "./conversation.ts";
 import type { ChatReply, ChatRequest } from "./openai-wire.ts";
 
@@ -24,6 +24,18 @@ export interface GatewayTurnOptions {
   maxModelLen?: number;
   newRequestId?: () => string;
   limits?: SessionLimits;
+}
+
+/** How one call is answered, besides its request: see `TurnOptions` of the gateway. */
+export interface AnswerOptions {
+  /** The call's `Idempotency-Key`: recorded with the turn (`TurnEvent.idem`). */
+  idempotencyKey?: string;
+  /**
+   * The request equals an answered call without being its retry (a deliberate
+   * re-ask): sent with a seed of its own ({@link resampleSeed}) when the
+   * session's sampling has a fixed seed and the request names none.
+   */
+  resample?: boolean;
 }
 
 /**
@@ -53,7 +65,7 @@ export class GatewayTurns {
    * opened, the tokens and reply recorded): the caller commits it.
    * @throws SessionLimitError (409) when opening an output past `limits.max_outputs_per_session`; engine errors.
    */
-  async answer(st: AgentSessionState, req: ChatRequest, hash: string): Promise<TurnEvent> {
+  async answer(st: AgentSessionState, req: ChatRequest, hash: string, o: AnswerOptions = {}): Promise<TurnEvent> {
     const tok = this.opts.tokenizer;
     const input = st.input;
     const rollout = input.rollout;
@@ -74,7 +86,7 @@ export class GatewayTurns {
         added = null;
       }
     }
-    const partial: Omit<TurnEvent, "reply" | "assistant" | "metrics" | "finish_reason" | "terminated_by" | "ended" | "mark_truncated" | "tool_calls" | "user_turns"> = { e: "turn", hash };
+    const partial: Omit<TurnEvent, "reply" | "assistant" | "metrics" | "finish_reason" | "terminated_by" | "ended" | "mark_truncated" | "tool_calls" | "user_turns"> = { e: "turn", hash, ...(o.idempotencyKey !== undefined ? { idem: o.idempotencyKey } : {}) };
     let out: AgentOutputState;
     let truncatedByObs = false;
     if (cur && added && obsIds) {
@@ -119,7 +131,8 @@ export class GatewayTurns {
     if (truncatedByObs) {
       [finish, by, ended, markTruncated, replyFinish] = ["length", "response_length", true, true, "length"];
     } else {
-      const sp = samplingFor(input.sampling_params, req);
+      let sp = samplingFor(input.sampling_params, req);
+      if (o.resample && req.seed === undefined && sp.seed !== undefined) sp = { ...sp, seed: resampleSeed(sp.seed, out.index) };
       const r = await this.turnLoop.generate(b, sp, input.key, metrics, req.max_tokens, rollout.return_routed_experts);
       if (r === undefined || r === "overflow" || r === "aborted") {
         [finish, by, ended, markTruncated, replyFinish] = r === "aborted" ? ["abort", "abort", true, false, "length"] : ["length", b.remainingBudget <= 0 ? "response_length" : "max_model_len", true, true, "length"];
@@ -176,6 +189,7 @@ export class GatewayTurns {
     out.ended = ended;
     out.last = { hash, reply };
     rememberReply(st, hash, reply);
+    if (o.idempotencyKey !== undefined) rememberKey(st, o.idempotencyKey, hash, reply);
     return {
       ...partial,
       ...(action ? { action: { ids: encodeInt32(action.ids), lps: action.lps ? encodeFloat32(action.lps) : null }, model_version: modelVersion, versions: versions ?? [] } : {}),
@@ -224,6 +238,16 @@ export function samplingFor(base: SamplingParams, req: ChatRequest): SamplingPar
     ...(req.seed !== undefined ? { seed: req.seed } : {}),
     ...(req.stop?.length ? { stop: req.stop } : {}),
   };
+}
+
+/**
+ * The seed of a resample opening output `outputIndex` of a session sampled at
+ * `seed`: at the session's own seed vLLM and SGLang would return the very
+ * tokens of the call it repeats. Deterministic (a rerun repeats it), in
+ * [0, 2^31 − 1), as the executor derives per-trajectory seeds.
+ */
+export function resampleSeed(seed: number, outputIndex: number): number {
+  return (((seed * 1_000_003 + (outputIndex + 1) * 7_919) % 2_147_483_647) + 2_147_483_647) % 2_147_483_647;
 }
 
 /**

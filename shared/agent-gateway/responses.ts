@@ -1,6 +1,6 @@
 import { InputError, NotFoundError } from "../errors.ts";
 import type { ChatMessage } from "../schema/message.ts";
-import type { AgentGateway } from "./agent-gateway.ts";
+import type { AgentGateway, TurnOptions } from "./agent-gateway.ts";
 import type { AgentSessionState } from "./agent-session.ts";
 import type { ChatReply } from "./openai-wire.ts";
 import { parseResponseId, parseResponsesRequest, responseIdOf, responsesChatRequest, type ResponsesEcho } from "./responses-wire.ts";
@@ -41,7 +41,7 @@ export function responseConversation(st: AgentSessionState, id: string): { messa
  * @throws InputError (400) naming the field (`previous_response_id` for an id
  *   this session did not answer); everything `turnAuthorized` throws.
  */
-export async function answerResponses(gw: AgentGateway, key: string, body: unknown): Promise<ResponsesAnswer> {
+export async function answerResponses(gw: AgentGateway, key: string, body: unknown, opts: TurnOptions = {}): Promise<ResponsesAnswer> {
   const p = parseResponsesRequest(body);
   let previous: ReturnType<typeof responseConversation> = null;
   if (p.previous_response_id !== null) {
@@ -51,6 +51,6 @@ export async function answerResponses(gw: AgentGateway, key: string, body: unkno
     if (!previous) throw new InputError("previous_response_id", `'${p.previous_response_id.slice(0, 100)}' is not a response of this session`);
   }
   const req = responsesChatRequest(p, previous);
-  const reply = await gw.turnAuthorized(key, req);
+  const reply = await gw.turnAuthorized(key, req, opts);
   return { reply, id: responseIdOf(reply, req.messages.length, p.instructions !== null), echo: p.echo, stream: req.stream };
 }

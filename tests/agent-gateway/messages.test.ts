@@ -34,6 +34,8 @@ const rows = readFileSync(`${ROOT}examples/gsm8k-tool.jsonl`, "utf8")
   .trim()
   .split("\n")
   .map((l) => JSON.parse(l) as { prompt: ChatMessage[] });
+/** Request options (and headers) marking a call as the SDK's first retry: an equal answered call is replayed. */
+const RETRY = { headers: { "x-stainless-retry-count": "1" } };
 const BASE = "http://edgeloop.local";
 const TOKEN = "tok_0123456789abcdef0123";
 const IM_END = 151645;
@@ -235,9 +237,9 @@ describe("agent gateway: Anthropic Messages through @anthropic-ai/sdk", () => {
       usage: { input_tokens: prompt0.length, output_tokens: turn1, ...USAGE0 },
     });
 
-    // The same request streamed: answered from the checkpoint (no engine call), as the API's events.
+    // The same request retried, streamed: answered from the checkpoint (no engine call), as the API's events.
     const events: Anthropic.RawMessageStreamEvent[] = [];
-    for await (const e of await a.messages.create({ ...body, stream: true })) events.push(e);
+    for await (const e of await a.messages.create({ ...body, stream: true }, RETRY)) events.push(e);
     expect(engine.stats.requests).toBe(1);
     expect(events as unknown[]).toEqual([
       { type: "message_start", message: { ...(m1 as unknown as Record<string, unknown>), content: [], stop_reason: null, usage: { ...m1.usage, output_tokens: 0 } } },
@@ -256,7 +258,7 @@ describe("agent gateway: Anthropic Messages through @anthropic-ai/sdk", () => {
       { type: "message_stop" },
     ]);
     // The raw body has a ping after message_start, each event named by `event:`.
-    const raw = await fetchApp(`${BASE}/v1/sessions/u0_0_0/anthropic/v1/messages`, { method: "POST", headers: { "x-api-key": TOKEN, "content-type": "application/json" }, body: JSON.stringify({ ...body, stream: true }) });
+    const raw = await fetchApp(`${BASE}/v1/sessions/u0_0_0/anthropic/v1/messages`, { method: "POST", headers: { "x-api-key": TOKEN, "content-type": "application/json", ...RETRY.headers }, body: JSON.stringify({ ...body, stream: true }) });
     expect(raw.headers.get("content-type")).toBe("text/event-stream; charset=utf-8");
     const text = await raw.text();
     expect([...text.matchAll(/^event: (\w+)$/gm)].map((x) => x[1])).toEqual([
@@ -265,7 +267,7 @@ describe("agent gateway: Anthropic Messages through @anthropic-ai/sdk", () => {
     expect(text.split("\n\n")[1]).toBe('event: ping\ndata: {"type":"ping"}');
 
     // stream().finalMessage() accumulates the same message as the non-streaming reply.
-    const final = await a.messages.stream(body).finalMessage();
+    const final = await a.messages.stream(body, RETRY).finalMessage();
     // Less what the SDK adds: request ids on create()'s result; `parsed_output` and the tool input's JSON buffer on the stream's.
     const { _request_id: _r, _workspace_id: _w, ...created } = m1 as unknown as Record<string, unknown>;
     const { parsed_output: _p, ...accumulated } = final as unknown as Record<string, unknown>;
@@ -358,7 +360,7 @@ describe("agent gateway: Anthropic Messages through @anthropic-ai/sdk", () => {
     const none = await fetchApp(`${BASE}/v1/sessions/u0_0_0/anthropic/v1/messages`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
     expect([none.status, none.headers.get("www-authenticate")]).toEqual([401, 'Bearer realm="edgeloop"']);
     // x-api-key (what Anthropic's API reads) works as the bearer does.
-    const viaHeader = await fetchApp(`${BASE}/v1/sessions/u0_0_0/anthropic/v1/messages`, { method: "POST", headers: { "x-api-key": TOKEN, "content-type": "application/json" }, body: JSON.stringify(body) });
+    const viaHeader = await fetchApp(`${BASE}/v1/sessions/u0_0_0/anthropic/v1/messages`, { method: "POST", headers: { "x-api-key": TOKEN, "content-type": "application/json", ...RETRY.headers }, body: JSON.stringify(body) });
     expect(viaHeader.status).toBe(200);
     expect(((await viaHeader.json()) as { id: string }).id).toBe(`${ID}-0-1-1`);
     expect(engine.stats.requests).toBe(1);

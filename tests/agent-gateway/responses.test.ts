@@ -33,6 +33,8 @@ const rows = readFileSync(`${ROOT}examples/gsm8k-tool.jsonl`, "utf8")
   .trim()
   .split("\n")
   .map((l) => JSON.parse(l) as { prompt: ChatMessage[] });
+/** Request options marking a call as the SDK's first retry: an equal answered call is replayed. */
+const RETRY = { headers: { "x-stainless-retry-count": "1" } };
 const BASE = "http://edgeloop.local";
 const TOKEN = "tok_0123456789abcdef0123";
 const IM_END = 151645;
@@ -203,9 +205,9 @@ describe("agent gateway: OpenAI Responses API", () => {
       usage: { input_tokens: prompt0.length, input_tokens_details: { cached_tokens: 0, cache_write_tokens: 0 }, output_tokens: turn1, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: prompt0.length + turn1 },
     } as unknown as OpenAI.Responses.Response);
     // The same body again (a retry), streamed or not: the stored reply, no engine call.
-    expect(await client.responses.create(body)).toEqual(r1);
+    expect(await client.responses.create(body, RETRY)).toEqual(r1);
     // (The stream helper adds its parse fields to the accumulated response.)
-    const streamed = await client.responses.stream(body as Parameters<OpenAI["responses"]["stream"]>[0]).finalResponse();
+    const streamed = await client.responses.stream(body as Parameters<OpenAI["responses"]["stream"]>[0], RETRY).finalResponse();
     expect(streamed).toEqual({ ...r1, output: [r1.output[0], { ...r1.output[1], parsed_arguments: null }], output_parsed: null } as never);
     expect(engine.stats.requests).toBe(1);
 

@@ -109,6 +109,9 @@ async function finishCall(fetchApp: (u: string, i?: RequestInit) => Promise<Resp
   return { status: res.status, body: (await res.json()) as Record<string, unknown> };
 }
 
+/** Request options marking a call as the SDK's first retry (what it sends after a failed attempt). */
+const RETRY = { headers: { "x-stainless-retry-count": "1" } };
+
 /** The first tool call's id in session u0_0_0 (ids carry the session's tag: unique across sessions). */
 const CALL1_ID = `call_${sessionTag("u0_0_0")}_0_0_0`;
 const CALL1 = { id: CALL1_ID, type: "function", function: { name: "calc", arguments: '{"expression":"12*3-5"}' } };
@@ -142,12 +145,12 @@ describe("agent gateway through the openai SDK", () => {
     // Without stream_options.include_usage there is no usage chunk (OpenAI's rule): every chunk has a choice.
     expect(final.usage).toBeUndefined();
     const plain: OpenAI.ChatCompletionChunk[] = [];
-    for await (const c of await client.chat.completions.create({ model: "qwen3", messages, tools: sdkTools, stream: true })) plain.push(c);
+    for await (const c of await client.chat.completions.create({ model: "qwen3", messages, tools: sdkTools, stream: true }, RETRY)) plain.push(c);
     expect(plain.map((c) => c.choices.length)).toEqual([1, 1, 1, 1]);
 
-    // The same body again, streamed with include_usage: the stored reply, chunk by chunk, and no engine call.
+    // The same body retried, streamed with include_usage: the stored reply, chunk by chunk, and no engine call.
     const chunks: OpenAI.ChatCompletionChunk[] = [];
-    for await (const c of await client.chat.completions.create({ model: "qwen3", messages, tools: sdkTools, stream: true, stream_options: { include_usage: true } })) chunks.push(c);
+    for await (const c of await client.chat.completions.create({ model: "qwen3", messages, tools: sdkTools, stream: true, stream_options: { include_usage: true } }, RETRY)) chunks.push(c);
     expect(engine.stats.requests).toBe(2);
     expect(chunks.map((c) => c.id)).toEqual(Array(5).fill(final.id));
     expect(chunks.map((c): unknown => c.choices[0]?.delta ?? null)).toEqual([
@@ -270,20 +273,20 @@ describe("agent gateway through the openai SDK", () => {
     const { response } = await client.chat.completions.create({ ...body, user: "u-1", metadata: { run: "x" }, parallel_tool_calls: false, service_tier: null } as never).withResponse();
     expect(response.status).toBe(200);
     expect(response.headers.get("x-edgeloop-ignored-keys")).toBe("user,metadata,parallel_tool_calls");
-    const plain = await client.chat.completions.create(body).withResponse();
+    const plain = await client.chat.completions.create(body, RETRY).withResponse();
     expect(plain.response.headers.get("x-edgeloop-ignored-keys")).toBeNull();
     expect(engine.stats.requests).toBe(1);
   });
 
-  test("a repeated request gets the identical reply and no engine call", async () => {
+  test("a retried request (x-stainless-retry-count ≥ 1) gets the identical reply and no engine call", async () => {
     const { gw, fetchApp, engine } = setup();
     await createSession(gw);
     const client = sdk(fetchApp);
     const body = { model: "qwen3", messages: rows[0]!.prompt as OpenAI.ChatCompletionMessageParam[], tools: sdkTools, temperature: 0.7 };
     const a = await client.chat.completions.create(body);
     expect(engine.stats.requests).toBe(1);
-    const b = await client.chat.completions.create(body);
-    const c = await client.chat.completions.create(body);
+    const b = await client.chat.completions.create(body, RETRY);
+    const c = await client.chat.completions.create(body, { headers: { "x-stainless-retry-count": "2" } });
     expect(b).toEqual(a);
     expect(c).toEqual(a);
     expect(engine.stats.requests).toBe(1);
