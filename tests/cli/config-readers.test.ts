@@ -65,7 +65,7 @@ const READERS: Record<string, [string, string]> = {
   "engine.api_key": ["infra/cli/builders/engine.ts", "apiKey: e.api_key"],
   "limits.max_outputs_per_session": ["shared/agent-loop/session-limits.ts", "maxOutputs: l.max_outputs_per_session"],
   "limits.max_engine_calls_per_session": ["shared/agent-loop/session-limits.ts", "maxEngineCalls: l.max_engine_calls_per_session"],
-  "openenv.base_url": ["shared/agent-loop/openenv-agent.ts", "this.episode = openEpisode(s.base_url, {"],
+  "openenv.base_url": ["shared/agent-loop/openenv-agent.ts", "const url = await this.baseUrl(d, s, fresh);"],
   "openenv.transport": ["shared/agent-loop/openenv-agent.ts", "transport: s.transport,"],
   "openenv.timeout_ms": ["shared/agent-loop/openenv-agent.ts", "timeoutMs: s.timeout_ms,"],
   "openenv.max_message_bytes": ["shared/agent-loop/openenv-agent.ts", "maxBytes: s.max_message_bytes,"],
