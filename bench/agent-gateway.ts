@@ -13,6 +13,16 @@
  *    gateway output is token-exact equal to tool_agent's (checked first: 56 of
  *    60; the 4 others hold a malformed call, which tool_agent answers with an
  *    error while the gateway returns it as text and the agent stops).
+ * 1b. (`apis`) The same CPU per call for each API of the session: the
+ *    recorded chat bodies, the same conversations as OpenAI Responses
+ *    requests (full `input` each call: messages, the assistant turns as the
+ *    SDK gets them back in `output` — reasoning / message / function_call
+ *    items — and function_call_output items; no instructions) and as
+ *    Anthropic Messages requests (`system`, thinking / text / tool_use
+ *    blocks, tool_result blocks, `max_tokens`), all through `app.fetch`
+ *    against the zero-latency engine; ratio vs chat completions, target
+ *    ≤ 1.2×. Checked first: every conversation records the same
+ *    response_ids through all three.
  * 2. Added latency per call: the official `openai` SDK over loopback to
  *    `Bun.serve` of the gateway app (engine: the sim over HTTP, vLLM format)
  *    vs the same SDK posting the very engine requests the gateway made
@@ -23,13 +33,14 @@
  *    `Bun.gc(true)`, heap delta / N; then every fold dropped (`forget`) to
  *    split the cached fold from the stored events.
  *
- *   bun bench/agent-gateway.ts [--runs 5] [--passes 5] [--calls 1000] [--sessions 2000] [--only cpu,latency,heap]
+ *   bun bench/agent-gateway.ts [--runs 5] [--passes 5] [--calls 1000] [--sessions 2000] [--only cpu,apis,latency,heap]
  */
 import OpenAI from "openai";
 import { readFileSync } from "node:fs";
 import { AgentGateway } from "../shared/agent-gateway/agent-gateway.ts";
 import { agentOutputs } from "../shared/agent-gateway/agent-session.ts";
 import { createAgentGatewayApp } from "../functions/agent-gateway.ts";
+import { thinkingSignature } from "../shared/agent-gateway/messages-wire.ts";
 import { ToolAgentLoop } from "../shared/agent-loop/tool-agent.ts";
 import { createEngineClient } from "../shared/inference/create-engine-client.ts";
 import type { GenerateRequest, InferenceClient } from "../shared/inference/types.ts";
@@ -49,7 +60,7 @@ const RUNS = Number(arg("--runs", "5"));
 const PASSES = Number(arg("--passes", "5"));
 const LAT_CALLS = Number(arg("--calls", "1000"));
 const SESSIONS = Number(arg("--sessions", "2000"));
-const ONLY = arg("--only", "cpu,latency,heap").split(",");
+const ONLY = arg("--only", "cpu,apis,latency,heap").split(",");
 
 const ROOT = new URL("../", import.meta.url).pathname;
 const tok = await defaultTokenizer();
@@ -141,9 +152,10 @@ function nextMessages(reply: ReplyJson): Record<string, unknown>[] | null {
   return out;
 }
 
-const post = (app: ReturnType<typeof newGateway>["app"], key: string, body: string) =>
+const CHAT = "openai/v1/chat/completions";
+const post = (app: ReturnType<typeof newGateway>["app"], key: string, body: string, path = CHAT) =>
   app.fetch(
-    new Request(`http://edgeloop.local/v1/sessions/${key}/openai/v1/chat/completions`, {
+    new Request(`http://edgeloop.local/v1/sessions/${key}/${path}`, {
       method: "POST",
       headers: { "content-type": "application/json", authorization: `Bearer ${TOKEN}` },
       body,
@@ -193,7 +205,7 @@ async function cpu(f: () => Promise<void>): Promise<number> {
   return c.user + c.system;
 }
 
-async function gatewayRun(run: number): Promise<{ total: number; engine: number; calls: number }> {
+async function gatewayRun(run: number, path = CHAT, reqs = bodies): Promise<{ total: number; engine: number; calls: number }> {
   const eng = new Timed(new SimEngineClient(new SimEngine({ tokenizer: tok, script })));
   const { gw, app } = newGateway(eng);
   const keys: string[] = [];
@@ -202,8 +214,8 @@ async function gatewayRun(run: number): Promise<{ total: number; engine: number;
   for (const [j, k] of keys.entries()) await createSession(gw, k, conv[j]!);
   const total = await cpu(async () => {
     for (const [j, key] of keys.entries()) {
-      for (const body of bodies[conv[j]!]!) {
-        const res = await post(app, key, body);
+      for (const body of reqs[conv[j]!]!) {
+        const res = await post(app, key, body, path);
         if (res.status !== 200) throw new Error(`HTTP ${res.status}`);
         await res.text();
       }
@@ -247,6 +259,99 @@ if (ONLY.includes("cpu")) {
     ["gateway chat call (app.fetch, full history JSON)", gRaw.toFixed(0), gNet.toFixed(0)],
     ["tool_agent turn (in-process tools)", tRaw.toFixed(0), tNet.toFixed(0)],
     ["ratio gateway / tool_agent (target ≤ 1.5×)", `${(gRaw / tRaw).toFixed(2)}×`, `${(gNet / tNet).toFixed(2)}×`],
+  ]);
+}
+
+// ---- 1b. CPU per call of each API of the session (chat completions, Responses, Messages) ----
+type ChatBody = { model: string; messages: (Record<string, unknown> & { role: string; content: string | null })[]; tools: ToolSchema[] };
+type Call = { id: string; function: { name: string; arguments: string } };
+
+/** A recorded chat body as an OpenAI Responses request: the full `input` (messages, then each assistant turn as the SDK gets it back in `output` — reasoning, message, function_call items — and function_call_output items), no instructions. */
+function responsesRequest(chat: string): string {
+  const b = JSON.parse(chat) as ChatBody;
+  const input = b.messages.flatMap((m): Record<string, unknown>[] => {
+    if (m.role === "tool") return [{ type: "function_call_output", call_id: m.tool_call_id, output: m.content }];
+    if (m.role !== "assistant") return [{ type: "message", role: m.role, content: m.content }];
+    const calls = (m.tool_calls ?? []) as Call[];
+    return [
+      ...(m.reasoning_content ? [{ type: "reasoning", summary: [], content: [{ type: "reasoning_text", text: m.reasoning_content }] }] : []),
+      ...(m.content || !calls.length ? [{ type: "message", role: "assistant", content: [{ type: "output_text", text: m.content ?? "", annotations: [] }] }] : []),
+      ...calls.map((c) => ({ type: "function_call", call_id: c.id, name: c.function.name, arguments: c.function.arguments })),
+    ];
+  });
+  const fns = b.tools.map((t) => ({ type: "function", name: t.function.name, description: t.function.description, parameters: t.function.parameters }));
+  return JSON.stringify({ model: b.model, input, tools: fns });
+}
+
+/** A recorded chat body as an Anthropic Messages request: `system`, assistant turns as thinking/text/tool_use blocks, each run of tool messages as one user turn of tool_result blocks, `max_tokens` = the response length. */
+function messagesRequest(chat: string): string {
+  const b = JSON.parse(chat) as ChatBody;
+  let system: string | undefined;
+  const messages: { role: string; content: string | Record<string, unknown>[] }[] = [];
+  for (const [j, m] of b.messages.entries()) {
+    if (m.role === "system" && j === 0) system = m.content ?? "";
+    else if (m.role === "tool") {
+      const block = { type: "tool_result", tool_use_id: m.tool_call_id, content: m.content };
+      const last = messages.at(-1);
+      if (last?.role === "user" && Array.isArray(last.content)) last.content.push(block);
+      else messages.push({ role: "user", content: [block] });
+    } else if (m.role === "assistant") {
+      const content: Record<string, unknown>[] = [];
+      if (m.reasoning_content) content.push({ type: "thinking", thinking: m.reasoning_content, signature: thinkingSignature(m.reasoning_content as string) });
+      if (m.content) content.push({ type: "text", text: m.content });
+      for (const c of (m.tool_calls ?? []) as Call[]) content.push({ type: "tool_use", id: c.id, name: c.function.name, input: JSON.parse(c.function.arguments) });
+      messages.push({ role: "assistant", content });
+    } else messages.push({ role: m.role, content: m.content ?? "" });
+  }
+  const fns = b.tools.map((t) => ({ name: t.function.name, description: t.function.description, input_schema: t.function.parameters }));
+  return JSON.stringify({ model: b.model, max_tokens: config.response_length, ...(system === undefined ? {} : { system }), messages, tools: fns });
+}
+
+if (ONLY.includes("apis")) {
+  const apis = [
+    { name: "chat completions", path: CHAT, reqs: bodies },
+    { name: "Responses", path: "openai/v1/responses", reqs: bodies.map((b) => b.map(responsesRequest)) },
+    { name: "Messages", path: "anthropic/v1/messages", reqs: bodies.map((b) => b.map(messagesRequest)) },
+  ];
+  // Same tokens: each conversation through each API records the same outputs (response_ids compared per conversation).
+  const { gw, app } = newGateway(new SimEngineClient(new SimEngine({ tokenizer: tok, script })));
+  let equal = 0;
+  for (const i of same) {
+    const ids: string[] = [];
+    for (const [a, api] of apis.entries()) {
+      const key = `api${a}_${i}`;
+      await createSession(gw, key, i);
+      for (const body of api.reqs[i]!) {
+        const res = await post(app, key, body, api.path);
+        if (res.status !== 200) throw new Error(`${api.name} row ${i}: HTTP ${res.status} ${await res.text()}`);
+        await res.text();
+      }
+      ids.push(JSON.stringify(agentOutputs((await gw.finish(key, { by: "agent", reward: null }))!, { reward: null }).map((o) => o.response_ids)));
+    }
+    if (ids.every((x) => x === ids[0])) equal++;
+  }
+  console.log(`response_ids equal across chat completions / Responses / Messages for ${equal}/${same.length} conversations`);
+  if (equal !== same.length) throw new Error("the APIs recorded different tokens");
+
+  for (const api of apis) await gatewayRun(-1, api.path, api.reqs); // warm-up
+  const per = apis.map(() => [] as { raw: number; net: number }[]);
+  for (let r = 0; r < RUNS; r++) {
+    for (const [a, api] of apis.entries()) {
+      const res = await gatewayRun(r, api.path, api.reqs);
+      if (res.calls !== CALLS_PER_PASS * PASSES) throw new Error(`${api.name}: expected ${CALLS_PER_PASS * PASSES} engine calls, got ${res.calls}`);
+      per[a]!.push({ raw: res.total / res.calls, net: (res.total - res.engine) / res.calls });
+    }
+  }
+  const stat = (xs: number[]) => `${median(xs).toFixed(0)} (${Math.min(...xs).toFixed(0)}–${Math.max(...xs).toFixed(0)})`;
+  const chatRaw = median(per[0]!.map((x) => x.raw));
+  const chatNet = median(per[0]!.map((x) => x.net));
+  printTable(`CPU per call by API (app.fetch, full history each call; median (min–max) of ${RUNS} runs × ${PASSES * CALLS_PER_PASS} calls; target ≤ 1.2× chat)`, [
+    ["API", "µs/call incl. engine", "µs/call excl. engine", "ratio vs chat (incl. / excl.)", "calls"],
+    ...apis.map((api, a) => {
+      const raw = per[a]!.map((x) => x.raw);
+      const net = per[a]!.map((x) => x.net);
+      return [api.name, stat(raw), stat(net), `${(median(raw) / chatRaw).toFixed(2)}× / ${(median(net) / chatNet).toFixed(2)}×`, String(RUNS * PASSES * CALLS_PER_PASS)];
+    }),
   ]);
 }
 
