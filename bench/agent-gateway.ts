@@ -205,7 +205,7 @@ async function cpu(f: () => Promise<void>): Promise<number> {
   return c.user + c.system;
 }
 
-async function gatewayRun(run: number, path = CHAT, reqs = bodies): Promise<{ total: number; engine: number; calls: number }> {
+async function gatewayRun(run: number): Promise<{ total: number; engine: number; calls: number }> {
   const eng = new Timed(new SimEngineClient(new SimEngine({ tokenizer: tok, script })));
   const { gw, app } = newGateway(eng);
   const keys: string[] = [];
@@ -214,8 +214,8 @@ async function gatewayRun(run: number, path = CHAT, reqs = bodies): Promise<{ to
   for (const [j, k] of keys.entries()) await createSession(gw, k, conv[j]!);
   const total = await cpu(async () => {
     for (const [j, key] of keys.entries()) {
-      for (const body of reqs[conv[j]!]!) {
-        const res = await post(app, key, body, path);
+      for (const body of bodies[conv[j]!]!) {
+        const res = await post(app, key, body);
         if (res.status !== 200) throw new Error(`HTTP ${res.status}`);
         await res.text();
       }
@@ -333,19 +333,43 @@ if (ONLY.includes("apis")) {
   console.log(`response_ids equal across chat completions / Responses / Messages for ${equal}/${same.length} conversations`);
   if (equal !== same.length) throw new Error("the APIs recorded different tokens");
 
-  for (const api of apis) await gatewayRun(-1, api.path, api.reqs); // warm-up
+  /** One run: a gateway (and engine) per API, every conversation PASSES times; the APIs interleaved per conversation (rotated by run), so load drift and GC fall on all three alike. */
+  const apisRun = async (run: number) => {
+    const gws = apis.map(() => {
+      const eng = new Timed(new SimEngineClient(new SimEngine({ tokenizer: tok, script })));
+      return { eng, total: 0, ...newGateway(eng) };
+    });
+    for (const [a, g] of gws.entries()) for (let p = 0; p < PASSES; p++) for (const i of same) await createSession(g.gw, `a${run}_${a}_${p}_${i}`, i);
+    for (let p = 0; p < PASSES; p++) {
+      for (const i of same) {
+        for (let k = 0; k < apis.length; k++) {
+          const a = (k + run + p + apis.length) % apis.length;
+          const g = gws[a]!;
+          const key = `a${run}_${a}_${p}_${i}`;
+          g.total += await cpu(async () => {
+            for (const body of apis[a]!.reqs[i]!) {
+              const res = await post(g.app, key, body, apis[a]!.path);
+              if (res.status !== 200) throw new Error(`HTTP ${res.status}`);
+              await res.text();
+            }
+          });
+        }
+      }
+    }
+    return gws.map((g) => ({ total: g.total, engine: g.eng.ms * 1000, calls: g.eng.calls }));
+  };
+  await apisRun(-1); // warm-up
   const per = apis.map(() => [] as { raw: number; net: number }[]);
   for (let r = 0; r < RUNS; r++) {
-    for (const [a, api] of apis.entries()) {
-      const res = await gatewayRun(r, api.path, api.reqs);
-      if (res.calls !== CALLS_PER_PASS * PASSES) throw new Error(`${api.name}: expected ${CALLS_PER_PASS * PASSES} engine calls, got ${res.calls}`);
+    for (const [a, res] of (await apisRun(r)).entries()) {
+      if (res.calls !== CALLS_PER_PASS * PASSES) throw new Error(`${apis[a]!.name}: expected ${CALLS_PER_PASS * PASSES} engine calls, got ${res.calls}`);
       per[a]!.push({ raw: res.total / res.calls, net: (res.total - res.engine) / res.calls });
     }
   }
   const stat = (xs: number[]) => `${median(xs).toFixed(0)} (${Math.min(...xs).toFixed(0)}–${Math.max(...xs).toFixed(0)})`;
   const chatRaw = median(per[0]!.map((x) => x.raw));
   const chatNet = median(per[0]!.map((x) => x.net));
-  printTable(`CPU per call by API (app.fetch, full history each call; median (min–max) of ${RUNS} runs × ${PASSES * CALLS_PER_PASS} calls; target ≤ 1.2× chat)`, [
+  printTable(`CPU per call by API (app.fetch, full history each call; median (min–max) of ${RUNS} runs × ${PASSES * CALLS_PER_PASS} calls, APIs interleaved per conversation; target ≤ 1.2× chat)`, [
     ["API", "µs/call incl. engine", "µs/call excl. engine", "ratio vs chat (incl. / excl.)", "calls"],
     ...apis.map((api, a) => {
       const raw = per[a]!.map((x) => x.raw);
