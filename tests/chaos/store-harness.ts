@@ -31,7 +31,7 @@ export function spawnCli(args: string[], env: Record<string, string> = {}): CliP
 /** Spawns `edgeloop serve --port 0 …` and resolves with its base URL once it listens. */
 export async function spawnServe(args: string[], env: Record<string, string> = {}): Promise<CliProc & { url: string }> {
   const p = spawnCli(["serve", "--port", "0", ...args], env);
-  const deadline = Date.now() + 30_000;
+  const deadline = Date.now() + 60_000; // a bound for a hang only (start-up takes seconds; longer on a loaded machine)
   for (;;) {
     const m = /serving on (http:\/\/[^\s]+)/.exec(p.out());
     if (m) return { ...p, url: m[1]! };

@@ -27,7 +27,7 @@ let raw: ReturnType<typeof rawRedis>;
 
 async function spawnGateway(args: string[], env: Record<string, string> = {}): Promise<CliProc & { url: string }> {
   const p = spawnCli(["gateway", "--port", "0", "--replicas", sim.urls.join(","), "--store-prefix", prefix, ...args], { EDGELOOP_ADMIN_TOKEN: "test-admin-token", ...env });
-  const deadline = Date.now() + 30_000;
+  const deadline = Date.now() + 60_000; // a bound for a hang only (start-up takes seconds; longer on a loaded machine)
   for (;;) {
     const m = /edgeloop gateway on (http:\/\/[^\s]+)/.exec(p.out());
     if (m) {

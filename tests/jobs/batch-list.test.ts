@@ -22,12 +22,14 @@ async function serve(port: number): Promise<{ url: string; stop(): Promise<void>
   };
   cleanups.push(stop);
   const url = `http://127.0.0.1:${port}`;
-  for (let i = 0; i < 300; i++) {
+  // A bound for a hang only: serve starts in seconds, more than 15 s on a loaded CI machine.
+  const deadline = Date.now() + 60_000;
+  while (Date.now() < deadline && p.exitCode === null) {
     const ok = await fetch(`${url}/health`).then((r) => r.ok, () => false);
     if (ok) return { url, stop };
     await Bun.sleep(50);
   }
-  throw new Error("serve did not start");
+  throw new Error(`serve did not start (exit ${p.exitCode}): ${await new Response(p.stderr).text().catch(() => "")}`);
 }
 
 const row = (uid: string) => ({ uid, prompt: [{ role: "user", content: `q ${uid}` }] });
@@ -76,7 +78,7 @@ test.skipIf(!redis)("queue mode: batches are listed from Redis, newest first, pa
   expect(bad.status).toBe(400);
   expect(await bad.json()).toEqual({ error: { code: "invalid_input", field: "cursor", message: "cursor: must be the next_cursor of an earlier page" } });
   expect((await fetch(`${s.url}/v1/rollouts?limit=0`)).status).toBe(400);
-}, 60_000);
+}, 180_000); // a bound for a hang only: two serve starts on a loaded machine
 
 test.skipIf(!redis)("a finished batch collected by edgeloop gc is no longer listed by the process that ran it", async () => {
   const port = await freePort();
@@ -102,4 +104,4 @@ test.skipIf(!redis)("a finished batch collected by edgeloop gc is no longer list
   expect((JSON.parse(gc.stdout.toString()) as { deleted: { batches: number } }).deleted.batches).toBeGreaterThanOrEqual(1);
   expect(await listed()).not.toContain(id);
   expect((await fetch(`${s.url}/v1/rollouts/${id}`)).status).toBe(404);
-}, 60_000);
+}, 180_000); // a bound for a hang only

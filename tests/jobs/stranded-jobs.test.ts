@@ -80,7 +80,7 @@ async function serve(prefix: string) {
   });
   procs.push(p);
   const url = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 30_000;
+  const deadline = Date.now() + 60_000; // a bound for a hang only (start-up takes seconds; longer on a loaded machine)
   while (!(await fetch(`${url}/health`).then((r) => r.ok, () => false))) {
     if (Date.now() > deadline) throw new Error("serve did not start");
     await Bun.sleep(50);
