@@ -107,5 +107,5 @@ describe("E8: one of three replicas hangs", () => {
     const badFile = Bun.spawnSync([process.execPath, MAIN, "gateway", "--replicas", sim.urls[0]!, "--port", "0", "--config", cfgPath], { stdout: "pipe", stderr: "pipe" });
     expect(badFile.exitCode).toBe(2);
     expect(badFile.stderr.toString()).toContain("gateway.eject_after");
-  }, 20_000);
+  }, 120_000); // a bound for a hang only (process starts on a loaded machine)
 });
