@@ -33,6 +33,25 @@ export interface GenerateRequest {
    * Adapters that cannot return them throw a `ConfigError` naming the field.
    */
   return_routed_experts?: boolean;
+  /**
+   * Streaming sink (issue 30 item 3, true streaming). A client that can stream
+   * calls it with each run of newly generated tokens, in order, as the engine
+   * produces them and before `generate` resolves: `token_ids` (≥ 1 ids) and
+   * their `log_probs` (same length, or null when the call does not return
+   * them). Contract, for every client that calls it:
+   * - the concatenation of every chunk of one call equals the resolved
+   *   `TokenOutput.token_ids` exactly (and the log-probs likewise); the
+   *   record is built from that output, never from the chunks;
+   * - a stream that breaks after ≥ 1 token resolves (does not throw) with the
+   *   tokens received and `finish_reason: "abort"`, so the agent loop resumes
+   *   from them as from a preemption; a call that fails before any token
+   *   throws as a non-streaming call would, and only then may a wrapper
+   *   (`RetryingClient`) retry it;
+   * - it is never called after `generate` settles.
+   * Clients that cannot stream ignore it (the caller then sees the whole
+   * output at once). Wrappers forward it.
+   */
+  on_tokens?: (token_ids: number[], log_probs: number[] | null) => void;
 }
 
 /**
