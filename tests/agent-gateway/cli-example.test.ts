@@ -4,6 +4,7 @@ import { join } from "node:path";
 import type { TrajectoryRecord as Rec } from "../../shared/schema/index.ts";
 import { cliWorkdir } from "../helpers/cli-workdir.ts";
 import { ROOT } from "../helpers/examples.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // The README's agent-gateway command, run for real: `npx edgeloop rollout --agent example --data … --out …`,
 // compared with the same rows through tool_agent (rows whose policy makes only well-formed calls: there the
@@ -42,7 +43,7 @@ describe("rollout --agent example", () => {
       expect(r.num_turns).toBe(ref.num_turns);
       expect((r.extra_fields as { agent_metadata?: { steps?: number } }).agent_metadata?.steps).toBe(ref.num_turns / 2);
     }
-  }, 60_000);
+  }, HANG_MS);
 
   test("serve refuses --agent example naming the flag (exit 2)", () => {
     const r = edgeloop(["serve", "--port", "0", "--agent", "example"]);

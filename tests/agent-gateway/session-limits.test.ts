@@ -17,6 +17,7 @@ import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokeni
 import { config, SP } from "../agent-loop/helpers.ts";
 import { depsFor, ROWS } from "../session/fixtures.ts";
 import { examplePolicy } from "../helpers/examples.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Issue 26 item 4 / audit S5: a session has a cap on outputs and on engine calls (config `limits`);
 // past it the session fails visibly; self-reported rewards stay inside limits.reward_min/max.
@@ -198,5 +199,5 @@ describe("the audit's S5 repro end to end: an agent past the cap cannot fill its
       await agent.stop(true);
       await rt.close();
     }
-  }, 30_000);
+  }, HANG_MS);
 });

@@ -12,6 +12,7 @@ import { IoRedisCommander } from "../../infra/redis/ioredis-commander.ts";
 import { privateRedis, type PrivateRedis } from "../helpers/redis-server.ts";
 import { config, ctxOf, SP } from "../agent-loop/helpers.ts";
 import { examplePolicy, exampleRow } from "../helpers/examples.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // E7 for the agent gateway: while Redis (the agent sessions' store) is down, the openai_agent loop waiting for its
 // agent is held, never failed; the agent's calls get 503s (its client retries) and go through once Redis is back.
@@ -77,5 +78,5 @@ describe("openai_agent through a store outage", () => {
     } finally {
       await c.close();
     }
-  }, 60_000);
+  }, HANG_MS);
 });

@@ -4,6 +4,7 @@ import { builtinTokenizer } from "../../shared/models/index.ts";
 import type { ChatMessage, ToolSchema } from "../../shared/schema/index.ts";
 import { ObservationEncoder } from "../../shared/tokens/observation.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 const calc: ToolSchema = { type: "function", function: { name: "calc", description: "calculator", parameters: { type: "object", properties: { expression: { type: "string" } } } } };
 const TOOL: ChatMessage[] = [{ role: "tool", name: "calc", content: "4" }];
@@ -13,7 +14,7 @@ const IM_END = 151645;
 let qwen: ChatTokenizer;
 beforeAll(async () => {
   qwen = await defaultTokenizer();
-}, 60_000);
+}, HANG_MS);
 
 describe("sharedObservationEncoder", () => {
   test("one encoder per (tokenizer, tools JSON, template kwargs); separate ones otherwise", () => {
@@ -46,5 +47,5 @@ describe("sharedObservationEncoder", () => {
         expect({ family, ids: shared.encode(msgs, last) }).toEqual({ family, ids: new ObservationEncoder(tok, { tools: [calc] }).encode(msgs, last) });
       }
     }
-  }, 120_000);
+  }, HANG_MS);
 });

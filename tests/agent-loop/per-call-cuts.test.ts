@@ -5,11 +5,12 @@ import { prefixKeyOf } from "../../shared/inference/prefix-key.ts";
 import { TrajectoryBuilder } from "../../shared/tokens/trajectory-builder.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { call, config, ctxOf, FakeTools, IM_END, ScriptedClient, SP } from "./helpers.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 let tok: ChatTokenizer;
 beforeAll(async () => {
   tok = await defaultTokenizer();
-}, 60_000);
+}, HANG_MS);
 
 const builder = (promptIds: number[]) => new TrajectoryBuilder({ promptIds, responseLength: 64, maxModelLen: 4096, trackLogProbs: false });
 

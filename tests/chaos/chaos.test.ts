@@ -1,6 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { formatChaosReport, runChaos } from "../../infra/chaos/chaos-run.ts";
 import { rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // The chaos run of issue 8, scaled down: 3 workers over 120 trajectories, 5 % engine errors,
 // 5 % aborts, 5 % tool timeouts, 3 workers SIGKILLed and replaced. The full run is `npm run chaos`.
@@ -36,5 +37,5 @@ describe.skipIf(!redis)("chaos run (small)", () => {
     } finally {
       await c.quit();
     }
-  }, 90_000);
+  }, HANG_MS);
 });

@@ -1,6 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { formatChaosReport, runChaos } from "../../infra/chaos/chaos-run.ts";
 import { rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // The lease chaos run of issue 29, scaled down: the chaos run (3 workers, engine errors and aborts, tool
 // timeouts, workers SIGKILLed and replaced) with a sandbox lease per trajectory from the example provider,
@@ -49,5 +50,5 @@ describe.skipIf(!redis)("lease chaos run (small)", () => {
     } finally {
       await c.quit();
     }
-  }, 180_000);
+  }, HANG_MS);
 });

@@ -10,6 +10,7 @@ import { RedisLayout } from "../../shared/store/redis-layout.ts";
 import { keyPart } from "../../shared/store/key-encoding.ts";
 import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { ROWS } from "../session/fixtures.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // N2 (issue 27): whatever part of a trajectory's state the store loses — its job, its durable session
 // (gone, cut back to an earlier step, or finished), its record, its group hash, its batch's hash — the batch
@@ -64,7 +65,7 @@ describe.skipIf(!redis)("N2: every combination of what a store loss leaves ends 
     wk = await buildRuntime(flags, { jobQueue: { leaseMs: LEASE_MS } });
     // The worker that dies never reclaims (its lease is long): its jobs are delivered once before the loss.
     victimRt = await buildRuntime(flags, { jobQueue: { leaseMs: 600_000 } });
-  }, 60_000);
+  }, HANG_MS);
   afterAll(async () => {
     await api?.close();
     await wk?.close();
@@ -170,5 +171,5 @@ describe.skipIf(!redis)("N2: every combination of what a store loss leaves ends 
       const o = original.get(k)!;
       expect([name(c), rec.prompt_ids, rec.response_ids, rec.response_mask, rec.rollout_log_probs]).toEqual([name(c), o.prompt_ids, o.response_ids, o.response_mask, o.rollout_log_probs]);
     }
-  }, 180_000);
+  }, HANG_MS);
 });

@@ -4,6 +4,7 @@ import { startUpstashBridge, type UpstashBridge } from "../../infra/upstash-brid
 import { privateRedis, type PrivateRedis } from "../helpers/redis-server.ts";
 import { POLICY } from "../session/fixtures.ts";
 import { drainGroups, post, progress, spawnCli, spawnServe, until, type CliProc } from "./store-harness.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 /** The flags shared with serve minus --n: a worker runs each job with its batch's rollout section and refuses --n. */
 const workerFlags = (flags: string[]): string[] => flags.filter((_, i) => flags[i] !== "--n" && flags[i - 1] !== "--n");
@@ -34,7 +35,7 @@ for (const transport of ["redis", "upstash"] as const) describe(`E2 (${transport
     const common = ["--store", store, "--store-prefix", prefix, "--engine", engine.urls[0]!, "--n", "2", "--max-model-len", "4096"];
     serve = await spawnServe([...common, "--lost-grace", String(GRACE_S)], env);
     worker = spawnCli(["worker", ...workerFlags(common), "--concurrency", "2", "--lease", "3", "--consumer", "e2w"], env);
-  }, 60_000);
+  }, HANG_MS);
   afterAll(async () => {
     worker?.proc.kill("SIGKILL");
     serve?.proc.kill("SIGKILL");
@@ -62,7 +63,7 @@ for (const transport of ["redis", "upstash"] as const) describe(`E2 (${transport
     expect((await drainGroups(serve.url, ["post0"])).get("post0")).toEqual([["post0_0_0", "post0_1_0"]]);
     expect(await (await fetch(`${serve.url}/v1/queue`)).json()).toMatchObject({ mode: "queue", depth: 0, in_flight: 0 });
     expect(worker.proc.exitCode).toBeNull();
-  }, 60_000);
+  }, HANG_MS);
 
   test("a batch in flight when Redis is flushed finishes: what ran lands, the rest is reported lost with keys named", async () => {
     const rows = Array.from({ length: 6 }, (_, i) => ({ ...ROW, uid: `fly${i}` }));
@@ -107,5 +108,5 @@ for (const transport of ["redis", "upstash"] as const) describe(`E2 (${transport
     const pa = await until(async () => ((await progress(serve.url, after.batch_id)).done ? progress(serve.url, after.batch_id) : null), "after0 done", 30_000);
     expect(pa.counts).toMatchObject({ ok: 2, failed: 0 });
     expect((await drainGroups(serve.url, ["after0"])).get("after0")).toEqual([["after0_0_0", "after0_1_0"]]);
-  }, 90_000);
+  }, HANG_MS);
 });

@@ -6,6 +6,7 @@ import { startSimEngine, type RunningSimEngine } from "../../infra/sim-engine/se
 import { privateRedis, type PrivateRedis } from "../helpers/redis-server.ts";
 import { POLICY, ROWS } from "../session/fixtures.ts";
 import { drainGroups, post, progress, spawnCli, spawnServe, summaryOf, until, type CliProc } from "./store-harness.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 /** The flags shared with serve minus --n: a worker runs each job with its batch's rollout section and refuses --n. */
 const workerFlags = (flags: string[]): string[] => flags.filter((_, i) => flags[i] !== "--n" && flags[i - 1] !== "--n");
@@ -184,5 +185,5 @@ describe(`E7: a ${OUTAGE_S} s Redis outage in the middle of a queue-mode batch`,
     } finally {
       await redis.dispose();
     }
-  }, 60_000);
+  }, HANG_MS);
 });

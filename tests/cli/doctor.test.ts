@@ -7,6 +7,7 @@ import { SimEngine } from "../../infra/sim-engine/sim-engine.ts";
 import { createGatewayApp } from "../../functions/gateway.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { loadTokenizer } from "../../infra/node/model-dir.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // `edgeloop doctor` (issue 25 item 4) as a user runs it: the real CLI process against simulated engines
 // on loopback, healthy in each wire format and version and misconfigured one way at a time: with the
@@ -108,7 +109,7 @@ describe("edgeloop doctor against a healthy simulated engine", () => {
       ...SKIPPED_TAIL,
       "edgeloop doctor: ready (9 ok, 3 skipped)",
     ]);
-  }, 30_000);
+  }, HANG_MS);
 
   test("vllm-generate (/inference/v1/generate): every check ok (no text to decode: the probe text is compared)", async () => {
     const r = await doctor(["--engine", healthy.url, "--engine-format", "vllm-generate"]);
@@ -123,7 +124,7 @@ describe("edgeloop doctor against a healthy simulated engine", () => {
       "cached tokens  ok: 32 of 38 prompt tokens cached on a repeated call",
     ]);
     expect(r.out.at(-1)).toBe("edgeloop doctor: ready (9 ok, 3 skipped)");
-  }, 30_000);
+  }, HANG_MS);
 
   test("sglang (/generate): every check ok", async () => {
     const r = await doctor(["--engine", healthy.url, "--engine-format", "sglang"]);
@@ -138,7 +139,7 @@ describe("edgeloop doctor against a healthy simulated engine", () => {
       "cached tokens  ok: 32 of 38 prompt tokens cached on a repeated call",
     ]);
     expect(r.out.at(-1)).toBe("edgeloop doctor: ready (9 ok, 3 skipped)");
-  }, 30_000);
+  }, HANG_MS);
 });
 
 describe("edgeloop doctor against a healthy simulated engine, other versions and modes", () => {
@@ -149,7 +150,7 @@ describe("edgeloop doctor against a healthy simulated engine, other versions and
       expect({ format, code: r.code, stderr: r.stderr, last: r.out.at(-1) }).toEqual({ format, code: 0, stderr: "", last: "edgeloop doctor: ready (9 ok, 3 skipped)" });
       expect(line(r, "token ids")).toBe("token ids      ok: choices[0].token_ids");
     }
-  }, 60_000);
+  }, HANG_MS);
 
   test("a server with --api-key and --admin-api-key, keys from the environment: every check ok, pause/resume too", async () => {
     const s = sim(undefined, undefined, { apiKey: "data-k3y", adminApiKey: "adm1n-k3y" });
@@ -162,7 +163,7 @@ describe("edgeloop doctor against a healthy simulated engine, other versions and
     expect(r.out.at(-1)).toBe("edgeloop doctor: ready (10 ok, 2 skipped)");
     expect(r.out.join("\n")).not.toContain("k3y");
     expect(s.engine.pauses.map((p) => p.mode)).toEqual(["abort"]);
-  }, 30_000);
+  }, HANG_MS);
 });
 
 describe("edgeloop doctor names the fix for a misconfigured engine", () => {
@@ -185,14 +186,14 @@ describe("edgeloop doctor names the fix for a misconfigured engine", () => {
       "cached tokens  skipped: no token ids to check (see token ids)",
     ]);
     expect(r.out.at(-1)).toBe("edgeloop doctor: 1 of 12 failed (token ids); 5 ok, 6 skipped");
-  }, 30_000);
+  }, HANG_MS);
 
   test("ids only from token_id:N strings (vLLM < 0.10.2): ok, and the line says where they came from", async () => {
     const s = sim(editReply("/v1/completions", (b) => (b.choices[0].token_ids = null)));
     const r = await doctor(["--engine", s.url]);
     expect(r.code).toBe(0);
     expect(line(r, "token ids")).toBe("token ids      ok: token_id:N strings in choices[0].logprobs.tokens (no token_ids: vLLM < 0.10.2)");
-  }, 30_000);
+  }, HANG_MS);
 
   test("a reply without log-probs: log-probs missing (vllm and sglang), exit 1", async () => {
     const v = sim(editReply("/v1/completions", (b) => (b.choices[0].logprobs = null)));
@@ -211,7 +212,7 @@ describe("edgeloop doctor names the fix for a misconfigured engine", () => {
     expect(line(rs, "log-probs")).toBe(
       "log-probs      missing: the reply has no meta_info.output_token_logprobs although return_logprob was sent: rollout_log_probs need one per sampled token; a proxy in front may strip meta_info",
     );
-  }, 30_000);
+  }, HANG_MS);
 
   test("a log-prob count that differs from the ids: log-probs mismatch; ids that disagree with the token_id:N strings: token ids mismatch", async () => {
     const s = sim(editReply("/v1/completions", (b) => b.choices[0].logprobs.token_logprobs.pop()));
@@ -223,7 +224,7 @@ describe("edgeloop doctor names the fix for a misconfigured engine", () => {
     const rg = await doctor(["--engine", g.url, "--engine-format", "vllm-generate"]);
     expect(rg.code).toBe(1);
     expect(line(rg, "token ids")).toBe("token ids      mismatch: choices[0].token_ids disagree with the ids in logprobs.content");
-  }, 60_000);
+  }, HANG_MS);
 
   test("the wrong --model (llama3_1 against a Qwen3 engine): tokenizer and stop ids mismatch", async () => {
     const llama = await loadTokenizer("llama3_1");
@@ -241,7 +242,7 @@ describe("edgeloop doctor names the fix for a misconfigured engine", () => {
       "stop ids       mismatch: sent llama3_1's stop ids [128009, 128001, 128008]: the engine finished (stop) at id 151645, which is not a stop id of llama3_1: the served model's end-of-turn ids differ from --model's (another model, or its generation_config.json eos_token_id)",
     );
     expect(r.out.at(-1)).toBe("edgeloop doctor: 2 of 12 failed (tokenizer, stop ids); 7 ok, 3 skipped");
-  }, 30_000);
+  }, HANG_MS);
 
   test("the wrong --model without a tokenize endpoint: the reply's ids do not decode to its text", async () => {
     const s = sim(answer(["/tokenize"], 404, { detail: "Not Found" }));
@@ -249,7 +250,7 @@ describe("edgeloop doctor names the fix for a misconfigured engine", () => {
     expect(r.code).toBe(1);
     expect(line(r, "tokenizer")).toStartWith("tokenizer      mismatch: the reply's ids decode with --model llama3_1 to ");
     expect(line(r, "tokenizer")).toEndWith(`the engine's text is "I cannot help with that.<|im_end|>": start edgeloop with the served model's --model`);
-  }, 30_000);
+  }, HANG_MS);
 
   test("an API key the server wants: auth missing with the variable to set; the right key passes and is never printed; a wrong one is a mismatch", async () => {
     const s = sim(undefined, undefined, { apiKey: "s3cret-key" });
@@ -275,7 +276,7 @@ describe("edgeloop doctor names the fix for a misconfigured engine", () => {
     expect(wrong.code).toBe(1);
     expect(line(wrong, "auth")).toBe("auth           mismatch: the server refused engine.api_key (GET /v1/models 401, POST /v1/completions 401): set it to the server's --api-key");
     expect(wrong.out.join("\n") + wrong.stderr).not.toContain("not-it");
-  }, 60_000);
+  }, HANG_MS);
 
   test("vllm-generate on a server without the endpoint (404; main and 0.2x): generate missing, naming both switches", async () => {
     const old = await doctor(["--engine", sim(undefined, undefined, { scaleOut: false, engineVersion: "0.2x" }).url, "--engine-format", "vllm-generate"]);
@@ -293,7 +294,7 @@ describe("edgeloop doctor names the fix for a misconfigured engine", () => {
       "stop ids       skipped: no reply to check (see generate)",
       "cached tokens  skipped: no reply to check (see generate)",
     ]);
-  }, 30_000);
+  }, HANG_MS);
 
   test("vLLM without --enable-prompt-tokens-details: cached tokens missing, naming the flag", async () => {
     const s = sim(undefined, undefined, { promptTokensDetails: false });
@@ -303,7 +304,7 @@ describe("edgeloop doctor names the fix for a misconfigured engine", () => {
       "cached tokens  missing: the replies carry no usage.prompt_tokens_details.cached_tokens: start vLLM with --enable-prompt-tokens-details (without it prefix-cache hits go unreported)",
     );
     expect(r.out.at(-1)).toBe("edgeloop doctor: 1 of 12 failed (cached tokens); 8 ok, 3 skipped");
-  }, 30_000);
+  }, HANG_MS);
 
   test("no max_model_len from /v1/models: a warning naming the fallback budget (exit 0); rollout.max_model_len above the server's: mismatch", async () => {
     const s = sim(answer(["/v1/models"], 404, { detail: "Not Found" }));
@@ -318,7 +319,7 @@ describe("edgeloop doctor names the fix for a misconfigured engine", () => {
     expect(line(over, "models")).toBe(
       "models         mismatch: rollout.max_model_len 65536 exceeds the server's max_model_len 40960: long trajectories would overflow; lower it, or leave it unset to use the server's",
     );
-  }, 60_000);
+  }, HANG_MS);
 
   test("nothing listening: reachable missing, every other check skipped, exit 1", async () => {
     const s = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response("") });
@@ -330,7 +331,7 @@ describe("edgeloop doctor names the fix for a misconfigured engine", () => {
     expect(line(r, "reachable")).toEndWith("): start the server, or fix --engine");
     expect(line(r, "models")).toBe(`models         skipped: ${url} is not reachable (see reachable)`);
     expect(r.out.at(-1)).toBe("edgeloop doctor: 1 of 12 failed (reachable); 0 ok, 11 skipped");
-  }, 30_000);
+  }, HANG_MS);
 });
 
 describe("edgeloop doctor --admin", () => {
@@ -352,7 +353,7 @@ describe("edgeloop doctor --admin", () => {
     expect(s.engine.paused).toBe(true);
     expect(s.engine.pauses.length).toBe(1);
     expect(s.engine.stats.requests).toBe(0);
-  }, 30_000);
+  }, HANG_MS);
 
   test("an idle vLLM with request gauges on /metrics: one abort pause and resume, /is_paused read back, exit 0", async () => {
     // The simulator serves vLLM's (and SGLang's) request gauges on /metrics.
@@ -362,7 +363,7 @@ describe("edgeloop doctor --admin", () => {
     expect(line(r, "pause/resume")).toBe("pause/resume   ok: POST /pause?mode=abort and /resume answered; GET /is_paused said true, then false; a call was served after");
     expect(s.engine.pauses.map((p) => ({ mode: p.mode, clear_cache: p.clear_cache, resumed: p.resumed_ms !== null }))).toEqual([{ mode: "abort", clear_cache: false, resumed: true }]);
     expect(s.engine.paused).toBe(false);
-  }, 30_000);
+  }, HANG_MS);
 
   test("a busy vLLM (a request generating): pause/resume skipped, the engine never paused", async () => {
     const s = sim(undefined, new SimEngine({ tokenizer, latency: { decode_ms_per_token: 60_000 } }));
@@ -373,7 +374,7 @@ describe("edgeloop doctor --admin", () => {
     expect(line(r, "pause/resume")).toBe(`pause/resume   skipped: requests are running or waiting (1 at ${s.url}): a pause would abort them; run doctor --admin while the engine is idle`);
     expect(engine.pauses.length).toBe(0);
     void held;
-  }, 30_000);
+  }, HANG_MS);
 
   test("a paused SGLang (which cannot say so) is never resumed by doctor --admin", async () => {
     const s = sim();
@@ -386,7 +387,7 @@ describe("edgeloop doctor --admin", () => {
     expect(s.engine.paused).toBe(true);
     expect(s.engine.pauses.length).toBe(1);
     s.engine.resume();
-  }, 30_000);
+  }, HANG_MS);
 
   test("no request counts to read: skipped unless --force", async () => {
     // A server without metrics (SGLang without --enable-metrics and no /get_load answer).
@@ -403,14 +404,14 @@ describe("edgeloop doctor --admin", () => {
       'pause/resume   ok: POST /pause_generation {"mode":"abort"} and /continue_generation {} answered; a call was served after (SGLang has no is_paused to read back)',
     );
     expect(s.engine.pauses.map((p) => p.mode)).toEqual(["abort"]);
-  }, 60_000);
+  }, HANG_MS);
 
   test("vLLM without VLLM_SERVER_DEV_MODE (the dev routes are 404): pause/resume missing, naming the variable", async () => {
     const s = sim(answer(["/pause", "/resume", "/is_paused"], 404, { detail: "Not Found" }));
     const r = await doctor(["--engine", s.url, "--admin"]);
     expect(r.code).toBe(1);
     expect(line(r, "pause/resume")).toBe("pause/resume   missing: /is_paused is HTTP 404: start vLLM with VLLM_SERVER_DEV_MODE=1 (it mounts /pause, /resume and /is_paused)");
-  }, 30_000);
+  }, HANG_MS);
 
   test("through edgeloop's own gateway: the control 404 is the gateway's, so the line names engine.admin_urls (not VLLM_SERVER_DEV_MODE)", async () => {
     const replica = sim();
@@ -425,7 +426,7 @@ describe("edgeloop doctor --admin", () => {
     );
     expect(line(r, "generate")).toStartWith("generate       ok: ");
     expect(replica.engine.pauses).toEqual([]);
-  }, 60_000);
+  }, HANG_MS);
 
   test("a generate call that fails (404) does not fail pause/resume: the pause and resume are checked, no call is tried after", async () => {
     const s = sim(answer(["/v1/completions"], 404, { detail: "Not Found" }));
@@ -435,7 +436,7 @@ describe("edgeloop doctor --admin", () => {
       "pause/resume   warn: POST /pause?mode=abort and /resume answered; GET /is_paused said true, then false; no call was tried after (the generate call fails, see generate)",
     );
     expect(s.engine.pauses.map((p) => p.mode)).toEqual(["abort"]);
-  }, 60_000);
+  }, HANG_MS);
 
   test("vLLM control routes refused (401) by something in front: a set key is named as refused, no key asks for the admin key; no SGLang advice", async () => {
     const s = sim(answer(["/pause", "/resume", "/is_paused"], 401, { error: "Unauthorized" }));
@@ -449,7 +450,7 @@ describe("edgeloop doctor --admin", () => {
       "pause/resume   missing: /is_paused is HTTP 401: a key is wanted there (vLLM's --api-key does not guard its control routes: a proxy in front?): set EDGELOOP_ENGINE_ADMIN_API_KEY (or --engine-admin-api-key, engine.admin_api_key)",
     );
     for (const r of [withKey, none]) expect(r.out.join("\n")).not.toContain("SGLang");
-  }, 60_000);
+  }, HANG_MS);
 
   test("SGLang with --admin-api-key: pause/resume missing the admin key without it, ok with it", async () => {
     const s = sim(undefined, undefined, { adminApiKey: "adm1n" });
@@ -464,7 +465,7 @@ describe("edgeloop doctor --admin", () => {
     expect(ok.code).toBe(0);
     expect(ok.out[0]).toBe(`edgeloop doctor: ${s.url} (engine.format sglang, model qwen3, admin key set, --admin)`);
     expect(line(ok, "pause/resume")).toStartWith("pause/resume   ok: ");
-  }, 60_000);
+  }, HANG_MS);
 });
 
 describe("edgeloop doctor with routed experts and a teacher configured", () => {
@@ -489,13 +490,13 @@ describe("edgeloop doctor with routed experts and a teacher configured", () => {
     const off = await doctor(["--engine", s.url, "--config", join(dir, "moe.yaml")]);
     expect(off.code).toBe(1);
     expect(line(off, "routed experts")).toBe("routed experts missing: the reply has no meta_info.routed_experts: start SGLang with --enable-return-routed-experts");
-  }, 60_000);
+  }, HANG_MS);
 
   test("return_routed_experts with a vLLM format is a config error (exit 2), as for rollout", async () => {
     const r = await doctor(["--engine", healthy.url, "--config", config("moe-vllm.yaml", "rollout: {return_routed_experts: true}\n")]);
     expect(r.code).toBe(2);
     expect(r.stderr).toStartWith("edgeloop: config rollout.return_routed_experts: is not supported with engine.format vllm or vllm-generate");
-  }, 30_000);
+  }, HANG_MS);
 
   test("a teacher: same tokenizer and one scoring call (ok); a teacher with another tokenizer: mismatch", async () => {
     const ok = await doctor(["--engine", healthy.url, "--config", config("teacher.yaml", `rollout: {teacher: {url: "${healthy.url}"}}\n`)]);
@@ -506,7 +507,7 @@ describe("edgeloop doctor with routed experts and a teacher configured", () => {
     const other = await doctor(["--engine", healthy.url, "--config", config("teacher2.yaml", `rollout: {teacher: {url: "${llama.url}", format: sglang}}\n`)]);
     expect(other.code).toBe(1);
     expect(line(other, "teacher")).toStartWith(`teacher        mismatch: the teacher (sglang at ${llama.url}) uses another tokenizer than the policy: its ids of a probe text differ at position `);
-  }, 60_000);
+  }, HANG_MS);
 });
 
 describe("edgeloop doctor flag and config errors (exit 2)", () => {
@@ -525,7 +526,7 @@ describe("edgeloop doctor flag and config errors (exit 2)", () => {
       code: 2,
       stderr: "edgeloop: --force: applies with --admin only (it lets the pause/resume check run when doctor cannot tell whether requests are running)",
     });
-  }, 30_000);
+  }, HANG_MS);
 });
 
 describe("the README's doctor samples", () => {
@@ -543,5 +544,5 @@ describe("the README's doctor samples", () => {
       expect(r.out).toEqual(sample.out.map((l) => l.replaceAll("http://127.0.0.1:8000", url)));
       expect(r.code).toBe(i === 0 ? 0 : 1);
     }
-  }, 60_000);
+  }, HANG_MS);
 });

@@ -1,5 +1,6 @@
 import { expect, test } from "bun:test";
 import { buildRuntime, fetchCapWarning } from "../../infra/cli/runtime.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Bun queues fetches beyond BUN_CONFIG_MAX_HTTP_REQUESTS (256 unset) inside the process: with more trajectories in
 // flight, a pause call waits for a generation call to end. The start lines say so when `concurrency` exceeds the cap.
@@ -25,4 +26,4 @@ test("buildRuntime lists the warning among its start-up warnings", async () => {
     await over.close();
     await under.close();
   }
-}, 30_000);
+}, HANG_MS);

@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { msFlag, secondsFlag } from "../../infra/cli/flag-parsers.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Every flag or argument the CLI refuses — commander's own parse errors and every numeric flag's
 // range — ends with exactly one line naming the flag and exit code 2 (README: 2 = config/input error),
@@ -19,7 +20,7 @@ afterAll(async () => {
 });
 
 function edgeloop(args: string[]): { code: number; stdout: string; stderr: string } {
-  const p = Bun.spawnSync([process.execPath, MAIN, ...args], { cwd: dir, stdout: "pipe", stderr: "pipe", env: { ...process.env, NO_COLOR: "1", EDGELOOP_DEBUG: "" }, timeout: 30_000 });
+  const p = Bun.spawnSync([process.execPath, MAIN, ...args], { cwd: dir, stdout: "pipe", stderr: "pipe", env: { ...process.env, NO_COLOR: "1", EDGELOOP_DEBUG: "" }, timeout: HANG_MS });
   return { code: p.exitCode ?? -1, stdout: p.stdout.toString(), stderr: p.stderr.toString() };
 }
 
@@ -94,7 +95,7 @@ describe("flag and argument errors: one line naming the flag, exit 2", () => {
     test(args.join(" "), () => {
       const r = edgeloop(args);
       expect({ code: r.code, stderr: r.stderr, stdout: r.stdout }).toEqual({ code: 2, stderr: `edgeloop: ${line}\n`, stdout: "" });
-    }, 30_000);
+    }, HANG_MS);
   }
   test("--version / -V print package.json's version on stdout and exit 0", () => {
     const version = JSON.parse(readFileSync(join(import.meta.dir, "..", "..", "package.json"), "utf8")).version as string;
@@ -105,7 +106,7 @@ describe("flag and argument errors: one line naming the flag, exit 2", () => {
     writeFileSync(join(dir, "four.yaml"), 'rollout: {n: "four"}\n');
     const r = edgeloop(["rollout", "--data", "x.jsonl", "--config", "four.yaml", "--n", "1"]);
     expect({ code: r.code, stderr: r.stderr }).toEqual({ code: 2, stderr: `edgeloop: config rollout.n: Invalid input: expected number, received string (in four.yaml)\n` });
-  }, 30_000);
+  }, HANG_MS);
   test("--help still exits 0 with the help on stdout", () => {
     const r = edgeloop(["worker", "--help"]);
     expect(r.code).toBe(0);
@@ -121,7 +122,7 @@ test.skipIf(!redis)("worker --lease 2 is honoured (banner: lease 2000 ms), --idl
   expect(r.code).toBe(0);
   expect(r.stderr).toContain(`worker     flag-test: 256 jobs at once from ${prefix}jobs, lease 2000 ms, exits after 0 s idle\n`);
   expect(JSON.parse(r.stdout.trim().split("\n").at(-1)!)).toMatchObject({ consumer: "flag-test", exit: "idle" });
-}, 30_000);
+}, HANG_MS);
 
 test("the largest duration flags still parse: 2147483 seconds, 2147483647 milliseconds", () => {
   expect(secondsFlag("--lease")("2147483")).toBe(2_147_483);

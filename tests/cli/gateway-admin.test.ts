@@ -3,6 +3,7 @@ import { startGatewayProcess } from "../helpers/gateway-process.ts";
 import { join } from "node:path";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // `edgeloop gateway` takes its admin token from EDGELOOP_ADMIN_TOKEN: /admin/* then needs it, proxied calls do not.
 const MAIN = join(import.meta.dir, "..", "..", "infra", "cli", "main.ts");
@@ -32,7 +33,7 @@ describe("edgeloop gateway admin token", () => {
     expect(ok.status).toBe(200);
     expect(((await ok.json()) as { replicas: { url: string }[] }).replicas.map((r) => r.url)).toEqual(["http://127.0.0.1:9"]);
     expect((await fetch(`${url}/health`)).status).not.toBe(401);
-  }, 120_000); // a bound for a hang only (process starts on a loaded machine)
+  }, HANG_MS); // a bound for a hang only (process starts on a loaded machine)
 
   test("S6: without it, /admin/* is off (403 admin_disabled, even with a bearer token) and the banner says so", async () => {
     const { url, banner } = await startGateway({ EDGELOOP_ADMIN_TOKEN: "" });
@@ -47,7 +48,7 @@ describe("edgeloop gateway admin token", () => {
     }
     const add = await fetch(`${url}/admin/replicas`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ url: "http://127.0.0.1:18951" }) });
     expect(add.status).toBe(403);
-  }, 120_000); // a bound for a hang only (process starts on a loaded machine)
+  }, HANG_MS); // a bound for a hang only (process starts on a loaded machine)
 
   test("S12: the admin token can come from a file (EDGELOOP_ADMIN_TOKEN_FILE)", async () => {
     const file = join(mkdtempSync(join(tmpdir(), "edgeloop-admin-")), "token");
@@ -56,5 +57,5 @@ describe("edgeloop gateway admin token", () => {
     expect(banner).toContain("/admin/* needs the bearer token from EDGELOOP_ADMIN_TOKEN");
     expect((await fetch(`${url}/admin/replicas`)).status).toBe(401);
     expect((await fetch(`${url}/admin/replicas`, { headers: { authorization: `Bearer ${TOKEN}` } })).status).toBe(200);
-  }, 120_000); // a bound for a hang only (process starts on a loaded machine)
+  }, HANG_MS); // a bound for a hang only (process starts on a loaded machine)
 });

@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { gatewayOptions } from "../../infra/cli/gateway-options.ts";
 import { parseAppConfig } from "../../shared/config/app-config.ts";
 import { REDIS_URL } from "../helpers/redis.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // The gateway's health-check period, ε and sticky-key capacity reach `edgeloop gateway` from flags and from
 // the config file (issue 18 item 10: nothing built and unreachable), and every gateway built from a config
@@ -70,7 +71,7 @@ describe("gateway settings from flags and config", () => {
     const never = await startGateway(["--health-interval-ms", "0"]);
     expect(never.banner).toContain("health checks on demand");
     expect(await probesDuring(never.url, 12)).toBe(0);
-  }, 30_000);
+  }, HANG_MS);
 
   test("the config file's gateway section sets ε and the sticky-key capacity; a flag overrides the file", async () => {
     const cfg = join(dir, "gw.json");
@@ -86,7 +87,7 @@ describe("gateway settings from flags and config", () => {
     const defaults = await startGateway(["--policy", "bounded_load_hash"]);
     expect(defaults.banner).toContain("(bounded_load_hash, ε 0.25;");
     expect(defaults.banner).toContain("health checks every 5000 ms");
-  }, 30_000);
+  }, HANG_MS);
 
   test("settings the chosen routing would not use exit 2, naming the flag or the config key", () => {
     const run = (args: string[]) => Bun.spawnSync([process.execPath, MAIN, "gateway", "--replicas", "http://127.0.0.1:1", "--port", "0", ...args], { stdout: "pipe", stderr: "pipe" });
@@ -105,7 +106,7 @@ describe("gateway settings from flags and config", () => {
     writeFileSync(cfg, JSON.stringify({ gateway: { sticky_epsilon: 2 } }));
     const r = run(["--config", cfg]);
     expect([r.exitCode, r.stderr.toString()]).toEqual([2, `edgeloop: config gateway.sticky_epsilon: applies only with routing state shared in the store (a Redis/Upstash store and gateway.shared_state) (in ${cfg})\n`]);
-  }, 60_000);
+  }, HANG_MS);
 
   test("bad values exit 2 naming the flag or the config key", async () => {
     const run = (args: string[]) => Bun.spawnSync([process.execPath, MAIN, "gateway", "--replicas", "http://127.0.0.1:1", "--port", "0", ...args], { stdout: "pipe", stderr: "pipe" });
@@ -120,7 +121,7 @@ describe("gateway settings from flags and config", () => {
     r = run(["--config", cfg]);
     expect(r.exitCode).toBe(2);
     expect(r.stderr.toString()).toContain("gateway.max_sticky_keys");
-  }, 30_000);
+  }, HANG_MS);
 
   test("gatewayOptions maps every key; null ε keeps the gateway's own defaults", () => {
     const d = parseAppConfig({}, "test").gateway;

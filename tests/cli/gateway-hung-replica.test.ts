@@ -5,6 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { TrajectoryRecord } from "../../shared/schema/index.ts";
 import { startSimEngine, type RunningSimEngine } from "../../infra/sim-engine/server.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // E8 (edge-cases.md) as a user runs it: `edgeloop gateway --replicas A,B,C`
 // where A accepts TCP connections and never answers (a raw socket server),
@@ -93,7 +94,7 @@ describe("E8: one of three replicas hangs", () => {
     expect(metrics).toContain(`edgeloop_gateway_replica_healthy{replica="${a}"} 0`);
     expect(metrics).toContain(`edgeloop_gateway_failures_total{replica="${a}",kind="client_abort"} ${statusA.failures}`);
     expect(metrics).toContain(`edgeloop_gateway_repins_total{replica="${a}",reason="unhealthy"} ${statusA.repins_by_reason.unhealthy}`);
-  }, 60_000);
+  }, HANG_MS);
 
   test("flags override the config file; an invalid value is a config error naming the key (exit 2)", async () => {
     const { url } = await startGateway(["--replicas", sim.urls.join(","), "--attempt-timeout-ms", "2500", "--eject-after", "5"]);
@@ -107,5 +108,5 @@ describe("E8: one of three replicas hangs", () => {
     const badFile = Bun.spawnSync([process.execPath, MAIN, "gateway", "--replicas", sim.urls[0]!, "--port", "0", "--config", cfgPath], { stdout: "pipe", stderr: "pipe" });
     expect(badFile.exitCode).toBe(2);
     expect(badFile.stderr.toString()).toContain("gateway.eject_after");
-  }, 120_000); // a bound for a hang only (process starts on a loaded machine)
+  }, HANG_MS); // a bound for a hang only (process starts on a loaded machine)
 });

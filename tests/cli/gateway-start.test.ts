@@ -3,6 +3,7 @@ import { join } from "node:path";
 import { createGatewayApp } from "../../functions/gateway.ts";
 import { ConfigError } from "../../shared/errors.ts";
 import { NO_ATTEMPT_TIMEOUT_WARNING } from "../../infra/cli/engine-commands.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // `edgeloop gateway` at start: no replica or a replica listed twice is refused (exit 2, one line
 // naming --replicas); without an attempt timeout it warns, naming the flag and the config key.
@@ -13,7 +14,7 @@ afterAll(() => {
 });
 
 function gatewayRefused(replicas: string): { code: number; stderr: string; stdout: string } {
-  const p = Bun.spawnSync([process.execPath, MAIN, "gateway", "--replicas", replicas, "--port", "0"], { stdout: "pipe", stderr: "pipe", timeout: 20_000 });
+  const p = Bun.spawnSync([process.execPath, MAIN, "gateway", "--replicas", replicas, "--port", "0"], { stdout: "pipe", stderr: "pipe", timeout: HANG_MS });
   return { code: p.exitCode ?? -1, stderr: p.stderr.toString(), stdout: p.stdout.toString() };
 }
 
@@ -67,10 +68,10 @@ describe("attempt timeout at start", () => {
       "edgeloop gateway: warning: no attempt timeout (--attempt-timeout-ms, config gateway.attempt_timeout_ms): a hung replica holds each call until the client's own deadline (engine.timeout_ms, 600000 ms by default) instead of moving it to another replica; set it below engine.timeout_ms",
     );
     expect(banner).toContain("(least_inflight_sticky, 10000 sticky keys; attempt timeout none, eject after 3, cool-down 10000 ms, health checks every 5000 ms)");
-  }, 120_000); // a bound for a hang only (process starts on a loaded machine)
+  }, HANG_MS); // a bound for a hang only (process starts on a loaded machine)
   test("set: no warning; the banner says it in ms", async () => {
     const { banner, stderr } = await startGateway(["--replicas", "http://127.0.0.1:9", "--attempt-timeout-ms", "2500"]);
     expect(stderr).toBe("");
     expect(banner).toContain("(least_inflight_sticky, 10000 sticky keys; attempt timeout 2500 ms, eject after 3, cool-down 10000 ms, health checks every 5000 ms)");
-  }, 120_000); // a bound for a hang only (process starts on a loaded machine)
+  }, HANG_MS); // a bound for a hang only (process starts on a loaded machine)
 });

@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { renderTrajectory, summaryLine } from "../../infra/cli/inspect-command.ts";
 import { terminalSafe, terminalSafeJson } from "../../infra/cli/terminal-text.ts";
 import { TrajectoryRecord } from "../../shared/schema/index.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // S14: model/tool text printed by the CLI must not reach the terminal as control sequences.
 const BIN = join(import.meta.dir, "..", "..", "bin", "edgeloop.mjs");
@@ -36,7 +37,7 @@ describe("edgeloop inspect: the audit's repro (sim script turn with OSC/CSI sequ
     expect(r.exitCode).toBe(0);
     const rec = TrajectoryRecord.parse(JSON.parse(readFileSync(join(dir, "out.jsonl"), "utf8").trim().split("\n")[0]!));
     key = rec.key;
-  }, 60_000);
+  }, HANG_MS);
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
   const inspect = (args: string[]) => {
@@ -56,7 +57,7 @@ describe("edgeloop inspect: the audit's repro (sim script turn with OSC/CSI sequ
       expect(escs.every((s) => /^\[[0-9;]*m/.test(s))).toBe(true);
       expect(escs.length > 0).toBe(args.length > 0);
     }
-  }, 60_000);
+  }, HANG_MS);
 
   test("--json output: the same record as JSON, no raw C1 or bidi character", () => {
     const { code, stdout } = inspect(["--json"]);
@@ -65,7 +66,7 @@ describe("edgeloop inspect: the audit's repro (sim script turn with OSC/CSI sequ
     expect(stdout.includes(ESC)).toBe(false);
     const rec = TrajectoryRecord.parse(JSON.parse(stdout));
     expect(rec.key).toBe(key);
-  }, 30_000);
+  }, HANG_MS);
 });
 
 describe("other CLI text of records", () => {

@@ -2,6 +2,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // `kill -9` of the node launcher (bin/edgeloop.mjs) must not leave its bun child running as an
 // orphan (still claiming jobs): the child watches for its launcher and leaves within a few seconds.
@@ -68,7 +69,7 @@ describe("the bun child leaves when its launcher is SIGKILLed", () => {
     await goneWithin(child, 30_000);
     expect(alive(child)).toBe(false);
     expect(output()).toContain(`edgeloop: the launcher (pid ${launcher.pid}) is gone; stopping`);
-  }, 120_000);
+  }, HANG_MS);
 
   test.skipIf(!redis)("worker (queue store): stops claiming and exits", async () => {
     const prefix = randomPrefix("orphan");
@@ -77,7 +78,7 @@ describe("the bun child leaves when its launcher is SIGKILLed", () => {
     launcher.kill("SIGKILL");
     await goneWithin(child, 30_000);
     expect(alive(child)).toBe(false);
-  }, 120_000);
+  }, HANG_MS);
 
   test("a plain SIGTERM of the launcher is still forwarded: the child stops, the launcher exits 0", async () => {
     const { launcher, child } = await launch(["serve", "--port", "0"], /edgeloop serving on http/);
@@ -86,7 +87,7 @@ describe("the bun child leaves when its launcher is SIGKILLed", () => {
     await goneWithin(child, 30_000);
     expect(alive(child)).toBe(false);
     expect(await launcher.exited).toBe(0);
-  }, 120_000);
+  }, HANG_MS);
 });
 
 describe("run through npx (npm_command=exec): the CLI follows npm's lifetime", () => {
@@ -107,7 +108,7 @@ describe("run through npx (npm_command=exec): the CLI follows npm's lifetime", (
     await goneWithin(child, 30_000);
     await goneWithin(launcher, 30_000);
     expect([alive(child), alive(launcher)]).toEqual([false, false]);
-  }, 120_000);
+  }, HANG_MS);
 
   test("without npm_command=exec (the bin run directly, e.g. under nohup or a supervisor) a re-parented launcher keeps serving", async () => {
     const sh = Bun.spawn(["sh", "-c", `node ${LAUNCHER} serve --port 0; true`], { stdout: "pipe", stderr: "pipe", env: { ...process.env, NO_COLOR: "1", npm_command: "" } });
@@ -123,5 +124,5 @@ describe("run through npx (npm_command=exec): the CLI follows npm's lifetime", (
     sh.kill("SIGTERM");
     await Bun.sleep(2_000);
     expect([alive(child), alive(launcher)]).toEqual([true, true]);
-  }, 120_000);
+  }, HANG_MS);
 });

@@ -4,6 +4,7 @@ import { readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { listen, idleTimeoutFromEnv, DEFAULT_IDLE_TIMEOUT_S } from "../../infra/cli/listen.ts";
 import { bodyTimeoutFromEnv, DEFAULT_BODY_TIMEOUT_S, withBodyDeadline } from "../../functions/body-deadline.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Issue 26 S9: every listener times out idle connections, half-sent headers and slow or stalled bodies,
 // closes after an early 4xx, and still lets a handler work for minutes and a stream pause.
@@ -74,33 +75,33 @@ describe("listen(): idle, header and body timeouts (S9)", () => {
   test("half-sent headers are closed (Bun's own header timeout, ~10-12 s whatever idleTimeout)", async () => {
     const r = await raw(["GET /x HTTP/1.1\r\nHost: x\r\n"], { maxMs: 20_000 });
     expect([r.data, r.closedByServer]).toEqual(["", true]);
-  }, 25_000);
+  }, HANG_MS);
   test("a partial body is answered 408 (connection: close) at the body deadline", async () => {
     const r = await raw(["POST /x HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"]);
     expect([status(r.data), r.closedByServer, r.data.toLowerCase().includes("connection: close")]).toEqual(["HTTP/1.1 408 Request Timeout", true, true]);
     expect(r.data).toContain('{"error":{"code":"request_timeout","field":"body","message":"the request body did not arrive within 2 s"}}');
-  }, 15_000);
+  }, HANG_MS);
   test("a body trickled a byte every 300 ms (never idle) still meets the body deadline: 408, closed", async () => {
     const r = await raw(["POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n{"], { trickle: " ", port: patient.port! });
     expect([status(r.data), r.closedByServer]).toEqual(["HTTP/1.1 408 Request Timeout", true]);
-  }, 15_000);
+  }, HANG_MS);
   test("an early 401 with the body unsent closes the connection at once", async () => {
     const r = await raw(["POST /401 HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n{"]);
     expect([status(r.data), r.closedByServer, r.data.toLowerCase().includes("connection: close")]).toEqual(["HTTP/1.1 401 Unauthorized", true, true]);
     expect(r.ms).toBeLessThan(1000);
-  }, 15_000);
+  }, HANG_MS);
   test("a handler working longer than the idle timeout answers; then the keep-alive connection is bounded again", async () => {
     const r = await raw(["POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", "GET /x HTTP/1.1\r\nHost: x\r\n"]);
     expect([status(r.data), r.data.endsWith("ok 2"), r.closedByServer]).toEqual(["HTTP/1.1 200 OK", true, true]);
-  }, 15_000);
+  }, HANG_MS);
   test("a GET whose handler works longer than the idle timeout is not cut", async () => {
     const r = await raw(["GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"], { endAfter: /ok 0$/ });
     expect([status(r.data), r.data.endsWith("ok 0"), r.closedByServer]).toEqual(["HTTP/1.1 200 OK", true, false]);
-  }, 15_000);
+  }, HANG_MS);
   test("an NDJSON stream pausing longer than the idle timeout is delivered whole", async () => {
     const r = await raw(["GET /stream HTTP/1.1\r\nHost: x\r\n\r\n"], { endAfter: /0\r\n\r\n$/ });
     expect([status(r.data), r.data.includes('{"i":0}\n'), r.data.includes('{"i":1}\n'), r.closedByServer]).toEqual(["HTTP/1.1 200 OK", true, true, false]);
-  }, 15_000);
+  }, HANG_MS);
 });
 
 describe("settings", () => {

@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { buildRuntime } from "../../infra/cli/runtime.ts";
 import { loadTokenizer } from "../../infra/node/model-dir.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // A model that cannot run is refused at start, naming it — not failed trajectory by trajectory.
 const ROOT = join(import.meta.dir, "..", "..");
@@ -35,7 +36,7 @@ test("a model directory whose template cannot render a tool result or raises is 
   const raising = modelDir("raising", QWEN, { "chat_template.jinja": '{{ raise_exception("boom") }}' });
   expect(await startError(raising)).toBe(`config model: the chat template of ${raising} cannot render the first turn: chat template of ${raising} failed to render: boom`);
   expect(await startError("gemma3")).toBe("started");
-}, 60_000);
+}, HANG_MS);
 
 test("a name that is neither a built-in nor a directory names the built-ins", async () => {
   expect(await startError("llama3")).toBe(

@@ -4,6 +4,7 @@ import { parseAppConfig } from "../../shared/config/app-config.ts";
 import { RedisRoutingState } from "../../shared/inference/redis-routing-state.ts";
 import { SamplingParams } from "../../shared/schema/index.ts";
 import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 const hasRedis = await requireRedis();
 const prefix = randomPrefix("runtime-routing");
@@ -35,5 +36,5 @@ describe("routing state wiring", () => {
       await raw.quit();
       await rt.close();
     }
-  }, 30_000);
+  }, HANG_MS);
 });

@@ -8,6 +8,7 @@ import { unregisterToolCallParser } from "../../shared/tools/parser-registry.ts"
 import { startSimEngine, type RunningSimEngine } from "../../infra/sim-engine/server.ts";
 import type { RolloutRequest } from "../../shared/rollout/batch.ts";
 import type { TrajectoryRecord } from "../../shared/schema/index.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Settings that used to be accepted and ignored (issue 18 item 10): each is now honoured, or refused.
 const rows = readFileSync(join(import.meta.dir, "..", "..", "examples", "gsm8k-tool.jsonl"), "utf8")
@@ -56,19 +57,19 @@ describe("rollout.val_kwargs.do_sample", () => {
     expect(recs.map((r) => r.error)).toEqual([null, null]);
     expect(bodies.length).toBeGreaterThanOrEqual(2);
     expect(new Set(bodies.map((b) => JSON.stringify([b.temperature, b.top_p, b.top_k])))).toEqual(new Set(["[0,1,0]"]));
-  }, 30_000);
+  }, HANG_MS);
 
   test("true: a validation batch samples with val_kwargs' values", async () => {
     bodies.length = 0;
     await records({ rows: rows.slice(0, 2), validate: true, config: { rollout: { val_kwargs: { temperature: 0.7, top_p: 0.9, top_k: 20, do_sample: true } } } });
     expect(new Set(bodies.map((b) => JSON.stringify([b.temperature, b.top_p, b.top_k])))).toEqual(new Set(["[0.7,0.9,20]"]));
-  }, 30_000);
+  }, HANG_MS);
 
   test("training batches are untouched by val_kwargs", async () => {
     bodies.length = 0;
     await records({ rows: rows.slice(0, 1), config: { rollout: { temperature: 0.6, val_kwargs: { temperature: 0.7, do_sample: false } } } });
     expect(new Set(bodies.map((b) => b.temperature))).toEqual(new Set([0.6]));
-  }, 30_000);
+  }, HANG_MS);
 });
 
 describe("rollout.multi_turn.enable", () => {
@@ -83,12 +84,12 @@ describe("rollout.multi_turn.enable", () => {
     // One engine call per trajectory, and the response is exactly the sampled turn (no observation).
     expect(bodies.length).toBe(3);
     for (const r of recs) expect(r.response_mask.every((m) => m === 1)).toBe(true);
-  }, 30_000);
+  }, HANG_MS);
 
   test("true (default): the same rows call their tools", async () => {
     const recs = await records({ rows: rows.slice(0, 3) });
     for (const r of recs) expect(r.extra_fields.tool_calls as number).toBeGreaterThan(0);
-  }, 30_000);
+  }, HANG_MS);
 });
 
 describe("a batch's own rollout.agent.agent_loop_config_path", () => {
@@ -146,7 +147,7 @@ describe("a tool-call parser registered by a loop module", () => {
       unregisterToolCallParser("counting_hermes");
       rmSync(dir, { recursive: true, force: true });
     }
-  }, 30_000);
+  }, HANG_MS);
 });
 
 describe("verl rows that carry only raw_prompt", () => {
@@ -159,7 +160,7 @@ describe("verl rows that carry only raw_prompt", () => {
     expect(withRaw!.error).toBe(null);
     expect(withRaw!.prompt_ids).toEqual(withPrompt!.prompt_ids);
     expect(neither!.error).toBe("rows[2].prompt: Invalid input: expected array, received undefined");
-  }, 30_000);
+  }, HANG_MS);
 });
 
 describe("reward.timeout_ms, reward.max_retries and engine.max_retries", () => {
@@ -191,7 +192,7 @@ describe("reward.timeout_ms, reward.max_retries and engine.max_retries", () => {
       reward.stop(true);
       rmSync(dir, { recursive: true, force: true });
     }
-  }, 60_000);
+  }, HANG_MS);
 });
 
 test("engine.max_retries is the engine client's retry count (was fixed at 3)", async () => {
@@ -216,4 +217,4 @@ test("engine.max_retries is the engine client's retry count (was fixed at 3)", a
     down.stop(true);
     rmSync(dir, { recursive: true, force: true });
   }
-}, 60_000);
+}, HANG_MS);

@@ -2,6 +2,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // `--engine-format` with the embedded simulated engine and one replica (issue 18 item 10: accepted and
 // ignored before — every call went to the engine directly). Now a named format other than the default
@@ -49,7 +50,7 @@ describe("--engine-format with one simulated replica", () => {
       expect(wire.stderr).toContain(`engine     simulated, in-process over the ${format} wire format (script`);
       expect(wire.records.map(tokens)).toEqual(direct.records.map(tokens));
     }
-  }, 60_000);
+  }, HANG_MS);
 
   test("sglang over the wire returns routed experts with the sim's MoE shape (base64 int32 decoded)", async () => {
     const cfg = join(dir, "experts.yaml");
@@ -60,5 +61,5 @@ describe("--engine-format with one simulated replica", () => {
     const r = wire.records[0]!;
     expect(r.routed_experts!.length).toBe((r.prompt_ids.length + r.response_ids.length) * 6);
     expect(wire.records.map((x) => x.routed_experts)).toEqual(direct.records.map((x) => x.routed_experts));
-  }, 60_000);
+  }, HANG_MS);
 });

@@ -1,6 +1,7 @@
 import { afterAll, expect, test } from "bun:test";
 import { privateRedis, type PrivateRedis } from "../helpers/redis-server.ts";
 import { spawnCli, spawnServe, until, type CliProc } from "../chaos/store-harness.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // E7 at start-up: a scale-to-zero worker (or serve) started while Redis is down waits for it with one
 // line and comes up with it, instead of exiting (on main: exit 2 after 1.5 s).
@@ -46,4 +47,4 @@ test("worker and serve started with the store down wait, say so once, and run on
   expect(await worker.proc.exited).toBe(0);
   expect(worker.err()).toContain(`edgeloop: store ${redis.url} answers after `);
   expect(JSON.parse(worker.out().trim().split("\n").at(-1)!)).toMatchObject({ consumer: "late", claimed: 2, completed: 2, exit: "stopped" });
-}, 60_000);
+}, HANG_MS);

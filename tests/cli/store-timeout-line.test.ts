@@ -2,6 +2,7 @@ import { afterAll, expect, test } from "bun:test";
 import { join } from "node:path";
 import { IoRedisCommander } from "../../infra/redis/ioredis-commander.ts";
 import { privateRedis, type PrivateRedis } from "../helpers/redis-server.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // The outage line says how long the process will wait: "until it answers" only when nothing bounds
 // the wait; with --store-timeout it names the bound.
@@ -43,4 +44,4 @@ test("serve --store-timeout 30: the outage line printed when Redis goes away nam
   for (const l of lines) expect(l).toMatch(/\(reconnecting, until it answers or for at most 30 s \(--store-timeout\)\)$/);
   expect(err).not.toContain("(reconnecting, until it answers)");
   for (const l of lines) expect(l).toStartWith(`edgeloop: Redis ${redis.url}: `);
-}, 30_000);
+}, HANG_MS);

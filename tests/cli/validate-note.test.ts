@@ -2,6 +2,7 @@ import { afterAll, expect, test } from "bun:test";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // `rollout --validate --n 4` samples val_kwargs.n (verl's validation), not 4: the start lines say so.
 const ROOT = join(import.meta.dir, "..", "..");
@@ -20,4 +21,4 @@ test("--validate with --n other than val_kwargs.n prints a note naming both; the
   // Without --validate, or with --n equal to val_kwargs.n, no note.
   expect(run(["--n", "4"]).stderr.toString()).not.toContain("note ");
   expect(run(["--validate", "--n", "1"]).stderr.toString()).not.toContain("note ");
-}, 60_000);
+}, HANG_MS);

@@ -14,6 +14,7 @@ import { join } from "node:path";
 import { startUpstashBridge } from "../../infra/upstash-bridge/upstash-bridge.ts";
 import type { TrajectoryRecord } from "../../shared/schema/index.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 const ROOT = join(import.meta.dir, "..", "..");
 const BIN = join(ROOT, "bin", "edgeloop.mjs");
@@ -162,7 +163,7 @@ describe.skipIf(missing !== null)("the Python reader package", () => {
       const line = r.stderr.split("\n").find((l) => l.startsWith(name));
       expect(hasRedis || !name.includes("Redis") ? line?.endsWith("... ok") : true).toBe(true);
     }
-  }, 60_000);
+  }, HANG_MS);
 
   test("the README's install recipe (venv with the system site-packages, no build isolation) works with no package index reachable", async () => {
     // The recipe exactly as clients/python/README.md and the main README give it: the commands of their sh blocks
@@ -205,7 +206,7 @@ describe.skipIf(missing !== null)("the Python reader package", () => {
     } finally {
       rmSync(home, { recursive: true, force: true });
     }
-  }, 180_000);
+  }, HANG_MS);
 
   test.skipIf(!hasRedis)("a CLI batch written over TCP reads back equal to the JSONL, every array byte for byte", async () => {
     const prefix = randomPrefix("pyreader-tcp");
@@ -218,7 +219,7 @@ describe.skipIf(missing !== null)("the Python reader package", () => {
     expect(d.groups.length).toBe(6);
     compareWithJsonl(d, lines);
     comparePadded(d, lines);
-  }, 60_000);
+  }, HANG_MS);
 
   test.skipIf(!hasRedis)("a CLI batch with routed experts (2 sim replicas behind the gateway, SGLang's wire, 3 × top-2): the Python package reads every array, routed_experts included, equal to the JSONL", async () => {
     const prefix = randomPrefix("pyreader-experts");
@@ -266,7 +267,7 @@ describe.skipIf(missing !== null)("the Python reader package", () => {
     });
     expect(d.padded!.routed_experts).toEqual(padded);
     expect(d.padded_dtypes!.routed_experts).toBe("<i4");
-  }, 60_000);
+  }, HANG_MS);
 
   test.skipIf(!hasRedis)("with a teacher (rollout.teacher): teacher_log_probs read by Python equal the JSONL's bit for bit", async () => {
     const prefix = randomPrefix("pyreader-teacher");
@@ -285,7 +286,7 @@ describe.skipIf(missing !== null)("the Python reader package", () => {
     for (const r of d.groups.flatMap((g) => g.records)) expect(r._bytes.teacher_log_probs).toMatch(/^<f4:[0-9a-f]+$/);
     comparePadded(d, lines);
     expect(d.padded_dtypes).toMatchObject({ teacher_log_probs: "<f4" });
-  }, 60_000);
+  }, HANG_MS);
 
   test.skipIf(!hasRedis)("a CLI batch written through the Upstash REST bridge reads back the same way", async () => {
     const prefix = randomPrefix("pyreader-upstash");
@@ -306,7 +307,7 @@ describe.skipIf(missing !== null)("the Python reader package", () => {
     expect(d.groups.length).toBe(6);
     compareWithJsonl(d, lines);
     comparePadded(d, lines);
-  }, 60_000);
+  }, HANG_MS);
 
   test.skipIf(!hasRedis)("the trainer loop against edgeloop serve: submit over HTTP (bearer token), read, pad, ack", async () => {
     const prefix = randomPrefix("pyreader-serve");
@@ -362,5 +363,5 @@ describe.skipIf(missing !== null)("the Python reader package", () => {
       serve.kill();
       await serve.exited;
     }
-  }, 90_000);
+  }, HANG_MS);
 });

@@ -10,6 +10,7 @@ import { RolloutService } from "../../shared/service/rollout-service.ts";
 import { MemoryTransferQueue } from "../../shared/store/memory-transfer-queue.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { depsFor, ROWS } from "../session/fixtures.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // rollout.max_staleness as admission control (policy `admit`, AReaL's max_head_offpolicyness):
 // a trajectory starts only while model-version seq − consumed-version seq ≤ max_staleness.
@@ -114,7 +115,7 @@ describe("admission (in-process, memory policy)", () => {
     expect(ackAt - freeAt).toBeGreaterThan(0);
     expect(holds[0]!).toBeGreaterThanOrEqual(ackAt - freeAt - 1);
     expect(starts.slice(0, before).every((s) => byKey.get(s.key)!.held_ms <= freeAt - submitAt)).toBe(true);
-  }, 30_000);
+  }, HANG_MS);
 
   test("waitForAdmission: within the bound at once, beyond it held until aborted; no bound: null", async () => {
     const policy = new MemoryPolicyVersions();

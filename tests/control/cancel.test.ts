@@ -8,6 +8,7 @@ import type { BatchStats } from "../../shared/rollout/batch-run.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { POLICY, ROWS } from "../session/fixtures.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // DELETE /v1/rollouts/{id} with trajectories in flight (sim engine with decode latency):
 // nothing runs afterwards, nothing half-written, the batch reported cancelled with exact counts.
@@ -111,7 +112,7 @@ describe("cancel inline (memory store)", () => {
     expect((await app.request(`/v1/rollouts/00000000-0000-0000-0000-000000000000`, { method: "DELETE" })).status).toBe(404);
     const doc = (await (await app.request("/openapi.json")).json()) as { paths: Record<string, Record<string, unknown>> };
     expect(doc.paths["/v1/rollouts/{batch_id}"]!.delete).toBeDefined();
-  }, 60_000);
+  }, HANG_MS);
 
   test("edgeloop cancel BATCH --url U: DELETE with the API token, prints the stats; a done batch is 409, a wrong token 401", async () => {
     const token = "secret-token";
@@ -142,7 +143,7 @@ describe("cancel inline (memory store)", () => {
     } finally {
       server.stop(true);
     }
-  }, 60_000);
+  }, HANG_MS);
 });
 
 describe("cancel in queue mode (Redis, a worker)", () => {
@@ -209,5 +210,5 @@ describe("cancel in queue mode (Redis, a worker)", () => {
       worker.stop();
       await redis.quit();
     }
-  }, 60_000);
+  }, HANG_MS);
 });

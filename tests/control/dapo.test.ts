@@ -8,6 +8,7 @@ import { startSimEngine, type RunningSimEngine } from "../../infra/sim-engine/se
 import type { FilteredGroup, CompleteGroup } from "../../shared/store/types.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { POLICY, ROWS } from "../session/fixtures.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // DAPO dynamic sampling: a reward webhook scores by key — rows whose uid starts with "mix" get 1 for session 0
 // and 0 for session 1 (a group that teaches something); every other row gets 1 for both (all equal: filtered).
@@ -88,5 +89,5 @@ describe("filter_groups (DAPO) inline", () => {
     expect(scored.some((k) => k.startsWith("mix8") || k.startsWith("mix9"))).toBe(false);
     // Without include_filtered the answer has only groups.
     expect(Object.keys((await (await app.request("/v1/groups?max=1")).json()) as object)).toEqual(["groups"]);
-  }, 60_000);
+  }, HANG_MS);
 });

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { RedisEngineGate } from "../../shared/inference/engine-control.ts";
 import { IoRedisCommander } from "../../infra/redis/ioredis-commander.ts";
 import { privateRedis, type PrivateRedis } from "../helpers/redis-server.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // The engine gate is on every engine call's path: while the store is down it holds the call and lets it
 // through when the store answers again — a trajectory is held, never failed, for a store outage (E7).
@@ -38,5 +39,5 @@ describe("RedisEngineGate during a store outage", () => {
     } finally {
       await c.close();
     }
-  }, 30_000);
+  }, HANG_MS);
 });

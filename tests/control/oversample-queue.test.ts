@@ -13,6 +13,7 @@ import type { CompleteGroup, FilteredGroup } from "../../shared/store/types.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { POLICY, ROOT, ROWS } from "../session/fixtures.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Over-sampling, carry and DAPO filtering in queue mode: the API process enqueues, in-process JobWorkers (each
 // its own runtime: own Redis connections, own session host) or `edgeloop worker` processes run the jobs over
@@ -139,7 +140,7 @@ describe.skipIf(!redisUp)("over-sampling in queue mode (Redis, workers)", () => 
     expect(s2.counts).toEqual(s.counts);
     // The engine: nothing generating once the batch is done.
     await waitUntil(() => sim.replicas[0]!.engine.stats.inflight === 0, 5_000);
-  }, 90_000);
+  }, HANG_MS);
 
   test("the delivery slot script: 40 group-completing writes racing from two connections get exactly the target; a failed write's slot goes to another group", async () => {
     const prefix = randomPrefix("osq");
@@ -175,7 +176,7 @@ describe.skipIf(!redisUp)("over-sampling in queue mode (Redis, workers)", () => 
       expect(await qs[0]!.admitSession(batch, "fresh", 0, 2)).toBe("surplus");
       expect(await qs[0]!.admitSession(batch, "g3", 1, 2)).toBe("last");
     }
-  }, 30_000);
+  }, HANG_MS);
 
   for (const transport of ["redis", "upstash"] as const)
   test(`filter_groups (DAPO) across two workers (${transport === "redis" ? "Redis TCP" : "Upstash REST via the bridge"}): all-equal groups filtered and readable with include_filtered=1, reserve rows started in their place until 4 are delivered`, async () => {
@@ -247,7 +248,7 @@ describe.skipIf(!redisUp)("over-sampling in queue mode (Redis, workers)", () => 
     } finally {
       await redis.quit();
     }
-  }, 90_000);
+  }, HANG_MS);
 
   test("partial_rollout carry across two workers: the stopped trajectories stay checkpointed in Redis and resume in the next batch with the tokens of an uninterrupted run, versions recorded per token", async () => {
     const sim = await startSimEngine({ script: { ...POLICY, seed: 7 }, tokenizer: tok, latency: LATENCY });
@@ -318,7 +319,7 @@ describe.skipIf(!redisUp)("over-sampling in queue mode (Redis, workers)", () => 
     const versions = run2.records().map((r) => (r.extra_fields.token_versions as [number, unknown][]).map((seg) => seg[1]));
     expect(versions.filter((v) => v[0] === "A" && v.at(-1) === "B").length).toBeGreaterThan(0);
     console.log(`queue carry: ${o.carried} sessions carried (${o.interrupted} interrupted); ${resumed.length} resumed mid-trajectory in batch 2`);
-  }, 120_000);
+  }, HANG_MS);
 
   test("two workers racing to complete the last groups (no decode latency, 5 rounds): never target+1 delivered", async () => {
     const sim = await startSimEngine({ script: { ...POLICY, seed: 7 }, tokenizer: tok });
@@ -335,7 +336,7 @@ describe.skipIf(!redisUp)("over-sampling in queue mode (Redis, workers)", () => 
       const groups = await api.store.readCompleteGroups({ consumer: `r${round}`, max: 100, block_ms: 0, partition: "train" });
       expect(groups.filter((g) => g.uid.startsWith(`qr${round}x`)).length).toBe(3);
     }
-  }, 120_000);
+  }, HANG_MS);
 
   test("an `edgeloop worker` process SIGKILLed mid-batch: its jobs are reclaimed, exactly the target delivered, the batch ends", async () => {
     const sim = await startSimEngine({ script: { ...POLICY, seed: 7 }, tokenizer: tok, latency: { prefill_ms_per_token: 0, decode_ms_per_token: 3 } });
@@ -390,7 +391,7 @@ describe.skipIf(!redisUp)("over-sampling in queue mode (Redis, workers)", () => 
       for (const p of procs) p.kill("SIGKILL");
       await redis.quit();
     }
-  }, 120_000);
+  }, HANG_MS);
 
   test("inline on a Redis store (serve --jobs inline): surplus cancelled by over-sampling and trajectories aborted by DELETE leave no durable session hash", async () => {
     const sim = await startSimEngine({ script: { ...POLICY, seed: 7 }, tokenizer: tok, latency: LATENCY });
@@ -425,5 +426,5 @@ describe.skipIf(!redisUp)("over-sampling in queue mode (Redis, workers)", () => 
     } finally {
       await redis.quit();
     }
-  }, 90_000);
+  }, HANG_MS);
 });

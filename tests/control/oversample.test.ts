@@ -4,6 +4,7 @@ import { startSimEngine, type RunningSimEngine } from "../../infra/sim-engine/se
 import type { TrajectoryRecord } from "../../shared/schema/index.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { POLICY, ROWS } from "../session/fixtures.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Over-sampling inline (memory store) against the sim engine with decode latency: the scripted policy gives
 // prompts of 73…197 response tokens (4…8 turns), so the long ones are the stragglers.
@@ -71,7 +72,7 @@ describe("over-sampling inline (memory store)", () => {
     await Bun.sleep(300);
     expect(engine.stats.inflight).toBe(0);
     expect(engine.requests.filter((l) => l.received_ms! > endedAt + 50).length).toBe(0);
-  }, 60_000);
+  }, HANG_MS);
 
   test("rollout.oversample 1.5: target = ceil(rows / 1.5); a target over the rows is a 400 naming target_groups", async () => {
     const { rt } = await runtime("cancel");
@@ -81,7 +82,7 @@ describe("over-sampling inline (memory store)", () => {
     expect(b.run.stats().oversample!.delivered).toBe(4);
     await expect(rt.service.accept(req(rowsWith("ox", 0, 3), { target_groups: 4 }))).rejects.toMatchObject({ field: "target_groups" });
     await expect(rt.service.accept(req(rowsWith("oy", 0, 3), { config: { rollout: { oversample: 0.5 } } }))).rejects.toMatchObject({ status: 400 });
-  }, 60_000);
+  }, HANG_MS);
 
   test("partial_rollout carry: the stopped trajectories resume in the next batch naming their uids, with the tokens of an uninterrupted run", async () => {
     // The reference: the same rows (same uids, so the same per-trajectory seeds) run to the end.
@@ -136,5 +137,5 @@ describe("over-sampling inline (memory store)", () => {
     const versions = second.run.records().map((r) => (r.extra_fields.token_versions as [number, unknown][]).map((seg) => seg[1]));
     expect(versions.filter((v) => v[0] === "A" && v.at(-1) === "B").length).toBeGreaterThan(0);
     console.log(`carry: ${o.carried} sessions carried (${o.interrupted} interrupted); ${resumed.length} resumed mid-trajectory in batch 2`);
-  }, 90_000);
+  }, HANG_MS);
 });

@@ -6,6 +6,7 @@ import type { SimEngine } from "../../infra/sim-engine/sim-engine.ts";
 import type { TrajectoryRecord } from "../../shared/schema/index.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { POLICY, ROWS } from "../session/fixtures.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // The weight-update protocol end to end: trajectories in flight through the in-process runtime
 // against one simulated replica (vLLM or SGLang wire format, token-by-token decode latency);
@@ -188,7 +189,7 @@ describe("POST /v1/engine/pause → model-version → resume with trajectories i
       rt = undefined;
       await sim.stop();
       sim = undefined;
-    }, 120_000); // a bound for a hang only
+    }, HANG_MS); // a bound for a hang only
   }
 });
 

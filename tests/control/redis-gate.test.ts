@@ -6,6 +6,7 @@ import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokeni
 import { spawnCli, spawnServe, until, type CliProc } from "../chaos/store-harness.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { POLICY, ROWS } from "../session/fixtures.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 /** The flags shared with serve minus --n: a worker runs each job with its batch's rollout section and refuses --n. */
 const workerFlags = (flags: string[]): string[] => flags.filter((_, i) => flags[i] !== "--n" && flags[i - 1] !== "--n");
@@ -132,7 +133,7 @@ describe.skipIf(!redisUp)("Redis engine gate: serve pauses, a worker process hol
     // At least one turn was cut by the abort and resumed under v2 with its partial tokens kept.
     expect(twoSegmentTurns).toBeGreaterThan(0);
     expect(worker.proc.exitCode).toBeNull();
-  }, 120_000);
+  }, HANG_MS);
 });
 
 describe.skipIf(!redisUp)("RedisEngineGate", () => {

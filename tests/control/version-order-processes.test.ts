@@ -4,6 +4,7 @@ import type { TrajectoryRecord } from "../../shared/schema/index.ts";
 import { spawnCli, spawnServe, until, type CliProc } from "../chaos/store-harness.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { POLICY, ROWS } from "../session/fixtures.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Issue 25 item 5 across real processes: the trainer posts versions to `edgeloop serve --jobs queue`
 // while one `edgeloop worker` (another process, Redis store) runs batches against a simulated vLLM
@@ -80,5 +81,5 @@ describe.skipIf(!redisUp)("versions across processes: POST /v1/model-version to 
     expect(violations).toEqual([]);
     expect(turns).toBeGreaterThanOrEqual(ROUNDS * 2 * N);
     expect(worker.proc.exitCode).toBeNull();
-  }, 180_000);
+  }, HANG_MS);
 });

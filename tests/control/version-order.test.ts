@@ -10,6 +10,7 @@ import type { RedisArg, RedisCommander } from "../../shared/store/redis-commande
 import { UpstashCommander } from "../../shared/store/upstash-transfer-queue.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { ROWS } from "../session/fixtures.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Issue 25 item 5: a version set at one process is the version of every engine call another process
 // dispatches after the set returned — 0 ms after, no cache window — over Redis (TCP) and Upstash (REST).
@@ -131,5 +132,5 @@ describe.skipIf(!redis)("a version set at process A stamps every call process B 
       want.push(turns.map(() => v), [[0, v]]);
     }
     expect(got).toEqual(want);
-  }, 60_000);
+  }, HANG_MS);
 });

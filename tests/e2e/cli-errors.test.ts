@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // What a first-time user hits when something is wrong: one clear line and a meaningful exit code,
 // never a stack trace or a hang. The CLI runs as a child process (bun infra/cli/main.ts) in a temporary directory.
@@ -10,7 +11,7 @@ const MAIN = join(ROOT, "infra", "cli", "main.ts");
 let dir: string;
 
 function edgeloop(args: string[], env: Record<string, string> = {}): { code: number; stdout: string; stderr: string } {
-  const p = Bun.spawnSync([process.execPath, MAIN, ...args], { cwd: dir, stdout: "pipe", stderr: "pipe", env: { ...process.env, NO_COLOR: "1", EDGELOOP_DEBUG: "", ...env }, timeout: 40_000 });
+  const p = Bun.spawnSync([process.execPath, MAIN, ...args], { cwd: dir, stdout: "pipe", stderr: "pipe", env: { ...process.env, NO_COLOR: "1", EDGELOOP_DEBUG: "", ...env }, timeout: HANG_MS });
   return { code: p.exitCode ?? -1, stdout: p.stdout.toString(), stderr: p.stderr.toString() };
 }
 
@@ -49,7 +50,7 @@ describe("unreachable stores at start: rollout fails at once (exit 2); serve and
     }
     const b = edgeloop(["upstash-bridge", "--port", "0", "--token", "t", "--redis", "redis://:hunter2@127.0.0.1:1"]);
     expect({ code: b.code, stderr: b.stderr.trim() }).toEqual({ code: 2, stderr: "edgeloop: cannot reach Redis at redis://:***@127.0.0.1:1 (--redis): connect ECONNREFUSED 127.0.0.1:1" });
-  }, 60_000);
+  }, HANG_MS);
 
   test("an Upstash store that answers 401", async () => {
     const server = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => Response.json({ error: "Unauthorized" }, { status: 401 }) });
@@ -61,7 +62,7 @@ describe("unreachable stores at start: rollout fails at once (exit 2); serve and
     } finally {
       server.stop(true);
     }
-  }, 30_000);
+  }, HANG_MS);
 });
 
 describe("rollout exit codes", () => {
@@ -74,7 +75,7 @@ describe("rollout exit codes", () => {
     expect(warn).toBeLessThan(err.findIndex((l) => l.startsWith("batch ")));
     expect(err.at(-1)).toBe("edgeloop: no trajectory succeeded (2 of 2 failed); see the errors above");
     noStack(r.stderr);
-  }, 60_000);
+  }, HANG_MS);
 
   test("a data file whose only line is not JSON: a warning naming the line, exit 1", () => {
     const r = edgeloop(["rollout", "--data", "hello.jsonl", "--n", "2", "--no-progress"]);
@@ -83,7 +84,7 @@ describe("rollout exit codes", () => {
     expect(r.stderr).toContain("batch      ");
     expect(r.stderr).toMatch(/: 1 rows x n=2 -> 2 trajectories\n/);
     expect(lines(r.stderr).at(-1)).toBe("edgeloop: no trajectory succeeded (2 of 2 failed); see the errors above");
-  }, 60_000);
+  }, HANG_MS);
 
   test("invalid names fail at start, exit 2", () => {
     writeFileSync(join(dir, "xml.yaml"), "rollout:\n  multi_turn:\n    format: xml\n");
@@ -100,13 +101,13 @@ describe("rollout exit codes", () => {
     writeFileSync(join(dir, "rows.csv"), "a\n");
     const c = edgeloop(["rollout", "--data", "rows.csv"]);
     expect({ code: c.code, stderr: c.stderr.trim() }).toEqual({ code: 2, stderr: "edgeloop: --data: rows.csv: unknown file type '.csv'; accepted: .jsonl, .ndjson, .json, .parquet" });
-  }, 60_000);
+  }, HANG_MS);
 
   test("--engine-format vllm-generate is accepted (sim replicas behind the gateway speak it)", () => {
     const r = edgeloop(["rollout", "--data", "two.jsonl", "--n", "2", "--replicas", "2", "--engine-format", "vllm-generate", "--no-progress"]);
     expect(r.code).toBe(0);
     expect(r.stdout).toMatch(/^ {2}ok {21}4$/m);
-  }, 60_000);
+  }, HANG_MS);
 
   test("SIGINT keeps what finished: 'interrupted: N of M records written to FILE', partial summary, exit 130", async () => {
     writeFileSync(join(dir, "hang.json"), JSON.stringify({ seed: 1, rules: [{ when: "HANG", turns: ["x"], fault: { kind: "hang" } }], default: ["The answer is 1.\n#### 1"] }));
@@ -136,7 +137,7 @@ describe("rollout exit codes", () => {
     expect(lines(err).at(-1)).toBe("interrupted: 1 of 2 records written to h-out.jsonl (SIGINT)");
     expect(out).toMatch(/^ {2}ok {21}1$/m);
     expect(readFileSync(join(dir, "h-out.jsonl"), "utf8").trim().split("\n").length).toBe(1);
-  }, 60_000);
+  }, HANG_MS);
 });
 
 describe("flags and ports", () => {
@@ -152,13 +153,13 @@ describe("flags and ports", () => {
     expect(bad.code).toBe(2);
     expect(bad.stderr).toBe("edgeloop: --port must be an integer 0..65535, got 'abc' (see edgeloop tools --help)\n");
     for (const r of [h, bogus, bad]) noStack(r.stderr);
-  }, 30_000);
+  }, HANG_MS);
 
   test("sim-engine --port 65535 --replicas 2: one line naming --port, exit 2 (not a RangeError)", () => {
     const r = edgeloop(["sim-engine", "--port", "65535", "--replicas", "2"]);
     expect([r.code, r.stderr]).toEqual([2, "edgeloop: --port: 65535 with --replicas 2 needs ports 65535..65536, past 65535: use --port 65534 or lower (or --port 0 for free ports)\n"]);
     noStack(r.stderr);
-  }, 30_000);
+  }, HANG_MS);
 
   test("a port in use: one line, exit 2, for serve, sim-engine, gateway, tools and upstash-bridge", () => {
     const busy = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response("busy") });
@@ -179,5 +180,5 @@ describe("flags and ports", () => {
     } finally {
       busy.stop(true);
     }
-  }, 60_000);
+  }, HANG_MS);
 });

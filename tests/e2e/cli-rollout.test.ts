@@ -7,6 +7,7 @@ import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { cliWorkdir } from "../helpers/cli-workdir.ts";
 import { ROOT } from "../helpers/examples.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // The README's first command, run for real: `npx edgeloop rollout --data examples/gsm8k-tool.jsonl --n 4 --out rollouts.jsonl`
 // (npx resolves to bin/edgeloop.mjs; we call it with node directly, in a temporary directory).
@@ -76,7 +77,7 @@ describe("edgeloop rollout (the README's first command)", () => {
     expect(mean).toBeGreaterThan(0.5);
     expect(mean).toBeLessThan(1);
     expect(Number(s["tool errors"])).toBeGreaterThan(0);
-  }, 60_000);
+  }, HANG_MS);
 
   test("a second run with the same seed produces identical records", () => {
     const second = edgeloop(["rollout", "--data", "examples/gsm8k-tool.jsonl", "--n", "4", "--out", "again.jsonl", "--seed", "7", "--no-progress"]);
@@ -91,7 +92,7 @@ describe("edgeloop rollout (the README's first command)", () => {
     const a0 = readRecords("rollouts.jsonl").records.sort(order).filter((r) => r.session_id === 0);
     expect(c[0]!.response_ids).toEqual(a0[0]!.response_ids);
     expect(c[0]!.rollout_log_probs).not.toEqual(a0[0]!.rollout_log_probs);
-  }, 60_000);
+  }, HANG_MS);
 
   test("with --store redis://, records in Redis are byte-identical to the JSONL", async () => {
     if (!(await requireRedis())) return;
@@ -115,7 +116,7 @@ describe("edgeloop rollout (the README's first command)", () => {
     } finally {
       await deleteByPrefix(prefix);
     }
-  }, 60_000);
+  }, HANG_MS);
 
   test("with --store redis://, a uid already holding another prompt is refused before anything is written (exit 2); the same prompt is handed back", async () => {
     if (!(await requireRedis())) return;
@@ -143,7 +144,7 @@ describe("edgeloop rollout (the README's first command)", () => {
       await q.close();
       await deleteByPrefix(prefix);
     }
-  }, 60_000);
+  }, HANG_MS);
 
   test("bad rows fail alone; a bad flag fails at start naming it", () => {
     const rows = readFileSync(join(cli.dir, "examples", "gsm8k-tool.jsonl"), "utf8").trim().split("\n").slice(0, 3);
@@ -174,5 +175,5 @@ describe("edgeloop rollout (the README's first command)", () => {
     const bad = edgeloop(["rollout", "--data", "mixed.jsonl", "--n", "0"]);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toBe("edgeloop: --n must be an integer >= 1, got '0' (see edgeloop rollout --help)\n");
-  }, 60_000);
+  }, HANG_MS);
 });

@@ -5,6 +5,7 @@ import { join } from "node:path";
 import type { Miniflare } from "miniflare";
 import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue.ts";
 import { REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 import { awaitGroups, startServices, startWorkerd, workerBindings, type Services, type Workerd } from "../runtimes/harness.ts";
 
 // Issue 18 item 1: every code block of docs/custom-agent-loop.md, run verbatim with its documented
@@ -97,7 +98,7 @@ describe("§3 in your own program (Bun), the loop of §2 registered by the YAML"
       expect(out.map(({ mask: _m, ...o }) => o)).toEqual(EXPECTED);
       // Sampled turns mask 1, the fixed user turn (and the template's boundaries) mask 0.
       expect(out[0]!.mask.filter((m) => m === 0).length).toBeGreaterThan(10);
-    }, 60_000);
+    }, HANG_MS);
   }
 
   test("the exports map names the public entry points only (no wildcard: everything else is internal)", () => {
@@ -123,7 +124,7 @@ describe.skipIf(!redis)("§3's Worker entry, from outside the repository, bundle
     s = await startServices("doc-worker");
     w = await startWorkerd(workerBindings(s), join(dir, "worker.ts"));
     mf = w.mf;
-  }, 90_000);
+  }, HANG_MS);
   afterAll(async () => {
     await w?.stop();
     await s?.stop();
@@ -144,5 +145,5 @@ describe.skipIf(!redis)("§3's Worker entry, from outside the repository, bundle
     } finally {
       await q.close();
     }
-  }, 90_000);
+  }, HANG_MS);
 });

@@ -2,6 +2,7 @@ import { afterAll, expect, test } from "bun:test";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // The README's dynamic-sampling example, verbatim: the example data with examples/policy-dapo.json (10 prompts whose
 // samples disagree) and examples/dapo.yaml (filter_groups). Groups with mixed rewards are delivered, the rest filtered;
@@ -29,4 +30,4 @@ test("rollout --config examples/dapo.yaml --script examples/policy-dapo.json: 9 
   }
   expect(groups.size).toBe(60);
   expect([...groups.values()].filter((v) => new Set(v).size > 1).length).toBe(9);
-}, 60_000);
+}, HANG_MS);

@@ -2,6 +2,7 @@ import { afterAll, expect, test } from "bun:test";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // docs/custom-agent-loop.md's complete loop, copied verbatim into a directory outside the repo (no
 // node_modules there), imports edgeloop as `edgeloop/shared/...`, is registered through
@@ -45,4 +46,4 @@ test("the documented loop, in a temp dir outside the repo, runs through --config
     [null, "self_check_agent", 4],
     [null, "self_check_agent", 4],
   ]);
-}, 90_000);
+}, HANG_MS);

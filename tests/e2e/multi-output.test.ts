@@ -11,6 +11,7 @@ import type { TransferQueue } from "../../shared/store/types.ts";
 import { validateTrajectory } from "../../shared/tokens/validate.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { delegatingQueue } from "../helpers/delegating-queue.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Edge case E1 (../shared/fixtures/edge-cases.md): a custom loop registered through
 // agent_loop_config_path runs the single-turn loop twice and returns both outputs; n = 2,
@@ -99,7 +100,7 @@ describe.skipIf(!redis)("E1: a loop with several outputs per session (Redis, dur
     } finally {
       await q.close();
     }
-  }, 60_000);
+  }, HANG_MS);
 
   test("n = 2, two outputs each: one group multi0 with four records, delivered only after session 1 finished", async () => {
     const prefix = randomPrefix("e1");
@@ -137,7 +138,7 @@ describe.skipIf(!redis)("E1: a loop with several outputs per session (Redis, dur
     expect(JSON.stringify([...again.run.records()].sort((a, b) => a.key.localeCompare(b.key)))).toBe(JSON.stringify(streamed));
     expect(log.length).toBe(4);
     expect(await rt.store.readCompleteGroups({ consumer: "trainer", max: 10 })).toEqual([]);
-  }, 60_000);
+  }, HANG_MS);
 
   test("one batch mixing loops of 3, 1 and 0 outputs: each group completes once its sessions finished, with every output", async () => {
     const prefix = randomPrefix("e1-mix");
@@ -168,7 +169,7 @@ describe.skipIf(!redis)("E1: a loop with several outputs per session (Redis, dur
     ]);
     expect(await rt.store.sessionRecords("mix0", 1)).toEqual([]);
     expect((await rt.store.sessionRecords("mix3", 1))!.map((r) => r.output_index)).toEqual([0, 1, 2]);
-  }, 60_000);
+  }, HANG_MS);
 
   test("queue mode: the worker writes every output, serve's progress counts sessions and records apart", async () => {
     const prefix = randomPrefix("e1-queue");
@@ -188,5 +189,5 @@ describe.skipIf(!redis)("E1: a loop with several outputs per session (Redis, dur
       ["emptyq", []],
       ["multiq", ["multiq_0_0", "multiq_0_1", "multiq_1_0", "multiq_1_1"]],
     ]);
-  }, 60_000);
+  }, HANG_MS);
 });

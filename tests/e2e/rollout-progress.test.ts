@@ -3,6 +3,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // edgeloop rollout's progress as a person reads it (not a terminal: plain lines): the stall warning while a
 // hung engine holds a trajectory, and `--jobs queue`, where rollout waits on workers and warns until one comes.
@@ -49,7 +50,7 @@ test("a hung engine: a stall warning names the engine's timeout and retries whil
   expect(r.err()).toMatch(/^progress {3}1\/2 sessions, 1 records \(0 failed\), \d+\.\d sessions\/s, ETA \d+s$/m);
   r.p.kill("SIGINT");
   expect(await r.p.exited).toBe(130);
-}, 40_000);
+}, HANG_MS);
 
 test("N5: a hung tool webhook: the stall warning names the tool, not the engine", async () => {
   // A tool server that accepts every request and never answers.
@@ -67,7 +68,7 @@ test("N5: a hung tool webhook: the stall warning names the tool, not the engine"
   expect(r.err()).not.toContain("is it hung?");
   r.p.kill("SIGINT");
   expect(await r.p.exited).toBe(130);
-}, 40_000);
+}, HANG_MS);
 
 test.skipIf(!redis)("--jobs queue: rollout enqueues, warns while no worker runs, and finishes with the records once a worker comes", async () => {
   const store = ["--store", REDIS_URL, "--store-prefix", prefix];
@@ -84,4 +85,4 @@ test.skipIf(!redis)("--jobs queue: rollout enqueues, warns while no worker runs,
   expect(recs.map((x) => x.key.replace(/^.*_(\d+_\d+)$/, "$1")).sort()).toEqual(["0_0", "0_0", "1_0", "1_0"]);
   expect(recs.every((x) => x.error === null)).toBe(true);
   expect(await w.p.exited).toBe(0);
-}, 60_000);
+}, HANG_MS);

@@ -10,6 +10,7 @@ import { signatureHeader } from "../../shared/tools/signature.ts";
 import { defaultTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { parseToolsFile } from "../../shared/tools/tools-file.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Issue 18 item 8: simulated users reachable from the tools file (`interactions`), picked per row by
 // verl's extra_info.interaction_kwargs.name (the first configured when absent), signed like tools —
@@ -150,7 +151,7 @@ describe.each(paths)("edgeloop rollout, %s", (label, durable) => {
     await expectRecords(readFileSync(join(dir, `${name}.jsonl`), "utf8").trim().split("\n").map((l) => JSON.parse(l)));
     // Zed asked twice, Yara once: every request reached the (signature-checking) simulated user.
     expect((await interactionCount()) - before).toBe(3);
-  }, 60_000);
+  }, HANG_MS);
 
   test("without tools.secret the signed simulated user refuses (401) and the row fails naming the interaction", async () => {
     const name = durable ? "cli-unsigned-redis" : "cli-unsigned-mem";
@@ -166,7 +167,7 @@ describe.each(paths)("edgeloop rollout, %s", (label, durable) => {
       ["error", 2, refused],
       ["error", 2, refused],
     ]);
-  }, 60_000);
+  }, HANG_MS);
 });
 
 describe.each(paths)("HTTP API (POST /v1/rollouts), %s", (label, durable) => {
@@ -198,5 +199,5 @@ describe.each(paths)("HTTP API (POST /v1/rollouts), %s", (label, durable) => {
     const id2 = ((await res2.json()) as { batch_id: string }).batch_id;
     const [rec] = (await (await app.request(`/v1/rollouts/${id2}/trajectories`)).text()).trim().split("\n").map((l) => JSON.parse(l) as Rec);
     expect(rec!.error).toContain("extra_info.interaction_kwargs.name: unknown interaction 'nobody'; configured interactions: ['gsm8k_user', 'other_user']");
-  }, 60_000);
+  }, HANG_MS);
 });

@@ -7,6 +7,7 @@ import { validateTrajectory } from "../../shared/tokens/validate.ts";
 import { defaultTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { simPromptLogProbs } from "../../infra/sim-engine/prompt-logprobs.ts";
 import { startSimEngine, type RunningSimEngine } from "../../infra/sim-engine/server.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // `edgeloop rollout` with rollout.teacher pointing at a simulated teacher over loopback HTTP:
 // tool trajectories (observations under mask 0) get the teacher's log-probs of every sampled token.
@@ -95,7 +96,7 @@ describe("edgeloop rollout with rollout.teacher", () => {
     expect(keys.slice(keys.indexOf("rollout_log_probs"), keys.indexOf("rollout_log_probs") + 2)).toEqual(["rollout_log_probs", "teacher_log_probs"]);
     // (and the record names its model, after data_source)
     expect(keys.slice(keys.indexOf("data_source"), keys.indexOf("data_source") + 2)).toEqual(["data_source", "model"]);
-  }, 60_000);
+  }, HANG_MS);
 
   test("SGLang teacher (input_token_logprobs, logprob_start_len): the same values as the vLLM form", async () => {
     const r = await edgeloop(["rollout", "--config", config("sglang.json", { url: teacher.urls[0], format: "sglang" }), "--data", "rows.jsonl", "--out", "sglang.jsonl", "--seed", "3"]);
@@ -107,7 +108,7 @@ describe("edgeloop rollout with rollout.teacher", () => {
       expect(rec.teacher_log_probs).toEqual(expectedTeacher(rec));
       expect(rec.teacher_log_probs).toEqual(want.get(bySample(rec))!);
     }
-  }, 60_000);
+  }, HANG_MS);
 
   test("teacher outage, on_error fail: that trajectory fails naming the teacher (after retries), the batch goes on, nothing else lost", async () => {
     attempts.clear();
@@ -125,7 +126,7 @@ describe("edgeloop rollout with rollout.teacher", () => {
       expect(rec.teacher_log_probs).toEqual(expectedTeacher(rec));
     }
     expect(r.stdout).toMatch(/^ {2}failed\s+1\s/m);
-  }, 60_000);
+  }, HANG_MS);
 
   test("teacher outage, on_error keep: the trajectory is stored without teacher_log_probs and with extra_fields.teacher_error", async () => {
     const r = await edgeloop(["rollout", "--config", config("keep.json", { url: proxy.url.origin, format: "vllm", on_error: "keep" }), "--data", "uid-rows.jsonl", "--out", "keep.jsonl", "--seed", "3"]);
@@ -138,14 +139,14 @@ describe("edgeloop rollout with rollout.teacher", () => {
     expect("teacher_log_probs" in bad).toBe(false);
     expect(bad.extra_fields.teacher_error).toBe(`rollout.teacher (vllm at ${proxy.url.origin}) could not score output 0: engine at ${proxy.url.origin}/v1/completions answered HTTP 500: teacher outage`);
     for (const rec of recs.filter((x) => x.key !== "bad_0_0")) expect(rec.teacher_log_probs).toEqual(expectedTeacher(rec));
-  }, 60_000);
+  }, HANG_MS);
 
   test("a teacher with another tokenizer is refused at start (exit 2), naming rollout.teacher; nothing runs", async () => {
     const r = await edgeloop(["rollout", "--config", config("liar.json", { url: liar.url.origin, format: "vllm" }), "--data", "rows.jsonl", "--out", "liar.jsonl"]);
     expect(r.code).toBe(2);
     expect(r.stderr).toContain(`config rollout.teacher: the teacher (vllm at ${liar.url.origin}) uses another tokenizer than the policy: its ids of a probe text differ at position 0 (3 ids: [1,2,3]…`);
     expect(r.stderr).not.toContain("wrote");
-  }, 60_000);
+  }, HANG_MS);
 
   test("agent gateway (openai_agent, the example agent): its trajectories are scored too", async () => {
     const r = await edgeloop(["rollout", "--agent", "example", "--config", config("agent.json", { url: teacher.urls[0], format: "sglang" }, 1), "--data", "rows.jsonl", "--out", "agent.jsonl", "--seed", "3"]);
@@ -157,5 +158,5 @@ describe("edgeloop rollout with rollout.teacher", () => {
       expect(rec.error).toBeNull();
       expect(rec.teacher_log_probs).toEqual(expectedTeacher(rec));
     }
-  }, 90_000);
+  }, HANG_MS);
 });

@@ -7,6 +7,7 @@ import { createRolloutsApp } from "../../functions/rollouts.ts";
 import { buildRuntime, type Runtime } from "../../infra/cli/runtime.ts";
 import { setupTelemetry, type Telemetry } from "../../infra/telemetry/setup.ts";
 import { answering, closedPort, redirecting } from "../helpers/hostile-servers.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Issue 26 S13: webhook URLs carrying secrets in their query string (and userinfo) — a tool, a
 // simulated user, a reward — fail in every way they can, and the secret reaches no record field
@@ -89,7 +90,7 @@ test("tool (500 and 302), simulated user (refused) and reward (500) with ?token=
   for (const [where, body] of [["records", text], ["decoded records", decoded.join("\n")], ["summaries", summaries], ["logs", logs.join("\n")], ["metrics", metrics], ["spans", spans]] as const) {
     expect({ where, leaks: body.includes("SECRET") }).toEqual({ where, leaks: false });
   }
-}, 60_000);
+}, HANG_MS);
 
 test("secrets in webhook URL paths (after /hooks/, /webhooks/, or token-like): in no record, log, metric or span", async () => {
   const tool500 = answering(500);
@@ -132,4 +133,4 @@ test("secrets in webhook URL paths (after /hooks/, /webhooks/, or token-like): i
   for (const [where, body] of [["records", text], ["decoded records", decoded.join("\n")], ["summaries", summaries], ["logs", newLogs], ["metrics", metrics], ["spans", spans]] as const) {
     expect({ where, leaks: body.includes("PATHSECRET") }).toEqual({ where, leaks: false });
   }
-}, 60_000);
+}, HANG_MS);

@@ -15,6 +15,7 @@ import { MemoryTransferQueue } from "../../shared/store/memory-transfer-queue.ts
 import { WebhookToolClient } from "../../shared/tools/webhook-tool-client.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { depsFor, ROWS } from "../session/fixtures.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 const redis = await requireRedis();
 
@@ -66,7 +67,7 @@ describe("tool faults become error observations after retries", () => {
     } finally {
       srv.stop();
     }
-  }, 20_000);
+  }, HANG_MS);
 });
 
 /** A commander whose next `failures` commands fail as a dropped connection does (ioredis' message). */
@@ -147,7 +148,7 @@ describe.skipIf(!redis)("store faults", () => {
     for (const k of keys) expect((await store.get(k))!.response_ids).toEqual([3]);
     expect(await store.groupStatus("flaky")).toMatchObject({ expected: 2, finished: 2, records: 2, complete: true });
     expect(await jobs.stats()).toMatchObject({ depth: 0, in_flight: 0 });
-  }, 20_000);
+  }, HANG_MS);
 
   test("a full store (Redis OOM) or a full job queue: POST /v1/rollouts answers 503 with Retry-After, nothing enqueued", async () => {
     const oom: RedisCommander = {

@@ -2,6 +2,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { createRolloutsApp } from "../../functions/rollouts.ts";
 import { buildRuntime, type Runtime } from "../../infra/cli/runtime.ts";
 import { privateRedis } from "../helpers/redis-server.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Error bodies say what went wrong and where: a uid registered with another n or partition names
 // rows[i].uid; an oversized body is request_too_large; a store outage is store_unreachable naming the store.
@@ -83,4 +84,4 @@ test("POST /v1/rollouts while the Redis store is down: 503 store_unreachable nam
   const health = await app.request("/health");
   expect(health.status).toBe(503);
   expect(((await health.json()) as { error: { code: string } }).error.code).toBe("store_unreachable");
-}, 30_000);
+}, HANG_MS);

@@ -2,6 +2,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { createRolloutsApp } from "../../functions/rollouts.ts";
 import { buildRuntime, type Runtime } from "../../infra/cli/runtime.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // `serve` answers GET /v1/groups/{uid} (as the Workers entry does): the store's group status;
 // a uid never registered is 200 with expected null, never a 404.
@@ -45,12 +46,12 @@ describe("GET /v1/groups/{uid}", () => {
     const rt = await buildRuntime({ n: 1, seed: 7 });
     runtimes.push(rt);
     await scenario(createRolloutsApp({ service: rt.service }));
-  }, 30_000);
+  }, HANG_MS);
   test.skipIf(!redis)("Redis store", async () => {
     const prefix = randomPrefix("group-status");
     prefixes.push(prefix);
     const rt = await buildRuntime({ n: 1, seed: 7, store: REDIS_URL, storePrefix: prefix });
     runtimes.push(rt);
     await scenario(createRolloutsApp({ service: rt.service }));
-  }, 30_000);
+  }, HANG_MS);
 });

@@ -6,6 +6,7 @@ import { defaultTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Issue 26 / audit S18: a batch's rollout.prompt_length and rollout.response_length are bounded by the
 // server's limits.max_prompt_length / limits.max_response_length (default 131072 each): more is a 400 naming the field.
@@ -82,7 +83,7 @@ describe("S18: a huge prompt is refused before tokenizing, and each row is token
     } finally {
       tok.encode = encode;
     }
-  }, 30_000);
+  }, HANG_MS);
 
   test("the n sessions of a row with a long prompt tokenize it once (whole and left-truncated), with the same ids", async () => {
     const { rt, post } = await rawApp({ limits: { max_prompt_chars: 400_000 } });
@@ -113,5 +114,5 @@ describe("S18: a huge prompt is refused before tokenizing, and each row is token
     } finally {
       tok.encode = encode;
     }
-  }, 60_000);
+  }, HANG_MS);
 });

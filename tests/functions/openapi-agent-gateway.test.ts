@@ -9,6 +9,7 @@ import { IGNORED_MESSAGES_KEYS, MESSAGES_REQUEST_KEYS, MessagesRequestSchema, pa
 import { CHAT_REQUEST_KEYS, ChatCompletionRequestSchema, IGNORED_CHAT_KEYS, parseChatRequest } from "../../shared/agent-gateway/openai-wire.ts";
 import { IGNORED_RESPONSES_KEYS, parseResponsesRequest, RESPONSES_REQUEST_KEYS, ResponsesRequestSchema } from "../../shared/agent-gateway/responses-wire.ts";
 import { spawnServe, type CliProc } from "../chaos/store-harness.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 const procs: CliProc[] = [];
 afterAll(() => {
@@ -48,7 +49,7 @@ test("every route the agent gateway serves is in the served /openapi.json, with 
   const finish = doc.paths["/v1/sessions/{key}/finish"]!.post!.requestBody!.content["application/json"]!.schema;
   expect(Object.keys(finish.properties).sort()).toEqual(["metadata", "reward"]);
   await runtime.close();
-}, 60_000);
+}, HANG_MS);
 
 test("the documented chat request schema accepts what the gateway parses and refuses a key it refuses", () => {
   const body = { model: "m", messages: [{ role: "user", content: "hi" }], temperature: 0.5, stop: "x", n: 1, user: "u" };

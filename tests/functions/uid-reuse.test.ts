@@ -3,6 +3,7 @@ import { createRolloutsApp } from "../../functions/rollouts.ts";
 import { buildRuntime, type Runtime } from "../../infra/cli/runtime.ts";
 import { JobWorker } from "../../shared/jobs/job-worker.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Edge case E9 (../shared/fixtures/edge-cases.md): POST uid `reuse1`, let it complete, POST
 // uid `reuse1` with another prompt → 409 naming the uid, nothing written, metrics unchanged.
@@ -98,7 +99,7 @@ describe("E9: one uid, one prompt", () => {
     const app = createRolloutsApp({ service: rt.service });
     await scenario(app, rt, async () => {});
     await twice(app, async () => {});
-  }, 30_000);
+  }, HANG_MS);
 
   test.skipIf(!redis)("queue mode (Redis): the 409 enqueues nothing; handed-back sessions get no job", async () => {
     const prefix = randomPrefix("e9-queue");
@@ -116,5 +117,5 @@ describe("E9: one uid, one prompt", () => {
       const worker = new JobWorker({ model: null, jobs: w.jobs!, store: w.batchStore, executorFor: w.executorFor, consumer: "e9b", concurrency: 1, idleExitMs: 800 });
       expect(await worker.run()).toMatchObject({ completed: 2, failed: 0 });
     });
-  }, 30_000);
+  }, HANG_MS);
 });

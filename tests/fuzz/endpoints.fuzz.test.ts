@@ -14,6 +14,7 @@ import type { TransferQueue } from "../../shared/store/types.ts";
 import { signatureHeader } from "../../shared/tools/signature.ts";
 import { randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { bodies, segment } from "./mutate.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Property: random and mutated bodies sent to every endpoint of every function app never get a
 // 5xx, never throw out of the app, and a rejected (4xx) request changes no state.
@@ -215,7 +216,7 @@ describe("rollouts + sessions + viewer API", () => {
     );
     expect(batches().length).toBeGreaterThan(0);
     expect(delivered.length).toBeLessThanOrEqual(1);
-  }, 120_000);
+  }, HANG_MS);
 });
 
 describe("gateway", () => {
@@ -269,7 +270,7 @@ describe("gateway", () => {
       { numRuns: 1_500, seed: SEED },
     );
     expect(upstream.length).toBeGreaterThan(0);
-  }, 60_000);
+  }, HANG_MS);
 });
 
 describe("example tool server", () => {
@@ -294,7 +295,7 @@ describe("example tool server", () => {
       }),
       { numRuns: 1_500, seed: SEED },
     );
-  }, 60_000);
+  }, HANG_MS);
 });
 
 describe("example sandbox provider", () => {
@@ -324,7 +325,7 @@ describe("example sandbox provider", () => {
       { numRuns: 1_500, seed: SEED },
     );
     pool.close();
-  }, 60_000);
+  }, HANG_MS);
 });
 
 const redis = await requireRedis();
@@ -367,7 +368,7 @@ describe.skipIf(!redis)("upstash bridge (loopback HTTP)", () => {
       }),
       { numRuns: 500, seed: SEED },
     );
-  }, 60_000);
+  }, HANG_MS);
 });
 
 afterAll(() => {

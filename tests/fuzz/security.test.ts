@@ -11,6 +11,7 @@ import { planBatch, RolloutRequest } from "../../shared/rollout/batch.ts";
 import { RolloutService } from "../../shared/service/rollout-service.ts";
 import { MemoryTransferQueue } from "../../shared/store/memory-transfer-queue.ts";
 import { signatureHeader } from "../../shared/tools/signature.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 const TOKEN = "api-token-c0ffee-0123456789";
 const SECRET = "webhook-secret-d00d-9876543210";
@@ -199,7 +200,7 @@ describe("no secrets in logs or error bodies", () => {
     expect(all).not.toContain(TOKEN);
     expect(all).not.toContain(TOKEN.slice(0, -2));
     expect(all.split(SECRET).length - 1).toBe(0);
-  }, 30_000);
+  }, HANG_MS);
 });
 
 describe("session keys", () => {

@@ -8,6 +8,7 @@ import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { createSimEngineApp, SimEngine, SimEngineClient } from "../../infra/sim-engine/index.ts";
 import { gatewayTestbed } from "../helpers/gateway-testbed.ts";
 import { waitFor } from "../helpers/wait.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // E8 (edge-cases.md), in-process gateway over real loopback replicas: a replica
 // that hangs, one that answers 200 with garbage, ejection, re-pins, half-open
@@ -124,7 +125,7 @@ describe("E8: sessions pinned to a replica that starts hanging", () => {
     expect(metrics).toContain(`edgeloop_gateway_served_total{replica="${a.url}"} ${pinnedToA.length}`);
     expect(metrics).toContain(`edgeloop_gateway_repins_total{replica="${a.url}",reason="unhealthy"} ${pinnedToA.length - 2}`);
     expect(metrics).toContain(`edgeloop_gateway_repins_total{replica="${a.url}",reason="failover"} 2`);
-  }, 20_000);
+  }, HANG_MS);
 
   test("bounded_load_hash: keys whose first choice is the hung replica move to their next choice (counted) and stay there", async () => {
     const a = toggleReplica(bed.tok);
@@ -148,7 +149,7 @@ describe("E8: sessions pinned to a replica that starts hanging", () => {
     expect(s.failures).toBeGreaterThanOrEqual(onA.length);
     expect(s.failures).toBeLessThanOrEqual(onA.length + 2);
     for (const k of onA) expect(a.calls.get(k)).toBe(2);
-  }, 20_000);
+  }, HANG_MS);
 });
 
 describe("E8: a replica answering 200 with garbage", () => {

@@ -10,6 +10,7 @@ import { SamplingParams } from "../../shared/schema/index.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { spawnCli, until, type CliProc } from "../chaos/store-harness.ts";
 import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Issue 17 items 1–3 with real processes: `edgeloop gateway` instances over one Redis (and one over
 // Upstash REST through the bridge) in front of three sim replicas.
@@ -98,7 +99,7 @@ describe.skipIf(!hasRedis)("two `edgeloop gateway` processes sharing routing sta
     writeFileSync(cfgPath, JSON.stringify({ gateway: { lease_ttl_ms: LEASE_TTL_MS, eject_after: 1, cooldown_ms: 120_000, attempt_timeout_ms: 20_000 } }));
     await spawnGateway(["--store", REDIS_URL, "--config", cfgPath]);
     await spawnGateway(["--store", REDIS_URL, "--config", cfgPath]);
-  }, 60_000);
+  }, HANG_MS);
   afterAll(async () => {
     for (const g of gateways) g.proc.kill("SIGKILL");
     for (const r of sim?.replicas ?? []) r.engine.resume();
@@ -123,7 +124,7 @@ describe.skipIf(!hasRedis)("two `edgeloop gateway` processes sharing routing sta
       const idx = [...byKey.get(`s${i}_0_0`)!][0]!;
       expect(await raw.get(`${prefix}routing:pin:s${i}_0_0`)).toBe(sim.urls[idx]!);
     }
-  }, 60_000);
+  }, HANG_MS);
 
   test("control: two instances with --no-shared-state split sessions between replicas", async () => {
     const p1 = await spawnGateway(["--store", REDIS_URL, "--no-shared-state"]);
@@ -136,7 +137,7 @@ describe.skipIf(!hasRedis)("two `edgeloop gateway` processes sharing routing sta
     expect(await raw.exists(`${prefix}routing:pin:c0_0_0`)).toBe(0);
     p1.proc.kill("SIGKILL");
     p2.proc.kill("SIGKILL");
-  }, 60_000);
+  }, HANG_MS);
 
   test("the Upstash REST path (through the bridge) shares the same pins", async () => {
     const g3 = await spawnGateway(["--store", "upstash", "--config", cfgPath], { UPSTASH_REDIS_REST_URL: bridge.url, UPSTASH_REDIS_REST_TOKEN: token });
@@ -147,7 +148,7 @@ describe.skipIf(!hasRedis)("two `edgeloop gateway` processes sharing routing sta
     const after = keysByReplica();
     for (let i = 0; i < 10; i++) expect([...after.get(`s${i}_0_0`)!]).toEqual([...before.get(`s${i}_0_0`)!]);
     g3.proc.kill("SIGKILL");
-  }, 60_000);
+  }, HANG_MS);
 
   test("SIGKILL of an instance with calls in flight: its leases expire after the lease TTL, then load evens out", async () => {
     const [g1, g2] = gateways;
@@ -170,7 +171,7 @@ describe.skipIf(!hasRedis)("two `edgeloop gateway` processes sharing routing sta
     for (const r of sim.replicas) r.engine.resume();
     await Promise.all(fresh);
     await until(async () => (await liveLeases()).every((n) => n === 0), "fresh leases released", 5_000);
-  }, 60_000);
+  }, HANG_MS);
 
   test("a replica ejected through one instance is avoided by the other", async () => {
     const g2 = gateways[1]!;
@@ -193,5 +194,5 @@ describe.skipIf(!hasRedis)("two `edgeloop gateway` processes sharing routing sta
     expect(bad.engine.requests.length).toBe(seen);
     const status = (await (await fetch(`${g2.url}/admin/replicas`, { headers: { authorization: "Bearer test-admin-token" } })).json()) as { replicas: { url: string; state: string; ejected_until_ms: number | null }[] };
     expect(status.replicas.find((r) => r.url === bad.url)).toMatchObject({ state: "ejected", ejected_until_ms: until_ms });
-  }, 60_000);
+  }, HANG_MS);
 });

@@ -2,6 +2,7 @@ import { afterAll, expect, test } from "bun:test";
 import { join } from "node:path";
 import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { freePort } from "../helpers/redis-server.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // GET /v1/rollouts lists batches from the store (queue mode), paged, and a restarted `serve`
 // over the same Redis lists what the first one accepted.
@@ -78,7 +79,7 @@ test.skipIf(!redis)("queue mode: batches are listed from Redis, newest first, pa
   expect(bad.status).toBe(400);
   expect(await bad.json()).toEqual({ error: { code: "invalid_input", field: "cursor", message: "cursor: must be the next_cursor of an earlier page" } });
   expect((await fetch(`${s.url}/v1/rollouts?limit=0`)).status).toBe(400);
-}, 180_000); // a bound for a hang only: two serve starts on a loaded machine
+}, HANG_MS); // a bound for a hang only: two serve starts on a loaded machine
 
 test.skipIf(!redis)("a finished batch collected by edgeloop gc is no longer listed by the process that ran it", async () => {
   const port = await freePort();
@@ -104,4 +105,4 @@ test.skipIf(!redis)("a finished batch collected by edgeloop gc is no longer list
   expect((JSON.parse(gc.stdout.toString()) as { deleted: { batches: number } }).deleted.batches).toBeGreaterThanOrEqual(1);
   expect(await listed()).not.toContain(id);
   expect((await fetch(`${s.url}/v1/rollouts/${id}`)).status).toBe(404);
-}, 180_000); // a bound for a hang only
+}, HANG_MS); // a bound for a hang only

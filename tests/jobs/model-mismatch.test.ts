@@ -5,6 +5,7 @@ import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue
 import { post, progress, spawnCli, spawnServe, summaryOf, until, type CliProc } from "../chaos/store-harness.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { ROWS } from "../session/fixtures.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Issue 27 item 4 (N4) across real processes: `serve --jobs queue --model qwen3` records its model in the
 // batch; a `worker --model llama3_1` on the same prefix refuses the batch's jobs (stored failed, naming both
@@ -110,5 +111,5 @@ describe.skipIf(!redisUp)("N4: records name their model; workers refuse another 
     expect(await wrongInspect.proc.exited).toBe(2);
     expect(wrongInspect.out()).toBe("");
     expect(wrongInspect.err()).toContain(`the record's tokens are of model llama3_1 (fingerprint ${llama.fingerprint}), this process has qwen3 (fingerprint ${qwen.fingerprint}): not decoded`);
-  }, 120_000);
+  }, HANG_MS);
 });

@@ -11,6 +11,7 @@ import { signatureHeader } from "../../shared/tools/signature.ts";
 import { parseToolsFile } from "../../shared/tools/tools-file.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { ROOT, ROWS } from "../session/fixtures.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Queue mode with an asynchronous tool (202, result by callback): `serve` only commits the
 // callback's result and wakes the worker that runs the session; the worker continues it at once,
@@ -132,7 +133,7 @@ describe.skipIf(!redis)("queue mode: asynchronous tool results", () => {
     });
     expect(again.status).toBe(409);
     expect(engineCalls).toBe(0);
-  }, 40_000);
+  }, HANG_MS);
 
   test("serve and worker warn at start when a tools file has no tools.secret", () => {
     const signed = hasSignedCalls(parseToolsFile(readFileSync(toolsFile, "utf8")));
@@ -158,5 +159,5 @@ describe.skipIf(!redis)("queue mode: asynchronous tool results", () => {
       await rt.close();
       await mcp.stop();
     }
-  }, 30_000);
+  }, HANG_MS);
 });

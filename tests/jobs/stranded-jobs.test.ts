@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { freePort } from "../helpers/redis-server.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // N1 (issue 27): a worker SIGKILLed while it holds jobs leaves them pending until its lease expires.
 // Real `edgeloop serve --jobs queue` and `edgeloop worker` processes on a random prefix; the victim runs
@@ -172,7 +173,7 @@ describe.skipIf(!redis)("N1: jobs held by a SIGKILLed worker", () => {
     expect((await consumers(prefix)).filter((c) => c !== "victim" && c !== "survivor")).toEqual([]);
     expect(await get<Queue>(`${url}/v1/queue`)).toMatchObject({ depth: 0, in_flight: 0, stranded: 0 });
     console.log(`N1 measure: lease ${LEASE_S} s; death → first reclaim by the surviving worker ${((reclaim.at - killedAt) / 1000).toFixed(2)} s`);
-  }, 120_000);
+  }, HANG_MS);
 
   test("with no worker left, GET /v1/queue counts the dead worker's jobs as stranded depth once the lease passes; a worker started then reclaims them all", async () => {
     const prefix = randomPrefix("n1-alone");
@@ -204,5 +205,5 @@ describe.skipIf(!redis)("N1: jobs held by a SIGKILLed worker", () => {
     console.log(
       `N1 measure: lease ${LEASE_S} s; death → stranded in GET /v1/queue ${((visibleAt - killedAt) / 1000).toFixed(2)} s; a worker started then → first reclaim ${((reclaim.at - startedAt) / 1000).toFixed(2)} s`,
     );
-  }, 120_000);
+  }, HANG_MS);
 });

@@ -10,6 +10,7 @@ import { simPromptLogProbs } from "../../infra/sim-engine/prompt-logprobs.ts";
 import { SimEngine } from "../../infra/sim-engine/sim-engine.ts";
 import { defaultTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Queue mode: `serve` enqueues, a worker runs the jobs as durable sessions in Redis; the worker's
 // sessions call the teacher (rollout.teacher: sim) before their records are written.
@@ -44,4 +45,4 @@ test.skipIf(!hasRedis)("a worker's trajectories carry the teacher's log-probs (0
     expect(rec.teacher_log_probs).toEqual(rec.response_mask.map((m, i) => (m === 1 ? Math.fround(lp[rec.prompt_ids.length + i]!) : 0)));
     expect(rec.response_mask).toContain(0);
   }
-}, 60_000);
+}, HANG_MS);

@@ -5,6 +5,7 @@ import type { TrajectoryRecord } from "../../shared/schema/index.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { comparableRecord } from "../session/crash.ts";
 import { ROWS } from "../session/fixtures.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // N3 (issue 27): two inline serves on one store prefix, the same batch POSTed to both at once (a client retry
 // through a load balancer). Both run every session; the durable session's step fence lets one owner commit
@@ -28,7 +29,7 @@ for (const transport of ["redis", "upstash"] as const) describe.skipIf(!redis)(`
     const flags = { store: transport === "upstash" ? "upstash" : REDIS_URL, storePrefix: prefix, n: N, seed: 7, maxModelLen: 4096 };
     a = await buildRuntime(flags, { jobs: "inline" });
     b = await buildRuntime(flags, { jobs: "inline" });
-  }, 60_000);
+  }, HANG_MS);
   afterAll(async () => {
     await a?.close();
     await b?.close();
@@ -60,5 +61,5 @@ for (const transport of ["redis", "upstash"] as const) describe.skipIf(!redis)(`
     for (let i = 0; i < 10; i++) expect(await a.store.groupStatus(`two-${i}`)).toMatchObject({ expected: N, finished: N, records: N, failed: 0, complete: true });
     const groups = await a.store.readCompleteGroups({ consumer: "t", max: 20 });
     expect(groups.map((g) => [g.uid, g.failed, g.records.length]).sort()).toEqual(rows.map((r) => [r.uid, 0, N]).sort());
-  }, 120_000);
+  }, HANG_MS);
 });

@@ -9,6 +9,7 @@ import type { TrajectoryRecord } from "../../shared/schema/index.ts";
 import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { comparableRecord, countingToolServer } from "../session/crash.ts";
 import { POLICY, ROOT, ROWS } from "../session/fixtures.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Several `edgeloop worker` processes drain a batch that `serve`'s service enqueued; one worker is
 // SIGKILLed mid-run. Every trajectory completes exactly once, and the records equal an inline run's.
@@ -129,5 +130,5 @@ describe.skipIf(!redis)("edgeloop worker processes", () => {
     } finally {
       await api?.close();
     }
-  }, 90_000);
+  }, HANG_MS);
 });

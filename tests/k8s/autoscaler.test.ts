@@ -11,6 +11,7 @@ import { POLICY, ROWS } from "../session/fixtures.ts";
 import { spawnWorker, triggerFor, workerArgs, writeConfig, type WorkerProc } from "./harness.ts";
 import { startToolServer, type ToolServer } from "../../infra/tools/server.ts";
 import { kedaMetric } from "./manifests.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // This test plays KEDA + the HPA for the worker ScaledObject: every 200 ms it reads the metric KEDA
 // reads (the manifest's trigger: XLEN of the job stream), sets replicas = min(max, ceil(metric /
@@ -125,5 +126,5 @@ describe.skipIf(!redis)("autoscaling workers on the ScaledObject's signal", () =
     for (const k of keys) expect((await api.store.get(k))?.key).toBe(k);
     expect(await r.xlen(`${prefix}groups:train`)).toBe(ROWS_N);
     expect(await r.xlen(trigger.stream!)).toBe(0);
-  }, 100_000);
+  }, HANG_MS);
 });

@@ -19,6 +19,7 @@ import { parseToolsFile } from "../../shared/tools/tools-file.ts";
 import { freePort } from "../helpers/redis-server.ts";
 import { CONFIG_DIR, EXAMPLE_TOOLS_URL } from "./harness.ts";
 import { find, K8S_DIR, loadManifests, ROOT, type ManifestObject } from "./manifests.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 const EXAMPLES_DIR = join(K8S_DIR, "examples");
 const objs = loadManifests();
@@ -131,7 +132,7 @@ describe("infra/k8s: examples only on request", () => {
       proc.kill("SIGKILL");
       rmSync(dir, { recursive: true, force: true });
     }
-  }, 30_000);
+  }, HANG_MS);
 
   test("the README states the Kubernetes version the manifests' preStop.sleep needs (the PodLifecycleSleepAction feature: beta, on by default, in 1.30)", () => {
     const sleeping = objs.filter((o) => containersOf(o).some((c) => c.lifecycle?.preStop?.sleep)).map((o) => o.file);

@@ -11,6 +11,7 @@ import { POLICY, ROWS } from "../session/fixtures.ts";
 import { spawnWorker, triggerFor, workerArgs, writeConfig } from "./harness.ts";
 import { startToolServer, type ToolServer } from "../../infra/tools/server.ts";
 import { kedaMetric, type KedaMode, type RedisStreamsTrigger } from "./manifests.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // The ScaledObject's metric (KEDA's redis-streams scaler in the mode the manifest selects, computed
 // with the same command) against real Redis, in every state the job stream goes through: jobs nobody
@@ -139,5 +140,5 @@ describe.skipIf(!redis)("KEDA metric of the worker ScaledObject, against real Re
     // Batch c's two trajectories are stored; the cancelled ones are not.
     expect(await api.store.groupStatus("m2")).toMatchObject({ expected: 2, finished: 2, records: 2, complete: true });
     expect(await api.store.get("m1_0_0")).toBeNull();
-  }, 90_000);
+  }, HANG_MS);
 });

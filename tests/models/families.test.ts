@@ -6,6 +6,7 @@ import { ConfigError } from "../../shared/errors.ts";
 import { BUILTIN_MODELS, builtinTokenizer, describeModel } from "../../shared/models/index.ts";
 import { loadTokenizer } from "../../infra/node/model-dir.ts";
 import { defaultTokenizer } from "../../shared/tokens/tokenizer.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 const ROOT = join(import.meta.dir, "..", "..");
 
@@ -26,7 +27,7 @@ describe("built-in model families", () => {
       ["deepseek_v3", "<｜end▁of▁sentence｜>", 1, [1], [1], "deepseek_v3", "append-only", "tool"],
       ["gemma3", "<end_of_turn>", 106, [106, 1], [106], "pythonic", "append-only", "user"],
     ]);
-  }, 60_000);
+  }, HANG_MS);
 
   test("qwen3 by name is the default tokenizer (one cache entry)", async () => {
     expect(await builtinTokenizer("qwen3")).toBe(await defaultTokenizer());
@@ -70,7 +71,7 @@ describe("built-in model families", () => {
     expect([...t.stopTokenIds]).toEqual([106, 1]);
     expect(t.traits.family).toBe("custom");
     expect(t.traits.defaultParser).toBe("hermes");
-  }, 30_000);
+  }, HANG_MS);
 
   test("an unknown name that is no directory: ConfigError naming model", async () => {
     const err = await loadTokenizer("llama9").catch((e) => e);

@@ -6,11 +6,12 @@ import { buildPromptIds } from "../../shared/tokens/prompt.ts";
 import { ObservationEncoder } from "../../shared/tokens/observation.ts";
 import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { TrajectoryBuilder } from "../../shared/tokens/trajectory-builder.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Load the tokenizers once, with room for a loaded machine (bun's per-test default is 5 s).
 beforeAll(async () => {
   await Promise.all(["llama3_1", "deepseek_v3", "gemma3"].map((n) => builtinTokenizer(n)));
-}, 120_000);
+}, HANG_MS);
 
 // Property, per append-only family: prompt, then each assistant turn's ids
 // appended verbatim (the turn exactly as the template renders it, up to and
@@ -86,6 +87,6 @@ for (const family of ["llama3_1", "deepseek_v3", "gemma3"]) {
         }),
         { numRuns: 60 },
       );
-    }, 60_000);
+    }, HANG_MS);
   });
 }

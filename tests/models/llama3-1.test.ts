@@ -2,11 +2,12 @@ import { beforeAll, describe, expect, test } from "bun:test";
 import { builtinTokenizer } from "../../shared/models/index.ts";
 import type { ChatMessage, ToolSchema } from "../../shared/schema/index.ts";
 import { ObservationEncoder } from "../../shared/tokens/observation.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Load the tokenizers once, with room for a loaded machine (bun's per-test default is 5 s).
 beforeAll(async () => {
   await Promise.all(["llama3_1"].map((n) => builtinTokenizer(n)));
-}, 120_000);
+}, HANG_MS);
 
 // Llama 3.1 JSON tool calling with the ipython role: our template against the
 // documented prompt format, token for token.

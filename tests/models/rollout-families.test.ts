@@ -3,6 +3,7 @@ import { builtinTokenizer } from "../../shared/models/index.ts";
 import type { TrajectoryRecord as Rec } from "../../shared/schema/index.ts";
 import { toolCallParserNames } from "../../shared/tools/parser-registry.ts";
 import { cliWorkdir } from "../helpers/cli-workdir.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // `npx edgeloop rollout --model llama3_1 --data examples/gsm8k-tool.jsonl`, run
 // for real: the example policy (written once, in Qwen3's format) is sampled in
@@ -66,7 +67,7 @@ for (const [family, parser, expected] of FAMILY_RUNS) {
       const ana = records.find((r) => tok.decode(r.prompt_ids).includes("Ana bakes 12 loaves"))!;
       expect(maskRuns(tok, ana)).toEqual(expected);
       expect(ana.reward_score).toBe(1);
-    }, 120_000);
+    }, HANG_MS);
   });
 }
 
@@ -89,7 +90,7 @@ describe("edgeloop rollout --model gpt_oss", () => {
     ]);
     expect(runs[2]![1]).toBe('<|channel|>analysis<|message|>Let me compute 175-4*13.<|end|><|start|>assistant<|channel|>commentary to=functions.calc <|constrain|>json<|message|>{"expression":"175-4*13"}<|call|>');
     expect(retried.reward_score).toBe(1);
-  }, 120_000);
+  }, HANG_MS);
 });
 
 describe("edgeloop rollout --model llama3_1", () => {
@@ -129,5 +130,5 @@ describe("edgeloop rollout --model llama3_1", () => {
       [1, "The answer is 31.\n#### 31<|eot_id|>"],
     ]);
     expect(ana.reward_score).toBe(1);
-  }, 120_000);
+  }, HANG_MS);
 });

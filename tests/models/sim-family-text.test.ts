@@ -2,11 +2,12 @@ import { beforeAll, describe, expect, test } from "bun:test";
 import { builtinTokenizer } from "../../shared/models/index.ts";
 import { assistantOpeners, familyText } from "../../infra/sim-engine/family-text.ts";
 import { SimEngine } from "../../infra/sim-engine/sim-engine.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Load the tokenizers once, with room for a loaded machine (bun's per-test default is 5 s).
 beforeAll(async () => {
   await Promise.all(["qwen3", "llama3_1", "deepseek_v3", "gemma3"].map((n) => builtinTokenizer(n)));
-}, 120_000);
+}, HANG_MS);
 
 const TURN = '<think>\nLet me compute 2*7.\n</think>\n\n<tool_call>\n{"name": "calc", "arguments": {"expression": "2*7"}}\n</tool_call>';
 const BAD = '<think>\nLet me compute.\n</think>\n\n<tool_call>\n{"name": "calc", "arguments": {"expression": "2*7",}}\n</tool_call>';

@@ -9,6 +9,7 @@ import { startSandboxProvider, type SandboxProvider } from "../../infra/sandbox/
 import { ConfigError } from "../../shared/errors.ts";
 import type { TrajectoryRecord } from "../../shared/schema/index.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // openenv_agent on per-episode containers (openenv.base_url: "sandbox"): the example sandbox provider with
 // `openenv: true` runs one guess-the-number environment per sandbox and names it in the create reply's base_url;
@@ -126,13 +127,13 @@ async function perEpisode(tag: string, store: Partial<Parameters<typeof buildRun
 describe("openenv.base_url: sandbox", () => {
   test("N trajectories, N sandboxes, N episodes: created and released once each; records token-identical to a fixed base_url", async () => {
     await perEpisode("m", {});
-  }, 120_000);
+  }, HANG_MS);
 
   test.skipIf(!hasRedis)("the same as durable sessions (Redis store: checkpoints and leases in Redis)", async () => {
     const prefix = randomPrefix("oe-sbx-rt");
     prefixes.push(prefix);
     await perEpisode("r", { store: REDIS_URL, storePrefix: prefix });
-  }, 120_000);
+  }, HANG_MS);
 
   test("a provider whose create reply has no base_url: every trajectory fails naming base_url, and its sandbox is released", async () => {
     const before = plain.stats();
@@ -146,7 +147,7 @@ describe("openenv.base_url: sandbox", () => {
       expect(r.error).toStartWith("OpenEnvError: openenv: sandbox sbx-");
       expect(r.error).toEndWith(` (lease ${r.key}~1) has no base_url: with openenv.base_url "sandbox" the sandbox provider's create reply must carry base_url (the http(s) URL of the OpenEnv server in that sandbox)`);
     }
-  }, 120_000);
+  }, HANG_MS);
 
   test("without a sandbox block in the tools file: a ConfigError at start naming openenv.base_url", async () => {
     const e = await buildRuntime({ config: configFile("nosbx.yaml", { base_url: "sandbox", transport: "http" }) }).then(
@@ -156,5 +157,5 @@ describe("openenv.base_url: sandbox", () => {
     expect(e).toBeInstanceOf(ConfigError);
     expect((e as ConfigError).field).toBe("openenv.base_url");
     expect((e as ConfigError).message).toBe(`config openenv.base_url: "sandbox" plays each trajectory's own sandbox, so the tools file needs a sandbox block (its provider's create reply names the environment's base_url): set tools.file (--tools)`);
-  }, 60_000);
+  }, HANG_MS);
 });

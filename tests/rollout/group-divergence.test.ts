@@ -5,6 +5,7 @@ import type { TrajectoryRecord } from "../../shared/schema/index.ts";
 import { tokenPieces } from "../../shared/telemetry/token-pieces.ts";
 import { defaultTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { groupRows, writeGroupScript } from "../viewer/group-fixture.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Real groups: four samples of each of three prompts from the simulated engine playing one text
 // at a length drawn per trajectory key (deterministic: fixed uids, seed 1), Qwen3 tokens.
@@ -18,7 +19,7 @@ beforeAll(async () => {
   const b = runtime.service.submit({ rows: groupRows(3), global_steps: 1, model_version: null, validate: false });
   await b.run.run();
   records = [...b.run.records()];
-}, 30_000);
+}, HANG_MS);
 afterAll(() => runtime?.close());
 
 test("the real groups: lengths and rewards the positions below rest on", () => {

@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ROOT } from "./harness.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // S8 (security audit): the Deno entry fails closed as the Worker does. Without EDGELOOP_API_TOKEN it
 // refuses /v1/* (403 auth_not_configured) unless EDGELOOP_ALLOW_ANONYMOUS=1, and it prints its auth
@@ -67,7 +68,7 @@ describe("S8: the Deno entry", () => {
     ]);
     expect((await fetch(`${url}/v1/rollouts`)).status).toBe(403);
     expect((await fetch(`${url}/health`)).status).toBe(200);
-  }, 60_000);
+  }, HANG_MS);
 
   test("EDGELOOP_ALLOW_ANONYMOUS=1: served, said at start; a rebinding Host or Origin is 403 forbidden_host", async () => {
     const { url, err } = await deno({ EDGELOOP_ALLOW_ANONYMOUS: "1" });
@@ -80,7 +81,7 @@ describe("S8: the Deno entry", () => {
     const rebound = await fetch(`${url}/v1/rollouts`, { headers: { host } });
     expect([rebound.status, ((await rebound.json()) as { error: { code: string; field: string } }).error]).toMatchObject([403, { code: "forbidden_host", field: "host" }]);
     expect((await fetch(`${url}/v1/rollouts`, { headers: { origin: "http://rebind.attacker.example" } })).status).toBe(403);
-  }, 60_000);
+  }, HANG_MS);
 
   test("with EDGELOOP_API_TOKEN: 401 without it, served with it; the start says a token is required", async () => {
     const { url, err } = await deno({ EDGELOOP_API_TOKEN: "deno-token-1" });
@@ -90,5 +91,5 @@ describe("S8: the Deno entry", () => {
     const ok = await fetch(`${url}/v1/rollouts`, post({ authorization: "Bearer deno-token-1" }));
     expect(ok.status).toBe(202);
     await ok.arrayBuffer();
-  }, 60_000);
+  }, HANG_MS);
 });

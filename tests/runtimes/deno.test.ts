@@ -7,6 +7,7 @@ import { REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { awaitGroups, awaitRecords, batchRows, checkE4Record, checkRecords, comparableRecord, e4Row, ROOT, RUNTIME_CONFIG, startServices, type Services } from "./harness.ts";
 import { bunReference } from "./reference.ts";
 import { startAgentServer, type AgentServer } from "../../infra/agent-example/server.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // The Deno entry started as `deno task serve` (deno.json), with the deno binary from the npm package,
 // against the loopback services; its store is Upstash REST (the bridge), so sessions checkpoint there too.
@@ -78,7 +79,7 @@ beforeAll(async () => {
   reader.releaseLock();
   url = /serving on (http:\/\/\S+)/.exec(out)![1]!;
   startMs = performance.now() - t0;
-}, 60_000);
+}, HANG_MS);
 
 afterAll(async () => {
   if (proc) {
@@ -107,7 +108,7 @@ describe.skipIf(!redis)("Deno entry (deno task serve)", () => {
     const reference = await bunReference(s, rows);
     for (const [key, r] of records) expect(comparableRecord(r)).toEqual(comparableRecord(reference.get(key)!));
     console.log(`deno: started in ${Math.round(startMs)} ms, 8 trajectories in ${Math.round(batchMs)} ms`);
-  }, 60_000);
+  }, HANG_MS);
 
   test("E1 on Deno: a loop with 2, 3 and 0 outputs per session writes every output; groups complete once their sessions finished", async () => {
     const base = { data_source: "edge", prompt: [{ role: "user", content: "Say hi." }], reward_model: { style: "rule", ground_truth: "1" }, agent_name: "multi_output_agent" };
@@ -135,7 +136,7 @@ describe.skipIf(!redis)("Deno entry (deno task serve)", () => {
     } finally {
       await q.close();
     }
-  }, 60_000);
+  }, HANG_MS);
 
   test("E4: a turn ended by <|endoftext|> is kept (mask 1) and closed by the observation (<|im_end|>\\n, mask 0), in durable sessions", async () => {
     const res = await fetch(`${url}/v1/rollouts`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows: [e4Row("dne4")] }) });
@@ -143,7 +144,7 @@ describe.skipIf(!redis)("Deno entry (deno task serve)", () => {
     const records = await awaitRecords(s.prefix, ["dne4"], 2);
     expect([...records.keys()]).toEqual(["dne4_0_0", "dne4_1_0"]);
     for (const r of records.values()) checkE4Record(r);
-  }, 60_000);
+  }, HANG_MS);
 
   test("openai_agent on Deno: the example SDK agent's calls are served by the Deno entry; tokens equal tool_agent's", async () => {
     const rows = batchRows("dna").map((r) => ({ ...r, agent_name: "openai_agent" }));
@@ -161,7 +162,7 @@ describe.skipIf(!redis)("Deno entry (deno task serve)", () => {
       expect(r.rollout_log_probs).toEqual(ref.rollout_log_probs);
       expect(r.reward_score).toBe(ref.reward_score);
     }
-  }, 60_000);
+  }, HANG_MS);
   test("tracing: with OTEL_EXPORTER_OTLP_ENDPOINT the Deno entry exports its spans over OTLP/HTTP (JSON)", async () => {
     const res = await fetch(`${url}/v1/rollouts`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows: batchRows("dnt").slice(0, 1) }) });
     expect(res.status).toBe(202);
@@ -178,5 +179,5 @@ describe.skipIf(!redis)("Deno entry (deno task serve)", () => {
     const calls = spans.filter((x) => x.name === "inference.generate");
     expect(calls.length).toBeGreaterThan(0);
     expect(calls.filter((c) => !turns.has(c.parentSpanId ?? "")).length).toBe(0);
-  }, 30_000);
+  }, HANG_MS);
 });

@@ -11,6 +11,7 @@ import { requireRedis } from "../helpers/redis.ts";
 import { awaitRecords, comparableRecord, freePort, ROOT, startServices, startWorkerd, workerBindings, type Services, type Workerd } from "./harness.ts";
 import { bunReference } from "./reference.ts";
 import { sessionTag } from "../../shared/agent-gateway/conversation.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // The agent gateway on the Durable Object path: rows with agent_name "openai_agent" run in their
 // trajectory's object (the loop inside the alarm); the object also serves the agent's OpenAI
@@ -103,7 +104,7 @@ beforeAll(async () => {
     { port },
   );
   mf = w.mf;
-}, 60_000);
+}, HANG_MS);
 
 afterAll(async () => {
   await w?.stop();
@@ -162,5 +163,5 @@ describe.skipIf(!redis)("openai_agent in workerd: the agent gateway in the traje
       const t = ref.get(key)!;
       expect([r.prompt_ids, r.response_ids, r.response_mask, r.rollout_log_probs, r.reward_score, r.num_turns]).toEqual([t.prompt_ids, t.response_ids, t.response_mask, t.rollout_log_probs, t.reward_score, t.num_turns]);
     }
-  }, 90_000);
+  }, HANG_MS);
 });

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { allowAnonymous } from "../../functions/http-util.ts";
 import { requireRedis } from "../helpers/redis.ts";
 import { startServices, startWorkerd, workerBindings, type Services, type Workerd } from "./harness.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // S8 (security audit): the Worker fails closed. Without EDGELOOP_API_TOKEN it refuses /v1/* (403
 // auth_not_configured) unless EDGELOOP_ALLOW_ANONYMOUS=1 is set, and it logs its auth state (on an
@@ -36,7 +37,7 @@ async function worker(extra: Record<string, string>): Promise<{ w: Workerd; logg
 beforeAll(async () => {
   if (!redis) return;
   s = await startServices("workerd-auth");
-}, 60_000);
+}, HANG_MS);
 
 afterAll(async () => {
   for (const w of started) await w.stop();
@@ -66,7 +67,7 @@ describe.skipIf(!redis)("S8: the Worker without EDGELOOP_API_TOKEN", () => {
     expect(await logged("auth_not_configured")).toContain(
       "edgeloop (workerd) auth       no EDGELOOP_API_TOKEN: /v1/* is refused (403 auth_not_configured); set EDGELOOP_API_TOKEN, or EDGELOOP_ALLOW_ANONYMOUS=1 to serve without auth",
     );
-  }, 60_000);
+  }, HANG_MS);
 
   test("EDGELOOP_ALLOW_ANONYMOUS=1 serves /v1/* without a token, said in the log; yes or 0 do not opt out", async () => {
     const { w, logged } = await worker({ EDGELOOP_ALLOW_ANONYMOUS: "1" });
@@ -78,7 +79,7 @@ describe.skipIf(!redis)("S8: the Worker without EDGELOOP_API_TOKEN", () => {
     );
     // Only "1" or "true" opt out (the value the Worker reads; a typo stays refused).
     expect(["1", "true", "yes", "0", "", undefined].map(allowAnonymous)).toEqual([true, true, false, false, false, false]);
-  }, 60_000);
+  }, HANG_MS);
 });
 
 describe.skipIf(!redis)("S8: the Worker with EDGELOOP_API_TOKEN", () => {
@@ -92,7 +93,7 @@ describe.skipIf(!redis)("S8: the Worker with EDGELOOP_API_TOKEN", () => {
     await ok.arrayBuffer();
     expect(await logged("bearer token required")).toContain("edgeloop (workerd) auth       bearer token required on /v1/* (EDGELOOP_API_TOKEN)");
     expect(await logged("bearer token required")).not.toContain("worker-token-1");
-  }, 60_000);
+  }, HANG_MS);
 });
 
 describe.skipIf(!redis)("S20: the Worker warns when agent tasks go unsigned", () => {
@@ -104,5 +105,5 @@ describe.skipIf(!redis)("S20: the Worker warns when agent tasks go unsigned", ()
     expect(out).toContain(
       "edgeloop (workerd) warning    agent tasks are sent unsigned (no EDGELOOP_AGENT_SECRET): an agent cannot tell edgeloop's tasks (which carry session tokens) from forged ones; set EDGELOOP_AGENT_SECRET (a secret; the agent must verify x-edgeloop-signature with it)",
     );
-  }, 60_000);
+  }, HANG_MS);
 });

@@ -2,6 +2,7 @@ import { describe, expect, test } from "bun:test";
 import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue.ts";
 import { REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { awaitGroups, batchRows, workerdFixture } from "./harness.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Issue 18 item 8 on Cloudflare Workers: the simulated users of EDGELOOP_TOOLS (`interactions`, here the
 // example server's gsm8k_user, signed with EDGELOOP_TOOLS_SECRET) reached from a row's
@@ -36,5 +37,5 @@ describe.skipIf(!redis)("workerd: simulated users from EDGELOOP_TOOLS", () => {
     }
     const stats = (await (await fetch(`${wd.s.tools.url}/stats`)).json()) as { interactions?: Record<string, number> };
     expect(stats.interactions).toEqual({ gsm8k_user: 2 });
-  }, 90_000);
+  }, HANG_MS);
 });

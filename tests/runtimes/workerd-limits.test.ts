@@ -6,6 +6,7 @@ import { startUpstashBridge, type UpstashBridge } from "../../infra/upstash-brid
 import type { TrajectoryRecord } from "../../shared/schema/index.ts";
 import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { awaitRecords, comparableRecord, startWorkerd, type Workerd } from "./harness.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // E3: values larger than a Durable Object allows. The worker bundle in Miniflare with
 // SQLite-backed objects (2 MB per key + value), sim engine, Upstash bridge.
@@ -37,7 +38,7 @@ beforeAll(async () => {
     EDGELOOP_ALLOW_ANONYMOUS: "1",
   });
   mf = w.mf;
-}, 60_000);
+}, HANG_MS);
 
 afterAll(async () => {
   await w?.stop();
@@ -109,7 +110,7 @@ describe.skipIf(!redis)("E3: Durable Object values within SQLite-backed limits (
     expect(await st.json()).toMatchObject({ phase: "done" });
     const ref = await bunRecord(rowL);
     expect(comparableRecord(r)).toEqual(comparableRecord(ref));
-  }, 180_000);
+  }, HANG_MS);
 
   test("B: a 2.3 MB user message → 202; a record with a 512-token left-truncated prompt, prompt_truncated; the group completes", async () => {
     const res = await post([rowB]);
@@ -128,5 +129,5 @@ describe.skipIf(!redis)("E3: Durable Object values within SQLite-backed limits (
     }
     const ref = await bunRecord(rowB);
     expect(comparableRecord(r)).toEqual(comparableRecord(ref));
-  }, 180_000);
+  }, HANG_MS);
 });

@@ -4,6 +4,7 @@ import { requireRedis } from "../helpers/redis.ts";
 import { createMcpToolsServer, serveMcpHttp, type McpHttpServer } from "../../infra/tools/mcp-server.ts";
 import { awaitRecords, batchRows, checkRecords, comparableRecord, startServices, startWorkerd, workerBindings, type Services, type Workerd } from "./harness.ts";
 import { bunReference } from "./reference.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Issue 29 on Cloudflare Workers: the example tools from an MCP server over Streamable HTTP (EDGELOOP_TOOLS
 // names only `mcp_servers`), called from Durable Object sessions in workerd; the records equal Bun's run of
@@ -21,7 +22,7 @@ beforeAll(async () => {
   mcp = serveMcpHttp(() => createMcpToolsServer({ onCall: () => void mcpCalls++ }));
   w = await startWorkerd({ ...workerBindings(s), EDGELOOP_TOOLS: JSON.stringify({ mcp_servers: [{ name: "example", url: mcp.url }] }) });
   mf = w.mf;
-}, 90_000);
+}, HANG_MS);
 afterAll(async () => {
   await w?.stop();
   await mcp?.stop();
@@ -42,5 +43,5 @@ describe.skipIf(!redis)("workerd: MCP tools over Streamable HTTP", () => {
     expect(stats.executions).toBe(0);
     const reference = await bunReference(s, rows);
     for (const [key, r] of records) expect(comparableRecord(r)).toEqual(comparableRecord(reference.get(key)!));
-  }, 90_000);
+  }, HANG_MS);
 });

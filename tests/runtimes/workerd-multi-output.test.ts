@@ -3,6 +3,7 @@ import { join } from "node:path";
 import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue.ts";
 import { REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { awaitGroups, ROOT, workerdFixture } from "./harness.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Edge case E1 on the Durable Object path: a Worker entry that registers a custom loop
 // (`registerWorkerAgentLoop`) returning 2, 3 or 0 outputs per session, bundled by wrangler and
@@ -40,5 +41,5 @@ describe.skipIf(!redis)("E1 in workerd: Durable Object sessions with several out
     } finally {
       await q.close();
     }
-  }, 60_000);
+  }, HANG_MS);
 });

@@ -8,6 +8,7 @@ import { StoreUnreachableError } from "../../shared/store/store-outage.ts";
 import { requireRedis } from "../helpers/redis.ts";
 import { privateRedis, type PrivateRedis } from "../helpers/redis-server.ts";
 import { startWorkerd, type Workerd } from "./harness.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // E7 on the Durable Object path: the store (Redis behind the Upstash REST bridge) goes away while a
 // session runs in workerd. The object must wait the outage out — re-arming its own alarm with capped
@@ -36,7 +37,7 @@ beforeAll(async () => {
     UPSTASH_REDIS_REST_TOKEN: token,
     EDGELOOP_ALLOW_ANONYMOUS: "1",
   });
-}, 60_000);
+}, HANG_MS);
 
 afterAll(async () => {
   await w?.stop();
@@ -77,5 +78,5 @@ describe.skipIf(!redis)("E7 in workerd: a store outage while a Durable Object se
     } finally {
       await q.close();
     }
-  }, 60_000);
+  }, HANG_MS);
 });

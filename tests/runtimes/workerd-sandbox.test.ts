@@ -9,6 +9,7 @@ import { RedisLeaseStore } from "../../shared/tools/redis-lease-store.ts";
 import { defaultTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { awaitRecords, ROOT, startWorkerd, type Workerd } from "./harness.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Issue 29 item 3 on Cloudflare Workers: a tools file with a `sandbox:` block in EDGELOOP_TOOLS. Each session's
 // Durable Object holds its trajectory's lease in the Redis lease store (over the Upstash bridge), releases it when the
@@ -43,7 +44,7 @@ beforeAll(async () => {
   });
   commander = new IoRedisCommander(REDIS_URL);
   store = new RedisLeaseStore(commander, { prefix });
-}, 90_000);
+}, HANG_MS);
 afterAll(async () => {
   await w?.stop();
   await commander?.close();
@@ -111,7 +112,7 @@ describe.skipIf(!redis)("workerd: sandbox leases held by Durable Object sessions
     }
     const st = await store.stats();
     expect({ live: st.live, creating: st.creating, releasing: st.releasing, granted: st.counters.granted, confirmed: st.counters.confirmed, finished: st.counters["released:finished"] }).toEqual({ live: 0, creating: 0, releasing: 0, granted: 6, confirmed: 6, finished: 6 });
-  }, 90_000);
+  }, HANG_MS);
 
   test("a lease whose owner stopped refreshing it (never released) is released by the reaper object's alarm after its TTL, reason reaped_ttl", async () => {
     const before = provider.stats();
@@ -138,5 +139,5 @@ describe.skipIf(!redis)("workerd: sandbox leases held by Durable Object sessions
     expect([own?.status, own?.reason]).toEqual(["released", "finished"]);
     const st = await store.stats();
     expect({ live: st.live, creating: st.creating, releasing: st.releasing, reaped: st.counters["reaped:reaped_ttl"], reapedReleased: st.counters["released:reaped_ttl"] }).toEqual({ live: 0, creating: 0, releasing: 0, reaped: 1, reapedReleased: 1 });
-  }, 90_000);
+  }, HANG_MS);
 });

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { requireRedis } from "../helpers/redis.ts";
 import { awaitRecords, batchRows, startServices, startWorkerd, workerBindings, type Services, type Workerd } from "./harness.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Tracing on the Cloudflare entry: with OTEL_EXPORTER_OTLP_ENDPOINT among the Worker's variables, the Worker and
 // each trajectory's Durable Object export their spans over OTLP/HTTP (JSON, sent with fetch) to a loopback collector;
@@ -23,7 +24,7 @@ beforeAll(async () => {
   });
   s = await startServices("workerd-otel");
   w = await startWorkerd({ ...workerBindings(s), OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${collector.port}`, OTEL_SERVICE_NAME: "edgeloop-workerd-test" });
-}, 60_000);
+}, HANG_MS);
 
 afterAll(async () => {
   await w?.stop();
@@ -52,5 +53,5 @@ describe.skipIf(!redis)("tracing in workerd", () => {
     const turns = new Set(all.filter((x) => x.name === "agent_loop.turn").map((x) => x.spanId));
     for (const name of ["inference.generate", "tool.call"]) expect(all.filter((c) => c.name === name && !turns.has(c.parentSpanId ?? "")).length).toBe(0);
     expect(otlp.some((r) => r.body.includes('"stringValue":"edgeloop-workerd-test"'))).toBe(true);
-  }, 60_000);
+  }, HANG_MS);
 });

@@ -3,6 +3,7 @@ import { IoRedisCommander } from "../../infra/redis/ioredis-commander.ts";
 import { RedisPolicyVersions } from "../../shared/rollout/policy-version.ts";
 import { REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { awaitRecords, batchRows, workerdFixture } from "./harness.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Issue 25 item 5 on the Durable Object path: the policy version lives in the store `edgeloop serve` shares
 // with the Worker (`{prefix}policy`, set here over TCP as serve's POST /v1/model-version sets it). Every engine
@@ -52,5 +53,5 @@ describe.skipIf(!redis)("Durable Objects stamp the version set in the shared sto
       const got = await runBatch(`wv${i + 1}`);
       expect(got).toEqual(allUnder(got, v));
     }
-  }, 120_000);
+  }, HANG_MS);
 });

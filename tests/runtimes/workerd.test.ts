@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { requireRedis } from "../helpers/redis.ts";
 import { awaitRecords, batchRows, checkE4Record, checkRecords, comparableRecord, e4Row, workerdFixture } from "./harness.ts";
 import { bunReference } from "./reference.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // The Cloudflare entry in workerd: bundled by wrangler from wrangler.toml (as `wrangler deploy` would),
 // run by Miniflare with the Durable Object binding on SQLite storage, against loopback services.
@@ -54,7 +55,7 @@ describe.skipIf(!redis)("Cloudflare worker + Durable Object sessions in workerd"
       `workerd: bundle ${(figures.bundle_bytes! / 1e6).toFixed(1)} MB built in ${Math.round(figures.bundle_ms!)} ms, runtime up in ${Math.round(figures.start_ms!)} ms, ` +
         `8 trajectories (first request loads the 11 MB tokenizer JSON) in ${Math.round(figures.batch_ms!)} ms`,
     );
-  }, 60_000);
+  }, HANG_MS);
 
   test("E4: a turn ended by <|endoftext|> is kept (mask 1) and closed by the observation (<|im_end|>\\n, mask 0), in Durable Objects", async () => {
     const res = await wd.mf.dispatchFetch("http://localhost/v1/rollouts", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows: [e4Row("wde4")] }) });
@@ -62,7 +63,7 @@ describe.skipIf(!redis)("Cloudflare worker + Durable Object sessions in workerd"
     const records = await awaitRecords(wd.s.prefix, ["wde4"], 2);
     expect([...records.keys()]).toEqual(["wde4_0_0", "wde4_1_0"]);
     for (const r of records.values()) checkE4Record(r);
-  }, 60_000);
+  }, HANG_MS);
 
   test("E9 in workerd: a known uid with another prompt is a 409 naming it, and the batch registers none of its groups", async () => {
     const post = (rows: unknown[]) => wd.mf.dispatchFetch("http://localhost/v1/rollouts", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows }) });
@@ -84,5 +85,5 @@ describe.skipIf(!redis)("Cloudflare worker + Durable Object sessions in workerd"
     expect([fresh.expected, fresh.records]).toEqual([null, 0]);
     const kept = (await (await wd.mf.dispatchFetch("http://localhost/v1/groups/wdreuse")).json()) as { expected: number; finished: number; records: number; complete: boolean };
     expect([kept.expected, kept.finished, kept.records, kept.complete]).toEqual([2, 2, 2, true]);
-  }, 60_000);
+  }, HANG_MS);
 });

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { startSandboxProvider, type SandboxProvider } from "../../infra/sandbox/provider.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { BIN, cliWorkdir } from "../helpers/cli-workdir.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // The sandbox example (examples/sandbox-*.json*, docs/environments.md "The example provider") through the real
 // CLI on the embedded defaults (simulated engine, memory store), against the example provider on a free port:
@@ -84,5 +85,5 @@ describe("the sandbox example", () => {
       duplicate_creates: 0,
       tool_calls: 12,
     });
-  }, 60_000);
+  }, HANG_MS);
 });

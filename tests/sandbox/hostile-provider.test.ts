@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { SandboxSpec } from "../../shared/schema/index.ts";
 import { MemoryLeaseStore } from "../../shared/tools/lease-store.ts";
 import { SandboxCreateError, SandboxLeases } from "../../shared/tools/sandbox-leases.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Providers that break the contract or are not there: each fails its trajectory promptly, naming the cause,
 // and never leaves the run waiting on a lease it cannot release.
@@ -144,5 +145,5 @@ describe("edgeloop rollout against a provider where nothing listens", () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
-  }, 60_000);
+  }, HANG_MS);
 });

@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startSandboxProvider } from "../../infra/sandbox/provider.ts";
 import { waitFor } from "../helpers/wait.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // `edgeloop rollout` interrupted (SIGINT) while its trajectories hold sandboxes: the run is cancelled, so every
 // sandbox is released once with reason `cancelled` (it was `failed`: the runtime closed under the running loops).
@@ -36,5 +37,5 @@ describe("SIGINT of a rollout whose trajectories hold sandboxes", () => {
     expect(await p.exited).toBe(130);
     expect(await stderr).toContain("interrupted: 0 of 2 records written to out.jsonl (SIGINT)");
     expect(provider.stats()).toMatchObject({ created: 2, live: 0, releases: 2, release_not_found: 0, releases_by_reason: { cancelled: 2 } });
-  }, 120_000);
+  }, HANG_MS);
 });

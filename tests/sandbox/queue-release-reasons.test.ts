@@ -11,6 +11,7 @@ import { RolloutRequest } from "../../shared/rollout/batch.ts";
 import { RedisLeaseStore } from "../../shared/tools/redis-lease-store.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { waitFor } from "../helpers/wait.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Queue mode (serve enqueues, a worker runs each job as a durable session in Redis) with a sandbox per trajectory
 // (`create: start`): a cancelled batch releases its running trajectories' sandboxes as `cancelled`, an over-sampled
@@ -83,7 +84,7 @@ describe.skipIf(!hasRedis)("queue mode: a lease's release reason", () => {
     const c = await counters();
     expect(c["released:cancelled"]).toBe(6);
     expect(Object.keys(c).filter((k) => k.startsWith("released:")).sort()).toEqual(["released:cancelled"]);
-  }, 120_000);
+  }, HANG_MS);
 
   test("an over-sampled batch (target 1 group of 3): the quick group's 2 sandboxes released as finished, the 4 still running as surplus", async () => {
     const before = provider.stats();
@@ -100,5 +101,5 @@ describe.skipIf(!hasRedis)("queue mode: a lease's release reason", () => {
     expect((after.releases_by_reason.surplus ?? 0) - (before.releases_by_reason.surplus ?? 0)).toBe(4);
     const c = await counters();
     expect({ finished: c["released:finished"], surplus: c["released:surplus"] }).toEqual({ finished: 2, surplus: 4 });
-  }, 120_000);
+  }, HANG_MS);
 });

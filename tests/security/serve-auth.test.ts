@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { spawnServe, type CliProc } from "../chaos/store-harness.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 const MAIN = join(import.meta.dir, "..", "..", "infra", "cli", "main.ts");
 
@@ -58,7 +59,7 @@ describe("S7: token-less serve", () => {
     expect(s.err().split("\n")).toContain(
       "warning    memory store: every batch, record and group stays in this process's memory until it exits (nothing is freed); for a long-running serve use --store redis://… and `edgeloop gc`",
     );
-  }, 30_000);
+  }, HANG_MS);
 
   test("the audit's repro: Host/Origin of a rebinding domain are 403 forbidden_host; the engines are not paused", async () => {
     const host = `rebind.attacker.example:${port}`;
@@ -101,7 +102,7 @@ describe("S7: token-less serve", () => {
         `edgeloop: --host: ${host} is not a loopback address and no EDGELOOP_API_TOKEN is set: anyone reaching it could submit batches, read trajectories and pause engines. Set EDGELOOP_API_TOKEN (or EDGELOOP_API_TOKEN_FILE), or pass --insecure-no-auth to serve without auth anyway`,
       );
     }
-  }, 60_000);
+  }, HANG_MS);
 
   test("--insecure-no-auth: binds 0.0.0.0, says so, answers any Host", async () => {
     const s = await serve(["--host", "0.0.0.0", "--insecure-no-auth"], NO_TOKEN);
@@ -109,14 +110,14 @@ describe("S7: token-less serve", () => {
       "auth       NONE on 0.0.0.0 (--insecure-no-auth): anyone who reaches this address can submit batches, read trajectories and pause engines",
     );
     expect((await fetch(`${s.url}/v1/rollouts`, { headers: { host: "edgeloop.internal:8787" } })).status).toBe(200);
-  }, 30_000);
+  }, HANG_MS);
 
   test("--insecure-no-auth on a loopback bind keeps the DNS-rebinding guard (a foreign Host is still 403)", async () => {
     const s = await serve(["--insecure-no-auth"], NO_TOKEN);
     const evil = await fetch(`${s.url}/v1/rollouts`, { headers: { host: "evil.example" } });
     expect([evil.status, ((await evil.json()) as { error: { code: string } }).error.code]).toEqual([403, "forbidden_host"]);
     expect((await fetch(`${s.url}/v1/rollouts`)).status).toBe(200);
-  }, 30_000);
+  }, HANG_MS);
 });
 
 describe("S7: serve with a token", () => {
@@ -130,7 +131,7 @@ describe("S7: serve with a token", () => {
     expect((await fetch(`${s.url}/v1/rollouts`, { headers: { ...host, authorization: "Bearer file-token-123" } })).status).toBe(200);
     // S15: /metrics, /health, /openapi.json and the viewer are public by default.
     for (const path of ["/metrics", "/health", "/openapi.json", "/viewer"]) expect([path, (await fetch(`${s.url}${path}`)).status]).toEqual([path, 200]);
-  }, 30_000);
+  }, HANG_MS);
 
   test("S15: --metrics-auth puts /metrics behind the token (and needs one)", async () => {
     const s = await serve(["--metrics-auth"], { EDGELOOP_API_TOKEN: "metrics-token", EDGELOOP_API_TOKEN_FILE: "" });
@@ -141,7 +142,7 @@ describe("S7: serve with a token", () => {
     await ok.arrayBuffer();
     expect((await fetch(`${s.url}/health`)).status).toBe(200);
     expect(await refused(["--metrics-auth"], NO_TOKEN)).toEqual([2, "edgeloop: --metrics-auth: puts /metrics behind EDGELOOP_API_TOKEN, which is not set"]);
-  }, 60_000);
+  }, HANG_MS);
 
   test("a token and --insecure-no-auth together are refused; both EDGELOOP_API_TOKEN and _FILE too", async () => {
     expect(await refused(["--insecure-no-auth"], { EDGELOOP_API_TOKEN: "t", EDGELOOP_API_TOKEN_FILE: "" })).toEqual([
@@ -156,5 +157,5 @@ describe("S7: serve with a token", () => {
       2,
       `edgeloop: EDGELOOP_API_TOKEN_FILE: cannot read ${join(dir, "missing")}: ENOENT`,
     ]);
-  }, 60_000);
+  }, HANG_MS);
 });

@@ -13,6 +13,7 @@ import { fromParts, splitValue, toParts } from "../../shared/session/value-parts
 import type { AgentLoopOutput } from "../../shared/schema/index.ts";
 import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { comparable, depsFor, inputFor, rolloutConfig, sessionLoopFactory } from "./fixtures.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Append-only checkpoints (v2): a commit writes the turn's delta, never the whole trajectory;
 // every stored value stays within the backend's limit; a resumed session sees exactly the
@@ -153,7 +154,7 @@ describe("append-only checkpoints", () => {
       const loop = sessionLoopFactory(d2)(SessionInputOf(input));
       const ref = (await loop.run(input.sampling_params as never, input.kwargs as never)) as AgentLoopOutput;
       expect(comparable(out)).toEqual(comparable(ref));
-    }, 60_000);
+    }, HANG_MS);
   }
 
   test("a retryable storage failure on the commit after a 90k-token generation is retried in place: the engine is called once", async () => {
@@ -176,7 +177,7 @@ describe("append-only checkpoints", () => {
     expect(r.outputs[0]!.response_ids.length).toBe(90_005);
     expect(engine.stats.requests).toBe(1);
     expect((await mem.get(input.key))!.deltas.length).toBe(appends - 2);
-  }, 30_000);
+  }, HANG_MS);
 
   test("a store outage on the commit after a 90k-token generation is waited out in place, past the retry count: the engine is called once", async () => {
     const { deps, engine } = await longDeps();
@@ -198,7 +199,7 @@ describe("append-only checkpoints", () => {
     expect(r.outputs[0]!.response_ids.length).toBe(90_005);
     expect(engine.stats.requests).toBe(1);
     expect((await mem.get(input.key))!.deltas.length).toBe(appends - 4);
-  }, 60_000);
+  }, HANG_MS);
 
   test.skipIf(!redis)("redis: a kill after a commit's parts are staged, before its script: the resumed session sees the committed prefix; no staged part is visible; the rerun's record is identical", async () => {
     const { deps } = await depsFor(tools.url);
@@ -234,7 +235,7 @@ describe("append-only checkpoints", () => {
     const rr = await ref.run();
     const strip = (o: AgentLoopOutput) => comparable(o);
     expect(strip(r.outputs[0]!)).toEqual(strip((rr as { outputs: AgentLoopOutput[] }).outputs[0]!));
-  }, 30_000);
+  }, HANG_MS);
 
   test.skipIf(!redis)("another checkpoint version is refused with a clear, non-retryable error (v1 hash, v1 delta)", async () => {
     const raw = rawRedis();

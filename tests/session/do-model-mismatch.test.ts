@@ -6,6 +6,7 @@ import { builtinTokenizer, modelIdOf } from "../../shared/models/index.ts";
 import { fakeDurableObjectStorage, sessionObject } from "../helpers/durable-object.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { rolloutConfig } from "./fixtures.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // N4 on the Durable Object path: a session input names the model its batch was submitted with; an object
 // whose bundled model (Qwen3) has another fingerprint fails the trajectory naming both, without running it.
@@ -55,5 +56,5 @@ describe.skipIf(!redisUp)("N4: a Durable Object refuses a session of another mod
       engine.stop(true);
       await bridge.stop();
     }
-  }, 30_000);
+  }, HANG_MS);
 });

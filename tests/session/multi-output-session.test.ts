@@ -19,6 +19,7 @@ import { MultiOutputAgentLoop } from "../agent-loop/fixtures/multi-output-loop.t
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { depsFor, rolloutConfig, sessionLoopFactory } from "./fixtures.ts";
 import { delegatingQueue } from "../helpers/delegating-queue.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // The durable-session paths write every output of a multi-output loop (edge case E1):
 // - sessions that write their own records (the workerd Durable Object and the session
@@ -107,7 +108,7 @@ for (const [name, open] of stores) {
       const [g] = await q.readCompleteGroups({ consumer: "t", max: 5 });
       expect(g!.records.map((r) => r.key)).toEqual(["dur_0_0", "dur_0_1", "dur_2_0", "dur_2_1", "dur_2_2"]);
       await q.close();
-    }, 30_000);
+    }, HANG_MS);
 
     test("a crash between two outputs: the re-run from the checkpoint writes the rest; nothing twice, the group completes", async () => {
       const inner = await open();
@@ -125,7 +126,7 @@ for (const [name, open] of stores) {
       const [g] = await inner.readCompleteGroups({ consumer: "t", max: 5 });
       expect(g!.records.map((r) => r.key)).toEqual(["crash_0_0", "crash_0_1", "crash_0_2"]);
       await inner.close();
-    }, 30_000);
+    }, HANG_MS);
   });
 }
 
@@ -163,5 +164,5 @@ describe("the Bun/Deno session host path (createSessionExecutor + sessionComplet
     expect(JSON.stringify(third.records())).toBe(JSON.stringify(stored));
     expect(await queue.groupStatus("hosted")).toMatchObject({ finished: 1, records: 2 });
     host.close();
-  }, 30_000);
+  }, HANG_MS);
 });

@@ -7,6 +7,7 @@ import { MemorySessionStorage, type SessionStorage } from "../../shared/session/
 import { TrajectorySession } from "../../shared/session/trajectory-session.ts";
 import type { AgentLoopOutput } from "../../shared/schema/index.ts";
 import { comparable, depsFor, inputFor, rolloutConfig, sessionLoopFactory } from "./fixtures.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Crash resume with routed experts: a session killed at any commit and resumed from its
 // append-only checkpoint (deltas carrying the experts as base64 int32, including positions a later
@@ -91,7 +92,7 @@ describe("routed experts survive crash resume (append-only checkpoints)", () => 
       expect(got.routed_experts).toEqual(want.routed_experts);
       expect(got).toEqual(want);
     }
-  }, 60_000);
+  }, HANG_MS);
 
   test("packOutput/unpackOutput: experts round-trip bit-exact; an output without them stays without", () => {
     const o: AgentLoopOutput = {

@@ -11,6 +11,7 @@ import { startUpstashBridge } from "../../infra/upstash-bridge/upstash-bridge.ts
 import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue.ts";
 import { randomPrefix, rawRedis, redisCleanup, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { makeRecord } from "./contract.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // edgeloop gc over a real Redis: what is finished, delivered, acknowledged and old goes; an incomplete
 // group, an unacknowledged or unread delivery, a running session and a running batch stay.
@@ -160,7 +161,7 @@ test.skipIf(!redis)("edgeloop gc --older-than 1h --dry-run then for real, throug
   expect([bad.code, bad.err]).toEqual([2, "edgeloop: --older-than must be a duration such as 90s, 30m, 12h, 7d or 2w (or seconds), got 'soon' (see edgeloop gc --help)\n"]);
   const mem = Bun.spawn([process.execPath, MAIN, "gc", "--store", "memory"], { stdout: "pipe", stderr: "pipe" });
   expect([await mem.exited, await new Response(mem.stderr).text()]).toEqual([2, "edgeloop: config store.url: edgeloop gc needs a Redis or Upstash store (--store redis://host:port or upstash): the memory store lives and dies with its process\n"]);
-}, 30_000);
+}, HANG_MS);
 
 test.skipIf(!redis)("a prefix holding glob characters (*, ?, [ ]) scans only its own keys, never another prefix's", async () => {
   const base = randomPrefix("gcglob");

@@ -10,6 +10,7 @@ import { StoreError } from "../../shared/errors.ts";
 import { JobWorker } from "../../shared/jobs/job-worker.ts";
 import { UpstashCommander } from "../../shared/store/upstash-transfer-queue.ts";
 import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // E6: store requests within the backend's limits. Pipelines are split by bytes (Upstash REST: one
 // request ≤ maxRequestBytes; Redis TCP: one command ≤ it), a batch's rows are stored once (not in
@@ -118,7 +119,7 @@ describe.skipIf(!redis)("E6: serve --store upstash (queue mode) with a 2.8 MB ba
     expect(rec?.prompt_ids.length).toBe(512);
     expect(rec?.extra_fields.prompt_truncated).toBe(true);
     expect(await api.store.groupStatus("e6q0")).toMatchObject({ expected: 8, complete: true });
-  }, 180_000);
+  }, HANG_MS);
 
   test("a row larger than one store request (store.max_request_bytes 200 kB) → 413 naming the row; nothing written: no group, no batch hash, no jobs", async () => {
     const p = fresh("limits-e6big");
@@ -140,7 +141,7 @@ describe.skipIf(!redis)("E6: serve --store upstash (queue mode) with a 2.8 MB ba
     } finally {
       await rt.close();
     }
-  }, 60_000);
+  }, HANG_MS);
 });
 
 describe.skipIf(!redis)("a batch's rows are stored once", () => {

@@ -14,6 +14,7 @@ import { holdWhileStoreDown, isStoreOutage, StoreUnreachableError } from "../../
 import { UpstashCommander } from "../../shared/store/upstash-transfer-queue.ts";
 import type { AgentLoopOutput } from "../../shared/schema/index.ts";
 import { privateRedis, type PrivateRedis } from "../helpers/redis-server.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // E7 below the CLI: while Redis is down (its own redis-server, SIGKILLed and restarted with its
 // append-only file) a finished trajectory's record is held and written when it returns — over TCP
@@ -124,6 +125,6 @@ describe("a store outage holds records instead of failing them", () => {
         await tr.up().catch(() => {});
         await cmd.close();
       }
-    }, 30_000);
+    }, HANG_MS);
   }
 });

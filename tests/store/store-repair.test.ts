@@ -6,6 +6,7 @@ import { planBatch, RolloutRequest, type PlannedTrajectory } from "../../shared/
 import type { AgentLoopOutput } from "../../shared/schema/index.ts";
 import { RedisTransferQueue } from "../../shared/store/redis-transfer-queue.ts";
 import { privateRedis, type PrivateRedis } from "../helpers/redis-server.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Redis loses its data (FLUSHALL here; a restart without persistence or eviction alike) while an
 // in-process batch writes to it. On main the batch reported every record ok while the groups whose
@@ -80,7 +81,7 @@ describe("a batch puts back what the store lost while it ran", () => {
     for (const uid of ["rep0", "rep2", "rep5"]) expect(await q.groupStatus(uid)).toMatchObject({ expected: 2, finished: 2, complete: true });
     expect((await q.get("rep2_0_1"))!.response_ids).toEqual([5, 6, 1]);
     await cmd.close();
-  }, 30_000);
+  }, HANG_MS);
 
   test("nothing lost: the end-of-batch check writes nothing", async () => {
     const cmd = new IoRedisCommander(redis.url);

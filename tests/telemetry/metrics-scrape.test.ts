@@ -16,6 +16,7 @@ import { spawnCli, spawnServe, until, type CliProc } from "../chaos/store-harnes
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { countingToolServer } from "../session/crash.ts";
 import { POLICY, ROOT, ROWS } from "../session/fixtures.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 const redis = await requireRedis();
 
@@ -197,7 +198,7 @@ describe.skipIf(!redis)("/metrics of real processes", () => {
 
     worker.proc.kill("SIGTERM");
     expect(await worker.proc.exited).toBe(0);
-  }, 120_000);
+  }, HANG_MS);
 
   test("inline serve: edgeloop_tool_calls_total equals the latency histogram's count and the tool server's calls", async () => {
     const prefix = randomPrefix("metrics-i");
@@ -213,5 +214,5 @@ describe.skipIf(!redis)("/metrics of real processes", () => {
     expect(s.samples.get('edgeloop_trajectories_total{outcome="ok"}')).toBe(12);
     expect(s.types.get("edgeloop_agent_loop_seconds")).toBe("histogram");
     expect([...s.types.keys()].some((n) => n === "edgeloop_agent_loop_tool_call_latency_seconds")).toBe(false);
-  }, 120_000);
+  }, HANG_MS);
 });

@@ -3,6 +3,7 @@ import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:f
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setupTelemetryFromEnv } from "../../infra/telemetry/setup.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // The edge wiring: `edgeloop rollout` with OTEL_EXPORTER_OTLP_ENDPOINT set sends its spans
 // over OTLP/HTTP (JSON) to a collector, here a loopback server that keeps what it receives.
@@ -52,4 +53,4 @@ test("edgeloop rollout exports its spans to the OTLP/HTTP endpoint", async () =>
   const count = (n: string) => names.filter((x: string) => x === n).length;
   expect([count("agent_loop.run"), count("agent_loop.turn"), count("inference.generate"), count("tool.call"), count("queue.put")]).toEqual([2, 4, 4, 2, 2]);
   expect(received[0]!.body).toContain('"stringValue":"edgeloop-test"');
-}, 120_000); // a bound for a hang only: a CLI process start and a run, slow on a loaded machine
+}, HANG_MS); // a bound for a hang only: a CLI process start and a run, slow on a loaded machine

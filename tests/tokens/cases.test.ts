@@ -5,6 +5,7 @@ import { ObservationEncoder } from "../../shared/tokens/observation.ts";
 import { TrajectoryBuilder } from "../../shared/tokens/trajectory-builder.ts";
 import { InputError, TemplateError } from "../../shared/errors.ts";
 import type { ChatMessage, ToolSchema } from "../../shared/schema/index.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Cases from ../shared/fixtures/trajectory-cases.md, with their exact Qwen3 ids.
 const IM_START = 151644;
@@ -383,5 +384,5 @@ describe("huge prompts", () => {
       expect(promptIds).toEqual(full.slice(full.length - promptLength));
     }
     expect(tok.maxTokenChars()).toBeGreaterThan(10);
-  }, 30_000);
+  }, HANG_MS);
 });

@@ -4,6 +4,7 @@ import { Tokenizer } from "@huggingface/tokenizers";
 import { builtinModelFiles } from "../../shared/models/builtin-families.ts";
 import { ByteLevelDecodeTable } from "../../shared/tokens/byte-level-decode.ts";
 import { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Property: ChatTokenizer.decode (the byte-level table) returns exactly what
 // @huggingface/tokenizers' decode returns (clean_up_tokenization_spaces false),
@@ -42,7 +43,7 @@ beforeAll(async () => {
     expect(highByteIds.length).toBe(128);
     fams.set(name, { tok, size, addedIds, highByteIds });
   }
-}, 120_000);
+}, HANG_MS);
 
 function lib(tok: ChatTokenizer, ids: number[], skip: boolean): string {
   return tok.libraryDecode(ids, { skipSpecialTokens: skip });
@@ -129,4 +130,4 @@ describe("exact values (Qwen3)", () => {
 test("gemma3's Sequence decoder gets no table (library decode)", async () => {
   const files = await builtinModelFiles("gemma3");
   expect(ByteLevelDecodeTable.build(new Tokenizer(files.tokenizer as object, files.tokenizerConfig), (files.tokenizer as { decoder: unknown }).decoder)).toBeUndefined();
-}, 60_000);
+}, HANG_MS);

@@ -7,6 +7,7 @@ import { buildPromptIds, promptFormulaFallback } from "../../shared/tokens/promp
 import { ObservationEncoder } from "../../shared/tokens/observation.ts";
 import { tokenMethodFallbacks } from "../../shared/tokens/token-methods.ts";
 import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Property (issue 19), per built-in family: prompts and observations built from
 // the template's text formula (system + tools block encoded once; observations
@@ -19,7 +20,7 @@ import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 const toks = new Map<string, ChatTokenizer>();
 beforeAll(async () => {
   for (const n of BUILTIN_MODELS) toks.set(n, await builtinTokenizer(n));
-}, 180_000);
+}, HANG_MS);
 
 const tools: ToolSchema[] = [
   { type: "function", function: { name: "calc", description: "evaluate", parameters: { type: "object", properties: { expr: { type: "string" } }, required: ["expr"] } } },
@@ -88,7 +89,7 @@ describe("prompt formula equals the full render", () => {
         }),
         { numRuns: 60 },
       );
-    }, 60_000);
+    }, HANG_MS);
   }
 
   test("a cached system + tools block: two rows share it, each equals its own full render", () => {
@@ -128,7 +129,7 @@ describe("observation formula equals the render path", () => {
         }),
         { numRuns: 80 },
       );
-    }, 60_000);
+    }, HANG_MS);
   }
 
   test("Qwen3: a tool result's ids are the separator, then the text's ids", () => {
@@ -160,5 +161,5 @@ describe("huge prompts through the formula", () => {
       expect(truncated).toBe(true);
       expect(promptIds).toEqual(full.slice(full.length - promptLength));
     }
-  }, 30_000);
+  }, HANG_MS);
 });

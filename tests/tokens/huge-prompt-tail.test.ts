@@ -4,6 +4,7 @@ import { builtinTokenizer } from "../../shared/models/index.ts";
 import type { ChatMessage } from "../../shared/schema/index.ts";
 import { buildPromptIds, preTokenBoundaryAtOrBefore } from "../../shared/tokens/prompt.ts";
 import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Issue 26 S18 follow-up: a huge prompt is encoded from a cut near its end only where the cut is a pre-token
 // boundary (right after a newline followed by a non-blank, for the GPT-4-style byte-level pre-tokenizers);
@@ -54,7 +55,7 @@ describe("huge prompts: the tail is cut only at a pre-token boundary", async () 
         const r = both(tok, content);
         expect(r.kept).toEqual(r.expected);
       }
-    }, 60_000);
+    }, HANG_MS);
 
     test(`${f}: random long texts (words, digit runs, newlines, CRLF, CJK, emoji, combining marks) keep the whole encoding's last ids`, () => {
       const tok = toks.get(f)!;
@@ -78,6 +79,6 @@ describe("huge prompts: the tail is cut only at a pre-token boundary", async () 
       );
       // The cut is taken where it can be (every text here has newlines before its last window).
       expect(tails > 0).toBe(tok.preTokenBoundariesKnown());
-    }, 120_000);
+    }, HANG_MS);
   }
 });

@@ -6,6 +6,7 @@ import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { DeepSeekV3ToolCallParser } from "../../shared/tools/deepseek-v3-parser.ts";
 import { linearCheck } from "../helpers/linear-time.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 const p = new DeepSeekV3ToolCallParser();
 const call = (name: string, json: string) => `<｜tool▁call▁begin｜>function<｜tool▁sep｜>${name}\n\`\`\`json\n${json}\n\`\`\`<｜tool▁call▁end｜>`;
@@ -133,7 +134,7 @@ describe("deepseek_v3 parser", () => {
       // Cost relative to a plain scan of the same text, measured in the same run (tests/helpers/linear-time.ts).
       expect(linearCheck(s, (t) => p.extract(t))).toMatchObject({ superLinear: false });
     }
-  }, 30_000);
+  }, HANG_MS);
 
   test("random strings never throw (property)", () => {
     const pieces = fc.constantFrom("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>", "function", "f", "\n", "```", "```json", "{", "}", '"', "\\", ":", "1", "<think>", "</think>", "é");

@@ -3,6 +3,7 @@ import fc from "fast-check";
 import { HarmonyToolCallParser, splitHarmonyMessages } from "../../shared/tools/harmony-parser.ts";
 import { createToolCallParser } from "../../shared/tools/parser-registry.ts";
 import { linearCheck } from "../helpers/linear-time.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 const p = new HarmonyToolCallParser();
 const SHAPE = "call a function with a message on the commentary channel addressed to functions.NAME whose content is a JSON object of its arguments.";
@@ -68,7 +69,7 @@ describe("harmony parser", () => {
       // Cost relative to a plain scan of the same text, measured in the same run (tests/helpers/linear-time.ts).
       expect(linearCheck(s, (t) => p.extract(t))).toMatchObject({ superLinear: false });
     }
-  }, 30_000);
+  }, HANG_MS);
 
   test("malformed calls are errors naming the tool", () => {
     const cases: [string, { name?: string; message: string }][] = [

@@ -2,6 +2,7 @@ import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import { HermesToolCallParser } from "../../shared/tools/hermes-parser.ts";
 import { linearCheck } from "../helpers/linear-time.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 const p = new HermesToolCallParser();
 
@@ -147,7 +148,7 @@ describe("hermes parser", () => {
       // Cost relative to a plain scan of the same text, measured in the same run (tests/helpers/linear-time.ts).
       expect(linearCheck(s, (t) => p.extract(t))).toMatchObject({ superLinear: false });
     }
-  }, 30_000);
+  }, HANG_MS);
 
   test("a block that became an error stays in content as written; parsed blocks leave it", () => {
     const r = p.extract('A <tool_call>{"name": "a", "arguments": {}}</tool_call> B <tool_call>{"name": "b", oops}</tool_call> C');

@@ -2,6 +2,7 @@ import { describe, expect, test } from "bun:test";
 import { Llama3JsonToolCallParser } from "../../shared/tools/llama3-json-parser.ts";
 import { createToolCallParser } from "../../shared/tools/parser-registry.ts";
 import { linearCheck } from "../helpers/linear-time.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 const p = new Llama3JsonToolCallParser();
 
@@ -123,7 +124,7 @@ describe("llama3_json parser", () => {
       // Cost relative to a plain scan of the same text, measured in the same run (tests/helpers/linear-time.ts).
       expect(linearCheck(s, (t) => p.extract(t))).toMatchObject({ superLinear: false });
     }
-  }, 30_000);
+  }, HANG_MS);
 
   test("objects that became errors stay in content as written; parsed calls leave it", () => {
     const r = p.extract('{"name": "a", "parameters": {}}; {"name": "b", "parameters": {oops}}; {"name": "c", "parameters": {}} done');

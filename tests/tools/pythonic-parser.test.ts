@@ -3,6 +3,7 @@ import fc from "fast-check";
 import { PythonicToolCallParser } from "../../shared/tools/pythonic-parser.ts";
 import { createToolCallParser } from "../../shared/tools/parser-registry.ts";
 import { linearCheck } from "../helpers/linear-time.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 const p = new PythonicToolCallParser();
 const SHAPE = 'a tool call list must look like [tool_name(arg="value", n=1), other_tool()] with Python literal arguments.';
@@ -136,7 +137,7 @@ describe("pythonic parser", () => {
       expect(r.errors.length).toBeGreaterThan(0);
       expect(linearCheck(s, (t) => p.extract(t))).toMatchObject({ superLinear: false });
     }
-  }, 30_000);
+  }, HANG_MS);
 
   test("random strings never throw (property)", () => {
     const pieces = fc.constantFrom("[", "]", "(", ")", "f", "g(", "a=", "=", ",", "'", '"', '"""', "\\", "1", "-", "0x", "True", "None", "{", "}", ":", " ", "\n", "<think>", "</think>", "é", "🙂");

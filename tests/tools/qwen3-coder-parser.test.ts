@@ -5,6 +5,7 @@ import { createToolCallParser, toolCallParserNames } from "../../shared/tools/pa
 import { convertParamValue, Qwen3CoderToolCallParser } from "../../shared/tools/qwen3-coder-parser.ts";
 import type { ToolSchema } from "../../shared/schema/index.ts";
 import { linearCheck } from "../helpers/linear-time.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 const tools: ToolSchema[] = [
   {
@@ -105,7 +106,7 @@ describe("qwen3_coder parser", () => {
       // Cost relative to a plain scan of the same text, measured in the same run (tests/helpers/linear-time.ts).
       expect(linearCheck(s, (t) => p.extract(t))).toMatchObject({ superLinear: false });
     }
-  }, 30_000);
+  }, HANG_MS);
 
   test("a function header without '>' is an error", () => {
     const r = p.extract("<tool_call><function=list_tool</tool_call>");

@@ -1,6 +1,7 @@
 import { afterAll, expect, test } from "bun:test";
 import { join } from "node:path";
 import { hugeReply } from "../helpers/hostile-servers.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Issue 26 S2, measured: a tool answering 300 MB costs the calling process the cap plus a constant.
 // The call runs in a child process (bench/outbound-rss.ts --child) whose peak RSS (VmHWM) is compared
@@ -15,4 +16,4 @@ test.skipIf(process.platform !== "linux")("a 300 MB tool reply: peak RSS under i
   const r = JSON.parse(out.trim()) as { idle_kb: number; peak_kb: number; content: string };
   expect(r.content).toBe("Error executing tool 'calc': the reply is larger than 4194304 bytes (the tool's max_reply_bytes)");
   expect(r.peak_kb - r.idle_kb).toBeLessThan(100 * 1024);
-}, 120_000);
+}, HANG_MS);

@@ -11,6 +11,7 @@ import { tokenPieces } from "../../shared/telemetry/token-pieces.ts";
 import { defaultTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { groupRows, writeGroupScript } from "./group-fixture.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // What the viewer's list and group view read, over the real app, on the memory store and on Redis:
 // GET /v1/rollouts/{id}/summaries (paged, filtered) and GET /v1/rollouts/{id}/groups/{uid}.
@@ -128,14 +129,14 @@ describe("the viewer's paged list and group API", () => {
       const res = await app.request(p.replaceAll("$BATCH_ID", batchId).replaceAll("$GROUP_UID", "grp-0").replaceAll("$NEXT", "3"));
       expect([p, res.status]).toEqual([p, 200]);
     }
-  }, 60_000);
+  }, HANG_MS);
   test.skipIf(!redis)("Redis store (durable sessions)", async () => {
     const prefix = randomPrefix("viewer-summaries");
     prefixes.push(prefix);
     const rt = await buildRuntime({ n: 1, seed: 1, script: SCRIPT, store: REDIS_URL, storePrefix: prefix });
     runtimes.push(rt);
     await scenario(createRolloutsApp({ service: rt.service }), "grp");
-  }, 60_000);
+  }, HANG_MS);
   test.skipIf(!redis)("Redis queue mode: a worker runs the jobs, another API process pages the batch it rebuilds from Redis", async () => {
     const prefix = randomPrefix("viewer-summaries-q");
     prefixes.push(prefix);
@@ -149,5 +150,5 @@ describe("the viewer's paged list and group API", () => {
       expect(s).toMatchObject({ claimed: 12, completed: 12, failed: 0 });
     };
     await scenario(createRolloutsApp({ service: reader.service }), "grp", { poster: createRolloutsApp({ service: api.service }), work });
-  }, 60_000);
+  }, HANG_MS);
 });

@@ -10,6 +10,7 @@ import { tokenPieces } from "../../shared/telemetry/token-pieces.ts";
 import { defaultTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { visibleToken } from "../../functions/viewer/client/segments.ts";
 import { groupRows, writeGroupScript } from "./group-fixture.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // The viewer in a real headless Chromium (Debian's /usr/bin/chromium via playwright-core)
 // against `edgeloop serve`'s app over loopback: real runtime, simulated engine, example tools.
@@ -66,7 +67,7 @@ describe.skipIf(!HAVE_CHROMIUM)("viewer in headless chromium", () => {
       args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run"],
     });
     page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
-  }, 30_000);
+  }, HANG_MS);
 
   afterAll(async () => {
     await browser?.close();
@@ -309,7 +310,7 @@ describe.skipIf(!HAVE_CHROMIUM)("viewer in headless chromium", () => {
       liveServer.stop(true);
       await live.close();
     }
-  }, 30_000);
+  }, HANG_MS);
 
   test("a truncated trajectory opened by key shows the truncation point", async () => {
     const rec = records.get(truncatedKey)!;
