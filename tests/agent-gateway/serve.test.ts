@@ -19,6 +19,7 @@ import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helper
 import { post, progress, spawnCli, spawnServe, until, type CliProc } from "../chaos/store-harness.ts";
 import { SP } from "../agent-loop/helpers.ts";
 import { sessionTag } from "../../shared/agent-gateway/conversation.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 const ROOT = join(import.meta.dir, "..", "..");
 const script = JSON.parse(readFileSync(join(ROOT, "examples", "policy.json"), "utf8"));
@@ -237,7 +238,7 @@ describe.skipIf(!redis)("edgeloop serve with the agent gateway", () => {
         agents.stop();
       }
     },
-    { timeout: 90_000 },
+    { timeout: HANG_MS },
   );
 
   test(
@@ -285,7 +286,7 @@ describe.skipIf(!redis)("edgeloop serve with the agent gateway", () => {
         agents.stop();
       }
     },
-    { timeout: 60_000 },
+    { timeout: HANG_MS },
   );
 
   test(
@@ -350,6 +351,6 @@ describe.skipIf(!redis)("edgeloop serve with the agent gateway", () => {
         await c2.exited;
       }
     },
-    { timeout: 60_000 },
+    { timeout: HANG_MS },
   );
 });

@@ -38,7 +38,7 @@ test("the documented loop, in a temp dir outside the repo, runs through --config
     stdout: "pipe",
     stderr: "pipe",
     env: { ...process.env, NO_COLOR: "1" },
-    timeout: 60_000,
+    timeout: HANG_MS,
   });
   expect({ code: p.exitCode, stderr: p.stderr.toString() }).toMatchObject({ code: 0 });
   const recs = readFileSync(join(dir, "out.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l));
