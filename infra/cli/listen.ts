@@ -100,6 +100,13 @@ export interface ListenOptions {
   fetch: ListenerFetch;
   idleTimeoutS?: number;
   bodyTimeoutS?: number;
+  /**
+   * Bind with `SO_REUSEPORT` (Bun's `reusePort`; Linux balances new
+   * connections across the sockets, other systems may not): several processes
+   * listen on one port, so one of them dying or restarting leaves the address
+   * answering. Default false: a second bind fails with "port in use".
+   */
+  reusePort?: boolean;
 }
 
 /**
@@ -109,5 +116,5 @@ export interface ListenOptions {
 export function listen(opts: ListenOptions): Server<undefined> {
   const idle = opts.idleTimeoutS ?? idleTimeoutFromEnv();
   const body = opts.bodyTimeoutS ?? bodyTimeoutFromEnv(process.env.EDGELOOP_BODY_TIMEOUT_S);
-  return Bun.serve({ port: opts.port, hostname: opts.hostname, idleTimeout: idle, fetch: withRequestTimeouts(opts.fetch, idle, body) });
+  return Bun.serve({ port: opts.port, hostname: opts.hostname, idleTimeout: idle, ...(opts.reusePort ? { reusePort: true } : {}), fetch: withRequestTimeouts(opts.fetch, idle, body) });
 }

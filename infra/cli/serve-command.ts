@@ -57,11 +57,15 @@ export function isLoopbackBind(host: string): boolean {
  * `agent.public_url`): 403 `forbidden_host` otherwise, which stops DNS
  * rebinding. With a Redis or Upstash store
  * batches are enqueued for `edgeloop worker` processes (`--jobs inline` runs
- * them here instead).
+ * them here instead). `--reuse-port` binds with SO_REUSEPORT so several
+ * `serve`s on one Redis/Upstash store share the port (one killed or
+ * restarted, the others answer, within the SDKs' retry budget).
+ * @throws InputError (field `--reuse-port`) with `--port 0` or the memory store
  * @throws InputError (field `--host`) for a non-loopback `--host` without a token or `--insecure-no-auth`
  */
-export async function serveCommand(flags: ConfigFlags & { port: number; host: string; jobs?: "inline" | "queue"; maxPending?: number; lostGrace?: number; insecureNoAuth?: boolean; metricsAuth?: boolean }): Promise<void> {
+export async function serveCommand(flags: ConfigFlags & { port: number; host: string; jobs?: "inline" | "queue"; maxPending?: number; lostGrace?: number; insecureNoAuth?: boolean; metricsAuth?: boolean; reusePort?: boolean }): Promise<void> {
   refuseExampleAgent(flags, "serve");
+  if (flags.reusePort && flags.port === 0) throw new InputError("--reuse-port", "needs a fixed --port (with --port 0 each process gets a port of its own, so none shares one)");
   const apiToken = secretFromEnv("EDGELOOP_API_TOKEN");
   const insecure = flags.insecureNoAuth === true;
   if (!apiToken && !insecure && !isLoopbackBind(flags.host)) {
@@ -113,7 +117,12 @@ export async function serveCommand(flags: ConfigFlags & { port: number; host: st
   }
   app.notFound((c) => c.json({ error: { code: "not_found", message: `no route ${c.req.method} ${c.req.path}` } }, 404));
   app.onError((err, c) => errorResponse(err, c));
-  const server = listen({ port: flags.port, hostname: flags.host, fetch: app.fetch });
+  // Processes sharing a port must share their state: the memory store lives in one process.
+  if (flags.reusePort && runtime.config.store.url === "memory") {
+    await runtime.close();
+    throw new InputError("--reuse-port", "the memory store lives in this process, so a second serve on the port would answer from another state: use --store redis://… (or an Upstash URL) in queue mode");
+  }
+  const server = listen({ port: flags.port, hostname: flags.host, fetch: app.fetch, reusePort: flags.reusePort === true });
   runtime.setPublicUrl(`http://${flags.host === "0.0.0.0" || flags.host === "::" ? "127.0.0.1" : flags.host}:${server.port}`);
   for (const line of runtime.describe) console.error(line);
   for (const line of runtime.warnings) console.error(line);

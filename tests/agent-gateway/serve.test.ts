@@ -290,6 +290,72 @@ describe.skipIf(!redis)("edgeloop serve with the agent gateway", () => {
   );
 
   test(
+    "two serves on one port (--reuse-port), queue mode and a worker: one serve SIGKILLed between two calls of an agent on the SDK's default retries; the other answers, one engine call per turn, one record",
+    async () => {
+      const prefix = randomPrefix("agent-reuse-port");
+      prefixes.push(prefix);
+      const engine = sim.replicas[0]!.engine;
+      let firstDone!: () => void;
+      const firstCallDone = new Promise<void>((r) => (firstDone = r));
+      let release!: () => void;
+      const gate = new Promise<void>((r) => (release = r));
+      // The SDK's defaults: maxRetries 2 (backoff 0.375–0.5 s, then 0.75–1 s).
+      const agents = startAgents({
+        beforeCall: async (_key, step) => {
+          if (step !== 2) return;
+          firstDone();
+          await gate;
+        },
+      });
+      const port = freePort();
+      const base = `http://127.0.0.1:${port}`;
+      const store = ["--store", REDIS_URL, "--store-prefix", prefix, "--engine", sim.urls[0]!, "--max-model-len", "4096"];
+      try {
+        const a = await serveOn(port, [...store, "--jobs", "queue", "--reuse-port"]);
+        const b = await serveOn(port, [...store, "--jobs", "queue", "--reuse-port"]);
+        const worker = spawnCli(["worker", ...store, "--agent", agents.url, "--public-url", base, "--consumer", "reuse-port-w"]);
+        procs.push(worker);
+        const before = engine.stats.requests;
+        const { batch_id } = await post(base, [{ ...rows[0]!, agent_name: "openai_agent", uid: "reuse0" }]);
+        await Promise.race([firstCallDone, worker.proc.exited.then(() => Promise.reject(new Error(`worker exited: ${worker.err()}`)))]);
+        expect(engine.stats.requests - before).toBe(1);
+        a.proc.kill(9);
+        await a.proc.exited;
+        release();
+        const [run] = await Promise.all(agents.runs);
+        expect(run!.steps).toBe(2);
+        expect(run!.answer).toBe("The answer is 31.\n#### 31");
+        // Within the default budget: at most the two retries failed at the connection (the pooled one to the dead serve).
+        expect(run!.failedAttempts).toBeLessThanOrEqual(2);
+        expect(run!.finishStatus).toBe(200);
+        const p = await until(async () => {
+          const pr = await progress(base, batch_id);
+          return pr.done ? pr : null;
+        }, "the batch", HANG_MS, 100);
+        expect(p.counts).toMatchObject({ total: 1, finished: 1, ok: 1, failed: 0 });
+        expect(engine.stats.requests - before).toBe(2);
+        const groups = await drainRecords(base, 1, HANG_MS);
+        const recs = groups.get("reuse0")!;
+        expect(recs.length).toBe(1);
+        expect(recs[0]!.num_turns).toBeGreaterThanOrEqual(4);
+        expect(recs[0]!.response_ids.length).toBe(recs[0]!.response_mask.length);
+        // A second serve on that port without --reuse-port is refused: the port is in use.
+        const plain = spawnCli(["serve", "--port", String(port), ...store, "--jobs", "queue"]);
+        procs.push(plain);
+        expect(await plain.proc.exited).not.toBe(0);
+        expect(plain.err()).toContain(`port ${port} is already in use`);
+        worker.proc.kill(15);
+        await worker.proc.exited;
+        b.proc.kill(9);
+        await b.proc.exited;
+      } finally {
+        agents.stop();
+      }
+    },
+    { timeout: HANG_MS },
+  );
+
+  test(
     "a gateway killed right after committing a turn answers the SDK's retry from the checkpoint, with no second engine call",
     async () => {
       const prefix = randomPrefix("agent-gw-crash");

@@ -39,6 +39,8 @@ const CASES: [string[], string][] = [
   [["serve", "--max-pending", "0"], "--max-pending must be an integer >= 1, got '0' (see edgeloop serve --help)"],
   [["serve", "--lost-grace", "0"], "--lost-grace must be a positive number of seconds, got '0' (see edgeloop serve --help)"],
   [["serve", "--port", "70000"], "--port must be an integer 0..65535, got '70000' (see edgeloop serve --help)"],
+  [["serve", "--port", "0", "--reuse-port"], "--reuse-port: needs a fixed --port (with --port 0 each process gets a port of its own, so none shares one)"],
+  [["serve", "--port", "1", "--reuse-port"], "--reuse-port: the memory store lives in this process, so a second serve on the port would answer from another state: use --store redis://… (or an Upstash URL) in queue mode"],
   [["gateway", "--replicas", "http://127.0.0.1:1", "--policy", "foo"], "--policy 'foo': Allowed choices are least_inflight_sticky, bounded_load_hash, round_robin. (see edgeloop gateway --help)"],
   [["gateway", "--replicas", "http://127.0.0.1:1", "--eject-after", "2.5"], "--eject-after must be an integer >= 1, got '2.5' (see edgeloop gateway --help)"],
   [["gateway", "--replicas", "http://127.0.0.1:1", "--cooldown-ms", "-5"], "--cooldown-ms must be an integer >= 0, got '-5' (see edgeloop gateway --help)"],
