@@ -56,7 +56,8 @@ async function jsonBody(c: Context, maxBody: number): Promise<unknown> {
  * or a call with an `Idempotency-Key` already answered gets the stored reply,
  * an equal body without either is sampled again; see {@link turnOptionsOf}),
  * 422 an `Idempotency-Key` reused with another body. Errors are
- * `{error: {code, message, field?}}` (the SDK reads `error.message`).
+ * `{error: {code, message, field?, type, param}}`: edgeloop's fields and
+ * OpenAI's (`type`, `param`: see {@link openAiErrorShape}).
  */
 export function createAgentGatewayApp(opts: AgentGatewayAppOptions): Hono {
   const app = new Hono();
@@ -75,8 +76,8 @@ export function createAgentGatewayApp(opts: AgentGatewayAppOptions): Hono {
     }
   };
   const maxBody = opts.maxBodyBytes ?? 16 * 1024 * 1024;
-  app.onError((err, c) => {
-    const res = errorResponse(err, c);
+  app.onError(async (err, c) => {
+    const res = await openAiErrorShape(errorResponse(err, c));
     // OpenAI SDKs retry every 409 (twice, with backoff) unless told not to; a closed session stays closed.
     if (err instanceof SessionClosedError) res.headers.set("x-should-retry", "false");
     return res;
@@ -135,4 +136,30 @@ export function createAgentGatewayApp(opts: AgentGatewayAppOptions): Hono {
     return c.json({ ok: true, key, outputs: st.outputs.length, finished_by: st.finish?.by ?? "agent" });
   });
   return app;
+}
+
+/**
+ * OpenAI's error object over edgeloop's: `{error: {message, type, param,
+ * code}}` as the OpenAI API sends it (the `openai` SDK exposes them as
+ * `e.type`, `e.param`, `e.code`), keeping `field`. `type` by status:
+ * 400/404/409/413/422 `invalid_request_error`, 401 `authentication_error`,
+ * 403 `permission_error`, 429 `rate_limit_error`, 5xx `server_error`;
+ * `param` is the field the error names, else null. A body that is not
+ * edgeloop's `{error: {...}}` is passed through.
+ */
+export async function openAiErrorShape(res: Response): Promise<Response> {
+  const text = await res.text();
+  let body: { error?: Record<string, unknown> } | null = null;
+  try {
+    body = JSON.parse(text) as { error?: Record<string, unknown> };
+  } catch {
+    body = null;
+  }
+  const headers = new Headers(res.headers);
+  if (!body || typeof body.error !== "object" || body.error === null) return new Response(text, { status: res.status, headers });
+  const s = res.status;
+  const type = s === 401 ? "authentication_error" : s === 403 ? "permission_error" : s === 429 ? "rate_limit_error" : s >= 500 ? "server_error" : "invalid_request_error";
+  const e = body.error;
+  headers.delete("content-length");
+  return new Response(JSON.stringify({ error: { ...e, type, param: typeof e.field === "string" ? e.field : null } }), { status: s, headers });
 }

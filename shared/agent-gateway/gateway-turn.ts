@@ -3,7 +3,7 @@ import { DEFAULT_SESSION_LIMITS, SessionLimitError, type SessionLimits } from ".
 import { AgentLoop, type AgentLoopContext } from "../agent-loop/agent-loop.ts";
 import { contextSize } from "../inference/context-size.ts";
 import { addPreempted, modelVersionOf, turnVersions, type TokenVersions } from "../inference/token-versions.ts";
-import { EdgeloopError, TemplateError } from "../errors.ts";
+import { EdgeloopError, InputError, TemplateError } from "../errors.ts";
 import { fnv1a32 } from "../inference/hash.ts";
 import type { InferenceClient } from "../inference/types.ts";
 import type { AgentLoopOutput, ChatMessage, RoutedExpertsSpan, SamplingParams, ToolSchema } from "../schema/index.ts";
@@ -103,6 +103,9 @@ export class GatewayTurns {
       const maxOutputs = (this.opts.limits ?? DEFAULT_SESSION_LIMITS).maxOutputs;
       if (st.outputs.length >= maxOutputs) throw new SessionLimitError(input.key, "max_outputs_per_session", maxOutputs);
       const { promptIds, truncated } = buildPromptIds(tok, req.messages, { tools, promptLength: rollout.prompt_length, chatTemplateKwargs: rollout.chat_template_kwargs });
+      // An agent's context is what it sent: a prompt cut to fit would be sampled (and trained on) as a context the agent
+      // never had, so it is refused as OpenAI and Anthropic refuse an over-long prompt (400, context_length_exceeded).
+      if (truncated) throw promptTooLong(rollout.prompt_length);
       const maxModelLen = await contextSize(rollout, this.opts.maxModelLen, this.opts.client);
       partial.open = {
         prompt_ids: encodeInt32(promptIds),
@@ -227,6 +230,20 @@ export class GatewayTurns {
     }
     return e;
   }
+}
+
+/**
+ * The 400 for a call whose rendered prompt (messages ‖ tools, with the
+ * generation prompt) is longer than `rollout.prompt_length` tokens: code
+ * `context_length_exceeded` (OpenAI's code for an over-long prompt), field
+ * `messages`. The gateway never left-truncates an agent's context.
+ */
+export function promptTooLong(promptLength: number): InputError {
+  return new InputError(
+    "messages",
+    `the rendered prompt (messages and tools) is longer than rollout.prompt_length (${promptLength} tokens), and the agent gateway never cuts an agent's context: send less, or raise rollout.prompt_length (--prompt-length)`,
+    { code: "context_length_exceeded" },
+  );
 }
 
 /** The batch's sampling parameters with the request's `temperature`, `top_p`, `seed` and `stop` over them (log-probs as the run records them). */

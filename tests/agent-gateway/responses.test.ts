@@ -293,7 +293,7 @@ describe("agent gateway: OpenAI Responses API", () => {
     for (const id of ["resp_nope", other, r1.id.replace("-0-1-1-", "-3-1-1-"), r1.id.replace("-1-2", "-9-2")]) {
       expect(await err(client.responses.create({ model: "qwen3", input: [{ type: "function_call_output", call_id: `call_${sessionTag(key)}_0_0_0`, output: "31" }], tools: flatTools, previous_response_id: id }))).toEqual({
         status: 400,
-        error: { code: "invalid_input", field: "previous_response_id", message: `previous_response_id: '${id}' is not a response of this session` },
+        error: { code: "invalid_input", field: "previous_response_id", message: `previous_response_id: '${id}' is not a response of this session`, type: "invalid_request_error", param: "previous_response_id" },
       });
     }
     expect(engine.stats.requests).toBe(1);
@@ -347,6 +347,8 @@ describe("agent gateway: OpenAI Responses API", () => {
       code: "invalid_input",
       field: "seed",
       message: "seed: not supported by edgeloop's agent gateway (its Responses endpoint samples only with model, input, instructions, tools, tool_choice, temperature, top_p, max_output_tokens, stream, previous_response_id): remove it",
+      type: "invalid_request_error",
+      param: "seed",
     });
     expect(engine.stats.requests).toBe(0);
     // What SDKs send by default and bookkeeping keys are accepted; the ignored ones are named.

@@ -321,6 +321,8 @@ describe("Idempotency-Key", () => {
       code: "idempotency_key_reused",
       field: "Idempotency-Key",
       message: "Idempotency-Key 'k1' was already used with another request body in this session; send a new key for a new request",
+      type: "invalid_request_error",
+      param: "Idempotency-Key",
     });
     expect(attempts.length).toBe(n + 1);
     expect(engine.stats.requests).toBe(1);

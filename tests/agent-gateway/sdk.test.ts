@@ -266,6 +266,9 @@ describe("agent gateway through the openai SDK", () => {
         code: "invalid_input",
         field: key,
         message: `${key}: not supported by edgeloop's agent gateway (it samples only with model, messages, tools, tool_choice, temperature, top_p, seed, max_tokens, max_completion_tokens, stop, stream, logprobs): remove it`,
+        // OpenAI's own fields too (the SDK's e.type / e.param).
+        type: "invalid_request_error",
+        param: key,
       });
     }
     expect(engine.stats.requests).toBe(0);
@@ -315,10 +318,10 @@ describe("agent gateway through the openai SDK", () => {
     expect(noBearer.headers.get("www-authenticate")).toBe('Bearer realm="edgeloop"');
     // S15: an unknown key is the same 401 as a wrong token (no session-existence oracle).
     const unknown = await err(sdk(fetchApp, "nope_0_0").chat.completions.create({ model: "m", messages: msgs }));
-    expect(unknown).toEqual({ status: 401, error: { code: "unauthorized", message: "wrong or missing bearer token for agent session 'nope_0_0'" } });
+    expect(unknown).toEqual({ status: 401, error: { code: "unauthorized", message: "wrong or missing bearer token for agent session 'nope_0_0'", type: "authentication_error", param: null } });
     expect(await err(sdk(fetchApp, "u0_0_0", "wrong").chat.completions.create({ model: "m", messages: msgs }))).toEqual({
       status: 401,
-      error: { code: "unauthorized", message: "wrong or missing bearer token for agent session 'u0_0_0'" },
+      error: { code: "unauthorized", message: "wrong or missing bearer token for agent session 'u0_0_0'", type: "authentication_error", param: null },
     });
     expect(await err(sdk(fetchApp, "nope_0_0").models.list())).toMatchObject({ status: 401 });
     const client = sdk(fetchApp);

@@ -52,7 +52,7 @@ describe("agent gateway: per-session caps", () => {
     const over = await s.chat(3);
     expect(over.status).toBe(409);
     expect(await over.json()).toEqual({
-      error: { code: "session_limit", message: "session_limit: session 'u0_0_0' reached limits.max_outputs_per_session (3 outputs); the session fails", field: "limits.max_outputs_per_session" },
+      error: { code: "session_limit", message: "session_limit: session 'u0_0_0' reached limits.max_outputs_per_session (3 outputs); the session fails", field: "limits.max_outputs_per_session", type: "invalid_request_error", param: "limits.max_outputs_per_session" },
     });
     const st = (await s.gw.get("u0_0_0"))!;
     expect([st.outputs.length, st.finish?.by, st.finish?.metadata?.error]).toEqual([3, "failed", "session_limit: session 'u0_0_0' reached limits.max_outputs_per_session (3 outputs); the session fails"]);
