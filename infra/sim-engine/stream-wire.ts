@@ -1,5 +1,5 @@
 import { SimEngine, SimEngineFault, type SimGenerateRequest, type SimGenerateResult } from "./sim-engine.ts";
-import { decodeText, sglangReply, tokenIdString, vllmCompletionReply, vllmFault, vllmGenerateLogprobs, vllmGenerateReply, type SimEngineVersion } from "./wire.ts";
+import { decodeText, sglangFault, sglangReply, tokenIdString, vllmCompletionReply, vllmFault, vllmGenerateLogprobs, vllmGenerateReply, type SimEngineVersion } from "./wire.ts";
 
 /**
  * The simulated engine's streaming wire (`stream: true`), shaped as each
@@ -208,7 +208,11 @@ export interface SglangStreamOptions {
 export function sglangStream(engine: SimEngine, o: SglangStreamOptions): StreamShape {
   const triples = (ids: readonly number[], lps: readonly number[]) => ids.map((id, i) => [lps[i], id, null]);
   const lpsSoFar: number[] = [];
-  const errorEvent = (f: SimEngineFault) => ({ error: { message: f.message } });
+  // The message SGLang's non-streaming reply would carry for the same failure.
+  const errorEvent = (f: SimEngineFault) => {
+    const b = sglangFault(f).body as { error?: { message?: string }; detail?: string };
+    return { error: { message: b.error?.message ?? b.detail ?? f.message } };
+  };
   return {
     chunk(ids, lps, before, soFar) {
       for (const v of lps) lpsSoFar.push(v);

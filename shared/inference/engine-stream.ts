@@ -116,11 +116,11 @@ export async function postEngineStream(
       return out("broken", transportError(e));
     }
     if (chunk.done) break;
-    size += chunk.value.byteLength;
-    if (size > cap) {
-      return stop("broken", new BadEngineResponseError(`engine at ${where}: reply larger than ${cap} bytes (the cap)`, { status: 502, code: "reply_too_large" }));
-    }
-    buf += decoder.decode(chunk.value, { stream: true });
+    // Past the cap only the bytes within it are read: their events count, then the stream is cut.
+    const over = size + chunk.value.byteLength > cap;
+    const bytes = over ? chunk.value.subarray(0, cap - size) : chunk.value;
+    size += bytes.byteLength;
+    buf += decoder.decode(bytes, { stream: true });
     let lineStart = 0;
     for (let nl = buf.indexOf("\n", scan); nl >= 0; nl = buf.indexOf("\n", lineStart)) {
       const line = buf.charCodeAt(nl - 1) === 13 && nl > lineStart ? buf.slice(lineStart, nl - 1) : buf.slice(lineStart, nl);
@@ -135,6 +135,7 @@ export async function postEngineStream(
     }
     if (lineStart > 0) buf = buf.slice(lineStart);
     scan = buf.length;
+    if (over) return stop("broken", new BadEngineResponseError(`engine at ${where}: reply larger than ${cap} bytes (the cap)`, { status: 502, code: "reply_too_large" }));
   }
   // The body ended: a last event without its blank line still counts.
   buf += decoder.decode();
