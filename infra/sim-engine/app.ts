@@ -95,6 +95,8 @@ function bearerMatches(header: string | undefined, expected: string): boolean {
  * Scoring (a teacher's calls): vLLM `prompt_logprobs` (completions and
  * generate), SGLang `max_new_tokens: 0` with `logprob_start_len` ≥ 0
  * (`input_token_logprobs`); see `prompt-logprobs.ts`.
+ * `stream: true` on the three generation endpoints answers each engine's
+ * event stream at the decode pace (`stream-wire.ts`, docs/engines.md §7).
  * The routing key (`X-Session-ID`, else `X-SMG-Routing-Key`) goes to the request log.
  * Any model name is accepted. Pass a {@link SimEngine} (to keep a handle on
  * its cache, faults and request log) or the options to build one.

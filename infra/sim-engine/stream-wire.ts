@@ -6,7 +6,7 @@ import { decodeText, sglangFault, sglangReply, tokenIdString, vllmCompletionRepl
  * engine streams, at the engine's decode pace (chunks as `SimEngine`
  * decodes them, see `SimGenerateRequest.on_tokens`). Every stream is
  * `text/event-stream`: `data: <json>\n\n` events, then `data: [DONE]\n\n`.
- * @see docs/engines.md §6
+ * @see docs/engines.md §7
  */
 
 /** How one endpoint renders its stream's events. */

@@ -38,6 +38,7 @@ export type EngineStreamReply = { kind: "reply"; reply: EngineHttpReply } | { ki
  * `onEvent` throws on, ends the stream as `broken` with that error (a
  * non-JSON event is a retryable {@link BadEngineResponseError} naming `data`).
  * Comment lines (`:`) and other fields (`event:`, `id:`) are ignored.
+ * @see docs/engines.md §7 (the engines' stream shapes)
  */
 export async function postEngineStream(
   fetchFn: FetchLike,

@@ -344,7 +344,7 @@ export function decodeSglangRoutedExperts(url: string, b64: string | null | unde
  * check, which runs inside the stream: the status is already 200) is mapped
  * by {@link streamEventError}. Malformed events are retryable
  * `BadEngineResponseError`s naming the field.
- * @see docs/engines.md §6.1 (SGLang `http_server.py › generate_request`, `OutputProcessor.handle_batch_output`)
+ * @see docs/engines.md §7.1 (SGLang `http_server.py › generate_request`, `OutputProcessor.handle_batch_output`)
  */
 class SglangStreamState {
   finished = false;

@@ -160,7 +160,7 @@ export class VllmClient implements InferenceClient {
    * `stream: true` and `stream_options: {include_usage: true}` (vLLM sends
    * `usage` — with `prompt_tokens_details.cached_tokens` — only in a last
    * event with `choices: []`, and only when asked).
-   * @see docs/engines.md §6.2–6.3
+   * @see docs/engines.md §7.2–7.3
    */
   streamingBody(req: GenerateRequest): Record<string, unknown> {
     const body = this.endpoint === "generate" ? this.generateBody(req) : this.completionsBody(req);
@@ -316,7 +316,7 @@ export function vllmRoutedExpertsRefused(): ConfigError {
  * `stream_options.include_usage`. An `{"error": …}` event is mapped by
  * {@link streamEventError}. Malformed events are retryable
  * `BadEngineResponseError`s naming the field.
- * @see docs/engines.md §6.2–6.3
+ * @see docs/engines.md §7.2–7.3
  */
 class VllmStreamState {
   finished = false;
