@@ -10,6 +10,9 @@ import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokeni
 import { SimEngine, type SimGenerateRequest } from "../../infra/sim-engine/sim-engine.ts";
 import { SimEngineClient } from "../../infra/sim-engine/sim-engine-client.ts";
 import { startSimEngine, type RunningSimEngine } from "../../infra/sim-engine/server.ts";
+import { runAgentLoop } from "../../shared/agent-loop/index.ts";
+import { defaultAgentLoopRegistry } from "../../shared/agent-gateway/builtin-loops.ts";
+import { config, ctxOf, SP } from "../agent-loop/helpers.ts";
 
 /**
  * True streaming, the engine side (issue 30 item 3): every client's chunks
@@ -312,17 +315,60 @@ describe("RetryingClient with a streaming call", () => {
 
   test("over HTTP: a cut stream is not retried and a cut before any token is", async () => {
     sim.replicas[0]!.engine.latency.decode_ms_per_token = 2;
+    try {
+      let posts = 0;
+      const counting = (f: typeof fetch) => ((i: Request | string | URL, init?: RequestInit) => (posts++, f(i, init))) as typeof fetch;
+      const rec = recorder();
+      const out = await new RetryingClient(new SglangClient({ url: sim.urls[0]!, fetch: counting(cuttingFetch(2)) }), { retries: 3, minDelayMs: 1 }).generate(request({ on_tokens: rec.on_tokens }));
+      expect(posts).toBe(1);
+      expect(out.finish_reason).toBe("abort");
+      expect(out.token_ids).toEqual(rec.ids());
+      posts = 0;
+      const err = await new RetryingClient(new SglangClient({ url: sim.urls[0]!, fetch: counting(cuttingFetch(0)) }), { retries: 2, minDelayMs: 1 }).generate(request({ on_tokens: recorder().on_tokens })).catch((e) => e);
+      expect(err).toBeInstanceOf(EngineUnavailableError);
+      expect(posts).toBe(3);
+    } finally {
+      sim.replicas[0]!.engine.latency.decode_ms_per_token = 0;
+    }
+  });
+});
+
+describe("the agent loop over a stream cut mid-way", () => {
+  test("the turn resumes from exactly the streamed tokens with the rest of its budget, and ends with the whole reply", async () => {
+    const engine = sim.replicas[0]!.engine;
+    engine.latency.decode_ms_per_token = 2;
     let posts = 0;
-    const counting = (f: typeof fetch) => ((i: Request | string | URL, init?: RequestInit) => (posts++, f(i, init))) as typeof fetch;
-    const rec = recorder();
-    const out = await new RetryingClient(new SglangClient({ url: sim.urls[0]!, fetch: counting(cuttingFetch(2)) }), { retries: 3, minDelayMs: 1 }).generate(request({ on_tokens: rec.on_tokens }));
-    expect(posts).toBe(1);
-    expect(out.finish_reason).toBe("abort");
-    expect(out.token_ids).toEqual(rec.ids());
-    posts = 0;
-    const err = await new RetryingClient(new SglangClient({ url: sim.urls[0]!, fetch: counting(cuttingFetch(0)) }), { retries: 2, minDelayMs: 1 }).generate(request({ on_tokens: recorder().on_tokens })).catch((e) => e);
-    expect(err).toBeInstanceOf(EngineUnavailableError);
-    expect(posts).toBe(3);
-    sim.replicas[0]!.engine.latency.decode_ms_per_token = 0;
+    const firstCut: typeof fetch = ((i: Request | string | URL, init?: RequestInit) => (++posts === 1 ? cuttingFetch(3) : fetch)(i, init)) as typeof fetch;
+    const inner = new RetryingClient(new SglangClient({ url: sim.urls[0]!, fetch: firstCut }), { retries: 2, minDelayMs: 1 });
+    // As a streaming caller (the gateway) would: every call carries a sink.
+    const seen: { max_tokens: number; prompt: number; streamed: number[] }[] = [];
+    const streaming: InferenceClient = {
+      generate: (req) => {
+        const rec = { max_tokens: req.max_tokens, prompt: req.prompt_ids.length, streamed: [] as number[] };
+        seen.push(rec);
+        return inner.generate({ ...req, on_tokens: (ids) => void rec.streamed.push(...ids) });
+      },
+    };
+    try {
+      const [o] = await runAgentLoop(defaultAgentLoopRegistry(), ctxOf(tok, streaming, config()), SP, {
+        uid: "u",
+        session_id: 0,
+        prompt: [{ role: "user", content: "tell me about the fox" }],
+        agent_name: "single_turn_agent",
+      });
+      const full = tok.encode(TEXT).concat([151645]);
+      expect(posts).toBe(2);
+      expect(seen.length).toBe(2);
+      const k = seen[0]!.streamed.length;
+      expect(k).toBeGreaterThan(0);
+      expect(seen[0]!.streamed).toEqual(full.slice(0, k));
+      expect(seen[1]!.prompt).toBe(seen[0]!.prompt + k);
+      expect(seen[1]!.max_tokens).toBe(seen[0]!.max_tokens - k);
+      expect(seen[0]!.streamed.concat(seen[1]!.streamed)).toEqual(full);
+      expect(o!.response_ids).toEqual(full);
+      expect(o!.metrics.num_preempted).toBeGreaterThanOrEqual(1);
+    } finally {
+      engine.latency.decode_ms_per_token = 0;
+    }
   });
 });
