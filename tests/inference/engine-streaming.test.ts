@@ -13,6 +13,7 @@ import { startSimEngine, type RunningSimEngine } from "../../infra/sim-engine/se
 import { runAgentLoop } from "../../shared/agent-loop/index.ts";
 import { defaultAgentLoopRegistry } from "../../shared/agent-gateway/builtin-loops.ts";
 import { config, ctxOf, SP } from "../agent-loop/helpers.ts";
+import { createGatewayApp } from "../../functions/gateway.ts";
 
 /**
  * True streaming, the engine side (issue 30 item 3): every client's chunks
@@ -369,6 +370,30 @@ describe("the agent loop over a stream cut mid-way", () => {
       expect(o!.metrics.num_preempted).toBeGreaterThanOrEqual(1);
     } finally {
       engine.latency.decode_ms_per_token = 0;
+    }
+  });
+});
+
+describe("through edgeloop's inference gateway", () => {
+  test("each format streams through the gateway: the same chunks and output as direct", async () => {
+    const gw = createGatewayApp({ replicas: [sim.urls[0]!], healthIntervalMs: 0, adminToken: "t" });
+    const server = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: gw.fetch });
+    const url = `http://127.0.0.1:${server.port}`;
+    const engine = sim.replicas[0]!.engine;
+    try {
+      for (const make of [(u: string) => new VllmClient({ url: u }), (u: string) => new VllmClient({ url: u, endpoint: "generate" }), (u: string) => new SglangClient({ url: u })]) {
+        engine.cache.clear();
+        const direct = await make(sim.urls[0]!).generate(request());
+        engine.cache.clear();
+        const rec = recorder();
+        const via = await make(url).generate(request({ on_tokens: rec.on_tokens }));
+        expect(rec.ids()).toEqual(via.token_ids);
+        const { extra_fields: _e, ...rest } = via;
+        const { extra_fields: _d, ...restDirect } = direct;
+        expect(rest).toEqual(restDirect);
+      }
+    } finally {
+      server.stop(true);
     }
   });
 });
