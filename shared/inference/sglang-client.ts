@@ -340,7 +340,10 @@ export function decodeSglangRoutedExperts(url: string, b64: string | null | unde
  * repeat the ones received), one that adds up to it with the ids received is
  * incremental; without the count, ids that extend the received ones are
  * taken as cumulative. `meta_info.finish_reason` is null until the last
- * event. An `{"error": {"message"}}` event (a `ValueError`, e.g. the context
+ * event; an abort the scheduler gave a status (`finish_reason.status_code`
+ * 400, 500 or 503, which the non-streaming reply turns into that HTTP status)
+ * arrives there too, and before any token fails as that status would. An
+ * `{"error": {"message"}}` event (a `ValueError`, e.g. the context
  * check, which runs inside the stream: the status is already 200) is mapped
  * by {@link streamEventError}. Malformed events are retryable
  * `BadEngineResponseError`s naming the field.
@@ -393,6 +396,13 @@ class SglangStreamState {
       }
     } else if (this.want && delta.length > 0) throw bad("meta_info.output_token_logprobs is missing (log-probs were requested)");
     if (this.finished && delta.length > 0) throw bad("tokens after the event that carried meta_info.finish_reason");
+    // A scheduler abort with a status (`_handle_abort_finish_reason`): without a token it fails as the
+    // non-streaming reply does (400 → the request's error, 500/503 → unavailable); after tokens it is an abort.
+    const fr = m.finish_reason;
+    if (isObj(fr) && fr.type === "abort" && h + delta.length === 0 && (fr.status_code === 400 || fr.status_code === 500 || fr.status_code === 503)) {
+      const message = typeof fr.message === "string" ? fr.message : "aborted";
+      throw engineErrorFromReply(this.url, { status: fr.status_code as number, body: { error: { message } }, text: message });
+    }
     for (const t of deltaTriples) this.triples.push(t);
     this.meta = m;
     if (!nil(m.finish_reason)) this.finished = true;

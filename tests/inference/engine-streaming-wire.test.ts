@@ -197,3 +197,18 @@ describe("malformed and oversized streams", () => {
     expect(out.finish_reason).toBe("abort");
   });
 });
+
+describe("SGLang scheduler aborts inside a stream", () => {
+  test("an abort with status 503 before any token fails as the non-streaming 503 would (retryable); after tokens it is an abort", async () => {
+    const { EngineUnavailableError } = await import("../../shared/errors.ts");
+    const abort503 = { type: "abort", message: "scheduler overloaded", status_code: 503 };
+    const none = fakeStream(sgEvent([], 0, abort503) + "data: [DONE]\n\n");
+    const err = await new SglangClient({ url: none }).generate(request()).catch((e) => e);
+    expect(err).toBeInstanceOf(EngineUnavailableError);
+    expect(err.retryable).toBe(true);
+    const some = fakeStream(sgEvent([11], 1) + sgEvent([11, 12], 2, abort503) + "data: [DONE]\n\n");
+    const out = await new SglangClient({ url: some }).generate(request());
+    expect(out.finish_reason).toBe("abort");
+    expect(out.token_ids).toEqual([11, 12]);
+  });
+});
