@@ -24,8 +24,8 @@ beforeAll(async () => {
   tok = await defaultTokenizer();
   prompt = tok.renderIds([{ role: "user", content: "hi" }] as never, { addGenerationPrompt: true });
   const script = { seed: 2, rules: [], default: [TEXT] };
-  sim = await startSimEngine({ tokenizer: tok, script, latency: { decode_ms_per_token: 1 } });
-  simInc = await startSimEngine({ tokenizer: tok, script, latency: { decode_ms_per_token: 1 }, wire: { sglangIncrementalStreaming: true } });
+  sim = await startSimEngine({ tokenizer: tok, script, latency: { decode_ms_per_token: 5 } });
+  simInc = await startSimEngine({ tokenizer: tok, script, latency: { decode_ms_per_token: 5 }, wire: { sglangIncrementalStreaming: true } });
 });
 afterAll(async () => {
   await sim?.stop();

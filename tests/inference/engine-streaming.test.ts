@@ -14,6 +14,8 @@ import { runAgentLoop } from "../../shared/agent-loop/index.ts";
 import { defaultAgentLoopRegistry } from "../../shared/agent-gateway/builtin-loops.ts";
 import { config, ctxOf, SP } from "../agent-loop/helpers.ts";
 import { createGatewayApp } from "../../functions/gateway.ts";
+import { GatedClient, MemoryEngineGate } from "../../shared/inference/engine-control.ts";
+import { DEFAULT_SESSION_LIMITS, SessionCallLimiter } from "../../shared/agent-loop/session-limits.ts";
 
 /**
  * True streaming, the engine side (issue 30 item 3): every client's chunks
@@ -254,7 +256,7 @@ describe("a stream cut mid-way", () => {
   for (const h of http) {
     test(`${h.name}: after 4 events resolves abort with exactly the tokens of those events; resuming from them completes the reply within the budget`, async () => {
       const engine = h.engine();
-      engine.latency.decode_ms_per_token = 2;
+      engine.latency.decode_ms_per_token = 10;
       try {
         const rec = recorder();
         const out = await h.make(cuttingFetch(4)).generate(request({ on_tokens: rec.on_tokens }));
@@ -315,7 +317,7 @@ describe("RetryingClient with a streaming call", () => {
   });
 
   test("over HTTP: a cut stream is not retried and a cut before any token is", async () => {
-    sim.replicas[0]!.engine.latency.decode_ms_per_token = 2;
+    sim.replicas[0]!.engine.latency.decode_ms_per_token = 10;
     try {
       let posts = 0;
       const counting = (f: typeof fetch) => ((i: Request | string | URL, init?: RequestInit) => (posts++, f(i, init))) as typeof fetch;
@@ -337,7 +339,7 @@ describe("RetryingClient with a streaming call", () => {
 describe("the agent loop over a stream cut mid-way", () => {
   test("the turn resumes from exactly the streamed tokens with the rest of its budget, and ends with the whole reply", async () => {
     const engine = sim.replicas[0]!.engine;
-    engine.latency.decode_ms_per_token = 2;
+    engine.latency.decode_ms_per_token = 10;
     let posts = 0;
     const firstCut: typeof fetch = ((i: Request | string | URL, init?: RequestInit) => (++posts === 1 ? cuttingFetch(3) : fetch)(i, init)) as typeof fetch;
     const inner = new RetryingClient(new SglangClient({ url: sim.urls[0]!, fetch: firstCut }), { retries: 2, minDelayMs: 1 });
@@ -394,6 +396,24 @@ describe("through edgeloop's inference gateway", () => {
       }
     } finally {
       server.stop(true);
+    }
+  });
+});
+
+describe("wrapper clients forward on_tokens", () => {
+  test("GatedClient, SessionCallLimiter and RetryingClient around the SGLang client: the caller gets the engine's chunks", async () => {
+    const engine = sim.replicas[0]!.engine;
+    engine.latency.decode_ms_per_token = 5;
+    try {
+      const wrapped = new SessionCallLimiter(new GatedClient(new RetryingClient(new SglangClient({ url: sim.urls[0]! }), { retries: 1 }), new MemoryEngineGate(), { version: async () => 7 }), "k", DEFAULT_SESSION_LIMITS);
+      const rec = recorder();
+      const out = await wrapped.generate(request({ on_tokens: rec.on_tokens }));
+      expect(rec.chunks.length).toBeGreaterThan(1);
+      expect(rec.ids()).toEqual(out.token_ids);
+      expect(rec.lps()).toEqual(out.log_probs!);
+      expect(out.extra_fields.model_version).toBe(7);
+    } finally {
+      engine.latency.decode_ms_per_token = 0;
     }
   });
 });
