@@ -334,6 +334,8 @@ class VllmStreamState {
   /** One event: its new tokens (none for a usage or finish-only event). @throws BadEngineResponseError, the error of an error event */
   event(data: unknown): { ids: number[]; logProbs: number[] | null } | undefined {
     if (isObj(data) && data.error !== undefined && data.choices === undefined) throw streamEventError(this.url, data as { error: unknown });
+    // Older servers' flat error body (`{"object": "error", "message", "code"}`).
+    if (isObj(data) && data.object === "error") throw streamEventError(this.url, { error: { message: data.message, code: data.code } });
     if (isObj(data) && Array.isArray(data.choices) && data.choices.length === 0) {
       this.usage = data.usage ?? null;
       return undefined;

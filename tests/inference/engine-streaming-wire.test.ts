@@ -212,3 +212,17 @@ describe("SGLang scheduler aborts inside a stream", () => {
     expect(out.token_ids).toEqual([11, 12]);
   });
 });
+
+describe("vLLM error events inside a stream", () => {
+  test("an error event before any token is mapped by its code (nested and the older flat body); after tokens the call is an abort", async () => {
+    const { EngineUnavailableError } = await import("../../shared/errors.ts");
+    const nested = fakeStream(`data: ${JSON.stringify({ error: { message: "engine dead", type: "InternalServerError", param: null, code: 500 } })}\n\ndata: [DONE]\n\n`);
+    expect(await new VllmClient({ url: nested }).generate(request()).catch((e) => e)).toBeInstanceOf(EngineUnavailableError);
+    const flat = fakeStream(`data: ${JSON.stringify({ object: "error", message: "This model's maximum context length is 10 tokens.", code: 400 })}\n\ndata: [DONE]\n\n`);
+    expect(await new VllmClient({ url: flat }).generate(request()).catch((e) => e)).toBeInstanceOf(ContextOverflowError);
+    const ev = `data: ${JSON.stringify({ id: "c", choices: [{ index: 0, text: "", finish_reason: null, token_ids: [5, 6], logprobs: { token_logprobs: [-1, -2], tokens: ["token_id:5", "token_id:6"] } }] })}\n\n`;
+    const late = fakeStream(ev + `data: ${JSON.stringify({ error: { message: "boom", code: 500 } })}\n\ndata: [DONE]\n\n`);
+    const out = await new VllmClient({ url: late }).generate(request());
+    expect(out).toEqual({ token_ids: [5, 6], log_probs: [-1, -2], finish_reason: "abort", num_preempted: -1, extra_fields: {} });
+  });
+});
