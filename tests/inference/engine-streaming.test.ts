@@ -148,6 +148,25 @@ describe("streaming clients against the simulated engine", () => {
       }
     });
 
+    test(`${m.name}: a pause (abort mode) mid-generation resolves abort with exactly the streamed tokens`, async () => {
+      const engine = m.engine();
+      engine.latency.decode_ms_per_token = 10;
+      const restore = onFirstEngineChunk(engine, () => void engine.pause("abort"));
+      try {
+        const rec = recorder();
+        const out = await m.client().generate(request({ on_tokens: rec.on_tokens }));
+        expect(out.finish_reason).toBe("abort");
+        expect(out.token_ids.length).toBeGreaterThan(0);
+        expect(out.token_ids.length).toBeLessThan(tok.encode(TEXT).length);
+        expect(out.token_ids).toEqual(rec.ids());
+        expect(out.token_ids).toEqual(tok.encode(TEXT).slice(0, out.token_ids.length));
+      } finally {
+        restore();
+        engine.resume();
+        engine.latency.decode_ms_per_token = 0;
+      }
+    });
+
     test(`${m.name}: an engine abort mid-stream resolves abort with exactly the streamed tokens`, async () => {
       const engine = m.engine();
       engine.setFault({ kind: "abort_after", tokens: 5, times: 1 });
