@@ -20,6 +20,7 @@ import {
   vllmGenerateReply,
 } from "./wire.ts";
 import { sglangInputTokenLogprobs, vllmPromptLogprobsBody } from "./prompt-logprobs.ts";
+import { sglangStream, streamReply, vllmCompletionStream, vllmGenerateStream } from "./stream-wire.ts";
 
 type Rendered = { status: number; body: unknown };
 type Format = { error: (status: number, message: string) => Rendered; fault: (f: SimEngineFault) => Rendered };
@@ -42,6 +43,8 @@ export interface SimWireOptions {
   promptTokensDetails?: boolean;
   /** vLLM `--enable-scale-out` / `VLLM_ENABLE_SCALE_OUT_ENDPOINTS=1` (default true): `/inference/v1/generate` is mounted. */
   scaleOut?: boolean;
+  /** SGLang `--incremental-streaming-output` (default false): `/generate` stream events carry the new tokens only, not everything so far. */
+  sglangIncrementalStreaming?: boolean;
 }
 
 /**
@@ -92,6 +95,8 @@ function bearerMatches(header: string | undefined, expected: string): boolean {
  * Scoring (a teacher's calls): vLLM `prompt_logprobs` (completions and
  * generate), SGLang `max_new_tokens: 0` with `logprob_start_len` ≥ 0
  * (`input_token_logprobs`); see `prompt-logprobs.ts`.
+ * `stream: true` on the three generation endpoints answers each engine's
+ * event stream at the decode pace (`stream-wire.ts`, docs/engines.md §7).
  * The routing key (`X-Session-ID`, else `X-SMG-Routing-Key`) goes to the request log.
  * Any model name is accepted. Pass a {@link SimEngine} (to keep a handle on
  * its cache, faults and request log) or the options to build one.
@@ -154,14 +159,28 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
     if (bad) return send(c, vllmError(400, bad));
     const prompt = typeof body.prompt === "string" ? engine.tokenizer.encode(body.prompt) : body.prompt;
     const requestId = body.request_id ?? c.req.header("x-request-id") ?? crypto.randomUUID();
-    const out = await run(c, engine, VLLM, {
+    const core = {
       request_id: requestId,
       prompt_ids: prompt,
       max_tokens: body.max_tokens ?? 16,
       stop_token_ids: body.stop_token_ids ?? undefined,
       stop: stopList(body.stop),
       endpoint: "/v1/completions",
-    });
+    };
+    if (body.stream === true) {
+      return streamReply(engine, { ...core, ...callerOf(c) }, vllmCompletionStream(engine, {
+        requestId,
+        promptIds: prompt,
+        logprobs: body.logprobs != null,
+        returnTokenIds: body.return_token_ids === true,
+        asTokenIds: body.return_tokens_as_token_ids === true,
+        skipSpecial: body.skip_special_tokens ?? true,
+        includeUsage: body.stream_options?.include_usage === true,
+        promptTokensDetails: details,
+        version,
+      }));
+    }
+    const out = await run(c, engine, VLLM, core);
     if (out instanceof Response) return out;
     return c.json(
       withPromptLogprobs(engine, prompt, body.prompt_logprobs, vllmCompletionReply(engine, out, {
@@ -186,14 +205,28 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
     if (bad) return send(c, vllmError(400, bad));
     const requestId = body.request_id ?? c.req.header("x-request-id") ?? crypto.randomUUID();
     const sp = body.sampling_params;
-    const out = await run(c, engine, VLLM, {
+    const core = {
       request_id: requestId,
       prompt_ids: body.token_ids,
       max_tokens: sp.max_tokens ?? 16,
       stop_token_ids: sp.stop_token_ids ?? undefined,
       stop: stopList(sp.stop),
       endpoint: "/inference/v1/generate",
-    });
+    };
+    if (body.stream === true) {
+      return streamReply(engine, { ...core, ...callerOf(c) }, vllmGenerateStream({
+        requestId,
+        promptIds: body.token_ids,
+        logprobs: sp.logprobs != null,
+        returnTokenIds: true,
+        asTokenIds: true,
+        skipSpecial: false,
+        includeUsage: body.stream_options?.include_usage === true,
+        promptTokensDetails: details,
+        version,
+      }));
+    }
+    const out = await run(c, engine, VLLM, core);
     if (out instanceof Response) return out;
     const reply = vllmGenerateReply(out, { requestId, logprobs: sp.logprobs != null, version, promptTokensDetails: details });
     if (sp.prompt_logprobs != null) reply.prompt_logprobs = vllmPromptLogprobsBody(engine, body.token_ids);
@@ -212,15 +245,29 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
     const rid = body.rid ?? crypto.randomUUID().replaceAll("-", "");
     const sp = body.sampling_params;
     const started = performance.now();
-    const out = await run(c, engine, SGLANG, {
+    const core = {
       request_id: rid,
       prompt_ids: prompt,
       max_tokens: sp.max_new_tokens ?? 128,
       stop_token_ids: sp.stop_token_ids ?? undefined,
       stop: stopList(sp.stop),
       endpoint: "/generate",
-      context_rule: "sglang",
-    });
+      context_rule: "sglang" as const,
+    };
+    if (body.stream === true) {
+      const start = body.logprob_start_len ?? -1;
+      return streamReply(engine, { ...core, ...callerOf(c) }, sglangStream(engine, {
+        rid,
+        logprob: body.return_logprob === true,
+        skipSpecial: sp.skip_special_tokens ?? true,
+        noStopTrim: sp.no_stop_trim ?? false,
+        promptTokens: prompt.length,
+        started,
+        incremental: wire.sglangIncrementalStreaming === true,
+        ...(body.return_logprob === true && start >= 0 ? { finalMeta: () => ({ input_token_logprobs: sglangInputTokenLogprobs(engine, prompt, start) }) } : {}),
+      }));
+    }
+    const out = await run(c, engine, SGLANG, core);
     if (out instanceof Response) return out;
     const reply = sglangReply(engine, out, {
         rid,
@@ -393,14 +440,15 @@ async function parse<S extends z.ZodType>(c: Context, schema: S, fmt: Format): P
   return r.data;
 }
 
+/** The caller's routing key (`X-Session-ID`, else `X-SMG-Routing-Key`) and its connection's signal. */
+function callerOf(c: Context): Pick<SimGenerateRequest, "routing_key" | "signal"> {
+  return { routing_key: c.req.header("x-session-id") ?? c.req.header("x-smg-routing-key"), signal: c.req.raw.signal };
+}
+
 /** Runs the core, rendering a {@link SimEngineFault} in the endpoint's wire format. */
 async function run(c: Context, engine: SimEngine, fmt: Format, req: Omit<SimGenerateRequest, "signal" | "routing_key">): Promise<SimGenerateResult | Response> {
   try {
-    return await engine.generate({
-      ...req,
-      routing_key: c.req.header("x-session-id") ?? c.req.header("x-smg-routing-key"),
-      signal: c.req.raw.signal,
-    });
+    return await engine.generate({ ...req, ...callerOf(c) });
   } catch (e) {
     if (e instanceof SimEngineFault) return send(c, fmt.fault(e));
     throw e;

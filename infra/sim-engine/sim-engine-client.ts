@@ -86,11 +86,26 @@ export class SimEngineClient implements InferenceClient {
     this.share = share;
   }
 
-  /** One generation call on the engine, after its turn on the event loop ({@link EventLoopShare}). */
+  /**
+   * One generation call on the engine, after its turn on the event loop
+   * ({@link EventLoopShare}). With `req.on_tokens` the engine's chunks go
+   * to it as they are decoded (at the engine's decode pace; log-probs null
+   * unless `sampling_params.logprobs`), never after the call settles; a
+   * caller that gives up (`req.signal`) after ≥ 1 chunk gets those tokens
+   * back as `finish_reason: "abort"` (the `GenerateRequest.on_tokens` contract).
+   */
   async generate(req: GenerateRequest): Promise<TokenOutput> {
     const wait = this.share.pass();
     if (wait) await wait;
     let out;
+    let settled = false;
+    const sink = req.on_tokens;
+    const want = req.sampling_params.logprobs;
+    const onTokens = sink
+      ? (ids: number[], lps: number[]) => {
+          if (!settled && ids.length > 0) sink(ids, want ? lps : null);
+        }
+      : undefined;
     try {
       out = await this.engine.generate({
         request_id: req.request_id,
@@ -101,14 +116,17 @@ export class SimEngineClient implements InferenceClient {
         stop: req.sampling_params.stop,
         endpoint: "in-process",
         signal: req.signal,
+        ...(onTokens ? { on_tokens: onTokens } : {}),
       });
     } catch (e) {
+      settled = true;
       if (!(e instanceof SimEngineFault)) throw e;
       const what = `engine at ${this.label} failed: ${messageOf(vllmFault(e).body) ?? e.message}`;
       if (e.kind === "context_overflow") throw new ContextOverflowError(what, { status: 400, cause: e });
       if (e.kind === "client_gone") throw new EngineAbortedError(what, { cause: e });
       throw new EngineUnavailableError(what, { cause: e });
     }
+    settled = true;
     return finishOutput(this.label, {
       ids: out.token_ids,
       logProbs: out.log_probs,

@@ -394,6 +394,19 @@ export class SimEngine {
     let paceFrom = performance.now();
     let paced = 0;
     let retractions = 0;
+    // Streaming: log-probs are a pure function of (prompt, position), so the chunks can carry them
+    // before decoding ends. Whatever was decoded goes out before each wait on the clock or a pause.
+    const sink = req.on_tokens;
+    const allLogProbs = sink ? this.logProbs(prompt, ids.length) : undefined;
+    let sent = 0;
+    const flush = (upTo: number, last: boolean) => {
+      if (!sink) return;
+      const n = Math.max(sent, upTo);
+      if (n > sent || last) sink(ids.slice(sent, n), allLogProbs!.slice(sent, n), last);
+      sent = n;
+    };
+    // A client gone after it was sent tokens gets them as an abort (the stream broke), not an error.
+    let cutAt = -1;
     for (let i = 0; i < ids.length; i++) {
       if (epoch !== this.abortEpoch) {
         ids = ids.slice(0, i);
@@ -411,17 +424,30 @@ export class SimEngine {
           stopString = null;
           break;
         }
+        flush(i, false);
         this.frozen++;
         this.checkIdle();
         if (p.mode === "retract") retractions++;
         const ok = await this.holdWhilePaused(req.signal, epoch);
         this.frozen--;
-        if (ok === false) throw gone();
+        if (ok === false) {
+          if (sent > 0) {
+            cutAt = i;
+            break;
+          }
+          throw gone();
+        }
         if (ok === "aborted") {
           i--;
           continue;
         }
-        if (p.mode === "retract" && this.latency.prefill_ms_per_token > 0 && !(await sleep((P + i) * this.latency.prefill_ms_per_token, req.signal))) throw gone();
+        if (p.mode === "retract" && this.latency.prefill_ms_per_token > 0 && !(await sleep((P + i) * this.latency.prefill_ms_per_token, req.signal))) {
+          if (sent > 0) {
+            cutAt = i;
+            break;
+          }
+          throw gone();
+        }
         paceFrom = performance.now();
         paced = i;
         i--;
@@ -430,11 +456,25 @@ export class SimEngine {
       if (decodeMs > 0) {
         const ahead = paceFrom + (i + 1 - paced) * decodeMs - performance.now();
         if (ahead >= 1 || i === ids.length - 1) {
-          if (!(await sleep(ahead, req.signal))) throw gone();
+          flush(i, false);
+          if (!(await sleep(ahead, req.signal))) {
+            if (sent > 0) {
+              cutAt = i;
+              break;
+            }
+            throw gone();
+          }
         }
       }
     }
-    const logProbs = this.logProbs(prompt, ids.length);
+    if (cutAt >= 0) {
+      ids = ids.slice(0, cutAt);
+      finish = "abort";
+      stopToken = null;
+      stopString = null;
+    }
+    flush(ids.length, true);
+    const logProbs = allLogProbs ? allLogProbs.slice(0, ids.length) : this.logProbs(prompt, ids.length);
     this.cache.insert(ids.length > 0 ? [...prompt, ...ids] : prompt);
     return {
       token_ids: ids,

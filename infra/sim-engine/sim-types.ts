@@ -89,6 +89,18 @@ export interface SimGenerateRequest {
    * @see docs/engines.md §2.7 (vLLM `TokenizeParams._token_len_check`) and §3.3 (SGLang `TokenizerManager._validate_one_request`)
    */
   context_rule?: "vllm" | "sglang";
+  /**
+   * Streaming sink: called with each run of newly decoded tokens (ids and
+   * their log-probs, same length), in order, at the decode pace
+   * (`latency.decode_ms_per_token`: a chunk goes out whenever decoding waits
+   * on the clock, so at a pace of ≥ 1 ms per token every token is its own
+   * chunk; at pace 0 the whole reply is one chunk). `last` is true on the
+   * final call, made once decoding ended (it may carry no tokens) and before
+   * `generate` resolves. The chunks concatenate to the result's `token_ids`
+   * and `log_probs`. A client gone after ≥ 1 delivered token resolves
+   * `abort` with the delivered tokens instead of throwing.
+   */
+  on_tokens?: (token_ids: number[], log_probs: number[], last: boolean) => void;
 }
 
 /**

@@ -47,6 +47,9 @@ export function trimStopString(text: string, stop: string | null, keep: boolean)
   return at < 0 ? text : text.slice(0, at);
 }
 
+/** vLLM `StreamOptions`: `include_usage` adds a last event with `choices: []` and `usage`. */
+const StreamOptions = z.looseObject({ include_usage: z.boolean().nullish(), continuous_usage_stats: z.boolean().nullish() });
+
 /** vLLM `POST /v1/completions` body (the fields the simulator honours). */
 export const VllmCompletionRequest = z.looseObject({
   model: z.string().nullish(),
@@ -65,9 +68,14 @@ export const VllmCompletionRequest = z.looseObject({
   return_tokens_as_token_ids: z.boolean().nullish(),
   skip_special_tokens: z.boolean().nullish(),
   request_id: z.string().nullish(),
-  stream: z.literal(false).nullish(),
+  /** `true`: an event stream of delta chunks (see `vllmCompletionChunk`). */
+  stream: z.boolean().nullish(),
+  stream_options: StreamOptions.nullish(),
   n: z.literal(1).nullish(),
-});
+})
+  // vLLM `CompletionRequest.validate_stream_options` and `check_logprobs` (model validators: a 400 naming the field).
+  .refine((b) => !(b.stream_options && !b.stream), { message: "Stream options can only be defined when `stream=True`.", path: ["stream_options"] })
+  .refine((b) => !(b.stream && b.prompt_logprobs != null && b.prompt_logprobs > 0), { message: "`prompt_logprobs` are not available when `stream=True`.", path: ["prompt_logprobs"] });
 
 /** vLLM `POST /inference/v1/generate` body. */
 export const VllmGenerateRequest = z.looseObject({
@@ -93,7 +101,9 @@ export const VllmGenerateRequest = z.looseObject({
       message: "stop strings are only supported when detokenize is True. Set detokenize=True to use stop.",
       path: ["detokenize"],
     }),
-  stream: z.literal(false).nullish(),
+  /** `true`: an event stream of delta chunks (`ServingTokens.serve_tokens_stream_generator`). */
+  stream: z.boolean().nullish(),
+  stream_options: StreamOptions.nullish(),
 });
 
 /** SGLang `POST /generate` body (single request; `input_ids` or `text`). */
@@ -117,7 +127,8 @@ export const SglangGenerateRequest = z.looseObject({
   /** −1 (default): output tokens only; L ≥ 0: also `input_token_logprobs` of positions L…n−1. */
   logprob_start_len: z.number().int().min(-1).nullish(),
   rid: z.string().nullish(),
-  stream: z.literal(false).nullish(),
+  /** `true`: `data: {text, output_ids, meta_info}` events (cumulative unless `--incremental-streaming-output`). */
+  stream: z.boolean().nullish(),
 });
 
 /** `POST /tokenize` body (vLLM shape; SGLang's `/v1/tokenize` is the same minus `messages`). */
@@ -201,10 +212,6 @@ export function vllmCompletionReply(
  * chat-style `{token: "token_id:N", logprob, bytes, top_logprobs}` (`0.2x`).
  */
 export function vllmGenerateReply(out: SimGenerateResult, opts: { requestId: string; logprobs: boolean; version?: SimEngineVersion; promptTokensDetails?: boolean }): Record<string, unknown> {
-  const entry =
-    (opts.version ?? "main") === "main"
-      ? (id: number, lp: number) => ({ token_id: id, logprob: lp, rank: 1, top_logprobs: [{ token_id: id, logprob: lp, rank: 1 }] })
-      : (id: number, lp: number) => ({ token: tokenIdString(id), logprob: lp, bytes: null, top_logprobs: [{ token: tokenIdString(id), logprob: lp, bytes: null }] });
   return {
     request_id: `generate-tokens-${opts.requestId}`,
     choices: [
@@ -212,13 +219,26 @@ export function vllmGenerateReply(out: SimGenerateResult, opts: { requestId: str
         index: 0,
         finish_reason: out.finish_reason,
         token_ids: out.token_ids,
-        logprobs: opts.logprobs ? { content: out.token_ids.map((id, i) => entry(id, out.log_probs[i]!)) } : null,
+        logprobs: opts.logprobs ? vllmGenerateLogprobs(out.token_ids, out.log_probs, opts.version) : null,
       },
     ],
     usage: usage(out, opts.promptTokensDetails ?? true),
     prompt_logprobs: null,
     kv_transfer_params: null,
   };
+}
+
+/**
+ * `choices[0].logprobs` of `/inference/v1/generate` for `ids`: entries
+ * `{token_id, logprob, rank, top_logprobs}` (`main`) or chat-style
+ * `{token: "token_id:N", logprob, bytes, top_logprobs}` (`0.2x`).
+ */
+export function vllmGenerateLogprobs(ids: readonly number[], lps: readonly number[], version: SimEngineVersion = "main"): { content: unknown[] } {
+  const entry =
+    version === "main"
+      ? (id: number, lp: number) => ({ token_id: id, logprob: lp, rank: 1, top_logprobs: [{ token_id: id, logprob: lp, rank: 1 }] })
+      : (id: number, lp: number) => ({ token: tokenIdString(id), logprob: lp, bytes: null, top_logprobs: [{ token: tokenIdString(id), logprob: lp, bytes: null }] });
+  return { content: ids.map((id, i) => entry(id, lps[i]!)) };
 }
 
 /**

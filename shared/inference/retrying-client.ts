@@ -37,8 +37,47 @@ export class RetryingClient implements InferenceClient {
     private readonly opts: RetryOptions = {},
   ) {}
 
+  /**
+   * One call, retried as the class says. With `req.on_tokens` the inner
+   * client's chunks are forwarded (never after this call settles), and once
+   * one was forwarded the call is never retried: an attempt that then
+   * throws (an inner client breaking the contract, or the overall deadline)
+   * resolves as `finish_reason: "abort"` with exactly the forwarded tokens,
+   * so the caller's record and what it streamed agree and the agent loop
+   * resumes from them (the `GenerateRequest.on_tokens` contract).
+   */
   async generate(req: GenerateRequest): Promise<TokenOutput> {
-    return retryEngineCall(req, this.opts, (request_id, signal) => this.inner.generate({ ...req, request_id, ...(signal ? { signal } : {}) }));
+    const sink = req.on_tokens;
+    if (!sink) return retryEngineCall(req, this.opts, (request_id, signal) => this.inner.generate({ ...req, request_id, ...(signal ? { signal } : {}) }));
+    const ids: number[] = [];
+    let lps: number[] | null = [];
+    let settled = false;
+    const on_tokens = (chunk: number[], chunkLps: number[] | null) => {
+      if (settled || chunk.length === 0) return;
+      for (const t of chunk) ids.push(t);
+      if (lps && chunkLps && chunkLps.length === chunk.length) for (const v of chunkLps) lps.push(v);
+      else lps = null;
+      sink(chunk, chunkLps);
+    };
+    try {
+      return await retryEngineCall(
+        req,
+        this.opts,
+        (request_id, signal) => this.inner.generate({ ...req, request_id, on_tokens, ...(signal ? { signal } : {}) }),
+        () => ids.length === 0,
+      );
+    } catch (e) {
+      if (ids.length === 0) throw e;
+      return {
+        token_ids: ids,
+        ...(req.sampling_params.logprobs && lps ? { log_probs: lps } : {}),
+        finish_reason: "abort",
+        num_preempted: -1,
+        extra_fields: {},
+      };
+    } finally {
+      settled = true;
+    }
   }
 
   maxModelLen(): Promise<number | undefined> {
@@ -55,13 +94,16 @@ export class RetryingClient implements InferenceClient {
  * a teacher's scoring call): `call(requestId, signal)` is attempted, and
  * retried with exponential backoff under a fresh request id (`<id>-r<i>`)
  * after an {@link EngineUnavailableError} or a `retryable`
- * {@link BadEngineResponseError}, within `opts.deadlineMs` when set.
+ * {@link BadEngineResponseError}, within `opts.deadlineMs` when set, and
+ * only while `mayRetry()` says so (default: always; a streaming call stops
+ * once a chunk went out).
  * @throws the last error; EngineUnavailableError when the overall deadline passes; EngineAbortedError when `req.signal` aborts during a backoff.
  */
 export async function retryEngineCall<T>(
   req: { request_id: string; signal?: AbortSignal },
   opts: RetryOptions,
   call: (requestId: string, signal: AbortSignal | undefined) => Promise<T>,
+  mayRetry: () => boolean = () => true,
 ): Promise<T> {
   const retries = opts.retries ?? 3;
   const deadline = opts.deadlineMs ? AbortSignal.timeout(opts.deadlineMs) : undefined;
@@ -73,7 +115,7 @@ export async function retryEngineCall<T>(
     } catch (e) {
       if (deadline?.aborted && !req.signal?.aborted) throw expired();
       const retryable = e instanceof EngineUnavailableError || (e instanceof BadEngineResponseError && e.retryable);
-      if (!retryable || attempt >= retries || req.signal?.aborted) throw e;
+      if (!retryable || attempt >= retries || req.signal?.aborted || !mayRetry()) throw e;
       processMetrics.observeEngineRetry();
       const base = Math.min(opts.maxDelayMs ?? 5_000, (opts.minDelayMs ?? 200) * 2 ** attempt);
       const ms = base * (0.75 + 0.5 * (opts.random ?? Math.random)());

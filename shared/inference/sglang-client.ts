@@ -13,9 +13,11 @@ import {
   engineTopK,
   joinUrl,
   postEngineJson,
+  type EngineHttpReply,
   type FetchLike,
 } from "./engine-http.ts";
 import { cachedModelMaxLen, engineVersionSpans, finishOutput } from "./finish-output.ts";
+import { postEngineStream, settleStream, streamEventError, StreamedTokens } from "./engine-stream.ts";
 import type { GenerateRequest, InferenceClient } from "./types.ts";
 
 /** Options of {@link SglangClient}. */
@@ -173,21 +175,56 @@ export class SglangClient implements InferenceClient {
     };
   }
 
-  /** One generation call; see the class docs for the error mapping. */
+  /**
+   * One generation call; see the class docs for the error mapping. With
+   * `req.on_tokens` it streams (`stream: true`, see {@link SglangStreamState}):
+   * each event's new tokens go to the sink as they arrive, and the call
+   * resolves with the output the non-streaming call gives; a stream that
+   * breaks after ≥ 1 token resolves `finish_reason: "abort"` with the tokens
+   * received. With `return_routed_experts` too the call does not stream
+   * (the experts' wire form is only known for the whole reply): the sink
+   * gets the whole output as one chunk before the call resolves.
+   */
   async generate(req: GenerateRequest): Promise<TokenOutput> {
     if (req.return_routed_experts && !this.moe) {
       throw new ConfigError("engine.moe", "rollout.return_routed_experts needs engine.moe {layers, top_k} of the served model: SGLang's meta_info.routed_experts carries no shape");
     }
     const url = joinUrl(this.url, "/generate");
-    const reply = await postEngineJson(this.fetchFn, url, this.generateBody(req), engineHeaders(req.routing_key, req.request_id, req.prefix_key, this.apiKey), {
-      timeoutMs: this.timeoutMs,
-      signal: req.signal,
-      ...(this.maxReplyBytes ? { maxReplyBytes: this.maxReplyBytes } : {}),
-    });
+    const headers = engineHeaders(req.routing_key, req.request_id, req.prefix_key, this.apiKey);
+    const opts = { timeoutMs: this.timeoutMs, signal: req.signal, ...(this.maxReplyBytes ? { maxReplyBytes: this.maxReplyBytes } : {}) };
+    if (req.on_tokens && !req.return_routed_experts) return this.generateStreaming(req, url, headers, opts);
+    const reply = await postEngineJson(this.fetchFn, url, this.generateBody(req), headers, opts);
+    const out = this.finishReply(req, url, reply);
+    if (req.on_tokens && out.token_ids.length > 0) req.on_tokens(out.token_ids, req.sampling_params.logprobs ? (out.log_probs ?? null) : null);
+    return out;
+  }
+
+  private finishReply(req: GenerateRequest, url: string, reply: EngineHttpReply): TokenOutput {
     if (reply.status < 200 || reply.status >= 300) throw engineErrorFromReply(url, reply);
     if (reply.body === undefined) throw badReply(url, "body is not JSON");
     const experts = req.return_routed_experts ? { shape: this.moe!, promptTokens: req.prompt_ids.length } : undefined;
     return withReplica(parseSglangReply(url, reply.body, req.sampling_params.logprobs, experts), reply);
+  }
+
+  private async generateStreaming(req: GenerateRequest, url: string, headers: Record<string, string>, opts: { timeoutMs: number; signal?: AbortSignal; maxReplyBytes?: number }): Promise<TokenOutput> {
+    const want = req.sampling_params.logprobs;
+    const acc = new StreamedTokens(req.on_tokens!, want);
+    const st = new SglangStreamState(url, want);
+    try {
+      const r = await postEngineStream(this.fetchFn, url, { ...this.generateBody(req), stream: true }, headers, opts, (data) => {
+        const d = st.event(data, acc.ids);
+        if (d) acc.push(d.ids, d.logProbs);
+      });
+      if (r.kind === "reply") {
+        const out = this.finishReply(req, url, r.reply);
+        acc.push(out.token_ids, out.log_probs ?? null);
+        return out;
+      }
+      const out = settleStream(url, r.stream, st.finished, acc.ids.length, (finish) => st.build(acc, finish));
+      return withReplica(out, { status: 200, body: undefined, text: "", ...(r.stream.replica ? { replica: r.stream.replica } : {}) });
+    } finally {
+      acc.close();
+    }
   }
 
   /** `max_model_len` from `GET /v1/models` (cached after the first success); undefined when absent. */
@@ -289,4 +326,103 @@ export function decodeSglangRoutedExperts(url: string, b64: string | null | unde
     );
   }
   return { data, shape: [shape[0], shape[1]], start: 0, tokens };
+}
+
+/**
+ * The state of one SGLang `/generate` event stream (`stream: true`):
+ * `data: {text, output_ids, meta_info}` events, then `data: [DONE]`.
+ * By default (`incremental_streaming_output` off) every event is
+ * **cumulative** — `output_ids` and `meta_info.output_token_logprobs` hold
+ * everything generated so far; with `--incremental-streaming-output` they
+ * hold the new tokens only. Each event tells which:
+ * `meta_info.completion_tokens` counts all tokens so far either way, so an
+ * event whose `output_ids` has that many is cumulative (its first ids must
+ * repeat the ones received), one that adds up to it with the ids received is
+ * incremental; without the count, ids that extend the received ones are
+ * taken as cumulative. `meta_info.finish_reason` is null until the last
+ * event; an abort the scheduler gave a status (`finish_reason.status_code`
+ * 400, 500 or 503, which the non-streaming reply turns into that HTTP status)
+ * arrives there too, and before any token fails as that status would. An
+ * `{"error": {"message"}}` event (a `ValueError`, e.g. the context
+ * check, which runs inside the stream: the status is already 200) is mapped
+ * by {@link streamEventError}. Malformed events are retryable
+ * `BadEngineResponseError`s naming the field.
+ * @see docs/engines.md §7.1 (SGLang `http_server.py › generate_request`, `OutputProcessor.handle_batch_output`)
+ */
+class SglangStreamState {
+  finished = false;
+  private meta: Record<string, unknown> = {};
+  private triples: unknown[][] = [];
+
+  constructor(
+    private readonly url: string,
+    private readonly want: boolean,
+  ) {}
+
+  /** One event: its new tokens. `have`: the ids received before it. @throws BadEngineResponseError, the error of an error event */
+  event(data: unknown, have: readonly number[]): { ids: number[]; logProbs: number[] | null } | undefined {
+    if (isObj(data) && data.error !== undefined && data.meta_info === undefined) throw streamEventError(this.url, data as { error: unknown });
+    const bad = (problem: string) => badReply(this.url, `stream event: ${problem}`);
+    if (!isObj(data)) throw bad("not an object");
+    const raw = data.output_ids ?? data.token_ids;
+    if (!optIdArray(raw) || raw == null) throw bad("output_ids is not a list of token ids");
+    const ids = raw as number[];
+    const m = data.meta_info;
+    if (!isObj(m)) throw bad("meta_info is not an object");
+    const total = m.completion_tokens;
+    if (!nil(total) && !(isInt(total) && (total as number) >= 0)) throw bad("meta_info.completion_tokens is not a count");
+    const lps = m.output_token_logprobs;
+    if (!nil(lps) && !Array.isArray(lps)) throw bad("meta_info.output_token_logprobs is not a list");
+    const n = ids.length;
+    const h = have.length;
+    const extends_ = n >= h && have.every((v, i) => v === ids[i]);
+    let cumulative: boolean;
+    if (typeof total === "number") {
+      if (n === total && extends_) cumulative = true;
+      else if (h + n === total) cumulative = false;
+      else throw bad(`meta_info.completion_tokens ${total} fits neither cumulative output_ids (${n}) nor new ones after ${h}`);
+    } else cumulative = extends_;
+    const from = cumulative ? h : 0;
+    const delta = from > 0 ? ids.slice(from) : ids;
+    let deltaTriples: unknown[][] = [];
+    if (Array.isArray(lps)) {
+      if (lps.length !== n) throw bad(`meta_info.output_token_logprobs has ${lps.length} entries for ${n} output_ids`);
+      for (let i = from; i < n; i++) {
+        const t = lps[i];
+        if (!Array.isArray(t) || t.length < 2 || !(t[0] === null || isNum(t[0])) || t[1] !== delta[i - from]) {
+          throw bad(`meta_info.output_token_logprobs[${i}] is not a [logprob, ${delta[i - from]}, …] triple`);
+        }
+        deltaTriples.push(t);
+      }
+    } else if (this.want && delta.length > 0) throw bad("meta_info.output_token_logprobs is missing (log-probs were requested)");
+    if (this.finished && delta.length > 0) throw bad("tokens after the event that carried meta_info.finish_reason");
+    // A scheduler abort with a status (`_handle_abort_finish_reason`): without a token it fails as the
+    // non-streaming reply does (400 → the request's error, 500/503 → unavailable); after tokens it is an abort.
+    const fr = m.finish_reason;
+    if (isObj(fr) && fr.type === "abort" && h + delta.length === 0 && (fr.status_code === 400 || fr.status_code === 500 || fr.status_code === 503)) {
+      const message = typeof fr.message === "string" ? fr.message : "aborted";
+      throw engineErrorFromReply(this.url, { status: fr.status_code as number, body: { error: { message } }, text: message });
+    }
+    for (const t of deltaTriples) this.triples.push(t);
+    this.meta = m;
+    if (!nil(m.finish_reason)) this.finished = true;
+    if (!this.want) return { ids: delta, logProbs: null };
+    const out: number[] = [];
+    for (const t of deltaTriples) {
+      if (typeof t[0] !== "number") throw bad("a sampled token has a null log-prob in meta_info.output_token_logprobs");
+      out.push(t[0]);
+    }
+    return { ids: delta, logProbs: out };
+  }
+
+  /** The output of everything received, as the non-streaming reply would give it (`finish` "abort": the stream broke). */
+  build(acc: StreamedTokens, finish: "abort" | null): TokenOutput {
+    const meta = {
+      ...this.meta,
+      output_token_logprobs: this.triples.length === acc.ids.length ? this.triples : null,
+      completion_tokens: acc.ids.length,
+      ...(finish ? { finish_reason: { type: "abort", message: "the event stream broke" } } : {}),
+    };
+    return parseSglangReply(this.url, { output_ids: acc.ids, meta_info: meta }, this.want);
+  }
 }

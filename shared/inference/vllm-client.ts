@@ -11,9 +11,12 @@ import {
   joinUrl,
   postEngineJson,
   VLLM_GENERATE_PATH,
+  type EngineHttpReply,
   type FetchLike,
 } from "./engine-http.ts";
 import { CachedTokensNotice, cachedModelMaxLen, engineVersionSpans, finishOutput } from "./finish-output.ts";
+import { postEngineStream, settleStream, streamEventError, StreamedTokens } from "./engine-stream.ts";
+import { isObj } from "./fast-check.ts";
 import type { GenerateRequest, InferenceClient } from "./types.ts";
 import { fastVllmCompletionReply, fastVllmGenerateReply, idsFromTokenIdStrings, VllmCompletionReply, VllmGenerateReply } from "./vllm-wire.ts";
 
@@ -133,17 +136,38 @@ export class VllmClient implements InferenceClient {
     };
   }
 
-  /** One generation call; see the class docs for the error mapping. */
+  /**
+   * One generation call; see the class docs for the error mapping. With
+   * `req.on_tokens` it streams ({@link streamingBody}): each event's new
+   * tokens go to the sink as they arrive, and the call resolves with the
+   * output the non-streaming call gives; a stream that breaks after ≥ 1
+   * token resolves `finish_reason: "abort"` with the tokens received.
+   */
   async generate(req: GenerateRequest): Promise<TokenOutput> {
     if (req.return_routed_experts) throw vllmRoutedExpertsRefused();
     const path = this.endpoint === "generate" ? VLLM_GENERATE_PATH : "/v1/completions";
     const url = joinUrl(this.url, path);
+    const headers = engineHeaders(req.routing_key, req.request_id, req.prefix_key, this.apiKey);
+    const opts = { timeoutMs: this.timeoutMs, signal: req.signal, ...(this.maxReplyBytes ? { maxReplyBytes: this.maxReplyBytes } : {}) };
+    if (req.on_tokens) return this.generateStreaming(req, url, headers, opts);
     const body = this.endpoint === "generate" ? this.generateBody(req) : this.completionsBody(req);
-    const reply = await postEngineJson(this.fetchFn, url, body, engineHeaders(req.routing_key, req.request_id, req.prefix_key, this.apiKey), {
-      timeoutMs: this.timeoutMs,
-      signal: req.signal,
-      ...(this.maxReplyBytes ? { maxReplyBytes: this.maxReplyBytes } : {}),
-    });
+    const reply = await postEngineJson(this.fetchFn, url, body, headers, opts);
+    return this.finishReply(req, url, reply);
+  }
+
+  /**
+   * The streaming form of {@link completionsBody} / {@link generateBody}:
+   * `stream: true` and `stream_options: {include_usage: true}` (vLLM sends
+   * `usage` — with `prompt_tokens_details.cached_tokens` — only in a last
+   * event with `choices: []`, and only when asked).
+   * @see docs/engines.md §7.2–7.3
+   */
+  streamingBody(req: GenerateRequest): Record<string, unknown> {
+    const body = this.endpoint === "generate" ? this.generateBody(req) : this.completionsBody(req);
+    return { ...body, stream: true, stream_options: { include_usage: true } };
+  }
+
+  private finishReply(req: GenerateRequest, url: string, reply: EngineHttpReply): TokenOutput {
     if (reply.status < 200 || reply.status >= 300) throw engineErrorFromReply(url, reply);
     if (reply.body === undefined) throw badReply(url, "body is not JSON");
     const out =
@@ -152,6 +176,29 @@ export class VllmClient implements InferenceClient {
         : parseCompletionReply(url, reply.body, req.sampling_params.logprobs);
     this.cachedTokens.saw(out.cached_tokens !== undefined);
     return withReplica(out, reply);
+  }
+
+  private async generateStreaming(req: GenerateRequest, url: string, headers: Record<string, string>, opts: { timeoutMs: number; signal?: AbortSignal; maxReplyBytes?: number }): Promise<TokenOutput> {
+    const want = req.sampling_params.logprobs;
+    const acc = new StreamedTokens(req.on_tokens!, want);
+    const st = new VllmStreamState(url, this.endpoint, want);
+    try {
+      const r = await postEngineStream(this.fetchFn, url, this.streamingBody(req), headers, opts, (data) => {
+        const d = st.event(data);
+        if (d) acc.push(d.ids, d.logProbs);
+      });
+      if (r.kind === "reply") {
+        // A server (or proxy) that answered the whole reply at once: one chunk, then the reply.
+        const out = this.finishReply(req, url, r.reply);
+        acc.push(out.token_ids, out.log_probs ?? null);
+        return out;
+      }
+      const out = settleStream(url, r.stream, st.finished, acc.ids.length, (finish) => st.build(acc, finish));
+      if (out.finish_reason !== "abort" || st.finished) this.cachedTokens.saw(out.cached_tokens !== undefined);
+      return withReplica(out, { status: 200, body: undefined, text: "", ...(r.stream.replica ? { replica: r.stream.replica } : {}) });
+    } finally {
+      acc.close();
+    }
   }
 
   /** Whether a reply lacked `cached_tokens` (the server runs without `--enable-prompt-tokens-details`); said once per client. */
@@ -253,4 +300,103 @@ export function vllmRoutedExpertsRefused(): ConfigError {
     "rollout.return_routed_experts",
     "is not supported with engine.format vllm or vllm-generate (vLLM returns routed experts only behind a server flag, in version-specific wire forms); use engine.format sglang (SGLang's return_routed_experts) or the simulated engine",
   );
+}
+
+/**
+ * The state of one vLLM event stream: the events of `POST /v1/completions`
+ * or `/inference/v1/generate` with `stream: true`. Every event carries the
+ * **new** tokens only (`RequestOutputKind.DELTA`): `choices[0].token_ids`
+ * (with `return_token_ids`; completions also name them in
+ * `logprobs.tokens` as `token_id:N`, generate in `logprobs.content[].token_id`),
+ * their log-probs (`logprobs.token_logprobs`, resp. `logprobs.content[].logprob`),
+ * and `finish_reason` / `stop_reason` on the event of the last tokens
+ * (completions may send it on an event with no tokens; the tokens endpoint
+ * skips empty events, so an abort there ends with `[DONE]` and no finish
+ * reason). A last event with `choices: []` carries `usage` when
+ * `stream_options.include_usage`. An `{"error": …}` event is mapped by
+ * {@link streamEventError}. Malformed events are retryable
+ * `BadEngineResponseError`s naming the field.
+ * @see docs/engines.md §7.2–7.3
+ */
+class VllmStreamState {
+  finished = false;
+  private finish: string | null = null;
+  private stopReason: number | string | null | undefined = undefined;
+  private usage: unknown = null;
+  private logProbs: (number | null)[] | null = [];
+
+  constructor(
+    private readonly url: string,
+    private readonly endpoint: "completions" | "generate",
+    private readonly want: boolean,
+  ) {}
+
+  /** One event: its new tokens (none for a usage or finish-only event). @throws BadEngineResponseError, the error of an error event */
+  event(data: unknown): { ids: number[]; logProbs: number[] | null } | undefined {
+    if (isObj(data) && data.error !== undefined && data.choices === undefined) throw streamEventError(this.url, data as { error: unknown });
+    // Older servers' flat error body (`{"object": "error", "message", "code"}`).
+    if (isObj(data) && data.object === "error") throw streamEventError(this.url, { error: { message: data.message, code: data.code } });
+    if (isObj(data) && Array.isArray(data.choices) && data.choices.length === 0) {
+      this.usage = data.usage ?? null;
+      return undefined;
+    }
+    const bad = (problem: string) => badReply(this.url, `stream event: ${problem}`);
+    let ids: number[] | undefined;
+    let lps: (number | null)[] | undefined;
+    let choice: { finish_reason?: string | null; stop_reason?: number | string | null };
+    if (this.endpoint === "completions") {
+      const fast = fastVllmCompletionReply(data);
+      const parsed = fast ? { success: true as const, data: fast } : VllmCompletionReply.safeParse(data);
+      if (!parsed.success) throw bad(`not a completion event (${parsed.error.issues[0]?.path.join(".")}: ${parsed.error.issues[0]?.message})`);
+      const c = parsed.data.choices[0];
+      const fromStrings = c.logprobs?.tokens ? idsFromTokenIdStrings(c.logprobs.tokens) : undefined;
+      ids = c.token_ids ?? fromStrings;
+      if (!ids) throw bad("choices[0].token_ids is missing and logprobs.tokens are not 'token_id:<id>' strings");
+      if (c.token_ids && fromStrings && !sameIds(c.token_ids, fromStrings)) throw bad("choices[0].token_ids disagree with the ids in logprobs.tokens");
+      lps = c.logprobs?.token_logprobs ?? undefined;
+      choice = c;
+    } else {
+      const fast = fastVllmGenerateReply(data);
+      const parsed = fast ? { success: true as const, data: fast } : VllmGenerateReply.safeParse(data);
+      if (!parsed.success) throw bad(`not a generate event (${parsed.error.issues[0]?.path.join(".")}: ${parsed.error.issues[0]?.message})`);
+      const c = parsed.data.choices[0];
+      const content = c.logprobs?.content ?? undefined;
+      const fromEntries = content?.length && content.every((e) => typeof e.token_id === "number") ? content.map((e) => e.token_id as number) : undefined;
+      const fromStrings = fromEntries ?? (content ? idsFromTokenIdStrings(content.map((e) => e.token)) : undefined);
+      ids = c.token_ids ?? fromStrings;
+      if (!ids) throw bad("choices[0].token_ids is missing and logprobs.content names no token ids");
+      if (c.token_ids && fromStrings && !sameIds(c.token_ids, fromStrings)) throw bad("choices[0].token_ids disagree with the ids in logprobs.content");
+      lps = content?.map((e) => e.logprob);
+      choice = c;
+    }
+    if (this.finished && ids.length > 0) throw bad("tokens after the event that carried finish_reason");
+    let checked: number[] | null = null;
+    if (this.want) {
+      const what = this.endpoint === "completions" ? "choices[0].logprobs.token_logprobs" : "choices[0].logprobs.content[].logprob";
+      if (!lps || lps.length !== ids.length) throw bad(`${what} has ${lps?.length ?? 0} log-probs for ${ids.length} token ids`);
+      if (lps.some((v) => typeof v !== "number" || !Number.isFinite(v))) throw bad(`${what}: a sampled token has a null or non-finite log-prob`);
+      checked = lps as number[];
+    }
+    if (this.logProbs && lps && lps.length === ids.length) for (const v of lps) this.logProbs.push(v);
+    else if (ids.length > 0) this.logProbs = null;
+    if (choice.finish_reason != null) {
+      this.finished = true;
+      this.finish = choice.finish_reason;
+      this.stopReason = choice.stop_reason;
+    }
+    return { ids, logProbs: checked };
+  }
+
+  /** The output of everything received, as the non-streaming reply would give it (`finish` "abort": the stream broke). */
+  build(acc: StreamedTokens, finish: "abort" | null): TokenOutput {
+    const finishReason = finish ?? this.finish;
+    const stopReason = finish ? undefined : this.stopReason;
+    if (this.endpoint === "completions") {
+      const choice = { token_ids: acc.ids, logprobs: this.logProbs ? { token_logprobs: this.logProbs } : null, finish_reason: finishReason, stop_reason: stopReason };
+      return parseCompletionReply(this.url, { choices: [choice], usage: this.usage }, this.want);
+    }
+    const content = this.logProbs ? this.logProbs.map((logprob) => ({ logprob })) : null;
+    const choice = { token_ids: acc.ids, logprobs: content ? { content } : null, finish_reason: finishReason, stop_reason: stopReason };
+    return parseGenerateReply(this.url, { choices: [choice], usage: this.usage }, this.want);
+  }
 }
