@@ -9,12 +9,15 @@
  * runtime, and its errors naming the field.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { AgentGateway, type AgentGatewayOptions } from "../../shared/agent-gateway/agent-gateway.ts";
 import { agentOutputs } from "../../shared/agent-gateway/agent-session.ts";
+import { OpenAIAgentLoop, type AgentGatewayLink } from "../../shared/agent-gateway/openai-agent-loop.ts";
+import { AgentTask } from "../../shared/agent-gateway/task.ts";
 import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
 import { createRolloutsApp } from "../../functions/rollouts.ts";
 import { parseAppConfig } from "../../shared/config/app-config.ts";
@@ -32,7 +35,7 @@ import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokeni
 import { SimEngine } from "../../infra/sim-engine/sim-engine.ts";
 import { SimEngineClient } from "../../infra/sim-engine/sim-engine-client.ts";
 import { buildRuntime } from "../../infra/cli/runtime.ts";
-import { config, SP } from "../agent-loop/helpers.ts";
+import { config, ctxOf, SP } from "../agent-loop/helpers.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 
 const ROOT = new URL("../../", import.meta.url).pathname;
@@ -88,7 +91,7 @@ function setup(o: Partial<AgentGatewayOptions> = {}) {
   servers.push(server);
   const base = (key: string) => `http://127.0.0.1:${server.port}/v1/sessions/${key}/openai/v1`;
   const sdk = (key: string, role?: string) => new OpenAI({ baseURL: base(key), apiKey: TOKEN, maxRetries: 0, ...(role ? { defaultHeaders: { "X-Agent-Role": role } } : {}) });
-  return { gw, def, a, b, sdk };
+  return { gw, def, a, b, sdk, port: server.port };
 }
 const servers: { stop(force?: boolean): void }[] = [];
 afterAll(() => {
@@ -186,6 +189,23 @@ describe("agent roles routed to engine pools", () => {
     expect(recs[1]!.prompt_ids).toEqual(render(PROMPT));
   });
 
+  test("the Responses and Messages APIs of the session carry the role too; GET /models names the role's model", async () => {
+    const { gw, def, a, b, sdk, port } = setup();
+    await create(gw, "r6_0_0");
+    const r = await sdk("r6_0_0", "planner").responses.create({ model: "qwen3", input: PROMPT[0]!.content as string });
+    expect(r.output_text).toBe(PLAN);
+    const claude = new Anthropic({ baseURL: `http://127.0.0.1:${port}/v1/sessions/r6_0_0/anthropic`, apiKey: TOKEN, maxRetries: 0, defaultHeaders: { "X-Agent-Role": "solver" } });
+    const m = await claude.messages.create({ model: "qwen3", max_tokens: 256, messages: [{ role: "user", content: PROMPT[0]!.content as string }] });
+    expect(m.content).toEqual([{ type: "text", text: SOLVE, citations: null }]);
+    expect([def.prompts.length, a.prompts, b.prompts]).toEqual([0, [render(PROMPT)], [render(PROMPT)]]);
+    expect((await recordsOf(gw, "r6_0_0")).map((x) => [x.agent_role, x.served_model, x.response_ids])).toEqual([
+      ["planner", "planner-policy", [...tok.encode(PLAN), IM_END]],
+      ["solver", "pool_b", [...tok.encode(SOLVE), IM_END]],
+    ]);
+    expect((await sdk("r6_0_0", "planner").models.list()).data.map((x) => x.id)).toEqual(["planner-policy"]);
+    expect((await sdk("r6_0_0").models.list()).data.map((x) => x.id)).toEqual(["qwen3"]);
+  });
+
   test("an unknown role is a 400 naming X-Agent-Role and the known roles; no engine is called", async () => {
     const { gw, def, a, b, sdk } = setup();
     await create(gw, "r3_0_0");
@@ -221,6 +241,39 @@ describe("agent roles routed to engine pools", () => {
     expect((err as InputError).field).toBe("agent_role");
     expect((err as InputError).message).toBe('agent_role: unknown agent role "critic"; known roles: "planner", "solver"');
     expect(await gw.get("r4_1_0")).toBeNull();
+  });
+
+  test("openai_agent: a row's agent_role goes into the session and the task (model: its pool's); the agent's header overrides it per call", async () => {
+    const { gw, a, b, port } = setup();
+    const tasks: AgentTask[] = [];
+    const runs: Promise<void>[] = [];
+    // The test agent: answers 202 and, in the background, calls once as the task's role and once as the planner, then finishes.
+    const agentFetch = (async (_u: string | URL | Request, init?: RequestInit) => {
+      const task = AgentTask.parse(JSON.parse(String(init!.body)));
+      tasks.push(task);
+      runs.push(
+        (async () => {
+          const own = new OpenAI({ baseURL: task.base_url, apiKey: task.api_key, maxRetries: 0 });
+          await own.chat.completions.create({ model: task.model, messages: task.messages as OpenAI.ChatCompletionMessageParam[] });
+          await own.chat.completions.create({ model: task.model, messages: [...task.messages, { role: "user", content: "Plan first." }] as OpenAI.ChatCompletionMessageParam[] }, { headers: { "X-Agent-Role": "planner" } });
+          await fetch(task.finish_url, { method: "POST", headers: { authorization: `Bearer ${task.api_key}`, "content-type": "application/json" }, body: JSON.stringify({ reward: 1 }) });
+        })(),
+      );
+      return new Response(null, { status: 202 });
+    }) as typeof fetch;
+    const link: AgentGatewayLink = { gateway: gw, publicUrl: () => `http://127.0.0.1:${port}`, agent: { url: "http://agent.local/tasks", timeout_ms: 600_000, secret: null }, fetch: agentFetch };
+    const loop = new OpenAIAgentLoop(ctxOf(tok, a, config(), { reward: false, agentGateway: link, asyncTools: { wallClockMs: () => NOW } }));
+    const outs = await loop.run(SP, { uid: "oa", session_id: 0, prompt: PROMPT, agent_role: "solver" });
+    await Promise.all(runs);
+    expect(tasks.map((t) => [t.key, t.agent_role, t.model])).toEqual([["oa_0_0", "solver", "pool_b"]]);
+    expect(outs.map((o) => [o.agent_role, o.served_model, o.response_ids, o.reward_score])).toEqual([
+      ["solver", "pool_b", [...tok.encode(SOLVE), IM_END], 1],
+      ["planner", "planner-policy", [...tok.encode(PLAN), IM_END], 1],
+    ]);
+    expect([a.prompts.length, b.prompts.length]).toEqual([1, 1]);
+    // A malformed row role fails the trajectory naming the field, before any session exists.
+    const bad = await loop.run(SP, { uid: "ob", session_id: 0, prompt: PROMPT, agent_role: 7 }).catch((e: unknown) => e);
+    expect([(bad as InputError).field, (bad as Error).message]).toEqual(["agent_role", "agent_role: Invalid input: expected string, received number, got 7"]);
   });
 
   test("no roles configured: a role is accepted, served by the default engine and recorded; no role records nothing new", async () => {
