@@ -12,6 +12,7 @@ import { constantTimeEqual } from "../tools/signature.ts";
 import type { ChatTokenizer } from "../tokens/tokenizer.ts";
 import { describeModelId, modelIdOf, sameModel } from "../models/model-id.ts";
 import { AgentRoleName } from "../schema/agent-role.ts";
+import { DEFAULT_POOL } from "../config/app-config.ts";
 import {
   AgentSessionInput,
   applyEvent,
@@ -63,8 +64,8 @@ export interface AgentGatewayOptions {
   roles?: Record<string, string>;
 }
 
-/** The pool name of {@link AgentGatewayOptions.client} in `roles` (config: the `engine` section). */
-export const DEFAULT_POOL_NAME = "default";
+/** The pool name of {@link AgentGatewayOptions.client} in `roles` (config: the `engine` section, `DEFAULT_POOL`). */
+export const DEFAULT_POOL_NAME = DEFAULT_POOL;
 
 /** One named engine pool of the gateway: its client (sticky per session key within the pool) and model. */
 export interface EnginePool {
