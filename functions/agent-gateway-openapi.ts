@@ -17,7 +17,8 @@ export function agentGatewayOpenApiPaths(err: Record<string, unknown>): Record<s
   // How a turn route tells a retry (replayed from the record) from a resample (a new engine call).
   const retryCount = { name: "x-stainless-retry-count", in: "header", required: false, description: "the SDK's attempt number: ≥ 1 (a retry) replays an equal call the session answered; 0 or absent: an equal body is a new sample", schema: { type: "string" } };
   const idemKey = { name: "Idempotency-Key", in: "header", required: false, description: "1-255 characters: the same key with the same body replays the call, with another body is a 422; a new key is a new call", schema: { type: "string", minLength: 1, maxLength: 255 } };
-  const turn = [key, retryCount, idemKey];
+  const agentRole = { name: "X-Agent-Role", in: "header", required: false, description: "the call's agent role (over the task's agent_role): served by its pool of config agent.roles and recorded as the records' agent_role; a role agent.roles does not list is a 400", schema: { type: "string", minLength: 1, maxLength: 64, pattern: "^[A-Za-z0-9._-]+$" } };
+  const turn = [key, retryCount, idemKey, agentRole];
   const reused = { ...err, description: "the Idempotency-Key was used with another request body (code idempotency_key_reused, field Idempotency-Key)" };
   const unauthorized = { ...err, description: "wrong or missing session token, or an unknown session (the same answer, so keys cannot be probed)" };
   const closed = { ...err, description: "the session is closed (code session_closed; x-should-retry: false)" };

@@ -43,7 +43,7 @@ async function jsonBody(c: Context, maxBody: number): Promise<unknown> {
  *   ({@link AgentGateway.chat});
  * - `POST /v1/sessions/{key}/openai/v1/responses` — the same turn as an OpenAI
  *   Responses call (`stream: true`: the Responses SSE events), see `answerResponses`;
- * - `GET /v1/sessions/{key}/openai/v1/models` — the one model served;
+ * - `GET /v1/sessions/{key}/openai/v1/models` — the one model served (the caller's agent role's pool's);
  * - `POST /v1/sessions/{key}/finish` `{reward?, metadata?}` → `{ok, key, outputs}` (idempotent);
  * - `POST /v1/sessions/{key}/anthropic/v1/messages` — Anthropic's Messages API
  *   on the same session ({@link createMessagesApp}; its errors in Anthropic's shape).
@@ -115,7 +115,8 @@ export function createAgentGatewayApp(opts: AgentGatewayAppOptions): Hono {
 
   app.get("/v1/sessions/:key/openai/v1/models", async (c) => {
     const st = await authorize(c.req.param("key"), bearer(c));
-    return c.json(modelsBody(gw.modelName, Math.floor(st.input.created_ms / 1000)));
+    // The model of the caller's role (X-Agent-Role, else the session's agent_role), as its replies report it.
+    return c.json(modelsBody(gw.modelNameFor(turnOptionsOf(c.req.raw.headers).role ?? st.input.agent_role), Math.floor(st.input.created_ms / 1000)));
   });
 
   app.post("/v1/sessions/:key/finish", async (c) => {

@@ -2,7 +2,7 @@ import type { Context, Next } from "hono";
 import { z } from "zod";
 import { InputError, inputErrorFromZod } from "../shared/errors.ts";
 import { PolicyVersionValue } from "../shared/rollout/policy-version.ts";
-import { Uid } from "../shared/schema/index.ts";
+import { AgentRoleName, Uid } from "../shared/schema/index.ts";
 
 // The boundary of the rollouts API (rollouts.ts): the strict query schemas of its routes (one table the
 // handlers, the OpenAPI document and the unknown-query middleware read) and its request bodies.
@@ -13,6 +13,8 @@ export const GroupsQuery = z.strictObject({
   block_ms: z.coerce.number().int().min(0).max(60_000).default(0),
   consumer: z.string().min(1).max(200).regex(/^[A-Za-z0-9._:-]+$/, "consumer may only hold letters, digits, '.', '_', ':' and '-'").default("trainer"),
   partition: z.enum(["train", "val"]).default("train"),
+  /** Only this agent role's records in each group (groups are still delivered whole: ack them as usual). */
+  agent_role: AgentRoleName.optional(),
   /** `1`: also list the partition's complete groups filtered by `rollout.filter_groups` (`filtered`, read-only, never acked). */
   include_filtered: z.enum(["0", "1", "true", "false"]).optional(),
 });

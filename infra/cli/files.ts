@@ -26,7 +26,7 @@ export async function readConfigFile(path: string): Promise<unknown> {
 /**
  * Makes the paths inside a config file relative to the file's own directory
  * (not the working directory), so a config works wherever it is run from:
- * `engine.script`, `tools.file`, `rollout.agent.agent_loop_config_path` and
+ * `engine.script` (and each `engine.pools.{name}.script`), `tools.file`, `rollout.agent.agent_loop_config_path` and
  * `model` (except the built-in name `qwen3`). Absolute paths, URLs and
  * non-strings are left alone. Returns a new object.
  */
@@ -42,7 +42,11 @@ export function resolveConfigPaths(raw: unknown, configPath: string): unknown {
       out[k] = copy;
     }
   };
-  section("engine", (e) => "script" in e && (e.script = fix(e.script)));
+  section("engine", (e) => {
+    if ("script" in e) e.script = fix(e.script);
+    // Each engine pool is a whole engine section, with its own script.
+    if (isObject(e.pools)) e.pools = Object.fromEntries(Object.entries(e.pools).map(([name, p]) => [name, isObject(p) && "script" in p ? { ...p, script: fix(p.script) } : p]));
+  });
   section("tools", (t) => "file" in t && (t.file = fix(t.file)));
   section("rollout", (r) => {
     if (isObject(r.agent) && "agent_loop_config_path" in r.agent) r.agent = { ...r.agent, agent_loop_config_path: fix(r.agent.agent_loop_config_path) };

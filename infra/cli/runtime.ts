@@ -14,7 +14,7 @@ import type { SessionsBackend } from "../../functions/sessions.ts";
 import { maskRedisUrl } from "../redis/redis-check.ts";
 import { buildAgentGateway } from "./builders/agent.ts";
 import { resolveRuntimeConfig } from "./builders/config.ts";
-import { buildEngine, buildTeacher, probePolicyEngine } from "./builders/engine.ts";
+import { buildEngine, buildEnginePools, buildTeacher, probePolicyEngine } from "./builders/engine.ts";
 import { buildLoopRegistry } from "./builders/loops.ts";
 import { buildModel } from "./builders/model.ts";
 import { buildRolloutService, executorDeps, type ServiceHooks } from "./builders/service.ts";
@@ -136,6 +136,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     let healthGate: EngineGate | undefined;
     const enginesPaused = async () => (healthGate ? (await healthGate.state()).paused : false);
     const client = await buildEngine(config, tokenizer, closers, describe, targets, enginesPaused);
+    const pools = await buildEnginePools(config, tokenizer, closers, describe, targets, enginesPaused);
     const maxModelLen = await probePolicyEngine(config, client, checkTimeoutMs, describe, warnings);
     const fetchCap = fetchCapWarning(config.concurrency);
     if (fetchCap) warnings.push(fetchCap);
@@ -157,7 +158,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     const engine = new EngineControl({ gate, format: config.engine.format, replicas: () => targets });
     const deps = executorDeps(config, { gate, policy, registry, tokenizer, client, maxModelLen, tools, interactions, teacher, ...(leases ? { leases } : {}) });
     const built = buildSessionStorage(config, closers, flags.storeTimeout);
-    const { agentGateway, setPublicUrl } = buildAgentGateway(config, deps, built?.storage ?? null, describe, warnings);
+    const { agentGateway, setPublicUrl } = buildAgentGateway(config, deps, built?.storage ?? null, describe, warnings, pools);
     const { service, sessions, callbacks, jobs, batchStore, executorFor } = buildRolloutService({ config, deps, registry, store, sessionStore: built, policy, model, hooks, closers, describe });
     const storeName = config.store.url === "upstash" ? (process.env.UPSTASH_REDIS_REST_URL ?? "upstash") : maskRedisUrl(config.store.url);
     const storeHealth = processStoreHealth(storeName, built?.commander ?? null);

@@ -269,7 +269,8 @@ const DEFAULTS = AppConfigSchema.parse({});
  * `replicas`, `sim_latency`), `engine.admin_urls` (no `/v1/engine/*` here),
  * `tools.file` (no file system: `EDGELOOP_TOOLS` holds the file's JSON), a
  * store other than Upstash, `concurrency` (one Durable Object per
- * trajectory), and the `gateway` section (no engine gateway here).
+ * trajectory), the `gateway` section (no engine gateway here), and
+ * `engine.pools` / `agent.roles` (one engine: no policy per agent role).
  * @throws ConfigError naming the path and what to use instead.
  */
 export function refuseOnWorkers(config: AppConfig): void {
@@ -282,6 +283,8 @@ export function refuseOnWorkers(config: AppConfig): void {
     ["tools.file", "the Worker has no file system: put the tools file's JSON in EDGELOOP_TOOLS"],
     ["concurrency", "each trajectory runs in its own Durable Object: there is no per-process limit to set"],
     ["gateway", "the Worker runs no engine gateway: run `edgeloop gateway` and point EDGELOOP_ENGINE_URL at it"],
+    ["engine.pools", "the Worker's agent gateway calls one engine (EDGELOOP_ENGINE_URL): serve a policy per agent role with edgeloop serve"],
+    ["agent.roles", "the Worker's agent gateway calls one engine (EDGELOOP_ENGINE_URL): serve a policy per agent role with edgeloop serve"],
   ];
   for (const [path, why] of refuse) if (isSet(config, path)) throw new ConfigError(path, `${why} (in EDGELOOP_CONFIG)`);
   if (config.store.url !== "memory" && config.store.url !== "upstash") {

@@ -3,7 +3,7 @@ import { checkReward, DEFAULT_SESSION_LIMITS, SessionLimitError, type SessionLim
 import { KeyedChain } from "../session/keyed-chain.ts";
 import { LRUCache } from "lru-cache";
 import type { AgentLoopContext } from "../agent-loop/agent-loop.ts";
-import { AuthError, ConflictError, EdgeloopError, InputError, NotFoundError } from "../errors.ts";
+import { AuthError, ConfigError, ConflictError, EdgeloopError, InputError, NotFoundError } from "../errors.ts";
 import { fnv1a32 } from "../inference/hash.ts";
 import type { InferenceClient } from "../inference/types.ts";
 import { isStaleStep, type SessionStorage } from "../session/session-storage.ts";
@@ -11,6 +11,8 @@ import { holdWhileStoreDown } from "../store/store-outage.ts";
 import { constantTimeEqual } from "../tools/signature.ts";
 import type { ChatTokenizer } from "../tokens/tokenizer.ts";
 import { describeModelId, modelIdOf, sameModel } from "../models/model-id.ts";
+import { AgentRoleName } from "../schema/agent-role.ts";
+import { DEFAULT_POOL } from "../config/app-config.ts";
 import {
   AgentSessionInput,
   applyEvent,
@@ -24,7 +26,7 @@ import {
   type FinishEvent,
 } from "./agent-session.ts";
 import { continuation, jsonEqual } from "./conversation.ts";
-import { GatewayTurns } from "./gateway-turn.ts";
+import { GatewayTurns, sameRole } from "./gateway-turn.ts";
 import { parseChatRequest, type ChatReply, type ChatRequest } from "./openai-wire.ts";
 export { samplingFor } from "./gateway-turn.ts";
 
@@ -51,6 +53,25 @@ export interface AgentGatewayOptions {
   retainSeconds?: number;
   /** Per-session outputs, engine calls and reward range (config `limits`; default `DEFAULT_SESSION_LIMITS`). */
   limits?: SessionLimits;
+  /** Further engine pools by name (config `engine.pools`); `client` is the pool {@link DEFAULT_POOL_NAME}. */
+  pools?: Record<string, EnginePool>;
+  /**
+   * Agent role → pool name (config `agent.roles`; a key of `pools` or
+   * {@link DEFAULT_POOL_NAME}). Absent or empty: no roles configured — any
+   * role is accepted, recorded and served by `client`. Given: a role not
+   * listed is a 400.
+   */
+  roles?: Record<string, string>;
+}
+
+/** The pool name of {@link AgentGatewayOptions.client} in `roles` (config: the `engine` section, `DEFAULT_POOL`). */
+export const DEFAULT_POOL_NAME = DEFAULT_POOL;
+
+/** One named engine pool of the gateway: its client (sticky per session key within the pool) and model. */
+export interface EnginePool {
+  client: InferenceClient;
+  /** The model name its replies report and its records carry as `served_model` (default: the pool's name). */
+  modelName?: string;
 }
 
 /** A session closed by its finish call, the task's answer, its deadline or its trajectory's failure: 409, code `session_closed`. */
@@ -72,6 +93,8 @@ export interface TurnOptions {
   retry?: boolean;
   /** The `Idempotency-Key` header: the same key with the same body is replayed, with another body refused (422). */
   idempotencyKey?: string;
+  /** The `X-Agent-Role` header: the call's agent role, over the session's `agent_role` (see {@link AgentGateway}, "Agent roles"). */
+  role?: string;
 }
 
 /** Longest `Idempotency-Key` accepted, characters (Stripe's limit). */
@@ -81,21 +104,30 @@ export const MAX_IDEMPOTENCY_KEY = 255;
  * The {@link TurnOptions} of a request's headers: `retry` when
  * `x-stainless-retry-count` is an integer ≥ 1 — the openai (v6) and
  * `@anthropic-ai/sdk` (v1) SDKs send it on every attempt, `0` on the first;
- * any other value counts as a first attempt — and `idempotencyKey` from
+ * any other value counts as a first attempt — `idempotencyKey` from
  * `Idempotency-Key` (trimmed; neither SDK sends one by default, an
- * application sets it per call with the request option `headers`).
- * @throws InputError (400, field `Idempotency-Key`) for an empty key or one over {@link MAX_IDEMPOTENCY_KEY} characters.
+ * application sets it per call with the request option `headers`), and
+ * `role` from `X-Agent-Role` (trimmed; an {@link AgentRoleName}).
+ * @throws InputError (400, field `Idempotency-Key`) for an empty key or one over {@link MAX_IDEMPOTENCY_KEY} characters;
+ *   (400, field `X-Agent-Role`) for a role that is no {@link AgentRoleName}.
  */
 export function turnOptionsOf(headers: Headers): TurnOptions {
   const count = headers.get("x-stainless-retry-count")?.trim();
   const retry = count !== undefined && /^\d+$/.test(count) && Number(count) >= 1;
+  const roleHeader = headers.get("x-agent-role");
+  let role: { role?: string } = {};
+  if (roleHeader !== null) {
+    const r = AgentRoleName.safeParse(roleHeader.trim());
+    if (!r.success) throw new InputError("X-Agent-Role", `${r.error.issues[0]!.message}, got ${JSON.stringify(roleHeader.slice(0, 100))}`);
+    role = { role: r.data };
+  }
   const raw = headers.get("idempotency-key");
-  if (raw === null) return { retry };
+  if (raw === null) return { retry, ...role };
   const idempotencyKey = raw.trim();
   if (idempotencyKey === "" || idempotencyKey.length > MAX_IDEMPOTENCY_KEY) {
     throw new InputError("Idempotency-Key", `expected 1 to ${MAX_IDEMPOTENCY_KEY} characters, got ${idempotencyKey.length}`);
   }
-  return { retry, idempotencyKey };
+  return { retry, idempotencyKey, ...role };
 }
 
 /**
@@ -142,6 +174,16 @@ export class IdempotencyKeyReusedError extends EdgeloopError {
  * request answered from it — a replay when the call that won the fence was
  * this one's (its key, or an equal request: its retry answered elsewhere) —
  * or refused (409).
+ *
+ * Agent roles: a call's role is its `X-Agent-Role` header, else the
+ * session's `agent_role` (the row's), else none. With `roles` configured, a
+ * role is sent to its pool (sticky per session key within the pool) and a
+ * role not listed is a 400 naming `X-Agent-Role` (or `agent_role`) and the
+ * known roles; without, any role is served by `client` and recorded. A call
+ * without a role uses `client`. An output holds one role's calls only: a
+ * call whose role differs from the current output's opens a new output
+ * (never continues it), so each record carries its own `agent_role` and
+ * `served_model`, and a role's tokens never land in another's record.
  */
 export class AgentGateway {
   readonly tokenizer: ChatTokenizer;
@@ -152,13 +194,52 @@ export class AgentGateway {
   private readonly listeners = new Map<string, Set<() => void>>();
   /** Answers a call's turn: the output continued or opened, the engine call, the reply parsed. */
   private readonly turns: GatewayTurns;
+  /** The turns of each further pool (`opts.pools`) and the model name it serves. */
+  private readonly poolTurns = new Map<string, { turns: GatewayTurns; modelName: string }>();
 
+  /** @throws ConfigError when `roles` names a pool that is neither in `pools` nor {@link DEFAULT_POOL_NAME}. */
   constructor(opts: AgentGatewayOptions) {
     this.opts = opts;
     this.tokenizer = opts.tokenizer;
     this.modelName = opts.modelName ?? opts.tokenizer.name;
     this.cache = new LRUCache({ max: opts.cacheSize ?? 10_000 });
     this.turns = new GatewayTurns(opts, this.modelName, () => this.wall());
+    for (const [name, pool] of Object.entries(opts.pools ?? {})) {
+      const modelName = pool.modelName ?? name;
+      this.poolTurns.set(name, { turns: new GatewayTurns({ ...opts, client: pool.client }, modelName, () => this.wall()), modelName });
+    }
+    for (const [role, pool] of Object.entries(opts.roles ?? {})) {
+      if (pool !== DEFAULT_POOL_NAME && !this.poolTurns.has(pool)) throw new ConfigError(`agent.roles.${role}`, `unknown pool "${pool}" (known pools: ${[DEFAULT_POOL_NAME, ...this.poolTurns.keys()].map((p) => `"${p}"`).join(", ")})`);
+    }
+  }
+
+  /** The configured agent roles (`roles`' keys), in order; empty when none are configured. */
+  get roles(): string[] {
+    return Object.keys(this.opts.roles ?? {});
+  }
+
+  /**
+   * The model name a call of `role` is served by (replies' `model`, records'
+   * `served_model`): its pool's, or {@link modelName} for no role, an
+   * unconfigured role or the default pool.
+   */
+  modelNameFor(role: string | undefined): string {
+    const pool = role === undefined ? undefined : this.opts.roles?.[role];
+    return (pool !== undefined ? this.poolTurns.get(pool)?.modelName : undefined) ?? this.modelName;
+  }
+
+  /**
+   * The turns and the recorded role of a call of `role` (undefined: no role).
+   * @throws InputError (400) naming `field` and the known roles for a role `roles` does not list.
+   */
+  private routeRole(role: string | undefined, field: string): { turns: GatewayTurns; role?: { name: string; servedModel: string } } {
+    if (role === undefined) return { turns: this.turns };
+    const roles = this.opts.roles;
+    if (!roles || Object.keys(roles).length === 0) return { turns: this.turns, role: { name: role, servedModel: this.modelName } };
+    const pool = roles[role];
+    if (pool === undefined) throw new InputError(field, `unknown agent role "${role}"; known roles: ${Object.keys(roles).map((r) => `"${r}"`).join(", ")}`);
+    const p = pool === DEFAULT_POOL_NAME ? undefined : this.poolTurns.get(pool);
+    return p ? { turns: p.turns, role: { name: role, servedModel: p.modelName } } : { turns: this.turns, role: { name: role, servedModel: this.modelName } };
   }
 
   /** The storage key of a session: `agent:{key}`, the key encoded by {@link keyPart} (unchanged for a trajectory key). */
@@ -170,11 +251,13 @@ export class AgentGateway {
    * Creates the session of `input.key`, or returns the stored one when it
    * exists (a loop resumed after a crash finds its session and token again).
    * A store outage is waited out (the loop's side is held, never failed, for one).
-   * @throws InputError for a malformed input; StoreError when storage fails otherwise.
+   * @throws InputError for a malformed input, or an `agent_role` that `roles` does not list; StoreError when storage fails otherwise.
    */
   async create(input: AgentSessionInputArg): Promise<AgentSessionState> {
     const parsed = AgentSessionInput.parse(input);
     if (parsed.token === undefined) throw new InputError("token", "create needs the session's bearer token");
+    // A task's role no pool serves is refused when the session is made, not at its first call.
+    if (parsed.agent_role !== undefined) this.routeRole(parsed.agent_role, "agent_role");
     // The token is stored only as its SHA-256 (S17): whoever reads the store cannot act as the agent.
     const { token, ...rest } = parsed;
     // The session names this gateway's model: a call reaching a gateway of another model is refused (N4).
@@ -268,7 +351,8 @@ export class AgentGateway {
    * @throws as {@link chatAuthorized}; {@link IdempotencyKeyReusedError} (422).
    */
   async turnAuthorized(key: string, req: ChatRequest, opts: TurnOptions = {}): Promise<ChatReply> {
-    const hash = requestHash(req);
+    // The same body under another role is another call (never a replay of the other role's reply).
+    const hash = requestHash(req) + (opts.role !== undefined ? `:${opts.role}` : "");
     /** The id of the reply stored under `hash` when this call first read the session (undefined: none). */
     let before: string | undefined;
     for (let attempt = 0; ; attempt++) {
@@ -288,18 +372,19 @@ export class AgentGateway {
             await this.commit(st, { e: "finish", by: "failed", reward: null, metadata: { error: why } });
             throw new ConflictError(why, { code: "model_mismatch" });
           }
+          const route = opts.role !== undefined ? this.routeRole(opts.role, "X-Agent-Role") : this.routeRole(st.input.agent_role, "agent_role");
           if (req.logprobs && !st.input.sampling_params.logprobs) {
             throw new InputError("logprobs", "this run does not record log-probs (rollout.calculate_log_probs is false); ask without logprobs");
           }
           try {
-            this.checkLimits(st, req);
+            this.checkLimits(st, req, route.role);
           } catch (e) {
             // Past a per-session limit the session fails (its trajectory with this reason) and the call is refused.
             if (e instanceof SessionLimitError) await this.commit(st, { e: "finish", by: "failed", reward: null, metadata: { error: e.message } });
             throw e;
           }
           try {
-            const ev = await this.turns.answer(st, req, hash, { ...(opts.idempotencyKey !== undefined ? { idempotencyKey: opts.idempotencyKey } : {}), resample: st.recent.has(hash) });
+            const ev = await route.turns.answer(st, req, hash, { ...(opts.idempotencyKey !== undefined ? { idempotencyKey: opts.idempotencyKey } : {}), resample: st.recent.has(hash), ...(route.role ? { role: route.role } : {}) });
             await this.commit(st, ev);
             return ev.reply as unknown as ChatReply;
           } catch (e) {
@@ -320,16 +405,16 @@ export class AgentGateway {
    * Refuses a call past the session's limits: an engine call beyond
    * `limits.max_engine_calls_per_session`, or a call that would open an output
    * beyond `limits.max_outputs_per_session` (a continuation of the current
-   * output opens none).
+   * output, by a call of its role, opens none).
    * @throws SessionLimitError (409, code `session_limit`)
    */
-  private checkLimits(st: AgentSessionState, req: ChatRequest): void {
+  private checkLimits(st: AgentSessionState, req: ChatRequest, role: { name: string } | undefined): void {
     const limits = this.opts.limits ?? DEFAULT_SESSION_LIMITS;
     if (st.engineCalls >= limits.maxEngineCalls) throw new SessionLimitError(st.input.key, "max_engine_calls_per_session", limits.maxEngineCalls);
     if (st.outputs.length < limits.maxOutputs) return;
     const cur = st.outputs[st.outputs.length - 1];
     const tools = req.tools && req.tools.length ? req.tools : undefined;
-    const continues = cur && !cur.ended && cur.toolsKey === toolsKeyOf(tools) && continuation(cur.messages, req.messages) !== null;
+    const continues = cur && !cur.ended && cur.toolsKey === toolsKeyOf(tools) && sameRole(cur, role) && continuation(cur.messages, req.messages) !== null;
     if (!continues) throw new SessionLimitError(st.input.key, "max_outputs_per_session", limits.maxOutputs);
   }
 

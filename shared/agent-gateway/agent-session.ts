@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { finalTokenVersions, pushVersion, type TokenVersions } from "../inference/token-versions.ts";
 import { StoreError } from "../errors.ts";
-import { AgentLoopMetrics, ChatMessage, FinishReason, ModelId, RolloutConfig, RoutedExpertsShape, SamplingParams, ToolSchema, type AgentLoopOutput } from "../schema/index.ts";
+import { AgentLoopMetrics, AgentRoleName, ChatMessage, FinishReason, ModelId, RolloutConfig, RoutedExpertsShape, SamplingParams, ToolSchema, type AgentLoopOutput } from "../schema/index.ts";
 import { decodeFloat32, decodeInt32 } from "../schema/typed-base64.ts";
 import type { StoredSession } from "../session/session-storage.ts";
 import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
@@ -39,6 +39,8 @@ export const AgentSessionInput = z.object({
   model_version: z.union([z.string(), z.number()]).nullable().default(null),
   /** The model of the gateway that created the session (`modelIdOf` its tokenizer): a gateway of another model refuses its calls. Absent in older sessions. */
   model: ModelId.optional(),
+  /** The task's agent role (the row's `agent_role`): the role of every call that sends no `X-Agent-Role`. Absent: none. */
+  agent_role: AgentRoleName.optional(),
 }).refine((i) => i.token !== undefined || i.token_sha256 !== undefined, { message: "an agent session needs token (or token_sha256)", path: ["token"] });
 export type AgentSessionInput = z.infer<typeof AgentSessionInput>;
 export type AgentSessionInputArg = z.input<typeof AgentSessionInput>;
@@ -53,6 +55,10 @@ const OpenOutput = z.object({
   track_logprobs: z.boolean(),
   messages: z.array(ChatMessage),
   tools: z.array(ToolSchema).nullable(),
+  /** The agent role of the calls this output holds (a call of another role opens another output); absent: none. */
+  agent_role: AgentRoleName.optional(),
+  /** The model name of the engine pool that serves the output's role (the records' `served_model`); present with `agent_role`. */
+  served_model: z.string().optional(),
 });
 
 /**
@@ -146,6 +152,8 @@ export interface AgentOutputState {
   last: { hash: string; reply: ChatReply } | null;
   /** The sampled ids of the last assistant turn (the reward reads their text, as `tool_agent`'s does). */
   lastActionIds: Int32Array | null;
+  /** The agent role of its calls and the serving pool's model name ({@link OpenOutput}); null without a role. */
+  role: { name: string; servedModel: string } | null;
 }
 
 /** An agent session as the fold of its events. */
@@ -210,6 +218,7 @@ export function openOutput(st: AgentSessionState, o: OpenOutput): AgentOutputSta
     ended: false,
     last: null,
     lastActionIds: null,
+    role: o.agent_role !== undefined ? { name: o.agent_role, servedModel: o.served_model ?? o.agent_role } : null,
   };
   st.outputs.push(out);
   return out;
@@ -347,7 +356,8 @@ export function foldAgentSession(key: string, stored: StoredSession): AgentSessi
  * scored with `reward` (the agent's, or the configured reward of the last
  * assistant message: a session's outputs share its outcome), with
  * `extra_fields.token_versions` (run-length `[[start, version], …]` over
- * `response_ids`, as `tool_agent` records them; absent when no version is known). `error` (e.g.
+ * `response_ids`, as `tool_agent` records them; absent when no version is known),
+ * and `agent_role` / `served_model` for an output of a role. `error` (e.g.
  * `agent_timeout`) and the agent's `metadata` go into `extra_fields`.
  * @throws TrajectoryInvariantError when an output breaks an invariant (never expected).
  */
@@ -364,13 +374,14 @@ export function agentOutputs(st: AgentSessionState, o: { reward: number | null; 
     if (o.metadata) extra.agent_metadata = o.metadata;
     if (o.error) extra.error = o.error;
     if (o.rewardError) extra.reward_error = o.rewardError;
-    return out.builder.finish({
+    const done = out.builder.finish({
       numTurns: out.assistantTurns + out.userTurns + 1,
       rewardScore: o.reward,
       metrics: out.metrics,
       extraFields: extra,
       finishReason: out.finishReason,
     });
+    return out.role ? { ...done, agent_role: out.role.name, served_model: out.role.servedModel } : done;
   });
 }
 

@@ -36,6 +36,12 @@ export interface AnswerOptions {
    * session's sampling has a fixed seed and the request names none.
    */
   resample?: boolean;
+  /**
+   * The call's agent role and its pool's model name (the gateway resolved
+   * them): only an output of the same role (or, without one, of none) is
+   * continued, and an output opened records them.
+   */
+  role?: { name: string; servedModel: string };
 }
 
 /**
@@ -71,7 +77,7 @@ export class GatewayTurns {
     const rollout = input.rollout;
     const tools = req.tools && req.tools.length ? req.tools : undefined;
     const cur = st.outputs[st.outputs.length - 1];
-    let added = cur && !cur.ended && cur.toolsKey === toolsKeyOf(tools) ? continuation(cur.messages, req.messages) : null;
+    let added = cur && !cur.ended && cur.toolsKey === toolsKeyOf(tools) && sameRole(cur, o.role) ? continuation(cur.messages, req.messages) : null;
     let obsIds: number[] | null = null;
     if (cur && added) {
       added = namedToolResults(added, cur.messages);
@@ -116,6 +122,7 @@ export class GatewayTurns {
         track_logprobs: input.sampling_params.logprobs,
         messages: req.messages,
         tools: tools ?? null,
+        ...(o.role ? { agent_role: o.role.name, served_model: o.role.servedModel } : {}),
       };
       out = openOutput(st, partial.open);
     }
@@ -244,6 +251,11 @@ export function promptTooLong(promptLength: number): InputError {
     `the rendered prompt (messages and tools) is longer than rollout.prompt_length (${promptLength} tokens), and the agent gateway never cuts an agent's context: send less, or raise rollout.prompt_length (--prompt-length)`,
     { code: "context_length_exceeded" },
   );
+}
+
+/** Whether a call of `role` may continue `out`: the same role, or neither has one (a role's tokens never enter another role's output). */
+export function sameRole(out: AgentOutputState, role: { name: string } | undefined): boolean {
+  return (out.role?.name ?? null) === (role?.name ?? null);
 }
 
 /** The batch's sampling parameters with the request's `temperature`, `top_p`, `seed` and `stop` over them (log-probs as the run records them). */

@@ -1,6 +1,6 @@
 import { AgentLoop, type AgentLoopKwargs } from "../agent-loop/agent-loop.ts";
-import { ConfigError, EdgeloopError } from "../errors.ts";
-import type { AgentLoopOutput, SamplingParams } from "../schema/index.ts";
+import { ConfigError, EdgeloopError, InputError } from "../errors.ts";
+import { AgentRoleName, type AgentLoopOutput, type SamplingParams } from "../schema/index.ts";
 import { DEFAULT_WEBHOOK_MAX_REPLY_BYTES, OutboundHttpError, outboundRequest, redactUrl } from "../http/outbound.ts";
 import { SIGNATURE_HEADER, signatureHeader } from "../tools/signature.ts";
 import { holdWhileStoreDown } from "../store/store-outage.ts";
@@ -112,6 +112,7 @@ export class OpenAIAgentLoop extends AgentLoop {
       tools: this.ctx.tools ? [...this.ctx.tools.schemas] : [],
       messages,
       model_version: null,
+      ...this.agentRole(kwargs),
     });
     // Until the session is finished, it waits on the agent (its calls, then its finish): what a stall warning names.
     const waited = sessionWaits.begin({ kind: "agent", name: link.agent.url });
@@ -148,6 +149,19 @@ export class OpenAIAgentLoop extends AgentLoop {
     return agentOutputs(st, { reward, metadata: fin.metadata, ...(fin.by === "timeout" ? { error: "agent_timeout" } : {}), ...(rewardError ? { rewardError } : {}) });
   }
 
+  /**
+   * `{agent_role}` of the row to spread into the session's input: the row's
+   * `agent_role` (absent or null: none).
+   * @throws InputError (`agent_role`) for a value that is no agent role name.
+   */
+  private agentRole(kwargs: AgentLoopKwargs): { agent_role?: string } {
+    const raw = kwargs.agent_role;
+    if (raw === undefined || raw === null) return {};
+    const r = AgentRoleName.safeParse(raw);
+    if (!r.success) throw new InputError("agent_role", `${r.error.issues[0]!.message}, got ${JSON.stringify(raw).slice(0, 100)}`);
+    return { agent_role: r.data };
+  }
+
   /** Whether the agent got the task after all (the session has calls or is finished): then it is marked sent. */
   private async agentWorked(key: string, link: AgentGatewayLink): Promise<boolean> {
     const st = await holdWhileStoreDown(() => link.gateway.get(key));
@@ -166,10 +180,11 @@ export class OpenAIAgentLoop extends AgentLoop {
       base_url: `${root}/openai/v1`,
       api_key: st.token!,
       finish_url: `${root}/finish`,
-      model: link.gateway.modelName,
+      model: link.gateway.modelNameFor(st.input.agent_role),
       messages: st.input.messages,
       tools: st.input.tools,
       deadline: st.input.deadline_ms,
+      ...(st.input.agent_role !== undefined ? { agent_role: st.input.agent_role } : {}),
       row: {
         data_source: kwargs.data_source ?? null,
         reward_model: kwargs.reward_model ?? null,

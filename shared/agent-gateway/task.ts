@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { ChatMessage } from "../schema/message.ts";
+import { AgentRoleName } from "../schema/agent-role.ts";
 import { ToolSchema } from "../schema/tool.ts";
 
 /**
@@ -19,6 +20,8 @@ import { ToolSchema } from "../schema/tool.ts";
  *   tokens so far and `error: agent_timeout`.
  * - `finish_url`: `POST {reward?, metadata?}` there (same bearer) ends the session.
  * - `row`: the row's `data_source`, `reward_model`, `extra_info` (for agents that score themselves).
+ * - `agent_role` (present when the row has one): the session's role; calls
+ *   without `X-Agent-Role` are that role's, and `model` is its pool's model.
  *
  * The webhook answers `202` (the agent runs and calls `finish_url` later) or
  * `200` with an optional {@link AgentTaskResult} body (the agent ran inside
@@ -35,6 +38,7 @@ export const AgentTask = z.object({
   messages: z.array(ChatMessage).min(1),
   tools: z.array(ToolSchema),
   deadline: z.number().int(),
+  agent_role: AgentRoleName.optional(),
   row: z.object({
     data_source: z.string().nullable(),
     reward_model: z.unknown().nullable(),

@@ -1,13 +1,14 @@
 import { z } from "zod";
 import { ConfigError, formatPath } from "../errors.ts";
+import { AgentRoleName } from "../schema/agent-role.ts";
 import { httpUrl, retriesCount, RolloutConfig, timerMs } from "../schema/config.ts";
 
 /** The engine's and the reward webhook's retries bound (0..100, as before the tools' 0..10): their calls are retried through weight updates and restarts. */
 const ENGINE_MAX_RETRIES = 100;
 import { OpenEnvSettings } from "../schema/openenv.ts";
 
-/** Where generation happens: `"sim"` (the embedded simulated engine) or an engine/gateway base URL. */
-export const EngineConfig = z.strictObject({
+/** The settings of one engine (the `engine` section, and each of `engine.pools`): see {@link EngineConfig}. */
+const engineFields = {
   url: z.union([z.literal("sim"), httpUrl("engine.url must be \"sim\" or an http(s) URL")], { error: "engine.url must be \"sim\" or an http(s) URL" }).default("sim"),
   /** Wire format of the engine behind `url`: vLLM's OpenAI completions (`vllm`), vLLM's token-in/token-out /inference/v1/generate (`vllm-generate`) or SGLang's native /generate. */
   format: z.enum(["vllm", "vllm-generate", "sglang"]).default("vllm"),
@@ -72,29 +73,66 @@ export const EngineConfig = z.strictObject({
     .refine((m) => m.num_experts === undefined || m.num_experts >= m.top_k, { message: "engine.moe.num_experts must be >= top_k", path: ["num_experts"] })
     .nullable()
     .default(null),
-}).superRefine((e, ctx) => {
-  // The simulated engine's settings mean nothing to a real engine, and a key means nothing to the embedded
-  // simulator: refused, never ignored (a simulator with keys runs as `edgeloop sim-engine --api-key`).
-  if (e.url === "sim") {
-    for (const key of ["api_key", "admin_api_key"] as const) {
-      if (e[key] !== null) ctx.addIssue({ code: "custom", path: [key], message: `engine.${key} applies to a real engine (engine.url an http(s) URL); the embedded simulated engine takes no key` });
+};
+
+/** The cross-key checks of one engine's settings (`where`: `engine`, or `engine.pools.{name}`, for the messages). */
+function checkEngine(where: string) {
+  return (e: z.infer<z.ZodObject<typeof engineFields>>, ctx: z.RefinementCtx) => {
+    // The simulated engine's settings mean nothing to a real engine, and a key means nothing to the embedded
+    // simulator: refused, never ignored (a simulator with keys runs as `edgeloop sim-engine --api-key`).
+    if (e.url === "sim") {
+      for (const key of ["api_key", "admin_api_key"] as const) {
+        if (e[key] !== null) ctx.addIssue({ code: "custom", path: [key], message: `${where}.${key} applies to a real engine (engine.url an http(s) URL); the embedded simulated engine takes no key` });
+      }
+      return;
     }
-    return;
-  }
-  const set: [keyof typeof e, boolean][] = [
-    ["script", e.script !== null],
-    ["replicas", e.replicas !== 1],
-    ["sim_latency", e.sim_latency !== null],
-    ["sim_kv_cache_blocks", e.sim_kv_cache_blocks !== null],
-    ["sim_engine_version", e.sim_engine_version !== null],
-  ];
-  for (const [key, isSet] of set) {
-    if (isSet) ctx.addIssue({ code: "custom", path: [key], message: `engine.${key} applies to the simulated engine only (engine.url "sim"), not to ${e.url}` });
-  }
-  if (e.moe?.num_experts !== undefined) {
-    ctx.addIssue({ code: "custom", path: ["moe", "num_experts"], message: `engine.moe.num_experts sizes the simulated engine's experts only; a real engine's replies carry their expert ids (not to ${e.url})` });
-  }
-});
+    const set: [keyof typeof e, boolean][] = [
+      ["script", e.script !== null],
+      ["replicas", e.replicas !== 1],
+      ["sim_latency", e.sim_latency !== null],
+      ["sim_kv_cache_blocks", e.sim_kv_cache_blocks !== null],
+      ["sim_engine_version", e.sim_engine_version !== null],
+    ];
+    for (const [key, isSet] of set) {
+      if (isSet) ctx.addIssue({ code: "custom", path: [key], message: `${where}.${key} applies to the simulated engine only (engine.url "sim"), not to ${e.url}` });
+    }
+    if (e.moe?.num_experts !== undefined) {
+      ctx.addIssue({ code: "custom", path: ["moe", "num_experts"], message: `${where}.moe.num_experts sizes the simulated engine's experts only; a real engine's replies carry their expert ids (not to ${e.url})` });
+    }
+  };
+}
+
+/** One named engine pool of `engine.pools`: a whole engine section (its own defaults, nothing inherited from `engine`). */
+export const EnginePoolConfig = z.strictObject(engineFields).superRefine(checkEngine("engine.pools.*"));
+export type EnginePoolConfig = z.infer<typeof EnginePoolConfig>;
+
+/** The pool name config `agent.roles` uses for the top-level `engine` section (so not a key of `engine.pools`). */
+export const DEFAULT_POOL = "default";
+
+/**
+ * Where generation happens: `"sim"` (the embedded simulated engine) or an
+ * engine/gateway base URL. `pools` names further engines (each a whole engine
+ * section: `{pool_a: {url: sim, script: planner.json}, pool_b: {url: http://…, model: solver}}`)
+ * that config `agent.roles` sends agent roles to; the section itself is the
+ * pool `default`, what every call without a mapped role uses. Default: no pools.
+ */
+export const EngineConfig = z
+  .strictObject({
+    ...engineFields,
+    pools: z
+      .record(z.string(), EnginePoolConfig)
+      .superRefine((pools, ctx) => {
+        // Checked here, not as the record's key schema: zod reports a bad key only as "Invalid key in record".
+        for (const name of Object.keys(pools)) {
+          if (name === DEFAULT_POOL) ctx.addIssue({ code: "custom", path: [name], message: `must not be named "${DEFAULT_POOL}": that is the engine section itself (name the pool otherwise)` });
+          else if (!/^[A-Za-z0-9._-]{1,64}$/.test(name)) ctx.addIssue({ code: "custom", path: [name], message: "a pool name is 1 to 64 characters of letters, digits, '.', '_' and '-'" });
+        }
+      })
+      .nullable()
+      .default(null),
+  })
+  .superRefine(checkEngine("engine"));
+export type EngineConfig = z.infer<typeof EngineConfig>;
 
 /** Tool webhooks: a tools file, or (none given) the example tool server started in-process. */
 export const ToolsConfig = z.strictObject({
@@ -198,6 +236,24 @@ export const AgentConfig = z.strictObject({
   public_url: httpUrl("agent.public_url must be an http(s) URL").nullable().default(null),
   /** Cap of the task webhook's answer in bytes (default 4 MiB). */
   max_reply_bytes: z.number().int().positive().default(4 * 1024 * 1024),
+  /**
+   * A policy per agent role: role name → engine pool (`{planner: pool_a,
+   * solver: pool_b}`; a pool of `engine.pools`, or `default`, the `engine`
+   * section). A call's role is its `X-Agent-Role` header, else its row's
+   * `agent_role`; a role not listed is refused (400). null (default): no
+   * roles configured — a call's role is still recorded, served by the
+   * default pool (docs/agent-roles.md).
+   */
+  roles: z
+    .record(z.string(), z.string().min(1, "a role names an engine pool"))
+    .superRefine((roles, ctx) => {
+      for (const role of Object.keys(roles)) {
+        const r = AgentRoleName.safeParse(role);
+        if (!r.success) ctx.addIssue({ code: "custom", path: [role], message: r.error.issues[0]!.message });
+      }
+    })
+    .nullable()
+    .default(null),
 });
 export type AgentWebhookSection = z.infer<typeof AgentConfig>;
 
@@ -273,6 +329,12 @@ export const AppConfig = z.strictObject({
    */
   model: z.string().nullable().default(null),
 }).superRefine((c, ctx) => {
+  // Every role names a pool that exists: a typo would send a role's calls nowhere.
+  for (const [role, pool] of Object.entries(c.agent.roles ?? {})) {
+    if (pool === DEFAULT_POOL || c.engine.pools?.[pool]) continue;
+    const known = [DEFAULT_POOL, ...Object.keys(c.engine.pools ?? {})].map((p) => `"${p}"`).join(", ");
+    ctx.addIssue({ code: "custom", path: ["agent", "roles", role], message: `unknown pool "${pool}" (known pools: ${known}; "${DEFAULT_POOL}" is the engine section, the others engine.pools)` });
+  }
   // The server's maxima bound every rollout config, the file's and each batch's (S18).
   if (c.rollout.prompt_length > c.limits.max_prompt_length) {
     ctx.addIssue({ code: "custom", path: ["rollout", "prompt_length"], message: `must be <= limits.max_prompt_length ${c.limits.max_prompt_length}` });

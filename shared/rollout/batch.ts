@@ -238,6 +238,8 @@ export function toTrajectoryRecord(
     agent_name: agentName,
     data_source: t.row?.data_source ?? "unknown",
     ...(model ? { model } : {}),
+    ...(out.agent_role !== undefined ? { agent_role: out.agent_role } : {}),
+    ...(out.served_model !== undefined ? { served_model: out.served_model } : {}),
     prompt_ids: out.prompt_ids,
     response_ids: out.response_ids,
     response_mask: out.response_mask,
@@ -319,5 +321,7 @@ export function outputOfRecord(r: TrajectoryRecord): AgentLoopOutput {
     metrics: r.metrics,
     extra_fields: extra,
     ...routedExpertsFields(r),
+    ...(r.agent_role !== undefined ? { agent_role: r.agent_role } : {}),
+    ...(r.served_model !== undefined ? { served_model: r.served_model } : {}),
   };
 }

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { AgentRoleName } from "./agent-role.ts";
 import { RoutedExpertsShape } from "./routed-experts.ts";
 
 /**
@@ -49,5 +50,9 @@ export const AgentLoopOutput = z.object({
   routed_experts: z.array(z.number().int()).optional(),
   /** `[layers, top_k]` of `routed_experts`; present exactly when it is. */
   routed_experts_shape: RoutedExpertsShape.optional(),
+  /** The agent role whose calls produced this output (agent gateway: `X-Agent-Role` or the row's `agent_role`); absent without a role. */
+  agent_role: AgentRoleName.optional(),
+  /** The model that sampled the output's tokens: its engine pool's model name (config `engine.pools`); present with `agent_role`. */
+  served_model: z.string().min(1).optional(),
 });
 export type AgentLoopOutput = z.infer<typeof AgentLoopOutput>;

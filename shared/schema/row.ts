@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { AgentRoleName } from "./agent-role.ts";
 import { ChatMessage } from "./message.ts";
 
 /** `reward_model` of a verl dataset row: how to score it. */
@@ -24,11 +25,14 @@ export const ExtraInfo = z.looseObject({
 /**
  * One dataset record in verl's format. `agent_name` absent or `null` routes
  * to `default_agent_loop` (DESIGN §4.3). `__rollout_n__` overrides
- * `rollout.n` for this row. Unknown fields are kept and passed to loops.
+ * `rollout.n` for this row. `agent_role` (absent or null: none) is the
+ * `openai_agent` session's role: its engine pool (config `agent.roles`) and
+ * the records' `agent_role`. Unknown fields are kept and passed to loops.
  */
 export const DatasetRow = z.looseObject({
   data_source: z.string().default("unknown"),
   agent_name: z.string().nullish(),
+  agent_role: AgentRoleName.nullish(),
   prompt: z.array(ChatMessage).min(1, "prompt must hold at least one message"),
   reward_model: RewardModelSpec.optional(),
   extra_info: ExtraInfo.optional(),

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { AgentLoopMetrics, FinishReason } from "./agent-loop-output.ts";
+import { AgentRoleName } from "./agent-role.ts";
 import { RoutedExpertsShape } from "./routed-experts.ts";
 import { InputError } from "../errors.ts";
 
@@ -49,6 +50,18 @@ export const TrajectoryRecord = z.object({
    * records written before models were recorded (and by embedders that give none).
    */
   model: ModelId.optional(),
+  /**
+   * The agent role whose calls produced the record (agent gateway: the call's
+   * `X-Agent-Role` header, else the row's `agent_role`); absent without a
+   * role. Readers deliver per role by it (`agent_role` read option).
+   */
+  agent_role: AgentRoleName.optional(),
+  /**
+   * The model that sampled `response_ids`: the serving engine pool's model
+   * name (`engine.pools.{pool}.model`, else the pool's name; the default
+   * pool: `engine.model`, else the model family). Present with `agent_role`.
+   */
+  served_model: z.string().min(1).max(1024).optional(),
   prompt_ids: z.array(z.number().int().min(0)),
   response_ids: z.array(z.number().int().min(0)),
   response_mask: z.array(z.union([z.literal(0), z.literal(1)])),

@@ -9,6 +9,7 @@ import {
   checkSessionId,
   checkPartition,
   checkReadOptions,
+  recordsOfRole,
   checkUid,
   compareKeys,
   DEFAULT_VISIBILITY_TIMEOUT_MS,
@@ -196,7 +197,7 @@ export class MemoryTransferQueue implements TransferQueue {
     for (;;) {
       this.assertOpen();
       const ids = this.claim(o.partition, o.consumer, o.max);
-      if (ids.length > 0 || o.block_ms === 0) return ids.map((e) => this.deliver(o.partition, e));
+      if (ids.length > 0 || o.block_ms === 0) return recordsOfRole(ids.map((e) => this.deliver(o.partition, e)), o.agent_role);
       const left = deadline - this.now();
       if (left <= 0) return [];
       await new Promise<void>((resolve) => {

@@ -1,6 +1,6 @@
 import { ConflictError, InputError } from "../errors.ts";
-import { parseTrajectoryKey, Uid } from "../schema/index.ts";
-import type { Partition, ReadGroupsOptions } from "./types.ts";
+import { AgentRoleName, parseTrajectoryKey, Uid } from "../schema/index.ts";
+import type { CompleteGroup, Partition, ReadGroupsOptions } from "./types.ts";
 
 /** Default visibility timeout of a delivered, unacked group: 5 minutes. */
 export const DEFAULT_VISIBILITY_TIMEOUT_MS = 300_000;
@@ -39,7 +39,7 @@ export function checkKey(key: unknown): string {
 }
 
 /** Checks the read options; returns them with defaults filled in. Throws {@link InputError} naming the option. */
-export function checkReadOptions(opts: ReadGroupsOptions): Required<ReadGroupsOptions> {
+export function checkReadOptions(opts: ReadGroupsOptions): Required<Omit<ReadGroupsOptions, "agent_role">> & Pick<ReadGroupsOptions, "agent_role"> {
   if (typeof opts.consumer !== "string" || opts.consumer.length === 0 || opts.consumer.length > 200) {
     throw new InputError("consumer", "must be a non-empty string of at most 200 characters");
   }
@@ -48,7 +48,26 @@ export function checkReadOptions(opts: ReadGroupsOptions): Required<ReadGroupsOp
   }
   const block = opts.block_ms ?? 0;
   if (!Number.isInteger(block) || block < 0) throw new InputError("block_ms", `must be an integer >= 0, got ${String(block)}`);
-  return { consumer: opts.consumer, max: opts.max, block_ms: block, partition: checkPartition(opts.partition) };
+  let role: { agent_role?: string } = {};
+  if (opts.agent_role !== undefined) {
+    const r = AgentRoleName.safeParse(opts.agent_role);
+    if (!r.success) throw new InputError("agent_role", r.error.issues[0]!.message);
+    role = { agent_role: r.data };
+  }
+  return { consumer: opts.consumer, max: opts.max, block_ms: block, partition: checkPartition(opts.partition), ...role };
+}
+
+/**
+ * The delivered groups with only the records of agent role `role` (the read
+ * option `agent_role`), `failed` counted over those; unchanged when `role`
+ * is undefined. Records without `agent_role` belong to no role.
+ */
+export function recordsOfRole(groups: CompleteGroup[], role: string | undefined): CompleteGroup[] {
+  if (role === undefined) return groups;
+  return groups.map((g) => {
+    const records = g.records.filter((r) => r.agent_role === role);
+    return { ...g, records, failed: records.filter((r) => r.error !== null).length };
+  });
 }
 
 /** Orders trajectory keys by `session_id`, then `output_index`. */

@@ -15,6 +15,7 @@ import {
   sessionConflict,
   checkPartition,
   checkReadOptions,
+  recordsOfRole,
   checkUid,
   DEFAULT_GROUP,
   DEFAULT_PREFIX,
@@ -230,7 +231,7 @@ export class RedisTransferQueue implements TransferQueue {
     if (entries.length < o.max) {
       entries.push(...(await sc.read(o.consumer, o.max - entries.length, entries.length === 0 ? o.block_ms : 0)));
     }
-    return this.materialise(o.partition, entries);
+    return recordsOfRole(await this.materialise(o.partition, entries), o.agent_role);
   }
 
   async ack(deliveryIds: readonly string[], partition?: Partition): Promise<number> {

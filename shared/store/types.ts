@@ -82,6 +82,14 @@ export interface ReadGroupsOptions {
   /** Wait up to this many milliseconds for a group when none is ready (0 = don't wait). */
   block_ms?: number;
   partition?: Partition;
+  /**
+   * Deliver one agent role's records: every group is still delivered (and
+   * acked) as a whole, holding only its records whose `agent_role` equals
+   * this (`failed` counted over them; `records: []` when none). One trainer
+   * per role reads with a consumer group of its own (`TransferQueueOptions.group`),
+   * so each sees every group. Absent: every record.
+   */
+  agent_role?: string;
 }
 
 /**

@@ -199,7 +199,7 @@ describe.skipIf(missing !== null)("the Python reader package", () => {
       const probe = "import edgeloop, inspect, redis, numpy, sys; print(edgeloop.__version__, edgeloop.__file__.startswith(sys.prefix)); print(inspect.signature(edgeloop.Reader.groups))";
       const r = await run([join(home, ".venv", "bin", "python"), "-c", probe], { cwd: tmpdir() });
       expect(r.stderr).toBe("");
-      expect(r.stdout).toBe("0.1.0 True\n(self, max=16, consumer='trainer-0', partition='train', block_ms=1000)\n");
+      expect(r.stdout).toBe("0.1.0 True\n(self, max=16, consumer='trainer-0', partition='train', block_ms=1000, agent_role=None)\n");
       // The control: the same offline environment refuses the plain `pip install` of an isolated venv (it must fetch
       // setuptools for the build), so the recipe passed because it needs no index, not because one answered.
       expect((await sh("python3 -m venv plain && plain/bin/pip install ./clients/python")).code).not.toBe(0);

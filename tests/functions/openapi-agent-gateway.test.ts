@@ -33,9 +33,9 @@ test("every route the agent gateway serves is in the served /openapi.json, with 
   for (const route of served) {
     const [method, path] = route.split(" ") as [string, string];
     const op = doc.paths[path]![method]!;
-    // The turn routes also document the headers that tell a retry (replayed) from a resample.
+    // The turn routes also document the headers that tell a retry (replayed) from a resample, and the call's agent role.
     const turn = method === "post" && !path.endsWith("/finish");
-    expect([op.security, op.parameters.map((p) => `${p.in}:${p.name}`)]).toEqual([[{ session_bearer: [] }], turn ? ["path:key", "header:x-stainless-retry-count", "header:Idempotency-Key"] : ["path:key"]]);
+    expect([op.security, op.parameters.map((p) => `${p.in}:${p.name}`)]).toEqual([[{ session_bearer: [] }], turn ? ["path:key", "header:x-stainless-retry-count", "header:Idempotency-Key", "header:X-Agent-Role"] : ["path:key"]]);
   }
   expect(doc.components.securitySchemes.session_bearer).toEqual({ type: "http", scheme: "bearer", description: "an agent session's own token (the task's api_key)" });
   const chat = doc.paths["/v1/sessions/{key}/openai/v1/chat/completions"]!.post!.requestBody!.content["application/json"]!.schema;

@@ -56,6 +56,8 @@ describe("Worker env: EDGELOOP_CONFIG is honoured or refused (issue 18 item 10)"
     ["engine.replicas", { engine: { replicas: 2 } }, "config engine.replicas: the Worker has no simulated engine: put replicas behind `edgeloop gateway` and point EDGELOOP_ENGINE_URL at it (in EDGELOOP_CONFIG)"],
     ["tools.file", { tools: { file: "tools.json" } }, "config tools.file: the Worker has no file system: put the tools file's JSON in EDGELOOP_TOOLS (in EDGELOOP_CONFIG)"],
     ["gateway", { gateway: { max_attempts: 5 } }, "config gateway: the Worker runs no engine gateway: run `edgeloop gateway` and point EDGELOOP_ENGINE_URL at it (in EDGELOOP_CONFIG)"],
+    ["engine.pools", { engine: { pools: { pool_a: { url: "http://127.0.0.1:9" } } } }, "config engine.pools: the Worker's agent gateway calls one engine (EDGELOOP_ENGINE_URL): serve a policy per agent role with edgeloop serve (in EDGELOOP_CONFIG)"],
+    ["agent.roles", { agent: { roles: { planner: "default" } } }, "config agent.roles: the Worker's agent gateway calls one engine (EDGELOOP_ENGINE_URL): serve a policy per agent role with edgeloop serve (in EDGELOOP_CONFIG)"],
     ["store.url", { store: { url: "redis://127.0.0.1:6379" } }, "config store.url: the Worker's store is Upstash (UPSTASH_REDIS_REST_URL/TOKEN); leave store.url out (in EDGELOOP_CONFIG)"],
   ];
   for (const [name, config, message] of refused) {

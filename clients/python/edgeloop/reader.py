@@ -109,14 +109,18 @@ class Reader:
             self._ensure(stream)
             return fn()
 
-    def groups(self, max=16, consumer="trainer-0", partition="train", block_ms=1000):
+    def groups(self, max=16, consumer="trainer-0", partition="train", block_ms=1000, agent_role=None):
         """Up to ``max`` complete groups for ``consumer``, as a list of :class:`Group`.
 
         First claims groups other consumers left unacked longer than the
         visibility timeout, then reads new ones, waiting up to ``block_ms``
         milliseconds when none are ready (0: do not wait). Returns ``[]`` when
         none arrived in time. Each group stays pending for this consumer until
-        :meth:`ack`. Raises ``ValueError`` for bad arguments,
+        :meth:`ack`. ``agent_role``: keep only the records whose
+        ``agent_role`` is this one in each group (``failed`` counted over
+        them; a group with none is still delivered, with ``records == []``, to
+        be acked); give each role's trainer its own ``group`` so that each
+        sees every group (docs/queue-layout.md, "Per agent role"). Raises ``ValueError`` for bad arguments,
         :class:`~edgeloop.layout.LayoutError` for stored data that does not
         follow the layout, and redis-py's errors for connection failures.
         """
@@ -126,12 +130,14 @@ class Reader:
             raise ValueError(f"block_ms must be an integer >= 0, got {block_ms!r}")
         if not consumer:
             raise ValueError("consumer must be a non-empty string")
+        if agent_role is not None and (not isinstance(agent_role, str) or not agent_role):
+            raise ValueError(f"agent_role must be a non-empty string or None, got {agent_role!r}")
         stream = self.stream(partition)
         entries = self._with_group(stream, lambda: self._autoclaim(stream, consumer, max))
         if len(entries) < max:
             wait = block_ms if not entries else 0
             entries += self._with_group(stream, lambda: self._read(stream, consumer, max - len(entries), wait))
-        return self._materialise(partition, entries)
+        return self._materialise(partition, entries, agent_role)
 
     def _autoclaim(self, stream, consumer, max, rounds=8):
         out, cursor = [], "0-0"
@@ -150,7 +156,7 @@ class Reader:
             out += [(i, f) for i, f in entries if f is not None]
         return out
 
-    def _materialise(self, partition, entries):
+    def _materialise(self, partition, entries, agent_role=None):
         groups = []
         for entry_id, f in entries:
             eid = _text(entry_id)
@@ -174,7 +180,9 @@ class Reader:
                 h = replies[i]
                 i += 1
                 if h:
-                    records.append(decode_record(h, k))
+                    rec = decode_record(h, k)
+                    if agent_role is None or rec.get("agent_role") == agent_role:
+                        records.append(rec)
             out.append(Group(
                 uid=f.get("uid", ""),
                 partition=partition,

@@ -47,11 +47,13 @@ class ReaderRedisTest(unittest.TestCase):
             self.r.delete(*keys)
         self.r.close()
 
-    def put(self, uid, sid, prompt, response, mask, logp=None, error=None, reward=1.0, **extra):
-        key = f"{uid}_{sid}_0"
-        meta = {"key": key, "uid": uid, "session_id": sid, "output_index": 0, "agent_name": "a", "data_source": "d",
+    def put(self, uid, sid, prompt, response, mask, logp=None, error=None, reward=1.0, out=0, role=None, **extra):
+        key = f"{uid}_{sid}_{out}"
+        meta = {"key": key, "uid": uid, "session_id": sid, "output_index": out, "agent_name": "a", "data_source": "d",
                 "reward_score": reward, "num_turns": 2, "truncated": False, "finish_reason": "error" if error else "stop",
                 "error": error, "metrics": {}, "extra_fields": {}}
+        if role is not None:
+            meta.update(agent_role=role, served_model=f"{role}-model")
         h = {"meta": json.dumps(meta), "prompt_ids": b64("i", prompt), "response_ids": b64("i", response),
              "response_mask": base64.b64encode(bytes(mask))}
         if logp is not None:
@@ -83,6 +85,23 @@ class ReaderRedisTest(unittest.TestCase):
         self.assertEqual(reader.ack(got), 2)
         self.assertEqual(reader.ack([eid]), 0)
         self.assertEqual(self.r.xpending(f"{self.p}groups:train", "trainers")["pending"], 0)
+
+    def test_agent_role_filter_with_a_consumer_group_per_role(self):
+        kp = self.put("r-1", 0, [1], [2], [1], role="planner")
+        ks = self.put("r-1", 0, [1], [3], [1], out=1, role="solver")
+        kn = self.put("r-1", 1, [1], [4], [1])
+        eid = self.complete("r-1", [kp, ks, kn])
+        planner = Reader(URL, prefix=self.p, group="planner-trainers")
+        solver = Reader(URL, prefix=self.p, group="solver-trainers")
+        p = planner.groups(consumer="p0", block_ms=0, agent_role="planner")
+        s = solver.groups(consumer="s0", block_ms=0, agent_role="solver")
+        self.assertEqual([(g.delivery_id, [r["key"] for r in g.records]) for g in p], [(eid, ["r-1_0_0"])])
+        self.assertEqual([(g.delivery_id, [r["key"] for r in g.records]) for g in s], [(eid, ["r-1_0_1"])])
+        self.assertEqual((p[0].records[0]["agent_role"], p[0].records[0]["served_model"]), ("planner", "planner-model"))
+        self.assertEqual(s[0].records[0]["response_ids"].tolist(), [3])
+        self.assertEqual((planner.ack(p), solver.ack(s)), (1, 1))
+        with self.assertRaises(ValueError):
+            planner.groups(consumer="p0", block_ms=0, agent_role="")
 
     def test_blocking_read_waits_then_returns_empty(self):
         reader = Reader(URL, prefix=self.p)

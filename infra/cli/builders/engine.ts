@@ -146,6 +146,40 @@ export async function buildEngine(
   });
 }
 
+/**
+ * The clients of `engine.pools` (the engines config `agent.roles` sends agent
+ * roles to), each built as {@link buildEngine} builds the `engine` section
+ * (the embedded simulator or a URL engine; its replicas added to `targets`,
+ * so a pause reaches them too), with the model name its records carry
+ * (`model`, else the pool's name). Adds one `pool` line per pool to `describe`.
+ * Empty without pools.
+ */
+export async function buildEnginePools(
+  config: AppConfig,
+  tokenizer: ChatTokenizer,
+  closers: (() => Promise<void>)[],
+  describe: string[],
+  targets: EngineReplicaTarget[],
+  enginesPaused: () => Promise<boolean>,
+): Promise<Record<string, { client: InferenceClient; modelName: string }>> {
+  const out: Record<string, { client: InferenceClient; modelName: string }> = {};
+  for (const [name, pool] of Object.entries(config.engine.pools ?? {})) {
+    const lines: string[] = [];
+    let client: InferenceClient;
+    try {
+      client = await buildEngine({ ...config, engine: { ...pool, pools: null } }, tokenizer, closers, lines, targets, enginesPaused);
+    } catch (e) {
+      // The pool's own path, not the engine section's, is what to fix.
+      if (e instanceof ConfigError && e.field?.startsWith("engine.")) throw new ConfigError(`engine.pools.${name}.${e.field.slice("engine.".length)}`, e.message.replace(/^config \S+: /, ""));
+      throw e;
+    }
+    const roles = Object.entries(config.agent.roles ?? {}).filter(([, p]) => p === name).map(([r]) => r);
+    for (const l of lines) describe.push(l.replace(/^engine {5}/, `pool ${name}: `) + (roles.length ? ` — roles ${roles.join(", ")}` : " — no role"));
+    out[name] = { client, modelName: pool.model ?? name };
+  }
+  return out;
+}
+
 /** The sim's latency model from `engine.sim_latency` (absent: none). */
 function simLatency(e: AppConfig["engine"]): { prefill_ms_per_token?: number; decode_ms_per_token?: number } | undefined {
   return e.sim_latency ?? undefined;
