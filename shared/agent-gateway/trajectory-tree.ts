@@ -49,10 +49,11 @@ function observationShape(added: readonly ChatMessage[]): boolean {
  * messages are compared as {@link comparable} forms (what a continuation
  * compares; tool results named from the request's own calls), once per
  * output and message, so a call costs O(outputs × matched messages).
- * Deeper is more shared messages, then more shared tokens; at equal depth a
- * continuation in place wins (the latest output first, as a linear session
- * continues its current output), else the earliest output (the ancestor that
- * owns the shared tokens). Points are message boundaries only: the end of a
+ * Deeper is more messages on the point's path (a continuation in place puts
+ * all of them there), then a continuation in place (the latest output first,
+ * as a linear session continues its current output; it wins over a re-ask of
+ * another output whose messages read the same), then more shared tokens,
+ * then the earliest output (the ancestor that owns the shared tokens). Points are message boundaries only: the end of a
  * sampled turn whose output went on (`after`), the start of a sampled turn
  * (`reask`), or a boundary among the messages a prompt rendered (`prompt`,
  * to be checked by tokens by the caller). Pure: nothing is changed.
@@ -65,10 +66,10 @@ export function planTurn(st: AgentSessionState, messages: readonly ChatMessage[]
     if (best) {
       if (depth !== best.depth) {
         if (depth < best.depth) return;
-      } else if (at !== best.at) {
-        if (at < best.at) return;
       } else if (inPlace !== best.inPlace) {
         if (!inPlace) return;
+      } else if (at !== best.at) {
+        if (at < best.at) return;
       } else if (inPlace ? index < best.index : index > best.index) return;
     }
     best = { plan, depth, at, inPlace, index };
@@ -84,7 +85,8 @@ export function planTurn(st: AgentSessionState, messages: readonly ChatMessage[]
     if (k === h.length && !out.ended && h[h.length - 1]!.role === "assistant" && observationShape(messages.slice(k))) {
       const last = out.turns[out.turns.length - 1];
       if (last && last.msg === h.length - 1 && last.end === out.builder.contextLength) {
-        offer({ kind: "continue", out, added: messages.slice(k) }, k, last.end, true, out.index);
+        // Every message of the request is then on this output's path: as deep as any point can be.
+        offer({ kind: "continue", out, added: messages.slice(k) }, messages.length, last.end, true, out.index);
         continue;
       }
     }
