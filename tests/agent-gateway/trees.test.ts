@@ -265,4 +265,35 @@ describe("trajectory trees", () => {
     ]);
     expect(agentOutputs(foldAgentSession(KEY, stored), { reward: 1 })).toEqual(outs);
   });
+
+  test("bad input: a record's branch names an earlier output of its session, both fields or neither; a stored branch must name a real point", async () => {
+    const t = { key: "u2_0_0", uid: "u2", session_id: 0, row_index: 0, row: null, row_error: null, group_size: 1, trajectory_info: { step: 0, sample_index: 0, rollout_n: 0, validate: false } } as unknown as PlannedTrajectory;
+    const out: AgentLoopOutput = { prompt_ids: [1, 2], response_ids: [3], response_mask: [1], response_logprobs: [-0.5], reward_score: null, num_turns: 2, truncated: false, finish_reason: "stop", metrics: { generate_sequences: 0, tool_calls: 0, compute_score: 0, num_preempted: -1 }, extra_fields: {} };
+    const fieldOf = (f: () => unknown) => {
+      try {
+        f();
+      } catch (e) {
+        return [(e as Error).name, (e as { field?: string }).field];
+      }
+      return null;
+    };
+    expect(fieldOf(() => toTrajectoryRecord(t, "x", { ...out, parent_output_index: 1, branch_at: 1 }, config(), 1))).toEqual(["InputError", "parent_output_index"]);
+    expect(fieldOf(() => toTrajectoryRecord(t, "x", { ...out, parent_output_index: 0, branch_at: null }, config(), 1))).toEqual(["InputError", "branch_at"]);
+    expect(fieldOf(() => toTrajectoryRecord(t, "x", { ...out, parent_output_index: null, branch_at: 2 }, config(), 1))).toEqual(["InputError", "parent_output_index"]);
+    expect(toTrajectoryRecord(t, "x", { ...out, parent_output_index: 0, branch_at: 2 }, config(), 1)).toMatchObject({ key: "u2_0_1", parent_key: "u2_0_0", branch_at: 2 });
+    // Records of loops that build no trees keep neither key.
+    expect(Object.keys(toTrajectoryRecord(t, "x", out, config(), 0))).not.toContain("parent_key");
+
+    // A stored log whose branch names a point its parent does not have is refused when folded.
+    const { gw, storage, fetchApp } = setup();
+    await createSession(gw, "u2_0_0");
+    await ask(sdk(fetchApp, "u2_0_0"), rows[3]!.prompt as Msg[]);
+    const stored = (await storage.get(AgentGateway.storageKey("u2_0_0")))!;
+    const first = JSON.parse(stored.deltas[1]!) as TurnEvent;
+    const forged = { ...first, open: { ...first.open!, prompt_ids: "", messages: [], branch: { parent: 0, at: 9999, messages: 2 } } };
+    const bad = (at: number, parent = 0) => foldAgentSession("u2_0_0", { ...stored, deltas: [...stored.deltas, JSON.stringify({ ...forged, open: { ...forged.open, branch: { parent, at, messages: 2 } } })] });
+    expect(fieldOf(() => bad(9999))).toEqual(["StoreError", undefined]);
+    expect(() => bad(9999)).toThrow("output 1 branches from output 0 at token 9999: not the start or end of one of its sampled turns");
+    expect(() => bad(10, 5)).toThrow("no such output");
+  });
 });
