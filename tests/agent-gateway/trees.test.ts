@@ -154,7 +154,7 @@ describe("trajectory trees", () => {
     const obs121 = [198, 151644, 872, 198, 151665, 198, ...tok.encode("121"), 198, 151666, IM_END, 198, 151644, 77091, 198];
     const answer = [...tok.encode(script.rules[3].turns[2]), IM_END];
     expect(o1.response_ids.slice(ends[1]! - P)).toEqual([...obs121, ...answer]);
-    expect(o1.response_mask.slice(ends[1]! - P)).toEqual([...obs121.map(() => 0), ...answer.map(() => 1)]);
+    expect(o1.response_mask.slice(ends[1]! - P) as number[]).toEqual([...obs121.map(() => 0), ...answer.map(() => 1)]);
     // The sub-agent: its prompt is the fresh render of its messages, whose first tokens are the parent's.
     expect(o3.prompt_ids).toEqual(tok.renderIds(M6 as ChatMessage[], { tools, addGenerationPrompt: true }));
 
