@@ -45,18 +45,17 @@ beforeAll(async () => {
   tools = [...new WebhookToolClient(parseToolsFile(readFileSync(`${ROOT}infra/tools/tools.example.json`, "utf8"), { vars: { port: 1 } }).tools).schemas];
 });
 
-function setup(storage = new MemorySessionStorage()) {
-  const engine = new SimEngine({ tokenizer: tok, script });
+function setup(storage = new MemorySessionStorage(), engine = new SimEngine({ tokenizer: tok, script })) {
   const gw = new AgentGateway({ storage, tokenizer: tok, client: new SimEngineClient(engine), maxModelLen: 4096, wallClockMs: () => 1_700_000_000_000 });
   const app = createAgentGatewayApp({ gateway: gw });
   const fetchApp = async (u: string | URL | Request, i?: RequestInit) => app.fetch(u instanceof Request ? u : new Request(String(u), i));
-  return { gw, storage, fetchApp };
+  return { gw, storage, fetchApp, engine };
 }
 
-async function createSession(gw: AgentGateway, key: string) {
+async function createSession(gw: AgentGateway, key: string, rollout = config()) {
   const now = 1_700_000_000_000;
   const [uid, sid] = key.split("_");
-  return gw.create({ v: 1, key, uid: uid!, session_id: Number(sid), token: TOKEN, created_ms: now, deadline_ms: now + 600_000, sampling_params: SP, rollout: config(), tools, messages: rows[3]!.prompt });
+  return gw.create({ v: 1, key, uid: uid!, session_id: Number(sid), token: TOKEN, created_ms: now, deadline_ms: now + 600_000, sampling_params: SP, rollout, tools, messages: rows[3]!.prompt });
 }
 
 function sdk(fetchApp: ReturnType<typeof setup>["fetchApp"], key: string) {
@@ -295,5 +294,28 @@ describe("trajectory trees", () => {
     expect(fieldOf(() => bad(9999))).toEqual(["StoreError", undefined]);
     expect(() => bad(9999)).toThrow("output 1 branches from output 0 at token 9999: not the start or end of one of its sampled turns");
     expect(() => bad(10, 5)).toThrow("no such output");
+  });
+
+  test("routed experts: a branch holds the parent's experts up to branch_at and its own calls' after, as the linear path; the fold is bit-exact", async () => {
+    const KEY = "u3_0_0";
+    const { gw, fetchApp, engine } = setup();
+    await createSession(gw, KEY, config({ return_routed_experts: true }));
+    const c = sdk(fetchApp, KEY);
+    const M1 = rows[3]!.prompt as Msg[];
+    const a1 = await ask(c, M1);
+    await ask(c, [...M1, a1, toolMsg(a1, "60")]);
+    const b = await ask(c, [...M1, a1, toolMsg(a1, "sixty")]);
+    await ask(c, [...M1, a1, toolMsg(a1, "sixty"), b, toolMsg(b, "120")]);
+    const outs = agentOutputs((await gw.finish(KEY, { by: "agent", reward: 1 }))!, { reward: 1 });
+    expect(outs.map((o) => o.parent_output_index)).toEqual([null, 0]);
+    const per = outs[1]!.routed_experts_shape![0] * outs[1]!.routed_experts_shape![1];
+    for (const o of outs) {
+      const stream = [...o.prompt_ids, ...o.response_ids];
+      // Every position but the last sampled one holds the experts of its context (the sim's are a function of it).
+      expect(o.routed_experts).toEqual([...engine.routedExperts(stream, stream.length - 1), ...new Array(per).fill(0)]);
+    }
+    expect(outs[1]!.routed_experts!.slice(0, outs[1]!.branch_at! * per)).toEqual(outs[0]!.routed_experts!.slice(0, outs[1]!.branch_at! * per));
+    gw.forget(KEY);
+    expect(agentOutputs((await gw.get(KEY))!, { reward: 1 })).toEqual(outs);
   });
 });
