@@ -25,8 +25,9 @@ import {
   type AgentSessionState,
   type FinishEvent,
 } from "./agent-session.ts";
-import { continuation, jsonEqual } from "./conversation.ts";
-import { GatewayTurns, sameRole } from "./gateway-turn.ts";
+import { jsonEqual } from "./conversation.ts";
+import { planTurn } from "./trajectory-tree.ts";
+import { GatewayTurns } from "./gateway-turn.ts";
 import { parseChatRequest, type ChatReply, type ChatRequest } from "./openai-wire.ts";
 export { samplingFor } from "./gateway-turn.ts";
 
@@ -157,15 +158,19 @@ export class IdempotencyKeyReusedError extends EdgeloopError {
  *    still being answered in this process waits for it and replays it. An
  *    equal request that is neither is a new sample (a framework re-asking at
  *    temperature 1): it is no continuation (its messages lack the reply), so
- *    it opens a sibling output by step 3 with its own engine call;
- * 2. a request that repeats the current output's conversation exactly and
- *    adds one observation (tool results, or one user turn) continues that
- *    output: the new messages are encoded incrementally (the observation
- *    encoder of `tool_agent`, mask 0) and the engine is sent the exact token
- *    stream so far — sampled text is never re-rendered;
+ *    it opens a sibling output by step 3 (a branch at the turn it repeats)
+ *    with its own engine call;
+ * 2. a request that repeats the current output's conversation (or that of
+ *    any earlier output not ended: a leaf of the session's trajectory tree)
+ *    exactly and adds one observation (tool results, or one user turn)
+ *    continues that output: the new messages are encoded incrementally (the
+ *    observation encoder of `tool_agent`, mask 0) and the engine is sent the
+ *    exact token stream so far — sampled text is never re-rendered;
  * 3. anything else (history edited, dropped, reordered, other tools, or the
- *    current output ended by a budget) opens the next output with a fresh
- *    render of the request's messages.
+ *    current output ended by a budget) opens the next output: a branch of the
+ *    session's trajectory tree at the deepest point of an earlier output the
+ *    request extends (sharing its tokens, see `planTurn`), else a fresh root
+ *    rendered from the request's messages.
  * Then one engine call (preemption-resumed like every loop's) with
  * `max_tokens = min(request's, remaining budget)`; the reply is parsed with
  * the run's tool-call parser and the event committed before it is returned.
@@ -412,10 +417,9 @@ export class AgentGateway {
     const limits = this.opts.limits ?? DEFAULT_SESSION_LIMITS;
     if (st.engineCalls >= limits.maxEngineCalls) throw new SessionLimitError(st.input.key, "max_engine_calls_per_session", limits.maxEngineCalls);
     if (st.outputs.length < limits.maxOutputs) return;
-    const cur = st.outputs[st.outputs.length - 1];
     const tools = req.tools && req.tools.length ? req.tools : undefined;
-    const continues = cur && !cur.ended && cur.toolsKey === toolsKeyOf(tools) && sameRole(cur, role) && continuation(cur.messages, req.messages) !== null;
-    if (!continues) throw new SessionLimitError(st.input.key, "max_outputs_per_session", limits.maxOutputs);
+    // A continuation of an output at its end (any leaf of the session's tree) opens none; a branch or a root does.
+    if (planTurn(st, req.messages, toolsKeyOf(tools), role).kind !== "continue") throw new SessionLimitError(st.input.key, "max_outputs_per_session", limits.maxOutputs);
   }
 
   /**

@@ -45,8 +45,30 @@ export const AgentSessionInput = z.object({
 export type AgentSessionInput = z.infer<typeof AgentSessionInput>;
 export type AgentSessionInputArg = z.input<typeof AgentSessionInput>;
 
-/** The budgets of an output's builder, stored when the output opens. */
+/**
+ * Where a branch of the session's trajectory tree leaves its parent, stored
+ * by reference instead of the shared tokens: `parent` (the parent's output
+ * index, an earlier output), `at` (the token index into the parent's
+ * prompt ‖ response where the branch starts: everything before it is the
+ * parent's, token for token) and `messages` (how many of the parent's
+ * messages the branch shares).
+ */
+export const BranchRef = z.object({
+  parent: z.number().int().min(0),
+  at: z.number().int().min(1),
+  messages: z.number().int().min(1),
+});
+export type BranchRef = z.infer<typeof BranchRef>;
+
+/**
+ * The budgets of an output's builder, stored when the output opens. With
+ * `branch` (a branch of the trajectory tree, see {@link BranchRef})
+ * `prompt_ids` holds only the prompt ids after `branch.at` (empty when the
+ * branch starts in the parent's response: its prompt is the parent's) and
+ * `messages` only the messages after the shared `branch.messages`.
+ */
 const OpenOutput = z.object({
+  branch: BranchRef.optional(),
   prompt_ids: z.string(),
   prompt_truncated: z.boolean(),
   response_length: z.number().int().min(1),
@@ -63,8 +85,11 @@ const OpenOutput = z.object({
 
 /**
  * One answered chat call: either it opened a new output (`open`: the fresh
- * render of the request's messages) or continued the current one (`added`:
- * the new messages, `obs`: their observation ids, mask 0); then the sampled
+ * render of the request's messages, or a branch of an earlier output by
+ * reference, `open.branch`) or continued an output at its end (`added`:
+ * the new messages, `obs`: their observation ids, mask 0; a branch opened in
+ * its parent's response may carry them too, appended after the shared
+ * prefix); then the sampled
  * ids (`action`, mask 1, float32 log-probs) and the reply exactly as given,
  * kept so that a retried request (or a known idempotency key) is answered again
  * without an engine call.
@@ -95,6 +120,8 @@ export const TurnEvent = z.object({
   model_version: z.unknown().optional(),
   versions: z.array(z.tuple([z.number().int().min(0), z.unknown()])).optional(),
   experts: z.object({ from: z.number().int().min(0), data: z.string(), shape: RoutedExpertsShape }).optional(),
+  /** The output a continuing turn continues (at its end), when not the last one: a tree's earlier leaf. */
+  output: z.number().int().min(0).optional(),
   /** The call's `Idempotency-Key` header, when it had one (absent in events written before keys were kept). */
   idem: z.string().optional(),
   tool_calls: z.number().int().min(0),
@@ -126,10 +153,44 @@ export const OpenEvent = z.object({ e: z.literal("open") });
 export const AgentSessionEvent = z.discriminatedUnion("e", [OpenEvent, TaskEvent, TokenEvent, TurnEvent, FinishEvent]);
 export type AgentSessionEvent = z.infer<typeof AgentSessionEvent>;
 
+/** What an output had counted at a point of its token stream (a branch starting there starts from these). */
+export interface TurnCounts {
+  assistantTurns: number;
+  userTurns: number;
+  toolCalls: number;
+  metrics: AgentLoopMetrics;
+  lastActionIds: Int32Array | null;
+}
+
+/**
+ * One sampled turn of an output, where a branch may start: at `start` (the
+ * token index of prompt ‖ response the turn was sampled from: a re-ask of the
+ * same messages branches there) or at `end` (just after its sampled ids: a
+ * request that rewrites what followed branches there). `msg`: the index of
+ * the turn's assistant message in the output's messages. `after` is null when
+ * the turn ended its output (a budget, `max_assistant_turns`): no branch
+ * continues past it.
+ */
+export interface TurnMark {
+  msg: number;
+  start: number;
+  end: number;
+  before: TurnCounts;
+  after: TurnCounts | null;
+}
+
 /** One output of an agent session: a token trajectory and the conversation it holds. */
 export interface AgentOutputState {
   /** Position among the session's outputs (its `output_index`). */
   index: number;
+  /** The output this one branched from (its index), or null for a root of the session's trajectory tree. */
+  parent: number | null;
+  /** Token index into the parent's prompt ‖ response where this output branched off (the tokens before it are the parent's); null for a root. */
+  branchAt: number | null;
+  /** How many of `messages` the prompt ids render (a branch in the prompt region is checked against them). */
+  promptMessages: number;
+  /** The output's sampled turns, oldest first, the parent's shared ones included (see {@link TurnMark}). */
+  turns: TurnMark[];
   /** The conversation so far: the request messages and every reply as the agent received it. */
   messages: ChatMessage[];
   /** The tools the prompt was rendered with (a request with other tools opens a new output). */
@@ -192,10 +253,22 @@ export interface AgentSessionState {
 /** What opens an output (see {@link TurnEvent}`.open`). */
 export type OpenOutput = z.infer<typeof OpenOutput>;
 
-/** Opens the next output of `st` (pushed last) for a fresh render. */
+/**
+ * Opens the next output of `st` (pushed last): a fresh render, or with
+ * `o.branch` a branch of an earlier output — sharing its prompt ‖ response up
+ * to `branch.at` (a fork of its builder, its counts and token versions there,
+ * when `at` lies in the parent's response; the parent's prompt ids before
+ * `at` ‖ `o.prompt_ids` when it lies in the parent's prompt).
+ * @throws StoreError (not retryable) for a branch whose parent or point does not exist.
+ */
 export function openOutput(st: AgentSessionState, o: OpenOutput): AgentOutputState {
+  if (o.branch) return openBranch(st, o, o.branch);
   const out: AgentOutputState = {
     index: st.outputs.length,
+    parent: null,
+    branchAt: null,
+    promptMessages: o.messages.length,
+    turns: [],
     messages: o.messages.slice(),
     tools: o.tools ?? undefined,
     toolsKey: toolsKeyOf(o.tools ?? undefined),
@@ -222,6 +295,82 @@ export function openOutput(st: AgentSessionState, o: OpenOutput): AgentOutputSta
   };
   st.outputs.push(out);
   return out;
+}
+
+function openBranch(st: AgentSessionState, o: OpenOutput, br: BranchRef): AgentOutputState {
+  const bad = (why: string) => new StoreError(`agent session '${st.input.key}': output ${st.outputs.length} branches from output ${br.parent} at token ${br.at}: ${why}`, { retryable: false });
+  const parent = st.outputs[br.parent];
+  if (!parent) throw bad("no such output");
+  if (br.messages > parent.messages.length) throw bad(`the parent holds ${parent.messages.length} messages, not ${br.messages}`);
+  const P = parent.builder.promptIds.length;
+  const messages = parent.messages.slice(0, br.messages).concat(o.messages);
+  const common = { index: st.outputs.length, parent: parent.index, branchAt: br.at, messages, tools: parent.tools, toolsKey: parent.toolsKey, finishReason: "stop" as const, terminatedBy: "agent", ended: false, last: null, role: o.agent_role !== undefined ? { name: o.agent_role, servedModel: o.served_model ?? o.agent_role } : parent.role };
+  let out: AgentOutputState;
+  if (br.at >= P) {
+    if (o.prompt_ids !== "") throw bad("a branch in the parent's response stores no prompt ids");
+    const mark = parent.turns.find((m) => m.start === br.at || (m.end === br.at && m.after));
+    const counts = mark ? (mark.start === br.at ? mark.before : mark.after!) : br.at === P ? zeroCounts() : null;
+    if (!counts) throw bad("not the start or end of one of its sampled turns");
+    const n = br.at - P;
+    out = {
+      ...common,
+      promptMessages: parent.promptMessages,
+      turns: parent.turns.filter((m) => m.end <= br.at),
+      builder: parent.builder.forkAt(br.at),
+      assistantTurns: counts.assistantTurns,
+      userTurns: counts.userTurns,
+      toolCalls: counts.toolCalls,
+      metrics: { ...counts.metrics },
+      modelVersions: parent.modelVersions.slice(0, counts.assistantTurns),
+      tokenVersions: parent.tokenVersions.filter(([s]) => s < n).map(([s, v]) => [s, v] as [number, unknown]),
+      lastActionIds: counts.lastActionIds,
+    };
+  } else {
+    const own = decodeInt32(o.prompt_ids);
+    const promptIds = new Int32Array(br.at + own.length);
+    promptIds.set(parent.builder.promptIds.subarray(0, br.at));
+    promptIds.set(own, br.at);
+    out = {
+      ...common,
+      promptMessages: messages.length,
+      turns: [],
+      builder: new TrajectoryBuilder({ promptIds, responseLength: o.response_length, maxModelLen: o.max_model_len, trackLogProbs: o.track_logprobs, promptLength: o.prompt_length, promptTruncated: o.prompt_truncated }),
+      ...zeroCounts(),
+      modelVersions: [],
+      tokenVersions: [],
+    };
+  }
+  st.outputs.push(out);
+  return out;
+}
+
+function zeroCounts(): TurnCounts & { metrics: AgentLoopMetrics } {
+  return { assistantTurns: 0, userTurns: 0, toolCalls: 0, metrics: { generate_sequences: 0, tool_calls: 0, compute_score: 0, num_preempted: -1 }, lastActionIds: null };
+}
+
+/** The counts of `out` now (a snapshot: the metrics copied). */
+function countsOf(out: AgentOutputState): TurnCounts {
+  return { assistantTurns: out.assistantTurns, userTurns: out.userTurns, toolCalls: out.toolCalls, metrics: { ...out.metrics }, lastActionIds: out.lastActionIds };
+}
+
+/** Where a turn about to be sampled starts: taken before the engine call (live) or the action (fold). */
+export interface PendingMark {
+  start: number;
+  before: TurnCounts;
+}
+
+/** Notes that `out` is about to sample a turn from its current end (see {@link endTurnMark}). */
+export function beginTurnMark(out: AgentOutputState): PendingMark {
+  return { start: out.builder.contextLength, before: countsOf(out) };
+}
+
+/**
+ * Records the sampled turn begun by {@link beginTurnMark}, once its action,
+ * assistant message and counts are applied: the live call and the fold both
+ * go through here, so a folded session offers the same branch points.
+ */
+export function endTurnMark(out: AgentOutputState, p: PendingMark): void {
+  out.turns.push({ msg: out.messages.length - 1, start: p.start, end: out.builder.contextLength, before: p.before, after: out.ended ? null : countsOf(out) });
 }
 
 /** Answered calls a session remembers for replay (see {@link AgentSessionState.recent}). */
@@ -278,12 +427,17 @@ export function applyEvent(st: AgentSessionState, ev: AgentSessionEvent): void {
       if (ev.open) {
         out = openOutput(st, ev.open);
       } else {
-        const cur = st.outputs[st.outputs.length - 1];
-        if (!cur) throw new StoreError(`agent session '${st.input.key}': a continuing turn without an output`, { retryable: false });
+        const at = ev.output ?? st.outputs.length - 1;
+        const cur = st.outputs[at];
+        if (!cur) throw new StoreError(`agent session '${st.input.key}': a continuing turn without an output (${at})`, { retryable: false });
         out = cur;
-        if (ev.added) out.messages.push(...ev.added);
-        if (ev.obs !== undefined) out.builder.appendObservation(decodeInt32(ev.obs));
       }
+      if (ev.added) out.messages.push(...ev.added);
+      if (ev.obs !== undefined) {
+        out.builder.appendObservation(decodeInt32(ev.obs));
+        out.userTurns++;
+      }
+      const mark = beginTurnMark(out);
       if (ev.action) {
         st.engineCalls++;
         const ids = decodeInt32(ev.action.ids);
@@ -306,6 +460,7 @@ export function applyEvent(st: AgentSessionState, ev: AgentSessionEvent): void {
       out.finishReason = ev.finish_reason;
       out.terminatedBy = ev.terminated_by;
       out.ended = ev.ended;
+      if (ev.action) endTurnMark(out, mark);
       out.last = { hash: ev.hash, reply: ev.reply as unknown as ChatReply };
       rememberReply(st, ev.hash, out.last.reply);
       if (ev.idem !== undefined) rememberKey(st, ev.idem, ev.hash, out.last.reply);
@@ -359,6 +514,11 @@ export function foldAgentSession(key: string, stored: StoredSession): AgentSessi
  * `response_ids`, as `tool_agent` records them; absent when no version is known),
  * and `agent_role` / `served_model` for an output of a role. `error` (e.g.
  * `agent_timeout`) and the agent's `metadata` go into `extra_fields`.
+ * Every output is one trajectory on its own — a branch of the session's
+ * tree holds its parent's prompt ‖ response up to `branch_at` (sampled ids
+ * mask 1, as a linear session along that path would record them) — and
+ * names its place in the tree: `parent_output_index` and `branch_at` (both
+ * null for a root).
  * @throws TrajectoryInvariantError when an output breaks an invariant (never expected).
  */
 export function agentOutputs(st: AgentSessionState, o: { reward: number | null; error?: string; metadata?: Record<string, unknown> | null; rewardError?: string }): AgentLoopOutput[] {
@@ -374,14 +534,14 @@ export function agentOutputs(st: AgentSessionState, o: { reward: number | null; 
     if (o.metadata) extra.agent_metadata = o.metadata;
     if (o.error) extra.error = o.error;
     if (o.rewardError) extra.reward_error = o.rewardError;
-    const done = out.builder.finish({
+    const rec = out.builder.finish({
       numTurns: out.assistantTurns + out.userTurns + 1,
       rewardScore: o.reward,
       metrics: out.metrics,
       extraFields: extra,
       finishReason: out.finishReason,
     });
-    return out.role ? { ...done, agent_role: out.role.name, served_model: out.role.servedModel } : done;
+    return { ...rec, parent_output_index: out.parent, branch_at: out.branchAt, ...(out.role ? { agent_role: out.role.name, served_model: out.role.servedModel } : {}) };
   });
 }
 

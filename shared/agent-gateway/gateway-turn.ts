@@ -13,8 +13,9 @@ import { ObservationEncoder } from "../tokens/observation.ts";
 import { buildPromptIds } from "../tokens/prompt.ts";
 import type { ChatTokenizer } from "../tokens/tokenizer.ts";
 import type { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
-import { openOutput, recordActionVersions, rememberKey, rememberReply, toolsKeyOf, type AgentOutputState, type AgentSessionState, type TurnEvent } from "./agent-session.ts";
-import { continuation, namedToolResults, parseReply, sessionTag } from "./conversation.ts";
+import { beginTurnMark, endTurnMark, openOutput, recordActionVersions, rememberKey, rememberReply, toolsKeyOf, type AgentOutputState, type AgentSessionState, type OpenOutput, type TurnEvent } from "./agent-session.ts";
+import { namedToolResults, parseReply, sessionTag } from "./conversation.ts";
+import { planTurn } from "./trajectory-tree.ts";
 import type { ChatReply, ChatRequest } from "./openai-wire.ts";
 
 /** What {@link GatewayTurns} reads of its gateway's options (`AgentGatewayOptions`: the same fields). */
@@ -76,56 +77,60 @@ export class GatewayTurns {
     const input = st.input;
     const rollout = input.rollout;
     const tools = req.tools && req.tools.length ? req.tools : undefined;
-    const cur = st.outputs[st.outputs.length - 1];
-    let added = cur && !cur.ended && cur.toolsKey === toolsKeyOf(tools) && sameRole(cur, o.role) ? continuation(cur.messages, req.messages) : null;
+    let plan = planTurn(st, req.messages, toolsKeyOf(tools), o.role);
     let obsIds: number[] | null = null;
-    if (cur && added) {
-      added = namedToolResults(added, cur.messages);
+    let added: ChatMessage[] = [];
+    if (plan.kind === "continue" || (plan.kind === "branch" && plan.point === "after")) {
+      const base = plan.kind === "continue" ? plan.out : plan.parent;
+      const at = plan.kind === "continue" ? base.builder.contextLength : plan.at;
+      added = namedToolResults(plan.added, base.messages.slice(0, plan.kind === "continue" ? base.messages.length : plan.messages));
       // A turn a stop string (or max_tokens) ended has no stop id: close it as the template closes a turn;
       // the agent sent it back as a finished message.
-      const lastId = cur.builder.lastTokenId;
+      const lastId = tokenAt(base.builder, at - 1);
       try {
         obsIds = this.encoder(tools, rollout.chat_template_kwargs).encode(added, lastId, { closeTurn: !tok.isStopToken(lastId) });
       } catch (e) {
         // A combination the template cannot render incrementally (Gemma 3: two user turns in a row): a fresh render.
         if (!(e instanceof TemplateError)) throw e;
-        added = null;
+        plan = { kind: "root" };
       }
     }
     const partial: Omit<TurnEvent, "reply" | "assistant" | "metrics" | "finish_reason" | "terminated_by" | "ended" | "mark_truncated" | "tool_calls" | "user_turns"> = { e: "turn", hash, ...(o.idempotencyKey !== undefined ? { idem: o.idempotencyKey } : {}) };
     let out: AgentOutputState;
     let truncatedByObs = false;
-    if (cur && added && obsIds) {
-      out = cur;
-      const named = added;
-      const ids = obsIds;
-      partial.added = named;
-      partial.obs = encodeInt32(ids);
-      out.messages.push(...named);
-      truncatedByObs = out.builder.appendObservation(ids).truncated;
-      out.userTurns++;
+    if (plan.kind === "continue") {
+      out = plan.out;
+      if (out.index !== st.outputs.length - 1) partial.output = out.index;
     } else {
       // (checkLimits saw a continuation the template then could not render incrementally: still no output past the cap.)
       const maxOutputs = (this.opts.limits ?? DEFAULT_SESSION_LIMITS).maxOutputs;
       if (st.outputs.length >= maxOutputs) throw new SessionLimitError(input.key, "max_outputs_per_session", maxOutputs);
-      const { promptIds, truncated } = buildPromptIds(tok, req.messages, { tools, promptLength: rollout.prompt_length, chatTemplateKwargs: rollout.chat_template_kwargs });
-      // An agent's context is what it sent: a prompt cut to fit would be sampled (and trained on) as a context the agent
-      // never had, so it is refused as OpenAI and Anthropic refuse an over-long prompt (400, context_length_exceeded).
-      if (truncated) throw promptTooLong(rollout.prompt_length);
       const maxModelLen = await contextSize(rollout, this.opts.maxModelLen, this.opts.client);
-      partial.open = {
-        prompt_ids: encodeInt32(promptIds),
-        prompt_truncated: truncated,
-        response_length: rollout.response_length,
-        max_model_len: maxModelLen,
-        prompt_length: rollout.prompt_length,
-        track_logprobs: input.sampling_params.logprobs,
-        messages: req.messages,
-        tools: tools ?? null,
-        ...(o.role ? { agent_role: o.role.name, served_model: o.role.servedModel } : {}),
-      };
-      out = openOutput(st, partial.open);
+      const budgets = { response_length: rollout.response_length, max_model_len: maxModelLen, prompt_length: rollout.prompt_length, track_logprobs: input.sampling_params.logprobs, tools: tools ?? null, ...(o.role ? { agent_role: o.role.name, served_model: o.role.servedModel } : {}) };
+      let open: OpenOutput;
+      if (plan.kind === "branch" && plan.point !== "prompt") {
+        open = { branch: { parent: plan.parent.index, at: plan.at, messages: plan.messages }, prompt_ids: "", prompt_truncated: false, ...budgets, messages: [] };
+      } else {
+        const { promptIds, truncated } = buildPromptIds(tok, req.messages, { tools, promptLength: rollout.prompt_length, chatTemplateKwargs: rollout.chat_template_kwargs });
+        // An agent's context is what it sent: a prompt cut to fit would be sampled (and trained on) as a context the agent
+        // never had, so it is refused as OpenAI and Anthropic refuse an over-long prompt (400, context_length_exceeded).
+        if (truncated) throw promptTooLong(rollout.prompt_length);
+        const at = plan.kind === "branch" && !truncated ? this.promptBranchAt(plan.parent, req.messages, plan.messages, promptIds, tools, rollout.chat_template_kwargs) : null;
+        open = plan.kind === "branch" && at !== null
+          ? { branch: { parent: plan.parent.index, at, messages: plan.messages }, prompt_ids: encodeInt32(promptIds.slice(at)), prompt_truncated: false, ...budgets, messages: req.messages.slice(plan.messages) }
+          : { prompt_ids: encodeInt32(promptIds), prompt_truncated: truncated, ...budgets, messages: req.messages };
+      }
+      partial.open = open;
+      out = openOutput(st, open);
     }
+    if (obsIds) {
+      partial.added = added;
+      partial.obs = encodeInt32(obsIds);
+      out.messages.push(...added);
+      truncatedByObs = out.builder.appendObservation(obsIds).truncated;
+      out.userTurns++;
+    }
+    const mark = beginTurnMark(out);
     const b = out.builder;
     const metrics = { ...out.metrics };
     let finish: TurnEvent["finish_reason"] = "stop";
@@ -197,6 +202,7 @@ export class GatewayTurns {
     out.finishReason = finish;
     out.terminatedBy = by;
     out.ended = ended;
+    if (action) endTurnMark(out, mark);
     out.last = { hash, reply };
     rememberReply(st, hash, reply);
     if (o.idempotencyKey !== undefined) rememberKey(st, o.idempotencyKey, hash, reply);
@@ -214,6 +220,26 @@ export class GatewayTurns {
       tool_calls: parsed?.calls.length ?? 0,
       user_turns: out.userTurns,
     };
+  }
+
+  /**
+   * Where a branch in `parent`'s prompt starts, checked by tokens: the render
+   * of the shared `shared` messages (no generation prompt) must be a prefix
+   * of both the parent's prompt ids and the request's fresh render
+   * `promptIds`; then its length, else null (a fresh root).
+   */
+  private promptBranchAt(parent: AgentOutputState, messages: readonly ChatMessage[], shared: number, promptIds: readonly number[], tools: ToolSchema[] | undefined, kwargs: Record<string, unknown> | undefined): number | null {
+    let prefix: number[];
+    try {
+      prefix = this.opts.tokenizer.renderIds(messages.slice(0, shared), { tools, addGenerationPrompt: false, chatTemplateKwargs: kwargs });
+    } catch (e) {
+      if (e instanceof TemplateError) return null;
+      throw e;
+    }
+    const theirs = parent.builder.promptIds;
+    if (prefix.length === 0 || prefix.length >= promptIds.length || prefix.length >= theirs.length) return null;
+    for (let i = 0; i < prefix.length; i++) if (prefix[i] !== promptIds[i] || prefix[i] !== theirs[i]) return null;
+    return prefix.length;
   }
 
   private logprobsOf(ids: number[], lps: number[] | null): NonNullable<ChatReply["logprobs"]> {
@@ -253,9 +279,11 @@ export function promptTooLong(promptLength: number): InputError {
   );
 }
 
-/** Whether a call of `role` may continue `out`: the same role, or neither has one (a role's tokens never enter another role's output). */
-export function sameRole(out: AgentOutputState, role: { name: string } | undefined): boolean {
-  return (out.role?.name ?? null) === (role?.name ?? null);
+/** The id at token index `i` of `b`'s prompt ‖ response (undefined outside it). */
+function tokenAt(b: TrajectoryBuilder, i: number): number | undefined {
+  const P = b.promptIds.length;
+  if (i < 0 || i >= b.contextLength) return undefined;
+  return i < P ? b.promptIds[i] : b.responseSlice(i - P).ids[0];
 }
 
 /** The batch's sampling parameters with the request's `temperature`, `top_p`, `seed` and `stop` over them (log-probs as the run records them). */

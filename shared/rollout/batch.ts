@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { PolicyVersionValue } from "./policy-version.ts";
 import { formatPath, InputError } from "../errors.ts";
-import { DatasetRow, Uid, trajectoryKey, type AgentLoopOutput, type ModelId, type RolloutConfig, type TrajectoryRecord } from "../schema/index.ts";
+import { DatasetRow, Uid, parseTrajectoryKey, trajectoryKey, type AgentLoopOutput, type ModelId, type RolloutConfig, type TrajectoryRecord } from "../schema/index.ts";
 import { validateTrajectory } from "../tokens/validate.ts";
 import { contentText } from "../tokens/tokenizer.ts";
 import { failedRecord as storeFailedRecord } from "../store/record-codec.ts";
@@ -254,7 +254,24 @@ export function toTrajectoryRecord(
     // ground_truth before trajectory_info: a record rebuilt from a stored one (outputOfRecord) keeps its key order, byte for byte.
     extra_fields: { ...out.extra_fields, ...groundTruthField(t.row), trajectory_info: t.trajectory_info },
     ...routedExpertsFields(out),
+    ...treeFields(t, out, outputIndex),
   };
+}
+
+/**
+ * `parent_key` and `branch_at` of a loop output that names its place in a
+ * trajectory tree (`parent_output_index`, `branch_at`), as an object to
+ * spread: empty when the output names none (the record keeps neither key).
+ * @throws InputError (field `parent_output_index` / `branch_at`) for a parent that is not an earlier
+ *   output of the session, or a `branch_at` given without it (or the reverse).
+ */
+export function treeFields(t: { uid: string; session_id: number }, out: Pick<AgentLoopOutput, "parent_output_index" | "branch_at">, outputIndex: number): Pick<TrajectoryRecord, "parent_key" | "branch_at"> {
+  if (out.parent_output_index === undefined && out.branch_at === undefined) return {};
+  const parent = out.parent_output_index ?? null;
+  const at = out.branch_at ?? null;
+  if ((parent === null) !== (at === null)) throw new InputError(parent === null ? "parent_output_index" : "branch_at", "parent_output_index and branch_at are set together (a branch) or both null (a root)");
+  if (parent !== null && parent >= outputIndex) throw new InputError("parent_output_index", `output ${outputIndex} can only branch from an earlier output of its session, got ${parent}`);
+  return { parent_key: parent === null ? null : trajectoryKey(t.uid, t.session_id, parent), branch_at: at };
 }
 
 /** The longest ground truth a record copies, in characters of its JSON text: a larger one (test cases, documents) stays in the dataset row only. */
@@ -323,5 +340,6 @@ export function outputOfRecord(r: TrajectoryRecord): AgentLoopOutput {
     ...routedExpertsFields(r),
     ...(r.agent_role !== undefined ? { agent_role: r.agent_role } : {}),
     ...(r.served_model !== undefined ? { served_model: r.served_model } : {}),
+    ...(r.parent_key !== undefined || r.branch_at !== undefined ? { parent_output_index: r.parent_key == null ? null : parseTrajectoryKey(r.parent_key).output_index, branch_at: r.branch_at ?? null } : {}),
   };
 }

@@ -54,5 +54,18 @@ export const AgentLoopOutput = z.object({
   agent_role: AgentRoleName.optional(),
   /** The model that sampled the output's tokens: its engine pool's model name (config `engine.pools`); present with `agent_role`. */
   served_model: z.string().min(1).optional(),
+  /**
+   * A branch of the session's trajectory tree: the output index (among this
+   * session's outputs, an earlier one) of the output it branched from; null
+   * for a root. Absent for loops that build no trees (the record then has
+   * neither field).
+   */
+  parent_output_index: z.number().int().min(0).nullable().optional(),
+  /**
+   * Token index into the parent's `prompt_ids ‖ response_ids` where the branch
+   * starts: this output's `prompt_ids ‖ response_ids` before it are the
+   * parent's, token for token. Null exactly when `parent_output_index` is.
+   */
+  branch_at: z.number().int().min(0).nullable().optional(),
 });
 export type AgentLoopOutput = z.infer<typeof AgentLoopOutput>;

@@ -83,6 +83,21 @@ export const TrajectoryRecord = z.object({
   routed_experts: z.array(z.number().int()).optional(),
   /** `[layers, top_k]`; present exactly when `routed_experts` is (stored as JSON, field `routed_experts_shape`). */
   routed_experts_shape: RoutedExpertsShape.optional(),
+  /**
+   * Trajectory trees (agent gateway sessions): the key of the record this one
+   * branched from — a record of the same session, `{uid}_{session_id}_{i}`
+   * with a smaller `i` — or null for a root. Absent in records of loops that
+   * build no trees and of older versions (read as null). Stored in `meta`.
+   */
+  parent_key: z.string().nullable().optional(),
+  /**
+   * Token index into the parent's `prompt_ids ‖ response_ids` where this
+   * record branches off: its own `prompt_ids ‖ response_ids` before it are
+   * the parent's, token for token (a trainer that counts each sampled token
+   * once trains this record from `branch_at` on). Null exactly when
+   * `parent_key` is; absent with it. Stored in `meta`.
+   */
+  branch_at: z.number().int().min(0).nullable().optional(),
 });
 export type TrajectoryRecord = z.infer<typeof TrajectoryRecord>;
 

@@ -366,7 +366,7 @@ export function inSchemaOrder(rec: TrajectoryRecord): TrajectoryRecord {
 }
 
 /** Side channels that are absent (no key at all) when not recorded. */
-const OPTIONAL_FIELDS = new Set<string>(["model", "agent_role", "served_model", "teacher_log_probs", "routed_experts", "routed_experts_shape"]);
+const OPTIONAL_FIELDS = new Set<string>(["model", "agent_role", "served_model", "teacher_log_probs", "routed_experts", "routed_experts_shape", "parent_key", "branch_at"]);
 
 /** The empty record `markFailed` stores for `key`, with `error = reason` and `finish_reason = "error"`. */
 export function failedRecord(key: string, reason: string, fields: Partial<TrajectoryRecord> = {}): TrajectoryRecord {

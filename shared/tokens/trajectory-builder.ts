@@ -122,6 +122,35 @@ export class TrajectoryBuilder {
     return b;
   }
 
+  /**
+   * A new builder holding this one's prompt and the first `at − P` response
+   * tokens (ids, mask, log-probs, routed experts; `P` = prompt length): a
+   * branch of a trajectory tree sharing prompt ‖ response up to `at`, with the
+   * same budgets, not truncated. This builder is unchanged.
+   * @throws InputError (field `branch_at`) unless `P ≤ at ≤ contextLength`.
+   */
+  forkAt(at: number): TrajectoryBuilder {
+    const P = this.promptIds.length;
+    if (!Number.isInteger(at) || at < P || at > this.contextLength) throw new InputError("branch_at", `must be an integer in [${P}, ${this.contextLength}] (the prompt's length to prompt ‖ response's), got ${at}`);
+    const b = new TrajectoryBuilder({
+      promptIds: this.promptIds,
+      responseLength: this.responseBudget,
+      maxModelLen: this.maxModelLen,
+      trackLogProbs: this.trackLogProbs,
+      promptLength: this.promptLength,
+      promptTruncated: this.promptTruncated,
+    });
+    const n = at - P;
+    b.ensure(n);
+    b.ids.set(this.ids.subarray(0, n));
+    b.mask.set(this.mask.subarray(0, n));
+    if (b.lps && this.lps) b.lps.set(this.lps.subarray(0, n));
+    b.len = n;
+    const re = this.routedExperts();
+    if (re) b.restoreRoutedExperts(re.data.subarray(0, at * re.shape[0] * re.shape[1]), re.shape);
+    return b;
+  }
+
   /** Tokens in the response so far (actions and observations). */
   get responseLength(): number {
     return this.len;

@@ -140,7 +140,8 @@ describe("agent roles routed to engine pools", () => {
     const solverMsgs: ChatMessage[] = [...PROMPT, { role: "assistant", content: PLAN }, { role: "user", content: "Carry out the plan." }];
     const s1 = await solver.chat.completions.create({ model: "qwen3", messages: solverMsgs as OpenAI.ChatCompletionMessageParam[] });
     expect(s1.choices[0]!.message.content).toBe(SOLVE);
-    // Back to the planner, continuing its own conversation: the current output is the solver's, so another new output.
+    // Back to the planner, continuing its own conversation: its output (0) goes on in place (a leaf of the
+    // session's tree, of the planner's role); the solver's output in between is never a candidate.
     const plannerMsgs: ChatMessage[] = [...PROMPT, { role: "assistant", content: PLAN }, { role: "user", content: "The solver says 31. Done?" }];
     const p2 = await planner.chat.completions.create({ model: "qwen3", messages: plannerMsgs as OpenAI.ChatCompletionMessageParam[] });
     expect(p2.choices[0]!.message.content).toBe(PLAN);
@@ -152,18 +153,15 @@ describe("agent roles routed to engine pools", () => {
     expect([...a.keys, ...b.keys]).toEqual(["r1_0_0", "r1_0_0", "r1_0_0"]);
 
     const recs = await recordsOf(gw, "r1_0_0");
-    expect(recs.map((r) => [r.key, r.agent_role, r.served_model])).toEqual([
-      ["r1_0_0", "planner", "planner-policy"],
-      ["r1_0_1", "solver", "pool_b"],
-      ["r1_0_2", "planner", "planner-policy"],
+    expect(recs.map((r) => [r.key, r.agent_role, r.served_model, r.parent_key ?? null])).toEqual([
+      ["r1_0_0", "planner", "planner-policy", null],
+      ["r1_0_1", "solver", "pool_b", null],
     ]);
-    expect(recs.map((r) => r.prompt_ids)).toEqual([render(PROMPT), render(solverMsgs), render(plannerMsgs)]);
-    expect(recs.map((r) => r.response_ids)).toEqual([
-      [...tok.encode(PLAN), IM_END],
-      [...tok.encode(SOLVE), IM_END],
-      [...tok.encode(PLAN), IM_END],
-    ]);
-    expect(recs.map((r) => r.response_mask)).toEqual(recs.map((r) => r.response_ids.map(() => 1)));
+    const plan = [...tok.encode(PLAN), IM_END];
+    const obs = render(plannerMsgs).slice(render(PROMPT).length + plan.length);
+    expect(recs.map((r) => r.prompt_ids)).toEqual([render(PROMPT), render(solverMsgs)]);
+    expect(recs.map((r) => r.response_ids)).toEqual([[...plan, ...obs, ...plan], [...tok.encode(SOLVE), IM_END]]);
+    expect(recs.map((r) => r.response_mask)).toEqual([[...plan.map(() => 1), ...obs.map(() => 0), ...plan.map(() => 1)], [...tok.encode(SOLVE), IM_END].map(() => 1)]);
   });
 
   test("one role's multi-turn conversation continues its output; the same body under another role is another call, not a replay", async () => {
@@ -215,12 +213,16 @@ describe("agent roles routed to engine pools", () => {
       code: "invalid_input",
       field: "X-Agent-Role",
       message: 'X-Agent-Role: unknown agent role "critic"; known roles: "planner", "solver"',
+      type: "invalid_request_error",
+      param: "X-Agent-Role",
     });
     const bad = await sdk("r3_0_0", "no spaces").chat.completions.create({ model: "qwen3", messages: PROMPT as OpenAI.ChatCompletionMessageParam[] }).catch((e: unknown) => e);
     expect((bad as InstanceType<typeof OpenAI.BadRequestError>).error).toEqual({
       code: "invalid_input",
       field: "X-Agent-Role",
       message: `X-Agent-Role: an agent role may only hold letters, digits, '.', '_' and '-', got "no spaces"`,
+      type: "invalid_request_error",
+      param: "X-Agent-Role",
     });
     expect([def.prompts.length, a.prompts.length, b.prompts.length]).toEqual([0, 0, 0]);
     expect((await gw.get("r3_0_0"))!.outputs.length).toBe(0);

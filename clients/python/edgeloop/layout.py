@@ -4,7 +4,11 @@ A record is one Redis HASH ``{prefix}traj:{key}`` whose fields are:
 
 - ``meta``: UTF-8 JSON of every scalar/object field (``key, uid, session_id,
   output_index, agent_name, data_source, reward_score, num_turns, truncated,
-  finish_reason, error, metrics, extra_fields``);
+  finish_reason, error, metrics, extra_fields``, and ``parent_key,
+  branch_at`` for records of trajectory trees: the key of the record this one
+  branched from and the token index into its ``prompt_ids + response_ids``
+  where it branches, both ``None`` for a root; absent in other records, where
+  ``rec.get("parent_key")`` is ``None`` too);
 - ``prompt_ids`` / ``response_ids``: base64 of little-endian int32 token ids;
 - ``response_mask``: base64 of one uint8 (0/1) per response token;
 - ``rollout_log_probs``: base64 of little-endian float32, one per response
