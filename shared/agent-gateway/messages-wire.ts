@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { InputError } from "../errors.ts";
-import { isRecord, nullish, parseField, presentKeys } from "./wire-fields.ts";
+import { isRecord, nullish, parseField, presentKeys, unansweredToolResult } from "./wire-fields.ts";
 import { fnv1a32 } from "../inference/hash.ts";
 import type { ChatMessage, ToolCallMessage } from "../schema/message.ts";
 import { ToolSchema } from "../schema/tool.ts";
@@ -129,7 +129,9 @@ function userMessages(content: unknown, at: string): ChatMessage[] {
     else if (b.type === "tool_result") {
       const r = parseField(f, ToolResultBlock, b);
       const c = r.content === undefined ? "" : textBlocks(r.content, `${f}.content`);
-      tools.push({ role: "tool", tool_call_id: r.tool_use_id, content: c });
+      const result: ChatMessage = { role: "tool", tool_call_id: r.tool_use_id, content: c };
+      TOOL_RESULT_PATHS.set(result, `${f}.tool_use_id`);
+      tools.push(result);
     } else throw new InputError(`${f}.type`, `${JSON.stringify(b.type)} blocks are not supported in a user turn (edgeloop reads text and tool_result)`);
   });
   if (content.length === 0) throw new InputError(at, "must hold at least one content block");
@@ -159,6 +161,9 @@ function assistantMessage(content: unknown, at: string): ChatMessage {
   if (calls.length > 0) out.tool_calls = calls;
   return out;
 }
+
+/** The `messages[i].content[j].tool_use_id` path of each tool message {@link userMessages} made (for the error naming an unanswered one). */
+const TOOL_RESULT_PATHS = new WeakMap<ChatMessage, string>();
 
 function parseMessages(v: unknown): ChatMessage[] {
   if (nullish(v)) throw new InputError("messages", "required: a non-empty list of {role, content}");
@@ -247,9 +252,20 @@ export function parseMessagesRequest(body: unknown): ChatRequest {
   const maxTokens = parseField("max_tokens", MaxTokens, b.max_tokens);
   if (!nullish(b.thinking)) parseField("thinking", ThinkingConfig, b.thinking);
   const system = nullish(b.system) ? [] : [{ role: "system" as const, content: textBlocks(b.system, "system") }];
+  const messages = [...system, ...parseMessages(b.messages)];
+  const last = (b.messages as unknown[]).length - 1;
+  // A last assistant message is a prefill: the API continues it. edgeloop would close it and sample a new turn,
+  // a different trajectory, so it is refused rather than answered otherwise than the API answers it.
+  if (messages[messages.length - 1]!.role === "assistant") {
+    throw new InputError(`messages[${last}].role`, "a final assistant message (a prefill the reply would continue) is not supported by edgeloop's Messages endpoint: end with a user turn");
+  }
+  const bad = unansweredToolResult(messages);
+  if (bad) {
+    throw new InputError(TOOL_RESULT_PATHS.get(messages[bad.index]!) ?? "messages", `tool_result block for ${JSON.stringify(bad.id.slice(0, 100))} has no matching tool_use block in the previous assistant message`);
+  }
   const out: ChatRequest = {
     model,
-    messages: [...system, ...parseMessages(b.messages)],
+    messages,
     tools: parseTools(b.tools),
     tool_choice: parseToolChoice(b.tool_choice),
     max_tokens: maxTokens,

@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { InputError } from "../errors.ts";
-import { isRecord, nullish, parseField, presentKeys } from "./wire-fields.ts";
+import { isRecord, nullish, parseField, presentKeys, unansweredToolResult } from "./wire-fields.ts";
 import type { ChatMessage, ToolCallMessage } from "../schema/message.ts";
 import { ToolSchema } from "../schema/tool.ts";
 
@@ -265,7 +265,10 @@ function parseMessages(v: unknown): ChatMessage[] {
   if (nullish(v)) throw new InputError("messages", "required: a non-empty list of chat messages");
   if (!Array.isArray(v)) throw new InputError("messages", "expected a list of chat messages");
   if (v.length === 0) throw new InputError("messages", "must hold at least one message");
-  return v.map((m, i) => parseMessage(m, `messages[${i}]`));
+  const messages = v.map((m, i) => parseMessage(m, `messages[${i}]`));
+  const bad = unansweredToolResult(messages);
+  if (bad) throw new InputError(`messages[${bad.index}].tool_call_id`, `${JSON.stringify(bad.id.slice(0, 100))} answers no tool call: a tool message must follow the assistant message whose tool_calls hold its id`);
+  return messages;
 }
 
 function parseMessage(m: unknown, at: string): ChatMessage {

@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { InputError } from "../errors.ts";
-import { isRecord, nullish, parseField, presentKeys } from "./wire-fields.ts";
+import { isRecord, nullish, parseField, presentKeys, unansweredToolResult } from "./wire-fields.ts";
 import { fnv1a32 } from "../inference/hash.ts";
 import type { ChatMessage, ToolCallMessage } from "../schema/message.ts";
 import { ToolSchema } from "../schema/tool.ts";
@@ -279,6 +279,9 @@ function reasoningText(item: Record<string, unknown>, at: string): string {
  * The `input` items as chat messages (see {@link parseResponsesRequest}).
  * A lone string is one user message.
  */
+/** The `input[i].call_id` path of each tool message {@link parseInput} made (for the error naming an unanswered one). */
+const TOOL_RESULT_PATHS = new WeakMap<ChatMessage, string>();
+
 function parseInput(v: unknown): ChatMessage[] {
   if (nullish(v)) return [];
   if (typeof v === "string") return [{ role: "user", content: v }];
@@ -325,7 +328,9 @@ function parseInput(v: unknown): ChatMessage[] {
       }
       case "function_call_output": {
         const call_id = parseField(`${at}.call_id`, Str, item.call_id);
-        out.push({ role: "tool", tool_call_id: call_id, content: partsText(item.output, `${at}.output`, "input_text") });
+        const result: ChatMessage = { role: "tool", tool_call_id: call_id, content: partsText(item.output, `${at}.output`, "input_text") };
+        TOOL_RESULT_PATHS.set(result, `${at}.call_id`);
+        out.push(result);
         open = null;
         return;
       }
@@ -405,6 +410,11 @@ export function responsesChatRequest(p: ParsedResponsesRequest, previous: { mess
   const prior = previous ? (previous.instructions ? previous.messages.slice(1) : previous.messages) : [];
   const messages = [...(p.instructions ? [p.instructions] : []), ...prior, ...p.input];
   if (messages.length === 0) throw new InputError("input", "required: a string or a non-empty list of input items");
+  const bad = unansweredToolResult(messages);
+  if (bad) {
+    // The record's own history answers its calls: the culprit is an input item, named by its path.
+    throw new InputError(TOOL_RESULT_PATHS.get(messages[bad.index]!) ?? "input", `no tool call found for function_call_output with call_id ${JSON.stringify(bad.id.slice(0, 100))}: it must follow the function_call item (or the previous response's call) with that call_id`);
+  }
   return { ...p.chat, messages };
 }
 

@@ -1,4 +1,5 @@
 import type { z } from "zod";
+import type { ChatMessage } from "../schema/message.ts";
 import { inputErrorFromZod } from "../errors.ts";
 
 /** Small readers shared by the agent gateway's request parsers (chat completions, Responses, Messages). */
@@ -25,4 +26,31 @@ export function parseField<S extends z.ZodType>(field: string, schema: S, value:
 export function presentKeys(body: unknown, ignored: readonly string[]): string[] {
   if (!isRecord(body)) return [];
   return Object.keys(body).filter((k) => ignored.includes(k) && !nullish(body[k]));
+}
+
+/**
+ * The first tool result in `messages` that answers no call: a `tool` message
+ * whose `tool_call_id` is not among the `tool_calls` of the assistant message
+ * before it (only other tool messages may stand between them), or one with
+ * no assistant message before it at all. Null when every tool result answers
+ * a call. One pass, O(messages + calls). Each API's parser turns a hit into a
+ * 400 naming its own field: OpenAI refuses a tool message that follows no
+ * `tool_calls` ("messages with role 'tool' must be a response to a preceding
+ * message with 'tool_calls'"; Responses: "No tool call found for function
+ * call output with call_id …"), Anthropic a `tool_result` whose id matches no
+ * `tool_use` of the previous assistant turn. Without the check a broken
+ * agent's result would be rendered as an observation of a call the model
+ * never made, and trained on.
+ */
+export function unansweredToolResult(messages: readonly ChatMessage[]): { index: number; id: string } | null {
+  let calls: Set<string> | null = null;
+  for (let i = 0; i < messages.length; i++) {
+    const m = messages[i]!;
+    if (m.role === "assistant") calls = new Set((m.tool_calls ?? []).map((c) => c.id ?? ""));
+    else if (m.role === "tool") {
+      const id = m.tool_call_id ?? "";
+      if (!calls || !calls.has(id)) return { index: i, id };
+    } else calls = null;
+  }
+  return null;
 }

@@ -82,6 +82,7 @@ describe("parseMessagesRequest", () => {
       messages: [
         { role: "user", content: "x" },
         { role: "assistant", content: [{ type: "tool_use", id: "t1", name: "f", input: {} }] },
+        { role: "user", content: [{ type: "tool_result", tool_use_id: "t1", content: "ok" }] },
       ],
       tool_choice: { type: "none" },
     });
@@ -92,6 +93,23 @@ describe("parseMessagesRequest", () => {
       'messages[0].content[0].type: "redacted_thinking" blocks are not supported in an assistant turn',
     );
     expect(() => parseMessagesRequest({ max_tokens: 1, messages: [{ role: "user", content: "x" }] })).toThrow("model: required");
+  });
+
+  test("a final assistant message (a prefill) and a tool_result without its tool_use are 400s naming the block", () => {
+    const use = { role: "assistant", content: [{ type: "tool_use", id: "t1", name: "f", input: {} }] };
+    expect(() => parseMessagesRequest({ model: "m", max_tokens: 1, messages: [{ role: "user", content: "x" }, { role: "assistant", content: "The answer is" }] })).toThrow(
+      "messages[1].role: a final assistant message (a prefill the reply would continue) is not supported by edgeloop's Messages endpoint: end with a user turn",
+    );
+    const result = (id: string) => ({ role: "user", content: [{ type: "text", text: "and" }, { type: "tool_result", tool_use_id: id, content: "31" }] });
+    // No tool_use at all; another id than the previous turn's; a result a turn too late.
+    expect(() => parseMessagesRequest({ model: "m", max_tokens: 1, messages: [result("toolu_nope")] })).toThrow(
+      'messages[0].content[1].tool_use_id: tool_result block for "toolu_nope" has no matching tool_use block in the previous assistant message',
+    );
+    expect(() => parseMessagesRequest({ model: "m", max_tokens: 1, messages: [{ role: "user", content: "x" }, use, result("t2")] })).toThrow("messages[2].content[1].tool_use_id: tool_result block for \"t2\"");
+    expect(() => parseMessagesRequest({ model: "m", max_tokens: 1, messages: [{ role: "user", content: "x" }, use, result("t1"), { role: "assistant", content: "done" }, result("t1")] })).toThrow(
+      "messages[4].content[1].tool_use_id",
+    );
+    expect(parseMessagesRequest({ model: "m", max_tokens: 1, messages: [{ role: "user", content: "x" }, use, result("t1")] }).messages.map((m) => m.role)).toEqual(["user", "assistant", "tool", "user"]);
   });
 });
 

@@ -161,7 +161,7 @@ describe("agent roles routed to engine pools", () => {
     const obs = render(plannerMsgs).slice(render(PROMPT).length + plan.length);
     expect(recs.map((r) => r.prompt_ids)).toEqual([render(PROMPT), render(solverMsgs)]);
     expect(recs.map((r) => r.response_ids)).toEqual([[...plan, ...obs, ...plan], [...tok.encode(SOLVE), IM_END]]);
-    expect(recs.map((r) => r.response_mask)).toEqual([[...plan.map(() => 1), ...obs.map(() => 0), ...plan.map(() => 1)], [...tok.encode(SOLVE), IM_END].map(() => 1)]);
+    expect(recs.map((r) => r.response_mask)).toEqual([[...plan.map(() => 1 as const), ...obs.map(() => 0 as const), ...plan.map(() => 1 as const)], [...tok.encode(SOLVE), IM_END].map(() => 1 as const)]);
   });
 
   test("one role's multi-turn conversation continues its output; the same body under another role is another call, not a replay", async () => {
