@@ -101,6 +101,7 @@ export class SimEngineClient implements InferenceClient {
         stop: req.sampling_params.stop,
         endpoint: "in-process",
         signal: req.signal,
+        ...(req.on_tokens ? { on_tokens: (t: number[], l: number[] | null) => req.on_tokens!(t, req.sampling_params.logprobs ? l : null) } : {}),
       });
     } catch (e) {
       if (!(e instanceof SimEngineFault)) throw e;

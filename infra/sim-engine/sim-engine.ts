@@ -394,6 +394,7 @@ export class SimEngine {
     let paceFrom = performance.now();
     let paced = 0;
     let retractions = 0;
+    const streamLps = req.on_tokens ? this.logProbs(prompt, ids.length) : null;
     for (let i = 0; i < ids.length; i++) {
       if (epoch !== this.abortEpoch) {
         ids = ids.slice(0, i);
@@ -433,6 +434,7 @@ export class SimEngine {
           if (!(await sleep(ahead, req.signal))) throw gone();
         }
       }
+      if (streamLps) req.on_tokens!([ids[i]!], [streamLps[i]!]);
     }
     const logProbs = this.logProbs(prompt, ids.length);
     this.cache.insert(ids.length > 0 ? [...prompt, ...ids] : prompt);

@@ -82,6 +82,8 @@ export interface SimGenerateRequest {
   endpoint?: string;
   /** Client gone / deadline: ends a `hang`. */
   signal?: AbortSignal;
+  /** Called with each token as it is decoded (and its log-prob): `GenerateRequest.on_tokens`. */
+  on_tokens?: (token_ids: number[], log_probs: number[] | null) => void;
   /**
    * How the context limit is compared: `vllm` (default) refuses `prompt +
    * max_tokens > max_model_len` (equality is served); `sglang` refuses

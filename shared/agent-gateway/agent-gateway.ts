@@ -25,6 +25,7 @@ import {
 } from "./agent-session.ts";
 import { continuation, jsonEqual } from "./conversation.ts";
 import { GatewayTurns } from "./gateway-turn.ts";
+import type { TurnSink } from "./turn-stream.ts";
 import { parseChatRequest, type ChatReply, type ChatRequest } from "./openai-wire.ts";
 export { samplingFor } from "./gateway-turn.ts";
 
@@ -265,9 +266,11 @@ export class AgentGateway {
    * calls. The same continuation, replay and limit rules as {@link chat};
    * `opts` (from the headers, {@link turnOptionsOf}) decides whether an
    * equal earlier call is replayed or sampled again (the class doc, step 1).
+   * `sink`: the turn streams into it while sampled (see `TurnStream`); the
+   * returned reply (after the commit) completes it. A replay streams nothing.
    * @throws as {@link chatAuthorized}; {@link IdempotencyKeyReusedError} (422).
    */
-  async turnAuthorized(key: string, req: ChatRequest, opts: TurnOptions = {}): Promise<ChatReply> {
+  async turnAuthorized(key: string, req: ChatRequest, opts: TurnOptions = {}, sink?: TurnSink): Promise<ChatReply> {
     const hash = requestHash(req);
     /** The id of the reply stored under `hash` when this call first read the session (undefined: none). */
     let before: string | undefined;
@@ -299,7 +302,7 @@ export class AgentGateway {
             throw e;
           }
           try {
-            const ev = await this.turns.answer(st, req, hash, { ...(opts.idempotencyKey !== undefined ? { idempotencyKey: opts.idempotencyKey } : {}), resample: st.recent.has(hash) });
+            const ev = await this.turns.answer(st, req, hash, { ...(opts.idempotencyKey !== undefined ? { idempotencyKey: opts.idempotencyKey } : {}), resample: st.recent.has(hash), ...(sink && attempt === 0 ? { sink } : {}) });
             await this.commit(st, ev);
             return ev.reply as unknown as ChatReply;
           } catch (e) {

@@ -1,3 +1,4 @@
+import { ChatSseWriter } from "./sse-writers.ts";
 import { z } from "zod";
 import { InputError } from "../errors.ts";
 import { isRecord, nullish, parseField, presentKeys } from "./wire-fields.ts";
@@ -419,7 +420,7 @@ export function chatCompletionBody(r: ChatReply): Record<string, unknown> {
 
 /**
  * The whole SSE body of a streamed reply, in OpenAI's `chat.completion.chunk`
- * format (edgeloop samples a turn whole, then streams it). Events, each
+ * format (a reply written whole: a replay; a turn being sampled streams the same events through the SSE writer of `sse-writers.ts`). Events, each
  * `data: <json>\n\n`:
  * 1. `delta: {role: "assistant", content: ""}`;
  * 2. `delta: {reasoning_content}` when the turn has reasoning;
@@ -434,21 +435,9 @@ export function chatCompletionBody(r: ChatReply): Record<string, unknown> {
  * @see https://platform.openai.com/docs/api-reference/chat-streaming/streaming
  */
 export function chatCompletionSse(r: ChatReply, o: { includeUsage?: boolean } = {}): string {
-  const head = { id: r.id, object: "chat.completion.chunk", created: r.created, model: r.model };
-  const chunk = (delta: Record<string, unknown>, finish: ChatReply["finish_reason"] | null = null, logprobs: unknown = null) => ({
-    ...head,
-    choices: [{ index: 0, delta, logprobs, finish_reason: finish }],
-  });
-  const events: unknown[] = [chunk({ role: "assistant", content: "" })];
-  const m = r.message;
-  if (m.reasoning_content) events.push(chunk({ reasoning_content: m.reasoning_content }));
-  if (m.content) events.push(chunk({ content: m.content }));
-  (m.tool_calls ?? []).forEach((c, index) =>
-    events.push(chunk({ tool_calls: [{ index, id: c.id, type: "function", function: { name: c.function.name, arguments: c.function.arguments } }] })),
-  );
-  events.push(chunk({}, r.finish_reason, logprobsBody(r.logprobs)));
-  if (o.includeUsage) events.push({ ...head, choices: [], usage: { prompt_tokens: r.usage.prompt_tokens, completion_tokens: r.usage.completion_tokens, total_tokens: r.usage.total_tokens } });
-  return events.map((e) => `data: ${JSON.stringify(e)}\n\n`).join("") + "data: [DONE]\n\n";
+  let out = "";
+  new ChatSseWriter((s) => (out += s), o).finish(r);
+  return out;
 }
 
 /**
