@@ -124,20 +124,25 @@ export class TurnStream {
   private pendingStop: number | undefined;
   private prefixOffset = 0;
   private readOffset = 0;
-  private full = "";
-  private stopAt = -1;
-  private stopScan = 0;
-  private state: "start" | "thinking" | "content" | "hold";
-  private thinkScan = 0;
-  private startScan = 0;
-  private contentFrom = 0;
-  private emittedTo = -1;
-  private markerAt = -1;
-  private markerScan = 0;
-  private wsScan = 0;
-  private lastNonWs = 0;
   private seen = 0;
   private started = false;
+  private readonly stopLen: number;
+  private readonly markerLen: number;
+  /** Text held as a possible start of a stop string (shorter than the longest); null once a stop string was found. */
+  private stopTail: string | null = "";
+  private state: "start" | "thinking" | "content" | "hold";
+  /** start: the leading white space, and what follows it while it may still be `<think>` (under 7 characters). */
+  private startWs = "";
+  private startRest = "";
+  /** thinking: the text so far (joined once, at `</think>`), and its last characters for a `</think>` across pieces. */
+  private thinkText: string[] = [];
+  private thinkTail = "";
+  /** content: true once a character other than a newline came (leading newlines are dropped, as the reply's). */
+  private pastLead = false;
+  /** content: a tail that may begin a marker; null once a marker was found (nothing more is sent). */
+  private markerTail: string | null = "";
+  /** content: trailing white space not sent yet (the reply's content is trimmed at its end). */
+  private wsPending = "";
 
   constructor(
     private readonly tok: ChatTokenizer,
@@ -146,6 +151,8 @@ export class TurnStream {
     private readonly head: StreamHead,
   ) {
     this.state = o.family === "gpt_oss" ? "hold" : o.thinkOpened ? "thinking" : "start";
+    this.stopLen = Math.max(0, ...(o.stop ?? []).map((x) => x.length));
+    this.markerLen = Math.max(0, ...(o.markers ?? []).map((x) => x.length));
   }
 
   /** One engine chunk (`GenerateRequest.on_tokens`): ids in order, continuing the turn's earlier chunks. */
@@ -165,76 +172,108 @@ export class TurnStream {
     const before = this.tok.decode(this.ids.slice(this.prefixOffset, this.readOffset));
     const now = this.tok.decode(this.ids.slice(this.prefixOffset));
     if (now.length <= before.length || now.endsWith("\uFFFD") || !now.startsWith(before)) return;
-    this.full += now.slice(before.length);
     this.prefixOffset = this.readOffset;
     this.readOffset = this.ids.length;
-    this.advance();
+    this.safe(now.slice(before.length));
   }
 
-  /** Where the text is final: before the first stop string, or before a tail that may begin one. */
-  private safeEnd(): number {
+  /** New decoded text: what is before any stop string (and not a possible start of one) goes on. */
+  private safe(piece: string): void {
     const stops = this.o.stop;
-    if (!stops?.length) return this.full.length;
-    if (this.stopAt >= 0) return this.stopAt;
-    let longest = 0;
-    for (const s of stops) longest = Math.max(longest, s.length);
-    const at = firstOf(this.full, Math.max(0, this.stopScan - longest + 1), stops);
-    if (at >= 0) return (this.stopAt = at);
-    this.stopScan = this.full.length;
-    return this.full.length - partialTail(this.full, 0, this.full.length, stops);
+    if (!stops?.length) return this.reason(piece);
+    if (this.stopTail === null) return;
+    const text = this.stopTail + piece;
+    const at = firstOf(text, 0, stops);
+    if (at >= 0) {
+      this.stopTail = null;
+      return this.reason(text.slice(0, at));
+    }
+    const hold = partialTail(text, Math.max(0, text.length - this.stopLen), text.length, stops);
+    this.stopTail = text.slice(text.length - hold);
+    this.reason(text.slice(0, text.length - hold));
   }
 
-  private advance(): void {
-    const full = this.full;
-    const safe = this.safeEnd();
+  /** Final text in reply order: reasoning decided at `</think>` (see the class doc), the rest to content. */
+  private reason(piece: string): void {
+    if (piece === "") return;
     if (this.state === "start") {
-      let i = this.startScan;
-      while (i < safe && isWs(full[i]!)) i++;
-      this.startScan = i;
-      if (i === safe) return;
-      if (i + THINK_OPEN.length <= safe && full.startsWith(THINK_OPEN, i)) {
+      let i = 0;
+      if (this.startRest === "") {
+        while (i < piece.length && isWs(piece[i]!)) i++;
+        this.startWs += piece.slice(0, i);
+      }
+      const rest = this.startRest + piece.slice(i);
+      if (rest === "") return;
+      if (rest.startsWith(THINK_OPEN)) {
         this.state = "thinking";
-        this.thinkScan = i + THINK_OPEN.length;
-      } else if (safe - i < THINK_OPEN.length && THINK_OPEN.startsWith(full.slice(i, safe))) return;
-      else this.state = "content";
-    }
-    if (this.state === "thinking") {
-      const e = full.indexOf(THINK_CLOSE, this.thinkScan);
-      if (e < 0 || e + THINK_CLOSE.length > safe) {
-        this.thinkScan = Math.max(this.thinkScan, safe - THINK_CLOSE.length + 1, 0);
+        this.thinkText = [this.startWs, rest];
+        this.thinkTail = "";
+        return this.think(true);
+      }
+      if (rest.length < THINK_OPEN.length && THINK_OPEN.startsWith(rest)) {
+        this.startRest = rest;
         return;
       }
-      this.sink.reasoning(splitReasoning(this.o.family, full.slice(0, e + THINK_CLOSE.length), true).reasoning ?? "");
       this.state = "content";
-      this.contentFrom = e + THINK_CLOSE.length;
+      return this.content(this.startWs + rest);
     }
-    if (this.state !== "content" || this.o.markers === null) return;
-    if (this.emittedTo < 0) {
-      while (this.contentFrom < safe && full.charCodeAt(this.contentFrom) === 10) this.contentFrom++;
-      if (this.contentFrom === safe) return;
-      this.emittedTo = this.contentFrom;
-      this.markerScan = this.contentFrom;
-      this.wsScan = this.lastNonWs = this.contentFrom;
+    if (this.state === "thinking") {
+      this.thinkText.push(piece);
+      return this.think(false);
     }
+    if (this.state === "content") this.content(piece);
+  }
+
+  /** Looks for `</think>` in the newest thinking text (and the few characters before it). */
+  private think(first: boolean): void {
+    const last = this.thinkText[this.thinkText.length - 1]!;
+    const look = first ? this.thinkText.join("") : this.thinkTail + last;
+    const at = look.indexOf(THINK_CLOSE);
+    if (at < 0) {
+      this.thinkTail = look.slice(Math.max(0, look.length - THINK_CLOSE.length + 1));
+      return;
+    }
+    // Where `</think>` ends in the whole text: the look window ends where the whole text ends.
+    const whole = this.thinkText.join("");
+    const end = whole.length - look.length + at + THINK_CLOSE.length;
+    this.thinkText = [];
+    this.sink.reasoning(splitReasoning(this.o.family, whole.slice(0, end), true).reasoning ?? "");
+    this.state = "content";
+    this.content(whole.slice(end));
+  }
+
+  /** Content text: leading newlines dropped, held from a (possible) tool-call marker on, trailing white space held. */
+  private content(piece: string): void {
     const markers = this.o.markers;
-    let limit = safe;
+    if (markers === null || this.markerTail === null) return;
+    if (!this.pastLead) {
+      let i = 0;
+      while (i < piece.length && piece.charCodeAt(i) === 10) i++;
+      piece = piece.slice(i);
+      if (piece === "") return;
+      this.pastLead = true;
+    }
+    let ok = piece;
     if (markers.length) {
-      if (this.markerAt < 0) {
-        let longest = 0;
-        for (const m of markers) longest = Math.max(longest, m.length);
-        this.markerAt = firstOf(full, Math.max(this.contentFrom, this.markerScan - longest + 1), markers);
-        this.markerScan = full.length;
+      const text = this.markerTail + piece;
+      const at = firstOf(text, 0, markers);
+      if (at >= 0) {
+        this.markerTail = null;
+        ok = text.slice(0, at);
+      } else {
+        const hold = partialTail(text, Math.max(0, text.length - this.markerLen), text.length, markers);
+        this.markerTail = text.slice(text.length - hold);
+        ok = text.slice(0, text.length - hold);
       }
-      if (this.markerAt >= 0) limit = Math.min(limit, this.markerAt);
-      else limit -= partialTail(full, this.emittedTo, safe, markers);
     }
-    // Trailing white space waits (the reply's content is trimmed at its end). The limit never moves back
-    // (text once past every marker and stop prefix stays so), so this scan goes forward only.
-    for (; this.wsScan < limit; this.wsScan++) if (!isWs(full[this.wsScan]!)) this.lastNonWs = this.wsScan + 1;
-    limit = Math.min(limit, this.lastNonWs);
-    if (limit > this.emittedTo) {
-      this.sink.content(full.slice(this.emittedTo, limit));
-      this.emittedTo = limit;
+    let j = ok.length;
+    while (j > 0 && isWs(ok[j - 1]!)) j--;
+    if (j === 0) {
+      this.wsPending += ok;
+      return;
     }
+    const out = this.wsPending + ok.slice(0, j);
+    this.wsPending = ok.slice(j);
+    this.sink.content(out);
   }
 }

@@ -134,6 +134,9 @@ const PIECES = [
   "<tool_call>",
   "<tool",
   "</tool_call>",
+  "<tool_call>\n<function=calc>\n<parameter=expression>\n1+2\n</parameter>\n</function>\n</tool_call>",
+  "[calc(expression='1')]",
+  '{"name": "calc", "parameters": {"expression": "2"}}',
   "STOP",
   "ST",
   "{",
@@ -143,14 +146,17 @@ const turnText = fc.array(fc.constantFrom(...PIECES), { minLength: 1, maxLength:
 const stopArb = fc.constantFrom<string[] | undefined>(undefined, ["STOP"], ["ST", "\n\n"], ["😀"]);
 const maxTokensArb = fc.constantFrom<number | undefined>(undefined, undefined, 3, 9);
 const choiceArb = fc.constantFrom<"auto" | "none">("auto", "auto", "none");
+/** The run's tool-call parser: hermes and qwen3_coder stream up to their markers, llama3_json and pythonic stream content whole at the end. */
+const formatArb = fc.constantFrom("hermes", "hermes", "qwen3_coder", "llama3_json", "pythonic");
 
 describe("true streaming: the streamed deltas equal the non-streaming reply", () => {
   test("chat completions (property over random turns, stops, max_tokens, tool_choice)", async () => {
     await fc.assert(
-      fc.asyncProperty(turnText, stopArb, maxTokensArb, choiceArb, async (text, stop, maxTokens, choice) => {
+      fc.asyncProperty(turnText, stopArb, maxTokensArb, choiceArb, formatArb, async (text, stop, maxTokens, choice, format) => {
         const body = { model: "qwen3", messages: row0.prompt, tools: chatTools(), tool_choice: choice, ...(stop ? { stop } : {}), ...(maxTokens ? { max_tokens: maxTokens } : {}) };
-        const a = await setup(oneTurn(text));
-        const b = await setup(oneTurn(text));
+        const rollout = { multi_turn: { format } };
+        const a = await setup(oneTurn(text), { rollout });
+        const b = await setup(oneTurn(text), { rollout });
         const whole = await a.openai.chat.completions.create(body as OpenAI.ChatCompletionCreateParamsNonStreaming);
         const { view, chunks } = await chatStreamed(await b.openai.chat.completions.create({ ...body, stream: true } as OpenAI.ChatCompletionCreateParamsStreaming));
         expect(view).toEqual(chatView(whole));
@@ -161,7 +167,7 @@ describe("true streaming: the streamed deltas equal the non-streaming reply", ()
         const record = async (gw: AgentGateway) => agentOutputs((await gw.get("u0_0_0"))!, { reward: null }).map((o) => ({ ...o, metrics: { ...o.metrics, generate_sequences: 0 } }));
         expect(await record(b.gw)).toEqual(await record(a.gw));
       }),
-      { numRuns: 40, seed: 30 },
+      { numRuns: 60, seed: 30 },
     );
   });
 
@@ -232,29 +238,36 @@ describe("true streaming: the streamed deltas equal the non-streaming reply", ()
 describe("true streaming: timing by events, pauses, replays", () => {
   const LONG = "<think>\nshort\n</think>\n\n" + Array.from({ length: 40 }, (_, i) => `word${i}`).join(" ");
 
-  test("the first content delta reaches the openai SDK while the engine is still decoding (chat, Responses, Messages)", async () => {
+  test("the first content delta reaches each SDK while the engine holds the turn unfinished (chat, Responses, Messages)", async () => {
     const replyTokens = tok.encode(LONG).length + 1;
+    // The engine freezes (pause `keep`) right after the token that completes the first word of text, and
+    // resumes only once the client has that word: a gateway that waited for the whole turn would never answer.
+    const firstText = tok.encode("<think>\nshort\n</think>\n\nword0").length;
     const at: Record<string, number> = {};
-    {
-      const { client, openai } = await setup(oneTurn(LONG), { decodeMs: 1 });
-      for await (const c of await openai.chat.completions.create({ model: "qwen3", messages: row0.prompt, stream: true })) {
-        if (c.choices[0]?.delta.content && at.chat === undefined) at.chat = client.produced;
-      }
-    }
-    {
-      const { client, openai } = await setup(oneTurn(LONG), { decodeMs: 1 });
-      for await (const e of openai.responses.stream({ model: "qwen3", input: row0.prompt })) if (e.type === "response.output_text.delta" && at.responses === undefined) at.responses = client.produced;
-    }
-    {
-      const { client, anthropic } = await setup(oneTurn(LONG), { decodeMs: 1 });
+    const run = async (k: string, consume: (s: Awaited<ReturnType<typeof setup>>, first: () => void) => Promise<void>) => {
+      const ctx = await setup(oneTurn(LONG), { decodeMs: 1 });
+      ctx.client.onToken = (n) => {
+        if (n === firstText) void ctx.engine.pause("keep");
+      };
+      await consume(ctx, () => {
+        if (at[k] !== undefined) return;
+        at[k] = ctx.client.produced;
+        ctx.engine.resume();
+      });
+      expect(ctx.engine.requests.map((r) => [r.finish_reason, r.completion_tokens])).toEqual([["stop", replyTokens]]);
+    };
+    await run("chat", async ({ openai }, first) => {
+      for await (const c of await openai.chat.completions.create({ model: "qwen3", messages: row0.prompt, stream: true })) if (c.choices[0]?.delta.content) first();
+    });
+    await run("responses", async ({ openai }, first) => {
+      for await (const e of openai.responses.stream({ model: "qwen3", input: row0.prompt })) if (e.type === "response.output_text.delta") first();
+    });
+    await run("messages", async ({ anthropic }, first) => {
       const body = { model: "qwen3", max_tokens: 512, system: row0.prompt[0].content, messages: [{ role: "user" as const, content: QUESTION }] };
-      for await (const e of anthropic.messages.stream(body)) if (e.type === "content_block_delta" && e.delta.type === "text_delta" && at.messages === undefined) at.messages = client.produced;
-    }
-    // "<think>\nshort\n</think>\n\n" is 7 tokens, then word0: the first text is out by ~9 of the reply's tokens.
-    for (const k of ["chat", "responses", "messages"]) {
-      expect(at[k]).toBeGreaterThan(0);
-      expect(at[k]!).toBeLessThan(replyTokens / 2);
-    }
+      for await (const e of anthropic.messages.stream(body)) if (e.type === "content_block_delta" && e.delta.type === "text_delta") first();
+    });
+    expect(at).toEqual({ chat: firstText, responses: firstText, messages: firstText });
+    expect(firstText).toBeLessThan(replyTokens - 30);
   });
 
   test("a pause (abort) mid-turn, resumed by the loop, is one uninterrupted stream equal to the record's decoded response", async () => {
