@@ -480,7 +480,7 @@ if (ONLY.includes("ttft")) {
     const promptIds = tok.renderIds(messages, { tools, addGenerationPrompt: true });
     const t1 = performance.now();
     let firstDirect = -1;
-    await sim.generate({ request_id: `d${i}`, prompt_ids: promptIds, sampling_params: SP, max_tokens: 64, on_tokens: () => void (firstDirect < 0 && (firstDirect = performance.now() - t1)) });
+    await sim.generate({ request_id: `d${i}`, routing_key: `d${i}`, prompt_ids: promptIds, sampling_params: SP, max_tokens: 64, on_tokens: () => void (firstDirect < 0 && (firstDirect = performance.now() - t1)) });
     direct.push(firstDirect);
   }
   await server.stop(true);

@@ -4,7 +4,7 @@ import { chatCompletionBody, ignoredChatKeys, modelsBody, parseChatRequest } fro
 import { prepareResponses } from "../shared/agent-gateway/responses.ts";
 import { ignoredResponsesKeys, responseIdOf, responsesBody } from "../shared/agent-gateway/responses-wire.ts";
 import { ChatSseWriter, ResponsesSseWriter } from "../shared/agent-gateway/sse-writers.ts";
-import { streamTurn } from "./sse-stream.ts";
+import { abandonUnlessDelivered, streamTurn } from "./sse-stream.ts";
 import { AgentTaskResult } from "../shared/agent-gateway/task.ts";
 import { AuthError, InputError, inputErrorFromZod, NotFoundError } from "../shared/errors.ts";
 import { errorResponse } from "./rollouts.ts";
@@ -99,9 +99,11 @@ export function createAgentGatewayApp(opts: AgentGatewayAppOptions): Hono {
     const ignored = ignoredChatKeys(body);
     const named: Record<string, string> = ignored.length > 0 ? { "x-edgeloop-ignored-keys": ignored.join(",") } : {};
     if (req.stream) {
-      return streamTurn((w) => new ChatSseWriter(w, { includeUsage: req.include_usage === true }), (sink) => gw.turnAuthorized(key, req, opts, sink), named);
+      return streamTurn((w) => new ChatSseWriter(w, { includeUsage: req.include_usage === true }), (sink) => gw.turnAuthorized(key, req, opts, sink), named, (end) => abandonUnlessDelivered(gw, key, end), c.req.raw.signal);
     }
     const reply = await gw.turnAuthorized(key, req, opts);
+    // The client went away while the turn was sampled: it never receives this reply.
+    abandonUnlessDelivered(gw, key, { delivered: !c.req.raw.signal.aborted, reply });
     return c.json(chatCompletionBody(reply), 200, named);
   });
 
@@ -115,9 +117,10 @@ export function createAgentGatewayApp(opts: AgentGatewayAppOptions): Hono {
     const named: Record<string, string> = ignored.length > 0 ? { "x-edgeloop-ignored-keys": ignored.join(",") } : {};
     if (p.req.stream) {
       const w = { messages: p.req.messages.length, instructions: p.instructions, echo: p.echo };
-      return streamTurn((write) => new ResponsesSseWriter(write, w), (sink) => gw.turnAuthorized(key, p.req, opts, sink), named);
+      return streamTurn((write) => new ResponsesSseWriter(write, w), (sink) => gw.turnAuthorized(key, p.req, opts, sink), named, (end) => abandonUnlessDelivered(gw, key, end), c.req.raw.signal);
     }
     const reply = await gw.turnAuthorized(key, p.req, opts);
+    abandonUnlessDelivered(gw, key, { delivered: !c.req.raw.signal.aborted, reply });
     return c.json(responsesBody(reply, responseIdOf(reply, p.req.messages.length, p.instructions), p.echo), 200, named);
   });
 

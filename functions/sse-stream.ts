@@ -1,3 +1,4 @@
+import type { AgentGateway } from "../shared/agent-gateway/agent-gateway.ts";
 import type { ChatReply } from "../shared/agent-gateway/openai-wire.ts";
 import type { SseTurnWriter } from "../shared/agent-gateway/sse-writers.ts";
 import type { TurnSink } from "../shared/agent-gateway/turn-stream.ts";
@@ -15,13 +16,15 @@ export type StreamEnd = { delivered: boolean; reply: ChatReply | null };
  * returned and the events follow as the engine produces them, then the rest
  * of the committed reply, or the API's error event when the turn fails later.
  * `onEnd` is told, once, whether the final event reached an open stream (a
- * client that cancelled the body before it did not receive the turn).
+ * client that cancelled the body, or whose request `signal` aborted, before
+ * it did not receive the turn: see `AgentGateway.abandon`).
  */
 export async function streamTurn(
   makeWriter: (write: (s: string) => void) => SseTurnWriter,
   run: (sink: TurnSink) => Promise<ChatReply>,
   headers: Record<string, string>,
   onEnd?: (end: StreamEnd) => void,
+  signal?: AbortSignal,
 ): Promise<Response> {
   const enc = new TextEncoder();
   let ctrl: ReadableStreamDefaultController<Uint8Array> | null = null;
@@ -48,14 +51,14 @@ export async function streamTurn(
   const h = { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", ...headers };
   if (whole) {
     writer.finish(whole.r);
-    onEnd?.({ delivered: true, reply: whole.r });
+    onEnd?.({ delivered: !signal?.aborted, reply: whole.r });
     return new Response(buffered.join(""), { headers: h });
   }
   let ended = false;
   const end = (reply: ChatReply | null) => {
     if (ended) return;
     ended = true;
-    onEnd?.({ delivered: !cancelled && reply !== null, reply });
+    onEnd?.({ delivered: !cancelled && !signal?.aborted && reply !== null, reply });
   };
   const body = new ReadableStream<Uint8Array>({
     start(c) {
@@ -91,4 +94,15 @@ export async function streamTurn(
     },
   );
   return new Response(body, { headers: h });
+}
+
+/**
+ * Marks reply `replyId` of session `key` abandoned when its client went away
+ * before receiving it (`delivered` false; issue 30 item 6). Never throws: a
+ * store failure only loses the mark, logged by nothing (the turn stays an
+ * ordinary one).
+ */
+export function abandonUnlessDelivered(gw: AgentGateway, key: string, end: StreamEnd): void {
+  if (end.delivered || !end.reply) return;
+  void gw.abandon(key, end.reply.id).catch(() => {});
 }

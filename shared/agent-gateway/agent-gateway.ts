@@ -320,6 +320,33 @@ export class AgentGateway {
   }
 
   /**
+   * Records that the client of reply `replyId` (a chat completion id,
+   * `chatcmpl-{h}-{output}-{turn}-{step}`) went away before it received it:
+   * an {@link AbandonEvent} for that output's turn, when it is still the
+   * output's last turn (a client that already continued from it did get it).
+   * Idempotent; a reply that sampled nothing, or an id of another form, is ignored.
+   * @throws StoreError when storage fails.
+   */
+  async abandon(key: string, replyId: string): Promise<void> {
+    const m = /-(\d+)-(\d+)-(\d+)$/.exec(replyId);
+    if (!m) return;
+    const [output, turn] = [Number(m[1]), Number(m[2])];
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await this.serial(key, async () => {
+          const st = await this.load(key);
+          const out = st?.outputs[output];
+          if (!st || !out?.lastAction || out.lastAction.turn !== turn || out.abandoned?.turn === turn) return;
+          await this.commit(st, { e: "abandon", output, turn });
+        });
+        return;
+      } catch (e) {
+        if (!isStaleStep(e) || attempt >= 5) throw e;
+      }
+    }
+  }
+
+  /**
    * Refuses a call past the session's limits: an engine call beyond
    * `limits.max_engine_calls_per_session`, or a call that would open an output
    * beyond `limits.max_outputs_per_session` (a continuation of the current

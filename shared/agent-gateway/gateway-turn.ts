@@ -99,6 +99,7 @@ export class GatewayTurns {
     let truncatedByObs = false;
     if (cur && added && obsIds) {
       out = cur;
+      out.abandoned = null;
       const named = added;
       const ids = obsIds;
       partial.added = named;
@@ -172,6 +173,7 @@ export class GatewayTurns {
         recordActionVersions(out.tokenVersions, offset, kept.length, versions);
         action = { ids: kept, lps: lps ? lps.slice(0, appended.appended) : null };
         out.assistantTurns++;
+        out.lastAction = { turn: out.assistantTurns, start: offset, end: b.responseLength };
         out.modelVersions.push(modelVersion);
         out.lastActionIds = Int32Array.from(kept);
         replyFinish = r.finish_reason === "length" || appended.truncated ? "length" : "stop";
