@@ -240,9 +240,12 @@ describe("true streaming: timing by events, pauses, replays", () => {
 
   test("the first content delta reaches each SDK while the engine holds the turn unfinished (chat, Responses, Messages)", async () => {
     const replyTokens = tok.encode(LONG).length + 1;
-    // The engine freezes (pause `keep`) right after the token that completes the first word of text, and
-    // resumes only once the client has that word: a gateway that waited for the whole turn would never answer.
-    const firstText = tok.encode("<think>\nshort\n</think>\n\nword0").length;
+    // The engine freezes (pause `keep`) right after the token that starts the text, and resumes only once
+    // the client has that text: a gateway that waited for the whole turn would never answer.
+    // The token whose decoding first shows text after the reasoning: the stream sends its first delta while pushing it.
+    const ids = tok.encode(LONG);
+    let firstText = 1;
+    while (!tok.decode(ids.slice(0, firstText)).includes("</think>\n\nw")) firstText++;
     const at: Record<string, number> = {};
     const run = async (k: string, consume: (s: Awaited<ReturnType<typeof setup>>, first: () => void) => Promise<void>) => {
       const ctx = await setup(oneTurn(LONG), { decodeMs: 1 });
