@@ -58,7 +58,7 @@ async function serve() {
   return { engine, client, gw, post, signals };
 }
 
-const TURN1 = () => tok.encode(examplePolicy().rules[0].turns[0]).length + 1;
+const TURN1 = () => tok.encode((examplePolicy() as { rules: { turns: string[] }[] }).rules[0]!.turns[0]!).length + 1;
 
 /**
  * Sends `body`, freezes the engine (pause `keep`) at its 5th token, aborts the
