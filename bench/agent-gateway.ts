@@ -454,14 +454,13 @@ if (ONLY.includes("ttft")) {
   const server = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: app.fetch, idleTimeout: 0 });
   const base = `http://127.0.0.1:${server.port}`;
   const viaGateway: number[] = [];
+  const inProcess: number[] = [];
   const direct: number[] = [];
   const dec = new TextDecoder();
-  for (let i = 0; i < N + 20; i++) {
-    const key = `ttft_${i}`;
-    await createSession(gw, key, i);
-    const messages = rows[i % rows.length]!.prompt;
+  /** Milliseconds from the call to its first content delta, over `fetchFn`. */
+  const firstDelta = async (fetchFn: (u: string, i: RequestInit) => Promise<Response>, key: string, messages: ChatMessage[]) => {
     const t0 = performance.now();
-    const res = await fetch(`${base}/v1/sessions/${key}/openai/v1/chat/completions`, {
+    const res = await fetchFn(`${base}/v1/sessions/${key}/openai/v1/chat/completions`, {
       method: "POST",
       headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
       body: JSON.stringify({ model: "qwen3", messages, tools, stream: true }),
@@ -476,7 +475,15 @@ if (ONLY.includes("ttft")) {
       if (first < 0 && /"content":"[^"]/.test(seen)) first = performance.now() - t0;
     }
     if (first < 0) throw new Error(`no content delta in ${seen.slice(0, 300)}`);
-    viaGateway.push(first);
+    return first;
+  };
+  for (let i = 0; i < N + 20; i++) {
+    const key = `ttft_${i}`;
+    await createSession(gw, key, i);
+    await createSession(gw, `${key}_in`, i);
+    const messages = rows[i % rows.length]!.prompt;
+    viaGateway.push(await firstDelta((u, init) => fetch(u, init), key, messages));
+    inProcess.push(await firstDelta(async (u, init) => app.fetch(new Request(u, init)), `${key}_in`, messages));
     const promptIds = tok.renderIds(messages, { tools, addGenerationPrompt: true });
     const t1 = performance.now();
     let firstDirect = -1;
@@ -491,6 +498,7 @@ if (ONLY.includes("ttft")) {
   printTable(`time to first token, streamed (${N} calls each after 20 warm-up, sim decoding at ${PACE} ms/token; target ≤ +2 ms p50)`, [
     ["what", "p50 ms", "p90 ms"],
     ["raw fetch → gateway (Bun.serve, loopback) → first content delta", q(viaGateway, 0.5).toFixed(2), q(viaGateway, 0.9).toFixed(2)],
+    ["app.fetch in-process (no HTTP) → first content delta", q(inProcess, 0.5).toFixed(2), q(inProcess, 0.9).toFixed(2)],
     ["sim engine in-process stream → first token", q(direct, 0.5).toFixed(2), q(direct, 0.9).toFixed(2)],
     ["added by the gateway", (q(viaGateway, 0.5) - q(direct, 0.5)).toFixed(2), (q(viaGateway, 0.9) - q(direct, 0.9)).toFixed(2)],
   ]);
