@@ -101,7 +101,8 @@ export abstract class SseTurnWriter implements TurnSink {
  * (OpenAI sends `id` and `name` on a call's first chunk, arguments in pieces
  * after: one whole piece is allowed); `{}` with `finish_reason` (and the
  * turn's `logprobs` when asked); the usage chunk `{choices: [], usage}` only
- * with `stream_options.include_usage`; `data: [DONE]`. An error after the
+ * with `stream_options.include_usage` (then every other chunk has `usage:
+ * null`); `data: [DONE]`. An error after the
  * first chunk is `data: {"error": {…}}` (the SDKs throw it).
  * @see https://platform.openai.com/docs/api-reference/chat-streaming/streaming
  */
@@ -114,7 +115,9 @@ export class ChatSseWriter extends SseTurnWriter {
   }
   private chunk(delta: Record<string, unknown>, finish: ChatReply["finish_reason"] | null = null, logprobs: unknown = null): void {
     const h = this.head!;
-    this.write(`data: ${JSON.stringify({ id: h.id, object: "chat.completion.chunk", created: h.created, model: h.model, choices: [{ index: 0, delta, logprobs, finish_reason: finish }] })}\n\n`);
+    // With include_usage every other chunk carries `usage: null` (OpenAI's `stream_options` doc).
+    const usage = this.o.includeUsage ? { usage: null } : {};
+    this.write(`data: ${JSON.stringify({ id: h.id, object: "chat.completion.chunk", created: h.created, model: h.model, choices: [{ index: 0, delta, logprobs, finish_reason: finish }], ...usage })}\n\n`);
   }
   protected begin(): void {
     this.chunk({ role: "assistant", content: "" });

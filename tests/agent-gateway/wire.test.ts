@@ -351,10 +351,11 @@ describe("reply bodies", () => {
     const sse = chatCompletionSse(one, { includeUsage: true });
     // Without stream_options.include_usage (OpenAI's rule) no chunk has empty choices.
     const plainSse = chatCompletionSse(one);
-    expect(plainSse).toBe(sse.replace(/data: \{[^\n]*"choices":\[\],"usage"[^\n]*\n\n/, ""));
+    // With it, every other chunk has `usage: null` (OpenAI's stream_options doc).
+    expect(plainSse).toBe(sse.replace(/data: \{[^\n]*"choices":\[\],"usage"[^\n]*\n\n/, "").replaceAll(',"usage":null', ""));
     expect(plainSse).not.toContain('"usage"');
     const head = '"id":"chatcmpl-k1-3","object":"chat.completion.chunk","created":1767225600,"model":"Qwen/Qwen3-8B"';
-    const choice = (delta: string, finish = "null") => `data: {${head},"choices":[{"index":0,"delta":${delta},"logprobs":null,"finish_reason":${finish}}]}\n\n`;
+    const choice = (delta: string, finish = "null") => `data: {${head},"choices":[{"index":0,"delta":${delta},"logprobs":null,"finish_reason":${finish}}],"usage":null}\n\n`;
     expect(sse).toBe(
       choice('{"role":"assistant","content":""}') +
         choice('{"reasoning_content":"The user wants the weather."}') +
