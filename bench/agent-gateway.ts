@@ -33,7 +33,14 @@
  *    `Bun.gc(true)`, heap delta / N; then every fold dropped (`forget`) to
  *    split the cached fold from the stored events.
  *
- *   bun bench/agent-gateway.ts [--runs 5] [--passes 5] [--calls 1000] [--sessions 2000] [--only cpu,apis,latency,heap]
+ * 2b. (`ttft`, not in the default set) Time to first token with true
+ *    streaming: raw `fetch` over loopback to `Bun.serve` of the gateway app
+ *    (engine: the in-process sim decoding at `--pace` ms a token, plain-text
+ *    turns), to the first `content` delta on the wire, vs the sim engine's
+ *    in-process stream for the same prompt (its first `on_tokens` call),
+ *    interleaved per call — p50/p90 ms; target ≤ +2 ms p50.
+ *
+ *   bun bench/agent-gateway.ts [--runs 5] [--passes 5] [--calls 1000] [--sessions 2000] [--only cpu,apis,latency,heap,ttft] [--pace 2] [--ttft-calls 300]
  */
 import OpenAI from "openai";
 import { readFileSync } from "node:fs";
@@ -431,6 +438,70 @@ if (ONLY.includes("latency")) {
   rowsL.push(["SDK → sim engine /v1/completions (same requests)", q(direct, 0.5).toFixed(2), q(direct, 0.99).toFixed(2)]);
   rowsL.push(["added by the gateway", (q(viaGateway, 0.5) - q(direct, 0.5)).toFixed(2), (q(viaGateway, 0.99) - q(direct, 0.99)).toFixed(2)]);
   printTable(`latency per call over loopback (${viaGateway.length - 50} calls each, zero-latency engine)`, rowsL);
+}
+
+// ---- 2b. Time to first token (true streaming) ----
+// The same first turn of each row, streamed: raw fetch over loopback to Bun.serve of the gateway app (engine: the
+// in-process sim, decoding at --pace ms a token), timed to the first `content` delta on the wire, vs the sim
+// engine's own in-process stream for the very prompt (SimEngineClient.generate's first on_tokens call).
+// Interleaved per call; plain-text turns (the built-in policy) so the first token is content.
+if (ONLY.includes("ttft")) {
+  const PACE = Number(arg("--pace", "2"));
+  const N = Number(arg("--ttft-calls", "300"));
+  const engine = new SimEngine({ tokenizer: tok, script: { seed: 1, rules: [] }, latency: { prefill_ms_per_token: 0, decode_ms_per_token: PACE } });
+  const sim = new SimEngineClient(engine);
+  const { gw, app } = newGateway(sim);
+  const server = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: app.fetch, idleTimeout: 0 });
+  const base = `http://127.0.0.1:${server.port}`;
+  const viaGateway: number[] = [];
+  const inProcess: number[] = [];
+  const direct: number[] = [];
+  const dec = new TextDecoder();
+  /** Milliseconds from the call to its first content delta, over `fetchFn`. */
+  const firstDelta = async (fetchFn: (u: string, i: RequestInit) => Promise<Response>, key: string, messages: ChatMessage[]) => {
+    const t0 = performance.now();
+    const res = await fetchFn(`${base}/v1/sessions/${key}/openai/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: "qwen3", messages, tools, stream: true }),
+    });
+    const reader = res.body!.getReader();
+    let seen = "";
+    let first = -1;
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      seen += dec.decode(value, { stream: true });
+      if (first < 0 && /"content":"[^"]/.test(seen)) first = performance.now() - t0;
+    }
+    if (first < 0) throw new Error(`no content delta in ${seen.slice(0, 300)}`);
+    return first;
+  };
+  for (let i = 0; i < N + 20; i++) {
+    const key = `ttft_${i}`;
+    await createSession(gw, key, i);
+    await createSession(gw, `${key}_in`, i);
+    const messages = rows[i % rows.length]!.prompt;
+    viaGateway.push(await firstDelta((u, init) => fetch(u, init), key, messages));
+    inProcess.push(await firstDelta(async (u, init) => app.fetch(new Request(u, init)), `${key}_in`, messages));
+    const promptIds = tok.renderIds(messages, { tools, addGenerationPrompt: true });
+    const t1 = performance.now();
+    let firstDirect = -1;
+    await sim.generate({ request_id: `d${i}`, routing_key: `d${i}`, prompt_ids: promptIds, sampling_params: SP, max_tokens: 64, on_tokens: () => void (firstDirect < 0 && (firstDirect = performance.now() - t1)) });
+    direct.push(firstDirect);
+  }
+  await server.stop(true);
+  const q = (xs: number[], p: number) => {
+    const s = xs.slice(20).sort((a, b) => a - b);
+    return s[Math.min(s.length - 1, Math.floor(p * s.length))]!;
+  };
+  printTable(`time to first token, streamed (${N} calls each after 20 warm-up, sim decoding at ${PACE} ms/token; target ≤ +2 ms p50)`, [
+    ["what", "p50 ms", "p90 ms"],
+    ["raw fetch → gateway (Bun.serve, loopback) → first content delta", q(viaGateway, 0.5).toFixed(2), q(viaGateway, 0.9).toFixed(2)],
+    ["app.fetch in-process (no HTTP) → first content delta", q(inProcess, 0.5).toFixed(2), q(inProcess, 0.9).toFixed(2)],
+    ["sim engine in-process stream → first token", q(direct, 0.5).toFixed(2), q(direct, 0.9).toFixed(2)],
+    ["added by the gateway", (q(viaGateway, 0.5) - q(direct, 0.5)).toFixed(2), (q(viaGateway, 0.9) - q(direct, 0.9)).toFixed(2)],
+  ]);
 }
 
 // ---- 3. Heap per idle session ----

@@ -31,7 +31,7 @@ export function agentGatewayOpenApiPaths(err: Record<string, unknown>): Record<s
         requestBody: { required: true, content: { "application/json": { schema: schema(ChatCompletionRequestSchema) } } },
         responses: {
           "200": {
-            description: "chat.completion (or, stream: true, text/event-stream of chat.completion.chunk ending with a usage chunk and [DONE]); x-edgeloop-ignored-keys names accepted-and-ignored keys",
+            description: "chat.completion (or, stream: true, text/event-stream of chat.completion.chunk sent as the turn is sampled, a usage chunk only with stream_options.include_usage, then [DONE]); x-edgeloop-ignored-keys names accepted-and-ignored keys",
             content: { "application/json": { schema: { type: "object" } }, "text/event-stream": { schema: { type: "string" } } },
           },
           "400": { ...err, description: "a request edgeloop cannot answer (field names it: n, messages[1].content[0].type, …)" },

@@ -1,8 +1,10 @@
 import { Hono, type Context } from "hono";
 import { SessionClosedError, turnOptionsOf, type AgentGateway } from "../shared/agent-gateway/agent-gateway.ts";
-import { chatCompletionBody, chatCompletionSse, ignoredChatKeys, modelsBody } from "../shared/agent-gateway/openai-wire.ts";
-import { answerResponses } from "../shared/agent-gateway/responses.ts";
-import { ignoredResponsesKeys, responsesBody, responsesSse } from "../shared/agent-gateway/responses-wire.ts";
+import { chatCompletionBody, ignoredChatKeys, modelsBody, parseChatRequest } from "../shared/agent-gateway/openai-wire.ts";
+import { prepareResponses } from "../shared/agent-gateway/responses.ts";
+import { ignoredResponsesKeys, responseIdOf, responsesBody } from "../shared/agent-gateway/responses-wire.ts";
+import { ChatSseWriter, ResponsesSseWriter } from "../shared/agent-gateway/sse-writers.ts";
+import { abandonUnlessDelivered, streamTurn } from "./sse-stream.ts";
 import { AgentTaskResult } from "../shared/agent-gateway/task.ts";
 import { AuthError, InputError, inputErrorFromZod, NotFoundError } from "../shared/errors.ts";
 import { errorResponse } from "./rollouts.ts";
@@ -39,7 +41,8 @@ async function jsonBody(c: Context, maxBody: number): Promise<unknown> {
  * `api_key`):
  * - `POST /v1/sessions/{key}/openai/v1/chat/completions` — an OpenAI chat
  *   completion (`stream: true`: `text/event-stream` of `chat.completion.chunk`s
- *   ending with a usage chunk and `[DONE]`), recorded token-exact
+ *   sent as the engine samples them, see `streamTurn`; a usage chunk only
+ *   with `stream_options.include_usage`; `[DONE]`), recorded token-exact
  *   ({@link AgentGateway.chat});
  * - `POST /v1/sessions/{key}/openai/v1/responses` — the same turn as an OpenAI
  *   Responses call (`stream: true`: the Responses SSE events), see `answerResponses`;
@@ -91,14 +94,17 @@ export function createAgentGatewayApp(opts: AgentGatewayAppOptions): Hono {
     const token = bearer(c);
     await authorize(key, token);
     const body = await jsonBody(c, maxBody);
-    const reply = await gw.chatAuthorized(key, body, turnOptionsOf(c.req.raw.headers));
+    const opts = turnOptionsOf(c.req.raw.headers);
+    const req = parseChatRequest(body);
     // Keys accepted but not used are named, so an agent can tell what did not take effect.
     const ignored = ignoredChatKeys(body);
     const named: Record<string, string> = ignored.length > 0 ? { "x-edgeloop-ignored-keys": ignored.join(",") } : {};
-    if ((body as { stream?: unknown }).stream === true) {
-      const includeUsage = (body as { stream_options?: { include_usage?: unknown } | null }).stream_options?.include_usage === true;
-      return new Response(chatCompletionSse(reply, { includeUsage }), { headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", ...named } });
+    if (req.stream) {
+      return streamTurn((w) => new ChatSseWriter(w, { includeUsage: req.include_usage === true }), (sink) => gw.turnAuthorized(key, req, opts, sink), named, (end) => abandonUnlessDelivered(gw, key, end), c.req.raw.signal);
     }
+    const reply = await gw.turnAuthorized(key, req, opts);
+    // The client went away while the turn was sampled: it never receives this reply.
+    abandonUnlessDelivered(gw, key, { delivered: !c.req.raw.signal.aborted, reply });
     return c.json(chatCompletionBody(reply), 200, named);
   });
 
@@ -106,11 +112,17 @@ export function createAgentGatewayApp(opts: AgentGatewayAppOptions): Hono {
     const key = c.req.param("key");
     await authorize(key, bearer(c));
     const body = await jsonBody(c, maxBody);
-    const a = await answerResponses(gw, key, body, turnOptionsOf(c.req.raw.headers));
+    const opts = turnOptionsOf(c.req.raw.headers);
+    const p = await prepareResponses(gw, key, body);
     const ignored = ignoredResponsesKeys(body);
     const named: Record<string, string> = ignored.length > 0 ? { "x-edgeloop-ignored-keys": ignored.join(",") } : {};
-    if (a.stream) return new Response(responsesSse(a.reply, a.id, a.echo), { headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", ...named } });
-    return c.json(responsesBody(a.reply, a.id, a.echo), 200, named);
+    if (p.req.stream) {
+      const w = { messages: p.req.messages.length, instructions: p.instructions, echo: p.echo };
+      return streamTurn((write) => new ResponsesSseWriter(write, w), (sink) => gw.turnAuthorized(key, p.req, opts, sink), named, (end) => abandonUnlessDelivered(gw, key, end), c.req.raw.signal);
+    }
+    const reply = await gw.turnAuthorized(key, p.req, opts);
+    abandonUnlessDelivered(gw, key, { delivered: !c.req.raw.signal.aborted, reply });
+    return c.json(responsesBody(reply, responseIdOf(reply, p.req.messages.length, p.instructions), p.echo), 200, named);
   });
 
   app.get("/v1/sessions/:key/openai/v1/models", async (c) => {

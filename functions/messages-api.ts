@@ -1,6 +1,8 @@
 import { Hono, type Context } from "hono";
 import { SessionClosedError, turnOptionsOf, type AgentGateway } from "../shared/agent-gateway/agent-gateway.ts";
-import { anthropicError, ignoredMessagesKeys, messagesBody, messagesSse, parseMessagesRequest } from "../shared/agent-gateway/messages-wire.ts";
+import { anthropicError, ignoredMessagesKeys, messagesBody, parseMessagesRequest } from "../shared/agent-gateway/messages-wire.ts";
+import { MessagesSseWriter } from "../shared/agent-gateway/sse-writers.ts";
+import { abandonUnlessDelivered, streamTurn } from "./sse-stream.ts";
 import { AuthError, InputError, NotFoundError } from "../shared/errors.ts";
 import { errorResponse } from "./rollouts.ts";
 import { limitBody, tooLarge } from "./http-util.ts";
@@ -86,10 +88,13 @@ export function createMessagesApp(opts: MessagesAppOptions): Hono {
       throw new InputError("body", "malformed JSON");
     }
     const req = parseMessagesRequest(body);
-    const reply = await gw.turnAuthorized(key, req, turnOptionsOf(c.req.raw.headers));
+    const opts = turnOptionsOf(c.req.raw.headers);
     const ignored = ignoredMessagesKeys(body);
     const named: Record<string, string> = ignored.length > 0 ? { "x-edgeloop-ignored-keys": ignored.join(",") } : {};
-    if (req.stream) return new Response(messagesSse(reply), { headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", ...named } });
+    if (req.stream) return streamTurn((w) => new MessagesSseWriter(w), (sink) => gw.turnAuthorized(key, req, opts, sink), named, (end) => abandonUnlessDelivered(gw, key, end), c.req.raw.signal);
+    const reply = await gw.turnAuthorized(key, req, opts);
+    // The client went away while the turn was sampled: it never receives this reply.
+    abandonUnlessDelivered(gw, key, { delivered: !c.req.raw.signal.aborted, reply });
     return c.json(messagesBody(reply), 200, named);
   });
 

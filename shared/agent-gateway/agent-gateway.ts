@@ -28,6 +28,7 @@ import {
 import { jsonEqual } from "./conversation.ts";
 import { planTurn } from "./trajectory-tree.ts";
 import { GatewayTurns } from "./gateway-turn.ts";
+import type { TurnSink } from "./turn-stream.ts";
 import { parseChatRequest, type ChatReply, type ChatRequest } from "./openai-wire.ts";
 export { samplingFor } from "./gateway-turn.ts";
 
@@ -353,9 +354,11 @@ export class AgentGateway {
    * calls. The same continuation, replay and limit rules as {@link chat};
    * `opts` (from the headers, {@link turnOptionsOf}) decides whether an
    * equal earlier call is replayed or sampled again (the class doc, step 1).
+   * `sink`: the turn streams into it while sampled (see `TurnStream`); the
+   * returned reply (after the commit) completes it. A replay streams nothing.
    * @throws as {@link chatAuthorized}; {@link IdempotencyKeyReusedError} (422).
    */
-  async turnAuthorized(key: string, req: ChatRequest, opts: TurnOptions = {}): Promise<ChatReply> {
+  async turnAuthorized(key: string, req: ChatRequest, opts: TurnOptions = {}, sink?: TurnSink): Promise<ChatReply> {
     // The same body under another role is another call (never a replay of the other role's reply).
     const hash = requestHash(req) + (opts.role !== undefined ? `:${opts.role}` : "");
     /** The id of the reply stored under `hash` when this call first read the session (undefined: none). */
@@ -389,7 +392,7 @@ export class AgentGateway {
             throw e;
           }
           try {
-            const ev = await route.turns.answer(st, req, hash, { ...(opts.idempotencyKey !== undefined ? { idempotencyKey: opts.idempotencyKey } : {}), resample: st.recent.has(hash), ...(route.role ? { role: route.role } : {}) });
+            const ev = await route.turns.answer(st, req, hash, { ...(opts.idempotencyKey !== undefined ? { idempotencyKey: opts.idempotencyKey } : {}), resample: st.recent.has(hash), ...(route.role ? { role: route.role } : {}), ...(sink && attempt === 0 ? { sink } : {}) });
             await this.commit(st, ev);
             return ev.reply as unknown as ChatReply;
           } catch (e) {
@@ -402,6 +405,33 @@ export class AgentGateway {
         // Another process answered a call of this session meanwhile: read it again (a replay, a
         // continuation of its reply, or a refusal), never answer from the stale state.
         if (!isStaleStep(e) || attempt >= 3) throw e;
+      }
+    }
+  }
+
+  /**
+   * Records that the client of reply `replyId` (a chat completion id,
+   * `chatcmpl-{h}-{output}-{turn}-{step}`) went away before it received it:
+   * an {@link AbandonEvent} for that output's turn, when it is still the
+   * output's last turn (a client that already continued from it did get it).
+   * Idempotent; a reply that sampled nothing, or an id of another form, is ignored.
+   * @throws StoreError when storage fails.
+   */
+  async abandon(key: string, replyId: string): Promise<void> {
+    const m = /-(\d+)-(\d+)-(\d+)$/.exec(replyId);
+    if (!m) return;
+    const [output, turn] = [Number(m[1]), Number(m[2])];
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await this.serial(key, async () => {
+          const st = await this.load(key);
+          const out = st?.outputs[output];
+          if (!st || !out?.lastAction || out.lastAction.turn !== turn || out.abandoned?.turn === turn) return;
+          await this.commit(st, { e: "abandon", output, turn });
+        });
+        return;
+      } catch (e) {
+        if (!isStaleStep(e) || attempt >= 5) throw e;
       }
     }
   }

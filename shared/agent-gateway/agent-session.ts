@@ -148,9 +148,19 @@ export const FinishEvent = z.object({
 export type FinishEvent = z.infer<typeof FinishEvent>;
 /** The first event: the session exists. */
 export const OpenEvent = z.object({ e: z.literal("open") });
+/**
+ * The client of output `output`'s assistant turn `turn` (1-based, the reply
+ * id's turn) went away before it received the reply (issue 30 item 6): the
+ * request's signal aborted before the reply was written, or the stream was
+ * cancelled before its last event. The turn stays in the record, marked
+ * `abandoned` ({@link agentOutputs}), until a later turn continues that
+ * output (the agent sent the reply back in its history), which clears it.
+ */
+export const AbandonEvent = z.object({ e: z.literal("abandon"), output: z.number().int().min(0), turn: z.number().int().min(1) });
+export type AbandonEvent = z.infer<typeof AbandonEvent>;
 
 /** One stored event of an agent session (a delta of the append-only session log). */
-export const AgentSessionEvent = z.discriminatedUnion("e", [OpenEvent, TaskEvent, TokenEvent, TurnEvent, FinishEvent]);
+export const AgentSessionEvent = z.discriminatedUnion("e", [OpenEvent, TaskEvent, TokenEvent, TurnEvent, FinishEvent, AbandonEvent]);
 export type AgentSessionEvent = z.infer<typeof AgentSessionEvent>;
 
 /** What an output had counted at a point of its token stream (a branch starting there starts from these). */
@@ -215,6 +225,10 @@ export interface AgentOutputState {
   lastActionIds: Int32Array | null;
   /** The agent role of its calls and the serving pool's model name ({@link OpenOutput}); null without a role. */
   role: { name: string; servedModel: string } | null;
+  /** Where the last assistant turn's ids sit in the response: `[start, end)`, and its turn number (1-based). */
+  lastAction?: { turn: number; start: number; end: number };
+  /** The last turn, abandoned by its client ({@link AbandonEvent}); cleared by a turn that continues this output. */
+  abandoned?: { turn: number; start: number; end: number } | null;
 }
 
 /** An agent session as the fold of its events. */
@@ -422,6 +436,11 @@ export function applyEvent(st: AgentSessionState, ev: AgentSessionEvent): void {
     case "finish":
       st.finish = ev;
       return;
+    case "abandon": {
+      const out = st.outputs[ev.output];
+      if (out?.lastAction && out.lastAction.turn === ev.turn) out.abandoned = { ...out.lastAction };
+      return;
+    }
     case "turn": {
       let out: AgentOutputState;
       if (ev.open) {
@@ -431,6 +450,8 @@ export function applyEvent(st: AgentSessionState, ev: AgentSessionEvent): void {
         const cur = st.outputs[at];
         if (!cur) throw new StoreError(`agent session '${st.input.key}': a continuing turn without an output (${at})`, { retryable: false });
         out = cur;
+        // The agent continued from its last reply: it did receive it.
+        out.abandoned = null;
       }
       if (ev.added) out.messages.push(...ev.added);
       if (ev.obs !== undefined) {
@@ -442,7 +463,9 @@ export function applyEvent(st: AgentSessionState, ev: AgentSessionEvent): void {
         st.engineCalls++;
         const ids = decodeInt32(ev.action.ids);
         recordActionVersions(out.tokenVersions, out.builder.responseLength, ids.length, ev.versions ?? [[0, ev.model_version ?? null]]);
+        const start = out.builder.responseLength;
         out.builder.appendAction(ids, ev.action.lps === null ? null : decodeFloat32(ev.action.lps));
+        out.lastAction = { turn: out.assistantTurns + 1, start, end: out.builder.responseLength };
         if (ev.experts) {
           const data = decodeInt32(ev.experts.data);
           const [layers, topK] = ev.experts.shape;
@@ -519,9 +542,16 @@ export function foldAgentSession(key: string, stored: StoredSession): AgentSessi
  * mask 1, as a linear session along that path would record them) — and
  * names its place in the tree: `parent_output_index` and `branch_at` (both
  * null for a root).
+ *
+ * An output whose last turn was abandoned ({@link AbandonEvent}: its client
+ * never received it, and the agent did not continue from it) is kept for
+ * inspection with `extra_fields.abandoned: {turn, start, end}` (the turn,
+ * 1-based, and its tokens' `[start, end)` in `response_ids`), those tokens
+ * masked 0 (unless `abandonedMask: "keep"`), and `reward_score` null: it is
+ * never credited with the session's reward.
  * @throws TrajectoryInvariantError when an output breaks an invariant (never expected).
  */
-export function agentOutputs(st: AgentSessionState, o: { reward: number | null; error?: string; metadata?: Record<string, unknown> | null; rewardError?: string }): AgentLoopOutput[] {
+export function agentOutputs(st: AgentSessionState, o: { reward: number | null; error?: string; metadata?: Record<string, unknown> | null; rewardError?: string; abandonedMask?: "zero" | "keep" }): AgentLoopOutput[] {
   return st.outputs.map((out) => {
     const extra: Record<string, unknown> = {
       output_count: st.outputs.length,
@@ -534,13 +564,16 @@ export function agentOutputs(st: AgentSessionState, o: { reward: number | null; 
     if (o.metadata) extra.agent_metadata = o.metadata;
     if (o.error) extra.error = o.error;
     if (o.rewardError) extra.reward_error = o.rewardError;
+    const gone = out.abandoned ?? null;
+    if (gone) extra.abandoned = { turn: gone.turn, start: gone.start, end: gone.end };
     const rec = out.builder.finish({
       numTurns: out.assistantTurns + out.userTurns + 1,
-      rewardScore: o.reward,
+      rewardScore: gone ? null : o.reward,
       metrics: out.metrics,
       extraFields: extra,
       finishReason: out.finishReason,
     });
+    if (gone && o.abandonedMask !== "keep") rec.response_mask = rec.response_mask.map((m, i) => (i >= gone.start && i < gone.end ? 0 : m));
     return { ...rec, parent_output_index: out.parent, branch_at: out.branchAt, ...(out.role ? { agent_role: out.role.name, served_model: out.role.servedModel } : {}) };
   });
 }

@@ -90,14 +90,22 @@ export function namedToolResults(added: ChatMessage[], history: readonly ChatMes
  *   `qwen3`/`deepseek_r1` reasoning parsers (`reasoning_content`).
  * - gpt-oss: the `analysis` channel's messages are reasoning (joined by
  *   newlines); the rest goes to the harmony tool parser unchanged.
+ * `opened` false (the generation prompt did not leave a `<think>` open, see
+ * `promptOpensThink`): a turn has reasoning only when its text starts (after
+ * white space) with `<think>`; an orphan `</think>` later in a turn that did
+ * not start thinking is plain text. This keeps the split decidable from the
+ * turn's first tokens, so a streamed reply can send its content before the
+ * turn ends (issue 30 item 3). Default true: an orphan `</think>` ends reasoning
+ * wherever it is (vLLM's rule for templates that open the block in the prompt).
  */
-export function splitReasoning(family: string, text: string): { reasoning: string | null; rest: string } {
+export function splitReasoning(family: string, text: string, opened = true): { reasoning: string | null; rest: string } {
   if (family === "gpt_oss") {
     const analysis = splitHarmonyMessages(text)
       .filter((m) => m.channel === "analysis" && !m.recipient)
       .map((m) => m.content);
     return { reasoning: analysis.length ? analysis.join("\n") : null, rest: text };
   }
+  if (!opened && !text.trimStart().startsWith("<think>")) return { reasoning: null, rest: text };
   const end = text.indexOf("</think>");
   if (end < 0) return { reasoning: null, rest: text };
   let r = text.slice(0, end);
@@ -149,7 +157,7 @@ export function parseReply(
   tok: ChatTokenizer,
   parser: ToolCallParser,
   ids: ArrayLike<number>,
-  o: { toolChoice: "auto" | "none"; session: string; outputIndex: number; turn: number; stop?: readonly string[] },
+  o: { toolChoice: "auto" | "none"; session: string; outputIndex: number; turn: number; stop?: readonly string[]; thinkOpened?: boolean },
 ): ParsedReply {
   const body = ids.length > 0 && tok.isStopToken(ids[ids.length - 1]) ? Array.prototype.slice.call(ids, 0, -1) : Array.from(ids);
   let text = tok.decode(body);
@@ -162,7 +170,7 @@ export function parseReply(
       text = text.slice(0, at);
     }
   }
-  const { reasoning, rest } = splitReasoning(tok.traits.family, text);
+  const { reasoning, rest } = splitReasoning(tok.traits.family, text, o.thinkOpened ?? true);
   let content = rest;
   let calls: ParsedCall[] = [];
   if (o.toolChoice !== "none") {

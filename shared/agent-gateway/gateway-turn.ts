@@ -17,6 +17,7 @@ import { beginTurnMark, endTurnMark, openOutput, recordActionVersions, rememberK
 import { namedToolResults, parseReply, sessionTag } from "./conversation.ts";
 import { planTurn } from "./trajectory-tree.ts";
 import type { ChatReply, ChatRequest } from "./openai-wire.ts";
+import { promptOpensThink, STREAM_MARKERS, TurnStream, type TurnSink } from "./turn-stream.ts";
 
 /** What {@link GatewayTurns} reads of its gateway's options (`AgentGatewayOptions`: the same fields). */
 export interface GatewayTurnOptions {
@@ -43,6 +44,13 @@ export interface AnswerOptions {
    * continued, and an output opened records them.
    */
   role?: { name: string; servedModel: string };
+  /**
+   * Streams the turn while it is sampled (true streaming): the engine's
+   * tokens, through a {@link TurnStream}, as the reply will hold them. The
+   * sink's `start` comes with the first token (a turn that samples nothing
+   * never starts it); the rest of the reply is the returned event's.
+   */
+  sink?: TurnSink;
 }
 
 /**
@@ -100,6 +108,8 @@ export class GatewayTurns {
     let truncatedByObs = false;
     if (plan.kind === "continue") {
       out = plan.out;
+      // The agent continued from its last reply: it did receive it.
+      out.abandoned = null;
       if (out.index !== st.outputs.length - 1) partial.output = out.index;
     } else {
       // (checkLimits saw a continuation the template then could not render incrementally: still no output past the cap.)
@@ -143,12 +153,25 @@ export class GatewayTurns {
     let versions: TokenVersions | null = null;
     let experts: TurnEvent["experts"];
     const promptTokens = b.contextLength;
+    const created = Math.floor(this.wall() / 1000);
+    const replyId = (turns: number) => `chatcmpl-${fnv1a32(input.key).toString(16)}-${out.index}-${turns}-${st.step + 1}`;
+    const thinkOpened = promptOpensThink(tok, b.contextIds());
     if (truncatedByObs) {
       [finish, by, ended, markTruncated, replyFinish] = ["length", "response_length", true, true, "length"];
     } else {
       let sp = samplingFor(input.sampling_params, req);
       if (o.resample && req.seed === undefined && sp.seed !== undefined) sp = { ...sp, seed: resampleSeed(sp.seed, out.index) };
-      const r = await this.turnLoop.generate(b, sp, input.key, metrics, req.max_tokens, rollout.return_routed_experts);
+      let onTokens: ((ids: number[]) => void) | undefined;
+      if (o.sink) {
+        const format = rollout.multi_turn.format ?? tok.traits.defaultParser;
+        const markers = req.tool_choice === "none" ? [] : (STREAM_MARKERS[format] ?? null);
+        const maxTokens = req.max_tokens === undefined ? b.nextMaxTokens() : Math.min(b.nextMaxTokens(), req.max_tokens);
+        // A turn that streams has sampled tokens, so its reply counts one more assistant turn.
+        const head = { id: replyId(out.assistantTurns + 1), created, model: req.model ?? this.modelName, prompt_tokens: promptTokens };
+        const ts = new TurnStream(tok, { family: tok.traits.family, markers, ...(req.stop?.length ? { stop: req.stop } : {}), thinkOpened, maxTokens }, o.sink, head);
+        onTokens = (ids) => ts.push(ids);
+      }
+      const r = await this.turnLoop.generate(b, sp, input.key, metrics, req.max_tokens, rollout.return_routed_experts, onTokens);
       if (r === undefined || r === "overflow" || r === "aborted") {
         [finish, by, ended, markTruncated, replyFinish] = r === "aborted" ? ["abort", "abort", true, false, "length"] : ["length", b.remainingBudget <= 0 ? "response_length" : "max_model_len", true, true, "length"];
       } else {
@@ -166,6 +189,7 @@ export class GatewayTurns {
         recordActionVersions(out.tokenVersions, offset, kept.length, versions);
         action = { ids: kept, lps: lps ? lps.slice(0, appended.appended) : null };
         out.assistantTurns++;
+        out.lastAction = { turn: out.assistantTurns, start: offset, end: b.responseLength };
         out.modelVersions.push(modelVersion);
         out.lastActionIds = Int32Array.from(kept);
         replyFinish = r.finish_reason === "length" || appended.truncated ? "length" : "stop";
@@ -181,13 +205,13 @@ export class GatewayTurns {
     // The builder's cut flag as the fold must see it (an append cut by a budget sets it too).
     markTruncated = b.truncated;
     const parsed = action
-      ? parseReply(tok, this.parser(rollout.multi_turn.format, tools), action.ids, { toolChoice: req.tool_choice, session: sessionTag(input.key), outputIndex: out.index, turn: out.assistantTurns - 1, ...(replyFinish === "stop" && req.stop?.length ? { stop: req.stop } : {}) })
+      ? parseReply(tok, this.parser(rollout.multi_turn.format, tools), action.ids, { toolChoice: req.tool_choice, session: sessionTag(input.key), outputIndex: out.index, turn: out.assistantTurns - 1, thinkOpened, ...(replyFinish === "stop" && req.stop?.length ? { stop: req.stop } : {}) })
       : null;
     if (parsed?.message.tool_calls?.length && replyFinish === "stop") replyFinish = "tool_calls";
     const message = parsed?.message ?? { role: "assistant" as const, content: "" };
     const reply: ChatReply = {
-      id: `chatcmpl-${fnv1a32(input.key).toString(16)}-${out.index}-${out.assistantTurns}-${st.step + 1}`,
-      created: Math.floor(this.wall() / 1000),
+      id: replyId(out.assistantTurns),
+      created,
       model: req.model ?? this.modelName,
       message,
       finish_reason: replyFinish,

@@ -308,12 +308,14 @@ export function thinkingSignature(thinking: string): string {
   return `edgeloop-${fnv1a32(thinking).toString(16).padStart(8, "0")}`;
 }
 
-type Block =
+/** A Messages content block as edgeloop answers it. */
+export type Block =
   | { type: "thinking"; thinking: string; signature: string }
   | { type: "text"; text: string; citations: null }
   | { type: "tool_use"; id: string; name: string; input: unknown; caller: { type: "direct" } };
 
-function blocksOf(r: ChatReply): Block[] {
+/** The content blocks of a reply, in order: thinking, text, tool_use per call. */
+export function blocksOf(r: ChatReply): Block[] {
   const m = r.message;
   const out: Block[] = [];
   if (m.reasoning_content !== undefined) out.push({ type: "thinking", thinking: m.reasoning_content, signature: thinkingSignature(m.reasoning_content) });
@@ -342,7 +344,8 @@ function usageOf(r: ChatReply, outputTokens: number): Record<string, unknown> {
   };
 }
 
-function messageObject(r: ChatReply, content: Block[], stop: { stop_reason: MessagesStopReason | null; stop_sequence: string | null }, outputTokens: number): Record<string, unknown> {
+/** A Messages `message` object of reply `r` with `content` (`message_start` carries it empty). */
+export function messageObject(r: ChatReply, content: Block[], stop: { stop_reason: MessagesStopReason | null; stop_sequence: string | null }, outputTokens: number): Record<string, unknown> {
   return {
     id: messageIdOf(r),
     type: "message",
@@ -370,47 +373,6 @@ function messageObject(r: ChatReply, content: Block[], stop: { stop_reason: Mess
 export function messagesBody(r: ChatReply): Record<string, unknown> {
   const reason = stopReasonOf(r);
   return messageObject(r, blocksOf(r), { stop_reason: reason, stop_sequence: reason === "stop_sequence" ? r.stop_sequence! : null }, r.usage.completion_tokens);
-}
-
-/**
- * The whole SSE body of a streamed reply (edgeloop samples a turn whole,
- * then streams it), each event `event: <type>\ndata: <json>\n\n`:
- * `message_start` (the message with empty content, null stop_reason,
- * output_tokens 0), `ping`, per block `content_block_start` (the block
- * empty: `text ""`, `thinking ""` + `signature ""`, `tool_use` with `input
- * {}`), its deltas (`thinking_delta` then `signature_delta`; `text_delta`;
- * `input_json_delta` with the input's JSON) and `content_block_stop`, then
- * `message_delta` `{delta: {stop_reason, stop_sequence, stop_details: null,
- * container: null}, usage}` and `message_stop`. Follows
- * `RawMessageStreamEvent` of `@anthropic-ai/sdk` v1.16.0, read back by its
- * `MessageStream` accumulator.
- */
-export function messagesSse(r: ChatReply): string {
-  const events: [string, Record<string, unknown>][] = [];
-  events.push(["message_start", { type: "message_start", message: messageObject(r, [], { stop_reason: null, stop_sequence: null }, 0) }]);
-  events.push(["ping", { type: "ping" }]);
-  blocksOf(r).forEach((b, index) => {
-    const start = b.type === "thinking" ? { ...b, thinking: "", signature: "" } : b.type === "text" ? { ...b, text: "" } : { ...b, input: {} };
-    events.push(["content_block_start", { type: "content_block_start", index, content_block: start }]);
-    const delta = (d: Record<string, unknown>) => events.push(["content_block_delta", { type: "content_block_delta", index, delta: d }]);
-    if (b.type === "thinking") {
-      delta({ type: "thinking_delta", thinking: b.thinking });
-      delta({ type: "signature_delta", signature: b.signature });
-    } else if (b.type === "text") delta({ type: "text_delta", text: b.text });
-    else delta({ type: "input_json_delta", partial_json: JSON.stringify(b.input) });
-    events.push(["content_block_stop", { type: "content_block_stop", index }]);
-  });
-  const reason = stopReasonOf(r);
-  events.push([
-    "message_delta",
-    {
-      type: "message_delta",
-      delta: { stop_reason: reason, stop_sequence: reason === "stop_sequence" ? r.stop_sequence! : null, stop_details: null, container: null },
-      usage: { input_tokens: r.usage.prompt_tokens, output_tokens: r.usage.completion_tokens, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, server_tool_use: null },
-    },
-  ]);
-  events.push(["message_stop", { type: "message_stop" }]);
-  return events.map(([t, d]) => `event: ${t}\ndata: ${JSON.stringify(d)}\n\n`).join("");
 }
 
 /** Anthropic's error `type` for an HTTP status (`ErrorType` of `@anthropic-ai/sdk` v1.16.0; 413 `request_too_large` per the API's error list). */

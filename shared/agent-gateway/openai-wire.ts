@@ -421,40 +421,6 @@ export function chatCompletionBody(r: ChatReply): Record<string, unknown> {
 }
 
 /**
- * The whole SSE body of a streamed reply, in OpenAI's `chat.completion.chunk`
- * format (edgeloop samples a turn whole, then streams it). Events, each
- * `data: <json>\n\n`:
- * 1. `delta: {role: "assistant", content: ""}`;
- * 2. `delta: {reasoning_content}` when the turn has reasoning;
- * 3. `delta: {content}` when it has content;
- * 4. per tool call k: `delta: {tool_calls: [{index: k, id, type: "function", function: {name, arguments}}]}`;
- * 5. `delta: {}` with `finish_reason`, and the turn's `logprobs` when requested
- *    (every sampled token on this one chunk; OpenAI clients concatenate chunks' log-probs);
- * 6. a usage chunk `{choices: [], usage}` when `includeUsage` (the request's
- *    `stream_options.include_usage`, OpenAI's rule: without it no chunk has
- *    empty `choices`, so code that reads `chunk.choices[0]` never breaks);
- * 7. `data: [DONE]`.
- * @see https://platform.openai.com/docs/api-reference/chat-streaming/streaming
- */
-export function chatCompletionSse(r: ChatReply, o: { includeUsage?: boolean } = {}): string {
-  const head = { id: r.id, object: "chat.completion.chunk", created: r.created, model: r.model };
-  const chunk = (delta: Record<string, unknown>, finish: ChatReply["finish_reason"] | null = null, logprobs: unknown = null) => ({
-    ...head,
-    choices: [{ index: 0, delta, logprobs, finish_reason: finish }],
-  });
-  const events: unknown[] = [chunk({ role: "assistant", content: "" })];
-  const m = r.message;
-  if (m.reasoning_content) events.push(chunk({ reasoning_content: m.reasoning_content }));
-  if (m.content) events.push(chunk({ content: m.content }));
-  (m.tool_calls ?? []).forEach((c, index) =>
-    events.push(chunk({ tool_calls: [{ index, id: c.id, type: "function", function: { name: c.function.name, arguments: c.function.arguments } }] })),
-  );
-  events.push(chunk({}, r.finish_reason, logprobsBody(r.logprobs)));
-  if (o.includeUsage) events.push({ ...head, choices: [], usage: { prompt_tokens: r.usage.prompt_tokens, completion_tokens: r.usage.completion_tokens, total_tokens: r.usage.total_tokens } });
-  return events.map((e) => `data: ${JSON.stringify(e)}\n\n`).join("") + "data: [DONE]\n\n";
-}
-
-/**
  * `GET /models` body: OpenAI's model list with the one model the session serves,
  * `{object: "list", data: [{id, object: "model", created, owned_by: "edgeloop"}]}`.
  * `created` is unix seconds.

@@ -418,13 +418,18 @@ export function responsesChatRequest(p: ParsedResponsesRequest, previous: { mess
   return { ...p.chat, messages };
 }
 
-/** Output items of a reply, with their ids (`rs_…`, `msg_…`, `fc_…`, from the response id). */
-function outputItems(r: ChatReply, responseId: string): Record<string, unknown>[] {
+/**
+ * Output items of a reply, with their ids (`rs_…`, `msg_…`, `fc_…`, from the
+ * response id). Status `incomplete` on a turn cut by a budget, except a
+ * reasoning item followed by text: its `</think>` closed it before the cut
+ * (a streamed reply closes it when the text starts).
+ */
+export function outputItems(r: ChatReply, responseId: string): Record<string, unknown>[] {
   const s = responseId.replace(/^resp_/, "");
   const status = r.finish_reason === "length" ? "incomplete" : "completed";
   const items: Record<string, unknown>[] = [];
   const m = r.message;
-  if (m.reasoning_content) items.push({ id: `rs_${s}`, type: "reasoning", summary: [], content: [{ type: "reasoning_text", text: m.reasoning_content }], status });
+  if (m.reasoning_content) items.push({ id: `rs_${s}`, type: "reasoning", summary: [], content: [{ type: "reasoning_text", text: m.reasoning_content }], status: m.content ? "completed" : status });
   if (m.content || !m.tool_calls?.length) {
     items.push({ id: `msg_${s}`, type: "message", role: "assistant", status, content: [{ type: "output_text", text: m.content ?? "", annotations: [], logprobs: [] }] });
   }
@@ -451,7 +456,8 @@ export function responsesBody(r: ChatReply, responseId: string, echo: ResponsesE
   return responseObject(r, responseId, echo, outputItems(r, responseId), r.finish_reason === "length" ? "incomplete" : "completed");
 }
 
-function responseObject(r: ChatReply, responseId: string, echo: ResponsesEcho, output: unknown[], status: "in_progress" | "completed" | "incomplete"): Record<string, unknown> {
+/** A Responses `response` object of reply `r` with `output` (usage null while `in_progress`): what {@link responsesBody} and the stream's events carry. */
+export function responseObject(r: ChatReply, responseId: string, echo: ResponsesEcho, output: unknown[], status: "in_progress" | "completed" | "incomplete"): Record<string, unknown> {
   const done = status !== "in_progress";
   return {
     id: responseId,
@@ -488,53 +494,3 @@ function responseObject(r: ChatReply, responseId: string, echo: ResponsesEcho, o
   };
 }
 
-/**
- * The whole SSE body of a streamed reply (edgeloop samples a turn whole, then
- * streams it), each event `event: <type>\ndata: <json>\n\n` with a
- * `sequence_number` from 0: `response.created` and `response.in_progress`
- * (status `in_progress`, no output); per output item `response.output_item.added`,
- * then for a reasoning item `response.content_part.added`,
- * `response.reasoning_text.delta`/`.done`, `response.content_part.done`; for a
- * message `response.content_part.added`, `response.output_text.delta`/`.done`,
- * `response.content_part.done`; for a function call
- * `response.function_call_arguments.delta`/`.done`; then
- * `response.output_item.done`; last `response.completed` (or
- * `response.incomplete` when cut by a budget), carrying the object
- * {@link responsesBody} returns.
- * @see https://platform.openai.com/docs/api-reference/responses-streaming
- */
-export function responsesSse(r: ChatReply, responseId: string, echo: ResponsesEcho): string {
-  const final = responsesBody(r, responseId, echo);
-  const events: [string, Record<string, unknown>][] = [];
-  const ev = (type: string, data: Record<string, unknown>) => events.push([type, { type, ...data, sequence_number: events.length }]);
-  const pending = responseObject(r, responseId, echo, [], "in_progress");
-  ev("response.created", { response: pending });
-  ev("response.in_progress", { response: pending });
-  (final.output as Record<string, unknown>[]).forEach((item, output_index) => {
-    const item_id = item.id as string;
-    if (item.type === "reasoning") {
-      const text = (item.content as { text: string }[])[0]!.text;
-      ev("response.output_item.added", { output_index, item: { ...item, content: [], status: "in_progress" } });
-      ev("response.content_part.added", { item_id, output_index, content_index: 0, part: { type: "reasoning_text", text: "" } });
-      ev("response.reasoning_text.delta", { item_id, output_index, content_index: 0, delta: text });
-      ev("response.reasoning_text.done", { item_id, output_index, content_index: 0, text });
-      ev("response.content_part.done", { item_id, output_index, content_index: 0, part: { type: "reasoning_text", text } });
-    } else if (item.type === "message") {
-      const part = (item.content as Record<string, unknown>[])[0]!;
-      const text = part.text as string;
-      ev("response.output_item.added", { output_index, item: { ...item, content: [], status: "in_progress" } });
-      ev("response.content_part.added", { item_id, output_index, content_index: 0, part: { type: "output_text", text: "", annotations: [], logprobs: [] } });
-      if (text) ev("response.output_text.delta", { item_id, output_index, content_index: 0, delta: text, logprobs: [] });
-      ev("response.output_text.done", { item_id, output_index, content_index: 0, text, logprobs: [] });
-      ev("response.content_part.done", { item_id, output_index, content_index: 0, part });
-    } else {
-      const args = item.arguments as string;
-      ev("response.output_item.added", { output_index, item: { ...item, arguments: "", status: "in_progress" } });
-      ev("response.function_call_arguments.delta", { item_id, output_index, delta: args });
-      ev("response.function_call_arguments.done", { item_id, output_index, name: item.name, arguments: args });
-    }
-    ev("response.output_item.done", { output_index, item });
-  });
-  ev(final.status === "incomplete" ? "response.incomplete" : "response.completed", { response: final });
-  return events.map(([type, data]) => `event: ${type}\ndata: ${JSON.stringify(data)}\n\n`).join("");
-}

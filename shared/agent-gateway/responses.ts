@@ -2,7 +2,7 @@ import { InputError, NotFoundError } from "../errors.ts";
 import type { ChatMessage } from "../schema/message.ts";
 import type { AgentGateway, TurnOptions } from "./agent-gateway.ts";
 import type { AgentSessionState } from "./agent-session.ts";
-import type { ChatReply } from "./openai-wire.ts";
+import type { ChatReply, ChatRequest } from "./openai-wire.ts";
 import { parseResponseId, parseResponsesRequest, responseIdOf, responsesChatRequest, type ResponsesEcho } from "./responses-wire.ts";
 
 /** One answered Responses call: the turn's reply, its response id, what the reply echoes, and whether it streams. */
@@ -42,6 +42,24 @@ export function responseConversation(st: AgentSessionState, id: string): { messa
  *   this session did not answer); everything `turnAuthorized` throws.
  */
 export async function answerResponses(gw: AgentGateway, key: string, body: unknown, opts: TurnOptions = {}): Promise<ResponsesAnswer> {
+  const { req, echo, instructions } = await prepareResponses(gw, key, body);
+  const reply = await gw.turnAuthorized(key, req, opts);
+  return { reply, id: responseIdOf(reply, req.messages.length, instructions), echo, stream: req.stream };
+}
+
+/** A Responses call ready for its turn: the {@link ChatRequest} it becomes, what its reply echoes, and whether its first message is its `instructions` (the response id says so). */
+export interface PreparedResponses {
+  req: ChatRequest;
+  echo: ResponsesEcho;
+  instructions: boolean;
+}
+
+/**
+ * The parsing half of {@link answerResponses} (a streamed call builds its
+ * writer from it before the turn runs).
+ * @throws as {@link answerResponses}, less the turn's errors.
+ */
+export async function prepareResponses(gw: AgentGateway, key: string, body: unknown): Promise<PreparedResponses> {
   const p = parseResponsesRequest(body);
   let previous: ReturnType<typeof responseConversation> = null;
   if (p.previous_response_id !== null) {
@@ -50,7 +68,5 @@ export async function answerResponses(gw: AgentGateway, key: string, body: unkno
     previous = responseConversation(st, p.previous_response_id);
     if (!previous) throw new InputError("previous_response_id", `'${p.previous_response_id.slice(0, 100)}' is not a response of this session`);
   }
-  const req = responsesChatRequest(p, previous);
-  const reply = await gw.turnAuthorized(key, req, opts);
-  return { reply, id: responseIdOf(reply, req.messages.length, p.instructions !== null), echo: p.echo, stream: req.stream };
+  return { req: responsesChatRequest(p, previous), echo: p.echo, instructions: p.instructions !== null };
 }

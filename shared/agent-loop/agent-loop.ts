@@ -1,7 +1,7 @@
 import type { SessionLimits } from "./session-limits.ts";
 import { ContextOverflowError, EdgeloopError, EngineAbortedError, InputError } from "../errors.ts";
 import type { PolicyVersions } from "../inference/policy-versions.ts";
-import { servableLength, type InferenceClient } from "../inference/types.ts";
+import { servableLength, type GenerateRequest, type InferenceClient } from "../inference/types.ts";
 import { computeReward, type RewardOptions, type RewardResult } from "../reward/compute-reward.ts";
 import { traceReward } from "../reward/reward-span.ts";
 import { ChatMessage, trajectoryKey, type AgentLoopMetrics, type AgentLoopOutput, type RolloutConfig, type SamplingParams, type TokenOutput } from "../schema/index.ts";
@@ -190,7 +190,10 @@ export abstract class AgentLoop {
    * its `extra_fields.model_version` is the last call's, and so are its
    * `routed_experts` (with `rollout.return_routed_experts`: every call
    * re-sends the whole stream, so the last call's cover every token of the
-   * earlier ones too).
+   * earlier ones too). `onTokens` is passed to every engine call as its
+   * `on_tokens` sink: across resumes it sees the turn's tokens as one
+   * sequence (a call resumed after a preemption continues where the broken
+   * one stopped), in order, before this resolves.
    */
   protected async generate(
     builder: TrajectoryBuilder,
@@ -199,6 +202,7 @@ export abstract class AgentLoop {
     metrics: AgentLoopMetrics,
     maxTokensCap?: number,
     returnRoutedExperts: boolean = this.ctx.config?.return_routed_experts === true,
+    onTokens?: GenerateRequest["on_tokens"],
   ): Promise<TokenOutput | "overflow" | "aborted" | undefined> {
     const maxTokens = maxTokensCap === undefined ? builder.nextMaxTokens() : Math.min(builder.nextMaxTokens(), maxTokensCap);
     if (maxTokens <= 0) return undefined;
@@ -232,6 +236,7 @@ export abstract class AgentLoop {
             max_tokens: maxTokens - ids.length,
             signal,
             ...(returnRoutedExperts ? { return_routed_experts: true } : {}),
+            ...(onTokens ? { on_tokens: onTokens } : {}),
           });
         } catch (e) {
           if (e instanceof EngineAbortedError && canResume) {

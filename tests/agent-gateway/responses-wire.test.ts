@@ -1,7 +1,8 @@
 /** The Responses wire's translation into a ChatRequest and its response ids, exactly (no engine). */
 import { describe, expect, test } from "bun:test";
 import { fnv1a32 } from "../../shared/inference/hash.ts";
-import { parseResponseId, parseResponsesRequest, responseIdOf, responsesChatRequest, responsesSse } from "../../shared/agent-gateway/responses-wire.ts";
+import { parseResponseId, parseResponsesRequest, responseIdOf, responsesChatRequest } from "../../shared/agent-gateway/responses-wire.ts";
+import { responsesSse } from "../../shared/agent-gateway/sse-writers.ts";
 import type { ChatReply } from "../../shared/agent-gateway/openai-wire.ts";
 import { InputError } from "../../shared/errors.ts";
 

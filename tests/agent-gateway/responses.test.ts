@@ -259,7 +259,11 @@ describe("agent gateway: OpenAI Responses API", () => {
       .withResponse();
     const text: string[] = [];
     for await (const e of raw) if (e.type === "response.output_text.delta" || e.type === "response.output_text.done") text.push(e.type === "response.output_text.delta" ? e.delta : `done:${e.text}`);
-    expect(text).toEqual(["The answer is 31.\n#### 31", "done:The answer is 31.\n#### 31"]);
+    // Streamed as the engine samples it (this sim has no decode pace, so it hands over the turn in one chunk;
+    // token-by-token deltas at a pace: streaming.test.ts): the deltas join to the whole text, then the done event.
+    expect(text.slice(0, -1).join("")).toBe("The answer is 31.\n#### 31");
+    expect(text.length).toBeGreaterThanOrEqual(2);
+    expect(text.at(-1)).toBe("done:The answer is 31.\n#### 31");
   });
 
   test("max_output_tokens: status incomplete with reason max_output_tokens (response.incomplete when streamed)", async () => {

@@ -2,7 +2,8 @@ import { describe, expect, test } from "bun:test";
 import { Hono } from "hono";
 import OpenAI from "openai";
 import { EdgeloopError, InputError } from "../../shared/errors.ts";
-import { chatCompletionBody, chatCompletionSse, modelsBody, parseChatRequest, type ChatReply, type ChatRequest } from "../../shared/agent-gateway/openai-wire.ts";
+import { chatCompletionBody, modelsBody, parseChatRequest, type ChatReply, type ChatRequest } from "../../shared/agent-gateway/openai-wire.ts";
+import { chatCompletionSse } from "../../shared/agent-gateway/sse-writers.ts";
 
 const USER = { role: "user", content: "What is the weather in Paris?" };
 
@@ -351,10 +352,11 @@ describe("reply bodies", () => {
     const sse = chatCompletionSse(one, { includeUsage: true });
     // Without stream_options.include_usage (OpenAI's rule) no chunk has empty choices.
     const plainSse = chatCompletionSse(one);
-    expect(plainSse).toBe(sse.replace(/data: \{[^\n]*"choices":\[\],"usage"[^\n]*\n\n/, ""));
+    // With it, every other chunk has `usage: null` (OpenAI's stream_options doc).
+    expect(plainSse).toBe(sse.replace(/data: \{[^\n]*"choices":\[\],"usage"[^\n]*\n\n/, "").replaceAll(',"usage":null', ""));
     expect(plainSse).not.toContain('"usage"');
     const head = '"id":"chatcmpl-k1-3","object":"chat.completion.chunk","created":1767225600,"model":"Qwen/Qwen3-8B"';
-    const choice = (delta: string, finish = "null") => `data: {${head},"choices":[{"index":0,"delta":${delta},"logprobs":null,"finish_reason":${finish}}]}\n\n`;
+    const choice = (delta: string, finish = "null") => `data: {${head},"choices":[{"index":0,"delta":${delta},"logprobs":null,"finish_reason":${finish}}],"usage":null}\n\n`;
     expect(sse).toBe(
       choice('{"role":"assistant","content":""}') +
         choice('{"reasoning_content":"The user wants the weather."}') +

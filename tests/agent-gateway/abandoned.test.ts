@@ -1,0 +1,134 @@
+/**
+ * Abandoned turns (issue 30 item 6) over real HTTP (Bun.serve on loopback):
+ * a client that goes away while its turn is sampled — a non-streaming fetch
+ * aborted, a stream cancelled before its last event — leaves the turn in the
+ * record marked `abandoned`, its tokens masked 0, the output not credited
+ * with the reward; an agent that continues from the reply clears the mark.
+ */
+import { afterEach, beforeAll, describe, expect, test } from "bun:test";
+import { AgentGateway } from "../../shared/agent-gateway/agent-gateway.ts";
+import { agentOutputs } from "../../shared/agent-gateway/agent-session.ts";
+import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
+import type { GenerateRequest, InferenceClient } from "../../shared/inference/types.ts";
+import { MemorySessionStorage } from "../../shared/session/session-storage.ts";
+import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
+import { SimEngine } from "../../infra/sim-engine/sim-engine.ts";
+import { SimEngineClient } from "../../infra/sim-engine/sim-engine-client.ts";
+import type { ToolSchema } from "../../shared/schema/index.ts";
+import { examplePolicy, exampleRow } from "../helpers/examples.ts";
+import { AGENT_TOKEN, agentSessionInput, tokenizerAndTools } from "../helpers/agent-session.ts";
+import { waitFor } from "../helpers/wait.ts";
+
+const row0 = exampleRow(0);
+let tok: ChatTokenizer;
+let tools: ToolSchema[];
+beforeAll(async () => void ({ tok, tools } = await tokenizerAndTools()));
+const stops: (() => unknown)[] = [];
+afterEach(async () => {
+  for (const s of stops.splice(0)) await s();
+});
+
+/** Counts the tokens the engine streamed; `onToken` sees the running count. */
+class CountingClient implements InferenceClient {
+  produced = 0;
+  onToken: ((n: number) => void) | null = null;
+  constructor(readonly inner: SimEngineClient) {}
+  generate(req: GenerateRequest) {
+    const sink = req.on_tokens;
+    return this.inner.generate({ ...req, on_tokens: (ids, lps) => ((this.produced += ids.length), sink?.(ids, lps), this.onToken?.(this.produced)) });
+  }
+  maxModelLen() {
+    return this.inner.maxModelLen();
+  }
+}
+
+/** The gateway served on loopback; `signals`: every request's signal as the server saw it. */
+async function serve() {
+  const engine = new SimEngine({ tokenizer: tok, script: examplePolicy(), latency: { prefill_ms_per_token: 0, decode_ms_per_token: 1 } });
+  const client = new CountingClient(new SimEngineClient(engine));
+  const gw = new AgentGateway({ storage: new MemorySessionStorage(), tokenizer: tok, client, maxModelLen: 4096 });
+  await gw.create(agentSessionInput(tools));
+  const app = createAgentGatewayApp({ gateway: gw });
+  const signals: AbortSignal[] = [];
+  const server = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: (req) => (signals.push(req.signal), app.fetch(req)) });
+  stops.push(() => server.stop(true));
+  const url = `http://127.0.0.1:${server.port}/v1/sessions/u0_0_0/openai/v1/chat/completions`;
+  const post = (body: unknown, init: RequestInit = {}) =>
+    fetch(url, { method: "POST", ...init, headers: { authorization: `Bearer ${AGENT_TOKEN}`, "content-type": "application/json", ...(init.headers ?? {}) }, body: JSON.stringify(body) });
+  return { engine, client, gw, post, signals };
+}
+
+const TURN1 = () => tok.encode((examplePolicy() as { rules: { turns: string[] }[] }).rules[0]!.turns[0]!).length + 1;
+
+/**
+ * Sends `body`, freezes the engine (pause `keep`) at its 5th token, aborts the
+ * client, waits until the server saw the abort, then lets the turn finish.
+ * `read`: read the stream's first bytes before aborting.
+ */
+async function abortMidTurn(s: Awaited<ReturnType<typeof serve>>, body: Record<string, unknown>, read: boolean) {
+  const ac = new AbortController();
+  let frozen!: () => void;
+  const atFive = new Promise<void>((r) => (frozen = r));
+  s.client.onToken = (n) => {
+    if (n === 5) void s.engine.pause("keep").then(frozen);
+  };
+  const res = s.post(body, { signal: ac.signal });
+  if (read) {
+    const r = await res;
+    const reader = r.body!.getReader();
+    await reader.read();
+    await atFive;
+    await reader.cancel();
+  } else {
+    await atFive;
+  }
+  ac.abort();
+  await res.catch(() => {});
+  const sig = s.signals.at(-1)!;
+  await waitFor(() => sig.aborted, "the server to see the client go away");
+  s.client.onToken = null;
+  s.engine.resume();
+  await waitFor(async () => (await s.gw.get("u0_0_0"))!.outputs[0]?.abandoned != null, "the abandon mark");
+}
+
+describe("abandoned turns", () => {
+  for (const stream of [false, true]) {
+    test(`${stream ? "a stream cancelled" : "a fetch aborted"} mid-turn: the turn is kept, marked abandoned, masked 0, never credited; continuing from it clears the mark`, async () => {
+      const s = await serve();
+      const body = { model: "qwen3", messages: row0.prompt, tools, ...(stream ? { stream: true } : {}) };
+      await abortMidTurn(s, body, stream);
+      const n = TURN1();
+      const [out] = agentOutputs((await s.gw.get("u0_0_0"))!, { reward: 1 });
+      expect(out!.response_ids.length).toBe(n);
+      expect(out!.response_mask).toEqual(Array(n).fill(0));
+      expect(out!.reward_score).toBe(null);
+      expect(out!.extra_fields.abandoned).toEqual({ turn: 1, start: 0, end: n });
+      // Kept for inspection: the tokens are there, and "keep" leaves the mask as sampled.
+      expect(agentOutputs((await s.gw.get("u0_0_0"))!, { reward: 1, abandonedMask: "keep" })[0]!.response_mask).toEqual(Array(n).fill(1));
+      // The stored events fold to the same mark.
+      s.gw.forget("u0_0_0");
+      expect(agentOutputs((await s.gw.get("u0_0_0"))!, { reward: 1 })[0]!.extra_fields.abandoned).toEqual({ turn: 1, start: 0, end: n });
+
+      // The agent's retry gets the recorded reply; it continues from it with the tool result: the mark is gone.
+      const again = (await (await s.post({ ...body, stream: false }, { headers: { "x-stainless-retry-count": "1" } })).json()) as { choices: { message: { tool_calls: { id: string }[] } }[] };
+      const msg = again.choices[0]!.message;
+      const r2 = await s.post({ model: "qwen3", messages: [...row0.prompt, msg, { role: "tool", tool_call_id: msg.tool_calls[0]!.id, content: "31" }], tools });
+      expect(r2.status).toBe(200);
+      await r2.json();
+      const [done] = agentOutputs((await s.gw.get("u0_0_0"))!, { reward: 1 });
+      expect(done!.extra_fields.abandoned).toBeUndefined();
+      expect(done!.reward_score).toBe(1);
+      expect(done!.response_mask.slice(0, n)).toEqual(Array(n).fill(1));
+    });
+  }
+
+  test("a call whose reply was received is not marked", async () => {
+    const s = await serve();
+    const r = await s.post({ model: "qwen3", messages: row0.prompt, tools, stream: true });
+    await r.text();
+    const [out] = agentOutputs((await s.gw.get("u0_0_0"))!, { reward: 1 });
+    expect(out!.extra_fields.abandoned).toBeUndefined();
+    expect(out!.reward_score).toBe(1);
+    expect(out!.response_mask).toEqual(Array(TURN1()).fill(1));
+  });
+});
