@@ -91,6 +91,7 @@ configFlags(
     .option("--host <host>", "address to bind (a non-loopback address needs EDGELOOP_API_TOKEN, or --insecure-no-auth)", "127.0.0.1")
     .option("--metrics-auth", "GET /metrics needs the API token too (default: public, like /health)")
     .option("--insecure-no-auth", "serve without EDGELOOP_API_TOKEN on a non-loopback --host (anyone who reaches it can use the API)")
+    .option("--drain-timeout <seconds>", "after SIGINT/SIGTERM, seconds the work running here (inline batches, agent sessions) gets to end before serve exits 1 anyway (default 30; a second signal exits at once)", secondsFlag("--drain-timeout"))
     .option("--reuse-port", "bind with SO_REUSEPORT (Linux) so a second serve on the same store can listen on the same port: kill or restart one, the other answers (queue mode)")
     .addOption(
       new Option("--jobs <mode>", "queue: POST /v1/rollouts enqueues jobs for `edgeloop worker` (default with a Redis/Upstash store); inline: run batches in this process").choices([

@@ -60,10 +60,14 @@ export function isLoopbackBind(host: string): boolean {
  * them here instead). `--reuse-port` binds with SO_REUSEPORT so several
  * `serve`s on one Redis/Upstash store share the port (one killed or
  * restarted, the others answer, within the SDKs' retry budget).
+ * On SIGINT/SIGTERM the listener closes and the work still running here
+ * (inline batches, agent sessions waiting for their finish) gets
+ * `--drain-timeout` seconds (default {@link DEFAULT_SERVE_DRAIN_S}) to end;
+ * after that, or at a second signal, serve exits 1 naming what it left.
  * @throws InputError (field `--reuse-port`) with `--port 0` or the memory store
  * @throws InputError (field `--host`) for a non-loopback `--host` without a token or `--insecure-no-auth`
  */
-export async function serveCommand(flags: ConfigFlags & { port: number; host: string; jobs?: "inline" | "queue"; maxPending?: number; lostGrace?: number; insecureNoAuth?: boolean; metricsAuth?: boolean; reusePort?: boolean }): Promise<void> {
+export async function serveCommand(flags: ConfigFlags & { port: number; host: string; jobs?: "inline" | "queue"; maxPending?: number; lostGrace?: number; insecureNoAuth?: boolean; metricsAuth?: boolean; reusePort?: boolean; drainTimeout?: number }): Promise<void> {
   refuseExampleAgent(flags, "serve");
   if (flags.reusePort && flags.port === 0) throw new InputError("--reuse-port", "needs a fixed --port (with --port 0 each process gets a port of its own, so none shares one)");
   const apiToken = secretFromEnv("EDGELOOP_API_TOKEN");
@@ -132,7 +136,30 @@ export async function serveCommand(flags: ConfigFlags & { port: number; host: st
   if (runtime.config.store.url === "memory") console.error(MEMORY_STORE_WARNING);
   console.log(`edgeloop serving on http://${flags.host}:${server.port} (POST /v1/rollouts, GET /viewer, GET /metrics, GET /openapi.json)`);
   await untilSignal();
+  // The listener stops at once; the trajectories running here (inline batches, agents' sessions waiting for their
+  // finish) get --drain-timeout to end, and a second signal ends the wait: a stopped serve never hangs on work
+  // that cannot finish.
   server.stop(true);
+  const drainS = flags.drainTimeout ?? DEFAULT_SERVE_DRAIN_S;
+  const running = () => runtime.service.batchIds().reduce((n, id) => {
+    const st = runtime.service.batch(id).stats();
+    return st.done ? n : n + Math.max(0, st.counts.total - st.counts.finished);
+  }, 0);
+  let stop = false;
+  const timer = setTimeout(() => (stop = true), Math.round(drainS * 1000));
+  void untilSignal().then(() => (stop = true));
+  while (!stop && running() > 0) await new Promise((r) => setTimeout(r, 100));
+  clearTimeout(timer);
+  const left = running();
   runtime.service.close();
   await runtime.close();
+  if (left > 0) {
+    console.error(
+      `serve      stopped with ${left} trajectories still running (--drain-timeout ${drainS} s, or a second signal): they are not recorded (inline batches live in this process; in queue mode workers run them and resume them from their checkpoints)`,
+    );
+    process.exit(1);
+  }
 }
+
+/** Seconds a stopped `serve` waits for its running work before it exits anyway (`--drain-timeout`). */
+export const DEFAULT_SERVE_DRAIN_S = 30;
