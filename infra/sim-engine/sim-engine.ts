@@ -75,7 +75,7 @@ export class SimEngine {
     this.maxModelLen = opts.maxModelLen ?? DEFAULT_MAX_MODEL_LEN;
     this.scoreSeed = opts.scoreSeed ?? 0;
     this.cache = new PrefixKvCache({ capacityBlocks: opts.kvCacheBlocks ?? DEFAULT_KV_CACHE_BLOCKS, blockSize: opts.blockSize ?? DEFAULT_BLOCK_SIZE });
-    this.latency = { prefill_ms_per_token: opts.latency?.prefill_ms_per_token ?? 0, decode_ms_per_token: opts.latency?.decode_ms_per_token ?? 0 };
+    this.latency = { prefill_ms_per_token: opts.latency?.prefill_ms_per_token ?? 0, decode_ms_per_token: opts.latency?.decode_ms_per_token ?? 0, stream_every_token: opts.latency?.stream_every_token ?? false };
     const moe = opts.moe ?? DEFAULT_SIM_MOE;
     this.moe = { layers: moe.layers, top_k: moe.top_k, num_experts: moe.num_experts ?? Math.max(DEFAULT_SIM_MOE.num_experts, moe.top_k) };
     if (!(this.moe.layers >= 1 && this.moe.top_k >= 1 && this.moe.num_experts >= this.moe.top_k)) {
@@ -452,6 +452,14 @@ export class SimEngine {
         paced = i;
         i--;
         continue;
+      }
+      // One chunk per token when asked (the tokens before this one; a pause set by the sink lands before it).
+      if (this.latency.stream_every_token && i > sent) {
+        flush(i, false);
+        if ((this.pauseState && this.pauseState.mode !== "wait") || epoch !== this.abortEpoch) {
+          i--;
+          continue;
+        }
       }
       if (decodeMs > 0) {
         const ahead = paceFrom + (i + 1 - paced) * decodeMs - performance.now();

@@ -28,6 +28,13 @@ export interface SimLatency {
   prefill_ms_per_token?: number;
   /** Milliseconds per generated token. */
   decode_ms_per_token?: number;
+  /**
+   * Streaming: every decoded token is its own `on_tokens` chunk, whatever the
+   * pace (default false: a chunk goes out whenever decoding waits on the
+   * clock, so a replica behind its pace on a loaded machine sends several
+   * tokens at once). For tests that act at an exact token count.
+   */
+  stream_every_token?: boolean;
 }
 
 /** Options of `SimEngine` (sim-engine.ts). */

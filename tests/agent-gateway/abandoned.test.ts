@@ -44,7 +44,7 @@ class CountingClient implements InferenceClient {
 
 /** The gateway served on loopback; `signals`: every request's signal as the server saw it. */
 async function serve() {
-  const engine = new SimEngine({ tokenizer: tok, script: examplePolicy(), latency: { prefill_ms_per_token: 0, decode_ms_per_token: 1 } });
+  const engine = new SimEngine({ tokenizer: tok, script: examplePolicy(), latency: { prefill_ms_per_token: 0, decode_ms_per_token: 1, stream_every_token: true } });
   const client = new CountingClient(new SimEngineClient(engine));
   const gw = new AgentGateway({ storage: new MemorySessionStorage(), tokenizer: tok, client, maxModelLen: 4096 });
   await gw.create(agentSessionInput(tools));

@@ -58,7 +58,7 @@ class CountingClient implements InferenceClient {
 
 /** A gateway over a fresh sim engine playing `script`, its app, and the three SDKs on session u0_0_0. */
 async function setup(script: unknown, o: { decodeMs?: number; rollout?: Parameters<typeof config>[0] } = {}) {
-  const engine = new SimEngine({ tokenizer: tok, script, latency: { prefill_ms_per_token: 0, decode_ms_per_token: o.decodeMs ?? 0 } });
+  const engine = new SimEngine({ tokenizer: tok, script, latency: { prefill_ms_per_token: 0, decode_ms_per_token: o.decodeMs ?? 0, stream_every_token: o.decodeMs !== undefined } });
   const client = new CountingClient(new SimEngineClient(engine));
   const gw = new AgentGateway({ storage: new MemorySessionStorage(), tokenizer: tok, client, maxModelLen: 4096, wallClockMs: () => NOW });
   await gw.create(agentSessionInput(tools, { created_ms: NOW, deadline_ms: NOW + 600_000, rollout: config(o.rollout ?? {}) }));
@@ -282,11 +282,9 @@ describe("true streaming: timing by events, pauses, replays", () => {
     const { view, chunks } = await chatStreamed(await openai.chat.completions.create({ model: "qwen3", messages: row0.prompt, stream: true }));
     expect(engine.requests.map((r) => r.finish_reason)).toEqual(["abort", "stop"]);
     const out = agentOutputs((await gw.get("u0_0_0"))!, { reward: null })[0]!;
-    // The pause lands while the 20th token's chunk is handled, so the first call ends there or a token or two later.
-    const cut = engine.requests[0]!.completion_tokens!;
-    expect(cut).toBeGreaterThanOrEqual(20);
-    expect(cut).toBeLessThan(out.response_ids.length - 1);
-    expect(engine.requests[1]!.completion_tokens).toBe(out.response_ids.length - cut);
+    // One chunk per token (stream_every_token): the pause set at the 20th token's chunk lands before the 21st.
+    expect(engine.requests[0]!.completion_tokens).toBe(20);
+    expect(engine.requests[1]!.completion_tokens).toBe(out.response_ids.length - 20);
     expect(out.metrics.num_preempted).toBe(1);
     expect(out.response_ids).toEqual([...tok.encode(LONG), 151645]);
     expect(out.response_mask).toEqual(Array(out.response_ids.length).fill(1));
