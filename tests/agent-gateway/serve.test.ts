@@ -133,7 +133,7 @@ function freePort(): number {
 async function serveOn(port: number, args: string[]): Promise<CliProc> {
   const p = spawnCli(["serve", "--port", String(port), ...args]);
   procs.push(p);
-  await until(async () => /serving on/.test(p.out()) || (p.proc.exitCode !== null ? Promise.reject(new Error(p.err())) : false), `serve on ${port}`, 30_000, 50);
+  await until(async () => /serving on/.test(p.out()) || (p.proc.exitCode !== null ? Promise.reject(new Error(p.err())) : false), `serve on ${port}`, HANG_MS, 50);
   return p;
 }
 
@@ -272,7 +272,7 @@ describe.skipIf(!redis)("edgeloop serve with the agent gateway", () => {
         await s1.proc.exited;
         release();
         // The agent's second call now fails to connect and the SDK backs off; serve comes back meanwhile.
-        await until(async () => runFailed(agents), "the agent's first failed attempt", 10_000, 20);
+        await until(async () => runFailed(agents), "the agent's first failed attempt", HANG_MS, 20);
         const s2 = await serveOn(port, args);
         const [run] = await Promise.all(agents.runs);
         expect(run!.steps).toBe(2);

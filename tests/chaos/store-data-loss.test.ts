@@ -57,7 +57,7 @@ for (const transport of ["redis", "upstash"] as const) describe(`E2 (${transport
 
     const postB = await post(serve.url, [{ ...ROW, uid: "post0" }]);
     expect(postB.keys).toEqual(["post0_0_0", "post0_1_0"]);
-    const p1 = await until(async () => ((await progress(serve.url, postB.batch_id)).done ? progress(serve.url, postB.batch_id) : null), "post0 done", 30_000);
+    const p1 = await until(async () => ((await progress(serve.url, postB.batch_id)).done ? progress(serve.url, postB.batch_id) : null), "post0 done", HANG_MS);
     expect(p1.counts).toMatchObject({ total: 2, ok: 2, failed: 0 });
     expect(p1.lost).toBeNull();
     expect((await drainGroups(serve.url, ["post0"])).get("post0")).toEqual([["post0_0_0", "post0_1_0"]]);
@@ -69,12 +69,12 @@ for (const transport of ["redis", "upstash"] as const) describe(`E2 (${transport
     const rows = Array.from({ length: 6 }, (_, i) => ({ ...ROW, uid: `fly${i}` }));
     const b = await post(serve.url, rows);
     expect(b.keys.length).toBe(12);
-    await until(async () => (await progress(serve.url, b.batch_id)).counts.ok >= 2, "two records before the flush", 30_000, 20);
+    await until(async () => (await progress(serve.url, b.batch_id)).counts.ok >= 2, "two records before the flush", HANG_MS, 20);
     const raw = redis.client();
     await raw.flushall();
     await raw.quit();
     const t0 = Date.now();
-    const p = await until(async () => ((await progress(serve.url, b.batch_id)).done ? progress(serve.url, b.batch_id) : null), "the in-flight batch done", 60_000);
+    const p = await until(async () => ((await progress(serve.url, b.batch_id)).done ? progress(serve.url, b.batch_id) : null), "the in-flight batch done", HANG_MS);
     const waited = (Date.now() - t0) / 1000;
     console.log(`E2 ${transport} in flight: ${JSON.stringify(p.counts)}, lost ${p.lost?.count} after ${waited.toFixed(1)} s: ${p.lost?.keys.join(",")}; errors ${JSON.stringify(p.errors.slice(0, 3))}`);
     expect(p.counts.failed).toBe(0);
@@ -105,7 +105,7 @@ for (const transport of ["redis", "upstash"] as const) describe(`E2 (${transport
     for (const r of whole) expect([r.uid, enqueued[rows.indexOf(r)]]).toEqual([r.uid, true]);
     // Work submitted afterwards still runs.
     const after = await post(serve.url, [{ ...ROW, uid: "after0" }]);
-    const pa = await until(async () => ((await progress(serve.url, after.batch_id)).done ? progress(serve.url, after.batch_id) : null), "after0 done", 30_000);
+    const pa = await until(async () => ((await progress(serve.url, after.batch_id)).done ? progress(serve.url, after.batch_id) : null), "after0 done", HANG_MS);
     expect(pa.counts).toMatchObject({ ok: 2, failed: 0 });
     expect((await drainGroups(serve.url, ["after0"])).get("after0")).toEqual([["after0_0_0", "after0_1_0"]]);
   }, HANG_MS);

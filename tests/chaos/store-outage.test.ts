@@ -118,7 +118,7 @@ describe(`E7: a ${OUTAGE_S} s Redis outage in the middle of a queue-mode batch`,
           const next = await post(serve.url, [{ ...rows[0], uid: "outnext" }]);
           const fresh = spawnCli(["worker", ...workerFlags(common), "--concurrency", "4", "--idle-exit", "3", "--consumer", "wc"], env);
           procs.push(fresh);
-          await until(async () => (await progress(serve.url, next.batch_id)).done, "a batch after the outage", 60_000);
+          await until(async () => (await progress(serve.url, next.batch_id)).done, "a batch after the outage", HANG_MS);
           expect((await progress(serve.url, next.batch_id)).counts).toMatchObject({ ok: 2, failed: 0 });
           expect((await drainGroups(serve.url, ["outnext"])).get("outnext")).toEqual([["outnext_0_0", "outnext_1_0"]]);
           expect(await fresh.proc.exited).toBe(0);
@@ -154,7 +154,7 @@ describe(`E7: a ${OUTAGE_S} s Redis outage in the middle of a queue-mode batch`,
       writeFileSync(data, rows.map((r) => JSON.stringify(r)).join("\n") + "\n");
       const p = spawnCli(["rollout", "--data", data, "--out", out, "--store", redis.url, "--store-prefix", "e7r:", "--engine", engine.urls[0]!, "--n", String(N), "--max-model-len", "4096", "--concurrency", "4", "--no-progress"], env);
       procs.push(p);
-      await until(async () => Number(/progress\s+(\d+)\//.exec(p.err().split("\n").filter((l) => l.startsWith("progress")).pop() ?? "")?.[1] ?? 0) >= 6 || null, "six records", 60_000, 50);
+      await until(async () => Number(/progress\s+(\d+)\//.exec(p.err().split("\n").filter((l) => l.startsWith("progress")).pop() ?? "")?.[1] ?? 0) >= 6 || null, "six records", HANG_MS, 50);
       await outage(redis, null, [p]);
       expect(await p.proc.exited).toBe(0);
       const keys = readFileSync(out, "utf8").trim().split("\n").map((l) => JSON.parse(l) as { key: string; error: string | null });
@@ -171,7 +171,7 @@ describe(`E7: a ${OUTAGE_S} s Redis outage in the middle of a queue-mode batch`,
     try {
       const w = spawnCli(["worker", "--store", redis.url, "--store-prefix", "e7t:", "--engine", engine.urls[0]!, "--store-timeout", "2", "--consumer", "wt"], env);
       procs.push(w);
-      await until(async () => w.err().includes("worker     wt"), "the worker up", 30_000);
+      await until(async () => w.err().includes("worker     wt"), "the worker up", HANG_MS);
       await redis.stop();
       const t0 = Date.now();
       expect(await w.proc.exited).toBe(1);

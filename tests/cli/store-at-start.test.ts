@@ -22,7 +22,7 @@ test("worker and serve started with the store down wait, say so once, and run on
   const worker = spawnCli(["worker", ...store, "--consumer", "late"]);
   procs.push(worker);
   const waiting = `edgeloop: cannot reach Redis at ${redis.url} (store.url / --store): connect ECONNREFUSED 127.0.0.1:${redis.port}; waiting for it (bound the wait with --store-timeout SECONDS)`;
-  await until(async () => worker.err().includes(waiting), "the worker's waiting line", 15_000).catch((e) => {
+  await until(async () => worker.err().includes(waiting), "the worker's waiting line", HANG_MS).catch((e) => {
     throw new Error(`${e.message}; stderr: ${worker.err()}`);
   });
   await Bun.sleep(1_500);

@@ -71,7 +71,7 @@ describe.skipIf(!redisUp)("Redis engine gate: serve pauses, a worker process hol
     // (at least 3 requests generating for 15–60 ms: each has tokens out and, at 6 ms a token and ≥ 30
     // tokens a turn, over 100 ms to go, however slowly the pause call goes on a loaded machine)
     const midway = () => engine.requests.filter((l) => l.started_ms !== undefined && l.ended_ms === undefined && Date.now() - l.started_ms >= 15 && Date.now() - l.started_ms <= 60).length;
-    await until(async () => engine.stats.completion_tokens > 100 && midway() >= 3, "the worker's requests in flight", 60_000, 2);
+    await until(async () => engine.stats.completion_tokens > 100 && midway() >= 3, "the worker's requests in flight", HANG_MS, 2);
     const paused = await api("/v1/engine/pause", { mode: "abort" });
     const pauseReturned = Date.now();
     expect(paused.status).toBe(200);

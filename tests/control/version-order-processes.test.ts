@@ -51,7 +51,7 @@ describe.skipIf(!redisUp)("versions across processes: POST /v1/model-version to 
       const { batch_id, keys } = (await api("/v1/rollouts", { rows, model_version: "batch-fallback" })) as { batch_id: string; keys: string[] };
       batches.push({ round: k, batch_id, keys });
       // The next POST goes while this batch runs on the worker: wait for its first requests at the engine.
-      await until(async () => engine.requests.filter((l) => keys.includes(l.routing_key ?? "")).length >= 2, `round ${k}'s first engine requests`, 60_000, 2);
+      await until(async () => engine.requests.filter((l) => keys.includes(l.routing_key ?? "")).length >= 2, `round ${k}'s first engine requests`, HANG_MS, 2);
     }
     for (const b of batches) {
       const done = await until(async () => {

@@ -44,7 +44,7 @@ async function until(cond: () => boolean, ms: number): Promise<void> {
 
 test("a hung engine: a stall warning names the engine's timeout and retries while nothing finishes", async () => {
   const r = spawn(["rollout", "--data", "h.jsonl", "--n", "1", "--script", "hang.json", "--stall-warn", "1", "--no-progress"]);
-  await until(() => r.err().includes("warning    no session finished"), 20_000);
+  await until(() => r.err().includes("warning    no session finished"), HANG_MS);
   const warning = r.err().split("\n").find((l) => l.startsWith("warning    no session finished"))!;
   expect(warning).toMatch(/^warning {4}no session finished for \ds: 1\/2 finished, 1 running; waiting on the engine \(1 call\): is it hung\? A request waits up to engine\.timeout_ms \(600000 ms\) and is retried 3 times before its trajectory fails$/);
   expect(r.err()).toMatch(/^progress {3}1\/2 sessions, 1 records \(0 failed\), \d+\.\d sessions\/s, ETA \d+s$/m);
@@ -60,7 +60,7 @@ test("N5: a hung tool webhook: the stall warning names the tool, not the engine"
   writeFileSync(join(dir, "tools-hang.json"), example.replaceAll("{port}", String(hung.port)));
   writeFileSync(join(dir, "one.jsonl"), readFileSync(join(ROOT, "examples", "gsm8k-tool.jsonl"), "utf8").split("\n")[0] + "\n");
   const r = spawn(["rollout", "--data", "one.jsonl", "--n", "1", "--tools", "tools-hang.json", "--stall-warn", "1", "--no-progress"]);
-  await until(() => r.err().includes("warning    no session finished"), 20_000);
+  await until(() => r.err().includes("warning    no session finished"), HANG_MS);
   const warning = r.err().split("\n").find((l) => l.startsWith("warning    no session finished"))!;
   expect(warning).toMatch(
     /^warning {4}no session finished for \ds: 0\/1 finished, 1 running; waiting on tool `calc` \(1 call\): a call waits up to the tool's timeout_ms per attempt and is retried max_retries times \(tools file\) before it becomes an error observation$/,
@@ -73,7 +73,7 @@ test("N5: a hung tool webhook: the stall warning names the tool, not the engine"
 test.skipIf(!redis)("--jobs queue: rollout enqueues, warns while no worker runs, and finishes with the records once a worker comes", async () => {
   const store = ["--store", REDIS_URL, "--store-prefix", prefix];
   const r = spawn(["rollout", "--data", "two.jsonl", "--n", "2", "--jobs", "queue", "--out", "q.jsonl", "--stall-warn", "1", "--no-progress", ...store]);
-  await until(() => r.err().includes("warning    no session finished"), 20_000);
+  await until(() => r.err().includes("warning    no session finished"), HANG_MS);
   expect(r.err()).toContain(`jobs       queue: batches become jobs in ${prefix}jobs; run \`edgeloop worker\` with the same --store to process them`);
   expect(r.err()).toMatch(new RegExp(`^warning {4}no session finished for \\ds: 0/4 finished, 0 running; its jobs wait in ${prefix.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}jobs for workers: is an \`edgeloop worker\` running with the same --store\\?$`, "m"));
   const w = spawn(["worker", "--idle-exit", "2", ...store]);

@@ -118,7 +118,7 @@ describe.skipIf(!hasRedis)("two `edgeloop gateway` processes sharing routing sta
     const calls = sim.replicas.map((r) => r.engine.requests.filter((l) => l.routing_key?.startsWith("s")).length);
     expect(calls.reduce((a, b) => a + b, 0)).toBe(72);
     // Every lease was released.
-    await until(async () => (await liveLeases()).every((n) => n === 0), "leases released", 5_000);
+    await until(async () => (await liveLeases()).every((n) => n === 0), "leases released", HANG_MS);
     // Each pin in Redis names the replica that served the session.
     for (let i = 0; i < 24; i += 5) {
       const idx = [...byKey.get(`s${i}_0_0`)!][0]!;
@@ -155,22 +155,22 @@ describe.skipIf(!hasRedis)("two `edgeloop gateway` processes sharing routing sta
     for (const r of sim.replicas) await r.engine.pause("keep");
     // Six calls held in flight through g1: bounded load spreads them 2/2/2.
     const held = Array.from({ length: 6 }, (_, i) => session([g1!.url], `k${i}_0_0`, 100 + i, 1, 0).catch(() => null));
-    await until(async () => (await liveLeases()).reduce((a, b) => a + b, 0) === 6, "six leases", 10_000, 20);
+    await until(async () => (await liveLeases()).reduce((a, b) => a + b, 0) === 6, "six leases", HANG_MS, 20);
     expect(await liveLeases()).toEqual([2, 2, 2]);
     g1!.proc.kill("SIGKILL");
     await g1!.proc.exited;
     const killedAt = Date.now();
     expect((await liveLeases()).reduce((a, b) => a + b, 0)).toBe(6);
-    await until(async () => (await liveLeases()).every((n) => n === 0), "dead leases expired", 10_000, 50);
+    await until(async () => (await liveLeases()).every((n) => n === 0), "dead leases expired", HANG_MS, 50);
     expect(Date.now() - killedAt).toBeLessThan(LEASE_TTL_MS + 1_500);
     await Promise.all(held);
     // The survivor now routes six new calls over an even, empty load.
     const fresh = Array.from({ length: 6 }, (_, i) => session([g2!.url], `f${i}_0_0`, 200 + i, 1, 0));
-    await until(async () => (await liveLeases()).reduce((a, b) => a + b, 0) === 6, "six fresh leases", 10_000, 20);
+    await until(async () => (await liveLeases()).reduce((a, b) => a + b, 0) === 6, "six fresh leases", HANG_MS, 20);
     expect(await liveLeases()).toEqual([2, 2, 2]);
     for (const r of sim.replicas) r.engine.resume();
     await Promise.all(fresh);
-    await until(async () => (await liveLeases()).every((n) => n === 0), "fresh leases released", 5_000);
+    await until(async () => (await liveLeases()).every((n) => n === 0), "fresh leases released", HANG_MS);
   }, HANG_MS);
 
   test("a replica ejected through one instance is avoided by the other", async () => {

@@ -51,7 +51,7 @@ describe.skipIf(!redisUp)("N4: records name their model; workers refuse another 
       expect(r).toMatchObject({ error: want, finish_reason: "error", prompt_ids: [], response_ids: [], model: qwen, extra_fields: { model_mismatch: { batch: qwen, worker: llama } } });
     }
     // Said once for the batch, however many of its jobs were refused.
-    await until(async () => count(wrong.err(), "model mismatch: batch") >= 1, "the refusal log line", 10_000, 20);
+    await until(async () => count(wrong.err(), "model mismatch: batch") >= 1, "the refusal log line", HANG_MS, 20);
     expect(count(wrong.err(), `model mismatch: batch ${a.batch_id}`)).toBe(1);
     wrong.proc.kill("SIGTERM");
     await wrong.proc.exited;

@@ -6,6 +6,7 @@ import { McpServerSpec } from "../../shared/schema/index.ts";
 import { McpToolClient } from "../../shared/tools/mcp-tool-client.ts";
 import { MAX_STDOUT_GARBAGE_LINES, stdioMcpTransport } from "../../infra/tools/mcp-stdio.ts";
 import { waitFor } from "../helpers/wait.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 // Fresh-user findings on stdio MCP servers: a command flooding stdout hung edgeloop at full CPU past every deadline;
 // a server that never answered initialize was left running after edgeloop gave up; one oversized reply failed every
@@ -39,7 +40,7 @@ test("a server that never answers initialize is stopped when edgeloop gives up o
   const pid = Number(readFileSync(pidFile, "utf8"));
   expect(pid).toBeGreaterThan(0);
   // The transport's close ends stdin, then SIGTERM (the child ignores stdin's end, not SIGTERM): wait on the process itself.
-  await waitFor(() => !alive(pid), "the never-initializing child to be stopped", 20_000);
+  await waitFor(() => !alive(pid), "the never-initializing child to be stopped", HANG_MS);
   expect(alive(pid)).toBe(false);
 });
 
@@ -52,7 +53,7 @@ test("a process that exits right after a failed start leaves no stdio child behi
   const pid = Number(readFileSync(pidFile, "utf8"));
   expect(pid).toBeGreaterThan(0);
   // SIGKILL at the parent's exit is immediate; the wait only covers the kernel reaping it.
-  await waitFor(() => !alive(pid), "the orphaned child to be gone", 5_000);
+  await waitFor(() => !alive(pid), "the orphaned child to be gone", HANG_MS);
   expect(alive(pid)).toBe(false);
 });
 

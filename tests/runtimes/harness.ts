@@ -1,3 +1,4 @@
+import { HANG_MS } from "../helpers/bounds.ts";
 import { afterAll, beforeAll } from "bun:test";
 import { readFileSync, rmSync } from "node:fs";
 import { basename, join } from "node:path";
@@ -238,7 +239,7 @@ export function workerdFixture(name: string, opts: { enabled: boolean; entry?: s
     if (!opts.enabled) return;
     s = await startServices(name);
     w = await startWorkerd(workerBindings(s), opts.entry);
-  }, opts.timeoutMs ?? 60_000);
+  }, opts.timeoutMs ?? HANG_MS);
   afterAll(async () => {
     await w?.stop();
     await s?.stop();

@@ -96,7 +96,7 @@ describe.skipIf(!redis)("workerd: sandbox leases held by Durable Object sessions
     }
     expect(new Set(sandboxIds).size).toBe(6);
     // Releases follow the record writes: waited for, bounded.
-    const stats = await until(() => provider.stats(), (s) => s.releases >= 6, 20_000);
+    const stats = await until(() => provider.stats(), (s) => s.releases >= 6, HANG_MS);
     expect({ created: stats.created, live: stats.live, releases: stats.releases, destroyed_released: stats.destroyed_released, duplicate_creates: stats.duplicate_creates, release_not_found: stats.release_not_found, tool_calls: stats.tool_calls }).toEqual({
       created: 6,
       live: 0,
@@ -131,9 +131,9 @@ describe.skipIf(!redis)("workerd: sandbox leases held by Durable Object sessions
     expect((await post({ rows: [row], config: { rollout: { n: 1 } } })).status).toBe(202);
     const records = await awaitRecords(prefix, ["wdsbxr"], 1, 60_000);
     expect(records.get("wdsbxr_0_0")?.error).toBeNull();
-    const rec = await until(() => store.get(key), (r) => r?.status === "released", 20_000);
+    const rec = await until(() => store.get(key), (r) => r?.status === "released", HANG_MS);
     expect({ status: rec?.status, reason: rec?.reason, sandbox_id: rec?.sandbox_id }).toEqual({ status: "released", reason: "reaped_ttl", sandbox_id });
-    const stats = await until(() => provider.stats(), (s) => s.releases >= before.releases + 2, 20_000);
+    const stats = await until(() => provider.stats(), (s) => s.releases >= before.releases + 2, HANG_MS);
     expect({ created: stats.created - before.created, releases: stats.releases - before.releases, live: stats.live }).toEqual({ created: 2, releases: 2, live: 0 });
     const own = await store.get("wdsbxr_0_0");
     expect([own?.status, own?.reason]).toEqual(["released", "finished"]);

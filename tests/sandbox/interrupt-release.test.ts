@@ -32,7 +32,7 @@ describe("SIGINT of a rollout whose trajectories hold sandboxes", () => {
       env: { ...process.env, NO_COLOR: "1", EDGELOOP_DEBUG: "" },
     });
     const stderr = new Response(p.stderr).text();
-    await waitFor(() => provider.stats().tool_calls === 2, "both trajectories' calls in their sandboxes", 60_000);
+    await waitFor(() => provider.stats().tool_calls === 2, "both trajectories' calls in their sandboxes", HANG_MS);
     p.kill("SIGINT");
     expect(await p.exited).toBe(130);
     expect(await stderr).toContain("interrupted: 0 of 2 records written to out.jsonl (SIGINT)");

@@ -135,7 +135,7 @@ describe.skipIf(!redis)("/metrics of real processes", () => {
     expect(res.status).toBe(202);
     const { batch_id, keys } = (await res.json()) as { batch_id: string; keys: string[] };
     expect(keys.length).toBe(12);
-    await until(async () => ((await (await fetch(`${url}/v1/rollouts/${batch_id}`)).json()) as { done: boolean }).done, "the batch done", 60_000);
+    await until(async () => ((await (await fetch(`${url}/v1/rollouts/${batch_id}`)).json()) as { done: boolean }).done, "the batch done", HANG_MS);
     const records = await Promise.all(keys.map(async (k) => (await (await fetch(`${url}/v1/trajectories/${k}`)).json()) as TrajectoryRecord));
     return { batch_id, records };
   };
@@ -149,7 +149,7 @@ describe.skipIf(!redis)("/metrics of real processes", () => {
     procs.push(serve);
     const worker = spawnCli(["worker", ...common, "--metrics-port", "0", "--concurrency", "4"]);
     procs.push(worker);
-    const metricsUrl = await until(async () => /worker {5}metrics on (http:\/\/\S+\/metrics)/.exec(worker.err())?.[1], "the worker's metrics line", 30_000);
+    const metricsUrl = await until(async () => /worker {5}metrics on (http:\/\/\S+\/metrics)/.exec(worker.err())?.[1], "the worker's metrics line", HANG_MS);
     const before = await scrape(metricsUrl);
     expect(before.samples.get("edgeloop_tool_calls_total")).toBe(0);
     expect(before.samples.get('edgeloop_worker_jobs_total{event="claimed"}')).toBe(0);
