@@ -68,7 +68,7 @@ describe("TurnStream", () => {
     expect(streamIds(tok, ids).deltas.join("")).toBe(plain.content!);
   });
 
-  test("hostile text streamed one character a token costs a linear number of scans", () => {
+  test("hostile text streamed one character a token (eight a chunk) costs a linear number of scans", () => {
     // One char per id (code point = id), id 0 the stop token: the cost is the stream's own scanning.
     const chars = { decode: (ids: ArrayLike<number>) => String.fromCharCode(...Array.from(ids)), isStopToken: (id: number) => id === 0, traits: { family: "qwen3" } } as unknown as ChatTokenizer;
     const all: Record<string, string> = { ...hostileTexts(["<think>", "</think>", "<tool_call>", "STOP"]), ...hostileFor("hermes") };
@@ -80,7 +80,13 @@ describe("TurnStream", () => {
       const ids = Array.from(text, (c) => c.charCodeAt(0));
       const run = (t: string) => {
         const s = new TurnStream(chars, { family: "qwen3", markers: STREAM_MARKERS.hermes!, stop: ["STOP", "\u0000\u0001"], thinkOpened: false, maxTokens: t.length }, { start() {}, reasoning() {}, content() {} }, HEAD);
-        for (let i = 0; i < t.length; i++) s.push([t === text ? ids[i]! : t.charCodeAt(i)]);
+        // Eight one-character tokens a chunk (an engine's chunks hold several tokens): the per-call overhead of a
+        // chunk a token (~1 µs) is a constant that made the growth check's ratio noisy on a loaded machine.
+        for (let i = 0; i < t.length; i += 8) {
+          const chunk: number[] = [];
+          for (let k = i; k < Math.min(t.length, i + 8); k++) chunk.push(t === text ? ids[k]! : t.charCodeAt(k));
+          s.push(chunk);
+        }
       };
       const r = linearCheck(text, run, 1);
       expect({ what, superLinear: r.superLinear, ratio4: r.ratio4 }).toEqual({ what, superLinear: false, ratio4: r.ratio4 });
