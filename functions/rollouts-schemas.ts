@@ -15,6 +15,8 @@ export const GroupsQuery = z.strictObject({
   partition: z.enum(["train", "val"]).default("train"),
   /** Only this agent role's records in each group (groups are still delivered whole: ack them as usual). */
   agent_role: AgentRoleName.optional(),
+  /** `tree`: a branch record whose parent is in the same group holds only its tokens from `branch_at` on (`tree_prompt_length` set); `leaves` (default): every record whole. */
+  deliver: z.enum(["leaves", "tree"]).optional(),
   /** `1`: also list the partition's complete groups filtered by `rollout.filter_groups` (`filtered`, read-only, never acked). */
   include_filtered: z.enum(["0", "1", "true", "false"]).optional(),
 });

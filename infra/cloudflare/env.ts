@@ -338,7 +338,7 @@ export function agentSettings(env: Env, config: AppConfig): { agent: AgentWebhoo
     if (timeout > MAX_TIMER_MS) throw new ConfigError("EDGELOOP_AGENT_TIMEOUT_MS", `must be <= ${MAX_TIMER_MS} (milliseconds; setTimeout's largest delay), got '${env.EDGELOOP_AGENT_TIMEOUT_MS.slice(0, 50)}'`);
   }
   return {
-    agent: { url: url("EDGELOOP_AGENT_URL", config.agent.url), timeout_ms: timeout, secret: env.EDGELOOP_AGENT_SECRET || config.agent.secret, max_reply_bytes: config.agent.max_reply_bytes },
+    agent: { url: url("EDGELOOP_AGENT_URL", config.agent.url), timeout_ms: timeout, secret: env.EDGELOOP_AGENT_SECRET || config.agent.secret, max_reply_bytes: config.agent.max_reply_bytes, abandoned_mask: config.agent.abandoned_mask },
     publicUrl: url("EDGELOOP_PUBLIC_URL", config.agent.public_url)?.replace(/\/+$/, "") ?? null,
   };
 }

@@ -10,3 +10,4 @@ export * from "../../shared/store/types.ts";
 export { createRedisTransferQueue } from "../redis/redis-transfer-queue.ts";
 export { createUpstashTransferQueue } from "../../shared/store/upstash-transfer-queue.ts";
 export { MemoryTransferQueue } from "../../shared/store/memory-transfer-queue.ts";
+export { resolveTree, treeNode, treeNodes, type TreeDelivery } from "../../shared/store/tree-delivery.ts";

@@ -19,6 +19,8 @@ export interface AgentWebhookConfig {
   secret: string | null;
   /** Cap of the webhook's answer in bytes (default 4 MiB); redirects are never followed. */
   max_reply_bytes?: number;
+  /** The mask of an abandoned turn's tokens (config `agent.abandoned_mask`): `zero` (default) or `keep`. */
+  abandoned_mask?: "zero" | "keep";
 }
 
 /**
@@ -146,7 +148,7 @@ export class OpenAIAgentLoop extends AgentLoop {
       reward = r.score;
       rewardError = r.error;
     }
-    return agentOutputs(st, { reward, metadata: fin.metadata, ...(fin.by === "timeout" ? { error: "agent_timeout" } : {}), ...(rewardError ? { rewardError } : {}) });
+    return agentOutputs(st, { reward, metadata: fin.metadata, abandonedMask: link.agent.abandoned_mask, ...(fin.by === "timeout" ? { error: "agent_timeout" } : {}), ...(rewardError ? { rewardError } : {}) });
   }
 
   /**

@@ -244,6 +244,14 @@ export const AgentConfig = z.strictObject({
    * roles configured — a call's role is still recorded, served by the
    * default pool (docs/agent-roles.md).
    */
+  /**
+   * The mask of an abandoned turn's tokens (a turn whose client disconnected
+   * before receiving it, and that the agent did not continue from): `zero`
+   * (default) masks them 0, so the policy is never trained on a turn nobody
+   * acted on; `keep` keeps the sampled mask (1) for trainers that want them.
+   * Either way the record has `extra_fields.abandoned` and `reward_score` null.
+   */
+  abandoned_mask: z.enum(["zero", "keep"]).default("zero"),
   roles: z
     .record(z.string(), z.string().min(1, "a role names an engine pool"))
     .superRefine((roles, ctx) => {

@@ -98,6 +98,13 @@ export const TrajectoryRecord = z.object({
    * `parent_key` is; absent with it. Stored in `meta`.
    */
   branch_at: z.number().int().min(0).nullable().optional(),
+  /**
+   * Present only in a record read with `deliver: "tree"` that is a tree node
+   * (never stored): the whole trajectory's `prompt_ids` length, its arrays
+   * holding only the tokens from `branch_at` on (see `treeNode` in
+   * shared/store/tree-delivery.ts; `resolveTree` gives the whole record back).
+   */
+  tree_prompt_length: z.number().int().min(0).optional(),
 });
 export type TrajectoryRecord = z.infer<typeof TrajectoryRecord>;
 

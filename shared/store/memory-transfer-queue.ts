@@ -1,3 +1,4 @@
+import { deliverGroups } from "./tree-delivery.ts";
 import { ConflictError, GroupCancelledError, StoreError } from "../errors.ts";
 import { parseTrajectoryKey, type TrajectoryRecord } from "../schema/index.ts";
 import { decodeRecord, encodeRecord, failedRecord, validateAndEncode, type EncodedRecord, type RecordHead } from "./record-codec.ts";
@@ -197,7 +198,7 @@ export class MemoryTransferQueue implements TransferQueue {
     for (;;) {
       this.assertOpen();
       const ids = this.claim(o.partition, o.consumer, o.max);
-      if (ids.length > 0 || o.block_ms === 0) return recordsOfRole(ids.map((e) => this.deliver(o.partition, e)), o.agent_role);
+      if (ids.length > 0 || o.block_ms === 0) return deliverGroups(recordsOfRole(ids.map((e) => this.deliver(o.partition, e)), o.agent_role), o.deliver);
       const left = deadline - this.now();
       if (left <= 0) return [];
       await new Promise<void>((resolve) => {

@@ -1,5 +1,6 @@
 import { ConflictError, InputError } from "../errors.ts";
 import { AgentRoleName, parseTrajectoryKey, Uid } from "../schema/index.ts";
+import { checkDelivery } from "./tree-delivery.ts";
 import type { CompleteGroup, Partition, ReadGroupsOptions } from "./types.ts";
 
 /** Default visibility timeout of a delivered, unacked group: 5 minutes. */
@@ -54,7 +55,7 @@ export function checkReadOptions(opts: ReadGroupsOptions): Required<Omit<ReadGro
     if (!r.success) throw new InputError("agent_role", r.error.issues[0]!.message);
     role = { agent_role: r.data };
   }
-  return { consumer: opts.consumer, max: opts.max, block_ms: block, partition: checkPartition(opts.partition), ...role };
+  return { consumer: opts.consumer, max: opts.max, block_ms: block, partition: checkPartition(opts.partition), ...role, deliver: checkDelivery(opts.deliver) };
 }
 
 /**

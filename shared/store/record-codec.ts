@@ -258,6 +258,9 @@ export function validateAndEncode(input: unknown): { head: RecordHead; encoded: 
       { key: data.key },
     );
   }
+  if (data.tree_prompt_length !== undefined) {
+    throw new InputError("record.tree_prompt_length", "is set only on records read as trajectory-tree nodes (deliver: tree); put whole records (resolveTree gives them back)", { key: data.key });
+  }
   const n = response.length;
   if (mask.length !== n) throw new InputError("record.response_mask", `has ${mask.length} entries, response_ids has ${n}`, { key: data.key });
   if (logprobs && logprobs.length !== n) {
@@ -366,7 +369,7 @@ export function inSchemaOrder(rec: TrajectoryRecord): TrajectoryRecord {
 }
 
 /** Side channels that are absent (no key at all) when not recorded. */
-const OPTIONAL_FIELDS = new Set<string>(["model", "agent_role", "served_model", "teacher_log_probs", "routed_experts", "routed_experts_shape", "parent_key", "branch_at"]);
+const OPTIONAL_FIELDS = new Set<string>(["model", "agent_role", "served_model", "teacher_log_probs", "routed_experts", "routed_experts_shape", "parent_key", "branch_at", "tree_prompt_length"]);
 
 /** The empty record `markFailed` stores for `key`, with `error = reason` and `finish_reason = "error"`. */
 export function failedRecord(key: string, reason: string, fields: Partial<TrajectoryRecord> = {}): TrajectoryRecord {

@@ -1,3 +1,4 @@
+import { deliverGroups } from "./tree-delivery.ts";
 import { ConflictError, EdgeloopError, GroupCancelledError, InputError, StoreError } from "../errors.ts";
 import type { TrajectoryRecord } from "../schema/index.ts";
 import { decodeRecord, encodedFields, encodeRecord, failedRecord, validateAndEncode, type EncodedRecord, type RecordHead } from "./record-codec.ts";
@@ -231,7 +232,7 @@ export class RedisTransferQueue implements TransferQueue {
     if (entries.length < o.max) {
       entries.push(...(await sc.read(o.consumer, o.max - entries.length, entries.length === 0 ? o.block_ms : 0)));
     }
-    return recordsOfRole(await this.materialise(o.partition, entries), o.agent_role);
+    return deliverGroups(recordsOfRole(await this.materialise(o.partition, entries), o.agent_role), o.deliver);
   }
 
   async ack(deliveryIds: readonly string[], partition?: Partition): Promise<number> {

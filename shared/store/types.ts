@@ -90,6 +90,13 @@ export interface ReadGroupsOptions {
    * so each sees every group. Absent: every record.
    */
   agent_role?: string;
+  /**
+   * `leaves` (default): every record whole, as stored; `tree`: a branch whose
+   * parent is in the same delivered group holds only its own tokens (from
+   * `branch_at` on, `tree_prompt_length` set): see `TreeDelivery` in
+   * shared/store/tree-delivery.ts. Applied after `agent_role`.
+   */
+  deliver?: "leaves" | "tree";
 }
 
 /**

@@ -7,6 +7,7 @@
  */
 import { afterEach, beforeAll, describe, expect, test } from "bun:test";
 import { AgentGateway } from "../../shared/agent-gateway/agent-gateway.ts";
+import { parseAppConfig } from "../../shared/config/app-config.ts";
 import { agentOutputs } from "../../shared/agent-gateway/agent-session.ts";
 import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
 import type { GenerateRequest, InferenceClient } from "../../shared/inference/types.ts";
@@ -130,5 +131,13 @@ describe("abandoned turns", () => {
     expect(out!.extra_fields.abandoned).toBeUndefined();
     expect(out!.reward_score).toBe(1);
     expect(out!.response_mask).toEqual(Array(TURN1()).fill(1));
+  });
+});
+
+describe("config agent.abandoned_mask", () => {
+  test("defaults to zero, takes keep, and refuses anything else naming the field", () => {
+    expect(parseAppConfig({}).agent.abandoned_mask).toBe("zero");
+    expect(parseAppConfig({ agent: { abandoned_mask: "keep" } }).agent.abandoned_mask).toBe("keep");
+    expect(() => parseAppConfig({ agent: { abandoned_mask: "one" } })).toThrow(/agent\.abandoned_mask/);
   });
 });

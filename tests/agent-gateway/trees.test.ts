@@ -7,6 +7,7 @@
  * the linear trajectory along its path, token for token; the stored log keeps
  * branches by reference and folds back to the same records.
  */
+import { resolveTree, treeNodes } from "../../shared/store/tree-delivery.ts";
 import { beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
 import { readFileSync } from "node:fs";
@@ -190,6 +191,13 @@ describe("trajectory trees", () => {
       expect(JSON.parse(encodeRecord(r).meta)).toMatchObject({ parent_key: r.parent_key, branch_at: r.branch_at });
       expect(outputOfRecord(back)).toMatchObject({ parent_output_index: r.parent_key === null ? null : Number(r.parent_key!.split("_")[2]), branch_at: r.branch_at });
     }
+
+    // Delivered as a tree (deliver: "tree"): every branch of this real session is cut at its branch_at, and resolves back.
+    const nodes = treeNodes(records);
+    expect(nodes.map((n) => n.tree_prompt_length ?? null)).toEqual([null, ...records.slice(1).map((r) => r.prompt_ids.length)]);
+    expect(nodes.map((n) => n.prompt_ids.length + n.response_ids.length)).toEqual(records.map((r) => r.prompt_ids.length + r.response_ids.length - (r.branch_at ?? 0)));
+    expect(nodes[1]!.response_ids).toEqual(records[1]!.response_ids.slice(ends[1]! - records[1]!.prompt_ids.length));
+    expect(resolveTree(nodes)).toEqual(records);
 
     // Stored by reference: a branch's open event holds no shared token or message.
     const stored = (await storage.get(AgentGateway.storageKey(KEY)))!;

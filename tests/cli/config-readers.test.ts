@@ -119,6 +119,7 @@ const READERS: Record<string, [string, string]> = {
   "agent.timeout_ms": ["infra/cli/builders/agent.ts", "timeout_ms: config.agent.timeout_ms"],
   "agent.secret": ["infra/cli/builders/agent.ts", "secret: config.agent.secret"],
   "agent.max_reply_bytes": ["infra/cli/builders/agent.ts", "max_reply_bytes: config.agent.max_reply_bytes"],
+  "agent.abandoned_mask": ["infra/cli/builders/agent.ts", "abandoned_mask: config.agent.abandoned_mask"],
   "agent.public_url": ["infra/cli/builders/agent.ts", "let publicUrl: string | null = config.agent.public_url;"],
   "agent.roles": ["infra/cli/builders/agent.ts", "...(config.agent.roles ? { roles: config.agent.roles } : {})"],
   "limits.max_prompt_chars": ["shared/service/rollout-service.ts", "cfg.limits.max_prompt_chars"],

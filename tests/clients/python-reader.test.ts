@@ -13,6 +13,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startUpstashBridge } from "../../infra/upstash-bridge/upstash-bridge.ts";
 import type { TrajectoryRecord } from "../../shared/schema/index.ts";
+import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue.ts";
+import { treeNodesOf, treeRecords } from "../helpers/tree-records.ts";
 import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
 import { HANG_MS } from "../helpers/bounds.ts";
 
@@ -45,7 +47,7 @@ interface PyRecord extends Record<string, unknown> {
 }
 interface Dump {
   submitted: { batch_id: string; keys: string[] } | null;
-  groups: { uid: string; delivery_id: string; n: number; failed: number; partition: string; records: PyRecord[] }[];
+  groups: { uid: string; delivery_id: string; n: number; failed: number; partition: string; records: PyRecord[]; resolved?: PyRecord[] }[];
   padded?: Record<string, unknown>;
   padded_dtypes?: Record<string, string>;
   acked: number;
@@ -199,13 +201,43 @@ describe.skipIf(missing !== null)("the Python reader package", () => {
       const probe = "import edgeloop, inspect, redis, numpy, sys; print(edgeloop.__version__, edgeloop.__file__.startswith(sys.prefix)); print(inspect.signature(edgeloop.Reader.groups))";
       const r = await run([join(home, ".venv", "bin", "python"), "-c", probe], { cwd: tmpdir() });
       expect(r.stderr).toBe("");
-      expect(r.stdout).toBe("0.1.0 True\n(self, max=16, consumer='trainer-0', partition='train', block_ms=1000, agent_role=None)\n");
+      expect(r.stdout).toBe("0.1.0 True\n(self, max=16, consumer='trainer-0', partition='train', block_ms=1000, agent_role=None, deliver='leaves')\n");
       // The control: the same offline environment refuses the plain `pip install` of an isolated venv (it must fetch
       // setuptools for the build), so the recipe passed because it needs no index, not because one answered.
       expect((await sh("python3 -m venv plain && plain/bin/pip install ./clients/python")).code).not.toBe(0);
     } finally {
       rmSync(home, { recursive: true, force: true });
     }
+  }, HANG_MS);
+
+  test.skipIf(!hasRedis)("a trajectory tree read with deliver='tree' gives the TypeScript reader's exact tree nodes, and resolve_tree the whole records", async () => {
+    const prefix = randomPrefix("pyreader-tree");
+    prefixes.push(prefix);
+    const q = createRedisTransferQueue({ url: REDIS_URL, prefix });
+    try {
+      await q.expectGroup("pytree", 1);
+      const recs = treeRecords("pytree");
+      for (let i = 0; i < recs.length; i++) await q.put(recs[i]!, { last: i === recs.length - 1 });
+    } finally {
+      await q.close();
+    }
+    const d = await dump(prefix, ["--expect", "1", "--deliver", "tree"]);
+    expect(d.groups.length).toBe(1);
+    // The arrays (routed experts flattened from [tokens, layers, top_k]) and tree_prompt_length, record by record.
+    const arrays = (r: Record<string, unknown>) => ({
+      key: r.key,
+      prompt_ids: r.prompt_ids,
+      response_ids: r.response_ids,
+      response_mask: r.response_mask,
+      rollout_log_probs: r.rollout_log_probs,
+      routed_experts: (r.routed_experts as number[][][]).flat(2),
+      parent_key: r.parent_key,
+      branch_at: r.branch_at,
+      tree_prompt_length: r.tree_prompt_length ?? null,
+    });
+    expect(d.groups[0]!.records.map(arrays)).toEqual(treeNodesOf("pytree").map((r) => arrays(r as unknown as Record<string, unknown>)));
+    expect(d.groups[0]!.resolved!.map(arrays)).toEqual(treeRecords("pytree").map((r) => arrays(r as unknown as Record<string, unknown>)));
+    expect(d.acked).toBe(1);
   }, HANG_MS);
 
   test.skipIf(!hasRedis)("a CLI batch written over TCP reads back equal to the JSONL, every array byte for byte", async () => {

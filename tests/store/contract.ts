@@ -2,6 +2,7 @@ import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { ConflictError, InputError } from "../../shared/errors.ts";
 import type { TrajectoryRecord } from "../../shared/schema/index.ts";
 import type { CompleteGroup, TransferQueue, TransferQueueOptions } from "../../shared/store/types.ts";
+import { treeNodesOf, treeRecords } from "../helpers/tree-records.ts";
 
 /** One adapter under the contract. */
 export interface ContractTarget {
@@ -510,6 +511,20 @@ export function transferQueueContract(name: string, target: ContractTarget, pref
       expect(await q.ack([train[0]!.delivery_id])).toBe(1);
       expect(await q.ack([val[0]!.delivery_id], "train")).toBe(0);
       expect(await q.ack([val[0]!.delivery_id], "val")).toBe(1);
+    });
+
+    test("a trajectory tree reads whole by default and as tree nodes with deliver: tree (each branch its tokens from branch_at on, exactly)", async () => {
+      const q = open();
+      await q.expectGroup("tree1", 1);
+      const recs = treeRecords("tree1");
+      for (let i = 0; i < recs.length; i++) expect(await q.put(recs[i]!, { last: i === recs.length - 1 })).toEqual({ key: recs[i]!.key, stored: true });
+      // Stored whole: a get (and every other read) returns the records as put.
+      expect(await q.get("tree1_0_3")).toEqual(recs[3]!);
+      await expect(q.readCompleteGroups({ consumer: "c", max: 1, deliver: "bogus" as "tree" })).rejects.toThrow(/deliver/);
+      const [g] = await q.readCompleteGroups({ consumer: "c", max: 1, deliver: "tree" });
+      expect(g!.records).toEqual(treeNodesOf("tree1"));
+      expect(g!.records.map((r) => r.tree_prompt_length)).toEqual([undefined, 3, 4, 3, undefined]);
+      expect(await q.ack([g!.delivery_id])).toBe(1);
     });
   });
 }

@@ -4,6 +4,7 @@
   returns complete :class:`Group` objects whose records hold numpy arrays; ``.ack(groups)``.
 - :func:`to_padded` (``to_padded(groups, pad_token_id)``): the verl ``DataProto`` batch as numpy arrays.
 - :func:`submit` (``submit(url, rows, config=None, token=None)``): ``POST /v1/rollouts``.
+- :func:`tree_nodes` / :func:`resolve_tree`: a group's branch records as trajectory-tree nodes (their own tokens only) and back.
 - :func:`decode_record`: one stored record hash → record dict (the layout of docs/queue-layout.md).
 """
 
@@ -11,6 +12,7 @@ from .http import EdgeloopHTTPError, submit
 from .layout import LayoutError, decode_record, record_to_json
 from .padding import to_padded
 from .reader import Group, Reader, read_all
+from .tree import resolve_tree, tree_nodes
 
 __version__ = "0.1.0"
 __all__ = [
@@ -23,4 +25,6 @@ __all__ = [
     "record_to_json",
     "LayoutError",
     "EdgeloopHTTPError",
+    "tree_nodes",
+    "resolve_tree",
 ]

@@ -15,6 +15,7 @@ from typing import List
 import redis
 
 from .layout import LayoutError, decode_record, key_part
+from .tree import tree_nodes
 
 __all__ = ["Group", "Reader", "read_all"]
 
@@ -109,7 +110,7 @@ class Reader:
             self._ensure(stream)
             return fn()
 
-    def groups(self, max=16, consumer="trainer-0", partition="train", block_ms=1000, agent_role=None):
+    def groups(self, max=16, consumer="trainer-0", partition="train", block_ms=1000, agent_role=None, deliver="leaves"):
         """Up to ``max`` complete groups for ``consumer``, as a list of :class:`Group`.
 
         First claims groups other consumers left unacked longer than the
@@ -120,7 +121,12 @@ class Reader:
         ``agent_role`` is this one in each group (``failed`` counted over
         them; a group with none is still delivered, with ``records == []``, to
         be acked); give each role's trainer its own ``group`` so that each
-        sees every group (docs/queue-layout.md, "Per agent role"). Raises ``ValueError`` for bad arguments,
+        sees every group (docs/queue-layout.md, "Per agent role").
+        ``deliver``: ``"leaves"`` (default), every record whole as stored;
+        ``"tree"``, a branch of a trajectory tree whose parent is in the same
+        group holds only its tokens from ``branch_at`` on, with
+        ``tree_prompt_length`` set (:mod:`edgeloop.tree`; ``resolve_tree``
+        gives the whole records back), applied after ``agent_role``. Raises ``ValueError`` for bad arguments,
         :class:`~edgeloop.layout.LayoutError` for stored data that does not
         follow the layout, and redis-py's errors for connection failures.
         """
@@ -132,12 +138,18 @@ class Reader:
             raise ValueError("consumer must be a non-empty string")
         if agent_role is not None and (not isinstance(agent_role, str) or not agent_role):
             raise ValueError(f"agent_role must be a non-empty string or None, got {agent_role!r}")
+        if deliver not in ("leaves", "tree"):
+            raise ValueError(f"deliver must be 'leaves' or 'tree', got {deliver!r}")
         stream = self.stream(partition)
         entries = self._with_group(stream, lambda: self._autoclaim(stream, consumer, max))
         if len(entries) < max:
             wait = block_ms if not entries else 0
             entries += self._with_group(stream, lambda: self._read(stream, consumer, max - len(entries), wait))
-        return self._materialise(partition, entries, agent_role)
+        groups = self._materialise(partition, entries, agent_role)
+        if deliver == "tree":
+            for g in groups:
+                g.records = tree_nodes(g.records)
+        return groups
 
     def _autoclaim(self, stream, consumer, max, rounds=8):
         out, cursor = [], "0-0"

@@ -40,7 +40,7 @@ export function buildAgentGateway(
   });
   if (config.agent.roles) describe.push(`roles      ${Object.entries(config.agent.roles).map(([r, p]) => `${r} → ${p}`).join(", ")}`);
   let publicUrl: string | null = config.agent.public_url;
-  deps.agentGateway = { gateway: agentGateway, publicUrl: () => publicUrl, agent: { url: config.agent.url, timeout_ms: config.agent.timeout_ms, secret: config.agent.secret, max_reply_bytes: config.agent.max_reply_bytes } };
+  deps.agentGateway = { gateway: agentGateway, publicUrl: () => publicUrl, agent: { url: config.agent.url, timeout_ms: config.agent.timeout_ms, secret: config.agent.secret, max_reply_bytes: config.agent.max_reply_bytes, abandoned_mask: config.agent.abandoned_mask } };
   if (config.agent.url) describe.push(`agent      openai_agent tasks to ${redactUrl(config.agent.url)} (timeout ${config.agent.timeout_ms} ms${config.agent.secret ? ", signed" : ""})`);
   const agentUnsigned = unsignedAgentWarning(config);
   if (agentUnsigned) warnings.push(agentUnsigned);
