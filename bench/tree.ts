@@ -27,6 +27,8 @@ import { SimEngine } from "../infra/sim-engine/sim-engine.ts";
 import { SimEngineClient } from "../infra/sim-engine/sim-engine-client.ts";
 import { calcToolContent } from "../infra/tools/calc.ts";
 import { lookupFact } from "../infra/tools/lookup.ts";
+import { toTrajectoryRecord, type PlannedTrajectory } from "../shared/rollout/batch.ts";
+import { resolveTree, treeNodes } from "../shared/store/tree-delivery.ts";
 import { arg, printTable } from "./util.ts";
 
 const KS = arg("--k", "1,2,4,8").split(",").map(Number);
@@ -91,11 +93,23 @@ async function bytes(storage: MemorySessionStorage, key: string): Promise<{ turn
 
 const tokensOf = (o: { prompt_ids: number[]; response_ids: number[]; response_mask: number[] }) => JSON.stringify([o.prompt_ids, o.response_ids, o.response_mask]);
 
+/** Tokens (prompt ‖ response) a reader receives for a session's records, read as leaves (whole) and with deliver: "tree". */
+function deliveredTokens(key: string, outs: ReturnType<typeof agentOutputs>): { leaves: number; tree: number } {
+  const t = { key, uid: key.split("_")[0]!, session_id: 0, row_index: 0, row: null, row_error: null, group_size: 1, trajectory_info: { step: 0, sample_index: 0, rollout_n: 0, validate: false } } as unknown as PlannedTrajectory;
+  const records = outs.map((o, i) => toTrajectoryRecord(t, "openai_agent", o, config, i));
+  const nodes = treeNodes(records);
+  if (JSON.stringify(resolveTree(nodes)) !== JSON.stringify(records)) throw new Error(`${key}: the tree nodes do not resolve to the records`);
+  const n = (rs: typeof records) => rs.reduce((a, r) => a + r.prompt_ids.length + r.response_ids.length, 0);
+  return { leaves: n(records), tree: n(nodes) };
+}
+
+const delivered = [["k branches", "leaves: tokens / row", "deliver tree: tokens / row", "tree / leaves"]];
 const table = [["k branches", "tree turn bytes / row", "separate turn bytes / row", "tree / separate", "with input: tree", "with input: separate", "tree / separate"]];
 for (const k of KS) {
   let tree = { turns: 0, all: 0 };
   let separate = { turns: 0, all: 0 };
   let counted = 0;
+  const dl = { leaves: 0, tree: 0 };
   for (let row = 0; row < Math.min(ROWS, rows.length); row++) {
     const t = gateway();
     const key = `t${row}_0_0`;
@@ -121,6 +135,9 @@ for (const k of KS) {
       separate = { turns: separate.turns + b.turns, all: separate.all + b.all };
     }
     if (treeOuts.map(tokensOf).join() !== sepOuts.map(tokensOf).join()) throw new Error(`row ${row}: the tree's records differ from the linear sessions'`);
+    const d = deliveredTokens(key, treeOuts);
+    dl.leaves += d.leaves;
+    dl.tree += d.tree;
     const b = await bytes(t.storage, key);
     tree = { turns: tree.turns + b.turns, all: tree.all + b.all };
     counted++;
@@ -134,5 +151,7 @@ for (const k of KS) {
     (separate.all / counted).toFixed(0),
     (tree.all / separate.all).toFixed(2),
   ]);
+  delivered.push([String(k), (dl.leaves / counted).toFixed(0), (dl.tree / counted).toFixed(0), (dl.tree / dl.leaves).toFixed(2)]);
 }
 printTable(`Bytes stored per row: a tree of the root and k branches vs the same k + 1 trajectories as separate outputs (${ROWS} rows)`, table);
+printTable(`Tokens delivered per row to a reader: the same records read as leaves vs with deliver: "tree" (${ROWS} rows)`, delivered);
