@@ -1,7 +1,7 @@
 import { DEFAULT_ENGINE_MAX_REPLY_BYTES, redactUrl, scrubUrl } from "../http/outbound.ts";
 import { BadEngineResponseError, EngineAbortedError, EngineError, EngineUnavailableError } from "../errors.ts";
 import type { TokenOutput } from "../schema/index.ts";
-import { CONTEXT_OVERFLOW_PATTERN, DEADLINE_HEADER, engineErrorFromReply, postEngineJson, type EngineHttpReply, type FetchLike } from "./engine-http.ts";
+import { CONTEXT_OVERFLOW_PATTERN, DEADLINE_HEADER, engineErrorFromReply, postEngineJson, withReplica, type EngineHttpReply, type FetchLike } from "./engine-http.ts";
 import type { GenerateRequest } from "./types.ts";
 
 /**
@@ -223,4 +223,55 @@ export function settleStream(url: string, end: EngineStreamEnd, finished: boolea
   if (end.error) throw end.error;
   if (end.end === "done") throw new EngineAbortedError(`engine at ${where} aborted the request before any token`);
   throw new EngineUnavailableError(`engine at ${where}: the stream closed before any token`);
+}
+
+/**
+ * One engine's stream reader for {@link generateStreamed}: `event` reads one
+ * event (`have`: the ids received so far) and returns its new tokens (or
+ * nothing), throwing on an event that breaks the engine's stream contract;
+ * `finished` once the event carrying the finish reason came; `build` makes
+ * the output from everything received (see {@link settleStream}).
+ */
+export interface EngineStreamParser {
+  readonly finished: boolean;
+  event(data: unknown, have: readonly number[]): { ids: number[]; logProbs: number[] | null } | undefined;
+  build(acc: StreamedTokens, finish: "abort" | null): TokenOutput;
+}
+
+/**
+ * A streaming generate call, the same for every engine client: POSTs `body`
+ * ({@link postEngineStream}), hands each event's tokens to
+ * `req.on_tokens` as they arrive ({@link StreamedTokens}), and settles from
+ * how the stream ended ({@link settleStream}). A server that answered the
+ * whole reply at once (`kind: "reply"`) is read by `wholeReply` and passed on
+ * as one chunk. Returns the output, with the replica a gateway named.
+ * Nothing reaches `on_tokens` after this settles.
+ * @throws what {@link postEngineStream}, `wholeReply` and {@link settleStream} throw.
+ */
+export async function generateStreamed(
+  fetchFn: FetchLike,
+  url: string,
+  body: unknown,
+  headers: Record<string, string>,
+  opts: { timeoutMs: number; signal?: AbortSignal; maxReplyBytes?: number },
+  req: GenerateRequest,
+  parser: EngineStreamParser,
+  wholeReply: (reply: EngineHttpReply) => TokenOutput,
+): Promise<TokenOutput> {
+  const acc = new StreamedTokens(req.on_tokens!, req.sampling_params.logprobs);
+  try {
+    const r = await postEngineStream(fetchFn, url, body, headers, opts, (data) => {
+      const d = parser.event(data, acc.ids);
+      if (d) acc.push(d.ids, d.logProbs);
+    });
+    if (r.kind === "reply") {
+      const out = wholeReply(r.reply);
+      acc.push(out.token_ids, out.log_probs ?? null);
+      return out;
+    }
+    const out = settleStream(url, r.stream, parser.finished, acc.ids.length, (finish) => parser.build(acc, finish));
+    return withReplica(out, { status: 200, body: undefined, text: "", ...(r.stream.replica ? { replica: r.stream.replica } : {}) });
+  } finally {
+    acc.close();
+  }
 }

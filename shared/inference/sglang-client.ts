@@ -17,7 +17,7 @@ import {
   type FetchLike,
 } from "./engine-http.ts";
 import { cachedModelMaxLen, engineVersionSpans, finishOutput } from "./finish-output.ts";
-import { postEngineStream, settleStream, streamEventError, StreamedTokens } from "./engine-stream.ts";
+import { generateStreamed, streamEventError, type StreamedTokens } from "./engine-stream.ts";
 import type { GenerateRequest, InferenceClient } from "./types.ts";
 
 /** Options of {@link SglangClient}. */
@@ -207,24 +207,8 @@ export class SglangClient implements InferenceClient {
   }
 
   private async generateStreaming(req: GenerateRequest, url: string, headers: Record<string, string>, opts: { timeoutMs: number; signal?: AbortSignal; maxReplyBytes?: number }): Promise<TokenOutput> {
-    const want = req.sampling_params.logprobs;
-    const acc = new StreamedTokens(req.on_tokens!, want);
-    const st = new SglangStreamState(url, want);
-    try {
-      const r = await postEngineStream(this.fetchFn, url, { ...this.generateBody(req), stream: true }, headers, opts, (data) => {
-        const d = st.event(data, acc.ids);
-        if (d) acc.push(d.ids, d.logProbs);
-      });
-      if (r.kind === "reply") {
-        const out = this.finishReply(req, url, r.reply);
-        acc.push(out.token_ids, out.log_probs ?? null);
-        return out;
-      }
-      const out = settleStream(url, r.stream, st.finished, acc.ids.length, (finish) => st.build(acc, finish));
-      return withReplica(out, { status: 200, body: undefined, text: "", ...(r.stream.replica ? { replica: r.stream.replica } : {}) });
-    } finally {
-      acc.close();
-    }
+    const st = new SglangStreamState(url, req.sampling_params.logprobs);
+    return generateStreamed(this.fetchFn, url, { ...this.generateBody(req), stream: true }, headers, opts, req, st, (reply) => this.finishReply(req, url, reply));
   }
 
   /** `max_model_len` from `GET /v1/models` (cached after the first success); undefined when absent. */

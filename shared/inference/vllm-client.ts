@@ -15,7 +15,7 @@ import {
   type FetchLike,
 } from "./engine-http.ts";
 import { CachedTokensNotice, cachedModelMaxLen, engineVersionSpans, finishOutput } from "./finish-output.ts";
-import { postEngineStream, settleStream, streamEventError, StreamedTokens } from "./engine-stream.ts";
+import { generateStreamed, streamEventError, type StreamedTokens } from "./engine-stream.ts";
 import { isObj } from "./fast-check.ts";
 import type { GenerateRequest, InferenceClient } from "./types.ts";
 import { fastVllmCompletionReply, fastVllmGenerateReply, idsFromTokenIdStrings, VllmCompletionReply, VllmGenerateReply } from "./vllm-wire.ts";
@@ -179,26 +179,11 @@ export class VllmClient implements InferenceClient {
   }
 
   private async generateStreaming(req: GenerateRequest, url: string, headers: Record<string, string>, opts: { timeoutMs: number; signal?: AbortSignal; maxReplyBytes?: number }): Promise<TokenOutput> {
-    const want = req.sampling_params.logprobs;
-    const acc = new StreamedTokens(req.on_tokens!, want);
-    const st = new VllmStreamState(url, this.endpoint, want);
-    try {
-      const r = await postEngineStream(this.fetchFn, url, this.streamingBody(req), headers, opts, (data) => {
-        const d = st.event(data);
-        if (d) acc.push(d.ids, d.logProbs);
-      });
-      if (r.kind === "reply") {
-        // A server (or proxy) that answered the whole reply at once: one chunk, then the reply.
-        const out = this.finishReply(req, url, r.reply);
-        acc.push(out.token_ids, out.log_probs ?? null);
-        return out;
-      }
-      const out = settleStream(url, r.stream, st.finished, acc.ids.length, (finish) => st.build(acc, finish));
-      if (out.finish_reason !== "abort" || st.finished) this.cachedTokens.saw(out.cached_tokens !== undefined);
-      return withReplica(out, { status: 200, body: undefined, text: "", ...(r.stream.replica ? { replica: r.stream.replica } : {}) });
-    } finally {
-      acc.close();
-    }
+    const st = new VllmStreamState(url, this.endpoint, req.sampling_params.logprobs);
+    const out = await generateStreamed(this.fetchFn, url, this.streamingBody(req), headers, opts, req, st, (reply) => this.finishReply(req, url, reply));
+    // What the server reports is learnt from whole replies (finishReply) and finished streams (an aborted one may lack usage).
+    if (st.finished) this.cachedTokens.saw(out.cached_tokens !== undefined);
+    return out;
   }
 
   /** Whether a reply lacked `cached_tokens` (the server runs without `--enable-prompt-tokens-details`); said once per client. */
