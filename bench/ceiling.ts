@@ -1,0 +1,185 @@
+/**
+ * Orchestration ceiling, first part (issue 32 item 1): how many concurrent
+ * `tool_agent` sessions one process drives when the engine and the tool cost
+ * nothing, and what each costs. The engine is a zero-latency stub (replies
+ * precomputed, answered on the next macrotask, so sessions interleave as
+ * they would on network I/O) that makes each session call its tool
+ * `turns − 1` times and then answer; the tool answers in process. Per step
+ * (concurrency × turns) it prints:
+ * - turns/s (engine calls per second of wall time; one core runs it all);
+ * - added latency per engine call, p50/p99: from the stub's reply to the same
+ *   session's next engine call (parse, tool, observation encode, checkpoint
+ *   of the loop — and the wait for the event loop behind the other sessions);
+ * - event-loop lag p99 (a 10 ms timer's lateness, sampled through the step);
+ * - heap per live session: heap used with every session held mid-trajectory
+ *   (at its engine call `turns / 2`), minus the heap before the step, after a
+ *   full GC, divided by the sessions;
+ * and where it stops: the first step whose loop lag p99 passes `--lag-ms`
+ * (default 50). Then one session of `--long` turns (default 128) alone,
+ * timing each turn's edgeloop work (the same span, single session: CPU only),
+ * to show whether per-turn cost grows with history (turn 4 vs the last).
+ * Not yet covered (issue 32): queue mode with workers, the Redis store's round
+ * trips and bytes per turn, the agent gateway's calls, 128K-token contexts.
+ *
+ *   bun bench/ceiling.ts [--concurrency 64,1024,4096] [--turns 4,32] [--long 128] [--lag-ms 50]
+ */
+import { ToolAgentLoop } from "../shared/agent-loop/tool-agent.ts";
+import type { GenerateRequest, InferenceClient } from "../shared/inference/types.ts";
+import { RolloutConfig, type ChatMessage, type TokenOutput } from "../shared/schema/index.ts";
+import { defaultTokenizer } from "../shared/tokens/tokenizer.ts";
+import type { ToolExecutor } from "../shared/tools/webhook-tool-client.ts";
+import { SimEngine } from "../infra/sim-engine/sim-engine.ts";
+import { arg, printTable } from "./util.ts";
+
+const CONC = arg("--concurrency", "64,1024,4096").split(",").map(Number);
+const TURNS = arg("--turns", "4,32").split(",").map(Number);
+const LONG = Number(arg("--long", "128"));
+const LAG_MS = Number(arg("--lag-ms", "50"));
+
+const tok = await defaultTokenizer();
+const TOOL_TURN = '<tool_call>\n{"name": "calc", "arguments": {"expression": "2+2"}}\n</tool_call>';
+const ANSWER_TURN = "The answer is 4.\n#### 4";
+const sim = new SimEngine({ tokenizer: tok, script: { rules: [], default: ["x"] } });
+const toolIds = sim.turnTokens(TOOL_TURN).ids;
+const answerIds = sim.turnTokens(ANSWER_TURN).ids;
+const toolReply = { ids: toolIds, lps: toolIds.map(() => -0.5) };
+const answerReply = { ids: answerIds, lps: answerIds.map(() => -0.5) };
+const schema = { type: "function" as const, function: { name: "calc", description: "calculator", parameters: { type: "object" as const, properties: { expression: { type: "string" } } } } };
+const tools: ToolExecutor = { schemas: [schema], names: ["calc"], call: async (r) => ({ ok: true, content: "4", call_id: `${r.key}:${r.turn}:${r.index}`, attempts: 1 }) };
+const sp = { temperature: 1, top_p: 1, top_k: -1, logprobs: true };
+const prompt: ChatMessage[] = [{ role: "user", content: "What is 2+2? Use the calculator." }];
+const nextTick = () => new Promise<void>((r) => setImmediate(r));
+
+const pct = (xs: number[], p: number) => {
+  if (xs.length === 0) return 0;
+  const s = Float64Array.from(xs).sort();
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]!;
+};
+
+/** A zero-latency engine stub: per session (routing key), `turns − 1` tool calls then the answer; calls timed; an optional hold at one call index. */
+class StubEngine implements InferenceClient {
+  readonly calls = new Map<string, number>();
+  readonly replied = new Map<string, number>();
+  readonly added: number[] = [];
+  hold: { at: number; waiting: (() => void)[]; arrived: number; all: Promise<void>; reached: () => void } | null = null;
+  constructor(private readonly turns: number) {}
+
+  async generate(req: GenerateRequest): Promise<TokenOutput> {
+    const now = performance.now();
+    const last = this.replied.get(req.routing_key);
+    if (last !== undefined) this.added.push(now - last);
+    const n = (this.calls.get(req.routing_key) ?? 0) + 1;
+    this.calls.set(req.routing_key, n);
+    if (this.hold && n === this.hold.at) {
+      const h = this.hold;
+      await new Promise<void>((r) => {
+        h.waiting.push(r);
+        if (++h.arrived === CURRENT) h.reached();
+      });
+    }
+    await nextTick();
+    const r = n >= this.turns ? answerReply : toolReply;
+    this.replied.set(req.routing_key, performance.now());
+    return { token_ids: r.ids, log_probs: r.lps, finish_reason: "stop", num_preempted: -1, extra_fields: {} };
+  }
+}
+
+let CURRENT = 0;
+
+function heapUsed(): number {
+  Bun.gc(true);
+  return process.memoryUsage().heapUsed;
+}
+
+interface Step {
+  sessions: number;
+  turns: number;
+  turnsPerS: number;
+  p50: number;
+  p99: number;
+  lagP99: number;
+  heapPerSession: number;
+}
+
+async function step(sessions: number, turns: number): Promise<Step> {
+  CURRENT = sessions;
+  const engine = new StubEngine(turns);
+  const config = RolloutConfig.parse({ max_model_len: 65_536, response_length: 32_768, prompt_length: 1024, multi_turn: { max_assistant_turns: turns + 1 } });
+  let reached!: () => void;
+  const all = new Promise<void>((r) => (reached = r));
+  engine.hold = { at: Math.max(1, Math.floor(turns / 2)), waiting: [], arrived: 0, all, reached };
+  const base = heapUsed();
+  const lags: number[] = [];
+  let expect = performance.now() + 10;
+  const sampler = setInterval(() => {
+    const t = performance.now();
+    lags.push(Math.max(0, t - expect));
+    expect = t + 10;
+  }, 10);
+  const t0 = performance.now();
+  const runs = Array.from({ length: sessions }, (_, i) => new ToolAgentLoop({ tokenizer: tok, client: engine, config, tools }).run(sp, { uid: "ceil", session_id: i, prompt }));
+  await all;
+  const tAll = performance.now();
+  const held = heapUsed();
+  // The hold's GC and release are not the loop's work: the rate is measured without them.
+  const tHold = performance.now();
+  const lagsBefore = lags.length;
+  for (const w of engine.hold.waiting.splice(0)) w();
+  const resumed = performance.now();
+  engine.hold = null;
+  const outs = await Promise.all(runs);
+  const t1 = performance.now();
+  clearInterval(sampler);
+  for (const o of outs) {
+    if (o.num_turns !== 2 * turns || o.extra_fields.tool_calls !== turns - 1) throw new Error(`a session did ${o.num_turns} turns / ${String(o.extra_fields.tool_calls)} tool calls, expected ${2 * turns} / ${turns - 1}`);
+  }
+  // Lag samples around the hold's GC are dropped (the sampler sees the pause the GC makes, not the loop's work).
+  const kept = [...lags.slice(0, Math.max(0, lagsBefore - 2)), ...lags.slice(lagsBefore + 2)];
+  const calls = sessions * turns;
+  const wall = t1 - t0 - (resumed - tAll);
+  return {
+    sessions,
+    turns,
+    turnsPerS: calls / (wall / 1000),
+    p50: pct(engine.added, 50),
+    p99: pct(engine.added, 99),
+    lagP99: pct(kept, 99),
+    heapPerSession: (held - base) / sessions,
+  };
+}
+
+// Warm-up (JIT, the prompt's cached render): not reported.
+await step(64, 4);
+await step(256, 4);
+
+const rows = [["sessions", "turns", "turns/s", "added µs/call p50", "added µs/call p99", "loop lag p99 ms", "heap KB/live session"]];
+let stop: string | null = null;
+for (const turns of TURNS) {
+  for (const c of CONC) {
+    const s = await step(c, turns);
+    rows.push([String(c), String(turns), s.turnsPerS.toFixed(0), (s.p50 * 1000).toFixed(0), (s.p99 * 1000).toFixed(0), s.lagP99.toFixed(1), (s.heapPerSession / 1024).toFixed(1)]);
+    if (!stop && s.lagP99 > LAG_MS) stop = `${c} sessions × ${turns} turns: event-loop lag p99 ${s.lagP99.toFixed(1)} ms > ${LAG_MS} ms`;
+  }
+}
+printTable("tool_agent sessions against a zero-latency engine and tool, one process (inline, memory: no store)", rows);
+console.log(stop ? `stops at: ${stop}` : `no step passed the ${LAG_MS} ms loop-lag bound`);
+
+// One long session alone: each turn's edgeloop work, by turn index.
+{
+  CURRENT = 1;
+  const engine = new StubEngine(LONG);
+  const config = RolloutConfig.parse({ max_model_len: 262_144, response_length: 131_072, prompt_length: 1024, multi_turn: { max_assistant_turns: LONG + 1 } });
+  for (let w = 0; w < 3; w++) await new ToolAgentLoop({ tokenizer: tok, client: new StubEngine(LONG), config, tools }).run(sp, { uid: "warm", session_id: w, prompt });
+  const out = await new ToolAgentLoop({ tokenizer: tok, client: engine, config, tools }).run(sp, { uid: "long", session_id: 0, prompt });
+  const a = engine.added;
+  const at = (k: number) => a.slice(Math.max(0, k - 2), k + 1);
+  const mean = (xs: number[]) => xs.reduce((x, y) => x + y, 0) / Math.max(1, xs.length);
+  const early = mean(at(3));
+  const late = mean(a.slice(-3));
+  printTable(`one session of ${LONG} turns alone (${out.prompt_ids.length + out.response_ids.length} tokens at the end): edgeloop's work per turn`, [
+    ["turn", "µs (mean of 3)"],
+    ["4", (early * 1000).toFixed(0)],
+    [String(LONG), (late * 1000).toFixed(0)],
+    [`${LONG} ÷ 4`, (late / early).toFixed(2)],
+  ]);
+}
