@@ -11,7 +11,10 @@ import { DEFAULT_LEASE_TTL_MS, DEFAULT_PIN_TTL_MS, type RouteRequest, type Route
  * lease ZSET of the i-th replica of `order`.
  * ARGV = now (epoch ms), has_key (1/0: read and write the pin), ordered (1/0:
  * first of `order` under the cap, else least-loaded), ε, pin TTL ms, lease
- * TTL ms, lease id, the replica URLs in `order`, then the sticky ε and the sticky minimum load.
+ * TTL ms, lease id, the replica URLs in `order`, then the sticky ε and the
+ * sticky minimum load, then `r` lease ids to release first, and `r` last;
+ * KEYS[2+n+j] is the lease ZSET of the j-th of them (releases folded into
+ * this call: see {@link RedisRoutingState.release}).
  * Replies {url, probe (1/0), previous pin or "", {url, until, ...} of ejected replicas}.
  */
 export const ROUTE_LUA = `
@@ -20,7 +23,11 @@ local haskey = ARGV[2] == '1'
 local ordered = ARGV[3] == '1'
 local eps = tonumber(ARGV[4])
 local leasettl = tonumber(ARGV[6])
-local n = #ARGV - 9
+local r = tonumber(ARGV[#ARGV])
+local n = #ARGV - 10 - r
+for j = 1, r do
+  redis.call('ZREM', KEYS[2 + n + j], ARGV[9 + n + j])
+end
 local fields = {}
 for i = 1, n do
   fields[2 * i - 1] = ARGV[7 + i]
@@ -100,6 +107,19 @@ export interface RedisRoutingStateOptions extends RoutingStateOptions {
   prefix?: string;
   /** This instance's name inside lease ids (default: random). */
   instance?: string;
+  /**
+   * Longest wait in ms before releases are sent on their own when no route
+   * call carries them (default 10; 0 = each release is its own `ZREM` at once).
+   */
+  releaseFoldMs?: number;
+}
+
+/** A release waiting for the next route call (or the fold timer). */
+interface PendingRelease {
+  url: string;
+  lease: string;
+  resolve: () => void;
+  reject: (e: unknown) => void;
 }
 
 /**
@@ -122,8 +142,12 @@ export interface RedisRoutingStateOptions extends RoutingStateOptions {
  * while its call runs (this instance re-scores its held leases every third of
  * the lease TTL, one pipeline for all), so a slow generation keeps its lease.
  *
- * Round trips per call: one `EVALSHA` to route (`EVAL` once on `NOSCRIPT`), one
- * `ZREM` to release (not awaited by the gateway); an ejection or a recovery adds one.
+ * Round trips per call: one `EVALSHA` to route (`EVAL` once on `NOSCRIPT`);
+ * releases are folded into the next route (their `ZREM`s run first in its
+ * script), or sent as one pipeline `releaseFoldMs` after the first of them
+ * when no route comes sooner — so under load a call costs one round trip,
+ * and a lease outlives its call by at most `releaseFoldMs` (default 10 ms);
+ * an ejection or a recovery adds one.
  * Clock: the instances' wall clocks (passed to the script, which stays
  * deterministic as Upstash asks of scripts), so lease expiry is exact to the
  * instances' clock skew. Every key the script touches is passed in KEYS.
@@ -141,6 +165,9 @@ export class RedisRoutingState implements RoutingState {
   private sha: Promise<string> | undefined;
   private seq = 0;
   private timer: ReturnType<typeof setInterval> | undefined;
+  private readonly releaseFoldMs: number;
+  private pending: PendingRelease[] = [];
+  private foldTimer: ReturnType<typeof setTimeout> | undefined;
   /** Redis commands sent so far (one per round trip: a pipeline counts once), for benches. */
   roundTrips = 0;
 
@@ -152,6 +179,8 @@ export class RedisRoutingState implements RoutingState {
     if (!(this.pinTtlMs >= 1) || !(this.leaseTtlMs >= 3)) throw new RangeError("pinTtlMs must be >= 1 and leaseTtlMs >= 3");
     this.now = opts.now ?? (() => Date.now());
     this.instance = opts.instance ?? crypto.randomUUID().slice(0, 8);
+    this.releaseFoldMs = opts.releaseFoldMs ?? 10;
+    if (!(this.releaseFoldMs >= 0)) throw new RangeError("releaseFoldMs must be >= 0");
   }
 
   /** The Redis key of `key`'s pin (`key` encoded by {@link keyPart}: a client's `x-session-id` cannot name another key). */
@@ -176,7 +205,21 @@ export class RedisRoutingState implements RoutingState {
     const keys = [hasKey ? this.pinKey(req.key!) : `${this.prefix}routing:pin:`, this.healthKey, ...req.order.map((u) => this.leaseKey(u))];
     const ordered = req.ordered ?? hasKey;
     const args = [String(this.now()), hasKey ? "1" : "0", ordered ? "1" : "0", String(req.epsilon), String(this.pinTtlMs), String(this.leaseTtlMs), lease, ...req.order, String(req.stickyEpsilon ?? req.epsilon), String(req.stickyMinLoad ?? 0)];
-    const raw = await this.script(keys, args);
+    // Releases waiting to be sent go first in this call's script (their ZREMs before the loads are counted).
+    const folded = this.takePending();
+    for (const p of folded) {
+      keys.push(this.leaseKey(p.url));
+      args.push(p.lease);
+    }
+    args.push(String(folded.length));
+    let raw: RedisReply;
+    try {
+      raw = await this.script(keys, args);
+    } catch (e) {
+      for (const p of folded) p.reject(e);
+      throw e;
+    }
+    for (const p of folded) p.resolve();
     const parsed = RouteReply.safeParse(raw);
     if (!parsed.success) throw new StoreError(`routing script replied ${JSON.stringify(raw).slice(0, 200)}`);
     const [url, probe, prev, ej] = parsed.data;
@@ -187,10 +230,47 @@ export class RedisRoutingState implements RoutingState {
     return { url, lease, probe: probe === 1, previous: prev ? prev : null, ejected };
   }
 
+  /**
+   * Ends a lease: its `ZREM` rides on the next {@link route} call's script, or
+   * is sent (with every other waiting release, one pipeline) `releaseFoldMs`
+   * after the first waiting one. Resolves once the lease is gone from Redis.
+   * @throws StoreError when the call that carried it failed (the lease then
+   *   expires by its TTL: it is no longer renewed).
+   */
   async release(url: string, lease: string): Promise<void> {
     this.held.delete(lease);
     if (this.held.size === 0) this.stopHeartbeat();
-    await this.call(["ZREM", this.leaseKey(url), lease]);
+    if (this.releaseFoldMs === 0) {
+      await this.call(["ZREM", this.leaseKey(url), lease]);
+      return;
+    }
+    await new Promise<void>((resolve, reject) => {
+      this.pending.push({ url, lease, resolve, reject });
+      if (this.foldTimer === undefined) {
+        this.foldTimer = setTimeout(() => void this.flushReleases(), this.releaseFoldMs);
+        (this.foldTimer as { unref?: () => void }).unref?.();
+      }
+    });
+  }
+
+  /** The waiting releases, taken (the fold timer stopped). */
+  private takePending(): PendingRelease[] {
+    if (this.foldTimer !== undefined) clearTimeout(this.foldTimer);
+    this.foldTimer = undefined;
+    return this.pending.splice(0);
+  }
+
+  /** Sends the waiting releases as one pipeline of `ZREM`s. */
+  private async flushReleases(): Promise<void> {
+    const batch = this.takePending();
+    if (batch.length === 0) return;
+    this.roundTrips++;
+    try {
+      const out = await this.redis.pipeline(batch.map((p) => ["ZREM", this.leaseKey(p.url), p.lease]));
+      batch.forEach((p, i) => (out[i] instanceof Error ? p.reject(wrap(out[i])) : p.resolve()));
+    } catch (e) {
+      for (const p of batch) p.reject(wrap(e));
+    }
   }
 
   async eject(url: string, untilMs: number): Promise<void> {
@@ -223,8 +303,10 @@ export class RedisRoutingState implements RoutingState {
     return typeof v === "string" ? v : null;
   }
 
+  /** Stops renewing leases and sends the releases still waiting. */
   async close(): Promise<void> {
     this.stopHeartbeat();
+    await this.flushReleases();
   }
 
   /** Re-scores every held lease to now + lease TTL (one pipeline), while any is held. */

@@ -240,4 +240,37 @@ describe.skipIf(!hasRedis)("RedisRoutingState: the bytes in Redis", () => {
       await deleteByPrefix(p);
     }
   });
+
+  test("one round trip per engine call: a release rides on the next route's script (its ZREM first, so the load it counts is right), else goes alone after releaseFoldMs", async () => {
+    const p = randomPrefix("routing-fold");
+    const cmd = new IoRedisCommander(REDIS_URL);
+    const raw = rawRedis();
+    const now = 1_700_000_000_000;
+    const s = new RedisRoutingState(cmd, { prefix: p, now: () => now, leaseTtlMs: 30_000, pinTtlMs: 3_600_000, instance: "gw2", releaseFoldMs: 60_000 });
+    try {
+      await s.route({ key: "warm", order: [B], epsilon: EPS }).then((r) => s.release(B, r.lease)).catch(() => undefined);
+      // The warm-up's release waits (fold 60 s): the next route carries it.
+      s.roundTrips = 0;
+      let prev = await s.route({ key: "k0", order: [A, B], epsilon: EPS });
+      const released: Promise<void>[] = [];
+      for (let i = 1; i <= 20; i++) {
+        released.push(s.release(prev.url, prev.lease));
+        prev = await s.route({ key: `k${i}`, order: [A, B], epsilon: EPS });
+      }
+      await Promise.all(released);
+      expect(s.roundTrips).toBe(21);
+      // Every released lease is gone; only the last call's is held. Keys ordered → each call saw A's load 0 and took A.
+      expect(await raw.zrange(`${p}routing:leases:${A}`, "0", "-1")).toEqual([prev.lease]);
+      expect(await raw.exists(`${p}routing:leases:${B}`)).toBe(0);
+      // With no route to carry it, a release goes on its own at close (or after releaseFoldMs).
+      await Promise.all([s.release(prev.url, prev.lease), s.close()]);
+      expect(s.roundTrips).toBe(22);
+      expect(await raw.exists(`${p}routing:leases:${A}`)).toBe(0);
+    } finally {
+      await s.close();
+      await cmd.close();
+      await raw.quit();
+      await deleteByPrefix(p);
+    }
+  });
 });
