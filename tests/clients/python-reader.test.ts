@@ -16,7 +16,7 @@ import type { TrajectoryRecord } from "../../shared/schema/index.ts";
 import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue.ts";
 import { treeNodesOf, treeRecords } from "../helpers/tree-records.ts";
 import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
-import { decodeRecord, encodedFields, validateAndEncode } from "../../shared/store/record-codec.ts";
+import { decodeRecord, encodedFields, validateAndEncode, type RoutedExpertsDtype } from "../../shared/store/record-codec.ts";
 import { makeRecord } from "../store/contract.ts";
 import { HANG_MS } from "../helpers/bounds.ts";
 
@@ -262,7 +262,7 @@ describe.skipIf(missing !== null)("the Python reader package", () => {
     const raw = rawRedis();
     // 4 prompt + 3 response tokens × 2 layers × top-2 = 28 values; the largest id picks the width.
     const ids = (top: number) => Array.from({ length: 28 }, (_, i) => (i === 0 ? top : i === 1 ? -1 : (i * 37) % (top + 1)));
-    const cases: [string, number, string | null, number][] = [["u8", 254, "uint8", 28], ["u16", 255, "uint16", 56], ["u16max", 65534, "uint16", 56], ["i32", 65535, "int32", 112], ["old", 65536, null, 112]];
+    const cases: [string, number, RoutedExpertsDtype | null, number][] = [["u8", 254, "uint8", 28], ["u16", 255, "uint16", 56], ["u16max", 65534, "uint16", 56], ["i32", 65535, "int32", 112], ["old", 65536, null, 112]];
     const want: Record<string, number[]> = {};
     try {
       for (const [tag, top, dtype, bytes] of cases) {
@@ -270,7 +270,8 @@ describe.skipIf(missing !== null)("the Python reader package", () => {
         const { encoded } = validateAndEncode(rec);
         // The older layout: int32 bytes and no dtype field, as records already in a Redis are.
         if (dtype === null) delete encoded.routed_experts_dtype;
-        expect([encoded.routed_experts_dtype ?? null, Buffer.from(encoded.routed_experts!, "base64").length]).toEqual([dtype, bytes]);
+        expect(encoded.routed_experts_dtype ?? null).toBe(dtype);
+        expect(Buffer.from(encoded.routed_experts!, "base64").length).toBe(bytes);
         await raw.hset(`${prefix}traj:${rec.key}`, ...encodedFields(encoded));
         expect(decodeRecord(await raw.hgetall(`${prefix}traj:${rec.key}`)).routed_experts).toEqual(ids(top));
         want[rec.key] = ids(top);
