@@ -1,7 +1,10 @@
 /**
- * Routed-experts benchmark (issue 16): bytes stored per token and transfer-
- * queue `put` throughput for records with and without `routed_experts`
- * (default 48 MoE layers × top-8, Qwen3-30B-A3B's shape), N trajectories of
+ * Routed-experts benchmark (issues 16, 31): bytes stored per token and transfer-
+ * queue `put` throughput for records without `routed_experts`, with them
+ * packed (128 experts → uint8, `routed_experts_dtype`) and with them as int32
+ * (the layout before packing: the same ids but one of 65,535, which keeps the
+ * record int32) (default 48 MoE layers × top-8 of 128 experts,
+ * Qwen3-30B-A3B's shape), N trajectories of
  * T tokens (1/2 prompt, 1/2 response with mask and log-probs), on the memory
  * store, Redis over TCP and Upstash REST through the local bridge. Also the
  * record codec's cost per trajectory (validate + encode, decode). Cleans its
@@ -27,7 +30,7 @@ const CONC = Number(arg("--concurrency", "8"));
 const REDIS_URL = process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
 const RUN = `bench:experts:${crypto.randomUUID().slice(0, 8)}:`;
 
-function makeRecords(n: number, tokens: number, experts: boolean, tag: string): TrajectoryRecord[] {
+function makeRecords(n: number, tokens: number, experts: false | "packed" | "int32", tag: string): TrajectoryRecord[] {
   const half = tokens >> 1;
   let seed = 4242;
   const rnd = () => ((seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff);
@@ -43,6 +46,8 @@ function makeRecords(n: number, tokens: number, experts: boolean, tag: string): 
         const base = Math.floor(rnd() * 128);
         for (let k = 0; k < TOPK; k++) e[j + k] = (base + k * 5) % 128;
       }
+      // An id above 65,534 is stored int32: the bytes records had before packing.
+      if (experts === "int32") e[e.length - 1] = 65535;
       rec.routed_experts = e;
       rec.routed_experts_shape = [LAYERS, TOPK];
     }
@@ -71,12 +76,13 @@ async function cleanup(prefix: string): Promise<void> {
 
 console.log(`routed-experts bench: ${N} trajectories × ${T} tokens, experts [${LAYERS}, ${TOPK}], concurrency ${CONC}, redis ${REDIS_URL}`);
 const plain = makeRecords(N, T, false, "p");
-const withExperts = makeRecords(N, T, true, "e");
+const withExperts = makeRecords(N, T, "packed", "e");
+const withInt32 = makeRecords(N, T, "int32", "i");
 
 // 1. Stored bytes per token (hash field names + values, as HSET writes them) and codec cost.
 {
   const rows = [["record", "stored bytes/token", "of which routed_experts", "validate+encode ms/traj", "decode ms/traj"]];
-  for (const [name, recs] of [["without experts", plain], [`with experts [${LAYERS}, ${TOPK}]`, withExperts]] as const) {
+  for (const [name, recs] of [["without experts", plain], [`experts [${LAYERS}, ${TOPK}] int32`, withInt32], [`experts [${LAYERS}, ${TOPK}] packed (uint8)`, withExperts]] as const) {
     const sample = recs.slice(0, Math.min(16, recs.length));
     const enc: number[] = [];
     const dec: number[] = [];
@@ -102,7 +108,7 @@ const withExperts = makeRecords(N, T, true, "e");
     }
     rows.push([name, (bytes / sample.length / T).toFixed(1), (expertBytes / sample.length / T).toFixed(1), median(enc).toFixed(2), median(dec).toFixed(2)]);
   }
-  printTable("stored bytes per token (base64 of little-endian int32 experts)", rows);
+  printTable("stored bytes per token (experts as base64: int32, or packed to uint8 for 128 experts)", rows);
 }
 
 // 2. put throughput per adapter, with and without experts.
@@ -116,8 +122,8 @@ const withExperts = makeRecords(N, T, true, "e");
   ];
   try {
     for (const [name, open] of adapters) {
-      for (const [kind, recs] of [["without experts", plain], ["with experts", withExperts]] as const) {
-        const prefix = `${RUN}${name.replace(/\W/g, "")}:${kind[0]}:`;
+      for (const [kind, recs] of [["without experts", plain], ["experts int32", withInt32], ["experts packed", withExperts]] as const) {
+        const prefix = `${RUN}${name.replace(/\W/g, "")}:${kind.replace(/\W/g, "")}:`;
         const q = open(prefix);
         const bytes = recs.slice(0, 1).map((r) => encodedFields(validateAndEncode(r).encoded).reduce((n, s) => n + Buffer.byteLength(s), 0))[0]!;
         const t = performance.now();

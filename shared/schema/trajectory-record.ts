@@ -76,9 +76,12 @@ export const TrajectoryRecord = z.object({
   metrics: AgentLoopMetrics,
   extra_fields: z.record(z.string(), z.unknown()),
   /**
-   * Routed experts over `prompt_ids ‖ response_ids`: int32, row-major
-   * `[tokens, layers, top_k]` (stored as base64 little-endian int32, field
-   * `routed_experts`); absent (not null) unless `rollout.return_routed_experts`.
+   * Routed experts over `prompt_ids ‖ response_ids`: int32 expert ids ≥ −1,
+   * row-major `[tokens, layers, top_k]` (stored as base64 packed to uint8 /
+   * uint16 / int32 by the record's largest id, the width in field
+   * `routed_experts_dtype`, −1 as the all-ones code: `RoutedExpertsDtype` in
+   * shared/store/record-codec.ts); absent (not null) unless
+   * `rollout.return_routed_experts`.
    */
   routed_experts: z.array(z.number().int()).optional(),
   /** `[layers, top_k]`; present exactly when `routed_experts` is (stored as JSON, field `routed_experts_shape`). */

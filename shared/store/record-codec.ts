@@ -6,9 +6,10 @@ import { parseTrajectoryKey, RoutedExpertsShape, TrajectoryRecord } from "../sch
  * JSON of every scalar/object field, token arrays are base64 text of
  * little-endian bytes (`prompt_ids`/`response_ids` Int32, `response_mask`
  * Uint8, `rollout_log_probs` Float32, absent when null; `teacher_log_probs`
- * Float32, absent without a teacher; `routed_experts` Int32
- * `[P + R, layers, top_k]` with `routed_experts_shape` = JSON `[layers, top_k]`,
- * both absent unless routed experts were recorded). Base64 text keeps the
+ * Float32, absent without a teacher; `routed_experts` `[P + R, layers, top_k]`
+ * packed to the narrowest width of its values — `routed_experts_dtype` names
+ * it, see {@link RoutedExpertsDtype} — with `routed_experts_shape` = JSON
+ * `[layers, top_k]`, all absent unless routed experts were recorded). Base64 text keeps the
  * layout identical over TCP and Upstash REST (JSON bodies cannot carry raw bytes).
  */
 export interface EncodedRecord {
@@ -19,8 +20,82 @@ export interface EncodedRecord {
   rollout_log_probs?: string;
   routed_experts?: string;
   routed_experts_shape?: string;
+  /** How `routed_experts` is packed ({@link RoutedExpertsDtype}); written with every packed record, read as `"int32"` when absent (records of older versions). */
+  routed_experts_dtype?: RoutedExpertsDtype;
   /** Base64 little-endian Float32, one per response token; absent without a teacher (`rollout.teacher`). */
   teacher_log_probs?: string;
+}
+
+/**
+ * The stored width of `routed_experts`, field `routed_experts_dtype`: the
+ * narrowest that holds every value of the record. `"uint8"` when every expert
+ * id is ≤ 254, `"uint16"` when ≤ 65,534, else `"int32"` (little-endian, as
+ * before). In the unsigned widths the all-ones code — 255 (0xFF) in uint8,
+ * 65,535 (0xFFFF) in uint16, the low bytes of int32 −1 — is reserved for −1
+ * (a layer the engine reported without routed experts); ids are stored as
+ * they are. So a model of E experts (ids 0…E−1) packs to uint8 for
+ * E ≤ 255 and uint16 for E ≤ 65,535; a record whose largest id is lower packs
+ * narrower still (E = 256 gives uint8 for a record that never routes to
+ * expert 255). The width follows the record's values, not `engine.moe`: a
+ * real engine's expert count is not configured, and the values are never
+ * wider than the count implies. A field without `routed_experts_dtype` (a
+ * record of an older version) is int32.
+ */
+export type RoutedExpertsDtype = "uint8" | "uint16" | "int32";
+
+const UINT8_PAD = 0xff;
+const UINT16_PAD = 0xffff;
+
+/**
+ * `data` (expert ids ≥ −1, `max` = its largest value) packed to the narrowest
+ * {@link RoutedExpertsDtype}: base64 of the stored bytes and the width's name.
+ */
+export function packRoutedExperts(data: Int32Array, max = maxOf(data)): { text: string; dtype: RoutedExpertsDtype } {
+  const n = data.length;
+  if (max < UINT8_PAD) {
+    const out = new Uint8Array(n);
+    // −1 & 0xff = 0xff: the typed-array store truncates to the reserved code.
+    for (let i = 0; i < n; i++) out[i] = data[i]!;
+    return { text: bytesToBase64(out), dtype: "uint8" };
+  }
+  if (max < UINT16_PAD) {
+    const out = new Uint16Array(n);
+    for (let i = 0; i < n; i++) out[i] = data[i]!;
+    return { text: bytesToBase64(leBytes(out)), dtype: "uint16" };
+  }
+  return { text: bytesToBase64(leBytes(data)), dtype: "int32" };
+}
+
+function maxOf(data: Int32Array): number {
+  let max = -1;
+  for (let i = 0; i < data.length; i++) if (data[i]! > max) max = data[i]!;
+  return max;
+}
+
+/**
+ * Expert ids of a stored `routed_experts` field packed as `dtype` (absent:
+ * int32), the all-ones code of an unsigned width read as −1.
+ * @throws StoreError for an unknown dtype or a byte count that is not whole values
+ */
+export function unpackRoutedExperts(text: string, dtype: string | undefined): number[] {
+  if (dtype === undefined || dtype === "int32") return decodeInt32("routed_experts", text);
+  const bytes = base64ToBytes(text);
+  if (dtype === "uint8") {
+    const out = new Array<number>(bytes.length);
+    for (let i = 0; i < bytes.length; i++) out[i] = bytes[i] === UINT8_PAD ? -1 : bytes[i]!;
+    return out;
+  }
+  if (dtype === "uint16") {
+    if (bytes.byteLength % 2 !== 0) throw new StoreError(`stored routed_experts has ${bytes.byteLength} bytes, not a multiple of 2 (uint16)`, { retryable: false });
+    const n = bytes.byteLength / 2;
+    const out = new Array<number>(n);
+    for (let i = 0; i < n; i++) {
+      const v = bytes[2 * i]! | (bytes[2 * i + 1]! << 8);
+      out[i] = v === UINT16_PAD ? -1 : v;
+    }
+    return out;
+  }
+  throw new StoreError(`stored routed_experts_dtype ${JSON.stringify(dtype.slice(0, 40))} is not uint8, uint16 or int32`, { retryable: false });
 }
 
 const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
@@ -54,12 +129,13 @@ export function base64ToBytes(text: string): Uint8Array {
   }
 }
 
-function leBytes(view: Int32Array | Float32Array): Uint8Array {
+function leBytes(view: Int32Array | Float32Array | Uint16Array): Uint8Array {
   if (LITTLE_ENDIAN) return new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
   const out = new Uint8Array(view.byteLength);
   const dv = new DataView(out.buffer);
   for (let i = 0; i < view.length; i++) {
     if (view instanceof Int32Array) dv.setInt32(i * 4, view[i]!, true);
+    else if (view instanceof Uint16Array) dv.setUint16(i * 2, view[i]!, true);
     else dv.setFloat32(i * 4, view[i]!, true);
   }
   return out;
@@ -208,7 +284,7 @@ function logprobsInto(v: unknown, field = "rollout_log_probs"): Float32Array | n
  * `(P + R) · layers · top_k` int32 values ≥ −1. Null when absent.
  * @throws InputError naming `record.routed_experts` / `record.routed_experts_shape`
  */
-function routedExpertsInto(o: Record<string, unknown>, tokens: number, key: string): { data: Int32Array; shape: [number, number] } | null {
+function routedExpertsInto(o: Record<string, unknown>, tokens: number, key: string): { data: Int32Array; shape: [number, number]; max: number } | null {
   const re = o.routed_experts;
   const shape = o.routed_experts_shape;
   if (re === undefined && shape === undefined) return null;
@@ -222,12 +298,14 @@ function routedExpertsInto(o: Record<string, unknown>, tokens: number, key: stri
     throw new InputError("record.routed_experts", `has ${a.length} values, expected (prompt + response) ${tokens} tokens × ${layers} layers × ${topK} top_k = ${want}`, { key });
   }
   const out = new Int32Array(a.length);
+  let max = -1;
   for (let i = 0; i < a.length; i++) {
     const x = a[i];
     if (typeof x !== "number" || (x | 0) !== x || x < -1) throw new InputError(`record.routed_experts[${i}]`, `must be an int32 expert id >= -1, got ${String(x)}`, { key });
     out[i] = x;
+    if (x > max) max = x;
   }
-  return { data: out, shape: [layers, topK] };
+  return { data: out, shape: [layers, topK], max };
 }
 
 /**
@@ -280,8 +358,10 @@ export function validateAndEncode(input: unknown): { head: RecordHead; encoded: 
   };
   if (logprobs) encoded.rollout_log_probs = bytesToBase64(leBytes(logprobs));
   if (experts) {
-    encoded.routed_experts = bytesToBase64(leBytes(experts.data));
+    const packed = packRoutedExperts(experts.data, experts.max);
+    encoded.routed_experts = packed.text;
     encoded.routed_experts_shape = JSON.stringify(experts.shape);
+    encoded.routed_experts_dtype = packed.dtype;
   }
   if (teacher) encoded.teacher_log_probs = bytesToBase64(leBytes(teacher));
   return { head: head as RecordHead, encoded };
@@ -298,8 +378,10 @@ export function encodeRecord(rec: TrajectoryRecord): EncodedRecord {
   };
   if (rollout_log_probs) out.rollout_log_probs = encodeFloat32(rollout_log_probs);
   if (routed_experts !== undefined && routed_experts_shape !== undefined) {
-    out.routed_experts = bytesToBase64(leBytes(Int32Array.from(routed_experts)));
+    const packed = packRoutedExperts(Int32Array.from(routed_experts));
+    out.routed_experts = packed.text;
     out.routed_experts_shape = JSON.stringify(routed_experts_shape);
+    out.routed_experts_dtype = packed.dtype;
   }
   if (teacher_log_probs) out.teacher_log_probs = encodeFloat32(teacher_log_probs);
   return out;
@@ -309,7 +391,10 @@ export function encodeRecord(rec: TrajectoryRecord): EncodedRecord {
 export function encodedFields(enc: EncodedRecord): string[] {
   const out = ["meta", enc.meta, "prompt_ids", enc.prompt_ids, "response_ids", enc.response_ids, "response_mask", enc.response_mask];
   if (enc.rollout_log_probs !== undefined) out.push("rollout_log_probs", enc.rollout_log_probs);
-  if (enc.routed_experts !== undefined && enc.routed_experts_shape !== undefined) out.push("routed_experts", enc.routed_experts, "routed_experts_shape", enc.routed_experts_shape);
+  if (enc.routed_experts !== undefined && enc.routed_experts_shape !== undefined) {
+    out.push("routed_experts", enc.routed_experts, "routed_experts_shape", enc.routed_experts_shape);
+    if (enc.routed_experts_dtype !== undefined) out.push("routed_experts_dtype", enc.routed_experts_dtype);
+  }
   if (enc.teacher_log_probs !== undefined) out.push("teacher_log_probs", enc.teacher_log_probs);
   return out;
 }
@@ -334,7 +419,11 @@ export function decodeRecord(fields: Record<string, string>): TrajectoryRecord {
   });
 }
 
-/** `routed_experts` and `routed_experts_shape` of stored hash fields (both or neither). @throws StoreError when only one is stored or the shape is not `[layers, top_k]` JSON */
+/**
+ * `routed_experts` and `routed_experts_shape` of stored hash fields (both or
+ * neither), unpacked by `routed_experts_dtype` (absent: int32).
+ * @throws StoreError when only one is stored, the shape is not `[layers, top_k]` JSON or the dtype is unknown
+ */
 function decodeRoutedExperts(fields: Record<string, string>): Pick<TrajectoryRecord, "routed_experts" | "routed_experts_shape"> {
   const re = fields.routed_experts;
   const shape = fields.routed_experts_shape;
@@ -348,7 +437,7 @@ function decodeRoutedExperts(fields: Record<string, string>): Pick<TrajectoryRec
   }
   const sh = RoutedExpertsShape.safeParse(parsed);
   if (!sh.success) throw new StoreError(`stored routed_experts_shape ${shape.slice(0, 60)} is not [layers, top_k]`, { retryable: false });
-  return { routed_experts: decodeInt32("routed_experts", re), routed_experts_shape: sh.data };
+  return { routed_experts: unpackRoutedExperts(re, fields.routed_experts_dtype), routed_experts_shape: sh.data };
 }
 
 const FIELD_ORDER = Object.keys(TrajectoryRecord.shape) as (keyof TrajectoryRecord)[];

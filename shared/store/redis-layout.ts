@@ -4,7 +4,7 @@ import type { Partition } from "./types.ts";
 /**
  * Redis key names of the transfer queue (docs/queue-layout.md), all under one
  * prefix:
- * - `{p}traj:{key}` HASH — one record (`meta`, `prompt_ids`, `response_ids`, `response_mask`, `rollout_log_probs`, and `routed_experts` + `routed_experts_shape` when recorded).
+ * - `{p}traj:{key}` HASH — one record (`meta`, `prompt_ids`, `response_ids`, `response_mask`, `rollout_log_probs`, and `routed_experts` + `routed_experts_shape` + `routed_experts_dtype` when recorded).
  * - `{p}group:{uid}` HASH — `expected`, `partition`, `fingerprint`, `finished` (sessions), `records`, `failed`,
  *   `enqueued`, `delivery_id`, `cancelled` (`1`: withdrawn by a cancelled batch, never enqueued, writes refused),
  *   `filtered` (the reason: dynamic sampling keeps the group from the stream once complete), and per session `s:{sid}` (outputs stored) and `t:{sid}` (outputs in all, once known).

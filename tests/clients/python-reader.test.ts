@@ -15,7 +15,9 @@ import { startUpstashBridge } from "../../infra/upstash-bridge/upstash-bridge.ts
 import type { TrajectoryRecord } from "../../shared/schema/index.ts";
 import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue.ts";
 import { treeNodesOf, treeRecords } from "../helpers/tree-records.ts";
-import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { decodeRecord, encodedFields, validateAndEncode, type RoutedExpertsDtype } from "../../shared/store/record-codec.ts";
+import { makeRecord } from "../store/contract.ts";
 import { HANG_MS } from "../helpers/bounds.ts";
 
 const ROOT = join(import.meta.dir, "..", "..");
@@ -159,6 +161,7 @@ describe.skipIf(missing !== null)("the Python reader package", () => {
       "test_hand_computed_batch (test_padding.PaddingTest",
       "test_arrays_dtypes_and_float32_bits (test_decode.DecodeTest",
       "test_teacher_log_probs_and_routed_experts (test_decode.DecodeTest",
+      "test_routed_experts_packed_widths (test_decode.DecodeTest",
       "test_groups_ack_and_padding (test_reader_redis.ReaderRedisTest",
       "test_a_lost_consumer_group_is_created_again_and_redelivers (test_reader_redis.ReaderRedisTest",
     ]) {
@@ -253,6 +256,40 @@ describe.skipIf(missing !== null)("the Python reader package", () => {
     comparePadded(d, lines);
   }, HANG_MS);
 
+  test.skipIf(!hasRedis)("routed experts the TypeScript writer packs (uint8, uint16, int32) and an older int32 record without routed_experts_dtype: decode_record reads the values the TypeScript reader returns", async () => {
+    const prefix = randomPrefix("pyreader-packed");
+    prefixes.push(prefix);
+    const raw = rawRedis();
+    // 4 prompt + 3 response tokens × 2 layers × top-2 = 28 values; the largest id picks the width.
+    const ids = (top: number) => Array.from({ length: 28 }, (_, i) => (i === 0 ? top : i === 1 ? -1 : (i * 37) % (top + 1)));
+    const cases: [string, number, RoutedExpertsDtype | null, number][] = [["u8", 254, "uint8", 28], ["u16", 255, "uint16", 56], ["u16max", 65534, "uint16", 56], ["i32", 65535, "int32", 112], ["old", 65536, null, 112]];
+    const want: Record<string, number[]> = {};
+    try {
+      for (const [tag, top, dtype, bytes] of cases) {
+        const rec = makeRecord(tag, 0, { routed_experts: ids(top), routed_experts_shape: [2, 2] });
+        const { encoded } = validateAndEncode(rec);
+        // The older layout: int32 bytes and no dtype field, as records already in a Redis are.
+        if (dtype === null) delete encoded.routed_experts_dtype;
+        expect(encoded.routed_experts_dtype ?? null).toBe(dtype);
+        expect(Buffer.from(encoded.routed_experts!, "base64").length).toBe(bytes);
+        await raw.hset(`${prefix}traj:${rec.key}`, ...encodedFields(encoded));
+        expect(decodeRecord(await raw.hgetall(`${prefix}traj:${rec.key}`)).routed_experts).toEqual(ids(top));
+        want[rec.key] = ids(top);
+      }
+      const script = `import json, sys, redis; sys.path.insert(0, ${JSON.stringify(PKG)})
+from edgeloop import decode_record
+r = redis.Redis.from_url(${JSON.stringify(REDIS_URL)})
+keys = ${JSON.stringify(Object.keys(want))}
+print(json.dumps({k: [str(d.dtype), list(d.shape), d.ravel().tolist()] for k in keys for d in [decode_record(r.hgetall(${JSON.stringify(prefix)} + "traj:" + k))["routed_experts"]]}))`;
+      const r = await run([PY, "-c", script]);
+      expect(r.stderr).toBe("");
+      const got = JSON.parse(r.stdout) as Record<string, [string, number[], number[]]>;
+      for (const [k, v] of Object.entries(want)) expect(got[k]).toEqual(["int32", [7, 2, 2], v]);
+    } finally {
+      raw.disconnect();
+    }
+  }, HANG_MS);
+
   test.skipIf(!hasRedis)("a CLI batch with routed experts (2 sim replicas behind the gateway, SGLang's wire, 3 × top-2): the Python package reads every array, routed_experts included, equal to the JSONL", async () => {
     const prefix = randomPrefix("pyreader-experts");
     prefixes.push(prefix);
@@ -283,6 +320,12 @@ describe.skipIf(missing !== null)("the Python reader package", () => {
       expect((routed_experts as number[][][])[0]!.length).toBe(3);
       expect(_bytes).toEqual({ ...expectedBytes(byKey.get(r.key as string)!), routed_experts: `<i4:${hex(Int32Array.from(wantExperts!))}` });
     }
+    // 8 experts: stored one byte a value (uint8), decoded by Python to the int32 values above.
+    const raw = rawRedis();
+    const stored = await raw.hgetall(`${prefix}traj:${jsonl[0]!.key}`);
+    raw.disconnect();
+    expect(stored.routed_experts_dtype).toBe("uint8");
+    expect(Buffer.from(stored.routed_experts!, "base64").length).toBe(jsonl[0]!.routed_experts!.length);
     // to_padded: routed_experts int32 [B, P + R, 3, 2], aligned with input_ids (left-padded prompt, right-padded response), pads 0.
     const recs = d.groups[0]!.records.map((r) => byKey.get(r.key as string)!);
     const P = Math.max(...recs.map((r) => r.prompt_ids.length));

@@ -351,7 +351,7 @@ export function transferQueueContract(name: string, target: ContractTarget, pref
       }
     });
 
-    test("routed experts: stored as base64 little-endian int32 + JSON shape, read back exactly; a record without them has exactly the old fields, byte for byte", async () => {
+    test("routed experts: stored packed (uint8 for small ids, int32 beyond 65,534, routed_experts_dtype) + JSON shape, read back exactly; a record without them has exactly the old fields, byte for byte", async () => {
       const q = open();
       // Old-style record: every stored field written out by hand.
       const old = makeRecord("re", 0, { rollout_log_probs: [-0.5, -0.25, -0.125] });
@@ -376,11 +376,24 @@ export function transferQueueContract(name: string, target: ContractTarget, pref
           rollout_log_probs: "AAAAvwAAgL4AAAC+",
         });
         const raw = await target.rawRecord(prefix, "re_1_0");
-        expect(Object.keys(raw).sort()).toEqual(["meta", "prompt_ids", "response_ids", "response_mask", "rollout_log_probs", "routed_experts", "routed_experts_shape"]);
+        expect(Object.keys(raw).sort()).toEqual(["meta", "prompt_ids", "response_ids", "response_mask", "rollout_log_probs", "routed_experts", "routed_experts_dtype", "routed_experts_shape"]);
+        // An id above 65,534 keeps the record int32.
+        expect(raw.routed_experts_dtype).toBe("int32");
         expect(raw.routed_experts).toBe(Buffer.from(Int32Array.from(experts).buffer).toString("base64"));
         expect(raw.routed_experts!.slice(0, 16)).toBe("AAAAAAcAAAADAAAA");
         expect(raw.routed_experts_shape).toBe("[2,2]");
         expect(JSON.parse(raw.meta!)).not.toHaveProperty("routed_experts");
+      }
+      // Ids of 8 experts pack to one byte each, −1 as 0xff: 7 tokens × 2 × 2 = 28 bytes.
+      const small = experts.map((v, i) => (i === 4 ? 7 : v % 8));
+      const packed = makeRecord("re", 3, { routed_experts: small, routed_experts_shape: [2, 2] });
+      await q.put(packed);
+      expect(JSON.stringify(await q.get("re_3_0"))).toBe(JSON.stringify(packed));
+      expect((await q.get("re_3_0"))!.routed_experts![5]).toBe(-1);
+      if (target.rawRecord) {
+        const raw = await target.rawRecord(prefix, "re_3_0");
+        expect(raw.routed_experts_dtype).toBe("uint8");
+        expect(Buffer.from(raw.routed_experts!, "base64").toString("hex")).toBe("00070304" + "07ff0506" + "01020001" + "02030405" + "06070001" + "02030405" + "06070001");
       }
       const e = await rejects(q.put(makeRecord("re", 2, { routed_experts: [1, 2, 3], routed_experts_shape: [2, 2] })));
       expect(e).toBeInstanceOf(InputError);

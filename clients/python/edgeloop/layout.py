@@ -16,10 +16,14 @@ A record is one Redis HASH ``{prefix}traj:{key}`` whose fields are:
 - ``teacher_log_probs``: base64 of little-endian float32, one per response
   token (the teacher's log-prob of each sampled token); absent when no teacher
   was configured;
-- ``routed_experts``: base64 of little-endian int32 of shape
+- ``routed_experts``: base64 of the expert ids of shape
   ``[len(prompt_ids) + len(response_ids), layers, top_k]`` in row-major order,
-  with ``routed_experts_shape`` = JSON ``[layers, top_k]``; both absent when
-  routed experts were not requested.
+  packed as ``routed_experts_dtype`` says: ``uint8`` (every id <= 254),
+  ``uint16`` (little-endian, every id <= 65,534) or ``int32`` (little-endian);
+  in the unsigned widths the all-ones code (255, 65,535) stands for -1; absent
+  (records of older versions) means int32. ``routed_experts_shape`` = JSON
+  ``[layers, top_k]``. All three are absent when routed experts were not
+  requested.
 
 This module is runtime-independent of Redis: it turns such a hash (a mapping
 of ``bytes`` or ``str`` to ``bytes`` or ``str``, as redis-py returns it) into
@@ -52,6 +56,9 @@ ARRAY_FIELDS = {
     "routed_experts": "<i4",
 }
 
+#: ``routed_experts_dtype`` values and their stored little-endian dtypes (absent: int32).
+ROUTED_EXPERTS_DTYPES = {"uint8": "u1", "uint16": "<u2", "int32": "<i4"}
+
 # Native dtypes the arrays are returned in (the stored bytes, converted from little-endian when the host is not).
 _NATIVE = {"<i4": np.int32, "u1": np.uint8, "<f4": np.float32}
 
@@ -79,7 +86,7 @@ def _fields(h):
     return {_text(k): v for k, v in h.items()}
 
 
-def _array(fields, name, key):
+def _array(fields, name, key, dt=None):
     raw = fields.get(name)
     if raw is None:
         return None
@@ -87,7 +94,16 @@ def _array(fields, name, key):
         data = base64.b64decode(raw, validate=True)
     except (binascii.Error, ValueError) as e:
         raise LayoutError(f"stored {name} is not valid base64: {e}", key, name) from None
-    dt = ARRAY_FIELDS[name]
+    dt = dt or ARRAY_FIELDS[name]
+    if dt in ("u1", "<u2") and name == "routed_experts":
+        size = np.dtype(dt).itemsize
+        if len(data) % size:
+            raise LayoutError(f"stored {name} has {len(data)} bytes, not a multiple of {size}", key, name)
+        packed = np.frombuffer(data, dtype=dt)
+        out = packed.astype(np.int32)
+        # The all-ones code of the unsigned width is -1 (docs/queue-layout.md).
+        out[packed == np.iinfo(packed.dtype).max] = -1
+        return out
     size = np.dtype(dt).itemsize
     if len(data) % size:
         raise LayoutError(f"stored {name} has {len(data)} bytes, not a multiple of {size}", key, name)
@@ -105,7 +121,8 @@ def decode_record(h, key=None):
     - ``response_mask``: uint8 ``[R]`` (1 = sampled by the model, 0 = tool/observation);
     - ``rollout_log_probs``: float32 ``[R]`` or ``None`` (field absent);
     - ``teacher_log_probs``: float32 ``[R]`` or ``None`` (field absent);
-    - ``routed_experts``: int32 ``[P + R, layers, top_k]`` or ``None`` (field absent).
+    - ``routed_experts``: int32 ``[P + R, layers, top_k]`` or ``None`` (field absent),
+      whatever width it was stored in (``routed_experts_dtype``; -1 kept).
 
     Float32 values are the stored bits (no rounding through float64 text).
     Raises :class:`LayoutError` naming the key and field when the hash has no
@@ -130,7 +147,11 @@ def decode_record(h, key=None):
         if a is not None and a.shape[0] != n:
             raise LayoutError(f"{name} has {a.shape[0]} entries, response_ids has {n}", key, name)
         rec[name] = a
-    experts = _array(f, "routed_experts", key)
+    dtype = f.get("routed_experts_dtype")
+    dtype = "int32" if dtype is None else _text(dtype)
+    if dtype not in ROUTED_EXPERTS_DTYPES:
+        raise LayoutError(f"routed_experts_dtype must be uint8, uint16 or int32, got {dtype!r}", key, "routed_experts_dtype")
+    experts = _array(f, "routed_experts", key, ROUTED_EXPERTS_DTYPES[dtype])
     if experts is not None:
         shape = f.get("routed_experts_shape")
         try:

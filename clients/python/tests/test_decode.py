@@ -67,6 +67,30 @@ class DecodeTest(unittest.TestCase):
         self.assertEqual(r["routed_experts"].shape, (7, 2, 2))
         self.assertEqual(r["routed_experts"][6].tolist(), [[60, 61], [62, 63]])
 
+    def test_routed_experts_packed_widths(self):
+        # The bytes the TypeScript writer stores (tests/store/routed-experts-pack.test.ts): 1 prompt + 2 response
+        # tokens x 2 layers x top-2 of 8 experts = 12 bytes uint8, -1 as 0xff.
+        experts = [0, 7, 3, 4, 5, -1, 1, 2, 6, 6, 0, 1]
+        three = dict(prompt_ids=b64("i", [151644]), response_ids=b64("i", [9707, 151645]),
+                     response_mask=base64.b64encode(bytes([1, 1])), rollout_log_probs=b64("f", [0.0, 0.0]),
+                     routed_experts_shape=b"[2,2]")
+        r = decode_record(stored(**three, routed_experts=b"AAcDBAX/AQIGBgAB", routed_experts_dtype=b"uint8"))
+        self.assertEqual(len(base64.b64decode(b"AAcDBAX/AQIGBgAB")), 12)
+        self.assertEqual(r["routed_experts"].dtype, np.int32)
+        self.assertEqual(r["routed_experts"].shape, (3, 2, 2))
+        self.assertEqual(r["routed_experts"].ravel().tolist(), experts)
+        # The same values at every width, -1 surviving: uint16 (ids up to 65,534), int32 with and without the field.
+        for top, fmt, dtype in ((255, "H", b"uint16"), (65534, "H", b"uint16"), (65535, "i", b"int32"), (65536, "i", None)):
+            vals = [top] + experts[1:]
+            raw = b64(fmt, [0xFFFF if (v == -1 and fmt == "H") else v for v in vals])
+            extra = {} if dtype is None else {"routed_experts_dtype": dtype}
+            got = decode_record(stored(**three, routed_experts=raw, **extra))["routed_experts"]
+            self.assertEqual(got.dtype, np.int32)
+            self.assertEqual(got.ravel().tolist(), vals, (top, dtype))
+        # str hashes (decode_responses=True) read the same.
+        h = {k.decode(): v.decode() for k, v in stored(**three, routed_experts=b"AAcDBAX/AQIGBgAB", routed_experts_dtype=b"uint8").items()}
+        self.assertEqual(decode_record(h)["routed_experts"].ravel().tolist(), experts)
+
     def test_errors_name_key_and_field(self):
         cases = [
             ({b"meta": b"{"}, "field meta"),
@@ -76,6 +100,10 @@ class DecodeTest(unittest.TestCase):
             (stored(teacher_log_probs=b64("f", [1.0])), "teacher_log_probs has 1 entries, response_ids has 3"),
             (stored(routed_experts=b64("i", [1, 2])), "routed_experts_shape must be JSON [layers, top_k]"),
             (stored(routed_experts=b64("i", [1, 2]), routed_experts_shape=b"[2,1]"), "routed_experts has 2 values, not 7 tokens x 2 layers x 1 top_k"),
+            (stored(routed_experts=b64("i", [1, 2]), routed_experts_shape=b"[2,1]", routed_experts_dtype=b"int8"),
+             "routed_experts_dtype must be uint8, uint16 or int32, got 'int8' (key q-1_2_0, field routed_experts_dtype)"),
+            (stored(routed_experts=base64.b64encode(b"abc"), routed_experts_shape=b"[1,1]", routed_experts_dtype=b"uint16"),
+             "stored routed_experts has 3 bytes, not a multiple of 2"),
         ]
         for h, msg in cases:
             with self.assertRaises(LayoutError) as cm:
