@@ -547,8 +547,9 @@ export function foldAgentSession(key: string, stored: StoredSession): AgentSessi
  * never received it, and the agent did not continue from it) is kept for
  * inspection with `extra_fields.abandoned: {turn, start, end}` (the turn,
  * 1-based, and its tokens' `[start, end)` in `response_ids`), those tokens
- * masked 0 (unless `abandonedMask: "keep"`), and `reward_score` null: it is
- * never credited with the session's reward.
+ * masked 0 with log-probs 0.0 (unless `abandonedMask: "keep"`: mask and
+ * log-probs as sampled), and `reward_score` null: it is never credited with
+ * the session's reward.
  * @throws TrajectoryInvariantError when an output breaks an invariant (never expected).
  */
 export function agentOutputs(st: AgentSessionState, o: { reward: number | null; error?: string; metadata?: Record<string, unknown> | null; rewardError?: string; abandonedMask?: "zero" | "keep" }): AgentLoopOutput[] {
@@ -573,7 +574,13 @@ export function agentOutputs(st: AgentSessionState, o: { reward: number | null; 
       extraFields: extra,
       finishReason: out.finishReason,
     });
-    if (gone && o.abandonedMask !== "keep") rec.response_mask = rec.response_mask.map((m, i) => (i >= gone.start && i < gone.end ? 0 : m));
+    if (gone && o.abandonedMask !== "keep") {
+      // Mask 0 trains nothing: the log-probs there are 0.0, as under every mask-0 token (the validator's invariant 2).
+      const off = (i: number) => i >= gone.start && i < gone.end;
+      rec.response_mask = rec.response_mask.map((m, i) => (off(i) ? 0 : m));
+      if (rec.response_logprobs) rec.response_logprobs = rec.response_logprobs.map((v, i) => (off(i) ? 0 : v));
+      if (rec.teacher_log_probs) rec.teacher_log_probs = rec.teacher_log_probs.map((v, i) => (off(i) ? 0 : v));
+    }
     return { ...rec, parent_output_index: out.parent, branch_at: out.branchAt, ...(out.role ? { agent_role: out.role.name, served_model: out.role.servedModel } : {}) };
   });
 }

@@ -8,6 +8,7 @@
 import { afterEach, beforeAll, describe, expect, test } from "bun:test";
 import { AgentGateway } from "../../shared/agent-gateway/agent-gateway.ts";
 import { parseAppConfig } from "../../shared/config/app-config.ts";
+import { toTrajectoryRecord, type PlannedTrajectory } from "../../shared/rollout/batch.ts";
 import { agentOutputs } from "../../shared/agent-gateway/agent-session.ts";
 import { createAgentGatewayApp } from "../../functions/agent-gateway.ts";
 import type { GenerateRequest, InferenceClient } from "../../shared/inference/types.ts";
@@ -104,8 +105,18 @@ describe("abandoned turns", () => {
       expect(out!.response_mask).toEqual(Array(n).fill(0));
       expect(out!.reward_score).toBe(null);
       expect(out!.extra_fields.abandoned).toEqual({ turn: 1, start: 0, end: n });
-      // Kept for inspection: the tokens are there, and "keep" leaves the mask as sampled.
-      expect(agentOutputs((await s.gw.get("u0_0_0"))!, { reward: 1, abandonedMask: "keep" })[0]!.response_mask).toEqual(Array(n).fill(1));
+      // Log-probs 0.0 under the mask: the output passes the one validator and becomes a record (a fresh-user trial
+      // found every abandoned turn failing its whole trajectory with observation_logprob_zero).
+      expect(out!.response_logprobs).toEqual(Array(n).fill(0));
+      const st = (await s.gw.get("u0_0_0"))!;
+      const planned = { key: "u0_0_0", uid: "u0", session_id: 0, row_index: 0, row: null, row_error: null, group_size: 1, trajectory_info: { step: 0, sample_index: 0, rollout_n: 0, validate: false } } as unknown as PlannedTrajectory;
+      const rec = toTrajectoryRecord(planned, "openai_agent", out!, st.input.rollout, 0);
+      expect([rec.response_mask, rec.rollout_log_probs, rec.reward_score]).toEqual([Array(n).fill(0), Array(n).fill(0), null]);
+      // Kept for inspection: the tokens are there, and "keep" leaves the mask and log-probs as sampled (and valid).
+      const kept = agentOutputs((await s.gw.get("u0_0_0"))!, { reward: 1, abandonedMask: "keep" })[0]!;
+      expect(kept.response_mask).toEqual(Array(n).fill(1));
+      expect(kept.response_logprobs!.every((v) => v < 0)).toBe(true);
+      expect(toTrajectoryRecord(planned, "openai_agent", kept, st.input.rollout, 0).rollout_log_probs).toEqual(kept.response_logprobs);
       // The stored events fold to the same mark.
       s.gw.forget("u0_0_0");
       expect(agentOutputs((await s.gw.get("u0_0_0"))!, { reward: 1 })[0]!.extra_fields.abandoned).toEqual({ turn: 1, start: 0, end: n });
