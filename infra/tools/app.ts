@@ -158,7 +158,7 @@ export function createToolsApp(opts: ToolsAppOptions = {}): Hono {
     if (opts.secret && !(await verifySignature(opts.secret, c.req.header(SIGNATURE_HEADER), raw, now(), opts.windowSeconds))) {
       throw new AuthError("missing, bad or stale x-edgeloop-signature");
     }
-    const user = users[name];
+    const user = Object.hasOwn(users, name) ? users[name] : undefined;
     if (!user) throw new NotFoundError(`unknown simulated user '${name}'; simulated users: ${Object.keys(users).join(", ")}`);
     let json: unknown;
     try {
@@ -178,7 +178,7 @@ export function createToolsApp(opts: ToolsAppOptions = {}): Hono {
     if (opts.secret && !(await verifySignature(opts.secret, c.req.header(SIGNATURE_HEADER), raw, now(), opts.windowSeconds))) {
       throw new AuthError("missing, bad or stale x-edgeloop-signature");
     }
-    const handler = handlers[name];
+    const handler = Object.hasOwn(handlers, name) ? handlers[name] : undefined;
     if (!handler) throw new NotFoundError(`unknown tool '${name}'; tools: ${Object.keys(handlers).join(", ")}`);
     let json: unknown;
     try {

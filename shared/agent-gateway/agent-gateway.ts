@@ -230,7 +230,9 @@ export class AgentGateway {
    * unconfigured role or the default pool.
    */
   modelNameFor(role: string | undefined): string {
-    const pool = role === undefined ? undefined : this.opts.roles?.[role];
+    const roles = this.opts.roles;
+    // Own keys only: a role named "__proto__" or "constructor" is no configured role.
+    const pool = role === undefined || !roles || !Object.hasOwn(roles, role) ? undefined : roles[role];
     return (pool !== undefined ? this.poolTurns.get(pool)?.modelName : undefined) ?? this.modelName;
   }
 
@@ -242,7 +244,8 @@ export class AgentGateway {
     if (role === undefined) return { turns: this.turns };
     const roles = this.opts.roles;
     if (!roles || Object.keys(roles).length === 0) return { turns: this.turns, role: { name: role, servedModel: this.modelName } };
-    const pool = roles[role];
+    // Own keys only: "__proto__", "constructor" and "toString" name no configured role (a fresh-user trial got 200 for them).
+    const pool = Object.hasOwn(roles, role) ? roles[role] : undefined;
     if (pool === undefined) throw new InputError(field, `unknown agent role "${role}"; known roles: ${Object.keys(roles).map((r) => `"${r}"`).join(", ")}`);
     const p = pool === DEFAULT_POOL_NAME ? undefined : this.poolTurns.get(pool);
     return p ? { turns: p.turns, role: { name: role, servedModel: p.modelName } } : { turns: this.turns, role: { name: role, servedModel: this.modelName } };

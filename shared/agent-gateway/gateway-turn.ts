@@ -164,7 +164,7 @@ export class GatewayTurns {
       let onTokens: ((ids: number[]) => void) | undefined;
       if (o.sink) {
         const format = rollout.multi_turn.format ?? tok.traits.defaultParser;
-        const markers = req.tool_choice === "none" ? [] : (STREAM_MARKERS[format] ?? null);
+        const markers = req.tool_choice === "none" ? [] : (Object.hasOwn(STREAM_MARKERS, format) ? STREAM_MARKERS[format]! : null);
         const maxTokens = req.max_tokens === undefined ? b.nextMaxTokens() : Math.min(b.nextMaxTokens(), req.max_tokens);
         // A turn that streams has sampled tokens, so its reply counts one more assistant turn.
         const head = { id: replyId(out.assistantTurns + 1), created, model: req.model ?? this.modelName, prompt_tokens: promptTokens };

@@ -641,7 +641,8 @@ export class ToolAgentLoop extends AgentLoop {
     const names = Object.keys(all);
     const name = (ik as { name?: unknown }).name;
     if (typeof name === "string") {
-      const it = all[name];
+      // Own keys only: a row naming "__proto__" or "constructor" names no configured interaction.
+      const it = Object.hasOwn(all, name) ? all[name] : undefined;
       if (!it) throw new InputError("extra_info.interaction_kwargs.name", `unknown interaction '${name}'; configured interactions: ${pyList(names)}`);
       return it;
     }

@@ -224,6 +224,12 @@ describe("agent roles routed to engine pools", () => {
       type: "invalid_request_error",
       param: "X-Agent-Role",
     });
+    // Names of Object.prototype's own properties are no configured roles either (a fresh-user trial got 200 for them).
+    for (const role of ["__proto__", "constructor", "toString", "hasOwnProperty"]) {
+      const e = await sdk("r3_0_0", role).chat.completions.create({ model: "qwen3", messages: PROMPT as OpenAI.ChatCompletionMessageParam[] }).catch((x: unknown) => x);
+      expect((e as InstanceType<typeof OpenAI.BadRequestError>).error).toMatchObject({ field: "X-Agent-Role", message: `X-Agent-Role: unknown agent role "${role}"; known roles: "planner", "solver"` });
+      expect(gw.modelNameFor(role)).toBe("qwen3");
+    }
     expect([def.prompts.length, a.prompts.length, b.prompts.length]).toEqual([0, 0, 0]);
     expect((await gw.get("r3_0_0"))!.outputs.length).toBe(0);
   });

@@ -333,6 +333,11 @@ describe("metrics, rewards, versions, interactions", () => {
     const client = new ScriptedClient(tok, []);
     const p = new ToolAgentLoop(ctxOf(tok, client, config(), { interactions: {} })).run(SP, { ...row(), extra_info: { interaction_kwargs: { name: "nope" } } });
     await expect(p).rejects.toThrow("extra_info.interaction_kwargs.name: unknown interaction 'nope'; configured interactions: []");
+    // Names of Object.prototype's own properties name no interaction either.
+    for (const name of ["__proto__", "constructor", "toString"]) {
+      const q = new ToolAgentLoop(ctxOf(tok, client, config(), { interactions: {} })).run(SP, { ...row(), extra_info: { interaction_kwargs: { name } } });
+      await expect(q).rejects.toThrow(`extra_info.interaction_kwargs.name: unknown interaction '${name}'; configured interactions: []`);
+    }
     expect(client.requests.length).toBe(0);
   });
 

@@ -67,6 +67,11 @@ describe("example tool server over loopback", () => {
       status: 404,
       body: { error: { code: "not_found", message: "unknown tool 'weather'; tools: calc, lookup" } },
     });
+    // Names of Object.prototype's own properties are no tools.
+    expect(await post(open, "constructor", call("c:1:5", "constructor", {}), null)).toEqual({
+      status: 404,
+      body: { error: { code: "not_found", message: "unknown tool 'constructor'; tools: calc, lookup" } },
+    });
     expect(await post(open, "calc", { name: "calc" }, null)).toEqual({
       status: 400,
       body: { error: { code: "invalid_input", message: "body.call_id: Invalid input: expected string, received undefined (and 3 more issues)", field: "body.call_id" } },
