@@ -97,6 +97,8 @@ export class RedisTransferQueue implements TransferQueue {
   private readonly visibilityMs: number;
   private readonly owns: boolean;
   private readonly shas = new Map<string, Promise<string>>();
+  /** Whether a put of this queue has run PUT_LUA (then puts send EVALSHA, else EVAL with the source). */
+  private putScriptLoaded = false;
   private readonly consumers = new Map<Partition, StreamConsumer>();
 
   constructor(
@@ -271,19 +273,28 @@ export class RedisTransferQueue implements TransferQueue {
     }
   }
 
-  /** `HSET stage …`, `PEXPIRE stage 60000`, `EVALSHA PUT_LUA` in one pipeline; EVAL once on NOSCRIPT (the stage is still there). */
+  /**
+   * `HSET stage …`, `PEXPIRE stage 60000`, `EVALSHA PUT_LUA` in one pipeline.
+   * Until one put of this queue has run the script, the pipeline carries
+   * `EVAL PUT_LUA` instead (which also caches it in Redis), so the first put
+   * is one round trip too; EVAL once more on NOSCRIPT (the script cache was
+   * emptied under a running process; the stage is still there).
+   */
   private async stagedPut(keys: string[], args: string[], stage: string, fields: string[]): Promise<RedisReply> {
     let sha = this.shas.get(PUT_LUA);
     if (!sha) this.shas.set(PUT_LUA, (sha = scriptSha(PUT_LUA)));
     const tail = [String(keys.length + 1), ...keys, stage, ...args];
+    const run = this.putScriptLoaded ? ["EVALSHA", await sha, ...tail] : ["EVAL", PUT_LUA, ...tail];
     let out: (RedisReply | Error)[];
     try {
-      out = await this.redis.pipeline([["HSET", stage, ...fields], ["PEXPIRE", stage, STAGE_TTL_MS], ["EVALSHA", await sha, ...tail]]);
+      out = await this.redis.pipeline([["HSET", stage, ...fields], ["PEXPIRE", stage, STAGE_TTL_MS], run]);
     } catch (e) {
       throw this.wrap(e, true);
     }
     const [hset, , evalReply] = out;
     if (hset instanceof Error) throw this.wrap(hset, true);
+    // Any reply of the script itself (a CONFLICT too) means Redis holds it now.
+    if (!(evalReply instanceof Error) || !errorMessage(evalReply).startsWith("NOSCRIPT")) this.putScriptLoaded = true;
     if (!(evalReply instanceof Error)) return evalReply ?? null;
     if (!errorMessage(evalReply).startsWith("NOSCRIPT")) throw this.wrap(evalReply, false);
     try {
