@@ -50,9 +50,11 @@ function observationShape(added: readonly ChatMessage[]): boolean {
  * compares; tool results named from the request's own calls), once per
  * output and message, so a call costs O(outputs × matched messages).
  * Deeper is more messages on the point's path (a continuation in place puts
- * all of them there), then a continuation in place (the latest output first,
- * as a linear session continues its current output; it wins over a re-ask of
- * another output whose messages read the same), then more shared tokens,
+ * all of them there), then a continuation in place (it wins over a re-ask of
+ * another output whose messages read the same; among those, one whose last
+ * reply's tool-call ids the request echoes — siblings whose samples read
+ * alike are told apart by the ids they were given — then the latest output,
+ * as a linear session continues its current output), then more shared tokens,
  * then the earliest output (the ancestor that owns the shared tokens). Points are message boundaries only: the end of a
  * sampled turn whose output went on (`after`), the start of a sampled turn
  * (`reask`), or a boundary among the messages a prompt rendered (`prompt`,
@@ -64,18 +66,20 @@ function observationShape(added: readonly ChatMessage[]): boolean {
 export function planTurn(st: AgentSessionState, messages: readonly ChatMessage[], toolsKey: string, role?: { name: string }): TurnPlan {
   const named = namedToolResults(messages.slice(), messages);
   const mine = named.map(comparable);
-  let best: { plan: TurnPlan; depth: number; at: number; inPlace: boolean; index: number } | null = null;
-  const offer = (plan: TurnPlan, depth: number, at: number, inPlace: boolean, index: number) => {
+  let best: { plan: TurnPlan; depth: number; at: number; inPlace: boolean; ids: boolean; index: number } | null = null;
+  const offer = (plan: TurnPlan, depth: number, at: number, inPlace: boolean, index: number, ids = false) => {
     if (best) {
       if (depth !== best.depth) {
         if (depth < best.depth) return;
       } else if (inPlace !== best.inPlace) {
         if (!inPlace) return;
+      } else if (ids !== best.ids) {
+        if (!ids) return;
       } else if (at !== best.at) {
         if (at < best.at) return;
       } else if (inPlace ? index < best.index : index > best.index) return;
     }
-    best = { plan, depth, at, inPlace, index };
+    best = { plan, depth, at, inPlace, ids, index };
   };
   for (const out of st.outputs) {
     if (out.toolsKey !== toolsKey || !sameRole(out, role)) continue;
@@ -89,7 +93,8 @@ export function planTurn(st: AgentSessionState, messages: readonly ChatMessage[]
       const last = out.turns[out.turns.length - 1];
       if (last && last.msg === h.length - 1 && last.end === out.builder.contextLength) {
         // Every message of the request is then on this output's path: as deep as any point can be.
-        offer({ kind: "continue", out, added: messages.slice(k) }, messages.length, last.end, true, out.index);
+        // Among outputs that read alike (siblings of one re-ask whose samples are equal), the one whose reply's tool-call ids the request echoes.
+        offer({ kind: "continue", out, added: messages.slice(k) }, messages.length, last.end, true, out.index, sameCallIds(messages[k - 1]!, h[h.length - 1]!));
         continue;
       }
     }
@@ -111,6 +116,13 @@ export function planTurn(st: AgentSessionState, messages: readonly ChatMessage[]
     if (j >= 1 && (j < messages.length || j < out.promptMessages)) offer({ kind: "branch", point: "prompt", parent: out, messages: j }, j, 0, false, out.index);
   }
   return best ? (best as { plan: TurnPlan }).plan : { kind: "root" };
+}
+
+/** Whether `a` (the request's) and `b` (recorded) are assistant messages with tool calls of the same ids, in order. */
+function sameCallIds(a: ChatMessage, b: ChatMessage): boolean {
+  const x = a.role === "assistant" ? a.tool_calls : undefined;
+  const y = b.role === "assistant" ? b.tool_calls : undefined;
+  return !!x && !!y && x.length > 0 && x.length === y.length && x.every((c, i) => c.id === y[i]!.id);
 }
 
 /** Whether a call of `role` may continue or branch from `out`: the same role, or neither has one (a role's tokens never enter another role's output). */

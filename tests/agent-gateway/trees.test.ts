@@ -273,6 +273,25 @@ describe("trajectory trees", () => {
     expect(agentOutputs(foldAgentSession(KEY, stored), { reward: 1 })).toEqual(outs);
   });
 
+  test("siblings whose samples read alike: a continuation goes to the one whose tool-call ids it echoes (a fresh-user trial saw it go to the latest)", async () => {
+    const KEY = "u7_0_0";
+    const { gw, fetchApp } = setup();
+    await createSession(gw, KEY);
+    const c = sdk(fetchApp, KEY);
+    const M1 = rows[3]!.prompt as Msg[];
+    const a1 = await ask(c, M1);
+    const b1 = await ask(c, M1);
+    // The simulated engine repeats its sample: the siblings read alike but for their tool-call ids.
+    expect(b1.content).toBe(a1.content);
+    expect(a1.tool_calls![0]!.id).not.toBe(b1.tool_calls![0]!.id);
+    await ask(c, [...M1, a1, toolMsg(a1, "60")]);
+    const st = (await gw.get(KEY))!;
+    expect(st.outputs.map((o) => o.turns.length)).toEqual([2, 1]);
+    // And the other sibling's ids continue the other one.
+    await ask(c, [...M1, b1, toolMsg(b1, "60")]);
+    expect((await gw.get(KEY))!.outputs.map((o) => o.turns.length)).toEqual([2, 2]);
+  });
+
   test("bad input: a record's branch names an earlier output of its session, both fields or neither; a stored branch must name a real point", async () => {
     const t = { key: "u2_0_0", uid: "u2", session_id: 0, row_index: 0, row: null, row_error: null, group_size: 1, trajectory_info: { step: 0, sample_index: 0, rollout_n: 0, validate: false } } as unknown as PlannedTrajectory;
     const out: AgentLoopOutput = { prompt_ids: [1, 2], response_ids: [3], response_mask: [1], response_logprobs: [-0.5], reward_score: null, num_turns: 2, truncated: false, finish_reason: "stop", metrics: { generate_sequences: 0, tool_calls: 0, compute_score: 0, num_preempted: -1 }, extra_fields: {} };

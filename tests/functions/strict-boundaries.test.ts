@@ -60,7 +60,7 @@ describe("query parameters are strict on every route with a query schema", () =>
     expect(await get(`/v1/rollouts/${batch}/summaries?stauts=ok&limit=5`)).toEqual([400, invalid("stauts", `unknown query parameter; expected one of ${summaryParams}`)]);
     expect(await get(`/v1/rollouts/${batch}/groups/q0?decod=1`)).toEqual([400, invalid("decod", "unknown query parameter; expected one of decode")]);
     expect(await get("/v1/trajectories/u_0_0?decode=1&x=2")).toEqual([400, invalid("x", "unknown query parameter; expected one of decode")]);
-    expect(await get("/v1/groups?consumr=t")).toEqual([400, invalid("consumr", "unknown query parameter; expected one of max, block_ms, consumer, partition, agent_role, include_filtered")]);
+    expect(await get("/v1/groups?consumr=t")).toEqual([400, invalid("consumr", "unknown query parameter; expected one of max, block_ms, consumer, partition, agent_role, deliver, include_filtered")]);
     // The known parameters still work.
     expect(await get("/v1/rollouts?limit=1")).toEqual([200, { batches: [expect.objectContaining({ batch_id: batch, cancelled: null })], next_cursor: null }]);
     expect(await get(`/v1/rollouts/${batch}/summaries?status=ok&limit=5`)).toEqual([200, { summaries: [], next_cursor: null, total: 0, matched: 0, done: false }]);

@@ -7,12 +7,12 @@ const env = (v: Partial<Env>) => v as Env;
 describe("Worker env: the agent gateway's variables", () => {
   test("EDGELOOP_AGENT_* and EDGELOOP_PUBLIC_URL over the config's agent section", () => {
     const cfg = parseAppConfig({ agent: { url: "http://cfg/tasks", timeout_ms: 5000, secret: "s0", public_url: "http://cfg-public" } }, "t");
-    expect(agentSettings(env({}), cfg)).toEqual({ agent: { url: "http://cfg/tasks", timeout_ms: 5000, secret: "s0", max_reply_bytes: 4194304 }, publicUrl: "http://cfg-public" });
+    expect(agentSettings(env({}), cfg)).toEqual({ agent: { url: "http://cfg/tasks", timeout_ms: 5000, secret: "s0", max_reply_bytes: 4194304, abandoned_mask: "zero" }, publicUrl: "http://cfg-public" });
     expect(agentSettings(env({ EDGELOOP_AGENT_URL: "https://a.example/t", EDGELOOP_AGENT_SECRET: "s1", EDGELOOP_AGENT_TIMEOUT_MS: "1200", EDGELOOP_PUBLIC_URL: "https://w.example/" }), cfg)).toEqual({
-      agent: { url: "https://a.example/t", timeout_ms: 1200, secret: "s1", max_reply_bytes: 4194304 },
+      agent: { url: "https://a.example/t", timeout_ms: 1200, secret: "s1", max_reply_bytes: 4194304, abandoned_mask: "zero" },
       publicUrl: "https://w.example",
     });
-    expect(agentSettings(env({}), parseAppConfig({}, "t"))).toEqual({ agent: { url: null, timeout_ms: 600_000, secret: null, max_reply_bytes: 4194304 }, publicUrl: null });
+    expect(agentSettings(env({}), parseAppConfig({}, "t"))).toEqual({ agent: { url: null, timeout_ms: 600_000, secret: null, max_reply_bytes: 4194304, abandoned_mask: "zero" }, publicUrl: null });
   });
 
   test("a bad value is a ConfigError naming the variable", () => {
