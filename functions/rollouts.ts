@@ -1,6 +1,6 @@
 import { Hono, type Context } from "hono";
 import { AuthError, ConflictError, EdgeloopError, inputErrorFromZod, NotFoundError, NotImplementedError } from "../shared/errors.ts";
-import { RolloutRequest } from "../shared/rollout/batch.ts";
+import { parseRolloutRequest } from "../shared/rollout/batch.ts";
 import type { BatchCancellation, BatchCounts } from "../shared/rollout/batch-run.ts";
 import type { RolloutService } from "../shared/service/rollout-service.ts";
 import { parseTrajectoryKey, TrajectoryRecord, Uid } from "../shared/schema/index.ts";
@@ -225,9 +225,7 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
 
   app.post("/v1/rollouts", async (c) => {
     const body = await readJson(c, maxBody);
-    const r = RolloutRequest.safeParse(body);
-    if (!r.success) throw inputErrorFromZod("", r.error.issues);
-    const { batch_id, keys, reused_uids, complete_uids } = await service.accept(r.data);
+    const { batch_id, keys, reused_uids, complete_uids } = await service.accept(parseRolloutRequest(body));
     return c.json({ batch_id, keys, reused_uids, complete_uids }, 202);
   });
 

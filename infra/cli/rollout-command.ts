@@ -1,7 +1,7 @@
 import { accessSync, constants, createWriteStream, statSync, type WriteStream } from "node:fs";
 import { dirname, resolve } from "node:path";
-import { RolloutRequest } from "../../shared/rollout/batch.ts";
-import { InputError, inputErrorFromZod } from "../../shared/errors.ts";
+import { parseRolloutRequest } from "../../shared/rollout/batch.ts";
+import { InputError } from "../../shared/errors.ts";
 import type { TrajectoryRecord } from "../../shared/schema/index.ts";
 import { readDataFile, type BadDataLine } from "./files.ts";
 import type { ConfigFlags } from "./flags.ts";
@@ -70,21 +70,15 @@ export async function rolloutCommand(flags: RolloutFlags): Promise<void> {
   let interrupted: string | null = null;
   let onSignal: ((sig: string) => void) | null = null;
   try {
-    const req = RolloutRequest.safeParse({
-      rows,
-      global_steps: flags.globalSteps,
-      model_version: flags.modelVersion ?? null,
-      validate: flags.validate ?? false,
-    });
-    if (!req.success) throw inputErrorFromZod("--data", req.error.issues);
+    const req = parseRolloutRequest({ rows, global_steps: flags.globalSteps, model_version: flags.modelVersion ?? null, validate: flags.validate ?? false }, "--data");
     out = flags.out ? createWriteStream(flags.out) : null;
     const t0 = performance.now();
     // accept, not submit: known uids are checked first (another n or prompt is refused before anything is written) and their finished sessions handed back.
-    const { run, keys } = await runtime.service.accept(req.data);
-    const n = req.data.validate ? runtime.config.rollout.val_kwargs.n : runtime.config.rollout.n;
+    const { run, keys } = await runtime.service.accept(req);
+    const n = req.validate ? runtime.config.rollout.val_kwargs.n : runtime.config.rollout.n;
     log(`batch      ${run.plan.batch_id}: ${rows.length} rows x n=${n} -> ${keys.length} trajectories`);
     // verl's validation samples with val_kwargs (n included): say so when --n asked for another n.
-    if (req.data.validate && flags.n !== undefined && flags.n !== n) {
+    if (req.validate && flags.n !== undefined && flags.n !== n) {
       log(`note       --validate samples rollout.val_kwargs.n = ${n} per row (verl's val_kwargs); --n ${flags.n} is the training n (set rollout.val_kwargs.n in --config to change it)`);
     }
 

@@ -21,8 +21,8 @@ import { Hono } from "hono";
 import { allowAnonymous, apiAuth, readJson, runtimeAuthLine } from "../../functions/http-util.ts";
 import { errorResponse } from "../../functions/rollouts.ts";
 import { mergeConfig, parseAppConfig } from "../../shared/config/app-config.ts";
-import { ConfigError, inputErrorFromZod } from "../../shared/errors.ts";
-import { planBatch, RolloutRequest } from "../../shared/rollout/batch.ts";
+import { ConfigError } from "../../shared/errors.ts";
+import { parseRolloutRequest, planBatch } from "../../shared/rollout/batch.ts";
 import { checkPlanGroups, withFingerprints } from "../../shared/rollout/group-fingerprint.ts";
 import { samplingParamsFor } from "../../shared/rollout/executor.ts";
 import type { SessionInputArg } from "../../shared/session/checkpoint.ts";
@@ -51,9 +51,7 @@ app.use("/v1/*", async (c, next) => apiAuth(c.env.EDGELOOP_API_TOKEN || null, al
 
 app.post("/v1/rollouts", async (c) => {
   const rt = await workerRuntime(c.env);
-  const r = RolloutRequest.safeParse(await readJson(c, 32 * 1024 * 1024));
-  if (!r.success) throw inputErrorFromZod("", r.error.issues);
-  const req = r.data;
+  const req = parseRolloutRequest(await readJson(c, 32 * 1024 * 1024));
   if (req.config && Object.keys(req.config).some((k) => k !== "rollout")) throw new ConfigError("config", "only the rollout section can be set per batch");
   const cfg = req.config ? parseAppConfig(mergeConfig(rt.config, req.config), "request config") : rt.config;
   refuseRolloutOnWorkers(cfg.rollout, "request config");

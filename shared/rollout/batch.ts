@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { PolicyVersionValue } from "./policy-version.ts";
-import { formatPath, InputError } from "../errors.ts";
-import { DatasetRow, Uid, parseTrajectoryKey, trajectoryKey, type AgentLoopOutput, type ModelId, type RolloutConfig, type TrajectoryRecord } from "../schema/index.ts";
+import { formatPath, InputError, inputErrorFromZod } from "../errors.ts";
+import { DatasetRow, RolloutConfig as RolloutConfigSchema, Uid, parseTrajectoryKey, trajectoryKey, type AgentLoopOutput, type ModelId, type RolloutConfig, type TrajectoryRecord } from "../schema/index.ts";
 import { validateTrajectory } from "../tokens/validate.ts";
 import { contentText } from "../tokens/tokenizer.ts";
 import { failedRecord as storeFailedRecord } from "../store/record-codec.ts";
@@ -27,6 +27,34 @@ export const RolloutRequest = z.strictObject({
   target_groups: z.number().int().min(1, "target_groups must be >= 1").optional(),
 });
 export type RolloutRequest = z.infer<typeof RolloutRequest>;
+
+/** The sections of `AppConfig` a batch's `config` may name, as written in a config file (for the hint of {@link parseRolloutRequest}). */
+const CONFIG_SECTIONS = new Set(["rollout", "engine", "tools", "store", "reward", "gateway", "agent", "openenv", "limits"]);
+
+/**
+ * Parses a `POST /v1/rollouts` body (or the CLI's equivalent) with
+ * {@link RolloutRequest}.
+ * @param field the name of the input in errors: `""` for a body (`rows`, `config`…), `--data` for the CLI.
+ * @throws InputError 400 naming the first failing field; a top-level key that
+ *   is a rollout setting (`n`, `response_length`, …) or a config section
+ *   (`engine`, …) says where it belongs (`config.rollout.n`), since a batch
+ *   body holds those only under `config`.
+ */
+export function parseRolloutRequest(body: unknown, field = ""): RolloutRequest {
+  const r = RolloutRequest.safeParse(body);
+  if (r.success) return r.data;
+  const first = r.error.issues[0];
+  if (first?.code === "unrecognized_keys" && first.path.length === 0 && first.keys.length) {
+    const key = first.keys[0]!;
+    const place = Object.hasOwn(RolloutConfigSchema.shape, key) ? `config.rollout.${key}` : CONFIG_SECTIONS.has(key) ? `config.${key}` : null;
+    if (place) {
+      const parts = place.split(".").slice(1);
+      const nested = parts.map((k) => `{"${k}": `).join("") + "…" + "}".repeat(parts.length);
+      throw new InputError(formatPath(field, [key]), `not a field of the batch body; it belongs under config as ${place}: {"config": ${nested}} (the body's fields are ${Object.keys(RolloutRequest.shape).join(", ")})`);
+    }
+  }
+  throw inputErrorFromZod(field, r.error.issues);
+}
 
 /** One trajectory to run: the key parts, the row it comes from, and verl's trajectory info. */
 export interface PlannedTrajectory {

@@ -200,6 +200,21 @@ describe("unknown keys are errors, not silently ignored", () => {
     expect(cfg.status).toBe(400);
     expect((await cfg.json()).error.message).toBe('config rollout: Unrecognized key: "respone_length" (in request config)');
   });
+  test("a rollout setting or a config section at the top of the body says where it belongs", async () => {
+    const fields = "rows, config, global_steps, model_version, validate, target_groups";
+    const n = await post("/v1/rollouts", { rows: [rows[0]], n: 4 });
+    expect(n.status).toBe(400);
+    expect((await n.json()).error).toEqual({
+      code: "invalid_input",
+      field: "n",
+      message: `n: not a field of the batch body; it belongs under config as config.rollout.n: {"config": {"rollout": {"n": …}}} (the body's fields are ${fields})`,
+    });
+    const engine = await post("/v1/rollouts", { rows: [rows[0]], engine: {} });
+    expect((await engine.json()).error.message).toBe(`engine: not a field of the batch body; it belongs under config as config.engine: {"config": {"engine": …}} (the body's fields are ${fields})`);
+    // Own keys only: an inherited name is an ordinary unknown key.
+    const proto = await post("/v1/rollouts", { rows: [rows[0]], toString: 1 });
+    expect((await proto.json()).error.message).toBe('toString: Unrecognized key: "toString"');
+  });
 });
 
 describe("batch size", () => {
