@@ -74,7 +74,7 @@ export class DurableObjectSessionStorage implements SessionStorage {
   async get(key: string): Promise<StoredSession | null> {
     const head = await this.head<unknown>(["step", "n", "in", "cp"]);
     if (head.has("cp")) {
-      throw new StoreError(`session '${key}': stored checkpoint is version 1 (one whole snapshot); this edgeloop reads version 2 only`, { retryable: false, code: "checkpoint_version" });
+      throw new StoreError(`session '${key}': stored checkpoint is version 1 (one whole snapshot); this edgeloop reads versions 2 and 3 only`, { retryable: false, code: "checkpoint_version" });
     }
     if (!head.has("step") && !head.has("in")) return null;
     const nin = Number(head.get("in") ?? 0);

@@ -2,26 +2,65 @@ import type { ToolAgentData, ToolAgentLoop } from "../agent-loop/tool-agent.ts";
 import { StoreError } from "../errors.ts";
 import { ROUTED_EXPERTS_FILL, type ChatMessage } from "../schema/index.ts";
 import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
-import { parseDelta, restoreToolAgentFields, unpackOutput, saveToolAgentFields, type BuilderDelta, type LoopDelta, type SessionCheckpoint, type SessionInput } from "./checkpoint.ts";
+import { DELTA_LISTS, parseDelta, restoreToolAgentFields, unpackOutput, saveToolAgentFields, type BuilderDelta, type LoopDelta, type SessionCheckpoint, type SessionInput, type ToolAgentFields } from "./checkpoint.ts";
 import { decodeFloat32, decodeInt32, decodeUint8, encodeFloat32, encodeInt32, encodeUint8 } from "../schema/typed-base64.ts";
+
+type DeltaList = (typeof DELTA_LISTS)[number];
+
+/** A per-turn list of `f` as an array (`tool_metrics`/`token_versions` may be absent: none). */
+function listOf(f: ToolAgentFields, name: DeltaList): readonly unknown[] {
+  return (f[name] as readonly unknown[] | undefined) ?? [];
+}
+
+/** A list item as committed: a primitive itself, an object as its JSON (so a later in-place change is seen). */
+function committedItem(x: unknown): unknown {
+  return x !== null && typeof x === "object" ? JSON.stringify(x) : x;
+}
 
 /**
  * What the last commit held of `tool_agent`'s growing state, so the next
  * commit writes only what was added: the message objects (by identity —
- * the loop only appends messages) and the builder with its response length
- * (the builder only appends tokens).
+ * the loop only appends messages), the builder with its response length
+ * (the builder only appends tokens), and the per-turn lists
+ * ({@link DELTA_LISTS}, kept as far as their items are equal to the
+ * committed ones).
  */
 export class DeltaTracker {
   private messages: readonly ChatMessage[] = [];
   private builder: TrajectoryBuilder | null = null;
   private tokens = 0;
+  private lists: Record<DeltaList, unknown[]> = emptyLists();
 
   /** The loop delta of `d` against the last {@link accept}ed state. */
   delta(d: ToolAgentData): LoopDelta {
     let keep = 0;
     const n = Math.min(this.messages.length, d.messages.length);
     while (keep < n && this.messages[keep] === d.messages[keep]) keep++;
-    return { ...saveToolAgentFields(d), messages_from: keep, messages: d.messages.slice(keep), builder: d.builder ? this.builderDelta(d.builder) : null };
+    const fields = saveToolAgentFields(d);
+    const listsFrom: Partial<Record<DeltaList, number>> = {};
+    const tails: Partial<Record<DeltaList, unknown[]>> = {};
+    for (const name of DELTA_LISTS) {
+      const now = listOf(fields, name);
+      const was = this.lists[name];
+      let k = 0;
+      const m = Math.min(was.length, now.length);
+      while (k < m && was[k] === committedItem(now[k])) k++;
+      listsFrom[name] = k;
+      tails[name] = now.slice(k);
+    }
+    const { tool_metrics: _m, token_versions: _t, ...rest } = fields;
+    return {
+      ...rest,
+      tool_rewards: tails.tool_rewards as number[],
+      turn_scores: tails.turn_scores as number[],
+      model_versions: tails.model_versions!,
+      ...(tails.tool_metrics!.length ? { tool_metrics: tails.tool_metrics as ToolAgentFields["tool_metrics"] } : {}),
+      ...(tails.token_versions!.length ? { token_versions: tails.token_versions as ToolAgentFields["token_versions"] } : {}),
+      lists_from: listsFrom,
+      messages_from: keep,
+      messages: d.messages.slice(keep),
+      builder: d.builder ? this.builderDelta(d.builder) : null,
+    };
   }
 
   /** Records `d` as committed (after the storage accepted the delta). */
@@ -30,6 +69,21 @@ export class DeltaTracker {
     this.messages = d ? d.messages.slice() : [];
     this.builder = d?.builder ?? null;
     this.tokens = d?.builder?.responseLength ?? 0;
+    if (!d) {
+      this.lists = emptyLists();
+      return;
+    }
+    const fields = saveToolAgentFields(d);
+    for (const name of DELTA_LISTS) {
+      // Only the items past the kept prefix change: the committed copy is extended, not rebuilt (O(turn)).
+      const now = listOf(fields, name);
+      const was = this.lists[name];
+      let k = 0;
+      const m = Math.min(was.length, now.length);
+      while (k < m && was[k] === committedItem(now[k])) k++;
+      was.length = k;
+      for (let i = k; i < now.length; i++) was.push(committedItem(now[i]));
+    }
   }
 
   private builderDelta(b: TrajectoryBuilder): BuilderDelta {
@@ -101,7 +155,7 @@ export function foldCheckpoint(deltas: readonly string[], key: string): { cp: Se
     // would resume from a partial prompt and history, so it is refused rather than read.
     if (!prev && d.step !== 0) throw new StoreError(`session '${key}': stored checkpoint begins at step ${d.step}, not 0 (its earlier steps are gone)`, { retryable: false, code: "session_gap" });
     if (d.loop === null) loop = null;
-    else if (d.loop !== undefined) loop = applyLoop(loop, d.loop);
+    else if (d.loop !== undefined) loop = applyLoop(loop, d.loop, key);
     const { loop: _l, outputs, ...head } = d;
     cp = { ...head, loop: d.loop === undefined ? (prev?.loop ?? null) : d.loop, outputs: outputs !== undefined ? (outputs === null ? null : outputs.map(unpackOutput)) : (prev?.outputs ?? null) };
   }
@@ -109,7 +163,32 @@ export function foldCheckpoint(deltas: readonly string[], key: string): { cp: Se
   return { cp, loop };
 }
 
-function applyLoop(prev: FoldedLoop | null, d: LoopDelta): FoldedLoop {
+function emptyLists(): Record<DeltaList, unknown[]> {
+  return { tool_rewards: [], tool_metrics: [], turn_scores: [], model_versions: [], token_versions: [] };
+}
+
+/**
+ * A delta's small fields with its per-turn lists made whole: a version-3
+ * delta's list holds the items after `lists_from[name]` items of the previous
+ * state's (version 2: whole already).
+ */
+function wholeFields(prev: LoopDelta | null, d: LoopDelta, key: string): LoopDelta {
+  if (!d.lists_from) return d;
+  const out: Record<string, unknown> = { ...d };
+  for (const name of DELTA_LISTS) {
+    const from = d.lists_from[name] ?? 0;
+    const base = prev ? listOf(prev, name) : [];
+    if (from > base.length) throw new StoreError(`session '${key}': stored checkpoint keeps ${from} items of loop.${name}, but the state before it holds ${base.length}`, { retryable: false });
+    out[name] = base.slice(0, from).concat(listOf(d, name));
+  }
+  const whole = out as LoopDelta;
+  if (!whole.tool_metrics?.length) delete whole.tool_metrics;
+  delete whole.lists_from;
+  return whole;
+}
+
+function applyLoop(prev: FoldedLoop | null, d: LoopDelta, key: string): FoldedLoop {
+  const fields = wholeFields(prev?.fields ?? null, d, key);
   const messages = (prev?.messages ?? []).slice(0, d.messages_from).concat(d.messages);
   let builder: FoldedBuilder | null = null;
   if (d.builder) {
@@ -121,7 +200,7 @@ function applyLoop(prev: FoldedLoop | null, d: LoopDelta): FoldedLoop {
     if (c.ids.length) chunks.push(c);
     builder = { delta: bd, prompt, chunks, length: chunks.reduce((n, x) => n + x.ids.length, 0), experts: foldExperts(base?.experts ?? null, bd) };
   }
-  return { fields: d, messages, builder };
+  return { fields, messages, builder };
 }
 
 /** `prev` with a delta's routed experts applied: positions before `routed_experts_from` kept (the fill value where `prev` had none), the rest replaced. */

@@ -9,7 +9,7 @@ import type { ParsedCall, ParseError } from "../tools/tool-call-parser.ts";
 import { decodeFloat32, decodeFloat64, decodeInt32, decodeUint8, encodeFloat32, encodeFloat64, encodeInt32, encodeUint8 } from "../schema/typed-base64.ts";
 
 /** Version of the checkpoint layout; a stored checkpoint of another version is refused, never guessed at. */
-export const CHECKPOINT_VERSION = 2;
+export const CHECKPOINT_VERSION = 3;
 
 /** What a trajectory builder's budgets and flags are (the non-token part of a {@link BuilderDelta}). */
 const BuilderLimits = z.object({
@@ -113,11 +113,24 @@ export type BuilderDelta = z.infer<typeof BuilderDelta>;
  * metrics) whole.
  */
 export const LoopDelta = ToolAgentFields.extend({
+  /**
+   * Version 3: how many items of each per-turn list of the previous state are
+   * kept ({@link DELTA_LISTS}); the list field then holds only the items
+   * after them. Absent (version 2): the list fields are whole.
+   */
+  lists_from: z.partialRecord(z.enum(["tool_rewards", "tool_metrics", "turn_scores", "model_versions", "token_versions"]), z.number().int().min(0)).optional(),
   messages_from: z.number().int().min(0),
   messages: z.array(ChatMessage),
   builder: BuilderDelta.nullable(),
 });
 export type LoopDelta = z.infer<typeof LoopDelta>;
+
+/**
+ * The fields of {@link ToolAgentFields} that grow by one item per turn (or per
+ * tool reply): a version-3 delta writes only their new items, so a commit's
+ * bytes do not grow with the turns before it (issue 32 item 3).
+ */
+export const DELTA_LISTS = ["tool_rewards", "tool_metrics", "turn_scores", "model_versions", "token_versions"] as const;
 
 /**
  * A finished output as a checkpoint stores it: {@link AgentLoopOutput} with
@@ -183,7 +196,8 @@ export function unpackOutput(s: StoredOutput): AgentLoopOutput {
  * `loop`/`outputs` absent: unchanged since the previous commit; null: dropped.
  */
 export const CheckpointDelta = z.object({
-  v: z.literal(CHECKPOINT_VERSION),
+  /** 3 (written); 2 is still read: its per-turn lists are whole ({@link LoopDelta.lists_from}). */
+  v: z.union([z.literal(2), z.literal(CHECKPOINT_VERSION)]),
   key: z.string().min(1),
   step: z.number().int().min(0),
   phase: SessionPhase,
@@ -252,8 +266,8 @@ export function parseDelta(text: string, key: string): CheckpointDelta {
     throw new StoreError(`session '${key}': stored checkpoint is not JSON: ${(e as Error).message}`, { retryable: false });
   }
   const v = (json as { v?: unknown } | null)?.v;
-  if (v !== CHECKPOINT_VERSION) {
-    throw new StoreError(`session '${key}': stored checkpoint is version ${JSON.stringify(v)}; this edgeloop reads version ${CHECKPOINT_VERSION} only (finish or drop sessions before upgrading)`, {
+  if (v !== CHECKPOINT_VERSION && v !== 2) {
+    throw new StoreError(`session '${key}': stored checkpoint is version ${JSON.stringify(v)}; this edgeloop reads versions 2 and ${CHECKPOINT_VERSION} only (finish or drop sessions before upgrading)`, {
       retryable: false,
       code: "checkpoint_version",
     });

@@ -116,7 +116,7 @@ export class RedisSessionStorage implements SessionStorage {
     const h = this.hashKey(key);
     const [step, n, nin, v1] = (await this.call(["HMGET", h, "step", "n", "in", "cp"])) as (string | null)[];
     if (v1 != null) {
-      throw new StoreError(`session '${key}': stored checkpoint is version 1 (one whole snapshot); this edgeloop reads version 2 only (finish or drop sessions before upgrading)`, {
+      throw new StoreError(`session '${key}': stored checkpoint is version 1 (one whole snapshot); this edgeloop reads versions 2 and 3 only (finish or drop sessions before upgrading)`, {
         retryable: false,
         code: "checkpoint_version",
       });

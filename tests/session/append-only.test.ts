@@ -252,7 +252,7 @@ describe("append-only checkpoints", () => {
       const { deps } = await depsFor(tools.url);
       const e2 = await TrajectorySession.open(inp.key, { storage: mem, createLoop: sessionLoopFactory(deps) }).catch((e) => e);
       expect(e2).toBeInstanceOf(StoreError);
-      expect([e2.code, e2.retryable, e2.message]).toEqual(["checkpoint_version", false, "session 'v1_0_0': stored checkpoint is version 1; this edgeloop reads version 2 only (finish or drop sessions before upgrading)"]);
+      expect([e2.code, e2.retryable, e2.message]).toEqual(["checkpoint_version", false, "session 'v1_0_0': stored checkpoint is version 1; this edgeloop reads versions 2 and 3 only (finish or drop sessions before upgrading)"]);
     } finally {
       await raw.quit();
     }
