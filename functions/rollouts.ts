@@ -1,6 +1,8 @@
 import { Hono, type Context } from "hono";
 import { AuthError, ConflictError, EdgeloopError, inputErrorFromZod, NotFoundError, NotImplementedError } from "../shared/errors.ts";
 import { parseRolloutRequest } from "../shared/rollout/batch.ts";
+import { loopLagFamilies } from "../shared/rollout/session-admission.ts";
+import { processLoopLag } from "../shared/telemetry/loop-lag.ts";
 import type { BatchCancellation, BatchCounts } from "../shared/rollout/batch-run.ts";
 import type { RolloutService } from "../shared/service/rollout-service.ts";
 import { parseTrajectoryKey, TrajectoryRecord, Uid } from "../shared/schema/index.ts";
@@ -169,7 +171,8 @@ export function createRolloutsApp(opts: RolloutsAppOptions): Hono {
         )
       : [];
     const extra = opts.extraMetrics ? await opts.extraMetrics().catch(() => []) : [];
-    return new Response(formatPrometheus([...collector.families(), ...queue, ...gate, ...extra, ...processMetrics.families()]), { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } });
+    const lag = processLoopLag.running ? loopLagFamilies(processLoopLag) : [];
+    return new Response(formatPrometheus([...collector.families(), ...queue, ...gate, ...extra, ...processMetrics.families(), ...service.admission.families(), ...lag]), { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } });
   });
   mountViewer(app);
   app.use("/v1/*", bearerAuth(opts.apiToken ?? null));

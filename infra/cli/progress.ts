@@ -156,9 +156,10 @@ export function formatDuration(s: number): string {
  * inline: sessions between calls, e.g. held by the admission gate).
  * Tool names come from model output: shown escaped and cut to 64 characters.
  */
-export function stallHintFor(waits: readonly WaitCount[], config: Pick<AppConfig, "engine" | "agent" | "reward">, idle: string): string {
-  if (waits.length === 0) return idle;
+export function stallHintFor(waits: readonly WaitCount[], config: Pick<AppConfig, "engine" | "agent" | "reward">, idle: string, held?: AdmissionHeld): string {
   const n = (c: number, what: string) => `${c} ${what}${c === 1 ? "" : "s"}`;
+  const heldText = held && held.count > 0 ? heldHint(held, n) : null;
+  if (waits.length === 0) return heldText ?? idle;
   const parts = waits.map((w) => {
     switch (w.kind) {
       case "engine":
@@ -171,5 +172,24 @@ export function stallHintFor(waits: readonly WaitCount[], config: Pick<AppConfig
         return `the reward (${n(w.count, "call")}): a webhook call waits up to reward.timeout_ms (${config.reward.timeout_ms} ms) and is retried ${config.reward.max_retries} times`;
     }
   });
-  return `waiting on ${parts.join("; ")}`;
+  return `waiting on ${parts.join("; ")}${heldText ? `; ${heldText}` : ""}`;
+}
+
+/** Sessions the process's admission holds at a stall warning (`SessionAdmission`): how many, why, and the figures behind it. */
+export interface AdmissionHeld {
+  count: number;
+  reason: "in_flight" | "loop_lag" | null;
+  /** Event-loop lag p99 now, ms. */
+  lagP99Ms: number;
+  /** `limits.max_event_loop_lag_ms`. */
+  maxLagMs: number | null;
+  /** `concurrency`. */
+  concurrency: number;
+}
+
+function heldHint(h: AdmissionHeld, n: (c: number, what: string) => string): string {
+  if (h.reason === "loop_lag") {
+    return `${n(h.count, "session")} wait to start: the event-loop lag p99 is ${Math.round(h.lagP99Ms)} ms, over limits.max_event_loop_lag_ms (${h.maxLagMs} ms) — this process is past its orchestration ceiling (lower concurrency, or run workers in queue mode)`;
+  }
+  return `${n(h.count, "session")} wait for one of the process's concurrency (${h.concurrency}) slots`;
 }

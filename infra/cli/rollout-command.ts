@@ -1,3 +1,4 @@
+import { processLoopLag } from "../../shared/telemetry/loop-lag.ts";
 import { accessSync, constants, createWriteStream, statSync, type WriteStream } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { parseRolloutRequest } from "../../shared/rollout/batch.ts";
@@ -104,7 +105,11 @@ export async function rolloutCommand(flags: RolloutFlags): Promise<void> {
       // What the running sessions wait on at the warning (engine, a tool by name, the agent, the reward): N5.
       stallHint: queued
         ? `its jobs wait in ${runtime.service.jobs!.stream} for workers: is an \`edgeloop worker\` running with the same --store?`
-        : () => stallHintFor(sessionWaits.snapshot(), runtime.config, "no engine, tool, agent or reward call is open: the running sessions are between calls (held by the admission gate or a pause?)"),
+        : () => {
+            const a = runtime.service.admission;
+            const held = { count: a.held, reason: a.holdReason(), lagP99Ms: processLoopLag.p99Ms(), maxLagMs: runtime.config.limits.max_event_loop_lag_ms, concurrency: runtime.config.concurrency };
+            return stallHintFor(sessionWaits.snapshot(), runtime.config, "no engine, tool, agent or reward call is open: the running sessions are between calls (held by the admission gate or a pause?)", held);
+          },
     });
     const ticker = setInterval(() => {
       const s = run.stats();

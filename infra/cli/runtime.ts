@@ -1,3 +1,4 @@
+import { processLoopLag } from "../../shared/telemetry/loop-lag.ts";
 import type { AppConfig } from "../../shared/config/app-config.ts";
 import type { AgentGateway } from "../../shared/agent-gateway/agent-gateway.ts";
 import { EngineControl, type EngineGate, type EngineReplicaTarget } from "../../shared/inference/engine-control.ts";
@@ -128,6 +129,11 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
   const closers: (() => Promise<void>)[] = [];
   const describe: string[] = [];
   const warnings: string[] = [];
+  // The process's event-loop lag: /metrics shows it, and sessions wait to start while it is over limits.max_event_loop_lag_ms.
+  if (!processLoopLag.running) {
+    processLoopLag.start();
+    closers.push(async () => processLoopLag.stop());
+  }
   try {
     const { tokenizer, model } = await buildModel(config, describe);
 

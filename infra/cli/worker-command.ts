@@ -1,3 +1,5 @@
+import { loopLagFamilies, SessionAdmission } from "../../shared/rollout/session-admission.ts";
+import { processLoopLag } from "../../shared/telemetry/loop-lag.ts";
 import { hostname } from "node:os";
 import { ConfigError, InputError } from "../../shared/errors.ts";
 import { JobWorker } from "../../shared/jobs/job-worker.ts";
@@ -87,12 +89,14 @@ export async function workerCommand(flags: WorkerFlags): Promise<void> {
   try {
     if (!runtime.jobs) throw new ConfigError("store.url", "edgeloop worker needs a Redis or Upstash store (--store redis://host:port), the same as edgeloop serve");
     const consumer = flags.consumer ?? `${hostname()}-${process.pid}-${crypto.randomUUID().slice(0, 6)}`;
+    const admission = new SessionAdmission({ maxInFlight: runtime.config.concurrency, maxLagMs: runtime.config.limits.max_event_loop_lag_ms, lag: processLoopLag });
     const worker = new JobWorker({
       jobs: runtime.jobs,
       store: runtime.batchStore,
       executorFor: runtime.executorFor,
       consumer,
       concurrency: runtime.config.concurrency,
+      admission,
       idleExitMs: flags.idleExit === undefined ? null : Math.round(flags.idleExit * 1000),
       log: (line) => console.error(line),
       model: runtime.model,
@@ -111,7 +115,7 @@ export async function workerCommand(flags: WorkerFlags): Promise<void> {
               if (req.method !== "GET" || path !== "/metrics") return Response.json({ error: { code: "not_found", message: "this listener serves only GET /metrics" } }, { status: 404 });
               // A worker reports its own lease figures only: serve reports the store-wide ones once.
               const leases = runtime.leaseMetrics ? await runtime.leaseMetrics(false).catch(() => []) : [];
-              const text = formatPrometheus([...workerFamilies(worker.progress, worker.running, concurrency), ...leases, ...processMetrics.families()]);
+              const text = formatPrometheus([...workerFamilies(worker.progress, worker.running, concurrency), ...leases, ...processMetrics.families(), ...admission.families(), ...loopLagFamilies(processLoopLag)]);
               return new Response(text, { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } });
             },
           });

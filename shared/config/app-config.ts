@@ -303,6 +303,14 @@ export const LimitsConfig = z
     max_prompt_length: z.number().int().min(1).default(131_072),
     max_response_length: z.number().int().min(1).default(131_072),
     max_prompt_chars: z.number().int().min(1).default(8 * 1024 * 1024),
+    /**
+     * Back-pressure (issue 32): while this process's event-loop lag p99 (a
+     * 20 ms timer's lateness over its last 100 samples) is above this many
+     * ms, new sessions wait to start (one always runs; queue-mode workers
+     * claim no new job meanwhile) instead of making every running session's
+     * calls later still. null: never hold by lag (only `concurrency` bounds).
+     */
+    max_event_loop_lag_ms: z.number().int().min(1).max(60_000).nullable().default(250),
   })
   .refine((l) => l.reward_min === null || l.reward_max === null || l.reward_min <= l.reward_max, { message: "limits.reward_min must be <= limits.reward_max", path: ["reward_min"] });
 export type LimitsConfig = z.infer<typeof LimitsConfig>;
@@ -325,7 +333,7 @@ export const AppConfig = z.strictObject({
   limits: LimitsConfig.default(LimitsConfig.parse({})),
   /** The most trajectories (rows × n) one batch may hold; a larger batch is refused with a 400 before anything is planned. */
   max_batch_trajectories: z.number().int().min(1).max(10_000_000).default(100_000),
-  /** Trajectories run at once in one process. */
+  /** Trajectories run at once in one process: every batch of the process (and a worker's jobs) shares these slots. */
   concurrency: z.number().int().min(1).max(100_000).default(256),
   /**
    * The model whose tokens edgeloop writes (tokenizer, chat template, stop ids,

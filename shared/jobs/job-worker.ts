@@ -1,3 +1,4 @@
+import type { SessionAdmission } from "../rollout/session-admission.ts";
 import { ConflictError } from "../errors.ts";
 import { failedRecord, type BatchPlan, type PlannedTrajectory } from "../rollout/batch.ts";
 import { BatchRun, TrajectoryAbandonedError, type ExecutorFactory, type TrajectoryExecutor } from "../rollout/batch-run.ts";
@@ -19,6 +20,12 @@ export interface JobWorkerOptions {
   consumer: string;
   /** Jobs run at once. */
   concurrency: number;
+  /**
+   * The process's admission (its event-loop lag): while the lag holds new
+   * sessions, the worker claims no more jobs (they stay in the stream for
+   * other workers); each job it runs holds a slot. Absent: only `concurrency`.
+   */
+  admission?: SessionAdmission;
   /**
    * Exit after this many milliseconds with nothing claimed, nothing running and no job left in the
    * stream that this worker could claim now or reclaim after a lease ({@link JobQueue.outstanding};
@@ -171,6 +178,12 @@ export class JobWorker {
           await Promise.race(this.inflight.values());
           continue;
         }
+        // Back-pressure: past this process's ceiling (event-loop lag over its bound) claim nothing more until it calms
+        // or a job ends; the jobs stay in the stream for other workers (one job always runs).
+        if (this.inflight.size > 0 && this.opts.admission?.holdReason() === "loop_lag") {
+          await Promise.race([Promise.race(this.inflight.values()), this.opts.admission.lagCleared()]);
+          continue;
+        }
         if (this.inflight.size > 0) lastBusy = Date.now();
         const idleMs = this.opts.idleExitMs;
         if (idleMs != null && this.inflight.size === 0 && Date.now() - lastBusy >= idleMs) {
@@ -195,7 +208,9 @@ export class JobWorker {
         let claimed: Job[];
         try {
           const wait = idleMs != null && this.inflight.size === 0 ? Math.min(blockMs, Math.max(1, idleMs - (Date.now() - lastBusy))) : blockMs;
-          claimed = await jobs.claim(consumer, concurrency - this.inflight.size, this.inflight.size ? Math.min(wait, 200) : wait);
+          // Lagging with nothing running: one job (a lagging process still makes progress), not a full claim.
+          const room = this.opts.admission?.lagging() ? 1 : concurrency - this.inflight.size;
+          claimed = await jobs.claim(consumer, room, this.inflight.size ? Math.min(wait, 200) : wait);
           backoff = 100;
         } catch (e) {
           // A worker that cannot claim is not idle: it never idle-exits (nor reports idle) during a store outage.
@@ -216,9 +231,11 @@ export class JobWorker {
           }
           const key = job.trajectory.key;
           this.runningKeys.set(key, (this.runningKeys.get(key) ?? 0) + 1);
+          const slot = this.opts.admission?.track();
           const p = this.runJob(job)
             .catch((e) => this.log(`job ${key} left for a retry: ${message(e)}`))
             .finally(() => {
+              slot?.();
               this.inflight.delete(job.id);
               const n = (this.runningKeys.get(key) ?? 1) - 1;
               if (n > 0) this.runningKeys.set(key, n);

@@ -337,28 +337,35 @@ export class BatchRun {
 
   /** Runs one trajectory (session) inside its `agent_loop.run` span (the parent of its turns, reward and `queue.put`). */
   private async runOne(t: PlannedTrajectory): Promise<void> {
-    this.s.counts.pending--;
-    if (this.cancelledAt !== null) {
-      this.stoppedSessions++;
-      return;
-    }
-    if (this.stopMode !== null) {
-      this.groups.surplus(t, false);
-      return;
-    }
-    const pre = this.groups.preFinishedOf(t.key);
-    if (pre) {
-      this.sessionDone(pre, true);
-      this.wake();
-      return;
-    }
-    this.s.counts.running++;
-    this.active++;
+    // A session that will run takes a slot of the process's admission first (shared with its other batches); it
+    // stays pending meanwhile, and a cancel or stop while it waits is seen once it has the slot.
+    const release = this.opts.admission && this.cancelledAt === null && this.stopMode === null && !this.groups.preFinishedOf(t.key) ? await this.opts.admission.acquire() : null;
     try {
-      await this.runOneInner(t);
+      this.s.counts.pending--;
+      if (this.cancelledAt !== null) {
+        this.stoppedSessions++;
+        return;
+      }
+      if (this.stopMode !== null) {
+        this.groups.surplus(t, false);
+        return;
+      }
+      const pre = this.groups.preFinishedOf(t.key);
+      if (pre) {
+        this.sessionDone(pre, true);
+        this.wake();
+        return;
+      }
+      this.s.counts.running++;
+      this.active++;
+      try {
+        await this.runOneInner(t);
+      } finally {
+        this.active--;
+        this.wakeQueue();
+      }
     } finally {
-      this.active--;
-      this.wakeQueue();
+      release?.();
     }
   }
 

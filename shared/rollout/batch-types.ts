@@ -1,3 +1,4 @@
+import type { SessionAdmission } from "./session-admission.ts";
 import type { AgentLoopOutput, ModelId, RolloutConfig, TrajectoryRecord } from "../schema/index.ts";
 import type { TransferQueue } from "../store/types.ts";
 import type { BatchMetrics } from "../telemetry/batch-metrics.ts";
@@ -217,6 +218,12 @@ export interface BatchRunOptions {
   rollout: RolloutConfig;
   /** Trajectories run at once. */
   concurrency: number;
+  /**
+   * The process's admission ({@link SessionAdmission}): each session takes a
+   * slot before it starts, shared with every other batch of the process;
+   * absent: only `concurrency` bounds this batch.
+   */
+  admission?: SessionAdmission;
   /** Called with every record once it is stored. */
   onRecord?: (r: TrajectoryRecord) => void;
   /** Clock in milliseconds (tests). */

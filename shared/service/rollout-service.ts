@@ -1,3 +1,5 @@
+import { SessionAdmission } from "../rollout/session-admission.ts";
+import { processLoopLag } from "../telemetry/loop-lag.ts";
 import { ConfigError, ConflictError, EdgeloopError, NotFoundError, NotImplementedError } from "../errors.ts";
 import { AppConfig, mergeConfig, parseAppConfig } from "../config/app-config.ts";
 import type { ModelId, RolloutConfig, TrajectoryRecord } from "../schema/index.ts";
@@ -54,6 +56,12 @@ export interface RolloutServiceOptions {
   /** The deployment's policy versions (`POST /v1/model-version`); default an in-process one. */
   policy?: PolicyVersions;
   /**
+   * The process's session admission, shared by every batch run here; default
+   * one of `config.concurrency` slots holding by `config.limits.max_event_loop_lag_ms`
+   * over {@link processLoopLag} (which holds nothing until something starts it).
+   */
+  admission?: SessionAdmission;
+  /**
    * The model of this process's tokenizer (`modelIdOf`): recorded in every
    * record run here and in every queued batch's spec, where workers check it.
    */
@@ -77,6 +85,8 @@ export class RolloutService {
   readonly jobs: JobQueue | null;
   /** The current policy version and its history (`POST /v1/model-version`). */
   readonly policy: PolicyVersions;
+  /** Slots of the sessions run in this process (every batch's). */
+  readonly admission: SessionAdmission;
 
   constructor(opts: RolloutServiceOptions) {
     this.opts = opts;
@@ -84,6 +94,7 @@ export class RolloutService {
     this.store = opts.store;
     this.jobs = opts.jobs ?? null;
     this.policy = opts.policy ?? new MemoryPolicyVersions();
+    this.admission = opts.admission ?? new SessionAdmission({ maxInFlight: opts.config.concurrency, maxLagMs: opts.config.limits.max_event_loop_lag_ms, lag: processLoopLag });
   }
 
   /**
@@ -292,6 +303,7 @@ export class RolloutService {
   close(): void {
     for (const stop of this.followers.values()) stop();
     this.followers.clear();
+    if (!this.opts.admission) this.admission.close();
   }
 
   private follow(plan: BatchPlan, startedAt: number): BatchRun {
@@ -341,6 +353,7 @@ export class RolloutService {
       store: this.store,
       rollout: cfg.rollout,
       concurrency: cfg.concurrency,
+      admission: this.admission,
       onRecord: this.opts.onRecord,
       ...(reusedUids?.size ? { reusedUids } : {}),
       ...(this.opts.model ? { model: this.opts.model } : {}),

@@ -85,7 +85,7 @@ describe("agent gateway: per-session caps", () => {
   });
 
   test("config: limits keys with their documented defaults; reward_min above reward_max is refused", () => {
-    expect(parseAppConfig({}).limits).toEqual({ max_outputs_per_session: 128, max_engine_calls_per_session: 1024, reward_min: null, reward_max: null, max_prompt_length: 131072, max_response_length: 131072, max_prompt_chars: 8388608 });
+    expect(parseAppConfig({}).limits).toEqual({ max_outputs_per_session: 128, max_engine_calls_per_session: 1024, reward_min: null, reward_max: null, max_prompt_length: 131072, max_response_length: 131072, max_prompt_chars: 8388608, max_event_loop_lag_ms: 250 });
     expect(() => parseAppConfig({ limits: { reward_min: 2, reward_max: 1 } })).toThrow("config limits.reward_min: limits.reward_min must be <= limits.reward_max (in config)");
   });
 });

@@ -123,6 +123,7 @@ const READERS: Record<string, [string, string]> = {
   "agent.public_url": ["infra/cli/builders/agent.ts", "let publicUrl: string | null = config.agent.public_url;"],
   "agent.roles": ["infra/cli/builders/agent.ts", "...(config.agent.roles ? { roles: config.agent.roles } : {})"],
   "limits.max_prompt_chars": ["shared/service/rollout-service.ts", "cfg.limits.max_prompt_chars"],
+  "limits.max_event_loop_lag_ms": ["shared/service/rollout-service.ts", "opts.config.limits.max_event_loop_lag_ms"],
   max_batch_trajectories: ["shared/service/rollout-service.ts", "planBatch(req, cfg.rollout, cfg.max_batch_trajectories"],
   concurrency: ["infra/cli/worker-command.ts", "concurrency: runtime.config.concurrency"],
   model: ["infra/cli/builders/model.ts", "loadTokenizer(config.model ?? undefined)"],
