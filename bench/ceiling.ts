@@ -18,10 +18,16 @@
  * (default 50). Then one session of `--long` turns (default 128) alone,
  * timing each turn's edgeloop work (the same span, single session: CPU only),
  * to show whether per-turn cost grows with history (turn 4 vs the last).
+ * Then the product path (issue 32 item 4): a batch of `--product` rows × 4
+ * turns through `RolloutService` (records built, stored in the memory queue)
+ * with `concurrency` = the rows, once without a lag bound and once with
+ * `limits.max_event_loop_lag_ms` = `--lag-ms`: loop lag p99, turns/s, the
+ * most sessions in flight and how many were held by lag.
  * Not yet covered (issue 32): queue mode with workers, the Redis store's round
- * trips and bytes per turn, the agent gateway's calls, 128K-token contexts.
+ * trips and bytes per turn (counted by tests/session/turn-cost.test.ts), the
+ * agent gateway's calls, 128K-token contexts.
  *
- *   bun bench/ceiling.ts [--concurrency 64,1024,4096] [--turns 4,32] [--long 128] [--lag-ms 50]
+ *   bun bench/ceiling.ts [--concurrency 64,1024,4096] [--turns 4,32] [--long 128] [--lag-ms 50] [--product 4096,16384]
  */
 import { ToolAgentLoop } from "../shared/agent-loop/tool-agent.ts";
 import type { GenerateRequest, InferenceClient } from "../shared/inference/types.ts";
@@ -30,11 +36,20 @@ import { defaultTokenizer } from "../shared/tokens/tokenizer.ts";
 import type { ToolExecutor } from "../shared/tools/webhook-tool-client.ts";
 import { SimEngine } from "../infra/sim-engine/sim-engine.ts";
 import { arg, printTable } from "./util.ts";
+import { defaultAgentLoopRegistry } from "../shared/agent-gateway/builtin-loops.ts";
+import { parseAppConfig } from "../shared/config/app-config.ts";
+import { RolloutRequest } from "../shared/rollout/batch.ts";
+import { createAgentExecutor } from "../shared/rollout/executor.ts";
+import { SessionAdmission } from "../shared/rollout/session-admission.ts";
+import { RolloutService } from "../shared/service/rollout-service.ts";
+import { MemoryTransferQueue } from "../shared/store/memory-transfer-queue.ts";
+import { LoopLagMonitor } from "../shared/telemetry/loop-lag.ts";
 
 const CONC = arg("--concurrency", "64,1024,4096").split(",").map(Number);
 const TURNS = arg("--turns", "4,32").split(",").map(Number);
 const LONG = Number(arg("--long", "128"));
 const LAG_MS = Number(arg("--lag-ms", "50"));
+const PRODUCT = arg("--product", "4096,16384").split(",").filter(Boolean).map(Number);
 
 const tok = await defaultTokenizer();
 const TOOL_TURN = '<tool_call>\n{"name": "calc", "arguments": {"expression": "2+2"}}\n</tool_call>';
@@ -182,4 +197,39 @@ console.log(stop ? `stops at: ${stop}` : `no step passed the ${LAG_MS} ms loop-l
     [String(LONG), (late * 1000).toFixed(0)],
     [`${LONG} ÷ 4`, (late / early).toFixed(2)],
   ]);
+}
+
+// The product path: one batch through RolloutService, all rows admitted at once (concurrency = rows), with and without back-pressure.
+if (PRODUCT.length) {
+  const out = [["sessions", "lag bound", "loop lag p99 ms", "loop lag max ms", "turns/s", "most in flight", "held by lag"]];
+  for (const n of PRODUCT) {
+    for (const bound of [null, LAG_MS] as const) {
+      CURRENT = 0;
+      const turns = 4;
+      const engine = new StubEngine(turns);
+      const monitor = new LoopLagMonitor(10, 50).start();
+      const config = parseAppConfig({ rollout: { n: 1, max_model_len: 65_536, response_length: 32_768, prompt_length: 1024, multi_turn: { max_assistant_turns: turns + 1 } }, concurrency: n, limits: { max_event_loop_lag_ms: bound } });
+      const admission = new SessionAdmission({ maxInFlight: n, maxLagMs: bound, lag: monitor });
+      let most = 0;
+      const off = monitor.onSample(() => (most = Math.max(most, admission.inFlight)));
+      const deps = { registry: defaultAgentLoopRegistry(), tokenizer: tok, client: engine, maxModelLen: 65_536, tools, reward: {} };
+      const service = new RolloutService({ config, store: new MemoryTransferQueue(), admission, executorFor: (r, b) => createAgentExecutor(deps as never, r, b) });
+      const rowsN = Array.from({ length: n }, (_, i) => ({ prompt, uid: `p${i}`, agent_name: "tool_agent" }));
+      const lags: number[] = [];
+      const offLag = monitor.onSample(() => lags.push(monitor.lastMs()));
+      const t0 = performance.now();
+      const { run } = service.submit(RolloutRequest.parse({ rows: rowsN }));
+      await run.run();
+      const wall = performance.now() - t0;
+      off();
+      offLag();
+      monitor.stop();
+      const st = run.stats();
+      if (st.counts.ok !== n) throw new Error(`product path: ${st.counts.ok} of ${n} trajectories ok`);
+      const held = (admission.families().find((f) => f.name === "edgeloop_sessions_held_total")!.samples.find((x) => x.labels?.reason === "loop_lag")!.value as number);
+      out.push([String(n), bound === null ? "none" : `${bound} ms`, pct(lags, 99).toFixed(1), Math.max(0, ...lags).toFixed(1), ((n * turns) / (wall / 1000)).toFixed(0), String(most), String(held)]);
+      admission.close();
+    }
+  }
+  printTable("the product path: one batch, every row admitted at once (RolloutService, memory store), 4-turn tool_agent sessions", out);
 }

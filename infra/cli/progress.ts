@@ -179,8 +179,8 @@ export function stallHintFor(waits: readonly WaitCount[], config: Pick<AppConfig
 export interface AdmissionHeld {
   count: number;
   reason: "in_flight" | "loop_lag" | null;
-  /** Event-loop lag p99 now, ms. */
-  lagP99Ms: number;
+  /** Recent event-loop lag (what the admission reads), ms. */
+  lagMs: number;
   /** `limits.max_event_loop_lag_ms`. */
   maxLagMs: number | null;
   /** `concurrency`. */
@@ -189,7 +189,7 @@ export interface AdmissionHeld {
 
 function heldHint(h: AdmissionHeld, n: (c: number, what: string) => string): string {
   if (h.reason === "loop_lag") {
-    return `${n(h.count, "session")} wait to start: the event-loop lag p99 is ${Math.round(h.lagP99Ms)} ms, over limits.max_event_loop_lag_ms (${h.maxLagMs} ms) — this process is past its orchestration ceiling (lower concurrency, or run workers in queue mode)`;
+    return `${n(h.count, "session")} wait to start: the event-loop lag is ${Math.round(h.lagMs)} ms, over limits.max_event_loop_lag_ms (${h.maxLagMs} ms) — this process is past its orchestration ceiling (lower concurrency, or run workers in queue mode)`;
   }
   return `${n(h.count, "session")} wait for one of the process's concurrency (${h.concurrency}) slots`;
 }

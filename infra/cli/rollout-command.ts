@@ -1,3 +1,4 @@
+import { ADMISSION_LAG_SAMPLES } from "../../shared/rollout/session-admission.ts";
 import { processLoopLag } from "../../shared/telemetry/loop-lag.ts";
 import { accessSync, constants, createWriteStream, statSync, type WriteStream } from "node:fs";
 import { dirname, resolve } from "node:path";
@@ -107,7 +108,7 @@ export async function rolloutCommand(flags: RolloutFlags): Promise<void> {
         ? `its jobs wait in ${runtime.service.jobs!.stream} for workers: is an \`edgeloop worker\` running with the same --store?`
         : () => {
             const a = runtime.service.admission;
-            const held = { count: a.held, reason: a.holdReason(), lagP99Ms: processLoopLag.p99Ms(), maxLagMs: runtime.config.limits.max_event_loop_lag_ms, concurrency: runtime.config.concurrency };
+            const held = { count: a.held, reason: a.holdReason(), lagMs: processLoopLag.recentMaxMs(ADMISSION_LAG_SAMPLES), maxLagMs: runtime.config.limits.max_event_loop_lag_ms, concurrency: runtime.config.concurrency };
             return stallHintFor(sessionWaits.snapshot(), runtime.config, "no engine, tool, agent or reward call is open: the running sessions are between calls (held by the admission gate or a pause?)", held);
           },
     });

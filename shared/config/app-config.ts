@@ -304,11 +304,12 @@ export const LimitsConfig = z
     max_response_length: z.number().int().min(1).default(131_072),
     max_prompt_chars: z.number().int().min(1).default(8 * 1024 * 1024),
     /**
-     * Back-pressure (issue 32): while this process's event-loop lag p99 (a
-     * 20 ms timer's lateness over its last 100 samples) is above this many
-     * ms, new sessions wait to start (one always runs; queue-mode workers
-     * claim no new job meanwhile) instead of making every running session's
-     * calls later still. null: never hold by lag (only `concurrency` bounds).
+     * Back-pressure (issue 32): while this process's recent event-loop lag
+     * (a 20 ms timer's lateness, the largest of its last 5 samples) is above
+     * this many ms, new sessions wait to start (one always runs; queue-mode
+     * workers claim no new job meanwhile), and at most 64 sessions start
+     * between two samples, instead of making every running session's calls
+     * later still. null: never hold by lag (only `concurrency` bounds).
      */
     max_event_loop_lag_ms: z.number().int().min(1).max(60_000).nullable().default(250),
   })

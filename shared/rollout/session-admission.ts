@@ -3,17 +3,22 @@ import type { PromFamily } from "../telemetry/prometheus.ts";
 
 /**
  * Why a session waits to start: `in_flight` — the process runs its
- * `concurrency` sessions already; `loop_lag` — the event loop's lag p99 is
- * over `limits.max_event_loop_lag_ms` (the process is past its ceiling: more
+ * `concurrency` sessions already; `loop_lag` — the event loop's recent lag is
+ * over `limits.max_event_loop_lag_ms` (or the start ramp waits for the next lag sample) (the process is past its ceiling: more
  * sessions would only make every call later).
  */
 export type HoldReason = "in_flight" | "loop_lag";
+
+/** Lag samples {@link SessionAdmission} reads: the largest of the newest 5 (100 ms at the default 20 ms interval). */
+export const ADMISSION_LAG_SAMPLES = 5;
+/** Sessions a lag-bounded admission starts between two lag samples at most: a ramp, so the lag is seen before it has grown. */
+export const ADMISSION_STARTS_PER_SAMPLE = 64;
 
 /** Options of {@link SessionAdmission}. */
 export interface SessionAdmissionOptions {
   /** Most sessions running at once in this process (config `concurrency`), ≥ 1. */
   maxInFlight: number;
-  /** Hold new sessions while the lag p99 is above this, ms; null or absent: never by lag. */
+  /** Hold new sessions while the recent lag (the largest of the newest {@link ADMISSION_LAG_SAMPLES} samples) is above this, ms; null or absent: never by lag. */
   maxLagMs?: number | null;
   /** The process's lag monitor; without one, no hold by lag. */
   lag?: LoopLagMonitor | null;
@@ -23,13 +28,19 @@ export interface SessionAdmissionOptions {
  * Process-wide admission of sessions (issue 32 item 4: back-pressure instead
  * of collapse): every batch of the process (and every job a worker runs)
  * takes a slot before its session starts and gives it back when the session
- * ends. A slot is free while fewer than `maxInFlight` sessions run and the
- * event loop's lag p99 is within `maxLagMs`; but one session always runs
- * (a lagging process still makes progress). Waiters start in arrival order,
- * when a session ends or a lag sample falls back within the bound.
+ * ends. A slot is free while fewer than `maxInFlight` sessions run and,
+ * with a lag bound and a running monitor, the event loop's newest lag
+ * samples are within `maxLagMs` and fewer than
+ * {@link ADMISSION_STARTS_PER_SAMPLE} sessions started since the last
+ * sample (so thousands of sessions admitted at once cannot stall the loop
+ * before its lag is even measured); but one session always runs (a lagging
+ * process still makes progress). Waiters start in arrival order, when a
+ * session ends or at a lag sample within the bound.
  */
 export class SessionAdmission {
   private running = 0;
+  /** Sessions started since the last lag sample (the ramp of {@link ADMISSION_STARTS_PER_SAMPLE}). */
+  private startsSinceSample = 0;
   private readonly waiters: { go: () => void; reason: HoldReason }[] = [];
   private readonly heldTotal: Record<HoldReason, number> = { in_flight: 0, loop_lag: 0 };
   /** The wait of {@link lagCleared}'s callers (one at a time), or null. */
@@ -38,7 +49,13 @@ export class SessionAdmission {
 
   constructor(private readonly opts: SessionAdmissionOptions) {
     if (!(Number.isInteger(opts.maxInFlight) && opts.maxInFlight >= 1)) throw new RangeError("SessionAdmission: maxInFlight must be an integer >= 1");
-    this.unsubscribe = opts.lag && opts.maxLagMs != null ? opts.lag.onSample(() => this.pump()) : null;
+    this.unsubscribe =
+      opts.lag && opts.maxLagMs != null
+        ? opts.lag.onSample(() => {
+            this.startsSinceSample = 0;
+            this.pump();
+          })
+        : null;
   }
 
   /** Sessions holding a slot now. */
@@ -51,17 +68,27 @@ export class SessionAdmission {
     return this.waiters.length + (this.lagWait ? 1 : 0);
   }
 
-  /** Why a session asking now would wait, or null when it would start at once. */
+  /**
+   * Why a session asking now would wait, or null when it would start at once:
+   * `in_flight` when every slot is taken; `loop_lag` (with a lag bound, while
+   * something runs) when the newest lag samples are over the bound, or when
+   * {@link ADMISSION_STARTS_PER_SAMPLE} sessions started since the last
+   * sample (the next sample says whether they made the loop lag).
+   */
   holdReason(): HoldReason | null {
     if (this.running >= this.opts.maxInFlight) return "in_flight";
-    if (this.running > 0 && this.lagging()) return "loop_lag";
+    if (this.running > 0 && this.bounded() && (this.startsSinceSample >= ADMISSION_STARTS_PER_SAMPLE || this.lagging())) return "loop_lag";
     return null;
   }
 
-  /** Whether the lag p99 is over `maxLagMs` now (whatever runs): a job worker then claims one job at most. */
+  /** Whether the lag of the newest {@link ADMISSION_LAG_SAMPLES} samples is over `maxLagMs` (whatever runs): a job worker then claims one job at most. */
   lagging(): boolean {
     const { lag, maxLagMs } = this.opts;
-    return lag != null && maxLagMs != null && lag.p99Ms() > maxLagMs;
+    return lag != null && maxLagMs != null && lag.recentMaxMs(ADMISSION_LAG_SAMPLES) > maxLagMs;
+  }
+
+  private bounded(): boolean {
+    return this.opts.lag != null && this.opts.maxLagMs != null && this.opts.lag.running;
   }
 
   /**
@@ -74,7 +101,10 @@ export class SessionAdmission {
     if (reason !== null) {
       this.heldTotal[reason]++;
       await new Promise<void>((go) => this.waiters.push({ go, reason }));
-    } else this.running++;
+    } else {
+      this.running++;
+      this.startsSinceSample++;
+    }
     let released = false;
     return () => {
       if (released) return;
@@ -135,7 +165,7 @@ export class SessionAdmission {
       { name: "edgeloop_sessions_max_in_flight", help: "Most sessions this process runs at once (config concurrency).", type: "gauge", samples: [{ value: this.opts.maxInFlight }] },
       {
         name: "edgeloop_sessions_held",
-        help: "Sessions waiting for an admission slot now, by what holds them (in_flight: the process runs concurrency sessions; loop_lag: event-loop lag p99 over limits.max_event_loop_lag_ms).",
+        help: "Sessions waiting for an admission slot now, by what holds them (in_flight: the process runs concurrency sessions; loop_lag: recent event-loop lag over limits.max_event_loop_lag_ms, or the start ramp waiting for the next lag sample).",
         type: "gauge",
         samples: (["in_flight", "loop_lag"] as const).map((r) => ({ labels: { reason: r }, value: heldBy(r) })),
       },
@@ -152,6 +182,7 @@ export class SessionAdmission {
   private pump(): void {
     while (this.waiters.length && this.holdReason() === null) {
       this.running++;
+      this.startsSinceSample++;
       this.waiters.shift()!.go();
     }
   }
@@ -167,7 +198,7 @@ export function loopLagFamilies(lag: LoopLagMonitor): PromFamily[] {
   const how = `how late a ${lag.intervalMs} ms timer fires`;
   return [
     { name: "edgeloop_event_loop_lag_seconds", help: `Event-loop lag of this process (${how}): the newest sample.`, type: "gauge", samples: [{ value: lag.lastMs() / 1000 }] },
-    { name: "edgeloop_event_loop_lag_p99_seconds", help: `Event-loop lag of this process (${how}): p99 over its last samples (what limits.max_event_loop_lag_ms holds new sessions on).`, type: "gauge", samples: [{ value: lag.p99Ms() / 1000 }] },
+    { name: "edgeloop_event_loop_lag_p99_seconds", help: `Event-loop lag of this process (${how}): p99 over its last samples.`, type: "gauge", samples: [{ value: lag.p99Ms() / 1000 }] },
     { name: "edgeloop_event_loop_lag_max_seconds", help: "The largest event-loop lag sample of this process since it started.", type: "gauge", samples: [{ value: lag.maxMs() / 1000 }] },
   ];
 }

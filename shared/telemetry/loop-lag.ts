@@ -73,6 +73,14 @@ export class LoopLagMonitor {
     return this.filled === 0 ? 0 : this.samples[(this.next - 1 + this.samples.length) % this.samples.length]!;
   }
 
+  /** The largest of the newest `n` samples, ms (0 before any): the lag of the last `n × intervalMs`. */
+  recentMaxMs(n: number): number {
+    let m = 0;
+    const k = Math.min(n, this.filled);
+    for (let i = 1; i <= k; i++) m = Math.max(m, this.samples[(this.next - i + this.samples.length) % this.samples.length]!);
+    return m;
+  }
+
   /** The largest sample since the monitor was made, ms. */
   maxMs(): number {
     return this.worst;

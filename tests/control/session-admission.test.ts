@@ -18,7 +18,15 @@ import { waitFor } from "../helpers/wait.ts";
 // Issue 32 item 4: back-pressure instead of collapse. Every session of a process takes a slot of its
 // admission (config concurrency, shared by all its batches), and while the event loop lags past
 // limits.max_event_loop_lag_ms new sessions wait (one always runs); a queue-mode worker claims no
-// more jobs meanwhile. The lag monitors here are fed samples by the tests (record), not timed.
+// more jobs meanwhile. The lag monitors here are started with a timer that never fires within a test
+// and fed samples by the tests (record): no timing.
+
+/** A started monitor whose own timer never fires during a test: samples come from `record`. */
+const fedMonitor = (window: number) => {
+  const m = new LoopLagMonitor(1_000_000, window).start();
+  closers.push(async () => m.stop());
+  return m;
+};
 const redis = await requireRedis();
 const { prefixes, closers } = redisCleanup();
 afterAll(async () => {
@@ -72,7 +80,7 @@ describe("SessionAdmission", () => {
   });
 
   test("lag: over max_event_loop_lag_ms new sessions wait (one always runs); they start at the first sample that brings the p99 back", async () => {
-    const lag = new LoopLagMonitor(20, 4);
+    const lag = fedMonitor(100);
     const a = new SessionAdmission({ maxInFlight: 10, maxLagMs: 50, lag });
     lag.record(120);
     // Nothing runs: the first session starts whatever the lag (a lagging process still makes progress).
@@ -92,20 +100,42 @@ describe("SessionAdmission", () => {
       { labels: { reason: "loop_lag" }, value: 1 },
     ]);
     expect(fams.edgeloop_sessions_in_flight).toEqual([{ value: 1 }]);
-    // The window still holds the 120 ms sample: three low samples leave p99 at 120, the fourth pushes it out.
-    for (let i = 0; i < 3; i++) lag.record(1);
+    // The admission reads the largest of the newest 5 samples: four low samples leave it at 120, the fifth pushes it out.
+    for (let i = 0; i < 4; i++) lag.record(1);
     await Promise.resolve();
-    expect([a.held, lag.p99Ms()]).toEqual([1, 120]);
+    expect([a.held, lag.recentMaxMs(5)]).toEqual([1, 120]);
     lag.record(1);
     await p;
-    expect([a.inFlight, a.held, lag.p99Ms()]).toEqual([2, 0, 1]);
+    expect([a.inFlight, a.held, lag.recentMaxMs(5)]).toEqual([2, 0, 1]);
     first();
     second!();
     a.close();
   });
 
+  test("the start ramp: with a lag bound, at most 64 sessions start between two lag samples; the next sample lets the next 64 in", async () => {
+    const lag = fedMonitor(10);
+    const a = new SessionAdmission({ maxInFlight: 1000, maxLagMs: 50, lag });
+    const releases: (() => void)[] = [];
+    const all = Array.from({ length: 150 }, () => a.acquire().then((r) => void releases.push(r)));
+    await Promise.resolve();
+    expect([a.inFlight, a.held, a.holdReason()]).toEqual([64, 86, "loop_lag"]);
+    lag.record(0);
+    await Promise.resolve();
+    expect([a.inFlight, a.held]).toEqual([128, 22]);
+    lag.record(0);
+    await Promise.all(all);
+    expect([a.inFlight, a.held]).toEqual([150, 0]);
+    for (const r of releases) r();
+    // Without a running monitor (tests, or a process that never started it) there is no ramp: slots alone bound.
+    const b = new SessionAdmission({ maxInFlight: 1000, maxLagMs: 50, lag: new LoopLagMonitor(20, 10) });
+    await Promise.all(Array.from({ length: 150 }, () => b.acquire()));
+    expect(b.inFlight).toBe(150);
+    a.close();
+    b.close();
+  });
+
   test("lagCleared: resolves at once without lag; under lag one shared wait, counted as one held claim, ends at the calming sample", async () => {
-    const lag = new LoopLagMonitor(20, 2);
+    const lag = fedMonitor(10);
     const a = new SessionAdmission({ maxInFlight: 4, maxLagMs: 30, lag });
     const slot = a.track();
     await a.lagCleared();
@@ -116,7 +146,7 @@ describe("SessionAdmission", () => {
     expect(a.held).toBe(1);
     let done = false;
     void w1.then(() => (done = true));
-    lag.record(5);
+    for (let i = 0; i < 4; i++) lag.record(5);
     await Promise.resolve();
     expect(done).toBe(false);
     lag.record(5);
@@ -159,7 +189,7 @@ describe("the process's concurrency is shared by its batches", () => {
 
   test("under lag a batch runs one session at a time, and all of them once the lag falls back", async () => {
     const g = gated();
-    const lag = new LoopLagMonitor(20, 2);
+    const lag = fedMonitor(10);
     const config = parseAppConfig({ rollout: { n: 1 }, concurrency: 8 });
     const admission = new SessionAdmission({ maxInFlight: 8, maxLagMs: 40, lag });
     const service = new RolloutService({ config, store: new MemoryTransferQueue(), executorFor: () => fakeExecutor(g.hook), admission });
@@ -173,9 +203,8 @@ describe("the process's concurrency is shared by its batches", () => {
     g.release(g.started[0]!);
     await waitFor(() => g.started.length === 2 && g.waiting().length === 1, "the second session started");
     expect(admission.held).toBe(2);
-    // The lag falls back: both held sessions start at that sample.
-    lag.record(1);
-    lag.record(1);
+    // The lag falls back (five low samples): both held sessions start at that sample.
+    for (let i = 0; i < 5; i++) lag.record(1);
     await waitFor(() => g.started.length === 4 && g.waiting().length === 3, "every session started");
     for (const k of g.waiting()) g.release(k);
     await run.run();
@@ -185,13 +214,13 @@ describe("the process's concurrency is shared by its batches", () => {
 
   test("the stall warning names what holds the sessions", () => {
     const config = parseAppConfig({});
-    expect(stallHintFor([], config, "idle", { count: 5, reason: "loop_lag", lagP99Ms: 312.4, maxLagMs: 250, concurrency: 256 })).toBe(
-      "5 sessions wait to start: the event-loop lag p99 is 312 ms, over limits.max_event_loop_lag_ms (250 ms) — this process is past its orchestration ceiling (lower concurrency, or run workers in queue mode)",
+    expect(stallHintFor([], config, "idle", { count: 5, reason: "loop_lag", lagMs: 312.4, maxLagMs: 250, concurrency: 256 })).toBe(
+      "5 sessions wait to start: the event-loop lag is 312 ms, over limits.max_event_loop_lag_ms (250 ms) — this process is past its orchestration ceiling (lower concurrency, or run workers in queue mode)",
     );
-    expect(stallHintFor([{ kind: "engine", count: 2 }], config, "idle", { count: 1, reason: "in_flight", lagP99Ms: 0, maxLagMs: 250, concurrency: 2 })).toBe(
+    expect(stallHintFor([{ kind: "engine", count: 2 }], config, "idle", { count: 1, reason: "in_flight", lagMs: 0, maxLagMs: 250, concurrency: 2 })).toBe(
       `waiting on the engine (2 calls): is it hung? A request waits up to engine.timeout_ms (${config.engine.timeout_ms} ms) and is retried ${config.engine.max_retries} times before its trajectory fails; 1 session wait for one of the process's concurrency (2) slots`,
     );
-    expect(stallHintFor([], config, "idle", { count: 0, reason: null, lagP99Ms: 0, maxLagMs: 250, concurrency: 2 })).toBe("idle");
+    expect(stallHintFor([], config, "idle", { count: 0, reason: null, lagMs: 0, maxLagMs: 250, concurrency: 2 })).toBe("idle");
   });
 });
 
@@ -210,7 +239,7 @@ describe.skipIf(!redis)("queue mode: a lagging worker claims no more jobs", () =
     for (const t of p.trajectories) await store.expectGroup(t.uid, 1, "train");
     await jobs.submit(spec, p.trajectories.map((t) => t.key), p.trajectories);
     const g = gated();
-    const lag = new LoopLagMonitor(20, 2);
+    const lag = fedMonitor(10);
     const admission = new SessionAdmission({ maxInFlight: 4, maxLagMs: 40, lag });
     lag.record(150);
     const worker = new JobWorker({ model: null, jobs, store, executorFor: () => fakeExecutor(g.hook), consumer: "lagging", concurrency: 4, idleExitMs: 200, blockMs: 20, admission });
@@ -219,8 +248,7 @@ describe.skipIf(!redis)("queue mode: a lagging worker claims no more jobs", () =
     // Held by lag: the worker claimed one job only; three wait in the stream for any worker.
     await waitFor(async () => (await jobs.stats()).depth === 3, "three jobs left unclaimed");
     expect([(await jobs.stats()).in_flight, worker.running, admission.held, admission.inFlight]).toEqual([1, 1, 1, 1]);
-    lag.record(1);
-    lag.record(1);
+    for (let i = 0; i < 5; i++) lag.record(1);
     await waitFor(() => g.started.length === 4, "the other three claimed and started");
     for (const k of g.waiting()) g.release(k);
     const summary = await done;
