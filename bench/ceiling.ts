@@ -23,11 +23,16 @@
  * with `concurrency` = the rows, once without a lag bound and once with
  * `limits.max_event_loop_lag_ms` = `--lag-ms`: loop lag p99, turns/s, the
  * most sessions in flight and how many were held by lag.
+ * Then the agent gateway: one session of `--gateway-calls` chat calls (default
+ * 128), each carrying the full history as SDKs send it (through the gateway
+ * app's `fetch`, memory storage, the zero-latency stub): the gateway's time
+ * per call at call 4 vs the last, and the share of it that is the request's
+ * JSON (parse of the body the gateway must read whole).
  * Not yet covered (issue 32): queue mode with workers, the Redis store's round
- * trips and bytes per turn (counted by tests/session/turn-cost.test.ts), the
- * agent gateway's calls, 128K-token contexts.
+ * trips and bytes per turn (counted by tests/session/turn-cost.test.ts),
+ * 128K-token contexts.
  *
- *   bun bench/ceiling.ts [--concurrency 64,1024,4096] [--turns 4,32] [--long 128] [--lag-ms 50] [--product 4096,16384]
+ *   bun bench/ceiling.ts [--concurrency 64,1024,4096] [--turns 4,32] [--long 128] [--lag-ms 50] [--product 4096,16384] [--gateway-calls 128]
  */
 import { ToolAgentLoop } from "../shared/agent-loop/tool-agent.ts";
 import type { GenerateRequest, InferenceClient } from "../shared/inference/types.ts";
@@ -44,12 +49,16 @@ import { SessionAdmission } from "../shared/rollout/session-admission.ts";
 import { RolloutService } from "../shared/service/rollout-service.ts";
 import { MemoryTransferQueue } from "../shared/store/memory-transfer-queue.ts";
 import { LoopLagMonitor } from "../shared/telemetry/loop-lag.ts";
+import { AgentGateway } from "../shared/agent-gateway/agent-gateway.ts";
+import { createAgentGatewayApp } from "../functions/agent-gateway.ts";
+import { MemorySessionStorage } from "../shared/session/session-storage.ts";
 
 const CONC = arg("--concurrency", "64,1024,4096").split(",").map(Number);
 const TURNS = arg("--turns", "4,32").split(",").map(Number);
 const LONG = Number(arg("--long", "128"));
 const LAG_MS = Number(arg("--lag-ms", "50"));
 const PRODUCT = arg("--product", "4096,16384").split(",").filter(Boolean).map(Number);
+const GATEWAY_CALLS = Number(arg("--gateway-calls", "128"));
 
 const tok = await defaultTokenizer();
 const TOOL_TURN = '<tool_call>\n{"name": "calc", "arguments": {"expression": "2+2"}}\n</tool_call>';
@@ -232,4 +241,51 @@ if (PRODUCT.length) {
     }
   }
   printTable("the product path: one batch, every row admitted at once (RolloutService, memory store), 4-turn tool_agent sessions", out);
+}
+
+// The agent gateway: one long session, the full history in every call.
+if (GATEWAY_CALLS > 0) {
+  const L = GATEWAY_CALLS;
+  const T0 = Date.now();
+  const TOKEN = "tok-ceiling-bench-0001";
+  const config = RolloutConfig.parse({ max_model_len: 262_144, response_length: 131_072, prompt_length: 1024, multi_turn: { max_assistant_turns: L + 1 } });
+  const run = async (key: string, record: boolean) => {
+    const engine = new StubEngine(L);
+    const gw = new AgentGateway({ storage: new MemorySessionStorage(), tokenizer: tok, client: engine, maxModelLen: 262_144, wallClockMs: () => T0 });
+    const app = createAgentGatewayApp({ gateway: gw });
+    await gw.create({ v: 1, key, uid: "gw", session_id: 0, token: TOKEN, created_ms: T0, deadline_ms: T0 + 3_600_000, sampling_params: sp, rollout: config, tools: [schema], messages: prompt });
+    const messages: unknown[] = [...prompt];
+    const per: number[] = [];
+    const parse: number[] = [];
+    for (let call = 0; call < L; call++) {
+      const body = JSON.stringify({ model: "qwen3", messages, tools: [schema] });
+      const p0 = performance.now();
+      JSON.parse(body);
+      const p1 = performance.now();
+      const t0 = performance.now();
+      const res = await app.fetch(new Request(`http://edgeloop.local/v1/sessions/${key}/openai/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${TOKEN}` }, body }));
+      const reply = (await res.json()) as { choices: { message: Record<string, unknown> & { tool_calls?: { id: string; function: { name: string } }[] }; finish_reason: string }[] };
+      const t1 = performance.now();
+      if (res.status !== 200) throw new Error(`gateway call ${call}: HTTP ${res.status}`);
+      per.push(t1 - t0);
+      parse.push(p1 - p0);
+      const { message, finish_reason } = reply.choices[0]!;
+      if (finish_reason !== "tool_calls") break;
+      messages.push(message);
+      for (const c of message.tool_calls ?? []) messages.push({ role: "tool", tool_call_id: c.id, name: c.function.name, content: "4" });
+    }
+    if (record && per.length !== L) throw new Error(`gateway session ended after ${per.length} of ${L} calls`);
+    return { per, parse, bytes: JSON.stringify({ model: "qwen3", messages, tools: [schema] }).length };
+  };
+  for (let w = 0; w < 3; w++) await run(`warm${w}`, false);
+  const { per, parse, bytes } = await run("gwlong", true);
+  const mean = (xs: number[]) => xs.reduce((x, y) => x + y, 0) / Math.max(1, xs.length);
+  const early = mean(per.slice(2, 5));
+  const late = mean(per.slice(-3));
+  printTable(`the agent gateway: one session of ${L} chat calls, full history each (last body ${(bytes / 1024).toFixed(0)} KiB): the gateway's time per call`, [
+    ["call", "µs (mean of 3)", "of it: JSON.parse of the body, µs"],
+    ["4", (early * 1000).toFixed(0), (mean(parse.slice(2, 5)) * 1000).toFixed(0)],
+    [String(L), (late * 1000).toFixed(0), (mean(parse.slice(-3)) * 1000).toFixed(0)],
+    [`${L} ÷ 4`, (late / early).toFixed(2), ""],
+  ]);
 }

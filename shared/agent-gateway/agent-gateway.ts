@@ -4,7 +4,7 @@ import { KeyedChain } from "../session/keyed-chain.ts";
 import { LRUCache } from "lru-cache";
 import type { AgentLoopContext } from "../agent-loop/agent-loop.ts";
 import { AuthError, ConfigError, ConflictError, EdgeloopError, InputError, NotFoundError } from "../errors.ts";
-import { fnv1a32 } from "../inference/hash.ts";
+import { fnv1a32x2Hex } from "../inference/hash.ts";
 import type { InferenceClient } from "../inference/types.ts";
 import { isStaleStep, type SessionStorage } from "../session/session-storage.ts";
 import { holdWhileStoreDown } from "../store/store-outage.ts";
@@ -626,5 +626,5 @@ function replayOf(st: AgentSessionState, hash: string, opts: TurnOptions, lostTo
 export function requestHash(req: ChatRequest): string {
   const { stream: _s, include_usage: _u, ...rest } = req;
   const s = JSON.stringify(rest);
-  return fnv1a32(s).toString(16).padStart(8, "0") + fnv1a32(s, 0x9747b28c).toString(16).padStart(8, "0") + s.length.toString(16);
+  return fnv1a32x2Hex(s, 0x811c9dc5, 0x9747b28c) + s.length.toString(16);
 }

@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { InputError } from "../errors.ts";
-import { isRecord, nullish, parseField, presentKeys, unansweredToolResult } from "./wire-fields.ts";
+import { isRecord, nullish, parseField, presentKeys, StringField, unansweredToolResult } from "./wire-fields.ts";
 import type { ChatMessage, ToolCallMessage } from "../schema/message.ts";
 import { ToolSchema } from "../schema/tool.ts";
 
@@ -76,7 +76,7 @@ const ToolCallIn = z.looseObject({
 const FunctionIn = z.looseObject(
   {
     name: z.string({ error: "expected the tool's name (a string)" }).min(1, "must not be empty"),
-    description: z.string({ error: "expected a string" }).nullish(),
+    description: StringField.nullish(),
     parameters: z.record(z.string(), z.unknown(), { error: "expected a JSON Schema object" }).nullish(),
     strict: z.boolean({ error: "expected true or false" }).nullish(),
   },
@@ -207,7 +207,7 @@ export function parseChatRequest(body: unknown): ChatRequest {
     throw new InputError("function_call", "legacy function calling is not supported: send `tools`");
   }
 
-  const model = nullish(b.model) ? null : parseField("model", z.string({ error: "expected a string" }), b.model);
+  const model = nullish(b.model) ? null : parseField("model", StringField, b.model);
   const messages = parseMessages(b.messages);
   const tools = parseTools(b.tools);
 
@@ -292,15 +292,15 @@ function parseMessage(m: unknown, at: string): ChatMessage {
   const content = parseContent(m.content, `${at}.content`, r === "assistant" && toolCalls !== undefined);
   const out: ChatMessage = { role: r === "developer" ? "system" : r, content };
   if (toolCalls) out.tool_calls = toolCalls;
-  if (!nullish(m.name)) out.name = parseField(`${at}.name`, z.string({ error: "expected a string" }), m.name);
+  if (!nullish(m.name)) out.name = parseField(`${at}.name`, StringField, m.name);
   if (r === "tool") {
     if (nullish(m.tool_call_id)) throw new InputError(`${at}.tool_call_id`, "required on a tool message: the id of the call it answers");
-    out.tool_call_id = parseField(`${at}.tool_call_id`, z.string({ error: "expected a string" }), m.tool_call_id);
+    out.tool_call_id = parseField(`${at}.tool_call_id`, StringField, m.tool_call_id);
   }
   if (r === "assistant") {
     // vLLM ≥ 0.11 names the field `reasoning` in its replies; agents echo back whichever they got.
     const key = !nullish(m.reasoning_content) ? "reasoning_content" : !nullish(m.reasoning) ? "reasoning" : undefined;
-    if (key) out.reasoning_content = parseField(`${at}.${key}`, z.string({ error: "expected a string" }), m[key]);
+    if (key) out.reasoning_content = parseField(`${at}.${key}`, StringField, m[key]);
   }
   return out;
 }

@@ -28,6 +28,8 @@ const TopP = z.number({ error: "expected a number in (0, 1]" }).gt(0, "must be >
 const PositiveInt = z.int({ error: "expected a positive integer" }).min(1, "must be a positive integer");
 const Flag = z.boolean({ error: "expected true or false" });
 const Str = z.string({ error: "expected a string" });
+const MetadataField = z.record(z.string(), z.unknown(), { error: "expected an object" });
+const ArgumentsField = z.string({ error: "expected a JSON string of the arguments" });
 
 /** A function tool as the Responses API sends it (flat: no `function` wrapper); `strict` is accepted and dropped. */
 const FunctionToolIn = z.looseObject({
@@ -223,7 +225,7 @@ export function parseResponsesRequest(body: unknown): ParsedResponsesRequest {
   if (!nullish(b.top_p)) chat.top_p = parseField("top_p", TopP, b.top_p);
   if (!nullish(b.max_output_tokens)) chat.max_tokens = parseField("max_output_tokens", PositiveInt, b.max_output_tokens);
   const previous = nullish(b.previous_response_id) ? null : parseField("previous_response_id", Str.min(1, "must not be empty"), b.previous_response_id);
-  const metadata = nullish(b.metadata) ? null : parseField("metadata", z.record(z.string(), z.unknown(), { error: "expected an object" }), b.metadata);
+  const metadata = nullish(b.metadata) ? null : parseField("metadata", MetadataField, b.metadata);
   return {
     input,
     instructions: instructionsText === null ? null : { role: "system", content: instructionsText },
@@ -319,7 +321,7 @@ function parseInput(v: unknown): ChatMessage[] {
       case "function_call": {
         const call_id = parseField(`${at}.call_id`, Str, item.call_id);
         const name = parseField(`${at}.name`, Str.min(1, "must not be empty"), item.name);
-        const args = parseField(`${at}.arguments`, z.string({ error: "expected a JSON string of the arguments" }), item.arguments);
+        const args = parseField(`${at}.arguments`, ArgumentsField, item.arguments);
         const call: ToolCallMessage = { id: call_id, type: "function", function: { name, arguments: args } };
         const m: ChatMessage = open ?? assistant(null);
         m.tool_calls = [...(m.tool_calls ?? []), call];

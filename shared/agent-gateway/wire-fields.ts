@@ -1,8 +1,11 @@
-import type { z } from "zod";
+import { z } from "zod";
 import type { ChatMessage } from "../schema/message.ts";
 import { inputErrorFromZod } from "../errors.ts";
 
 /** Small readers shared by the agent gateway's request parsers (chat completions, Responses, Messages). */
+
+/** A string field (`expected a string` otherwise): built once, not per message (a schema costs more to build than to run). */
+export const StringField = z.string({ error: "expected a string" });
 
 /** null and undefined both count as absent in every API the gateway speaks. */
 export const nullish = (v: unknown): v is null | undefined => v === null || v === undefined;

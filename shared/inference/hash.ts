@@ -14,6 +14,22 @@ export function fnv1a32(s: string, seed = 0x811c9dc5): number {
   return mix32(h);
 }
 
+/**
+ * Two {@link fnv1a32} hashes of `s` with seeds `a` and `b`, in one pass
+ * (long strings: the agent gateway's request hash), as one 16-hex-digit
+ * string: `fnv1a32(s, a)` then `fnv1a32(s, b)`, each zero-padded to 8.
+ */
+export function fnv1a32x2Hex(s: string, a: number, b: number): string {
+  let h1 = a >>> 0;
+  let h2 = b >>> 0;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    h1 = Math.imul(h1 ^ c, 0x01000193);
+    h2 = Math.imul(h2 ^ c, 0x01000193);
+  }
+  return mix32(h1).toString(16).padStart(8, "0") + mix32(h2).toString(16).padStart(8, "0");
+}
+
 /** murmur3's 32-bit finaliser: spreads FNV's weak low bits. */
 export function mix32(h: number): number {
   h ^= h >>> 16;
