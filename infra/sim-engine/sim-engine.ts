@@ -407,7 +407,9 @@ export class SimEngine {
     };
     // A client gone after it was sent tokens gets them as an abort (the stream broke), not an error.
     let cutAt = -1;
+    log.planned = ids.length;
     for (let i = 0; i < ids.length; i++) {
+      log.decoded = i;
       if (epoch !== this.abortEpoch) {
         ids = ids.slice(0, i);
         finish = "abort";

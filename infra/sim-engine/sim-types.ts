@@ -177,6 +177,10 @@ export interface SimRequestLog {
   ended_ms?: number;
   /** The replica's `weight_version` when the request ended. */
   weight_version?: string;
+  /** Tokens the reply holds unless it is cut (scripted, after stop and `max_tokens`), once decoding began. */
+  planned?: number;
+  /** Tokens decoded so far (live while the request decodes): what an abort now would return. Tests wait on it, not on the clock. */
+  decoded?: number;
 }
 
 /**

@@ -99,9 +99,11 @@ describe("POST /v1/engine/pause → model-version → resume with trajectories i
       const b = rt.service.submit({ rows, global_steps: 1, model_version: null, validate: false });
       const done = b.run.run();
 
-      // Pause while requests are mid-generation (some tokens out, more to come).
+      // Pause while requests are mid-generation: at least two decoding, each with tokens out and 20 more to come
+      // (the engine's per-request progress, not the clock or the total so far).
+      const midDecode = () => engine.requests.filter((l) => l.ended_ms === undefined && (l.decoded ?? 0) >= 1 && (l.planned ?? 0) - (l.decoded ?? 0) >= 20).length;
       const t0 = Date.now();
-      while (Date.now() - t0 < 60_000 && !(engine.stats.inflight >= 3 && engine.stats.completion_tokens > 100)) await Bun.sleep(2);
+      while (Date.now() - t0 < 60_000 && !(engine.stats.inflight >= 3 && midDecode() >= 2)) await Bun.sleep(1);
       expect(engine.stats.inflight).toBeGreaterThan(0);
       const paused = await post(app, "/v1/engine/pause", { mode: c.mode, clear_cache: false });
       const pauseReturned = Date.now();
