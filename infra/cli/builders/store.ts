@@ -33,7 +33,7 @@ export function buildStore(config: AppConfig, storeTimeoutS?: number): TransferQ
     if (!restUrl || !token) throw new ConfigError("store.url", "upstash needs UPSTASH_REDIS_REST_URL and UPSTASH_REDIS_REST_TOKEN in the environment");
     return createUpstashTransferQueue({ url: restUrl, token, prefix, ...sizeLimit(config) });
   }
-  return createRedisTransferQueue({ url, prefix, ...sizeLimit(config), storeTimeoutS });
+  return createRedisTransferQueue({ url, prefix, shards: config.store.shards, ...sizeLimit(config), storeTimeoutS });
 }
 
 /** A new connection to the store's Redis (Upstash REST or TCP; `storeTimeoutS` bounds a TCP outage). Not for the memory store. */
