@@ -94,3 +94,38 @@ describe("cluster key layout", () => {
     await a.close();
   });
 });
+
+describe("python reader on the cluster", () => {
+  test("redis-py RedisCluster reads every shard's groups exactly once and acks them", async () => {
+    const prefix = "py:";
+    const q = createRedisTransferQueue({ url: cluster.url, shards: SHARDS, prefix });
+    const uids = Array.from({ length: 30 }, (_, i) => `py-${i}`);
+    for (const uid of uids) {
+      await q.expectGroup(uid, 2);
+      await q.put(makeRecord(uid, 0));
+      await q.put(makeRecord(uid, 1));
+    }
+    const script = `
+import json, sys
+sys.path.insert(0, "clients/python")
+from edgeloop.reader import Reader
+a = Reader(url=sys.argv[1], prefix="py:", shards=3)
+b = Reader(url=sys.argv[1], prefix="py:", shards=3)
+seen, acked = [], 0
+for _ in range(10):
+    for r, c in ((a, "p1"), (b, "p2")):
+        gs = r.groups(max=7, consumer=c, block_ms=0)
+        seen += [[g.uid, g.delivery_id.split("@")[1], [x["key"] for x in g.records], [int(t) for t in g.records[0]["response_ids"]]] for g in gs]
+        acked += r.ack(gs)
+print(json.dumps({"seen": seen, "acked": acked, "again": len(a.groups(max=50, consumer="p1", block_ms=30))}))
+`;
+    const p = Bun.spawn(["/usr/bin/python3", "-c", script, cluster.url], { stdout: "pipe", stderr: "pipe" });
+    const [out, err, code] = [await new Response(p.stdout).text(), await new Response(p.stderr).text(), await p.exited];
+    expect({ code, err: code === 0 ? "" : err }).toEqual({ code: 0, err: "" });
+    const r = JSON.parse(out) as { seen: [string, string, string[], number[]][]; acked: number; again: number };
+    expect(r.seen.map((s) => s[0]).sort()).toEqual([...uids].sort());
+    expect(r.seen.every(([uid, shard, keys, ids]) => Number(shard) === q.layout.shardOf(uid) && JSON.stringify(keys) === JSON.stringify([`${uid}_0_0`, `${uid}_1_0`]) && JSON.stringify(ids) === "[9707,11,151645]")).toBe(true);
+    expect([r.acked, r.again]).toEqual([30, 0]);
+    await q.close();
+  }, 30_000);
+});
