@@ -142,6 +142,6 @@ export const ConsumedVersionRequest = z.strictObject({
 
 /** Body of `POST /v1/groups/ack` (strict: an unknown key is a 400, so a misspelt `partition` does not ack the train partition). */
 export const AckRequest = z.strictObject({
-  delivery_ids: z.array(z.string().regex(/^\d{1,20}-\d{1,20}$/, "a delivery id is a stream id such as 1796002889517-0")).min(1).max(1000),
+  delivery_ids: z.array(z.string().regex(/^\d{1,20}-\d{1,20}(@\d{1,4})?$/, "a delivery id is a stream id such as 1796002889517-0 (a sharded store's: 1796002889517-0@2)")).min(1).max(1000),
   partition: z.enum(["train", "val"]).default("train"),
 });

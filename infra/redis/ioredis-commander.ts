@@ -1,6 +1,7 @@
-import IORedis, { ReplyError } from "ioredis";
+import IORedis, { Cluster, ReplyError } from "ioredis";
+import { keySlot } from "../../shared/store/key-slot.ts";
 import type { RedisArg, RedisCommander, RedisReply } from "../../shared/store/redis-commander.ts";
-import { StoreError } from "../../shared/errors.ts";
+import { ConfigError, StoreError } from "../../shared/errors.ts";
 import { StoreUnreachableError } from "../../shared/store/store-outage.ts";
 import { checkCommand, pipelineBySize, TCP_MAX_REQUEST_BYTES } from "../../shared/store/request-size.ts";
 import { maskRedisUrl } from "./redis-check.ts";
@@ -68,7 +69,7 @@ export const DEFAULT_MAX_IDLE_BLOCKING = 4;
 
 /** One blocking call waiting for a connection. */
 interface BlockingWaiter {
-  resolve(c: IORedis | null): void;
+  resolve(c: IORedis | Cluster | null): void;
   timer: ReturnType<typeof setTimeout> | undefined;
 }
 
@@ -81,6 +82,56 @@ function blockMsOf(cmd: RedisArg[]): number | null {
     }
   }
   return null;
+}
+
+/** A cluster URL: `redis+cluster://[user:pass@]host:port[,host:port…]` (`rediss+cluster://` for TLS). */
+const CLUSTER_URL = /^(rediss?)\+cluster:\/\/(?:([^@/]*)@)?([^/?#]+)\/?$/;
+
+/** True when `url` names a Redis Cluster (`redis+cluster://` or `rediss+cluster://`). */
+export function isClusterUrl(url: string): boolean {
+  return /^rediss?\+cluster:\/\//.test(url);
+}
+
+/**
+ * The seed nodes and credentials of a cluster URL
+ * `redis+cluster://[user:pass@]host:port[,host:port…]` (port default 6379).
+ * @throws ConfigError (`store.url`) when the URL is malformed.
+ */
+export function parseClusterUrl(url: string): { nodes: { host: string; port: number }[]; username?: string; password?: string; tls: boolean } {
+  const m = CLUSTER_URL.exec(url);
+  if (!m) throw new ConfigError("store.url", "a cluster URL is redis+cluster://[user:pass@]host:port[,host:port…]");
+  const nodes = m[3]!.split(",").map((hp) => {
+    const i = hp.lastIndexOf(":");
+    const host = i > 0 ? hp.slice(0, i) : hp;
+    const port = i > 0 ? Number(hp.slice(i + 1)) : 6379;
+    if (!host || !Number.isInteger(port) || port < 1 || port > 65535) throw new ConfigError("store.url", `cluster node ${JSON.stringify(hp)} is not host:port`);
+    return { host: host.replace(/^\[|\]$/g, ""), port };
+  });
+  const out: { nodes: { host: string; port: number }[]; username?: string; password?: string; tls: boolean } = { nodes, tls: m[1] === "rediss" };
+  if (m[2]) {
+    const [u, ...rest] = m[2].split(":");
+    if (rest.length) {
+      if (u) out.username = decodeURIComponent(u);
+      out.password = decodeURIComponent(rest.join(":"));
+    } else out.password = decodeURIComponent(u!);
+  }
+  return out;
+}
+
+/**
+ * The key a command is routed by (null: keyless). EVAL/EVALSHA: their first
+ * KEYS entry; XREAD/XREADGROUP: the first stream after STREAMS; anything
+ * else: the first argument.
+ */
+export function routingKey(cmd: RedisArg[]): RedisArg | null {
+  const name = String(cmd[0]).toUpperCase();
+  if (name === "EVAL" || name === "EVALSHA") return Number(cmd[2]) > 0 ? cmd[3]! : null;
+  if (name === "XREAD" || name === "XREADGROUP") {
+    const i = cmd.findIndex((a) => String(a).toUpperCase() === "STREAMS");
+    return i >= 0 ? (cmd[i + 1] ?? null) : null;
+  }
+  if (name === "TIME" || name === "PING" || name === "SCRIPT" || name === "INFO" || name === "CLUSTER") return null;
+  return cmd[1] ?? null;
 }
 
 /** Where a commander's connection stands. */
@@ -109,10 +160,12 @@ export interface ConnectionState {
  * @see https://github.com/redis/ioredis#auto-reconnect
  */
 export class IoRedisCommander implements RedisCommander {
-  private readonly main: IORedis;
-  private readonly idle: IORedis[] = [];
-  private readonly all = new Set<IORedis>();
-  private readonly idleTimers = new Map<IORedis, ReturnType<typeof setTimeout>>();
+  private readonly main: IORedis | Cluster;
+  private readonly idle: (IORedis | Cluster)[] = [];
+  private readonly all = new Set<IORedis | Cluster>();
+  private readonly idleTimers = new Map<IORedis | Cluster, ReturnType<typeof setTimeout>>();
+  /** True for a `redis+cluster://` URL: commands go through ioredis `Cluster` (MOVED/ASK followed), pipelines are split by slot. */
+  readonly cluster: boolean;
   private readonly waiters: BlockingWaiter[] = [];
   /** Blocking connections handed out now (≤ maxBlocking). */
   private activeBlocking = 0;
@@ -138,14 +191,25 @@ export class IoRedisCommander implements RedisCommander {
     this.blockingIdleMs = opts.blockingIdleMs ?? DEFAULT_BLOCKING_IDLE_MS;
     this.url = maskRedisUrl(url);
     this.onError = opts.onError ?? ((message) => process.stderr.write(`edgeloop: ${message}\n`));
-    this.main = new IORedis(url, {
-      lazyConnect: false,
-      maxRetriesPerRequest: 3,
-      retryStrategy: (times) => {
-        if (this.all.size && !this.closing) this.state.attempts = Math.max(this.state.attempts, times);
-        return times > maxReconnects ? null : Math.min(times * 100, cap);
-      },
-    });
+    const retryStrategy = (times: number): number | null => {
+      if (this.all.size && !this.closing) this.state.attempts = Math.max(this.state.attempts, times);
+      return times > maxReconnects ? null : Math.min(times * 100, cap);
+    };
+    this.cluster = isClusterUrl(url);
+    if (this.cluster) {
+      const c = parseClusterUrl(url);
+      this.main = new Cluster(c.nodes, {
+        clusterRetryStrategy: retryStrategy,
+        redisOptions: {
+          maxRetriesPerRequest: 3,
+          ...(c.username ? { username: c.username } : {}),
+          ...(c.password ? { password: c.password } : {}),
+          ...(c.tls ? { tls: {} } : {}),
+        },
+      });
+    } else {
+      this.main = new IORedis(url, { lazyConnect: false, maxRetriesPerRequest: 3, retryStrategy });
+    }
     this.track(this.main, true);
   }
 
@@ -159,7 +223,7 @@ export class IoRedisCommander implements RedisCommander {
    * event" with a stack trace for every reconnect attempt otherwise): reports
    * the first error of an outage, the recovery and the give-up, nothing in between.
    */
-  private track(c: IORedis, isMain = false): void {
+  private track(c: IORedis | Cluster, isMain = false): void {
     this.all.add(c);
     let failing = false;
     const bound = this.storeTimeoutS !== undefined ? ` or for at most ${this.storeTimeoutS} s (--store-timeout)` : "";
@@ -206,7 +270,31 @@ export class IoRedisCommander implements RedisCommander {
     }
   }
 
+  /**
+   * Runs `cmds` in one round trip per connection: on one server a single
+   * pipeline; on a cluster one pipeline per hash slot touched (ioredis sends
+   * a pipeline to one node only), all at once, replies in `cmds` order.
+   */
   async pipeline(cmds: RedisArg[][]): Promise<(RedisReply | Error)[]> {
+    if (!this.cluster) return this.pipelineOne(cmds);
+    const bySlot = new Map<number, number[]>();
+    cmds.forEach((cmd, i) => {
+      const k = routingKey(cmd);
+      const slot = k === null ? -1 : keySlot(typeof k === "string" ? k : k);
+      bySlot.set(slot, [...(bySlot.get(slot) ?? []), i]);
+    });
+    if (bySlot.size === 1) return this.pipelineOne(cmds);
+    const out = new Array<RedisReply | Error>(cmds.length);
+    await Promise.all(
+      [...bySlot.values()].map(async (idx) => {
+        const res = await this.pipelineOne(idx.map((i) => cmds[i]!));
+        idx.forEach((i, j) => (out[i] = res[j]!));
+      }),
+    );
+    return out;
+  }
+
+  private async pipelineOne(cmds: RedisArg[][]): Promise<(RedisReply | Error)[]> {
     return pipelineBySize(cmds, this.maxRequestBytes, "resp", async (batch) => {
       const p = this.main.pipeline();
       for (const [name, ...args] of batch) p.call(String(name), ...args.map(toArg));
@@ -248,7 +336,7 @@ export class IoRedisCommander implements RedisCommander {
     return { active: this.activeBlocking, idle: this.idle.length, open: this.all.size - (this.all.has(this.main) ? 1 : 0), waiting: this.waiters.length };
   }
 
-  private acquireBlocking(blockMs: number | null): Promise<IORedis | null> {
+  private acquireBlocking(blockMs: number | null): Promise<IORedis | Cluster | null> {
     if (this.closing) return Promise.reject(this.outage(new Error("Connection is closed.")));
     if (this.activeBlocking < this.maxBlocking) {
       this.activeBlocking++;
@@ -257,7 +345,8 @@ export class IoRedisCommander implements RedisCommander {
         clearTimeout(this.idleTimers.get(c));
         this.idleTimers.delete(c);
       } else {
-        c = this.main.duplicate();
+        const m = this.main;
+        c = m instanceof Cluster ? m.duplicate() : m.duplicate();
         this.track(c);
       }
       return Promise.resolve(c);
@@ -280,7 +369,7 @@ export class IoRedisCommander implements RedisCommander {
     });
   }
 
-  private releaseBlocking(c: IORedis): void {
+  private releaseBlocking(c: IORedis | Cluster): void {
     const next = this.waiters.shift();
     if (next) {
       clearTimeout(next.timer);
@@ -301,7 +390,7 @@ export class IoRedisCommander implements RedisCommander {
     this.idleTimers.set(c, t);
   }
 
-  private dropBlocking(c: IORedis): void {
+  private dropBlocking(c: IORedis | Cluster): void {
     this.all.delete(c);
     c.quit().catch(() => c.disconnect());
   }

@@ -28,6 +28,9 @@ export function maskRedisUrl(url: string): string {
  *   `cannot reach Redis at redis://127.0.0.1:1 (--store): connect ECONNREFUSED 127.0.0.1:1`.
  */
 export async function checkRedis(url: string, opts: { timeoutMs?: number; what?: string } = {}): Promise<void> {
+  // A cluster URL (redis+cluster://[auth@]h:p,h:p): the first seed node must answer, as a plain server would.
+  const cl = /^(rediss?)\+cluster:\/\/((?:[^@/]*@)?)([^,/]+)/.exec(url);
+  if (cl) return checkRedis(`${cl[1]}://${cl[2]}${cl[3]}`, opts);
   const timeoutMs = opts.timeoutMs ?? DEFAULT_CHECK_TIMEOUT_MS;
   const where = `${maskRedisUrl(url)}${opts.what ? ` (${opts.what})` : ""}`;
   let c: IORedis;

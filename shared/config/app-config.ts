@@ -164,14 +164,20 @@ export const RetentionConfig = z.strictObject({
 });
 export type RetentionConfig = z.infer<typeof RetentionConfig>;
 
-/** The transfer queue: `memory` (embedded default), a `redis://` URL, or `upstash` (reads UPSTASH_REDIS_REST_URL/TOKEN). */
+/** The transfer queue: `memory` (embedded default), a `redis://` URL, a `redis+cluster://host:port,host:port` URL (Redis/Valkey Cluster), or `upstash` (reads UPSTASH_REDIS_REST_URL/TOKEN). */
 export const StoreConfig = z.strictObject({
   url: z
     .string()
     .default("memory")
-    .refine((s) => s === "memory" || s === "upstash" || /^rediss?:\/\//.test(s), "store.url must be memory, upstash or a redis:// URL"),
+    .refine((s) => s === "memory" || s === "upstash" || /^rediss?(\+cluster)?:\/\//.test(s), "store.url must be memory, upstash, a redis:// URL or a redis+cluster://host:port,host:port URL"),
   /** Key prefix of every Redis key edgeloop writes. */
   prefix: z.string().min(1, "must not be empty: an empty prefix writes edgeloop's keys unprefixed into the database (and gc would scan all of it)").default("edgeloop:"),
+  /**
+   * Stream shards of each partition's group stream (docs/queue-layout.md, "Shards and Redis
+   * Cluster"): a group goes to shard CRC16(uid) mod shards; readers read all. Default 1 (one
+   * stream, today's key names on a single server). Every writer and reader of a prefix must agree.
+   */
+  shards: z.number().int().min(1, "store.shards must be >= 1").max(1024, "store.shards must be <= 1024").default(1),
   /**
    * Largest request to the store, bytes: one Upstash REST body (default 10 MB, Upstash's limit —
    * set your plan's) or one Redis TCP command / pipeline write (default 64 MiB). Pipelines are

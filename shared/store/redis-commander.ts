@@ -32,4 +32,10 @@ export interface RedisCommander {
    * command over it is refused. Absent: no limit known.
    */
   readonly maxRequestBytes?: number;
+  /**
+   * True when the server is a Redis Cluster: every script must then touch
+   * keys of one hash slot, and adapters hash-tag their keys (absent: one
+   * server, or Upstash's single endpoint).
+   */
+  readonly cluster?: boolean;
 }

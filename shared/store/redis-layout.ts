@@ -1,5 +1,22 @@
+import { ConfigError } from "../errors.ts";
 import { keyPart } from "./key-encoding.ts";
+import { shardOf, shardTags } from "./key-slot.ts";
 import type { Partition } from "./types.ts";
+
+/** How a {@link RedisLayout} names its keys. */
+export interface RedisLayoutOptions {
+  /**
+   * Stream shards per partition (default 1). A group belongs to shard
+   * {@link shardOf}`(uid, shards)`; each shard has its own stream and
+   * filtered list. Writers and readers of one prefix must agree on it.
+   */
+  shards?: number;
+  /**
+   * Put a hash tag in every key (default: `shards > 1`). Required on Redis
+   * Cluster, where a script may only touch keys of one slot.
+   */
+  tagged?: boolean;
+}
 
 /**
  * Redis key names of the transfer queue (docs/queue-layout.md), all under one
@@ -13,37 +30,83 @@ import type { Partition } from "./types.ts";
  * - `{p}groups:filtered:{partition}` LIST — uids of groups filtered by dynamic sampling, in filter order.
  * - `{p}stage:{key}:{nonce}` HASH — a put's record before PUT_LUA renames it to `{p}traj:{key}` (expires after 60 s if orphaned).
  *
+ * Tagged (Redis Cluster, or more than one shard): every name gets the hash
+ * tag of its shard right after the prefix — `{p}{<tag>}:traj:{key}`, where
+ * `<tag>` is {@link shardTags}`(shards)[k]` and `k` is the shard of the key's
+ * uid — so a group's hash, key set, records, staging hashes and its shard's
+ * stream and filtered list share one slot, and every script is single-slot.
+ * Untagged (the default with one shard), the names are exactly the ones
+ * above.
+ *
  * Every `{uid}` and `{key}` goes through {@link keyPart} (the identity on the
  * uids and keys the API accepts; anything else percent-encoded), so no input
  * can name another namespace's key or a hash tag. Values stored inside keys
  * (stream entries, key sets) hold the raw uid and key.
+ * @throws ConfigError (`store.shards`, `store.prefix`) for a shard count outside 1…1024, or a tagged layout whose prefix holds `{` or `}` (it would form another hash tag).
  */
 export class RedisLayout {
-  constructor(readonly prefix: string) {}
+  readonly shards: number;
+  readonly tagged: boolean;
+  private readonly tags: readonly string[];
+
+  constructor(
+    readonly prefix: string,
+    opts: RedisLayoutOptions = {},
+  ) {
+    const shards = opts.shards ?? 1;
+    if (!Number.isInteger(shards) || shards < 1 || shards > 1024) throw new ConfigError("store.shards", `must be an integer in 1..1024, got ${String(shards)}`);
+    this.shards = shards;
+    this.tagged = opts.tagged ?? shards > 1;
+    if (this.tagged && /[{}]/.test(prefix)) throw new ConfigError("store.prefix", "must not hold { or } with a sharded or cluster store (it would be the keys' hash tag)");
+    this.tags = shardTags(shards);
+  }
+  /** The shard (0…shards−1) of a group. */
+  shardOf(uid: string): number {
+    return shardOf(uid, this.shards);
+  }
+  /** The prefix plus, when tagged, shard `k`'s hash tag and `:`. */
+  base(shard: number): string {
+    return this.tagged ? `${this.prefix}{${this.tags[shard]}}:` : this.prefix;
+  }
+  /** The hash tag text of shard `k` (inside the braces; also what untagged names would carry on a cluster). */
+  tag(shard: number): string {
+    return this.tags[shard]!;
+  }
+  private of(uid: string): string {
+    return this.base(this.shardOf(uid));
+  }
   traj(key: string): string {
-    return `${this.prefix}traj:${keyPart(key, "key")}`;
+    return `${this.of(uidOfKey(key))}traj:${keyPart(key, "key")}`;
   }
   group(uid: string): string {
-    return `${this.prefix}group:${keyPart(uid, "uid")}`;
+    return `${this.of(uid)}group:${keyPart(uid, "uid")}`;
   }
   members(uid: string): string {
-    return `${this.prefix}group:${keyPart(uid, "uid")}:keys`;
+    return `${this.of(uid)}group:${keyPart(uid, "uid")}:keys`;
   }
   /** A put's staging hash (one per attempt, expiring): the record is written here, then renamed into place by PUT_LUA. */
   stage(key: string, nonce: string): string {
-    return `${this.prefix}stage:${keyPart(key, "key")}:${nonce}`;
+    return `${this.of(uidOfKey(key))}stage:${keyPart(key, "key")}:${nonce}`;
   }
-  stream(partition: Partition): string {
-    return `${this.prefix}groups:${partition}`;
+  /** Shard `shard`'s stream of complete groups of a partition (shard 0 by default). */
+  stream(partition: Partition, shard = 0): string {
+    return `${this.base(shard)}groups:${partition}`;
   }
-  /** uids of the partition's groups filtered by dynamic sampling (LIST). */
-  filtered(partition: Partition): string {
-    return `${this.prefix}groups:filtered:${partition}`;
+  /** uids of the partition's groups filtered by dynamic sampling (LIST), one per shard. */
+  filtered(partition: Partition, shard = 0): string {
+    return `${this.base(shard)}groups:filtered:${partition}`;
   }
-  /** KEYS of every script, in order: group, members, train stream, val stream. */
+  /** KEYS of every script, in order: group, members, train stream, val stream (of the group's shard). */
   groupKeys(uid: string): string[] {
-    return [this.group(uid), this.members(uid), this.stream("train"), this.stream("val")];
+    const s = this.shardOf(uid);
+    return [this.group(uid), this.members(uid), this.stream("train", s), this.stream("val", s)];
   }
+}
+
+/** The uid part of a trajectory key `{uid}_{session_id}_{output_index}` (uids hold no `_`). */
+export function uidOfKey(key: string): string {
+  const i = key.indexOf("_");
+  return i > 0 ? key.slice(0, i) : key;
 }
 
 /**

@@ -38,7 +38,22 @@ import type {
 export interface RedisTransferQueueOptions extends TransferQueueOptions {
   /** Close the commander when the queue is closed (default true). */
   ownsCommander?: boolean;
+  /**
+   * Stream shards per partition (default 1; `store.shards`): each group goes
+   * to shard `CRC16(uid) mod shards`, readers read every shard. Every
+   * writer and reader of a prefix must use the same count.
+   * @see docs/queue-layout.md ("Shards and Redis Cluster")
+   */
+  shards?: number;
+  /** Hash-tag every key (default: `shards > 1`, or when the commander says it is a cluster). */
+  tagged?: boolean;
 }
+
+/**
+ * A delivery id of a sharded queue: the stream entry id, then `@` and the
+ * shard (`1796002889517-0@2`); one shard's ids are the bare entry id.
+ */
+export const SHARDED_DELIVERY_ID = /^(\d{1,20}-\d{1,20})@(\d{1,4})$/;
 
 /** `HGETALL`-style reply (RESP2 flat array or RESP3 map) → object of strings. */
 export function replyToFields(reply: RedisReply): Record<string, string> {
@@ -99,13 +114,17 @@ export class RedisTransferQueue implements TransferQueue {
   private readonly shas = new Map<string, Promise<string>>();
   /** Whether a put of this queue has run PUT_LUA (then puts send EVALSHA, else EVAL with the source). */
   private putScriptLoaded = false;
-  private readonly consumers = new Map<Partition, StreamConsumer>();
+  private readonly consumers = new Map<string, StreamConsumer>();
+  /** Entries read from a shard beyond a call's `max` (parallel blocking reads), handed out first by the next read, per partition and consumer. */
+  private readonly spill = new Map<string, { shard: number; entry: StreamEntry }[]>();
+  /** The shard the next read starts at (rotates, so no shard waits behind another). */
+  private nextShard = 0;
 
   constructor(
     private readonly redis: RedisCommander,
     opts: RedisTransferQueueOptions = {},
   ) {
-    this.layout = new RedisLayout(opts.prefix ?? DEFAULT_PREFIX);
+    this.layout = new RedisLayout(opts.prefix ?? DEFAULT_PREFIX, { ...(opts.shards !== undefined ? { shards: opts.shards } : {}), tagged: opts.tagged ?? (redis.cluster === true || (opts.shards ?? 1) > 1) });
     this.group = opts.group ?? DEFAULT_GROUP;
     this.visibilityMs = opts.visibilityTimeoutMs ?? DEFAULT_VISIBILITY_TIMEOUT_MS;
     this.owns = opts.ownsCommander ?? true;
@@ -206,13 +225,15 @@ export class RedisTransferQueue implements TransferQueue {
 
   async filterGroup(uid: string, reason: string): Promise<boolean> {
     checkUid(uid);
-    const r = await this.script(FILTER_LUA, [this.layout.group(uid), this.layout.filtered("train"), this.layout.filtered("val")], [uid, reason.slice(0, 500)]);
+    const s = this.layout.shardOf(uid);
+    const r = await this.script(FILTER_LUA, [this.layout.group(uid), this.layout.filtered("train", s), this.layout.filtered("val", s)], [uid, reason.slice(0, 500)]);
     return Number(r) === 1;
   }
 
   async filteredGroups(opts: { partition?: Partition; max: number }): Promise<FilteredGroup[]> {
     const part = checkPartition(opts.partition);
-    const uids = ((await this.call(["LRANGE", this.layout.filtered(part), "0", "-1"])) as string[]).map(String);
+    const lists = await Promise.all(Array.from({ length: this.layout.shards }, (_, k) => this.call(["LRANGE", this.layout.filtered(part, k), "0", "-1"])));
+    const uids = lists.flatMap((l) => (l as string[]).map(String));
     const out: FilteredGroup[] = [];
     for (const uid of uids) {
       if (out.length >= opts.max) break;
@@ -229,19 +250,89 @@ export class RedisTransferQueue implements TransferQueue {
 
   async readCompleteGroups(opts: ReadGroupsOptions): Promise<CompleteGroup[]> {
     const o = checkReadOptions(opts);
-    const sc = this.consumer(o.partition);
-    const entries: StreamEntry[] = await sc.autoclaim(o.consumer, this.visibilityMs, o.max, 8);
-    if (entries.length < o.max) {
-      entries.push(...(await sc.read(o.consumer, o.max - entries.length, entries.length === 0 ? o.block_ms : 0)));
+    if (this.layout.shards === 1) {
+      const sc = this.consumer(o.partition, 0);
+      const entries: StreamEntry[] = await sc.autoclaim(o.consumer, this.visibilityMs, o.max, 8);
+      if (entries.length < o.max) {
+        entries.push(...(await sc.read(o.consumer, o.max - entries.length, entries.length === 0 ? o.block_ms : 0)));
+      }
+      return deliverGroups(recordsOfRole(await this.materialise(o.partition, entries.map((entry) => ({ shard: 0, entry }))), o.agent_role), o.deliver);
     }
-    return deliverGroups(recordsOfRole(await this.materialise(o.partition, entries), o.agent_role), o.deliver);
+    return deliverGroups(recordsOfRole(await this.materialise(o.partition, await this.readShards(o.partition, o.consumer, o.max, o.block_ms)), o.agent_role), o.deliver);
+  }
+
+  /**
+   * Entries of every shard for one read: what an earlier read left over,
+   * then each shard's stale entries (XAUTOCLAIM), then new ones (XREADGROUP
+   * without BLOCK), shard after shard from a rotating start, until `max`.
+   * With nothing found and `blockMs` > 0, one blocking XREADGROUP per shard
+   * runs at once (a cluster cannot read streams of several slots in one
+   * command); entries beyond `max` from those are kept for this consumer's
+   * next read (they are pending under its name meanwhile, so a consumer
+   * that never reads again has them reclaimed after the visibility timeout).
+   */
+  private async readShards(part: Partition, consumer: string, max: number, blockMs: number): Promise<{ shard: number; entry: StreamEntry }[]> {
+    const n = this.layout.shards;
+    const spillKey = `${part}\u0000${consumer}`;
+    const spilled = this.spill.get(spillKey) ?? [];
+    const out = spilled.splice(0, max);
+    if (spilled.length === 0) this.spill.delete(spillKey);
+    const start = this.nextShard++ % n;
+    const order = Array.from({ length: n }, (_, i) => (start + i) % n);
+    for (const k of order) {
+      if (out.length >= max) break;
+      for (const entry of await this.consumer(part, k).autoclaim(consumer, this.visibilityMs, max - out.length, 8)) out.push({ shard: k, entry });
+    }
+    for (const k of order) {
+      if (out.length >= max) break;
+      for (const entry of await this.consumer(part, k).read(consumer, max - out.length, 0)) out.push({ shard: k, entry });
+    }
+    if (out.length > 0 || blockMs <= 0) return out;
+    // The first shard that answers with entries ends the wait; what the still-blocked reads return later is kept for the next read.
+    let done = false;
+    const keep = (got: { shard: number; entry: StreamEntry }[]) => {
+      if (got.length) this.spill.set(spillKey, [...(this.spill.get(spillKey) ?? []), ...got]);
+    };
+    const reads = order.map(async (k) => {
+      const got = (await this.consumer(part, k).read(consumer, max, blockMs)).map((entry) => ({ shard: k, entry }));
+      if (done) keep(got);
+      return got;
+    });
+    const first = await new Promise<{ shard: number; entry: StreamEntry }[]>((resolve, reject) => {
+      let left = reads.length;
+      for (const r of reads) {
+        r.then((got) => {
+          left--;
+          if (done) return;
+          if (got.length > 0 || left === 0) {
+            done = true;
+            resolve(got);
+          }
+        }, (e) => {
+          if (!done) {
+            done = true;
+            reject(e);
+          }
+        });
+      }
+    });
+    return first;
   }
 
   async ack(deliveryIds: readonly string[], partition?: Partition): Promise<number> {
     const part = checkPartition(partition);
     if (deliveryIds.length === 0) return 0;
     try {
-      return await this.consumer(part).ack(deliveryIds);
+      if (this.layout.shards === 1) return await this.consumer(part, 0).ack(deliveryIds);
+      const byShard = new Map<number, string[]>();
+      for (const d of deliveryIds) {
+        const m = SHARDED_DELIVERY_ID.exec(d);
+        if (!m || Number(m[2]) >= this.layout.shards) throw new InputError("delivery_ids", `${JSON.stringify(d).slice(0, 60)} is not a delivery id of this ${this.layout.shards}-shard queue (expected <ms>-<seq>@<shard>, as readCompleteGroups returns)`);
+        const k = Number(m[2]);
+        byShard.set(k, [...(byShard.get(k) ?? []), m[1]!]);
+      }
+      const counts = await Promise.all([...byShard].map(([k, ids]) => this.consumer(part, k).ack(ids)));
+      return counts.reduce((a, b) => a + b, 0);
     } catch (e) {
       // A malformed id is the caller's mistake (400), not a store failure (503).
       if (e instanceof StoreError && errorMessage(e.cause).includes("Invalid stream ID")) {
@@ -304,15 +395,16 @@ export class RedisTransferQueue implements TransferQueue {
     }
   }
 
-  private async materialise(part: Partition, entries: StreamEntry[]): Promise<CompleteGroup[]> {
-    const groups = entries.map((e) => {
+  private async materialise(part: Partition, read: { shard: number; entry: StreamEntry }[]): Promise<CompleteGroup[]> {
+    const sharded = this.layout.shards > 1;
+    const groups = read.map(({ shard, entry: e }) => {
       let keys: string[] = [];
       try {
         keys = e.fields?.keys ? (JSON.parse(e.fields.keys) as string[]) : [];
       } catch (cause) {
         throw new StoreError(`stream entry ${e.id} has a bad keys field`, { cause, retryable: false });
       }
-      return { id: e.id, uid: e.fields?.uid ?? "", keys };
+      return { id: sharded ? `${e.id}@${shard}` : e.id, uid: e.fields?.uid ?? "", keys };
     });
     const all = groups.flatMap((g) => g.keys);
     const replies = all.length ? await this.pipe(all.map((k) => ["HGETALL", this.layout.traj(k)])) : [];
@@ -327,12 +419,13 @@ export class RedisTransferQueue implements TransferQueue {
     });
   }
 
-  /** The `trainers` group of a partition's stream (created again whenever Redis lost it). */
-  private consumer(part: Partition): StreamConsumer {
-    let c = this.consumers.get(part);
+  /** The `trainers` group of a partition's stream shard (created again whenever Redis lost it). */
+  private consumer(part: Partition, shard: number): StreamConsumer {
+    const id = `${part}:${shard}`;
+    let c = this.consumers.get(id);
     if (!c) {
-      c = new StreamConsumer({ call: (cmd, b) => this.call(cmd, b), pipe: (cmds) => this.pipe(cmds) }, this.layout.stream(part), this.group);
-      this.consumers.set(part, c);
+      c = new StreamConsumer({ call: (cmd, b) => this.call(cmd, b), pipe: (cmds) => this.pipe(cmds) }, this.layout.stream(part, shard), this.group);
+      this.consumers.set(id, c);
     }
     return c;
   }

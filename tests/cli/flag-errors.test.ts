@@ -55,7 +55,7 @@ const CASES: [string[], string][] = [
   [["rollout", "--data", "x.jsonl", "--engine", "ftp://gpu1:8000"], `--engine: engine.url must be "sim" or an http(s) URL (got 'ftp://gpu1:8000')`],
   [["rollout", "--data", "x.jsonl", "--agent", "mailto:x@y"], "--agent: agent.url must be an http(s) URL (got 'mailto:x@y')"],
   [["rollout", "--data", "x.jsonl", "--public-url", "localhost:8787"], "--public-url: agent.public_url must be an http(s) URL (got 'localhost:8787')"],
-  [["rollout", "--data", "x.jsonl", "--store", "ftp://x"], "--store: store.url must be memory, upstash or a redis:// URL (got 'ftp://x')"],
+  [["rollout", "--data", "x.jsonl", "--store", "ftp://x"], "--store: store.url must be memory, upstash, a redis:// URL or a redis+cluster://host:port,host:port URL (got 'ftp://x')"],
   [["worker", "--idle-exit", "abc"], "--idle-exit must be a number of seconds >= 0, got 'abc' (see edgeloop worker --help)"],
   [["worker", "--lease", "-5"], "--lease must be a positive number of seconds, got '-5' (see edgeloop worker --help)"],
   // Durations become timers in ms: past setTimeout's largest delay (2^31 − 1 ms) one would fire at once.

@@ -8,6 +8,7 @@ visibility timeout are claimed again (``XAUTOCLAIM``), then new entries are
 read (``XREADGROUP ... >``), then every record hash is fetched in one pipeline.
 """
 
+import binascii
 import json
 from dataclasses import dataclass, field
 from typing import List
@@ -57,6 +58,64 @@ def _group_gone(e):
     return s.startswith("NOGROUP") or s.startswith("UNBLOCKED") or " NOGROUP " in s
 
 
+max_ = max
+
+
+def crc16(data):
+    """CRC16-XMODEM, Redis Cluster's key hash (``binascii.crc_hqx(data, 0)``)."""
+    return binascii.crc_hqx(data, 0)
+
+
+def shard_of(uid, shards):
+    """The stream shard of a group: ``CRC16(uid UTF-8) mod shards`` (0 for one shard), as the TypeScript store."""
+    return 0 if shards <= 1 else crc16(uid.encode("utf-8")) % shards
+
+
+_TAGS = {}
+
+
+def shard_tags(shards):
+    """Hash tags of the ``shards`` stream shards (``shardTags`` in shared/store/key-slot.ts): shard k's is the
+    first of ``s{k}``, ``s{k}.1``, … whose slot lies in the middle half of the k-th of ``shards`` equal slot ranges."""
+    if shards in _TAGS:
+        return _TAGS[shards]
+    tags = []
+    for k in range(shards):
+        lo, w = k * 16384 / shards, 16384 / shards
+        j = 0
+        while True:
+            tag = f"s{k}" if j == 0 else f"s{k}.{j}"
+            slot = crc16(tag.encode()) % 16384
+            if lo + w / 4 <= slot < lo + 3 * w / 4:
+                tags.append(tag)
+                break
+            j += 1
+    _TAGS[shards] = tags
+    return tags
+
+
+def _cluster_client(url):
+    """A redis-py ``RedisCluster`` for ``redis+cluster://[user:pass@]host:port[,host:port…]``."""
+    from urllib.parse import unquote
+    from redis.cluster import ClusterNode, RedisCluster
+    scheme, rest = url.split("://", 1)
+    auth, _, hosts = rest.rpartition("@")
+    kw = {}
+    if auth:
+        user, sep, pw = auth.partition(":")
+        if sep:
+            if user:
+                kw["username"] = unquote(user)
+            kw["password"] = unquote(pw)
+        else:
+            kw["password"] = unquote(user)
+    nodes = []
+    for hp in hosts.rstrip("/").split(","):
+        h, _, p = hp.rpartition(":")
+        nodes.append(ClusterNode(h or hp, int(p) if h else 6379))
+    return RedisCluster(startup_nodes=nodes, ssl=scheme.startswith("rediss"), **kw)
+
+
 class Reader:
     """Reads complete groups from an edgeloop transfer queue in Redis.
 
@@ -76,18 +135,35 @@ class Reader:
     """
 
     def __init__(self, url="redis://127.0.0.1:6379", prefix="edgeloop:", group=DEFAULT_GROUP,
-                 visibility_timeout_ms=DEFAULT_VISIBILITY_TIMEOUT_MS, client=None):
-        self.redis = client if client is not None else redis.Redis.from_url(url)
+                 visibility_timeout_ms=DEFAULT_VISIBILITY_TIMEOUT_MS, client=None, shards=1, tagged=None):
+        cluster = url.startswith(("redis+cluster://", "rediss+cluster://"))
+        if client is not None:
+            self.redis = client
+            cluster = cluster or type(client).__name__ == "RedisCluster"
+        elif cluster:
+            self.redis = _cluster_client(url)
+        else:
+            self.redis = redis.Redis.from_url(url)
+        if not isinstance(shards, int) or shards < 1 or shards > 1024:
+            raise ValueError(f"shards must be an integer in 1..1024, got {shards!r}")
         self.prefix = prefix
         self.group = group
+        self.shards = shards
+        self.tagged = (cluster or shards > 1) if tagged is None else bool(tagged)
+        self._tags = shard_tags(shards)
         self.visibility_timeout_ms = int(visibility_timeout_ms)
         self._ensured = set()
+        self._next_shard = 0
 
-    def stream(self, partition="train"):
-        """The partition's stream key, ``{prefix}groups:{partition}``."""
+    def base(self, shard=0):
+        """The key prefix of shard ``shard``: ``prefix`` untagged, else ``prefix + "{tag}:"``."""
+        return f"{self.prefix}{{{self._tags[shard]}}}:" if self.tagged else self.prefix
+
+    def stream(self, partition="train", shard=0):
+        """The partition's stream key of one shard, ``{prefix}groups:{partition}`` (tagged: ``{prefix}{tag}:groups:{partition}``)."""
         if partition not in ("train", "val"):
             raise ValueError(f"partition must be 'train' or 'val', got {partition!r}")
-        return f"{self.prefix}groups:{partition}"
+        return f"{self.base(shard)}groups:{partition}"
 
     def _ensure(self, stream):
         if stream in self._ensured:
@@ -140,16 +216,48 @@ class Reader:
             raise ValueError(f"agent_role must be a non-empty string or None, got {agent_role!r}")
         if deliver not in ("leaves", "tree"):
             raise ValueError(f"deliver must be 'leaves' or 'tree', got {deliver!r}")
-        stream = self.stream(partition)
-        entries = self._with_group(stream, lambda: self._autoclaim(stream, consumer, max))
-        if len(entries) < max:
-            wait = block_ms if not entries else 0
-            entries += self._with_group(stream, lambda: self._read(stream, consumer, max - len(entries), wait))
+        if self.shards == 1:
+            stream = self.stream(partition)
+            entries = self._with_group(stream, lambda: self._autoclaim(stream, consumer, max))
+            if len(entries) < max:
+                wait = block_ms if not entries else 0
+                entries += self._with_group(stream, lambda: self._read(stream, consumer, max - len(entries), wait))
+            entries = [(0, i, f) for i, f in entries]
+        else:
+            entries = self._read_shards(partition, consumer, max, block_ms)
         groups = self._materialise(partition, entries, agent_role)
         if deliver == "tree":
             for g in groups:
                 g.records = tree_nodes(g.records)
         return groups
+
+    def _read_shards(self, partition, consumer, max, block_ms):
+        # Every shard from a rotating start: stale entries, then new ones without blocking; with none, each shard
+        # is waited on in turn for an equal part of block_ms (redis-py has no concurrent blocking reads here).
+        n = self.shards
+        start = self._next_shard % n
+        self._next_shard += 1
+        order = [(start + i) % n for i in range(n)]
+        out = []
+        for k in order:
+            if len(out) >= max:
+                break
+            st = self.stream(partition, k)
+            out += [(k, i, f) for i, f in self._with_group(st, lambda: self._autoclaim(st, consumer, max - len(out)))]
+        for k in order:
+            if len(out) >= max:
+                break
+            st = self.stream(partition, k)
+            out += [(k, i, f) for i, f in self._with_group(st, lambda: self._read(st, consumer, max - len(out), 0))]
+        if out or block_ms <= 0:
+            return out
+        part_ms = max_(1, block_ms // n)
+        for k in order:
+            st = self.stream(partition, k)
+            out += [(k, i, f) for i, f in self._with_group(st, lambda: self._read(st, consumer, max, part_ms))]
+            if out:
+                break
+        return out
 
     def _autoclaim(self, stream, consumer, max, rounds=8):
         out, cursor = [], "0-0"
@@ -170,8 +278,10 @@ class Reader:
 
     def _materialise(self, partition, entries, agent_role=None):
         groups = []
-        for entry_id, f in entries:
+        for shard, entry_id, f in entries:
             eid = _text(entry_id)
+            if self.shards > 1:
+                eid = f"{eid}@{shard}"
             f = {_text(k): _text(v) for k, v in f.items()}
             try:
                 keys = json.loads(f.get("keys") or "[]")
@@ -179,14 +289,14 @@ class Reader:
                 raise LayoutError("stream entry has a bad keys field", eid, "keys") from None
             if not isinstance(keys, list):
                 raise LayoutError("stream entry keys is not a JSON array", eid, "keys")
-            groups.append((eid, f, keys))
-        pipe = self.redis.pipeline(transaction=False)
-        for _eid, _f, keys in groups:
+            groups.append((eid, f, keys, self.base(shard)))
+        pipe = self.redis.pipeline(transaction=False) if type(self.redis).__name__ != "RedisCluster" else self.redis.pipeline()
+        for _eid, _f, keys, base in groups:
             for k in keys:
-                pipe.hgetall(f"{self.prefix}traj:{key_part(k)}")
-        replies = pipe.execute() if any(keys for _e, _f, keys in groups) else []
+                pipe.hgetall(f"{base}traj:{key_part(k)}")
+        replies = pipe.execute() if any(keys for _e, _f, keys, _b in groups) else []
         out, i = [], 0
-        for eid, f, keys in groups:
+        for eid, f, keys, _b in groups:
             records = []
             for k in keys:
                 h = replies[i]
@@ -222,8 +332,17 @@ class Reader:
                 by_part.setdefault(partition or "train", []).append(_text(g))
         acked = 0
         for part, ids in by_part.items():
-            if ids:
-                acked += int(self.redis.xack(self.stream(part), self.group, *ids))
+            by_shard = {}
+            for d in ids:
+                if self.shards > 1:
+                    eid, _, k = d.partition("@")
+                    if not k.isdigit() or int(k) >= self.shards:
+                        raise ValueError(f"{d!r} is not a delivery id of this {self.shards}-shard queue (expected <ms>-<seq>@<shard>)")
+                    by_shard.setdefault(int(k), []).append(eid)
+                else:
+                    by_shard.setdefault(0, []).append(d)
+            for k, sids in by_shard.items():
+                acked += int(self.redis.xack(self.stream(part, k), self.group, *sids))
         return acked
 
     def close(self):

@@ -9,7 +9,7 @@ import { MemoryTransferQueue } from "../../../shared/store/memory-transfer-queue
 import type { RedisCommander } from "../../../shared/store/redis-commander.ts";
 import type { TransferQueue } from "../../../shared/store/types.ts";
 import { checkUpstash, createUpstashTransferQueue, UpstashCommander } from "../../../shared/store/upstash-transfer-queue.ts";
-import { IoRedisCommander } from "../../redis/ioredis-commander.ts";
+import { IoRedisCommander, isClusterUrl } from "../../redis/ioredis-commander.ts";
 import { MemoryLeaseStore, type LeaseStore } from "../../../shared/tools/lease-store.ts";
 import { RedisLeaseStore } from "../../../shared/tools/redis-lease-store.ts";
 import { checkRedis, maskRedisUrl } from "../../redis/redis-check.ts";
@@ -33,12 +33,17 @@ export function buildStore(config: AppConfig, storeTimeoutS?: number): TransferQ
     if (!restUrl || !token) throw new ConfigError("store.url", "upstash needs UPSTASH_REDIS_REST_URL and UPSTASH_REDIS_REST_TOKEN in the environment");
     return createUpstashTransferQueue({ url: restUrl, token, prefix, ...sizeLimit(config) });
   }
-  return createRedisTransferQueue({ url, prefix, ...sizeLimit(config), storeTimeoutS });
+  return createRedisTransferQueue({ url, prefix, shards: config.store.shards, ...sizeLimit(config), storeTimeoutS });
 }
 
 /** A new connection to the store's Redis (Upstash REST or TCP; `storeTimeoutS` bounds a TCP outage). Not for the memory store. */
 function storeCommander(config: AppConfig, storeTimeoutS?: number): UpstashCommander | IoRedisCommander {
   const url = config.store.url;
+  // Sessions, jobs, batch state, the pause gate, routing state and leases still run multi-key scripts across
+  // slots (issue 31 item 1, not done yet): refuse here rather than fail later with CROSSSLOT.
+  if (isClusterUrl(url)) {
+    throw new ConfigError("store.url", "a redis+cluster:// store holds the transfer queue only for now (createRedisTransferQueue, the Python Reader); sessions, jobs, the pause gate, routing state and leases need a single Redis server or Upstash");
+  }
   return url === "upstash"
     ? new UpstashCommander({ url: process.env.UPSTASH_REDIS_REST_URL!, token: process.env.UPSTASH_REDIS_REST_TOKEN!, ...sizeLimit(config) })
     : new IoRedisCommander(url, { ...sizeLimit(config), storeTimeoutS });
