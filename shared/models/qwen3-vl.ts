@@ -1,3 +1,5 @@
+import type { ModelTraits } from "../tokens/model-traits.ts";
+
 /**
  * Qwen3-VL (the `*-Instruct` checkpoints, dense and MoE): the facts edgeloop
  * needs to render its prompts token-exact with images. Everything here is
@@ -64,6 +66,26 @@ export const QWEN3_VL_GENERATION_CONFIG: Readonly<Record<string, unknown>> = Obj
   pad_token_id: 151643,
   eos_token_id: Object.freeze([151645, 151643]),
 });
+
+/**
+ * Qwen3-VL-Instruct's traits: `hermes` tool calls, an append-only template
+ * (no `<think>` rewriting), tool results as `<tool_response>` in a user turn,
+ * image parts kept for the template, and the Qwen-VL placeholder rule.
+ */
+export const QWEN3_VL_TRAITS: ModelTraits = Object.freeze({
+  family: "qwen3_vl",
+  defaultParser: "hermes",
+  historyPolicy: "append-only",
+  toolResultRole: "tool",
+  keepImageParts: true,
+  vision: Object.freeze({
+    processor: "qwen_vl",
+    settings: QWEN3_VL_IMAGE_PROCESSOR,
+    imagePad: "<|image_pad|>",
+    visionStart: "<|vision_start|>",
+    visionEnd: "<|vision_end|>",
+  }),
+} as const);
 
 /** The vision special tokens of the Qwen-VL template, by name (ids from the tokenizer). */
 export const QWEN_VL_TOKENS = Object.freeze({
