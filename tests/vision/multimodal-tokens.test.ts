@@ -258,5 +258,11 @@ describe("records carry multi_modal", () => {
     expect(encodeRecord(plain).meta).not.toContain("multi_modal");
     expect(() => validateRecord({ ...base, multi_modal: { ...mm, images: [{ ...mm.images[0], sha256: "xyz" }] } })).toThrow(/multi_modal/);
     expect(TrajectoryRecord.safeParse({ ...base, multi_modal: mm }).success).toBe(true);
+    const img = mm.images[0]!;
+    const bad = (patch: Partial<typeof img>) => validateRecord({ ...base, multi_modal: { ...mm, images: [{ ...img, ...patch }] } });
+    expect(() => bad({ span: [5, 305] })).toThrow("record.multi_modal.images[0]: span [5, 305) is not between vision_start_id 151652 and vision_end_id 151653");
+    expect(() => bad({ image_grid_thw: [1, 30, 42] })).toThrow("span [4, 304) holds 300 tokens; image_grid_thw [1, 30, 42] makes 315");
+    expect(() => bad({ source: "tool" })).toThrow("a tool image must lie in the response");
+    expect(() => bad({ span: [4000, 4300] })).toThrow("must lie inside prompt_ids ‖ response_ids");
   });
 });
