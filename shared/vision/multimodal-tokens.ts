@@ -300,3 +300,24 @@ function bytesToBase64(bytes: Uint8Array): string {
   for (let i = 0; i < bytes.length; i += 0x8000) bin += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
   return btoa(bin);
 }
+
+/**
+ * The image placeholder runs of `ids`: each `[start, end)` of a run of
+ * `<|image_pad|>` ids, which must sit right after `<|vision_start|>` and
+ * right before `<|vision_end|>` — the form SGLang's Qwen-VL processor
+ * recognises in `input_ids` (regex `<|vision_start|>(?:<|image_pad|>)+<|vision_end|>`,
+ * one image per run). One linear pass.
+ * @returns the runs, or a string naming the first pad outside that form.
+ * @see SGLang `python/sglang/srt/multimodal/processors/qwen_vl.py` (`image_token_regex`)
+ */
+export function imagePadRuns(ids: ArrayLike<number>, v: VisionIds): [number, number][] | string {
+  const runs: [number, number][] = [];
+  for (let i = 0; i < ids.length; i++) {
+    if (ids[i] !== v.pad) continue;
+    const start = i;
+    while (i < ids.length && ids[i] === v.pad) i++;
+    if (ids[start - 1] !== v.start || ids[i] !== v.end) return `the <|image_pad|> run at [${start}, ${i}) is not between <|vision_start|> and <|vision_end|>`;
+    runs.push([start, i]);
+  }
+  return runs;
+}
