@@ -146,7 +146,7 @@ describe("a tool round whose tool returns an image", () => {
     const ids = [...p.promptIds, ...b.responseIds()];
     // The template writes "<|im_end|>\n" after the last assistant message; the trajectory ends at the sampled <|im_end|>.
     expect([...ids, NL]).toEqual(want.ids);
-    expect(b.responseMask()).toEqual([...a1.map(() => 1), ...obs.ids.map(() => 0), ...a2.map(() => 1)]);
+    expect(b.responseMask() as number[]).toEqual([...a1.map(() => 1), ...obs.ids.map(() => 0), ...a2.map(() => 1)]);
     const lps = b.responseLogprobs()!;
     expect(lps.slice(a1.length, a1.length + obs.ids.length).every((x) => x === 0)).toBe(true);
 

@@ -38,7 +38,7 @@ describe("the Python reader's image_inputs", () => {
     const b = new TrajectoryBuilder({ promptIds: p.promptIds, responseLength: 4096, maxModelLen: 40960, trackLogProbs: false });
     b.appendAction([32, 151645]);
     // Noise: a file over the 64 KiB inline cap, so the record carries its hash only.
-    const big = await sharp({ create: { width: 700, height: 500, channels: 3, noise: { type: "gaussian", mean: 128, sigma: 40 } } }).jpeg({ quality: 100 }).toBuffer();
+    const big = await sharp({ create: { width: 700, height: 500, channels: 3, background: "black", noise: { type: "gaussian", mean: 128, sigma: 40 } } }).jpeg({ quality: 100 }).toBuffer();
     expect(big.length).toBeGreaterThan(64 * 1024);
     const tool = [ChatMessage.parse({ role: "tool", content: [{ type: "image", image: `data:image/jpeg;base64,${big.toString("base64")}` }] })];
     const oImgs = await resolveImages(tok, tool, { prefix: "turn[1].tool" });
