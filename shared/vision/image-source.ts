@@ -5,6 +5,15 @@ import { readImageHeader, type ImageMime } from "./image-header.ts";
 export const MAX_IMAGE_BYTES = 32 * 1024 * 1024;
 
 /**
+ * The most pixels an image's header may declare: PIL's decompression-bomb
+ * error threshold, `2 × Image.MAX_IMAGE_PIXELS` = 2 × 89,478,485. Above it
+ * PIL (and so transformers and the engines) refuses to open the image; below
+ * it `width × height` is exact in a double.
+ * @see Pillow `PIL/Image.py` (`MAX_IMAGE_PIXELS`, `_decompression_bomb_check`)
+ */
+export const MAX_IMAGE_PIXELS = 2 * 89_478_485;
+
+/**
  * Fetches an image URL's bytes for {@link loadImage}. edgeloop passes none
  * by default: an `http(s)` image URL in a row or a tool result is refused,
  * because fetching URLs that rows or tools name is a server-side request to
@@ -110,5 +119,8 @@ export async function loadImage(source: string, field: string, opts: { fetch?: I
     throw new InputError(field, `expected a data: URI or an http(s) URL, got '${source.slice(0, 40)}'`);
   }
   const header = readImageHeader(data, field);
+  if (header.width * header.height > MAX_IMAGE_PIXELS) {
+    throw new InputError(field, `a ${header.width}x${header.height} image has more than ${MAX_IMAGE_PIXELS} pixels (PIL's decompression-bomb limit)`);
+  }
   return { sha256: await sha256Hex(data), mime: header.mime, data, width: header.width, height: header.height };
 }

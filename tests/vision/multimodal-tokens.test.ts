@@ -1,6 +1,6 @@
 import { beforeAll, describe, expect, test } from "bun:test";
 import fc from "fast-check";
-// sharp (a devDependency of the test toolchain via miniflare and transformers.js) encodes real image files to read back.
+// sharp (devDependency) encodes real image files to read back.
 import sharp from "sharp";
 import { builtinTokenizer } from "../../shared/models/index.ts";
 import { InputError } from "../../shared/errors.ts";
@@ -54,6 +54,21 @@ describe("image headers", () => {
     expect(readImageHeader(new Uint8Array(lossless), "x")).toEqual({ mime: "image/webp", width: 301, height: 77 });
     const alpha = await sharp({ create: { width: 123, height: 456, channels: 4, background: { r: 0, g: 0, b: 0, alpha: 0.5 } } }).webp().toBuffer();
     expect(readImageHeader(new Uint8Array(alpha), "x")).toEqual({ mime: "image/webp", width: 123, height: 456 });
+  });
+
+  test("progressive JPEG (SOF2) and a JPEG with EXIF and ICC segments before its frame header", async () => {
+    const progressive = await sharp({ create: { width: 333, height: 222, channels: 3, background: "green" } }).jpeg({ progressive: true }).toBuffer();
+    expect(readImageHeader(new Uint8Array(progressive), "x")).toEqual({ mime: "image/jpeg", width: 333, height: 222 });
+    const exif = await sharp({ create: { width: 90, height: 1200, channels: 3, background: "green" } }).withMetadata({ orientation: 6 }).jpeg().toBuffer();
+    // Stored size, not the EXIF-rotated one (see readImageHeader).
+    expect(readImageHeader(new Uint8Array(exif), "x")).toEqual({ mime: "image/jpeg", width: 90, height: 1200 });
+  });
+
+  test("a header declaring more pixels than PIL opens is refused", async () => {
+    const png = new Uint8Array(await image(4, 4));
+    new DataView(png.buffer, png.byteOffset).setUint32(16, 20000);
+    new DataView(png.buffer, png.byteOffset).setUint32(20, 20000);
+    await expect(loadImage(`data:image/png;base64,${Buffer.from(png).toString("base64")}`, "f")).rejects.toThrow("f: a 20000x20000 image has more than 178956970 pixels");
   });
 
   test("errors name the field: unknown format, truncated header, cut data URI, over the cap", () => {
@@ -163,6 +178,32 @@ describe("a tool round whose tool returns an image", () => {
     // Tool-image positions are in the response, under mask 0.
     const P = p.promptIds.length;
     expect(b.responseMask().slice(images[1]!.span[0] - P, images[1]!.span[1] - P).every((x) => x === 0)).toBe(true);
+  });
+
+  test("a run of two tool results with two images each: spans at their positions, in order", async () => {
+    const u = (w: number, h: number) => image(w, h).then((b) => uri(b));
+    const toolMsgs = msgs([
+      { role: "tool", tool_call_id: "a", content: [{ type: "image", image: await u(64, 64) }, { type: "text", text: "one" }, { type: "image", image: await u(640, 480) }] },
+      { role: "tool", tool_call_id: "b", content: [{ type: "text", text: "two" }, { type: "image_url", image_url: { url: await u(300, 40) } }, { type: "image", image: await u(1, 1) }] },
+    ]);
+    const imgs = await resolveImages(tok, toolMsgs, { prefix: "turn[1].tool" });
+    expect(imgs.map((i) => i.field)).toEqual(["turn[1].tool[0].content[0].image", "turn[1].tool[0].content[2].image", "turn[1].tool[1].content[1].image_url.url", "turn[1].tool[1].content[2].image"]);
+    const offset = 1000;
+    const obs = encodeImageObservation(imageObservationEncoder(tok), tok, toolMsgs, imgs, IM_END, offset);
+    expect(obs.images.map((i) => i.span[1] - i.span[0])).toEqual(imgs.map((i) => i.grid.tokens));
+    let prev = offset;
+    for (const img of obs.images) {
+      expect(img.span[0]).toBeGreaterThan(prev);
+      expect(obs.ids[img.span[0] - offset - 1]).toBe(VS);
+      expect(obs.ids[img.span[1] - offset]).toBe(VE);
+      prev = img.span[1];
+    }
+    // The observation is the full render's text after the assistant turn, with the same expansion.
+    const history = msgs([{ role: "user", content: "go" }, { role: "assistant", content: "", tool_calls: [{ id: "a", type: "function", function: { name: "f", arguments: {} } }, { id: "b", type: "function", function: { name: "f", arguments: {} } }] }]);
+    const before = tok.encode(tok.renderText(history));
+    const after = expandImagePads(tok.encode(tok.renderText([...history, ...toolMsgs], { addGenerationPrompt: true })), imgs, visionOf(tok).ids, "all");
+    // before ends with <|im_end|>\n; the sampled turn ends at <|im_end|>, so the observation starts with \n.
+    expect([...before.slice(0, -1), ...obs.ids]).toEqual(after.ids);
   });
 
   test("an observation over the response budget is cut before the image that does not fit, never inside it", async () => {
