@@ -6,6 +6,11 @@ import { builtinTokenizer } from "../../shared/models/index.ts";
 import { ChatMessage } from "../../shared/schema/index.ts";
 import type { ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { buildMultimodalPromptIds, resolveImages } from "../../shared/vision/multimodal-tokens.ts";
+import { SglangClient } from "../../shared/inference/sglang-client.ts";
+import { VllmClient } from "../../shared/inference/vllm-client.ts";
+import { SimEngineClient } from "../../infra/sim-engine/sim-engine-client.ts";
+import { BadEngineResponseError, ConfigError } from "../../shared/errors.ts";
+import { SamplingParams } from "../../shared/schema/index.ts";
 
 // SGLang's /generate with pre-expanded input_ids and image_data, as the simulator plays it (docs/engines.md §3.8).
 const SCRIPT = { seed: 3, rules: [], default: ["A blue square."] };
@@ -51,5 +56,35 @@ describe("sim engine: SGLang /generate with image_data", () => {
 
     const r4 = await post(vl, { input_ids: p.promptIds, image_data: ["https://example.com/x.png"], sampling_params: sp });
     expect(r4.status).toBe(400);
+  });
+
+  test("engine clients: SGLang sends image_data (absent without images: the body is unchanged), the in-process simulator checks it alike, vLLM refuses images", async () => {
+    const png = await sharp({ create: { width: 640, height: 480, channels: 3, background: "blue" } }).png().toBuffer();
+    const uri = `data:image/png;base64,${png.toString("base64")}`;
+    const m = [ChatMessage.parse({ role: "user", content: [{ type: "image", image: uri }, { type: "text", text: "What is it?" }] })];
+    const p = buildMultimodalPromptIds(vl, m, await resolveImages(vl, m, { prefix: "prompt" }), { promptLength: 4096 });
+    const app = createSimEngineApp(new SimEngine({ tokenizer: vl, script: SCRIPT, name: "vl" }));
+    const bodies: Record<string, unknown>[] = [];
+    const fetch = async (input: Request | string | URL, init?: RequestInit) => {
+      const req = new Request(input, init);
+      if (new URL(req.url).pathname === "/generate") bodies.push(JSON.parse(await req.clone().text()));
+      return app.fetch(req);
+    };
+    const sglang = new SglangClient({ url: "http://sim", fetch });
+    const base = { request_id: "r1", routing_key: "k", prompt_ids: p.promptIds, sampling_params: SamplingParams.parse({}), max_tokens: 8 };
+    const out = await sglang.generate({ ...base, image_data: [uri] });
+    expect(out.token_ids.length).toBeGreaterThan(0);
+    expect(bodies[0]!.image_data).toEqual([uri]);
+    await sglang.generate({ ...base, image_data: [] });
+    expect("image_data" in bodies[1]!).toBe(false);
+    const wrong = [...p.promptIds.slice(0, 10), ...p.promptIds.slice(11)];
+    await expect(sglang.generate({ ...base, prompt_ids: wrong, image_data: [uri] })).rejects.toThrow(BadEngineResponseError);
+
+    const inProcess = new SimEngineClient(new SimEngine({ tokenizer: vl, script: SCRIPT, name: "vl" }));
+    expect((await inProcess.generate({ ...base, image_data: [uri] })).token_ids.length).toBeGreaterThan(0);
+    await expect(inProcess.generate({ ...base, prompt_ids: wrong, image_data: [uri] })).rejects.toThrow("answered HTTP 400: image_data[0]: input_ids hold 299 <|image_pad|> tokens at [4, 303), its grid [1, 30, 40] makes 300");
+
+    const vllm = new VllmClient({ url: "http://sim", fetch });
+    await expect(vllm.generate({ ...base, image_data: [uri] })).rejects.toThrow(ConfigError);
   });
 });
