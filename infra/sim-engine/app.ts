@@ -21,6 +21,7 @@ import {
 } from "./wire.ts";
 import { sglangInputTokenLogprobs, vllmPromptLogprobsBody } from "./prompt-logprobs.ts";
 import { sglangStream, streamReply, vllmCompletionStream, vllmGenerateStream } from "./stream-wire.ts";
+import { sglangImageProblem } from "./images.ts";
 
 type Rendered = { status: number; body: unknown };
 type Format = { error: (status: number, message: string) => Rendered; fault: (f: SimEngineFault) => Rendered };
@@ -242,6 +243,10 @@ export function createSimEngineApp(engineOrOptions: SimEngine | SimEngineOptions
     const problem = sglangSamplingProblem(body.sampling_params as Record<string, unknown>);
     if (problem) return send(c, sglangError(400, problem));
     const prompt = body.input_ids ?? engine.tokenizer.encode(body.text!);
+    if (body.image_data != null) {
+      const problem = await sglangImageProblem(engine.tokenizer, prompt, body.input_ids != null, typeof body.image_data === "string" ? [body.image_data] : body.image_data);
+      if (problem) return send(c, sglangError(400, problem));
+    }
     const rid = body.rid ?? crypto.randomUUID().replaceAll("-", "");
     const sp = body.sampling_params;
     const started = performance.now();
@@ -454,3 +459,4 @@ async function run(c: Context, engine: SimEngine, fmt: Format, req: Omit<SimGene
     throw e;
   }
 }
+

@@ -1,9 +1,10 @@
-import { ContextOverflowError, EngineAbortedError, EngineUnavailableError } from "../../shared/errors.ts";
+import { BadEngineResponseError, ContextOverflowError, EngineAbortedError, EngineUnavailableError } from "../../shared/errors.ts";
 import { finishOutput } from "../../shared/inference/finish-output.ts";
 import type { GenerateRequest, InferenceClient } from "../../shared/inference/types.ts";
 import type { RoutedExpertsSpan, TokenOutput } from "../../shared/schema/index.ts";
 import { SimEngine, SimEngineFault } from "./sim-engine.ts";
 import { vllmFault } from "./wire.ts";
+import { sglangImageProblem } from "./images.ts";
 
 /**
  * Shares the event loop between in-process engine calls and everything else
@@ -97,6 +98,11 @@ export class SimEngineClient implements InferenceClient {
   async generate(req: GenerateRequest): Promise<TokenOutput> {
     const wait = this.share.pass();
     if (wait) await wait;
+    if (req.image_data && req.image_data.length > 0) {
+      // As strict as the HTTP /generate: SGLang's 400 becomes the adapter's BadEngineResponseError.
+      const problem = await sglangImageProblem(this.engine.tokenizer, Array.from(req.prompt_ids), true, req.image_data);
+      if (problem) throw new BadEngineResponseError(`engine at ${this.label} answered HTTP 400: ${problem}`);
+    }
     let out;
     let settled = false;
     const sink = req.on_tokens;

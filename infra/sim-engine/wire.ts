@@ -129,6 +129,12 @@ export const SglangGenerateRequest = z.looseObject({
   rid: z.string().nullish(),
   /** `true`: `data: {text, output_ids, meta_info}` events (cumulative unless `--incremental-streaming-output`). */
   stream: z.boolean().nullish(),
+  /**
+   * SGLang `GenerateReqInput.image_data`: one entry per image, in the order of
+   * the image runs in `input_ids` (a data URI or bare base64; SGLang also takes
+   * URLs and paths, which the simulator refuses). A single string is one image.
+   */
+  image_data: z.union([z.string(), z.array(z.string())]).nullish(),
 });
 
 /** `POST /tokenize` body (vLLM shape; SGLang's `/v1/tokenize` is the same minus `messages`). */

@@ -193,7 +193,9 @@ export abstract class AgentLoop {
    * earlier ones too). `onTokens` is passed to every engine call as its
    * `on_tokens` sink: across resumes it sees the turn's tokens as one
    * sequence (a call resumed after a preemption continues where the broken
-   * one stopped), in order, before this resolves.
+   * one stopped), in order, before this resolves. `imageData` (the images
+   * of the running stream's placeholder runs, in order, as data URIs) goes
+   * with every call as `image_data`.
    */
   protected async generate(
     builder: TrajectoryBuilder,
@@ -203,6 +205,7 @@ export abstract class AgentLoop {
     maxTokensCap?: number,
     returnRoutedExperts: boolean = this.ctx.config?.return_routed_experts === true,
     onTokens?: GenerateRequest["on_tokens"],
+    imageData?: readonly string[],
   ): Promise<TokenOutput | "overflow" | "aborted" | undefined> {
     const maxTokens = maxTokensCap === undefined ? builder.nextMaxTokens() : Math.min(builder.nextMaxTokens(), maxTokensCap);
     if (maxTokens <= 0) return undefined;
@@ -237,6 +240,7 @@ export abstract class AgentLoop {
             signal,
             ...(returnRoutedExperts ? { return_routed_experts: true } : {}),
             ...(onTokens ? { on_tokens: onTokens } : {}),
+            ...(imageData && imageData.length > 0 ? { image_data: imageData } : {}),
           });
         } catch (e) {
           if (e instanceof EngineAbortedError && canResume) {

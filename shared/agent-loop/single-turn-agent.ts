@@ -1,4 +1,6 @@
-import type { AgentLoopOutput, FinishReason, SamplingParams } from "../schema/index.ts";
+import { hasMultimodalContent, type AgentLoopOutput, type ChatMessage, type FinishReason, type SamplingParams } from "../schema/index.ts";
+import type { ChatTokenizer } from "../tokens/tokenizer.ts";
+import { buildMultimodalPromptIds, multiModalField, resolveImages } from "../vision/multimodal-tokens.ts";
 import { buildPromptIds } from "../tokens/prompt.ts";
 import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
 import { isDeadlineAbort } from "./trajectory-deadline.ts";
@@ -21,7 +23,9 @@ export class SingleTurnAgentLoop extends AgentLoop {
     const { config, tokenizer } = this.ctx;
     const key = this.key(kwargs);
     const messages = this.messages(kwargs);
-    const { promptIds, truncated } = buildPromptIds(tokenizer, messages, {
+    // A vision-language family renders images (shared/vision); any other refuses them in buildPromptIds.
+    const vision = tokenizer.traits.vision && hasMultimodalContent(messages) ? await visionPrompt(tokenizer, messages, config.prompt_length, config.chat_template_kwargs) : undefined;
+    const { promptIds, truncated } = vision ?? buildPromptIds(tokenizer, messages, {
       promptLength: config.prompt_length,
       chatTemplateKwargs: config.chat_template_kwargs,
     });
@@ -37,7 +41,7 @@ export class SingleTurnAgentLoop extends AgentLoop {
     const extra: Record<string, unknown> = { turn_scores: [], tool_rewards: [] };
     let finishReason: FinishReason = "stop";
     let text = "";
-    const out = await this.generate(builder, samplingParams, key, metrics);
+    const out = await this.generate(builder, samplingParams, key, metrics, undefined, undefined, undefined, vision?.imageData);
     if (out === undefined || out === "overflow") {
       builder.markTruncated();
       finishReason = "length";
@@ -68,6 +72,34 @@ export class SingleTurnAgentLoop extends AgentLoop {
     const reward = await this.reward(kwargs, key, text);
     metrics.compute_score += reward.seconds;
     if (reward.error) extra.reward_error = reward.error;
-    return builder.finish({ numTurns: 2, rewardScore: reward.score, metrics, extraFields: extra, finishReason });
+    const output = builder.finish({ numTurns: 2, rewardScore: reward.score, metrics, extraFields: extra, finishReason });
+    if (vision) output.multi_modal = vision.multiModal;
+    return output;
   }
+}
+
+/**
+ * The prompt of a row with images for a vision-language family: ids with
+ * expanded placeholders (`buildMultimodalPromptIds`; a prompt over
+ * `prompt_length` that truncation would cut into an image fails the row
+ * naming it), the record's `multi_modal`, and the images as data URIs for
+ * the engine (`image_data`).
+ * @throws InputError naming the image or the field (see shared/vision/).
+ */
+async function visionPrompt(tok: ChatTokenizer, messages: readonly ChatMessage[], promptLength: number, kwargs: Record<string, unknown> | undefined) {
+  const images = await resolveImages(tok, messages, { prefix: "prompt" });
+  const p = buildMultimodalPromptIds(tok, messages, images, { promptLength, chatTemplateKwargs: kwargs });
+  return {
+    promptIds: p.promptIds,
+    truncated: p.truncated,
+    multiModal: multiModalField(tok, p.images, p.dropped),
+    // The engine gets the images whose placeholders the kept prompt holds, in order.
+    imageData: images.filter((img) => p.images.some((k) => k.field === img.field)).map((img) => `data:${img.mime};base64,${base64Of(img.data)}`),
+  };
+}
+
+function base64Of(bytes: Uint8Array): string {
+  let bin = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) bin += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  return btoa(bin);
 }

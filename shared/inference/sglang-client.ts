@@ -172,6 +172,7 @@ export class SglangClient implements InferenceClient {
       stream: false,
       rid: req.request_id,
       ...(req.return_routed_experts ? { return_routed_experts: true } : {}),
+      ...(req.image_data && req.image_data.length > 0 ? { image_data: [...req.image_data] } : {}),
     };
   }
 

@@ -34,6 +34,16 @@ export interface GenerateRequest {
    */
   return_routed_experts?: boolean;
   /**
+   * The images of `prompt_ids`, one per `<|vision_start|><|image_pad|>+<|vision_end|>`
+   * run, in order, as `data:` URIs (vision-language families; see
+   * shared/vision/). SGLang: `image_data` of `/generate` — it decodes the
+   * ids, takes each run as one image and expands it again to its processor's
+   * count (docs/engines.md §3.10). Absent or empty: text only, bodies
+   * unchanged. Adapters that cannot carry images (vLLM's token-id endpoints)
+   * throw a `ConfigError` naming the field.
+   */
+  image_data?: readonly string[];
+  /**
    * Streaming sink (issue 30 item 3, true streaming). A client that can stream
    * calls it with each run of newly generated tokens, in order, as the engine
    * produces them and before `generate` resolves: `token_ids` (≥ 1 ids) and

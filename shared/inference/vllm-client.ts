@@ -145,6 +145,9 @@ export class VllmClient implements InferenceClient {
    */
   async generate(req: GenerateRequest): Promise<TokenOutput> {
     if (req.return_routed_experts) throw vllmRoutedExpertsRefused();
+    if (req.image_data && req.image_data.length > 0) {
+      throw new ConfigError("engine.format", "images (a vision-language prompt) are sent with engine.format sglang only: edgeloop's vLLM adapters send token-id prompts, which carry no images");
+    }
     const path = this.endpoint === "generate" ? VLLM_GENERATE_PATH : "/v1/completions";
     const url = joinUrl(this.url, path);
     const headers = engineHeaders(req.routing_key, req.request_id, req.prefix_key, this.apiKey);

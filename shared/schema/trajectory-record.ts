@@ -2,6 +2,7 @@ import { z } from "zod";
 import { AgentLoopMetrics, FinishReason } from "./agent-loop-output.ts";
 import { AgentRoleName } from "./agent-role.ts";
 import { RoutedExpertsShape } from "./routed-experts.ts";
+import { MultiModal } from "./multi-modal.ts";
 import { InputError } from "../errors.ts";
 
 /**
@@ -86,6 +87,13 @@ export const TrajectoryRecord = z.object({
   routed_experts: z.array(z.number().int()).optional(),
   /** `[layers, top_k]`; present exactly when `routed_experts` is (stored as JSON, field `routed_experts_shape`). */
   routed_experts_shape: RoutedExpertsShape.optional(),
+  /**
+   * Images the model saw (vision-language families): per image its hash,
+   * grid and pad-token span in `prompt_ids ‖ response_ids` (see
+   * {@link MultiModal}). Absent for text-only trajectories (records unchanged
+   * byte for byte). Stored in `meta`.
+   */
+  multi_modal: MultiModal.optional(),
   /**
    * Trajectory trees (agent gateway sessions): the key of the record this one
    * branched from — a record of the same session, `{uid}_{session_id}_{i}`

@@ -309,6 +309,40 @@ function routedExpertsInto(o: Record<string, unknown>, tokens: number, key: stri
 }
 
 /**
+ * The images of `multi_modal` against the ids they index: spans in order,
+ * without overlap, inside `prompt_ids ‖ response_ids`; each span exactly
+ * `t·h·w / merge²` image tokens between `vision_start_id` and
+ * `vision_end_id`; a `prompt` image inside the prompt, a `tool` image inside
+ * the response under mask 0. One pass over the spans' ids.
+ * @throws InputError naming `record.multi_modal.images[i]`.
+ */
+function checkImageSpans(mm: NonNullable<TrajectoryRecord["multi_modal"]>, prompt: Int32Array, response: Int32Array, mask: Uint8Array, key: string): void {
+  const P = prompt.length;
+  const total = P + response.length;
+  const at = (i: number) => (i < P ? prompt[i]! : response[i - P]!);
+  const merge2 = mm.processor.merge_size * mm.processor.merge_size;
+  let prev = 0;
+  for (let i = 0; i < mm.images.length; i++) {
+    const img = mm.images[i]!;
+    const field = `record.multi_modal.images[${i}]`;
+    const [s, e] = img.span;
+    const [t, h, w] = img.image_grid_thw;
+    const fail = (msg: string): never => {
+      throw new InputError(field, msg, { key });
+    };
+    if (s <= prev || e >= total || e < s) fail(`span [${s}, ${e}) must lie inside prompt_ids ‖ response_ids (${total} tokens) after the previous image, with room for <|vision_start|> and <|vision_end|>`);
+    if ((t * h * w) % merge2 !== 0 || e - s !== (t * h * w) / merge2) fail(`span [${s}, ${e}) holds ${e - s} tokens; image_grid_thw [${t}, ${h}, ${w}] makes ${(t * h * w) / merge2}`);
+    if (img.source === "prompt" ? e >= P : s - 1 < P) fail(`a ${img.source} image must lie in the ${img.source === "prompt" ? "prompt" : "response"}, span [${s}, ${e}) with ${P} prompt tokens`);
+    if (at(s - 1) !== mm.vision_start_id || at(e) !== mm.vision_end_id) fail(`span [${s}, ${e}) is not between vision_start_id ${mm.vision_start_id} and vision_end_id ${mm.vision_end_id}`);
+    for (let j = s; j < e; j++) {
+      if (at(j) !== mm.image_token_id) fail(`position ${j} holds ${at(j)}, not image_token_id ${mm.image_token_id}`);
+      if (j >= P && mask[j - P] !== 0) fail(`position ${j} is an image token under response_mask 1`);
+    }
+    prev = e;
+  }
+}
+
+/**
  * {@link validateRecord} and {@link encodeRecord} in one pass, for the write
  * path: the same checks and errors, the same stored bytes, but the token
  * arrays go straight into typed arrays (no intermediate copies), about 4×
@@ -348,6 +382,7 @@ export function validateAndEncode(input: unknown): { head: RecordHead; encoded: 
   if (teacher && teacher.length !== n) {
     throw new InputError("record.teacher_log_probs", `has ${teacher.length} entries, response_ids has ${n}`, { key: data.key });
   }
+  if (data.multi_modal) checkImageSpans(data.multi_modal, prompt, response, mask, data.key);
   const head = {} as Record<string, unknown>;
   for (const k of META_FIELDS) head[k] = data[k];
   const encoded: EncodedRecord = {

@@ -30,6 +30,31 @@ export interface MessageShaping {
   argumentsAsString?: boolean;
   /** An assistant message with tool calls and no text gets `content: null` (DeepSeek V3 tests `content is none`). Default `""`. */
   nullContentWithToolCalls?: boolean;
+  /**
+   * Vision-language templates (Qwen3-VL): a message whose content holds an
+   * image part is passed to the template as its list of parts, text parts
+   * as `{type: "text", text}` and each image as `{type: "image"}` (the bytes
+   * never reach the template; it writes one placeholder per image). Default:
+   * every list content is joined to its text, image parts dropped.
+   */
+  keepImageParts?: boolean;
+}
+
+/**
+ * How a vision-language family turns an image into tokens: the template's
+ * placeholder tokens and the processor settings that decide how many
+ * `imagePad` tokens one image stands for (see shared/vision/qwen-vl-grid.ts).
+ */
+export interface VisionTraits {
+  /** Processor family of the resize rule (`qwen_vl`: transformers' Qwen2-VL `smart_resize`). */
+  processor: "qwen_vl";
+  /** Settings of the model's published `preprocessor_config.json`. */
+  settings: Readonly<{ min_pixels: number; max_pixels: number; patch_size: number; merge_size: number; temporal_patch_size: number }>;
+  /** The token written once per image by the template and repeated to the image's token count (`<|image_pad|>`). */
+  imagePad: string;
+  /** The tokens around each image's pads (`<|vision_start|>`, `<|vision_end|>`). */
+  visionStart: string;
+  visionEnd: string;
 }
 
 /**
@@ -59,6 +84,8 @@ export interface ModelTraits extends MessageShaping {
    * a sampled final answer).
    */
   closeToken?: string;
+  /** Present for vision-language families (images in prompts and tool results); absent: text-only, image parts refused. */
+  vision?: VisionTraits;
 }
 
 /** Traits of a model directory that does not name a family: hermes, append-only, role `tool`. */

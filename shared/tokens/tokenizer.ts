@@ -331,6 +331,9 @@ function normaliseForTemplate(m: ChatMessage, shaping: MessageShaping = {}): Rec
   const hasCalls = m.tool_calls !== undefined && m.tool_calls.length > 0;
   const text = contentText(m.content);
   const out: Record<string, unknown> = { role: m.role, content: shaping.nullContentWithToolCalls && hasCalls && text === "" ? null : text };
+  if (shaping.keepImageParts && Array.isArray(m.content) && m.content.some((p) => p.type === "image" || p.type === "image_url")) {
+    out.content = m.content.map((p) => (p.type === "text" ? { type: "text", text: (p as { text: string }).text } : p.type === "image" || p.type === "image_url" ? { type: "image" } : { type: p.type }));
+  }
   if (m.name !== undefined) out.name = m.name;
   if (m.tool_call_id !== undefined) out.tool_call_id = m.tool_call_id;
   if (m.reasoning_content !== undefined) out.reasoning_content = m.reasoning_content;

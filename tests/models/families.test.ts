@@ -12,7 +12,7 @@ const ROOT = join(import.meta.dir, "..", "..");
 
 describe("built-in model families", () => {
   test("names", () => {
-    expect([...BUILTIN_MODELS]).toEqual(["qwen3", "llama3_1", "deepseek_v3", "gpt_oss", "gemma3"]);
+    expect([...BUILTIN_MODELS]).toEqual(["qwen3", "llama3_1", "deepseek_v3", "gpt_oss", "gemma3", "qwen3_vl"]);
   });
 
   test("each family: end-of-turn token, stop ids from its generation config, turn-end ids, parser, history policy", async () => {

@@ -6,9 +6,11 @@
 - :func:`submit` (``submit(url, rows, config=None, token=None)``): ``POST /v1/rollouts``.
 - :func:`tree_nodes` / :func:`resolve_tree`: a group's branch records as trajectory-tree nodes (their own tokens only) and back.
 - :func:`decode_record`: one stored record hash → record dict (the layout of docs/queue-layout.md).
+- :func:`image_inputs`: a record's images (grids, pad-token spans, bytes when inline), checked against its ids.
 """
 
 from .http import EdgeloopHTTPError, submit
+from .images import image_inputs
 from .layout import LayoutError, decode_record, record_to_json
 from .padding import to_padded
 from .reader import Group, Reader, read_all
@@ -22,6 +24,7 @@ __all__ = [
     "to_padded",
     "submit",
     "decode_record",
+    "image_inputs",
     "record_to_json",
     "LayoutError",
     "EdgeloopHTTPError",
