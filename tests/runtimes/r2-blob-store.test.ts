@@ -36,7 +36,7 @@ function workerStore(badSha = false): BlobStore {
     location: "r2:EDGELOOP_BLOBS/",
     async put(key, bytes, sha256) {
       const sha = badSha ? await sha256Hex(new Uint8Array(0)) : sha256;
-      const r = await fetch(`${origin}/blob/${key}?sha256=${sha}`, { method: "PUT", body: bytes });
+      const r = await fetch(`${origin}/blob/${key}?sha256=${sha}`, { method: "PUT", body: bytes as Uint8Array<ArrayBuffer> });
       if (r.status !== 204) throw await err(r);
     },
     async get(key) {
