@@ -6,8 +6,11 @@
 - :func:`submit` (``submit(url, rows, config=None, token=None)``): ``POST /v1/rollouts``.
 - :func:`tree_nodes` / :func:`resolve_tree`: a group's branch records as trajectory-tree nodes (their own tokens only) and back.
 - :func:`decode_record`: one stored record hash → record dict (the layout of docs/queue-layout.md).
+- :mod:`edgeloop.blobs` (``Reader(..., blobs="file:///dir" | "s3://bucket/prefix")``): where records' large
+  parts (routed experts above the writer's threshold) are fetched from, checked against their SHA-256.
 """
 
+from .blobs import BlobError, BlobIntegrityError, FileBlobs, S3Blobs, open_blobs
 from .http import EdgeloopHTTPError, submit
 from .layout import LayoutError, decode_record, record_to_json
 from .padding import to_padded
@@ -27,4 +30,9 @@ __all__ = [
     "EdgeloopHTTPError",
     "tree_nodes",
     "resolve_tree",
+    "BlobError",
+    "BlobIntegrityError",
+    "FileBlobs",
+    "S3Blobs",
+    "open_blobs",
 ]

@@ -14,6 +14,7 @@ from typing import List
 
 import redis
 
+from .blobs import open_blobs
 from .layout import LayoutError, decode_record, key_part
 from .tree import tree_nodes
 
@@ -69,6 +70,12 @@ class Reader:
     its consumer before any consumer may claim it again (default 300 000).
     ``client``: an existing ``redis.Redis`` to use instead of ``url`` (it must
     not set ``decode_responses``).
+    ``blobs``: the blob store the writer keeps large record parts in (its
+    ``--blob-store``): ``file:///dir``, ``s3://bucket/prefix`` (AWS environment
+    for endpoint/region/credentials) or an object with ``get(key)``; see
+    :mod:`edgeloop.blobs`. Every blob is checked against its record's SHA-256;
+    a record whose blob is missing or differs comes back with ``error`` set
+    (naming the key and field), the rest of its group as usual.
 
     Delivery is at least once: a group is delivered again if it is not acked
     within the visibility timeout, or if Redis lost the consumer group (it is
@@ -76,8 +83,9 @@ class Reader:
     """
 
     def __init__(self, url="redis://127.0.0.1:6379", prefix="edgeloop:", group=DEFAULT_GROUP,
-                 visibility_timeout_ms=DEFAULT_VISIBILITY_TIMEOUT_MS, client=None):
+                 visibility_timeout_ms=DEFAULT_VISIBILITY_TIMEOUT_MS, client=None, blobs=None):
         self.redis = client if client is not None else redis.Redis.from_url(url)
+        self.blobs = open_blobs(blobs)
         self.prefix = prefix
         self.group = group
         self.visibility_timeout_ms = int(visibility_timeout_ms)
@@ -192,7 +200,7 @@ class Reader:
                 h = replies[i]
                 i += 1
                 if h:
-                    rec = decode_record(h, k)
+                    rec = decode_record(h, k, blobs=self.blobs, blob_errors="mark")
                     if agent_role is None or rec.get("agent_role") == agent_role:
                         records.append(rec)
             out.append(Group(
