@@ -31,7 +31,7 @@ export class FsBlobStore implements BlobStore {
       const fh = await open(tmp, "w");
       try {
         await fh.writeFile(bytes);
-        await fh.sync();
+        await fh.datasync();
       } finally {
         await fh.close();
       }

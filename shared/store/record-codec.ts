@@ -349,9 +349,41 @@ function routedExpertsInto(o: Record<string, unknown>, tokens: number, key: stri
 export function packedRoutedExpertsOf(input: TrajectoryRecord): { bytes: Uint8Array; dtype: RoutedExpertsDtype; shape: [number, number] } | null {
   const o = input as unknown as Record<string, unknown>;
   const tokens = arrayOf("prompt_ids", o.prompt_ids).length + arrayOf("response_ids", o.response_ids).length;
+  const fast = o.routed_experts_blob === undefined && Array.isArray(o.routed_experts) ? packChecked(o.routed_experts as unknown[]) : null;
+  if (fast) {
+    // The common case (ids ≤ 65,534): checked and packed in one pass; the shape and count as routedExpertsInto checks them.
+    const sh = RoutedExpertsShape.safeParse(o.routed_experts_shape);
+    if (sh.success && (o.routed_experts as unknown[]).length === tokens * sh.data[0] * sh.data[1]) return { ...fast, shape: sh.data };
+  }
   const experts = routedExpertsInto(o, tokens, String(o.key ?? ""));
   if (!experts) return null;
   return { ...packRoutedExpertsBytes(experts.data, experts.max), shape: experts.shape };
+}
+
+/**
+ * `a` packed to uint8 (−1 as 0xff), or to uint16 (−1 as 0xffff) from the first id above 254 on, checking
+ * each id as {@link routedExpertsInto} does, in one pass; null at the first value that is not an id in
+ * −1…65,534 (the caller then takes the general path, which names it or packs int32).
+ */
+function packChecked(a: unknown[]): { bytes: Uint8Array; dtype: "uint8" | "uint16" } | null {
+  const n = a.length;
+  const u8 = new Uint8Array(n);
+  let i = 0;
+  for (; i < n; i++) {
+    const x = a[i];
+    if (typeof x !== "number" || (x | 0) !== x || x < -1) return null;
+    if (x >= UINT8_PAD) break;
+    u8[i] = x;
+  }
+  if (i === n) return { bytes: u8, dtype: "uint8" };
+  const u16 = new Uint16Array(n);
+  for (let j = 0; j < i; j++) u16[j] = u8[j] === UINT8_PAD ? UINT16_PAD : u8[j]!;
+  for (; i < n; i++) {
+    const x = a[i];
+    if (typeof x !== "number" || (x | 0) !== x || x < -1 || x >= UINT16_PAD) return null;
+    u16[i] = x;
+  }
+  return { bytes: leBytes(u16), dtype: "uint16" };
 }
 
 /**

@@ -101,6 +101,21 @@ export function blobLayerCases(t: BlobTarget, base: string, hasRedis: boolean): 
         expect(JSON.stringify(g!.records)).toBe(JSON.stringify([rec, small]));
         // A rewrite of the same key stores nothing (put-once) and leaves the one blob.
         expect(await q.put(rec)).toEqual({ key: "blob_0_0", stored: false });
+        // Ids above 254 pack to little-endian uint16 (−1 as 0xffff) in the blob, as they would inline.
+        const wide = { ...bigExperts("wide", 0), routed_experts: bigExperts("wide", 0).routed_experts!.map((v, i) => (v === -1 ? -1 : v + (i % 3) * 400)) };
+        await q.put(wide);
+        const hw = await raw.hgetall(`${prefix}traj:wide_0_0`);
+        expect(hw.routed_experts_dtype).toBe("uint16");
+        const want = Buffer.from(Uint16Array.from(wide.routed_experts.map((v) => (v === -1 ? 0xffff : v))).buffer);
+        const ptr = JSON.parse(hw.routed_experts_blob!) as { key: string; sha256: string; bytes: number };
+        expect([ptr.bytes, ptr.sha256]).toEqual([8192, new Bun.CryptoHasher("sha256").update(want).digest("hex")]);
+        expect(Buffer.from((await q.blobs.get(ptr.key))!).equals(want)).toBe(true);
+        expect(JSON.stringify(await q.get("wide_0_0"))).toBe(JSON.stringify(wide));
+        // Beyond 65,534 the record is int32, as inline.
+        const huge = { ...bigExperts("huge", 0), routed_experts: bigExperts("huge", 0).routed_experts!.map((v, i) => (i === 7 ? 70_000 : v)) };
+        await q.put(huge);
+        expect((await q.inner.get("huge_0_0"))!.routed_experts_blob!.dtype).toBe("int32");
+        expect(JSON.stringify(await q.get("huge_0_0"))).toBe(JSON.stringify(huge));
       } finally {
         await raw.quit();
         await q.close();
