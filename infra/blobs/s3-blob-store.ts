@@ -1,4 +1,4 @@
-import { DeleteObjectCommand, GetObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client, S3ServiceException } from "@aws-sdk/client-s3";
+import type { S3Client, S3ClientConfig } from "@aws-sdk/client-s3";
 import { ConfigError, StoreError } from "../../shared/errors.ts";
 import type { BlobStore } from "../../shared/store/blob-store.ts";
 
@@ -26,7 +26,9 @@ export interface S3BlobStoreOptions {
  */
 export class S3BlobStore implements BlobStore {
   readonly location: string;
-  private readonly client: S3Client;
+  /** The SDK is loaded on first use: a CLI without a blob store (or with a file:// one) never loads it. */
+  private sdk: Promise<{ client: S3Client; s3: typeof import("@aws-sdk/client-s3") }> | undefined;
+  private readonly clientConfig: S3ClientConfig;
   private readonly bucket: string;
   private readonly prefix: string;
 
@@ -35,44 +37,52 @@ export class S3BlobStore implements BlobStore {
     this.bucket = opts.bucket;
     this.prefix = opts.prefix ? opts.prefix.replace(/^\/+|\/+$/g, "") + "/" : "";
     const endpoint = opts.endpoint ?? process.env.AWS_ENDPOINT_URL_S3 ?? process.env.AWS_ENDPOINT_URL;
-    this.client = new S3Client({
+    this.clientConfig = {
       region: opts.region ?? process.env.AWS_REGION ?? process.env.AWS_DEFAULT_REGION ?? "us-east-1",
       ...(endpoint ? { endpoint, forcePathStyle: true } : {}),
       ...(opts.credentials ? { credentials: opts.credentials } : {}),
       // The SDK's default CRC32 trailers are not understood by every S3-compatible server; the SHA-256 checksum is sent explicitly.
       requestChecksumCalculation: "WHEN_REQUIRED",
       responseChecksumValidation: "WHEN_REQUIRED",
-    });
+    };
     this.location = `s3://${this.bucket}/${this.prefix}`;
   }
 
+  private load(): Promise<{ client: S3Client; s3: typeof import("@aws-sdk/client-s3") }> {
+    this.sdk ??= import("@aws-sdk/client-s3").then((s3) => ({ s3, client: new s3.S3Client(this.clientConfig) }));
+    return this.sdk;
+  }
+
   async put(key: string, bytes: Uint8Array, sha256: string): Promise<void> {
+    const { client, s3 } = await this.load();
     try {
-      await this.client.send(new PutObjectCommand({ Bucket: this.bucket, Key: this.prefix + key, Body: bytes, ContentLength: bytes.byteLength, ChecksumSHA256: Buffer.from(sha256, "hex").toString("base64"), ContentType: "application/octet-stream" }));
+      await client.send(new s3.PutObjectCommand({ Bucket: this.bucket, Key: this.prefix + key, Body: bytes, ContentLength: bytes.byteLength, ChecksumSHA256: Buffer.from(sha256, "hex").toString("base64"), ContentType: "application/octet-stream" }));
     } catch (cause) {
       throw this.error("write", key, cause);
     }
   }
 
   async get(key: string): Promise<Uint8Array | null> {
+    const { client, s3 } = await this.load();
     try {
-      const r = await this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: this.prefix + key }));
+      const r = await client.send(new s3.GetObjectCommand({ Bucket: this.bucket, Key: this.prefix + key }));
       return await r.Body!.transformToByteArray();
     } catch (cause) {
-      if (cause instanceof S3ServiceException && (cause.name === "NoSuchKey" || cause.$metadata?.httpStatusCode === 404)) return null;
+      if (cause instanceof s3.S3ServiceException && (cause.name === "NoSuchKey" || cause.$metadata?.httpStatusCode === 404)) return null;
       throw this.error("read", key, cause);
     }
   }
 
   async deletePrefix(prefix: string): Promise<number> {
+    const { client, s3 } = await this.load();
     let n = 0;
     let token: string | undefined;
     try {
       do {
-        const page = await this.client.send(new ListObjectsV2Command({ Bucket: this.bucket, Prefix: this.prefix + prefix, ...(token ? { ContinuationToken: token } : {}) }));
+        const page = await client.send(new s3.ListObjectsV2Command({ Bucket: this.bucket, Prefix: this.prefix + prefix, ...(token ? { ContinuationToken: token } : {}) }));
         // One DeleteObject per key: a record has a blob or two, and DeleteObjects needs a Content-MD5 some servers check differently.
         for (const o of page.Contents ?? []) {
-          await this.client.send(new DeleteObjectCommand({ Bucket: this.bucket, Key: o.Key! }));
+          await client.send(new s3.DeleteObjectCommand({ Bucket: this.bucket, Key: o.Key! }));
           n++;
         }
         token = page.IsTruncated ? page.NextContinuationToken : undefined;
@@ -84,11 +94,12 @@ export class S3BlobStore implements BlobStore {
   }
 
   async close(): Promise<void> {
-    this.client.destroy();
+    if (this.sdk) (await this.sdk).client.destroy();
   }
 
   private error(op: string, key: string, cause: unknown): StoreError {
-    const status = cause instanceof S3ServiceException ? ` (${cause.name}, HTTP ${cause.$metadata?.httpStatusCode ?? "?"})` : "";
+    const m = (cause as { name?: string; $metadata?: { httpStatusCode?: number } } | null) ?? {};
+    const status = m.$metadata ? ` (${m.name}, HTTP ${m.$metadata.httpStatusCode ?? "?"})` : "";
     return new StoreError(`${this.location}: cannot ${op} blob ${key}${status}: ${cause instanceof Error ? cause.message : String(cause)}`, { cause, code: "blob_store_error" });
   }
 }

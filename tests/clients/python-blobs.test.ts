@@ -5,7 +5,7 @@
  * record with the same message the TypeScript reader gives, wrong S3 credentials refused.
  */
 import { afterAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { FsBlobStore } from "../../infra/blobs/fs-blob-store.ts";
@@ -14,7 +14,8 @@ import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue
 import { BlobIntegrityError } from "../../shared/errors.ts";
 import { BlobOffloadQueue } from "../../shared/store/blob-offload-queue.ts";
 import { blobKeyOf, sha256Hex, type BlobStore } from "../../shared/store/blob-store.ts";
-import { deleteByPrefix, randomPrefix, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import { deleteByPrefix, randomPrefix, rawRedis, REDIS_URL, requireRedis } from "../helpers/redis.ts";
+import type { TrajectoryRecord } from "../../shared/schema/index.ts";
 import { startS3Server, type S3Server } from "../helpers/s3-server.ts";
 import { bigExperts, packedUint8 } from "../store/blob-cases.ts";
 import { makeRecord } from "../store/contract.ts";
@@ -150,4 +151,38 @@ describe.skipIf(!hasRedis)("Python reader: blobs", () => {
     }), env);
     await q.close();
   }, 60_000);
+
+  test("the CLI with --blob-store file:// --blob-threshold 0: a rollout's routed experts land in blob files, the records in Redis hold pointers, the Python reader returns them equal to the JSONL", async () => {
+    const prefix = `${base}cli:`;
+    const work = join(dir, "cli");
+    const blobsDir = join(work, "blobs");
+    Bun.spawnSync(["mkdir", "-p", work]);
+    writeFileSync(join(work, "rows.jsonl"), readFileSync(join(ROOT, "examples", "gsm8k-tool.jsonl"), "utf8").split("\n").slice(0, 2).join("\n") + "\n");
+    writeFileSync(join(work, "experts.yaml"), "rollout:\n  return_routed_experts: true\nengine:\n  format: sglang\n  moe: {layers: 3, top_k: 2, num_experts: 8}\n");
+    const p = Bun.spawn(["node", join(ROOT, "bin", "edgeloop.mjs"), "rollout", "--config", "experts.yaml", "--data", "rows.jsonl", "--n", "2", "--out", "out.jsonl", "--seed", "9", "--no-progress", "--store", REDIS_URL, "--store-prefix", prefix, "--blob-store", `file://${blobsDir}`, "--blob-threshold", "0"], { cwd: work, stdout: "pipe", stderr: "pipe", env: { ...process.env, NO_COLOR: "1" } });
+    const [, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
+    expect(err).toContain(`blobs      file://${blobsDir} (routed experts of 0 packed bytes and more)`);
+    expect(err).toContain("wrote 4 records to out.jsonl");
+    expect(code).toBe(0);
+    const jsonl = readFileSync(join(work, "out.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as TrajectoryRecord);
+    const raw = rawRedis();
+    try {
+      for (const r of jsonl) {
+        const h = await raw.hgetall(`${prefix}traj:${r.key}`);
+        expect(h.routed_experts).toBeUndefined();
+        const ptr = JSON.parse(h.routed_experts_blob!) as { key: string; sha256: string; bytes: number };
+        const bytes = readFileSync(join(blobsDir, ptr.key));
+        expect(bytes.equals(Buffer.from(Uint8Array.from(r.routed_experts!)))).toBe(true);
+        expect([ptr.bytes, ptr.sha256]).toEqual([bytes.length, new Bun.CryptoHasher("sha256").update(bytes).digest("hex")]);
+      }
+    } finally {
+      raw.disconnect();
+    }
+    expect(readdirSync(join(blobsDir, prefix.replaceAll(":", "%3A"), "traj")).sort()).toEqual(jsonl.map((r) => r.key).sort());
+    const d = await dump(prefix, `file://${blobsDir}`);
+    const read = d.out!.groups.flatMap((g) => g.records);
+    expect(read.length).toBe(4);
+    const byKey = new Map(jsonl.map((r) => [r.key, r]));
+    for (const r of read) expect(r._bytes.routed_experts).toBe(int32Hex(byKey.get(r.key as string)!.routed_experts!));
+  }, 120_000);
 });
