@@ -179,6 +179,21 @@ export function blobLayerCases(t: BlobTarget, base: string, hasRedis: boolean): 
       }
     });
 
+    test("a put refused for good after its blob was written (a ConflictError) deletes the blob", async () => {
+      const { q, prefix } = open();
+      try {
+        await q.put(bigExperts("conf", 0));
+        const late = { ...bigExperts("conf", 0, 3), key: "conf_0_1", output_index: 1 };
+        const e = await rejects(q.put(late));
+        expect((e as Error).name).toBe("ConflictError");
+        expect(await q.blobs.deletePrefix(recordBlobPrefix(prefix, "conf_0_1"))).toBe(0);
+        expect(await q.inner.get("conf_0_1")).toBeNull();
+        expect(await q.blobs.deletePrefix(recordBlobPrefix(prefix, "conf_0_0"))).toBe(1);
+      } finally {
+        await q.close();
+      }
+    });
+
     test("a blob write that fails fails the put (retryable, naming key and field) and leaves no record; the retry stores it", async () => {
       const prefix = `${base}f${n++}:`;
       const broken = new BlobOffloadQueue(createRedisTransferQueue({ url: REDIS_URL, prefix }), t.failing(), { prefix, thresholdBytes: 1024 });
