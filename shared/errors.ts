@@ -205,6 +205,20 @@ export class StoreError extends EdgeloopError {
   }
 }
 
+/**
+ * A record part kept in the blob store ({@link BlobStore}, shared/store/blob-store.ts)
+ * that cannot be read back as its pointer describes: missing, another byte
+ * count, or another SHA-256 (`code` `blob_missing` / `blob_corrupt`). Names
+ * the record `key` and its `field` (e.g. `routed_experts`). Not retryable:
+ * the bytes stored are wrong, reading again gives the same.
+ */
+export class BlobIntegrityError extends StoreError {
+  override name = "BlobIntegrityError";
+  constructor(message: string, opts: EdgeloopErrorOptions & { key: string; field: string; code: "blob_missing" | "blob_corrupt" }) {
+    super(message, { retryable: false, ...opts });
+  }
+}
+
 /** Turns a zod error into an {@link InputError} naming the first failing field under `prefix`. */
 export function inputErrorFromZod(
   prefix: string,

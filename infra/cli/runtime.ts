@@ -156,6 +156,7 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     const store = buildStore(config, flags.storeTimeout);
     closers.push(() => store.close());
     describe.push(`store      ${config.store.url === "memory" ? "memory (in-process)" : maskRedisUrl(config.store.url)}`);
+    if (config.store.blobs.url) describe.push(`blobs      ${config.store.blobs.url} (routed experts of ${config.store.blobs.threshold_bytes} packed bytes and more)`);
     const registry = await buildLoopRegistry(config, tokenizer, describe, warnings);
 
     const policy = buildPolicy(config, closers, flags.storeTimeout);

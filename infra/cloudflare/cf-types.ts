@@ -40,3 +40,25 @@ export interface DurableObjectNamespace {
 export interface ExecutionContext {
   waitUntil(p: Promise<unknown>): void;
 }
+
+/** An R2 object's metadata (what `put`/`head` return). */
+export interface R2Object {
+  key: string;
+  size: number;
+}
+
+/** An R2 object with its body (what `get` returns). */
+export interface R2ObjectBody extends R2Object {
+  arrayBuffer(): Promise<ArrayBuffer>;
+}
+
+/**
+ * An R2 bucket binding (wrangler.toml `r2_buckets`).
+ * @see https://developers.cloudflare.com/r2/api/workers/workers-api-reference/
+ */
+export interface R2Bucket {
+  put(key: string, value: ArrayBuffer | ArrayBufferView | string, options?: { sha256?: string | ArrayBuffer; httpMetadata?: { contentType?: string } }): Promise<R2Object | null>;
+  get(key: string): Promise<R2ObjectBody | null>;
+  delete(keys: string | string[]): Promise<void>;
+  list(options?: { prefix?: string; cursor?: string; limit?: number }): Promise<{ objects: R2Object[]; truncated: boolean; cursor?: string }>;
+}

@@ -23,7 +23,9 @@ import { SandboxLeases, type LeaseObserver } from "../../shared/tools/sandbox-le
 import { RedisLeaseStore } from "../../shared/tools/redis-lease-store.ts";
 import type { LeaseStore } from "../../shared/tools/lease-store.ts";
 import type { SandboxSpec } from "../../shared/schema/tool.ts";
-import type { DurableObjectNamespace } from "./cf-types.ts";
+import type { DurableObjectNamespace, R2Bucket } from "./cf-types.ts";
+import { BlobOffloadQueue } from "../../shared/store/blob-offload-queue.ts";
+import { R2BlobStore } from "./r2-blob-store.ts";
 
 /** The worker's bindings and variables (wrangler.toml `[vars]`, secrets, the Durable Object binding). */
 export interface Env extends TelemetryEnv {
@@ -56,6 +58,14 @@ export interface Env extends TelemetryEnv {
    * SQLite-backed objects; set 130816 for classes on the legacy KV backend, whose limit is 128 KiB).
    */
   EDGELOOP_DO_MAX_VALUE_BYTES?: string;
+  /**
+   * The R2 bucket record parts above the blob threshold go to (wrangler.toml `r2_buckets`, binding
+   * `EDGELOOP_BLOBS`; docs/queue-layout.md "Blobs"). Absent: every part stays in the record, so a
+   * record of routed experts must fit one Upstash request.
+   */
+  EDGELOOP_BLOBS?: R2Bucket;
+  /** Packed bytes from which routed experts go to `EDGELOOP_BLOBS` (default `store.blobs.threshold_bytes` of `EDGELOOP_CONFIG`, 1 MiB). */
+  EDGELOOP_BLOB_THRESHOLD_BYTES?: string;
   /** Largest Upstash REST request, bytes (default 10 MB, Upstash's limit; set your plan's). */
   EDGELOOP_STORE_MAX_REQUEST_BYTES?: string;
   /**
@@ -116,6 +126,19 @@ export interface WorkerSandbox {
  */
 export function workerSandboxLeases(sandbox: WorkerSandbox, observer?: LeaseObserver): SandboxLeases {
   return new SandboxLeases(sandbox.spec, sandbox.store, { ...(sandbox.secret ? { secret: sandbox.secret } : {}), trajectoryDeadlineS: sandbox.trajectoryDeadlineS, ...(observer ? { observer } : {}) });
+}
+
+/**
+ * `queue` behind the blob layer over the `EDGELOOP_BLOBS` R2 binding when it is bound, else `queue`.
+ * @throws ConfigError when `EDGELOOP_CONFIG` names `store.blobs.url` (a Worker has no filesystem and reaches R2 by its binding) or the threshold is not a whole number
+ */
+export function workerBlobs(env: Pick<Env, "EDGELOOP_BLOBS" | "EDGELOOP_BLOB_THRESHOLD_BYTES">, config: AppConfig, prefix: string, queue: TransferQueue): TransferQueue {
+  if (config.store.blobs.url) throw new ConfigError("store.blobs.url", "a Worker reaches its blob store through the R2 binding EDGELOOP_BLOBS (wrangler.toml r2_buckets), not a URL: remove store.blobs.url from EDGELOOP_CONFIG");
+  if (!env.EDGELOOP_BLOBS) return queue;
+  const raw = env.EDGELOOP_BLOB_THRESHOLD_BYTES;
+  const threshold = raw === undefined || raw === "" ? config.store.blobs.threshold_bytes : Number(raw);
+  if (!Number.isInteger(threshold) || threshold < 0) throw new ConfigError("EDGELOOP_BLOB_THRESHOLD_BYTES", `must be a whole number of bytes >= 0, got '${raw}'`);
+  return new BlobOffloadQueue(queue, new R2BlobStore(env.EDGELOOP_BLOBS), { prefix, thresholdBytes: threshold });
 }
 
 let cached: { env: Env; rt: Promise<WorkerRuntime> } | undefined;
@@ -193,12 +216,13 @@ async function build(env: Env): Promise<WorkerRuntime> {
   const interactions = toolsFile ? interactionClients(toolsFile.interactions, { secret: secret ?? undefined }) : {};
   const maxRequest = Number(env.EDGELOOP_STORE_MAX_REQUEST_BYTES || config.store.max_request_bytes || 0);
   const prefix = env.EDGELOOP_STORE_PREFIX ?? config.store.prefix;
-  const queue = createUpstashTransferQueue({
+  const upstash = createUpstashTransferQueue({
     url: env.UPSTASH_REDIS_REST_URL,
     token: env.UPSTASH_REDIS_REST_TOKEN,
     prefix,
     ...(maxRequest > 0 ? { maxRequestBytes: maxRequest } : {}),
   });
+  const queue = workerBlobs(env, config, prefix, upstash);
   // The policy version `edgeloop serve` keeps in the same store (`POST /v1/model-version`), read by every engine
   // call of the Durable Objects before it is sent (one Upstash request a call: no gate admission to ride on here),
   // so a call dispatched after a POST returned carries the posted version; none posted: the batch's `model_version`.

@@ -164,6 +164,24 @@ export const RetentionConfig = z.strictObject({
 });
 export type RetentionConfig = z.infer<typeof RetentionConfig>;
 
+/**
+ * Where record parts too large for Redis go (docs/queue-layout.md, "Blobs"):
+ * `url` `file:///abs/dir` (one machine or a shared mount) or
+ * `s3://bucket[/prefix]` (endpoint, region and credentials from the standard
+ * AWS environment: `AWS_ENDPOINT_URL_S3`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`,
+ * …); null (default) keeps every part in the record. On Workers the R2
+ * binding `EDGELOOP_BLOBS` plays this role.
+ */
+export const BlobsConfig = z.strictObject({
+  url: z
+    .string()
+    .nullable()
+    .default(null)
+    .refine((s) => s === null || /^file:\/\/\/./.test(s) || /^s3:\/\/[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](\/.*)?$/.test(s), "store.blobs.url must be file:///absolute/dir or s3://bucket[/prefix]"),
+  /** Packed bytes at and above which a record's routed experts go to the blob store (default 1 MiB; 0: always). */
+  threshold_bytes: z.number().int().min(0, "store.blobs.threshold_bytes must be >= 0 (bytes)").default(1_048_576),
+});
+
 /** The transfer queue: `memory` (embedded default), a `redis://` URL, a `redis+cluster://host:port,host:port` URL (Redis/Valkey Cluster), or `upstash` (reads UPSTASH_REDIS_REST_URL/TOKEN). */
 export const StoreConfig = z.strictObject({
   url: z
@@ -186,6 +204,8 @@ export const StoreConfig = z.strictObject({
   max_request_bytes: z.number().int().min(64 * 1024).nullable().default(null),
   /** What is kept how long (seconds); see {@link RetentionConfig}. */
   retention: RetentionConfig.default(RetentionConfig.parse({})),
+  /** The blob store for large record parts; see {@link BlobsConfig}. */
+  blobs: BlobsConfig.default(BlobsConfig.parse({})),
 });
 
 /**

@@ -14,6 +14,7 @@ export * from "./row.ts";
 export * from "./sampling.ts";
 export * from "./config.ts";
 export * from "./routed-experts.ts";
+export * from "./blob-pointer.ts";
 export * from "./agent-role.ts";
 export * from "./token-output.ts";
 export * from "./agent-loop-output.ts";

@@ -3,6 +3,7 @@ import { AgentLoopMetrics, FinishReason } from "./agent-loop-output.ts";
 import { AgentRoleName } from "./agent-role.ts";
 import { RoutedExpertsShape } from "./routed-experts.ts";
 import { MultiModal } from "./multi-modal.ts";
+import { BlobPointer } from "./blob-pointer.ts";
 import { InputError } from "../errors.ts";
 
 /**
@@ -85,7 +86,7 @@ export const TrajectoryRecord = z.object({
    * `rollout.return_routed_experts`.
    */
   routed_experts: z.array(z.number().int()).optional(),
-  /** `[layers, top_k]`; present exactly when `routed_experts` is (stored as JSON, field `routed_experts_shape`). */
+  /** `[layers, top_k]`; present when `routed_experts` or `routed_experts_blob` is (stored as JSON, field `routed_experts_shape`). */
   routed_experts_shape: RoutedExpertsShape.optional(),
   /**
    * Images the model saw (vision-language families): per image its hash,
@@ -94,6 +95,15 @@ export const TrajectoryRecord = z.object({
    * byte for byte). Stored in `meta`.
    */
   multi_modal: MultiModal.optional(),
+  /**
+   * Where `routed_experts` went when they were larger than the blob
+   * threshold (`store.blobs`, docs/queue-layout.md "Blobs"): the blob's key,
+   * SHA-256 and byte count plus the width it is packed in. Set only on
+   * records written or read *without* the blob layer (a raw view of the
+   * stored pointer); the blob layer (`BlobOffloadQueue`) writes it in place of
+   * `routed_experts` and reads the bytes back in its place. Never both.
+   */
+  routed_experts_blob: BlobPointer.optional(),
   /**
    * Trajectory trees (agent gateway sessions): the key of the record this one
    * branched from — a record of the same session, `{uid}_{session_id}_{i}`

@@ -1,5 +1,6 @@
 import { decodeKeyPart, keyPart } from "./key-encoding.ts";
 import type { RedisCommander, RedisReply } from "./redis-commander.ts";
+import { recordBlobPrefix, type BlobStore } from "./blob-store.ts";
 
 /** Ages (seconds) past which `edgeloop gc` removes each kind of data; null: never. */
 export interface GcAges {
@@ -29,13 +30,19 @@ export interface GcOptions {
   nowMs?: () => number;
   /** SCAN COUNT hint (default 500). */
   scanCount?: number;
+  /**
+   * The blob store records' large parts were written to (`store.blobs`):
+   * every record removed has its blobs removed with it, by prefix
+   * (`recordBlobPrefix`), before its hash goes. Absent: blobs are not touched.
+   */
+  blobs?: BlobStore;
 }
 
 /** What one {@link collectGarbage} pass found and removed (or, dry-run, would remove). */
 export interface GcReport {
   dry_run: boolean;
   /** Keys removed (or to be removed), by kind. */
-  deleted: { records: number; groups: number; sessions: number; batches: number; keys: number };
+  deleted: { records: number; groups: number; sessions: number; batches: number; keys: number; blobs?: number };
   /**
    * What was kept, and why: groups not finished (`incomplete_groups`),
    * delivered but not yet read and acknowledged by every consumer group of
@@ -98,7 +105,7 @@ export async function collectGarbage(redis: RedisCommander, opts: GcOptions): Pr
   const count = String(opts.scanCount ?? 500);
   const report: GcReport = {
     dry_run: dry,
-    deleted: { records: 0, groups: 0, sessions: 0, batches: 0, keys: 0 },
+    deleted: { records: 0, groups: 0, sessions: 0, batches: 0, keys: 0, ...(opts.blobs ? { blobs: 0 } : {}) },
     kept: { incomplete_groups: 0, undelivered_groups: 0, recent_groups: 0, first_seen_groups: 0, running_sessions: 0, running_batches: 0 },
     scanned: { groups: 0, sessions: 0, batches: 0 },
   };
@@ -172,6 +179,8 @@ export async function collectGarbage(redis: RedisCommander, opts: GcOptions): Pr
       const trajKeys = members.map((k) => `${p}traj:${keyPart(k)}`);
       const existing = trajKeys.length ? ((await redis.pipeline(trajKeys.map((k) => ["EXISTS", k]))) as RedisReply[]).filter((x) => Number(x) === 1).length : 0;
       report.deleted.records += existing;
+      // Blobs first: a pass that dies between the two leaves a record whose blob is gone (its read fails naming it), never an unreachable blob.
+      if (opts.blobs && !dry) for (const k of members) report.deleted.blobs! += await opts.blobs.deletePrefix(recordBlobPrefix(p, k));
       await del(trajKeys);
       if (!dropGroup) continue;
       report.deleted.groups++;

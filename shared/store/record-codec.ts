@@ -1,5 +1,5 @@
 import { InputError, inputErrorFromZod, StoreError } from "../errors.ts";
-import { parseTrajectoryKey, RoutedExpertsShape, TrajectoryRecord } from "../schema/index.ts";
+import { BlobPointer, parseTrajectoryKey, RoutedExpertsShape, TrajectoryRecord } from "../schema/index.ts";
 
 /**
  * Record hash fields as stored in Redis (docs/queue-layout.md): `meta` is the
@@ -24,6 +24,13 @@ export interface EncodedRecord {
   routed_experts_dtype?: RoutedExpertsDtype;
   /** Base64 little-endian Float32, one per response token; absent without a teacher (`rollout.teacher`). */
   teacher_log_probs?: string;
+  /**
+   * JSON `{"key","sha256","bytes"}` of the blob holding the packed
+   * `routed_experts` bytes (docs/queue-layout.md, "Blobs"), in place of
+   * `routed_experts`; `routed_experts_shape` and `routed_experts_dtype` are
+   * stored with it as usual. Absent for records whose experts are inline.
+   */
+  routed_experts_blob?: string;
 }
 
 /**
@@ -51,20 +58,29 @@ const UINT16_PAD = 0xffff;
  * {@link RoutedExpertsDtype}: base64 of the stored bytes and the width's name.
  */
 export function packRoutedExperts(data: Int32Array, max = maxOf(data)): { text: string; dtype: RoutedExpertsDtype } {
+  const { bytes, dtype } = packRoutedExpertsBytes(data, max);
+  return { text: bytesToBase64(bytes), dtype };
+}
+
+/** {@link packRoutedExperts} without the base64: the stored little-endian bytes (what a blob holds) and the width's name. */
+export function packRoutedExpertsBytes(data: Int32Array, max = maxOf(data)): { bytes: Uint8Array; dtype: RoutedExpertsDtype } {
   const n = data.length;
   if (max < UINT8_PAD) {
     const out = new Uint8Array(n);
     // −1 & 0xff = 0xff: the typed-array store truncates to the reserved code.
     for (let i = 0; i < n; i++) out[i] = data[i]!;
-    return { text: bytesToBase64(out), dtype: "uint8" };
+    return { bytes: out, dtype: "uint8" };
   }
   if (max < UINT16_PAD) {
     const out = new Uint16Array(n);
     for (let i = 0; i < n; i++) out[i] = data[i]!;
-    return { text: bytesToBase64(leBytes(out)), dtype: "uint16" };
+    return { bytes: leBytes(out), dtype: "uint16" };
   }
-  return { text: bytesToBase64(leBytes(data)), dtype: "int32" };
+  return { bytes: leBytes(data), dtype: "int32" };
 }
+
+/** Bytes per value of a {@link RoutedExpertsDtype}. */
+export const ROUTED_EXPERTS_WIDTH: Readonly<Record<RoutedExpertsDtype, number>> = { uint8: 1, uint16: 2, int32: 4 };
 
 function maxOf(data: Int32Array): number {
   let max = -1;
@@ -79,7 +95,15 @@ function maxOf(data: Int32Array): number {
  */
 export function unpackRoutedExperts(text: string, dtype: string | undefined): number[] {
   if (dtype === undefined || dtype === "int32") return decodeInt32("routed_experts", text);
-  const bytes = base64ToBytes(text);
+  return unpackRoutedExpertsBytes(base64ToBytes(text), dtype);
+}
+
+/**
+ * {@link unpackRoutedExperts} of the raw stored bytes (a blob's), packed as `dtype` (absent: int32).
+ * @throws StoreError for an unknown dtype or a byte count that is not whole values
+ */
+export function unpackRoutedExpertsBytes(bytes: Uint8Array, dtype: string | undefined): number[] {
+  if (dtype === undefined || dtype === "int32") return bytesToWords("routed_experts", bytes, false);
   if (dtype === "uint8") {
     const out = new Array<number>(bytes.length);
     for (let i = 0; i < bytes.length; i++) out[i] = bytes[i] === UINT8_PAD ? -1 : bytes[i]!;
@@ -168,7 +192,10 @@ export function encodeUint8(values: readonly number[]): string {
 }
 
 function decodeWords(field: string, text: string, float: boolean): number[] {
-  const bytes = base64ToBytes(text);
+  return bytesToWords(field, base64ToBytes(text), float);
+}
+
+function bytesToWords(field: string, bytes: Uint8Array, float: boolean): number[] {
   if (bytes.byteLength % 4 !== 0) {
     throw new StoreError(`stored ${field} has ${bytes.byteLength} bytes, not a multiple of 4`, { retryable: false });
   }
@@ -207,7 +234,7 @@ export function decodeUint8(text: string): number[] {
 }
 
 /** The record schema without its token arrays (and side channels), which {@link validateAndEncode} checks with plain loops. */
-const RecordMeta = TrajectoryRecord.omit({ prompt_ids: true, response_ids: true, response_mask: true, rollout_log_probs: true, teacher_log_probs: true, routed_experts: true, routed_experts_shape: true });
+const RecordMeta = TrajectoryRecord.omit({ prompt_ids: true, response_ids: true, response_mask: true, rollout_log_probs: true, teacher_log_probs: true, routed_experts: true, routed_experts_shape: true, routed_experts_blob: true });
 
 function arrayOf(field: string, v: unknown): ArrayLike<unknown> {
   if (Array.isArray(v) || (ArrayBuffer.isView(v) && !(v instanceof DataView))) return v as ArrayLike<unknown>;
@@ -231,10 +258,10 @@ export function validateRecord(input: unknown): TrajectoryRecord {
 }
 
 /** A record's fields other than its token arrays, checked (what the queue needs to route and count a write). */
-export type RecordHead = Omit<TrajectoryRecord, "prompt_ids" | "response_ids" | "response_mask" | "rollout_log_probs" | "teacher_log_probs" | "routed_experts" | "routed_experts_shape">;
+export type RecordHead = Omit<TrajectoryRecord, "prompt_ids" | "response_ids" | "response_mask" | "rollout_log_probs" | "teacher_log_probs" | "routed_experts" | "routed_experts_shape" | "routed_experts_blob">;
 
 /** Record fields stored as their own hash fields, not in `meta`. */
-const ARRAY_FIELDS = new Set<string>(["prompt_ids", "response_ids", "response_mask", "rollout_log_probs", "teacher_log_probs", "routed_experts", "routed_experts_shape"]);
+const ARRAY_FIELDS = new Set<string>(["prompt_ids", "response_ids", "response_mask", "rollout_log_probs", "teacher_log_probs", "routed_experts", "routed_experts_shape", "routed_experts_blob"]);
 
 /** `meta`'s keys in the schema's order, as `encodeRecord` writes them (byte-identical JSON). */
 const META_FIELDS = (Object.keys(TrajectoryRecord.shape) as (keyof TrajectoryRecord)[]).filter((k) => !ARRAY_FIELDS.has(k)) as (keyof RecordHead)[];
@@ -288,6 +315,10 @@ function routedExpertsInto(o: Record<string, unknown>, tokens: number, key: stri
   const re = o.routed_experts;
   const shape = o.routed_experts_shape;
   if (re === undefined && shape === undefined) return null;
+  if (o.routed_experts_blob !== undefined) {
+    if (re !== undefined) throw new InputError("record.routed_experts_blob", "is set together with routed_experts: a record holds its experts inline or in a blob, not both", { key });
+    return null;
+  }
   if (re === undefined) throw new InputError("record.routed_experts", "is missing although routed_experts_shape is set", { key });
   const sh = RoutedExpertsShape.safeParse(shape);
   if (!sh.success) throw new InputError("record.routed_experts_shape", `must be [layers >= 1, top_k >= 1], got ${JSON.stringify(shape ?? null)}`, { key });
@@ -343,6 +374,53 @@ function checkImageSpans(mm: NonNullable<TrajectoryRecord["multi_modal"]>, promp
 }
 
 /**
+ * A record's routed experts checked as `put` checks them (both fields or
+ * neither, the shape, `(P + R) · layers · top_k` int32 ids ≥ −1) and packed
+ * to their stored bytes, for the blob layer; null when the record has none
+ * (or holds a `routed_experts_blob` instead).
+ * @throws InputError naming `record.routed_experts…`, as `put` does
+ */
+export function packedRoutedExpertsOf(input: TrajectoryRecord): { bytes: Uint8Array; dtype: RoutedExpertsDtype; shape: [number, number] } | null {
+  const o = input as unknown as Record<string, unknown>;
+  const tokens = arrayOf("prompt_ids", o.prompt_ids).length + arrayOf("response_ids", o.response_ids).length;
+  const fast = o.routed_experts_blob === undefined && Array.isArray(o.routed_experts) ? packChecked(o.routed_experts as unknown[]) : null;
+  if (fast) {
+    // The common case (ids ≤ 65,534): checked and packed in one pass; the shape and count as routedExpertsInto checks them.
+    const sh = RoutedExpertsShape.safeParse(o.routed_experts_shape);
+    if (sh.success && (o.routed_experts as unknown[]).length === tokens * sh.data[0] * sh.data[1]) return { ...fast, shape: sh.data };
+  }
+  const experts = routedExpertsInto(o, tokens, String(o.key ?? ""));
+  if (!experts) return null;
+  return { ...packRoutedExpertsBytes(experts.data, experts.max), shape: experts.shape };
+}
+
+/**
+ * `a` packed to uint8 (−1 as 0xff), or to uint16 (−1 as 0xffff) from the first id above 254 on, checking
+ * each id as {@link routedExpertsInto} does, in one pass; null at the first value that is not an id in
+ * −1…65,534 (the caller then takes the general path, which names it or packs int32).
+ */
+function packChecked(a: unknown[]): { bytes: Uint8Array; dtype: "uint8" | "uint16" } | null {
+  const n = a.length;
+  const u8 = new Uint8Array(n);
+  let i = 0;
+  for (; i < n; i++) {
+    const x = a[i];
+    if (typeof x !== "number" || (x | 0) !== x || x < -1) return null;
+    if (x >= UINT8_PAD) break;
+    u8[i] = x;
+  }
+  if (i === n) return { bytes: u8, dtype: "uint8" };
+  const u16 = new Uint16Array(n);
+  for (let j = 0; j < i; j++) u16[j] = u8[j] === UINT8_PAD ? UINT16_PAD : u8[j]!;
+  for (; i < n; i++) {
+    const x = a[i];
+    if (typeof x !== "number" || (x | 0) !== x || x < -1 || x >= UINT16_PAD) return null;
+    u16[i] = x;
+  }
+  return { bytes: leBytes(u16), dtype: "uint16" };
+}
+
+/**
  * {@link validateRecord} and {@link encodeRecord} in one pass, for the write
  * path: the same checks and errors, the same stored bytes, but the token
  * arrays go straight into typed arrays (no intermediate copies), about 4×
@@ -379,6 +457,7 @@ export function validateAndEncode(input: unknown): { head: RecordHead; encoded: 
     throw new InputError("record.rollout_log_probs", `has ${logprobs.length} entries, response_ids has ${n}`, { key: data.key });
   }
   const experts = routedExpertsInto(o, prompt.length + n, data.key);
+  const blob = o.routed_experts_blob === undefined ? null : blobPointerOf(o, prompt.length + n, data.key);
   if (teacher && teacher.length !== n) {
     throw new InputError("record.teacher_log_probs", `has ${teacher.length} entries, response_ids has ${n}`, { key: data.key });
   }
@@ -398,13 +477,38 @@ export function validateAndEncode(input: unknown): { head: RecordHead; encoded: 
     encoded.routed_experts_shape = JSON.stringify(experts.shape);
     encoded.routed_experts_dtype = packed.dtype;
   }
+  if (blob) Object.assign(encoded, blobFields(blob.pointer, blob.shape));
   if (teacher) encoded.teacher_log_probs = bytesToBase64(leBytes(teacher));
   return { head: head as RecordHead, encoded };
 }
 
+/**
+ * A record's `routed_experts_blob`, checked: a {@link BlobPointer}, with
+ * `routed_experts_shape` set and `bytes` = tokens × layers × top_k × the
+ * dtype's width.
+ * @throws InputError naming `record.routed_experts_blob…` / `record.routed_experts_shape`
+ */
+function blobPointerOf(o: Record<string, unknown>, tokens: number, key: string): { pointer: BlobPointer; shape: [number, number] } {
+  const p = BlobPointer.safeParse(o.routed_experts_blob);
+  if (!p.success) throw inputErrorFromZod("record.routed_experts_blob", p.error.issues);
+  const sh = RoutedExpertsShape.safeParse(o.routed_experts_shape);
+  if (!sh.success) throw new InputError("record.routed_experts_shape", `must be [layers >= 1, top_k >= 1] with routed_experts_blob, got ${JSON.stringify(o.routed_experts_shape ?? null)}`, { key });
+  const [layers, topK] = sh.data;
+  const want = tokens * layers * topK * ROUTED_EXPERTS_WIDTH[p.data.dtype];
+  if (p.data.bytes !== want) {
+    throw new InputError("record.routed_experts_blob.bytes", `is ${p.data.bytes}, expected (prompt + response) ${tokens} tokens × ${layers} layers × ${topK} top_k × ${ROUTED_EXPERTS_WIDTH[p.data.dtype]} bytes (${p.data.dtype}) = ${want}`, { key });
+  }
+  return { pointer: p.data, shape: sh.data };
+}
+
+/** The stored fields of a blob pointer: `routed_experts_blob` JSON `{key, sha256, bytes}`, the shape and the dtype. */
+function blobFields(p: BlobPointer, shape: readonly [number, number]): Pick<EncodedRecord, "routed_experts_blob" | "routed_experts_shape" | "routed_experts_dtype"> {
+  return { routed_experts_blob: JSON.stringify({ key: p.key, sha256: p.sha256, bytes: p.bytes }), routed_experts_shape: JSON.stringify(shape), routed_experts_dtype: p.dtype };
+}
+
 /** The stored hash fields of a validated record. */
 export function encodeRecord(rec: TrajectoryRecord): EncodedRecord {
-  const { prompt_ids, response_ids, response_mask, rollout_log_probs, teacher_log_probs, routed_experts, routed_experts_shape, ...meta } = rec;
+  const { prompt_ids, response_ids, response_mask, rollout_log_probs, teacher_log_probs, routed_experts, routed_experts_shape, routed_experts_blob, ...meta } = rec;
   const out: EncodedRecord = {
     meta: JSON.stringify(meta),
     prompt_ids: encodeInt32("prompt_ids", prompt_ids),
@@ -418,6 +522,7 @@ export function encodeRecord(rec: TrajectoryRecord): EncodedRecord {
     out.routed_experts_shape = JSON.stringify(routed_experts_shape);
     out.routed_experts_dtype = packed.dtype;
   }
+  if (routed_experts_blob !== undefined && routed_experts_shape !== undefined) Object.assign(out, blobFields(routed_experts_blob, routed_experts_shape));
   if (teacher_log_probs) out.teacher_log_probs = encodeFloat32(teacher_log_probs);
   return out;
 }
@@ -429,6 +534,9 @@ export function encodedFields(enc: EncodedRecord): string[] {
   if (enc.routed_experts !== undefined && enc.routed_experts_shape !== undefined) {
     out.push("routed_experts", enc.routed_experts, "routed_experts_shape", enc.routed_experts_shape);
     if (enc.routed_experts_dtype !== undefined) out.push("routed_experts_dtype", enc.routed_experts_dtype);
+  }
+  if (enc.routed_experts_blob !== undefined && enc.routed_experts_shape !== undefined) {
+    out.push("routed_experts_blob", enc.routed_experts_blob, "routed_experts_shape", enc.routed_experts_shape, "routed_experts_dtype", enc.routed_experts_dtype ?? "int32");
   }
   if (enc.teacher_log_probs !== undefined) out.push("teacher_log_probs", enc.teacher_log_probs);
   return out;
@@ -459,10 +567,14 @@ export function decodeRecord(fields: Record<string, string>): TrajectoryRecord {
  * neither), unpacked by `routed_experts_dtype` (absent: int32).
  * @throws StoreError when only one is stored, the shape is not `[layers, top_k]` JSON or the dtype is unknown
  */
-function decodeRoutedExperts(fields: Record<string, string>): Pick<TrajectoryRecord, "routed_experts" | "routed_experts_shape"> {
+function decodeRoutedExperts(fields: Record<string, string>): Pick<TrajectoryRecord, "routed_experts" | "routed_experts_shape" | "routed_experts_blob"> {
   const re = fields.routed_experts;
   const shape = fields.routed_experts_shape;
   if (re === undefined && shape === undefined) return {};
+  if (fields.routed_experts_blob !== undefined) {
+    if (re !== undefined) throw new StoreError("stored record has both routed_experts and routed_experts_blob", { retryable: false });
+    return decodeBlobPointer(fields);
+  }
   if (re === undefined || shape === undefined) throw new StoreError("stored record has only one of routed_experts and routed_experts_shape", { retryable: false });
   let parsed: unknown;
   try {
@@ -473,6 +585,26 @@ function decodeRoutedExperts(fields: Record<string, string>): Pick<TrajectoryRec
   const sh = RoutedExpertsShape.safeParse(parsed);
   if (!sh.success) throw new StoreError(`stored routed_experts_shape ${shape.slice(0, 60)} is not [layers, top_k]`, { retryable: false });
   return { routed_experts: unpackRoutedExperts(re, fields.routed_experts_dtype), routed_experts_shape: sh.data };
+}
+
+/**
+ * `routed_experts_blob` (with `routed_experts_dtype`, absent: int32) and the shape of stored hash fields.
+ * @throws StoreError when the pointer is not `{key, sha256, bytes}` JSON or the shape is missing
+ */
+function decodeBlobPointer(fields: Record<string, string>): Pick<TrajectoryRecord, "routed_experts_shape" | "routed_experts_blob"> {
+  let ptr: unknown;
+  let shape: unknown;
+  try {
+    ptr = { ...JSON.parse(fields.routed_experts_blob!), dtype: fields.routed_experts_dtype ?? "int32" };
+    shape = JSON.parse(fields.routed_experts_shape ?? "null");
+  } catch (cause) {
+    throw new StoreError("stored routed_experts_blob or routed_experts_shape is not JSON", { cause, retryable: false });
+  }
+  const p = BlobPointer.safeParse(ptr);
+  if (!p.success) throw new StoreError(`stored routed_experts_blob ${fields.routed_experts_blob!.slice(0, 120)} is not {key, sha256, bytes}: ${p.error.issues[0]?.message ?? ""}`, { retryable: false });
+  const sh = RoutedExpertsShape.safeParse(shape);
+  if (!sh.success) throw new StoreError(`stored routed_experts_shape ${String(fields.routed_experts_shape).slice(0, 60)} is not [layers, top_k]`, { retryable: false });
+  return { routed_experts_shape: sh.data, routed_experts_blob: p.data };
 }
 
 const FIELD_ORDER = Object.keys(TrajectoryRecord.shape) as (keyof TrajectoryRecord)[];
@@ -493,7 +625,7 @@ export function inSchemaOrder(rec: TrajectoryRecord): TrajectoryRecord {
 }
 
 /** Side channels that are absent (no key at all) when not recorded. */
-const OPTIONAL_FIELDS = new Set<string>(["model", "agent_role", "served_model", "teacher_log_probs", "routed_experts", "routed_experts_shape", "parent_key", "branch_at", "tree_prompt_length"]);
+const OPTIONAL_FIELDS = new Set<string>(["model", "agent_role", "served_model", "teacher_log_probs", "routed_experts", "routed_experts_shape", "routed_experts_blob", "parent_key", "branch_at", "tree_prompt_length"]);
 
 /** The empty record `markFailed` stores for `key`, with `error = reason` and `finish_reason = "error"`. */
 export function failedRecord(key: string, reason: string, fields: Partial<TrajectoryRecord> = {}): TrajectoryRecord {

@@ -7,8 +7,11 @@
 - :func:`tree_nodes` / :func:`resolve_tree`: a group's branch records as trajectory-tree nodes (their own tokens only) and back.
 - :func:`decode_record`: one stored record hash → record dict (the layout of docs/queue-layout.md).
 - :func:`image_inputs`: a record's images (grids, pad-token spans, bytes when inline), checked against its ids.
+- :mod:`edgeloop.blobs` (``Reader(..., blobs="file:///dir" | "s3://bucket/prefix")``): where records' large
+  parts (routed experts above the writer's threshold) are fetched from, checked against their SHA-256.
 """
 
+from .blobs import BlobError, BlobIntegrityError, FileBlobs, S3Blobs, open_blobs
 from .http import EdgeloopHTTPError, submit
 from .images import image_inputs
 from .layout import LayoutError, decode_record, record_to_json
@@ -30,4 +33,9 @@ __all__ = [
     "EdgeloopHTTPError",
     "tree_nodes",
     "resolve_tree",
+    "BlobError",
+    "BlobIntegrityError",
+    "FileBlobs",
+    "S3Blobs",
+    "open_blobs",
 ]

@@ -23,7 +23,13 @@ A record is one Redis HASH ``{prefix}traj:{key}`` whose fields are:
   in the unsigned widths the all-ones code (255, 65,535) stands for -1; absent
   (records of older versions) means int32. ``routed_experts_shape`` = JSON
   ``[layers, top_k]``. All three are absent when routed experts were not
-  requested.
+  requested;
+- ``routed_experts_blob``: in place of ``routed_experts`` when they were
+  larger than the writer's blob threshold: JSON ``{"key", "sha256", "bytes"}``
+  of the blob holding the packed bytes (``routed_experts_dtype`` and
+  ``routed_experts_shape`` stored as usual). :func:`decode_record` given a
+  blob store (:mod:`edgeloop.blobs`) fetches it, checks its byte count and
+  SHA-256, and decodes it as if it were inline.
 
 This module is runtime-independent of Redis: it turns such a hash (a mapping
 of ``bytes`` or ``str`` to ``bytes`` or ``str``, as redis-py returns it) into
@@ -33,6 +39,7 @@ a record ``dict`` whose arrays are numpy arrays.
 import base64
 import binascii
 import json
+import re
 
 import numpy as np
 
@@ -111,8 +118,16 @@ def _array(fields, name, key, dt=None):
     return np.frombuffer(data, dtype=dt).astype(_NATIVE[dt])
 
 
-def decode_record(h, key=None):
+def decode_record(h, key=None, blobs=None, blob_errors="raise"):
     """Decodes one stored record hash into a record ``dict``.
+
+    ``blobs``: the blob store (:func:`edgeloop.blobs.open_blobs`: a ``file://`` or ``s3://`` URL or an
+    object with ``get(key)``) records holding ``routed_experts_blob`` are read from; a record that holds
+    one while ``blobs`` is ``None`` raises :class:`LayoutError` naming the field. ``blob_errors``:
+    ``"raise"`` (default) raises :class:`edgeloop.blobs.BlobIntegrityError` for a blob that is missing
+    or whose bytes differ from the pointer; ``"mark"`` returns the record with ``error`` set to that
+    message, ``routed_experts`` ``None`` and the pointer under ``routed_experts_blob`` (what
+    :meth:`edgeloop.Reader.groups` does: one bad blob fails its record, not the batch).
 
     ``h``: the ``HGETALL {prefix}traj:{key}`` reply (bytes or str keys/values).
     Returns a dict with every ``meta`` field plus:
@@ -152,6 +167,18 @@ def decode_record(h, key=None):
     if dtype not in ROUTED_EXPERTS_DTYPES:
         raise LayoutError(f"routed_experts_dtype must be uint8, uint16 or int32, got {dtype!r}", key, "routed_experts_dtype")
     experts = _array(f, "routed_experts", key, ROUTED_EXPERTS_DTYPES[dtype])
+    if f.get("routed_experts_blob") is not None:
+        if experts is not None:
+            raise LayoutError("stored record has both routed_experts and routed_experts_blob", key, "routed_experts_blob")
+        try:
+            experts = _blob_array(f, key, dtype, blobs)
+        except LayoutError as e:
+            from .blobs import BlobIntegrityError
+
+            if blob_errors != "mark" or not isinstance(e, BlobIntegrityError):
+                raise
+            rec["error"] = str(e)
+            rec["routed_experts_blob"] = json.loads(_text(f["routed_experts_blob"]))
     if experts is not None:
         shape = f.get("routed_experts_shape")
         try:
@@ -166,6 +193,33 @@ def decode_record(h, key=None):
         experts = experts.reshape(tokens, layers, top_k)
     rec["routed_experts"] = experts
     return rec
+
+
+def _blob_array(f, key, dtype, blobs):
+    """The routed experts of a record holding ``routed_experts_blob``, fetched from ``blobs`` and checked."""
+    from .blobs import fetch_verified, open_blobs
+
+    raw = _text(f["routed_experts_blob"])
+    try:
+        ptr = json.loads(raw)
+        ok = isinstance(ptr, dict) and isinstance(ptr.get("key"), str) and isinstance(ptr.get("bytes"), int) and re.match(r"^[0-9a-f]{64}$", str(ptr.get("sha256")))
+    except ValueError:
+        ok = False
+    if not ok:
+        raise LayoutError(f"routed_experts_blob must be JSON {{key, sha256, bytes}}, got {raw[:120]!r}", key, "routed_experts_blob")
+    if blobs is None:
+        raise LayoutError("the record keeps routed_experts in a blob store: pass Reader(blobs='file:///dir' or 's3://bucket/prefix') as the writer's --blob-store", key, "routed_experts_blob")
+    data = fetch_verified(open_blobs(blobs), ptr, key, "routed_experts")
+    dt = ROUTED_EXPERTS_DTYPES[dtype]
+    size = np.dtype(dt).itemsize
+    if len(data) % size:
+        raise LayoutError(f"blob of routed_experts has {len(data)} bytes, not a multiple of {size}", key, "routed_experts")
+    packed = np.frombuffer(data, dtype=dt)
+    if dt in ("u1", "<u2"):
+        out = packed.astype(np.int32)
+        out[packed == np.iinfo(packed.dtype).max] = -1
+        return out
+    return packed.astype(np.int32)
 
 
 def record_to_json(rec):

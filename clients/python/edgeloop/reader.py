@@ -15,6 +15,7 @@ from typing import List
 
 import redis
 
+from .blobs import open_blobs
 from .layout import LayoutError, decode_record, key_part
 from .tree import tree_nodes
 
@@ -128,6 +129,12 @@ class Reader:
     its consumer before any consumer may claim it again (default 300 000).
     ``client``: an existing ``redis.Redis`` to use instead of ``url`` (it must
     not set ``decode_responses``).
+    ``blobs``: the blob store the writer keeps large record parts in (its
+    ``--blob-store``): ``file:///dir``, ``s3://bucket/prefix`` (AWS environment
+    for endpoint/region/credentials) or an object with ``get(key)``; see
+    :mod:`edgeloop.blobs`. Every blob is checked against its record's SHA-256;
+    a record whose blob is missing or differs comes back with ``error`` set
+    (naming the key and field), the rest of its group as usual.
 
     Delivery is at least once: a group is delivered again if it is not acked
     within the visibility timeout, or if Redis lost the consumer group (it is
@@ -135,7 +142,7 @@ class Reader:
     """
 
     def __init__(self, url="redis://127.0.0.1:6379", prefix="edgeloop:", group=DEFAULT_GROUP,
-                 visibility_timeout_ms=DEFAULT_VISIBILITY_TIMEOUT_MS, client=None, shards=1, tagged=None):
+                 visibility_timeout_ms=DEFAULT_VISIBILITY_TIMEOUT_MS, client=None, shards=1, tagged=None, blobs=None):
         cluster = url.startswith(("redis+cluster://", "rediss+cluster://"))
         if client is not None:
             self.redis = client
@@ -146,6 +153,7 @@ class Reader:
             self.redis = redis.Redis.from_url(url)
         if not isinstance(shards, int) or shards < 1 or shards > 1024:
             raise ValueError(f"shards must be an integer in 1..1024, got {shards!r}")
+        self.blobs = open_blobs(blobs)
         self.prefix = prefix
         self.group = group
         self.shards = shards
@@ -302,7 +310,7 @@ class Reader:
                 h = replies[i]
                 i += 1
                 if h:
-                    rec = decode_record(h, k)
+                    rec = decode_record(h, k, blobs=self.blobs, blob_errors="mark")
                     if agent_role is None or rec.get("agent_role") == agent_role:
                         records.append(rec)
             out.append(Group(

@@ -2,6 +2,7 @@
 
 Usage: python3 dump_groups.py --url REDIS_URL --prefix P [--partition train] [--expect N]
        [--submit API_URL --rows rows.jsonl [--token T]] [--pad-first PAD_ID] [--deliver tree]
+       [--blobs file:///dir | s3://bucket/prefix]
 
 With --submit, first POSTs the rows (edgeloop.submit) and prints its answer as "submitted".
 Reads with Reader.groups until --expect groups arrived (waiting up to 60 s) or, without
@@ -38,13 +39,14 @@ def main():
     ap.add_argument("--token", default=None)
     ap.add_argument("--pad-first", type=int, default=None)
     ap.add_argument("--deliver", default="leaves")
+    ap.add_argument("--blobs", default=None)
     a = ap.parse_args()
     out = {"submitted": None}
     if a.submit:
         with open(a.rows) as f:
             rows = [json.loads(line) for line in f if line.strip()]
         out["submitted"] = submit(a.submit, rows, config={"rollout": {"n": 2}}, token=a.token)
-    reader = Reader(a.url, prefix=a.prefix)
+    reader = Reader(a.url, prefix=a.prefix, blobs=a.blobs)
     groups, deadline = [], time.monotonic() + 60
     while True:
         if a.expect is not None and (len(groups) >= a.expect or time.monotonic() > deadline):

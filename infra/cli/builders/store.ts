@@ -14,16 +14,22 @@ import { MemoryLeaseStore, type LeaseStore } from "../../../shared/tools/lease-s
 import { RedisLeaseStore } from "../../../shared/tools/redis-lease-store.ts";
 import { checkRedis, maskRedisUrl } from "../../redis/redis-check.ts";
 import { createRedisTransferQueue } from "../../redis/redis-transfer-queue.ts";
+import { withBlobs } from "../../blobs/open-blob-store.ts";
 
 // Builders of what lives in the store's Redis: the transfer queue, session storage, policy versions, the
 // pause gate and the gateway's routing state, each over its own connection; and the start-up store checks.
 
 /**
  * The transfer queue of `store.url`: in-process for `memory`, Upstash REST
- * for `upstash` (credentials from the environment), else Redis over TCP.
- * @throws ConfigError when Upstash credentials are missing.
+ * for `upstash` (credentials from the environment), else Redis over TCP;
+ * behind the blob layer when `store.blobs.url` is set (docs/queue-layout.md, "Blobs").
+ * @throws ConfigError when Upstash credentials are missing or the blob store URL is not one.
  */
 export function buildStore(config: AppConfig, storeTimeoutS?: number): TransferQueue {
+  return withBlobs(config, buildInnerStore(config, storeTimeoutS));
+}
+
+function buildInnerStore(config: AppConfig, storeTimeoutS?: number): TransferQueue {
   const url = config.store.url;
   const prefix = config.store.prefix;
   if (url === "memory") return new MemoryTransferQueue();
