@@ -96,6 +96,7 @@ const READERS: Record<string, [string, string]> = {
   "store.url": ["infra/cli/builders/store.ts", "const url = config.store.url;"],
   "store.prefix": ["infra/cli/builders/service.ts", "new JobQueue(built.commander, { prefix: config.store.prefix"],
   "store.max_request_bytes": ["infra/cli/builders/store.ts", "{ maxRequestBytes: config.store.max_request_bytes }"],
+  "store.shards": ["infra/cli/builders/store.ts", "shards: config.store.shards"],
   "store.blobs.url": ["infra/blobs/open-blob-store.ts", "new BlobOffloadQueue(queue, openBlobStore(b.url)"],
   "store.blobs.threshold_bytes": ["infra/blobs/open-blob-store.ts", "thresholdBytes: b.threshold_bytes"],
   "reward.url": ["infra/cli/builders/service.ts", "config.reward.url ? { webhook: { url: config.reward.url"],

@@ -40,7 +40,7 @@ test("a model directory whose template cannot render a tool result or raises is 
 
 test("a name that is neither a built-in nor a directory names the built-ins", async () => {
   expect(await startError("llama3")).toBe(
-    `config model: unknown model 'llama3': not a built-in model (qwen3, llama3_1, deepseek_v3, gpt_oss, gemma3) and no directory ${join(process.cwd(), "llama3")}; models are never fetched from a hub: point --model at a local directory with tokenizer.json and tokenizer_config.json`,
+    `config model: unknown model 'llama3': not a built-in model (qwen3, llama3_1, deepseek_v3, gpt_oss, gemma3, qwen3_vl) and no directory ${join(process.cwd(), "llama3")}; models are never fetched from a hub: point --model at a local directory with tokenizer.json and tokenizer_config.json`,
   );
 });
 
