@@ -28,11 +28,13 @@
  * app's `fetch`, memory storage, the zero-latency stub): the gateway's time
  * per call at call 4 vs the last, and the share of it that is the request's
  * JSON (parse of the body the gateway must read whole).
+ * The long session runs twice: with one-token tool replies, and with replies
+ * of `--obs-tokens` (default 1,000) tokens, so its context reaches ~128K
+ * tokens at turn 128.
  * Not yet covered (issue 32): queue mode with workers, the Redis store's round
- * trips and bytes per turn (counted by tests/session/turn-cost.test.ts),
- * 128K-token contexts.
+ * trips and bytes per turn (counted by tests/session/turn-cost.test.ts).
  *
- *   bun bench/ceiling.ts [--concurrency 64,1024,4096] [--turns 4,32] [--long 128] [--lag-ms 50] [--product 4096,16384] [--gateway-calls 128]
+ *   bun bench/ceiling.ts [--concurrency 64,1024,4096] [--turns 4,32] [--long 128] [--lag-ms 50] [--product 4096,16384] [--gateway-calls 128] [--obs-tokens 1000]
  */
 import { ToolAgentLoop } from "../shared/agent-loop/tool-agent.ts";
 import type { GenerateRequest, InferenceClient } from "../shared/inference/types.ts";
@@ -59,6 +61,7 @@ const LONG = Number(arg("--long", "128"));
 const LAG_MS = Number(arg("--lag-ms", "50"));
 const PRODUCT = arg("--product", "4096,16384").split(",").filter(Boolean).map(Number);
 const GATEWAY_CALLS = Number(arg("--gateway-calls", "128"));
+const OBS_TOKENS = Number(arg("--obs-tokens", "1000"));
 
 const tok = await defaultTokenizer();
 const TOOL_TURN = '<tool_call>\n{"name": "calc", "arguments": {"expression": "2+2"}}\n</tool_call>';
@@ -188,19 +191,23 @@ for (const turns of TURNS) {
 printTable("tool_agent sessions against a zero-latency engine and tool, one process (inline, memory: no store)", rows);
 console.log(stop ? `stops at: ${stop}` : `no step passed the ${LAG_MS} ms loop-lag bound`);
 
-// One long session alone: each turn's edgeloop work, by turn index.
-{
+// One long session alone: each turn's edgeloop work, by turn index — with a one-token tool reply, and with a
+// reply of ~OBS_TOKENS tokens, so the context reaches ~128K tokens by the last turn.
+for (const obs of [0, OBS_TOKENS]) {
   CURRENT = 1;
+  const reply = obs ? " word".repeat(obs) : "4";
+  const longTools: ToolExecutor = { ...tools, call: async (r) => ({ ok: true, content: reply, call_id: `${r.key}:${r.turn}:${r.index}`, attempts: 1 }) };
+  const config = RolloutConfig.parse({ max_model_len: 262_144, response_length: 200_000, prompt_length: 1024, multi_turn: { max_assistant_turns: LONG + 1, max_tool_response_length: Math.max(256, reply.length) } });
+  for (let w = 0; w < 2; w++) await new ToolAgentLoop({ tokenizer: tok, client: new StubEngine(LONG), config, tools: longTools }).run(sp, { uid: "warm", session_id: w, prompt });
   const engine = new StubEngine(LONG);
-  const config = RolloutConfig.parse({ max_model_len: 262_144, response_length: 131_072, prompt_length: 1024, multi_turn: { max_assistant_turns: LONG + 1 } });
-  for (let w = 0; w < 3; w++) await new ToolAgentLoop({ tokenizer: tok, client: new StubEngine(LONG), config, tools }).run(sp, { uid: "warm", session_id: w, prompt });
-  const out = await new ToolAgentLoop({ tokenizer: tok, client: engine, config, tools }).run(sp, { uid: "long", session_id: 0, prompt });
+  const out = await new ToolAgentLoop({ tokenizer: tok, client: engine, config, tools: longTools }).run(sp, { uid: "long", session_id: 0, prompt });
+  if (out.num_turns !== 2 * LONG) throw new Error(`the long session did ${out.num_turns} turns, expected ${2 * LONG} (${String(out.extra_fields.terminated_by)})`);
   const a = engine.added;
   const at = (k: number) => a.slice(Math.max(0, k - 2), k + 1);
   const mean = (xs: number[]) => xs.reduce((x, y) => x + y, 0) / Math.max(1, xs.length);
   const early = mean(at(3));
   const late = mean(a.slice(-3));
-  printTable(`one session of ${LONG} turns alone (${out.prompt_ids.length + out.response_ids.length} tokens at the end): edgeloop's work per turn`, [
+  printTable(`one session of ${LONG} turns alone, tool replies of ${obs ? `~${obs} tokens` : "1 token"} (${out.prompt_ids.length + out.response_ids.length} tokens at the end): edgeloop's work per turn`, [
     ["turn", "µs (mean of 3)"],
     ["4", (early * 1000).toFixed(0)],
     [String(LONG), (late * 1000).toFixed(0)],
