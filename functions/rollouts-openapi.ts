@@ -4,7 +4,7 @@ import { RolloutRequest } from "../shared/rollout/batch.ts";
 import { TrajectoryRecord } from "../shared/schema/index.ts";
 import { ToolResultCallback } from "../shared/session/tool-result-callback.ts";
 import { agentGatewayOpenApiPaths } from "./agent-gateway-openapi.ts";
-import { AckRequest, ConsumedVersionRequest, EngineResumeRequest, GroupRecordsQuery, ModelVersionRequest, SummariesQuery, TrajectoryQuery } from "./rollouts-schemas.ts";
+import { AckRequest, ConsumedVersionRequest, EngineResumeRequest, GroupRecordsQuery, GroupsQuery, ModelVersionRequest, SummariesQuery, TrajectoryQuery } from "./rollouts-schemas.ts";
 
 /** OpenAPI query parameters of a query schema (an object of string fields), each with its JSON schema. */
 function queryParameters(q: z.ZodObject): Record<string, unknown>[] {
@@ -116,7 +116,7 @@ export function openApiDocument(): Record<string, unknown> {
       "/v1/groups": {
         get: {
           summary: "Complete groups for a trainer (at-least-once; ack them)",
-          parameters: ["max", "block_ms", "consumer", "partition", "include_filtered"].map((name) => ({ name, in: "query", required: false, schema: { type: "string" } })),
+          parameters: queryParameters(GroupsQuery),
           responses: { "200": { description: "{groups: CompleteGroup[]}" }, "400": err },
         },
       },

@@ -78,6 +78,7 @@ export const EngineResumeRequest = z.strictObject({});
  * its strict schema.
  * @throws InputError 400: an unknown parameter named as the field (`stauts: unknown
  *   query parameter; expected one of …`), else the first invalid one (`inputErrorFromZod`).
+ *   ({@link queryOf} first refuses a parameter given twice.)
  */
 function parseQuery<S extends z.ZodType>(schema: S, query: Record<string, string>, known: readonly string[]): z.output<S> {
   const r = schema.safeParse(query);
@@ -112,6 +113,12 @@ const QUERY_ROUTES: readonly RegExp[] = Object.keys(QUERY_SCHEMAS).map((p) => ne
 /** The query of a request to `path`, parsed with its schema. @throws InputError naming an unknown or invalid parameter. */
 export function queryOf<P extends QueryPath>(path: P, c: Context): z.output<(typeof QUERY_SCHEMAS)[P]> {
   const schema = QUERY_SCHEMAS[path];
+  // A parameter given twice (`deliver=tree&deliver=leaves`) is refused, not read as its first value.
+  const seen = new Set<string>();
+  for (const name of new URL(c.req.url).searchParams.keys()) {
+    if (seen.has(name)) throw new InputError(name.slice(0, 100), "given more than once; give each query parameter once");
+    seen.add(name);
+  }
   return parseQuery(schema, c.req.query(), Object.keys(schema.shape)) as z.output<(typeof QUERY_SCHEMAS)[P]>;
 }
 

@@ -30,8 +30,9 @@ function pathLength(r: TrajectoryRecord): number {
 /**
  * Whether `child`'s tokens before `at` are `parent`'s, token for token, and
  * every one of them in `child`'s response is in `parent`'s response with the
- * same mask and log-prob (the tree invariant of docs/queue-layout.md). One
- * pass over `at` positions.
+ * same mask and log-prob (the tree invariant of docs/queue-layout.md), and
+ * its routed-expert rows before `at` are `parent`'s. One pass over `at`
+ * positions (and their expert rows).
  */
 function sharesPrefix(parent: TrajectoryRecord, child: TrajectoryRecord, at: number): boolean {
   const pp = parent.prompt_ids.length;
@@ -59,6 +60,14 @@ function sharesPrefix(parent: TrajectoryRecord, child: TrajectoryRecord, at: num
     const s = parent.routed_experts_shape;
     const t = child.routed_experts_shape;
     if (!s || !t || s[0] !== t[0] || s[1] !== t[1]) return false;
+    // The prefix rows too: they come from separate prefills of parent and branch, and a real engine need not
+    // route them alike; a node keeps none of them, so they must be the parent's to be given back.
+    const pe = parent.routed_experts;
+    const ce = child.routed_experts;
+    if (!pe || !ce) return false;
+    const n = at * s[0] * s[1];
+    if (pe.length < n || ce.length < n) return false;
+    for (let i = 0; i < n; i++) if (pe[i] !== ce[i]) return false;
   }
   return true;
 }

@@ -240,6 +240,31 @@ describe.skipIf(missing !== null)("the Python reader package", () => {
     });
     expect(d.groups[0]!.records.map(arrays)).toEqual(treeNodesOf("pytree").map((r) => arrays(r as unknown as Record<string, unknown>)));
     expect(d.groups[0]!.resolved!.map(arrays)).toEqual(treeRecords("pytree").map((r) => arrays(r as unknown as Record<string, unknown>)));
+    // Tree nodes are not whole records: to_padded refuses them (resolve first); an expert row that differs in the
+    // shared prefix keeps the branch whole (a node keeps no prefix rows), as the TypeScript reader does.
+    const script = [
+      "import sys, numpy as np",
+      `sys.path.insert(0, ${JSON.stringify(join(ROOT, "clients", "python"))})`,
+      "from edgeloop import to_padded",
+      "from edgeloop.tree import tree_node",
+      "def rec(key, e, branch_at=None, parent=None):",
+      "    return {'key': key, 'uid': 'u', 'session_id': 0, 'output_index': int(key[-1]), 'error': None, 'reward_score': 1.0, 'prompt_ids': np.array([10, 11, 12], np.int32), 'response_ids': np.array([20, 21, 22, 23], np.int32), 'response_mask': np.array([1, 1, 0, 1], np.uint8), 'rollout_log_probs': np.array([-1, -2, 0, -4], np.float32), 'routed_experts': np.array(e, np.int32).reshape(7, 1, 2), 'branch_at': branch_at, 'parent_key': parent}",
+      "p = rec('u_0_0', list(range(14)))",
+      "same = rec('u_0_1', list(range(14)), 5, 'u_0_0')",
+      "other = rec('u_0_1', list(range(9)) + [77] + list(range(10, 14)), 5, 'u_0_0')",
+      "node = tree_node(p, same)",
+      "print(node.get('tree_prompt_length'), tree_node(p, other) is other)",
+      "try:",
+      "    to_padded([p, node], pad_token_id=0)",
+      "except ValueError as e:",
+      "    print(e)",
+    ].join("\n");
+    const py = await run([PY, "-c", script]);
+    expect(py.stderr).toBe("");
+    expect(py.stdout.trim().split("\n")).toEqual([
+      "3 True",
+      "record u_0_1 is a tree node (deliver='tree': its arrays start at branch_at 5); to_padded takes whole records: pass the group's records through edgeloop.resolve_tree first, or read with deliver='leaves'",
+    ]);
     expect(d.acked).toBe(1);
   }, HANG_MS);
 

@@ -188,6 +188,8 @@ describe("openapi", () => {
     expect(list.parameters[3].schema.enum).toEqual(["ok", "failed"]);
     expect(Object.keys(list.responses).sort()).toEqual(["200", "400", "401", "404"]);
     expect(doc.paths["/v1/rollouts/{batch_id}/groups/{uid}"].get.parameters.map((p: { name: string }) => p.name)).toEqual(["batch_id", "uid", "decode"]);
+    // From the route's own strict schema, so a new parameter (agent_role, deliver) cannot be left out.
+    expect(doc.paths["/v1/groups"].get.parameters.map((p: { name: string }) => p.name)).toEqual(["max", "block_ms", "consumer", "partition", "agent_role", "deliver", "include_filtered"]);
   });
 });
 

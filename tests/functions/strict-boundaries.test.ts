@@ -68,6 +68,13 @@ describe("query parameters are strict on every route with a query schema", () =>
     await app.request(`/v1/rollouts/${batch}`, { method: "DELETE", headers: auth });
   });
 
+  test("a parameter given twice is a 400 naming it, not read as its first value (fresh-user trial: deliver=tree&deliver=leaves)", async () => {
+    const twice = "given more than once; give each query parameter once";
+    expect(await get("/v1/groups?deliver=tree&deliver=leaves")).toEqual([400, invalid("deliver", twice)]);
+    expect(await get("/v1/groups?partition=train&max=1&partition=val")).toEqual([400, invalid("partition", twice)]);
+    expect(await get("/v1/rollouts?limit=1&limit=2")).toEqual([400, invalid("limit", twice)]);
+  });
+
   test("a route that takes no query refuses any parameter, naming it (never ignored: pause?x=1 does not pause)", async () => {
     const batch = await postBatch(`nq-${crypto.randomUUID().slice(0, 8)}-`);
     const none = (name: string) => invalid(name, "unknown query parameter; this route takes none");

@@ -45,6 +45,11 @@ describe("trajectory trees delivered as a tree (read option deliver: tree)", () 
     expect(treeNode(recs[0]!, otherMask)).toBe(otherMask);
     const otherLp = { ...recs[1]!, rollout_log_probs: [-1, -2.5, -3.5, -0.5] };
     expect(treeNode(recs[0]!, otherLp)).toBe(otherLp);
+    // A routed-expert row inside the shared prefix that differs (separate prefills need not route alike): no cut —
+    // a node keeps no prefix rows, so resolveTree would hand back the parent's (fresh-user trial).
+    const otherExperts = { ...recs[1]!, routed_experts: [0, 1, 2, 3, 4, 5, 6, 7, 8, 77, 100, 101, 102, 103] };
+    expect(treeNode(recs[0]!, otherExperts)).toBe(otherExperts);
+    expect(resolveTree(treeNodes([recs[0]!, otherExperts]))).toEqual([recs[0]!, otherExperts]);
     // branch_at past the parent's tokens: no cut.
     const far = { ...recs[1]!, branch_at: 8 };
     expect(treeNode(recs[0]!, far)).toBe(far);

@@ -80,8 +80,11 @@ test("GET /metrics is Prometheus text over every batch, without auth", async () 
   const total = runtime.service.batchIds().reduce((n, id) => n + runtime.service.batch(id).stats().counts.ok, 0);
   expect(text).toContain(`edgeloop_trajectories_total{outcome="ok"} ${total}\n`);
   expect(text).toContain('edgeloop_batches{state="done"} 2\n');
+  // The process's admission and event-loop lag (serve's runtime starts the lag monitor).
+  expect(text).toContain(`edgeloop_sessions_max_in_flight ${runtime.config.concurrency}\n`);
+  expect(text).toMatch(/^edgeloop_event_loop_lag_p99_seconds [0-9.e+-]+$/m);
   // Every non-comment line is `name{labels} value`.
-  for (const l of text.trimEnd().split("\n")) expect(l).toMatch(/^(# (HELP|TYPE) [a-z_]+ .+|[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? (-?[0-9.e+-]+|NaN|[+-]Inf))$/);
+  for (const l of text.trimEnd().split("\n")) expect(l).toMatch(/^(# (HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]* .+|[a-zA-Z_:][a-zA-Z0-9_:]*(\{[a-zA-Z_][a-zA-Z0-9_]*="[^"]*"(,[a-zA-Z_][a-zA-Z0-9_]*="[^"]*")*\})? (-?[0-9.e+-]+|NaN|[+-]Inf))$/); // Prometheus names: [a-zA-Z_:][a-zA-Z0-9_:]*
 });
 
 test("tokenPieces gives a multi-byte character to the token that completes it", async () => {

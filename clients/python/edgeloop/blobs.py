@@ -111,59 +111,6 @@ class S3Blobs:
     def _headers(self, url, now=None):
         u = urllib.parse.urlsplit(url)
         now = now or datetime.datetime.now(datetime.timezone.utc)
-        headers = {"host": u.netloc, "x-amz-content-sha256": _EMPTY_SHA256, "x-amz-date": now.strftime("%Y%m%dT%H%M%SZ")}
-        if self.session_token:
-            headers["x-amz-security-token"] = self.session_token
-        if self.access_key and self.secret_key:
-            headers["authorization"] = sigv4_authorization("GET", url, headers, self.access_key, self.secret_key, self.region)
-        del headers["host"]  # urllib sends the same Host itself
-        return headers
-
-    def get(self, key):
-        """The bytes of blob ``key``, or ``None`` when there is no such file."""
-        path = os.path.join(self.root, _check_key(key))
-        try:
-            with open(path, "rb") as f:
-                return f.read()
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            raise BlobError(f"{self.location}: cannot read blob {key}: {e}") from None
-
-
-class S3Blobs:
-    """Blobs as objects ``{prefix}{key}`` of an S3-compatible bucket, fetched with SigV4-signed GETs.
-
-    ``endpoint``: e.g. ``http://127.0.0.1:9000`` (MinIO, R2's S3 API; path-style requests); default
-    ``AWS_ENDPOINT_URL_S3``, then ``AWS_ENDPOINT_URL``, else AWS (``https://{bucket}.s3.{region}.amazonaws.com``).
-    ``region``: default ``AWS_REGION``, then ``AWS_DEFAULT_REGION``, else ``us-east-1``.
-    Credentials: default ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` / ``AWS_SESSION_TOKEN``;
-    none at all sends unsigned requests (a public bucket). ``timeout``: seconds per request.
-
-    See https://docs.aws.amazon.com/AmazonS3/latest/API/sig-v4-header-based-auth.html
-    """
-
-    def __init__(self, bucket, prefix="", endpoint=None, region=None, access_key=None, secret_key=None,
-                 session_token=None, timeout=60):
-        self.bucket = bucket
-        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
-        self.endpoint = (endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "").rstrip("/")
-        self.region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-        self.access_key = access_key if access_key is not None else os.environ.get("AWS_ACCESS_KEY_ID")
-        self.secret_key = secret_key if secret_key is not None else os.environ.get("AWS_SECRET_ACCESS_KEY")
-        self.session_token = session_token if session_token is not None else os.environ.get("AWS_SESSION_TOKEN")
-        self.timeout = timeout
-        self.location = f"s3://{bucket}/{self.prefix}"
-
-    def _url(self, key):
-        path = urllib.parse.quote(self.prefix + key, safe="/-_.~")
-        if self.endpoint:
-            return f"{self.endpoint}/{self.bucket}/{path}"
-        return f"https://{self.bucket}.s3.{self.region}.amazonaws.com/{path}"
-
-    def _headers(self, url, now=None):
-        u = urllib.parse.urlsplit(url)
-        now = now or datetime.datetime.now(datetime.timezone.utc)
         amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
         headers = {"host": u.netloc, "x-amz-content-sha256": _EMPTY_SHA256, "x-amz-date": amz_date}
         if self.session_token:

@@ -133,11 +133,21 @@ def to_padded(groups, pad_token_id, prompt_length=None, response_length=None, in
     Integer dtypes are int64 as verl's tensors (``torch.long``), so
     ``torch.from_numpy`` gives them as verl builds them. Raises ``ValueError``
     when a record is longer than ``prompt_length``/``response_length`` (no
-    silent truncation), when log-probs are on some records only, or
+    silent truncation), when a record is a tree node (``deliver="tree"``: resolve it first), when
+    log-probs are on some records only, or
     when records disagree on the routed experts' ``[layers, top_k]``, or when they name two models
     (token ids of two tokenizers).
     """
     recs, group_n, group_kept, dropped_keys = _records(groups, include_failed)
+    # A tree node (``deliver="tree"``) holds only its tokens from ``branch_at`` on: padded as it is, its rows would
+    # lack their context and their positions would start at 0. Whole records only.
+    for r in recs:
+        if r.get("tree_prompt_length") is not None:
+            raise ValueError(
+                f"record {r.get('key')} is a tree node (deliver='tree': its arrays start at branch_at "
+                f"{r.get('branch_at')}); to_padded takes whole records: pass the group's records through "
+                "edgeloop.resolve_tree first, or read with deliver='leaves'"
+            )
     if dropped_keys:
         _log.warning("to_padded dropped %d failed record(s) (include_failed=False): %s", len(dropped_keys), ", ".join(map(str, dropped_keys)))
     model = _one_model(recs)

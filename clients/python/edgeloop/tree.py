@@ -43,8 +43,13 @@ def _shares_prefix(parent, child, at):
                 return False
     if (parent.get("routed_experts") is None) != (child.get("routed_experts") is None):
         return False
-    if parent.get("routed_experts") is not None and parent["routed_experts"].shape[1:] != child["routed_experts"].shape[1:]:
-        return False
+    if parent.get("routed_experts") is not None:
+        pe, ce = parent["routed_experts"], child["routed_experts"]
+        if pe.shape[1:] != ce.shape[1:]:
+            return False
+        # The prefix rows too: separate prefills of parent and branch need not route alike, and a node keeps none.
+        if pe.shape[0] < at or ce.shape[0] < at or not np.array_equal(pe[:at], ce[:at]):
+            return False
     return True
 
 

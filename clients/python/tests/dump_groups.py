@@ -15,6 +15,7 @@ its records through resolve_tree, as JSON.
 """
 
 import argparse
+from dataclasses import replace
 import json
 import os
 import sys
@@ -38,7 +39,7 @@ def main():
     ap.add_argument("--rows", default=None)
     ap.add_argument("--token", default=None)
     ap.add_argument("--pad-first", type=int, default=None)
-    ap.add_argument("--deliver", default="leaves")
+    ap.add_argument("--deliver", default="leaves", choices=["leaves", "tree"])
     ap.add_argument("--blobs", default=None)
     a = ap.parse_args()
     out = {"submitted": None}
@@ -68,7 +69,9 @@ def main():
         dumped.append(d)
     out["groups"] = dumped
     if a.pad_first is not None and groups:
-        p = to_padded(groups[:1], pad_token_id=a.pad_first)
+        # Tree nodes are padded as the whole records they stand for (to_padded refuses nodes).
+        first = [replace(groups[0], records=resolve_tree(groups[0].records))] if a.deliver == "tree" else groups[:1]
+        p = to_padded(first, pad_token_id=a.pad_first)
         out["padded"] = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in p.items()}
         out["padded_dtypes"] = {k: v.dtype.str for k, v in p.items() if isinstance(v, np.ndarray)}
     out["acked"] = reader.ack(groups)
