@@ -105,13 +105,7 @@ export class SessionAdmission {
       this.running++;
       this.startsSinceSample++;
     }
-    let released = false;
-    return () => {
-      if (released) return;
-      released = true;
-      this.running--;
-      this.pump();
-    };
+    return this.releaser();
   }
 
   /**
@@ -120,6 +114,11 @@ export class SessionAdmission {
    */
   track(): () => void {
     this.running++;
+    return this.releaser();
+  }
+
+  /** The release of one slot held now: frees it once (later calls do nothing) and starts the next waiters. */
+  private releaser(): () => void {
     let released = false;
     return () => {
       if (released) return;

@@ -17,6 +17,14 @@ function committedItem(x: unknown): unknown {
   return x !== null && typeof x === "object" ? JSON.stringify(x) : x;
 }
 
+/** How many leading items of `now` equal the committed ones ({@link committedItem} form). */
+function keptItems(committed: readonly unknown[], now: readonly unknown[]): number {
+  let k = 0;
+  const m = Math.min(committed.length, now.length);
+  while (k < m && committed[k] === committedItem(now[k])) k++;
+  return k;
+}
+
 /**
  * What the last commit held of `tool_agent`'s growing state, so the next
  * commit writes only what was added: the message objects (by identity —
@@ -41,10 +49,7 @@ export class DeltaTracker {
     const tails: Partial<Record<DeltaList, unknown[]>> = {};
     for (const name of DELTA_LISTS) {
       const now = listOf(fields, name);
-      const was = this.lists[name];
-      let k = 0;
-      const m = Math.min(was.length, now.length);
-      while (k < m && was[k] === committedItem(now[k])) k++;
+      const k = keptItems(this.lists[name], now);
       listsFrom[name] = k;
       tails[name] = now.slice(k);
     }
@@ -78,9 +83,7 @@ export class DeltaTracker {
       // Only the items past the kept prefix change: the committed copy is extended, not rebuilt (O(turn)).
       const now = listOf(fields, name);
       const was = this.lists[name];
-      let k = 0;
-      const m = Math.min(was.length, now.length);
-      while (k < m && was[k] === committedItem(now[k])) k++;
+      const k = keptItems(was, now);
       was.length = k;
       for (let i = k; i < now.length; i++) was.push(committedItem(now[i]));
     }
