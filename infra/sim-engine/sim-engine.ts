@@ -67,6 +67,13 @@ export class SimEngine {
    * failed: SGLang asserts then); every later request fails and `/health` is 503.
    */
   dead: string | null = null;
+  /**
+   * A test's hold on chosen requests: called as each request arrives (after any
+   * pause hold); when it returns a promise, the request waits for it (or for its
+   * client to give up) before generating. Tests use it to order sessions by
+   * events instead of by the clock. Unset (the default): nothing is held.
+   */
+  gate: ((req: SimGenerateRequest) => Promise<void> | undefined) | undefined;
 
   constructor(opts: SimEngineOptions) {
     this.tokenizer = opts.tokenizer;
@@ -261,6 +268,8 @@ export class SimEngine {
       // New requests are held (not refused) while the replica is paused.
       const held = await this.holdWhilePaused(req.signal, epoch);
       if (held === false) throw new SimEngineFault("client_gone", `client gave up on ${req.request_id}`);
+      const gated = this.gate?.(req);
+      if (gated && !(await untilOrGone(gated, req.signal))) throw new SimEngineFault("client_gone", `client gave up on ${req.request_id}`);
       log.started_ms = Date.now();
       this.active++;
       counted = true;
@@ -577,4 +586,21 @@ function wakeable(): { promise: Promise<void>; wake: () => void } {
   let wake!: () => void;
   const promise = new Promise<void>((r) => (wake = r));
   return { promise, wake };
+}
+
+/** Waits for `p`; false when `signal` aborts first (the client gave up). */
+async function untilOrGone(p: Promise<void>, signal?: AbortSignal): Promise<boolean> {
+  if (!signal) return p.then(() => true);
+  if (signal.aborted) return false;
+  let drop = () => {};
+  const gone = new Promise<false>((r) => {
+    const onAbort = () => r(false);
+    drop = () => signal.removeEventListener("abort", onAbort);
+    signal.addEventListener("abort", onAbort, { once: true });
+  });
+  try {
+    return await Promise.race([p.then(() => true as const), gone]);
+  } finally {
+    drop();
+  }
 }

@@ -262,6 +262,25 @@ describe.skipIf(!redisUp)("over-sampling in queue mode (Redis, workers)", () => 
     const expected = new Map(whole.run.records().map((r) => [r.key, tokensOf(r)]));
     expect(expected.size).toBe(ROW_COUNT * N);
 
+    // Made deterministic by events, not timing: rows 8–11 (rule j plays row j) hang at their second turn until the
+    // stop aborts them, so each of their sessions is carried with turn 0 committed; rows 0–7 wait at their second
+    // turn until all 8 of those sessions are hanging, so the target cannot be reached before.
+    const engine = sim.replicas[0]!.engine;
+    const HUNG = new Set(["qk8", "qk9", "qk10", "qk11"]);
+    engine.setScript({ ...POLICY, seed: 7, rules: POLICY.rules.map((r: object, j: number) => (j >= 8 && j < 12 ? { ...r, fault: { kind: "hang", turn: 1 } } : r)) });
+    const hanging = new Set<string>();
+    let open!: () => void;
+    const allHanging = new Promise<void>((r) => (open = r));
+    engine.gate = (req) => {
+      const key = req.routing_key ?? "";
+      if (engine.assistantTurns(req.prompt_ids).count < 1) return undefined;
+      if (HUNG.has(uidOf(key))) {
+        hanging.add(key);
+        if (hanging.size === HUNG.size * N) open();
+        return undefined;
+      }
+      return allHanging;
+    };
     const { api, app, prefix } = await cluster(sim, 2);
     await api.service.policy.set("A");
     // Workers cache the current version for 250 ms (a trainer's pause → version → resume drops the cache; here nothing pauses).
@@ -274,7 +293,8 @@ describe.skipIf(!redisUp)("over-sampling in queue mode (Redis, workers)", () => 
     const o = s1.oversample!;
     expect(o).toMatchObject({ delivered: TARGET, reached: true, cancelled: 0, groups_withdrawn: 0, groups_carried: ROW_COUNT - TARGET, partial_rollout: "carry" });
     expect(s1.counts.finished + o.carried).toBe(ROW_COUNT * N);
-    expect(o.carried).toBeGreaterThan(0);
+    expect(o.carried).toBe(HUNG.size * N);
+    expect(o.interrupted).toBe(HUNG.size * N);
     const recorded = new Set(run1.records().map((r) => r.key));
     const carriedKeys = first.keys.filter((k) => !recorded.has(k));
     expect(carriedKeys.length).toBe(o.carried);
@@ -295,8 +315,10 @@ describe.skipIf(!redisUp)("over-sampling in queue mode (Redis, workers)", () => 
       await redis.quit();
     }
 
+    expect(carriedUids.sort()).toEqual([...HUNG].sort());
     // The next batch (a plain one) names the carried uids: finished sessions handed back, the others resumed.
-    const engine = sim.replicas[0]!.engine;
+    engine.gate = undefined;
+    engine.setScript({ ...POLICY, seed: 7 });
     const secondStart = Date.now();
     await api.service.policy.set("B");
     await Bun.sleep(300);
@@ -315,9 +337,9 @@ describe.skipIf(!redisUp)("over-sampling in queue mode (Redis, workers)", () => 
     expect(streamed.map((g) => g.uid).filter((u) => u.startsWith("qk")).length).toBe(ROW_COUNT);
     // Resumed, not rerun: fewer engine calls in batch 2 than turns; tokens sampled before the stop keep version A, the rest B.
     const resumed = run2.records().filter((r) => engine.requests.filter((l) => l.routing_key === r.key && l.received_ms! >= secondStart).length < r.num_turns);
-    expect(resumed.length).toBeGreaterThan(0);
+    expect(resumed.length).toBe(HUNG.size * N);
     const versions = run2.records().map((r) => (r.extra_fields.token_versions as [number, unknown][]).map((seg) => seg[1]));
-    expect(versions.filter((v) => v[0] === "A" && v.at(-1) === "B").length).toBeGreaterThan(0);
+    expect(versions.filter((v) => v[0] === "A" && v.at(-1) === "B").length).toBe(HUNG.size * N);
     console.log(`queue carry: ${o.carried} sessions carried (${o.interrupted} interrupted); ${resumed.length} resumed mid-trajectory in batch 2`);
   }, HANG_MS);
 
