@@ -117,7 +117,8 @@ def to_padded(groups, pad_token_id, prompt_length=None, response_length=None, in
     - ``routed_experts`` int32 ``[B, P+R, layers, top_k]`` aligned with ``input_ids`` (pads 0), or None
       when no record has them; a record without them among records with them (its trajectory made no
       engine call) gets the fill value 0 on every row;
-    - ``rewards`` float32 ``[B]`` (``reward_score``; NaN when the record has none);
+    - ``rewards`` float32 ``[B]`` (``reward_score``; NaN when the record has none, e.g. an abandoned
+      agent-gateway session or a failed reward; those keys are logged at WARNING);
     - ``rm_scores`` float32 ``[B, R]``: the reward at each row's last response token, 0 elsewhere;
     - ``uid`` object ``[B]`` (GRPO's grouping key), ``key`` object ``[B]``;
     - ``group_n`` int64 ``[B]``: the sessions the row's group expected (``Group.n``, the batch's
@@ -199,6 +200,13 @@ def to_padded(groups, pad_token_id, prompt_length=None, response_length=None, in
             if n > 0:
                 rm_scores[i, n - 1] = score
 
+    # A record with no reward (an abandoned gateway session, a reward that failed, a failed record kept) pads to NaN:
+    # said once, so that a GRPO baseline over its group does not turn NaN unnoticed.
+    unscored = [r.get("key") for r in recs if r.get("reward_score") is None]
+    if unscored:
+        _log.warning(
+            "to_padded: %d record(s) have no reward_score, their rewards are NaN (a group mean over them is NaN; "
+            "mask them with np.isnan(out['rewards']) or drop them): %s", len(unscored), ", ".join(map(str, unscored)))
     position_ids = np.clip(np.cumsum(attention_mask, axis=-1) - 1, 0, None)
     return {
         "input_ids": np.concatenate([prompts, responses], axis=1),

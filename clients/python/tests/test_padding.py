@@ -114,8 +114,19 @@ class PaddingTest(unittest.TestCase):
 
     def test_nothing_is_logged_when_nothing_is_dropped(self):
         with self.assertNoLogs("edgeloop", level="WARNING"):
-            out = to_padded([rec("u_0_0", [1], [2], [1])], pad_token_id=0)
+            out = to_padded([rec("u_0_0", [1], [2], [1], reward=0.0)], pad_token_id=0)
         self.assertEqual(out["dropped"], 0)
+
+    def test_records_without_a_reward_are_named_and_pad_to_nan(self):
+        # An abandoned gateway session's record has reward_score None: its reward is NaN, and the keys are logged once.
+        recs = [rec("u_0_0", [1], [2], [1], reward=1.0), rec("u_1_0", [1], [3], [1]), rec("u_2_0", [1], [4], [1])]
+        with self.assertLogs("edgeloop", level="WARNING") as logs:
+            out = to_padded(recs, pad_token_id=0)
+        self.assertEqual(len(logs.output), 1)
+        self.assertIn("2 record(s) have no reward_score", logs.output[0])
+        self.assertTrue(logs.output[0].endswith(": u_1_0, u_2_0"))
+        np.testing.assert_array_equal(np.isnan(out["rewards"]), [False, True, True])
+        np.testing.assert_array_equal(out["rm_scores"][1:], np.zeros((2, 1), dtype=np.float32))
 
     def test_a_record_without_routed_experts_gets_the_fill_value(self):
         # A trajectory that made no engine call (e.g. its first call overflowed the context) has no routed experts.
