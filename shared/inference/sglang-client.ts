@@ -4,6 +4,7 @@ import { z } from "zod";
 import { ConfigError } from "../errors.ts";
 import type { RoutedExpertsShape, RoutedExpertsSpan, TokenOutput } from "../schema/index.ts";
 import { decodeInt32 } from "../schema/typed-base64.ts";
+import { firstRepeatedExpert } from "../schema/routed-experts.ts";
 import {
   badReply,
   DEFAULT_ENGINE_TIMEOUT_MS,
@@ -289,8 +290,9 @@ export const SGLANG_DEFAULT_WEIGHT_VERSION = "default";
  * re-sends the whole running stream as `input_ids`, so each reply covers the
  * trajectory so far (slime keeps the last turn's as the complete routing).
  * Accepted: `seqlen − 1` or `seqlen` rows (an engine that also reports the
- * last token), starting at position 0.
- * @throws BadEngineResponseError naming `meta_info.routed_experts` when it is absent, not base64 of whole int32 values, or of another length
+ * last token), starting at position 0. A top-k row naming one expert twice
+ * means `shape` is not the model's ({@link firstRepeatedExpert}).
+ * @throws BadEngineResponseError naming `meta_info.routed_experts` when it is absent, not base64 of whole int32 values, of another length, or when a row repeats an expert (engine.moe wrong)
  * @see https://github.com/sgl-project/sglang `RoutedExpertsCapturer.get_routed_experts` (`req_to_token[req_pool_idx][: seqlen - 1]`), `TokenizerManager` (`meta_info["routed_experts"]`), PR #12162; sglang-jax docs/features/return_routed_experts.md; slime `sample.rollout_routed_experts` reshape `(len(sample.tokens) - 1, num_layers, moe_router_topk)`
  */
 export function decodeSglangRoutedExperts(url: string, b64: string | null | undefined, shape: RoutedExpertsShape, promptTokens: number, outputTokens: number): RoutedExpertsSpan {
@@ -308,6 +310,13 @@ export function decodeSglangRoutedExperts(url: string, b64: string | null | unde
     throw badReply(
       url,
       `meta_info.routed_experts holds ${data.length} int32 values, expected (${promptTokens} + ${outputTokens} − 1) tokens × ${shape[0]} layers × ${shape[1]} top_k = ${Math.max(0, seqlen - 1) * per} (check engine.moe)`,
+    );
+  }
+  const dup = firstRepeatedExpert(data, shape);
+  if (dup) {
+    throw badReply(
+      url,
+      `meta_info.routed_experts read as [${shape[0]} layers, top-${shape[1]}] names expert ${dup.expert} twice at token ${dup.token}, layer ${dup.layer}; a router's top-k experts are distinct, so engine.moe does not match the served model (transposed? [${shape[1]}, ${shape[0]}])`,
     );
   }
   return { data, shape: [shape[0], shape[1]], start: 0, tokens };

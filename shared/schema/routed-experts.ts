@@ -36,3 +36,49 @@ export const RoutedExpertsSpan = z
     path: ["data"],
   });
 export type RoutedExpertsSpan = z.infer<typeof RoutedExpertsSpan>;
+
+/**
+ * The first `[layers, top_k]` row of `data` (int32 row-major `[tokens, layers,
+ * top_k]`) that names one expert twice, or undefined. A router's top-k picks
+ * `top_k` distinct experts per token and layer, so a repeat means the shape
+ * used to read the flat array is wrong (e.g. `engine.moe` transposed: `[2, 4]`
+ * for a `[4, 2]` model reads across layers). Rows whose values are all equal
+ * are skipped: that is a fill (verl's zeros), not a router's pick. Linear in
+ * `data.length` (each row's check is O(top_k²) for top_k ≤ 32, else a set).
+ * @see SGLang `topk` / vLLM `FusedMoE.select_experts` (`torch.topk` over the router's logits: distinct indices)
+ */
+export function firstRepeatedExpert(data: ArrayLike<number>, shape: RoutedExpertsShape): { token: number; layer: number; expert: number } | undefined {
+  const [layers, k] = shape;
+  if (k < 2) return undefined;
+  const rows = Math.floor(data.length / k);
+  for (let r = 0; r < rows; r++) {
+    const o = r * k;
+    const first = data[o]!;
+    let allEqual = true;
+    for (let j = 1; j < k; j++) if (data[o + j] !== first) allEqual = false;
+    if (allEqual) continue;
+    let repeated: number | undefined;
+    if (k <= 32) {
+      for (let i = 1; i < k && repeated === undefined; i++) {
+        for (let j = 0; j < i; j++) {
+          if (data[o + i] === data[o + j]) {
+            repeated = data[o + i];
+            break;
+          }
+        }
+      }
+    } else {
+      const seen = new Set<number>();
+      for (let j = 0; j < k; j++) {
+        const v = data[o + j]!;
+        if (seen.has(v)) {
+          repeated = v;
+          break;
+        }
+        seen.add(v);
+      }
+    }
+    if (repeated !== undefined) return { token: Math.floor(r / layers), layer: r % layers, expert: repeated };
+  }
+  return undefined;
+}

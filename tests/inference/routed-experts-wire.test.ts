@@ -109,6 +109,18 @@ describe("sim engine: SGLang's routed-experts wire form", () => {
     expect(notB64.message).toContain("meta_info.routed_experts is not base64 of int32 values");
     // P + C rows (an engine that also reports the last token) are accepted.
     expect(decodeSglangRoutedExperts("u", encodeInt32(new Int32Array(6 * 6)), [3, 2], 4, 2).tokens).toBe(6);
+    // engine.moe transposed ([top_k, layers] for [layers, top_k]): the same number of values, read across layers, so
+    // a top-k row names an expert twice — refused naming engine.moe. The model's own shape reads the same bytes.
+    const stream = [...PROMPT, ...PROMPT, ...PROMPT];
+    const rows = new Int32Array(reference(stream, stream.length - 1, SCRIPT.seed));
+    expect(decodeSglangRoutedExperts("u", encodeInt32(rows), [3, 2], stream.length - 2, 1).tokens).toBe(stream.length - 1);
+    const transposed = fail(() => decodeSglangRoutedExperts("u", encodeInt32(rows), [2, 3], stream.length - 2, 1));
+    expect(transposed).toBeInstanceOf(BadEngineResponseError);
+    expect(transposed.message).toMatch(/read as \[2 layers, top-3\] names expert \d+ twice at token \d+, layer [01]; .*engine\.moe does not match the served model \(transposed\? \[3, 2\]\)/);
+    // A row of one repeated value is a fill (verl's zeros), not a router's pick: accepted.
+    const filled = rows.slice();
+    filled.fill(0, 0, 6);
+    expect(decodeSglangRoutedExperts("u", encodeInt32(filled), [3, 2], stream.length - 2, 1).tokens).toBe(stream.length - 1);
 
     const noMoe = createEngineClient({ url: sim.urls[0]!, format: "sglang" });
     const e1 = await noMoe.generate({ request_id: "x", routing_key: "k", prompt_ids: PROMPT, sampling_params: SP, max_tokens: 4, return_routed_experts: true }).catch((e) => e);
