@@ -176,6 +176,27 @@ describe("tool_agent with images (qwen3_vl)", () => {
     expect(wire.length - before).toBe(1);
   });
 
+  test("rollout.image_truncation: drop removes a prompt image that left truncation reaches; the tool image still goes to the engine", async () => {
+    const full = await new ToolAgentLoop(ctxOf(vl, engine(), config({ response_length: 1024 }), { tools: webhookTools() })).run(SP, row());
+    const [s] = full.multi_modal!.images[0]!.span;
+    const P = full.prompt_ids.length;
+    // One token more than what precedes the image's <|vision_start|>: the cut reaches the image.
+    const promptLength = P - s;
+    const err = await new ToolAgentLoop(ctxOf(vl, engine(), config({ prompt_length: promptLength, response_length: 1024 }), { tools: webhookTools() })).run(SP, row()).catch((e) => e);
+    expect((err as InputError).message).toContain("left truncation would cut image prompt[0].content[0].image");
+    const before = wire.length;
+    const o = await new ToolAgentLoop(ctxOf(vl, engine(), config({ prompt_length: promptLength, response_length: 1024, image_truncation: "drop" }), { tools: webhookTools() })).run(SP, row());
+    // The cut moves past the image's <|vision_end|>: the prompt keeps what follows it.
+    expect(o.prompt_ids).toEqual(full.prompt_ids.slice(full.multi_modal!.images[0]!.span[1] + 1));
+    expect(o.extra_fields.prompt_truncated).toBe(true);
+    expect(o.multi_modal!.dropped_images).toEqual([{ sha256: full.multi_modal!.images[0]!.sha256, field: "prompt[0].content[0].image" }]);
+    expect(o.multi_modal!.images.map((i) => i.source)).toEqual(["tool"]);
+    const sent = wire.slice(before);
+    expect(sent.map((b) => b.image_data ?? null)).toEqual([null, [toolUri]]);
+    // Validated at the boundary, naming the key and its values.
+    expect(RolloutConfig.safeParse({ image_truncation: "cut" }).error!.issues.map((i) => [i.path, i.message])).toEqual([[["image_truncation"], 'rollout.image_truncation must be "error" or "drop"']]);
+  });
+
   test("a text-only family given a tool image: the trajectory fails naming the tool and the vision family to use", async () => {
     const qwen3 = await builtinTokenizer("qwen3");
     const text = await startSimEngine({ tokenizer: qwen3, script: SCRIPT });
