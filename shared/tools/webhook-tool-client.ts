@@ -137,7 +137,7 @@ export type ToolContentPart = z.infer<typeof ToolContentPart>;
  * parts (text and `data:` URI images, in order) for vision-language families.
  */
 export const ToolReply = z.object({
-  content: z.union([z.string(), z.array(ToolContentPart).max(64)]),
+  content: z.union([z.string(), z.array(ToolContentPart).max(64)], { error: "expected a string, or a list of at most 64 parts {type: text, text} | {type: image, image: data URI}" }),
   reward: z.number().nullish(),
   metrics: z.record(z.string(), z.unknown()).nullish(),
 });
@@ -219,7 +219,7 @@ export class WebhookToolClient implements ToolExecutor {
     }
     if (reply.status !== 200) return fail(`unexpected HTTP ${reply.status}`, reply.attempts);
     const r = ToolReply.safeParse(reply.body);
-    if (!r.success) return fail(`the tool's reply is not {"content": string | [{type: text, text} | {type: image, image: data URI}], "reward"?: number, "metrics"?: object} (${r.error.issues[0]?.path.join(".") || "body"}: ${r.error.issues[0]?.message})`, reply.attempts);
+    if (!r.success) return fail(`the tool's reply is not {"content": string | parts, "reward"?: number, "metrics"?: object} (${r.error.issues[0]?.path.join(".") || "body"}: ${r.error.issues[0]?.message})`, reply.attempts);
     return {
       ok: true,
       call_id,
