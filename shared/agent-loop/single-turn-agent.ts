@@ -1,6 +1,5 @@
-import { hasMultimodalContent, type AgentLoopOutput, type ChatMessage, type FinishReason, type SamplingParams } from "../schema/index.ts";
-import type { ChatTokenizer } from "../tokens/tokenizer.ts";
-import { buildMultimodalPromptIds, multiModalField, resolveImages } from "../vision/multimodal-tokens.ts";
+import { hasMultimodalContent, type AgentLoopOutput, type FinishReason, type SamplingParams } from "../schema/index.ts";
+import { visionPrompt } from "./vision-prompt.ts";
 import { buildPromptIds } from "../tokens/prompt.ts";
 import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
 import { isDeadlineAbort } from "./trajectory-deadline.ts";
@@ -24,7 +23,7 @@ export class SingleTurnAgentLoop extends AgentLoop {
     const key = this.key(kwargs);
     const messages = this.messages(kwargs);
     // A vision-language family renders images (shared/vision); any other refuses them in buildPromptIds.
-    const vision = tokenizer.traits.vision && hasMultimodalContent(messages) ? await visionPrompt(tokenizer, messages, config.prompt_length, config.chat_template_kwargs) : undefined;
+    const vision = tokenizer.traits.vision && hasMultimodalContent(messages) ? await visionPrompt(tokenizer, messages, { promptLength: config.prompt_length, chatTemplateKwargs: config.chat_template_kwargs, imageTruncation: config.image_truncation }) : undefined;
     const { promptIds, truncated } = vision ?? buildPromptIds(tokenizer, messages, {
       promptLength: config.prompt_length,
       chatTemplateKwargs: config.chat_template_kwargs,
@@ -76,30 +75,4 @@ export class SingleTurnAgentLoop extends AgentLoop {
     if (vision) output.multi_modal = vision.multiModal;
     return output;
   }
-}
-
-/**
- * The prompt of a row with images for a vision-language family: ids with
- * expanded placeholders (`buildMultimodalPromptIds`; a prompt over
- * `prompt_length` that truncation would cut into an image fails the row
- * naming it), the record's `multi_modal`, and the images as data URIs for
- * the engine (`image_data`).
- * @throws InputError naming the image or the field (see shared/vision/).
- */
-async function visionPrompt(tok: ChatTokenizer, messages: readonly ChatMessage[], promptLength: number, kwargs: Record<string, unknown> | undefined) {
-  const images = await resolveImages(tok, messages, { prefix: "prompt" });
-  const p = buildMultimodalPromptIds(tok, messages, images, { promptLength, chatTemplateKwargs: kwargs });
-  return {
-    promptIds: p.promptIds,
-    truncated: p.truncated,
-    multiModal: multiModalField(tok, p.images, p.dropped),
-    // The engine gets the images whose placeholders the kept prompt holds, in order.
-    imageData: images.filter((img) => p.images.some((k) => k.field === img.field)).map((img) => `data:${img.mime};base64,${base64Of(img.data)}`),
-  };
-}
-
-function base64Of(bytes: Uint8Array): string {
-  let bin = "";
-  for (let i = 0; i < bytes.length; i += 0x8000) bin += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
-  return btoa(bin);
 }

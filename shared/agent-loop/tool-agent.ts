@@ -1,6 +1,6 @@
 import { InputError, ToolError } from "../errors.ts";
 import { sandboxKwargsOf } from "../tools/sandbox-leases.ts";
-import type { AgentLoopMetrics, AgentLoopOutput, ChatMessage, FinishReason, SamplingParams, TokenOutput, ToolSchema } from "../schema/index.ts";
+import { hasMultimodalContent, type AgentLoopMetrics, type AgentLoopOutput, type ChatMessage, type FinishReason, type MultiModal, type SamplingParams, type TokenOutput, type ToolSchema } from "../schema/index.ts";
 import type { ObservationEncoder } from "../tokens/observation.ts";
 import { buildPromptIds } from "../tokens/prompt.ts";
 import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
@@ -9,7 +9,9 @@ import { createToolCallParser } from "../tools/parser-registry.ts";
 import type { ParsedCall, ParseError, ToolCallParser } from "../tools/tool-call-parser.ts";
 import { truncateToolResponse } from "../tools/truncate.ts";
 import { pyList, type ToolExecutor, type ToolResult } from "../tools/webhook-tool-client.ts";
+import { appendImageObservation, encodeImageObservation, imageObservationEncoder, multiModalField, resolveImages } from "../vision/multimodal-tokens.ts";
 import { sharedObservationEncoder } from "./encoder-cache.ts";
+import { imageDataUri, visionPrompt } from "./vision-prompt.ts";
 import { isDeadlineAbort, TrajectoryDeadlineError } from "./trajectory-deadline.ts";
 import { addPreempted, AgentLoop, emptyMetrics, finalTokenVersions, modelVersionOf, recordTurnVersions, type AgentLoopContext, type AgentLoopKwargs, type TokenVersions } from "./agent-loop.ts";
 
@@ -118,6 +120,14 @@ export interface ToolAgentData {
   finishReason: FinishReason;
   terminatedBy: TerminatedBy;
   error?: string;
+  /**
+   * Vision-language families, once the trajectory holds an image (prompt or
+   * tool reply): the record's `multi_modal` (every image with its span in
+   * `prompt_ids ‖ response_ids`, in order) and the same images as data URIs,
+   * sent with every engine call as `image_data`. Absent otherwise (records
+   * of text trajectories unchanged). Checkpointed with the run state.
+   */
+  vision?: { multiModal: MultiModal; imageData: string[] };
 }
 
 /** Run data made by {@link ToolAgentLoop.initData}, whose `lastAssistantText` decodes on first read. */
@@ -399,7 +409,13 @@ export class ToolAgentLoop extends AgentLoop {
    */
   protected async openBuilder(d: ToolAgentData, tools: readonly ToolSchema[] | undefined): Promise<void> {
     const { config, tokenizer } = this.ctx;
-    const { promptIds, truncated } = buildPromptIds(tokenizer, d.messages, {
+    // A vision-language family renders prompt images (shared/vision); any other refuses them in buildPromptIds.
+    const vision =
+      tokenizer.traits.vision && hasMultimodalContent(d.messages)
+        ? await visionPrompt(tokenizer, d.messages, { ...(tools ? { tools } : {}), promptLength: config.prompt_length, chatTemplateKwargs: config.chat_template_kwargs, imageTruncation: config.image_truncation })
+        : undefined;
+    if (vision) d.vision = { multiModal: vision.multiModal, imageData: vision.imageData };
+    const { promptIds, truncated } = vision ?? buildPromptIds(tokenizer, d.messages, {
       ...(tools ? { tools } : {}),
       promptLength: config.prompt_length,
       chatTemplateKwargs: config.chat_template_kwargs,
@@ -444,7 +460,7 @@ export class ToolAgentLoop extends AgentLoop {
     const b = d.builder!;
     const mt = this.ctx.config.multi_turn;
     await this.checkStaleness(d.modelVersions);
-    const out = await this.generate(b, d.samplingParams, d.key, d.metrics);
+    const out = await this.generate(b, d.samplingParams, d.key, d.metrics, undefined, undefined, undefined, d.vision?.imageData);
     if (out === undefined || out === "overflow") {
       return this.end(d, "length", b.remainingBudget <= 0 ? "response_length" : "max_model_len", true);
     }
@@ -538,12 +554,21 @@ export class ToolAgentLoop extends AgentLoop {
     d.pending = [];
     d.toolResults = undefined;
     d.toolCalls += results.length;
+    const tok = this.ctx.tokenizer;
     const toolMessages: ChatMessage[] = results.map((r, i) => {
       if (!r.ok) d.toolErrors++;
       if (r.reward != null) d.toolRewards.push(r.reward);
       if (r.metrics != null && names[i]) (d.toolMetrics ??= []).push({ turn: d.assistantTurns, name: names[i]!, metrics: r.metrics });
-      const content = truncateToolResponse(r.content, mt.max_tool_response_length, mt.tool_response_truncate_side);
+      const cut = (text: string) => truncateToolResponse(text, mt.max_tool_response_length, mt.tool_response_truncate_side);
       const name = names[i];
+      if (r.parts && !tok.traits.vision) {
+        throw new InputError(
+          `tool '${name ?? ""}'`,
+          `replied with an image part (turn ${d.assistantTurns}), and model ${tok.name} (family ${tok.traits.family}) is text-only; use a vision-language family (--model qwen3_vl)`,
+        );
+      }
+      // Images are whole; each text part is cut to max_tool_response_length as a text reply is.
+      const content: ChatMessage["content"] = r.parts ? r.parts.map((p) => (p.type === "text" ? { type: "text" as const, text: cut(p.text) } : p)) : cut(r.content);
       return name ? { role: "tool", name, content } : { role: "tool", content };
     });
     return this.appendObservation(d, toolMessages);
@@ -591,22 +616,48 @@ export class ToolAgentLoop extends AgentLoop {
     if (tv) extra.token_versions = tv;
     if (d.error) extra.error = d.error;
     if (reward.error) extra.reward_error = reward.error;
-    return d.builder!.finish({
+    const output = d.builder!.finish({
       numTurns: d.userTurns + d.assistantTurns + 1,
       rewardScore: reward.score,
       metrics: d.metrics,
       extraFields: extra,
       finishReason: d.finishReason,
     });
+    if (d.vision) output.multi_modal = d.vision.multiModal;
+    return output;
   }
 
-  /** Encodes and appends an observation (a run of tool messages or one user message); an overflow ends the trajectory truncated. */
-  private appendObservation(d: ToolAgentData, newMessages: ChatMessage[]): ToolAgentState {
+  /**
+   * Encodes and appends an observation (a run of tool messages or one user message); an overflow ends the trajectory
+   * truncated. An observation holding images (a vision family) is encoded with its placeholders expanded
+   * (`encodeImageObservation`, mask 0) and cut, when over the budget, before the `<|vision_start|>` of the first image
+   * that does not fit (`appendImageObservation`); the images kept join `multi_modal` and the calls' `image_data`.
+   * @throws InputError naming the image (`turn[N].tool[i].content[j].image`) that cannot be read or sized.
+   */
+  private async appendObservation(d: ToolAgentData, newMessages: ChatMessage[]): Promise<ToolAgentState> {
     const b = d.builder!;
+    if (hasMultimodalContent(newMessages)) return this.appendImageObservation(d, newMessages);
     const ids = d.encoder!.encode(newMessages, b.lastTokenId);
     d.messages.push(...newMessages);
     d.userTurns++;
     const r = b.appendObservation(ids);
+    if (r.truncated) return this.end(d, "length", "response_length", true);
+    return "generating";
+  }
+
+  private async appendImageObservation(d: ToolAgentData, newMessages: ChatMessage[]): Promise<ToolAgentState> {
+    const b = d.builder!;
+    const tok = this.ctx.tokenizer;
+    const field = `turn[${d.assistantTurns}].tool`;
+    const images = await resolveImages(tok, newMessages, { prefix: field });
+    const encoder = imageObservationEncoder(tok, { ...(d.tools && d.tools.schemas.length > 0 ? { tools: d.tools.schemas } : {}), chatTemplateKwargs: this.ctx.config.chat_template_kwargs });
+    const obs = encodeImageObservation(encoder, tok, newMessages, images, b.lastTokenId, b.contextLength, field);
+    d.messages.push(...newMessages);
+    d.userTurns++;
+    const r = appendImageObservation(b, obs);
+    const vision = (d.vision ??= { multiModal: multiModalField(tok, []), imageData: [] });
+    vision.multiModal.images.push(...r.images);
+    for (const kept of r.images) vision.imageData.push(imageDataUri(images[obs.images.indexOf(kept)]!));
     if (r.truncated) return this.end(d, "length", "response_length", true);
     return "generating";
   }

@@ -136,6 +136,14 @@ export const RolloutConfig = z
     val_kwargs: ValKwargs.default(ValKwargs.parse({})),
     multi_turn: MultiTurnConfig.default(MultiTurnConfig.parse({})),
     agent: AgentConfig.default(AgentConfig.parse({})),
+    /**
+     * Vision-language families: what left truncation of a prompt over
+     * `prompt_length` does when it reaches an image. `error` (default, verl
+     * and DESIGN §2 invariant 5) fails the row naming the image; `drop` drops
+     * every image it reaches whole and lists them in `multi_modal.dropped_images`.
+     * An image is never cut. @see shared/vision/multimodal-tokens.ts `buildMultimodalPromptIds`
+     */
+    image_truncation: z.enum(["error", "drop"], { error: 'rollout.image_truncation must be "error" or "drop"' }).default("error"),
     /** Extra kwargs for the chat template, e.g. `{enable_thinking: false}` (verl's `apply_chat_template_kwargs`). */
     chat_template_kwargs: z.record(z.string(), z.unknown()).default({}),
     /**

@@ -3,7 +3,8 @@ import { z } from "zod";
 import type { ToolAgentData, ToolAgentLoop, ToolCallOutcome } from "../agent-loop/tool-agent.ts";
 import type { AgentLoopKwargs } from "../agent-loop/agent-loop.ts";
 import { StoreError } from "../errors.ts";
-import { AgentLoopMetrics, AgentLoopOutput, ChatMessage, FinishReason, ModelId, RolloutConfig, RoutedExpertsShape, SamplingParams } from "../schema/index.ts";
+import { AgentLoopMetrics, AgentLoopOutput, ChatMessage, FinishReason, ModelId, MultiModal, RolloutConfig, RoutedExpertsShape, SamplingParams } from "../schema/index.ts";
+import { ToolContentPart } from "../tools/webhook-tool-client.ts";
 import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
 import type { ParsedCall, ParseError } from "../tools/tool-call-parser.ts";
 import { decodeFloat32, decodeFloat64, decodeInt32, decodeUint8, encodeFloat32, encodeFloat64, encodeInt32, encodeUint8 } from "../schema/typed-base64.ts";
@@ -34,6 +35,8 @@ const AwaitedCall = z.object({
 const ToolResultState = z.object({
   ok: z.boolean(),
   content: z.string(),
+  /** A reply with images: its parts (text and data: URI images, in order). */
+  parts: z.array(ToolContentPart).optional(),
   reward: z.number().optional(),
   metrics: z.record(z.string(), z.unknown()).optional(),
   call_id: z.string(),
@@ -72,6 +75,14 @@ export const ToolAgentFields = z.object({
   finish_reason: FinishReason,
   terminated_by: z.string(),
   error: z.string().nullable(),
+  /**
+   * Vision-language families, once the trajectory holds an image: the record's
+   * `multi_modal` so far and the images as the engine's `image_data` (data
+   * URIs, in placeholder order). Absent for text trajectories and in
+   * checkpoints written before images existed.
+   */
+  multi_modal: MultiModal.optional(),
+  image_data: z.array(z.string()).optional(),
 });
 export type ToolAgentFields = z.infer<typeof ToolAgentFields>;
 
@@ -310,6 +321,7 @@ export function saveToolAgentFields(d: ToolAgentData): ToolAgentFields {
     finish_reason: d.finishReason,
     terminated_by: d.terminatedBy,
     error: d.error ?? null,
+    ...(d.vision ? { multi_modal: d.vision.multiModal, image_data: d.vision.imageData } : {}),
   };
 }
 
@@ -338,5 +350,6 @@ export function restoreToolAgentFields(loop: ToolAgentLoop, s: ToolAgentFields, 
   d.finishReason = s.finish_reason;
   d.terminatedBy = s.terminated_by as ToolAgentData["terminatedBy"];
   if (s.error !== null) d.error = s.error;
+  if (s.multi_modal) d.vision = { multiModal: structuredClone(s.multi_modal), imageData: [...(s.image_data ?? [])] };
   return d;
 }

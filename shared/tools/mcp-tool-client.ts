@@ -7,7 +7,7 @@ import { ConfigError, ToolError } from "../errors.ts";
 import { DEFAULT_WEBHOOK_MAX_REPLY_BYTES, OutboundHttpError, readTextCapped, redactUrl, type OutboundFetch } from "../http/outbound.ts";
 import { sleepUnlessAborted } from "../http/sleep.ts";
 import { ToolSchema, type McpServerSpec } from "../schema/index.ts";
-import { checkToolArguments, pyList, toolCallId, type ToolCallRequest, type ToolExecutor, type ToolResult, type ToolTaskWait } from "./webhook-tool-client.ts";
+import { checkToolArguments, pyList, toolCallId, type ToolCallRequest, type ToolContentPart, type ToolExecutor, type ToolResult, type ToolTaskWait } from "./webhook-tool-client.ts";
 
 /**
  * Makes the transport of one stdio server (`command`); injected by runtimes that have processes (infra/tools/mcp-stdio.ts). A transport that closes itself
@@ -199,8 +199,10 @@ const MIN_POLL_MS = 10;
  * so a server can deduplicate. Results become observations as webhook replies
  * do: the text parts joined by `"\n"`; with no text part, `structuredContent`
  * as JSON text; `isError: true` an error observation `Error executing tool
- * 'x': <text>`; image, audio and resource parts are refused (an error
- * observation naming the part's type). A failure is never thrown: timeouts,
+ * 'x': <text>`; image parts (MCP `ImageContent` `{type: "image", data:
+ * <base64>, mimeType}`) become `parts` with `data:` URI images beside the
+ * text, in order (see `ToolResult.parts`); audio and resource parts are
+ * refused (an error observation naming the part's type). A failure is never thrown: timeouts,
  * a lost connection (a server that dies mid-call), a reply over the cap and a
  * JSON-RPC error all become `ok: false` results naming the tool.
  *
@@ -501,16 +503,28 @@ async function listServerTools(c: McpConnection, i: number, opts: McpConnectOpti
 function toObservation(name: string, result: CallToolResult, call_id: string, attempts: number, maxBytes: number): ToolResult {
   const fail = (reason: string): ToolResult => ({ ok: false, call_id, attempts, content: `Error executing tool '${name}': ${reason}` });
   const texts: string[] = [];
+  const parts: ToolContentPart[] = [];
+  let images = 0;
+  let size = 0;
   for (const part of result.content ?? []) {
-    if (part.type !== "text") return fail(`the result holds a content part of type '${part.type}'; edgeloop passes text and structured content only (${part.type === "image" ? "images are" : "this type is"} not supported yet)`);
+    if (part.type === "image") {
+      // MCP ImageContent {type: "image", data: base64, mimeType} (spec: Server › Tools › Tool result › Image content), as a data URI part.
+      parts.push({ type: "image", image: `data:${part.mimeType};base64,${part.data}` });
+      size += part.data.length;
+      images++;
+      continue;
+    }
+    if (part.type !== "text") return fail(`the result holds a content part of type '${part.type}'; edgeloop passes text, image and structured content only`);
     texts.push(part.text);
+    parts.push({ type: "text", text: part.text });
   }
   let content = texts.join("\n");
+  if (images > 0 && size > maxBytes) return fail(`the reply is larger than ${maxBytes} bytes (the server's max_reply_bytes)`);
   if (texts.length === 0 && result.structuredContent !== undefined) content = JSON.stringify(result.structuredContent);
   // The HTTP transport caps the reply as it streams; stdio replies are measured once read.
   if (content.length > maxBytes / 4 && new TextEncoder().encode(content).byteLength > maxBytes) return fail(`the reply is larger than ${maxBytes} bytes (the server's max_reply_bytes)`);
   if (result.isError === true) return fail(content || "the tool reported an error (isError) with no text");
-  return { ok: true, call_id, attempts, content };
+  return { ok: true, call_id, attempts, content, ...(images > 0 ? { parts } : {}) };
 }
 
 /** Why an SDK request failed. */

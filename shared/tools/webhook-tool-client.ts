@@ -54,6 +54,15 @@ export interface ToolTaskWait {
 export interface ToolResult {
   ok: boolean;
   content: string;
+  /**
+   * The reply as content parts, in the tool's order, when it holds images
+   * (`{type: "image", image: "data:image/…;base64,…"}` among text parts);
+   * absent for text-only replies (then `content` is the whole reply). With
+   * it, `content` holds the text parts joined by `"\n"`. A loop with a
+   * vision-language family renders the parts as the tool message's content;
+   * a text-only family fails the trajectory (see `tool_agent`).
+   */
+  parts?: ToolContentPart[];
   reward?: number;
   metrics?: Record<string, unknown>;
   /** The idempotency key sent: `{key}:{turn}:{index}`; empty when no request was sent. */
@@ -115,9 +124,20 @@ export const ToolCallRequestBody = z.object({
 });
 export type ToolCallRequestBody = z.infer<typeof ToolCallRequestBody>;
 
-/** The body a tool webhook must answer with `200` (docs/schemas/tool-reply.json is generated from it). */
+/** One part of a tool reply's content list: text, or an image as a `data:` URI (verl's `{type: "image", image}`). */
+export const ToolContentPart = z.union([
+  z.strictObject({ type: z.literal("text"), text: z.string() }),
+  z.strictObject({ type: z.literal("image"), image: z.string().regex(/^data:/, "expected a data:image/…;base64 URI (image URLs are not fetched)") }),
+]);
+export type ToolContentPart = z.infer<typeof ToolContentPart>;
+
+/**
+ * The body a tool webhook must answer with `200` (docs/schemas/tool-reply.json
+ * is generated from it). `content` is the text the model reads, or a list of
+ * parts (text and `data:` URI images, in order) for vision-language families.
+ */
 export const ToolReply = z.object({
-  content: z.string(),
+  content: z.union([z.string(), z.array(ToolContentPart).max(64)], { error: "expected a string, or a list of at most 64 parts {type: text, text} | {type: image, image: data URI}" }),
   reward: z.number().nullish(),
   metrics: z.record(z.string(), z.unknown()).nullish(),
 });
@@ -140,7 +160,8 @@ export function pyList(names: readonly string[]): string {
  * ({@link ToolCallRequestBody}; the contract is docs/tool-webhooks.md), signed
  * with `x-edgeloop-signature` when a secret is set, per-tool `timeout_ms` and
  * `max_retries` (backoff on 5xx/timeouts/connection errors, same `call_id`).
- * The reply must be `200 {"content": string, "reward"?: number, "metrics"?: object}`.
+ * The reply must be `200 {"content": string | parts, "reward"?: number, "metrics"?: object}`
+ * (parts: {@link ToolContentPart}; images reach the model only with a vision-language family).
  * `202 Accepted` (a later callback) comes back as a `pending` result that a
  * durable session awaits; a loop without one reads its error `content`.
  *
@@ -198,16 +219,27 @@ export class WebhookToolClient implements ToolExecutor {
     }
     if (reply.status !== 200) return fail(`unexpected HTTP ${reply.status}`, reply.attempts);
     const r = ToolReply.safeParse(reply.body);
-    if (!r.success) return fail(`the tool's reply is not {"content": string, "reward"?: number, "metrics"?: object} (${r.error.issues[0]?.path.join(".") || "body"}: ${r.error.issues[0]?.message})`, reply.attempts);
+    if (!r.success) return fail(`the tool's reply is not {"content": string | parts, "reward"?: number, "metrics"?: object} (${r.error.issues[0]?.path.join(".") || "body"}: ${r.error.issues[0]?.message})`, reply.attempts);
     return {
       ok: true,
       call_id,
       attempts: reply.attempts,
-      content: r.data.content,
+      ...contentOfParts(r.data.content),
       ...(r.data.reward != null ? { reward: r.data.reward } : {}),
       ...(r.data.metrics != null ? { metrics: r.data.metrics } : {}),
     };
   }
+}
+
+/**
+ * A reply's `content` as a {@link ToolResult}'s `content` and `parts`: a
+ * string is itself; a list is its text parts joined by `"\n"`, with `parts`
+ * only when it holds an image (a list of text parts alone reads as its text).
+ */
+export function contentOfParts(content: string | readonly ToolContentPart[]): { content: string; parts?: ToolContentPart[] } {
+  if (typeof content === "string") return { content };
+  const text = content.flatMap((p) => (p.type === "text" ? [p.text] : [])).join("\n");
+  return content.some((p) => p.type === "image") ? { content: text, parts: [...content] } : { content: text };
 }
 
 function describeFailure(e: ToolError, spec: ToolSpec, tries: number): string {

@@ -37,6 +37,7 @@ const READERS: Record<string, [string, string]> = {
   "rollout.multi_turn.execute_calls_on_length": ["shared/agent-loop/tool-agent.ts", "!mt.execute_calls_on_length"],
   "rollout.agent.default_agent_loop": ["shared/jobs/job-worker.ts", "t.row?.agent_name ?? spec.rollout.agent.default_agent_loop"],
   "rollout.agent.agent_loop_config_path": ["infra/cli/builders/loops.ts", "const loopsPath = config.rollout.agent.agent_loop_config_path;"],
+  "rollout.image_truncation": ["shared/agent-loop/tool-agent.ts", "imageTruncation: config.image_truncation"],
   "rollout.chat_template_kwargs": ["shared/agent-loop/tool-agent.ts", "sharedObservationEncoder(this.ctx.tokenizer, d.tools?.schemas, this.ctx.config.chat_template_kwargs)"],
   "rollout.max_staleness": ["shared/rollout/executor.ts", "waitForAdmission(deps.policy, rollout.max_staleness"],
   "rollout.staleness_policy": ["shared/rollout/executor.ts", 'rollout.staleness_policy !== "admit"'],

@@ -20,9 +20,10 @@ describe("MCP over stdio (the fixture as a child process)", () => {
     expect(await client.call(req("echo", { text: "over stdio" }))).toEqual({ ok: true, call_id: "k:2:0", attempts: 1, content: "over stdio" });
     expect((await client.call(req("stats", { values: [4, 5] }))).content).toBe('{"count":2,"sum":9}');
     expect(await client.call(req("fail"))).toEqual({ ok: false, call_id: "k:2:0", attempts: 1, content: "Error executing tool 'fail': division by zero" });
-    expect((await client.call(req("picture"))).content).toBe(
-      "Error executing tool 'picture': the result holds a content part of type 'image'; edgeloop passes text and structured content only (images are not supported yet)",
-    );
+    expect((await client.call(req("picture"))).parts).toEqual([
+      { type: "text", text: "here:" },
+      { type: "image", image: "data:image/png;base64,iVBORw0KGgo=" },
+    ]);
   });
 
   test("a server process that exits mid-call: an error observation at once; the next call starts it again", async () => {

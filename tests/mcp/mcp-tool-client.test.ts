@@ -48,13 +48,18 @@ for (const json of [false, true]) {
       expect((await client.call(req("stats_text"))).content).toBe("count 2");
     });
 
-    test("isError is an error observation; an image is refused; unknown tools and bad arguments as for webhooks", async () => {
+    test("isError is an error observation; an image is a data: URI part; unknown tools and bad arguments as for webhooks", async () => {
       expect(await client.call(req("fail"))).toEqual({ ok: false, call_id: "k:1:0", attempts: 1, content: "Error executing tool 'fail': division by zero" });
+      // MCP ImageContent {type: image, data, mimeType} becomes a data: URI part beside the text, in order.
       expect(await client.call(req("picture"))).toEqual({
-        ok: false,
+        ok: true,
         call_id: "k:1:0",
         attempts: 1,
-        content: "Error executing tool 'picture': the result holds a content part of type 'image'; edgeloop passes text and structured content only (images are not supported yet)",
+        content: "here:",
+        parts: [
+          { type: "text", text: "here:" },
+          { type: "image", image: "data:image/png;base64,iVBORw0KGgo=" },
+        ],
       });
       expect(await client.call(req("nope"))).toEqual({
         ok: false,

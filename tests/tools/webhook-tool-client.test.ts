@@ -107,7 +107,7 @@ describe("WebhookToolClient", () => {
   test("a reply without content, or not JSON", async () => {
     const client = new WebhookToolClient([spec("bb", "/badbody"), spec("nj", "/notjson")], fast);
     const a = await client.call({ name: "bb", arguments: { q: "x" }, key: "k", turn: 1, index: 0 });
-    expect(a.content).toBe(`Error executing tool 'bb': the tool's reply is not {"content": string, "reward"?: number, "metrics"?: object} (content: Invalid input: expected string, received undefined)`);
+    expect(a.content).toBe(`Error executing tool 'bb': the tool's reply is not {"content": string | parts, "reward"?: number, "metrics"?: object} (content: expected a string, or a list of at most 64 parts {type: text, text} | {type: image, image: data URI})`);
     const b = await client.call({ name: "nj", arguments: { q: "x" }, key: "k", turn: 1, index: 1 });
     expect(b).toEqual({ ok: false, call_id: "k:1:1", attempts: 1, content: "Error executing tool 'nj': the reply is not JSON" });
   });
