@@ -248,10 +248,12 @@ describe.skipIf(!hasRedis)("RedisRoutingState: the bytes in Redis", () => {
     const now = 1_700_000_000_000;
     const s = new RedisRoutingState(cmd, { prefix: p, now: () => now, leaseTtlMs: 30_000, pinTtlMs: 3_600_000, instance: "gw2", releaseFoldMs: 60_000 });
     try {
-      await s.route({ key: "warm", order: [B], epsilon: EPS }).then((r) => s.release(B, r.lease)).catch(() => undefined);
-      // The warm-up's release waits (fold 60 s): the next route carries it.
+      const warm = await s.route({ key: "warm", order: [B], epsilon: EPS });
+      // The warm-up's release waits (fold 60 s): the next route carries it (awaiting it here would wait the 60 s).
+      const warmReleased = s.release(B, warm.lease);
       s.roundTrips = 0;
       let prev = await s.route({ key: "k0", order: [A, B], epsilon: EPS });
+      await warmReleased;
       const released: Promise<void>[] = [];
       for (let i = 1; i <= 20; i++) {
         released.push(s.release(prev.url, prev.lease));
