@@ -242,6 +242,30 @@ function arrayOf(field: string, v: unknown): ArrayLike<unknown> {
 }
 
 /**
+ * A record's place in a trajectory tree, checked against the record itself:
+ * `parent_key` and `branch_at` are both set (a branch) or both null/absent (a
+ * root, or a loop that builds no trees); a parent is a record of the same
+ * `uid` and `session_id` with a smaller `output_index` (`treeFields` writes
+ * no other); `branch_at` is at most the record's own `P + R` tokens, which
+ * repeat the parent's before it. Whether the parent really is that long is
+ * checked where both are read (`resolveTree`).
+ * @throws InputError naming `record.parent_key` or `record.branch_at`
+ */
+function checkTreePlace(data: RecordHead, tokens: number): void {
+  const parent = data.parent_key ?? null;
+  const at = data.branch_at ?? null;
+  if ((parent === null) !== (at === null)) {
+    throw new InputError(parent === null ? "record.branch_at" : "record.parent_key", `is set without ${parent === null ? "parent_key" : "branch_at"}: a branch sets both, a root neither`, { key: data.key });
+  }
+  if (parent === null || at === null) return;
+  const m = /^([A-Za-z0-9.-]{1,128})_(\d+)_(\d+)$/.exec(parent);
+  if (!m || m[1] !== data.uid || Number(m[2]) !== data.session_id || !(Number(m[3]) < data.output_index)) {
+    throw new InputError("record.parent_key", `'${parent.slice(0, 200)}' must name an earlier record of the same session, ${data.uid}_${data.session_id}_{i} with i < ${data.output_index}`, { key: data.key });
+  }
+  if (at > tokens) throw new InputError("record.branch_at", `is ${at}, past the record's own ${tokens} prompt + response tokens (those before branch_at are the parent's)`, { key: data.key });
+}
+
+/**
  * Parses and checks a record at the queue boundary: the `TrajectoryRecord`
  * zod schema for every scalar/object field, plain loops for the token arrays
  * (the same rules — ids integers ≥ 0, also ≤ 2^31−1 to fit Int32; mask 0/1;
@@ -452,6 +476,7 @@ export function validateAndEncode(input: unknown): { head: RecordHead; encoded: 
     throw new InputError("record.tree_prompt_length", "is set only on records read as trajectory-tree nodes (deliver: tree); put whole records (resolveTree gives them back)", { key: data.key });
   }
   const n = response.length;
+  checkTreePlace(data, prompt.length + n);
   if (mask.length !== n) throw new InputError("record.response_mask", `has ${mask.length} entries, response_ids has ${n}`, { key: data.key });
   if (logprobs && logprobs.length !== n) {
     throw new InputError("record.rollout_log_probs", `has ${logprobs.length} entries, response_ids has ${n}`, { key: data.key });

@@ -72,6 +72,35 @@ describe("trajectory trees delivered as a tree (read option deliver: tree)", () 
     expect(await q.get(node.key)).toBeNull();
   });
 
+  test("put refuses a tree place a record cannot have, naming the field; nothing is stored (validateAndEncode, which every queue runs)", async () => {
+    const q = new MemoryTransferQueue();
+    const [r0, r1, r2] = treeRecords("t6");
+    const cases: [Partial<TrajectoryRecord>, RegExp][] = [
+      [{ branch_at: null }, /record\.parent_key.*set without branch_at/],
+      [{ branch_at: undefined }, /record\.parent_key.*set without branch_at/],
+      [{ parent_key: null }, /record\.branch_at.*set without parent_key/],
+      [{ parent_key: "t6_0_1" }, /record\.parent_key.*'t6_0_1' must name an earlier record of the same session, t6_0_\{i\} with i < 1/],
+      [{ parent_key: "t6_0_7" }, /record\.parent_key/],
+      [{ parent_key: "other_0_0" }, /record\.parent_key/],
+      [{ parent_key: "t6_1_0" }, /record\.parent_key/],
+      [{ parent_key: "not a key" }, /record\.parent_key/],
+      [{ branch_at: 8 }, /record\.branch_at.*is 8, past the record's own 7 prompt \+ response tokens/],
+    ];
+    for (const [over, re] of cases) {
+      await expect(q.put({ ...r1!, ...over })).rejects.toThrow(re);
+      expect(await q.get(r1!.key)).toBeNull();
+    }
+    // The edges are accepted: a root with both null or both absent; a branch at the record's very end (7) or at 0.
+    const { parent_key: _p, branch_at: _b, ...bare } = r0!;
+    await new MemoryTransferQueue().put(bare as TrajectoryRecord);
+    await q.put(r0!, { last: false });
+    await q.put({ ...r1!, branch_at: 7 }, { last: false });
+    await q.put({ ...r2!, branch_at: 0 });
+    expect((await q.get(r1!.key))!.branch_at).toBe(7);
+    expect((await q.get(r2!.key))!.branch_at).toBe(0);
+    expect((await q.get(r0!.key))!.parent_key ?? null).toBeNull();
+  });
+
   test("property: for random trees (branches after, inside and at the end of the parent's tokens), resolveTree(treeNodes(x)) = x and each node stores its path minus branch_at tokens", () => {
     const arb = fc.record({
       rootP: fc.integer({ min: 1, max: 6 }),
