@@ -8,8 +8,8 @@ import { validateRollout } from "./loops.ts";
  * The process's config: the file (`--config`; relative paths inside it are
  * relative to the file), then the CLI flags over it, validated eagerly. The
  * tool-call parser is checked here unless loop modules are configured (they
- * may register parsers); store flags are refused with the memory store, and
- * an empty `--tools-secret` is refused.
+ * may register parsers); store flags are refused with the memory store,
+ * `--blob-threshold` without a blob store, and an empty `--tools-secret`.
  * @throws ConfigError naming the file's path (a bad value in the file) or the flag; InputError naming the flag.
  */
 export async function resolveRuntimeConfig(flags: ConfigFlags): Promise<AppConfig> {
@@ -30,6 +30,11 @@ export async function resolveRuntimeConfig(flags: ConfigFlags): Promise<AppConfi
   if (config.store.url === "memory") {
     if (flags.storePrefix !== undefined) throw new InputError("--store-prefix", "applies to a Redis or Upstash store (--store); the memory store has no keys");
     if (flags.storeTimeout !== undefined) throw new InputError("--store-timeout", "applies to a Redis or Upstash store (--store); the memory store is never unreachable");
+    if (flags.storeShards !== undefined) throw new InputError("--store-shards", "applies to a Redis store (--store); the memory store has no streams to shard");
+  }
+  // A threshold without a blob store would keep every part inline, silently.
+  if (flags.blobThreshold !== undefined && config.store.blobs.url === null) {
+    throw new InputError("--blob-threshold", "applies with a blob store (--blob-store or store.blobs.url); without one every record part stays inline");
   }
   // An empty secret would sign nothing and leave callbacks refused (403): say so instead of running unsigned.
   if (flags.toolsSecret !== undefined && !/\S/.test(flags.toolsSecret)) throw new InputError("--tools-secret", "must not be empty (omit it to run without signatures)");
