@@ -44,6 +44,20 @@ class CountingClient implements InferenceClient {
   }
 }
 
+/** The three wire APIs the gateway answers on one session, and their paths under the session. */
+type Api = "chat" | "responses" | "messages";
+const PATHS: Record<Api, string> = { chat: "/openai/v1/chat/completions", responses: "/openai/v1/responses", messages: "/anthropic/v1/messages" };
+
+/** Row 0's first call in `api`'s request shape (the same prompt and tools in each). */
+function firstCall(api: Api, stream: boolean): Record<string, unknown> {
+  const prompt = row0.prompt as { role: "system" | "user"; content: string }[];
+  const fns = tools.map((t) => t.function);
+  const on = stream ? { stream: true } : {};
+  if (api === "chat") return { model: "qwen3", messages: prompt, tools, ...on };
+  if (api === "responses") return { model: "qwen3", input: prompt.map((m) => ({ role: m.role, content: m.content })), tools: fns.map((f) => ({ type: "function", name: f.name, description: f.description ?? null, parameters: f.parameters ?? null, strict: false })), ...on };
+  return { model: "qwen3", max_tokens: 512, system: prompt[0]!.content, messages: prompt.slice(1), tools: fns.map((f) => ({ name: f.name, description: f.description, input_schema: f.parameters ?? { type: "object" } })), ...on };
+}
+
 /** The gateway served on loopback; `signals`: every request's signal as the server saw it. */
 async function serve() {
   const engine = new SimEngine({ tokenizer: tok, script: examplePolicy(), latency: { prefill_ms_per_token: 0, decode_ms_per_token: 1, stream_every_token: true } });
@@ -54,9 +68,9 @@ async function serve() {
   const signals: AbortSignal[] = [];
   const server = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: (req) => (signals.push(req.signal), app.fetch(req)) });
   stops.push(() => server.stop(true));
-  const url = `http://127.0.0.1:${server.port}/v1/sessions/u0_0_0/openai/v1/chat/completions`;
-  const post = (body: unknown, init: RequestInit = {}) =>
-    fetch(url, { method: "POST", ...init, headers: { authorization: `Bearer ${AGENT_TOKEN}`, "content-type": "application/json", ...(init.headers ?? {}) }, body: JSON.stringify(body) });
+  const base = `http://127.0.0.1:${server.port}/v1/sessions/u0_0_0`;
+  const post = (body: unknown, init: RequestInit = {}, api: Api = "chat") =>
+    fetch(`${base}${PATHS[api]}`, { method: "POST", ...init, headers: { authorization: `Bearer ${AGENT_TOKEN}`, "content-type": "application/json", ...(init.headers ?? {}) }, body: JSON.stringify(body) });
   return { engine, client, gw, post, signals };
 }
 
@@ -67,14 +81,14 @@ const TURN1 = () => tok.encode((examplePolicy() as { rules: { turns: string[] }[
  * client, waits until the server saw the abort, then lets the turn finish.
  * `read`: read the stream's first bytes before aborting.
  */
-async function abortMidTurn(s: Awaited<ReturnType<typeof serve>>, body: Record<string, unknown>, read: boolean) {
+async function abortMidTurn(s: Awaited<ReturnType<typeof serve>>, body: Record<string, unknown>, read: boolean, api: Api = "chat") {
   const ac = new AbortController();
   let frozen!: () => void;
   const atFive = new Promise<void>((r) => (frozen = r));
   s.client.onToken = (n) => {
     if (n === 5) void s.engine.pause("keep").then(frozen);
   };
-  const res = s.post(body, { signal: ac.signal });
+  const res = s.post(body, { signal: ac.signal }, api);
   if (read) {
     const r = await res;
     const reader = r.body!.getReader();
@@ -131,6 +145,37 @@ describe("abandoned turns", () => {
       expect(done!.extra_fields.abandoned).toBeUndefined();
       expect(done!.reward_score).toBe(1);
       expect(done!.response_mask.slice(0, n)).toEqual(Array(n).fill(1));
+    });
+  }
+
+  // The same mark through the Responses and Messages APIs (a break test found none there): every wire API
+  // ends its turn through one abandon path, streamed or not.
+  for (const api of ["responses", "messages"] as const) {
+    for (const stream of [false, true]) {
+      test(`${api}: ${stream ? "a stream cancelled" : "a fetch aborted"} mid-turn is marked abandoned, masked 0 with log-probs 0.0, never credited`, async () => {
+        const s = await serve();
+        await abortMidTurn(s, firstCall(api, stream), stream, api);
+        const n = TURN1();
+        const [out] = agentOutputs((await s.gw.get("u0_0_0"))!, { reward: 1 });
+        expect(out!.extra_fields.abandoned).toEqual({ turn: 1, start: 0, end: n });
+        expect(out!.response_ids.length).toBe(n);
+        expect(out!.response_mask).toEqual(Array(n).fill(0));
+        expect(out!.response_logprobs).toEqual(Array(n).fill(0));
+        expect(out!.reward_score).toBe(null);
+      });
+    }
+    test(`${api}: a reply received whole is not marked`, async () => {
+      for (const stream of [false, true]) {
+        const s = await serve();
+        const r = await s.post(firstCall(api, stream), {}, api);
+        expect(r.status).toBe(200);
+        await r.text();
+        const outs = agentOutputs((await s.gw.get("u0_0_0"))!, { reward: 1 });
+        expect(outs.length).toBe(1);
+        expect(outs[0]!.extra_fields.abandoned).toBeUndefined();
+        expect(outs[0]!.reward_score).toBe(1);
+        expect(outs[0]!.response_mask).toEqual(Array(TURN1()).fill(1));
+      }
     });
   }
 
