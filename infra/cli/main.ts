@@ -113,6 +113,7 @@ configFlags(
     .option("--idle-exit <seconds>", "exit after this many seconds without a job (scale to zero; 0: as soon as none is waiting); never while another worker's jobs are in the stream (it stays to reclaim them if that worker dies)", secondsFlag("--idle-exit", { allowZero: true }))
     .option("--lease <seconds>", "seconds without a heartbeat before another worker reclaims a job (default 30)", secondsFlag("--lease"))
     .option("--consumer <name>", "consumer name in the workers group (default <host>-<pid>-<random>)")
+    .option("--max-running-total <n>", "sessions running at once across all workers of the store prefix (a store-wide cap; give every worker the same value); default: only --concurrency per worker", intFlag("--max-running-total", 1))
     .option("--drain-timeout <seconds>", "after SIGINT/SIGTERM, seconds the running jobs get to finish before the worker exits and leaves them to be reclaimed (default: wait for them)", secondsFlag("--drain-timeout"))
     .option("--metrics-port <port>", "serve GET /metrics (Prometheus: this worker's engine and tool calls, its job counts) on this port; 0: a free one, printed", intFlag("--metrics-port", 0, 65535))
     .option("--metrics-host <host>", "address the --metrics-port listener binds (default 127.0.0.1; 0.0.0.0 to be scraped from outside the pod)"),

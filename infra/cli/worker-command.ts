@@ -20,6 +20,12 @@ export interface WorkerFlags extends ConfigFlags {
   /** Consumer name in the `workers` group (default `<host>-<pid>-<random>`). */
   consumer?: string;
   /**
+   * Sessions running at once across every worker of the store prefix (the
+   * store-wide cap, `StoreRunningCap`); give every worker the same value.
+   * Absent: each worker is bounded by its own `--concurrency` only.
+   */
+  maxRunningTotal?: number;
+  /**
    * Seconds the running jobs get to finish after SIGINT/SIGTERM; past it the
    * process exits and leaves them pending, to be reclaimed by another worker
    * after the lease and resumed from their checkpoints. Absent: wait for them
@@ -71,7 +77,7 @@ export function refuseBatchFlags(flags: WorkerFlags): void {
  * records, acknowledges the jobs, and exits when idle for `--idle-exit`
  * seconds. SIGINT/SIGTERM stop claiming and let running jobs finish. Prints
  * one JSON summary line on exit, always of one shape: `{consumer, claimed,
- * completed, failed, reclaimed, abandoned, cancelled, surplus, refused, exit,
+ * completed, failed, reclaimed, abandoned, cancelled, surplus, refused, capped, exit,
  * running}` (`WorkerSummary` of shared/jobs/job-worker.ts plus the consumer and the jobs still
  * running, 0 unless the drain timed out). With `--drain-timeout S`, a signal
  * gives the running jobs S seconds, then the process exits 0 with `exit:
@@ -97,6 +103,7 @@ export async function workerCommand(flags: WorkerFlags): Promise<void> {
       consumer,
       concurrency: runtime.config.concurrency,
       admission,
+      ...(flags.maxRunningTotal !== undefined ? { runningCap: runtime.jobs.runningCap(flags.maxRunningTotal) } : {}),
       idleExitMs: flags.idleExit === undefined ? null : Math.round(flags.idleExit * 1000),
       log: (line) => console.error(line),
       model: runtime.model,
@@ -127,7 +134,8 @@ export async function workerCommand(flags: WorkerFlags): Promise<void> {
     if (unsigned) console.error(unsigned);
     console.error(
       `worker     ${consumer}: ${runtime.config.concurrency} jobs at once from ${runtime.jobs.stream}, lease ${runtime.jobs.leaseMs} ms` +
-        (flags.idleExit === undefined ? "" : `, exits after ${flags.idleExit} s idle`),
+        (flags.idleExit === undefined ? "" : `, exits after ${flags.idleExit} s idle`) +
+        (flags.maxRunningTotal === undefined ? "" : `, at most ${flags.maxRunningTotal} running across all workers (store-wide cap)`),
     );
     let drainTimer: ReturnType<typeof setTimeout> | undefined;
     const onSignal = () => {

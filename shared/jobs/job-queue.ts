@@ -4,6 +4,7 @@ import type { RedisArg, RedisCommander, RedisReply } from "../store/redis-comman
 import { parseEntries, parseRead, StreamConsumer } from "../store/stream-consumer.ts";
 import { JobKeys } from "./job-keys.ts";
 import { JobRedis } from "./job-redis.ts";
+import { StoreRunningCap } from "./running-cap.ts";
 import { attachRows, toJob } from "./claimed-jobs.ts";
 import type { BatchSpec, Job, JobQueueOptions, OversampleSettlement, PreparedBatch, QueuedOversampleState, QueueStats, StartedReserveRow } from "./job-types.ts";
 import { OversampleJobs } from "./oversample-jobs.ts";
@@ -86,6 +87,16 @@ export class JobQueue {
     this.r = new JobRedis(redis);
     this.consumers = new StreamConsumer({ call: (c, b) => this.call(c, b), pipe: (c) => this.pipe(c) }, this.stream, this.group);
     this.os = new OversampleJobs(this.r, this.keys, this.consumers, this.group, this.ttl);
+  }
+
+  /**
+   * The store-wide running cap over this queue's store and prefix: `cap`
+   * sessions at once across every worker, each worker's entry living as long
+   * as a job lease ({@link StoreRunningCap}).
+   * @throws RangeError for a cap below 1.
+   */
+  runningCap(cap: number): StoreRunningCap {
+    return new StoreRunningCap(this.redis, { prefix: this.prefix, cap, ttlMs: this.leaseMs });
   }
 
   /** The hash of a batch's spec and keys ({@link JobKeys.batchKey}). */

@@ -7,6 +7,7 @@ import { holdWhileStoreDown } from "../store/store-outage.ts";
 import type { BatchSpec, Job, JobQueue } from "./job-queue.ts";
 import { QueuedGroupGate } from "./queued-oversample.ts";
 import type { ModelId } from "../schema/index.ts";
+import type { StoreRunningCap } from "./running-cap.ts";
 import { describeModelId, sameModel } from "../models/model-id.ts";
 
 /** Options of a {@link JobWorker}. */
@@ -58,6 +59,16 @@ export interface JobWorkerOptions {
    * executors only): nothing is checked and records name no model.
    */
   model: ModelId | null;
+  /**
+   * The store-wide cap on running sessions (queue mode, every worker of the
+   * prefix; `worker --max-running-total`): before each claim the worker takes
+   * slots from it and claims no more jobs than it was granted; while none is
+   * granted it claims nothing (the jobs wait in the stream) and says why once
+   * per spell. Absent: only `concurrency` and the admission bound it.
+   */
+  runningCap?: StoreRunningCap;
+  /** While the cap grants nothing, ms between asks (default 250; a job of this worker ending asks at once). */
+  capPollMs?: number;
 }
 
 /** What a worker did, when {@link JobWorker.run} returns. */
@@ -81,6 +92,8 @@ export interface WorkerSummary {
   surplus: number;
   /** Jobs refused because their batch was submitted with another model (stored failed; also counted in `completed` and `failed`). */
   refused: number;
+  /** Times the store-wide running cap ({@link JobWorkerOptions.runningCap}) held this worker from claiming (one per spell). */
+  capped: number;
   /** Why the loop ended: `idle` (scale to zero) or `stopped`. */
   exit: "idle" | "stopped";
 }
@@ -108,7 +121,11 @@ export class JobWorker {
   private stopped = false;
   /** Batches whose model mismatch was logged (said once per batch). */
   private readonly refusedBatches = new Set<string>();
-  private readonly summary: WorkerSummary = { claimed: 0, completed: 0, failed: 0, reclaimed: 0, abandoned: 0, cancelled: 0, surplus: 0, refused: 0, exit: "stopped" };
+  private readonly summary: WorkerSummary = { claimed: 0, completed: 0, failed: 0, reclaimed: 0, abandoned: 0, cancelled: 0, surplus: 0, refused: 0, capped: 0, exit: "stopped" };
+  /** Slots the running cap granted that no claimed job holds yet (counted as held until the claim is done). */
+  private capReserved = 0;
+  /** The running cap's calls, one at a time (each reads the held count when it runs, so a late one never lowers a newer one). */
+  private capChain: Promise<unknown> = Promise.resolve();
 
   constructor(opts: JobWorkerOptions) {
     this.opts = opts;
@@ -130,8 +147,11 @@ export class JobWorker {
     const blockMs = this.opts.blockMs ?? 1000;
     // During a store outage every beat fails: say so once, and once when beats land again.
     let beatFailing = false;
+    const cap = this.opts.runningCap;
     const beat = setInterval(() => {
       if (!this.inflight.size) return;
+      // The cap entry lives as long as the job lease: renewed with the jobs' heartbeat (a miss is retried next beat).
+      if (cap) void this.capReserve(0).catch(() => {});
       jobs.heartbeat(consumer, [...this.inflight.keys()]).then(
         () => {
           if (beatFailing) this.log("heartbeats land again");
@@ -171,6 +191,8 @@ export class JobWorker {
     let backoff = 100;
     /** Said once per idle spell: the worker stays because other workers hold jobs. */
     let waitingOnOthers = false;
+    /** Said once per spell: the store-wide running cap grants nothing. */
+    let capHeld = false;
     const wakes = this.opts.onWake ? await this.followWakes(blockMs) : null;
     try {
       while (!this.stopped) {
@@ -209,8 +231,31 @@ export class JobWorker {
         try {
           const wait = idleMs != null && this.inflight.size === 0 ? Math.min(blockMs, Math.max(1, idleMs - (Date.now() - lastBusy))) : blockMs;
           // Lagging with nothing running: one job (a lagging process still makes progress), not a full claim.
-          const room = this.opts.admission?.lagging() ? 1 : concurrency - this.inflight.size;
-          claimed = await jobs.claim(consumer, room, this.inflight.size ? Math.min(wait, 200) : wait);
+          let room = this.opts.admission?.lagging() ? 1 : concurrency - this.inflight.size;
+          if (cap) {
+            const g = await this.capReserve(room);
+            if (g.granted === 0) {
+              if (!capHeld) {
+                this.summary.capped++;
+                this.log(`held by the store-wide cap: ${cap.cap} sessions running at once across workers (${g.others} on other workers, ${this.inflight.size} here); claiming again when one ends`);
+              }
+              capHeld = true;
+              // Held, not idle: the jobs wait in the stream for a slot.
+              lastBusy = Date.now();
+              backoff = 100;
+              await Promise.race([...this.inflight.values(), sleep(this.opts.capPollMs ?? 250)]);
+              continue;
+            }
+            if (capHeld) this.log(`the store-wide cap grants slots again (${g.granted})`);
+            capHeld = false;
+            room = g.granted;
+          }
+          try {
+            claimed = await jobs.claim(consumer, room, this.inflight.size ? Math.min(wait, 200) : wait);
+          } catch (e) {
+            this.capReserved = 0;
+            throw e;
+          }
           backoff = 100;
         } catch (e) {
           // A worker that cannot claim is not idle: it never idle-exits (nor reports idle) during a store outage.
@@ -237,17 +282,26 @@ export class JobWorker {
             .finally(() => {
               slot?.();
               this.inflight.delete(job.id);
+              // Its slot goes back to the store-wide cap at once (other workers may be held).
+              if (cap) void this.capReserve(0).catch(() => {});
               const n = (this.runningKeys.get(key) ?? 1) - 1;
               if (n > 0) this.runningKeys.set(key, n);
               else this.runningKeys.delete(key);
             });
           this.inflight.set(job.id, p);
         }
+        if (cap && this.capReserved > 0) {
+          // The grant is now held by the jobs claimed; what the claim did not use goes back (one call, counted at once).
+          const unused = this.capReserved > claimed.length;
+          this.capReserved = 0;
+          if (unused) void this.capReserve(0).catch(() => {});
+        }
       }
       await Promise.all(this.inflight.values());
     } finally {
       clearInterval(beat);
       clearInterval(cancelPoll);
+      if (cap) await this.capChain.then(() => cap.leave(consumer)).catch(() => {});
       await wakes?.stop();
     }
     return { ...this.summary };
@@ -287,6 +341,24 @@ export class JobWorker {
         await loop;
       },
     };
+  }
+
+  /**
+   * Asks the running cap for `want` slots, recording this worker's held
+   * count (running jobs plus slots granted and not yet claimed) as the call
+   * runs; a call with `want` > 0 sets the slots granted and not yet claimed.
+   * Calls are serialized. @throws StoreError
+   */
+  private capReserve(want: number): Promise<{ granted: number; others: number }> {
+    const cap = this.opts.runningCap!;
+    const next = this.capChain.then(async () => {
+      const g = await cap.reserve(this.opts.consumer, this.inflight.size + this.capReserved, want);
+      // A grant is held from the moment the script gave it, before the next queued call counts.
+      if (want > 0) this.capReserved = g.granted;
+      return g;
+    });
+    this.capChain = next.catch(() => {});
+    return next;
   }
 
   /** Stops claiming; {@link run} resolves once the running jobs are done. */

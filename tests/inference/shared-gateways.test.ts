@@ -167,7 +167,7 @@ describe.skipIf(!hasRedis)("two `edgeloop gateway` processes sharing routing sta
       const killedAt = Date.now();
       expect((await liveLeases()).reduce((a, b) => a + b, 0)).toBe(6);
       // Each lease's score is its expiry: none outlives the kill by more than the lease TTL.
-      const expiries = (await Promise.all(sim.urls.map((u) => raw.zrange(`${prefix}routing:leases:${u}`, 0, -1, "WITHSCORES")))).flatMap((r) => r.filter((_, k) => k % 2 === 1).map(Number));
+      const expiries = (await Promise.all(sim.urls.map((u) => raw.zrange(`${prefix}routing:leases:${u}`, "0", "-1", "WITHSCORES")))).flatMap((r) => r.filter((_, k) => k % 2 === 1).map(Number));
       expect(expiries.length).toBe(6);
       expect(Math.max(...expiries)).toBeLessThanOrEqual(killedAt + LEASE_TTL_MS);
       await until(async () => (await liveLeases()).every((n) => n === 0), "dead leases expired", HANG_MS, 50);

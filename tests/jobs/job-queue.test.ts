@@ -177,7 +177,7 @@ describe.skipIf(!redis)("job queue", () => {
     // idleExitMs (50) is far below the lease (600): before the fix this worker exits "idle" with 6 jobs stranded.
     const survivor = new JobWorker({ model: null, jobs, store, executorFor: () => fakeExecutor(async (t) => void ran.push(t.key)), consumer: "survivor", concurrency: 8, idleExitMs: 50, blockMs: 20, log: (l) => lines.push(l) });
     const summary = await survivor.run();
-    expect(summary).toEqual({ claimed: 6, completed: 6, failed: 0, reclaimed: 6, abandoned: 0, cancelled: 0, surplus: 0, refused: 0, exit: "idle" });
+    expect(summary).toEqual({ claimed: 6, completed: 6, failed: 0, reclaimed: 6, abandoned: 0, cancelled: 0, surplus: 0, refused: 0, capped: 0, exit: "idle" });
     expect(ran.length).toBe(6);
     expect(lines[0]).toBe("[survivor] idle, but 6 jobs are left in the stream (held by other workers): staying to reclaim them if their worker stops heart-beating (lease 600 ms)");
     await run.run();
@@ -255,7 +255,7 @@ describe.skipIf(!redis)("job queue", () => {
     const ran: string[] = [];
     const worker = new JobWorker({ model: null, jobs, store, executorFor: () => fakeExecutor(async (t) => void ran.push(t.key)), consumer: "w", concurrency: 3, idleExitMs: 300, blockMs: 100 });
     const summary = await worker.run();
-    expect(summary).toEqual({ claimed: 4, completed: 4, failed: 0, reclaimed: 0, abandoned: 0, cancelled: 0, surplus: 0, refused: 0, exit: "idle" });
+    expect(summary).toEqual({ claimed: 4, completed: 4, failed: 0, reclaimed: 0, abandoned: 0, cancelled: 0, surplus: 0, refused: 0, capped: 0, exit: "idle" });
     expect(ran.sort()).toEqual(["w0_0_0", "w0_1_0", "w2_0_0", "w2_1_0"]);
     await run.run();
     const s = run.stats();

@@ -122,7 +122,7 @@ describe.skipIf(!redis)("KEDA metric of the worker ScaledObject, against real Re
     const drained = await w2.done;
     expect(drained.code).toBe(0);
     expect(Date.now() - t0).toBeLessThan(10_000);
-    expect(JSON.parse(drained.stdout.trim().split("\n").pop()!)).toEqual({ consumer: "drainer", claimed: 2, completed: 0, failed: 0, reclaimed: 0, abandoned: 0, cancelled: 0, surplus: 0, refused: 0, exit: "drain_timeout", running: 2 });
+    expect(JSON.parse(drained.stdout.trim().split("\n").pop()!)).toEqual({ consumer: "drainer", claimed: 2, completed: 0, failed: 0, reclaimed: 0, abandoned: 0, cancelled: 0, surplus: 0, refused: 0, capped: 0, exit: "drain_timeout", running: 2 });
     expect(drained.stderr).toContain("drain timeout (1 s) with 2 jobs running: they stay pending");
     expect((await metrics()).streamLength).toEqual(m(2, "streamLength"));
     expect((await metrics()).pendingEntriesCount).toEqual(m(2, "pendingEntriesCount"));
@@ -134,7 +134,7 @@ describe.skipIf(!redis)("KEDA metric of the worker ScaledObject, against real Re
     procs.push(w3.proc);
     const finished = await w3.done;
     expect(finished.code, finished.stderr).toBe(0);
-    expect(JSON.parse(finished.stdout.trim().split("\n").pop()!)).toEqual({ consumer: "finisher", claimed: 2, completed: 2, failed: 0, reclaimed: 2, abandoned: 0, cancelled: 0, surplus: 0, refused: 0, exit: "idle", running: 0 });
+    expect(JSON.parse(finished.stdout.trim().split("\n").pop()!)).toEqual({ consumer: "finisher", claimed: 2, completed: 2, failed: 0, reclaimed: 2, abandoned: 0, cancelled: 0, surplus: 0, refused: 0, capped: 0, exit: "idle", running: 0 });
     expect(await metrics()).toEqual({ streamLength: m(0, "streamLength"), pendingEntriesCount: m(0, "pendingEntriesCount"), lagCount: m(3, "lagCount") });
     expect(await r.xlen(trigger.stream!)).toBe(0);
     // Batch c's two trajectories are stored; the cancelled ones are not.
