@@ -240,6 +240,7 @@ export class JobWorker {
                 this.log(`held by the store-wide cap: ${cap.cap} sessions running at once across workers (${g.others} on other workers, ${this.inflight.size} here); claiming again when one ends`);
               }
               capHeld = true;
+              this.opts.admission?.setStoreCapHeld(true);
               // Held, not idle: the jobs wait in the stream for a slot.
               lastBusy = Date.now();
               backoff = 100;
@@ -248,6 +249,7 @@ export class JobWorker {
             }
             if (capHeld) this.log(`the store-wide cap grants slots again (${g.granted})`);
             capHeld = false;
+            this.opts.admission?.setStoreCapHeld(false);
             room = g.granted;
           }
           try {

@@ -9,6 +9,15 @@ import type { PromFamily } from "../telemetry/prometheus.ts";
  */
 export type HoldReason = "in_flight" | "loop_lag";
 
+/**
+ * What `/metrics` reports held sessions by: a {@link HoldReason}, or
+ * `store_cap` — a queue-mode worker's claims held by the store-wide running
+ * cap (`worker --max-running-total`: the workers of the prefix run that many
+ * sessions already); one held session while it lasts.
+ */
+export type HeldMetricReason = HoldReason | "store_cap";
+const HELD_REASONS = ["in_flight", "loop_lag", "store_cap"] as const;
+
 /** Lag samples {@link SessionAdmission} reads: the largest of the newest 5 (100 ms at the default 20 ms interval). */
 export const ADMISSION_LAG_SAMPLES = 5;
 /** Sessions a lag-bounded admission starts between two lag samples at most: a ramp, so the lag is seen before it has grown. */
@@ -42,7 +51,9 @@ export class SessionAdmission {
   /** Sessions started since the last lag sample (the ramp of {@link ADMISSION_STARTS_PER_SAMPLE}). */
   private startsSinceSample = 0;
   private readonly waiters: { go: () => void; reason: HoldReason }[] = [];
-  private readonly heldTotal: Record<HoldReason, number> = { in_flight: 0, loop_lag: 0 };
+  private readonly heldTotal: Record<HeldMetricReason, number> = { in_flight: 0, loop_lag: 0, store_cap: 0 };
+  /** A job worker's claims are held by the store-wide running cap now ({@link setStoreCapHeld}). */
+  private storeCapHeld = false;
   /** The wait of {@link lagCleared}'s callers (one at a time), or null. */
   private lagWait: Promise<void> | null = null;
   private readonly unsubscribe: (() => void) | null;
@@ -63,9 +74,20 @@ export class SessionAdmission {
     return this.running;
   }
 
-  /** Sessions waiting for a slot now (and job workers' claims held by lag). */
+  /** Sessions waiting for a slot now (and a job worker's claims held by lag or by the store-wide cap: one each). */
   get held(): number {
-    return this.waiters.length + (this.lagWait ? 1 : 0);
+    return this.waiters.length + (this.lagWait ? 1 : 0) + (this.storeCapHeld ? 1 : 0);
+  }
+
+  /**
+   * A job worker says its claims are held by the store-wide running cap
+   * (`on` true: a spell begins, counted once in
+   * `edgeloop_sessions_held_total{reason="store_cap"}`; false: it ended).
+   * Counts one held session while on.
+   */
+  setStoreCapHeld(on: boolean): void {
+    if (on && !this.storeCapHeld) this.heldTotal.store_cap++;
+    this.storeCapHeld = on;
   }
 
   /**
@@ -158,21 +180,21 @@ export class SessionAdmission {
   /** The admission's Prometheus families (docs/metrics.md). */
   families(): PromFamily[] {
     const reason = this.waiters.length ? (this.holdReason() ?? "in_flight") : null;
-    const heldBy = (r: HoldReason) => (r === reason ? this.waiters.length : 0) + (r === "loop_lag" && this.lagWait ? 1 : 0);
+    const heldBy = (r: HeldMetricReason) => (r === reason ? this.waiters.length : 0) + (r === "loop_lag" && this.lagWait ? 1 : 0) + (r === "store_cap" && this.storeCapHeld ? 1 : 0);
     const fams: PromFamily[] = [
       { name: "edgeloop_sessions_in_flight", help: "Sessions of this process holding an admission slot (running), of at most edgeloop_sessions_max_in_flight.", type: "gauge", samples: [{ value: this.running }] },
       { name: "edgeloop_sessions_max_in_flight", help: "Most sessions this process runs at once (config concurrency).", type: "gauge", samples: [{ value: this.opts.maxInFlight }] },
       {
         name: "edgeloop_sessions_held",
-        help: "Sessions waiting for an admission slot now, by what holds them (in_flight: the process runs concurrency sessions; loop_lag: recent event-loop lag over limits.max_event_loop_lag_ms, or the start ramp waiting for the next lag sample).",
+        help: "Sessions waiting for an admission slot now, by what holds them (in_flight: the process runs concurrency sessions; loop_lag: recent event-loop lag over limits.max_event_loop_lag_ms, or the start ramp waiting for the next lag sample; store_cap: a worker's claims held by the store-wide running cap, --max-running-total).",
         type: "gauge",
-        samples: (["in_flight", "loop_lag"] as const).map((r) => ({ labels: { reason: r }, value: heldBy(r) })),
+        samples: HELD_REASONS.map((r) => ({ labels: { reason: r }, value: heldBy(r) })),
       },
       {
         name: "edgeloop_sessions_held_total",
         help: "Sessions that had to wait for an admission slot, by what held them when they began waiting.",
         type: "counter",
-        samples: (["in_flight", "loop_lag"] as const).map((r) => ({ labels: { reason: r }, value: this.heldTotal[r] })),
+        samples: HELD_REASONS.map((r) => ({ labels: { reason: r }, value: this.heldTotal[r] })),
       },
     ];
     return fams;

@@ -94,10 +94,12 @@ describe("SessionAdmission", () => {
     expect(fams.edgeloop_sessions_held).toEqual([
       { labels: { reason: "in_flight" }, value: 0 },
       { labels: { reason: "loop_lag" }, value: 1 },
+      { labels: { reason: "store_cap" }, value: 0 },
     ]);
     expect(fams.edgeloop_sessions_held_total).toEqual([
       { labels: { reason: "in_flight" }, value: 0 },
       { labels: { reason: "loop_lag" }, value: 1 },
+      { labels: { reason: "store_cap" }, value: 0 },
     ]);
     expect(fams.edgeloop_sessions_in_flight).toEqual([{ value: 1 }]);
     // The admission reads the largest of the newest 5 samples: four low samples leave it at 120, the fifth pushes it out.
@@ -257,6 +259,7 @@ describe.skipIf(!redis)("queue mode: a lagging worker claims no more jobs", () =
     expect(Object.fromEntries(admission.families().map((f) => [f.name, f.samples])).edgeloop_sessions_held_total).toEqual([
       { labels: { reason: "in_flight" }, value: 0 },
       { labels: { reason: "loop_lag" }, value: 1 },
+      { labels: { reason: "store_cap" }, value: 0 },
     ]);
   }, 60_000);
 });

@@ -10,6 +10,7 @@ import { parseAppConfig } from "../../shared/config/app-config.ts";
 import { JobQueue } from "../../shared/jobs/job-queue.ts";
 import { JobWorker } from "../../shared/jobs/job-worker.ts";
 import { StoreRunningCap } from "../../shared/jobs/running-cap.ts";
+import { SessionAdmission } from "../../shared/rollout/session-admission.ts";
 import { RolloutRequest } from "../../shared/rollout/batch.ts";
 import { RolloutService } from "../../shared/service/rollout-service.ts";
 import { fakeExecutor } from "../helpers/fake-executor.ts";
@@ -107,14 +108,20 @@ describe.skipIf(!redis)("store-wide running cap", () => {
         running--;
       });
     const logs: string[] = [];
-    const worker = (consumer: string) =>
-      new JobWorker({ model: null, jobs, store, executorFor: exec, consumer, concurrency: 6, idleExitMs: 400, blockMs: 100, capPollMs: 20, runningCap: jobs.runningCap(4), log: (l) => logs.push(`${consumer}: ${l}`) });
+    const admissions = { w1: new SessionAdmission({ maxInFlight: 6 }), w2: new SessionAdmission({ maxInFlight: 6 }) };
+    const heldGauge = (a: SessionAdmission, name: string) => Object.fromEntries(a.families().map((f) => [f.name, f.samples]))[name]!.find((x) => x.labels?.reason === "store_cap")!.value;
+    const worker = (consumer: "w1" | "w2") =>
+      new JobWorker({ model: null, jobs, store, executorFor: exec, consumer, concurrency: 6, idleExitMs: 400, blockMs: 100, capPollMs: 20, runningCap: jobs.runningCap(4), admission: admissions[consumer], log: (l) => logs.push(`${consumer}: ${l}`) });
     const w1 = worker("w1");
     const w2 = worker("w2");
     const done = Promise.all([w1.run(), w2.run()]);
     // Four start; then both workers ask and are refused (the cap is full) until one ends.
     await waitFor(() => running === 4 && logs.filter((l) => l.includes("held by the store-wide cap")).length >= 1, "four running and a worker held");
     expect(logs.find((l) => l.includes("held by the store-wide cap"))).toMatch(/held by the store-wide cap: 4 sessions running at once across workers \(\d on other workers, \d here\); claiming again when one ends/);
+    // /metrics names the cause: the held worker's admission reports one held session, reason store_cap.
+    const heldNow = heldGauge(admissions.w1, "edgeloop_sessions_held") + heldGauge(admissions.w2, "edgeloop_sessions_held");
+    expect(heldNow).toBeGreaterThanOrEqual(1);
+    expect(admissions.w1.held + admissions.w2.held).toBe(heldNow);
     // Release sessions one at a time: each end lets exactly one more start (the count never passes 4).
     for (;;) {
       await waitFor(() => waiting.length > 0 || (ran.length === 16 && running === 0), "a session waiting, or all done");
@@ -129,6 +136,9 @@ describe.skipIf(!redis)("store-wide running cap", () => {
     expect(ran.sort()).toEqual([...keys].sort());
     expect(s1.completed + s2.completed).toBe(16);
     expect(s1.capped + s2.capped).toBeGreaterThanOrEqual(1);
+    // Each spell the summary counted is one in the held counter; none is held once both left.
+    expect(heldGauge(admissions.w1, "edgeloop_sessions_held_total") + heldGauge(admissions.w2, "edgeloop_sessions_held_total")).toBe(s1.capped + s2.capped);
+    expect(heldGauge(admissions.w1, "edgeloop_sessions_held") + heldGauge(admissions.w2, "edgeloop_sessions_held")).toBe(0);
     await run.run();
     expect(run.stats().counts.ok).toBe(16);
     // Both left: nothing held in the store.
