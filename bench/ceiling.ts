@@ -31,8 +31,9 @@
  * The long session runs twice: with one-token tool replies, and with replies
  * of `--obs-tokens` (default 1,000) tokens, so its context reaches ~128K
  * tokens at turn 128.
- * Not yet covered (issue 32): queue mode with workers, the Redis store's round
- * trips and bytes per turn (counted by tests/session/turn-cost.test.ts).
+ * Queue mode with workers over Redis is `bench/ceiling-queue.ts`; the Redis
+ * store's commands and bytes of one turn are counted by
+ * tests/session/turn-cost.test.ts.
  *
  *   bun bench/ceiling.ts [--concurrency 64,1024,4096] [--turns 4,32] [--long 128] [--lag-ms 50] [--product 4096,16384] [--gateway-calls 128] [--obs-tokens 1000]
  */
