@@ -2,7 +2,7 @@ import type { ToolAgentData, ToolAgentLoop } from "../agent-loop/tool-agent.ts";
 import { StoreError } from "../errors.ts";
 import { ROUTED_EXPERTS_FILL, type ChatMessage } from "../schema/index.ts";
 import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
-import { DELTA_LISTS, parseDelta, restoreToolAgentFields, unpackOutput, saveToolAgentFields, type BuilderDelta, type LoopDelta, type SessionCheckpoint, type SessionInput, type ToolAgentFields } from "./checkpoint.ts";
+import { DELTA_LISTS, VISION_LISTS, parseDelta, restoreToolAgentFields, unpackOutput, saveToolAgentFields, type BuilderDelta, type LoopDelta, type SessionCheckpoint, type SessionInput, type ToolAgentFields } from "./checkpoint.ts";
 import { decodeFloat32, decodeInt32, decodeUint8, encodeFloat32, encodeInt32, encodeUint8 } from "../schema/typed-base64.ts";
 
 type DeltaList = (typeof DELTA_LISTS)[number];
@@ -15,6 +15,14 @@ function listOf(f: ToolAgentFields, name: DeltaList): readonly unknown[] {
 /** A list item as committed: a primitive itself, an object as its JSON (so a later in-place change is seen). */
 function committedItem(x: unknown): unknown {
   return x !== null && typeof x === "object" ? JSON.stringify(x) : x;
+}
+
+/** How many leading items of `now` are the committed ones themselves (same references). */
+function keptRefs(committed: readonly unknown[], now: readonly unknown[]): number {
+  let k = 0;
+  const m = Math.min(committed.length, now.length);
+  while (k < m && committed[k] === now[k]) k++;
+  return k;
 }
 
 /** How many leading items of `now` equal the committed ones ({@link committedItem} form). */
@@ -38,6 +46,9 @@ export class DeltaTracker {
   private builder: TrajectoryBuilder | null = null;
   private tokens = 0;
   private lists: Record<DeltaList, unknown[]> = emptyLists();
+  /** The vision lists as last committed (item references: both lists are append-only). */
+  private images: readonly unknown[] = [];
+  private imageData: readonly string[] = [];
 
   /** The loop delta of `d` against the last {@link accept}ed state. */
   delta(d: ToolAgentData): LoopDelta {
@@ -53,9 +64,15 @@ export class DeltaTracker {
       listsFrom[name] = k;
       tails[name] = now.slice(k);
     }
-    const { tool_metrics: _m, token_versions: _t, ...rest } = fields;
+    const { tool_metrics: _m, token_versions: _t, multi_modal: _mm, image_data: _id, ...rest } = fields;
+    // Vision: only the images added since the last commit (the lists' kept prefix by identity).
+    const vis = d.vision;
+    const ki = vis ? keptRefs(this.images, vis.multiModal.images) : 0;
+    const kd = vis ? keptRefs(this.imageData, vis.imageData) : 0;
+    if (vis) Object.assign(listsFrom, { multi_modal_images: ki, image_data: kd });
     return {
       ...rest,
+      ...(vis ? { multi_modal: { ...vis.multiModal, images: vis.multiModal.images.slice(ki) }, image_data: vis.imageData.slice(kd) } : {}),
       tool_rewards: tails.tool_rewards as number[],
       turn_scores: tails.turn_scores as number[],
       model_versions: tails.model_versions!,
@@ -74,6 +91,8 @@ export class DeltaTracker {
     this.messages = d ? d.messages.slice() : [];
     this.builder = d?.builder ?? null;
     this.tokens = d?.builder?.responseLength ?? 0;
+    this.images = d?.vision ? d.vision.multiModal.images.slice() : [];
+    this.imageData = d?.vision ? d.vision.imageData.slice() : [];
     if (!d) {
       this.lists = emptyLists();
       return;
@@ -186,6 +205,20 @@ function wholeFields(prev: LoopDelta | null, d: LoopDelta, key: string): LoopDel
   }
   const whole = out as LoopDelta;
   if (!whole.tool_metrics?.length) delete whole.tool_metrics;
+  // Vision lists: a delta that names them holds the images after the kept ones; one that does not holds them whole.
+  const visionFrom = (name: (typeof VISION_LISTS)[number], base: readonly unknown[]): number => {
+    const from = d.lists_from![name]!;
+    if (from > base.length) throw new StoreError(`session '${key}': stored checkpoint keeps ${from} items of loop.${name}, but the state before it holds ${base.length}`, { retryable: false });
+    return from;
+  };
+  if (d.lists_from.multi_modal_images !== undefined && d.multi_modal) {
+    const base = prev?.multi_modal?.images ?? [];
+    whole.multi_modal = { ...d.multi_modal, images: base.slice(0, visionFrom("multi_modal_images", base)).concat(d.multi_modal.images) };
+  }
+  if (d.lists_from.image_data !== undefined) {
+    const base = prev?.image_data ?? [];
+    whole.image_data = base.slice(0, visionFrom("image_data", base)).concat(d.image_data ?? []);
+  }
   delete whole.lists_from;
   return whole;
 }

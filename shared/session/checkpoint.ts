@@ -118,6 +118,19 @@ export const BuilderDelta = BuilderLimits.extend({
 export type BuilderDelta = z.infer<typeof BuilderDelta>;
 
 /**
+ * The append-only image lists of a vision trajectory's state, written as
+ * deltas like {@link DELTA_LISTS} (a commit holds only the images added since
+ * the previous one, so a session whose tools keep returning images does not
+ * write every earlier image again): `image_data` (the engine's data URIs) and
+ * `multi_modal_images` (`multi_modal.images`, the record's image entries,
+ * with their bytes inline up to 64 KiB). Kept items are found by identity
+ * (the loop only appends to both), not by comparing their contents. A
+ * delta without these `lists_from` keys (written before them) holds both
+ * lists whole.
+ */
+export const VISION_LISTS = ["image_data", "multi_modal_images"] as const;
+
+/**
  * `tool_agent`'s run state as a delta: the messages and tokens added since
  * the previous commit (`messages_from` / `builder.from` say how much of the
  * previous state is kept), plus the small fields (counters, pending calls,
@@ -129,7 +142,7 @@ export const LoopDelta = ToolAgentFields.extend({
    * kept ({@link DELTA_LISTS}); the list field then holds only the items
    * after them. Absent (version 2): the list fields are whole.
    */
-  lists_from: z.partialRecord(z.enum(["tool_rewards", "tool_metrics", "turn_scores", "model_versions", "token_versions"]), z.number().int().min(0)).optional(),
+  lists_from: z.partialRecord(z.enum(["tool_rewards", "tool_metrics", "turn_scores", "model_versions", "token_versions", ...VISION_LISTS]), z.number().int().min(0)).optional(),
   messages_from: z.number().int().min(0),
   messages: z.array(ChatMessage),
   builder: BuilderDelta.nullable(),

@@ -28,7 +28,15 @@ const VE = 151653;
 const PAD = 151655;
 const ZOOM: ToolSchema = { type: "function", function: { name: "zoom", description: "Zoom into the picture", parameters: { type: "object", properties: { factor: { type: "integer" } }, required: ["factor"] } } };
 const QUESTION = "What is in the picture?";
-const SCRIPT = { seed: 3, rules: [{ when: QUESTION, turns: [call("zoom", { factor: 2 }), "A red square."] }], default: ["I cannot help with that."] };
+const THRICE = "Zoom in three times.";
+const SCRIPT = {
+  seed: 3,
+  rules: [
+    { when: QUESTION, turns: [call("zoom", { factor: 2 }), "A red square."] },
+    { when: THRICE, turns: [call("zoom", { factor: 2 }), call("zoom", { factor: 3 }), call("zoom", { factor: 4 }), "Still a red square."] },
+  ],
+  default: ["I cannot help with that."],
+};
 
 let vl: ChatTokenizer;
 let promptUri: string;
@@ -225,10 +233,61 @@ describe("a durable session holding images, killed and resumed", () => {
     };
   }
   const deps = (): ExecutorDeps => ({ registry: defaultAgentLoopRegistry(), tokenizer: vl, client: engine(), maxModelLen: 8192, tools: webhookTools() as ToolExecutor, reward: {} });
-  const input = (uid: string) => {
+  const input = (uid: string, question = QUESTION) => {
     const key = `${uid}_0_0`;
-    return { key, agent_name: "tool_agent", sampling_params: { ...SP, seed: 7 }, kwargs: { ...row(), uid, key }, rollout: RolloutConfig.parse({ response_length: 1024, prompt_length: 1024 }), model_version: "v1" };
+    return { key, agent_name: "tool_agent", sampling_params: { ...SP, seed: 7 }, kwargs: { ...row([{ type: "image", image: promptUri }, { type: "text", text: question }]), uid, key }, rollout: RolloutConfig.parse({ response_length: 2048, prompt_length: 1024 }), model_version: "v1" };
   };
+
+  test("three tool images: each commit writes only the images it added (image_data and multi_modal.images are deltas), and a resume at every commit rebuilds them", async () => {
+    const mem = new MemorySessionStorage();
+    const inp = input("thrice", THRICE);
+    const ref = (await TrajectorySession.open(inp.key, { storage: mem, createLoop: sessionLoopFactory(deps()) }, inp))!;
+    const rr = await ref.run();
+    if (rr.status !== "finished") throw new Error(JSON.stringify(rr));
+    const want = rr.outputs[0]!;
+    expect(want.multi_modal!.images.map((i) => [i.source, i.field])).toEqual([
+      ["prompt", "prompt[0].content[0].image"],
+      ["tool", "turn[1].tool[0].content[0].image"],
+      ["tool", "turn[2].tool[0].content[0].image"],
+      ["tool", "turn[3].tool[0].content[0].image"],
+    ]);
+    const deltas = (await mem.get(inp.key))!.deltas;
+    const toolB64 = toolUri.slice("data:image/png;base64,".length);
+    const promptB64 = promptUri.slice("data:image/png;base64,".length);
+    const count = (text: string, needle: string) => text.split(needle).length - 1;
+    // The run state's commits: a tool image's bytes are written three times, all in the commit that added it — in the
+    // tool message, in image_data (the engine's data URI) and in multi_modal.images[].data. Whole lists would write
+    // 3, then 6, then 9. The last commit's finished output holds the record's multi_modal once (each image once).
+    const loops = deltas.map((t) => JSON.stringify((JSON.parse(t) as { loop?: unknown }).loop ?? null));
+    const perCommit = loops.map((t) => count(t, toolB64));
+    expect(perCommit.filter((n) => n > 0)).toEqual([3, 3, 3]);
+    expect(count(JSON.stringify((JSON.parse(deltas.at(-1)!) as { outputs: unknown }).outputs), toolB64)).toBe(3);
+    // The prompt image: in the prompt message, image_data and multi_modal of the commit that built the prompt, never again.
+    const promptPerCommit = loops.map((t) => count(t, promptB64));
+    expect(promptPerCommit.filter((n) => n > 0)).toEqual([3]);
+    // A delta names how many images of the state before it it keeps.
+    const withImages = deltas.map((t) => JSON.parse(t) as { loop?: { lists_from?: Record<string, number> } }).filter((d) => d.loop?.lists_from?.image_data !== undefined);
+    expect(withImages.at(-1)!.loop!.lists_from!.image_data).toBe(4);
+    expect(withImages.at(-1)!.loop!.lists_from!.multi_modal_images).toBe(4);
+
+    for (let kill = 2; kill <= deltas.length; kill++) {
+      const inner = new MemorySessionStorage();
+      const k = input(`thrice${kill}`, THRICE);
+      const s = (await TrajectorySession.open(k.key, { storage: dyingAt(inner, kill), createLoop: sessionLoopFactory(deps()), commitRetries: 0 }, k))!;
+      await expect(s.run()).rejects.toThrow("killed");
+      const before = wire.length;
+      const r = await (await TrajectorySession.open(k.key, { storage: inner, createLoop: sessionLoopFactory(deps()) }))!.run();
+      if (r.status !== "finished") throw new Error(`kill ${kill}: ${JSON.stringify(r)}`);
+      const got = r.outputs[0]!;
+      expect(got.response_ids).toEqual(want.response_ids);
+      expect(got.response_mask).toEqual(want.response_mask);
+      expect(got.multi_modal).toEqual(want.multi_modal);
+      for (const body of wire.slice(before)) {
+        const runs = (body.input_ids as number[]).filter((x, i, a) => x === PAD && a[i - 1] === VS).length;
+        expect(body.image_data).toEqual([promptUri, toolUri, toolUri, toolUri].slice(0, runs));
+      }
+    }
+  }, 60_000);
 
   test("resumed at every commit: multi_modal and image_data survive (the record equals the uninterrupted one)", async () => {
     const mem = new MemorySessionStorage();
