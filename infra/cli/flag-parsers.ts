@@ -32,13 +32,14 @@ export { MAX_TIMER_SECONDS };
  * {@link MAX_TIMER_SECONDS} (the value becomes a timer in milliseconds):
  * `--lease`, `--store-timeout`, `--idle-exit`, ...
  */
-export function secondsFlag(flag: string, opts: { allowZero?: boolean } = {}): (v: string) => number {
+export function secondsFlag(flag: string, opts: { allowZero?: boolean; min?: { seconds: number; why: string } } = {}): (v: string) => number {
   return (v) => {
     const s = v.trim();
     const n = Number(s);
     if (!NUM.test(s) || !Number.isFinite(n) || n < 0 || (n === 0 && !opts.allowZero)) {
       throw new InvalidArgumentError(`${flag} must be ${opts.allowZero ? "a number of seconds >= 0" : "a positive number of seconds"}, got '${v}'`);
     }
+    if (opts.min && n < opts.min.seconds) throw new InvalidArgumentError(`${flag} must be at least ${opts.min.seconds} seconds (${opts.min.why}), got '${v}'`);
     if (n > MAX_TIMER_SECONDS) throw new InvalidArgumentError(`${flag} must be at most ${MAX_TIMER_SECONDS} seconds (setTimeout's largest delay), got '${v}'`);
     return n;
   };

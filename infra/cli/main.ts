@@ -111,7 +111,7 @@ configFlags(
     .command("worker")
     .description("claim trajectory jobs from the store's Redis (enqueued by `serve` in queue mode), run them, exit when idle")
     .option("--idle-exit <seconds>", "exit after this many seconds without a job (scale to zero; 0: as soon as none is waiting); never while another worker's jobs are in the stream (it stays to reclaim them if that worker dies)", secondsFlag("--idle-exit", { allowZero: true }))
-    .option("--lease <seconds>", "seconds without a heartbeat before another worker reclaims a job (default 30)", secondsFlag("--lease"))
+    .option("--lease <seconds>", "seconds without a heartbeat before another worker reclaims a job (default 30)", secondsFlag("--lease", { min: { seconds: 0.1, why: "jobs are heart-beaten every third of it, at least 50 ms apart: a shorter lease hands running jobs to other workers" } }))
     .option("--consumer <name>", "consumer name in the workers group (default <host>-<pid>-<random>)")
     .option("--max-running-total <n>", "sessions running at once across all workers of the store prefix (a store-wide cap; give every worker the same value); default: only --concurrency per worker", intFlag("--max-running-total", 1))
     .option("--drain-timeout <seconds>", "after SIGINT/SIGTERM, seconds the running jobs get to finish before the worker exits and leaves them to be reclaimed (default: wait for them)", secondsFlag("--drain-timeout"))

@@ -67,7 +67,11 @@ export interface JobWorkerOptions {
    * per spell. Absent: only `concurrency` and the admission bound it.
    */
   runningCap?: StoreRunningCap;
-  /** While the cap grants nothing, ms between asks (default 250; a job of this worker ending asks at once). */
+  /**
+   * With a cap, claims do not block on the stream: ms between looks while the
+   * cap grants nothing or the stream is empty (default 250; a job of this
+   * worker ending looks at once). New jobs wait up to this long for a capped worker.
+   */
   capPollMs?: number;
 }
 
@@ -191,8 +195,12 @@ export class JobWorker {
     let backoff = 100;
     /** Said once per idle spell: the worker stays because other workers hold jobs. */
     let waitingOnOthers = false;
-    /** Said once per spell: the store-wide running cap grants nothing. */
+    /** The store-wide running cap grants nothing now (a spell, counted once in `capped`). */
     let capHeld = false;
+    /** When the held line was last said (at most every 30 s). */
+    let capSaidAt = -Infinity;
+    /** Said once: another worker of the prefix has a smaller cap. */
+    let capMismatchSaid = false;
     const wakes = this.opts.onWake ? await this.followWakes(blockMs) : null;
     try {
       while (!this.stopped) {
@@ -234,26 +242,35 @@ export class JobWorker {
           let room = this.opts.admission?.lagging() ? 1 : concurrency - this.inflight.size;
           if (cap) {
             const g = await this.capReserve(room);
+            if (g.cap < cap.cap && !capMismatchSaid) {
+              capMismatchSaid = true;
+              this.log(`another worker of this store prefix was given a smaller store-wide cap (${g.cap}; this one ${cap.cap}): every worker obeys the smallest, ${g.cap}; give all of them the same --max-running-total`);
+            }
             if (g.granted === 0) {
               if (!capHeld) {
                 this.summary.capped++;
-                this.log(`held by the store-wide cap: ${cap.cap} sessions running at once across workers (${g.others} on other workers, ${this.inflight.size} here); claiming again when one ends`);
+                this.opts.admission?.setStoreCapHeld(true);
+              }
+              // Said at the first spell, then at most every 30 s while the cap keeps holding claims.
+              if (Date.now() - capSaidAt >= 30_000) {
+                capSaidAt = Date.now();
+                this.log(`held by the store-wide cap: ${g.cap} sessions at once across workers (${g.others} held by other workers, ${this.inflight.size} running here); claiming again when a slot frees`);
               }
               capHeld = true;
-              this.opts.admission?.setStoreCapHeld(true);
-              // Held, not idle: the jobs wait in the stream for a slot.
-              lastBusy = Date.now();
+              // Not busy: a held worker with nothing running still idle-exits once no job is left that it could take
+              // (the idle check above asks the stream), so held workers do not keep each other alive.
               backoff = 100;
               await Promise.race([...this.inflight.values(), sleep(this.opts.capPollMs ?? 250)]);
               continue;
             }
-            if (capHeld) this.log(`the store-wide cap grants slots again (${g.granted})`);
             capHeld = false;
             this.opts.admission?.setStoreCapHeld(false);
             room = g.granted;
           }
           try {
-            claimed = await jobs.claim(consumer, room, this.inflight.size ? Math.min(wait, 200) : wait);
+            // With the cap, a claim never blocks: its granted slots are counted in the store while it runs, and a
+            // blocking read would hold them for nothing (idle workers starving each other, entries outliving a short lease).
+            claimed = await jobs.claim(consumer, room, cap ? 0 : this.inflight.size ? Math.min(wait, 200) : wait);
           } catch (e) {
             this.capReserved = 0;
             throw e;
@@ -298,12 +315,17 @@ export class JobWorker {
           this.capReserved = 0;
           if (unused) void this.capReserve(0).catch(() => {});
         }
+        // A capped claim does not block: with nothing claimed, look again after the poll interval (or when a job here ends).
+        if (cap && claimed.length === 0) await Promise.race([...this.inflight.values(), sleep(this.opts.capPollMs ?? 250)]);
       }
       await Promise.all(this.inflight.values());
     } finally {
       clearInterval(beat);
       clearInterval(cancelPoll);
-      if (cap) await this.capChain.then(() => cap.leave(consumer)).catch(() => {});
+      if (cap) {
+        this.opts.admission?.setStoreCapHeld(false);
+        await this.capChain.then(() => cap.leave(consumer)).catch(() => {});
+      }
       await wakes?.stop();
     }
     return { ...this.summary };
@@ -351,7 +373,7 @@ export class JobWorker {
    * runs; a call with `want` > 0 sets the slots granted and not yet claimed.
    * Calls are serialized. @throws StoreError
    */
-  private capReserve(want: number): Promise<{ granted: number; others: number }> {
+  private capReserve(want: number): Promise<{ granted: number; others: number; cap: number }> {
     const cap = this.opts.runningCap!;
     const next = this.capChain.then(async () => {
       const g = await cap.reserve(this.opts.consumer, this.inflight.size + this.capReserved, want);

@@ -71,6 +71,7 @@ const CASES: [string[], string][] = [
   [["gateway", "--replicas", "http://127.0.0.1:1", "--cooldown-ms", "3000000000"], "--cooldown-ms must be at most 2147483647 milliseconds (setTimeout's largest delay), got '3000000000' (see edgeloop gateway --help)"],
   [["gateway", "--replicas", "http://127.0.0.1:1", "--health-interval-ms", "3000000000"], "--health-interval-ms must be at most 2147483647 milliseconds (setTimeout's largest delay), got '3000000000' (see edgeloop gateway --help)"],
   [["worker", "--lease", "NaN"], "--lease must be a positive number of seconds, got 'NaN' (see edgeloop worker --help)"],
+  [["worker", "--lease", "0.0001"], "--lease must be at least 0.1 seconds (jobs are heart-beaten every third of it, at least 50 ms apart: a shorter lease hands running jobs to other workers), got '0.0001' (see edgeloop worker --help)"],
   // Jobs run with their batch's rollout section: the worker refuses the flags it would ignore.
   [["worker", "--n", "4"], "--n: a worker runs each job with its batch's rollout.n (serve's config, or the batch's config.rollout); set it on edgeloop serve or in the POST, not on the worker"],
   [["worker", "--trajectory-deadline", "60"], "--trajectory-deadline: a worker runs each job with its batch's rollout.trajectory_deadline_s (serve's config, or the batch's config.rollout); set it on edgeloop serve or in the POST, not on the worker"],

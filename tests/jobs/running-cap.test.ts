@@ -32,25 +32,33 @@ describe.skipIf(!redis)("store-wide running cap", () => {
     const cap = new StoreRunningCap(commander, { prefix, cap: 8, ttlMs: 1_000, now: () => now });
     const key = `${prefix}jobs:running`;
     expect(cap.key).toBe(key);
-    expect(await cap.reserve("a", 0, 5)).toEqual({ granted: 5, others: 0 });
-    expect(await cap.reserve("b", 0, 5)).toEqual({ granted: 3, others: 5 });
-    expect(await cap.reserve("b", 3, 1)).toEqual({ granted: 0, others: 5 });
-    expect(await raw.hgetall(key)).toEqual({ a: `5:${now + 1_000}`, b: `3:${now + 1_000}` });
+    expect(await cap.reserve("a", 0, 5)).toEqual({ granted: 5, others: 0, cap: 8 });
+    expect(await cap.reserve("b", 0, 5)).toEqual({ granted: 3, others: 5, cap: 8 });
+    expect(await cap.reserve("b", 3, 1)).toEqual({ granted: 0, others: 5, cap: 8 });
+    expect(await raw.hgetall(key)).toEqual({ a: `5:${now + 1_000}:8`, b: `3:${now + 1_000}:8` });
     // a's jobs end (held 2): b gets the three freed slots, no more.
     now += 10;
-    expect(await cap.reserve("a", 2, 0)).toEqual({ granted: 0, others: 3 });
-    expect(await cap.reserve("b", 3, 10)).toEqual({ granted: 3, others: 2 });
-    expect(await raw.hget(key, "b")).toBe(`6:${now + 1_000}`);
+    expect(await cap.reserve("a", 2, 0)).toEqual({ granted: 0, others: 3, cap: 8 });
+    expect(await cap.reserve("b", 3, 10)).toEqual({ granted: 3, others: 2, cap: 8 });
+    expect(await raw.hget(key, "b")).toBe(`6:${now + 1_000}:8`);
     // a stops renewing (a SIGKILLed worker): once its entry's expiry is past, b's next ask drops it and may take its slots.
     now += 1_000;
-    expect(await cap.reserve("b", 6, 10)).toEqual({ granted: 2, others: 0 });
-    expect(await raw.hgetall(key)).toEqual({ b: `8:${now + 1_000}` });
-    // A malformed entry is dropped rather than counted.
-    await raw.hset(key, "junk", "not-a-count");
-    expect(await cap.reserve("c", 0, 1)).toEqual({ granted: 0, others: 8 });
-    expect(await raw.hexists(key, "junk")).toBe(0);
+    expect(await cap.reserve("b", 6, 10)).toEqual({ granted: 2, others: 0, cap: 8 });
+    expect(await raw.hgetall(key)).toEqual({ b: `8:${now + 1_000}:8` });
+    // Malformed entries are dropped rather than counted: not a count, no cap, a cap of 0.
+    await raw.hset(key, "junk", "not-a-count", "old", `1:${now + 5_000}`, "zero", `1:${now + 5_000}:0`);
+    expect(await cap.reserve("c", 0, 1)).toEqual({ granted: 0, others: 8, cap: 8 });
+    expect(await raw.hkeys(key)).toEqual(["b", "c"]);
     await cap.leave("b");
-    expect(await cap.reserve("c", 0, 3)).toEqual({ granted: 3, others: 0 });
+    expect(await cap.reserve("c", 0, 3)).toEqual({ granted: 3, others: 0, cap: 8 });
+    // A worker given a smaller cap: both obey the smallest (c, holding 3, is granted nothing more under d's cap of 2).
+    const small = new StoreRunningCap(commander, { prefix, cap: 2, ttlMs: 1_000, now: () => now });
+    expect(await small.reserve("d", 0, 2)).toEqual({ granted: 0, others: 3, cap: 2 });
+    expect(await cap.reserve("c", 3, 1)).toEqual({ granted: 0, others: 0, cap: 2 });
+    await cap.leave("c");
+    expect(await small.reserve("d", 0, 5)).toEqual({ granted: 2, others: 0, cap: 2 });
+    expect(await cap.reserve("c", 0, 5)).toEqual({ granted: 0, others: 2, cap: 2 });
+    await small.leave("d");
     // The key expires on its own with no worker left renewing it (twice the entry TTL).
     const pttl = await raw.pttl(key);
     expect(pttl > 1_000 && pttl <= 2_000).toBe(true);
@@ -70,10 +78,10 @@ describe.skipIf(!redis)("store-wide running cap", () => {
     };
     const cap = new StoreRunningCap(commander, { prefix, cap: 3, ttlMs: 60_000 });
     const before = await storeMs();
-    expect(await cap.reserve("w", 0, 2)).toEqual({ granted: 2, others: 0 });
+    expect(await cap.reserve("w", 0, 2)).toEqual({ granted: 2, others: 0, cap: 3 });
     const after = await storeMs();
     const entry = await raw.hget(`${prefix}jobs:running`, "w");
-    expect(entry).toMatch(/^2:\d+$/);
+    expect(entry).toMatch(/^2:\d+:3$/);
     const expiry = Number(entry!.split(":")[1]);
     expect(expiry).toBeGreaterThanOrEqual(before + 60_000);
     expect(expiry).toBeLessThanOrEqual(after + 60_000);
@@ -117,7 +125,7 @@ describe.skipIf(!redis)("store-wide running cap", () => {
     const done = Promise.all([w1.run(), w2.run()]);
     // Four start; then both workers ask and are refused (the cap is full) until one ends.
     await waitFor(() => running === 4 && logs.filter((l) => l.includes("held by the store-wide cap")).length >= 1, "four running and a worker held");
-    expect(logs.find((l) => l.includes("held by the store-wide cap"))).toMatch(/held by the store-wide cap: 4 sessions running at once across workers \(\d on other workers, \d here\); claiming again when one ends/);
+    expect(logs.find((l) => l.includes("held by the store-wide cap"))).toMatch(/held by the store-wide cap: 4 sessions at once across workers \(\d held by other workers, \d running here\); claiming again when a slot frees/);
     // /metrics names the cause: the held worker's admission reports one held session, reason store_cap.
     const heldNow = heldGauge(admissions.w1, "edgeloop_sessions_held") + heldGauge(admissions.w2, "edgeloop_sessions_held");
     expect(heldNow).toBeGreaterThanOrEqual(1);
@@ -145,5 +153,58 @@ describe.skipIf(!redis)("store-wide running cap", () => {
     const raw = rawRedis();
     closers.push(async () => void (await raw.quit()));
     expect(await raw.hgetall(`${prefix}jobs:running`)).toEqual({});
+  });
+  test("idle workers started before the batch, a lease shorter than a blocking read: still never more than the cap; held workers idle-exit; a smaller cap elsewhere is obeyed and said", async () => {
+    const prefix = randomPrefix("runcap-idle");
+    prefixes.push(prefix);
+    const commander = new IoRedisCommander(REDIS_URL);
+    closers.push(() => commander.close());
+    // A 400 ms lease: shorter than the 1 s blocking read an uncapped idle worker waits in.
+    const jobs = new JobQueue(commander, { prefix, leaseMs: 400 });
+    const store = createRedisTransferQueue({ url: REDIS_URL, prefix });
+    closers.push(() => store.close());
+    let running = 0;
+    let peak = 0;
+    let ran = 0;
+    const waiting: (() => void)[] = [];
+    const exec = () =>
+      fakeExecutor(async () => {
+        running++;
+        ran++;
+        peak = Math.max(peak, running);
+        await new Promise<void>((r) => waiting.push(r));
+        running--;
+      });
+    const logs: string[] = [];
+    const worker = (consumer: string, n: number) =>
+      new JobWorker({ model: null, jobs, store, executorFor: exec, consumer, concurrency: 1, idleExitMs: 300, blockMs: 1000, capPollMs: 20, runningCap: jobs.runningCap(n), log: (l) => logs.push(`${consumer}: ${l}`) });
+    // Three workers idle before any job exists; the third was given a smaller cap than the others (1 vs 2).
+    const runs = [worker("i1", 2).run(), worker("i2", 2).run(), worker("i3", 1).run()];
+    const cfg = parseAppConfig({ rollout: { n: 2 } });
+    const service = new RolloutService({ config: cfg, store, executorFor: () => fakeExecutor(), jobs, followPollMs: 20 });
+    closers.push(async () => service.close());
+    const { keys, run } = await service.accept(RolloutRequest.parse({ rows: Array.from({ length: 3 }, (_, i) => ({ prompt: [{ role: "user", content: `q${i}` }], uid: `idle${i}` })) }));
+    expect(keys.length).toBe(6);
+    // One session at a time (the smallest cap, 1), released one by one.
+    for (let done = 0; done < 6; done++) {
+      await waitFor(() => waiting.length === 1 && running === 1, `session ${done + 1} running alone`);
+      waiting.shift()!();
+    }
+    const summaries = await Promise.all(runs);
+    expect(peak).toBe(1);
+    expect(ran).toBe(6);
+    expect(summaries.reduce((a, x) => a + x.completed, 0)).toBe(6);
+    // Nothing left: every worker left idle (a held worker does not count as busy), and none holds a slot.
+    expect(summaries.map((x) => x.exit)).toEqual(["idle", "idle", "idle"]);
+    const raw = rawRedis();
+    closers.push(async () => void (await raw.quit()));
+    expect(await raw.hgetall(`${prefix}jobs:running`)).toEqual({});
+    // The workers given 2 said, once each at most, that a smaller cap holds.
+    const said = logs.filter((l) => l.includes("smaller store-wide cap"));
+    expect(said.length).toBeGreaterThanOrEqual(1);
+    expect(said.every((l) => /^(i[12]): \[\1\] another worker of this store prefix was given a smaller store-wide cap \(1; this one 2\): every worker obeys the smallest, 1; give all of them the same --max-running-total$/.test(l))).toBe(true);
+    expect(new Set(said.map((l) => l.slice(0, 2))).size).toBe(said.length);
+    await run.run();
+    expect(run.stats().counts.ok).toBe(6);
   });
 });
