@@ -63,8 +63,8 @@ export interface JobWorkerOptions {
    * The store-wide cap on running sessions (queue mode, every worker of the
    * prefix; `worker --max-running-total`): before each claim the worker takes
    * slots from it and claims no more jobs than it was granted; while none is
-   * granted it claims nothing (the jobs wait in the stream) and says why once
-   * per spell. Absent: only `concurrency` and the admission bound it.
+   * granted it claims nothing (the jobs wait in the stream) and says why (at
+   * most every 30 s). Absent: only `concurrency` and the admission bound it.
    */
   runningCap?: StoreRunningCap;
   /**

@@ -20,6 +20,17 @@ import { waitFor } from "../helpers/wait.ts";
 const redis = await requireRedis();
 const { prefixes, closers } = redisCleanup();
 
+/** A job queue and a transfer queue on a fresh prefix of the test Redis (closed and deleted after the file). */
+function queueOn(name: string, leaseMs: number) {
+  const prefix = randomPrefix(name);
+  prefixes.push(prefix);
+  const commander = new IoRedisCommander(REDIS_URL);
+  closers.push(() => commander.close());
+  const store = createRedisTransferQueue({ url: REDIS_URL, prefix });
+  closers.push(() => store.close());
+  return { prefix, jobs: new JobQueue(commander, { prefix, leaseMs }), store };
+}
+
 describe.skipIf(!redis)("store-wide running cap", () => {
   test("grants at most cap − others − held, keeps `{held}:{expiry}` per worker, drops an expired worker's entry, and frees a leaving one's at once", async () => {
     const prefix = randomPrefix("runcap");
@@ -88,13 +99,7 @@ describe.skipIf(!redis)("store-wide running cap", () => {
   });
 
   test("two workers (concurrency 6 each) with cap 4: never more than 4 sessions running in all, every job done once, the held worker says why", async () => {
-    const prefix = randomPrefix("runcap-w");
-    prefixes.push(prefix);
-    const commander = new IoRedisCommander(REDIS_URL);
-    closers.push(() => commander.close());
-    const jobs = new JobQueue(commander, { prefix, leaseMs: 5_000 });
-    const store = createRedisTransferQueue({ url: REDIS_URL, prefix });
-    closers.push(() => store.close());
+    const { prefix, jobs, store } = queueOn("runcap-w", 5_000);
     const cfg = parseAppConfig({ rollout: { n: 2 } });
     const service = new RolloutService({ config: cfg, store, executorFor: () => fakeExecutor(), jobs, followPollMs: 20 });
     closers.push(async () => service.close());
@@ -155,14 +160,8 @@ describe.skipIf(!redis)("store-wide running cap", () => {
     expect(await raw.hgetall(`${prefix}jobs:running`)).toEqual({});
   });
   test("idle workers started before the batch, a lease shorter than a blocking read: still never more than the cap; held workers idle-exit; a smaller cap elsewhere is obeyed and said", async () => {
-    const prefix = randomPrefix("runcap-idle");
-    prefixes.push(prefix);
-    const commander = new IoRedisCommander(REDIS_URL);
-    closers.push(() => commander.close());
     // A 400 ms lease: shorter than the 1 s blocking read an uncapped idle worker waits in.
-    const jobs = new JobQueue(commander, { prefix, leaseMs: 400 });
-    const store = createRedisTransferQueue({ url: REDIS_URL, prefix });
-    closers.push(() => store.close());
+    const { prefix, jobs, store } = queueOn("runcap-idle", 400);
     let running = 0;
     let peak = 0;
     let ran = 0;
