@@ -3,6 +3,7 @@ import { join } from "node:path";
 import { IoRedisCommander } from "../../infra/redis/ioredis-commander.ts";
 import { privateRedis, type PrivateRedis } from "../helpers/redis-server.ts";
 import { HANG_MS } from "../helpers/bounds.ts";
+import { waitFor } from "../helpers/wait.ts";
 
 // The outage line says how long the process will wait: "until it answers" only when nothing bounds
 // the wait; with --store-timeout it names the bound.
@@ -19,7 +20,7 @@ test("IoRedisCommander names the --store-timeout bound in its outage line", asyn
   ] as const) {
     const seen: string[] = [];
     const c = new IoRedisCommander("redis://127.0.0.1:1", { ...opts, onError: (m) => seen.push(m) });
-    for (let i = 0; i < 100 && seen.length === 0; i++) await Bun.sleep(20);
+    await waitFor(() => seen.length > 0, "the outage line", HANG_MS, 20);
     await c.close();
     expect(seen[0]).toBe(line);
   }
@@ -35,10 +36,10 @@ test("serve --store-timeout 30: the outage line printed when Redis goes away nam
   void (async () => {
     for await (const chunk of p.stderr as ReadableStream<Uint8Array>) err += new TextDecoder().decode(chunk);
   })();
-  for (let i = 0; i < 200 && !err.includes("auth "); i++) await Bun.sleep(50);
-  expect(err).toContain("auth ");
+  // serve's start (the model load) took over 10 s on a loaded CI machine: wait for its banner line, not a guess.
+  await waitFor(() => err.includes("auth "), "serve's banner", HANG_MS, 50);
   await redis.stop();
-  for (let i = 0; i < 100 && !err.includes("reconnecting"); i++) await Bun.sleep(50);
+  await waitFor(() => err.includes("reconnecting"), "the outage line after Redis stopped", HANG_MS, 50);
   const lines = err.split("\n").filter((l) => l.includes("reconnecting"));
   expect(lines.length).toBeGreaterThanOrEqual(1);
   for (const l of lines) expect(l).toMatch(/\(reconnecting, until it answers or for at most 30 s \(--store-timeout\)\)$/);

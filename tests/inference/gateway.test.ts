@@ -6,6 +6,8 @@ import { SamplingParams, type TokenOutput } from "../../shared/schema/index.ts";
 import { defaultTokenizer, type ChatTokenizer } from "../../shared/tokens/tokenizer.ts";
 import { SimEngine, SimEngineClient } from "../../infra/sim-engine/index.ts";
 import { startSimEngine, type RunningSimEngine } from "../../infra/sim-engine/server.ts";
+import { waitFor } from "../helpers/wait.ts";
+import { HANG_MS } from "../helpers/bounds.ts";
 
 const SCRIPT = {
   seed: 3,
@@ -167,7 +169,7 @@ describe("gateway routing", () => {
     expect([b.status, b.headers.get(REPLICA_HEADER)]).toEqual([200, sim.urls.find((u) => u !== pinned)!]);
     await b.arrayBuffer();
     // The abandoned call is cancelled on the replica (client_gone), not left running.
-    for (let i = 0; i < 50 && stuck.engine.stats.inflight > 0; i++) await Bun.sleep(10);
+    await waitFor(() => stuck.engine.stats.inflight === 0, "the abandoned call cancelled on the replica", HANG_MS);
     expect(stuck.engine.stats.inflight).toBe(0);
     expect(stuck.engine.requests.at(-1)!.fault).toBe("client_gone");
   });

@@ -8,6 +8,7 @@ import { awaitGroups, awaitRecords, batchRows, checkE4Record, checkRecords, comp
 import { bunReference } from "./reference.ts";
 import { startAgentServer, type AgentServer } from "../../infra/agent-example/server.ts";
 import { HANG_MS } from "../helpers/bounds.ts";
+import { waitFor } from "../helpers/wait.ts";
 
 // The Deno entry started as `deno task serve` (deno.json), with the deno binary from the npm package,
 // against the loopback services; its store is Upstash REST (the bridge), so sessions checkpoint there too.
@@ -169,7 +170,7 @@ describe.skipIf(!redis)("Deno entry (deno task serve)", () => {
     await awaitRecords(s.prefix, ["dnt0"], 2);
     // The batch span processor exports within its 5 s schedule.
     const names = () => otlp.flatMap((r) => (JSON.parse(r.body).resourceSpans ?? []).flatMap((rs: any) => rs.scopeSpans.flatMap((ss: any) => ss.spans.map((x: { name: string }) => x.name))));
-    for (let i = 0; i < 150 && !names().includes("inference.generate"); i++) await Bun.sleep(100);
+    await waitFor(() => names().includes("inference.generate"), "an inference.generate span exported", HANG_MS, 100);
     expect(otlp.every((r) => r.path === "/v1/traces")).toBe(true);
     for (const n of ["agent_loop.run", "agent_loop.turn", "inference.generate", "tool.call"]) expect(names()).toContain(n);
     expect(otlp.some((r) => r.body.includes('"stringValue":"edgeloop-deno-test"'))).toBe(true);

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { requireRedis } from "../helpers/redis.ts";
 import { awaitRecords, batchRows, startServices, startWorkerd, workerBindings, type Services, type Workerd } from "./harness.ts";
 import { HANG_MS } from "../helpers/bounds.ts";
+import { waitFor } from "../helpers/wait.ts";
 
 // Tracing on the Cloudflare entry: with OTEL_EXPORTER_OTLP_ENDPOINT among the Worker's variables, the Worker and
 // each trajectory's Durable Object export their spans over OTLP/HTTP (JSON, sent with fetch) to a loopback collector;
@@ -43,7 +44,7 @@ describe.skipIf(!redis)("tracing in workerd", () => {
     await awaitRecords(s.prefix, ["wdt0", "wdt1"], 2);
     // Each alarm flushes before it ends; allow the last export to land.
     const n = (name: string) => spans().filter((x) => x.name === name).length;
-    for (let i = 0; i < 150 && (n("reward.compute") < 4 || n("agent_loop.turn") < 8); i++) await Bun.sleep(100);
+    await waitFor(() => n("reward.compute") >= 4 && n("agent_loop.turn") >= 8, "the batch's spans exported", HANG_MS, 100);
     expect(otlp.every((r) => r.path === "/v1/traces" && r.type === "application/json")).toBe(true);
     const all = spans();
     const count = (n: string) => all.filter((x) => x.name === n).length;

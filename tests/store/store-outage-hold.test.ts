@@ -15,6 +15,7 @@ import { UpstashCommander } from "../../shared/store/upstash-transfer-queue.ts";
 import type { AgentLoopOutput } from "../../shared/schema/index.ts";
 import { privateRedis, type PrivateRedis } from "../helpers/redis-server.ts";
 import { HANG_MS } from "../helpers/bounds.ts";
+import { waitFor } from "../helpers/wait.ts";
 
 // E7 below the CLI: while Redis is down (its own redis-server, SIGKILLed and restarted with its
 // append-only file) a finished trajectory's record is held and written when it returns — over TCP
@@ -99,7 +100,7 @@ describe("a store outage holds records instead of failing them", () => {
       try {
         // Groups registered; every trajectory finishes while Redis is down.
         // (The bridge's own connection may still be coming back from the previous test's outage.)
-        for (let i = 0; i < 100 && (await app.request("/health")).status !== 200; i++) await Bun.sleep(100);
+        await waitFor(async () => (await app.request("/health")).status === 200, "/health 200 again", HANG_MS, 100);
         expect((await app.request("/health")).status).toBe(200);
         await Bun.sleep(300);
         await tr.down();
