@@ -7,10 +7,16 @@
  * Flags: --trajectories N --workers W --kill-every S --seed K --concurrency C --deadline S (give up after S seconds, default 900),
  * --leases (`npm run chaos:leases`: every trajectory holds a sandbox lease, and a cancelled and an over-sampled batch
  * run beside the main one; see ChaosOptions.sandbox).
- * Needs Redis (REDIS_URL, default redis://127.0.0.1:6379).
+ * --restart (`npm run chaos:restart`): issue 31's whole-system restart instead (infra/chaos/restart-run.ts) —
+ * serve, the workers, the gateway and a private Redis SIGKILLed together mid-batch, Redis restarted from its
+ * append-only file, everything started again; --rows R (default 120, n = 4), --tool-turns K (default 6),
+ * --kill-at F (share of records stored at the kill, default 0.5); prints the work kept.
+ * Needs Redis (REDIS_URL, default redis://127.0.0.1:6379); --restart needs redis-server (it starts its own).
  */
 import { parseArgs } from "node:util";
 import { formatChaosReport, runChaos } from "../infra/chaos/chaos-run.ts";
+import { formatRestartReport, runWholeRestart } from "../infra/chaos/restart-run.ts";
+import { privateRedis } from "../tests/helpers/redis-server.ts";
 
 const { values: v } = parseArgs({
   args: process.argv.slice(2),
@@ -22,9 +28,34 @@ const { values: v } = parseArgs({
     concurrency: { type: "string" },
     leases: { type: "boolean", default: false },
     deadline: { type: "string", default: "900" },
+    restart: { type: "boolean", default: false },
+    rows: { type: "string", default: "120" },
+    "tool-turns": { type: "string", default: "6" },
+    "kill-at": { type: "string", default: "0.5" },
   },
 });
 const t0 = performance.now();
+if (v.restart) {
+  const redis = await privateRedis({ persist: true });
+  try {
+    const r = await runWholeRestart({
+      redis,
+      rows: Number(v.rows),
+      toolTurns: Number(v["tool-turns"]),
+      workers: Number(v.workers ?? 2),
+      concurrency: Number(v.concurrency ?? 8),
+      killAt: Number(v["kill-at"]),
+      seed: Number(v.seed),
+      deadlineMs: Number(v.deadline) * 1000,
+      log: (line) => console.error(`[${((performance.now() - t0) / 1000).toFixed(1)} s] ${line}`),
+    });
+    console.log(formatRestartReport(r));
+    process.exitCode = r.violations.length ? 1 : 0;
+  } finally {
+    await redis.dispose();
+  }
+  process.exit();
+}
 const report = await runChaos({
   trajectories: Number(v.trajectories),
   // --leases: issue 29's shape, a fleet of 20 workers of which one (5 %) is SIGKILLed every ~10 s; else 3 workers, one every ~3 s.

@@ -152,7 +152,7 @@ export function comparableRecord(r: TrajectoryRecord): Omit<TrajectoryRecord, "m
 }
 
 /** The top-level fields (and `extra_fields` keys) in which two records differ, for a violation's message. */
-function differingFields(a: Record<string, unknown>, b: Record<string, unknown>): string[] {
+export function differingFields(a: Record<string, unknown>, b: Record<string, unknown>): string[] {
   const out: string[] = [];
   for (const k of new Set([...Object.keys(a), ...Object.keys(b)])) {
     if (k === "extra_fields") {
@@ -171,7 +171,8 @@ export function reasonClass(error: string): string {
 
 const WORKER = join(import.meta.dir, "chaos-worker.ts");
 
-function toolsFileText(port: number, timeoutMs: number, sandbox?: Record<string, unknown>): string {
+/** The example tools file with every tool at `port`, `timeoutMs` per attempt and 3 retries (and a sandbox block). */
+export function toolsFileText(port: number, timeoutMs: number, sandbox?: Record<string, unknown>): string {
   // The whole file's {port}: its tools and its simulated user (interactions) live on the same server.
   const example = JSON.parse(readFileSync(join(PACKAGE_ROOT, "infra", "tools", "tools.example.json"), "utf8").replaceAll("{port}", String(port))) as { tools: { url: string; timeout_ms: number; max_retries: number }[] };
   for (const t of example.tools) {
@@ -182,7 +183,7 @@ function toolsFileText(port: number, timeoutMs: number, sandbox?: Record<string,
 }
 
 /** The example tool server on loopback with probabilistic timeouts, logging each injected one. */
-function chaosToolServer(opts: { timeouts: number; seed: number; delayMs?: number }) {
+export function chaosToolServer(opts: { timeouts: number; seed: number; delayMs?: number }) {
   const faults: ToolInjectedFault[] = [];
   const app = createToolsApp({ faultRate: { timeouts: opts.timeouts, seed: opts.seed, holdMs: 10_000 }, onFault: (f) => faults.push(f), delayMs: opts.delayMs });
   const server = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: app.fetch, idleTimeout: 30 });
@@ -195,7 +196,8 @@ function chaosToolServer(opts: { timeouts: number; seed: number; delayMs?: numbe
   };
 }
 
-async function deletePrefix(redisUrl: string, prefix: string): Promise<void> {
+/** Deletes every key under `prefix` (SCAN + UNLINK). */
+export async function deletePrefix(redisUrl: string, prefix: string): Promise<void> {
   const c = new IORedis(redisUrl, { maxRetriesPerRequest: 1 });
   try {
     let cursor = "0";
