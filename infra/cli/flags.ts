@@ -16,6 +16,8 @@ export interface ConfigFlags {
   storePrefix?: string;
   /** store.shards */
   storeShards?: number;
+  /** store.durability */
+  storeDurability?: "primary" | "replicated";
   /** store.blobs.url: `file:///dir` or `s3://bucket/prefix`. */
   blobStore?: string;
   /** store.blobs.threshold_bytes. */
@@ -79,7 +81,7 @@ export function overridesFromFlags(f: ConfigFlags, env: Record<string, string | 
       admin_api_key: f.engineAdminApiKey ?? (secretFromEnv("EDGELOOP_ENGINE_ADMIN_API_KEY", env) || undefined),
     },
     tools: { file: f.tools, secret: f.toolsSecret ?? (secretFromEnv("EDGELOOP_TOOLS_SECRET", env) || undefined) },
-    store: { url: f.store, prefix: f.storePrefix, shards: f.storeShards, blobs: { url: f.blobStore, threshold_bytes: f.blobThreshold } },
+    store: { url: f.store, prefix: f.storePrefix, shards: f.storeShards, durability: f.storeDurability, blobs: { url: f.blobStore, threshold_bytes: f.blobThreshold } },
     concurrency: f.concurrency,
     model: f.model,
     agent: { url: f.agent === "example" ? undefined : f.agent, timeout_ms: f.agentTimeoutMs, secret: f.agentSecret ?? (secretFromEnv("EDGELOOP_AGENT_SECRET", env) || undefined), public_url: f.publicUrl },
@@ -107,6 +109,7 @@ export const FLAG_OF_PATH: Readonly<Record<string, { flag: string; key: keyof Co
   "store.url": { flag: "--store", key: "store" },
   "store.prefix": { flag: "--store-prefix", key: "storePrefix" },
   "store.shards": { flag: "--store-shards", key: "storeShards" },
+  "store.durability": { flag: "--store-durability", key: "storeDurability" },
   "store.blobs.url": { flag: "--blob-store", key: "blobStore" },
   "store.blobs.threshold_bytes": { flag: "--blob-threshold", key: "blobThreshold" },
   concurrency: { flag: "--concurrency", key: "concurrency" },

@@ -39,6 +39,7 @@ function configFlags(cmd: Command): Command {
     .option("--store <store>", "store.url: memory | redis://host:port | redis+cluster://host:port,host:port (Redis/Valkey Cluster) | upstash")
     .option("--store-prefix <prefix>", "store.prefix: prefix of every Redis key (default edgeloop:)")
     .option("--store-shards <n>", "store.shards: stream shards per partition (default 1; every writer and reader of a prefix must agree)", intFlag("--store-shards", 1, 1024))
+    .addOption(new Option("--store-durability <mode>", "store.durability: primary (default: a write is done once the primary answered) or replicated (each write waits for store.wait_replicas replica acknowledgements, WAIT; Redis over TCP)").choices(["primary", "replicated"]))
     .option("--blob-store <url>", "store.blobs.url: file:///dir or s3://bucket/prefix (AWS_ENDPOINT_URL_S3, AWS_REGION, AWS_ACCESS_KEY_ID…): routed experts above --blob-threshold go there, the record holds a pointer + sha256")
     .option("--blob-threshold <bytes>", "store.blobs.threshold_bytes: packed bytes from which routed experts go to the blob store (default 1048576)", intFlag("--blob-threshold", 0))
     .option("--store-timeout <seconds>", "exit non-zero when the store stays unreachable this long (default: reconnect for as long as it is down)", secondsFlag("--store-timeout"))

@@ -56,6 +56,34 @@ export interface IoRedisCommanderOptions {
    * {@link DEFAULT_BLOCKING_IDLE_MS}); at most {@link DEFAULT_MAX_IDLE_BLOCKING} are kept idle.
    */
   blockingIdleMs?: number;
+  /**
+   * `store.durability: replicated`: every pipeline (and single command) that
+   * writes is followed, on the same connection, by `WAIT replicas timeoutMs`;
+   * when fewer replicas acknowledged in time, the call fails with a
+   * {@link StoreUnreachableError} naming the count (the write is on the
+   * primary but not yet safe from a failover: callers hold and retry it, and
+   * edgeloop's writes are idempotent by key). WAIT semantics: redis.io/commands/wait
+   * (the replicas that acknowledged every write this connection made before it).
+   * Absent: a write is done once the primary answered (asynchronous replication).
+   */
+  durability?: { replicas: number; timeoutMs: number };
+}
+
+/**
+ * Commands that never write (no WAIT after them under {@link IoRedisCommanderOptions.durability}).
+ * Everything else, scripts included, counts as a write. XREADGROUP writes (the pending list) but is
+ * not waited on: a delivery lost in a failover is delivered again (at least once).
+ */
+const READ_ONLY = new Set([
+  "GET", "MGET", "STRLEN", "GETRANGE", "EXISTS", "TYPE", "TTL", "PTTL", "HGET", "HMGET", "HGETALL", "HLEN", "HEXISTS", "HKEYS", "HVALS", "HSCAN",
+  "SMEMBERS", "SISMEMBER", "SMISMEMBER", "SCARD", "SSCAN", "ZSCORE", "ZMSCORE", "ZCARD", "ZCOUNT", "ZRANGE", "ZRANGEBYSCORE", "ZREVRANGE", "ZRANK", "ZSCAN",
+  "LRANGE", "LLEN", "LINDEX", "XRANGE", "XREVRANGE", "XLEN", "XPENDING", "XINFO", "XREAD", "XREADGROUP", "SCAN", "KEYS", "DBSIZE", "TIME", "PING", "INFO",
+  "MEMORY", "CLUSTER", "SCRIPT", "EVAL_RO", "EVALSHA_RO", "WAIT", "OBJECT", "COMMAND", "CONFIG", "CLIENT", "ROLE", "ECHO",
+]);
+
+/** Whether `cmd` may write (see {@link READ_ONLY}). */
+export function isWriteCommand(cmd: readonly RedisArg[]): boolean {
+  return !READ_ONLY.has(String(cmd[0]).toUpperCase());
 }
 
 /** Default {@link IoRedisCommanderOptions.maxBlocking}: blocking commands on their own connections at once. */
@@ -180,12 +208,19 @@ export class IoRedisCommander implements RedisCommander {
   private readonly state: ConnectionState = { up: false, downSince: null, error: null, attempts: 0 };
   private closing = false;
   readonly maxRequestBytes: number;
+  private readonly durability?: { replicas: number; timeoutMs: number };
 
   constructor(url: string, opts: IoRedisCommanderOptions = {}) {
     const maxReconnects = (this.maxReconnects = opts.maxReconnects ?? Number.POSITIVE_INFINITY);
     this.storeTimeoutS = opts.storeTimeoutS;
     const cap = opts.reconnectMaxDelayMs ?? (Number(process.env.EDGELOOP_STORE_RECONNECT_MAX_MS) || 2_000);
     this.maxRequestBytes = opts.maxRequestBytes ?? TCP_MAX_REQUEST_BYTES;
+    if (opts.durability) {
+      const { replicas, timeoutMs } = opts.durability;
+      if (!Number.isInteger(replicas) || replicas < 1) throw new ConfigError("store.wait_replicas", `must be an integer >= 1, got ${replicas}`);
+      if (!Number.isInteger(timeoutMs) || timeoutMs < 1) throw new ConfigError("store.wait_timeout_ms", `must be an integer >= 1, got ${timeoutMs}`);
+      this.durability = { replicas, timeoutMs };
+    }
     this.maxBlocking = Math.max(1, opts.maxBlocking ?? DEFAULT_MAX_BLOCKING);
     this.maxBlockingQueue = Math.max(0, opts.maxBlockingQueue ?? DEFAULT_MAX_BLOCKING_QUEUE);
     this.blockingIdleMs = opts.blockingIdleMs ?? DEFAULT_BLOCKING_IDLE_MS;
@@ -265,6 +300,12 @@ export class IoRedisCommander implements RedisCommander {
 
   async exec(cmd: RedisArg[]): Promise<RedisReply> {
     checkCommand(cmd, this.maxRequestBytes, "resp");
+    if (this.durability && isWriteCommand(cmd)) {
+      // The write and its WAIT in one pipeline: one connection (on a cluster, the node of the write's slot).
+      const [res] = await this.pipelineOne([cmd]);
+      if (res instanceof Error) throw res;
+      return res!;
+    }
     const [name, ...args] = cmd;
     try {
       return (await this.main.call(String(name), ...args.map(toArg))) as RedisReply;
@@ -301,6 +342,8 @@ export class IoRedisCommander implements RedisCommander {
     return pipelineBySize(cmds, this.maxRequestBytes, "resp", async (batch) => {
       const p = this.main.pipeline();
       for (const [name, ...args] of batch) p.call(String(name), ...args.map(toArg));
+      const d = this.durability && batch.some(isWriteCommand) ? this.durability : null;
+      if (d) p.call("WAIT", String(d.replicas), String(d.timeoutMs));
       let res: [Error | null, unknown][];
       try {
         res = (await p.exec()) ?? [];
@@ -309,6 +352,23 @@ export class IoRedisCommander implements RedisCommander {
       }
       const lost = res.find(([err]) => err && !(err instanceof ReplyError));
       if (lost) throw this.outage(lost[0]);
+      // A slot in transit (a failover promoted a replica, a reshard moved it): ioredis follows a redirect of a
+      // pipeline only when every command got the same one (never with a WAIT appended), and a redirected command
+      // did not run. Refresh the slot map and report an outage: the caller holds the work and sends it again.
+      if (this.cluster) {
+        const moved = res.find(([err]) => err && /^(MOVED|ASK|CLUSTERDOWN|TRYAGAIN) /.test(err.message));
+        if (moved) {
+          (this.main as Cluster).refreshSlotsCache();
+          throw new StoreUnreachableError(`store ${this.url} unreachable: ${moved[0]!.message} (the cluster is moving a slot; retried)`, { cause: moved[0] });
+        }
+      }
+      if (d) {
+        const [err, acked] = res.pop() ?? [new Error("no WAIT reply"), 0];
+        if (err || Number(acked) < d.replicas) {
+          const why = err ? `WAIT failed: ${err.message}` : `${Number(acked)} of ${d.replicas} replica${d.replicas === 1 ? "" : "s"} acknowledged a write within ${d.timeoutMs} ms`;
+          throw new StoreUnreachableError(`store ${this.url} unreachable: ${why} (store.durability replicated: the write is not taken as done; it is retried)`);
+        }
+      }
       return res.map(([err, v]) => (err ? err : (v as RedisReply)));
     });
   }

@@ -23,11 +23,13 @@ export function maskRedisUrl(url: string): string {
 /**
  * Opens one connection to `url`, sends PING and closes it, within
  * `timeoutMs` (connect + reply); no reconnect attempts, no offline queue, so
- * an unreachable server fails fast instead of retrying forever.
- * @throws StoreError naming the (masked) URL and the cause, e.g.
+ * an unreachable server fails fast instead of retrying forever. With
+ * `replicas` (store.durability replicated), a primary must have that many
+ * replicas connected (`INFO replication` connected_slaves).
+ * @throws ConfigError (`store.durability`) when it has fewer; StoreError naming the (masked) URL and the cause, e.g.
  *   `cannot reach Redis at redis://127.0.0.1:1 (--store): connect ECONNREFUSED 127.0.0.1:1`.
  */
-export async function checkRedis(url: string, opts: { timeoutMs?: number; what?: string } = {}): Promise<void> {
+export async function checkRedis(url: string, opts: { timeoutMs?: number; what?: string; replicas?: number } = {}): Promise<void> {
   // A cluster URL (redis+cluster://[auth@]h:p,h:p): the first seed node must answer, as a plain server would.
   const cl = /^(rediss?)\+cluster:\/\/((?:[^@/]*@)?)([^,/]+)/.exec(url);
   if (cl) return checkRedis(`${cl[1]}://${cl[2]}${cl[3]}`, opts);
@@ -58,6 +60,15 @@ export async function checkRedis(url: string, opts: { timeoutMs?: number; what?:
             await c.select(db);
           } catch (e) {
             throw new ConfigError("store.url", `database ${db} of ${maskRedisUrl(url)}: ${(e as Error).message}`);
+          }
+        }
+        // store.durability replicated: a primary without the replicas WAIT counts would fail every write (held forever).
+        if (opts.replicas) {
+          const info = String(await c.info("replication"));
+          const role = /^role:(\w+)/m.exec(info)?.[1];
+          const connected = Number(/^connected_slaves:(\d+)/m.exec(info)?.[1] ?? 0);
+          if (role === "master" && connected < opts.replicas) {
+            throw new ConfigError("store.durability", `replicated needs ${opts.replicas} replica${opts.replicas === 1 ? "" : "s"} (store.wait_replicas) of ${maskRedisUrl(url)}, which has ${connected} connected (INFO replication)`);
           }
         }
       })(),

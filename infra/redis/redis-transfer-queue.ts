@@ -13,6 +13,8 @@ export interface TcpTransferQueueOptions extends RedisTransferQueueOptions {
   maxBlocking?: number;
   maxBlockingQueue?: number;
   blockingIdleMs?: number;
+  /** `store.durability: replicated` (see {@link IoRedisCommanderOptions.durability}). */
+  durability?: { replicas: number; timeoutMs: number };
 }
 
 /**
@@ -27,6 +29,7 @@ export function createRedisTransferQueue(opts: TcpTransferQueueOptions = {}): Re
     ...(opts.maxBlocking !== undefined ? { maxBlocking: opts.maxBlocking } : {}),
     ...(opts.maxBlockingQueue !== undefined ? { maxBlockingQueue: opts.maxBlockingQueue } : {}),
     ...(opts.blockingIdleMs !== undefined ? { blockingIdleMs: opts.blockingIdleMs } : {}),
+    ...(opts.durability ? { durability: opts.durability } : {}),
   };
   return new RedisTransferQueue(new IoRedisCommander(opts.url ?? "redis://127.0.0.1:6379", commanderOpts), opts);
 }

@@ -206,6 +206,19 @@ export const StoreConfig = z.strictObject({
   retention: RetentionConfig.default(RetentionConfig.parse({})),
   /** The blob store for large record parts; see {@link BlobsConfig}. */
   blobs: BlobsConfig.default(BlobsConfig.parse({})),
+  /**
+   * When a write counts as done (docs/queue-layout.md, "Failover and durability"). `primary`
+   * (default): once the primary answered; Redis replicates asynchronously, so a failover may
+   * lose the writes of the last moments. `replicated`: each write is followed on its own
+   * connection by `WAIT {wait_replicas} {wait_timeout_ms}`, and a write fewer replicas
+   * acknowledged in time fails as a store outage (held and retried, never taken as done).
+   * Redis over TCP (one server or a cluster) only: Upstash REST refuses it.
+   */
+  durability: z.enum(["primary", "replicated"]).default("primary"),
+  /** With `durability: replicated`: replicas that must acknowledge each write (default 1). */
+  wait_replicas: z.number().int().min(1, "store.wait_replicas must be >= 1").max(16, "store.wait_replicas must be <= 16").default(1),
+  /** With `durability: replicated`: milliseconds WAIT waits for them (default 1000). */
+  wait_timeout_ms: z.number().int().min(1, "store.wait_timeout_ms must be >= 1").max(60_000, "store.wait_timeout_ms must be <= 60000").default(1000),
 });
 
 /**

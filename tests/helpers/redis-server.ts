@@ -26,6 +26,8 @@ export interface PrivateRedis {
   stop(): Promise<void>;
   /** A plain connection for assertions and FLUSHALL; close it with `quit()`. */
   client(): IORedis;
+  /** Sends `sig` to the server process (SIGSTOP / SIGCONT: a replica that stops acknowledging). */
+  signal(sig: "SIGSTOP" | "SIGCONT"): void;
   /** Stops the server and removes its directory. */
   dispose(): Promise<void>;
 }
@@ -34,15 +36,16 @@ export interface PrivateRedis {
  * Spawns `redis-server --port <free> --save ""` with `--appendonly no`
  * (a restart loses everything, as Redis without persistence does) or, with
  * `persist`, `--appendonly yes --appendfsync always` in a temp dir (a restart
- * keeps every acknowledged write: a pure outage).
+ * keeps every acknowledged write: a pure outage). `args` are appended
+ * (e.g. `--replicaof 127.0.0.1 <port>` for a replica).
  */
-export async function privateRedis(opts: { persist?: boolean } = {}): Promise<PrivateRedis> {
+export async function privateRedis(opts: { persist?: boolean; args?: string[] } = {}): Promise<PrivateRedis> {
   const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), "edgeloop-redis-"));
   const url = `redis://127.0.0.1:${port}`;
   let proc: ReturnType<typeof Bun.spawn> | null = null;
   const args = ["redis-server", "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--dir", dir, "--daemonize", "no"];
-  args.push(...(opts.persist ? ["--appendonly", "yes", "--appendfsync", "always"] : ["--appendonly", "no"]));
+  args.push(...(opts.persist ? ["--appendonly", "yes", "--appendfsync", "always"] : ["--appendonly", "no"]), ...(opts.args ?? []));
   const ping = async (): Promise<boolean> => {
     const c = new IORedis(url, { lazyConnect: true, connectTimeout: 300, maxRetriesPerRequest: 0, retryStrategy: () => null });
     c.on("error", () => {});
@@ -75,6 +78,9 @@ export async function privateRedis(opts: { persist?: boolean } = {}): Promise<Pr
       await p.exited;
     },
     client: () => new IORedis(url, { maxRetriesPerRequest: 1 }),
+    signal(sig) {
+      proc?.kill(sig);
+    },
     async dispose() {
       await self.stop();
       rmSync(dir, { recursive: true, force: true });

@@ -31,6 +31,10 @@ export async function resolveRuntimeConfig(flags: ConfigFlags): Promise<AppConfi
     if (flags.storePrefix !== undefined) throw new InputError("--store-prefix", "applies to a Redis or Upstash store (--store); the memory store has no keys");
     if (flags.storeTimeout !== undefined) throw new InputError("--store-timeout", "applies to a Redis or Upstash store (--store); the memory store is never unreachable");
     if (flags.storeShards !== undefined) throw new InputError("--store-shards", "applies to a Redis store (--store); the memory store has no streams to shard");
+    if (flags.storeDurability !== undefined) throw new InputError("--store-durability", "applies to a Redis store (--store); the memory store has no replicas");
+  }
+  if (config.store.durability === "replicated" && (config.store.url === "upstash" || config.store.url === "memory")) {
+    throw new InputError(flags.storeDurability ? "--store-durability" : "store.durability", `replicated applies to a Redis store over TCP (redis:// or redis+cluster://); ${config.store.url === "upstash" ? "WAIT counts the replicas that acknowledged one connection's writes, and Upstash REST keeps no connection" : "the memory store has no replicas"}`);
   }
   // A threshold without a blob store would keep every part inline, silently.
   if (flags.blobThreshold !== undefined && config.store.blobs.url === null) {

@@ -39,7 +39,12 @@ function buildInnerStore(config: AppConfig, storeTimeoutS?: number): TransferQue
     if (!restUrl || !token) throw new ConfigError("store.url", "upstash needs UPSTASH_REDIS_REST_URL and UPSTASH_REDIS_REST_TOKEN in the environment");
     return createUpstashTransferQueue({ url: restUrl, token, prefix, ...sizeLimit(config) });
   }
-  return createRedisTransferQueue({ url, prefix, shards: config.store.shards, ...sizeLimit(config), storeTimeoutS });
+  return createRedisTransferQueue({ url, prefix, shards: config.store.shards, ...sizeLimit(config), ...durabilityOf(config), storeTimeoutS });
+}
+
+/** `store.durability: replicated` as the TCP commander's option (nothing for `primary`). */
+function durabilityOf(config: AppConfig): { durability?: { replicas: number; timeoutMs: number } } {
+  return config.store.durability === "replicated" ? { durability: { replicas: config.store.wait_replicas, timeoutMs: config.store.wait_timeout_ms } } : {};
 }
 
 /** A new connection to the store's Redis (Upstash REST or TCP; `storeTimeoutS` bounds a TCP outage). Not for the memory store. */
@@ -52,7 +57,7 @@ function storeCommander(config: AppConfig, storeTimeoutS?: number): UpstashComma
   }
   return url === "upstash"
     ? new UpstashCommander({ url: process.env.UPSTASH_REDIS_REST_URL!, token: process.env.UPSTASH_REDIS_REST_TOKEN!, ...sizeLimit(config) })
-    : new IoRedisCommander(url, { ...sizeLimit(config), storeTimeoutS });
+    : new IoRedisCommander(url, { ...sizeLimit(config), ...durabilityOf(config), storeTimeoutS });
 }
 
 /** Session storage in the store's Redis (its own connection, shared with the job queue), or null for the memory store (no durable sessions). */
@@ -141,7 +146,7 @@ export async function checkStore(config: AppConfig, timeoutMs: number): Promise<
     await checkUpstash({ url: restUrl, token, timeoutMs });
     return;
   }
-  await checkRedis(url, { timeoutMs, what: "store.url / --store" });
+  await checkRedis(url, { timeoutMs, what: "store.url / --store", ...(config.store.durability === "replicated" ? { replicas: config.store.wait_replicas } : {}) });
 }
 
 /**
