@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { finalTokenVersions, pushVersion, type TokenVersions } from "../inference/token-versions.ts";
 import { StoreError } from "../errors.ts";
-import { AgentLoopMetrics, AgentRoleName, ChatMessage, FinishReason, ModelId, RolloutConfig, RoutedExpertsShape, SamplingParams, ToolSchema, type AgentLoopOutput } from "../schema/index.ts";
+import { AgentLoopMetrics, AgentRoleName, ChatMessage, FinishReason, ModelId, MultiModal, RecordImage, RolloutConfig, RoutedExpertsShape, SamplingParams, ToolSchema, type AgentLoopOutput } from "../schema/index.ts";
 import { decodeFloat32, decodeInt32 } from "../schema/typed-base64.ts";
 import type { StoredSession } from "../session/session-storage.ts";
 import { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
@@ -81,7 +81,17 @@ const OpenOutput = z.object({
   agent_role: AgentRoleName.optional(),
   /** The model name of the engine pool that serves the output's role (the records' `served_model`); present with `agent_role`. */
   served_model: z.string().optional(),
+  /**
+   * A prompt with images (a vision-language family): the record's `multi_modal` for the
+   * prompt's images (spans in the prompt, placeholders expanded in `prompt_ids`) and the
+   * images as data URIs in placeholder order, the engine calls' `image_data`. Absent: none.
+   */
+  multi_modal: MultiModal.optional(),
+  image_data: z.array(z.string()).optional(),
 });
+
+/** The processor settings and placeholder ids of a `multi_modal` field, without its images: stored once per output, with its first images. */
+const VisionMeta = MultiModal.omit({ images: true, dropped_images: true });
 
 /**
  * One answered chat call: either it opened a new output (`open`: the fresh
@@ -126,6 +136,14 @@ export const TurnEvent = z.object({
   idem: z.string().optional(),
   tool_calls: z.number().int().min(0),
   user_turns: z.number().int().min(0),
+  /**
+   * The observation's images that were appended (`obs` holds their expanded placeholders,
+   * spans in prompt ‖ response), with their data URIs (`image_data`, same order) and, for an
+   * output that had no image yet, the `multi_modal` settings (`vision`).
+   */
+  images: z.array(RecordImage).optional(),
+  image_data: z.array(z.string()).optional(),
+  vision: VisionMeta.optional(),
 });
 export type TurnEvent = z.infer<typeof TurnEvent>;
 
@@ -229,6 +247,33 @@ export interface AgentOutputState {
   lastAction?: { turn: number; start: number; end: number };
   /** The last turn, abandoned by its client ({@link AbandonEvent}); cleared by a turn that continues this output. */
   abandoned?: { turn: number; start: number; end: number } | null;
+  /**
+   * The images the output's tokens hold (a vision-language family): the record's
+   * `multi_modal` and their data URIs in placeholder order (every engine call's
+   * `image_data`); null for a text-only output.
+   */
+  vision: OutputVision | null;
+}
+
+/** An output's images: the record's `multi_modal` and the engine's `image_data` (parallel to `multiModal.images`). */
+export interface OutputVision {
+  multiModal: MultiModal;
+  imageData: string[];
+}
+
+/**
+ * Adds an observation's images to `out` (creating its vision state from `meta` when it had none):
+ * the live call and the fold both go through here.
+ */
+export function addImages(out: AgentOutputState, images: readonly RecordImage[], imageData: readonly string[], meta: z.infer<typeof VisionMeta> | undefined): void {
+  if (images.length === 0) return;
+  if (images.length !== imageData.length) throw new StoreError(`agent output ${out.index}: ${images.length} images but ${imageData.length} image_data entries`, { retryable: false });
+  if (!out.vision) {
+    if (!meta) throw new StoreError(`agent output ${out.index}: images without their multi_modal settings`, { retryable: false });
+    out.vision = { multiModal: { ...meta, images: [] }, imageData: [] };
+  }
+  out.vision.multiModal.images.push(...images);
+  out.vision.imageData.push(...imageData);
 }
 
 /** An agent session as the fold of its events. */
@@ -306,9 +351,21 @@ export function openOutput(st: AgentSessionState, o: OpenOutput): AgentOutputSta
     last: null,
     lastActionIds: null,
     role: o.agent_role !== undefined ? { name: o.agent_role, servedModel: o.served_model ?? o.agent_role } : null,
+    vision: o.multi_modal ? { multiModal: { ...o.multi_modal, images: o.multi_modal.images.slice() }, imageData: (o.image_data ?? []).slice() } : null,
   };
+  if (out.vision && out.vision.imageData.length !== out.vision.multiModal.images.length) {
+    throw new StoreError(`agent session '${st.input.key}': output ${out.index} opens with ${out.vision.multiModal.images.length} images but ${out.vision.imageData.length} image_data entries`, { retryable: false });
+  }
   st.outputs.push(out);
   return out;
+}
+
+/** The parent's images whose placeholders end at or before token `at` (a branch shares prompt ‖ response up to there). */
+function visionBefore(parent: AgentOutputState, at: number): OutputVision | null {
+  if (!parent.vision) return null;
+  const keep = parent.vision.multiModal.images.map((img, i) => [img, i] as const).filter(([img]) => img.span[1] < at);
+  if (keep.length === 0) return null;
+  return { multiModal: { ...parent.vision.multiModal, images: keep.map(([img]) => img) }, imageData: keep.map(([, i]) => parent.vision!.imageData[i]!) };
 }
 
 function openBranch(st: AgentSessionState, o: OpenOutput, br: BranchRef): AgentOutputState {
@@ -318,7 +375,8 @@ function openBranch(st: AgentSessionState, o: OpenOutput, br: BranchRef): AgentO
   if (br.messages > parent.messages.length) throw bad(`the parent holds ${parent.messages.length} messages, not ${br.messages}`);
   const P = parent.builder.promptIds.length;
   const messages = parent.messages.slice(0, br.messages).concat(o.messages);
-  const common = { index: st.outputs.length, parent: parent.index, branchAt: br.at, messages, tools: parent.tools, toolsKey: parent.toolsKey, finishReason: "stop" as const, terminatedBy: "agent", ended: false, last: null, role: o.agent_role !== undefined ? { name: o.agent_role, servedModel: o.served_model ?? o.agent_role } : parent.role };
+  if (o.multi_modal) throw bad("a branch inherits its parent's images and stores none of its own prompt's");
+  const common = { index: st.outputs.length, parent: parent.index, branchAt: br.at, messages, tools: parent.tools, toolsKey: parent.toolsKey, finishReason: "stop" as const, terminatedBy: "agent", ended: false, last: null, role: o.agent_role !== undefined ? { name: o.agent_role, servedModel: o.served_model ?? o.agent_role } : parent.role, vision: visionBefore(parent, br.at) };
   let out: AgentOutputState;
   if (br.at >= P) {
     if (o.prompt_ids !== "") throw bad("a branch in the parent's response stores no prompt ids");
@@ -457,6 +515,7 @@ export function applyEvent(st: AgentSessionState, ev: AgentSessionEvent): void {
       if (ev.obs !== undefined) {
         out.builder.appendObservation(decodeInt32(ev.obs));
         out.userTurns++;
+        if (ev.images) addImages(out, ev.images, ev.image_data ?? [], ev.vision);
       }
       const mark = beginTurnMark(out);
       if (ev.action) {
@@ -581,7 +640,7 @@ export function agentOutputs(st: AgentSessionState, o: { reward: number | null; 
       if (rec.response_logprobs) rec.response_logprobs = rec.response_logprobs.map((v, i) => (off(i) ? 0 : v));
       if (rec.teacher_log_probs) rec.teacher_log_probs = rec.teacher_log_probs.map((v, i) => (off(i) ? 0 : v));
     }
-    return { ...rec, parent_output_index: out.parent, branch_at: out.branchAt, ...(out.role ? { agent_role: out.role.name, served_model: out.role.servedModel } : {}) };
+    return { ...rec, parent_output_index: out.parent, branch_at: out.branchAt, ...(out.role ? { agent_role: out.role.name, served_model: out.role.servedModel } : {}), ...(out.vision ? { multi_modal: out.vision.multiModal } : {}) };
   });
 }
 

@@ -13,7 +13,10 @@ import { ObservationEncoder } from "../tokens/observation.ts";
 import { buildPromptIds } from "../tokens/prompt.ts";
 import type { ChatTokenizer } from "../tokens/tokenizer.ts";
 import type { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
-import { beginTurnMark, endTurnMark, openOutput, recordActionVersions, rememberKey, rememberReply, toolsKeyOf, type AgentOutputState, type AgentSessionState, type OpenOutput, type TurnEvent } from "./agent-session.ts";
+import { addImages, beginTurnMark, endTurnMark, openOutput, recordActionVersions, rememberKey, rememberReply, toolsKeyOf, type AgentOutputState, type AgentSessionState, type OpenOutput, type TurnEvent } from "./agent-session.ts";
+import { hasMultimodalContent } from "../schema/index.ts";
+import { imageDataUri, visionPrompt } from "../agent-loop/vision-prompt.ts";
+import { appendImageObservation, encodeImageObservation, imageObservationEncoder, multiModalField, resolveImages } from "../vision/multimodal-tokens.ts";
 import { namedToolResults, parseReply, sessionTag } from "./conversation.ts";
 import { planTurn } from "./trajectory-tree.ts";
 import type { ChatReply, ChatRequest } from "./openai-wire.ts";
@@ -87,6 +90,8 @@ export class GatewayTurns {
     const tools = req.tools && req.tools.length ? req.tools : undefined;
     let plan = planTurn(st, req.messages, toolsKeyOf(tools), o.role);
     let obsIds: number[] | null = null;
+    // An observation with images (a vision-language family): its images with spans, and the data URIs sent to the engine.
+    let obsImages: { images: ReturnType<typeof encodeImageObservation>["images"]; data: string[] } | null = null;
     let added: ChatMessage[] = [];
     if (plan.kind === "continue" || (plan.kind === "branch" && plan.point === "after")) {
       const base = plan.kind === "continue" ? plan.out : plan.parent;
@@ -96,7 +101,17 @@ export class GatewayTurns {
       // the agent sent it back as a finished message.
       const lastId = tokenAt(base.builder, at - 1);
       try {
-        obsIds = this.encoder(tools, rollout.chat_template_kwargs).encode(added, lastId, { closeTurn: !tok.isStopToken(lastId) });
+        if (hasMultimodalContent(added)) {
+          // Fields name the request's messages: the added ones are its last.
+          const first = req.messages.length - added.length;
+          const images = (await resolveImages(tok, added, { prefix: "messages" })).map((img) => ({ ...img, field: renumber(img.field, first) }));
+          const encoder = imageObservationEncoder(tok, { ...(tools ? { tools } : {}), chatTemplateKwargs: rollout.chat_template_kwargs });
+          const obs = encodeImageObservation(encoder, tok, added, images, lastId, at, "messages", { closeTurn: !tok.isStopToken(lastId) });
+          obsIds = obs.ids;
+          obsImages = { images: obs.images, data: images.map(imageDataUri) };
+        } else {
+          obsIds = this.encoder(tools, rollout.chat_template_kwargs).encode(added, lastId, { closeTurn: !tok.isStopToken(lastId) });
+        }
       } catch (e) {
         // A combination the template cannot render incrementally (Gemma 3: two user turns in a row): a fresh render.
         if (!(e instanceof TemplateError)) throw e;
@@ -120,12 +135,18 @@ export class GatewayTurns {
       let open: OpenOutput;
       if (plan.kind === "branch" && plan.point !== "prompt") {
         open = { branch: { parent: plan.parent.index, at: plan.at, messages: plan.messages }, prompt_ids: "", prompt_truncated: false, ...budgets, messages: [] };
+      } else if (hasMultimodalContent(req.messages)) {
+        // A prompt with images: placeholders expanded, the images' spans and data URIs stored with the output. Always a
+        // fresh root: a branch in a prompt would have to split the images between parent and branch.
+        const vp = await visionPrompt(tok, req.messages, { promptLength: rollout.prompt_length, ...(tools ? { tools } : {}), chatTemplateKwargs: rollout.chat_template_kwargs, imageTruncation: "drop", prefix: "messages" });
+        if (vp.truncated) throw promptTooLong(rollout.prompt_length);
+        open = { prompt_ids: encodeInt32(vp.promptIds), prompt_truncated: false, ...budgets, messages: req.messages, multi_modal: vp.multiModal, image_data: vp.imageData };
       } else {
         const { promptIds, truncated } = buildPromptIds(tok, req.messages, { tools, promptLength: rollout.prompt_length, chatTemplateKwargs: rollout.chat_template_kwargs });
         // An agent's context is what it sent: a prompt cut to fit would be sampled (and trained on) as a context the agent
         // never had, so it is refused as OpenAI and Anthropic refuse an over-long prompt (400, context_length_exceeded).
         if (truncated) throw promptTooLong(rollout.prompt_length);
-        const at = plan.kind === "branch" && !truncated ? this.promptBranchAt(plan.parent, req.messages, plan.messages, promptIds, tools, rollout.chat_template_kwargs) : null;
+        const at = plan.kind === "branch" && !truncated && !plan.parent.vision ? this.promptBranchAt(plan.parent, req.messages, plan.messages, promptIds, tools, rollout.chat_template_kwargs) : null;
         open = plan.kind === "branch" && at !== null
           ? { branch: { parent: plan.parent.index, at, messages: plan.messages }, prompt_ids: encodeInt32(promptIds.slice(at)), prompt_truncated: false, ...budgets, messages: req.messages.slice(plan.messages) }
           : { prompt_ids: encodeInt32(promptIds), prompt_truncated: truncated, ...budgets, messages: req.messages };
@@ -133,7 +154,23 @@ export class GatewayTurns {
       partial.open = open;
       out = openOutput(st, open);
     }
-    if (obsIds) {
+    if (obsIds && obsImages) {
+      // Cut, when over the budget, before the first image that does not fit whole; the event holds the ids appended.
+      const r = appendImageObservation(out.builder, { ids: obsIds, images: obsImages.images });
+      const kept = r.images.map((img) => obsImages!.data[obsImages!.images.indexOf(img)]!);
+      partial.added = added;
+      partial.obs = encodeInt32(obsIds.slice(0, r.appended));
+      if (r.images.length > 0) {
+        partial.images = r.images;
+        partial.image_data = kept;
+        const { images: _i, dropped_images: _d, ...meta } = multiModalField(tok, []);
+        if (!out.vision) partial.vision = meta;
+        addImages(out, r.images, kept, meta);
+      }
+      out.messages.push(...added);
+      truncatedByObs = r.truncated;
+      out.userTurns++;
+    } else if (obsIds) {
       partial.added = added;
       partial.obs = encodeInt32(obsIds);
       out.messages.push(...added);
@@ -171,7 +208,7 @@ export class GatewayTurns {
         const ts = new TurnStream(tok, { family: tok.traits.family, markers, ...(req.stop?.length ? { stop: req.stop } : {}), thinkOpened, maxTokens }, o.sink, head);
         onTokens = (ids) => ts.push(ids);
       }
-      const r = await this.turnLoop.generate(b, sp, input.key, metrics, req.max_tokens, rollout.return_routed_experts, onTokens);
+      const r = await this.turnLoop.generate(b, sp, input.key, metrics, req.max_tokens, rollout.return_routed_experts, onTokens, out.vision?.imageData);
       if (r === undefined || r === "overflow" || r === "aborted") {
         [finish, by, ended, markTruncated, replyFinish] = r === "aborted" ? ["abort", "abort", true, false, "length"] : ["length", b.remainingBudget <= 0 ? "response_length" : "max_model_len", true, true, "length"];
       } else {
@@ -301,6 +338,11 @@ export function promptTooLong(promptLength: number): InputError {
     `the rendered prompt (messages and tools) is longer than rollout.prompt_length (${promptLength} tokens), and the agent gateway never cuts an agent's context: send less, or raise rollout.prompt_length (--prompt-length)`,
     { code: "context_length_exceeded" },
   );
+}
+
+/** `messages[m]…` with `m` shifted by `first` (an image field of the added messages, as the request numbers them). */
+function renumber(field: string, first: number): string {
+  return field.replace(/^messages\[(\d+)\]/, (_, m: string) => `messages[${Number(m) + first}]`);
 }
 
 /** The id at token index `i` of `b`'s prompt ‖ response (undefined outside it). */

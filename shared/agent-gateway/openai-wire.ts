@@ -173,8 +173,8 @@ export function ignoredChatKeys(body: unknown): string[] {
  * null counts as absent everywhere.
  *
  * @throws InputError naming the field: an unknown key, `body`, `messages`, `messages[2].role`,
- *   `messages[2].content[0].type` (image/audio/file parts: the token core is
- *   text-only), `messages[1].tool_calls[0].id`, `tools[0].type`, `tool_choice`,
+ *   `messages[2].content[0].type` (audio/file parts, image parts outside user
+ *   messages), `messages[2].content[0].image_url.url` / `.detail`, `messages[1].tool_calls[0].id`, `tools[0].type`, `tool_choice`,
  *   `temperature`, `top_p`, `seed`, `max_tokens`, `max_completion_tokens`,
  *   `stop`/`stop[i]`, `stream`, `logprobs`, `n`, `top_logprobs`, …
  */
@@ -289,7 +289,7 @@ function parseMessage(m: unknown, at: string): ChatMessage {
     if (toolCalls.length === 0) toolCalls = undefined;
   }
 
-  const content = parseContent(m.content, `${at}.content`, r === "assistant" && toolCalls !== undefined);
+  const content = parseContent(m.content, `${at}.content`, r === "assistant" && toolCalls !== undefined, r === "user");
   const out: ChatMessage = { role: r === "developer" ? "system" : r, content };
   if (toolCalls) out.tool_calls = toolCalls;
   if (!nullish(m.name)) out.name = parseField(`${at}.name`, StringField, m.name);
@@ -305,8 +305,13 @@ function parseMessage(m: unknown, at: string): ChatMessage {
   return out;
 }
 
-/** A message's content: a string, text parts (kept as `{type, text}`), or null where OpenAI allows it. */
-function parseContent(v: unknown, at: string, nullAllowed: boolean): ChatMessage["content"] {
+/**
+ * A message's content: a string, text parts (kept as `{type, text}`), image parts in a user
+ * message (`{type: "image_url", image_url: {url, detail?}}`, OpenAI's `ChatCompletionContentPartImage`:
+ * kept as `{type: "image_url", image_url: {url}}`, read for a vision-language family, refused
+ * for a text-only one when the turn is rendered), or null where OpenAI allows it.
+ */
+function parseContent(v: unknown, at: string, nullAllowed: boolean, imagesAllowed = false): ChatMessage["content"] {
   if (nullish(v)) {
     if (nullAllowed) return null;
     throw new InputError(at, "required: a string or a list of text parts (null only on an assistant message with tool_calls)");
@@ -315,12 +320,25 @@ function parseContent(v: unknown, at: string, nullAllowed: boolean): ChatMessage
   if (!Array.isArray(v)) throw new InputError(at, "expected a string or a list of text parts");
   return v.map((p, j) => {
     if (!isRecord(p) || typeof p.type !== "string") throw new InputError(`${at}[${j}].type`, 'expected a content part {type: "text", text}');
+    if (p.type === "image_url" && imagesAllowed) return imageUrlPart(p, `${at}[${j}]`);
     if (p.type !== "text") {
-      throw new InputError(`${at}[${j}].type`, `${JSON.stringify(p.type)} parts are not supported: edgeloop's token core is text-only`);
+      const why = p.type === "image_url" ? "image parts are accepted in user messages only (as OpenAI's chat API takes them)" : "only text and (in user messages) image_url parts are supported";
+      throw new InputError(`${at}[${j}].type`, `${JSON.stringify(p.type)} parts are not supported here: ${why}`);
     }
     if (typeof p.text !== "string") throw new InputError(`${at}[${j}].text`, "expected a string");
     return { type: "text" as const, text: p.text };
   });
+}
+
+/** An OpenAI image part: `image_url.url` a `data:` URI (or an http(s) URL, refused when read unless a fetcher is set); `detail` only `auto`. */
+function imageUrlPart(p: Record<string, unknown>, at: string): { type: "image_url"; image_url: { url: string } } {
+  const iu = p.image_url;
+  if (!isRecord(iu) || typeof iu.url !== "string") throw new InputError(`${at}.image_url.url`, "expected a string: a data:image/…;base64 URI");
+  for (const k of Object.keys(p)) if (k !== "type" && k !== "image_url") throw new InputError(`${at}.${k.slice(0, 100)}`, "not a field of an image_url part");
+  for (const k of Object.keys(iu)) if (k !== "url" && k !== "detail") throw new InputError(`${at}.image_url.${k.slice(0, 100)}`, "not a field of image_url (url, detail)");
+  // detail low/high picks OpenAI's own resize; the image here is sized by the model's processor (min/max pixels).
+  if (!nullish(iu.detail) && iu.detail !== "auto") throw new InputError(`${at}.image_url.detail`, `only "auto" (or absent): the model's processor sizes the image, got ${JSON.stringify(iu.detail)}`);
+  return { type: "image_url", image_url: { url: iu.url } };
 }
 
 function parseTools(v: unknown): ToolSchema[] | undefined {

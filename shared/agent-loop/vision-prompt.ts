@@ -18,15 +18,16 @@ export interface VisionPrompt {
  * expanded placeholders (`buildMultimodalPromptIds`, with the prompt's tools
  * rendered and `rollout.image_truncation` deciding what left truncation does
  * at an image), the record's `multi_modal`, and the kept images as data URIs
- * for the engine (`image_data`). Shared by `single_turn_agent` and `tool_agent`.
+ * for the engine (`image_data`). Shared by `single_turn_agent`, `tool_agent` and
+ * the agent gateway (`prefix` names the messages in fields: default `prompt`, the row's).
  * @throws InputError naming the image or the field (see shared/vision/).
  */
 export async function visionPrompt(
   tok: ChatTokenizer,
   messages: readonly ChatMessage[],
-  opts: { promptLength: number; tools?: readonly ToolSchema[]; chatTemplateKwargs?: Record<string, unknown>; imageTruncation?: "error" | "drop" },
+  opts: { promptLength: number; tools?: readonly ToolSchema[]; chatTemplateKwargs?: Record<string, unknown>; imageTruncation?: "error" | "drop"; prefix?: string },
 ): Promise<VisionPrompt> {
-  const images = await resolveImages(tok, messages, { prefix: "prompt" });
+  const images = await resolveImages(tok, messages, { prefix: opts.prefix ?? "prompt" });
   const p = buildMultimodalPromptIds(tok, messages, images, opts);
   const kept = new Set(p.images.map((k) => k.field));
   return {

@@ -253,6 +253,8 @@ export function imageObservationEncoder(tok: ChatTokenizer, opts: { tools?: read
  * turn whose last sampled id is `lastTokenId`, at position `offset` of
  * `prompt ‖ response`: the encoder's ids with each pad expanded, and the
  * images' record entries with spans at their positions (source `tool`).
+ * `encodeOpts` go to `ObservationEncoder.encode` (`closeTurn`: the agent
+ * gateway's turns ended by a stop string).
  * @throws as `ObservationEncoder.encode` and {@link expandImagePads}.
  */
 export function encodeImageObservation(
@@ -263,8 +265,9 @@ export function encodeImageObservation(
   lastTokenId: number | undefined,
   offset: number,
   field = "observation",
+  encodeOpts: { closeTurn?: boolean } = {},
 ): { ids: number[]; images: RecordImage[] } {
-  const raw = encoder.encode(newMessages, lastTokenId);
+  const raw = encoder.encode(newMessages, lastTokenId, encodeOpts);
   if (images.length === 0) return { ids: raw, images: [] };
   const { ids: vids } = visionOf(tok, field);
   const { ids, spans } = expandImagePads(raw, images, vids, field, offset);
