@@ -19,6 +19,7 @@ import { imageDataUri, visionPrompt } from "../agent-loop/vision-prompt.ts";
 import { appendImageObservation, encodeImageObservation, imageObservationEncoder, multiModalField, resolveImages } from "../vision/multimodal-tokens.ts";
 import { namedToolResults, parseReply, sessionTag } from "./conversation.ts";
 import { planTurn } from "./trajectory-tree.ts";
+import { IMAGE_PART_PATHS } from "./wire-fields.ts";
 import type { ChatReply, ChatRequest } from "./openai-wire.ts";
 import { promptOpensThink, STREAM_MARKERS, TurnStream, type TurnSink } from "./turn-stream.ts";
 
@@ -104,7 +105,8 @@ export class GatewayTurns {
         if (hasMultimodalContent(added)) {
           // Fields name the request's messages: the added ones are its last.
           const first = req.messages.length - added.length;
-          const images = (await resolveImages(tok, added, { prefix: "messages" })).map((img) => ({ ...img, field: renumber(img.field, first) }));
+          const paths = imagePaths(added, first);
+          const images = (await asSent(paths, () => resolveImages(tok, added, { prefix: "messages" }), first)).map((img) => ({ ...img, field: sentField(paths, img.field, first) }));
           const encoder = imageObservationEncoder(tok, { ...(tools ? { tools } : {}), chatTemplateKwargs: rollout.chat_template_kwargs });
           const obs = encodeImageObservation(encoder, tok, added, images, lastId, at, "messages", { closeTurn: !tok.isStopToken(lastId) });
           obsIds = obs.ids;
@@ -138,8 +140,10 @@ export class GatewayTurns {
       } else if (hasMultimodalContent(req.messages)) {
         // A prompt with images: placeholders expanded, the images' spans and data URIs stored with the output. Always a
         // fresh root: a branch in a prompt would have to split the images between parent and branch.
-        const vp = await visionPrompt(tok, req.messages, { promptLength: rollout.prompt_length, ...(tools ? { tools } : {}), chatTemplateKwargs: rollout.chat_template_kwargs, imageTruncation: "drop", prefix: "messages" });
+        const paths = imagePaths(req.messages, 0);
+        const vp = await asSent(paths, () => visionPrompt(tok, req.messages, { promptLength: rollout.prompt_length, ...(tools ? { tools } : {}), chatTemplateKwargs: rollout.chat_template_kwargs, imageTruncation: "drop", prefix: "messages" }), 0);
         if (vp.truncated) throw promptTooLong(rollout.prompt_length);
+        for (const img of vp.multiModal.images) img.field = sentField(paths, img.field, 0);
         open = { prompt_ids: encodeInt32(vp.promptIds), prompt_truncated: false, ...budgets, messages: req.messages, multi_modal: vp.multiModal, image_data: vp.imageData };
       } else {
         const { promptIds, truncated } = buildPromptIds(tok, req.messages, { tools, promptLength: rollout.prompt_length, chatTemplateKwargs: rollout.chat_template_kwargs });
@@ -340,9 +344,41 @@ export function promptTooLong(promptLength: number): InputError {
   );
 }
 
-/** `messages[m]…` with `m` shifted by `first` (an image field of the added messages, as the request numbers them). */
-function renumber(field: string, first: number): string {
-  return field.replace(/^messages\[(\d+)\]/, (_, m: string) => `messages[${Number(m) + first}]`);
+/**
+ * The request paths of the image parts of `messages` (the request's messages from index `first` on),
+ * by the gateway's field prefix `messages[m].content[p]` (m counted from `first`): what the wire
+ * parser recorded ({@link IMAGE_PART_PATHS}); parts it did not make (a previous response's) are absent.
+ */
+function imagePaths(messages: readonly ChatMessage[], first: number): Map<string, string> {
+  const out = new Map<string, string>();
+  messages.forEach((m, i) => {
+    if (!Array.isArray(m.content)) return;
+    m.content.forEach((part, j) => {
+      const path = IMAGE_PART_PATHS.get(part);
+      if (path) out.set(`messages[${i + first}].content[${j}]`, path);
+    });
+  });
+  return out;
+}
+
+/** An image field of the gateway's (`messages[m].content[p]…`, m relative to `first`) as the request named it. */
+function sentField(paths: Map<string, string>, field: string, first: number): string {
+  const m = /^messages\[(\d+)\](\.content\[\d+\])/.exec(field);
+  if (!m) return field;
+  const own = `messages[${Number(m[1]) + first}]${m[2]}`;
+  return paths.get(own) ?? own + field.slice(m[0].length);
+}
+
+/** Runs `fn`; an InputError about an image is thrown again naming the image as the request sent it ({@link sentField}). */
+async function asSent<T>(paths: Map<string, string>, fn: () => Promise<T>, first: number): Promise<T> {
+  try {
+    return await fn();
+  } catch (e) {
+    if (!(e instanceof InputError) || !e.field) throw e;
+    const field = sentField(paths, e.field, first);
+    if (field === e.field) throw e;
+    throw new InputError(field, e.message.slice(e.field.length + 2), { cause: e });
+  }
 }
 
 /** The id at token index `i` of `b`'s prompt ‖ response (undefined outside it). */

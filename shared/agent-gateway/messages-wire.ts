@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { InputError } from "../errors.ts";
-import { isRecord, nullish, parseField, presentKeys, unansweredToolResult } from "./wire-fields.ts";
+import { imagePart, isRecord, nullish, parseField, presentKeys, unansweredToolResult } from "./wire-fields.ts";
 import { fnv1a32 } from "../inference/hash.ts";
 import type { ChatMessage, ToolCallMessage } from "../schema/message.ts";
 import { ToolSchema } from "../schema/tool.ts";
@@ -52,7 +52,7 @@ const ToolUseBlock = z.looseObject({
 const ToolResultBlock = z.looseObject({
   type: z.literal("tool_result"),
   tool_use_id: Str.min(1, "must not be empty"),
-  content: z.union([Str, z.array(z.unknown())], { error: "expected a string or a list of text blocks" }).optional(),
+  content: z.union([Str, z.array(z.unknown())], { error: "expected a string or a list of text and image blocks" }).optional(),
   is_error: z.boolean({ error: "expected true or false" }).optional(),
 });
 const ToolIn = z.looseObject(
@@ -116,23 +116,65 @@ function textBlocks(v: unknown, at: string): { type: "text"; text: string }[] | 
   });
 }
 
-/** One user turn: its `tool_result` blocks as tool messages (in order), then its text as one user message. */
+/** A content part of a user message or tool result: text, or an image as `{type: "image_url", image_url: {url}}`. */
+type UserPart = { type: "text"; text: string } | { type: "image_url"; image_url: { url: string } };
+
+/**
+ * An Anthropic image block (`ImageBlockParam` of `@anthropic-ai/sdk`): a `base64` source becomes a
+ * `data:{media_type};base64,{data}` URI (the format is then read from the bytes), a `url` source its URL
+ * (never fetched: refused when read unless a fetcher is set); read for a vision-language family and
+ * refused for a text-only one when the turn is rendered. `cache_control` is accepted (edgeloop caches no
+ * prompt); `file` sources and non-empty `transformations` are refused.
+ */
+function imageBlock(b: Record<string, unknown>, f: string): UserPart {
+  for (const k of Object.keys(b)) if (k !== "type" && k !== "source" && k !== "cache_control" && k !== "transformations") throw new InputError(`${f}.${k.slice(0, 100)}`, "not a field of an image block (source, cache_control)");
+  if (isRecord(b.transformations) ? Object.keys(b.transformations).length > 0 : !nullish(b.transformations)) {
+    throw new InputError(`${f}.transformations`, "not supported: the model's processor sizes the image (only absent or {})");
+  }
+  const src = b.source;
+  if (!isRecord(src)) throw new InputError(`${f}.source`, 'expected {type: "base64", media_type, data} or {type: "url", url}');
+  if (src.type === "base64") {
+    if (!["image/jpeg", "image/png", "image/gif", "image/webp"].includes(src.media_type as string)) throw new InputError(`${f}.source.media_type`, "expected image/jpeg, image/png, image/gif or image/webp");
+    if (typeof src.data !== "string") throw new InputError(`${f}.source.data`, "expected the image as a base64 string");
+    return imagePart(`data:${src.media_type as string};base64,${src.data}`, `${f}.source.data`);
+  }
+  if (src.type === "url") {
+    if (typeof src.url !== "string") throw new InputError(`${f}.source.url`, "expected a string");
+    return imagePart(src.url, `${f}.source.url`);
+  }
+  throw new InputError(`${f}.source.type`, `${JSON.stringify(src.type ?? null)} sources are not supported (base64 or url; file ids need Anthropic's Files API)`);
+}
+
+/** A `tool_result`'s content: a string, or text and image blocks. */
+function toolResultContent(v: unknown, at: string): UserPart[] | string {
+  if (typeof v === "string") return v;
+  if (!Array.isArray(v)) throw new InputError(at, "expected a string or a list of text and image blocks");
+  return v.map((b, j) => {
+    if (!isRecord(b) || typeof b.type !== "string") throw new InputError(`${at}[${j}].type`, 'expected a content block {type: "text" | "image", …}');
+    if (b.type === "image") return imageBlock(b, `${at}[${j}]`);
+    if (b.type !== "text") throw new InputError(`${at}[${j}].type`, `${JSON.stringify(b.type)} blocks are not supported in a tool result (text and image)`);
+    return { type: "text" as const, text: parseField(`${at}[${j}]`, TextBlock, b).text };
+  });
+}
+
+/** One user turn: its `tool_result` blocks as tool messages (in order), then its text and image blocks as one user message. */
 function userMessages(content: unknown, at: string): ChatMessage[] {
   if (typeof content === "string") return [{ role: "user", content }];
   if (!Array.isArray(content)) throw new InputError(at, "expected a string or a list of content blocks");
   const tools: ChatMessage[] = [];
-  const text: { type: "text"; text: string }[] = [];
+  const text: UserPart[] = [];
   content.forEach((b, j) => {
     const f = `${at}[${j}]`;
     if (!isRecord(b) || typeof b.type !== "string") throw new InputError(`${f}.type`, "expected a content block {type, …}");
     if (b.type === "text") text.push({ type: "text", text: parseField(f, TextBlock, b).text });
+    else if (b.type === "image") text.push(imageBlock(b, f));
     else if (b.type === "tool_result") {
       const r = parseField(f, ToolResultBlock, b);
-      const c = r.content === undefined ? "" : textBlocks(r.content, `${f}.content`);
+      const c = r.content === undefined ? "" : toolResultContent(r.content, `${f}.content`);
       const result: ChatMessage = { role: "tool", tool_call_id: r.tool_use_id, content: c };
       TOOL_RESULT_PATHS.set(result, `${f}.tool_use_id`);
       tools.push(result);
-    } else throw new InputError(`${f}.type`, `${JSON.stringify(b.type)} blocks are not supported in a user turn (edgeloop reads text and tool_result)`);
+    } else throw new InputError(`${f}.type`, `${JSON.stringify(b.type)} blocks are not supported in a user turn (edgeloop reads text, image and tool_result)`);
   });
   if (content.length === 0) throw new InputError(at, "must hold at least one content block");
   if (text.length > 0 && tools.length === 0) return [{ role: "user", content: text }];
@@ -217,8 +259,9 @@ function parseStopSequences(v: unknown): string[] | undefined {
  * - `system` (a string or text blocks) → a system message first; a
  *   `role: "system"` message in `messages` is kept in place;
  * - a user turn → its `tool_result` blocks as tool messages, in order
- *   (`content` a string or text blocks; `is_error` is accepted, the template
- *   has no place for it), then its text blocks as one user message;
+ *   (`content` a string or text and image blocks; `is_error` is accepted, the
+ *   template has no place for it), then its text and image blocks as one user
+ *   message (images: see `imageBlock`, for a vision-language family);
  * - an assistant turn → one assistant message: text blocks joined,
  *   `thinking` blocks as `reasoning_content` (the family's template decides
  *   whether history keeps it; `signature` is not checked), `tool_use`
@@ -230,7 +273,8 @@ function parseStopSequences(v: unknown): string[] | undefined {
  * - the keys of {@link IGNORED_MESSAGES_KEYS} are accepted and unused.
  * Refused (400 naming the field): `tool_choice` `any`/`tool` (no guided
  * decoding through token-in/token-out), `top_k` (not a per-call setting
- * here), image/document/search/server-tool blocks, server tools, any
+ * here), document/search/server-tool blocks, image blocks outside user
+ * turns and tool results (and with `file` sources), server tools, any
  * other key.
  * @throws InputError naming the field: `body`, a key, `model`, `max_tokens`,
  *   `messages[1].content[0].type`, `messages[2].content[1].input`,

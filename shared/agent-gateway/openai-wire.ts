@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { InputError } from "../errors.ts";
-import { isRecord, nullish, parseField, presentKeys, StringField, unansweredToolResult } from "./wire-fields.ts";
+import { imagePart, isRecord, nullish, parseField, presentKeys, StringField, unansweredToolResult } from "./wire-fields.ts";
 import type { ChatMessage, ToolCallMessage } from "../schema/message.ts";
 import { ToolSchema } from "../schema/tool.ts";
 
@@ -338,7 +338,7 @@ function imageUrlPart(p: Record<string, unknown>, at: string): { type: "image_ur
   for (const k of Object.keys(iu)) if (k !== "url" && k !== "detail") throw new InputError(`${at}.image_url.${k.slice(0, 100)}`, "not a field of image_url (url, detail)");
   // detail low/high picks OpenAI's own resize; the image here is sized by the model's processor (min/max pixels).
   if (!nullish(iu.detail) && iu.detail !== "auto") throw new InputError(`${at}.image_url.detail`, `only "auto" (or absent): the model's processor sizes the image, got ${JSON.stringify(iu.detail)}`);
-  return { type: "image_url", image_url: { url: iu.url } };
+  return imagePart(iu.url, `${at}.image_url.url`);
 }
 
 function parseTools(v: unknown): ToolSchema[] | undefined {

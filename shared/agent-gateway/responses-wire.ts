@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { InputError } from "../errors.ts";
-import { isRecord, nullish, parseField, presentKeys, unansweredToolResult } from "./wire-fields.ts";
+import { imagePart, isRecord, nullish, parseField, presentKeys, unansweredToolResult } from "./wire-fields.ts";
 import { fnv1a32 } from "../inference/hash.ts";
 import type { ChatMessage, ToolCallMessage } from "../schema/message.ts";
 import { ToolSchema } from "../schema/tool.ts";
@@ -71,11 +71,12 @@ const KNOWN_KEYS = new Set([...RESPONSES_REQUEST_KEYS, ...IGNORED_RESPONSES_KEYS
 
 const Nullish = <T extends z.ZodType>(t: T, what: string) => t.nullish().describe(what);
 const TextPartIn = z.looseObject({ type: z.enum(["input_text", "output_text"]), text: z.string() });
-const TextIn = z.union([z.string(), z.array(TextPartIn)]);
+const ImagePartIn = z.looseObject({ type: z.literal("input_image"), image_url: z.string().describe("a data:image/…;base64 URI (vision-language families)"), detail: z.literal("auto").nullish() });
+const TextOrImagesIn = z.union([z.string(), z.array(z.union([TextPartIn, ImagePartIn]))]);
 const InputItemIn = z.union([
-  z.looseObject({ type: z.literal("message").optional(), role: z.enum(INPUT_ROLES), content: TextIn }),
+  z.looseObject({ type: z.literal("message").optional(), role: z.enum(INPUT_ROLES), content: TextOrImagesIn.describe("input_image parts in user messages only") }),
   z.looseObject({ type: z.literal("function_call"), call_id: z.string(), name: z.string().min(1), arguments: z.string() }),
-  z.looseObject({ type: z.literal("function_call_output"), call_id: z.string(), output: TextIn }),
+  z.looseObject({ type: z.literal("function_call_output"), call_id: z.string(), output: TextOrImagesIn }),
   z.looseObject({ type: z.literal("reasoning"), summary: z.array(z.looseObject({ text: z.string() })).optional(), content: z.array(z.looseObject({ text: z.string() })).optional() }),
 ]);
 
@@ -262,6 +263,31 @@ function partsText(v: unknown, at: string, what: string): string {
     .join("");
 }
 
+/**
+ * A user message's or tool output's content: as {@link partsText} when it holds no image; with
+ * `input_image` parts (`{type: "input_image", image_url, detail?}`, openai-node's
+ * `ResponseInputImage`) the parts in order, images as `{type: "image_url", image_url: {url}}` (read
+ * for a vision-language family, refused for a text-only one when the turn is rendered). `detail`
+ * only `auto` (the model's processor sizes the image); `file_id` is refused (no Files API here).
+ */
+function partsContent(v: unknown, at: string): ChatMessage["content"] {
+  if (!Array.isArray(v) || !v.some((p) => isRecord(p) && p.type === "input_image")) return partsText(v, at, "input_text or input_image");
+  return v.map((p, j) => {
+    const f = `${at}[${j}]`;
+    if (!isRecord(p) || typeof p.type !== "string") throw new InputError(`${f}.type`, 'expected a content part {type: "input_text", text} or {type: "input_image", image_url}');
+    if (p.type === "input_image") {
+      for (const k of Object.keys(p)) if (!["type", "image_url", "detail", "file_id"].includes(k)) throw new InputError(`${f}.${k.slice(0, 100)}`, "not a field of an input_image part (image_url, detail)");
+      if (!nullish(p.file_id)) throw new InputError(`${f}.file_id`, "file ids are not supported (no Files API here): send image_url as a data:image/…;base64 URI");
+      if (typeof p.image_url !== "string") throw new InputError(`${f}.image_url`, "expected a string: a data:image/…;base64 URI");
+      if (!nullish(p.detail) && p.detail !== "auto") throw new InputError(`${f}.detail`, `only "auto" (or absent): the model's processor sizes the image, got ${JSON.stringify(p.detail)}`);
+      return imagePart(p.image_url, `${f}.image_url`);
+    }
+    if (p.type !== "input_text" && p.type !== "output_text") throw new InputError(`${f}.type`, `${JSON.stringify(p.type).slice(0, 60)} parts are not supported: input_text and input_image only`);
+    if (typeof p.text !== "string") throw new InputError(`${f}.text`, "expected a string");
+    return { type: "text" as const, text: p.text };
+  });
+}
+
 /** A reasoning item's text: its `reasoning_text` content, else its summary texts (joined by a blank line). */
 function reasoningText(item: Record<string, unknown>, at: string): string {
   const texts = (key: "content" | "summary") => {
@@ -309,11 +335,12 @@ function parseInput(v: unknown): ChatMessage[] {
         if (typeof role !== "string" || !(INPUT_ROLES as readonly string[]).includes(role)) {
           throw new InputError(`${at}.role`, `expected one of ${INPUT_ROLES.join(", ")}; got ${JSON.stringify(role ?? null).slice(0, 60)}`);
         }
-        const text = partsText(item.content, `${at}.content`, "input_text");
         if (role === "assistant") {
-          open = assistant(text);
+          open = assistant(partsText(item.content, `${at}.content`, "input_text"));
         } else {
-          out.push({ role: role === "developer" ? "system" : (role as "user" | "system"), content: text });
+          // Images in user messages only (as the chat template renders them).
+          const content = role === "user" ? partsContent(item.content, `${at}.content`) : partsText(item.content, `${at}.content`, "input_text");
+          out.push({ role: role === "developer" ? "system" : (role as "user" | "system"), content });
           open = null;
         }
         return;
@@ -330,7 +357,7 @@ function parseInput(v: unknown): ChatMessage[] {
       }
       case "function_call_output": {
         const call_id = parseField(`${at}.call_id`, Str, item.call_id);
-        const result: ChatMessage = { role: "tool", tool_call_id: call_id, content: partsText(item.output, `${at}.output`, "input_text") };
+        const result: ChatMessage = { role: "tool", tool_call_id: call_id, content: partsContent(item.output, `${at}.output`) };
         TOOL_RESULT_PATHS.set(result, `${at}.call_id`);
         out.push(result);
         open = null;

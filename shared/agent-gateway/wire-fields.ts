@@ -7,6 +7,21 @@ import { inputErrorFromZod } from "../errors.ts";
 /** A string field (`expected a string` otherwise): built once, not per message (a schema costs more to build than to run). */
 export const StringField = z.string({ error: "expected a string" });
 
+/**
+ * The request path of each image part a wire parser made (`messages[0].content[1].source.data`,
+ * `input[2].output[0].image_url`, …), so that an error about the image, and the record's
+ * `multi_modal.images[i].field`, name it as the agent sent it (the gateway's chat messages are
+ * numbered otherwise: Anthropic's `system`, tool results split out).
+ */
+export const IMAGE_PART_PATHS = new WeakMap<object, string>();
+
+/** An image content part `{type: "image_url", image_url: {url}}` whose request path is `path` ({@link IMAGE_PART_PATHS}). */
+export function imagePart(url: string, path: string): { type: "image_url"; image_url: { url: string } } {
+  const part = { type: "image_url" as const, image_url: { url } };
+  IMAGE_PART_PATHS.set(part, path);
+  return part;
+}
+
 /** null and undefined both count as absent in every API the gateway speaks. */
 export const nullish = (v: unknown): v is null | undefined => v === null || v === undefined;
 

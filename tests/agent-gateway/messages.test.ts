@@ -331,7 +331,10 @@ describe("agent gateway: Anthropic Messages through @anthropic-ai/sdk", () => {
       error: invalid("container: not supported by edgeloop's Messages endpoint (it samples only with model, max_tokens, messages, system, tools, tool_choice, temperature, top_p, stop_sequences, stream): remove it"),
     });
     const image = [{ role: "user", content: [{ type: "text", text: "what is this?" }, { type: "image", source: { type: "base64", media_type: "image/png", data: "AAAA" } }] }];
-    expect(await bad({ ...body, messages: image })).toEqual({ status: 400, error: invalid('messages[0].content[1].type: "image" blocks are not supported in a user turn (edgeloop reads text and tool_result)') });
+    // An image on a text-only family: refused when the turn is rendered, naming the block as sent (tests/vision/gateway-images.test.ts reads them).
+    expect(await bad({ ...body, messages: image })).toEqual({ status: 400, error: invalid("messages[0].content[1].source.data: holds image parts, and model qwen3 (family qwen3) is text-only; use a vision-language family (qwen3_vl)") });
+    const doc = [{ role: "user", content: [{ type: "document", source: { type: "text", media_type: "text/plain", data: "x" } }] }];
+    expect(await bad({ ...body, messages: doc })).toEqual({ status: 400, error: invalid('messages[0].content[0].type: "document" blocks are not supported in a user turn (edgeloop reads text, image and tool_result)') });
     expect(await bad({ ...body, tools: [{ type: "web_search_20250305", name: "web_search" }] })).toEqual({
       status: 400,
       error: invalid('tools[0].type: only client tools ("custom" or absent) are supported, got "web_search_20250305": edgeloop runs no server tools'),

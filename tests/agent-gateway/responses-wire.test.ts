@@ -83,7 +83,8 @@ describe("parseResponsesRequest", () => {
     expect(field({ input: [{ type: "function_call", call_id: "c", name: "", arguments: "{}" }] })).toBe("input[0].name");
     expect(field({ input: [{ type: "function_call", call_id: "c", name: "f", arguments: { a: 1 } }] })).toBe("input[0].arguments");
     expect(field({ input: [{ type: "function_call_output", output: "x" }] })).toBe("input[0].call_id");
-    expect(field({ input: [{ type: "function_call_output", call_id: "c", output: [{ type: "input_image" }] }] })).toBe("input[0].output[0].type");
+    expect(field({ input: [{ type: "function_call_output", call_id: "c", output: [{ type: "input_image" }] }] })).toBe("input[0].output[0].image_url");
+    expect(field({ input: [{ type: "function_call_output", call_id: "c", output: [{ type: "input_file", file_id: "f" }] }] })).toBe("input[0].output[0].type");
     expect(field({ input: "x", tools: [{ type: "function" }] })).toBe("tools[0].name");
     expect(field({ input: "x", tools: [{ type: "file_search" }] })).toBe("tools[0].type");
     expect(field({ input: "x", text: { format: { type: "json_object" } } })).toBe("text.format");

@@ -336,7 +336,7 @@ describe("agent gateway: OpenAI Responses API", () => {
       [{ conversation: "conv_1" }, "conversation"],
       [{ temperature: 3 }, "temperature"],
       [{ max_output_tokens: 0 }, "max_output_tokens"],
-      [{ input: [{ role: "user", content: [{ type: "input_text", text: "what is this?" }, { type: "input_image", image_url: "data:image/png;base64,AAAA" }] }] }, "input[0].content[1].type"],
+      [{ input: [{ role: "user", content: [{ type: "input_text", text: "what is this?" }, { type: "input_image", image_url: "data:image/png;base64,AAAA" }] }] }, "input[0].content[1].image_url"],
       [{ input: [{ type: "item_reference", id: "msg_1" }] }, "input[0].type"],
       [{ input: [{ role: "tool", content: "x" }] }, "input[0].role"],
       [{ input: [] }, "input"],

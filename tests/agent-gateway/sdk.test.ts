@@ -330,7 +330,8 @@ describe("agent gateway through the openai SDK", () => {
     expect(await bad({ tool_choice: "required", tools: sdkTools })).toMatchObject({ status: 400, error: { code: "invalid_input", field: "tool_choice" } });
     expect(await bad({ logprobs: true, top_logprobs: 3 })).toMatchObject({ status: 400, error: { code: "invalid_input", field: "top_logprobs" } });
     const image: OpenAI.ChatCompletionMessageParam[] = [msgs[0]!, { role: "user", content: [{ type: "text", text: "what is this?" }, { type: "image_url", image_url: { url: "data:image/png;base64,AAAA" } }] }];
-    expect(await bad({}, image)).toMatchObject({ status: 400, error: { code: "invalid_input", field: "messages[1].content[1].type" } });
+    // An image on a text-only family: refused when the turn is rendered, naming the part.
+    expect(await bad({}, image)).toMatchObject({ status: 400, error: { code: "invalid_input", field: "messages[1].content[1].image_url.url" } });
     expect(engine.stats.requests).toBe(0);
     expect((await sdk(fetchApp).models.list()).data.map((m) => m.id)).toEqual([gw.modelName]);
 

@@ -189,16 +189,14 @@ describe("parseChatRequest: each refusal names its field", () => {
     expect(rejection({ messages: [{ content: "x" }] }).field).toBe("messages[0].role");
   });
 
-  test("content: image, audio and file parts are refused as text-only; null only for an assistant with tool calls", () => {
+  test("content: images only in user messages (read for a vision family: tests/vision/gateway-images.test.ts), audio and file parts refused; null only for an assistant with tool calls", () => {
     const image = rejection({
-      messages: [USER, USER, { role: "user", content: [{ type: "image_url", image_url: { url: "data:image/png;base64,AA" } }] }],
+      messages: [USER, { role: "assistant", content: [{ type: "image_url", image_url: { url: "data:image/png;base64,AA" } }] }, USER],
     });
-    expect(image.field).toBe("messages[2].content[0].type");
-    expect(image.message).toBe(`messages[2].content[0].type: "image_url" parts are not supported: edgeloop's token core is text-only`);
-    expect(image.status).toBe(400);
-    expect(image.toJSON()).toEqual({
-      error: { code: "invalid_input", message: `messages[2].content[0].type: "image_url" parts are not supported: edgeloop's token core is text-only`, field: "messages[2].content[0].type" },
-    });
+    const why = `messages[1].content[0].type: "image_url" parts are not supported here: image parts are accepted in user messages only (as OpenAI's chat API takes them)`;
+    expect([image.field, image.message, image.status]).toEqual(["messages[1].content[0].type", why, 400]);
+    expect(image.toJSON()).toEqual({ error: { code: "invalid_input", message: why, field: "messages[1].content[0].type" } });
+    expect(parseChatRequest({ messages: [USER, { role: "user", content: [{ type: "image_url", image_url: { url: "data:image/png;base64,AA" } }] }] }).messages[1]!.content).toEqual([{ type: "image_url", image_url: { url: "data:image/png;base64,AA" } }]);
     const parts = (p: unknown) => ({ messages: [{ role: "user", content: [{ type: "text", text: "a" }, p] }] });
     expect(rejection(parts({ type: "input_audio", input_audio: { data: "AA", format: "wav" } })).field).toBe("messages[0].content[1].type");
     expect(rejection(parts({ type: "file", file: { file_id: "f" } })).field).toBe("messages[0].content[1].type");

@@ -165,3 +165,108 @@ describe("agent gateway: OpenAI image_url parts", () => {
     expect(wire.length).toBe(0);
   });
 });
+
+describe("agent gateway: Anthropic image blocks and Responses input_image", () => {
+  const rollout = { prompt_length: 2048, response_length: 2048, max_model_len: 8192 };
+  const b64 = (uri: string) => uri.slice("data:image/png;base64,".length);
+
+  /** The two-turn round's record, checked against the family's render (prompt image, then a tool-result image). */
+  async function checkToolImageRound(st: Awaited<ReturnType<AgentGateway["finish"]>>, fields: [string, string]) {
+    const [o] = agentOutputs(st!, { reward: 1 });
+    const msgs = ChatMessage.array().parse([
+      firstUser(),
+      { role: "assistant", content: "", tool_calls: [{ type: "function", function: { name: "zoom", arguments: { factor: 2 } } }] },
+      { role: "tool", name: "zoom", content: [{ type: "image_url", image_url: { url: secondUri } }, { type: "text", text: "zoomed x2" }] },
+      { role: "assistant", content: "A red square." },
+    ] as ChatMessageInput[]);
+    const images = [...(await resolveImages(vl, msgs.slice(0, 1), { prefix: "a" })), ...(await resolveImages(vl, msgs.slice(2, 3), { prefix: "b" }))];
+    const want = expandImagePads(vl.encode(vl.renderText(msgs, { tools: [ZOOM] })), images, visionOf(vl).ids, "all");
+    expect([...o!.prompt_ids, ...o!.response_ids, 198]).toEqual(want.ids);
+    expect(o!.multi_modal!.images.map((i) => [i.span, i.image_grid_thw, i.field])).toEqual([
+      [want.spans[0], [1, 30, 40], fields[0]],
+      [want.spans[1], [1, 56, 6], fields[1]],
+    ]);
+    expect(wire.map((w) => (w.image_data as string[]).length)).toEqual([1, 2]);
+    expect(wire[1]!.image_data).toEqual([promptUri, secondUri]);
+  }
+
+  test("Messages through @anthropic-ai/sdk: a base64 image in the user turn and one inside a tool_result", async () => {
+    const { default: Anthropic } = await import("@anthropic-ai/sdk");
+    const { gw, storage } = setup();
+    await gw.create(agentSessionInput([ZOOM], { rollout }));
+    wire.length = 0;
+    const app = createAgentGatewayApp({ gateway: gw });
+    const fetchApp = (async (u: string | URL | Request, i?: RequestInit) => app.fetch(u instanceof Request ? u : new Request(String(u), i))) as typeof fetch;
+    const client = new Anthropic({ baseURL: `http://edgeloop.local/v1/sessions/${KEY}/anthropic`, apiKey: AGENT_TOKEN, fetch: fetchApp, maxRetries: 0 });
+    const tools = [{ name: "zoom", description: "Zoom into the picture", input_schema: ZOOM.function.parameters as { type: "object" } }];
+    const user = { role: "user" as const, content: [{ type: "image" as const, source: { type: "base64" as const, media_type: "image/png" as const, data: b64(promptUri) }, cache_control: { type: "ephemeral" as const } }, { type: "text" as const, text: QUESTION }] };
+    const m1 = await client.messages.create({ model: "m", max_tokens: 512, messages: [user], tools });
+    const use = m1.content.find((b) => b.type === "tool_use")!;
+    expect(use.type === "tool_use" && [use.name, use.input]).toEqual(["zoom", { factor: 2 }]);
+    const m2 = await client.messages.create({
+      model: "m",
+      max_tokens: 512,
+      tools,
+      messages: [
+        user,
+        { role: "assistant", content: m1.content },
+        { role: "user", content: [{ type: "tool_result", tool_use_id: use.id, content: [{ type: "image", source: { type: "base64", media_type: "image/png", data: b64(secondUri) } }, { type: "text", text: "zoomed x2" }] }] },
+      ],
+    });
+    expect(m2.content).toEqual([{ type: "text", text: "A red square.", citations: null }]);
+    const st = await gw.finish(KEY, { by: "agent", reward: 1 });
+    // Fields name the images as the request sent them.
+    await checkToolImageRound(st, ["messages[0].content[0].source.data", "messages[2].content[0].content[0].source.data"]);
+    const stored = (await storage.get(AgentGateway.storageKey(KEY)))!;
+    expect(agentOutputs(foldAgentSession(KEY, stored), { reward: 1 })).toEqual(agentOutputs(st!, { reward: 1 }));
+  });
+
+  test("Responses through the openai SDK: input_image in the user message and in a function_call_output", async () => {
+    const { gw, openai } = setup();
+    await gw.create(agentSessionInput([ZOOM], { rollout }));
+    wire.length = 0;
+    const tools = [{ type: "function" as const, name: "zoom", description: "Zoom into the picture", parameters: ZOOM.function.parameters as Record<string, unknown>, strict: false }];
+    const user = { role: "user" as const, content: [{ type: "input_image" as const, image_url: promptUri, detail: "auto" as const }, { type: "input_text" as const, text: QUESTION }] };
+    const r1 = await openai.responses.create({ model: "m", input: [user], tools });
+    const fc = r1.output.find((x) => x.type === "function_call")!;
+    expect(fc.type === "function_call" && [fc.name, JSON.parse(fc.arguments)]).toEqual(["zoom", { factor: 2 }]);
+    const r2 = await openai.responses.create({
+      model: "m",
+      tools,
+      input: [user, fc, { type: "function_call_output", call_id: fc.type === "function_call" ? fc.call_id : "", output: [{ type: "input_image", image_url: secondUri, detail: "auto" }, { type: "input_text", text: "zoomed x2" }] }],
+    });
+    expect(r2.output_text).toBe("A red square.");
+    await checkToolImageRound(await gw.finish(KEY, { by: "agent", reward: 1 }), ["input[0].content[0].image_url", "input[2].output[0].image_url"]);
+  });
+
+  test("an unreadable image is refused naming it as sent, also behind a system prompt (Messages), and on the Responses API", async () => {
+    const { default: Anthropic } = await import("@anthropic-ai/sdk");
+    const { gw, openai } = setup();
+    await gw.create(agentSessionInput([ZOOM], { rollout }));
+    wire.length = 0;
+    const app = createAgentGatewayApp({ gateway: gw });
+    const fetchApp = (async (u: string | URL | Request, i?: RequestInit) => app.fetch(u instanceof Request ? u : new Request(String(u), i))) as typeof fetch;
+    const client = new Anthropic({ baseURL: `http://edgeloop.local/v1/sessions/${KEY}/anthropic`, apiKey: AGENT_TOKEN, fetch: fetchApp, maxRetries: 0 });
+    const e1 = (await client.messages.create({ model: "m", max_tokens: 8, system: "Look closely.", messages: [{ role: "user", content: [{ type: "text", text: "q" }, { type: "image", source: { type: "base64", media_type: "image/png", data: "bm90IGFuIGltYWdl" } }] }] }).catch((e: unknown) => e)) as { status: number; error: { error: { message: string } } };
+    expect(e1.status).toBe(400);
+    expect(e1.error.error.message).toMatch(/^messages\[0\]\.content\[1\]\.source\.data: /);
+    const e2 = (await openai.responses.create({ model: "m", input: [{ role: "user", content: [{ type: "input_image", image_url: "data:image/png;base64,@@@@", detail: "auto" }] }] }).catch((e: unknown) => e)) as InstanceType<typeof OpenAI.APIError>;
+    expect([e2.status, e2.param]).toEqual([400, "input[0].content[0].image_url"]);
+    expect(wire.length).toBe(0);
+  });
+
+  test("refused naming the field: file sources, transformations, images in assistant turns, file_id, detail high", async () => {
+    const { parseMessagesRequest } = await import("../../shared/agent-gateway/messages-wire.ts");
+    const { parseResponsesRequest, responsesChatRequest } = await import("../../shared/agent-gateway/responses-wire.ts");
+    const img = (source: unknown, extra: Record<string, unknown> = {}) => ({ model: "m", max_tokens: 8, messages: [{ role: "user", content: [{ type: "image", source, ...extra }] }] });
+    expect(() => parseMessagesRequest(img({ type: "file", file_id: "f" }))).toThrow('messages[0].content[0].source.type: "file" sources are not supported');
+    expect(() => parseMessagesRequest(img({ type: "base64", media_type: "image/tiff", data: "AA" }))).toThrow("messages[0].content[0].source.media_type: expected image/jpeg, image/png, image/gif or image/webp");
+    expect(() => parseMessagesRequest(img({ type: "base64", media_type: "image/png", data: "AA" }, { transformations: { large: "x" } }))).toThrow("messages[0].content[0].transformations: not supported");
+    expect(() => parseMessagesRequest({ model: "m", max_tokens: 8, messages: [{ role: "user", content: "q" }, { role: "assistant", content: [{ type: "image", source: { type: "url", url: "x" } }] }, { role: "user", content: "r" }] })).toThrow('messages[1].content[0].type: "image" blocks are not supported in an assistant turn');
+    const resp = (content: unknown) => responsesChatRequest(parseResponsesRequest({ model: "m", input: [{ role: "user", content }] }), null);
+    expect(() => resp([{ type: "input_image", file_id: "file-1", detail: "auto" }])).toThrow("input[0].content[0].file_id: file ids are not supported");
+    expect(() => resp([{ type: "input_image", image_url: promptUri, detail: "high" }])).toThrow('input[0].content[0].detail: only "auto" (or absent)');
+    expect(() => responsesChatRequest(parseResponsesRequest({ model: "m", input: [{ role: "system", content: [{ type: "input_image", image_url: promptUri, detail: "auto" }] }] }), null)).toThrow('input[0].content[0].type: "input_image" parts are not supported');
+    expect(resp([{ type: "input_image", image_url: promptUri, detail: "auto" }, { type: "input_text", text: "q" }]).messages[0]!.content).toEqual([{ type: "image_url", image_url: { url: promptUri } }, { type: "text", text: "q" }]);
+  });
+});
