@@ -83,7 +83,8 @@ export function refuseBatchFlags(flags: WorkerFlags): void {
  * gives the running jobs S seconds, then the process exits 0 with `exit:
  * "drain_timeout"` and the counts so far, and the running jobs stay pending
  * for another worker (the same path as a crash: reclaim after the lease,
- * resume from the checkpoint).
+ * resume from the checkpoint). A second signal does the same at once, with
+ * `exit: "signal"`.
  * @throws ConfigError with the memory store (workers need a shared Redis).
  */
 export async function workerCommand(flags: WorkerFlags): Promise<void> {
@@ -138,19 +139,24 @@ export async function workerCommand(flags: WorkerFlags): Promise<void> {
         (flags.maxRunningTotal === undefined ? "" : `, at most ${flags.maxRunningTotal} running across all workers (store-wide cap)`),
     );
     let drainTimer: ReturnType<typeof setTimeout> | undefined;
-    const onSignal = () => {
-      worker.stop();
-      if (flags.drainTimeout === undefined || drainTimer) return;
-      const leaseMs = runtime.jobs!.leaseMs;
-      drainTimer = setTimeout(() => {
-        const running = worker.running;
-        console.error(`worker     ${consumer}: drain timeout (${flags.drainTimeout} s) with ${running} jobs running: they stay pending, to be reclaimed after the lease (${leaseMs} ms) and resumed from their checkpoints`);
-        console.log(JSON.stringify({ consumer, ...worker.progress, exit: "drain_timeout", running }));
-        process.exit(0);
-      }, Math.round(flags.drainTimeout * 1000));
+    let signals = 0;
+    const leaveRunning = (why: string, exit: string) => {
+      const running = worker.running;
+      console.error(`worker     ${consumer}: ${why} with ${running} jobs running: they stay pending, to be reclaimed after the lease (${runtime.jobs!.leaseMs} ms) and resumed from their checkpoints`);
+      console.log(JSON.stringify({ consumer, ...worker.progress, exit, running }));
+      process.exit(0);
     };
-    process.once("SIGINT", onSignal);
-    process.once("SIGTERM", onSignal);
+    // The first signal stops claiming and waits for the running jobs (at most --drain-timeout); a second one
+    // (GNU timeout and supervisors send SIGTERM to the child and then to its group) ends the wait, with the summary.
+    const onSignal = () => {
+      if (++signals > 1) return leaveRunning("a second signal", "signal");
+      worker.stop();
+      console.error(`worker     ${consumer}: stopping: no new claims; waiting for ${worker.running} running jobs${flags.drainTimeout === undefined ? "" : ` (at most ${flags.drainTimeout} s)`} (a second signal leaves them to be reclaimed)`);
+      if (flags.drainTimeout === undefined || drainTimer) return;
+      drainTimer = setTimeout(() => leaveRunning(`drain timeout (${flags.drainTimeout} s)`, "drain_timeout"), Math.round(flags.drainTimeout * 1000));
+    };
+    process.on("SIGINT", onSignal);
+    process.on("SIGTERM", onSignal);
     const summary = await worker.run();
     clearTimeout(drainTimer);
     process.off("SIGINT", onSignal);

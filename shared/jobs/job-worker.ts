@@ -230,7 +230,7 @@ export class JobWorker {
             this.summary.exit = "idle";
             break;
           }
-          if (left > 0 && !waitingOnOthers) this.log(`idle, but ${left} jobs are left in the stream (held by other workers): staying to reclaim them if their worker stops heart-beating (lease ${jobs.leaseMs} ms)`);
+          if (left > 0 && !waitingOnOthers) this.log(`idle, but ${left} jobs are left in the stream (waiting to be claimed or held by other workers): staying to claim them, or reclaim them if their worker stops heart-beating (lease ${jobs.leaseMs} ms)`);
           waitingOnOthers = true;
           // Idle is counted again from here: checked once more idleExitMs later (claims go on meanwhile).
           lastBusy = Date.now();

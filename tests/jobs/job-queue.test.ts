@@ -179,7 +179,7 @@ describe.skipIf(!redis)("job queue", () => {
     const summary = await survivor.run();
     expect(summary).toEqual({ claimed: 6, completed: 6, failed: 0, reclaimed: 6, abandoned: 0, cancelled: 0, surplus: 0, refused: 0, capped: 0, exit: "idle" });
     expect(ran.length).toBe(6);
-    expect(lines[0]).toBe("[survivor] idle, but 6 jobs are left in the stream (held by other workers): staying to reclaim them if their worker stops heart-beating (lease 600 ms)");
+    expect(lines[0]).toBe("[survivor] idle, but 6 jobs are left in the stream (waiting to be claimed or held by other workers): staying to claim them, or reclaim them if their worker stops heart-beating (lease 600 ms)");
     await run.run();
     expect(run.stats().counts).toMatchObject({ total: 6, finished: 6, ok: 6 });
     expect(await jobs.stats()).toMatchObject({ depth: 0, in_flight: 0, stranded: 0 });

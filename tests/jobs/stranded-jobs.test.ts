@@ -153,7 +153,7 @@ describe.skipIf(!redis)("N1: jobs held by a SIGKILLed worker", () => {
     const survivor = worker(prefix, "survivor", config("fast", 1), "0.5");
     await until(() => get<Stats>(`${url}/v1/rollouts/${batch_id}`), (s) => s.counts.finished === 176);
     const idle = await survivor.err.wait(/^\[survivor\] idle, but 64 jobs are left in the stream/);
-    expect(idle.line).toBe(`[survivor] idle, but 64 jobs are left in the stream (held by other workers): staying to reclaim them if their worker stops heart-beating (lease ${LEASE_S * 1000} ms)`);
+    expect(idle.line).toBe(`[survivor] idle, but 64 jobs are left in the stream (waiting to be claimed or held by other workers): staying to claim them, or reclaim them if their worker stops heart-beating (lease ${LEASE_S * 1000} ms)`);
     expect(await get<Queue>(`${url}/v1/queue`)).toMatchObject({ depth: 0, in_flight: 64, stranded: 0, workers: { known: 2, busy: 1 } });
 
     victim.p.kill("SIGKILL");
