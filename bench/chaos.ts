@@ -51,6 +51,10 @@ if (v.restart) {
     });
     console.log(formatRestartReport(r));
     process.exitCode = r.violations.length ? 1 : 0;
+  } catch (e) {
+    // A bad flag, a component that did not start, an interrupt: one line, no stack.
+    console.error(`chaos:restart: ${(e as Error)?.message ?? String(e)}`);
+    process.exitCode = e instanceof RangeError ? 2 : 1;
   } finally {
     await redis.dispose();
   }

@@ -89,6 +89,21 @@ async function freePort(): Promise<number> {
   });
 }
 
+/** @throws RangeError naming the option when one is out of range (before anything starts). */
+function checkOptions(o: WholeRestartOptions): void {
+  const int = (v: number | undefined, name: string, min: number, max = 1_000_000) => {
+    if (v !== undefined && (!Number.isInteger(v) || v < min || v > max)) throw new RangeError(`${name} must be an integer in ${min}..${max}, got ${v}`);
+  };
+  int(o.rows, "rows", 1);
+  int(o.n, "n", 1, 1024);
+  int(o.toolTurns, "toolTurns (--tool-turns)", 0, 64);
+  int(o.workers, "workers", 1, 64);
+  int(o.concurrency, "concurrency", 1, 1024);
+  if (o.killAt !== undefined && !(o.killAt > 0 && o.killAt < 1)) throw new RangeError(`killAt (--kill-at) must be a share of the records strictly between 0 and 1, got ${o.killAt}`);
+  if (o.decodeMsPerToken !== undefined && !(o.decodeMsPerToken >= 0)) throw new RangeError(`decodeMsPerToken must be >= 0, got ${o.decodeMsPerToken}`);
+  if (o.leaseSeconds !== undefined && !(o.leaseSeconds >= 0.1)) throw new RangeError(`leaseSeconds must be >= 0.1, got ${o.leaseSeconds}`);
+}
+
 /** The example policy with `k` extra calc tool turns before each rule's own turns (each answered by the example calc tool). */
 export function longerPolicy(k: number, seed: number): Record<string, unknown> {
   const policy = JSON.parse(readFileSync(join(PACKAGE_ROOT, "examples", "policy.json"), "utf8")) as { rules: { when: string; turns: unknown[] }[] };
@@ -115,6 +130,7 @@ type Proc = ReturnType<typeof Bun.spawn>;
  * @throws Error when a component does not start, or the batch does not finish by the deadline.
  */
 export async function runWholeRestart(o: WholeRestartOptions): Promise<WholeRestartReport> {
+  checkOptions(o);
   const n = o.n ?? 4;
   const rowsN = o.rows ?? 24;
   const total = rowsN * n;
@@ -131,6 +147,19 @@ export async function runWholeRestart(o: WholeRestartOptions): Promise<WholeRest
   const procs: Proc[] = [];
   const cleanups: (() => unknown)[] = [];
   const violations: string[] = [];
+  // Ctrl-C or a SIGTERM to this process: the children die with it and every wait below ends (then the cleanups run).
+  let interrupted: string | null = null;
+  const onSignal = (sig: string) => {
+    interrupted = sig;
+    for (const p of procs) if (p.exitCode === null) p.kill("SIGKILL");
+  };
+  const onInt = () => onSignal("SIGINT");
+  const onTerm = () => onSignal("SIGTERM");
+  process.on("SIGINT", onInt);
+  process.on("SIGTERM", onTerm);
+  const alive = () => {
+    if (interrupted) throw new Error(`interrupted by ${interrupted}`);
+  };
   try {
     // 1. The uninterrupted reference, in process on the memory store.
     const t0 = performance.now();
@@ -172,6 +201,7 @@ export async function runWholeRestart(o: WholeRestartOptions): Promise<WholeRest
     const answers = async (url: string, what: string, p: Proc): Promise<void> => {
       const by = Date.now() + 60_000; // a hang bound only: a start takes seconds
       for (;;) {
+        alive();
         if (p.exitCode !== null) throw new Error(`${what} exited ${p.exitCode}: ${readFileSync(join(dir, `${what}.${life}.err`), "utf8").slice(-800)}`);
         const ok = await fetch(`${url}/health`).then((r) => (r.body?.cancel(), r.status === 200), () => false);
         if (ok) return;
@@ -179,6 +209,7 @@ export async function runWholeRestart(o: WholeRestartOptions): Promise<WholeRest
         await Bun.sleep(50);
       }
     };
+    const names = ["gateway", "serve", ...Array.from({ length: o.workers ?? 2 }, (_, i) => `worker${i}`)];
     const system = async (): Promise<Proc[]> => {
       const gw = spawn("gateway", ["gateway", "--replicas", engine.urls.join(","), "--port", String(gatewayPort), "--store", o.redis.url, "--store-prefix", prefix]);
       await answers(gatewayUrl, "gateway", gw);
@@ -234,6 +265,11 @@ export async function runWholeRestart(o: WholeRestartOptions): Promise<WholeRest
     const killAt = Math.ceil((o.killAt ?? 0.4) * total);
     let atKillRecords = 0;
     for (;;) {
+      alive();
+      // A process that exits before the kill (a bad flag, a crash) is named with its last lines, not waited on.
+      for (const [i, p] of live.entries()) {
+        if (p.exitCode !== null) throw new Error(`${names[i]} exited ${p.exitCode} before the kill: ${readFileSync(join(dir, `${names[i]}.${life}.err`), "utf8").slice(-800)}`);
+      }
       atKillRecords = await storedRecords().catch(() => 0);
       if (atKillRecords >= killAt && ackedAt.size > 0) break;
       if (Date.now() > deadline) throw new Error(`the kill point (${killAt} records, a group acked) never came: ${atKillRecords} records`);
@@ -257,6 +293,7 @@ export async function runWholeRestart(o: WholeRestartOptions): Promise<WholeRest
     type BatchStatus = { done: boolean; counts: { ok: number; failed: number }; lost: unknown };
     let status = null as BatchStatus | null;
     for (;;) {
+      alive();
       const res = await fetch(`${serveUrl}/v1/rollouts/${batch.batch_id}`).catch(() => null);
       if (res?.status === 200) status = (await res.json()) as BatchStatus;
       else await res?.body?.cancel();
@@ -309,6 +346,31 @@ export async function runWholeRestart(o: WholeRestartOptions): Promise<WholeRest
     if (regenerated > running * longestTurn) violations.push(`${regenerated} tokens decoded again, more than a turn (≤ ${longestTurn} tokens) for each of the ${running} sessions that could be running at the kill`);
     const tokens = { before_kill: beforeKill, all: all + cut, reference: refTokens, regenerated, regenerated_answered: all - refTokens, work_kept: beforeKill ? 1 - regenerated / beforeKill : 1 };
     const toolRun = await tools.executions();
+    // Every ack the trainer saw confirmed is in Redis: nothing is pending in its consumer group (an ack lost
+    // in the restart would leave its group pending, to be delivered again after the visibility timeout).
+    const raw = createRedisTransferQueue({ url: o.redis.url, prefix });
+    cleanups.push(() => raw.close());
+    const pendingReply = (await (raw as unknown as { redis: { exec(c: string[]): Promise<unknown> } }).redis.exec(["XPENDING", raw.layout.stream("train", 0), raw.group])) as [number, ...unknown[]];
+    const pending = Number(pendingReply?.[0] ?? 0);
+    if (pending !== 0) violations.push(`${pending} delivered groups are still pending in the trainer's consumer group: acks were lost`);
+    // Resumed, not restarted: each trajectory asked the engine at most once more than the uninterrupted run
+    // did (the turn cut at the kill); a restart from scratch asks again for every turn it had.
+    const perKey = (logs: readonly SimRequestLog[]) => {
+      const m = new Map<string, number>();
+      for (const l of logs) if (l.routing_key) m.set(l.routing_key, (m.get(l.routing_key) ?? 0) + 1);
+      return m;
+    };
+    const runLogs = engine.replicas.flatMap((r) => r.engine.requests);
+    const refLogs = refEngine.replicas.flatMap((r) => r.engine.requests);
+    const complete = engine.replicas.every((r) => r.engine.requests.length === r.engine.stats.requests) && refEngine.replicas.every((r) => r.engine.requests.length === r.engine.stats.requests);
+    const extraCalls: string[] = [];
+    if (complete) {
+      const want = perKey(refLogs);
+      for (const [key, got] of perKey(runLogs)) if (got > (want.get(key) ?? 0) + 1) extraCalls.push(`${key} (${got} engine calls, ${want.get(key) ?? 0} uninterrupted)`);
+      if (extraCalls.length) violations.push(`${extraCalls.length} trajectories asked the engine more than once again: not resumed from their checkpoints (e.g. ${extraCalls.slice(0, 3).join(", ")})`);
+    }
+    if (inflight.length === 0) violations.push("no engine request was decoding at the kill: the kill landed between turns, nothing was cut (raise --rows or lower --kill-at)");
+    if (atKillRecords >= total) violations.push("every record was stored before the kill: nothing was interrupted (lower --kill-at)");
     if (missing.length) violations.push(`${missing.length} trajectories have no record (e.g. ${missing.slice(0, 3).join(", ")})`);
     if (miscounted.length) violations.push(`groups whose record count is not ${n}: ${miscounted.slice(0, 5).join(", ")}`);
     if (unequal.length) violations.push(`${unequal.length} delivered records differ from the uninterrupted run (e.g. ${unequal.slice(0, 3).join(", ")}; the first differs in ${firstDiff.join(", ")})`);
@@ -336,6 +398,8 @@ export async function runWholeRestart(o: WholeRestartOptions): Promise<WholeRest
       violations,
     };
   } finally {
+    process.off("SIGINT", onInt);
+    process.off("SIGTERM", onTerm);
     for (const p of procs) if (p.exitCode === null) p.kill("SIGKILL");
     await Promise.all(procs.map((p) => p.exited));
     for (const c of cleanups.reverse()) await Promise.resolve(c()).catch(() => {});

@@ -47,7 +47,8 @@ export async function gcCommand(flags: GcFlags): Promise<void> {
   const fileCfg = flags.config ? resolveConfigPaths(await readConfigFile(flags.config), flags.config) : {};
   const config = parseLayeredConfig(fileCfg, { store: { url: flags.store, prefix: flags.storePrefix, blobs: { url: flags.blobStore } } }, flags.config ?? "flags");
   if (config.store.url === "memory") throw new ConfigError("store.url", "edgeloop gc needs a Redis or Upstash store (--store redis://host:port or upstash): the memory store lives and dies with its process");
-  await checkStore(config, 3_000);
+  // gc deletes what is finished and waits for no replica: store.durability does not apply to it.
+  await checkStore(config, 3_000, { noReplicaCheck: true });
   const redis =
     config.store.url === "upstash"
       ? new UpstashCommander({ url: process.env.UPSTASH_REDIS_REST_URL!, token: process.env.UPSTASH_REDIS_REST_TOKEN! })

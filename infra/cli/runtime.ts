@@ -155,7 +155,8 @@ export async function buildRuntime(flags: ConfigFlags, hooks: RuntimeHooks = {})
     if (toolsBudget) warnings.push(toolsBudget);
     const store = buildStore(config, flags.storeTimeout);
     closers.push(() => store.close());
-    describe.push(`store      ${config.store.url === "memory" ? "memory (in-process)" : maskRedisUrl(config.store.url)}`);
+    const durable = config.store.durability === "replicated" ? ` (durability replicated: each write waits for ${config.store.wait_replicas ?? 1} replica acknowledgement(s), WAIT ${config.store.wait_timeout_ms ?? 1000} ms)` : "";
+    describe.push(`store      ${config.store.url === "memory" ? "memory (in-process)" : maskRedisUrl(config.store.url)}${durable}`);
     if (config.store.blobs.url) describe.push(`blobs      ${config.store.blobs.url} (routed experts of ${config.store.blobs.threshold_bytes} packed bytes and more)`);
     const registry = await buildLoopRegistry(config, tokenizer, describe, warnings);
 

@@ -5,7 +5,9 @@ import { IoRedisCommander } from "../redis/ioredis-commander.ts";
 /**
  * Whether the store answers now: `PING` over the process's own connection
  * within `timeoutMs`; an ioredis connection known to be down answers at
- * once. `name` is the masked store URL.
+ * once. With `store.durability: replicated` the store is down too while its
+ * replicas do not acknowledge (`IoRedisCommander.replicaHealth`). `name` is
+ * the masked store URL.
  */
 export function processStoreHealth(name: string, commander: RedisCommander | null, timeoutMs = 1_000): () => Promise<StoreHealth> {
   const known = (): StoreHealth | null => {
@@ -14,7 +16,15 @@ export function processStoreHealth(name: string, commander: RedisCommander | nul
     if (c.up || c.downSince === null) return null;
     return { ok: false, store: name, error: `unreachable for ${Math.round((Date.now() - c.downSince) / 1000)} s: ${c.error ?? "connection lost"}` };
   };
-  return storeHealthProbe(name, commander, { timeoutMs, known });
+  const probe = storeHealthProbe(name, commander, { timeoutMs, known });
+  if (!(commander instanceof IoRedisCommander) || !commander.replicated) return probe;
+  // store.durability replicated: a store whose replicas do not acknowledge holds every write, as an outage does.
+  return async () => {
+    const h = await probe();
+    if (!h.ok) return h;
+    const why = await commander.replicaHealth().catch((e: unknown) => `replication check failed: ${(e as Error)?.message ?? String(e)}`);
+    return why ? { ok: false, store: name, error: why } : h;
+  };
 }
 
 /**

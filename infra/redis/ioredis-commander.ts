@@ -4,7 +4,7 @@ import type { RedisArg, RedisCommander, RedisReply } from "../../shared/store/re
 import { ConfigError, StoreError } from "../../shared/errors.ts";
 import { StoreUnreachableError } from "../../shared/store/store-outage.ts";
 import { checkCommand, pipelineBySize, TCP_MAX_REQUEST_BYTES } from "../../shared/store/request-size.ts";
-import { maskRedisUrl } from "./redis-check.ts";
+import { maskRedisUrl, replicaShortfall } from "./redis-check.ts";
 
 /** Options of {@link IoRedisCommander}. */
 export interface IoRedisCommanderOptions {
@@ -79,6 +79,8 @@ const READ_ONLY = new Set([
   "SMEMBERS", "SISMEMBER", "SMISMEMBER", "SCARD", "SSCAN", "ZSCORE", "ZMSCORE", "ZCARD", "ZCOUNT", "ZRANGE", "ZRANGEBYSCORE", "ZREVRANGE", "ZRANK", "ZSCAN",
   "LRANGE", "LLEN", "LINDEX", "XRANGE", "XREVRANGE", "XLEN", "XPENDING", "XINFO", "XREAD", "XREADGROUP", "SCAN", "KEYS", "DBSIZE", "TIME", "PING", "INFO",
   "MEMORY", "CLUSTER", "SCRIPT", "EVAL_RO", "EVALSHA_RO", "WAIT", "OBJECT", "COMMAND", "CONFIG", "CLIENT", "ROLE", "ECHO",
+  "ZRANGEBYLEX", "ZREVRANGEBYLEX", "ZREVRANGEBYSCORE", "ZREVRANK", "ZLEXCOUNT", "ZRANDMEMBER", "SRANDMEMBER", "HSTRLEN", "HRANDFIELD", "GETBIT", "BITCOUNT", "BITPOS",
+  "LPOS", "SINTER", "SUNION", "SDIFF", "SINTERCARD", "ZINTER", "ZUNION", "ZDIFF", "PFCOUNT", "GEOPOS", "GEODIST", "GEOSEARCH", "EXPIRETIME", "PEXPIRETIME", "SUBSTR", "LCS",
 ]);
 
 /** Whether `cmd` may write (see {@link READ_ONLY}). */
@@ -209,6 +211,8 @@ export class IoRedisCommander implements RedisCommander {
   private closing = false;
   readonly maxRequestBytes: number;
   private readonly durability?: { replicas: number; timeoutMs: number };
+  /** Since when writes have not been acknowledged by enough replicas (a WAIT fell short), and why; null while they are. */
+  private unreplicated: { since: number; error: string } | null = null;
 
   constructor(url: string, opts: IoRedisCommanderOptions = {}) {
     const maxReconnects = (this.maxReconnects = opts.maxReconnects ?? Number.POSITIVE_INFINITY);
@@ -253,7 +257,41 @@ export class IoRedisCommander implements RedisCommander {
 
   /** The main connection's state (for `/health` and `--store-timeout`). */
   connection(): ConnectionState {
+    // With store.durability replicated, writes the replicas do not acknowledge are held as in an outage: say so.
+    if (this.state.up && this.unreplicated) return { ...this.state, up: false, downSince: this.unreplicated.since, error: this.unreplicated.error };
     return { ...this.state };
+  }
+
+  /** Whether writes wait for replicas (`store.durability: replicated`). */
+  get replicated(): boolean {
+    return this.durability !== undefined;
+  }
+
+  /**
+   * With `store.durability: replicated`, whether enough replicas acknowledge now (`INFO replication`:
+   * replicas `online` whose last acknowledgement is at most 2 s old — a replica acknowledges every
+   * second — at least `wait_replicas`), as a reason when not; null when they do, or without durability.
+   * A read: it writes nothing, so it sees a stalled replica that an idle connection's WAIT would not.
+   */
+  async replicaHealth(): Promise<string | null> {
+    if (!this.durability || this.cluster) return null;
+    const info = String(await this.exec(["INFO", "replication"]));
+    const why = replicaShortfall(info, this.durability.replicas, this.url);
+    if (!why && this.unreplicated) this.replicatedAgain();
+    return why;
+  }
+
+  private notReplicated(error: string): void {
+    if (this.unreplicated) return;
+    this.unreplicated = { since: Date.now(), error };
+    this.onError(`Redis ${this.url}: writes are not acknowledged by replicas (${error}); holding them until they are (store.durability replicated)`, new Error(error));
+  }
+
+  private replicatedAgain(): void {
+    if (!this.unreplicated) return;
+    const s = Math.round((Date.now() - this.unreplicated.since) / 1000);
+    this.unreplicated = null;
+    this.onError(`Redis ${this.url}: replicas acknowledge writes again (after ${s} s)`, new Error("replicated"));
   }
 
   /**
@@ -366,8 +404,10 @@ export class IoRedisCommander implements RedisCommander {
         const [err, acked] = res.pop() ?? [new Error("no WAIT reply"), 0];
         if (err || Number(acked) < d.replicas) {
           const why = err ? `WAIT failed: ${err.message}` : `${Number(acked)} of ${d.replicas} replica${d.replicas === 1 ? "" : "s"} acknowledged a write within ${d.timeoutMs} ms`;
-          throw new StoreUnreachableError(`store ${this.url} unreachable: ${why} (store.durability replicated: the write is not taken as done; it is retried)`);
+          this.notReplicated(why);
+          throw new StoreUnreachableError(`store ${this.url} unreachable: ${why} (store.durability replicated: not taken as done; a retryable outage)`);
         }
+        this.replicatedAgain();
       }
       return res.map(([err, v]) => (err ? err : (v as RedisReply)));
     });

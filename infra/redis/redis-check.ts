@@ -64,12 +64,8 @@ export async function checkRedis(url: string, opts: { timeoutMs?: number; what?:
         }
         // store.durability replicated: a primary without the replicas WAIT counts would fail every write (held forever).
         if (opts.replicas) {
-          const info = String(await c.info("replication"));
-          const role = /^role:(\w+)/m.exec(info)?.[1];
-          const connected = Number(/^connected_slaves:(\d+)/m.exec(info)?.[1] ?? 0);
-          if (role === "master" && connected < opts.replicas) {
-            throw new ConfigError("store.durability", `replicated needs ${opts.replicas} replica${opts.replicas === 1 ? "" : "s"} (store.wait_replicas) of ${maskRedisUrl(url)}, which has ${connected} connected (INFO replication)`);
-          }
+          const why = replicaShortfall(String(await c.info("replication")), opts.replicas, maskRedisUrl(url));
+          if (why) throw new ConfigError("store.durability", `replicated needs ${opts.replicas} acknowledging replica${opts.replicas === 1 ? "" : "s"} (store.wait_replicas): ${why}`);
         }
       })(),
       timeout,
@@ -101,4 +97,22 @@ export function redisDatabase(url: string): number | null {
   if (path === "") return null;
   if (!/^\d+$/.test(path)) throw new ConfigError("store.url", `'/${path.slice(0, 50)}' is not a database number (redis://host:port/N)`);
   return Number(path);
+}
+
+/**
+ * Why `INFO replication` of a server (`url`, masked) does not show `replicas` acknowledging replicas,
+ * or null when it does: a replica (role slave) takes no writes; replicas count when `state=online`
+ * with `lag` ≤ 2 (seconds since their last acknowledgement; replicas acknowledge every second).
+ */
+export function replicaShortfall(info: string, replicas: number, url: string): string | null {
+  const role = /^role:(\w+)/m.exec(info)?.[1];
+  if (role && role !== "master") return `${url} is a replica (role ${role}): point store.url at the primary`;
+  const connected = Number(/^connected_slaves:(\d+)/m.exec(info)?.[1] ?? 0);
+  let acking = 0;
+  for (const m of info.matchAll(/^slave\d+:(.*)$/gm)) {
+    const f = Object.fromEntries(m[1]!.split(",").map((kv) => kv.split("=") as [string, string]));
+    if (f.state === "online" && Number(f.lag) <= 2) acking++;
+  }
+  if (acking >= replicas) return null;
+  return `${url} has ${acking} replica${acking === 1 ? "" : "s"} acknowledging (${connected} connected; INFO replication), store.wait_replicas is ${replicas}`;
 }

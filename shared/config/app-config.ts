@@ -215,10 +215,10 @@ export const StoreConfig = z.strictObject({
    * Redis over TCP (one server or a cluster) only: Upstash REST refuses it.
    */
   durability: z.enum(["primary", "replicated"]).default("primary"),
-  /** With `durability: replicated`: replicas that must acknowledge each write (default 1). */
-  wait_replicas: z.number().int().min(1, "store.wait_replicas must be >= 1").max(16, "store.wait_replicas must be <= 16").default(1),
-  /** With `durability: replicated`: milliseconds WAIT waits for them (default 1000). */
-  wait_timeout_ms: z.number().int().min(1, "store.wait_timeout_ms must be >= 1").max(60_000, "store.wait_timeout_ms must be <= 60000").default(1000),
+  /** With `durability: replicated` (refused otherwise): replicas that must acknowledge each write (absent: 1). */
+  wait_replicas: z.number().int().min(1, "must be >= 1").max(16, "must be <= 16").optional(),
+  /** With `durability: replicated` (refused otherwise): milliseconds WAIT waits for them (absent: 1000). */
+  wait_timeout_ms: z.number().int().min(1, "must be >= 1").max(60_000, "must be <= 60000").optional(),
 });
 
 /**

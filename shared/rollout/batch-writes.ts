@@ -1,6 +1,6 @@
 import { parseTrajectoryKey, type TrajectoryRecord } from "../schema/index.ts";
 import type { TransferQueue } from "../store/types.ts";
-import { holdWhileStoreDown } from "../store/store-outage.ts";
+import { holdWhileStoreDown, isStoreOutage } from "../store/store-outage.ts";
 import type { BatchPlan, PlannedTrajectory } from "./batch.ts";
 import { errorText, type BatchProgress } from "./batch-progress.ts";
 
@@ -37,10 +37,16 @@ export class BatchWriter {
    * Writes one record (`last`: its session's last output) with retries;
    * returns it as counted (with `error` set when the write failed) and
    * whether this write stored it (false: the key was already written).
+   * An attempt cut off by a store outage may have landed (the reply was
+   * lost, or `store.durability: replicated` found too few replicas after the
+   * primary wrote it): a retry that then finds the key stored counts it as
+   * this write's, not as another batch's (`reused`).
    */
   async store(r: TrajectoryRecord, last: boolean): Promise<{ record: TrajectoryRecord; stored: boolean }> {
+    let ambiguous = false;
     try {
-      return { record: r, stored: (await holdWhileStoreDown(() => writeRecord(this.queue, r, last))).stored };
+      const res = await holdWhileStoreDown(() => writeRecord(this.queue, r, last), { onRetry: (e) => (ambiguous ||= isStoreOutage(e)) });
+      return { record: r, stored: res.stored || ambiguous };
     } catch (e) {
       this.unstored.add(r.key);
       return { record: { ...r, error: `transfer queue write failed: ${errorText(e)}`, finish_reason: "error" }, stored: true };

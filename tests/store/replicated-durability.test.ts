@@ -1,6 +1,13 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createRedisTransferQueue } from "../../infra/redis/redis-transfer-queue.ts";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { buildRuntime } from "../../infra/cli/runtime.ts";
 import { IoRedisCommander, isWriteCommand } from "../../infra/redis/ioredis-commander.ts";
+import { replicaShortfall } from "../../infra/redis/redis-check.ts";
+import { processStoreHealth } from "../../infra/cli/store-watch.ts";
+import { ROWS } from "../session/fixtures.ts";
 import { holdWhileStoreDown, isStoreOutage } from "../../shared/store/store-outage.ts";
 import { privateRedis, type PrivateRedis } from "../helpers/redis-server.ts";
 import { privateCluster, type PrivateCluster } from "../helpers/redis-cluster.ts";
@@ -20,9 +27,17 @@ async function until(what: string, fn: () => Promise<boolean>): Promise<void> {
   }
 }
 
+test("replicaShortfall reads INFO replication: online replicas acknowledging within 2 s count; a replica is refused", () => {
+  const info = (slaves: string[], role = "master") => `# Replication\r\nrole:${role}\r\nconnected_slaves:${slaves.length}\r\n${slaves.map((x, i) => `slave${i}:ip=127.0.0.1,port=${7000 + i},${x}\r\n`).join("")}master_repl_offset:10\r\n`;
+  expect(replicaShortfall(info(["state=online,offset=10,lag=0"]), 1, "redis://h:1")).toBeNull();
+  expect(replicaShortfall(info(["state=online,offset=10,lag=1", "state=online,offset=3,lag=9"]), 2, "redis://h:1")).toBe("redis://h:1 has 1 replica acknowledging (2 connected; INFO replication), store.wait_replicas is 2");
+  expect(replicaShortfall(info(["state=wait_bgsave,offset=0,lag=0"]), 1, "redis://h:1")).toBe("redis://h:1 has 0 replicas acknowledging (1 connected; INFO replication), store.wait_replicas is 1");
+  expect(replicaShortfall(info([], "slave"), 1, "redis://h:1")).toBe("redis://h:1 is a replica (role slave): point store.url at the primary");
+});
+
 test("which commands count as writes", () => {
   expect(["EVALSHA", "EVAL", "SET", "XADD", "XACK", "HSET", "DEL", "UNLINK", "EXPIRE", "ZADD", "INCR"].map((c) => isWriteCommand([c, "k"]))).toEqual(Array(11).fill(true));
-  expect(["GET", "hgetall", "XRANGE", "XREADGROUP", "SCAN", "TIME", "PING", "EVALSHA_RO", "WAIT"].map((c) => isWriteCommand([c, "k"]))).toEqual(Array(9).fill(false));
+  expect(["GET", "hgetall", "XRANGE", "XREADGROUP", "SCAN", "TIME", "PING", "EVALSHA_RO", "WAIT", "ZREVRANGEBYLEX", "ZRANGEBYLEX"].map((c) => isWriteCommand([c, "k"]))).toEqual(Array(11).fill(false));
 });
 
 describe("one primary and its replica", () => {
@@ -73,15 +88,19 @@ describe("one primary and its replica", () => {
     try {
       const err = await q.put(r).then(() => null, (e: unknown) => e as Error);
       expect(isStoreOutage(err)).toBe(true);
-      expect(err!.message).toBe(`store ${primary.url} unreachable: 0 of 1 replica acknowledged a write within 300 ms (store.durability replicated: the write is not taken as done; it is retried)`);
+      expect(err!.message).toBe(`store ${primary.url} unreachable: 0 of 1 replica acknowledged a write within 300 ms (store.durability replicated: not taken as done; a retryable outage)`);
       // The product's writers hold a put while the store is "down" and retry it: here it succeeds once the replica answers again.
       let attempts = 0;
       const held = holdWhileStoreDown(() => (attempts++, q.put(r)), { minTimeoutMs: 20, maxTimeoutMs: 100 });
       await until("a second refused attempt", async () => attempts >= 2);
       replica.signal("SIGCONT");
       resumed = true;
+      // Meanwhile the commander reports the store down (as /health and --store-timeout read it), and its health probe says why.
+      const c = (q as unknown as { redis: IoRedisCommander }).redis;
+      expect(c.connection()).toMatchObject({ up: false, error: "0 of 1 replica acknowledged a write within 300 ms" });
       // The first attempt already wrote to the primary: the retry finds the key stored (a put is idempotent by key).
       expect(await held).toMatchObject({ stored: false });
+      expect(c.connection().up).toBe(true);
       expect((await q.groupStatus("stalled")).records).toBe(1);
       expect(await q.get(r.key)).toEqual(r);
     } finally {
@@ -103,6 +122,58 @@ describe("one primary and its replica", () => {
     }
   });
 
+  test("/health's probe: down while the replica does not acknowledge (INFO lag), up again after", async () => {
+    const c = new IoRedisCommander(primary.url, { durability: { replicas: 1, timeoutMs: 200 } });
+    const probe = processStoreHealth(primary.url, c);
+    try {
+      expect(await probe()).toEqual({ ok: true, store: primary.url });
+      replica.signal("SIGSTOP");
+      try {
+        const down = await (async () => {
+          for (;;) {
+            const h = await probe();
+            if (!h.ok) return h;
+            await Bun.sleep(100);
+          }
+        })();
+        expect(down).toEqual({ ok: false, store: primary.url, error: `${primary.url} has 0 replicas acknowledging (1 connected; INFO replication), store.wait_replicas is 1` });
+      } finally {
+        replica.signal("SIGCONT");
+      }
+      await until("the probe up again", async () => (await probe()).ok);
+    } finally {
+      await c.close();
+    }
+  }, HANG_MS);
+
+  test("a replica stall in the middle of a batch: every record stored and counted once (none as another batch's), then the batch ends", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "edgeloop-dur-"));
+    const cfg = join(dir, "config.json");
+    writeFileSync(cfg, JSON.stringify({ store: { url: primary.url, prefix: "stall:", durability: "replicated", wait_timeout_ms: 200 } }));
+    const rt = await buildRuntime({ config: cfg, engine: "sim", n: 4, maxModelLen: 4096, concurrency: 32 });
+    const raw = primary.client();
+    try {
+      const rows = Array.from({ length: 24 }, (_, i) => ({ ...ROWS[i % ROWS.length], uid: `st${i}` }));
+      const b = rt.service.submit({ rows, global_steps: 1, model_version: null, validate: false });
+      const done = b.run.run();
+      await until("8 records", async () => b.run.stats().counts.records >= 8);
+      replica.signal("SIGSTOP");
+      try {
+        // Over 2 s without an acknowledgement: WAITs of 200 ms have failed, puts are held.
+        await until("the replica 2 s behind", async () => /^slave0:.*lag=([3-9]|\d\d)/m.test(await raw.info("replication")));
+        expect(b.run.stats().done).toBe(false);
+      } finally {
+        replica.signal("SIGCONT");
+      }
+      await done;
+      expect(b.run.stats().counts).toMatchObject({ total: 96, finished: 96, records: 96, ok: 96, failed: 0, reused: 0 });
+      expect((await raw.keys("stall:traj:*")).length).toBe(96);
+    } finally {
+      await raw.quit();
+      await rt.close();
+    }
+  }, HANG_MS);
+
   test("the CLI refuses replicated durability on a server without the replicas, on the memory store and on Upstash", async () => {
     const lone = await privateRedis();
     try {
@@ -110,12 +181,25 @@ describe("one primary and its replica", () => {
         ["serve", "--port", "0", "--store", lone.url, "--store-durability", "replicated"],
         ["serve", "--port", "0", "--store-durability", "replicated"],
         ["worker", "--store", "upstash", "--store-durability", "replicated"],
+        ["serve", "--port", "0", "--store", replica.url, "--store-durability", "replicated"],
       ].map((args) => spawnCli(args, { UPSTASH_REDIS_REST_URL: "http://127.0.0.1:1", UPSTASH_REDIS_REST_TOKEN: "t" }));
       const codes = await Promise.all(runs.map((p) => p.proc.exited));
-      expect(codes).toEqual([2, 2, 2]);
-      expect(runs[0]!.err()).toContain(`store.durability: replicated needs 1 replica (store.wait_replicas) of ${lone.url}, which has 0 connected (INFO replication)`);
+      expect(codes).toEqual([2, 2, 2, 2]);
+      expect(runs[0]!.err()).toContain(`store.durability: replicated needs 1 acknowledging replica (store.wait_replicas): ${lone.url} has 0 replicas acknowledging (0 connected; INFO replication), store.wait_replicas is 1`);
+      expect(runs[3]!.err()).toContain(`store.durability: replicated needs 1 acknowledging replica (store.wait_replicas): ${replica.url} is a replica (role slave): point store.url at the primary`);
       expect(runs[1]!.err()).toContain("--store-durability: applies to a Redis store (--store); the memory store has no replicas");
       expect(runs[2]!.err()).toContain("--store-durability: replicated applies to a Redis store over TCP (redis:// or redis+cluster://); WAIT counts the replicas that acknowledged one connection's writes, and Upstash REST keeps no connection");
+      // WAIT settings without replicated durability would do nothing: refused.
+      const dir = mkdtempSync(join(tmpdir(), "edgeloop-dur-"));
+      const cfg = join(dir, "c.json");
+      writeFileSync(cfg, JSON.stringify({ store: { url: lone.url, wait_replicas: 3 } }));
+      const ignored = spawnCli(["serve", "--port", "0", "--config", cfg]);
+      expect(await ignored.proc.exited).toBe(2);
+      expect(ignored.err()).toContain("store.wait_replicas: applies with store.durability: replicated (--store-durability replicated); with primary durability no write waits for replicas");
+      // gc waits for no replica: it runs on a primary without one.
+      writeFileSync(cfg, JSON.stringify({ store: { url: lone.url, prefix: "gcdur:", durability: "replicated" } }));
+      const gc = spawnCli(["gc", "--config", cfg, "--dry-run"]);
+      expect([await gc.proc.exited, gc.err()]).toEqual([0, expect.any(String)]);
     } finally {
       await lone.dispose();
     }

@@ -33,6 +33,12 @@ export async function resolveRuntimeConfig(flags: ConfigFlags): Promise<AppConfi
     if (flags.storeShards !== undefined) throw new InputError("--store-shards", "applies to a Redis store (--store); the memory store has no streams to shard");
     if (flags.storeDurability !== undefined) throw new InputError("--store-durability", "applies to a Redis store (--store); the memory store has no replicas");
   }
+  // WAIT settings without replicated durability would do nothing: refused, not ignored.
+  if (config.store.durability !== "replicated") {
+    for (const k of ["wait_replicas", "wait_timeout_ms"] as const) {
+      if (config.store[k] !== undefined) throw new InputError(`store.${k}`, "applies with store.durability: replicated (--store-durability replicated); with primary durability no write waits for replicas");
+    }
+  }
   if (config.store.durability === "replicated" && (config.store.url === "upstash" || config.store.url === "memory")) {
     throw new InputError(flags.storeDurability ? "--store-durability" : "store.durability", `replicated applies to a Redis store over TCP (redis:// or redis+cluster://); ${config.store.url === "upstash" ? "WAIT counts the replicas that acknowledged one connection's writes, and Upstash REST keeps no connection" : "the memory store has no replicas"}`);
   }

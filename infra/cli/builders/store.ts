@@ -44,11 +44,14 @@ function buildInnerStore(config: AppConfig, storeTimeoutS?: number): TransferQue
 
 /** `store.durability: replicated` as the TCP commander's option (nothing for `primary`). */
 function durabilityOf(config: AppConfig): { durability?: { replicas: number; timeoutMs: number } } {
-  return config.store.durability === "replicated" ? { durability: { replicas: config.store.wait_replicas, timeoutMs: config.store.wait_timeout_ms } } : {};
+  return config.store.durability === "replicated" ? { durability: { replicas: config.store.wait_replicas ?? 1, timeoutMs: config.store.wait_timeout_ms ?? 1000 } } : {};
 }
 
-/** A new connection to the store's Redis (Upstash REST or TCP; `storeTimeoutS` bounds a TCP outage). Not for the memory store. */
-function storeCommander(config: AppConfig, storeTimeoutS?: number): UpstashCommander | IoRedisCommander {
+/**
+ * A new connection to the store's Redis (Upstash REST or TCP; `storeTimeoutS` bounds a TCP outage). Not for the memory store.
+ * `soft`: state a failover may lose without harm (the gateway's routing pins, leases, ejections): its writes never wait for replicas.
+ */
+function storeCommander(config: AppConfig, storeTimeoutS?: number, soft = false): UpstashCommander | IoRedisCommander {
   const url = config.store.url;
   // Sessions, jobs, batch state, the pause gate, routing state and leases still run multi-key scripts across
   // slots (issue 31 item 1, not done yet): refuse here rather than fail later with CROSSSLOT.
@@ -57,7 +60,7 @@ function storeCommander(config: AppConfig, storeTimeoutS?: number): UpstashComma
   }
   return url === "upstash"
     ? new UpstashCommander({ url: process.env.UPSTASH_REDIS_REST_URL!, token: process.env.UPSTASH_REDIS_REST_TOKEN!, ...sizeLimit(config) })
-    : new IoRedisCommander(url, { ...sizeLimit(config), ...durabilityOf(config), storeTimeoutS });
+    : new IoRedisCommander(url, { ...sizeLimit(config), ...(soft ? {} : durabilityOf(config)), storeTimeoutS });
 }
 
 /** Session storage in the store's Redis (its own connection, shared with the job queue), or null for the memory store (no durable sessions). */
@@ -107,7 +110,8 @@ export function buildRoutingState(config: AppConfig, closers: (() => Promise<voi
   if (url === "upstash" && (!process.env.UPSTASH_REDIS_REST_URL || !process.env.UPSTASH_REDIS_REST_TOKEN)) {
     throw new ConfigError("store.url", "upstash needs UPSTASH_REDIS_REST_URL and UPSTASH_REDIS_REST_TOKEN in the environment");
   }
-  const commander = storeCommander(config, storeTimeoutS);
+  // Routing state is soft (a lost pin re-routes one call): its writes never wait for replicas.
+  const commander = storeCommander(config, storeTimeoutS, true);
   const state = new RedisRoutingState(commander, { prefix: config.store.prefix, leaseTtlMs: config.gateway.lease_ttl_ms, pinTtlMs: config.gateway.pin_ttl_ms });
   closers.push(async () => {
     await state.close();
@@ -136,7 +140,7 @@ function sizeLimit(config: AppConfig): { maxRequestBytes?: number } {
  * `timeoutMs`. The memory store needs nothing.
  * @throws StoreError naming the (masked) URL; AuthError for a refused Upstash token; ConfigError when Upstash credentials are missing.
  */
-export async function checkStore(config: AppConfig, timeoutMs: number): Promise<void> {
+export async function checkStore(config: AppConfig, timeoutMs: number, opts: { noReplicaCheck?: boolean } = {}): Promise<void> {
   const url = config.store.url;
   if (url === "memory") return;
   if (url === "upstash") {
@@ -146,7 +150,7 @@ export async function checkStore(config: AppConfig, timeoutMs: number): Promise<
     await checkUpstash({ url: restUrl, token, timeoutMs });
     return;
   }
-  await checkRedis(url, { timeoutMs, what: "store.url / --store", ...(config.store.durability === "replicated" ? { replicas: config.store.wait_replicas } : {}) });
+  await checkRedis(url, { timeoutMs, what: "store.url / --store", ...(config.store.durability === "replicated" && !opts.noReplicaCheck ? { replicas: config.store.wait_replicas ?? 1 } : {}) });
 }
 
 /**
