@@ -1,5 +1,6 @@
 import type { ChatMessage, MultiModal, ToolSchema } from "../schema/index.ts";
 import type { ChatTokenizer } from "../tokens/tokenizer.ts";
+import { bytesToBase64 } from "../vision/image-source.ts";
 import { buildMultimodalPromptIds, multiModalField, resolveImages, type ResolvedImage } from "../vision/multimodal-tokens.ts";
 
 /** A prompt with images for a vision-language family, as the loops start a trajectory from it. */
@@ -40,7 +41,5 @@ export async function visionPrompt(
 
 /** An image as the engine's `image_data` entry: `data:<mime>;base64,<bytes>` (the mime read from the bytes, not the source's). */
 export function imageDataUri(img: ResolvedImage): string {
-  let bin = "";
-  for (let i = 0; i < img.data.length; i += 0x8000) bin += String.fromCharCode(...img.data.subarray(i, i + 0x8000));
-  return `data:${img.mime};base64,${btoa(bin)}`;
+  return `data:${img.mime};base64,${img.base64 ?? bytesToBase64(img.data)}`;
 }

@@ -4,7 +4,7 @@ import type { VisionTraits } from "../tokens/model-traits.ts";
 import { ObservationEncoder } from "../tokens/observation.ts";
 import type { ChatTokenizer } from "../tokens/tokenizer.ts";
 import type { TrajectoryBuilder } from "../tokens/trajectory-builder.ts";
-import { imagePartSource, loadImage, type ImageFetcher, type LoadedImage } from "./image-source.ts";
+import { bytesToBase64, imagePartSource, loadImage, type ImageFetcher, type LoadedImage } from "./image-source.ts";
 import { imageGrid, type ImageGrid } from "./qwen-vl-grid.ts";
 
 /** An image of a conversation, loaded and sized: where it was, its bytes, and its grid under the model's processor. */
@@ -130,7 +130,7 @@ export function recordImage(img: ResolvedImage, span: [number, number], source: 
     source,
     field: img.field.slice(0, 256),
   };
-  if (img.data.length <= INLINE_IMAGE_MAX_BYTES) out.data = bytesToBase64(img.data);
+  if (img.data.length <= INLINE_IMAGE_MAX_BYTES) out.data = img.base64 ?? bytesToBase64(img.data);
   return out;
 }
 
@@ -296,12 +296,6 @@ export function appendImageObservation(builder: TrajectoryBuilder, obs: { ids: n
   const r = builder.appendObservation(obs.ids.slice(0, take));
   builder.markTruncated();
   return { images: obs.images.filter((img) => img.span[1] - base + 1 <= take), truncated: true, appended: r.appended };
-}
-
-function bytesToBase64(bytes: Uint8Array): string {
-  let bin = "";
-  for (let i = 0; i < bytes.length; i += 0x8000) bin += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
-  return btoa(bin);
 }
 
 /**

@@ -307,3 +307,22 @@ describe("records carry multi_modal", () => {
     expect(() => bad({ span: [4000, 4300] })).toThrow("must lie inside prompt_ids ‖ response_ids");
   });
 });
+
+describe("base64 of image bytes", () => {
+  test("bytesToBase64 (the runtime's toBase64, and the chunked btoa fallback) equals Node's encoding; a data URI's payload is kept as sent", async () => {
+    const { bytesToBase64, loadImage } = await import("../../shared/vision/image-source.ts");
+    for (const n of [0, 1, 2, 3, 4, 0x8000 - 1, 0x8000, 0x8000 + 5, 200_003]) {
+      const bytes = new Uint8Array(n);
+      for (let i = 0; i < n; i++) bytes[i] = (i * 131 + 7) & 255;
+      const want = Buffer.from(bytes).toString("base64");
+      expect(bytesToBase64(bytes)).toBe(want);
+      const plain = new Uint8Array(bytes);
+      Object.defineProperty(plain, "toBase64", { value: undefined });
+      expect(bytesToBase64(plain)).toBe(want);
+    }
+    // A 1x1 PNG: the loaded image keeps the payload it was decoded from.
+    const png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
+    const img = await loadImage(`data:image/png;base64,${png}`, "f");
+    expect([img.base64, img.mime, img.width, img.height, Buffer.from(img.data).toString("base64")]).toEqual([png, "image/png", 1, 1, png]);
+  });
+});
