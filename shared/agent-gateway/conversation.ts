@@ -15,9 +15,18 @@ import type { ChatReplyMessage } from "./openai-wire.ts";
  * arguments as JSON values (re-serialised arguments are the same call), not
  * by id; a tool message by its text (its `name` may be filled in by
  * edgeloop, see {@link namedToolResults}; its `tool_call_id` is not rendered).
+ * Image parts count (a vision family renders them): `images` lists each
+ * image's URL in order, so the same text with another image, or one image
+ * more or fewer, is another message.
  */
 export function comparable(m: ChatMessage): unknown {
   const base: Record<string, unknown> = { role: m.role, content: contentText(m.content ?? "") };
+  if (Array.isArray(m.content) && m.content.some((p) => p.type !== "text")) {
+    base.images = m.content.filter((p) => p.type !== "text").map((p) => {
+      const q = p as { type: string; image?: unknown; image_url?: { url?: unknown } | string };
+      return q.type === "image" ? q.image : typeof q.image_url === "string" ? q.image_url : (q.image_url?.url ?? q.type);
+    });
+  }
   if (m.role === "assistant" && m.tool_calls?.length) {
     base.tool_calls = m.tool_calls.map((c) => [c.function.name, argumentsValue(c.function.arguments)]);
   }

@@ -143,6 +143,7 @@ export class GatewayTurns {
         const paths = imagePaths(req.messages, 0);
         const vp = await asSent(paths, () => visionPrompt(tok, req.messages, { promptLength: rollout.prompt_length, ...(tools ? { tools } : {}), chatTemplateKwargs: rollout.chat_template_kwargs, imageTruncation: "drop", prefix: "messages" }), 0);
         if (vp.truncated) throw promptTooLong(rollout.prompt_length);
+        if (vp.promptIds.length >= maxModelLen) throw contextTooLong(vp.promptIds.length, maxModelLen);
         for (const img of vp.multiModal.images) img.field = sentField(paths, img.field, 0);
         open = { prompt_ids: encodeInt32(vp.promptIds), prompt_truncated: false, ...budgets, messages: req.messages, multi_modal: vp.multiModal, image_data: vp.imageData };
       } else {
@@ -150,6 +151,7 @@ export class GatewayTurns {
         // An agent's context is what it sent: a prompt cut to fit would be sampled (and trained on) as a context the agent
         // never had, so it is refused as OpenAI and Anthropic refuse an over-long prompt (400, context_length_exceeded).
         if (truncated) throw promptTooLong(rollout.prompt_length);
+        if (promptIds.length >= maxModelLen) throw contextTooLong(promptIds.length, maxModelLen);
         const at = plan.kind === "branch" && !truncated && !plan.parent.vision ? this.promptBranchAt(plan.parent, req.messages, plan.messages, promptIds, tools, rollout.chat_template_kwargs) : null;
         open = plan.kind === "branch" && at !== null
           ? { branch: { parent: plan.parent.index, at, messages: plan.messages }, prompt_ids: encodeInt32(promptIds.slice(at)), prompt_truncated: false, ...budgets, messages: req.messages.slice(plan.messages) }
@@ -379,6 +381,14 @@ async function asSent<T>(paths: Map<string, string>, fn: () => Promise<T>, first
     if (field === e.field) throw e;
     throw new InputError(field, e.message.slice(e.field.length + 2), { cause: e });
   }
+}
+
+/**
+ * The 400 for a call whose rendered prompt leaves no room to sample within the model's context
+ * (`max_model_len`, from the rollout config or the engine): code `context_length_exceeded`, field `messages`.
+ */
+export function contextTooLong(promptTokens: number, maxModelLen: number): InputError {
+  return new InputError("messages", `the rendered prompt holds ${promptTokens} tokens and the model's context is ${maxModelLen} (max_model_len): no room to sample; send less`, { code: "context_length_exceeded" });
 }
 
 /** The id at token index `i` of `b`'s prompt ‖ response (undefined outside it). */

@@ -15,6 +15,7 @@ import { PREFIX_KEY_MAX_TOKENS, prefixKeyOf } from "../inference/prefix-key.ts";
 import { contextSize } from "../inference/context-size.ts";
 import { isDeadlineAbort, type TrajectoryDeadlineError } from "./trajectory-deadline.ts";
 import { addPreempted, modelVersionOf, pushVersion, recordTurnVersions, finalTokenVersions, type TokenVersions } from "../inference/token-versions.ts";
+import { imagePadRuns, visionOf } from "../vision/multimodal-tokens.ts";
 // The engine-reply bookkeeping loops use, defined where engine replies live (custom loops import it from here too).
 export { contextSize } from "../inference/context-size.ts";
 export { addPreempted, finalTokenVersions, modelVersionOf, pushVersion, recordTurnVersions, turnVersions, type TokenVersions } from "../inference/token-versions.ts";
@@ -211,6 +212,7 @@ export abstract class AgentLoop {
     if (maxTokens <= 0) return undefined;
     const t0 = this.now();
     const base = builder.contextIds();
+    checkImageRuns(this.ctx.tokenizer, base, imageData?.length ?? 0);
     const ids: number[] = [];
     let lps: number[] | null = [];
     let preempted = 0;
@@ -364,3 +366,18 @@ export function emptyMetrics(): AgentLoopMetrics {
   return { generate_sequences: 0, tool_calls: 0, compute_score: 0, num_preempted: -1 };
 }
 
+/**
+ * For a vision-language family: the context must hold exactly one placeholder run
+ * (`<|vision_start|><|image_pad|>…<|vision_end|>`) per image sent with the call, as
+ * SGLang's processor pairs them (it fails or misaligns otherwise). A run no image part
+ * made — text that spells vision tokens (the tokenizer reads special tokens in text), or a
+ * turn that sampled them — is refused here, before the engine sees it.
+ * @throws InputError (field `messages`) naming the counts.
+ */
+function checkImageRuns(tok: ChatTokenizer, ids: ArrayLike<number>, images: number): void {
+  if (!tok.traits.vision) return;
+  const runs = imagePadRuns(ids, visionOf(tok).ids);
+  if (typeof runs !== "string" && runs.length === images) return;
+  const what = typeof runs === "string" ? runs : `${runs.length} image placeholder run(s) for ${images} image(s)`;
+  throw new InputError("messages", `the context holds ${what}: a text part, a tool result or a sampled turn spells vision tokens (<|vision_start|>, <|image_pad|>, <|vision_end|>); send images as image parts`);
+}

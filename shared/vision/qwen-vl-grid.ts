@@ -74,8 +74,8 @@ export interface ImageGrid {
 /**
  * The grid and placeholder count of a `width × height` image: `smart_resize`
  * with `factor = patch_size × merge_size`, then `[1, h / patch, w / patch]`
- * and `t·h·w / merge²` tokens (Qwen3-VL: a 400×300 image → 416×288 →
- * `[1, 18, 26]` → 117 tokens).
+ * and `t·h·w / merge²` tokens (Qwen3-VL: a 400×300 image → 384×288 →
+ * `[1, 18, 24]` → 108 tokens).
  * @throws InputError as {@link smartResize}.
  * @see transformers `Qwen2VLImageProcessor._preprocess` (grid) and `Qwen2VLProcessor.__call__`
  *   (`image_grid_thw.prod() // merge_size**2` pad tokens per image)

@@ -23,7 +23,18 @@ const VE = 151653;
 const PAD = 151655;
 const ZOOM: ToolSchema = { type: "function", function: { name: "zoom", description: "Zoom into the picture", parameters: { type: "object", properties: { factor: { type: "integer" } }, required: ["factor"] } } };
 const QUESTION = "What is in the picture?";
-const SCRIPT = { seed: 3, rules: [{ when: QUESTION, turns: [call("zoom", { factor: 2 }), "A red square."] }], default: ["I cannot help with that."] };
+const COLOUR = "What colour is the picture?";
+const DRAW = "Draw a placeholder.";
+const script = (vl: ChatTokenizer) => ({
+  seed: 3,
+  rules: [
+    { when: QUESTION, turns: [call("zoom", { factor: 2 }), "A red square."] },
+    { when: COLOUR, turns: ["It is blue."] },
+    // A turn that samples vision tokens (a policy can): the next call with an image must not reach the engine.
+    { when: DRAW, turns: [{ token_ids: [...vl.encode("look: "), VS, PAD, VE, 151645], finish_reason: "stop" as const }, "ok"] },
+  ],
+  default: ["I cannot help with that."],
+});
 const KEY = "u0_0_0";
 
 let vl: ChatTokenizer;
@@ -37,11 +48,11 @@ beforeAll(async () => {
   vl = await builtinTokenizer("qwen3_vl");
   promptUri = await png(640, 480, "blue");
   secondUri = await png(100, 900, "red");
-  sim = await startSimEngine({ tokenizer: vl, script: SCRIPT });
+  sim = await startSimEngine({ tokenizer: vl, script: script(vl) });
 });
 afterAll(() => sim.stop());
 
-function setup(storage = new MemorySessionStorage(), tok: ChatTokenizer = vl) {
+function setup(storage = new MemorySessionStorage(), tok: ChatTokenizer = vl, maxModelLen = 8192) {
   const client = new SglangClient({
     url: sim.urls[0]!,
     fetch: async (input, init) => {
@@ -50,7 +61,7 @@ function setup(storage = new MemorySessionStorage(), tok: ChatTokenizer = vl) {
       return fetch(req);
     },
   });
-  const gw = new AgentGateway({ storage, tokenizer: tok, client, maxModelLen: 8192 });
+  const gw = new AgentGateway({ storage, tokenizer: tok, client, maxModelLen });
   const app = createAgentGatewayApp({ gateway: gw });
   const fetchApp = (async (u: string | URL | Request, i?: RequestInit) => app.fetch(u instanceof Request ? u : new Request(String(u), i))) as typeof fetch;
   const openai = new OpenAI({ baseURL: `http://edgeloop.local/v1/sessions/${KEY}/openai/v1`, apiKey: AGENT_TOKEN, fetch: fetchApp, maxRetries: 0 });
@@ -162,6 +173,63 @@ describe("agent gateway: OpenAI image_url parts", () => {
     const e2 = (await v.openai.chat.completions.create({ model: "m", messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "http://169.254.169.254/latest/meta-data" } }] }] }).catch((e: unknown) => e)) as InstanceType<typeof OpenAI.APIError>;
     expect([e2.status, e2.param]).toEqual([400, "messages[0].content[0].image_url.url"]);
     expect(e2.message).toContain("image URLs are not fetched");
+    expect(wire.length).toBe(0);
+  });
+});
+
+describe("agent gateway: images decide what a request continues; stray vision tokens never reach the engine", () => {
+  const rollout = { prompt_length: 2048, response_length: 2048, max_model_len: 8192 };
+
+  test("the same text with another image, or without it, is another conversation: a new root with the images sent", async () => {
+    const { gw, openai } = setup();
+    await gw.create(agentSessionInput([ZOOM], { rollout }));
+    wire.length = 0;
+    const ask = (uri: string | null) => openai.chat.completions.create({ model: "m", messages: [{ role: "user", content: [...(uri ? [{ type: "image_url" as const, image_url: { url: uri } }] : []), { type: "text" as const, text: COLOUR }] }] });
+    await ask(promptUri);
+    await ask(secondUri);
+    await ask(null);
+    await ask(promptUri);
+    expect(wire.map((w) => ((w.image_data as string[] | undefined) ?? []).map((u) => (u === promptUri ? "first" : u === secondUri ? "second" : "?")))).toEqual([["first"], ["second"], [], ["first"]]);
+    const outs = agentOutputs((await gw.finish(KEY, { by: "agent", reward: 1 }))!, { reward: 1 });
+    // Three roots (the last call re-asks the first conversation: a branch at its sampled turn's start, sharing its image).
+    expect(outs.map((o) => [o.parent_output_index, (o.multi_modal?.images ?? []).map((i) => i.sha256.slice(0, 8))])).toEqual([
+      [null, [outs[0]!.multi_modal!.images[0]!.sha256.slice(0, 8)]],
+      [null, [outs[1]!.multi_modal!.images[0]!.sha256.slice(0, 8)]],
+      [null, []],
+      [0, [outs[0]!.multi_modal!.images[0]!.sha256.slice(0, 8)]],
+    ]);
+    expect(outs[0]!.multi_modal!.images[0]!.sha256).not.toBe(outs[1]!.multi_modal!.images[0]!.sha256);
+  });
+
+  test("text that spells vision tokens, and a sampled turn that holds them: 400 naming messages, no engine call", async () => {
+    const { gw, openai } = setup();
+    await gw.create(agentSessionInput([ZOOM], { rollout }));
+    wire.length = 0;
+    const e1 = (await openai.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi <|vision_start|><|image_pad|><|vision_end|>" }] }).catch((e: unknown) => e)) as InstanceType<typeof OpenAI.APIError>;
+    expect([e1.status, e1.param]).toEqual([400, "messages"]);
+    expect(e1.message).toContain("the context holds 1 image placeholder run(s) for 0 image(s)");
+    const e2 = (await openai.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi <|image_pad|>" }] }).catch((e: unknown) => e)) as InstanceType<typeof OpenAI.APIError>;
+    expect([e2.status, e2.message]).toEqual([400, expect.stringContaining("is not between <|vision_start|> and <|vision_end|>")]);
+    expect(wire.length).toBe(0);
+    // The policy samples a placeholder run; the next call (with an image) is refused before the engine.
+    const r1 = await openai.chat.completions.create({ model: "m", messages: [{ role: "user", content: DRAW }] });
+    const e3 = (await openai.chat.completions.create({
+      model: "m",
+      messages: [{ role: "user", content: DRAW }, { role: "assistant", content: r1.choices[0]!.message.content }, { role: "user", content: [{ type: "image_url", image_url: { url: secondUri } }] }],
+    }).catch((e: unknown) => e)) as InstanceType<typeof OpenAI.APIError>;
+    expect([e3.status, e3.param]).toEqual([400, "messages"]);
+    expect(e3.message).toContain("the context holds 2 image placeholder run(s) for 1 image(s)");
+    expect(wire.length).toBe(1);
+  });
+
+  test("a prompt within prompt_length but over the model's context: 400 context_length_exceeded, not a record that breaks at finish", async () => {
+    // The rollout config allows 8192 tokens of context; the engine serves 300 (its max_model_len wins): the image alone takes 300.
+    const { gw, openai } = setup(new MemorySessionStorage(), vl, 300);
+    await gw.create(agentSessionInput([ZOOM], { rollout: { prompt_length: 4096, response_length: 512, max_model_len: 8192 } }));
+    wire.length = 0;
+    const e = (await openai.chat.completions.create({ model: "m", messages: [firstUser()] }).catch((x: unknown) => x)) as InstanceType<typeof OpenAI.APIError>;
+    expect([e.status, e.param, e.code]).toEqual([400, "messages", "context_length_exceeded"]);
+    expect(e.message).toBe("400 messages: the rendered prompt holds 316 tokens and the model's context is 299 (max_model_len): no room to sample; send less");
     expect(wire.length).toBe(0);
   });
 });
