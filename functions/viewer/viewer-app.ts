@@ -6,10 +6,11 @@ import { VIEWER_CSS, VIEWER_FAVICON_SVG, VIEWER_HTML, VIEWER_JS } from "./assets
  * only (no inline script or style, no eval, no plugins), never framed
  * (`frame-ancestors 'none'`: no clickjacking), no `<base>` and no form posts
  * elsewhere. A payload that slipped past the page's escaping could neither
- * run inline nor send what it read to another origin.
+ * run inline nor send what it read to another origin. `img-src data:`: the
+ * thumbnails of a record's inline images (an image runs no script).
  */
 export const VIEWER_CSP =
-  "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+  "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /** The headers every viewer asset carries besides its content type. */
 export const VIEWER_SECURITY_HEADERS: Readonly<Record<string, string>> = {

@@ -15,7 +15,7 @@ beforeAll(async () => {
 });
 afterAll(() => runtime.close());
 
-const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 describe("S11: viewer headers", () => {
   test("page, script and stylesheet: CSP with frame-ancestors 'none', nosniff, X-Frame-Options DENY, no referrer", async () => {

@@ -5,7 +5,7 @@
 // where its samples diverge (GET /v1/rollouts/{id}/groups/{uid}?decode=1).
 import { textAround, type GroupDivergence } from "../../../shared/rollout/group-divergence.ts";
 import type { SummaryPage, TrajectorySummary } from "../../../shared/rollout/trajectory-summary.ts";
-import { expertsAt, heat, sandboxLine, segments, toolCallTokens, versionStarts, visibleToken } from "./segments.ts";
+import { expertsAt, heat, imageRuns, sandboxLine, segments, thumbnailSrc, toolCallTokens, versionStarts, visibleToken, type ViewerImage } from "./segments.ts";
 
 interface Rec {
   key: string;
@@ -31,6 +31,22 @@ interface Rec {
   routed_experts?: number[];
   routed_experts_shape?: [number, number];
   decoded?: { prompt: string[]; response: string[] };
+  /** A vision family's images with their spans in prompt ‖ response (absent for text-only records). */
+  multi_modal?: { images: ViewerImage[] };
+}
+
+/**
+ * An image in place of its placeholder pads: a thumbnail of its inline bytes (or a box naming it when
+ * the record holds only its hash), with its span; the pads stay in the page, hidden (one span per token).
+ */
+function thumbnail(img: ViewerImage, at: number): HTMLElement {
+  const src = thumbnailSrc(img);
+  const title = `${img.source} image ${img.width}×${img.height} ${img.mime}, sha256 ${img.sha256.slice(0, 12)}…, tokens [${img.span[0]}, ${img.span[1]}) (${img.span[1] - img.span[0]}), ${img.field}`;
+  const attrs = { class: src ? "thumb" : "thumb missing", "data-span": `${img.span[0]},${img.span[1]}`, "data-at": at, title };
+  if (!src) return h("span", attrs, `image ${img.width}×${img.height} (${img.span[1] - img.span[0]} tokens; bytes not inline)`);
+  const el = h("img", { ...attrs, alt: `image ${img.width}×${img.height}` });
+  (el as HTMLImageElement).src = src;
+  return el;
 }
 
 interface BatchSummary {
@@ -352,10 +368,24 @@ function renderTrajectory(r: Rec, inBatch: boolean): void {
     ),
   );
   const prompt = h("div", { class: "tokens prompt" });
-  r.decoded!.prompt.forEach((p, i) => prompt.append(h("span", { class: "tok p", "data-i": i, "data-id": r.prompt_ids[i] }, p)));
+  const P = r.prompt_ids.length;
+  const promptImages = imageRuns(r.multi_modal?.images, 0, P);
+  let padEnd = -1;
+  r.decoded!.prompt.forEach((p, i) => {
+    const run = promptImages.get(i);
+    if (run) {
+      prompt.append(thumbnail(run.image, i));
+      padEnd = run.end;
+    }
+    prompt.append(h("span", { class: i < padEnd ? "tok p pad" : "tok p", "data-i": i, "data-id": r.prompt_ids[i] }, p));
+  });
+  const nImages = r.multi_modal?.images.length ?? 0;
+  if (nImages) summary.append(h("dt", {}, "images"), h("dd", { "data-field": "images" }, `${nImages} (${r.multi_modal!.images.filter((x) => x.source === "prompt").length} in the prompt), shown at their placeholders`));
   parts.push(h("details", {}, h("summary", {}, `prompt (${r.prompt_ids.length} tokens)`), prompt));
 
   const resp = h("div", { class: "tokens resp", id: "response" });
+  const respImages = imageRuns(r.multi_modal?.images, P, P + r.response_ids.length);
+  let respPadEnd = -1;
   for (const seg of segments(r.response_mask, pieces)) {
     resp.append(h("div", { class: `turn-mark ${seg.kind}`, "data-kind": seg.kind }, seg.kind === "sampled" ? seg.label : `${seg.label} ${seg.n}`));
     const calls = seg.kind === "sampled" ? toolCallTokens(pieces, seg.start, seg.end) : new Set<number>();
@@ -363,8 +393,13 @@ function renderTrajectory(r: Rec, inBatch: boolean): void {
       const v = versions.get(i);
       if (v !== undefined) resp.append(h("span", { class: "ver-mark", "data-version": v, "data-start": i, title: `policy version ${v} from response token #${i}` }, v));
       const lp = r.rollout_log_probs?.[i];
+      const run = respImages.get(i);
+      if (run) {
+        resp.append(thumbnail(run.image, P + i));
+        respPadEnd = run.end;
+      }
       const el = h("span", {
-        class: `tok ${seg.kind === "sampled" ? "s" : "o"}${calls.has(i) ? " call" : ""}`,
+        class: `tok ${seg.kind === "sampled" ? "s" : "o"}${calls.has(i) ? " call" : ""}${i < respPadEnd ? " pad" : ""}`,
         "data-i": i,
         "data-mask": r.response_mask[i],
         "data-id": r.response_ids[i],

@@ -126,3 +126,44 @@ export function sandboxLine(body: unknown): string | null {
   const cap = typeof b.spec?.max_live === "number" ? ` (≤ ${b.spec.max_live})` : "";
   return `sandboxes  ${b.store.live} live · ${String(b.store.creating ?? 0)} creating · ${String(b.store.releasing ?? 0)} releasing${cap} · ${n("confirmed")} created · ${n("create_failed")} failed creates${released.length ? ` · released: ${released.join(", ")}` : ""}`;
 }
+
+/** One image of a record's `multi_modal.images` (the fields the viewer reads). */
+export interface ViewerImage {
+  sha256: string;
+  mime: string;
+  width: number;
+  height: number;
+  data?: string;
+  span: [number, number];
+  source: string;
+  field: string;
+}
+
+const IMAGE_MIMES = new Set(["image/png", "image/jpeg", "image/webp", "image/gif"]);
+const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
+
+/**
+ * The images of a record by the first pad of their span, in `[from, to)` of
+ * prompt ‖ response positions, keyed by index relative to `from` (a prompt:
+ * from 0; the response: from the prompt's length): `end` is where the pads
+ * stop (relative too). Images whose span is malformed are left out.
+ */
+export function imageRuns(images: readonly ViewerImage[] | undefined, from: number, to: number): Map<number, { image: ViewerImage; end: number }> {
+  const out = new Map<number, { image: ViewerImage; end: number }>();
+  for (const image of images ?? []) {
+    const [s, e] = image.span ?? [];
+    if (!Number.isInteger(s) || !Number.isInteger(e) || s! >= e! || s! < from || e! > to) continue;
+    out.set(s! - from, { image, end: e! - from });
+  }
+  return out;
+}
+
+/**
+ * The `src` of an image's thumbnail: a `data:` URI of its inline bytes, only
+ * for a known image type and a base64 payload (a record is data, never
+ * markup); null when the record holds no bytes for it (over the inline cap).
+ */
+export function thumbnailSrc(image: ViewerImage): string | null {
+  if (typeof image.data !== "string" || !IMAGE_MIMES.has(image.mime) || !BASE64.test(image.data)) return null;
+  return `data:${image.mime};base64,${image.data}`;
+}
