@@ -111,7 +111,7 @@ function textBlocks(v: unknown, at: string): { type: "text"; text: string }[] | 
   if (!Array.isArray(v)) throw new InputError(at, "expected a string or a list of text blocks");
   return v.map((b, j) => {
     if (!isRecord(b) || typeof b.type !== "string") throw new InputError(`${at}[${j}].type`, 'expected a content block {type: "text", text}');
-    if (b.type !== "text") throw new InputError(`${at}[${j}].type`, `${JSON.stringify(b.type)} blocks are not supported here: edgeloop's token core is text-only`);
+    if (b.type !== "text") throw new InputError(`${at}[${j}].type`, `${JSON.stringify(b.type)} blocks are not supported here: only text${b.type === "image" ? " (image blocks go in user turns and tool_result content)" : ""}`);
     return { type: "text" as const, text: parseField(`${at}[${j}]`, TextBlock, b).text };
   });
 }

@@ -255,7 +255,7 @@ function partsText(v: unknown, at: string, what: string): string {
     .map((p, j) => {
       if (!isRecord(p) || typeof p.type !== "string") throw new InputError(`${at}[${j}].type`, 'expected a content part {type: "input_text", text}');
       if (p.type !== "input_text" && p.type !== "output_text") {
-        throw new InputError(`${at}[${j}].type`, `${JSON.stringify(p.type).slice(0, 60)} parts are not supported: edgeloop's token core is text-only`);
+        throw new InputError(`${at}[${j}].type`, `${JSON.stringify(p.type).slice(0, 60)} parts are not supported here: only text${p.type === "input_image" ? " (input_image parts go in user messages and function_call_output)" : ""}`);
       }
       if (typeof p.text !== "string") throw new InputError(`${at}[${j}].text`, "expected a string");
       return p.text;
