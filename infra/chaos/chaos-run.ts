@@ -4,6 +4,7 @@ import { join } from "node:path";
 import IORedis from "ioredis";
 import type { TrajectoryRecord } from "../../shared/schema/index.ts";
 import { buildRuntime, PACKAGE_ROOT, type Runtime } from "../cli/runtime.ts";
+import type { ConfigFlags } from "../cli/flags.ts";
 import { startSimEngine, type RunningSimEngine } from "../sim-engine/server.ts";
 import { createToolsApp, type ToolInjectedFault } from "../tools/app.ts";
 import { globEscape } from "../../shared/store/gc.ts";
@@ -196,6 +197,36 @@ export function chaosToolServer(opts: { timeouts: number; seed: number; delayMs?
   };
 }
 
+/**
+ * The fault-free, kill-free reference of a chaos run: `batch` run inline in
+ * this process on the memory store, against its own simulated engine playing
+ * `script` and its own example tool server (in `dir`, `toolTimeoutMs` per
+ * attempt), with the rollout `flags`. The engine and tools stop through
+ * `cleanups`; the engine is returned for its request log and token counts.
+ */
+export async function runReference(o: {
+  script: unknown;
+  seed: number;
+  dir: string;
+  toolTimeoutMs: number;
+  flags: ConfigFlags;
+  batch: { rows: unknown[]; global_steps: number; model_version: string | number | null; validate: boolean };
+  cleanups: (() => unknown)[];
+}): Promise<{ records: Map<string, TrajectoryRecord>; engine: RunningSimEngine; executions: number; ms: number }> {
+  const t0 = performance.now();
+  const engine = await startSimEngine({ script: o.script });
+  o.cleanups.push(() => engine.stop());
+  const tools = chaosToolServer({ timeouts: 0, seed: o.seed });
+  o.cleanups.push(() => tools.stop());
+  const toolsFile = join(o.dir, "tools-ref.json");
+  writeFileSync(toolsFile, toolsFileText(tools.port, o.toolTimeoutMs));
+  const inline = await buildRuntime({ ...o.flags, engine: engine.urls[0]!, tools: toolsFile, concurrency: 64 });
+  const ref = inline.service.submit(o.batch);
+  await ref.run.run();
+  await inline.close();
+  return { records: new Map(ref.run.records().map((r) => [r.key, r])), engine, executions: await tools.executions(), ms: performance.now() - t0 };
+}
+
 /** Deletes every key under `prefix` (SCAN + UNLINK). */
 export async function deletePrefix(redisUrl: string, prefix: string): Promise<void> {
   const c = new IORedis(redisUrl, { maxRetriesPerRequest: 1 });
@@ -246,20 +277,7 @@ export async function runChaos(o: ChaosOptions = {}): Promise<ChaosReport> {
   const procs: ReturnType<typeof Bun.spawn>[] = [];
   try {
     // 1. The fault-free, kill-free reference: in-process, memory store.
-    const t0 = performance.now();
-    const refEngine = await startSimEngine({ script });
-    cleanups.push(() => refEngine.stop());
-    const refTools = chaosToolServer({ timeouts: 0, seed });
-    cleanups.push(() => refTools.stop());
-    const refToolsFile = join(dir, "tools-ref.json");
-    writeFileSync(refToolsFile, toolsFileText(refTools.port, toolTimeoutMs));
-    const inline = await buildRuntime({ engine: refEngine.urls[0]!, tools: refToolsFile, n, seed, maxModelLen: 4096, concurrency: 64 });
-    const ref = inline.service.submit(batchReq);
-    await ref.run.run();
-    await inline.close();
-    const reference = new Map(ref.run.records().map((r) => [r.key, r]));
-    const refExecutions = await refTools.executions();
-    const refMs = performance.now() - t0;
+    const { records: reference, executions: refExecutions, ms: refMs } = await runReference({ script, seed, dir, toolTimeoutMs, flags: { n, seed, maxModelLen: 4096 }, batch: batchReq, cleanups });
     log(`reference: ${reference.size} records in ${(refMs / 1000).toFixed(1)} s`);
 
     // 2. The chaos run.

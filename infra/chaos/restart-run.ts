@@ -1,13 +1,13 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { TrajectoryRecord } from "../../shared/schema/index.ts";
 import type { SimRequestLog } from "../sim-engine/sim-types.ts";
-import { buildRuntime, PACKAGE_ROOT } from "../cli/runtime.ts";
+import { PACKAGE_ROOT } from "../cli/runtime.ts";
 import { createRedisTransferQueue } from "../redis/redis-transfer-queue.ts";
 import { startSimEngine } from "../sim-engine/server.ts";
-import { chaosToolServer, comparableRecord, deletePrefix, differingFields, toolsFileText } from "./chaos-run.ts";
+import { freePort } from "../cli/free-port.ts";
+import { chaosToolServer, comparableRecord, deletePrefix, differingFields, runReference, toolsFileText } from "./chaos-run.ts";
 
 /**
  * A Redis server the run may SIGKILL and start again from its append-only
@@ -78,16 +78,6 @@ export interface WholeRestartReport {
   violations: string[];
 }
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 /** @throws RangeError naming the option when one is out of range (before anything starts). */
 function checkOptions(o: WholeRestartOptions): void {
@@ -162,20 +152,8 @@ export async function runWholeRestart(o: WholeRestartOptions): Promise<WholeRest
   };
   try {
     // 1. The uninterrupted reference, in process on the memory store.
-    const t0 = performance.now();
-    const refEngine = await startSimEngine({ script });
-    cleanups.push(() => refEngine.stop());
-    const refTools = chaosToolServer({ timeouts: 0, seed });
-    cleanups.push(() => refTools.stop());
-    writeFileSync(join(dir, "tools-ref.json"), toolsFileText(refTools.port, 5_000));
-    const inline = await buildRuntime({ engine: refEngine.urls[0]!, tools: join(dir, "tools-ref.json"), ...rollout, concurrency: 64 });
-    const ref = inline.service.submit({ rows, global_steps: 1, model_version: "v1", validate: false });
-    await ref.run.run();
-    await inline.close();
-    const reference = new Map(ref.run.records().map((r) => [r.key, r]));
+    const { records: reference, engine: refEngine, executions: refExecutions, ms: refMs } = await runReference({ script, seed, dir, toolTimeoutMs: 5_000, flags: rollout, batch: { rows, global_steps: 1, model_version: "v1", validate: false }, cleanups });
     const refTokens = refEngine.replicas.reduce((a, r) => a + r.engine.stats.completion_tokens, 0);
-    const refExecutions = await refTools.executions();
-    const refMs = performance.now() - t0;
     if (reference.size !== total) violations.push(`the uninterrupted run stored ${reference.size} of ${total} records`);
     log(`reference: ${reference.size} records, ${refTokens} engine tokens in ${(refMs / 1000).toFixed(1)} s`);
 

@@ -1,20 +1,11 @@
 import { mkdtempSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import IORedis from "ioredis";
 
 /** A free loopback TCP port (bound once, then released). */
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
+export { freePort } from "../../infra/cli/free-port.ts";
+import { freePort } from "../../infra/cli/free-port.ts";
 
 /** A private `redis-server` a test may flush, shut down and restart (never the shared one). */
 export interface PrivateRedis {

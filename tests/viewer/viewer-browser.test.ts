@@ -2,7 +2,8 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { chromium, type Browser, type Page } from "playwright-core";
+import type { Browser, Page } from "playwright-core";
+import { CHROMIUM, HAVE_CHROMIUM, launchChromium } from "../helpers/chromium.ts";
 import { createRolloutsApp } from "../../functions/rollouts.ts";
 import { buildRuntime, type Runtime } from "../../infra/cli/runtime.ts";
 import type { TrajectoryRecord } from "../../shared/schema/index.ts";
@@ -19,8 +20,6 @@ import { HANG_MS } from "../helpers/bounds.ts";
 // three are on the batch list's second page.
 const ROOT = join(import.meta.dir, "..", "..");
 const ARTIFACTS = join(ROOT, "tests", "artifacts");
-const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
-const HAVE_CHROMIUM = existsSync(CHROMIUM);
 const rows = readFileSync(join(ROOT, "examples", "gsm8k-tool.jsonl"), "utf8")
   .trim()
   .split("\n")
@@ -61,11 +60,7 @@ describe.skipIf(!HAVE_CHROMIUM)("viewer in headless chromium", () => {
     groupRecords = [...c.run.records()];
     await Bun.sleep(2);
     for (let i = 0; i < 20; i++) await runtime.service.submit({ rows: groupRows(1, `fill${i}`), global_steps: 1, model_version: null, validate: false, config: { rollout: { n: 1 } } }).run.run();
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      headless: true,
-      args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run"],
-    });
+    browser = await launchChromium();
     page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
   }, HANG_MS);
 

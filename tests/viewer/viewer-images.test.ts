@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { existsSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { chromium, type Browser, type Page } from "playwright-core";
+import type { Browser, Page } from "playwright-core";
+import { HAVE_CHROMIUM, launchChromium } from "../helpers/chromium.ts";
 import { createRolloutsApp } from "../../functions/rollouts.ts";
 import { imageRuns, thumbnailSrc, type ViewerImage } from "../../functions/viewer/client/segments.ts";
 import { buildRuntime, type Runtime } from "../../infra/cli/runtime.ts";
@@ -12,7 +13,6 @@ import { HANG_MS } from "../helpers/bounds.ts";
 // placeholder run, the pads kept (hidden) so the page still has one span per token — in real headless
 // Chromium under the viewer's CSP, for the README's image example (qwen3_vl, examples/images.jsonl).
 const ROOT = join(import.meta.dir, "..", "..");
-const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 const rows = readFileSync(join(ROOT, "examples", "images.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l));
 
 const img = (over: Partial<ViewerImage>): ViewerImage => ({ sha256: "a".repeat(64), mime: "image/png", width: 64, height: 48, data: "iVBORw0KGgo=", span: [10, 14], source: "prompt", field: "prompt[1].content[0].image", ...over });
@@ -27,7 +27,7 @@ test("imageRuns and thumbnailSrc: spans by region, malformed ones and non-images
   expect(thumbnailSrc(img({ data: '"><script>' }))).toBeNull();
 });
 
-describe.skipIf(!existsSync(CHROMIUM))("viewer: images in place (headless chromium)", () => {
+describe.skipIf(!HAVE_CHROMIUM)("viewer: images in place (headless chromium)", () => {
   let runtime: Runtime;
   let server: ReturnType<typeof Bun.serve>;
   let browser: Browser;
@@ -45,7 +45,7 @@ describe.skipIf(!existsSync(CHROMIUM))("viewer: images in place (headless chromi
     await b.run.run();
     batchId = b.batch_id;
     records = [...b.run.records()];
-    browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run"] });
+    browser = await launchChromium();
     page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
   }, HANG_MS);
   afterAll(async () => {
