@@ -181,7 +181,7 @@ export async function runWholeRestart(o: WholeRestartOptions): Promise<WholeRest
       for (;;) {
         alive();
         if (p.exitCode !== null) throw new Error(`${what} exited ${p.exitCode}: ${readFileSync(join(dir, `${what}.${life}.err`), "utf8").slice(-800)}`);
-        const ok = await fetch(`${url}/health`).then((r) => (r.body?.cancel(), r.status === 200), () => false);
+        const ok = await fetch(`${url}/health`, { signal: AbortSignal.timeout(5_000) }).then((r) => (r.body?.cancel(), r.status === 200), () => false);
         if (ok) return;
         if (Date.now() > by) throw new Error(`${what} did not answer /health at ${url}`);
         await Bun.sleep(50);
@@ -201,7 +201,7 @@ export async function runWholeRestart(o: WholeRestartOptions): Promise<WholeRest
     };
     const t1 = performance.now();
     let live = await system();
-    const posted = await fetch(`${serveUrl}/v1/rollouts`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows, global_steps: 1, model_version: "v1", validate: false }) });
+    const posted = await fetch(`${serveUrl}/v1/rollouts`, { signal: AbortSignal.timeout(60_000), method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows, global_steps: 1, model_version: "v1", validate: false }) });
     if (posted.status !== 202) throw new Error(`POST /v1/rollouts answered ${posted.status}: ${await posted.text()}`);
     const batch = (await posted.json()) as { batch_id: string; keys: string[] };
 
@@ -272,7 +272,7 @@ export async function runWholeRestart(o: WholeRestartOptions): Promise<WholeRest
     let status = null as BatchStatus | null;
     for (;;) {
       alive();
-      const res = await fetch(`${serveUrl}/v1/rollouts/${batch.batch_id}`).catch(() => null);
+      const res = await fetch(`${serveUrl}/v1/rollouts/${batch.batch_id}`, { signal: AbortSignal.timeout(5_000) }).catch(() => null);
       if (res?.status === 200) status = (await res.json()) as BatchStatus;
       else await res?.body?.cancel();
       if (status?.done && delivered.size === rowsN) break;
