@@ -166,7 +166,7 @@ export function ignoredResponsesKeys(body: unknown): string[] {
  * calls are one chat message), `function_call_output` (a tool message),
  * `reasoning` (the next assistant message's `reasoning_content`).
  * @throws InputError naming the field: an unknown key, `input`, `input[2].type`,
- *   `input[1].content[0].type` (images, files, audio: the token core is text-only),
+ *   `input[1].content[0].type` (files, audio; images outside user messages and tool outputs),
  *   `tools[0].type` (hosted tools), `tool_choice`, `temperature`, `top_p`,
  *   `max_output_tokens`, `text.format`, `include[0]`, …
  */

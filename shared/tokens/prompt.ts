@@ -42,9 +42,10 @@ export interface PromptOptions {
  * prompt is rendered and tokenized once per process while it stays in a cache
  * bounded to 32 Mi (key characters + 8 × ids), whatever its size: the n
  * sessions of a row share one encoding (issue 26, S18).
- * @throws InputError (field `prompt`) when a message holds an image, video or
- *   audio part: cutting placeholders would corrupt features, so such prompts
- *   are rejected rather than truncated.
+ * @throws InputError (field `prompt[m].content[p]`, the first media part) when
+ *   a message holds an image, video or audio part: a text-only family cannot
+ *   render it, and a vision family's prompt is built with placeholders
+ *   expanded by `buildMultimodalPromptIds` instead.
  * @throws InputError (field `rollout.prompt_length`) when truncation would
  *   leave no more than the generation prompt.
  */
@@ -54,7 +55,21 @@ export function buildPromptIds(
   opts: PromptOptions,
 ): { promptIds: number[]; truncated: boolean } {
   if (hasMultimodalContent(messages)) {
-    throw new InputError("prompt", "holds image/video/audio parts; edgeloop's token core is text-only and never truncates multimodal prompts");
+    // Named at the first media part; a vision family's prompts go through buildMultimodalPromptIds (shared/vision/).
+    let field = "prompt";
+    for (let m = 0; m < messages.length && field === "prompt"; m++) {
+      const c = messages[m]!.content;
+      if (Array.isArray(c)) {
+        const p = c.findIndex((part) => part.type !== "text");
+        if (p >= 0) field = `prompt[${m}].content[${p}]`;
+      }
+    }
+    throw new InputError(
+      field,
+      tok.traits.vision
+        ? "holds a media part: a vision-language prompt is built with buildMultimodalPromptIds (images only)"
+        : `holds image parts, and model ${tok.name} (family ${tok.traits.family}) is text-only; use a vision-language family (--model qwen3_vl)`,
+    );
   }
   if (!Number.isInteger(opts.promptLength) || opts.promptLength < 1) {
     throw new InputError("rollout.prompt_length", "must be an integer >= 1");

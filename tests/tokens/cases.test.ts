@@ -284,7 +284,9 @@ describe("C12 over-long accumulated prompt: truncate, don't error", () => {
     try {
       buildPromptIds(tok, msgs, { promptLength: 8 });
     } catch (e) {
-      expect((e as InputError).field).toBe("prompt");
+      // Named at the first media part, with the family to use instead.
+      expect((e as InputError).field).toBe("prompt[0].content[0]");
+      expect((e as InputError).message).toBe(`prompt[0].content[0]: holds image parts, and model ${tok.name} (family ${tok.traits.family}) is text-only; use a vision-language family (--model qwen3_vl)`);
     }
   });
 });

@@ -68,6 +68,6 @@ describe("single_turn_agent with images (qwen3_vl)", () => {
     expect((err as InputError).message).toContain("left truncation would cut image prompt[0].content[0].image");
     // A text-only family still refuses image rows, as before.
     const qwen3 = await builtinTokenizer("qwen3");
-    await expect(new SingleTurnAgentLoop(ctxOf(qwen3, client, config())).run(SP, row())).rejects.toThrow("prompt: holds image/video/audio parts");
+    await expect(new SingleTurnAgentLoop(ctxOf(qwen3, client, config())).run(SP, row())).rejects.toThrow("prompt[0].content[0]: holds image parts, and model qwen3 (family qwen3) is text-only; use a vision-language family (--model qwen3_vl)");
   });
 });
